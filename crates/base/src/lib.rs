@@ -1,0 +1,18 @@
+//! Identifiers, unit newtypes and the time type shared by every isochron crate.
+//!
+//! Why a crate of its own: the sans-IO cores (`media`, `rtp`, `rtsp`, `store`, `sched`) and the
+//! drivers (`server`, the simulator, tests) must agree on what a block key, a stream id or an
+//! instant *is* without depending on each other. Bare integers invite mixing a block index with a
+//! packet number, so every id and every unit gets a newtype here (rustls: "avoid type aliases").
+//!
+//! This crate does not read clocks, allocate threads or do IO: [`Instant`] is a plain number that
+//! drivers produce from their own clock, which is what lets the simulator run in virtual time.
+
+pub mod ids;
+pub mod mix;
+pub mod time;
+pub mod units;
+
+pub use ids::{BlockIndex, BlockKey, DiskId, Gsn, NodeId, ObjectId, StreamId};
+pub use time::{Instant, MediaTime};
+pub use units::{BitRate, Bytes};

@@ -1,0 +1,126 @@
+//! Unit newtypes: sizes and rates.
+//!
+//! Sizes are [`Bytes`], rates are [`BitRate`] (bits per second, as media rates are quoted).
+//! Config keys carry the unit in their names (`block_size_kib`); these types carry it in code.
+
+use std::fmt;
+use std::ops::{Add, AddAssign, Sub};
+
+/// A number of bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Bytes(pub u64);
+
+impl Bytes {
+    /// `n` kibibytes.
+    #[must_use]
+    pub const fn kib(n: u64) -> Self {
+        Self(n * 1024)
+    }
+
+    /// `n` mebibytes.
+    #[must_use]
+    pub const fn mib(n: u64) -> Self {
+        Self(n * 1024 * 1024)
+    }
+
+    /// The count as `usize`, saturating on 32-bit targets.
+    #[must_use]
+    pub fn as_usize(self) -> usize {
+        usize::try_from(self.0).unwrap_or(usize::MAX)
+    }
+
+    /// The size rounded up to a multiple of `align`, which must be a power of two.
+    #[must_use]
+    pub const fn align_up(self, align: u64) -> Self {
+        debug_assert!(align.is_power_of_two());
+        Self((self.0 + align - 1) & !(align - 1))
+    }
+}
+
+impl Add for Bytes {
+    type Output = Self;
+    fn add(self, o: Self) -> Self {
+        Self(self.0 + o.0)
+    }
+}
+
+impl AddAssign for Bytes {
+    fn add_assign(&mut self, o: Self) {
+        self.0 += o.0;
+    }
+}
+
+impl Sub for Bytes {
+    type Output = Self;
+    /// Saturating difference.
+    fn sub(self, o: Self) -> Self {
+        Self(self.0.saturating_sub(o.0))
+    }
+}
+
+impl fmt::Display for Bytes {
+    /// A human-readable size: `812 B`, `4.0 KiB`, `1.5 MiB`, `2.25 GiB`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+        if self.0 < 1024 {
+            return write!(f, "{} B", self.0);
+        }
+        let mut v = self.0 as f64 / 1024.0;
+        let mut unit = 0;
+        while v >= 1024.0 && unit + 1 < UNITS.len() {
+            v /= 1024.0;
+            unit += 1;
+        }
+        write!(f, "{v:.2} {}", UNITS[unit])
+    }
+}
+
+/// A data rate in bits per second.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BitRate(pub u64);
+
+impl BitRate {
+    /// The rate at which `bytes` are delivered in `secs` seconds (zero for a zero duration).
+    #[must_use]
+    pub fn from_bytes_per(bytes: Bytes, secs: f64) -> Self {
+        if secs > 0.0 { Self((bytes.0 as f64 * 8.0 / secs).round() as u64) } else { Self(0) }
+    }
+
+    /// Bytes per second.
+    #[must_use]
+    pub fn bytes_per_sec(self) -> f64 {
+        self.0 as f64 / 8.0
+    }
+}
+
+impl fmt::Display for BitRate {
+    /// `kb/s` below one megabit, `Mb/s` above.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0 < 1_000_000 {
+            write!(f, "{:.1} kb/s", self.0 as f64 / 1e3)
+        } else {
+            write!(f, "{:.2} Mb/s", self.0 as f64 / 1e6)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_display_and_align() {
+        assert_eq!(Bytes(812).to_string(), "812 B");
+        assert_eq!(Bytes::mib(3).to_string(), "3.00 MiB");
+        assert_eq!(Bytes(4097).align_up(4096), Bytes(8192));
+        assert_eq!(Bytes(4096).align_up(4096), Bytes(4096));
+    }
+
+    #[test]
+    fn bitrate_from_bytes() {
+        let r = BitRate::from_bytes_per(Bytes(1_000_000), 2.0);
+        assert_eq!(r, BitRate(4_000_000));
+        assert_eq!(r.to_string(), "4.00 Mb/s");
+        assert_eq!(BitRate::from_bytes_per(Bytes(5), 0.0), BitRate(0));
+    }
+}

@@ -1,0 +1,1 @@
+//! RTSP/RTP client for isochron's tests and benchmarks

@@ -1,0 +1,1 @@
+//! RTP and RTCP wire formats for isochron (RFC 3550, RFC 2250 MP2T payload)

@@ -1,0 +1,1 @@
+//! isochron's block scheduler and shared block cache (sans-IO)

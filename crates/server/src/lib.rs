@@ -1,0 +1,1 @@
+//! isochron's runtime: RTSP listener, scheduler thread, sender thread, HTTP API

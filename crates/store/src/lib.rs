@@ -1,0 +1,1 @@
+//! isochron's block format, Yima/SCADDAR placement and catalog records (pure, no IO)
