@@ -1,1 +1,34 @@
-//! RTP and RTCP wire formats for isochron (RFC 3550, RFC 2250 MP2T payload)
+//! RTP and RTCP wire formats for isochron.
+//!
+//! What this crate does: writes the 12-byte RTP fixed header (RFC 3550 §5.1) for the MP2T payload
+//! type (PT 33, RFC 3551 §6 and RFC 2250 §2), builds RTCP compound packets (SR + SDES CNAME, and
+//! BYE; RFC 3550 §6.1, §6.4.1, §6.5.1, §6.6), and parses the RTCP that clients send back
+//! (receiver reports, generic NACK from RFC 4585 §6.2.1, anything else skipped by length).
+//!
+//! What it does not do: pacing, sockets, sessions or clocks. Callers pass wall-clock values in
+//! (an SR needs the NTP time of "now"), which keeps the crate usable from the sender thread, the
+//! simulator and tests alike.
+
+pub mod rtcp;
+pub mod rtp;
+
+pub use rtcp::{NtpTimestamp, ReportBlock, RtcpError, RtcpPacket, SenderReport};
+pub use rtp::{PT_MP2T, RTP_HEADER_LEN, RtpError, RtpHeader};
+
+/// The 4-byte prefix of an RTP or RTCP packet sent interleaved on the RTSP connection
+/// (RFC 2326 §10.12): `$`, the channel, and the packet length big-endian.
+#[must_use]
+pub fn interleaved_prefix(channel: u8, len: u16) -> [u8; 4] {
+    let l = len.to_be_bytes();
+    [b'$', channel, l[0], l[1]]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interleaved_prefix_layout() {
+        assert_eq!(interleaved_prefix(1, 1328), [0x24, 1, 0x05, 0x30]);
+    }
+}

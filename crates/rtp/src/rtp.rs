@@ -1,0 +1,163 @@
+//! The RTP fixed header (RFC 3550 §5.1).
+//!
+//! isochron sends MPEG-2 TS over RTP (RFC 2250 §2): payload type 33, a 90 kHz timestamp, and the
+//! marker bit only on timestamp discontinuities. The header is written into a caller-provided
+//! 12-byte array so the sender thread can keep one array per packet in flight and never allocate.
+
+use thiserror::Error;
+
+/// Static payload type of MPEG-2 transport streams (RFC 3551 §6, Table 5).
+pub const PT_MP2T: u8 = 33;
+/// Length of the RTP fixed header with no CSRCs.
+pub const RTP_HEADER_LEN: usize = 12;
+
+/// An RTP fixed header with no CSRCs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RtpHeader {
+    /// The marker bit; for MP2T, set on a timestamp discontinuity (RFC 2250 §2).
+    pub marker: bool,
+    /// The payload type (7 bits).
+    pub payload_type: u8,
+    /// The sequence number.
+    pub sequence: u16,
+    /// The timestamp, 90 kHz for MP2T.
+    pub timestamp: u32,
+    /// The synchronisation source.
+    pub ssrc: u32,
+}
+
+/// Why bytes are not an RTP packet.
+#[derive(Debug, Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RtpError {
+    /// Fewer bytes than the header needs.
+    #[error("RTP packet too short: {len} bytes, need at least {need}")]
+    TooShort {
+        /// Bytes available.
+        len: usize,
+        /// Bytes the header (with its CSRCs and extension) needs.
+        need: usize,
+    },
+    /// The version field is not 2.
+    #[error("RTP version {0}, expected 2")]
+    Version(u8),
+    /// The padding length exceeds the payload.
+    #[error("RTP padding of {padding} bytes exceeds the {payload}-byte payload")]
+    Padding {
+        /// Padding length from the last byte.
+        padding: usize,
+        /// Payload length before removing padding.
+        payload: usize,
+    },
+}
+
+impl RtpHeader {
+    /// Writes the header (V=2, P=0, X=0, CC=0).
+    pub fn write(&self, out: &mut [u8; RTP_HEADER_LEN]) {
+        out[0] = 0x80;
+        out[1] = (u8::from(self.marker) << 7) | (self.payload_type & 0x7f);
+        out[2..4].copy_from_slice(&self.sequence.to_be_bytes());
+        out[4..8].copy_from_slice(&self.timestamp.to_be_bytes());
+        out[8..12].copy_from_slice(&self.ssrc.to_be_bytes());
+    }
+
+    /// The header as a new array.
+    #[must_use]
+    pub fn to_bytes(&self) -> [u8; RTP_HEADER_LEN] {
+        let mut b = [0; RTP_HEADER_LEN];
+        self.write(&mut b);
+        b
+    }
+
+    /// Parses a packet and returns its header and the payload's byte range, skipping CSRCs, a
+    /// header extension (RFC 3550 §5.3.1, RFC 8285) and padding.
+    pub fn parse(pkt: &[u8]) -> Result<(Self, std::ops::Range<usize>), RtpError> {
+        if pkt.len() < RTP_HEADER_LEN {
+            return Err(RtpError::TooShort { len: pkt.len(), need: RTP_HEADER_LEN });
+        }
+        let version = pkt[0] >> 6;
+        if version != 2 {
+            return Err(RtpError::Version(version));
+        }
+        let csrc = usize::from(pkt[0] & 0x0f);
+        let mut start = RTP_HEADER_LEN + 4 * csrc;
+        if pkt[0] & 0x10 != 0 {
+            if pkt.len() < start + 4 {
+                return Err(RtpError::TooShort { len: pkt.len(), need: start + 4 });
+            }
+            let words = usize::from(u16::from_be_bytes([pkt[start + 2], pkt[start + 3]]));
+            start += 4 + 4 * words;
+        }
+        if pkt.len() < start {
+            return Err(RtpError::TooShort { len: pkt.len(), need: start });
+        }
+        let mut end = pkt.len();
+        if pkt[0] & 0x20 != 0 {
+            let padding = usize::from(pkt[end - 1]);
+            if padding == 0 || padding > end - start {
+                return Err(RtpError::Padding { padding, payload: end - start });
+            }
+            end -= padding;
+        }
+        let header = Self {
+            marker: pkt[1] & 0x80 != 0,
+            payload_type: pkt[1] & 0x7f,
+            sequence: u16::from_be_bytes([pkt[2], pkt[3]]),
+            timestamp: u32::from_be_bytes([pkt[4], pkt[5], pkt[6], pkt[7]]),
+            ssrc: u32::from_be_bytes([pkt[8], pkt[9], pkt[10], pkt[11]]),
+        };
+        Ok((header, start..end))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_parse_round_trip() {
+        let h = RtpHeader {
+            marker: true,
+            payload_type: PT_MP2T,
+            sequence: 0xBEEF,
+            timestamp: 0xDEAD_BEEF,
+            ssrc: 0x1234_5678,
+        };
+        let mut pkt = h.to_bytes().to_vec();
+        pkt.extend_from_slice(&[0x47; 188]);
+        let (p, range) = RtpHeader::parse(&pkt).unwrap();
+        assert_eq!(p, h);
+        assert_eq!(range, 12..200);
+        assert_eq!(pkt[0], 0x80);
+        assert_eq!(pkt[1], 0x80 | 33);
+    }
+
+    #[test]
+    fn parse_skips_extension_and_padding() {
+        let mut pkt = RtpHeader {
+            marker: false,
+            payload_type: 33,
+            sequence: 1,
+            timestamp: 2,
+            ssrc: 3,
+        }
+        .to_bytes()
+        .to_vec();
+        pkt[0] |= 0x10 | 0x20; // X and P
+        pkt.extend_from_slice(&[0xBE, 0xDE, 0, 1, 0x10, 0xAA, 0, 0]); // one-word extension
+        pkt.extend_from_slice(&[1, 2, 3]);
+        pkt.extend_from_slice(&[0, 2]); // two bytes of padding
+        let (_, range) = RtpHeader::parse(&pkt).unwrap();
+        assert_eq!(&pkt[range], &[1, 2, 3]);
+    }
+
+    #[test]
+    fn parse_rejects_garbage() {
+        assert!(matches!(RtpHeader::parse(&[0x80; 5]), Err(RtpError::TooShort { .. })));
+        assert_eq!(RtpHeader::parse(&[0x40; 12]), Err(RtpError::Version(1)));
+        let mut pkt = [0u8; 13];
+        pkt[0] = 0xA0;
+        pkt[12] = 9;
+        assert!(matches!(RtpHeader::parse(&pkt), Err(RtpError::Padding { .. })));
+    }
+}
