@@ -225,12 +225,8 @@ impl<V: Clone> BlockCache<V> {
 
     /// Drops every unpinned ready block of an object (after the object is removed).
     pub fn purge_object(&mut self, object: isochron_base::ObjectId) {
-        let keys: Vec<_> = self
-            .lru
-            .iter()
-            .filter(|(_, k)| k.object == object)
-            .map(|(t, k)| (*t, *k))
-            .collect();
+        let keys: Vec<_> =
+            self.lru.iter().filter(|(_, k)| k.object == object).map(|(t, k)| (*t, *k)).collect();
         for (t, k) in keys {
             self.lru.remove(&t);
             if let Some(e) = self.entries.remove(&k) {

@@ -190,6 +190,8 @@ pub enum Event<V> {
         block: V,
         /// Set on the first delivery after [`Scheduler::handle_start`].
         anchor: Option<Anchor>,
+        /// The run (see [`Scheduler::handle_start`]) this block belongs to.
+        run: u64,
     },
     /// A block the stream needs could not be read; the stream is stopped.
     ReadFailed {
@@ -236,6 +238,7 @@ impl<V> Slot<V> {
 
 #[derive(Debug)]
 struct Running<V> {
+    run: u64,
     start_media: MediaTime,
     anchor: Option<Instant>,
     next_request: u32,
@@ -305,11 +308,20 @@ impl<V: Clone> Scheduler<V> {
     }
 
     /// Starts (or restarts, for a seek or a resume) a stream at block `from`, whose packet at
-    /// media time `media` is the first one to send.
-    pub fn handle_start(&mut self, now: Instant, stream: StreamId, from: BlockIndex, media: MediaTime) {
+    /// media time `media` is the first one to send. `run` numbers the starts of a stream: events
+    /// carry it so the driver can drop deliveries that were in flight from an earlier start.
+    pub fn handle_start(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        run: u64,
+        from: BlockIndex,
+        media: MediaTime,
+    ) {
         self.release(stream);
         let Some(s) = self.streams.get_mut(&stream) else { return };
         s.running = Some(Running {
+            run,
             start_media: media,
             anchor: None,
             next_request: from.0,
@@ -332,11 +344,20 @@ impl<V: Clone> Scheduler<V> {
         self.dispatch();
     }
 
-    /// The sender has sent every packet of block `index` of `stream` it is going to: release it
-    /// and read further ahead.
-    pub fn handle_block_done(&mut self, now: Instant, stream: StreamId, index: BlockIndex) {
+    /// The sender has sent every packet of block `index` of `stream` it is going to in run
+    /// `run_id`: release it and read further ahead.
+    pub fn handle_block_done(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        run_id: u64,
+        index: BlockIndex,
+    ) {
         let Some(s) = self.streams.get_mut(&stream) else { return };
         let Some(run) = s.running.as_mut() else { return };
+        if run.run != run_id {
+            return; // a notice from an earlier start
+        }
         match run.window.front() {
             Some(Slot::Delivered(i)) if *i == index => {}
             _ => return, // stale notice from before a restart
@@ -368,7 +389,8 @@ impl<V: Clone> Scheduler<V> {
                 self.stats.failed_reads += 1;
                 for stream in self.cache.fail(done.key) {
                     // The cache already dropped this stream's pin on the failed block.
-                    if let Some(run) = self.streams.get_mut(&stream).and_then(|s| s.running.as_mut())
+                    if let Some(run) =
+                        self.streams.get_mut(&stream).and_then(|s| s.running.as_mut())
                     {
                         run.window.retain(|slot| slot.index() != done.key.index);
                     }
@@ -509,7 +531,13 @@ impl<V: Clone> Scheduler<V> {
                     } else {
                         None
                     };
-                    self.events.push_back(Event::Deliver { stream, index, block, anchor });
+                    self.events.push_back(Event::Deliver {
+                        stream,
+                        index,
+                        block,
+                        anchor,
+                        run: run.run,
+                    });
                 }
             }
         }
@@ -583,7 +611,10 @@ mod tests {
     }
 
     fn done(s: &mut Scheduler<u32>, now: Instant, io: IoRequest) {
-        s.handle_read_done(now, ReadDone { disk: io.disk, key: io.key, result: Ok(io.key.index.0) });
+        s.handle_read_done(
+            now,
+            ReadDone { disk: io.disk, key: io.key, result: Ok(io.key.index.0) },
+        );
     }
 
     #[test]
@@ -592,7 +623,7 @@ mod tests {
         let mut s = Scheduler::new(SchedConfig::default());
         open(&mut s, 1, &p);
         let t0 = Instant::from_nanos(1_000);
-        s.handle_start(t0, StreamId(1), BlockIndex(0), MediaTime::ZERO);
+        s.handle_start(t0, StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
         let io = drain_io(&mut s);
         assert_eq!(io.len(), 2, "two blocks requested: double buffering");
         let start = t0 + Duration::from_millis(20);
@@ -606,7 +637,8 @@ mod tests {
         let anchor = Anchor { wall: t0 + Duration::from_millis(20), media: MediaTime::ZERO };
         assert_eq!(ev, vec![(1, 0, Some(anchor)), (1, 1, None)]);
         // Done with block 0: block 2 is requested with a deadline from the anchor.
-        s.handle_block_done(t0, StreamId(1), BlockIndex(0));
+        s.handle_block_done(t0, StreamId(1), 1, BlockIndex(0));
+        s.handle_block_done(t0, StreamId(1), 1, BlockIndex(0)); // a duplicate is ignored
         let io = drain_io(&mut s);
         assert_eq!(io.len(), 1);
         assert_eq!(io[0].key.index, BlockIndex(2));
@@ -619,8 +651,8 @@ mod tests {
         let mut s = Scheduler::new(SchedConfig::default());
         open(&mut s, 1, &p);
         open(&mut s, 2, &p);
-        s.handle_start(Instant::ZERO, StreamId(1), BlockIndex(0), MediaTime::ZERO);
-        s.handle_start(Instant::ZERO, StreamId(2), BlockIndex(0), MediaTime::ZERO);
+        s.handle_start(Instant::ZERO, StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
+        s.handle_start(Instant::ZERO, StreamId(2), 1, BlockIndex(0), MediaTime::ZERO);
         let io = drain_io(&mut s);
         assert_eq!(io.len(), 2, "coalesced: one read per block, not per stream");
         for r in io {
@@ -641,12 +673,12 @@ mod tests {
         open(&mut s, 1, &p1);
         open(&mut s, 2, &p2);
         let t = Instant::from_nanos(5);
-        s.handle_start(t, StreamId(1), BlockIndex(0), MediaTime::ZERO);
+        s.handle_start(t, StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
         let first = drain_io(&mut s);
         assert_eq!(first.len(), 1, "depth 1: one read in flight");
         // Stream 1's block 1 waits with a deadline 2 s out. Stream 2 starts: its first block
         // is due now and overtakes it.
-        s.handle_start(t, StreamId(2), BlockIndex(0), MediaTime::ZERO);
+        s.handle_start(t, StreamId(2), 1, BlockIndex(0), MediaTime::ZERO);
         assert!(drain_io(&mut s).is_empty());
         done(&mut s, t, first[0]);
         let next = drain_io(&mut s);
@@ -661,7 +693,7 @@ mod tests {
         let mut s = Scheduler::new(cfg);
         let p = plan(1, &[0; 4]);
         open(&mut s, 1, &p);
-        s.handle_start(Instant::ZERO, StreamId(1), BlockIndex(0), MediaTime::ZERO);
+        s.handle_start(Instant::ZERO, StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
         let io = drain_io(&mut s);
         assert_eq!(io.len(), 1);
         s.handle_stop(Instant::ZERO, StreamId(1));
@@ -672,7 +704,7 @@ mod tests {
         assert_eq!(s.cache().refs(p.key(BlockIndex(0))), 0);
         assert_eq!(s.cache().peek(p.key(BlockIndex(0))), Some(&0));
         // Resume from block 0: a cache hit, delivered at once.
-        s.handle_start(Instant::ZERO, StreamId(1), BlockIndex(0), MediaTime::ZERO);
+        s.handle_start(Instant::ZERO, StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
         let ev = drain_events(&mut s);
         assert_eq!(ev[0].1, 0);
     }
@@ -682,7 +714,7 @@ mod tests {
         let p = plan(1, &[0, 0]);
         let mut s = Scheduler::new(SchedConfig::default());
         open(&mut s, 1, &p);
-        s.handle_start(Instant::ZERO, StreamId(1), BlockIndex(0), MediaTime::ZERO);
+        s.handle_start(Instant::ZERO, StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
         let io = drain_io(&mut s);
         s.handle_read_done(
             Instant::ZERO,
@@ -711,7 +743,7 @@ mod tests {
             s.handle_open(Instant::ZERO, req),
             Admission::Reject(RejectReason::TooManyStreams { limit: 1 })
         );
-        s.handle_start(Instant::ZERO, StreamId(1), BlockIndex(0), MediaTime::ZERO);
+        s.handle_start(Instant::ZERO, StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
         let io = drain_io(&mut s);
         done(&mut s, Instant::ZERO + Duration::from_millis(21), io[0]);
         assert_eq!(s.stats().late_reads, 1, "due at 20 ms, done at 21 ms");
