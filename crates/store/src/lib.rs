@@ -1,1 +1,27 @@
-//! isochron's block format, Yima/SCADDAR placement and catalog records (pure, no IO)
+//! isochron's block format, Yima/SCADDAR placement and catalog records (pure, no IO).
+//!
+//! Why a crate of its own: what a stored object *is* — the bytes of a block, the disk a block
+//! lives on, the record the catalog keeps — is persistent state shared by the ingest tool, the
+//! server, the simulator and, later, every node of a cluster. Keeping it free of IO (no files, no
+//! clock, no threads; see `CONTRIBUTING.md`) lets all of them use it and lets tests pin it with
+//! golden vectors.
+//!
+//! - [`block`]: the self-describing block format (DESIGN §2.2).
+//! - [`placement`]: Yima pseudo-random placement (Yima §2.2) and SCADDAR epochs (ICDE 2002).
+//! - [`catalog`]: versioned catalog records and the [`Catalog`] trait.
+//!
+//! Reading and writing files, the redb catalog and the IO threads are in `isochron-diskio`.
+
+pub mod block;
+pub mod catalog;
+pub mod placement;
+
+pub use block::{
+    BLOCK_ALIGN, BLOCK_FORMAT_VERSION, BLOCK_MAGIC, Block, BlockBuilder, BlockError, BlockHeader,
+    ENTRY_LEN, HEADER_LEN, PacketMeta, PacketRef,
+};
+pub use catalog::{
+    BlockEntry, Catalog, CatalogError, DiskRecord, DiskState, ObjectRecord, SeekPoint, StoreMeta,
+    StreamDesc, validate_name,
+};
+pub use placement::{Epoch, PlacementError, PlacementLog, PlacementVariant, ScaleOp};

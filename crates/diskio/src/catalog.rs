@@ -1,0 +1,347 @@
+//! The embedded catalog: [`Catalog`] on a redb database file (DESIGN §2.5).
+//!
+//! Why redb: a single-node store needs a crash-safe, transactional key-value file with no server
+//! to run; redb is pure Rust, ACID with durable commits by default, and takes an exclusive file
+//! lock, which doubles as the "one process per store" guard. A cluster uses etcd behind the same
+//! trait.
+//!
+//! Tables:
+//!
+//! - `meta`: `"store"` → [`StoreMeta::encode`], `"next_object_id"` → the object-id counter
+//!   (`u64` little-endian; authoritative: [`Catalog::meta`] reports it in
+//!   [`StoreMeta::next_object_id`]).
+//! - `objects`: object name → [`ObjectRecord::encode`]. redb keeps keys sorted, so listing is in
+//!   name order.
+//!
+//! Every method is one redb transaction.
+
+use std::error::Error as StdError;
+use std::fs::OpenOptions;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use isochron_base::ObjectId;
+use isochron_store::catalog::{Catalog, CatalogError, ObjectRecord, StoreMeta};
+use redb::{Database, ReadableTable, TableDefinition};
+
+const META: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("meta");
+const OBJECTS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("objects");
+const META_STORE: &str = "store";
+const META_NEXT_ID: &str = "next_object_id";
+/// The first object id handed out; 0 is never used, so a zeroed block header matches no object.
+const FIRST_OBJECT_ID: u64 = 1;
+
+/// A [`Catalog`] in a redb database file (`catalog.redb` in a store).
+#[derive(Debug)]
+pub struct RedbCatalog {
+    db: Database,
+    path: PathBuf,
+}
+
+impl RedbCatalog {
+    /// Creates a new, empty catalog file at `path` (which must not exist). It has no store
+    /// metadata until [`Catalog::put_meta`].
+    pub fn create(path: &Path) -> Result<Self, CatalogError> {
+        let file =
+            OpenOptions::new().read(true).write(true).create_new(true).open(path).map_err(|e| {
+                match e.kind() {
+                    io::ErrorKind::AlreadyExists => {
+                        CatalogError::AlreadyExists { path: path.into() }
+                    }
+                    _ => backend(path, "create")(e),
+                }
+            })?;
+        let db = redb::Builder::new().create_file(file).map_err(db_err(path, "create"))?;
+        let this = Self { db, path: path.to_owned() };
+        let txn = this.db.begin_write().map_err(this.err("begin transaction"))?;
+        txn.open_table(META).map_err(this.err("create table meta"))?;
+        txn.open_table(OBJECTS).map_err(this.err("create table objects"))?;
+        txn.commit().map_err(this.err("commit"))?;
+        Ok(this)
+    }
+
+    /// Opens the existing catalog at `path`. Fails with [`CatalogError::Locked`] if another
+    /// process (or another handle in this one) has it open.
+    pub fn open(path: &Path) -> Result<Self, CatalogError> {
+        if !path.exists() {
+            return Err(CatalogError::Missing { path: path.to_owned() });
+        }
+        let db = Database::open(path).map_err(db_err(path, "open"))?;
+        Ok(Self { db, path: path.to_owned() })
+    }
+
+    /// The database file.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn err<'a, E: StdError + Send + Sync + 'static>(
+        &'a self,
+        op: &'static str,
+    ) -> impl FnOnce(E) -> CatalogError + 'a {
+        backend(&self.path, op)
+    }
+}
+
+impl Catalog for RedbCatalog {
+    fn meta(&self) -> Result<StoreMeta, CatalogError> {
+        let txn = self.db.begin_read().map_err(self.err("begin transaction"))?;
+        let table = txn.open_table(META).map_err(self.err("open table meta"))?;
+        let bytes = table
+            .get(META_STORE)
+            .map_err(self.err("read meta"))?
+            .ok_or_else(|| CatalogError::NoMeta { path: self.path.clone() })?;
+        let mut meta = StoreMeta::decode(bytes.value())?;
+        meta.next_object_id = read_counter(&table, &self.path)?.max(meta.next_object_id);
+        Ok(meta)
+    }
+
+    fn put_meta(&self, meta: &StoreMeta) -> Result<(), CatalogError> {
+        meta.validate()?;
+        let txn = self.db.begin_write().map_err(self.err("begin transaction"))?;
+        {
+            let mut table = txn.open_table(META).map_err(self.err("open table meta"))?;
+            let next = read_counter(&table, &self.path)?.max(meta.next_object_id);
+            let mut meta = meta.clone();
+            meta.next_object_id = next;
+            table.insert(META_STORE, &*meta.encode()).map_err(self.err("write meta"))?;
+            table
+                .insert(META_NEXT_ID, &next.to_le_bytes()[..])
+                .map_err(self.err("write object id counter"))?;
+        }
+        txn.commit().map_err(self.err("commit"))
+    }
+
+    fn object(&self, name: &str) -> Result<Option<ObjectRecord>, CatalogError> {
+        let txn = self.db.begin_read().map_err(self.err("begin transaction"))?;
+        let table = txn.open_table(OBJECTS).map_err(self.err("open table objects"))?;
+        let Some(bytes) = table.get(name).map_err(self.err("read object"))? else {
+            return Ok(None);
+        };
+        decode_object(name, bytes.value()).map(Some)
+    }
+
+    fn objects(&self) -> Result<Vec<ObjectRecord>, CatalogError> {
+        let txn = self.db.begin_read().map_err(self.err("begin transaction"))?;
+        let table = txn.open_table(OBJECTS).map_err(self.err("open table objects"))?;
+        let mut out = Vec::new();
+        for entry in table.iter().map_err(self.err("list objects"))? {
+            let (name, bytes) = entry.map_err(self.err("list objects"))?;
+            out.push(decode_object(name.value(), bytes.value())?);
+        }
+        Ok(out)
+    }
+
+    fn insert_object(&self, rec: &ObjectRecord) -> Result<(), CatalogError> {
+        rec.validate()?;
+        let txn = self.db.begin_write().map_err(self.err("begin transaction"))?;
+        {
+            let meta = txn.open_table(META).map_err(self.err("open table meta"))?;
+            let next = read_counter(&meta, &self.path)?;
+            if rec.id.0 < FIRST_OBJECT_ID || rec.id.0 >= next {
+                return Err(CatalogError::UnallocatedId { name: rec.name.clone(), id: rec.id });
+            }
+            let mut objects = txn.open_table(OBJECTS).map_err(self.err("open table objects"))?;
+            if objects.get(rec.name.as_str()).map_err(self.err("read object"))?.is_some() {
+                return Err(CatalogError::NameExists { name: rec.name.clone() });
+            }
+            objects.insert(rec.name.as_str(), &*rec.encode()).map_err(self.err("write object"))?;
+        }
+        txn.commit().map_err(self.err("commit"))
+    }
+
+    fn allocate_object_id(&self) -> Result<ObjectId, CatalogError> {
+        let txn = self.db.begin_write().map_err(self.err("begin transaction"))?;
+        let id = {
+            let mut table = txn.open_table(META).map_err(self.err("open table meta"))?;
+            let id = read_counter(&table, &self.path)?;
+            let next = id.checked_add(1).ok_or_else(|| CatalogError::Invalid {
+                what: "object id counter".into(),
+                reason: "exhausted".into(),
+            })?;
+            table
+                .insert(META_NEXT_ID, &next.to_le_bytes()[..])
+                .map_err(self.err("write object id counter"))?;
+            id
+        };
+        txn.commit().map_err(self.err("commit"))?;
+        Ok(ObjectId(id))
+    }
+
+    fn remove_object(&self, name: &str) -> Result<Option<ObjectRecord>, CatalogError> {
+        let txn = self.db.begin_write().map_err(self.err("begin transaction"))?;
+        let rec = {
+            let mut table = txn.open_table(OBJECTS).map_err(self.err("open table objects"))?;
+            let Some(bytes) = table.remove(name).map_err(self.err("remove object"))? else {
+                return Ok(None);
+            };
+            // A record that does not decode is left in place (the transaction is dropped).
+            decode_object(name, bytes.value())?
+        };
+        txn.commit().map_err(self.err("commit"))?;
+        Ok(Some(rec))
+    }
+}
+
+/// The object-id counter from the `meta` table.
+fn read_counter(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+    path: &Path,
+) -> Result<u64, CatalogError> {
+    let Some(v) = table.get(META_NEXT_ID).map_err(backend(path, "read object id counter"))? else {
+        return Ok(FIRST_OBJECT_ID);
+    };
+    let bytes: [u8; 8] = v.value().try_into().map_err(|_| CatalogError::Invalid {
+        what: "object id counter".into(),
+        reason: format!("{} bytes instead of 8", v.value().len()),
+    })?;
+    Ok(u64::from_le_bytes(bytes).max(FIRST_OBJECT_ID))
+}
+
+fn decode_object(name: &str, bytes: &[u8]) -> Result<ObjectRecord, CatalogError> {
+    let rec = ObjectRecord::decode(bytes).map_err(|e| CatalogError::Invalid {
+        what: format!("object {name:?}"),
+        reason: e.to_string(),
+    })?;
+    if rec.name != name {
+        return Err(CatalogError::Invalid {
+            what: format!("object {name:?}"),
+            reason: format!("record is named {:?}", rec.name),
+        });
+    }
+    Ok(rec)
+}
+
+fn backend<'a, E: StdError + Send + Sync + 'static>(
+    path: &'a Path,
+    op: &'static str,
+) -> impl FnOnce(E) -> CatalogError + 'a {
+    move |e| CatalogError::Backend { path: path.to_owned(), op, source: Box::new(e) }
+}
+
+/// Maps redb's open errors, turning its lock error into [`CatalogError::Locked`].
+fn db_err<'a>(
+    path: &'a Path,
+    op: &'static str,
+) -> impl FnOnce(redb::DatabaseError) -> CatalogError + 'a {
+    move |e| match e {
+        redb::DatabaseError::DatabaseAlreadyOpen => CatalogError::Locked { path: path.to_owned() },
+        e => backend(path, op)(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use isochron_base::{BitRate, Bytes, DiskId, Gsn, MediaTime};
+    use isochron_store::catalog::{BlockEntry, DiskRecord, DiskState, STORE_FORMAT_VERSION};
+    use isochron_store::{Epoch, PlacementLog};
+
+    use super::*;
+
+    fn record(id: ObjectId, name: &str) -> ObjectRecord {
+        ObjectRecord {
+            id,
+            name: name.into(),
+            seed: 5,
+            first_epoch: Epoch(0),
+            block_size: Bytes::mib(1),
+            blocks: vec![BlockEntry {
+                first_gsn: Gsn(0),
+                first_send_time: MediaTime::ZERO,
+                packets: 3,
+                payload_bytes: 3 * 1316,
+                encoded_len: 64 + 3 * (16 + 1316),
+                checksum: 1,
+            }],
+            packets: 3,
+            ts_bytes: Bytes(3 * 1316),
+            duration: MediaTime::from_nanos(2_000_000),
+            avg_bitrate: BitRate(1_000_000),
+            peak_bitrate: BitRate(2_000_000),
+            seek_points: vec![],
+            streams: vec![],
+            source_file: format!("/src/{name}"),
+            created_unix_s: 1,
+        }
+    }
+
+    fn meta() -> StoreMeta {
+        StoreMeta {
+            store_id: 77,
+            format_version: STORE_FORMAT_VERSION,
+            block_size: Bytes::mib(1),
+            disks: vec![DiskRecord {
+                id: DiskId(0),
+                path: "disk-0".into(),
+                state: DiskState::Active,
+            }],
+            placement: PlacementLog::new(vec![DiskId(0)]).unwrap(),
+            next_object_id: 1,
+        }
+    }
+
+    #[test]
+    fn crud_and_persistence() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog.redb");
+        {
+            let cat = RedbCatalog::create(&path).unwrap();
+            assert!(matches!(cat.meta(), Err(CatalogError::NoMeta { .. })));
+            cat.put_meta(&meta()).unwrap();
+            assert_eq!(cat.meta().unwrap(), meta());
+            let a = cat.allocate_object_id().unwrap();
+            let b = cat.allocate_object_id().unwrap();
+            assert_eq!((a, b), (ObjectId(1), ObjectId(2)));
+            cat.insert_object(&record(b, "zeta.ts")).unwrap();
+            cat.insert_object(&record(a, "alpha.ts")).unwrap();
+            assert!(matches!(
+                cat.insert_object(&record(a, "alpha.ts")),
+                Err(CatalogError::NameExists { .. })
+            ));
+            assert!(matches!(
+                cat.insert_object(&record(ObjectId(9), "never.ts")),
+                Err(CatalogError::UnallocatedId { .. })
+            ));
+            assert!(matches!(
+                cat.insert_object(&record(a, "bad name")),
+                Err(CatalogError::InvalidName { .. })
+            ));
+            // A stale meta cannot lower the counter.
+            cat.put_meta(&meta()).unwrap();
+            assert_eq!(cat.meta().unwrap().next_object_id, 3);
+        }
+        assert!(matches!(RedbCatalog::create(&path), Err(CatalogError::AlreadyExists { .. })));
+        let cat = RedbCatalog::open(&path).unwrap();
+        assert_eq!(cat.path(), path);
+        let names: Vec<String> = cat.objects().unwrap().into_iter().map(|r| r.name).collect();
+        assert_eq!(names, ["alpha.ts", "zeta.ts"]);
+        assert_eq!(cat.object("zeta.ts").unwrap(), Some(record(ObjectId(2), "zeta.ts")));
+        assert_eq!(cat.object("nope").unwrap(), None);
+        assert_eq!(cat.allocate_object_id().unwrap(), ObjectId(3));
+        assert_eq!(cat.remove_object("alpha.ts").unwrap(), Some(record(ObjectId(1), "alpha.ts")));
+        assert_eq!(cat.remove_object("alpha.ts").unwrap(), None);
+        assert_eq!(cat.objects().unwrap().len(), 1);
+        drop(cat);
+        let cat = RedbCatalog::open(&path).unwrap();
+        assert_eq!(cat.objects().unwrap().len(), 1);
+        assert_eq!(cat.meta().unwrap().next_object_id, 4);
+    }
+
+    #[test]
+    fn locked_when_open_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("catalog.redb");
+        let _first = RedbCatalog::create(&path).unwrap();
+        let err = RedbCatalog::open(&path).unwrap_err();
+        assert!(matches!(err, CatalogError::Locked { .. }), "{err}");
+        assert!(err.to_string().contains("in use by another process"), "{err}");
+    }
+
+    #[test]
+    fn missing_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = RedbCatalog::open(&dir.path().join("nope.redb")).unwrap_err();
+        assert!(matches!(err, CatalogError::Missing { .. }), "{err}");
+    }
+}

@@ -1,0 +1,734 @@
+//! One disk of the store: a directory holding an identity file and one file per block
+//! (DESIGN §2.4).
+//!
+//! Why a directory per disk and a file per block: it works on any filesystem and mount point,
+//! needs no allocator of our own, and lets an operator inspect a disk with `ls`. Yima's placement
+//! decides *which* disk holds a block; where the block sits *within* the disk is the filesystem's
+//! business (algorithms.md §1).
+//!
+//! # Layout
+//!
+//! ```text
+//! <disk>/isochron-disk.json                       {"store_id": …, "disk_id": …, "format": 1}
+//! <disk>/blocks/<object id, 16 hex>/<block index, 8 hex>.blk
+//! <disk>/blocks/<object id, 16 hex>/<block index, 8 hex>.blk.tmp   (a write in progress)
+//! ```
+//!
+//! The identity file ties the directory to one store and one disk id, so a mis-mounted or
+//! mis-configured disk is refused instead of silently serving (or overwriting) another store's
+//! blocks.
+//!
+//! # Crash safety of writes
+//!
+//! [`DiskDir::write_block`] writes `<index>.blk.tmp`, `fsync`s it, renames it over
+//! `<index>.blk`, then `fsync`s the object directory (and, when it had to create the object
+//! directory, `blocks/` too). After a crash a block file is therefore either absent or complete
+//! (its checksum proves it); a leftover `.tmp` file is garbage that `fsck` may delete. The catalog
+//! entry of an object is written only after all its blocks, so a crash during ingest leaves
+//! orphan blocks, never a catalog entry pointing at missing ones.
+//!
+//! # Reads
+//!
+//! [`DiskDir::read_block`] opens the block file with `O_DIRECT` (algorithms.md §5.5): reads then
+//! cost what the disk costs, so the disk profile and the admission test stay honest, and the
+//! kernel page cache does not compete with our own block cache. Filesystems that refuse
+//! `O_DIRECT` (tmpfs, some overlays) answer `EINVAL`; the disk then falls back, once and with a
+//! warning, to buffered reads followed by `posix_fadvise(POSIX_FADV_DONTNEED)`. Every read verifies
+//! the block's checksum and key.
+//!
+//! This module does not decide what to read when: that is the scheduler's job, through the
+//! per-disk [`IoWorker`](crate::IoWorker).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write as _};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use isochron_base::{BlockIndex, BlockKey, Bytes, DiskId, ObjectId};
+use isochron_store::{Block, BlockError};
+use serde::{Deserialize, Serialize};
+
+use crate::AlignedBuf;
+
+/// Name of the identity file at the root of a disk.
+pub const IDENTITY_FILE: &str = "isochron-disk.json";
+/// The disk layout version written into the identity file.
+pub const DISK_FORMAT: u32 = 1;
+/// Directory under the disk root that holds the block files.
+pub const BLOCKS_DIR: &str = "blocks";
+const BLOCK_EXT: &str = "blk";
+const TMP_SUFFIX: &str = ".tmp";
+
+/// Errors of disk IO. Every variant names the disk, and the block or file at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum DiskError {
+    /// A filesystem operation failed.
+    #[error("disk {disk}: cannot {op} {path}: {source}")]
+    Io {
+        /// The disk.
+        disk: DiskId,
+        /// What was being done ("open", "read", "rename", …).
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The directory has no identity file.
+    #[error("{path} is not an isochron disk (no {IDENTITY_FILE})")]
+    NotADisk {
+        /// The directory.
+        path: PathBuf,
+    },
+    /// The identity file cannot be parsed.
+    #[error("{path}: unreadable disk identity: {reason}")]
+    BadIdentity {
+        /// The identity file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The directory belongs to another store.
+    #[error(
+        "{path} belongs to another isochron store ({found:016x}; this store is {expected:016x})"
+    )]
+    ForeignStore {
+        /// The directory.
+        path: PathBuf,
+        /// The store id in the identity file.
+        found: u64,
+        /// This store's id.
+        expected: u64,
+    },
+    /// The directory is another disk of this store.
+    #[error("{path} is disk {found} of this store, not disk {expected}")]
+    WrongDisk {
+        /// The directory.
+        path: PathBuf,
+        /// The disk id in the identity file.
+        found: DiskId,
+        /// The disk id expected there.
+        expected: DiskId,
+    },
+    /// The disk was written by a newer isochron.
+    #[error("{path}: disk format {found} is newer than this build supports ({DISK_FORMAT})")]
+    UnsupportedFormat {
+        /// The directory.
+        path: PathBuf,
+        /// The format in the identity file.
+        found: u32,
+    },
+    /// The block file does not exist.
+    #[error("block {key} on disk {disk}: missing ({path})")]
+    BlockMissing {
+        /// The disk.
+        disk: DiskId,
+        /// The block.
+        key: BlockKey,
+        /// Where it should be.
+        path: PathBuf,
+    },
+    /// The block file exists but is corrupt (checksum, format or key).
+    #[error("block {key} on disk {disk}: {source} ({path})")]
+    Corrupt {
+        /// The disk.
+        disk: DiskId,
+        /// The block.
+        key: BlockKey,
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        source: BlockError,
+    },
+    /// [`DiskDir::write_block`] was given bytes that are not a valid block with that key.
+    #[error("refusing to write block {key} to disk {disk}: {source}")]
+    InvalidBlock {
+        /// The disk.
+        disk: DiskId,
+        /// The block.
+        key: BlockKey,
+        /// What is wrong with the bytes.
+        source: BlockError,
+    },
+}
+
+/// The identity file's contents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Identity {
+    store_id: u64,
+    disk_id: u16,
+    format: u32,
+}
+
+/// A block file found by [`DiskDir::list_blocks`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockFile {
+    /// The block, from the file's name.
+    pub key: BlockKey,
+    /// The file.
+    pub path: PathBuf,
+    /// The file's size.
+    pub len: Bytes,
+}
+
+/// How much a disk holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DiskUsage {
+    /// Number of block files.
+    pub blocks: u64,
+    /// Their total size.
+    pub bytes: Bytes,
+}
+
+/// One disk directory of a store.
+#[derive(Debug)]
+pub struct DiskDir {
+    path: PathBuf,
+    store_id: u64,
+    id: DiskId,
+    /// Whether reads try `O_DIRECT`.
+    direct: AtomicBool,
+}
+
+impl DiskDir {
+    /// Makes `path` (created if missing) disk `disk_id` of store `store_id`: writes the identity
+    /// file and the `blocks/` directory. Re-creating a disk with the same identity opens it;
+    /// a directory that belongs to another store, or is another disk, is refused.
+    pub fn create(path: &Path, store_id: u64, disk_id: DiskId) -> Result<Self, DiskError> {
+        let io_err = |op, p: &Path| {
+            let path = p.to_owned();
+            move |source| DiskError::Io { disk: disk_id, op, path, source }
+        };
+        match Self::open(path, store_id, disk_id) {
+            Err(DiskError::NotADisk { .. }) => {}
+            other => return other,
+        }
+        if !path.exists() {
+            fs::create_dir_all(path).map_err(io_err("create directory", path))?;
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                sync_dir(parent).map_err(io_err("fsync", parent))?;
+            }
+        }
+        let blocks = path.join(BLOCKS_DIR);
+        match fs::create_dir(&blocks) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                return Err(io_err("create directory", &blocks)(e));
+            }
+            _ => {}
+        }
+        let identity = Identity { store_id, disk_id: disk_id.0, format: DISK_FORMAT };
+        let mut json = serde_json::to_vec_pretty(&identity)
+            .map_err(|e| io_err("encode identity for", path)(io::Error::other(e)))?;
+        json.push(b'\n');
+        let file = path.join(IDENTITY_FILE);
+        write_durably(path, &file, &json, |op, p, source| DiskError::Io {
+            disk: disk_id,
+            op,
+            path: p.to_owned(),
+            source,
+        })?;
+        Ok(Self::new(path, store_id, disk_id))
+    }
+
+    /// Opens the disk at `path`, checking that its identity file says it is disk `disk_id` of
+    /// store `store_id`.
+    pub fn open(path: &Path, store_id: u64, disk_id: DiskId) -> Result<Self, DiskError> {
+        let file = path.join(IDENTITY_FILE);
+        let bytes = match fs::read(&file) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(DiskError::NotADisk { path: path.to_owned() });
+            }
+            Err(source) => {
+                return Err(DiskError::Io { disk: disk_id, op: "read", path: file, source });
+            }
+        };
+        let id: Identity = serde_json::from_slice(&bytes)
+            .map_err(|e| DiskError::BadIdentity { path: file, reason: e.to_string() })?;
+        if id.format > DISK_FORMAT || id.format == 0 {
+            return Err(DiskError::UnsupportedFormat { path: path.to_owned(), found: id.format });
+        }
+        if id.store_id != store_id {
+            return Err(DiskError::ForeignStore {
+                path: path.to_owned(),
+                found: id.store_id,
+                expected: store_id,
+            });
+        }
+        if DiskId(id.disk_id) != disk_id {
+            return Err(DiskError::WrongDisk {
+                path: path.to_owned(),
+                found: DiskId(id.disk_id),
+                expected: disk_id,
+            });
+        }
+        Ok(Self::new(path, store_id, disk_id))
+    }
+
+    fn new(path: &Path, store_id: u64, id: DiskId) -> Self {
+        Self { path: path.to_owned(), store_id, id, direct: AtomicBool::new(true) }
+    }
+
+    /// The disk's directory.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The disk's id.
+    #[must_use]
+    pub fn id(&self) -> DiskId {
+        self.id
+    }
+
+    /// The id of the store the disk belongs to.
+    #[must_use]
+    pub fn store_id(&self) -> u64 {
+        self.store_id
+    }
+
+    /// Whether reads use `O_DIRECT` (false after the filesystem refused it, or when disabled).
+    /// Profiles measured without it are affected by the page cache.
+    #[must_use]
+    pub fn direct_io(&self) -> bool {
+        self.direct.load(Ordering::Relaxed)
+    }
+
+    /// Enables or disables `O_DIRECT` reads (disabling forces the buffered fallback).
+    pub fn set_direct_io(&self, enabled: bool) {
+        self.direct.store(enabled, Ordering::Relaxed);
+    }
+
+    /// The file of block `key`.
+    #[must_use]
+    pub fn block_path(&self, key: BlockKey) -> PathBuf {
+        self.object_dir(key.object).join(format!("{:08x}.{BLOCK_EXT}", key.index.0))
+    }
+
+    /// Durably stores an encoded block (see the module docs for the ordering). The bytes are
+    /// parsed first, so a block is never stored under another key or with a bad checksum.
+    pub fn write_block(&self, key: BlockKey, bytes: &[u8]) -> Result<(), DiskError> {
+        Block::parse(bytes, Some(key)).map_err(|source| DiskError::InvalidBlock {
+            disk: self.id,
+            key,
+            source,
+        })?;
+        let dir = self.object_dir(key.object);
+        match fs::create_dir(&dir) {
+            Ok(()) => {
+                let blocks = self.path.join(BLOCKS_DIR);
+                sync_dir(&blocks).map_err(|e| self.io("fsync", &blocks, e))?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(self.io("create directory", &dir, e)),
+        }
+        write_durably(&dir, &self.block_path(key), bytes, |op, p, e| self.io(op, p, e))
+    }
+
+    /// Reads block `key` with `O_DIRECT` (or the buffered fallback) and verifies it.
+    pub fn read_block(&self, key: BlockKey) -> Result<Block<AlignedBuf>, DiskError> {
+        let path = self.block_path(key);
+        let buf = self.read_file(&path).map_err(|source| {
+            if source.kind() == io::ErrorKind::NotFound {
+                DiskError::BlockMissing { disk: self.id, key, path: path.clone() }
+            } else {
+                self.io("read", &path, source)
+            }
+        })?;
+        Block::parse(buf, Some(key)).map_err(|source| DiskError::Corrupt {
+            disk: self.id,
+            key,
+            path,
+            source,
+        })
+    }
+
+    /// Deletes block `key`; returns whether it existed.
+    pub fn remove_block(&self, key: BlockKey) -> Result<bool, DiskError> {
+        let path = self.block_path(key);
+        match fs::remove_file(&path) {
+            Ok(()) => {
+                let dir = self.object_dir(key.object);
+                sync_dir(&dir).map_err(|e| self.io("fsync", &dir, e))?;
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(self.io("remove", &path, e)),
+        }
+    }
+
+    /// Deletes every block of `object` on this disk (its directory); returns whether there was
+    /// anything.
+    pub fn remove_object(&self, object: ObjectId) -> Result<bool, DiskError> {
+        let dir = self.object_dir(object);
+        match fs::remove_dir_all(&dir) {
+            Ok(()) => {
+                let blocks = self.path.join(BLOCKS_DIR);
+                sync_dir(&blocks).map_err(|e| self.io("fsync", &blocks, e))?;
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(self.io("remove", &dir, e)),
+        }
+    }
+
+    /// Every block file on the disk, object by object. Files whose names are not block names
+    /// (such as leftover `.tmp` files) are skipped.
+    pub fn list_blocks(&self) -> BlockFiles<'_> {
+        BlockFiles { disk: self, objects: None, current: None, started: false }
+    }
+
+    /// How many block files the disk holds and their total size.
+    pub fn usage(&self) -> Result<DiskUsage, DiskError> {
+        let mut usage = DiskUsage::default();
+        for file in self.list_blocks() {
+            let file = file?;
+            usage.blocks += 1;
+            usage.bytes += file.len;
+        }
+        Ok(usage)
+    }
+
+    /// Undoes [`DiskDir::create`] on a disk that holds no blocks: removes the identity file and
+    /// the empty `blocks/` directory. Used to roll back a failed store creation.
+    pub(crate) fn remove_identity(&self) -> Result<(), DiskError> {
+        let file = self.path.join(IDENTITY_FILE);
+        fs::remove_file(&file).map_err(|e| self.io("remove", &file, e))?;
+        let blocks = self.path.join(BLOCKS_DIR);
+        match fs::remove_dir(&blocks) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(self.io("remove", &blocks, e)),
+        }
+    }
+
+    fn object_dir(&self, object: ObjectId) -> PathBuf {
+        self.path.join(BLOCKS_DIR).join(format!("{:016x}", object.0))
+    }
+
+    fn io(&self, op: &'static str, path: &Path, source: io::Error) -> DiskError {
+        DiskError::Io { disk: self.id, op, path: path.to_owned(), source }
+    }
+
+    /// Reads a whole file into an aligned buffer, with `O_DIRECT` unless the disk fell back.
+    fn read_file(&self, path: &Path) -> io::Result<AlignedBuf> {
+        if self.direct_io() {
+            let direct = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(path);
+            match direct.and_then(|f| read_all(&f)) {
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.fall_back(&e),
+                other => return other,
+            }
+        }
+        let file = File::open(path)?;
+        let buf = read_all(&file)?;
+        // SAFETY: `file` is open for the duration of the call; the range (0, 0) means "the
+        // whole file"; the advice is a hint with no memory-safety effect.
+        let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        if rc != 0 {
+            tracing::debug!(disk = %self.id, ?path, rc, "posix_fadvise(DONTNEED) failed");
+        }
+        Ok(buf)
+    }
+
+    /// Switches the disk to buffered reads, warning once.
+    fn fall_back(&self, cause: &io::Error) {
+        if self.direct.swap(false, Ordering::Relaxed) {
+            tracing::warn!(
+                disk = %self.id,
+                path = %self.path.display(),
+                error = %cause,
+                "the filesystem refuses O_DIRECT; falling back to buffered reads (page cache \
+                 effects will show in timings)"
+            );
+        }
+    }
+}
+
+/// Iterator over a disk's block files; see [`DiskDir::list_blocks`].
+#[derive(Debug)]
+pub struct BlockFiles<'a> {
+    disk: &'a DiskDir,
+    objects: Option<fs::ReadDir>,
+    current: Option<(ObjectId, PathBuf, fs::ReadDir)>,
+    started: bool,
+}
+
+impl Iterator for BlockFiles<'_> {
+    type Item = Result<BlockFile, DiskError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if !self.started {
+            self.started = true;
+            let blocks = self.disk.path.join(BLOCKS_DIR);
+            match fs::read_dir(&blocks) {
+                Ok(rd) => self.objects = Some(rd),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+                Err(e) => return Some(Err(self.disk.io("list", &blocks, e))),
+            }
+        }
+        loop {
+            if let Some((object, dir, entries)) = &mut self.current {
+                match entries.next() {
+                    Some(Ok(entry)) => {
+                        let name = entry.file_name();
+                        let Some(index) = name.to_str().and_then(parse_block_name) else {
+                            continue;
+                        };
+                        let path = entry.path();
+                        return Some(match entry.metadata() {
+                            Ok(m) => Ok(BlockFile {
+                                key: BlockKey::new(*object, index),
+                                path,
+                                len: Bytes(m.len()),
+                            }),
+                            Err(e) => Err(self.disk.io("stat", &path, e)),
+                        });
+                    }
+                    Some(Err(e)) => return Some(Err(self.disk.io("list", dir, e))),
+                    None => self.current = None,
+                }
+            }
+            let entry = match self.objects.as_mut()?.next()? {
+                Ok(entry) => entry,
+                Err(e) => {
+                    let blocks = self.disk.path.join(BLOCKS_DIR);
+                    return Some(Err(self.disk.io("list", &blocks, e)));
+                }
+            };
+            let name = entry.file_name();
+            let Some(object) = name.to_str().and_then(parse_object_name) else { continue };
+            let dir = entry.path();
+            match fs::read_dir(&dir) {
+                Ok(rd) => self.current = Some((object, dir, rd)),
+                Err(e) => return Some(Err(self.disk.io("list", &dir, e))),
+            }
+        }
+    }
+}
+
+fn parse_object_name(name: &str) -> Option<ObjectId> {
+    (name.len() == 16).then(|| u64::from_str_radix(name, 16).ok()).flatten().map(ObjectId)
+}
+
+fn parse_block_name(name: &str) -> Option<BlockIndex> {
+    let stem = name.strip_suffix(BLOCK_EXT)?.strip_suffix('.')?;
+    (stem.len() == 8).then(|| u32::from_str_radix(stem, 16).ok()).flatten().map(BlockIndex)
+}
+
+/// Reads all of `file` into an aligned buffer. With `O_DIRECT` every read is of an aligned length
+/// at an aligned offset; block files are multiples of the alignment, so this is one `pread`.
+fn read_all(file: &File) -> io::Result<AlignedBuf> {
+    let size = usize::try_from(file.metadata()?.len())
+        .map_err(|_| io::Error::other("file too large for memory"))?;
+    let mut buf = AlignedBuf::zeroed(size);
+    let mut filled = 0;
+    while filled < size {
+        let spare = buf.spare_mut();
+        let n = file.read_at(&mut spare[filled..], filled as u64)?;
+        if n == 0 {
+            break;
+        }
+        filled += n;
+    }
+    buf.set_len(filled.min(size));
+    Ok(buf)
+}
+
+/// Writes `bytes` to `path` crash-safely: temp file, fsync, rename, fsync of `dir`.
+fn write_durably<E>(
+    dir: &Path,
+    path: &Path,
+    bytes: &[u8],
+    err: impl Fn(&'static str, &Path, io::Error) -> E,
+) -> Result<(), E> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(TMP_SUFFIX);
+    let tmp = PathBuf::from(tmp);
+    let mut file = File::create(&tmp).map_err(|e| err("create", &tmp, e))?;
+    file.write_all(bytes).map_err(|e| err("write", &tmp, e))?;
+    file.sync_all().map_err(|e| err("fsync", &tmp, e))?;
+    // The data is on disk: drop it from the page cache, which reads bypass anyway.
+    // SAFETY: `file` is open; the advice is a hint with no memory-safety effect.
+    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    drop(file);
+    fs::rename(&tmp, path).map_err(|e| err("rename", &tmp, e))?;
+    sync_dir(dir).map_err(|e| err("fsync", dir, e))
+}
+
+/// Makes a directory's entries durable.
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use isochron_base::Gsn;
+
+    use super::*;
+
+    fn encode_block(key: BlockKey, packets: u32) -> Vec<u8> {
+        crate::testutil::encode_block(key, Gsn(0), packets)
+    }
+
+    fn key(o: u64, i: u32) -> BlockKey {
+        BlockKey::new(ObjectId(o), BlockIndex(i))
+    }
+
+    fn round_trip(disk: &DiskDir) {
+        let k = key(7, 12);
+        let bytes = encode_block(k, 20);
+        disk.write_block(k, &bytes).unwrap();
+        assert!(disk.block_path(k).ends_with("blocks/0000000000000007/0000000c.blk"));
+        let block = disk.read_block(k).unwrap();
+        assert_eq!(block.as_bytes(), &bytes[..]);
+        assert_eq!(block.packet_count(), 20);
+        assert_eq!(block.as_bytes().as_ptr() as usize % AlignedBuf::ALIGN, 0);
+    }
+
+    #[test]
+    fn direct_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = DiskDir::create(dir.path(), 1, DiskId(0)).unwrap();
+        round_trip(&disk);
+        // Where the filesystem supports O_DIRECT (a real disk, as /tmp is here), the read must
+        // have used it rather than falling back.
+        let probe = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(disk.block_path(key(7, 12)));
+        assert_eq!(disk.direct_io(), probe.is_ok());
+    }
+
+    #[test]
+    fn buffered_fallback_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = DiskDir::create(dir.path(), 1, DiskId(0)).unwrap();
+        disk.set_direct_io(false);
+        round_trip(&disk);
+        assert!(!disk.direct_io());
+    }
+
+    #[test]
+    fn fall_back_is_sticky() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = DiskDir::create(dir.path(), 1, DiskId(0)).unwrap();
+        disk.fall_back(&io::Error::from_raw_os_error(libc::EINVAL));
+        disk.fall_back(&io::Error::from_raw_os_error(libc::EINVAL));
+        assert!(!disk.direct_io());
+        round_trip(&disk);
+    }
+
+    #[test]
+    fn corruption_names_the_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = DiskDir::create(dir.path(), 1, DiskId(2)).unwrap();
+        let k = key(7, 12);
+        disk.write_block(k, &encode_block(k, 5)).unwrap();
+        let path = disk.block_path(k);
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[500] ^= 0x40;
+        fs::write(&path, &bytes).unwrap();
+        for direct in [true, false] {
+            disk.set_direct_io(direct);
+            let err = disk.read_block(k).unwrap_err();
+            assert!(matches!(
+                err,
+                DiskError::Corrupt { source: BlockError::ChecksumMismatch { .. }, .. }
+            ));
+            let msg = err.to_string();
+            assert!(msg.starts_with("block 7/12 on disk 2: checksum mismatch"), "{msg}");
+        }
+        // A block stored under the wrong name is caught by the key check.
+        let other = key(7, 13);
+        disk.write_block(k, &encode_block(k, 5)).unwrap();
+        fs::copy(disk.block_path(k), disk.block_path(other)).unwrap();
+        assert!(matches!(
+            disk.read_block(other),
+            Err(DiskError::Corrupt { source: BlockError::WrongKey { .. }, .. })
+        ));
+        assert!(matches!(disk.read_block(key(8, 0)), Err(DiskError::BlockMissing { .. })));
+    }
+
+    #[test]
+    fn refuses_invalid_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = DiskDir::create(dir.path(), 1, DiskId(0)).unwrap();
+        let bytes = encode_block(key(1, 1), 3);
+        let err = disk.write_block(key(1, 2), &bytes).unwrap_err();
+        assert!(matches!(err, DiskError::InvalidBlock { .. }), "{err}");
+        assert!(!disk.block_path(key(1, 2)).exists());
+    }
+
+    #[test]
+    fn identity_checks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d");
+        assert!(matches!(DiskDir::open(&path, 1, DiskId(0)), Err(DiskError::NotADisk { .. })));
+        DiskDir::create(&path, 0xAA, DiskId(3)).unwrap();
+        let json: serde_json::Value =
+            serde_json::from_slice(&fs::read(path.join(IDENTITY_FILE)).unwrap()).unwrap();
+        assert_eq!(json["store_id"], 0xAA);
+        assert_eq!(json["disk_id"], 3);
+        assert_eq!(json["format"], 1);
+        // Same identity: idempotent.
+        DiskDir::create(&path, 0xAA, DiskId(3)).unwrap();
+        DiskDir::open(&path, 0xAA, DiskId(3)).unwrap();
+        let err = DiskDir::create(&path, 0xBB, DiskId(3)).unwrap_err();
+        assert!(matches!(err, DiskError::ForeignStore { found: 0xAA, expected: 0xBB, .. }));
+        assert!(err.to_string().contains("belongs to another isochron store"), "{err}");
+        assert!(matches!(
+            DiskDir::open(&path, 0xAA, DiskId(4)),
+            Err(DiskError::WrongDisk { found: DiskId(3), expected: DiskId(4), .. })
+        ));
+        fs::write(path.join(IDENTITY_FILE), "{\"store_id\": 170, \"disk_id\": 3, \"format\": 9}")
+            .unwrap();
+        assert!(matches!(
+            DiskDir::open(&path, 0xAA, DiskId(3)),
+            Err(DiskError::UnsupportedFormat { found: 9, .. })
+        ));
+        fs::write(path.join(IDENTITY_FILE), "not json").unwrap();
+        assert!(matches!(
+            DiskDir::open(&path, 0xAA, DiskId(3)),
+            Err(DiskError::BadIdentity { .. })
+        ));
+    }
+
+    #[test]
+    fn list_usage_and_remove() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = DiskDir::create(dir.path(), 1, DiskId(0)).unwrap();
+        assert_eq!(disk.usage().unwrap(), DiskUsage::default());
+        let mut keys = vec![key(1, 0), key(1, 1), key(2, 0), key(0xFFFF_FFFF_FFFF, 0xABCD)];
+        let mut total = 0;
+        for k in &keys {
+            let bytes = encode_block(*k, 3);
+            total += bytes.len() as u64;
+            disk.write_block(*k, &bytes).unwrap();
+        }
+        // Strays are skipped.
+        fs::write(disk.block_path(key(1, 5)).with_extension("blk.tmp"), b"x").unwrap();
+        fs::write(dir.path().join(BLOCKS_DIR).join("README"), b"x").unwrap();
+        let mut listed: Vec<BlockKey> = disk.list_blocks().map(|f| f.unwrap().key).collect();
+        listed.sort();
+        keys.sort();
+        assert_eq!(listed, keys);
+        assert_eq!(disk.usage().unwrap(), DiskUsage { blocks: 4, bytes: Bytes(total) });
+        assert!(disk.remove_block(key(1, 1)).unwrap());
+        assert!(!disk.remove_block(key(1, 1)).unwrap());
+        assert!(disk.remove_object(ObjectId(1)).unwrap());
+        assert!(!disk.remove_object(ObjectId(1)).unwrap());
+        assert_eq!(disk.usage().unwrap().blocks, 2);
+        assert!(matches!(disk.read_block(key(1, 0)), Err(DiskError::BlockMissing { .. })));
+    }
+
+    #[test]
+    fn names_parse() {
+        assert_eq!(parse_block_name("0000000c.blk"), Some(BlockIndex(12)));
+        assert_eq!(parse_block_name("0000000c.blk.tmp"), None);
+        assert_eq!(parse_block_name("c.blk"), None);
+        assert_eq!(parse_object_name("0000000000000007"), Some(ObjectId(7)));
+        assert_eq!(parse_object_name("7"), None);
+    }
+}

@@ -1,0 +1,941 @@
+//! Catalog records and the [`Catalog`] trait (DESIGN §2.5).
+//!
+//! Why: the catalog is what survives between runs besides the blocks themselves: for each object
+//! its placement seed and epoch (Yima §2.2: the seed is all placement needs), its per-block GSN and
+//! time index (so a seek or a retransmission finds its block without reading any), its seek points
+//! and stream descriptions; for the store its disks and the SCADDAR operation log. The trait has
+//! an embedded implementation (redb, in `isochron-diskio`) and, later, an etcd one for clusters;
+//! both store the same bytes.
+//!
+//! The records are a **versioned wire format**: [`ObjectRecord::encode`] and
+//! [`StoreMeta::encode`] write one format-version byte followed by a postcard encoding of a private
+//! mirror struct made of plain integers and strings. The public types are free to grow methods and
+//! change representation; the mirror is what is pinned. A reader refuses a newer version with a
+//! clear error instead of misreading it. Decoding validates what the rest of the system relies on
+//! (sorted block index, contiguous GSNs, a valid name, a consistent placement log).
+//!
+//! This module does no IO: implementations of [`Catalog`] do.
+
+use std::error::Error as StdError;
+use std::path::PathBuf;
+
+use isochron_base::{BitRate, BlockIndex, Bytes, DiskId, Gsn, MediaTime, ObjectId};
+use serde::{Deserialize, Serialize};
+
+use crate::block::BlockHeader;
+use crate::placement::{Epoch, PlacementError, PlacementLog, PlacementVariant, ScaleOp};
+
+/// Version byte of [`ObjectRecord`] encodings written by this build.
+pub const OBJECT_RECORD_VERSION: u8 = 1;
+/// Version byte of [`StoreMeta`] encodings written by this build.
+pub const STORE_META_VERSION: u8 = 1;
+/// The store layout version this build writes into [`StoreMeta::format_version`].
+pub const STORE_FORMAT_VERSION: u32 = 1;
+/// Longest object name.
+pub const MAX_NAME_LEN: usize = 128;
+
+/// Errors of the catalog: decoding records, validating them, and the backends' failures.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    /// An encoded record is empty.
+    #[error("{what}: empty record")]
+    Empty {
+        /// Which kind of record.
+        what: &'static str,
+    },
+    /// An encoded record was written by a newer isochron.
+    #[error(
+        "{what}: format version {found} is newer than this build supports ({supported}); upgrade isochron"
+    )]
+    UnsupportedVersion {
+        /// Which kind of record.
+        what: &'static str,
+        /// The version byte found.
+        found: u8,
+        /// The newest version this build reads.
+        supported: u8,
+    },
+    /// An encoded record is truncated or malformed.
+    #[error("{what}: cannot decode: {source}")]
+    Decode {
+        /// Which kind of record.
+        what: &'static str,
+        /// The decoder's error.
+        source: postcard::Error,
+    },
+    /// An encoded record has bytes after its end.
+    #[error("{what}: {count} unexpected bytes after the record")]
+    TrailingBytes {
+        /// Which kind of record.
+        what: &'static str,
+        /// How many.
+        count: usize,
+    },
+    /// A record decodes but breaks an invariant.
+    #[error("{what}: {reason}")]
+    Invalid {
+        /// Which record (object name, "store metadata").
+        what: String,
+        /// The broken invariant.
+        reason: String,
+    },
+    /// The placement log in the store metadata is invalid.
+    #[error("store metadata: invalid placement log: {0}")]
+    Placement(#[from] PlacementError),
+    /// An object name is not acceptable.
+    #[error("invalid object name {name:?}: {reason}")]
+    InvalidName {
+        /// The rejected name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// An object of that name already exists.
+    #[error("an object named {name:?} already exists")]
+    NameExists {
+        /// The name.
+        name: String,
+    },
+    /// An object id was not handed out by [`Catalog::allocate_object_id`].
+    #[error("object {name:?} has id {id}, which was never allocated")]
+    UnallocatedId {
+        /// The object's name.
+        name: String,
+        /// The id.
+        id: ObjectId,
+    },
+    /// The catalog has no store metadata (it was never initialised).
+    #[error("the catalog at {path} has no store metadata")]
+    NoMeta {
+        /// The catalog's location.
+        path: PathBuf,
+    },
+    /// Another process holds the catalog.
+    #[error("the store at {path} is in use by another process (a running `isochron serve`?)")]
+    Locked {
+        /// The catalog's location.
+        path: PathBuf,
+    },
+    /// A catalog was to be created where one exists.
+    #[error("a catalog already exists at {path}")]
+    AlreadyExists {
+        /// The catalog's location.
+        path: PathBuf,
+    },
+    /// There is no catalog where one was to be opened.
+    #[error("no catalog at {path}")]
+    Missing {
+        /// The expected location.
+        path: PathBuf,
+    },
+    /// The backend failed.
+    #[error("catalog {path}: {op}: {source}")]
+    Backend {
+        /// The catalog's location.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// The backend's error.
+        source: Box<dyn StdError + Send + Sync>,
+    },
+}
+
+/// The catalog's view of one block of an object: its GSN range, time and integrity data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockEntry {
+    /// GSN of the block's first packet.
+    pub first_gsn: Gsn,
+    /// Send time of the block's first packet.
+    pub first_send_time: MediaTime,
+    /// Number of packets in the block.
+    pub packets: u32,
+    /// Bytes of payload in the block.
+    pub payload_bytes: u32,
+    /// Encoded length of the block (unpadded).
+    pub encoded_len: u32,
+    /// The block's checksum (as in its header).
+    pub checksum: u64,
+}
+
+impl From<&BlockHeader> for BlockEntry {
+    /// The catalog entry of a block, from its header (what ingest records after building it).
+    fn from(h: &BlockHeader) -> Self {
+        Self {
+            first_gsn: h.first_gsn,
+            first_send_time: h.first_send_time,
+            packets: h.packet_count,
+            payload_bytes: h.payload_len,
+            encoded_len: h.encoded_len,
+            checksum: h.checksum,
+        }
+    }
+}
+
+/// A place where playback can start: a random-access point.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SeekPoint {
+    /// The point's send time.
+    pub time: MediaTime,
+    /// The GSN of the packet that starts there.
+    pub gsn: Gsn,
+}
+
+/// One elementary stream of an object, for SDP and `isochron ls`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamDesc {
+    /// The MPEG-TS PID.
+    pub pid: u16,
+    /// `video`, `audio` or `other`.
+    pub kind: String,
+    /// The codec's name (`h264`, `aac`, …).
+    pub codec: String,
+}
+
+/// Everything the catalog keeps about one stored object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectRecord {
+    /// The object's id, from [`Catalog::allocate_object_id`].
+    pub id: ObjectId,
+    /// The object's name (see [`validate_name`]).
+    pub name: String,
+    /// The placement seed.
+    pub seed: u64,
+    /// The placement epoch the object was written in.
+    pub first_epoch: Epoch,
+    /// The block size the object was cut with.
+    pub block_size: Bytes,
+    /// One entry per block, in block order.
+    pub blocks: Vec<BlockEntry>,
+    /// Total number of packets.
+    pub packets: u64,
+    /// Total bytes of transport stream (the sum of payloads).
+    pub ts_bytes: Bytes,
+    /// Send time of the last packet.
+    pub duration: MediaTime,
+    /// Average bit rate.
+    pub avg_bitrate: BitRate,
+    /// Peak bit rate (over the measurement window ingest uses).
+    pub peak_bitrate: BitRate,
+    /// Random-access points sorted by time; the first is at GSN 0.
+    pub seek_points: Vec<SeekPoint>,
+    /// The elementary streams.
+    pub streams: Vec<StreamDesc>,
+    /// The file the object was ingested from.
+    pub source_file: String,
+    /// When the object was ingested, in seconds since the Unix epoch.
+    pub created_unix_s: u64,
+}
+
+impl ObjectRecord {
+    /// The block holding packet `gsn`, or `None` past the end.
+    #[must_use]
+    pub fn block_of(&self, gsn: Gsn) -> Option<BlockIndex> {
+        if gsn.0 >= self.packets {
+            return None;
+        }
+        let i = self.blocks.partition_point(|b| b.first_gsn <= gsn).checked_sub(1)?;
+        // `validate` bounds the block count by `u32::MAX + 1`.
+        Some(BlockIndex(i as u32))
+    }
+
+    /// The last seek point at or before `t`; the first one if `t` precedes all; the start of the
+    /// object if there is none.
+    #[must_use]
+    pub fn seek(&self, t: MediaTime) -> SeekPoint {
+        match self.seek_points.partition_point(|s| s.time <= t) {
+            0 => self.seek_points.first().copied().unwrap_or_default(),
+            i => self.seek_points[i - 1],
+        }
+    }
+
+    /// The number of blocks, as the type block indices use.
+    #[must_use]
+    pub fn block_count(&self) -> u32 {
+        // `validate` bounds the block count; saturate rather than wrap for unvalidated records.
+        u32::try_from(self.blocks.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Checks the invariants readers rely on: a valid name, blocks whose GSN ranges tile
+    /// `0..packets`, seek points sorted by time starting at GSN 0 and inside the object.
+    pub fn validate(&self) -> Result<(), CatalogError> {
+        validate_name(&self.name)?;
+        let invalid = |reason: String| CatalogError::Invalid {
+            what: format!("object {:?} (id {})", self.name, self.id),
+            reason,
+        };
+        if self.blocks.len() > 1 << 32 {
+            return Err(invalid(format!("{} blocks exceed the index range", self.blocks.len())));
+        }
+        let mut next = 0u64;
+        for (i, b) in self.blocks.iter().enumerate() {
+            if b.first_gsn.0 != next {
+                return Err(invalid(format!(
+                    "block {i} starts at GSN {} where {next} was expected",
+                    b.first_gsn
+                )));
+            }
+            next += u64::from(b.packets);
+        }
+        if next != self.packets {
+            return Err(invalid(format!(
+                "blocks hold {next} packets, the record says {}",
+                self.packets
+            )));
+        }
+        if let Some(first) = self.seek_points.first()
+            && first.gsn != Gsn(0)
+        {
+            return Err(invalid(format!("first seek point is at GSN {}, not 0", first.gsn)));
+        }
+        for (i, w) in self.seek_points.windows(2).enumerate() {
+            if w[1].time < w[0].time {
+                return Err(invalid(format!(
+                    "seek point {} is earlier than the one before",
+                    i + 1
+                )));
+            }
+        }
+        if let Some(s) = self.seek_points.iter().find(|s| s.gsn.0 >= self.packets.max(1)) {
+            return Err(invalid(format!("seek point at GSN {} is past the end", s.gsn)));
+        }
+        Ok(())
+    }
+
+    /// The versioned encoding: [`OBJECT_RECORD_VERSION`] then postcard.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        encode_versioned(OBJECT_RECORD_VERSION, &wire::ObjectRecordV1::from(self))
+    }
+
+    /// Decodes and validates an encoding from [`ObjectRecord::encode`] (any version up to this
+    /// build's).
+    pub fn decode(bytes: &[u8]) -> Result<Self, CatalogError> {
+        const WHAT: &str = "object record";
+        let body = split_version(WHAT, OBJECT_RECORD_VERSION, bytes)?;
+        let rec = Self::from(decode_exact::<wire::ObjectRecordV1>(WHAT, body)?);
+        rec.validate()?;
+        Ok(rec)
+    }
+}
+
+/// Checks an object name: 1 to 128 characters from `A-Z a-z 0-9 . _ -`, and not `.` or `..`.
+///
+/// Names become file and URL path components, hence the conservative set.
+pub fn validate_name(name: &str) -> Result<(), CatalogError> {
+    let bad = |reason: String| Err(CatalogError::InvalidName { name: name.to_owned(), reason });
+    if name.is_empty() {
+        return bad("names must not be empty".into());
+    }
+    if name.len() > MAX_NAME_LEN {
+        return bad(format!("{} bytes long, the limit is {MAX_NAME_LEN}", name.len()));
+    }
+    if name == "." || name == ".." {
+        return bad("\".\" and \"..\" are reserved".into());
+    }
+    if let Some((i, c)) =
+        name.char_indices().find(|&(_, c)| !(c.is_ascii_alphanumeric() || "._-".contains(c)))
+    {
+        return bad(format!(
+            "character {c:?} at byte {i} is not allowed (use letters, digits, '.', '_' and '-')"
+        ));
+    }
+    Ok(())
+}
+
+/// The life cycle of a disk in the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DiskState {
+    /// In the current placement epoch, serving reads.
+    Active,
+    /// Added; blocks are being migrated onto it (SCADDAR epoch pending).
+    Joining,
+    /// Being removed; its blocks are being migrated off it but it is still readable.
+    Draining,
+    /// Removed; no longer read. Its id is never reused.
+    Retired,
+}
+
+/// One disk of the store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskRecord {
+    /// The disk's id.
+    pub id: DiskId,
+    /// The disk's directory, as configured (a relative path is relative to the store root).
+    pub path: PathBuf,
+    /// Where the disk is in its life cycle.
+    pub state: DiskState,
+}
+
+/// The store-wide metadata: identity, block size, disks, placement log, id counter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreMeta {
+    /// Random id of the store, also written into every disk's identity file.
+    pub store_id: u64,
+    /// The store layout version ([`STORE_FORMAT_VERSION`]).
+    pub format_version: u32,
+    /// The block size new objects are cut with.
+    pub block_size: Bytes,
+    /// Every disk the store has had, including retired ones.
+    pub disks: Vec<DiskRecord>,
+    /// The SCADDAR operation log.
+    pub placement: PlacementLog,
+    /// The next object id to hand out. Catalogs never let it go down.
+    pub next_object_id: u64,
+}
+
+impl StoreMeta {
+    /// The record of disk `id`.
+    #[must_use]
+    pub fn disk(&self, id: DiskId) -> Option<&DiskRecord> {
+        self.disks.iter().find(|d| d.id == id)
+    }
+
+    /// Checks that disk ids are unique and that every disk of the current placement epoch has a
+    /// record that is not retired.
+    pub fn validate(&self) -> Result<(), CatalogError> {
+        let invalid =
+            |reason: String| CatalogError::Invalid { what: "store metadata".into(), reason };
+        for (i, d) in self.disks.iter().enumerate() {
+            if self.disks[..i].iter().any(|e| e.id == d.id) {
+                return Err(invalid(format!("disk {} is listed twice", d.id)));
+            }
+        }
+        for &id in self.placement.disks(self.placement.current_epoch()) {
+            match self.disk(id) {
+                None => {
+                    return Err(invalid(format!("placement uses disk {id}, which has no record")));
+                }
+                Some(d) if d.state == DiskState::Retired => {
+                    return Err(invalid(format!("placement uses disk {id}, which is retired")));
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The versioned encoding: [`STORE_META_VERSION`] then postcard.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        encode_versioned(STORE_META_VERSION, &wire::StoreMetaV1::from(self))
+    }
+
+    /// Decodes and validates an encoding from [`StoreMeta::encode`].
+    pub fn decode(bytes: &[u8]) -> Result<Self, CatalogError> {
+        const WHAT: &str = "store metadata";
+        let body = split_version(WHAT, STORE_META_VERSION, bytes)?;
+        let meta = Self::try_from(decode_exact::<wire::StoreMetaV1>(WHAT, body)?)?;
+        meta.validate()?;
+        Ok(meta)
+    }
+}
+
+/// Where objects and store metadata are kept: the embedded redb file on one node, etcd in a
+/// cluster. All methods are atomic on their own.
+pub trait Catalog {
+    /// The store metadata.
+    fn meta(&self) -> Result<StoreMeta, CatalogError>;
+    /// Replaces the store metadata. `next_object_id` is never lowered: the stored counter is kept
+    /// if it is ahead of `meta`'s (so a stale copy cannot cause id reuse).
+    fn put_meta(&self, meta: &StoreMeta) -> Result<(), CatalogError>;
+    /// The object named `name`, if any.
+    fn object(&self, name: &str) -> Result<Option<ObjectRecord>, CatalogError>;
+    /// All objects, sorted by name.
+    fn objects(&self) -> Result<Vec<ObjectRecord>, CatalogError>;
+    /// Atomically allocates nothing: the caller allocated `rec.id` via `allocate_object_id`;
+    /// fails if the name exists. The record is validated first.
+    fn insert_object(&self, rec: &ObjectRecord) -> Result<(), CatalogError>;
+    /// Hands out a fresh object id from a durable counter; ids are never reused.
+    fn allocate_object_id(&self) -> Result<ObjectId, CatalogError>;
+    /// Removes the object named `name` and returns its record, if it existed.
+    fn remove_object(&self, name: &str) -> Result<Option<ObjectRecord>, CatalogError>;
+}
+
+fn encode_versioned<T: Serialize>(version: u8, value: &T) -> Vec<u8> {
+    // Serialising plain structs of integers, strings and vectors into a growable Vec cannot fail:
+    // postcard's only serialisation errors are buffer exhaustion and unsupported types.
+    postcard::to_extend(value, vec![version]).expect("postcard encoding into a Vec is infallible")
+}
+
+fn split_version<'a>(
+    what: &'static str,
+    supported: u8,
+    bytes: &'a [u8],
+) -> Result<&'a [u8], CatalogError> {
+    let (&version, body) = bytes.split_first().ok_or(CatalogError::Empty { what })?;
+    if version == 0 || version > supported {
+        return Err(CatalogError::UnsupportedVersion { what, found: version, supported });
+    }
+    Ok(body)
+}
+
+fn decode_exact<'a, T: Deserialize<'a>>(
+    what: &'static str,
+    body: &'a [u8],
+) -> Result<T, CatalogError> {
+    let (value, rest) =
+        postcard::take_from_bytes(body).map_err(|source| CatalogError::Decode { what, source })?;
+    if !rest.is_empty() {
+        return Err(CatalogError::TrailingBytes { what, count: rest.len() });
+    }
+    Ok(value)
+}
+
+/// The pinned version-1 wire structs. Never change a field here: add a `V2` instead.
+mod wire {
+    use super::*;
+
+    #[derive(Serialize, Deserialize)]
+    pub(super) struct ObjectRecordV1 {
+        id: u64,
+        name: String,
+        seed: u64,
+        first_epoch: u32,
+        block_size: u64,
+        blocks: Vec<BlockEntryV1>,
+        packets: u64,
+        ts_bytes: u64,
+        duration_ns: u64,
+        avg_bitrate: u64,
+        peak_bitrate: u64,
+        seek_points: Vec<SeekPointV1>,
+        streams: Vec<StreamDescV1>,
+        source_file: String,
+        created_unix_s: u64,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct BlockEntryV1 {
+        first_gsn: u64,
+        first_send_ns: u64,
+        packets: u32,
+        payload_bytes: u32,
+        encoded_len: u32,
+        checksum: u64,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct SeekPointV1 {
+        time_ns: u64,
+        gsn: u64,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct StreamDescV1 {
+        pid: u16,
+        kind: String,
+        codec: String,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    pub(super) struct StoreMetaV1 {
+        store_id: u64,
+        format_version: u32,
+        block_size: u64,
+        disks: Vec<DiskRecordV1>,
+        placement: PlacementLogV1,
+        next_object_id: u64,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct DiskRecordV1 {
+        id: u16,
+        /// The path's bytes (Unix: the raw `OsStr` bytes; elsewhere UTF-8).
+        path: Vec<u8>,
+        state: DiskStateV1,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    enum DiskStateV1 {
+        Active,
+        Joining,
+        Draining,
+        Retired,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct PlacementLogV1 {
+        variant: PlacementVariantV1,
+        initial: Vec<u16>,
+        ops: Vec<ScaleOpV1>,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    enum PlacementVariantV1 {
+        Hashed,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    enum ScaleOpV1 {
+        Add(Vec<u16>),
+        Remove(Vec<u16>),
+    }
+
+    impl From<&ObjectRecord> for ObjectRecordV1 {
+        fn from(r: &ObjectRecord) -> Self {
+            Self {
+                id: r.id.0,
+                name: r.name.clone(),
+                seed: r.seed,
+                first_epoch: r.first_epoch.0,
+                block_size: r.block_size.0,
+                blocks: r
+                    .blocks
+                    .iter()
+                    .map(|b| BlockEntryV1 {
+                        first_gsn: b.first_gsn.0,
+                        first_send_ns: b.first_send_time.as_nanos(),
+                        packets: b.packets,
+                        payload_bytes: b.payload_bytes,
+                        encoded_len: b.encoded_len,
+                        checksum: b.checksum,
+                    })
+                    .collect(),
+                packets: r.packets,
+                ts_bytes: r.ts_bytes.0,
+                duration_ns: r.duration.as_nanos(),
+                avg_bitrate: r.avg_bitrate.0,
+                peak_bitrate: r.peak_bitrate.0,
+                seek_points: r
+                    .seek_points
+                    .iter()
+                    .map(|s| SeekPointV1 { time_ns: s.time.as_nanos(), gsn: s.gsn.0 })
+                    .collect(),
+                streams: r
+                    .streams
+                    .iter()
+                    .map(|s| StreamDescV1 {
+                        pid: s.pid,
+                        kind: s.kind.clone(),
+                        codec: s.codec.clone(),
+                    })
+                    .collect(),
+                source_file: r.source_file.clone(),
+                created_unix_s: r.created_unix_s,
+            }
+        }
+    }
+
+    impl From<ObjectRecordV1> for ObjectRecord {
+        fn from(w: ObjectRecordV1) -> Self {
+            Self {
+                id: ObjectId(w.id),
+                name: w.name,
+                seed: w.seed,
+                first_epoch: Epoch(w.first_epoch),
+                block_size: Bytes(w.block_size),
+                blocks: w
+                    .blocks
+                    .into_iter()
+                    .map(|b| BlockEntry {
+                        first_gsn: Gsn(b.first_gsn),
+                        first_send_time: MediaTime::from_nanos(b.first_send_ns),
+                        packets: b.packets,
+                        payload_bytes: b.payload_bytes,
+                        encoded_len: b.encoded_len,
+                        checksum: b.checksum,
+                    })
+                    .collect(),
+                packets: w.packets,
+                ts_bytes: Bytes(w.ts_bytes),
+                duration: MediaTime::from_nanos(w.duration_ns),
+                avg_bitrate: BitRate(w.avg_bitrate),
+                peak_bitrate: BitRate(w.peak_bitrate),
+                seek_points: w
+                    .seek_points
+                    .into_iter()
+                    .map(|s| SeekPoint { time: MediaTime::from_nanos(s.time_ns), gsn: Gsn(s.gsn) })
+                    .collect(),
+                streams: w
+                    .streams
+                    .into_iter()
+                    .map(|s| StreamDesc { pid: s.pid, kind: s.kind, codec: s.codec })
+                    .collect(),
+                source_file: w.source_file,
+                created_unix_s: w.created_unix_s,
+            }
+        }
+    }
+
+    impl From<&StoreMeta> for StoreMetaV1 {
+        fn from(m: &StoreMeta) -> Self {
+            let ids = |v: &[DiskId]| v.iter().map(|d| d.0).collect();
+            Self {
+                store_id: m.store_id,
+                format_version: m.format_version,
+                block_size: m.block_size.0,
+                disks: m
+                    .disks
+                    .iter()
+                    .map(|d| DiskRecordV1 {
+                        id: d.id.0,
+                        path: path_to_bytes(&d.path),
+                        state: match d.state {
+                            DiskState::Active => DiskStateV1::Active,
+                            DiskState::Joining => DiskStateV1::Joining,
+                            DiskState::Draining => DiskStateV1::Draining,
+                            DiskState::Retired => DiskStateV1::Retired,
+                        },
+                    })
+                    .collect(),
+                placement: PlacementLogV1 {
+                    variant: match m.placement.variant() {
+                        PlacementVariant::Hashed => PlacementVariantV1::Hashed,
+                    },
+                    initial: ids(m.placement.initial()),
+                    ops: m
+                        .placement
+                        .ops()
+                        .iter()
+                        .map(|op| match op {
+                            ScaleOp::Add { disks } => ScaleOpV1::Add(ids(disks)),
+                            ScaleOp::Remove { disks } => ScaleOpV1::Remove(ids(disks)),
+                        })
+                        .collect(),
+                },
+                next_object_id: m.next_object_id,
+            }
+        }
+    }
+
+    impl TryFrom<StoreMetaV1> for StoreMeta {
+        type Error = CatalogError;
+
+        fn try_from(w: StoreMetaV1) -> Result<Self, CatalogError> {
+            let ids = |v: Vec<u16>| v.into_iter().map(DiskId).collect();
+            let variant = match w.placement.variant {
+                PlacementVariantV1::Hashed => PlacementVariant::Hashed,
+            };
+            // Replaying the log through `push` re-checks every operation.
+            let mut placement = PlacementLog::with_variant(ids(w.placement.initial), variant)?;
+            for op in w.placement.ops {
+                placement.push(match op {
+                    ScaleOpV1::Add(d) => ScaleOp::Add { disks: ids(d) },
+                    ScaleOpV1::Remove(d) => ScaleOp::Remove { disks: ids(d) },
+                })?;
+            }
+            let mut disks = Vec::with_capacity(w.disks.len());
+            for d in w.disks {
+                disks.push(DiskRecord {
+                    id: DiskId(d.id),
+                    path: path_from_bytes(d.path)?,
+                    state: match d.state {
+                        DiskStateV1::Active => DiskState::Active,
+                        DiskStateV1::Joining => DiskState::Joining,
+                        DiskStateV1::Draining => DiskState::Draining,
+                        DiskStateV1::Retired => DiskState::Retired,
+                    },
+                });
+            }
+            Ok(Self {
+                store_id: w.store_id,
+                format_version: w.format_version,
+                block_size: Bytes(w.block_size),
+                disks,
+                placement,
+                next_object_id: w.next_object_id,
+            })
+        }
+    }
+
+    #[cfg(unix)]
+    fn path_to_bytes(p: &std::path::Path) -> Vec<u8> {
+        use std::os::unix::ffi::OsStrExt;
+        p.as_os_str().as_bytes().to_vec()
+    }
+
+    #[cfg(unix)]
+    fn path_from_bytes(b: Vec<u8>) -> Result<PathBuf, CatalogError> {
+        use std::os::unix::ffi::OsStringExt;
+        Ok(PathBuf::from(std::ffi::OsString::from_vec(b)))
+    }
+
+    #[cfg(not(unix))]
+    fn path_to_bytes(p: &std::path::Path) -> Vec<u8> {
+        p.to_string_lossy().into_owned().into_bytes()
+    }
+
+    #[cfg(not(unix))]
+    fn path_from_bytes(b: Vec<u8>) -> Result<PathBuf, CatalogError> {
+        String::from_utf8(b).map(PathBuf::from).map_err(|e| CatalogError::Invalid {
+            what: "store metadata".into(),
+            reason: format!("disk path is not UTF-8: {e}"),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_record() -> ObjectRecord {
+        let blocks = (0..4u32)
+            .map(|i| BlockEntry {
+                first_gsn: Gsn(u64::from(i) * 700),
+                first_send_time: MediaTime::from_nanos(u64::from(i) * 1_000_000_000),
+                packets: 700,
+                payload_bytes: 700 * 1316,
+                encoded_len: 64 + 700 * (16 + 1316),
+                checksum: 0x1234_5678 ^ u64::from(i),
+            })
+            .collect();
+        ObjectRecord {
+            id: ObjectId(42),
+            name: "big_buck-bunny.ts".into(),
+            seed: 0xFEED_FACE_CAFE_BEEF,
+            first_epoch: Epoch(2),
+            block_size: Bytes::mib(1),
+            blocks,
+            packets: 2800,
+            ts_bytes: Bytes(2800 * 1316),
+            duration: MediaTime::from_secs_f64(3.99),
+            avg_bitrate: BitRate(5_300_000),
+            peak_bitrate: BitRate(8_000_000),
+            seek_points: vec![
+                SeekPoint { time: MediaTime::ZERO, gsn: Gsn(0) },
+                SeekPoint { time: MediaTime::from_secs_f64(1.0), gsn: Gsn(690) },
+                SeekPoint { time: MediaTime::from_secs_f64(2.0), gsn: Gsn(1400) },
+            ],
+            streams: vec![
+                StreamDesc { pid: 256, kind: "video".into(), codec: "h264".into() },
+                StreamDesc { pid: 257, kind: "audio".into(), codec: "aac".into() },
+            ],
+            source_file: "/media/bbb.ts".into(),
+            created_unix_s: 1_700_000_000,
+        }
+    }
+
+    fn sample_meta() -> StoreMeta {
+        let mut placement = PlacementLog::new(vec![DiskId(0), DiskId(1)]).unwrap();
+        placement.push(ScaleOp::Add { disks: vec![DiskId(2)] }).unwrap();
+        placement.push(ScaleOp::Remove { disks: vec![DiskId(0)] }).unwrap();
+        StoreMeta {
+            store_id: 0xABCD,
+            format_version: STORE_FORMAT_VERSION,
+            block_size: Bytes::mib(1),
+            disks: vec![
+                DiskRecord { id: DiskId(0), path: "disk-0".into(), state: DiskState::Retired },
+                DiskRecord { id: DiskId(1), path: "/mnt/d1".into(), state: DiskState::Active },
+                DiskRecord { id: DiskId(2), path: "rel/d2".into(), state: DiskState::Draining },
+            ],
+            placement,
+            next_object_id: 17,
+        }
+    }
+
+    #[test]
+    fn object_round_trip() {
+        let rec = sample_record();
+        let bytes = rec.encode();
+        assert_eq!(bytes[0], OBJECT_RECORD_VERSION);
+        assert_eq!(ObjectRecord::decode(&bytes).unwrap(), rec);
+    }
+
+    #[test]
+    fn meta_round_trip() {
+        let meta = sample_meta();
+        let bytes = meta.encode();
+        assert_eq!(bytes[0], STORE_META_VERSION);
+        let back = StoreMeta::decode(&bytes).unwrap();
+        assert_eq!(back, meta);
+        assert_eq!(back.placement.current_epoch(), Epoch(2));
+        assert_eq!(back.disk(DiskId(1)).unwrap().path, PathBuf::from("/mnt/d1"));
+    }
+
+    #[test]
+    fn decode_rejects_bad_bytes_cleanly() {
+        let bytes = sample_record().encode();
+        assert!(matches!(ObjectRecord::decode(&[]), Err(CatalogError::Empty { .. })));
+        for cut in 1..bytes.len() {
+            assert!(ObjectRecord::decode(&bytes[..cut]).is_err(), "truncated at {cut}");
+        }
+        let mut newer = bytes.clone();
+        newer[0] = OBJECT_RECORD_VERSION + 1;
+        let err = ObjectRecord::decode(&newer).unwrap_err();
+        assert!(matches!(err, CatalogError::UnsupportedVersion { found: 2, supported: 1, .. }));
+        assert!(err.to_string().contains("upgrade"), "{err}");
+        let mut trailing = bytes;
+        trailing.push(0);
+        assert!(matches!(
+            ObjectRecord::decode(&trailing),
+            Err(CatalogError::TrailingBytes { count: 1, .. })
+        ));
+        let mut rng = isochron_base::mix::SplitMix64::new(9);
+        for _ in 0..2_000 {
+            let len = (rng.next_u64() % 200) as usize;
+            let garbage: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
+            let _ = ObjectRecord::decode(&garbage);
+            let _ = StoreMeta::decode(&garbage);
+        }
+        let meta = sample_meta().encode();
+        for cut in 0..meta.len() {
+            assert!(StoreMeta::decode(&meta[..cut]).is_err(), "truncated at {cut}");
+        }
+    }
+
+    #[test]
+    fn decode_validates() {
+        let mut rec = sample_record();
+        rec.blocks[2].first_gsn = Gsn(1401);
+        let err = ObjectRecord::decode(&rec.encode()).unwrap_err();
+        assert!(err.to_string().contains("block 2 starts at GSN 1401"), "{err}");
+        let mut rec = sample_record();
+        rec.name = "../etc".into();
+        assert!(matches!(
+            ObjectRecord::decode(&rec.encode()),
+            Err(CatalogError::InvalidName { .. })
+        ));
+        let mut meta = sample_meta();
+        meta.disks.remove(1);
+        let err = StoreMeta::decode(&meta.encode()).unwrap_err();
+        assert!(err.to_string().contains("disk 1, which has no record"), "{err}");
+    }
+
+    #[test]
+    fn entry_from_header() {
+        let h = BlockHeader {
+            key: isochron_base::BlockKey::new(ObjectId(1), BlockIndex(2)),
+            first_gsn: Gsn(3),
+            first_send_time: MediaTime::from_nanos(4),
+            packet_count: 5,
+            payload_len: 6,
+            encoded_len: 7,
+            checksum: 8,
+        };
+        let e = BlockEntry::from(&h);
+        assert_eq!((e.first_gsn, e.first_send_time), (Gsn(3), MediaTime::from_nanos(4)));
+        assert_eq!((e.packets, e.payload_bytes, e.encoded_len, e.checksum), (5, 6, 7, 8));
+    }
+
+    #[test]
+    fn block_of_and_seek() {
+        let rec = sample_record();
+        assert_eq!(rec.block_of(Gsn(0)), Some(BlockIndex(0)));
+        assert_eq!(rec.block_of(Gsn(699)), Some(BlockIndex(0)));
+        assert_eq!(rec.block_of(Gsn(700)), Some(BlockIndex(1)));
+        assert_eq!(rec.block_of(Gsn(2799)), Some(BlockIndex(3)));
+        assert_eq!(rec.block_of(Gsn(2800)), None);
+        assert_eq!(rec.block_count(), 4);
+        assert_eq!(rec.seek(MediaTime::ZERO).gsn, Gsn(0));
+        assert_eq!(rec.seek(MediaTime::from_secs_f64(0.99)).gsn, Gsn(0));
+        assert_eq!(rec.seek(MediaTime::from_secs_f64(1.0)).gsn, Gsn(690));
+        assert_eq!(rec.seek(MediaTime::from_secs_f64(99.0)).gsn, Gsn(1400));
+        let mut late = rec;
+        late.seek_points.remove(0);
+        assert_eq!(late.seek(MediaTime::ZERO).gsn, Gsn(690), "t before all seek points");
+        late.seek_points.clear();
+        assert_eq!(late.seek(MediaTime::from_secs_f64(5.0)), SeekPoint::default());
+    }
+
+    #[test]
+    fn names() {
+        for ok in ["a", "movie.ts", "A-b_c.9", &"x".repeat(128), "..."] {
+            assert!(validate_name(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", ".", "..", "a b", "a/b", "é", &"x".repeat(129), "a\0"] {
+            assert!(validate_name(bad).is_err(), "{bad:?}");
+        }
+        let msg = validate_name("my movie").unwrap_err().to_string();
+        assert!(msg.contains("' ' at byte 2"), "{msg}");
+    }
+}
