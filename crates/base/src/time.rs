@@ -93,10 +93,11 @@ impl MediaTime {
         self.0 as f64 / 1e9
     }
 
-    /// The position in ticks of the 90 kHz MPEG system clock (RFC 2250 §2 RTP timestamps).
+    /// The position in ticks of the 90 kHz MPEG system clock (RFC 2250 §2 RTP timestamps),
+    /// rounded to the nearest tick, so that `from_90khz(t).as_90khz() == t`.
     #[must_use]
     pub fn as_90khz(self) -> u64 {
-        (u128::from(self.0) * 90_000 / 1_000_000_000) as u64
+        ((u128::from(self.0) * 90_000 + 500_000_000) / 1_000_000_000) as u64
     }
 
     /// The position `ticks` ticks of the 90 kHz clock after the start.
@@ -151,5 +152,8 @@ mod tests {
         assert_eq!(t.to_string(), "1.500");
         assert_eq!(MediaTime::from_secs_f64(-3.0), MediaTime::ZERO);
         assert_eq!(MediaTime::from_secs_f64(f64::NAN), MediaTime::ZERO);
+        for ticks in [0, 1, 2, 3, 7, 89_999, 90_001, 1 << 33] {
+            assert_eq!(MediaTime::from_90khz(ticks).as_90khz(), ticks, "{ticks}");
+        }
     }
 }

@@ -1,0 +1,142 @@
+//! The session description for a stored MPEG-TS presentation (RFC 8866 syntax; RFC 2326
+//! Appendix C; interop §2.4).
+//!
+//! One fixed template, checked against ffmpeg, GStreamer, VLC/live555 and gst-rtsp-server:
+//! session-level `a=control:*` and a relative `a=control:trackID=0` (resolved against the
+//! `Content-Base` with its trailing slash, interop §2.2), a finite `a=range:npt=0-<duration>`
+//! starting at 0 (clients echo the start back), `c=IN IP4 0.0.0.0` (a multicast address would
+//! make VLC/live555 ask for multicast), and static payload type 33 `MP2T/90000` (RFC 3551 §6)
+//! under `m=video` (GStreamer's `rtpmp2tdepay` expects video). Other codecs are not described
+//! yet (H.264 and AAC come later, interop §2.4).
+
+use std::fmt::Write as _;
+use std::net::IpAddr;
+
+use isochron_base::{BitRate, MediaTime};
+
+use crate::headers::range::npt_ceil;
+
+/// What goes into an MPEG-TS description.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SdpParams<'a> {
+    /// The `o=` session id (RFC 8866 §5.2); any number unique enough for the presentation.
+    pub session_id: u64,
+    /// The `o=` session version; change it when the description of the same id changes.
+    pub session_version: u64,
+    /// The server address for `o=` (`IN IP4` or `IN IP6` follows the address family).
+    pub origin: IpAddr,
+    /// The `s=` session name; control characters are replaced, and an empty name becomes `-`.
+    pub name: &'a str,
+    /// The presentation's duration, for `a=range:npt=0-<duration>` (rounded up to ms).
+    pub duration: MediaTime,
+    /// The average bit rate for `b=AS:` in kbit/s (rounded up); zero means unknown and omits
+    /// the line.
+    pub bitrate: BitRate,
+}
+
+/// The SDP body for one MP2T track, CRLF line endings, in the line order of interop §2.4:
+///
+/// ```text
+/// v=0
+/// o=- <session_id> <session_version> IN IP4 <origin>
+/// s=<name>
+/// c=IN IP4 0.0.0.0
+/// t=0 0
+/// a=tool:isochron
+/// a=control:*
+/// a=range:npt=0-<duration>
+/// m=video 0 RTP/AVP 33
+/// b=AS:<kbit/s>
+/// a=rtpmap:33 MP2T/90000
+/// a=control:trackID=0
+/// ```
+#[must_use]
+pub fn mp2t_sdp(p: &SdpParams<'_>) -> String {
+    let family = if p.origin.is_ipv4() { "IP4" } else { "IP6" };
+    let name: String =
+        p.name.chars().map(|c| if c.is_control() { ' ' } else { c }).collect::<String>();
+    let name = if name.trim().is_empty() { "-" } else { name.as_str() };
+    let mut s = String::with_capacity(256);
+    // Writing into a String cannot fail.
+    let _ = write!(
+        s,
+        "v=0\r\n\
+         o=- {} {} IN {family} {}\r\n\
+         s={name}\r\n\
+         c=IN IP4 0.0.0.0\r\n\
+         t=0 0\r\n\
+         a=tool:isochron\r\n\
+         a=control:*\r\n\
+         a=range:npt=0-{}\r\n\
+         m=video 0 RTP/AVP 33\r\n",
+        p.session_id,
+        p.session_version,
+        p.origin,
+        npt_ceil(p.duration),
+    );
+    if p.bitrate.0 > 0 {
+        let _ = write!(s, "b=AS:{}\r\n", p.bitrate.0.div_ceil(1000));
+    }
+    s.push_str("a=rtpmap:33 MP2T/90000\r\na=control:trackID=0\r\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    use super::*;
+
+    #[test]
+    fn matches_interop_template_exactly() {
+        let sdp = mp2t_sdp(&SdpParams {
+            session_id: 7,
+            session_version: 1,
+            origin: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)),
+            name: "a.ts",
+            duration: MediaTime::from_nanos(5_400_120_000_000),
+            bitrate: BitRate(4_000_001),
+        });
+        assert_eq!(
+            sdp,
+            "v=0\r\n\
+             o=- 7 1 IN IP4 127.0.0.1\r\n\
+             s=a.ts\r\n\
+             c=IN IP4 0.0.0.0\r\n\
+             t=0 0\r\n\
+             a=tool:isochron\r\n\
+             a=control:*\r\n\
+             a=range:npt=0-5400.120\r\n\
+             m=video 0 RTP/AVP 33\r\n\
+             b=AS:4001\r\n\
+             a=rtpmap:33 MP2T/90000\r\n\
+             a=control:trackID=0\r\n"
+        );
+    }
+
+    #[test]
+    fn unknown_bitrate_ipv6_and_odd_names() {
+        let sdp = mp2t_sdp(&SdpParams {
+            session_id: 1,
+            session_version: 2,
+            origin: IpAddr::V6(Ipv6Addr::LOCALHOST),
+            name: "a\r\nb=evil",
+            duration: MediaTime::from_nanos(9_991_000_001),
+            bitrate: BitRate(0),
+        });
+        assert!(sdp.contains("o=- 1 2 IN IP6 ::1\r\n"));
+        assert!(sdp.contains("s=a  b=evil\r\n"));
+        assert!(sdp.contains("a=range:npt=0-9.992\r\n"));
+        assert!(!sdp.contains("b=AS"));
+        assert!(sdp.lines().all(|l| !l.is_empty()));
+        let empty = mp2t_sdp(&SdpParams {
+            session_id: 1,
+            session_version: 1,
+            origin: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            name: "",
+            duration: MediaTime::ZERO,
+            bitrate: BitRate(0),
+        });
+        assert!(empty.contains("\r\ns=-\r\n"));
+    }
+}

@@ -1,0 +1,1034 @@
+//! The RTSP session core: a sans-IO state machine for a VOD server (RFC 2326 §10, Appendix A.2;
+//! interop §1–§2).
+//!
+//! Shaped like quinn-proto: the glue (crate `server`) owns sockets and clocks and feeds events
+//! in with `handle_*(now, …)`; the core answers with values and queues outputs for `poll_*()`.
+//! It never reads a clock, never touches a socket, and draws randomness (session ids, SSRCs,
+//! sequence and timestamp offsets) from a generator seeded by the caller, so a test or the
+//! simulator replays it exactly.
+//!
+//! # Requests and actions
+//!
+//! [`ServerCore::handle_request`] either answers at once ([`Handled::Respond`]) or, when the data
+//! plane must act first, hands the glue a [`PlayAction`] or [`PauseAction`]. The glue starts,
+//! seeks or stops the sender and reports back with [`ServerCore::finish_play`] /
+//! [`ServerCore::finish_pause`], which produce the response. The glue must send that response
+//! before the first RTP packet of the new play (interop §1.8), and must finish an action before
+//! handling the next request of the same connection (answers go out in order, RFC 2326 §9.1).
+//!
+//! # The sender contract
+//!
+//! The `RTP-Info` of a PLAY response promises the sequence number and timestamp of the first
+//! packet sent after it (RFC 2326 §12.33). The core and the sender compute both with the same two
+//! functions, [`rtp_seq`] and [`rtp_timestamp`], from the session's random offsets
+//! ([`SessionView::seq_offset`], [`SessionView::rtp_ts_offset`]) and the packet's [`Position`].
+//!
+//! # Behaviour, by rule
+//!
+//! - `CSeq` is echoed verbatim, `0` included; missing or not `1*DIGIT` → 400 (RFC 2326 §12.17,
+//!   interop §2.1). Every response carries `CSeq` and `Server`, `Session` when the request is
+//!   in a live session, and `Content-Length` with a body. `Date` is left to the glue (the core
+//!   has no clock): it may `insert_header(DATE, …)` before encoding.
+//! - RTSP/2.0 → 505 (interop §2.10; GStreamer then retries with 1.0). A non-empty `Require` →
+//!   551 with `Unsupported` (RFC 2326 §12.32). Methods other than the eight in `Public` → 501
+//!   with `Public` (interop §2.3).
+//! - OPTIONS (`*` or any URL) → 200 with `Public`, which lists GET_PARAMETER and
+//!   SET_PARAMETER because clients pick their keep-alive from it (interop §2.3).
+//! - DESCRIBE → the SDP of [`crate::sdp`], `Content-Type: application/sdp`, and a
+//!   `Content-Base` with exactly one trailing slash (interop §2.2); unknown name → 404.
+//! - SETUP (RFC 2326 §10.4) on a track URL, the aggregate URL, or the bare presentation URL
+//!   without DESCRIBE (ffmpeg `satip://`, Debian VLC; RFC 2326 §C.3). Without `Session` it
+//!   creates a session; when `max_sessions` are live it refuses with 503 (the session table is
+//!   a server limit, not bandwidth: 453 is kept for the data plane's admission decision at PLAY,
+//!   so the two causes stay apart in logs). With an unknown `Session` → 454; on a playing
+//!   session → 455; naming another presentation → 459. Transport per
+//!   [`crate::headers::transport`]; 461 when nothing offered is served. A SETUP on the bare
+//!   presentation URL also gets `com.ses.streamID` and `Content-Base` (interop §4.3).
+//! - PLAY (RFC 2326 §10.5, interop §2.7): a `Range` start seeks ([`PlayStart::Seek`]), also
+//!   while playing (an immediate seek); without a start it resumes when paused
+//!   ([`PlayStart::Resume`]) and begins when ready ([`PlayStart::Beginning`]); `npt=now-` is
+//!   "no start". While playing without a new start → 200 and nothing to do. Bad `Range`, or a
+//!   start beyond the duration → 457. `Scale` is answered with `Scale: 1` (no trick play yet,
+//!   RFC 2326 §12.34); `Speed` is ignored.
+//! - PAUSE (RFC 2326 §10.6): while playing the data plane stops and reports the position; in
+//!   Ready or Paused → 200 at once.
+//! - TEARDOWN (RFC 2326 §10.7) → 200, the session is gone and [`Event::Closed`] is queued.
+//!   The connection stays open (interop §1.11).
+//! - GET_PARAMETER → 200 whatever its body: it is a keep-alive ping for every client we know,
+//!   and answering a ping with an error breaks clients (mediamtx#842). SET_PARAMETER → 200 with
+//!   an empty body, 451 with parameters (RFC 2326 §10.9).
+//! - PLAY, PAUSE and TEARDOWN without `Session` → 455 (Appendix A.2: not valid in Init). With
+//!   a `Session` that is not live → 454 (OPTIONS and GET/SET_PARAMETER included, so a
+//!   keep-alive on an expired session is told so).
+//! - Requests in a session are routed by `Session` alone; the request-URI is not checked for
+//!   PLAY, PAUSE, TEARDOWN, GET/SET_PARAMETER (interop §2.2), which is what makes
+//!   `rtsp://h/stream=0`, `rtsp://h/name`, `rtsp://h/name/` and track URLs all work.
+//! - Liveness (interop §2.6, RFC 7826 §10.5): any request naming the session, RTCP naming its
+//!   SSRC ([`ServerCore::handle_rtcp`]), or interleaved RTCP on its channels refreshes it. UDP
+//!   sessions expire `session_timeout` after the last sign of life, in any state. Interleaved
+//!   sessions never expire while their connection is open and close with it. UDP sessions
+//!   outlive their RTSP connection (RFC 2326 §1.3: sessions are not tied to connections), which
+//!   also lets the session that ffmpeg abandons on UDP→TCP fallback (PAUSE, then a new SETUP
+//!   without `Session`) be reaped by timeout.
+
+mod session;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use isochron_base::mix::SplitMix64;
+use isochron_base::{BitRate, Gsn, Instant, MediaTime, ObjectId, StreamId};
+use rtsp_types::headers::{
+    CONNECTION, CONTENT_BASE, CONTENT_TYPE, CSEQ, PUBLIC, RANGE, REQUIRE, RTP_INFO, SCALE, SERVER,
+    SESSION, TRANSPORT, UNSUPPORTED,
+};
+use rtsp_types::{HeaderName, Method, Request, Response, StatusCode, Version};
+
+use self::session::Session;
+pub use self::session::{Position, SessionId, SessionState, SessionTransport, SessionView};
+use crate::codec::ParseError;
+use crate::headers::range::{NptRange, NptTime, RangeError, format_npt_range};
+use crate::headers::rtp_info::{RtpInfo, format_rtp_info};
+use crate::headers::session::format_session;
+use crate::headers::transport::{Transport, TransportError, negotiate};
+use crate::sdp::{SdpParams, mp2t_sdp};
+use crate::status::{Refusal, reason_phrase};
+use crate::url::{Target, parse_target, presentation_base};
+
+/// The methods we implement, as advertised in `Public` (interop §2.3).
+pub const PUBLIC_METHODS: &str =
+    "OPTIONS, DESCRIBE, SETUP, PLAY, PAUSE, TEARDOWN, GET_PARAMETER, SET_PARAMETER";
+
+/// The SAT>IP stream id header of a SETUP reply (interop §4.3).
+pub const COM_SES_STREAM_ID: &str = "com.ses.streamID";
+
+/// The RTP sequence number of the packet with global sequence number `gsn`:
+/// `(seq_offset + gsn) mod 2^16`.
+///
+/// **Contract with the sender.** The `seq` of `RTP-Info` is computed with this function, so the
+/// sender must stamp every RTP packet with exactly this value (RFC 2326 §12.33, interop §2.7).
+#[must_use]
+pub fn rtp_seq(seq_offset: u16, gsn: Gsn) -> u16 {
+    // Truncation is the reduction mod 2^16.
+    seq_offset.wrapping_add(gsn.0 as u16)
+}
+
+/// The RTP timestamp of a packet sent at media time `t`:
+/// `(ts_offset + t in 90 kHz ticks, rounded to the nearest tick) mod 2^32` (RFC 2250 §2: MP2T
+/// timestamps are 90 kHz send times).
+///
+/// Rounding (rather than `MediaTime::as_90khz`, which truncates) makes the mapping exact for
+/// times taken from the 90 kHz clock: `rtp_timestamp(o, MediaTime::from_90khz(x))` is
+/// `o + x mod 2^32` for every `x`, whereas truncation loses a tick for two thirds of them.
+///
+/// **Contract with the sender.** The `rtptime` of `RTP-Info` is computed with this function,
+/// so the sender must stamp every RTP packet with exactly this value.
+#[must_use]
+pub fn rtp_timestamp(ts_offset: u32, t: MediaTime) -> u32 {
+    let ticks = (u128::from(t.as_nanos()) * 9 + 50_000) / 100_000;
+    // Truncation is the reduction mod 2^32.
+    ts_offset.wrapping_add(ticks as u32)
+}
+
+/// Configuration of a [`ServerCore`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// How long a UDP session lives without a sign of life; advertised as `;timeout=` (whole
+    /// seconds, at least 1). Default 60 s (interop §2.6).
+    pub session_timeout: Duration,
+    /// The `Server` header. Must not start with `WMServer` (ffmpeg then switches to a Windows
+    /// Media dialect, interop §1.14) nor contain control characters; [`ServerCore::new`] uses
+    /// the default instead of such a name. Default `isochron/0.1`.
+    pub server_name: String,
+    /// The advertised UDP `server_port` pair (RTP, RTCP); the sender must send from the first
+    /// (ffmpeg `filter_src`, interop §2.5). Default (6970, 6971).
+    pub server_ports: (u16, u16),
+    /// The most sessions alive at once; SETUP beyond it → 503. Default 1024.
+    pub max_sessions: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            session_timeout: Duration::from_secs(60),
+            server_name: "isochron/0.1".to_owned(),
+            server_ports: (6970, 6971),
+            max_sessions: 1024,
+        }
+    }
+}
+
+/// Identifies one RTSP connection; assigned by the glue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(pub u64);
+
+/// The connection a request arrived on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConnInfo {
+    /// The connection.
+    pub id: ConnId,
+    /// The client's address: UDP media goes to its IP.
+    pub peer: SocketAddr,
+    /// Our address on this connection: the SDP `o=` line names its IP.
+    pub local: SocketAddr,
+}
+
+/// What the library knows about a presentation.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Presentation {
+    /// The stored object.
+    pub object: ObjectId,
+    /// The presentation's name (the SDP `s=` line).
+    pub name: String,
+    /// Its duration, from the first to the last packet's send time.
+    pub duration: MediaTime,
+    /// Its average bit rate; zero if unknown.
+    pub avg_bitrate: BitRate,
+}
+
+/// The catalog as the core sees it.
+pub trait Library {
+    /// The presentation called `name` (a valid object name, see [`crate::url`]), if any.
+    fn lookup(&self, name: &str) -> Option<Presentation>;
+}
+
+/// What [`ServerCore::handle_request`] asks of the glue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handled {
+    /// Send this response now.
+    Respond(Response<Vec<u8>>),
+    /// Start or seek the session's stream, then call [`ServerCore::finish_play`].
+    Play(PlayAction),
+    /// Stop the session's stream, then call [`ServerCore::finish_pause`] with where it stopped.
+    Pause(PauseAction),
+}
+
+/// Where a PLAY starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PlayStart {
+    /// A `Range` start was given: start at the last random-access point at or before it
+    /// (interop §3.2) and report that in [`PlayOutcome::Started`].
+    Seek(MediaTime),
+    /// No `Range` start while paused: continue exactly at the saved position.
+    Resume(Position),
+    /// No `Range` start while ready: start at the first packet.
+    Beginning,
+}
+
+/// A PLAY the data plane must carry out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlayAction {
+    /// The session.
+    pub session: SessionId,
+    /// Its stream.
+    pub stream: StreamId,
+    /// The object to send.
+    pub object: ObjectId,
+    /// Where to start.
+    pub start: PlayStart,
+    /// Where to stop (a `Range` end, clipped to the duration); `None` means the end of media.
+    pub end: Option<MediaTime>,
+    cseq: String,
+    scale: bool,
+}
+
+/// How the data plane carried out a [`PlayAction`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlayOutcome {
+    /// Sending starts at `first` (the first packet that will be sent) and stops at `end`.
+    Started {
+        /// The first packet that will be sent.
+        first: Position,
+        /// Where sending stops.
+        end: MediaTime,
+    },
+    /// Admission control refused the stream → 453 Not Enough Bandwidth.
+    Rejected {
+        /// Why, for logs.
+        reason: String,
+    },
+    /// The stream could not be started → 500.
+    Failed {
+        /// Why, for logs.
+        reason: String,
+    },
+}
+
+/// A PAUSE the data plane must carry out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PauseAction {
+    /// The session.
+    pub session: SessionId,
+    /// Its stream.
+    pub stream: StreamId,
+    cseq: String,
+}
+
+/// Why a session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CloseReason {
+    /// The client sent TEARDOWN.
+    Teardown,
+    /// A UDP session showed no liveness for `session_timeout`.
+    Timeout,
+    /// The connection carrying an interleaved session closed.
+    ConnectionClosed,
+}
+
+/// Something the glue must act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A session is gone: stop its stream and release what it holds.
+    Closed {
+        /// The session.
+        session: SessionId,
+        /// Its stream.
+        stream: StreamId,
+        /// Why it ended.
+        reason: CloseReason,
+    },
+}
+
+/// The RTSP session core. See the module docs for the behaviour.
+#[derive(Debug)]
+pub struct ServerCore {
+    config: ServerConfig,
+    rng: SplitMix64,
+    last_stream: u64,
+    sessions: BTreeMap<SessionId, Session>,
+    by_stream: HashMap<StreamId, SessionId>,
+    by_ssrc: HashMap<u32, SessionId>,
+    /// Interleaved sessions by the connection that carries them.
+    by_conn: BTreeMap<ConnId, BTreeSet<SessionId>>,
+    /// UDP session expiry times.
+    deadlines: BTreeSet<(Instant, SessionId)>,
+    events: VecDeque<Event>,
+}
+
+impl ServerCore {
+    /// A core with no sessions, whose random choices all follow from `seed`.
+    #[must_use]
+    pub fn new(mut config: ServerConfig, seed: u64) -> Self {
+        let name = &config.server_name;
+        if name.is_empty()
+            || name.get(..8).is_some_and(|p| p.eq_ignore_ascii_case("WMServer"))
+            || name.chars().any(char::is_control)
+        {
+            config.server_name = ServerConfig::default().server_name;
+        }
+        config.session_timeout = config.session_timeout.max(Duration::from_secs(1));
+        Self {
+            config,
+            rng: SplitMix64::new(seed),
+            last_stream: 0,
+            sessions: BTreeMap::new(),
+            by_stream: HashMap::new(),
+            by_ssrc: HashMap::new(),
+            by_conn: BTreeMap::new(),
+            deadlines: BTreeSet::new(),
+            events: VecDeque::new(),
+        }
+    }
+
+    /// The configuration in force.
+    #[must_use]
+    pub fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+
+    /// Handles one request from connection `conn`. See the module docs for each method.
+    pub fn handle_request(
+        &mut self,
+        now: Instant,
+        conn: &ConnInfo,
+        req: &Request<Vec<u8>>,
+        lib: &dyn Library,
+    ) -> Handled {
+        let Some(cseq) = cseq_of(req) else {
+            return Handled::Respond(self.refuse("", None, &Refusal::BadCSeq));
+        };
+        let session = req.header(&SESSION).map(|v| SessionId::from_header(v.as_str()));
+        if let Some(id) = &session {
+            self.touch(now, id);
+        }
+        match self.dispatch(now, conn, req, lib, &cseq, session.as_ref()) {
+            Ok(handled) => handled,
+            Err(refusal) => Handled::Respond(self.refuse(&cseq, session.as_ref(), &refusal)),
+        }
+    }
+
+    /// Completes a [`PlayAction`]: `Started` → 200 with `Range` and `RTP-Info`, the session
+    /// `Playing`; `Rejected` → 453 and `Failed` → 500, the session unchanged. If the session
+    /// ended meanwhile → 454 (its [`Event::Closed`] is already queued: stop the stream).
+    pub fn finish_play(
+        &mut self,
+        now: Instant,
+        play: PlayAction,
+        outcome: PlayOutcome,
+    ) -> Response<Vec<u8>> {
+        self.touch(now, &play.session);
+        let refusal = match outcome {
+            PlayOutcome::Started { first, end } => {
+                let Some(s) = self.sessions.get_mut(&play.session) else {
+                    let refusal = Refusal::SessionNotFound(play.session.to_string());
+                    return self.refuse(&play.cseq, None, &refusal);
+                };
+                s.state = SessionState::Playing;
+                s.position = None;
+                let url = s.track_url.clone();
+                let info = RtpInfo {
+                    url: &url,
+                    seq: rtp_seq(s.seq_offset, first.gsn),
+                    rtptime: rtp_timestamp(s.rtp_ts_offset, first.time),
+                };
+                let mut b = self
+                    .ok(&play.cseq)
+                    .header(SESSION, self.session_header(&play.session))
+                    .header(RANGE, format_npt_range(first.time, Some(end)))
+                    .header(RTP_INFO, format_rtp_info(&[info]));
+                if play.scale {
+                    b = b.header(SCALE, "1");
+                }
+                return b.build(Vec::new());
+            }
+            PlayOutcome::Rejected { reason } => Refusal::NotEnoughBandwidth(reason),
+            PlayOutcome::Failed { reason } => Refusal::Internal(reason),
+        };
+        self.refuse(&play.cseq, Some(&play.session), &refusal)
+    }
+
+    /// Completes a [`PauseAction`]: the session is `Paused` at `at` (the next packet that
+    /// would have been sent) → 200. If the session ended meanwhile → 454.
+    pub fn finish_pause(
+        &mut self,
+        now: Instant,
+        pause: PauseAction,
+        at: Position,
+    ) -> Response<Vec<u8>> {
+        self.touch(now, &pause.session);
+        let Some(s) = self.sessions.get_mut(&pause.session) else {
+            let refusal = Refusal::SessionNotFound(pause.session.to_string());
+            return self.refuse(&pause.cseq, None, &refusal);
+        };
+        s.state = SessionState::Paused;
+        s.position = Some(at);
+        self.ok(&pause.cseq).header(SESSION, self.session_header(&pause.session)).build(Vec::new())
+    }
+
+    /// An RTCP packet (a receiver report, or any RTCP) named our SSRC `ssrc_of_media`: the
+    /// session is alive (interop §2.6). Returns `false` if no session has that SSRC.
+    pub fn handle_rtcp(&mut self, now: Instant, ssrc_of_media: u32) -> bool {
+        let Some(id) = self.by_ssrc.get(&ssrc_of_media).cloned() else { return false };
+        self.touch(now, &id);
+        true
+    }
+
+    /// An interleaved frame arrived on `channel` of `conn` (GStreamer sends RTCP receiver
+    /// reports on the odd channel, interop §2.1): the session using that channel is alive.
+    pub fn handle_interleaved_rtcp(&mut self, now: Instant, conn: ConnId, channel: u8) {
+        let ids: Vec<SessionId> = self
+            .by_conn
+            .get(&conn)
+            .into_iter()
+            .flatten()
+            .filter(|id| {
+                self.sessions.get(*id).is_some_and(|s| match s.transport {
+                    SessionTransport::Interleaved { rtp_channel, rtcp_channel, .. } => {
+                        channel == rtp_channel || channel == rtcp_channel
+                    }
+                    SessionTransport::Udp { .. } => false,
+                })
+            })
+            .cloned()
+            .collect();
+        for id in ids {
+            self.touch(now, &id);
+        }
+    }
+
+    /// Connection `conn` closed: its interleaved sessions end with
+    /// [`CloseReason::ConnectionClosed`] (interop §2.6, mediamtx#149). UDP sessions set up on it
+    /// live on until they time out.
+    pub fn handle_conn_closed(&mut self, now: Instant, conn: ConnId) {
+        let _ = now;
+        let ids = self.by_conn.remove(&conn).unwrap_or_default();
+        for id in ids {
+            self.close(&id, CloseReason::ConnectionClosed);
+        }
+    }
+
+    /// The sender of `stream` reached the end (or the PLAY's `Range` end): the session is
+    /// `Paused` at `at`, the position after the last packet. The session stays: clients send
+    /// PAUSE and/or TEARDOWN afterwards (interop §1.11), and a PLAY with a `Range` may seek
+    /// back.
+    pub fn handle_end_of_stream(&mut self, now: Instant, stream: StreamId, at: Position) {
+        let _ = now;
+        let Some(id) = self.by_stream.get(&stream) else { return };
+        if let Some(s) = self.sessions.get_mut(id)
+            && s.state == SessionState::Playing
+        {
+            s.state = SessionState::Paused;
+            s.position = Some(at);
+        }
+    }
+
+    /// Expires UDP sessions whose last sign of life is `session_timeout` or more before `now`
+    /// ([`CloseReason::Timeout`]).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while self.deadlines.first().is_some_and(|(deadline, _)| *deadline <= now) {
+            // Popped here, so the loop ends even if the session record were already gone.
+            if let Some((_, id)) = self.deadlines.pop_first() {
+                self.close(&id, CloseReason::Timeout);
+            }
+        }
+    }
+
+    /// When [`ServerCore::handle_timeout`] next has work: the earliest UDP session expiry.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.deadlines.first().map(|(t, _)| *t)
+    }
+
+    /// The next queued event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// A view of session `id`.
+    #[must_use]
+    pub fn session(&self, id: &SessionId) -> Option<SessionView<'_>> {
+        self.sessions.get(id).map(Session::view)
+    }
+
+    /// A view of the session that owns `stream`.
+    #[must_use]
+    pub fn session_by_stream(&self, stream: StreamId) -> Option<SessionView<'_>> {
+        self.session(self.by_stream.get(&stream)?)
+    }
+
+    /// Every live session, in session-id order.
+    pub fn sessions(&self) -> impl Iterator<Item = SessionView<'_>> {
+        self.sessions.values().map(Session::view)
+    }
+
+    /// How many sessions are alive.
+    #[must_use]
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// The response to send before closing a connection whose bytes did not parse: see
+    /// [`invalid_response`], with this core's `Server` name.
+    #[must_use]
+    pub fn invalid_response(&self, err: &ParseError) -> Response<Vec<u8>> {
+        invalid_response(err, &self.config.server_name)
+    }
+
+    fn dispatch(
+        &mut self,
+        now: Instant,
+        conn: &ConnInfo,
+        req: &Request<Vec<u8>>,
+        lib: &dyn Library,
+        cseq: &str,
+        session: Option<&SessionId>,
+    ) -> Result<Handled, Refusal> {
+        if req.version() != Version::V1_0 {
+            return Err(Refusal::VersionNotSupported("RTSP/2.0".to_owned()));
+        }
+        if let Some(require) = req.header(&REQUIRE) {
+            let tags: Vec<&str> =
+                require.as_str().split(',').map(str::trim).filter(|t| !t.is_empty()).collect();
+            if !tags.is_empty() {
+                return Err(Refusal::OptionNotSupported(tags.join(", ")));
+            }
+        }
+        fn respond(r: Response<Vec<u8>>) -> Result<Handled, Refusal> {
+            Ok(Handled::Respond(r))
+        }
+        match req.method() {
+            Method::Options => {
+                self.live(session)?;
+                let b = self.ok(cseq).header(PUBLIC, PUBLIC_METHODS);
+                respond(self.with_session(b, session).build(Vec::new()))
+            }
+            Method::Describe => respond(self.describe(conn, req, lib, cseq, session)?),
+            Method::Setup => respond(self.setup(now, conn, req, lib, cseq, session)?),
+            Method::Play => self.play(req, cseq, session),
+            Method::Pause => self.pause(cseq, session),
+            Method::Teardown => {
+                let id = self.require_session(session, "TEARDOWN")?;
+                let header = self.session_header(id);
+                self.close(id, CloseReason::Teardown);
+                respond(self.ok(cseq).header(SESSION, header).build(Vec::new()))
+            }
+            Method::GetParameter => {
+                self.live(session)?;
+                respond(self.with_session(self.ok(cseq), session).build(Vec::new()))
+            }
+            Method::SetParameter => {
+                self.live(session)?;
+                if !req.body().trim_ascii().is_empty() {
+                    return Err(Refusal::ParameterNotUnderstood);
+                }
+                respond(self.with_session(self.ok(cseq), session).build(Vec::new()))
+            }
+            other => Err(Refusal::NotImplemented(<&str>::from(other).to_owned())),
+        }
+    }
+
+    /// DESCRIBE (RFC 2326 §10.2, interop §2.2, §2.4).
+    fn describe(
+        &self,
+        conn: &ConnInfo,
+        req: &Request<Vec<u8>>,
+        lib: &dyn Library,
+        cseq: &str,
+        session: Option<&SessionId>,
+    ) -> Result<Response<Vec<u8>>, Refusal> {
+        let (url, name, p) = resolve_presentation(req, lib)?;
+        let sdp = mp2t_sdp(&SdpParams {
+            session_id: p.object.0,
+            session_version: 1,
+            // A dual-stack socket reports IPv4 peers as ::ffff:a.b.c.d; the SDP says IP4 then.
+            origin: conn.local.ip().to_canonical(),
+            name: &p.name,
+            duration: p.duration,
+            bitrate: p.avg_bitrate,
+        });
+        let b = self
+            .ok(cseq)
+            .header(CONTENT_TYPE, "application/sdp")
+            .header(CONTENT_BASE, presentation_base(url, &name));
+        Ok(self.with_session(b, session).build(sdp.into_bytes()))
+    }
+
+    /// SETUP (RFC 2326 §10.4, §12.39; interop §2.2, §2.5, §4.3).
+    fn setup(
+        &mut self,
+        now: Instant,
+        conn: &ConnInfo,
+        req: &Request<Vec<u8>>,
+        lib: &dyn Library,
+        cseq: &str,
+        session: Option<&SessionId>,
+    ) -> Result<Response<Vec<u8>>, Refusal> {
+        let target = parse_target(req.request_uri());
+        let offer = req.header(&TRANSPORT).ok_or(Refusal::Transport(TransportError::Missing))?;
+        let id = match session {
+            Some(id) => {
+                let s = self
+                    .sessions
+                    .get(id)
+                    .ok_or_else(|| Refusal::SessionNotFound(id.to_string()))?;
+                if s.state == SessionState::Playing {
+                    return Err(Refusal::NotValidInState {
+                        method: "SETUP".to_owned(),
+                        state: s.state.as_str(),
+                    });
+                }
+                // A nameless target (`rtsp://h/stream=N`, `*`) re-SETUPs the session's own track.
+                let track_url = match target.as_ref().ok().and_then(|t| Some((t, t.name()?))) {
+                    Some((t, name)) => {
+                        if name != s.name {
+                            return Err(Refusal::AggregateNotAllowed {
+                                session: s.name.clone(),
+                                requested: name.to_owned(),
+                            });
+                        }
+                        check_track(t)?;
+                        req.request_uri().map_or_else(|| s.track_url.clone(), |u| u.to_string())
+                    }
+                    _ => s.track_url.clone(),
+                };
+                let negotiated = negotiate(offer.as_str()).map_err(Refusal::Transport)?;
+                let transport = self.resolve_transport(conn, negotiated, Some(id))?;
+                self.set_transport(now, id, transport, negotiated, track_url);
+                id.clone()
+            }
+            None => {
+                let (url, name, p) = resolve_presentation(req, lib)?;
+                let negotiated = negotiate(offer.as_str()).map_err(Refusal::Transport)?;
+                let transport = self.resolve_transport(conn, negotiated, None)?;
+                if self.sessions.len() >= self.config.max_sessions {
+                    return Err(Refusal::TooManySessions(self.config.max_sessions));
+                }
+                self.create(now, name, p, transport, negotiated, url.to_string())
+            }
+        };
+        let Some(s) = self.sessions.get(&id) else {
+            return Err(Refusal::Internal("session vanished during SETUP".to_owned()));
+        };
+        let mut b = self
+            .ok(cseq)
+            .header(TRANSPORT, s.negotiated.to_reply(self.config.server_ports, s.ssrc))
+            .header(SESSION, self.session_header(&id));
+        // SETUP on the bare presentation URL, as SAT>IP-style clients do (interop §4.3).
+        if let (Ok(Target::Presentation(name)), Some(url)) = (&target, req.request_uri()) {
+            b = b
+                .header(stream_id_header(), s.stream.0.to_string())
+                .header(CONTENT_BASE, presentation_base(url, name));
+        }
+        Ok(b.build(Vec::new()))
+    }
+
+    /// PLAY (RFC 2326 §10.5, §12.29, §12.34; interop §2.7).
+    fn play(
+        &mut self,
+        req: &Request<Vec<u8>>,
+        cseq: &str,
+        session: Option<&SessionId>,
+    ) -> Result<Handled, Refusal> {
+        let id = self.require_session(session, "PLAY")?;
+        let s = self.sessions.get(id).ok_or_else(|| Refusal::SessionNotFound(id.to_string()))?;
+        let scale = req.header(&SCALE).is_some();
+        let range = match req.header(&RANGE) {
+            Some(v) => Some(NptRange::parse(v.as_str()).map_err(Refusal::InvalidRange)?),
+            None => None,
+        };
+        let duration = s.presentation.duration;
+        let (start, end) = range.map_or((None, None), |r| (r.start, r.end));
+        if let Some(NptTime::At(t)) = start
+            && t > duration
+        {
+            return Err(Refusal::InvalidRange(RangeError::StartBeyondEnd { start: t, duration }));
+        }
+        let end = end.map(|e| e.min(duration));
+        let start = match (start, s.state) {
+            (Some(NptTime::At(t)), _) => PlayStart::Seek(t),
+            (_, SessionState::Playing) => {
+                let mut b = self.ok(cseq).header(SESSION, self.session_header(id));
+                if scale {
+                    b = b.header(SCALE, "1");
+                }
+                return Ok(Handled::Respond(b.build(Vec::new())));
+            }
+            (_, SessionState::Paused) => s.position.map_or(PlayStart::Beginning, PlayStart::Resume),
+            (_, SessionState::Ready) => PlayStart::Beginning,
+        };
+        let from = match start {
+            PlayStart::Seek(t) => t,
+            PlayStart::Resume(p) => p.time,
+            PlayStart::Beginning => MediaTime::ZERO,
+        };
+        if let Some(e) = end
+            && e < from
+        {
+            return Err(Refusal::InvalidRange(RangeError::Reversed { start: from, end: e }));
+        }
+        Ok(Handled::Play(PlayAction {
+            session: id.clone(),
+            stream: s.stream,
+            object: s.presentation.object,
+            start,
+            end,
+            cseq: cseq.to_owned(),
+            scale,
+        }))
+    }
+
+    /// PAUSE (RFC 2326 §10.6, interop §2.8).
+    fn pause(&self, cseq: &str, session: Option<&SessionId>) -> Result<Handled, Refusal> {
+        let id = self.require_session(session, "PAUSE")?;
+        let s = self.sessions.get(id).ok_or_else(|| Refusal::SessionNotFound(id.to_string()))?;
+        if s.state == SessionState::Playing {
+            return Ok(Handled::Pause(PauseAction {
+                session: id.clone(),
+                stream: s.stream,
+                cseq: cseq.to_owned(),
+            }));
+        }
+        let b = self.ok(cseq).header(SESSION, self.session_header(id));
+        Ok(Handled::Respond(b.build(Vec::new())))
+    }
+
+    fn require_session<'a>(
+        &self,
+        session: Option<&'a SessionId>,
+        method: &str,
+    ) -> Result<&'a SessionId, Refusal> {
+        let id = session
+            .ok_or_else(|| Refusal::NotValidInState { method: method.to_owned(), state: "Init" })?;
+        self.live(Some(id))?;
+        Ok(id)
+    }
+
+    /// `Ok` if `session` is absent or alive, 454 otherwise.
+    fn live(&self, session: Option<&SessionId>) -> Result<(), Refusal> {
+        match session {
+            Some(id) if !self.sessions.contains_key(id) => {
+                Err(Refusal::SessionNotFound(id.to_string()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The session transport for `negotiated` on `conn`: UDP goes to the peer's IP (never to a
+    /// `destination=`); interleaved channels must not collide with another session's on the
+    /// same connection.
+    fn resolve_transport(
+        &self,
+        conn: &ConnInfo,
+        negotiated: Transport,
+        except: Option<&SessionId>,
+    ) -> Result<SessionTransport, Refusal> {
+        match negotiated {
+            Transport::Udp { client_rtp, client_rtcp, .. } => Ok(SessionTransport::Udp {
+                client_rtp: SocketAddr::new(conn.peer.ip(), client_rtp),
+                client_rtcp: SocketAddr::new(conn.peer.ip(), client_rtcp),
+            }),
+            Transport::Interleaved { rtp_channel, rtcp_channel } => {
+                let mine = [rtp_channel, rtcp_channel];
+                let clash = self
+                    .by_conn
+                    .get(&conn.id)
+                    .into_iter()
+                    .flatten()
+                    .filter(|id| Some(*id) != except)
+                    .filter_map(|id| self.sessions.get(id))
+                    .any(|s| match s.transport {
+                        SessionTransport::Interleaved {
+                            rtp_channel: a, rtcp_channel: b, ..
+                        } => mine.contains(&a) || mine.contains(&b),
+                        SessionTransport::Udp { .. } => false,
+                    });
+                if clash {
+                    return Err(Refusal::Transport(TransportError::ChannelsInUse(
+                        rtp_channel,
+                        rtcp_channel,
+                    )));
+                }
+                Ok(SessionTransport::Interleaved { conn: conn.id, rtp_channel, rtcp_channel })
+            }
+        }
+    }
+
+    fn create(
+        &mut self,
+        now: Instant,
+        name: String,
+        presentation: Presentation,
+        transport: SessionTransport,
+        negotiated: Transport,
+        track_url: String,
+    ) -> SessionId {
+        // SplitMix64 never repeats an output within 2^64 draws, so ids are unique; the loop is
+        // a guard, not an expected path.
+        let id = loop {
+            let id = SessionId::generate(&mut self.rng);
+            if !self.sessions.contains_key(&id) {
+                break id;
+            }
+        };
+        // SSRC 0 is what ffmpeg's punch packets carry (interop §4.1); avoid it and duplicates.
+        let ssrc = loop {
+            let ssrc = (self.rng.next_u64() >> 32) as u32;
+            if ssrc != 0 && !self.by_ssrc.contains_key(&ssrc) {
+                break ssrc;
+            }
+        };
+        let seq_offset = (self.rng.next_u64() >> 48) as u16;
+        let rtp_ts_offset = (self.rng.next_u64() >> 32) as u32;
+        self.last_stream += 1;
+        let stream = StreamId(self.last_stream);
+        let session = Session {
+            id: id.clone(),
+            stream,
+            name,
+            presentation,
+            transport,
+            negotiated,
+            ssrc,
+            seq_offset,
+            rtp_ts_offset,
+            state: SessionState::Ready,
+            position: None,
+            track_url,
+            last_seen: now,
+            deadline: None,
+        };
+        self.sessions.insert(id.clone(), session);
+        self.by_stream.insert(stream, id.clone());
+        self.by_ssrc.insert(ssrc, id.clone());
+        self.index_transport(&id, now);
+        id
+    }
+
+    /// Re-SETUP: a new transport for an existing session.
+    fn set_transport(
+        &mut self,
+        now: Instant,
+        id: &SessionId,
+        transport: SessionTransport,
+        negotiated: Transport,
+        track_url: String,
+    ) {
+        self.unindex_transport(id);
+        if let Some(s) = self.sessions.get_mut(id) {
+            s.transport = transport;
+            s.negotiated = negotiated;
+            s.track_url = track_url;
+        }
+        self.index_transport(id, now);
+    }
+
+    /// Adds `id` to the connection index (interleaved) or the deadline set (UDP).
+    fn index_transport(&mut self, id: &SessionId, now: Instant) {
+        let timeout = self.config.session_timeout;
+        let Some(s) = self.sessions.get_mut(id) else { return };
+        s.last_seen = now;
+        match s.interleaved_conn() {
+            Some(conn) => {
+                s.deadline = None;
+                self.by_conn.entry(conn).or_default().insert(id.clone());
+            }
+            None => {
+                let deadline = now + timeout;
+                s.deadline = Some(deadline);
+                self.deadlines.insert((deadline, id.clone()));
+            }
+        }
+    }
+
+    fn unindex_transport(&mut self, id: &SessionId) {
+        let Some(s) = self.sessions.get(id) else { return };
+        if let Some(deadline) = s.deadline {
+            self.deadlines.remove(&(deadline, id.clone()));
+        }
+        if let Some(conn) = s.interleaved_conn()
+            && let Some(set) = self.by_conn.get_mut(&conn)
+        {
+            set.remove(id);
+            if set.is_empty() {
+                self.by_conn.remove(&conn);
+            }
+        }
+    }
+
+    /// A sign of life from session `id`, if it exists.
+    fn touch(&mut self, now: Instant, id: &SessionId) {
+        let timeout = self.config.session_timeout;
+        let Some(s) = self.sessions.get_mut(id) else { return };
+        s.last_seen = s.last_seen.max(now);
+        if let Some(old) = s.deadline {
+            let new = s.last_seen + timeout;
+            if new != old {
+                s.deadline = Some(new);
+                self.deadlines.remove(&(old, id.clone()));
+                self.deadlines.insert((new, id.clone()));
+            }
+        }
+    }
+
+    fn close(&mut self, id: &SessionId, reason: CloseReason) {
+        self.unindex_transport(id);
+        let Some(s) = self.sessions.remove(id) else { return };
+        self.by_stream.remove(&s.stream);
+        self.by_ssrc.remove(&s.ssrc);
+        self.events.push_back(Event::Closed { session: s.id, stream: s.stream, reason });
+    }
+
+    fn session_header(&self, id: &SessionId) -> String {
+        format_session(id.as_str(), self.config.session_timeout.as_secs())
+    }
+
+    /// A 200 with `CSeq` and `Server`.
+    fn ok(&self, cseq: &str) -> rtsp_types::ResponseBuilder {
+        self.builder(StatusCode::Ok, cseq)
+    }
+
+    fn builder(&self, status: StatusCode, cseq: &str) -> rtsp_types::ResponseBuilder {
+        let b = Response::builder(Version::V1_0, status)
+            .reason_phrase(reason_phrase(status))
+            .header(SERVER, self.config.server_name.as_str());
+        if cseq.is_empty() { b } else { b.header(CSEQ, cseq) }
+    }
+
+    /// Adds `Session` if `session` names a live session.
+    fn with_session(
+        &self,
+        b: rtsp_types::ResponseBuilder,
+        session: Option<&SessionId>,
+    ) -> rtsp_types::ResponseBuilder {
+        match session {
+            Some(id) if self.sessions.contains_key(id) => {
+                b.header(SESSION, self.session_header(id))
+            }
+            _ => b,
+        }
+    }
+
+    /// The response for `refusal`, with the headers its status calls for.
+    fn refuse(
+        &self,
+        cseq: &str,
+        session: Option<&SessionId>,
+        refusal: &Refusal,
+    ) -> Response<Vec<u8>> {
+        let mut b = self.builder(refusal.status(), cseq);
+        match refusal {
+            Refusal::OptionNotSupported(tags) => b = b.header(UNSUPPORTED, tags.as_str()),
+            Refusal::NotImplemented(_) => b = b.header(PUBLIC, PUBLIC_METHODS),
+            _ => {}
+        }
+        self.with_session(b, session).build(Vec::new())
+    }
+}
+
+/// The response to send before closing a connection whose bytes did not parse
+/// ([`crate::codec::Decoded::Invalid`]): 400, 413 or 505 per [`ParseError::status`], with
+/// `Connection: close` (RFC 2326 §12.10), `Server: server_name`, and the `CSeq` echoed when one
+/// could be read. A free function so that a connection task can answer without the core.
+#[must_use]
+pub fn invalid_response(err: &ParseError, server_name: &str) -> Response<Vec<u8>> {
+    let status = err.status();
+    let mut b = Response::builder(Version::V1_0, status)
+        .reason_phrase(reason_phrase(status))
+        .header(SERVER, server_name)
+        .header(CONNECTION, "close");
+    if let Some(cseq) = &err.cseq {
+        b = b.header(CSEQ, cseq.as_str());
+    }
+    b.build(Vec::new())
+}
+
+/// The header name `com.ses.streamID`.
+fn stream_id_header() -> HeaderName {
+    // The literal is ASCII, the only condition `from_static_str` checks.
+    HeaderName::from_static_str(COM_SES_STREAM_ID).expect("ASCII header name")
+}
+
+/// `CSeq` as sent, if it is `1*DIGIT` (RFC 2326 §12.17). At most 19 digits, so it fits a u64.
+fn cseq_of(req: &Request<Vec<u8>>) -> Option<String> {
+    let v = req.header(&CSEQ)?.as_str().trim();
+    let ok = !v.is_empty() && v.len() <= 19 && v.bytes().all(|b| b.is_ascii_digit());
+    ok.then(|| v.to_owned())
+}
+
+/// Track numbers other than 0 do not exist (one MP2T track per presentation).
+fn check_track(target: &Target) -> Result<(), Refusal> {
+    match target {
+        Target::Track(name, n) if *n != 0 => Err(Refusal::NotFound(format!("{name}/trackID={n}"))),
+        _ => Ok(()),
+    }
+}
+
+/// The presentation a DESCRIBE or session-creating SETUP names: its URL, the name as asked and
+/// the library's record. 404 for anything else.
+fn resolve_presentation<'r>(
+    req: &'r Request<Vec<u8>>,
+    lib: &dyn Library,
+) -> Result<(&'r rtsp_types::Url, String, Presentation), Refusal> {
+    let uri = || req.request_uri().map_or_else(|| "*".to_owned(), ToString::to_string);
+    let target = parse_target(req.request_uri()).map_err(|e| Refusal::NotFound(e.to_string()))?;
+    let (Some(url), Some(name)) = (req.request_uri(), target.name()) else {
+        return Err(Refusal::NotFound(uri()));
+    };
+    check_track(&target)?;
+    let p = lib.lookup(name).ok_or_else(|| Refusal::NotFound(uri()))?;
+    Ok((url, name.to_owned(), p))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,135 @@
+//! Fuzzes RTSP framing and the session core together: the input is a connection's byte stream.
+//! Frames are decoded in a loop; every request goes through a `ServerCore` (with a fake library
+//! and a fake data plane that finishes each PLAY/PAUSE, sometimes refusing), interleaved frames
+//! count as RTCP, and the virtual clock advances so that sessions also time out. Nothing may
+//! panic, decoding must always progress, and every response must survive an encode/decode round
+//! trip (so no client bytes can inject a header line).
+#![no_main]
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use isochron_base::{BitRate, Gsn, Instant, MediaTime, ObjectId};
+use isochron_rtsp::codec::{self, Decoded, Frame, Limits};
+use isochron_rtsp::server::{
+    ConnId, ConnInfo, Handled, Library, PlayOutcome, PlayStart, Position, Presentation,
+    ServerConfig, ServerCore,
+};
+
+const DURATION: MediaTime = MediaTime::from_nanos(10_000_000_000);
+
+struct FakeLibrary;
+
+impl Library for FakeLibrary {
+    fn lookup(&self, name: &str) -> Option<Presentation> {
+        matches!(name, "test.ts" | "a").then(|| Presentation {
+            object: ObjectId(7),
+            name: name.to_owned(),
+            duration: DURATION,
+            avg_bitrate: BitRate(2_000_000),
+        })
+    }
+}
+
+fn position(t: MediaTime) -> Position {
+    Position { gsn: Gsn(t.as_nanos() / 10_000_000), time: t }
+}
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| run(data));
+
+fn run(data: &[u8]) {
+    let limits = Limits { max_message_bytes: 8 * 1024 };
+    let config = ServerConfig { max_sessions: 4, ..ServerConfig::default() };
+    let mut core = ServerCore::new(config, u64::from(data.first().copied().unwrap_or(0)));
+    let local = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8554);
+    let conns: Vec<ConnInfo> = (0..2u16)
+        .map(|i| ConnInfo {
+            id: ConnId(u64::from(i)),
+            peer: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 40_000 + i),
+            local,
+        })
+        .collect();
+    let mut now = Instant::from_nanos(1);
+    let mut wire = Vec::new();
+    let mut off = 0;
+    let mut step = 0u64;
+    while off < data.len() {
+        match codec::decode(&data[off..], &limits) {
+            Decoded::Frame(frame, used) => {
+                assert!(used >= 1 && off + used <= data.len(), "decode must progress");
+                off += used;
+                step += 1;
+                now = now + Duration::from_secs(step % 7 * 15);
+                let conn = &conns[usize::from(step.is_multiple_of(3))];
+                match frame {
+                    Frame::Request(req) => {
+                        let resp = match core.handle_request(now, conn, &req, &FakeLibrary) {
+                            Handled::Respond(r) => r,
+                            Handled::Play(action) => {
+                                let first = match action.start {
+                                    PlayStart::Seek(t) => position(t),
+                                    PlayStart::Resume(p) => p,
+                                    PlayStart::Beginning => Position::START,
+                                };
+                                let outcome = match step % 5 {
+                                    3 => PlayOutcome::Rejected { reason: "fuzz".into() },
+                                    4 => PlayOutcome::Failed { reason: "fuzz".into() },
+                                    _ => PlayOutcome::Started {
+                                        first,
+                                        end: action.end.unwrap_or(DURATION),
+                                    },
+                                };
+                                core.finish_play(now, action, outcome)
+                            }
+                            Handled::Pause(action) => {
+                                core.finish_pause(now, action, position(MediaTime::ZERO))
+                            }
+                        };
+                        wire.clear();
+                        codec::encode_response(&resp, &mut wire);
+                        match codec::decode(&wire, &Limits::default()) {
+                            Decoded::Frame(Frame::Response(back), n) => {
+                                assert_eq!(n, wire.len(), "response framing");
+                                assert_eq!(back, resp, "response round trip");
+                            }
+                            other => panic!("response does not round-trip: {other:?}"),
+                        }
+                    }
+                    Frame::Data { channel, payload } => {
+                        core.handle_interleaved_rtcp(now, conn.id, channel);
+                        if payload.len() >= 4 {
+                            let ssrc = u32::from_be_bytes([
+                                payload[0], payload[1], payload[2], payload[3],
+                            ]);
+                            core.handle_rtcp(now, ssrc);
+                        }
+                        let first = core.sessions().next().map(|v| v.stream());
+                        if let (Some(stream), 0xFF) = (first, channel) {
+                            core.handle_end_of_stream(now, stream, position(DURATION));
+                        }
+                    }
+                    Frame::Response(_) => {}
+                }
+                core.handle_timeout(now);
+                if let Some(t) = core.poll_timeout() {
+                    assert!(t > now, "poll_timeout must be in the future after handle_timeout");
+                }
+                while core.poll_event().is_some() {}
+            }
+            Decoded::Incomplete => {
+                assert!(data.len() - off < limits.incomplete_bound(), "Incomplete beyond bound");
+                break;
+            }
+            Decoded::Invalid(e) => {
+                let _ = core.invalid_response(&e);
+                break;
+            }
+        }
+    }
+    for conn in &conns {
+        core.handle_conn_closed(now, conn.id);
+    }
+    core.handle_timeout(now + Duration::from_secs(3600));
+    while core.poll_event().is_some() {}
+    assert_eq!(core.session_count(), 0, "every session ends by close or timeout");
+}
