@@ -1,1 +1,57 @@
-fn main() {}
+//! `isochron`, the command-line entry point: thin subcommands over the libraries.
+//!
+//! Each subcommand lives in `cmds/`; this file parses arguments, sets up logging and maps errors
+//! to a message on stderr and a non-zero exit status.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmds;
+
+/// isochron: a scalable continuous-media server.
+#[derive(Debug, Parser)]
+#[command(name = "isochron", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve every stored object over RTSP (and the HTTP API).
+    Serve(cmds::serve::Args),
+    /// Ingest MPEG-TS files into the store.
+    Ingest(cmds::ingest::Args),
+    /// List stored objects.
+    Ls(cmds::ls::Args),
+    /// Remove a stored object.
+    Rm(cmds::rm::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default_level = match cli.command {
+        Command::Serve(_) => "info",
+        _ => "warn",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let result = match cli.command {
+        Command::Serve(a) => cmds::serve::run(a),
+        Command::Ingest(a) => cmds::ingest::run(a),
+        Command::Ls(a) => cmds::ls::run(a),
+        Command::Rm(a) => cmds::rm::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            #[allow(clippy::print_stderr)]
+            {
+                eprintln!("isochron: {e:#}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}

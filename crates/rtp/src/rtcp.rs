@@ -442,7 +442,10 @@ mod tests {
     fn nack_parses() {
         let buf = [0x81, 205, 0, 3, 0, 0, 0, 1, 0, 0, 0, 2, 0x01, 0x00, 0x00, 0x05];
         let p: Vec<_> = parse_compound(&buf).collect::<Result<_, _>>().unwrap();
-        assert_eq!(p, vec![RtcpPacket::Nack { sender_ssrc: 1, media_ssrc: 2, pairs: vec![(256, 5)] }]);
+        assert_eq!(
+            p,
+            vec![RtcpPacket::Nack { sender_ssrc: 1, media_ssrc: 2, pairs: vec![(256, 5)] }]
+        );
     }
 
     #[test]
@@ -455,7 +458,10 @@ mod tests {
             Some(Err(RtcpError::Length { .. }))
         ));
         assert!(matches!(parse_compound(&[0x00; 8]).next(), Some(Err(RtcpError::Version { .. }))));
-        assert!(matches!(parse_compound(&[0x80, 1]).next(), Some(Err(RtcpError::Truncated { .. }))));
+        assert!(matches!(
+            parse_compound(&[0x80, 1]).next(),
+            Some(Err(RtcpError::Truncated { .. }))
+        ));
         // SR claiming report blocks it does not carry.
         let mut out = Vec::new();
         write_sender_report(&mut out, &sr());

@@ -134,15 +134,10 @@ mod tests {
 
     #[test]
     fn parse_skips_extension_and_padding() {
-        let mut pkt = RtpHeader {
-            marker: false,
-            payload_type: 33,
-            sequence: 1,
-            timestamp: 2,
-            ssrc: 3,
-        }
-        .to_bytes()
-        .to_vec();
+        let mut pkt =
+            RtpHeader { marker: false, payload_type: 33, sequence: 1, timestamp: 2, ssrc: 3 }
+                .to_bytes()
+                .to_vec();
         pkt[0] |= 0x10 | 0x20; // X and P
         pkt.extend_from_slice(&[0xBE, 0xDE, 0, 1, 0x10, 0xAA, 0, 0]); // one-word extension
         pkt.extend_from_slice(&[1, 2, 3]);

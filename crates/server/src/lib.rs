@@ -1,1 +1,288 @@
-//! isochron's runtime: RTSP listener, scheduler thread, sender thread, HTTP API
+//! isochron's runtime: the threads and tasks that drive the sans-IO cores.
+//!
+//! ```text
+//!  RTSP conns ──SessionCommand──▶ session manager (ServerCore) ──SchedCommand──▶ scheduler thread
+//!  (tokio tasks)                        ▲      │                                 (Scheduler + cache)
+//!                                       │      └──SenderCommand──▶ sender thread ◀──blocks──┘  │
+//!  RTCP thread ──liveness───────────────┘          (Pacer, sendmmsg)  ──BlockDone──▶         │
+//!                                                                                              ▼
+//!                                                               per-disk IO threads (O_DIRECT reads)
+//! ```
+//!
+//! Each piece of mutable state has one owner fed by a closed command enum: the session manager
+//! owns the RTSP sessions, the scheduler thread owns the scheduler and block cache, the sender
+//! thread owns pacing and transports, each IO thread owns its disk. Only this crate (with
+//! `loadgen` and the binary) knows tokio; the cores it drives never read a clock or do IO.
+
+pub mod clock;
+pub mod config;
+pub mod library;
+pub mod media_watch;
+pub mod net;
+pub mod pacer;
+pub mod sched_thread;
+pub mod sender;
+pub mod sessions;
+
+mod http;
+mod rtcp_rx;
+mod rtsp_conn;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use anyhow::Context as _;
+use isochron_base::mix::SplitMix64;
+use isochron_diskio::{IoWorker, Store};
+use isochron_rtsp::codec::Limits;
+use isochron_rtsp::server::{ConnId, ServerConfig, ServerCore};
+use isochron_sched::Scheduler;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use crate::clock::Clock;
+use crate::config::Settings;
+use crate::library::Library;
+use crate::net::UdpPair;
+use crate::sched_thread::{SchedCommand, SchedThread};
+use crate::sender::{SenderCommand, SenderThread};
+use crate::sessions::{Manager, SessionCommand};
+
+/// The bundled demo clip (12 s of H.264 + AAC in MPEG-TS, made by `assets/make-demo.sh`).
+pub const DEMO_TS: &[u8] = include_bytes!("../../../assets/demo.ts");
+
+/// The `Server` header value; must not start with `WMServer/` (ffmpeg switches dialect on it).
+pub const SERVER_NAME: &str = concat!("isochron/", env!("CARGO_PKG_VERSION"));
+
+/// Opens the store at `settings.data_dir`, creating it (and seeding the demo clip, if enabled)
+/// when there is none.
+pub fn open_or_create_store(settings: &Settings) -> anyhow::Result<Store> {
+    if Store::exists(&settings.data_dir) {
+        return Store::open(&settings.data_dir)
+            .with_context(|| format!("opening the store at {}", settings.data_dir.display()));
+    }
+    let store = Store::create(&settings.data_dir, &settings.disks, settings.block_size)
+        .with_context(|| format!("creating a store at {}", settings.data_dir.display()))?;
+    info!(dir = %settings.data_dir.display(), "created a new store");
+    if settings.seed_demo {
+        let mut src = std::io::Cursor::new(DEMO_TS);
+        isochron_diskio::ingest::ingest(&store, &mut src, "demo.ts (bundled)", "demo", &mut |_| {})
+            .context("ingesting the bundled demo clip")?;
+        info!("seeded the store with the bundled demo clip as \"demo\"");
+    }
+    Ok(store)
+}
+
+/// A running server.
+#[derive(Debug)]
+pub struct RunningServer {
+    /// Where RTSP listens.
+    pub rtsp_addr: SocketAddr,
+    /// Where HTTP listens, if enabled.
+    pub http_addr: Option<SocketAddr>,
+    /// The RTP port (RTCP is the next one).
+    pub rtp_port: u16,
+    /// The objects served.
+    pub library: Arc<Library>,
+    sched: crossbeam_channel::Sender<SchedCommand>,
+    sender: crossbeam_channel::Sender<SenderCommand>,
+    stop: Arc<AtomicBool>,
+    tasks: Vec<JoinHandle<()>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl RunningServer {
+    /// The `rtsp://` URL of object `name`, with a loopback host when listening on all interfaces.
+    #[must_use]
+    pub fn url(&self, name: &str) -> String {
+        let mut a = self.rtsp_addr;
+        if a.ip().is_unspecified() {
+            a.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
+        format!("rtsp://{a}/{name}")
+    }
+
+    /// Stops every task and thread.
+    pub async fn shutdown(self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        let _ = self.sched.send(SchedCommand::Shutdown);
+        let _ = self.sender.send(SenderCommand::Shutdown);
+        self.stop.store(true, Ordering::Relaxed);
+        let threads = self.threads;
+        let _ = tokio::task::spawn_blocking(move || {
+            for t in threads {
+                let _ = t.join();
+            }
+        })
+        .await;
+    }
+}
+
+/// Starts the server on an open store. Must run inside a tokio runtime.
+pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningServer> {
+    let store = Arc::new(store);
+    let clock = Clock::new();
+    let library = Arc::new(Library::load(&store).context("reading the catalog")?);
+
+    if let Some(dir) = &settings.media_dir {
+        anyhow::ensure!(dir.is_dir(), "media directory {} does not exist", dir.display());
+        let (st, lib, d) = (Arc::clone(&store), Arc::clone(&library), dir.clone());
+        tokio::task::spawn_blocking(move || media_watch::ingest_existing(&st, &lib, &d)).await?;
+    }
+
+    let (sched_tx, sched_rx) = crossbeam_channel::unbounded::<SchedCommand>();
+    let (sender_tx, sender_rx) = crossbeam_channel::unbounded::<SenderCommand>();
+    let (sessions_tx, sessions_rx) = tokio::sync::mpsc::unbounded_channel::<SessionCommand>();
+
+    let mut workers = HashMap::new();
+    for (id, disk) in store.disks() {
+        let tx = sched_tx.clone();
+        let w = IoWorker::spawn(
+            Arc::clone(disk),
+            id,
+            Box::new(move |done| {
+                let _ = tx.send(SchedCommand::ReadDone(done));
+            }),
+        )
+        .with_context(|| format!("starting the IO thread of disk {id}"))?;
+        workers.insert(id, w);
+    }
+
+    let rtsp_listener = TcpListener::bind(settings.rtsp_listen).await.with_context(|| {
+        format!("binding RTSP to {} (config key rtsp.listen)", settings.rtsp_listen)
+    })?;
+    let rtsp_addr = rtsp_listener.local_addr()?;
+    let udp = UdpPair::bind(rtsp_addr.ip(), settings.rtp_port, settings.udp_send_buffer.as_usize())
+        .with_context(|| {
+            format!("binding UDP ports {} and +1 (config key rtsp.rtp_port)", settings.rtp_port)
+        })?;
+    let rtp_port = udp.rtp_port()?;
+    let rtcp_socket = udp.rtcp.try_clone()?;
+    let udp = Arc::new(udp);
+
+    let mut threads = Vec::new();
+    let sched = SchedThread {
+        clock,
+        scheduler: Scheduler::new(settings.sched.clone()),
+        rx: sched_rx,
+        workers,
+        sender: sender_tx.clone(),
+        sessions: sessions_tx.clone(),
+    };
+    threads.push(std::thread::Builder::new().name("isochron-sched".into()).spawn(|| sched.run())?);
+    let sender = SenderThread {
+        clock,
+        rx: sender_rx,
+        udp: Arc::clone(&udp),
+        sched: sched_tx.clone(),
+        sessions: sessions_tx.clone(),
+        rtcp_interval: settings.rtcp_interval,
+        batch_packets: settings.batch_packets,
+    };
+    threads
+        .push(std::thread::Builder::new().name("isochron-sender".into()).spawn(|| sender.run())?);
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let (stop, tx) = (Arc::clone(&stop), sessions_tx.clone());
+        threads.push(
+            std::thread::Builder::new()
+                .name("isochron-rtcp".into())
+                .spawn(move || rtcp_rx::run(rtcp_socket, stop, tx))?,
+        );
+    }
+
+    let seed = SplitMix64::new(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            ^ u64::from(std::process::id()),
+    )
+    .next_u64();
+    let core = ServerCore::new(
+        ServerConfig {
+            session_timeout: settings.session_timeout,
+            server_name: SERVER_NAME.into(),
+            server_ports: (rtp_port, rtp_port + 1),
+            max_sessions: settings.max_sessions,
+        },
+        seed,
+    );
+    let manager = Manager::new(
+        core,
+        Arc::clone(&library),
+        clock,
+        sched_tx.clone(),
+        sender_tx.clone(),
+        format!("isochron@{}", rtsp_addr.ip()),
+    );
+    let mut tasks = vec![tokio::spawn(manager.run(sessions_rx))];
+
+    let conn_config = rtsp_conn::ConnConfig {
+        limits: Limits { max_message_bytes: settings.max_message.as_usize() },
+        queue_frames: settings.tcp_queue_frames,
+    };
+    {
+        let sessions = sessions_tx.clone();
+        let next = Arc::new(AtomicU64::new(1));
+        tasks.push(tokio::spawn(async move {
+            loop {
+                match rtsp_listener.accept().await {
+                    Ok((s, peer)) => {
+                        let id = ConnId(next.fetch_add(1, Ordering::Relaxed));
+                        tokio::spawn(rtsp_conn::serve(s, id, peer, conn_config, sessions.clone()));
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "RTSP accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        }));
+    }
+
+    let mut http_addr = None;
+    if let Some(addr) = settings.http_listen {
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding HTTP to {addr} (config key http.listen)"))?;
+        http_addr = Some(listener.local_addr()?);
+        let app = http::router(http::ApiState {
+            library: Arc::clone(&library),
+            sessions: sessions_tx.clone(),
+            sched: sched_tx.clone(),
+            sender: sender_tx.clone(),
+        });
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                warn!(error = %e, "HTTP server stopped");
+            }
+        }));
+    }
+
+    if let Some(dir) = settings.media_dir.clone() {
+        tasks.push(tokio::spawn(media_watch::watch(
+            dir,
+            settings.media_scan_interval,
+            Arc::clone(&store),
+            Arc::clone(&library),
+        )));
+    }
+
+    info!(%rtsp_addr, ?http_addr, rtp_port, "isochron serving");
+    Ok(RunningServer {
+        rtsp_addr,
+        http_addr,
+        rtp_port,
+        library,
+        sched: sched_tx,
+        sender: sender_tx,
+        stop,
+        tasks,
+        threads,
+    })
+}

@@ -238,13 +238,19 @@ impl ObjectRecord {
         Some(BlockIndex(i as u32))
     }
 
-    /// The last seek point at or before `t`; the first one if `t` precedes all; the start of the
-    /// object if there is none.
+    /// The seek point to start at for `t`: the latest send time at or before `t`, and among seek
+    /// points sharing that send time the earliest packet (units sent at the same instant all
+    /// belong to the start: at time 0, ffmpeg's SDT precedes the PAT). The first one if `t`
+    /// precedes all; the start of the object if there is none.
     #[must_use]
     pub fn seek(&self, t: MediaTime) -> SeekPoint {
         match self.seek_points.partition_point(|s| s.time <= t) {
             0 => self.seek_points.first().copied().unwrap_or_default(),
-            i => self.seek_points[i - 1],
+            i => {
+                let time = self.seek_points[i - 1].time;
+                let first = self.seek_points[..i].partition_point(|s| s.time < time);
+                self.seek_points[first]
+            }
         }
     }
 
@@ -920,6 +926,13 @@ mod tests {
         assert_eq!(rec.seek(MediaTime::from_secs_f64(0.99)).gsn, Gsn(0));
         assert_eq!(rec.seek(MediaTime::from_secs_f64(1.0)).gsn, Gsn(690));
         assert_eq!(rec.seek(MediaTime::from_secs_f64(99.0)).gsn, Gsn(1400));
+        // Units sent at the same instant: the earliest starts (ffmpeg's SDT before the PAT).
+        let mut same = rec.clone();
+        same.seek_points.insert(1, SeekPoint { time: MediaTime::ZERO, gsn: Gsn(1) });
+        same.seek_points.insert(3, SeekPoint { time: same.seek_points[2].time, gsn: Gsn(691) });
+        assert_eq!(same.seek(MediaTime::ZERO).gsn, Gsn(0));
+        assert_eq!(same.seek(MediaTime::from_secs_f64(0.5)).gsn, Gsn(0));
+        assert_eq!(same.seek(MediaTime::from_secs_f64(1.5)).gsn, Gsn(690));
         let mut late = rec;
         late.seek_points.remove(0);
         assert_eq!(late.seek(MediaTime::ZERO).gsn, Gsn(690), "t before all seek points");

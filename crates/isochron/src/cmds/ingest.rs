@@ -1,0 +1,129 @@
+//! `isochron ingest`.
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use isochron_base::Bytes;
+use isochron_diskio::Store;
+use isochron_diskio::ingest::{IngestProgress, ingest_file};
+
+use super::DataArg;
+
+/// Ingest arguments.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    data: DataArg,
+    /// Disk directory of a new store (repeat for several). Default: one disk in the data dir.
+    #[arg(long = "disk", value_name = "DIR")]
+    disks: Vec<PathBuf>,
+    /// Object name (default: the file stem). Only with a single file.
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+    /// Block size of a new store, in KiB.
+    #[arg(long, value_name = "KIB", default_value_t = 1024)]
+    block_size_kib: u64,
+    /// MPEG-TS files to ingest.
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        args.name.is_none() || args.files.len() == 1,
+        "--name names one object; it cannot be used with {} files",
+        args.files.len()
+    );
+    let root = &args.data.data;
+    let store = if Store::exists(root) {
+        anyhow::ensure!(
+            args.disks.is_empty(),
+            "the store at {} exists; --disk only applies when a store is created",
+            root.display()
+        );
+        Store::open(root)?
+    } else {
+        anyhow::ensure!(
+            args.block_size_kib >= 64 && args.block_size_kib % 4 == 0,
+            "--block-size-kib {} is not a multiple of 4 of at least 64",
+            args.block_size_kib
+        );
+        Store::create(root, &args.disks, Bytes::kib(args.block_size_kib))
+            .with_context(|| format!("creating a store at {}", root.display()))?
+    };
+    let mut failed = 0;
+    for file in &args.files {
+        let name = match &args.name {
+            Some(n) => n.clone(),
+            None => match file.file_stem() {
+                Some(s) => s.to_string_lossy().into_owned(),
+                None => {
+                    eprintln!("isochron: cannot ingest {}: no file name", file.display());
+                    failed += 1;
+                    continue;
+                }
+            },
+        };
+        let bar = progress_bar(file);
+        let result = ingest_file(&store, file, &name, &mut |p: IngestProgress| {
+            if let Some(b) = &bar {
+                b.set_length(p.total_bytes);
+                b.set_position(p.bytes_done);
+                b.set_message(match p.pass {
+                    1 => "scanning",
+                    _ => "storing",
+                });
+            }
+        });
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        match result {
+            Ok(report) => {
+                if report.trailing_bytes > 0 {
+                    eprintln!(
+                        "isochron: warning: {} ends in a partial MPEG-TS packet ({} bytes); \
+                         ingested the whole packets only",
+                        file.display(),
+                        report.trailing_bytes
+                    );
+                }
+                let r = report.record;
+                println!(
+                    "ingested {}: {:.1} s, {}, {} avg / {} peak, {} blocks, {}",
+                    r.name,
+                    r.duration.as_secs_f64(),
+                    r.ts_bytes,
+                    r.avg_bitrate,
+                    r.peak_bitrate,
+                    r.blocks.len(),
+                    r.streams.iter().map(|s| s.codec.as_str()).collect::<Vec<_>>().join("+"),
+                );
+            }
+            Err(e) => {
+                eprintln!("isochron: cannot ingest {}: {e}", file.display());
+                failed += 1;
+            }
+        }
+    }
+    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn progress_bar(file: &std::path::Path) -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal as _;
+    let big = std::fs::metadata(file).map(|m| m.len() > 64 << 20).unwrap_or(false);
+    if !big || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let b = indicatif::ProgressBar::new(0);
+    b.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg:>9} {wide_bar} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .ok()?,
+    );
+    Some(b)
+}

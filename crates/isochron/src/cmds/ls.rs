@@ -1,0 +1,62 @@
+//! `isochron ls`.
+
+#![allow(clippy::print_stdout)]
+
+use std::process::ExitCode;
+
+use isochron_diskio::Store;
+use isochron_store::catalog::Catalog;
+
+use super::DataArg;
+
+/// ls arguments.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    data: DataArg,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let store = Store::open(&args.data.data)?;
+    let objects = store.catalog().objects()?;
+    if args.json {
+        let v: Vec<_> = objects
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "name": r.name,
+                    "id": r.id.0,
+                    "duration_s": r.duration.as_secs_f64(),
+                    "bytes": r.ts_bytes.0,
+                    "blocks": r.blocks.len(),
+                    "packets": r.packets,
+                    "avg_bitrate_bps": r.avg_bitrate.0,
+                    "peak_bitrate_bps": r.peak_bitrate.0,
+                    "streams": r.streams.iter().map(|s| format!("{} {}", s.kind, s.codec)).collect::<Vec<_>>(),
+                    "source": r.source_file,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<24} {:>9} {:>11} {:>12} {:>7}  STREAMS",
+        "NAME", "DURATION", "SIZE", "AVG RATE", "BLOCKS"
+    );
+    for r in &objects {
+        println!(
+            "{:<24} {:>8.1}s {:>11} {:>12} {:>7}  {}",
+            r.name,
+            r.duration.as_secs_f64(),
+            r.ts_bytes.to_string(),
+            r.avg_bitrate.to_string(),
+            r.blocks.len(),
+            r.streams.iter().map(|s| s.codec.as_str()).collect::<Vec<_>>().join("+"),
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,102 @@
+//! `isochron serve`.
+
+#![allow(clippy::print_stdout)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use isochron_server::config::ConfigFile;
+
+/// Flags override the config file, which overrides the defaults.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Config file (TOML; see config/example.toml).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Store directory [config: store.data_dir].
+    #[arg(long, value_name = "DIR")]
+    data: Option<PathBuf>,
+    /// RTSP listen address [config: rtsp.listen].
+    #[arg(long, value_name = "ADDR")]
+    rtsp: Option<String>,
+    /// HTTP listen address, or "" to disable [config: http.listen].
+    #[arg(long, value_name = "ADDR")]
+    http: Option<String>,
+    /// UDP port for RTP, RTCP on the next; 0 picks a pair [config: rtsp.rtp_port].
+    #[arg(long, value_name = "PORT")]
+    rtp_port: Option<u16>,
+    /// Ingest and serve every .ts file in DIR, also ones added later [config: media.dir].
+    #[arg(long, value_name = "DIR")]
+    media: Option<PathBuf>,
+    /// Do not seed a new store with the demo clip [config: store.seed_demo].
+    #[arg(long)]
+    no_demo: bool,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut file = match &args.config {
+        Some(p) => ConfigFile::load(p)?,
+        None => ConfigFile::default(),
+    };
+    if let Some(d) = args.data {
+        file.store.data_dir = d;
+    }
+    if let Some(a) = args.rtsp {
+        file.rtsp.listen = a;
+    }
+    if let Some(a) = args.http {
+        file.http.listen = a;
+    }
+    if let Some(p) = args.rtp_port {
+        file.rtsp.rtp_port = p;
+    }
+    if let Some(m) = args.media {
+        file.media.dir = Some(m);
+    }
+    if args.no_demo {
+        file.store.seed_demo = false;
+    }
+    let settings = file.validate()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("isochron-rt")
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let s = settings.clone();
+        let store = tokio::task::spawn_blocking(move || isochron_server::open_or_create_store(&s))
+            .await??;
+        let server = isochron_server::start(settings, store).await?;
+        let http = server.http_addr.map_or_else(|| "off".to_string(), |a| a.to_string());
+        println!("listening: rtsp={} http={} rtp={}", server.rtsp_addr, http, server.rtp_port);
+        let objects = server.library.list();
+        if objects.is_empty() {
+            println!("no objects yet: ingest some with `isochron ingest FILE` or use --media DIR");
+        }
+        for e in &objects {
+            println!(
+                "play: {}   ({:.1} s)",
+                server.url(&e.record.name),
+                e.record.duration.as_secs_f64()
+            );
+        }
+        shutdown_signal().await;
+        println!("shutting down");
+        server.shutdown().await;
+        Ok::<_, anyhow::Error>(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

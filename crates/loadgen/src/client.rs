@@ -1,0 +1,424 @@
+//! An RTSP/RTP client: one session, over UDP or interleaved TCP.
+//!
+//! Used by the integration tests as an independent oracle (rtsp-interop §6.3: contiguous
+//! sequence numbers, RTP-Info matching the first packet, SR and BYE present, payloads of whole TS
+//! packets), and by `isochron bench` as the emulation client. It speaks to any RTSP server, not
+//! just isochron.
+//!
+//! Responses and interleaved frames share the TCP connection: a reader task demultiplexes them
+//! with the same codec the server uses (`isochron_rtsp::codec`), sending responses to the request
+//! in progress and packets to the [`Incoming`] queue. UDP packets are received by a task per
+//! socket. Every packet is stamped with its arrival time on receipt.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, anyhow, bail, ensure};
+use isochron_rtp::RtpHeader;
+use isochron_rtp::rtcp::{RtcpPacket, parse_compound};
+use isochron_rtsp::codec::{self, Decoded, Frame, Limits};
+use isochron_rtsp::rtsp_types::Response;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::{TcpStream, UdpSocket};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// The lower transport to set up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// RTP/AVP over UDP unicast.
+    Udp,
+    /// RTP/AVP/TCP interleaved on the RTSP connection.
+    Tcp,
+}
+
+/// One received RTP packet.
+#[derive(Clone, Debug)]
+pub struct RtpPacket {
+    /// Arrival time.
+    pub at: Instant,
+    /// The header.
+    pub header: RtpHeader,
+    /// The payload.
+    pub payload: Vec<u8>,
+}
+
+/// Something that arrived from the server outside request/response.
+#[derive(Clone, Debug)]
+pub enum Incoming {
+    /// An RTP packet.
+    Rtp(RtpPacket),
+    /// An RTCP compound packet; `bye` if it carries a BYE.
+    Rtcp {
+        /// Arrival time.
+        at: Instant,
+        /// Whether it had a BYE.
+        bye: bool,
+        /// Whether it had a sender report.
+        sr: bool,
+    },
+}
+
+/// What a PLAY response said.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PlayInfo {
+    /// `seq` from RTP-Info.
+    pub seq: Option<u16>,
+    /// `rtptime` from RTP-Info.
+    pub rtptime: Option<u32>,
+    /// The `Range` header.
+    pub range: Option<String>,
+    /// The `url` of the RTP-Info entry.
+    pub url: Option<String>,
+}
+
+/// An RTSP client session.
+#[derive(Debug)]
+pub struct Client {
+    url: String,
+    writer: OwnedWriteHalf,
+    responses: mpsc::UnboundedReceiver<Response<Vec<u8>>>,
+    incoming_tx: mpsc::UnboundedSender<Incoming>,
+    incoming: mpsc::UnboundedReceiver<Incoming>,
+    cseq: u32,
+    session: Option<String>,
+    base: Option<String>,
+    control: String,
+    tasks: Vec<JoinHandle<()>>,
+    peer: SocketAddr,
+    timeout: Duration,
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl Client {
+    /// Connects to the server of `url` (`rtsp://host:port/path`).
+    pub async fn connect(url: &str) -> anyhow::Result<Self> {
+        let rest =
+            url.strip_prefix("rtsp://").ok_or_else(|| anyhow!("not an rtsp:// URL: {url}"))?;
+        let hostport = rest.split('/').next().unwrap_or(rest);
+        let stream = TcpStream::connect(hostport)
+            .await
+            .with_context(|| format!("connecting to {hostport}"))?;
+        stream.set_nodelay(true)?;
+        let peer = stream.peer_addr()?;
+        let (mut rd, writer) = stream.into_split();
+        let (resp_tx, responses) = mpsc::unbounded_channel();
+        let (incoming_tx, incoming) = mpsc::unbounded_channel();
+        let data_tx = incoming_tx.clone();
+        let reader = tokio::spawn(async move {
+            let mut buf = Vec::with_capacity(64 * 1024);
+            let mut chunk = vec![0u8; 64 * 1024];
+            let limits = Limits { max_message_bytes: 1 << 20 };
+            loop {
+                loop {
+                    match codec::decode(&buf, &limits) {
+                        Decoded::Frame(f, used) => {
+                            buf.drain(..used);
+                            let at = Instant::now();
+                            match f {
+                                Frame::Response(r) => {
+                                    let _ = resp_tx.send(r);
+                                }
+                                Frame::Data { channel, payload } => {
+                                    let _ = data_tx.send(if channel % 2 == 0 {
+                                        match rtp(at, &payload) {
+                                            Some(p) => p,
+                                            None => continue,
+                                        }
+                                    } else {
+                                        rtcp(at, &payload)
+                                    });
+                                }
+                                Frame::Request(_) => {}
+                            }
+                        }
+                        Decoded::Incomplete => break,
+                        Decoded::Invalid(_) => return,
+                    }
+                }
+                match rd.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+        });
+        Ok(Self {
+            url: url.to_string(),
+            writer,
+            responses,
+            incoming_tx,
+            incoming,
+            cseq: 0,
+            session: None,
+            base: None,
+            control: "trackID=0".into(),
+            tasks: vec![reader],
+            peer,
+            timeout: Duration::from_secs(10),
+        })
+    }
+
+    /// The session id, once set up.
+    #[must_use]
+    pub fn session(&self) -> Option<&str> {
+        self.session.as_deref()
+    }
+
+    /// Sends a request and waits for its response. `extra` is raw header lines.
+    pub async fn request(
+        &mut self,
+        method: &str,
+        uri: &str,
+        extra: &[(&str, &str)],
+    ) -> anyhow::Result<Response<Vec<u8>>> {
+        self.cseq += 1;
+        let mut req = format!(
+            "{method} {uri} RTSP/1.0\r\nCSeq: {}\r\nUser-Agent: isochron-loadgen\r\n",
+            self.cseq
+        );
+        if let Some(s) = &self.session {
+            req.push_str(&format!("Session: {s}\r\n"));
+        }
+        for (k, v) in extra {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        self.writer.write_all(req.as_bytes()).await?;
+        let resp = tokio::time::timeout(self.timeout, self.responses.recv())
+            .await
+            .map_err(|_| anyhow!("{method}: no response within {:?}", self.timeout))?
+            .ok_or_else(|| anyhow!("{method}: connection closed"))?;
+        Ok(resp)
+    }
+
+    /// DESCRIBE; returns the SDP and remembers Content-Base and the track control.
+    pub async fn describe(&mut self) -> anyhow::Result<String> {
+        let url = self.url.clone();
+        let r = self.request("DESCRIBE", &url, &[("Accept", "application/sdp")]).await?;
+        ensure!(u16::from(r.status()) == 200, "DESCRIBE: {}", u16::from(r.status()));
+        self.base = header(&r, "Content-Base");
+        let sdp = String::from_utf8_lossy(r.body()).into_owned();
+        if let Some(c) = sdp
+            .lines()
+            .skip_while(|l| !l.starts_with("m="))
+            .find_map(|l| l.strip_prefix("a=control:"))
+        {
+            self.control = c.trim().to_string();
+        }
+        Ok(sdp)
+    }
+
+    /// The track URL SETUP uses: Content-Base (or the URL) + control.
+    #[must_use]
+    pub fn track_url(&self) -> String {
+        if self.control.starts_with("rtsp://") {
+            return self.control.clone();
+        }
+        let mut base = self.base.clone().unwrap_or_else(|| self.url.clone());
+        if !base.ends_with('/') {
+            base.push('/');
+        }
+        base + &self.control
+    }
+
+    /// The aggregate URL PLAY/PAUSE/TEARDOWN use.
+    #[must_use]
+    pub fn aggregate_url(&self) -> String {
+        self.base.clone().unwrap_or_else(|| self.url.clone())
+    }
+
+    /// SETUP with the given transport (UDP binds a local port pair first).
+    pub async fn setup(&mut self, transport: Transport) -> anyhow::Result<Response<Vec<u8>>> {
+        let spec = match transport {
+            Transport::Tcp => "RTP/AVP/TCP;unicast;interleaved=0-1".to_string(),
+            Transport::Udp => {
+                let local = match self.peer.ip() {
+                    IpAddr::V4(_) => IpAddr::from([0u8, 0, 0, 0]),
+                    IpAddr::V6(_) => IpAddr::from([0u16; 8]),
+                };
+                let (rtp_sock, rtcp_sock) = udp_pair(local).await?;
+                let port = rtp_sock.local_addr()?.port();
+                let (a, b) = (self.incoming_tx.clone(), self.incoming_tx.clone());
+                self.tasks.push(tokio::spawn(recv_loop(rtp_sock, a, true)));
+                self.tasks.push(tokio::spawn(recv_loop(rtcp_sock, b, false)));
+                format!("RTP/AVP;unicast;client_port={}-{}", port, port + 1)
+            }
+        };
+        let url = self.track_url();
+        let r = self.request("SETUP", &url, &[("Transport", &spec)]).await?;
+        if u16::from(r.status()) == 200 {
+            let s = header(&r, "Session").ok_or_else(|| anyhow!("SETUP: no Session header"))?;
+            self.session = Some(s.split(';').next().unwrap_or(&s).trim().to_string());
+        }
+        Ok(r)
+    }
+
+    /// PLAY, optionally with a `Range` value such as `npt=5-`.
+    pub async fn play(&mut self, range: Option<&str>) -> anyhow::Result<PlayInfo> {
+        let url = self.aggregate_url();
+        let extra: Vec<(&str, &str)> = range.map(|r| ("Range", r)).into_iter().collect();
+        let r = self.request("PLAY", &url, &extra).await?;
+        ensure!(u16::from(r.status()) == 200, "PLAY: {}", u16::from(r.status()));
+        let mut info = PlayInfo { range: header(&r, "Range"), ..PlayInfo::default() };
+        if let Some(ri) = header(&r, "RTP-Info") {
+            for part in ri.split(',').next().unwrap_or("").split(';') {
+                let part = part.trim();
+                if let Some(v) = part.strip_prefix("seq=") {
+                    info.seq = v.parse().ok();
+                } else if let Some(v) = part.strip_prefix("rtptime=") {
+                    info.rtptime = v.parse().ok();
+                } else if let Some(v) = part.strip_prefix("url=") {
+                    info.url = Some(v.to_string());
+                }
+            }
+        }
+        Ok(info)
+    }
+
+    /// PAUSE.
+    pub async fn pause(&mut self) -> anyhow::Result<()> {
+        let url = self.aggregate_url();
+        let r = self.request("PAUSE", &url, &[]).await?;
+        ensure!(u16::from(r.status()) == 200, "PAUSE: {}", u16::from(r.status()));
+        Ok(())
+    }
+
+    /// TEARDOWN.
+    pub async fn teardown(&mut self) -> anyhow::Result<()> {
+        let url = self.aggregate_url();
+        let r = self.request("TEARDOWN", &url, &[]).await?;
+        ensure!(u16::from(r.status()) == 200, "TEARDOWN: {}", u16::from(r.status()));
+        self.session = None;
+        Ok(())
+    }
+
+    /// The next packet, or `None` after `timeout` without one.
+    pub async fn next(&mut self, timeout: Duration) -> Option<Incoming> {
+        tokio::time::timeout(timeout, self.incoming.recv()).await.ok().flatten()
+    }
+
+    /// Receives until an RTCP BYE (or `idle` without any packet, or `limit` overall); returns the
+    /// RTP packets in arrival order and whether a BYE and an SR were seen.
+    pub async fn collect(&mut self, idle: Duration, limit: Duration) -> anyhow::Result<Collected> {
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut c = Collected::default();
+        loop {
+            let wait = idle.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+            match self.next(wait).await {
+                Some(Incoming::Rtp(p)) => c.packets.push(p),
+                Some(Incoming::Rtcp { bye, sr, .. }) => {
+                    c.sr |= sr;
+                    if bye {
+                        c.bye = true;
+                        return Ok(c);
+                    }
+                }
+                None => {
+                    if tokio::time::Instant::now() >= deadline {
+                        bail!("no BYE within {limit:?} ({} packets)", c.packets.len());
+                    }
+                    return Ok(c);
+                }
+            }
+        }
+    }
+}
+
+/// What [`Client::collect`] received.
+#[derive(Clone, Debug, Default)]
+pub struct Collected {
+    /// RTP packets in arrival order.
+    pub packets: Vec<RtpPacket>,
+    /// Whether an RTCP BYE arrived.
+    pub bye: bool,
+    /// Whether an RTCP SR arrived.
+    pub sr: bool,
+}
+
+impl Collected {
+    /// The payloads concatenated (for MP2T: the transport stream).
+    #[must_use]
+    pub fn payload(&self) -> Vec<u8> {
+        self.packets.iter().flat_map(|p| p.payload.iter().copied()).collect()
+    }
+
+    /// Checks that sequence numbers are contiguous; returns the first gap.
+    pub fn check_contiguous(&self) -> Result<(), String> {
+        for w in self.packets.windows(2) {
+            let (a, b) = (w[0].header.sequence, w[1].header.sequence);
+            if b != a.wrapping_add(1) {
+                return Err(format!("sequence jumps from {a} to {b}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn header(r: &Response<Vec<u8>>, name: &str) -> Option<String> {
+    let name = isochron_rtsp::rtsp_types::HeaderName::try_from(name).ok()?;
+    r.header(&name).map(|v| v.as_str().to_string())
+}
+
+fn rtp(at: Instant, pkt: &[u8]) -> Option<Incoming> {
+    let (header, range) = RtpHeader::parse(pkt).ok()?;
+    Some(Incoming::Rtp(RtpPacket { at, header, payload: pkt[range].to_vec() }))
+}
+
+fn rtcp(at: Instant, pkt: &[u8]) -> Incoming {
+    let (mut bye, mut sr) = (false, false);
+    for p in parse_compound(pkt).flatten() {
+        match p {
+            RtcpPacket::Bye { .. } => bye = true,
+            RtcpPacket::SenderReport { .. } => sr = true,
+            _ => {}
+        }
+    }
+    Incoming::Rtcp { at, bye, sr }
+}
+
+async fn recv_loop(sock: UdpSocket, tx: mpsc::UnboundedSender<Incoming>, is_rtp: bool) {
+    let mut buf = vec![0u8; 65_536];
+    loop {
+        let Ok(n) = sock.recv(&mut buf).await else { return };
+        let at = Instant::now();
+        let item = if is_rtp { rtp(at, &buf[..n]) } else { Some(rtcp(at, &buf[..n])) };
+        if let Some(item) = item
+            && tx.send(item).is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// Binds an even/odd UDP port pair with large receive buffers.
+async fn udp_pair(ip: IpAddr) -> anyhow::Result<(UdpSocket, UdpSocket)> {
+    for _ in 0..64 {
+        let probe = std::net::UdpSocket::bind((ip, 0))?;
+        let p = probe.local_addr()?.port() & !1;
+        drop(probe);
+        if p == 0 || p == u16::MAX - 1 {
+            continue;
+        }
+        let (Ok(a), Ok(b)) = (bind_udp(ip, p), bind_udp(ip, p + 1)) else { continue };
+        return Ok((a, b));
+    }
+    bail!("no free UDP port pair")
+}
+
+fn bind_udp(ip: IpAddr, port: u16) -> std::io::Result<UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let addr = SocketAddr::new(ip, port);
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    let _ = s.set_recv_buffer_size(8 << 20);
+    s.bind(&addr.into())?;
+    s.set_nonblocking(true)?;
+    UdpSocket::from_std(s.into())
+}

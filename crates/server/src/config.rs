@@ -1,0 +1,382 @@
+//! The configuration file: one TOML document, every key optional, unknown keys rejected.
+//!
+//! The file format is kept apart from the cores' config structs (`SchedConfig`, the RTSP
+//! `ServerConfig`): [`ConfigFile`] is what users write, [`ConfigFile::validate`] turns it into
+//! checked runtime values once, at the edge ("parse, don't validate"). `config/example.toml` is the
+//! documentation of every key with its unit and default; a test proves it equals
+//! [`ConfigFile::default`], so the two cannot drift apart.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use isochron_base::Bytes;
+use isochron_sched::SchedConfig;
+use serde::{Deserialize, Serialize};
+
+/// The whole configuration file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConfigFile {
+    /// `[store]`: where media lives.
+    pub store: StoreSection,
+    /// `[rtsp]`: the RTSP listener and sessions.
+    pub rtsp: RtspSection,
+    /// `[sender]`: the packet sender thread.
+    pub sender: SenderSection,
+    /// `[sched]`: the block scheduler and cache.
+    pub sched: SchedSection,
+    /// `[http]`: the HTTP API.
+    pub http: HttpSection,
+    /// `[media]`: the watched media directory.
+    pub media: MediaSection,
+}
+
+/// `[store]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreSection {
+    /// Directory of the catalog and, unless `disks` is set, of the one disk. Default
+    /// `isochron-data`.
+    pub data_dir: PathBuf,
+    /// Block size of a new store, in KiB (a multiple of 4, at least 64). Default 1024.
+    pub block_size_kib: u64,
+    /// Disk directories of a new store. Default: none, meaning one disk at `<data_dir>/disk-0`.
+    pub disks: Vec<PathBuf>,
+    /// Seed a new store with the bundled demo clip, as `demo`. Default true.
+    pub seed_demo: bool,
+}
+
+impl Default for StoreSection {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("isochron-data"),
+            block_size_kib: 1024,
+            disks: Vec::new(),
+            seed_demo: true,
+        }
+    }
+}
+
+/// `[rtsp]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RtspSection {
+    /// Address the RTSP listener binds. Default `0.0.0.0:8554`.
+    pub listen: String,
+    /// UDP port for RTP; RTCP uses the next one. Shared by every session. 0 picks a free pair.
+    /// Default 6970.
+    pub rtp_port: u16,
+    /// Seconds without a request or RTCP before a UDP session is reaped; advertised in
+    /// `Session: …;timeout=`. Default 60.
+    pub session_timeout_s: u64,
+    /// Most RTSP sessions at once; more get 453. Default 1000.
+    pub max_sessions: usize,
+    /// Largest RTSP message accepted, in KiB; larger ones get 400 and the connection closes.
+    /// Default 64.
+    pub max_message_kib: u64,
+}
+
+impl Default for RtspSection {
+    fn default() -> Self {
+        Self {
+            listen: "0.0.0.0:8554".into(),
+            rtp_port: 6970,
+            session_timeout_s: 60,
+            max_sessions: 1000,
+            max_message_kib: 64,
+        }
+    }
+}
+
+/// `[sender]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SenderSection {
+    /// Interval between RTCP sender reports of a stream, in ms. Default 5000.
+    pub rtcp_interval_ms: u64,
+    /// Most packets handed to one `sendmmsg` call. Default 64.
+    pub batch_packets: usize,
+    /// UDP send buffer requested for the RTP socket, in KiB. Default 8192.
+    pub udp_send_buffer_kib: u64,
+    /// Frames queued per RTSP connection for interleaved (TCP) delivery before the stream waits
+    /// for the client. Default 512.
+    pub tcp_queue_frames: usize,
+}
+
+impl Default for SenderSection {
+    fn default() -> Self {
+        Self {
+            rtcp_interval_ms: 5000,
+            batch_packets: 64,
+            udp_send_buffer_kib: 8192,
+            tcp_queue_frames: 512,
+        }
+    }
+}
+
+/// `[sched]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedSection {
+    /// Blocks each playing stream keeps pinned (being sent + read ahead). Default 2.
+    pub read_ahead_blocks: u32,
+    /// Reads in flight per disk. Default 2.
+    pub disk_queue_depth: u32,
+    /// Block cache for unpinned blocks, in MiB. Default 256.
+    pub cache_mib: u64,
+    /// Delay from a start's first block in memory to its first packet, in ms. Default 20.
+    pub startup_delay_ms: u64,
+    /// Most streams admitted at once. Default 10000.
+    pub max_streams: usize,
+}
+
+impl Default for SchedSection {
+    fn default() -> Self {
+        let d = SchedConfig::default();
+        Self {
+            read_ahead_blocks: d.read_ahead_blocks,
+            disk_queue_depth: d.disk_queue_depth,
+            cache_mib: d.cache_capacity.0 >> 20,
+            startup_delay_ms: d.startup_delay.as_millis() as u64,
+            max_streams: d.max_streams,
+        }
+    }
+}
+
+/// `[http]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpSection {
+    /// Address the HTTP API binds; empty disables it. Default `0.0.0.0:8080`.
+    pub listen: String,
+}
+
+impl Default for HttpSection {
+    fn default() -> Self {
+        Self { listen: "0.0.0.0:8080".into() }
+    }
+}
+
+/// `[media]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MediaSection {
+    /// A directory whose `.ts` files are ingested and served, including files that appear while
+    /// the server runs. Default: none.
+    pub dir: Option<PathBuf>,
+    /// How often the directory is scanned, in ms. Default 1000.
+    pub scan_interval_ms: u64,
+}
+
+impl Default for MediaSection {
+    fn default() -> Self {
+        Self { dir: None, scan_interval_ms: 1000 }
+    }
+}
+
+/// A config problem, naming the key at fault.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The IO error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema (unknown key, wrong type …).
+    #[error("config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, which names the key and line.
+        message: String,
+    },
+    /// A key has a value out of range.
+    #[error("config key {key}: {message}")]
+    Invalid {
+        /// The dotted key, e.g. `store.block_size_kib`.
+        key: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Checked runtime settings derived from a [`ConfigFile`].
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The store directory.
+    pub data_dir: PathBuf,
+    /// Block size for a new store.
+    pub block_size: Bytes,
+    /// Disks for a new store.
+    pub disks: Vec<PathBuf>,
+    /// Seed a new store with the demo clip.
+    pub seed_demo: bool,
+    /// RTSP listen address.
+    pub rtsp_listen: SocketAddr,
+    /// RTP port (RTCP = +1); 0 = pick.
+    pub rtp_port: u16,
+    /// UDP session idle timeout.
+    pub session_timeout: Duration,
+    /// Session limit.
+    pub max_sessions: usize,
+    /// Largest RTSP message.
+    pub max_message: Bytes,
+    /// RTCP SR interval.
+    pub rtcp_interval: Duration,
+    /// sendmmsg batch.
+    pub batch_packets: usize,
+    /// UDP send buffer.
+    pub udp_send_buffer: Bytes,
+    /// Interleaved frames queued per connection.
+    pub tcp_queue_frames: usize,
+    /// The scheduler's config.
+    pub sched: SchedConfig,
+    /// HTTP listen address, if enabled.
+    pub http_listen: Option<SocketAddr>,
+    /// Watched media directory.
+    pub media_dir: Option<PathBuf>,
+    /// Scan interval of the media directory.
+    pub media_scan_interval: Duration,
+}
+
+impl ConfigFile {
+    /// Reads and parses `path`.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses TOML text; `path` is only used in messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        toml::from_str(text)
+            .map_err(|e| ConfigError::Parse { path: path.to_owned(), message: e.to_string() })
+    }
+
+    /// Checks every value and converts to runtime settings.
+    pub fn validate(&self) -> Result<Settings, ConfigError> {
+        let invalid = |key, message: &str| ConfigError::Invalid { key, message: message.into() };
+        let s = &self.store;
+        if s.block_size_kib < 64 || s.block_size_kib % 4 != 0 || s.block_size_kib > 64 * 1024 {
+            return Err(invalid(
+                "store.block_size_kib",
+                &format!("{} is not a multiple of 4 between 64 and 65536", s.block_size_kib),
+            ));
+        }
+        let addr = |key, v: &str| {
+            v.parse::<SocketAddr>().map_err(|e| ConfigError::Invalid {
+                key,
+                message: format!("{v:?} is not an address like 0.0.0.0:8554 ({e})"),
+            })
+        };
+        let rtsp_listen = addr("rtsp.listen", &self.rtsp.listen)?;
+        let http_listen = match self.http.listen.as_str() {
+            "" => None,
+            v => Some(addr("http.listen", v)?),
+        };
+        if self.rtsp.rtp_port == u16::MAX {
+            return Err(invalid("rtsp.rtp_port", "65535 leaves no port for RTCP"));
+        }
+        if self.rtsp.session_timeout_s < 5 {
+            return Err(invalid("rtsp.session_timeout_s", "must be at least 5"));
+        }
+        if self.rtsp.max_message_kib == 0 {
+            return Err(invalid("rtsp.max_message_kib", "must be at least 1"));
+        }
+        if self.sender.rtcp_interval_ms < 100 {
+            return Err(invalid("sender.rtcp_interval_ms", "must be at least 100"));
+        }
+        if !(1..=1024).contains(&self.sender.batch_packets) {
+            return Err(invalid("sender.batch_packets", "must be between 1 and 1024"));
+        }
+        if self.sender.tcp_queue_frames < 16 {
+            return Err(invalid("sender.tcp_queue_frames", "must be at least 16"));
+        }
+        if self.sched.read_ahead_blocks == 0 {
+            return Err(invalid("sched.read_ahead_blocks", "must be at least 1"));
+        }
+        if self.sched.disk_queue_depth == 0 {
+            return Err(invalid("sched.disk_queue_depth", "must be at least 1"));
+        }
+        if self.media.scan_interval_ms < 50 {
+            return Err(invalid("media.scan_interval_ms", "must be at least 50"));
+        }
+        Ok(Settings {
+            data_dir: s.data_dir.clone(),
+            block_size: Bytes::kib(s.block_size_kib),
+            disks: s.disks.clone(),
+            seed_demo: s.seed_demo,
+            rtsp_listen,
+            rtp_port: self.rtsp.rtp_port,
+            session_timeout: Duration::from_secs(self.rtsp.session_timeout_s),
+            max_sessions: self.rtsp.max_sessions,
+            max_message: Bytes::kib(self.rtsp.max_message_kib),
+            rtcp_interval: Duration::from_millis(self.sender.rtcp_interval_ms),
+            batch_packets: self.sender.batch_packets,
+            udp_send_buffer: Bytes::kib(self.sender.udp_send_buffer_kib),
+            tcp_queue_frames: self.sender.tcp_queue_frames,
+            sched: SchedConfig {
+                read_ahead_blocks: self.sched.read_ahead_blocks,
+                disk_queue_depth: self.sched.disk_queue_depth,
+                cache_capacity: Bytes::mib(self.sched.cache_mib),
+                startup_delay: Duration::from_millis(self.sched.startup_delay_ms),
+                max_streams: self.sched.max_streams,
+            },
+            http_listen,
+            media_dir: self.media.dir.clone(),
+            media_scan_interval: Duration::from_millis(self.media.scan_interval_ms),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = include_str!("../../../config/example.toml");
+
+    #[test]
+    fn shipped_example_equals_defaults() {
+        let parsed = ConfigFile::parse(EXAMPLE, Path::new("config/example.toml")).unwrap();
+        assert_eq!(parsed, ConfigFile::default());
+        parsed.validate().unwrap();
+    }
+
+    #[test]
+    fn empty_file_is_the_defaults() {
+        assert_eq!(ConfigFile::parse("", Path::new("x")).unwrap(), ConfigFile::default());
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let cases: &[(&str, &str)] = &[
+            ("[store]\nblock_sise_kib = 4", "unknown field `block_sise_kib`"),
+            ("[nope]\n", "unknown field `nope`"),
+            ("[rtsp]\nrtp_port = \"x\"", "rtp_port"),
+            ("[store]\nblock_size_kib = 100", "store.block_size_kib"),
+            ("[rtsp]\nlisten = \"localhost\"", "rtsp.listen"),
+            ("[http]\nlisten = \"1.2.3.4\"", "http.listen"),
+            ("[rtsp]\nsession_timeout_s = 1", "rtsp.session_timeout_s"),
+            ("[sender]\nbatch_packets = 0", "sender.batch_packets"),
+            ("[sched]\nread_ahead_blocks = 0", "sched.read_ahead_blocks"),
+        ];
+        for (text, want) in cases {
+            let msg = match ConfigFile::parse(text, Path::new("c.toml")) {
+                Err(e) => e.to_string(),
+                Ok(c) => c.validate().map(|_| ()).unwrap_err().to_string(),
+            };
+            assert!(msg.contains(want), "{text:?}: {msg:?} lacks {want:?}");
+        }
+    }
+
+    #[test]
+    fn http_can_be_disabled() {
+        let c = ConfigFile::parse("[http]\nlisten = \"\"", Path::new("c")).unwrap();
+        assert!(c.validate().unwrap().http_listen.is_none());
+    }
+}

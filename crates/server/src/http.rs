@@ -1,0 +1,170 @@
+//! The HTTP API: health, objects, sessions and Prometheus metrics.
+//!
+//! A small, versioned JSON API under `/api/v1/`, plus `/metrics` in the Prometheus text format.
+//! It reads state through the same command channels as everything else (the session manager, the
+//! scheduler and sender threads), so it never locks the streaming path.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Json};
+use axum::routing::get;
+use crossbeam_channel::Sender;
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::library::Library;
+use crate::sched_thread::{SchedCommand, SchedSnapshot};
+use crate::sender::{SenderCommand, SenderStats};
+use crate::sessions::SessionCommand;
+
+/// Handles the API needs.
+#[derive(Clone)]
+pub(crate) struct ApiState {
+    pub(crate) library: Arc<Library>,
+    pub(crate) sessions: mpsc::UnboundedSender<SessionCommand>,
+    pub(crate) sched: Sender<SchedCommand>,
+    pub(crate) sender: Sender<SenderCommand>,
+}
+
+/// The router.
+pub(crate) fn router(state: ApiState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/api/v1/objects", get(objects))
+        .route("/api/v1/sessions", get(sessions))
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
+/// An object as the API shows it.
+#[derive(Serialize)]
+struct ObjectJson {
+    name: String,
+    id: u64,
+    duration_s: f64,
+    bytes: u64,
+    blocks: usize,
+    packets: u64,
+    avg_bitrate_bps: u64,
+    peak_bitrate_bps: u64,
+    streams: Vec<String>,
+}
+
+async fn objects(State(s): State<ApiState>) -> Json<Vec<ObjectJson>> {
+    Json(
+        s.library
+            .list()
+            .iter()
+            .map(|e| {
+                let r = &e.record;
+                ObjectJson {
+                    name: r.name.clone(),
+                    id: r.id.0,
+                    duration_s: r.duration.as_secs_f64(),
+                    bytes: r.ts_bytes.0,
+                    blocks: r.blocks.len(),
+                    packets: r.packets,
+                    avg_bitrate_bps: r.avg_bitrate.0,
+                    peak_bitrate_bps: r.peak_bitrate.0,
+                    streams: r.streams.iter().map(|d| format!("{} {}", d.kind, d.codec)).collect(),
+                }
+            })
+            .collect(),
+    )
+}
+
+async fn sessions(State(s): State<ApiState>) -> impl IntoResponse {
+    let (tx, rx) = oneshot::channel();
+    if s.sessions.send(SessionCommand::List { reply: tx }).is_err() {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
+    match rx.await {
+        Ok(list) => Json(list).into_response(),
+        Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    }
+}
+
+async fn metrics(State(s): State<ApiState>) -> impl IntoResponse {
+    let (stx, srx) = oneshot::channel::<SchedSnapshot>();
+    let (ptx, prx) = oneshot::channel::<SenderStats>();
+    let (ltx, lrx) = oneshot::channel();
+    let _ = s.sched.send(SchedCommand::Stats { reply: stx });
+    let _ = s.sender.send(SenderCommand::Stats { reply: ptx });
+    let _ = s.sessions.send(SessionCommand::List { reply: ltx });
+    let (Ok(sched), Ok(send), Ok(list)) = (srx.await, prx.await, lrx.await) else {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    };
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, value: f64| {
+        let _ = writeln!(out, "# HELP isochron_{name} {help}\n# TYPE isochron_{name} {kind}");
+        let _ = writeln!(out, "isochron_{name} {value}");
+    };
+    let c = sched.stats.cache;
+    metric("sessions", "gauge", "RTSP sessions.", list.len() as f64);
+    metric("streams", "gauge", "Streams admitted by the scheduler.", sched.streams as f64);
+    metric("objects", "gauge", "Playable objects.", s.library.list().len() as f64);
+    metric("packets_sent_total", "counter", "RTP packets sent.", send.pacer.packets as f64);
+    metric(
+        "payload_bytes_sent_total",
+        "counter",
+        "RTP payload bytes sent.",
+        send.pacer.payload_bytes as f64,
+    );
+    metric(
+        "send_errors_total",
+        "counter",
+        "Datagrams the kernel refused.",
+        send.send_errors as f64,
+    );
+    metric("sendmmsg_calls_total", "counter", "sendmmsg calls.", send.syscalls as f64);
+    metric(
+        "underruns_total",
+        "counter",
+        "Packets due whose block was not in memory.",
+        send.pacer.underruns as f64,
+    );
+    metric(
+        "packet_lateness_max_seconds",
+        "gauge",
+        "Largest delay of a packet past its send time.",
+        send.pacer.lateness_us_max as f64 / 1e6,
+    );
+    metric(
+        "disk_bytes_total",
+        "counter",
+        "Block bytes delivered from disk reads (Yima B_disk).",
+        c.bytes_from_disk as f64,
+    );
+    metric(
+        "cache_bytes_total",
+        "counter",
+        "Block bytes delivered from the cache (Yima B_cache).",
+        c.bytes_from_cache as f64,
+    );
+    metric("cache_used_bytes", "gauge", "Bytes held by the block cache.", sched.cache_bytes as f64);
+    metric("reads_total", "counter", "Block reads issued.", sched.stats.reads as f64);
+    metric(
+        "late_reads_total",
+        "counter",
+        "Block reads finished after their deadline.",
+        sched.stats.late_reads as f64,
+    );
+    metric(
+        "failed_reads_total",
+        "counter",
+        "Block reads that failed.",
+        sched.stats.failed_reads as f64,
+    );
+    metric("admission_accepts_total", "counter", "Streams admitted.", sched.stats.admitted as f64);
+    metric("admission_rejects_total", "counter", "Streams rejected.", sched.stats.rejected as f64);
+    let _ = writeln!(out, "# HELP isochron_disk_queue_depth Reads queued or in flight per disk.");
+    let _ = writeln!(out, "# TYPE isochron_disk_queue_depth gauge");
+    for (d, n) in &sched.disk_queues {
+        let _ = writeln!(out, "isochron_disk_queue_depth{{disk=\"{d}\"}} {n}");
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}

@@ -1,0 +1,120 @@
+//! The objects the server can play, as the session manager and the scheduler need them.
+//!
+//! Built from the catalog at start and updated when the server ingests a file. Each entry pairs
+//! the catalog record (duration, seek points, rates) with the object's [`ObjectPlan`]: every
+//! block's disk (from placement), first GSN, first send time and size, computed once and shared
+//! by every stream of the object.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use isochron_base::{BlockIndex, Bytes, ObjectId};
+use isochron_diskio::Store;
+use isochron_rtsp::server::Presentation;
+use isochron_sched::{ObjectPlan, PlannedBlock};
+use isochron_store::block::BLOCK_ALIGN;
+use isochron_store::catalog::ObjectRecord;
+
+/// One playable object.
+#[derive(Debug)]
+pub struct ObjectEntry {
+    /// The catalog record.
+    pub record: ObjectRecord,
+    /// Where its blocks are.
+    pub plan: Arc<ObjectPlan>,
+}
+
+impl ObjectEntry {
+    /// The entry for `record`, placing its blocks with `store`'s current placement.
+    #[must_use]
+    pub fn new(store: &Store, record: ObjectRecord) -> Self {
+        let blocks = record
+            .blocks
+            .iter()
+            .enumerate()
+            .map(|(i, b)| PlannedBlock {
+                disk: store.locate(&record, BlockIndex(i as u32)),
+                first_gsn: b.first_gsn,
+                first_send_time: b.first_send_time,
+                len: Bytes(u64::from(b.encoded_len)).align_up(BLOCK_ALIGN as u64),
+            })
+            .collect();
+        let plan = Arc::new(ObjectPlan { object: record.id, blocks });
+        Self { record, plan }
+    }
+}
+
+/// The set of playable objects, read by many, written by the ingest path.
+#[derive(Debug, Default)]
+pub struct Library {
+    by_name: RwLock<HashMap<String, Arc<ObjectEntry>>>,
+}
+
+impl Library {
+    /// The library of every object in `store`.
+    pub fn load(store: &Store) -> Result<Self, isochron_store::catalog::CatalogError> {
+        use isochron_store::catalog::Catalog;
+        let lib = Self::default();
+        for rec in store.catalog().objects()? {
+            lib.insert(Arc::new(ObjectEntry::new(store, rec)));
+        }
+        Ok(lib)
+    }
+
+    /// Adds or replaces an entry.
+    pub fn insert(&self, entry: Arc<ObjectEntry>) {
+        self.write().insert(entry.record.name.clone(), entry);
+    }
+
+    /// Removes an entry.
+    pub fn remove(&self, name: &str) -> Option<Arc<ObjectEntry>> {
+        self.write().remove(name)
+    }
+
+    /// The entry named `name`.
+    #[must_use]
+    pub fn get(&self, name: &str) -> Option<Arc<ObjectEntry>> {
+        self.read().get(name).cloned()
+    }
+
+    /// The entry of object `id`.
+    #[must_use]
+    pub fn by_id(&self, id: ObjectId) -> Option<Arc<ObjectEntry>> {
+        self.read().values().find(|e| e.record.id == id).cloned()
+    }
+
+    /// Every entry, sorted by name.
+    #[must_use]
+    pub fn list(&self) -> Vec<Arc<ObjectEntry>> {
+        let mut v: Vec<_> = self.read().values().cloned().collect();
+        v.sort_by(|a, b| a.record.name.cmp(&b.record.name));
+        v
+    }
+
+    /// Whether an object named `name` exists.
+    #[must_use]
+    pub fn contains(&self, name: &str) -> bool {
+        self.read().contains_key(name)
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<ObjectEntry>>> {
+        // A writer that panicked left the map itself intact (inserts and removes are atomic).
+        self.by_name.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<ObjectEntry>>> {
+        self.by_name.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl isochron_rtsp::server::Library for Library {
+    fn lookup(&self, name: &str) -> Option<Presentation> {
+        let e = self.get(name)?;
+        Some(Presentation {
+            object: e.record.id,
+            name: e.record.name.clone(),
+            duration: e.record.duration,
+            avg_bitrate: e.record.avg_bitrate,
+        })
+    }
+}

@@ -1,0 +1,356 @@
+//! The sender thread: puts every stream's packets on the wire at their send times.
+//!
+//! Why a dedicated OS thread rather than tokio tasks: pacing is a timer problem with thousands of
+//! deadlines per second, and the natural batch unit (one `sendmmsg` with the due packets of every
+//! session) spans all streams. One thread owns the [`Pacer`] and the transports, is fed a closed
+//! [`SenderCommand`] enum over one channel, and sleeps exactly until the next packet is due.
+//!
+//! UDP packets go out through the shared RTP socket in batches; RTCP through the shared RTCP
+//! socket. Interleaved (TCP) packets are handed to their connection's writer task as
+//! [`OutFrame`]s holding a reference to the block, never a copy; when a connection's queue is
+//! full the stream waits (backpressure) instead of dropping or queueing without bound.
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use isochron_base::{BlockIndex, MediaTime, StreamId};
+use isochron_diskio::AlignedBuf;
+use isochron_rtp::{NtpTimestamp, PT_MP2T, RtpHeader, SenderReport, interleaved_prefix, rtcp};
+use isochron_rtsp::server::Position;
+use isochron_sched::Anchor;
+use isochron_store::block::Block;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, warn};
+
+use crate::clock::Clock;
+use crate::net::{Batch, UdpPair};
+use crate::pacer::{Pacer, PacerConfig, PacerEvent, PacerStats, StreamSetup, Transmit};
+use crate::sched_thread::SchedCommand;
+use crate::sessions::SessionCommand;
+
+/// A block as the server holds it: parsed, checksum-verified, in an O_DIRECT-aligned buffer.
+pub type SharedBlock = Arc<Block<AlignedBuf>>;
+
+/// One interleaved frame for a connection's writer (RFC 2326 §10.12).
+#[derive(Debug)]
+pub enum OutFrame {
+    /// An RTP packet: `$`, channel, length, the RTP header, then the payload from the block.
+    Rtp {
+        /// The 4-byte interleave prefix and the 12-byte RTP header.
+        head: [u8; 16],
+        /// The block holding the payload.
+        block: SharedBlock,
+        /// The packet's index in the block.
+        packet: usize,
+    },
+    /// An RTCP compound packet with its interleave prefix.
+    Rtcp(Vec<u8>),
+}
+
+impl OutFrame {
+    /// The frame's bytes, in up to two slices.
+    #[must_use]
+    pub fn parts(&self) -> (&[u8], &[u8]) {
+        match self {
+            Self::Rtp { head, block, packet } => (head, block.packet(*packet).payload),
+            Self::Rtcp(b) => (b, &[]),
+        }
+    }
+}
+
+/// Where a stream's packets go.
+#[derive(Clone, Debug)]
+pub enum StreamTransport {
+    /// UDP to the client's ports.
+    Udp {
+        /// Client RTP address.
+        rtp: SocketAddr,
+        /// Client RTCP address.
+        rtcp: SocketAddr,
+    },
+    /// Interleaved on the RTSP connection.
+    Interleaved {
+        /// The connection's frame queue.
+        frames: mpsc::Sender<OutFrame>,
+        /// RTP channel.
+        rtp_channel: u8,
+        /// RTCP channel.
+        rtcp_channel: u8,
+    },
+}
+
+/// Commands to the sender thread.
+#[derive(Debug)]
+pub enum SenderCommand {
+    /// A new stream.
+    Add {
+        /// Pacing parameters.
+        setup: StreamSetup,
+        /// Its transport.
+        transport: StreamTransport,
+        /// The RTCP CNAME to announce.
+        cname: String,
+    },
+    /// Start run `run` at `start`.
+    Play {
+        /// The stream.
+        stream: StreamId,
+        /// The run number (matches the scheduler's).
+        run: u64,
+        /// First packet.
+        start: Position,
+        /// Last media time to send, if the PLAY range had an end.
+        end: Option<MediaTime>,
+    },
+    /// A block from the scheduler.
+    Block {
+        /// The stream.
+        stream: StreamId,
+        /// The run it was read for.
+        run: u64,
+        /// Its index.
+        index: BlockIndex,
+        /// The block.
+        block: SharedBlock,
+        /// The pacing anchor, on the first block of a run.
+        anchor: Option<Anchor>,
+    },
+    /// Stop sending and report the position.
+    Pause {
+        /// The stream.
+        stream: StreamId,
+        /// Where it stopped (`None` for an unknown stream).
+        reply: oneshot::Sender<Option<Position>>,
+    },
+    /// Forget a stream.
+    Remove {
+        /// The stream.
+        stream: StreamId,
+    },
+    /// Report counters.
+    Stats {
+        /// The reply.
+        reply: oneshot::Sender<SenderStats>,
+    },
+    /// Exit the thread.
+    Shutdown,
+}
+
+/// Sender counters.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SenderStats {
+    /// The pacer's counters.
+    pub pacer: PacerStats,
+    /// `sendmmsg` calls made.
+    pub syscalls: u64,
+    /// Datagrams the kernel refused.
+    pub send_errors: u64,
+    /// Streams registered.
+    pub streams: usize,
+}
+
+struct StreamOut {
+    transport: StreamTransport,
+    ssrc: u32,
+    cname: String,
+}
+
+/// Everything the thread needs.
+pub(crate) struct SenderThread {
+    pub(crate) clock: Clock,
+    pub(crate) rx: Receiver<SenderCommand>,
+    pub(crate) udp: Arc<UdpPair>,
+    pub(crate) sched: Sender<SchedCommand>,
+    pub(crate) sessions: mpsc::UnboundedSender<SessionCommand>,
+    pub(crate) rtcp_interval: Duration,
+    pub(crate) batch_packets: usize,
+}
+
+impl SenderThread {
+    /// Runs until `Shutdown` or until every command sender is gone.
+    pub(crate) fn run(self) {
+        let mut pacer: Pacer<AlignedBuf> =
+            Pacer::new(PacerConfig { rtcp_interval: self.rtcp_interval, ..PacerConfig::default() });
+        let mut outs: HashMap<StreamId, StreamOut> = HashMap::new();
+        let mut batch = Batch::with_capacity(self.batch_packets);
+        // Blocks referenced by the batch stay alive until it is sent.
+        let mut held: Vec<SharedBlock> = Vec::with_capacity(self.batch_packets);
+        let mut rtcp_buf = Vec::with_capacity(256);
+        let mut stats = SenderStats::default();
+        loop {
+            // Wait for a command or the next due packet.
+            let now = self.clock.now();
+            let first = match pacer.poll_timeout() {
+                Some(t) if t <= now => self.rx.try_recv().ok(),
+                Some(t) => match self.rx.recv_timeout(t - now) {
+                    Ok(c) => Some(c),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => return,
+                },
+                None => match self.rx.recv() {
+                    Ok(c) => Some(c),
+                    Err(_) => return,
+                },
+            };
+            for cmd in first.into_iter().chain(std::iter::from_fn(|| self.rx.try_recv().ok())) {
+                match cmd {
+                    SenderCommand::Add { setup, transport, cname } => {
+                        pacer.handle_add(setup);
+                        outs.insert(setup.stream, StreamOut { transport, ssrc: setup.ssrc, cname });
+                    }
+                    SenderCommand::Play { stream, run, start, end } => {
+                        pacer.handle_play(stream, run, start, end);
+                    }
+                    SenderCommand::Block { stream, run, index, block, anchor } => {
+                        pacer.handle_block(stream, run, index, block, anchor);
+                    }
+                    SenderCommand::Pause { stream, reply } => {
+                        let _ = reply.send(pacer.handle_pause(stream));
+                    }
+                    SenderCommand::Remove { stream } => {
+                        pacer.handle_remove(stream);
+                        outs.remove(&stream);
+                    }
+                    SenderCommand::Stats { reply } => {
+                        stats.pacer = pacer.stats();
+                        stats.streams = pacer.stream_count();
+                        let _ = reply.send(stats);
+                    }
+                    SenderCommand::Shutdown => return,
+                }
+            }
+
+            // Send everything due, in batches.
+            let now = self.clock.now();
+            loop {
+                let can_send = |s: StreamId| match outs.get(&s).map(|o| &o.transport) {
+                    Some(StreamTransport::Interleaved { frames, .. }) => frames.capacity() > 1,
+                    _ => true,
+                };
+                let Some(t) = pacer.poll_transmit(now, can_send) else { break };
+                match t {
+                    Transmit::Rtp { stream, block, packet, seq, timestamp, marker } => {
+                        let Some(out) = outs.get(&stream) else { continue };
+                        let header = RtpHeader {
+                            marker,
+                            payload_type: PT_MP2T,
+                            sequence: seq,
+                            timestamp,
+                            ssrc: out.ssrc,
+                        }
+                        .to_bytes();
+                        match &out.transport {
+                            StreamTransport::Udp { rtp, .. } => {
+                                batch.push(*rtp, header, block.packet(packet).payload);
+                                held.push(block);
+                                if batch.len() >= self.batch_packets {
+                                    flush(&mut batch, &mut held, &self.udp.rtp, &mut stats);
+                                }
+                            }
+                            StreamTransport::Interleaved { frames, rtp_channel, .. } => {
+                                let len = 12 + block.packet(packet).payload.len();
+                                let mut head = [0u8; 16];
+                                head[..4]
+                                    .copy_from_slice(&interleaved_prefix(*rtp_channel, len as u16));
+                                head[4..].copy_from_slice(&header);
+                                // `can_send` saw room and this thread is the queue's only
+                                // RTP producer, so this does not fail for lack of room.
+                                let _ = frames.try_send(OutFrame::Rtp { head, block, packet });
+                            }
+                        }
+                    }
+                    Transmit::Rtcp { stream, rtp_timestamp, packets, octets, bye } => {
+                        let Some(out) = outs.get(&stream) else { continue };
+                        // RTP queued in the batch goes first: a BYE must not overtake the last
+                        // packets (GStreamer ends the stream on BYE and drops what follows).
+                        flush(&mut batch, &mut held, &self.udp.rtp, &mut stats);
+                        rtcp_buf.clear();
+                        build_rtcp(&mut rtcp_buf, out, rtp_timestamp, packets, octets, bye);
+                        send_rtcp(&self.udp.rtcp, out, &rtcp_buf);
+                    }
+                }
+            }
+            flush(&mut batch, &mut held, &self.udp.rtp, &mut stats);
+
+            while let Some(ev) = pacer.poll_event() {
+                match ev {
+                    PacerEvent::BlockDone { stream, run, index } => {
+                        let _ = self.sched.send(SchedCommand::BlockDone { stream, run, index });
+                    }
+                    PacerEvent::EndOfStream { stream, at } => {
+                        debug!(%stream, gsn = %at.gsn, "end of stream");
+                        let _ = self.sched.send(SchedCommand::Stop { stream });
+                        let _ = self.sessions.send(SessionCommand::EndOfStream { stream, at });
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn flush(
+    batch: &mut Batch,
+    held: &mut Vec<SharedBlock>,
+    socket: &UdpSocket,
+    stats: &mut SenderStats,
+) {
+    if batch.is_empty() {
+        return;
+    }
+    let n = batch.len();
+    stats.syscalls += 1;
+    match batch.send(socket) {
+        Ok(sent) => stats.send_errors += (n - sent) as u64,
+        Err(e) => {
+            stats.send_errors += n as u64;
+            warn!(error = %e, "sendmmsg failed");
+        }
+    }
+    held.clear();
+}
+
+fn build_rtcp(
+    out: &mut Vec<u8>,
+    s: &StreamOut,
+    rtp_timestamp: u32,
+    packets: u32,
+    octets: u32,
+    bye: bool,
+) {
+    let unix_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let sr = SenderReport {
+        ssrc: s.ssrc,
+        ntp: NtpTimestamp::from_unix_nanos(unix_ns),
+        rtp_timestamp,
+        packet_count: packets,
+        octet_count: octets,
+    };
+    rtcp::write_sender_report(out, &sr);
+    rtcp::write_sdes_cname(out, s.ssrc, &s.cname);
+    if bye {
+        rtcp::write_bye(out, s.ssrc);
+    }
+}
+
+fn send_rtcp(socket: &UdpSocket, s: &StreamOut, pkt: &[u8]) {
+    match &s.transport {
+        StreamTransport::Udp { rtcp, .. } => {
+            if let Err(e) = socket.send_to(pkt, rtcp) {
+                debug!(error = %e, to = %rtcp, "RTCP send failed");
+            }
+        }
+        StreamTransport::Interleaved { frames, rtcp_channel, .. } => {
+            let mut b = Vec::with_capacity(4 + pkt.len());
+            b.extend_from_slice(&interleaved_prefix(*rtcp_channel, pkt.len() as u16));
+            b.extend_from_slice(pkt);
+            // RTP leaves the last slot of the queue free (see `can_send`), so a report finds room
+            // unless the client stopped reading; then dropping it is harmless (RFC 3550 §6).
+            if frames.try_send(OutFrame::Rtcp(b)).is_err() {
+                debug!("interleaved RTCP dropped: connection queue full or closed");
+            }
+        }
+    }
+}

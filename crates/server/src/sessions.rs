@@ -1,0 +1,357 @@
+//! The session manager: the one owner of the RTSP session core.
+//!
+//! RTSP requests from every connection, RTCP liveness from the RTCP socket and from interleaved
+//! channels, end-of-stream notices from the sender, and the reaping tick all arrive as
+//! [`SessionCommand`]s on one channel. The manager feeds them to the sans-IO
+//! [`ServerCore`](isochron_rtsp::server::ServerCore), and carries out the data-plane actions the
+//! core hands back: admission and starts at the scheduler thread, play/pause at the sender thread.
+//!
+//! PLAY order matters (rtsp-interop §1.8): the response (with RTP-Info computed from the start
+//! packet's GSN and send time) is returned to the connection before the first packet can leave;
+//! the scheduler anchors the stream's clock `startup_delay` after its first block is in memory.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::Sender;
+use isochron_base::{BlockIndex, StreamId};
+use isochron_rtsp::rtsp_types::{Request, Response};
+use isochron_rtsp::server::{
+    ConnId, ConnInfo, Event, Handled, PauseAction, PlayAction, PlayOutcome, PlayStart, Position,
+    ServerCore, SessionTransport,
+};
+use isochron_sched::{Admission, OpenStream};
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, info, warn};
+
+use crate::clock::Clock;
+use crate::library::{Library, ObjectEntry};
+use crate::pacer::StreamSetup;
+use crate::sched_thread::SchedCommand;
+use crate::sender::{OutFrame, SenderCommand, StreamTransport};
+
+/// Commands to the session manager.
+#[derive(Debug)]
+pub enum SessionCommand {
+    /// An RTSP request from a connection, answered on `reply`.
+    Request {
+        /// The connection.
+        conn: ConnInfo,
+        /// The request.
+        req: Box<Request<Vec<u8>>>,
+        /// The response.
+        reply: oneshot::Sender<Response<Vec<u8>>>,
+    },
+    /// A connection opened; `frames` is its interleaved frame queue.
+    ConnOpened {
+        /// The connection.
+        conn: ConnId,
+        /// Its frame queue.
+        frames: mpsc::Sender<OutFrame>,
+    },
+    /// A connection closed.
+    ConnClosed {
+        /// The connection.
+        conn: ConnId,
+    },
+    /// RTCP arrived on the UDP socket, naming these media SSRCs.
+    Rtcp {
+        /// SSRCs of our streams it reports on.
+        media_ssrcs: Vec<u32>,
+    },
+    /// RTCP arrived interleaved on a connection.
+    InterleavedRtcp {
+        /// The connection.
+        conn: ConnId,
+        /// The channel.
+        channel: u8,
+    },
+    /// The sender sent a stream's last packet.
+    EndOfStream {
+        /// The stream.
+        stream: StreamId,
+        /// Position after the last packet.
+        at: Position,
+    },
+    /// A block of a stream could not be read.
+    ReadFailed {
+        /// The stream.
+        stream: StreamId,
+        /// Why.
+        error: String,
+    },
+    /// List the sessions.
+    List {
+        /// The reply.
+        reply: oneshot::Sender<Vec<SessionInfo>>,
+    },
+}
+
+/// A session as the HTTP API shows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct SessionInfo {
+    /// The RTSP session id.
+    pub id: String,
+    /// The stream id.
+    pub stream: u64,
+    /// The object's name.
+    pub object: String,
+    /// `ready`, `playing` or `paused`.
+    pub state: String,
+    /// `udp` or `tcp`.
+    pub transport: String,
+}
+
+struct StreamState {
+    entry: Arc<ObjectEntry>,
+    run: u64,
+    opened: bool,
+}
+
+/// Everything the manager needs.
+pub(crate) struct Manager {
+    pub(crate) core: ServerCore,
+    pub(crate) library: Arc<Library>,
+    pub(crate) clock: Clock,
+    pub(crate) sched: Sender<SchedCommand>,
+    pub(crate) sender: Sender<SenderCommand>,
+    pub(crate) cname: String,
+    pub(crate) conns: HashMap<ConnId, mpsc::Sender<OutFrame>>,
+    streams: HashMap<StreamId, StreamState>,
+}
+
+impl Manager {
+    /// A manager around `core`.
+    pub(crate) fn new(
+        core: ServerCore,
+        library: Arc<Library>,
+        clock: Clock,
+        sched: Sender<SchedCommand>,
+        sender: Sender<SenderCommand>,
+        cname: String,
+    ) -> Self {
+        Self {
+            core,
+            library,
+            clock,
+            sched,
+            sender,
+            cname,
+            conns: HashMap::new(),
+            streams: HashMap::new(),
+        }
+    }
+
+    /// Runs until every command sender is gone.
+    pub(crate) async fn run(mut self, mut rx: mpsc::UnboundedReceiver<SessionCommand>) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                cmd = rx.recv() => match cmd {
+                    Some(cmd) => self.handle(cmd).await,
+                    None => break,
+                },
+                _ = tick.tick() => {
+                    let now = self.clock.now();
+                    self.core.handle_timeout(now);
+                }
+            }
+            self.drain_events();
+        }
+    }
+
+    async fn handle(&mut self, cmd: SessionCommand) {
+        let now = self.clock.now();
+        match cmd {
+            SessionCommand::Request { conn, req, reply } => {
+                let resp = match self.core.handle_request(now, &conn, &req, &*self.library) {
+                    Handled::Respond(r) => r,
+                    Handled::Play(action) => self.play(action).await,
+                    Handled::Pause(action) => self.pause(action).await,
+                };
+                let _ = reply.send(resp);
+            }
+            SessionCommand::ConnOpened { conn, frames } => {
+                self.conns.insert(conn, frames);
+            }
+            SessionCommand::ConnClosed { conn } => {
+                self.conns.remove(&conn);
+                self.core.handle_conn_closed(now, conn);
+            }
+            SessionCommand::Rtcp { media_ssrcs } => {
+                for ssrc in media_ssrcs {
+                    self.core.handle_rtcp(now, ssrc);
+                }
+            }
+            SessionCommand::InterleavedRtcp { conn, channel } => {
+                self.core.handle_interleaved_rtcp(now, conn, channel);
+            }
+            SessionCommand::EndOfStream { stream, at } => {
+                self.core.handle_end_of_stream(now, stream, at);
+            }
+            SessionCommand::ReadFailed { stream, error } => {
+                warn!(%stream, %error, "ending stream: a block could not be read");
+                let (tx, rx) = oneshot::channel();
+                let _ = self.sender.send(SenderCommand::Pause { stream, reply: tx });
+                if let Ok(Some(at)) = rx.await {
+                    // The client gets no more data; the session stays until TEARDOWN or timeout.
+                    self.core.handle_end_of_stream(now, stream, at);
+                }
+            }
+            SessionCommand::List { reply } => {
+                let _ = reply.send(self.list());
+            }
+        }
+    }
+
+    async fn play(&mut self, action: PlayAction) -> Response<Vec<u8>> {
+        let now = self.clock.now();
+        let stream = action.stream;
+        let entry = match self.streams.get(&stream) {
+            Some(s) => Arc::clone(&s.entry),
+            None => match self.library.by_id(action.object) {
+                Some(e) => e,
+                None => {
+                    let outcome = PlayOutcome::Failed { reason: "object was removed".into() };
+                    return self.core.finish_play(now, action, outcome);
+                }
+            },
+        };
+        if !self.streams.get(&stream).is_some_and(|s| s.opened) {
+            if let Err(outcome) = self.open(stream, &entry).await {
+                return self.core.finish_play(now, action, outcome);
+            }
+        }
+        let rec = &entry.record;
+        let start = match action.start {
+            PlayStart::Seek(t) => {
+                let sp = rec.seek(t);
+                Position { gsn: sp.gsn, time: sp.time }
+            }
+            PlayStart::Resume(pos) => pos,
+            PlayStart::Beginning => {
+                let sp = rec.seek(isochron_base::MediaTime::ZERO);
+                Position { gsn: sp.gsn, time: sp.time }
+            }
+        };
+        let from = entry.plan.block_of(start.gsn).unwrap_or(BlockIndex(0));
+        let state = self.streams.get_mut(&stream).expect("opened above");
+        state.run += 1;
+        let run = state.run;
+        let end = action.end;
+        let _ = self.sender.send(SenderCommand::Play { stream, run, start, end });
+        let _ = self.sched.send(SchedCommand::Start { stream, run, from, media: start.time });
+        debug!(%stream, run, gsn = %start.gsn, npt = %start.time, "play");
+        let outcome = PlayOutcome::Started { first: start, end: end.unwrap_or(rec.duration) };
+        self.core.finish_play(now, action, outcome)
+    }
+
+    /// Admits the stream at the scheduler and registers it with the sender.
+    async fn open(
+        &mut self,
+        stream: StreamId,
+        entry: &Arc<ObjectEntry>,
+    ) -> Result<(), PlayOutcome> {
+        let (tx, rx) = oneshot::channel();
+        let req = OpenStream {
+            stream,
+            plan: Arc::clone(&entry.plan),
+            avg_bitrate: entry.record.avg_bitrate,
+            peak_bitrate: entry.record.peak_bitrate,
+        };
+        let _ = self.sched.send(SchedCommand::Open { req, reply: tx });
+        match rx.await {
+            Ok(Admission::Admit) => {}
+            Ok(Admission::Reject(reason)) => {
+                info!(%stream, object = %entry.record.name, %reason, "admission: rejected");
+                return Err(PlayOutcome::Rejected { reason: reason.to_string() });
+            }
+            Err(_) => return Err(PlayOutcome::Failed { reason: "scheduler stopped".into() }),
+        }
+        let Some(view) = self.core.session_by_stream(stream) else {
+            return Err(PlayOutcome::Failed { reason: "session vanished".into() });
+        };
+        let transport = match view.transport() {
+            SessionTransport::Udp { client_rtp, client_rtcp } => {
+                StreamTransport::Udp { rtp: *client_rtp, rtcp: *client_rtcp }
+            }
+            SessionTransport::Interleaved { conn, rtp_channel, rtcp_channel } => {
+                let Some(frames) = self.conns.get(conn) else {
+                    return Err(PlayOutcome::Failed { reason: "connection closed".into() });
+                };
+                StreamTransport::Interleaved {
+                    frames: frames.clone(),
+                    rtp_channel: *rtp_channel,
+                    rtcp_channel: *rtcp_channel,
+                }
+            }
+        };
+        let last_block = BlockIndex(entry.plan.blocks.len().saturating_sub(1) as u32);
+        let setup = StreamSetup {
+            stream,
+            ssrc: view.ssrc(),
+            seq_offset: view.seq_offset(),
+            rtp_ts_offset: view.rtp_ts_offset(),
+            last_block,
+        };
+        let _ =
+            self.sender.send(SenderCommand::Add { setup, transport, cname: self.cname.clone() });
+        info!(%stream, object = %entry.record.name, "admission: admitted");
+        self.streams.insert(stream, StreamState { entry: Arc::clone(entry), run: 0, opened: true });
+        Ok(())
+    }
+
+    async fn pause(&mut self, action: PauseAction) -> Response<Vec<u8>> {
+        let stream = action.stream;
+        let (tx, rx) = oneshot::channel();
+        let _ = self.sender.send(SenderCommand::Pause { stream, reply: tx });
+        let at = rx.await.ok().flatten();
+        let _ = self.sched.send(SchedCommand::Stop { stream });
+        let at = at.unwrap_or_else(|| {
+            let sp = self.streams.get(&stream).map(|s| s.entry.record.seek(Default::default()));
+            sp.map_or(Position { gsn: Default::default(), time: Default::default() }, |sp| {
+                Position { gsn: sp.gsn, time: sp.time }
+            })
+        });
+        let now = self.clock.now();
+        self.core.finish_pause(now, action, at)
+    }
+
+    fn drain_events(&mut self) {
+        while let Some(ev) = self.core.poll_event() {
+            match ev {
+                Event::Closed { session, stream, reason } => {
+                    debug!(%stream, ?session, ?reason, "session closed");
+                    if self.streams.remove(&stream).is_some() {
+                        let _ = self.sender.send(SenderCommand::Remove { stream });
+                        let _ = self.sched.send(SchedCommand::Close { stream });
+                    }
+                }
+                #[allow(unreachable_patterns)]
+                _ => {}
+            }
+        }
+    }
+
+    fn list(&self) -> Vec<SessionInfo> {
+        self.core
+            .sessions()
+            .map(|v| SessionInfo {
+                id: v.id().to_string(),
+                stream: v.stream().0,
+                object: self
+                    .library
+                    .by_id(v.object())
+                    .map_or_else(|| v.object().to_string(), |e| e.record.name.clone()),
+                state: format!("{:?}", v.state()).to_lowercase(),
+                transport: match v.transport() {
+                    SessionTransport::Udp { .. } => "udp".into(),
+                    SessionTransport::Interleaved { .. } => "tcp".into(),
+                },
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Mechanical checks of the architecture invariants in docs/ARCHITECTURE.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fail=0
+cores=(isochron-base isochron-media isochron-rtp isochron-rtsp isochron-store isochron-sched)
+
+# 1. The sans-IO cores never depend on an async runtime or on platform IO crates.
+for c in "${cores[@]}"; do
+  bad=$(cargo tree -p "$c" -e normal --prefix none --locked 2>/dev/null \
+        | grep -E '^(tokio|mio|socket2|libc|nix|redb|axum|hyper) ' | sort -u || true)
+  if [ -n "$bad" ]; then
+    echo "invariant broken: core crate $c depends on: $bad"; fail=1
+  fi
+done
+
+# 2. Only diskio (storage) and server/loadgen (network) touch libc directly.
+for c in "${cores[@]}" isochron; do
+  if cargo tree -p "$c" -e normal --depth 1 --prefix none --locked 2>/dev/null | grep -q '^libc '; then
+    echo "invariant broken: $c depends on libc directly"; fail=1
+  fi
+done
+
+# 3. Every core crate has a clippy.toml that forbids clocks, sleeping, threads, files and sockets
+#    (clippy enforces it in the clippy gate).
+for dir in base media rtp rtsp store sched; do
+  f="crates/$dir/clippy.toml"
+  if ! grep -q 'std::time::Instant::now' "$f" 2>/dev/null; then
+    echo "invariant broken: $f missing or does not forbid the clock"; fail=1
+  fi
+done
+
+# 4. Only server, loadgen and the binary name tokio in their manifests.
+for m in crates/*/Cargo.toml; do
+  case "$m" in crates/server/*|crates/loadgen/*|crates/isochron/*) continue ;; esac
+  if grep -qE '^tokio' "$m"; then echo "invariant broken: $m depends on tokio"; fail=1; fi
+done
+
+[ $fail -eq 0 ] && echo "architecture invariants hold"
+exit $fail

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what the tests need (Debian packages, only when missing) and runs every gate and test:
+# formatting, clippy, rustdoc, the architecture checks, the fuzz targets' build, and
+# `cargo test --workspace --release` (unit tests, virtual-time harnesses, and the integration
+# tests that drive ffmpeg, GStreamer and VLC against a real server on loopback).
+#
+# Usage: scripts/test.sh            (from anywhere; CI runs exactly this via .ci/run)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  ffmpeg
+  gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good
+  gstreamer1.0-plugins-bad gstreamer1.0-libav
+  vlc-bin vlc-plugin-base
+  gstreamer1.0-rtsp gir1.2-gst-rtsp-server-1.0 python3-gi
+  util-linux
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "== installing: ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+for c in rustfmt clippy; do
+  rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
+done
+
+echo "== fmt";    cargo fmt --all --check
+echo "== clippy"; cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== doc";    RUSTDOCFLAGS=-Dwarnings cargo doc --workspace --no-deps --locked --quiet
+echo "== arch";   scripts/check-arch.sh
+echo "== fuzz targets build"; cargo build --manifest-path fuzz/Cargo.toml --locked --quiet
+echo "== test";   cargo test --workspace --release --locked
+echo "== all checks passed"
