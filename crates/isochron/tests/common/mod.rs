@@ -1,0 +1,285 @@
+//! Shared harness of the integration tests: a real `isochron` process on loopback, generated media
+//! fixtures, and external players (ffmpeg, GStreamer, VLC) run with hard time limits.
+//!
+//! Fixtures are generated once per target directory (under `CARGO_TARGET_TMPDIR`, behind a file
+//! lock, since test binaries run in parallel) with ffmpeg's synthetic sources, so the tests carry
+//! no media files beyond the bundled demo clip.
+
+#![allow(dead_code, unreachable_pub, clippy::print_stderr)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The `isochron` binary under test.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_isochron")
+}
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The bundled demo clip.
+pub fn demo() -> PathBuf {
+    repo().join("assets/demo.ts")
+}
+
+/// A fresh temporary directory, removed on drop.
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("isochron-test-").tempdir().expect("tempdir")
+}
+
+/// Fails the test if a required tool is missing: CI installs them (scripts/test.sh), so a missing
+/// tool is a broken environment, not a reason to skip.
+pub fn require(tool: &str) {
+    let ok = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "{tool} is not installed; run scripts/test.sh, which installs it");
+}
+
+/// Runs `cmd` under `timeout -k 5 secs` and returns its output.
+pub fn run(cmd: &mut Command, secs: u64) -> Output {
+    let prog = cmd.get_program().to_string_lossy().into_owned();
+    let args: Vec<String> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+    let mut t = Command::new("timeout");
+    t.args(["-k", "5", &secs.to_string(), &prog]).args(&args);
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => t.env(k, v),
+            None => t.env_remove(k),
+        };
+    }
+    if let Some(d) = cmd.get_current_dir() {
+        t.current_dir(d);
+    }
+    t.stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("running {prog}: {e}"))
+}
+
+/// A generated fixture, made once per target dir.
+pub fn fixture(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fixtures");
+    std::fs::create_dir_all(&dir).expect("fixture dir");
+    let path = dir.join(format!("{name}.ts"));
+    let lock = std::fs::File::create(dir.join(format!("{name}.lock"))).expect("lock file");
+    lock.lock().expect("lock");
+    if !path.exists() {
+        require("ffmpeg");
+        let tmp = dir.join(format!("{name}.tmp.ts"));
+        let args: Vec<String> = match name {
+            // ≥ 60 s of VBR H.264 + AAC at several Mb/s (1 s GOP): the long clip of the
+            // byte-exact, pacing and ffmpeg tests.
+            "vbr60" => "-f lavfi -i testsrc2=size=960x540:rate=25 \
+                -f lavfi -i sine=frequency=330:sample_rate=48000 -t 62 \
+                -c:v libx264 -preset ultrafast -g 25 -b:v 4M -maxrate 7M -bufsize 4M \
+                -pix_fmt yuv420p -c:a aac -b:a 128k -f mpegts"
+                .split_whitespace()
+                .map(String::from)
+                .collect(),
+            // 15 s at about 5 Mb/s: the 100-session test.
+            "rate5m" => "-f lavfi -i testsrc2=size=960x540:rate=25 \
+                -f lavfi -i sine=frequency=550:sample_rate=48000 -t 15 \
+                -c:v libx264 -preset ultrafast -g 25 -b:v 4800k -maxrate 5M -bufsize 2M \
+                -pix_fmt yuv420p -c:a aac -b:a 128k -f mpegts"
+                .split_whitespace()
+                .map(String::from)
+                .collect(),
+            other => panic!("unknown fixture {other}"),
+        };
+        let out = run(Command::new("ffmpeg").args(["-nostdin", "-v", "error", "-y"]).args(&args).arg(&tmp), 300);
+        assert!(out.status.success(), "ffmpeg {name}: {}", String::from_utf8_lossy(&out.stderr));
+        std::fs::rename(&tmp, &path).expect("rename fixture");
+    }
+    path
+}
+
+/// A running `isochron serve` on loopback ports chosen by the kernel.
+pub struct Server {
+    child: Child,
+    /// RTSP address.
+    pub rtsp: SocketAddr,
+    /// HTTP address.
+    pub http: SocketAddr,
+    /// RTP port.
+    pub rtp_port: u16,
+    /// Its store directory.
+    pub data: PathBuf,
+    log: PathBuf,
+}
+
+/// Options for [`Server::start`].
+#[derive(Default)]
+pub struct ServeOptions<'a> {
+    /// `--media DIR`.
+    pub media: Option<&'a Path>,
+    /// `--no-demo`.
+    pub no_demo: bool,
+    /// `--config FILE` contents, written to a temp file.
+    pub config: Option<&'a str>,
+}
+
+impl Server {
+    /// Starts a server on the store at `data` (created with the demo clip unless it exists).
+    pub fn start(data: &Path, opts: ServeOptions<'_>) -> Self {
+        let log = data.with_extension("log");
+        let logf = std::fs::File::create(&log).expect("log file");
+        let mut cmd = Command::new(bin());
+        cmd.args(["serve", "--rtsp", "127.0.0.1:0", "--http", "127.0.0.1:0", "--rtp-port", "0"])
+            .arg("--data")
+            .arg(data);
+        if let Some(m) = opts.media {
+            cmd.arg("--media").arg(m);
+        }
+        if opts.no_demo {
+            cmd.arg("--no-demo");
+        }
+        if let Some(text) = opts.config {
+            let cfg = data.with_extension("toml");
+            std::fs::write(&cfg, text).expect("config");
+            cmd.arg("--config").arg(cfg);
+        }
+        let mut child = cmd
+            .env("RUST_LOG", "info,isochron_server=debug")
+            .stdout(Stdio::piped())
+            .stderr(logf)
+            .spawn()
+            .expect("spawn isochron serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let listening = loop {
+            assert!(Instant::now() < deadline, "server did not start; log: {}", read(&log));
+            match lines.next() {
+                Some(Ok(l)) if l.starts_with("listening:") => break l,
+                Some(Ok(_)) => {}
+                _ => panic!("server exited before listening; log:\n{}", read(&log)),
+            }
+        };
+        // Keep draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        let field = |k: &str| {
+            listening
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix(k))
+                .unwrap_or_else(|| panic!("no {k} in {listening:?}"))
+                .to_string()
+        };
+        Self {
+            child,
+            rtsp: field("rtsp=").parse().expect("rtsp addr"),
+            http: field("http=").parse().expect("http addr"),
+            rtp_port: field("rtp=").parse().expect("rtp port"),
+            data: data.to_path_buf(),
+            log,
+        }
+    }
+
+    /// The URL of object `name`.
+    pub fn url(&self, name: &str) -> String {
+        format!("rtsp://{}/{name}", self.rtsp)
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        read(&self.log)
+    }
+
+    /// GETs `path` from the HTTP API and returns the body (HTTP/1.0, so the server closes).
+    pub fn http_get(&self, path: &str) -> String {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(self.http).expect("connect HTTP");
+        s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+        write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("write");
+        let mut resp = String::new();
+        s.read_to_string(&mut resp).expect("read");
+        resp.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default()
+    }
+
+    /// Stops the server with SIGTERM and waits for it.
+    pub fn stop(mut self) {
+        self.terminate();
+    }
+
+    fn terminate(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.terminate();
+        }
+    }
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+/// `(stream_index, size, hash)` of every packet in an ffmpeg `framemd5` listing.
+pub fn framemd5_packets(text: &str) -> Vec<(String, String, String)> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').map(str::trim).collect();
+            (f[0].to_string(), f[4].to_string(), f[5].to_string())
+        })
+        .collect()
+}
+
+/// The source's packet listing, computed once per file.
+pub fn source_framemd5(path: &Path) -> Vec<(String, String, String)> {
+    static CACHE: OnceLock<std::sync::Mutex<std::collections::HashMap<PathBuf, Vec<(String, String, String)>>>> =
+        OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(v) = cache.lock().unwrap().get(path) {
+        return v.clone();
+    }
+    let out = run(
+        Command::new("ffmpeg")
+            .args(["-nostdin", "-v", "error", "-i"])
+            .arg(path)
+            .args(["-map", "0", "-c", "copy", "-f", "framemd5", "-"]),
+        120,
+    );
+    assert!(out.status.success());
+    let v = framemd5_packets(&String::from_utf8_lossy(&out.stdout));
+    cache.lock().unwrap().insert(path.to_path_buf(), v.clone());
+    v
+}
+
+/// Asserts two byte strings are equal, reporting the first difference compactly.
+pub fn assert_same_bytes(got: &[u8], want: &[u8], what: &str) {
+    if got == want {
+        return;
+    }
+    let first = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
+    panic!(
+        "{what}: {} bytes received vs {} expected; first difference at byte {first} (TS packet {})",
+        got.len(),
+        want.len(),
+        first / 188
+    );
+}
+
+/// A multi-threaded runtime for tests that use the async client.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime")
+}

@@ -1,0 +1,236 @@
+//! Real players against a real server: ffprobe, ffmpeg, GStreamer and VLC, over TCP and UDP.
+//!
+//! The checks follow rtsp-interop §6: exact bytes through the three clients that can write the
+//! transport stream untouched (GStreamer `rtpmp2tdepay ! filesink`, ffmpeg `satip_raw`, VLC's
+//! demux dump), per-packet hashes through ffmpeg's normal (remuxing) path, and decoding.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::thread;
+
+use common::*;
+
+/// A server whose store holds the demo clip and the given fixtures (ingested with the CLI).
+fn serve(extra: &[&Path]) -> (tempfile::TempDir, Server) {
+    let dir = tempdir();
+    let data = dir.path().join("store");
+    for f in extra {
+        let out = run(Command::new(bin()).arg("ingest").arg("--data").arg(&data).arg(f), 120);
+        assert!(out.status.success(), "ingest: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let server = Server::start(&data, ServeOptions::default());
+    (dir, server)
+}
+
+fn ffprobe(input: &str, extra: &[&str]) -> (f64, Vec<String>) {
+    let out = run(
+        Command::new("ffprobe")
+            .args(["-v", "error"])
+            .args(extra)
+            .args(["-show_entries", "format=duration:stream=codec_name", "-of", "compact=p=0:nk=1"])
+            .arg(input),
+        60,
+    );
+    assert!(out.status.success(), "ffprobe {input}: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
+    let duration: f64 = lines.pop().and_then(|l| l.parse().ok()).expect("duration line");
+    let mut codecs: Vec<String> = lines.iter().map(|s| s.to_string()).collect();
+    codecs.sort();
+    codecs.dedup();
+    (duration, codecs)
+}
+
+#[test]
+fn ffprobe_reports_the_source_duration_and_streams() {
+    require("ffprobe");
+    let vbr = fixture("vbr60");
+    let (_d, server) = serve(&[&vbr]);
+    for (name, file) in [("demo", demo()), ("vbr60", vbr.clone())] {
+        let (want_d, want_c) = ffprobe(file.to_str().unwrap(), &[]);
+        for transport in ["tcp", "udp"] {
+            let (got_d, got_c) = ffprobe(&server.url(name), &["-rtsp_transport", transport]);
+            assert_eq!(got_c, want_c, "{name} over {transport}: streams");
+            // The file's duration counts the last frame's length; the SDP range ends at the last
+            // packet's send time: equal to within one frame (40 ms at 25 fps).
+            assert!(
+                (got_d - want_d).abs() < 0.05,
+                "{name} over {transport}: duration {got_d} vs source {want_d}"
+            );
+        }
+    }
+}
+
+#[test]
+fn ffmpeg_reads_to_the_end_over_tcp_and_udp_without_decode_errors() {
+    require("ffmpeg");
+    let vbr = fixture("vbr60");
+    let (dir, server) = serve(&[&vbr]);
+    let mut jobs = Vec::new();
+    for (name, file) in [("demo", demo()), ("vbr60", vbr.clone())] {
+        for transport in ["tcp", "udp"] {
+            let url = server.url(name);
+            let md5 = dir.path().join(format!("{name}-{transport}.md5"));
+            let file = file.clone();
+            jobs.push(thread::spawn(move || {
+                // No -timeout: ffmpeg only ends on RTCP BYE, so finishing proves BYE. One input,
+                // two outputs: packet hashes (-c copy) and a full decode (-f null).
+                let out = run(
+                    Command::new("ffmpeg")
+                        .args(["-nostdin", "-v", "error", "-rtsp_transport", transport, "-i", &url])
+                        .args(["-map", "0", "-c", "copy", "-f", "framemd5", "-y"])
+                        .arg(&md5)
+                        .args(["-map", "0", "-f", "null", "-"]),
+                    120,
+                );
+                let err = String::from_utf8_lossy(&out.stderr).into_owned();
+                assert!(out.status.success(), "{name}/{transport}: exit {:?}: {err}", out.status);
+                assert!(err.trim().is_empty(), "{name}/{transport}: ffmpeg reported errors: {err}");
+                let got = framemd5_packets(&std::fs::read_to_string(&md5).unwrap());
+                let want = source_framemd5(&file);
+                // ffmpeg does not flush the last video PES at BYE (rtsp-interop §6.3): every other
+                // packet must match, in order.
+                let missing: Vec<_> = want.iter().filter(|p| !got.contains(p)).collect();
+                assert!(missing.len() <= 1, "{name}/{transport}: {} packets missing", missing.len());
+                assert!(
+                    missing.iter().all(|p| p.0 == "0"),
+                    "{name}/{transport}: a non-video packet is missing: {missing:?}"
+                );
+                assert!(want.len() - got.len() <= 1, "{name}/{transport}: {} of {}", got.len(), want.len());
+            }));
+        }
+    }
+    for j in jobs {
+        j.join().unwrap_or_else(|_| panic!("ffmpeg job failed; server log:\n{}", server.log()));
+    }
+}
+
+#[test]
+fn gstreamer_receives_the_exact_bytes_over_tcp_and_udp() {
+    require("gst-launch-1.0");
+    let vbr = fixture("vbr60");
+    let (dir, server) = serve(&[&vbr]);
+    let mut jobs = Vec::new();
+    for (name, file) in [("demo", demo()), ("vbr60", vbr.clone())] {
+        for transport in ["tcp", "udp"] {
+            let url = server.url(name);
+            let out_ts = dir.path().join(format!("{name}-{transport}.ts"));
+            let file = file.clone();
+            jobs.push(thread::spawn(move || {
+                let out = run(
+                    Command::new("gst-launch-1.0").args([
+                        "-q",
+                        "-e",
+                        "rtspsrc",
+                        &format!("location={url}"),
+                        &format!("protocols={transport}"),
+                        "!",
+                        "rtpmp2tdepay",
+                        "!",
+                        "filesink",
+                        &format!("location={}", out_ts.display()),
+                    ]),
+                    120,
+                );
+                // gst-launch's exit code at EOS over TCP is unreliable (rtsp-interop §4.2):
+                // assert on the output.
+                let got = std::fs::read(&out_ts).unwrap_or_default();
+                let want = std::fs::read(&file).unwrap();
+                assert_same_bytes(
+                    &got,
+                    &want,
+                    &format!("{name} over {transport} ({})", String::from_utf8_lossy(&out.stderr)),
+                );
+            }));
+        }
+    }
+    for j in jobs {
+        j.join().unwrap_or_else(|_| panic!("GStreamer job failed; server log:\n{}", server.log()));
+    }
+}
+
+#[test]
+fn gstreamer_decodes_the_stream_to_eos() {
+    require("gst-launch-1.0");
+    let (_d, server) = serve(&[]);
+    let url = server.url("demo");
+    let out = run(
+        Command::new("gst-launch-1.0").args([
+            "-e",
+            "rtspsrc",
+            &format!("location={url}"),
+            "protocols=tcp",
+            "!",
+            "rtpmp2tdepay",
+            "!",
+            "tsdemux",
+            "name=d",
+            "d.",
+            "!",
+            "queue",
+            "!",
+            "h264parse",
+            "!",
+            "avdec_h264",
+            "!",
+            "fakesink",
+            "d.",
+            "!",
+            "queue",
+            "!",
+            "aacparse",
+            "!",
+            "avdec_aac",
+            "!",
+            "fakesink",
+        ]),
+        60,
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("Got EOS"), "no EOS: {text}");
+    assert!(!text.contains("ERROR"), "decode error: {text}");
+}
+
+#[test]
+fn vlc_plays_to_the_end() {
+    require("cvlc");
+    require("runuser");
+    let (_d, server) = serve(&[]);
+    // Debian's VLC refuses to run as root and has no live555: rtsp:// goes through its SAT>IP
+    // module (rtsp-interop §4.3). It needs a writable HOME and output directory.
+    let home = tempfile::Builder::new().prefix("isochron-vlc-").tempdir().unwrap();
+    let _ = Command::new("chmod").arg("777").arg(home.path()).status();
+    let dump = home.path().join("vlc.ts");
+    let out = run(
+        Command::new("runuser")
+            .args(["-u", "nobody", "--", "env"])
+            .arg(format!("HOME={}", home.path().display()))
+            .args(["cvlc", "-I", "dummy", "--play-and-exit", "--demux", "dump", "--demuxdump-file"])
+            .arg(&dump)
+            .arg(server.url("demo")),
+        60,
+    );
+    assert!(out.status.success(), "vlc: {:?} {}", out.status, String::from_utf8_lossy(&out.stderr));
+    let got = std::fs::read(&dump).unwrap_or_default();
+    assert_same_bytes(&got, &std::fs::read(demo()).unwrap(), "VLC dump of demo");
+}
+
+#[test]
+fn ffmpeg_satip_raw_is_byte_exact() {
+    require("ffmpeg");
+    let (dir, server) = serve(&[]);
+    let out_ts = dir.path().join("sat.ts");
+    // SETUP straight on the presentation URL, no DESCRIBE (RFC 2326 §C.3 single-stream case).
+    let url = format!("satip://{}/demo", server.rtsp);
+    let out = run(
+        Command::new("ffmpeg")
+            .args(["-nostdin", "-v", "error", "-rtsp_transport", "tcp", "-rtsp_flags", "satip_raw"])
+            .args(["-i", &url, "-map", "0", "-c", "copy", "-f", "data", "-y"])
+            .arg(&out_ts),
+        60,
+    );
+    assert!(out.status.success(), "ffmpeg satip: {}", String::from_utf8_lossy(&out.stderr));
+    assert_same_bytes(&std::fs::read(&out_ts).unwrap(), &std::fs::read(demo()).unwrap(), "satip raw");
+}
