@@ -93,12 +93,21 @@ fn ffmpeg_reads_to_the_end_over_tcp_and_udp_without_decode_errors() {
                 // ffmpeg does not flush the last video PES at BYE (rtsp-interop §6.3): every other
                 // packet must match, in order.
                 let missing: Vec<_> = want.iter().filter(|p| !got.contains(p)).collect();
-                assert!(missing.len() <= 1, "{name}/{transport}: {} packets missing", missing.len());
+                assert!(
+                    missing.len() <= 1,
+                    "{name}/{transport}: {} packets missing",
+                    missing.len()
+                );
                 assert!(
                     missing.iter().all(|p| p.0 == "0"),
                     "{name}/{transport}: a non-video packet is missing: {missing:?}"
                 );
-                assert!(want.len() - got.len() <= 1, "{name}/{transport}: {} of {}", got.len(), want.len());
+                assert!(
+                    want.len() - got.len() <= 1,
+                    "{name}/{transport}: {} of {}",
+                    got.len(),
+                    want.len()
+                );
             }));
         }
     }
@@ -188,7 +197,8 @@ fn gstreamer_decodes_the_stream_to_eos() {
         ]),
         60,
     );
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("Got EOS"), "no EOS: {text}");
     assert!(!text.contains("ERROR"), "decode error: {text}");
 }
@@ -232,5 +242,9 @@ fn ffmpeg_satip_raw_is_byte_exact() {
         60,
     );
     assert!(out.status.success(), "ffmpeg satip: {}", String::from_utf8_lossy(&out.stderr));
-    assert_same_bytes(&std::fs::read(&out_ts).unwrap(), &std::fs::read(demo()).unwrap(), "satip raw");
+    assert_same_bytes(
+        &std::fs::read(&out_ts).unwrap(),
+        &std::fs::read(demo()).unwrap(),
+        "satip raw",
+    );
 }

@@ -140,7 +140,8 @@ fn ingest_ls_rm_round_trip_over_several_disks() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let ls: serde_json::Value =
         serde_json::from_slice(&isochron(&["ls", "--json"], &data).stdout).unwrap();
-    let names: Vec<&str> = ls.as_array().unwrap().iter().map(|o| o["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> =
+        ls.as_array().unwrap().iter().map(|o| o["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["demo", "vbr60"]);
     let vbr_obj = &ls.as_array().unwrap()[1];
     let blocks = vbr_obj["blocks"].as_u64().unwrap();
@@ -148,7 +149,9 @@ fn ingest_ls_rm_round_trip_over_several_disks() {
     // Every disk got a share (Yima placement over 3 disks).
     let counts: Vec<usize> = [&d0, &d1, &d2]
         .iter()
-        .map(|d| snapshot(d).iter().filter(|(p, ..)| p.extension().is_some_and(|e| e == "blk")).count())
+        .map(|d| {
+            snapshot(d).iter().filter(|(p, ..)| p.extension().is_some_and(|e| e == "blk")).count()
+        })
         .collect();
     assert_eq!(counts.iter().sum::<usize>() as u64, blocks + ls[0]["blocks"].as_u64().unwrap());
     assert!(counts.iter().all(|&c| c > 20), "unbalanced placement: {counts:?}");
@@ -159,7 +162,9 @@ fn ingest_ls_rm_round_trip_over_several_disks() {
     assert_eq!(ls.as_array().unwrap().len(), 1);
     let left: usize = [&d0, &d1, &d2]
         .iter()
-        .map(|d| snapshot(d).iter().filter(|(p, ..)| p.extension().is_some_and(|e| e == "blk")).count())
+        .map(|d| {
+            snapshot(d).iter().filter(|(p, ..)| p.extension().is_some_and(|e| e == "blk")).count()
+        })
         .sum();
     assert_eq!(left as u64, ls[0]["blocks"].as_u64().unwrap(), "rm left block files behind");
     let out = isochron(&["rm", "vbr60"], &data);
@@ -177,8 +182,13 @@ fn objects_still_play_byte_exact_after_a_restart() {
     for round in 0..2 {
         let server = Server::start(&data, ServeOptions::default());
         for (name, file) in [("rate5m", vbr.clone()), ("demo", demo())] {
-            let got = gst_fetch(&server.url(name), &dir.path().join(format!("{name}{round}.ts")), "udp");
-            assert_same_bytes(&got, &std::fs::read(&file).unwrap(), &format!("{name} in round {round}"));
+            let got =
+                gst_fetch(&server.url(name), &dir.path().join(format!("{name}{round}.ts")), "udp");
+            assert_same_bytes(
+                &got,
+                &std::fs::read(&file).unwrap(),
+                &format!("{name} in round {round}"),
+            );
         }
         server.stop();
     }
@@ -193,7 +203,10 @@ fn a_file_dropped_into_the_media_directory_starts_streaming() {
     std::fs::create_dir(&media).unwrap();
     std::fs::copy(demo(), media.join("first.ts")).unwrap();
     std::fs::write(media.join("junk.ts"), b"not a transport stream").unwrap();
-    let server = Server::start(&data, ServeOptions { media: Some(&media), no_demo: true, ..Default::default() });
+    let server = Server::start(
+        &data,
+        ServeOptions { media: Some(&media), no_demo: true, ..Default::default() },
+    );
     let objects = server.http_get("/api/v1/objects");
     assert!(objects.contains("\"first\""), "file present at start not served: {objects}");
     assert!(!objects.contains("\"demo\""), "--no-demo seeded the demo: {objects}");

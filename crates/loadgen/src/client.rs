@@ -88,6 +88,8 @@ pub struct Client {
     tasks: Vec<JoinHandle<()>>,
     peer: SocketAddr,
     timeout: Duration,
+    rtcp_socket: Option<std::sync::Arc<UdpSocket>>,
+    send_rtcp: bool,
 }
 
 impl Drop for Client {
@@ -163,7 +165,15 @@ impl Client {
             tasks: vec![reader],
             peer,
             timeout: Duration::from_secs(10),
+            rtcp_socket: None,
+            send_rtcp: true,
         })
+    }
+
+    /// Stops this client from sending RTCP receiver reports on UDP sessions set up after this
+    /// call (a silent client, for testing session reaping).
+    pub fn without_rtcp(&mut self) {
+        self.send_rtcp = false;
     }
 
     /// The session id, once set up.
@@ -247,8 +257,10 @@ impl Client {
                 let (rtp_sock, rtcp_sock) = udp_pair(local).await?;
                 let port = rtp_sock.local_addr()?.port();
                 let (a, b) = (self.incoming_tx.clone(), self.incoming_tx.clone());
+                let rtcp_sock = std::sync::Arc::new(rtcp_sock);
+                self.rtcp_socket = Some(std::sync::Arc::clone(&rtcp_sock));
                 self.tasks.push(tokio::spawn(recv_loop(rtp_sock, a, true)));
-                self.tasks.push(tokio::spawn(recv_loop(rtcp_sock, b, false)));
+                self.tasks.push(tokio::spawn(recv_loop_shared(rtcp_sock, b)));
                 format!("RTP/AVP;unicast;client_port={}-{}", port, port + 1)
             }
         };
@@ -257,6 +269,27 @@ impl Client {
         if u16::from(r.status()) == 200 {
             let s = header(&r, "Session").ok_or_else(|| anyhow!("SETUP: no Session header"))?;
             self.session = Some(s.split(';').next().unwrap_or(&s).trim().to_string());
+            let reply = header(&r, "Transport").unwrap_or_default();
+            if let (true, Some(sock), Some(ports)) =
+                (self.send_rtcp, &self.rtcp_socket, transport_param(&reply, "server_port"))
+            {
+                // RTCP goes to the server's second port (RFC 2326 §12.39).
+                let rtcp_port = match ports.split_once('-') {
+                    Some((_, b)) => b.parse().ok(),
+                    None => ports.parse::<u16>().ok().map(|p| p + 1),
+                };
+                let ssrc =
+                    transport_param(&reply, "ssrc").and_then(|v| u32::from_str_radix(v, 16).ok());
+                if let Some(rtcp_port) = rtcp_port {
+                    let to = SocketAddr::new(self.peer.ip(), rtcp_port);
+                    let sock = std::sync::Arc::clone(sock);
+                    self.tasks.push(tokio::spawn(send_receiver_reports(
+                        sock,
+                        to,
+                        ssrc.unwrap_or(0),
+                    )));
+                }
+            }
         }
         Ok(r)
     }
@@ -317,7 +350,14 @@ impl Client {
                 Some(Incoming::Rtcp { bye, sr, .. }) => {
                     c.sr |= sr;
                     if bye {
+                        // Over UDP, RTP and RTCP come through different sockets: packets sent
+                        // just before the BYE may still be on their way through the RTP one.
                         c.bye = true;
+                        while let Some(i) = self.next(Duration::from_millis(200)).await {
+                            if let Incoming::Rtp(p) = i {
+                                c.packets.push(p);
+                            }
+                        }
                         return Ok(c);
                     }
                 }
@@ -396,6 +436,47 @@ async fn recv_loop(sock: UdpSocket, tx: mpsc::UnboundedSender<Incoming>, is_rtp:
             return;
         }
     }
+}
+
+async fn recv_loop_shared(sock: std::sync::Arc<UdpSocket>, tx: mpsc::UnboundedSender<Incoming>) {
+    let mut buf = vec![0u8; 65_536];
+    loop {
+        let Ok(n) = sock.recv(&mut buf).await else { return };
+        if tx.send(rtcp(Instant::now(), &buf[..n])).is_err() {
+            return;
+        }
+    }
+}
+
+/// Sends an RTCP receiver report naming `media_ssrc` every 2 s, as players do (ffmpeg every
+/// ~2 s, GStreamer every ~5 s): it keeps a UDP session alive on the server (RFC 2326 §12.37 and
+/// rtsp-interop §2.6).
+async fn send_receiver_reports(sock: std::sync::Arc<UdpSocket>, to: SocketAddr, media_ssrc: u32) {
+    let own_ssrc = 0x1500_C4A5 ^ media_ssrc.rotate_left(7);
+    let mut tick = tokio::time::interval(Duration::from_secs(2));
+    loop {
+        tick.tick().await;
+        let block = isochron_rtp::ReportBlock {
+            ssrc: media_ssrc,
+            fraction_lost: 0,
+            cumulative_lost: 0,
+            highest_seq: 0,
+            jitter: 0,
+            lsr: 0,
+            dlsr: 0,
+        };
+        let mut pkt = Vec::with_capacity(64);
+        isochron_rtp::rtcp::write_receiver_report(&mut pkt, own_ssrc, &[block]);
+        isochron_rtp::rtcp::write_sdes_cname(&mut pkt, own_ssrc, "isochron-loadgen");
+        if sock.send_to(&pkt, to).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A parameter of a Transport header (`server_port=6970-6971` → `6970-6971`).
+fn transport_param<'a>(transport: &'a str, name: &str) -> Option<&'a str> {
+    transport.split(';').find_map(|p| p.trim().strip_prefix(name)?.strip_prefix('='))
 }
 
 /// Binds an even/odd UDP port pair with large receive buffers.

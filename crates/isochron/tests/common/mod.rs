@@ -93,7 +93,10 @@ pub fn fixture(name: &str) -> PathBuf {
                 .collect(),
             other => panic!("unknown fixture {other}"),
         };
-        let out = run(Command::new("ffmpeg").args(["-nostdin", "-v", "error", "-y"]).args(&args).arg(&tmp), 300);
+        let out = run(
+            Command::new("ffmpeg").args(["-nostdin", "-v", "error", "-y"]).args(&args).arg(&tmp),
+            300,
+        );
         assert!(out.status.success(), "ffmpeg {name}: {}", String::from_utf8_lossy(&out.stderr));
         std::fs::rename(&tmp, &path).expect("rename fixture");
     }
@@ -246,8 +249,9 @@ pub fn framemd5_packets(text: &str) -> Vec<(String, String, String)> {
 
 /// The source's packet listing, computed once per file.
 pub fn source_framemd5(path: &Path) -> Vec<(String, String, String)> {
-    static CACHE: OnceLock<std::sync::Mutex<std::collections::HashMap<PathBuf, Vec<(String, String, String)>>>> =
-        OnceLock::new();
+    static CACHE: OnceLock<
+        std::sync::Mutex<std::collections::HashMap<PathBuf, Vec<(String, String, String)>>>,
+    > = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(v) = cache.lock().unwrap().get(path) {
         return v.clone();
