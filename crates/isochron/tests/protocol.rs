@@ -17,7 +17,9 @@ use isochron_media::{TsIndex, TsScanner};
 fn serve(extra: &[&Path], config: Option<&str>) -> (tempfile::TempDir, Server) {
     let dir = tempdir();
     let data = dir.path().join("store");
-    for f in extra {
+    // The CLI creates the store without the demo clip that `serve` seeds: add it too.
+    let demo = demo();
+    for f in extra.iter().chain([&demo.as_path()].into_iter().filter(|_| !extra.is_empty())) {
         let out = run(Command::new(bin()).arg("ingest").arg("--data").arg(&data).arg(f), 120);
         assert!(out.status.success(), "ingest: {}", String::from_utf8_lossy(&out.stderr));
     }

@@ -358,7 +358,7 @@ mod tests {
             ("[store]\nblock_sise_kib = 4", "unknown field `block_sise_kib`"),
             ("[nope]\n", "unknown field `nope`"),
             ("[rtsp]\nrtp_port = \"x\"", "rtp_port"),
-            ("[store]\nblock_size_kib = 100", "store.block_size_kib"),
+            ("[store]\nblock_size_kib = 66", "store.block_size_kib"),
             ("[rtsp]\nlisten = \"localhost\"", "rtsp.listen"),
             ("[http]\nlisten = \"1.2.3.4\"", "http.listen"),
             ("[rtsp]\nsession_timeout_s = 1", "rtsp.session_timeout_s"),

@@ -34,11 +34,18 @@ pub struct PacerConfig {
     /// How long a stream that cannot take a packet (a full TCP queue) waits before it is asked
     /// again.
     pub retry_delay: Duration,
+    /// How long after its last packet a stream's BYE goes out. ffmpeg stops reading at the
+    /// first BYE even with RTP still queued on its other socket; the grace lets those arrive.
+    pub bye_delay: Duration,
 }
 
 impl Default for PacerConfig {
     fn default() -> Self {
-        Self { rtcp_interval: Duration::from_secs(5), retry_delay: Duration::from_millis(2) }
+        Self {
+            rtcp_interval: Duration::from_secs(5),
+            retry_delay: Duration::from_millis(2),
+            bye_delay: Duration::from_millis(500),
+        }
     }
 }
 
@@ -108,6 +115,8 @@ pub enum PacerEvent {
         stream: StreamId,
         /// The position after the last packet sent.
         at: Position,
+        /// The RTP sequence number the next packet would have had.
+        next_seq: u16,
     },
 }
 
@@ -143,6 +152,7 @@ struct Paced<B> {
     octets: u32,
     next_sr: Option<Instant>,
     last_sent: Option<Position>,
+    next_seq: u16,
 }
 
 /// The pacing core, generic over the block buffer type.
@@ -152,6 +162,8 @@ pub struct Pacer<B> {
     streams: HashMap<StreamId, Paced<B>>,
     heap: BinaryHeap<Reverse<(Instant, u64, StreamId)>>,
     pending: VecDeque<Transmit<B>>,
+    /// BYEs waiting for their grace period, in due order.
+    byes: VecDeque<(Instant, Transmit<B>)>,
     events: VecDeque<PacerEvent>,
     stats: PacerStats,
 }
@@ -165,6 +177,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             streams: HashMap::new(),
             heap: BinaryHeap::new(),
             pending: VecDeque::new(),
+            byes: VecDeque::new(),
             events: VecDeque::new(),
             stats: PacerStats::default(),
         }
@@ -189,20 +202,25 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 octets: 0,
                 next_sr: None,
                 last_sent: None,
+                next_seq: setup.seq_offset,
             },
         );
     }
 
-    /// Starts run `run` of a stream at `start` (a seek, resume or first play); blocks of earlier
-    /// runs still in flight are ignored when they arrive.
+    /// Starts run `run` of a stream at `start` (a seek, resume or first play), numbering packets
+    /// `seq_offset + GSN` from now on; blocks of earlier runs still in flight are ignored when
+    /// they arrive.
     pub fn handle_play(
         &mut self,
         stream: StreamId,
         run: u64,
         start: Position,
         end: Option<MediaTime>,
+        seq_offset: u16,
     ) {
         let Some(s) = self.streams.get_mut(&stream) else { return };
+        s.setup.seq_offset = seq_offset;
+        s.next_seq = rtp_seq(seq_offset, start.gsn);
         s.run = run;
         s.playing = true;
         s.start = start;
@@ -242,8 +260,9 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         }
     }
 
-    /// Stops a stream and returns where it stopped: the next packet it would have sent.
-    pub fn handle_pause(&mut self, stream: StreamId) -> Option<Position> {
+    /// Stops a stream and returns where it stopped: the next packet it would have sent, and the
+    /// sequence number it would have had.
+    pub fn handle_pause(&mut self, stream: StreamId) -> Option<(Position, u16)> {
         let s = self.streams.get_mut(&stream)?;
         let at = Self::position(s);
         s.playing = false;
@@ -251,12 +270,13 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         s.cursor = None;
         s.generation += 1;
         s.scheduled = false;
-        Some(at)
+        Some((at, s.next_seq))
     }
 
-    /// Forgets a stream.
+    /// Forgets a stream (its pending BYE, if any, is dropped).
     pub fn handle_remove(&mut self, stream: StreamId) {
         self.streams.remove(&stream);
+        self.byes.retain(|(_, t)| !matches!(t, Transmit::Rtcp { stream: s, .. } if *s == stream));
     }
 
     /// The next transmit due at `now`. `can_send` says whether a stream's transport can take a
@@ -268,6 +288,9 @@ impl<B: AsRef<[u8]>> Pacer<B> {
     ) -> Option<Transmit<B>> {
         if let Some(t) = self.pending.pop_front() {
             return Some(t);
+        }
+        if self.byes.front().is_some_and(|(due, _)| *due <= now) {
+            return self.byes.pop_front().map(|(_, t)| t);
         }
         while let Some(&Reverse((due, generation, stream))) = self.heap.peek() {
             if due > now {
@@ -301,7 +324,12 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         if !self.pending.is_empty() {
             return Some(Instant::ZERO);
         }
-        self.heap.peek().map(|Reverse((t, _, _))| *t)
+        let bye = self.byes.front().map(|(t, _)| *t);
+        let packet = self.heap.peek().map(|Reverse((t, _, _))| *t);
+        match (bye, packet) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Counters.
@@ -368,6 +396,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         s.packets = s.packets.wrapping_add(1);
         s.octets = s.octets.wrapping_add(len as u32);
         s.last_sent = Some(Position { gsn, time });
+        s.next_seq = rtp_seq(s.setup.seq_offset, gsn).wrapping_add(1);
         let late = now.saturating_duration_since(due).as_micros() as u64;
         self.stats.packets += 1;
         self.stats.payload_bytes += len;
@@ -401,13 +430,14 @@ impl<B: AsRef<[u8]>> Pacer<B> {
     fn finish(&mut self, now: Instant, stream: StreamId) {
         let Some(s) = self.streams.get_mut(&stream) else { return };
         let at = Self::position(s);
-        self.pending.push_back(Self::rtcp(s, now, true));
+        let due = now + self.config.bye_delay;
+        self.byes.push_back((due, Self::rtcp(s, due, true)));
         s.playing = false;
         s.blocks.clear();
         s.cursor = None;
         s.generation += 1;
         s.scheduled = false;
-        self.events.push_back(PacerEvent::EndOfStream { stream, at });
+        self.events.push_back(PacerEvent::EndOfStream { stream, at, next_seq: s.next_seq });
     }
 
     fn rtcp(s: &Paced<B>, now: Instant, bye: bool) -> Transmit<B> {
@@ -464,16 +494,16 @@ mod tests {
         Instant::from_nanos(n * 1_000_000)
     }
 
-    /// Runs the pacer in virtual time until `until`, returning (time, seq) of each RTP packet and
-    /// the number of RTCP packets with and without BYE.
-    fn drive(p: &mut Pacer<Vec<u8>>, until: Instant) -> (Vec<(u64, u16)>, usize, usize) {
-        let (mut rtp, mut sr, mut bye) = (Vec::new(), 0, 0);
+    /// Runs the pacer in virtual time until `until`, returning (time, seq) of each RTP packet,
+    /// the number of RTCP packets without BYE, and the times (ms) of the BYEs.
+    fn drive(p: &mut Pacer<Vec<u8>>, until: Instant) -> (Vec<(u64, u16)>, usize, Vec<u64>) {
+        let (mut rtp, mut sr, mut bye) = (Vec::new(), 0, Vec::new());
         let mut now = Instant::ZERO;
         while now <= until {
             while let Some(t) = p.poll_transmit(now, |_| true) {
                 match t {
                     Transmit::Rtp { seq, .. } => rtp.push((now.as_nanos() / 1_000_000, seq)),
-                    Transmit::Rtcp { bye: true, .. } => bye += 1,
+                    Transmit::Rtcp { bye: true, .. } => bye.push(now.as_nanos() / 1_000_000),
                     Transmit::Rtcp { .. } => sr += 1,
                 }
             }
@@ -490,7 +520,13 @@ mod tests {
     fn paces_by_send_time_and_ends_with_bye() {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 1);
-        p.handle_play(StreamId(1), 1, Position { gsn: Gsn(0), time: MediaTime::ZERO }, None);
+        p.handle_play(
+            StreamId(1),
+            1,
+            Position { gsn: Gsn(0), time: MediaTime::ZERO },
+            None,
+            65_530,
+        );
         let anchor = Anchor { wall: ms(100), media: MediaTime::ZERO };
         p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), Some(anchor));
         p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
@@ -500,7 +536,8 @@ mod tests {
         // seq = offset + GSN, wrapping.
         assert_eq!(rtp[0].1, 65_530);
         assert_eq!(rtp[6].1, 0);
-        assert_eq!((sr, bye), (1, 1));
+        assert_eq!(sr, 1);
+        assert_eq!(bye, vec![190 + 500], "BYE trails the last packet by the grace period");
         let ev: Vec<_> = std::iter::from_fn(|| p.poll_event()).collect();
         assert_eq!(
             ev,
@@ -509,7 +546,8 @@ mod tests {
                 PacerEvent::BlockDone { stream: StreamId(1), run: 1, index: BlockIndex(1) },
                 PacerEvent::EndOfStream {
                     stream: StreamId(1),
-                    at: Position { gsn: Gsn(10), time: MediaTime::from_nanos(90_000_000) }
+                    at: Position { gsn: Gsn(10), time: MediaTime::from_nanos(90_000_000) },
+                    next_seq: 4,
                 },
             ]
         );
@@ -519,10 +557,16 @@ mod tests {
     fn seek_start_inside_a_block_and_stale_runs_ignored() {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 0);
-        p.handle_play(StreamId(1), 1, Position { gsn: Gsn(0), time: MediaTime::ZERO }, None);
+        p.handle_play(
+            StreamId(1),
+            1,
+            Position { gsn: Gsn(0), time: MediaTime::ZERO },
+            None,
+            65_530,
+        );
         // Run 2 starts at GSN 3; a block delivered for run 1 arrives late and is dropped.
         let start = Position { gsn: Gsn(3), time: MediaTime::from_nanos(30_000_000) };
-        p.handle_play(StreamId(1), 2, start, None);
+        p.handle_play(StreamId(1), 2, start, None, 65_530);
         let anchor = Anchor { wall: ms(0), media: start.time };
         p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), Some(anchor));
         assert!(p.poll_timeout().is_none());
@@ -535,7 +579,13 @@ mod tests {
     fn pause_reports_the_next_packet_and_resume_has_no_gap() {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 0);
-        p.handle_play(StreamId(1), 1, Position { gsn: Gsn(0), time: MediaTime::ZERO }, None);
+        p.handle_play(
+            StreamId(1),
+            1,
+            Position { gsn: Gsn(0), time: MediaTime::ZERO },
+            None,
+            65_530,
+        );
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
         p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), Some(anchor));
         let mut sent = Vec::new();
@@ -545,10 +595,11 @@ mod tests {
             }
         }
         assert_eq!(sent, vec![65_530, 65_531]);
-        let at = p.handle_pause(StreamId(1)).unwrap();
+        let (at, next_seq) = p.handle_pause(StreamId(1)).unwrap();
         assert_eq!(at, Position { gsn: Gsn(2), time: MediaTime::from_nanos(20_000_000) });
+        assert_eq!(next_seq, 65_532);
         assert!(p.poll_transmit(ms(1_000), |_| true).is_none());
-        p.handle_play(StreamId(1), 2, at, None);
+        p.handle_play(StreamId(1), 2, at, None, 65_530);
         let anchor = Anchor { wall: ms(2_000), media: at.time };
         p.handle_block(StreamId(1), 2, BlockIndex(0), block(0, 0, 5), Some(anchor));
         let (rtp, ..) = drive(&mut p, ms(3_000));
@@ -560,7 +611,13 @@ mod tests {
     fn backpressure_keeps_the_packet() {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 0);
-        p.handle_play(StreamId(1), 1, Position { gsn: Gsn(0), time: MediaTime::ZERO }, None);
+        p.handle_play(
+            StreamId(1),
+            1,
+            Position { gsn: Gsn(0), time: MediaTime::ZERO },
+            None,
+            65_530,
+        );
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
         p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 2), Some(anchor));
         assert!(p.poll_transmit(ms(0), |_| false).is_none());
@@ -576,15 +633,15 @@ mod tests {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 5);
         let end = Some(MediaTime::from_nanos(25_000_000));
-        p.handle_play(StreamId(1), 1, Position { gsn: Gsn(0), time: MediaTime::ZERO }, end);
+        p.handle_play(StreamId(1), 1, Position { gsn: Gsn(0), time: MediaTime::ZERO }, end, 65_530);
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
         p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 2), Some(anchor));
         let (rtp, ..) = drive(&mut p, ms(100));
         assert_eq!(rtp.len(), 2);
         assert_eq!(p.stats().underruns, 1, "block 1 was not there when due");
         p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 2, 3), None);
-        let (rtp, _, bye) = drive(&mut p, ms(200));
+        let (rtp, _, bye) = drive(&mut p, ms(1_000));
         assert_eq!(rtp.len(), 1, "packets at 20 ms only; 30 ms is past the range end");
-        assert_eq!(bye, 1);
+        assert_eq!(bye.len(), 1);
     }
 }

@@ -104,6 +104,8 @@ pub enum SenderCommand {
         start: Position,
         /// Last media time to send, if the PLAY range had an end.
         end: Option<MediaTime>,
+        /// RTP sequence-number offset of this run (seq = offset + GSN).
+        seq_offset: u16,
     },
     /// A block from the scheduler.
     Block {
@@ -122,8 +124,8 @@ pub enum SenderCommand {
     Pause {
         /// The stream.
         stream: StreamId,
-        /// Where it stopped (`None` for an unknown stream).
-        reply: oneshot::Sender<Option<Position>>,
+        /// Where it stopped and the next sequence number (`None` for an unknown stream).
+        reply: oneshot::Sender<Option<(Position, u16)>>,
     },
     /// Forget a stream.
     Remove {
@@ -201,8 +203,8 @@ impl SenderThread {
                         pacer.handle_add(setup);
                         outs.insert(setup.stream, StreamOut { transport, ssrc: setup.ssrc, cname });
                     }
-                    SenderCommand::Play { stream, run, start, end } => {
-                        pacer.handle_play(stream, run, start, end);
+                    SenderCommand::Play { stream, run, start, end, seq_offset } => {
+                        pacer.handle_play(stream, run, start, end, seq_offset);
                     }
                     SenderCommand::Block { stream, run, index, block, anchor } => {
                         pacer.handle_block(stream, run, index, block, anchor);
@@ -280,10 +282,14 @@ impl SenderThread {
                     PacerEvent::BlockDone { stream, run, index } => {
                         let _ = self.sched.send(SchedCommand::BlockDone { stream, run, index });
                     }
-                    PacerEvent::EndOfStream { stream, at } => {
+                    PacerEvent::EndOfStream { stream, at, next_seq } => {
                         debug!(%stream, gsn = %at.gsn, "end of stream");
                         let _ = self.sched.send(SchedCommand::Stop { stream });
-                        let _ = self.sessions.send(SessionCommand::EndOfStream { stream, at });
+                        let _ = self.sessions.send(SessionCommand::EndOfStream {
+                            stream,
+                            at,
+                            next_seq,
+                        });
                     }
                 }
             }

@@ -74,6 +74,8 @@ pub enum SessionCommand {
         stream: StreamId,
         /// Position after the last packet.
         at: Position,
+        /// The sequence number the next packet would have had.
+        next_seq: u16,
     },
     /// A block of a stream could not be read.
     ReadFailed {
@@ -108,6 +110,10 @@ struct StreamState {
     entry: Arc<ObjectEntry>,
     run: u64,
     opened: bool,
+    /// Whether the sender is (or is about to be) sending this stream.
+    sending: bool,
+    /// The sequence number the stream's next packet gets; `None` before its first PLAY.
+    next_seq: Option<u16>,
 }
 
 /// Everything the manager needs.
@@ -189,14 +195,16 @@ impl Manager {
             SessionCommand::InterleavedRtcp { conn, channel } => {
                 self.core.handle_interleaved_rtcp(now, conn, channel);
             }
-            SessionCommand::EndOfStream { stream, at } => {
+            SessionCommand::EndOfStream { stream, at, next_seq } => {
+                if let Some(s) = self.streams.get_mut(&stream) {
+                    s.sending = false;
+                    s.next_seq = Some(next_seq);
+                }
                 self.core.handle_end_of_stream(now, stream, at);
             }
             SessionCommand::ReadFailed { stream, error } => {
                 warn!(%stream, %error, "ending stream: a block could not be read");
-                let (tx, rx) = oneshot::channel();
-                let _ = self.sender.send(SenderCommand::Pause { stream, reply: tx });
-                if let Ok(Some(at)) = rx.await {
+                if let Some((at, _)) = self.stop_sender(stream).await {
                     // The client gets no more data; the session stays until TEARDOWN or timeout.
                     self.core.handle_end_of_stream(now, stream, at);
                 }
@@ -238,15 +246,41 @@ impl Manager {
             }
         };
         let from = entry.plan.block_of(start.gsn).unwrap_or(BlockIndex(0));
+        // A seek while playing: stop first, to learn where numbering stands.
+        if self.streams.get(&stream).is_some_and(|s| s.sending) {
+            self.stop_sender(stream).await;
+        }
         let state = self.streams.get_mut(&stream).expect("opened above");
         state.run += 1;
+        state.sending = true;
         let run = state.run;
+        // Numbering continues across seeks: the start packet gets the next sequence number.
+        let seq_offset = match state.next_seq {
+            Some(next) => next.wrapping_sub(start.gsn.0 as u16),
+            None => self.core.session_by_stream(stream).map_or(0, |v| v.seq_offset()),
+        };
         let end = action.end;
-        let _ = self.sender.send(SenderCommand::Play { stream, run, start, end });
+        let _ = self.sender.send(SenderCommand::Play { stream, run, start, end, seq_offset });
         let _ = self.sched.send(SchedCommand::Start { stream, run, from, media: start.time });
-        debug!(%stream, run, gsn = %start.gsn, npt = %start.time, "play");
-        let outcome = PlayOutcome::Started { first: start, end: end.unwrap_or(rec.duration) };
-        self.core.finish_play(now, action, outcome)
+        debug!(%stream, run, gsn = %start.gsn, npt = %start.time, seq_offset, "play");
+        // An open range unless the client asked to stop early (see PlayOutcome::Started).
+        let end = end.filter(|e| *e < rec.duration);
+        self.core.finish_play(now, action, PlayOutcome::Started { first: start, end, seq_offset })
+    }
+
+    /// Stops the sender for `stream` and the scheduler's reads; returns where it stopped.
+    async fn stop_sender(&mut self, stream: StreamId) -> Option<(Position, u16)> {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.sender.send(SenderCommand::Pause { stream, reply: tx });
+        let stopped = rx.await.ok().flatten();
+        let _ = self.sched.send(SchedCommand::Stop { stream });
+        if let Some(s) = self.streams.get_mut(&stream) {
+            s.sending = false;
+            if let Some((_, next)) = stopped {
+                s.next_seq = Some(next);
+            }
+        }
+        stopped
     }
 
     /// Admits the stream at the scheduler and registers it with the sender.
@@ -300,16 +334,22 @@ impl Manager {
         let _ =
             self.sender.send(SenderCommand::Add { setup, transport, cname: self.cname.clone() });
         info!(%stream, object = %entry.record.name, "admission: admitted");
-        self.streams.insert(stream, StreamState { entry: Arc::clone(entry), run: 0, opened: true });
+        self.streams.insert(
+            stream,
+            StreamState {
+                entry: Arc::clone(entry),
+                run: 0,
+                opened: true,
+                sending: false,
+                next_seq: None,
+            },
+        );
         Ok(())
     }
 
     async fn pause(&mut self, action: PauseAction) -> Response<Vec<u8>> {
         let stream = action.stream;
-        let (tx, rx) = oneshot::channel();
-        let _ = self.sender.send(SenderCommand::Pause { stream, reply: tx });
-        let at = rx.await.ok().flatten();
-        let _ = self.sched.send(SchedCommand::Stop { stream });
+        let at = self.stop_sender(stream).await.map(|(at, _)| at);
         let at = at.unwrap_or_else(|| {
             let sp = self.streams.get(&stream).map(|s| s.entry.record.seek(Default::default()));
             sp.map_or(Position { gsn: Default::default(), time: Default::default() }, |sp| {

@@ -236,12 +236,20 @@ pub struct PlayAction {
 /// How the data plane carried out a [`PlayAction`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PlayOutcome {
-    /// Sending starts at `first` (the first packet that will be sent) and stops at `end`.
+    /// Sending starts at `first` (the first packet that will be sent).
     Started {
         /// The first packet that will be sent.
         first: Position,
-        /// Where sending stops.
-        end: MediaTime,
+        /// Where sending stops, when that is before the end of the media: the response's
+        /// `Range` then carries it. `None` answers an open range (`npt=X-`), as gst-rtsp-server
+        /// does: the client ends on RTCP BYE rather than on a timer armed from the range end
+        /// (GStreamer's jitterbuffer fires that timer from arrival-time estimates and can cut
+        /// the last packets).
+        end: Option<MediaTime>,
+        /// The session's sequence-number offset from now on: RTP seq = offset + GSN. The data
+        /// plane chooses it so numbering continues across seeks (rtsp-interop §2.7: one counter
+        /// per track for the whole session).
+        seq_offset: u16,
     },
     /// Admission control refused the stream → 453 Not Enough Bandwidth.
     Rejected {
@@ -369,13 +377,14 @@ impl ServerCore {
     ) -> Response<Vec<u8>> {
         self.touch(now, &play.session);
         let refusal = match outcome {
-            PlayOutcome::Started { first, end } => {
+            PlayOutcome::Started { first, end, seq_offset } => {
                 let Some(s) = self.sessions.get_mut(&play.session) else {
                     let refusal = Refusal::SessionNotFound(play.session.to_string());
                     return self.refuse(&play.cseq, None, &refusal);
                 };
                 s.state = SessionState::Playing;
                 s.position = None;
+                s.seq_offset = seq_offset;
                 let url = s.track_url.clone();
                 let info = RtpInfo {
                     url: &url,
@@ -385,7 +394,7 @@ impl ServerCore {
                 let mut b = self
                     .ok(&play.cseq)
                     .header(SESSION, self.session_header(&play.session))
-                    .header(RANGE, format_npt_range(first.time, Some(end)))
+                    .header(RANGE, format_npt_range(first.time, end))
                     .header(RTP_INFO, format_rtp_info(&[info]));
                 if play.scale {
                     b = b.header(SCALE, "1");

@@ -68,7 +68,10 @@ impl FakeGlue {
         let end = action.end.unwrap_or(duration);
         self.playing.insert(action.stream, (now, first, end));
         self.first.insert(action.session.clone(), first);
-        PlayOutcome::Started { first, end }
+        // Like the server: an open range unless the client asked to stop early; the sequence
+        // offset unchanged.
+        let seq_offset = core.session(&action.session).unwrap().seq_offset();
+        PlayOutcome::Started { first, end: action.end.filter(|e| *e < duration), seq_offset }
     }
 
     fn pause(&mut self, now: Instant, action: &PauseAction) -> Position {
@@ -588,7 +591,7 @@ fn actions_on_vanished_sessions_answer_454() {
     assert_eq!(action.end, None);
     assert_eq!(action.object, ObjectId(7));
     core.handle_conn_closed(Instant::ZERO, ConnId(1));
-    let outcome = PlayOutcome::Started { first: Position::START, end: MediaTime::ZERO };
+    let outcome = PlayOutcome::Started { first: Position::START, end: None, seq_offset: 0 };
     let resp = core.finish_play(Instant::ZERO, action, outcome);
     assert_eq!(resp.status(), StatusCode::SessionNotFound);
     assert_eq!(resp.header(&CSEQ).unwrap().as_str(), "2");
@@ -607,8 +610,8 @@ fn pause_and_end_of_stream_save_the_position() {
     };
     let stream = a.stream;
     let end = MediaTime::from_nanos(10 * SECOND);
-    let r =
-        core.finish_play(Instant::ZERO, a, PlayOutcome::Started { first: Position::START, end });
+    let started = PlayOutcome::Started { first: Position::START, end: None, seq_offset: 0 };
+    let r = core.finish_play(Instant::ZERO, a, started);
     assert_eq!(r.status(), StatusCode::Ok);
     let pause = request(Method::Pause, Some("rtsp://h/x"), &session);
     let Handled::Pause(p) = core.handle_request(Instant::ZERO, &conn(1), &pause, &lib) else {
@@ -623,7 +626,11 @@ fn pause_and_end_of_stream_save_the_position() {
         panic!()
     };
     assert_eq!(a.start, PlayStart::Resume(at));
-    core.finish_play(Instant::ZERO, a, PlayOutcome::Started { first: at, end });
+    core.finish_play(
+        Instant::ZERO,
+        a,
+        PlayOutcome::Started { first: at, end: None, seq_offset: 0 },
+    );
     // end of stream: paused at the end; a PLAY without Range resumes there
     let last = pos(end);
     core.handle_end_of_stream(Instant::ZERO, stream, last);
@@ -798,8 +805,9 @@ mod random_dialogs {
                         PlayStart::Resume(p) => p,
                         PlayStart::Beginning => Position::START,
                     };
-                    let end = a.end.unwrap_or(MediaTime::from_nanos(10 * SECOND));
-                    core.finish_play(now, a, PlayOutcome::Started { first, end })
+                    let seq_offset = core.session(&a.session).map_or(0, |v| v.seq_offset());
+                    let started = PlayOutcome::Started { first, end: a.end, seq_offset };
+                    core.finish_play(now, a, started)
                 }
                 Handled::Pause(a) => core.finish_pause(now, a, pos(MediaTime::ZERO)),
             };
