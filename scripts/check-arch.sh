@@ -36,5 +36,11 @@ for m in crates/*/Cargo.toml; do
   if grep -qE '^tokio' "$m"; then echo "invariant broken: $m depends on tokio"; fail=1; fi
 done
 
+# 5. One owner per piece of mutable state: the cores' state machines are never shared behind a
+#    lock; they live on one thread or task and are fed commands.
+if grep -rnE '(Mutex|RwLock)<[^>]*(ServerCore|Scheduler|Pacer|BlockCache)' crates/ --include=*.rs; then
+  echo "invariant broken: a core state machine is shared behind a lock"; fail=1
+fi
+
 [ $fail -eq 0 ] && echo "architecture invariants hold"
 exit $fail

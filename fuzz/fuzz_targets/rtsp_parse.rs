@@ -76,7 +76,8 @@ fn run(data: &[u8]) {
                                     4 => PlayOutcome::Failed { reason: "fuzz".into() },
                                     _ => PlayOutcome::Started {
                                         first,
-                                        end: action.end.unwrap_or(DURATION),
+                                        end: action.end.filter(|e| *e < DURATION),
+                                        seq_offset: step as u16,
                                     },
                                 };
                                 core.finish_play(now, action, outcome)

@@ -50,7 +50,7 @@ fn ffprobe_reports_the_source_duration_and_streams() {
     require("ffprobe");
     let vbr = fixture("vbr60");
     let (_d, server) = serve(&[&vbr]);
-    for (name, file) in [("demo", demo()), ("vbr60", vbr.clone())] {
+    for (name, file) in [("demo", demo()), ("vbr60", vbr)] {
         let (want_d, want_c) = ffprobe(file.to_str().unwrap(), &[]);
         for transport in ["tcp", "udp"] {
             let (got_d, got_c) = ffprobe(&server.url(name), &["-rtsp_transport", transport]);
@@ -71,7 +71,7 @@ fn ffmpeg_reads_to_the_end_over_tcp_and_udp_without_decode_errors() {
     let vbr = fixture("vbr60");
     let (dir, server) = serve(&[&vbr]);
     let mut jobs = Vec::new();
-    for (name, file) in [("demo", demo()), ("vbr60", vbr.clone())] {
+    for (name, file) in [("demo", demo()), ("vbr60", vbr)] {
         for transport in ["tcp", "udp"] {
             let url = server.url(name);
             let md5 = dir.path().join(format!("{name}-{transport}.md5"));
@@ -124,7 +124,7 @@ fn gstreamer_receives_the_exact_bytes_over_tcp_and_udp() {
     let vbr = fixture("vbr60");
     let (dir, server) = serve(&[&vbr]);
     let mut jobs = Vec::new();
-    for (name, file) in [("demo", demo()), ("vbr60", vbr.clone())] {
+    for (name, file) in [("demo", demo()), ("vbr60", vbr)] {
         for transport in ["tcp", "udp"] {
             let url = server.url(name);
             let out_ts = dir.path().join(format!("{name}-{transport}.ts"));

@@ -2,6 +2,8 @@
 //! oracle (rtsp-interop §6.3): seek accuracy, pause/resume continuity, pacing, RTCP, concurrency,
 //! hostile input and session lifetimes.
 
+#![allow(clippy::print_stderr)] // tests report measurements on stderr
+
 mod common;
 
 use std::io::{Read, Write};

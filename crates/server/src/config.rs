@@ -262,7 +262,10 @@ impl ConfigFile {
     pub fn validate(&self) -> Result<Settings, ConfigError> {
         let invalid = |key, message: &str| ConfigError::Invalid { key, message: message.into() };
         let s = &self.store;
-        if s.block_size_kib < 64 || s.block_size_kib % 4 != 0 || s.block_size_kib > 64 * 1024 {
+        if s.block_size_kib < 64
+            || !s.block_size_kib.is_multiple_of(4)
+            || s.block_size_kib > 64 * 1024
+        {
             return Err(invalid(
                 "store.block_size_kib",
                 &format!("{} is not a multiple of 4 between 64 and 65536", s.block_size_kib),

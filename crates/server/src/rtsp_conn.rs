@@ -66,11 +66,8 @@ pub(crate) async fn serve(
                     match frame {
                         Frame::Request(req) => {
                             let (tx, rx) = oneshot::channel();
-                            let cmd = SessionCommand::Request {
-                                conn: conn.clone(),
-                                req: Box::new(req),
-                                reply: tx,
-                            };
+                            let cmd =
+                                SessionCommand::Request { conn, req: Box::new(req), reply: tx };
                             if sessions.send(cmd).is_err() {
                                 break 'conn;
                             }

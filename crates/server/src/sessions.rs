@@ -3,7 +3,7 @@
 //! RTSP requests from every connection, RTCP liveness from the RTCP socket and from interleaved
 //! channels, end-of-stream notices from the sender, and the reaping tick all arrive as
 //! [`SessionCommand`]s on one channel. The manager feeds them to the sans-IO
-//! [`ServerCore`](isochron_rtsp::server::ServerCore), and carries out the data-plane actions the
+//! [`ServerCore`], and carries out the data-plane actions the
 //! core hands back: admission and starts at the scheduler thread, play/pause at the sender thread.
 //!
 //! PLAY order matters (rtsp-interop §1.8): the response (with RTP-Info computed from the start
@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::Sender;
-use isochron_base::{BlockIndex, StreamId};
+use isochron_base::{BlockIndex, MediaTime, StreamId};
 use isochron_rtsp::rtsp_types::{Request, Response};
 use isochron_rtsp::server::{
     ConnId, ConnInfo, Event, Handled, PauseAction, PlayAction, PlayOutcome, PlayStart, Position,
@@ -228,22 +228,16 @@ impl Manager {
                 }
             },
         };
-        if !self.streams.get(&stream).is_some_and(|s| s.opened) {
-            if let Err(outcome) = self.open(stream, &entry).await {
-                return self.core.finish_play(now, action, outcome);
-            }
+        if !self.streams.get(&stream).is_some_and(|s| s.opened)
+            && let Err(outcome) = self.open(stream, &entry).await
+        {
+            return self.core.finish_play(now, action, outcome);
         }
         let rec = &entry.record;
         let start = match action.start {
-            PlayStart::Seek(t) => {
-                let sp = rec.seek(t);
-                Position { gsn: sp.gsn, time: sp.time }
-            }
+            PlayStart::Seek(t) => seek_position(rec, t),
             PlayStart::Resume(pos) => pos,
-            PlayStart::Beginning => {
-                let sp = rec.seek(isochron_base::MediaTime::ZERO);
-                Position { gsn: sp.gsn, time: sp.time }
-            }
+            PlayStart::Beginning => seek_position(rec, MediaTime::ZERO),
         };
         let from = entry.plan.block_of(start.gsn).unwrap_or(BlockIndex(0));
         // A seek while playing: stop first, to learn where numbering stands.
@@ -349,29 +343,25 @@ impl Manager {
 
     async fn pause(&mut self, action: PauseAction) -> Response<Vec<u8>> {
         let stream = action.stream;
-        let at = self.stop_sender(stream).await.map(|(at, _)| at);
-        let at = at.unwrap_or_else(|| {
-            let sp = self.streams.get(&stream).map(|s| s.entry.record.seek(Default::default()));
-            sp.map_or(Position { gsn: Default::default(), time: Default::default() }, |sp| {
-                Position { gsn: sp.gsn, time: sp.time }
-            })
-        });
+        // A stream the sender does not know has sent nothing: it is at its start.
+        let at = match self.stop_sender(stream).await {
+            Some((at, _)) => at,
+            None => self
+                .streams
+                .get(&stream)
+                .map_or(Position::START, |s| seek_position(&s.entry.record, MediaTime::ZERO)),
+        };
         let now = self.clock.now();
         self.core.finish_pause(now, action, at)
     }
 
     fn drain_events(&mut self) {
         while let Some(ev) = self.core.poll_event() {
-            match ev {
-                Event::Closed { session, stream, reason } => {
-                    debug!(%stream, ?session, ?reason, "session closed");
-                    if self.streams.remove(&stream).is_some() {
-                        let _ = self.sender.send(SenderCommand::Remove { stream });
-                        let _ = self.sched.send(SchedCommand::Close { stream });
-                    }
-                }
-                #[allow(unreachable_patterns)]
-                _ => {}
+            let Event::Closed { session, stream, reason } = ev;
+            debug!(%stream, ?session, ?reason, "session closed");
+            if self.streams.remove(&stream).is_some() {
+                let _ = self.sender.send(SenderCommand::Remove { stream });
+                let _ = self.sched.send(SchedCommand::Close { stream });
             }
         }
     }
@@ -394,4 +384,10 @@ impl Manager {
             })
             .collect()
     }
+}
+
+/// Where playing from `t` starts: the object's seek point for `t` (rtsp-interop §3.2).
+fn seek_position(rec: &isochron_store::catalog::ObjectRecord, t: MediaTime) -> Position {
+    let sp = rec.seek(t);
+    Position { gsn: sp.gsn, time: sp.time }
 }

@@ -236,8 +236,11 @@ fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_default()
 }
 
+/// One packet of an ffmpeg `framemd5` listing: `(stream_index, size, hash)`.
+pub type PacketHash = (String, String, String);
+
 /// `(stream_index, size, hash)` of every packet in an ffmpeg `framemd5` listing.
-pub fn framemd5_packets(text: &str) -> Vec<(String, String, String)> {
+pub fn framemd5_packets(text: &str) -> Vec<PacketHash> {
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .map(|l| {
@@ -248,10 +251,9 @@ pub fn framemd5_packets(text: &str) -> Vec<(String, String, String)> {
 }
 
 /// The source's packet listing, computed once per file.
-pub fn source_framemd5(path: &Path) -> Vec<(String, String, String)> {
-    static CACHE: OnceLock<
-        std::sync::Mutex<std::collections::HashMap<PathBuf, Vec<(String, String, String)>>>,
-    > = OnceLock::new();
+pub fn source_framemd5(path: &Path) -> Vec<PacketHash> {
+    type Cache = std::sync::Mutex<std::collections::HashMap<PathBuf, Vec<PacketHash>>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(v) = cache.lock().unwrap().get(path) {
         return v.clone();
@@ -274,7 +276,8 @@ pub fn assert_same_bytes(got: &[u8], want: &[u8], what: &str) {
     if got == want {
         return;
     }
-    let first = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
+    let first =
+        got.iter().zip(want).position(|(a, b)| a != b).unwrap_or_else(|| got.len().min(want.len()));
     panic!(
         "{what}: {} bytes received vs {} expected; first difference at byte {first} (TS packet {})",
         got.len(),
