@@ -12,18 +12,8 @@ use std::thread;
 
 use common::*;
 
-/// A server whose store holds the demo clip and the given fixtures (ingested with the CLI).
 fn serve(extra: &[&Path]) -> (tempfile::TempDir, Server) {
-    let dir = tempdir();
-    let data = dir.path().join("store");
-    // The CLI creates the store without the demo clip that `serve` seeds: add it too.
-    let demo = demo();
-    for f in extra.iter().chain([&demo.as_path()].into_iter().filter(|_| !extra.is_empty())) {
-        let out = run(Command::new(bin()).arg("ingest").arg("--data").arg(&data).arg(f), 120);
-        assert!(out.status.success(), "ingest: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    let server = Server::start(&data, ServeOptions::default());
-    (dir, server)
+    serve_fixtures(extra, None)
 }
 
 fn ffprobe(input: &str, extra: &[&str]) -> (f64, Vec<String>) {
@@ -79,9 +69,12 @@ fn ffmpeg_reads_to_the_end_over_tcp_and_udp_without_decode_errors() {
             jobs.push(thread::spawn(move || {
                 // No -timeout: ffmpeg only ends on RTCP BYE, so finishing proves BYE. One input,
                 // two outputs: packet hashes (-c copy) and a full decode (-f null).
+                // Over UDP, filter_src drops RTP from any port but the advertised server_port.
+                let flags = if transport == "udp" { "filter_src" } else { "prefer_tcp" };
                 let out = run(
                     Command::new("ffmpeg")
-                        .args(["-nostdin", "-v", "error", "-rtsp_transport", transport, "-i", &url])
+                        .args(["-nostdin", "-v", "error", "-rtsp_transport", transport])
+                        .args(["-rtsp_flags", flags, "-i", &url])
                         .args(["-map", "0", "-c", "copy", "-f", "framemd5", "-y"])
                         .arg(&md5)
                         .args(["-map", "0", "-f", "null", "-"]),
@@ -130,30 +123,9 @@ fn gstreamer_receives_the_exact_bytes_over_tcp_and_udp() {
             let out_ts = dir.path().join(format!("{name}-{transport}.ts"));
             let file = file.clone();
             jobs.push(thread::spawn(move || {
-                let out = run(
-                    Command::new("gst-launch-1.0").args([
-                        "-q",
-                        "-e",
-                        "rtspsrc",
-                        &format!("location={url}"),
-                        &format!("protocols={transport}"),
-                        "!",
-                        "rtpmp2tdepay",
-                        "!",
-                        "filesink",
-                        &format!("location={}", out_ts.display()),
-                    ]),
-                    120,
-                );
-                // gst-launch's exit code at EOS over TCP is unreliable (rtsp-interop §4.2):
-                // assert on the output.
-                let got = std::fs::read(&out_ts).unwrap_or_default();
+                let (got, stderr) = gst_fetch(&url, &out_ts, transport);
                 let want = std::fs::read(&file).unwrap();
-                assert_same_bytes(
-                    &got,
-                    &want,
-                    &format!("{name} over {transport} ({})", String::from_utf8_lossy(&out.stderr)),
-                );
+                assert_same_bytes(&got, &want, &format!("{name} over {transport} ({stderr})"));
             }));
         }
     }
@@ -249,4 +221,41 @@ fn ffmpeg_satip_raw_is_byte_exact() {
         &std::fs::read(demo()).unwrap(),
         "satip raw",
     );
+}
+
+#[test]
+fn gstreamer_seeks_with_pause_and_a_play_range() {
+    require("gst-launch-1.0");
+    let (dir, server) = serve(&[]);
+    let out_ts = dir.path().join("seek.ts");
+    let target = 8.0;
+    // rtspsrc turns a seek into PAUSE + PLAY Range: npt=8- (rtsp-interop §6.2, test 13).
+    let script = repo().join("crates/isochron/tests/tools/gst_seek.py");
+    let out = run(
+        Command::new("/usr/bin/python3")
+            .arg(script)
+            .arg(server.url("demo"))
+            .args(["2", &target.to_string()])
+            .arg(&out_ts),
+        90,
+    );
+    assert!(out.status.success(), "seek: {}", String::from_utf8_lossy(&out.stderr));
+    let src = std::fs::read(demo()).unwrap();
+    let got = std::fs::read(&out_ts).unwrap();
+    // The flushing seek restarts the file at the seek point: find it in the source.
+    let n = got.len() / 188;
+    let join =
+        (0..n).find(|&i| got[i * 188..(i + 1) * 188] != src[i * 188..(i + 1) * 188]).unwrap_or(n);
+    let tail = &got[join * 188..];
+    assert!(tail.len() > 188 * 64, "nothing received after the seek");
+    let start = (0..src.len() / 188)
+        .find(|&i| src[i * 188..].starts_with(&tail[..188 * 64]))
+        .expect("the stream after the seek is a run of source packets");
+    assert_same_bytes(tail, &src[start * 188..], "after the seek, to the end");
+    let mut s = isochron_media::TsScanner::new();
+    s.push(&src).unwrap();
+    let t = s.finish().unwrap().send_time(start as u64).as_secs_f64();
+    assert!((t - target).abs() <= 1.0, "seek to {target} s started at {t:.3} s");
+    let log = server.log();
+    assert!(log.contains("npt=") && log.matches("play").count() >= 2, "no second PLAY logged");
 }

@@ -17,16 +17,7 @@ use isochron_loadgen::{Client, Collected, Transport};
 use isochron_media::{TsIndex, TsScanner};
 
 fn serve(extra: &[&Path], config: Option<&str>) -> (tempfile::TempDir, Server) {
-    let dir = tempdir();
-    let data = dir.path().join("store");
-    // The CLI creates the store without the demo clip that `serve` seeds: add it too.
-    let demo = demo();
-    for f in extra.iter().chain([&demo.as_path()].into_iter().filter(|_| !extra.is_empty())) {
-        let out = run(Command::new(bin()).arg("ingest").arg("--data").arg(&data).arg(f), 120);
-        assert!(out.status.success(), "ingest: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    let server = Server::start(&data, ServeOptions { config, ..ServeOptions::default() });
-    (dir, server)
+    serve_fixtures(extra, config)
 }
 
 fn index(path: &Path) -> TsIndex {
@@ -126,6 +117,44 @@ fn seek_starts_within_a_second_of_the_requested_time() {
         let npt: f64 = range.trim_start_matches("npt=").split('-').next().unwrap().parse().unwrap();
         assert!((npt - x).abs() <= 1.0 && npt <= x + 1e-3, "Range {range} for a seek to {x}");
     }
+}
+
+/// Receives RTP for `d`, appending to `all`.
+async fn drain(c: &mut Client, all: &mut Collected, d: Duration) {
+    let until = tokio::time::Instant::now() + d;
+    while let Some(i) = c.next(until.saturating_duration_since(tokio::time::Instant::now())).await {
+        if let isochron_loadgen::Incoming::Rtp(p) = i {
+            all.packets.push(p);
+        }
+    }
+}
+
+#[test]
+fn sequence_numbers_continue_across_seeks() {
+    let vbr = fixture("vbr60");
+    let (_d, server) = serve(&[&vbr], None);
+    let url = server.url("vbr60");
+    let all = runtime().block_on(async move {
+        let (mut c, first) = play(&url, Transport::Udp, None).await;
+        let mut all = Collected::default();
+        drain(&mut c, &mut all, Duration::from_secs(1)).await;
+        // A new range while playing: an immediate seek (RFC 2326 §10.5).
+        let agg = c.aggregate_url();
+        let r = c.request("PLAY", &agg, &[("Range", "npt=30-")]).await.unwrap();
+        assert_eq!(u16::from(r.status()), 200);
+        drain(&mut c, &mut all, Duration::from_secs(1)).await;
+        c.pause().await.unwrap();
+        drain(&mut c, &mut all, Duration::from_millis(300)).await;
+        let info = c.play(Some("npt=10-")).await.unwrap();
+        let before = all.packets.last().unwrap().header.sequence;
+        assert_eq!(info.seq, Some(before.wrapping_add(1)), "RTP-Info after PAUSE + seek");
+        drain(&mut c, &mut all, Duration::from_secs(1)).await;
+        c.teardown().await.unwrap();
+        assert_eq!(first.seq, Some(all.packets[0].header.sequence));
+        all
+    });
+    all.check_contiguous().unwrap_or_else(|e| panic!("across seeks: {e}"));
+    assert!(all.packets.len() > 300);
 }
 
 #[test]

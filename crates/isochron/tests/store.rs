@@ -33,25 +33,6 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, u64, std::time::SystemTime)> {
     out
 }
 
-fn gst_fetch(url: &str, out: &Path, transport: &str) -> Vec<u8> {
-    let _ = run(
-        Command::new("gst-launch-1.0").args([
-            "-q",
-            "-e",
-            "rtspsrc",
-            &format!("location={url}"),
-            &format!("protocols={transport}"),
-            "!",
-            "rtpmp2tdepay",
-            "!",
-            "filesink",
-            &format!("location={}", out.display()),
-        ]),
-        60,
-    );
-    std::fs::read(out).unwrap_or_default()
-}
-
 #[test]
 fn bad_input_is_refused_naming_the_file_and_the_store_is_unchanged() {
     let dir = tempdir();
@@ -111,7 +92,7 @@ fn a_file_cut_mid_packet_is_ingested_up_to_the_last_whole_packet_with_a_warning(
     assert!(out.status.success(), "{err}");
     assert!(err.contains("partial") && err.contains("77 bytes"), "no warning: {err}");
     let server = Server::start(&data, ServeOptions::default());
-    let got = gst_fetch(&server.url("cut"), &dir.path().join("out.ts"), "tcp");
+    let (got, _) = gst_fetch(&server.url("cut"), &dir.path().join("out.ts"), "tcp");
     assert_same_bytes(&got, &src[..whole], "truncated file");
 }
 
@@ -182,8 +163,8 @@ fn objects_still_play_byte_exact_after_a_restart() {
     for round in 0..2 {
         let server = Server::start(&data, ServeOptions::default());
         for (name, file) in [("rate5m", vbr.clone()), ("demo", demo())] {
-            let got =
-                gst_fetch(&server.url(name), &dir.path().join(format!("{name}{round}.ts")), "udp");
+            let out = dir.path().join(format!("{name}{round}.ts"));
+            let (got, _) = gst_fetch(&server.url(name), &out, "udp");
             assert_same_bytes(
                 &got,
                 &std::fs::read(&file).unwrap(),
@@ -228,6 +209,6 @@ fn a_file_dropped_into_the_media_directory_starts_streaming() {
         assert!(Instant::now() < deadline, "dropped file not picked up; log:\n{}", server.log());
         std::thread::sleep(Duration::from_millis(200));
     }
-    let got = gst_fetch(&server.url("second"), &dir.path().join("second-out.ts"), "tcp");
+    let (got, _) = gst_fetch(&server.url("second"), &dir.path().join("second-out.ts"), "tcp");
     assert_same_bytes(&got, &src, "dropped-in file");
 }

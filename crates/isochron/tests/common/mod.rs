@@ -286,6 +286,45 @@ pub fn assert_same_bytes(got: &[u8], want: &[u8], what: &str) {
     );
 }
 
+/// A temporary store holding the demo clip and the given fixtures (ingested with the CLI), served
+/// by a new server with the given config text.
+pub fn serve_fixtures(extra: &[&Path], config: Option<&str>) -> (tempfile::TempDir, Server) {
+    let dir = tempdir();
+    let data = dir.path().join("store");
+    if !extra.is_empty() {
+        // The CLI creates the store without the demo clip that `serve` seeds: add it too.
+        let demo = demo();
+        for f in extra.iter().copied().chain([demo.as_path()]) {
+            let out = run(Command::new(bin()).arg("ingest").arg("--data").arg(&data).arg(f), 120);
+            assert!(out.status.success(), "ingest: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    let server = Server::start(&data, ServeOptions { config, ..ServeOptions::default() });
+    (dir, server)
+}
+
+/// Receives `url` with GStreamer (`rtspsrc ! rtpmp2tdepay ! filesink`) over `transport` and
+/// returns the transport stream it wrote, with gst-launch's stderr for messages. The exit code is
+/// not checked: it is unreliable at EOS over TCP (rtsp-interop §4.2); callers check the bytes.
+pub fn gst_fetch(url: &str, out: &Path, transport: &str) -> (Vec<u8>, String) {
+    let res = run(
+        Command::new("gst-launch-1.0").args([
+            "-q",
+            "-e",
+            "rtspsrc",
+            &format!("location={url}"),
+            &format!("protocols={transport}"),
+            "!",
+            "rtpmp2tdepay",
+            "!",
+            "filesink",
+            &format!("location={}", out.display()),
+        ]),
+        120,
+    );
+    (std::fs::read(out).unwrap_or_default(), String::from_utf8_lossy(&res.stderr).into_owned())
+}
+
 /// A multi-threaded runtime for tests that use the async client.
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime")
