@@ -70,6 +70,9 @@ pub struct RtspSection {
     /// Seconds without a request or RTCP before a UDP session is reaped; advertised in
     /// `Session: …;timeout=`. Default 60.
     pub session_timeout_s: u64,
+    /// Seconds a *paused* UDP session lives without a request or RTCP (ffmpeg sends nothing
+    /// while paused). At least `session_timeout_s`. Default 300.
+    pub paused_session_timeout_s: u64,
     /// Most RTSP sessions at once; more get 453. Default 1000.
     pub max_sessions: usize,
     /// Largest RTSP message accepted, in KiB; larger ones get 400 and the connection closes.
@@ -83,6 +86,7 @@ impl Default for RtspSection {
             listen: "0.0.0.0:8554".into(),
             rtp_port: 6970,
             session_timeout_s: 60,
+            paused_session_timeout_s: 300,
             max_sessions: 1000,
             max_message_kib: 64,
         }
@@ -222,6 +226,8 @@ pub struct Settings {
     pub rtp_port: u16,
     /// UDP session idle timeout.
     pub session_timeout: Duration,
+    /// Paused UDP session idle timeout.
+    pub paused_session_timeout: Duration,
     /// Session limit.
     pub max_sessions: usize,
     /// Largest RTSP message.
@@ -288,6 +294,12 @@ impl ConfigFile {
         if self.rtsp.session_timeout_s < 5 {
             return Err(invalid("rtsp.session_timeout_s", "must be at least 5"));
         }
+        if self.rtsp.paused_session_timeout_s < self.rtsp.session_timeout_s {
+            return Err(invalid(
+                "rtsp.paused_session_timeout_s",
+                "must be at least rtsp.session_timeout_s",
+            ));
+        }
         if self.rtsp.max_message_kib == 0 {
             return Err(invalid("rtsp.max_message_kib", "must be at least 1"));
         }
@@ -317,6 +329,7 @@ impl ConfigFile {
             rtsp_listen,
             rtp_port: self.rtsp.rtp_port,
             session_timeout: Duration::from_secs(self.rtsp.session_timeout_s),
+            paused_session_timeout: Duration::from_secs(self.rtsp.paused_session_timeout_s),
             max_sessions: self.rtsp.max_sessions,
             max_message: Bytes::kib(self.rtsp.max_message_kib),
             rtcp_interval: Duration::from_millis(self.sender.rtcp_interval_ms),
@@ -365,6 +378,7 @@ mod tests {
             ("[rtsp]\nlisten = \"localhost\"", "rtsp.listen"),
             ("[http]\nlisten = \"1.2.3.4\"", "http.listen"),
             ("[rtsp]\nsession_timeout_s = 1", "rtsp.session_timeout_s"),
+            ("[rtsp]\npaused_session_timeout_s = 10", "rtsp.paused_session_timeout_s"),
             ("[sender]\nbatch_packets = 0", "sender.batch_packets"),
             ("[sched]\nread_ahead_blocks = 0", "sched.read_ahead_blocks"),
         ];

@@ -65,7 +65,8 @@
 //!   `rtsp://h/stream=0`, `rtsp://h/name`, `rtsp://h/name/` and track URLs all work.
 //! - Liveness (interop §2.6, RFC 7826 §10.5): any request naming the session, RTCP naming its
 //!   SSRC ([`ServerCore::handle_rtcp`]), or interleaved RTCP on its channels refreshes it. UDP
-//!   sessions expire `session_timeout` after the last sign of life, in any state. Interleaved
+//!   sessions expire `session_timeout` after the last sign of life, or
+//!   `paused_session_timeout` while paused (ffmpeg sends nothing while paused). Interleaved
 //!   sessions never expire while their connection is open and close with it. UDP sessions
 //!   outlive their RTSP connection (RFC 2326 §1.3: sessions are not tied to connections), which
 //!   also lets the session that ffmpeg abandons on UDP→TCP fallback (PAUSE, then a new SETUP
@@ -146,6 +147,11 @@ pub struct ServerConfig {
     pub server_ports: (u16, u16),
     /// The most sessions alive at once; SETUP beyond it → 503. Default 1024.
     pub max_sessions: usize,
+    /// How long a *paused* UDP session lives without a sign of life. ffmpeg sends nothing while
+    /// paused (no keep-alive, no RTCP: interop §2.6), so a paused ffplay would find its session
+    /// gone on resume after `session_timeout`; the interop notes recommend keeping paused
+    /// sessions longer. Never less than `session_timeout`. Default 300 s.
+    pub paused_session_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -155,6 +161,7 @@ impl Default for ServerConfig {
             server_name: "isochron/0.1".to_owned(),
             server_ports: (6970, 6971),
             max_sessions: 1024,
+            paused_session_timeout: Duration::from_secs(300),
         }
     }
 }
@@ -391,6 +398,7 @@ impl ServerCore {
                     seq: rtp_seq(s.seq_offset, first.gsn),
                     rtptime: rtp_timestamp(s.rtp_ts_offset, first.time),
                 };
+                self.rearm(&play.session);
                 let mut b = self
                     .ok(&play.cseq)
                     .header(SESSION, self.session_header(&play.session))
@@ -422,6 +430,7 @@ impl ServerCore {
         };
         s.state = SessionState::Paused;
         s.position = Some(at);
+        self.rearm(&pause.session);
         self.ok(&pause.cseq).header(SESSION, self.session_header(&pause.session)).build(Vec::new())
     }
 
@@ -473,12 +482,13 @@ impl ServerCore {
     /// back.
     pub fn handle_end_of_stream(&mut self, now: Instant, stream: StreamId, at: Position) {
         let _ = now;
-        let Some(id) = self.by_stream.get(&stream) else { return };
-        if let Some(s) = self.sessions.get_mut(id)
+        let Some(id) = self.by_stream.get(&stream).cloned() else { return };
+        if let Some(s) = self.sessions.get_mut(&id)
             && s.state == SessionState::Playing
         {
             s.state = SessionState::Paused;
             s.position = Some(at);
+            self.rearm(&id);
         }
     }
 
@@ -917,9 +927,22 @@ impl ServerCore {
 
     /// A sign of life from session `id`, if it exists.
     fn touch(&mut self, now: Instant, id: &SessionId) {
-        let timeout = self.config.session_timeout;
         let Some(s) = self.sessions.get_mut(id) else { return };
         s.last_seen = s.last_seen.max(now);
+        self.rearm(id);
+    }
+
+    /// Recomputes a UDP session's deadline from its last sign of life and its state's timeout
+    /// (longer while paused). A state change is not a sign of life: `last_seen` stays.
+    fn rearm(&mut self, id: &SessionId) {
+        let timeout = match self.sessions.get(id).map(|s| s.state) {
+            Some(SessionState::Paused) => {
+                self.config.paused_session_timeout.max(self.config.session_timeout)
+            }
+            Some(_) => self.config.session_timeout,
+            None => return,
+        };
+        let Some(s) = self.sessions.get_mut(id) else { return };
         if let Some(old) = s.deadline {
             let new = s.last_seen + timeout;
             if new != old {

@@ -566,6 +566,54 @@ fn timeouts_follow_liveness() {
 }
 
 #[test]
+fn paused_udp_sessions_live_longer() {
+    let config = ServerConfig {
+        session_timeout: Duration::from_secs(60),
+        paused_session_timeout: Duration::from_secs(300),
+        ..ServerConfig::default()
+    };
+    let mut core = ServerCore::new(config, 3);
+    let t0 = Instant::from_nanos(5 * SECOND);
+    let secs = |n: u64| t0 + Duration::from_secs(n);
+    let udp = setup(&mut core, t0, 1, "RTP/AVP;unicast;client_port=5000-5001");
+    let stream = core.session(&udp).unwrap().stream();
+    let play = |core: &mut ServerCore, at: Instant, cseq: &str| {
+        let req = request(
+            Method::Play,
+            Some("rtsp://h/test.ts/"),
+            &[("CSeq", cseq), ("Session", udp.as_str())],
+        );
+        let Handled::Play(a) = core.handle_request(at, &conn(1), &req, &FakeLibrary) else {
+            panic!("PLAY not handed to the glue")
+        };
+        let started = PlayOutcome::Started { first: Position::START, end: None, seq_offset: 0 };
+        core.finish_play(at, a, started);
+    };
+    play(&mut core, t0, "3");
+    assert_eq!(core.poll_timeout(), Some(secs(60)));
+    // PAUSE: the longer timeout, counted from the PAUSE request.
+    let req = request(
+        Method::Pause,
+        Some("rtsp://h/test.ts/"),
+        &[("CSeq", "4"), ("Session", udp.as_str())],
+    );
+    let Handled::Pause(a) = core.handle_request(secs(10), &conn(1), &req, &FakeLibrary) else {
+        panic!("PAUSE not handed to the glue")
+    };
+    core.finish_pause(secs(10), a, Position::START);
+    assert_eq!(core.poll_timeout(), Some(secs(310)));
+    core.handle_timeout(secs(200));
+    assert_eq!(core.poll_event(), None, "a paused session outlives session_timeout");
+    // Resuming returns to the playing timeout.
+    play(&mut core, secs(250), "5");
+    assert_eq!(core.poll_timeout(), Some(secs(310)));
+    // The end of the media pauses the session: the longer timeout again, from the last sign
+    // of life (the end itself is not one).
+    core.handle_end_of_stream(secs(260), stream, Position::START);
+    assert_eq!(core.poll_timeout(), Some(secs(550)));
+}
+
+#[test]
 fn udp_sessions_survive_their_connection() {
     let mut core = ServerCore::new(ServerConfig::default(), 3);
     let id = setup(&mut core, Instant::ZERO, 1, "RTP/AVP;unicast;client_port=5000-5001");
