@@ -9,10 +9,24 @@
 //! Not here: the disk threads that carry reads out (`isochron-diskio`), and pacing (the server's
 //! sender thread).
 
+pub mod admission;
 pub mod cache;
+pub mod cycle;
+pub mod profile;
 pub mod scheduler;
+pub mod sim;
+pub mod workload;
 
+pub use admission::{
+    AdmissionConfig, AdmissionController, AdmissionPolicy, Decision, Direction, DiskLoad,
+    DiskOverload, Overload, Placement, Refusal, StreamDemand,
+};
 pub use cache::{BlockCache, CacheStats, Pin};
+pub use cycle::{
+    CycleConfig, CycleEvent, CycleIo, CycleOrder, CycleReport, CycleScheduler, CycleStats, IoClass,
+    NrtDone, NrtId, NrtKind, NrtRequest, OpenRecord, RecordBlock, StreamStats, WriteDone,
+};
+pub use profile::{Curve, DiskModel, DiskProfile, ProfileError};
 pub use scheduler::{
     Admission, Anchor, Event, IoRequest, ObjectPlan, OpenStream, PlannedBlock, ReadDone,
     RejectReason, SchedConfig, SchedStats, Scheduler,

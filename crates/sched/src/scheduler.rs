@@ -449,6 +449,18 @@ impl<V: Clone> Scheduler<V> {
         &self.cache
     }
 
+    /// Replaces the plan of every stream of `plan.object` (after a placement epoch flip moved
+    /// blocks to other disks). Reads already queued keep their old disk: the caller keeps the
+    /// old copies readable until those reads are done.
+    pub fn handle_plan_update(&mut self, plan: Arc<ObjectPlan>) {
+        for s in self.streams.values_mut() {
+            if s.plan.object == plan.object {
+                debug_assert_eq!(s.plan.blocks.len(), plan.blocks.len());
+                s.plan = Arc::clone(&plan);
+            }
+        }
+    }
+
     /// Drops an object's unpinned blocks from the cache (after `rm`).
     pub fn purge_object(&mut self, object: ObjectId) {
         self.cache.purge_object(object);
@@ -707,6 +719,25 @@ mod tests {
         s.handle_start(Instant::ZERO, StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
         let ev = drain_events(&mut s);
         assert_eq!(ev[0].1, 0);
+    }
+
+    #[test]
+    fn plan_update_redirects_later_reads() {
+        let p = plan(1, &[0, 0, 0, 0]);
+        let mut s = Scheduler::new(SchedConfig::default());
+        open(&mut s, 1, &p);
+        s.handle_start(Instant::ZERO, StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
+        let io = drain_io(&mut s);
+        assert!(io.iter().all(|r| r.disk == DiskId(0)));
+        s.handle_plan_update(plan(1, &[7, 7, 7, 7]));
+        for r in io {
+            done(&mut s, Instant::ZERO, r);
+        }
+        let _ = drain_events(&mut s);
+        s.handle_block_done(Instant::ZERO, StreamId(1), 1, BlockIndex(0));
+        let io = drain_io(&mut s);
+        assert_eq!(io.len(), 1);
+        assert_eq!(io[0].disk, DiskId(7), "reads after the flip go to the new disk");
     }
 
     #[test]

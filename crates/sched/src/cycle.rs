@@ -1,0 +1,1693 @@
+//! The XTREAM time-cycle scheduler (XTREAM §2.1–2.2; `research/algorithms.md` §5.2; DESIGN §2.6).
+//!
+//! Time is cut into cycles of length `T` (`cycle_ms`, default 1 s), aligned on multiples of `T`
+//! from the driver's clock epoch. At the start of each cycle, every playing stream queues, on
+//! the disks holding them, the blocks whose deadlines fall before the end of the *next* cycle:
+//! its double buffer (the block being sent, and what the next cycle needs). With a single disk
+//! and a stream whose cycle's worth of data is one block this is XTREAM's "exactly one IO per
+//! stream per cycle"; with blocks spread over many disks, a stream slower than `block / T` reads
+//! a block only every few cycles and a faster one reads several. So every block is read at least
+//! one cycle before it is due, and a cycle that overruns eats into that slack before any deadline
+//! is missed.
+//!
+//! Within a cycle the order is free (XTREAM §2.1). [`CycleOrder::Deadline`] (the default) issues
+//! earliest deadline first; [`CycleOrder::Position`] issues in block-key order (a proxy for disk
+//! position) except for reads due within the current cycle, which go first by deadline. One IO is
+//! in flight per disk by default (XTREAM's single IO thread: the schedule is deterministic and the
+//! next IO is chosen when the previous one ends).
+//!
+//! A started stream's first block is due at once, so it goes to the head of its disk's queue and
+//! is read as soon as the IO in progress ends: initial latency is about one IO plus the IO in
+//! progress, whatever the load (XTREAM's request handler, §2.2). The rest of its double buffer
+//! follows by deadline.
+//!
+//! Non-real-time IO (HTTP reads, reorganisation, ingest) is issued only in a cycle's slack: when
+//! a disk has no real-time IO queued, in chunks sized (from the disk profile's min curve) to end
+//! before the cycle does, so a real-time IO never waits for it beyond the cycle, and at most one
+//! chunk delays a new stream's first read. Admission ([`AdmissionController`]) keeps a share
+//! `nrt_share` of every cycle free of real-time work, so the slack is there.
+//!
+//! Recording streams hand in the blocks they produce; a block produced in cycle `k` is due on disk
+//! by the end of cycle `k + 1` (the recorder's double buffer: it fills the other buffer
+//! meanwhile) and is queued at once, by deadline, with the reads.
+//!
+//! A *missed deadline* is a block not in memory at its deadline (its first packet's send time),
+//! or a recorded block not written by the end of the cycle after the one it was produced in.
+//! Both are counted per stream, per cycle ([`CycleEvent::CycleEnd`]) and in total.
+//!
+//! The outer API follows [`crate::Scheduler`] so a driver can switch with small changes:
+//! `handle_*(now, …)` inputs, [`CycleScheduler::poll_io`] / [`CycleScheduler::poll_event`] /
+//! [`CycleScheduler::poll_timeout`] outputs. Not here: the IO itself, pacing, and the clock.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use isochron_base::StreamId;
+use isochron_base::{BitRate, BlockIndex, BlockKey, Bytes, DiskId, Instant, MediaTime, ObjectId};
+
+use crate::admission::{AdmissionController, Decision, Direction, Refusal, StreamDemand};
+use crate::cache::{BlockCache, CacheStats, Pin};
+use crate::scheduler::{Anchor, Event, IoRequest, ObjectPlan, OpenStream, ReadDone};
+
+/// Alignment of non-real-time chunks (`O_DIRECT`).
+const NRT_ALIGN: u64 = 4096;
+
+/// Cycle scheduler settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CycleConfig {
+    /// Cycle length `T` (config `cycle_ms`). Default 1 s.
+    pub cycle: Duration,
+    /// IOs in flight per disk. Default 1 (XTREAM's single IO thread per disk).
+    pub disk_queue_depth: u32,
+    /// Bytes of unpinned blocks kept in memory. Default 256 MiB.
+    pub cache_capacity: Bytes,
+    /// Time from a start's first block being in memory to its first packet's send time.
+    /// Default 20 ms.
+    pub startup_delay: Duration,
+    /// Most streams (playing and recording) open at once. Default 10 000.
+    pub max_streams: usize,
+    /// Order of the real-time IOs within a cycle. Default [`CycleOrder::Deadline`].
+    pub order: CycleOrder,
+    /// Largest non-real-time IO. Default 1 MiB.
+    pub nrt_chunk: Bytes,
+    /// How many cycles past the current one a stream's blocks are read ahead: a block is queued
+    /// in the cycle in which its deadline falls before the end of the `lookahead_cycles`-th next
+    /// cycle. Default 1: XTREAM's double buffer. More smooths cycles in which many streams need a
+    /// block at once, for `lookahead_cycles · T · ΣBR` more memory.
+    pub lookahead_cycles: u32,
+}
+
+impl Default for CycleConfig {
+    fn default() -> Self {
+        Self {
+            cycle: Duration::from_secs(1),
+            disk_queue_depth: 1,
+            cache_capacity: Bytes::mib(256),
+            startup_delay: Duration::from_millis(20),
+            max_streams: 10_000,
+            order: CycleOrder::Deadline,
+            nrt_chunk: Bytes::mib(1),
+            lookahead_cycles: 1,
+        }
+    }
+}
+
+/// The order of real-time IOs within a cycle.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CycleOrder {
+    /// Earliest deadline first.
+    #[default]
+    Deadline,
+    /// Block-key order (a proxy for position on disk), except that IOs due before the end of the
+    /// current cycle go first by deadline.
+    Position,
+}
+
+/// The id of a non-real-time request, chosen by the caller.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NrtId(pub u64);
+
+impl fmt::Display for NrtId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+/// Whether a non-real-time request reads or writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NrtKind {
+    /// A read.
+    Read,
+    /// A write.
+    Write,
+}
+
+/// A non-real-time request: `len` bytes to read or write on `disk`, in chunks, in cycles' slack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NrtRequest {
+    /// Its id (unique among open requests).
+    pub id: NrtId,
+    /// The disk.
+    pub disk: DiskId,
+    /// Read or write.
+    pub kind: NrtKind,
+    /// Total bytes.
+    pub len: Bytes,
+}
+
+/// A finished chunk of a non-real-time request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NrtDone {
+    /// The request.
+    pub id: NrtId,
+    /// The disk.
+    pub disk: DiskId,
+    /// Offset of the chunk in the request.
+    pub offset: Bytes,
+    /// Whether it succeeded.
+    pub result: Result<(), String>,
+}
+
+/// A request to admit a recording (a write stream).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenRecord {
+    /// The stream's id, chosen by the caller.
+    pub stream: StreamId,
+    /// The object being recorded.
+    pub object: ObjectId,
+    /// Declared mean rate.
+    pub avg_bitrate: BitRate,
+    /// Declared peak rate.
+    pub peak_bitrate: BitRate,
+    /// Size of the blocks it will hand in.
+    pub block_size: Bytes,
+}
+
+/// A block a recording produced, to be written (the caller keeps the data).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordBlock {
+    /// The block.
+    pub key: BlockKey,
+    /// The disk it goes to (its placement).
+    pub disk: DiskId,
+    /// Its size.
+    pub len: Bytes,
+}
+
+/// A completed block write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteDone {
+    /// The disk.
+    pub disk: DiskId,
+    /// The block.
+    pub key: BlockKey,
+    /// Whether it succeeded.
+    pub result: Result<(), String>,
+}
+
+/// What an IO is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IoClass {
+    /// A real-time block read; report with [`CycleScheduler::handle_read_done`].
+    Read {
+        /// The block.
+        key: BlockKey,
+    },
+    /// A recording's block write; report with [`CycleScheduler::handle_write_done`].
+    Write {
+        /// The recording.
+        stream: StreamId,
+        /// The block.
+        key: BlockKey,
+    },
+    /// A chunk of a non-real-time request: bytes `offset .. offset + len` of it; report with
+    /// [`CycleScheduler::handle_nrt_done`].
+    Nrt {
+        /// The request.
+        id: NrtId,
+        /// Read or write.
+        kind: NrtKind,
+        /// Offset of the chunk in the request.
+        offset: Bytes,
+    },
+}
+
+/// An IO for the driver to carry out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CycleIo {
+    /// The disk.
+    pub disk: DiskId,
+    /// Bytes to transfer.
+    pub len: Bytes,
+    /// When it must be done: a block's deadline, or for a non-real-time chunk the end of the
+    /// cycle it was sized to fit in.
+    pub deadline: Instant,
+    /// What it is.
+    pub class: IoClass,
+}
+
+impl CycleIo {
+    /// The IO as the read-ahead scheduler's [`IoRequest`], if it is a block read.
+    #[must_use]
+    pub fn as_read(&self) -> Option<IoRequest> {
+        match self.class {
+            IoClass::Read { key } => {
+                Some(IoRequest { disk: self.disk, key, len: self.len, deadline: self.deadline })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// One cycle's counts, reported when it ends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CycleReport {
+    /// The cycle's number (its start divided by `T`).
+    pub index: u64,
+    /// Its start.
+    pub start: Instant,
+    /// Deadlines missed during it (reads and writes).
+    pub missed: u32,
+    /// Real-time reads issued.
+    pub reads: u32,
+    /// Recording writes issued.
+    pub writes: u32,
+    /// Non-real-time chunks issued.
+    pub nrt_ios: u32,
+    /// Non-real-time bytes issued.
+    pub nrt_bytes: u64,
+}
+
+/// Outputs for the driver.
+#[derive(Debug)]
+pub enum CycleEvent<V> {
+    /// The next block of a stream is in memory (as [`Event::Deliver`]).
+    Deliver {
+        /// The stream.
+        stream: StreamId,
+        /// The block's index.
+        index: BlockIndex,
+        /// The block.
+        block: V,
+        /// Set on the first delivery after [`CycleScheduler::handle_start`].
+        anchor: Option<Anchor>,
+        /// The run this block belongs to.
+        run: u64,
+    },
+    /// A block could not be read; the stream is stopped (as [`Event::ReadFailed`]).
+    ReadFailed {
+        /// The stream.
+        stream: StreamId,
+        /// The block.
+        key: BlockKey,
+        /// Why.
+        error: String,
+    },
+    /// A block was not in memory (read) or not written (recording) by its deadline.
+    Missed {
+        /// The stream.
+        stream: StreamId,
+        /// The block.
+        key: BlockKey,
+        /// The deadline.
+        deadline: Instant,
+    },
+    /// A recorded block is on disk.
+    Written {
+        /// The recording.
+        stream: StreamId,
+        /// The block.
+        key: BlockKey,
+    },
+    /// A recorded block could not be written.
+    WriteFailed {
+        /// The recording.
+        stream: StreamId,
+        /// The block.
+        key: BlockKey,
+        /// Why.
+        error: String,
+    },
+    /// Every chunk of a non-real-time request is done (or one failed).
+    NrtDone {
+        /// The request.
+        id: NrtId,
+        /// The first failure, if any.
+        result: Result<(), String>,
+    },
+    /// A cycle ended.
+    CycleEnd(CycleReport),
+}
+
+impl<V> CycleEvent<V> {
+    /// The event as the read-ahead scheduler's [`Event`], for the two kinds it has.
+    pub fn into_event(self) -> Option<Event<V>> {
+        match self {
+            Self::Deliver { stream, index, block, anchor, run } => {
+                Some(Event::Deliver { stream, index, block, anchor, run })
+            }
+            Self::ReadFailed { stream, key, error } => {
+                Some(Event::ReadFailed { stream, key, error })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Counters, monotonic.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CycleStats {
+    /// The cache's counters (`B_disk`, `B_cache`, hits …).
+    pub cache: CacheStats,
+    /// Real-time reads issued.
+    pub reads: u64,
+    /// Recording writes issued.
+    pub writes: u64,
+    /// Non-real-time chunks issued.
+    pub nrt_ios: u64,
+    /// Non-real-time bytes issued.
+    pub nrt_bytes: u64,
+    /// Reads completed after the deadline they were queued with, for reads queued once the
+    /// stream's clock was anchored (an IO-level count; see `missed_deadlines` for blocks).
+    pub late_reads: u64,
+    /// Blocks not in memory by their deadline.
+    pub missed_deadlines: u64,
+    /// Recorded blocks not written by their deadline.
+    pub missed_write_deadlines: u64,
+    /// Reads that failed.
+    pub failed_reads: u64,
+    /// Writes that failed.
+    pub failed_writes: u64,
+    /// Cycles ended.
+    pub cycles: u64,
+    /// Cycles in which at least one deadline was missed.
+    pub cycles_with_misses: u64,
+    /// Streams admitted.
+    pub admitted: u64,
+    /// Streams refused.
+    pub rejected: u64,
+}
+
+/// One stream's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamStats {
+    /// Deadlines missed.
+    pub missed: u64,
+    /// Blocks delivered (playback).
+    pub delivered: u64,
+    /// Blocks written (recording).
+    pub written: u64,
+}
+
+#[derive(Debug)]
+enum Slot<V> {
+    Waiting(BlockIndex),
+    Ready(BlockIndex, V),
+    Delivered(BlockIndex),
+}
+
+impl<V> Slot<V> {
+    fn index(&self) -> BlockIndex {
+        match self {
+            Self::Waiting(i) | Self::Ready(i, _) | Self::Delivered(i) => *i,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Run<V> {
+    run: u64,
+    start_media: MediaTime,
+    /// Wall time of `start_media` assumed until the first block arrives.
+    provisional: Instant,
+    anchor: Option<Instant>,
+    next_request: u32,
+    window: VecDeque<Slot<V>>,
+}
+
+impl<V> Run<V> {
+    fn deadline(&self, plan: &ObjectPlan, index: BlockIndex) -> Instant {
+        let wall = self.anchor.unwrap_or(self.provisional);
+        let send =
+            plan.blocks.get(index.0 as usize).map_or(self.start_media, |b| b.first_send_time);
+        wall + send.saturating_duration_since(self.start_media)
+    }
+}
+
+#[derive(Debug)]
+enum StreamState<V> {
+    Play { plan: Arc<ObjectPlan>, running: Option<Run<V>> },
+    Record,
+}
+
+#[derive(Debug)]
+struct StreamEntry<V> {
+    state: StreamState<V>,
+    stats: StreamStats,
+}
+
+/// A real-time IO target; its order is the `Position` order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Target {
+    Read(BlockKey),
+    Write(BlockKey),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Queued {
+    deadline: Instant,
+    seq: u64,
+    len: Bytes,
+    /// The deadline is an estimate (the stream's clock is not anchored yet).
+    provisional: bool,
+    /// The recording, for writes.
+    stream: Option<StreamId>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Flight {
+    Rt(Target),
+    Nrt(NrtId, u64),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct InFlight {
+    deadline: Instant,
+    provisional: bool,
+    stream: Option<StreamId>,
+}
+
+#[derive(Debug, Default)]
+struct DiskState {
+    edf: BTreeMap<(Instant, u64), Target>,
+    queued: BTreeMap<Target, Queued>,
+    nrt: VecDeque<NrtId>,
+    in_flight: HashMap<Flight, InFlight>,
+}
+
+impl DiskState {
+    fn push(&mut self, target: Target, q: Queued) {
+        if let Some(old) = self.queued.get(&target) {
+            if old.deadline <= q.deadline {
+                return;
+            }
+            self.edf.remove(&(old.deadline, old.seq));
+        }
+        self.edf.insert((q.deadline, q.seq), target);
+        self.queued.insert(target, q);
+    }
+
+    fn take(&mut self, target: Target) -> Option<Queued> {
+        let q = self.queued.remove(&target)?;
+        self.edf.remove(&(q.deadline, q.seq));
+        Some(q)
+    }
+
+    fn pick(&self, order: CycleOrder, cycle_end: Instant) -> Option<Target> {
+        let (&(deadline, _), &first) = self.edf.first_key_value()?;
+        match order {
+            CycleOrder::Deadline => Some(first),
+            CycleOrder::Position if deadline < cycle_end => Some(first),
+            CycleOrder::Position => self.queued.keys().next().copied(),
+        }
+    }
+
+    fn idle(&self) -> bool {
+        self.queued.is_empty() && self.nrt.is_empty() && self.in_flight.is_empty()
+    }
+}
+
+#[derive(Clone, Debug)]
+struct NrtState {
+    disk: DiskId,
+    kind: NrtKind,
+    len: u64,
+    issued: u64,
+    in_flight: u32,
+    error: Option<String>,
+}
+
+/// The cycle scheduler core. One thread owns it (the server's scheduler thread, the simulator,
+/// or a test).
+#[derive(Debug)]
+pub struct CycleScheduler<V> {
+    config: CycleConfig,
+    admission: AdmissionController,
+    cache: BlockCache<V>,
+    streams: BTreeMap<StreamId, StreamEntry<V>>,
+    disks: BTreeMap<DiskId, DiskState>,
+    nrt: BTreeMap<NrtId, NrtState>,
+    /// Outstanding read deadlines of anchored streams' blocks not yet in memory.
+    read_deadlines: BTreeSet<(Instant, StreamId, BlockIndex)>,
+    /// Outstanding write deadlines.
+    write_deadlines: BTreeSet<(Instant, StreamId, BlockKey)>,
+    /// The cycle being accumulated.
+    current: CycleReport,
+    io_out: VecDeque<CycleIo>,
+    events: VecDeque<CycleEvent<V>>,
+    seq: u64,
+    stats: CycleStats,
+}
+
+impl<V: Clone> CycleScheduler<V> {
+    /// A scheduler with no streams, admitting with `admission`. The admission controller's cycle
+    /// length is the one used for its predictions; keep it equal to `config.cycle`.
+    #[must_use]
+    pub fn new(config: CycleConfig, admission: AdmissionController) -> Self {
+        let config = CycleConfig {
+            cycle: config.cycle.max(Duration::from_millis(1)),
+            disk_queue_depth: config.disk_queue_depth.max(1),
+            nrt_chunk: config.nrt_chunk.max(Bytes(NRT_ALIGN)),
+            lookahead_cycles: config.lookahead_cycles.max(1),
+            ..config
+        };
+        Self {
+            cache: BlockCache::new(config.cache_capacity),
+            config,
+            admission,
+            streams: BTreeMap::new(),
+            disks: BTreeMap::new(),
+            nrt: BTreeMap::new(),
+            read_deadlines: BTreeSet::new(),
+            write_deadlines: BTreeSet::new(),
+            current: CycleReport::default(),
+            io_out: VecDeque::new(),
+            events: VecDeque::new(),
+            seq: 0,
+            stats: CycleStats::default(),
+        }
+    }
+
+    /// Admits (or not) a playing stream. An admitted stream reads nothing until
+    /// [`Self::handle_start`]; its bandwidth stays reserved until [`Self::handle_close`].
+    pub fn handle_open(&mut self, now: Instant, req: OpenStream) -> Decision {
+        self.catch_up(now);
+        let demand = StreamDemand::read(&req.plan, req.avg_bitrate, req.peak_bitrate);
+        let decision = self.admit(req.stream, &demand);
+        if decision.is_admit() {
+            self.streams.insert(
+                req.stream,
+                StreamEntry {
+                    state: StreamState::Play { plan: req.plan, running: None },
+                    stats: StreamStats::default(),
+                },
+            );
+        }
+        decision
+    }
+
+    /// Admits (or not) a recording: a write stream whose blocks arrive with
+    /// [`Self::handle_record_block`] (XTREAM §1: guaranteed-rate writes).
+    pub fn handle_open_record(&mut self, now: Instant, req: OpenRecord) -> Decision {
+        self.catch_up(now);
+        let demand = StreamDemand::write(req.avg_bitrate, req.peak_bitrate, req.block_size);
+        let decision = self.admit(req.stream, &demand);
+        if decision.is_admit() {
+            self.streams.insert(
+                req.stream,
+                StreamEntry { state: StreamState::Record, stats: StreamStats::default() },
+            );
+        }
+        decision
+    }
+
+    /// Starts (or restarts, for a seek or a resume) a stream at block `from`, whose packet at
+    /// media time `media` is the first one to send. `run` numbers the starts of a stream: events
+    /// carry it so the driver can drop deliveries from an earlier start.
+    pub fn handle_start(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        run: u64,
+        from: BlockIndex,
+        media: MediaTime,
+    ) {
+        self.catch_up(now);
+        self.release(stream);
+        let Some(StreamEntry { state: StreamState::Play { running, .. }, .. }) =
+            self.streams.get_mut(&stream)
+        else {
+            return;
+        };
+        *running = Some(Run {
+            run,
+            start_media: media,
+            provisional: now + self.config.startup_delay,
+            anchor: None,
+            next_request: from.0,
+            window: VecDeque::new(),
+        });
+        self.refill(now, stream);
+        self.dispatch(now);
+    }
+
+    /// Stops reading for a stream (PAUSE, or the sender reached the end) and releases its blocks.
+    /// Its bandwidth stays reserved.
+    pub fn handle_stop(&mut self, now: Instant, stream: StreamId) {
+        self.catch_up(now);
+        self.release(stream);
+        self.dispatch(now);
+    }
+
+    /// Forgets a stream and releases its bandwidth. A recording's blocks already handed in are
+    /// still written.
+    pub fn handle_close(&mut self, now: Instant, stream: StreamId) {
+        self.catch_up(now);
+        self.release(stream);
+        self.streams.remove(&stream);
+        let _ = self.admission.release(stream);
+        self.dispatch(now);
+    }
+
+    /// The sender is done with block `index` of `stream` in run `run_id`: release it.
+    pub fn handle_block_done(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        run_id: u64,
+        index: BlockIndex,
+    ) {
+        self.catch_up(now);
+        let Some(StreamEntry { state: StreamState::Play { plan, running: Some(run) }, .. }) =
+            self.streams.get_mut(&stream)
+        else {
+            return;
+        };
+        if run.run != run_id {
+            return;
+        }
+        match run.window.front() {
+            Some(Slot::Delivered(i)) if *i == index => {}
+            _ => return,
+        }
+        run.window.pop_front();
+        self.cache.unpin(stream, plan.key(index));
+        self.refill(now, stream);
+        self.dispatch(now);
+    }
+
+    /// Reports a finished block read.
+    pub fn handle_read_done(&mut self, now: Instant, done: ReadDone<V>) {
+        self.catch_up(now);
+        let flight = self
+            .disks
+            .get_mut(&done.disk)
+            .and_then(|d| d.in_flight.remove(&Flight::Rt(Target::Read(done.key))));
+        if let Some(f) = flight
+            && !f.provisional
+            && now > f.deadline
+        {
+            self.stats.late_reads += 1;
+        }
+        match done.result {
+            Ok(v) => {
+                for stream in self.cache.fill(done.key, v.clone()) {
+                    self.mark_ready(stream, done.key, v.clone());
+                    if self.try_deliver(now, stream) {
+                        self.refill(now, stream);
+                    }
+                }
+            }
+            Err(error) => {
+                self.stats.failed_reads += 1;
+                for stream in self.cache.fail(done.key) {
+                    // The cache already dropped this stream's pin on the failed block.
+                    self.forget_slot(stream, done.key.index);
+                    self.release(stream);
+                    self.events.push_back(CycleEvent::ReadFailed {
+                        stream,
+                        key: done.key,
+                        error: error.clone(),
+                    });
+                }
+            }
+        }
+        self.dispatch(now);
+    }
+
+    /// A recording produced a block: it is written by the end of the next cycle (the recorder's
+    /// double buffer: it fills the other buffer meanwhile), as soon as the disk has time.
+    /// Returns `false` (and ignores the block) if `stream` is not an open recording.
+    pub fn handle_record_block(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        block: RecordBlock,
+    ) -> bool {
+        self.catch_up(now);
+        match self.streams.get(&stream) {
+            Some(StreamEntry { state: StreamState::Record, .. }) => {}
+            _ => return false,
+        }
+        let deadline = self.cycle_end(now) + self.config.cycle;
+        self.seq += 1;
+        self.disks.entry(block.disk).or_default().push(
+            Target::Write(block.key),
+            Queued {
+                deadline,
+                seq: self.seq,
+                len: block.len,
+                provisional: false,
+                stream: Some(stream),
+            },
+        );
+        self.write_deadlines.insert((deadline, stream, block.key));
+        self.dispatch(now);
+        true
+    }
+
+    /// Reports a finished block write.
+    pub fn handle_write_done(&mut self, now: Instant, done: WriteDone) {
+        self.catch_up(now);
+        let Some(f) = self
+            .disks
+            .get_mut(&done.disk)
+            .and_then(|d| d.in_flight.remove(&Flight::Rt(Target::Write(done.key))))
+        else {
+            self.dispatch(now);
+            return;
+        };
+        let stream = f.stream.unwrap_or_default();
+        self.write_deadlines.remove(&(f.deadline, stream, done.key));
+        match done.result {
+            Ok(()) => {
+                if let Some(s) = self.streams.get_mut(&stream) {
+                    s.stats.written += 1;
+                }
+                self.events.push_back(CycleEvent::Written { stream, key: done.key });
+            }
+            Err(error) => {
+                self.stats.failed_writes += 1;
+                self.events.push_back(CycleEvent::WriteFailed { stream, key: done.key, error });
+            }
+        }
+        self.dispatch(now);
+    }
+
+    /// Queues a non-real-time request. Returns `false` (and ignores it) if its id is in use.
+    pub fn handle_nrt(&mut self, now: Instant, req: NrtRequest) -> bool {
+        self.catch_up(now);
+        if self.nrt.contains_key(&req.id) {
+            return false;
+        }
+        if req.len.0 == 0 {
+            self.events.push_back(CycleEvent::NrtDone { id: req.id, result: Ok(()) });
+            return true;
+        }
+        self.nrt.insert(
+            req.id,
+            NrtState {
+                disk: req.disk,
+                kind: req.kind,
+                len: req.len.0,
+                issued: 0,
+                in_flight: 0,
+                error: None,
+            },
+        );
+        self.disks.entry(req.disk).or_default().nrt.push_back(req.id);
+        self.dispatch(now);
+        true
+    }
+
+    /// Reports a finished non-real-time chunk.
+    pub fn handle_nrt_done(&mut self, now: Instant, done: NrtDone) {
+        self.catch_up(now);
+        let Some(f) = self.disks.get_mut(&done.disk) else { return };
+        let Some(_) = f.in_flight.remove(&Flight::Nrt(done.id, done.offset.0)) else {
+            self.dispatch(now);
+            return;
+        };
+        if let Some(n) = self.nrt.get_mut(&done.id) {
+            n.in_flight = n.in_flight.saturating_sub(1);
+            match done.result {
+                Ok(()) => {}
+                Err(e) => {
+                    if n.error.is_none() {
+                        n.error = Some(e);
+                    }
+                    // Issue nothing more of a failed request.
+                    n.issued = n.len;
+                }
+            }
+            if n.in_flight == 0 && n.issued >= n.len {
+                let result = n.error.take().map_or(Ok(()), Err);
+                self.nrt.remove(&done.id);
+                self.events.push_back(CycleEvent::NrtDone { id: done.id, result });
+            }
+        }
+        self.dispatch(now);
+    }
+
+    /// Advances time: counts missed deadlines, starts cycles, issues IO.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.catch_up(now);
+        self.dispatch(now);
+    }
+
+    /// The next IO to carry out.
+    pub fn poll_io(&mut self) -> Option<CycleIo> {
+        self.io_out.pop_front()
+    }
+
+    /// The next event for the driver.
+    pub fn poll_event(&mut self) -> Option<CycleEvent<V>> {
+        self.events.pop_front()
+    }
+
+    /// When [`Self::handle_timeout`] next needs calling: the next deadline to check or the next
+    /// cycle start, or `None` with nothing to do.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut t: Option<Instant> = None;
+        let mut consider = |x: Instant| t = Some(t.map_or(x, |t| t.min(x)));
+        // A deadline is met if the block is in memory *at* it: check just after.
+        if let Some((d, ..)) = self.read_deadlines.first() {
+            consider(*d + Duration::from_nanos(1));
+        }
+        if let Some((d, ..)) = self.write_deadlines.first() {
+            consider(*d + Duration::from_nanos(1));
+        }
+        if self.active() {
+            consider(self.cycle_start_of(self.current.index + 1));
+        }
+        t
+    }
+
+    /// Counters.
+    #[must_use]
+    pub fn stats(&self) -> CycleStats {
+        CycleStats { cache: self.cache.stats(), ..self.stats }
+    }
+
+    /// One stream's counters.
+    #[must_use]
+    pub fn stream_stats(&self, stream: StreamId) -> Option<StreamStats> {
+        self.streams.get(&stream).map(|s| s.stats)
+    }
+
+    /// The counts of the cycle in progress.
+    #[must_use]
+    pub fn current_cycle(&self) -> CycleReport {
+        self.current
+    }
+
+    /// Number of open streams (playing and recording).
+    #[must_use]
+    pub fn stream_count(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Non-real-time requests open (queued or in flight) on `disk`.
+    #[must_use]
+    pub fn nrt_pending(&self, disk: DiskId) -> usize {
+        self.nrt.values().filter(|n| n.disk == disk).count()
+    }
+
+    /// Real-time IOs queued or in flight on `disk`.
+    #[must_use]
+    pub fn disk_queue_len(&self, disk: DiskId) -> usize {
+        self.disks.get(&disk).map_or(0, |d| {
+            d.queued.len() + d.in_flight.keys().filter(|f| matches!(f, Flight::Rt(_))).count()
+        })
+    }
+
+    /// The block cache (read-only, for metrics and tests).
+    #[must_use]
+    pub fn cache(&self) -> &BlockCache<V> {
+        &self.cache
+    }
+
+    /// The admission controller (read-only: loads and utilisation for metrics).
+    #[must_use]
+    pub fn admission(&self) -> &AdmissionController {
+        &self.admission
+    }
+
+    /// The settings.
+    #[must_use]
+    pub fn config(&self) -> &CycleConfig {
+        &self.config
+    }
+
+    /// Drops an object's unpinned blocks from the cache (after `rm`).
+    pub fn purge_object(&mut self, object: ObjectId) {
+        self.cache.purge_object(object);
+    }
+
+    /// The start of the cycle after the one holding `now`.
+    #[must_use]
+    pub fn cycle_end(&self, now: Instant) -> Instant {
+        self.cycle_start_of(self.cycle_of(now) + 1)
+    }
+
+    fn cycle_nanos(&self) -> u64 {
+        u64::try_from(self.config.cycle.as_nanos()).unwrap_or(u64::MAX).max(1)
+    }
+
+    fn cycle_of(&self, t: Instant) -> u64 {
+        t.as_nanos() / self.cycle_nanos()
+    }
+
+    fn cycle_start_of(&self, index: u64) -> Instant {
+        Instant::from_nanos(index.saturating_mul(self.cycle_nanos()))
+    }
+
+    fn active(&self) -> bool {
+        !self.streams.is_empty() || !self.nrt.is_empty() || self.disks.values().any(|d| !d.idle())
+    }
+
+    fn admit(&mut self, stream: StreamId, demand: &StreamDemand) -> Decision {
+        let decision = if self.streams.contains_key(&stream) {
+            Decision::Reject(Refusal::DuplicateStream)
+        } else if self.streams.len() >= self.config.max_streams {
+            Decision::Reject(Refusal::TooManyStreams { limit: self.config.max_streams })
+        } else {
+            self.admission.admit(stream, demand)
+        };
+        match decision {
+            Decision::Admit => self.stats.admitted += 1,
+            Decision::Reject(_) => self.stats.rejected += 1,
+        }
+        decision
+    }
+
+    /// Processes, in time order, the deadlines and cycle starts up to `now`.
+    fn catch_up(&mut self, now: Instant) {
+        loop {
+            let boundary = self.cycle_start_of(self.current.index + 1);
+            let read = self.read_deadlines.first().map(|x| x.0).filter(|d| *d < now);
+            let write = self.write_deadlines.first().map(|x| x.0).filter(|d| *d < now);
+            let next_deadline = match (read, write) {
+                (Some(r), Some(w)) => Some(r.min(w)),
+                (r, w) => r.or(w),
+            };
+            match next_deadline {
+                Some(d) if d < boundary || boundary > now => self.expire_one(d),
+                _ if boundary <= now => self.start_cycle(now, boundary),
+                _ => break,
+            }
+        }
+    }
+
+    fn expire_one(&mut self, d: Instant) {
+        if let Some(&(rd, stream, index)) = self.read_deadlines.first()
+            && rd == d
+        {
+            self.read_deadlines.pop_first();
+            let key = match self.streams.get(&stream) {
+                Some(StreamEntry { state: StreamState::Play { plan, .. }, .. }) => plan.key(index),
+                _ => return,
+            };
+            self.count_miss(stream, key, d, false);
+            return;
+        }
+        if let Some(&(wd, stream, key)) = self.write_deadlines.first()
+            && wd == d
+        {
+            self.write_deadlines.pop_first();
+            self.count_miss(stream, key, d, true);
+        }
+    }
+
+    fn count_miss(&mut self, stream: StreamId, key: BlockKey, deadline: Instant, write: bool) {
+        if write {
+            self.stats.missed_write_deadlines += 1;
+        } else {
+            self.stats.missed_deadlines += 1;
+        }
+        self.current.missed += 1;
+        if let Some(s) = self.streams.get_mut(&stream) {
+            s.stats.missed += 1;
+        }
+        self.events.push_back(CycleEvent::Missed { stream, key, deadline });
+    }
+
+    /// Ends the current cycle and starts the one holding `boundary`, and queues every playing
+    /// stream's double buffer for it.
+    fn start_cycle(&mut self, now: Instant, boundary: Instant) {
+        let index = if self.active() {
+            let ended = self.current;
+            self.stats.cycles += 1;
+            if ended.missed > 0 {
+                self.stats.cycles_with_misses += 1;
+            }
+            self.events.push_back(CycleEvent::CycleEnd(ended));
+            self.cycle_of(boundary)
+        } else {
+            // Idle: nothing to report; jump to the cycle holding `now`.
+            self.cycle_of(now)
+        };
+        self.current =
+            CycleReport { index, start: self.cycle_start_of(index), ..CycleReport::default() };
+        let ids: Vec<StreamId> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| matches!(s.state, StreamState::Play { running: Some(_), .. }))
+            .map(|(id, _)| *id)
+            .collect();
+        let at = self.current.start;
+        for id in ids {
+            self.refill(at, id);
+        }
+    }
+
+    fn release(&mut self, stream: StreamId) {
+        let Some(StreamEntry { state: StreamState::Play { plan, running }, .. }) =
+            self.streams.get_mut(&stream)
+        else {
+            return;
+        };
+        let Some(run) = running.take() else { return };
+        for slot in &run.window {
+            let index = slot.index();
+            if let (Slot::Waiting(_), Some(_)) = (slot, run.anchor) {
+                self.read_deadlines.remove(&(run.deadline(plan, index), stream, index));
+            }
+            self.cache.unpin(stream, plan.key(index));
+        }
+    }
+
+    /// Drops a failed block's slot (its pin is already gone) and its deadline.
+    fn forget_slot(&mut self, stream: StreamId, index: BlockIndex) {
+        let Some(StreamEntry { state: StreamState::Play { plan, running: Some(run) }, .. }) =
+            self.streams.get_mut(&stream)
+        else {
+            return;
+        };
+        if run.anchor.is_some() {
+            self.read_deadlines.remove(&(run.deadline(plan, index), stream, index));
+        }
+        run.window.retain(|slot| slot.index() != index);
+    }
+
+    /// Pins and queues the stream's blocks due before the end of the next cycle (the next
+    /// `lookahead_cycles` cycles), and its first block whatever its deadline; then delivers what
+    /// is ready.
+    fn refill(&mut self, now: Instant, stream: StreamId) {
+        let horizon = self.cycle_end(now) + self.config.cycle * self.config.lookahead_cycles;
+        let Some(StreamEntry { state: StreamState::Play { plan, running: Some(run) }, .. }) =
+            self.streams.get_mut(&stream)
+        else {
+            return;
+        };
+        while (run.next_request as usize) < plan.blocks.len() {
+            let index = BlockIndex(run.next_request);
+            let block = plan.blocks[index.0 as usize];
+            let deadline = run.deadline(plan, index);
+            if !run.window.is_empty() && deadline >= horizon {
+                break;
+            }
+            run.next_request += 1;
+            let key = plan.key(index);
+            match self.cache.pin(stream, key, block.len) {
+                Pin::Hit(v) => {
+                    run.window.push_back(Slot::Ready(index, v));
+                    continue;
+                }
+                Pin::Pending | Pin::Miss => {
+                    // Pending: a read is queued or in flight; pushing again only moves a queued
+                    // read's deadline earlier, never duplicates it.
+                    run.window.push_back(Slot::Waiting(index));
+                    let d = self.disks.entry(block.disk).or_default();
+                    if !d.in_flight.contains_key(&Flight::Rt(Target::Read(key))) {
+                        self.seq += 1;
+                        d.push(
+                            Target::Read(key),
+                            Queued {
+                                deadline,
+                                seq: self.seq,
+                                len: block.len,
+                                provisional: run.anchor.is_none(),
+                                stream: None,
+                            },
+                        );
+                    }
+                }
+            }
+            if run.anchor.is_some() {
+                self.read_deadlines.insert((deadline, stream, index));
+            }
+        }
+        if self.try_deliver(now, stream) {
+            self.refill(now, stream);
+        }
+    }
+
+    fn mark_ready(&mut self, stream: StreamId, key: BlockKey, v: V) {
+        let Some(StreamEntry { state: StreamState::Play { plan, running: Some(run) }, .. }) =
+            self.streams.get_mut(&stream)
+        else {
+            return;
+        };
+        let Some(pos) =
+            run.window.iter().position(|s| matches!(s, Slot::Waiting(i) if *i == key.index))
+        else {
+            return;
+        };
+        if run.anchor.is_some() {
+            self.read_deadlines.remove(&(run.deadline(plan, key.index), stream, key.index));
+        }
+        run.window[pos] = Slot::Ready(key.index, v);
+    }
+
+    /// Delivers the stream's ready blocks in order. Returns whether this anchored the stream's
+    /// clock (its deadlines are now known, so more blocks may be due).
+    fn try_deliver(&mut self, now: Instant, stream: StreamId) -> bool {
+        let startup_delay = self.config.startup_delay;
+        let Some(StreamEntry { state: StreamState::Play { plan, running: Some(run) }, stats }) =
+            self.streams.get_mut(&stream)
+        else {
+            return false;
+        };
+        let mut anchored = false;
+        for slot in &mut run.window {
+            match slot {
+                Slot::Delivered(_) => continue,
+                Slot::Waiting(_) => break,
+                Slot::Ready(..) => {
+                    let Slot::Ready(index, block) =
+                        std::mem::replace(slot, Slot::Delivered(BlockIndex(0)))
+                    else {
+                        unreachable!("matched Ready above");
+                    };
+                    *slot = Slot::Delivered(index);
+                    let anchor = if run.anchor.is_none() {
+                        let wall = now + startup_delay;
+                        run.anchor = Some(wall);
+                        anchored = true;
+                        Some(Anchor { wall, media: run.start_media })
+                    } else {
+                        None
+                    };
+                    stats.delivered += 1;
+                    self.events.push_back(CycleEvent::Deliver {
+                        stream,
+                        index,
+                        block,
+                        anchor,
+                        run: run.run,
+                    });
+                }
+            }
+        }
+        if anchored {
+            for slot in &run.window {
+                if let Slot::Waiting(i) = slot {
+                    self.read_deadlines.insert((run.deadline(plan, *i), stream, *i));
+                }
+            }
+        }
+        anchored
+    }
+
+    fn dispatch(&mut self, now: Instant) {
+        let depth = self.config.disk_queue_depth as usize;
+        let cycle_end = self.cycle_end(now);
+        let disks: Vec<DiskId> = self.disks.keys().copied().collect();
+        for disk in disks {
+            while let Some(d) = self.disks.get_mut(&disk) {
+                if d.in_flight.len() >= depth {
+                    break;
+                }
+                if let Some(target) = d.pick(self.config.order, cycle_end) {
+                    let Some(q) = d.take(target) else { break };
+                    if let Target::Read(key) = target
+                        && self.cache.refs(key) == 0
+                    {
+                        // Nobody waits for this block any more (the stream stopped or left).
+                        let _ = self.cache.fail(key);
+                        continue;
+                    }
+                    d.in_flight.insert(
+                        Flight::Rt(target),
+                        InFlight {
+                            deadline: q.deadline,
+                            provisional: q.provisional,
+                            stream: q.stream,
+                        },
+                    );
+                    let class = match target {
+                        Target::Read(key) => {
+                            self.stats.reads += 1;
+                            self.current.reads += 1;
+                            IoClass::Read { key }
+                        }
+                        Target::Write(key) => {
+                            self.stats.writes += 1;
+                            self.current.writes += 1;
+                            IoClass::Write { stream: q.stream.unwrap_or_default(), key }
+                        }
+                    };
+                    self.io_out.push_back(CycleIo {
+                        disk,
+                        len: q.len,
+                        deadline: q.deadline,
+                        class,
+                    });
+                    continue;
+                }
+                if !self.issue_nrt(now, disk, cycle_end) {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Issues the next chunk of the disk's first non-real-time request if it fits in what is left
+    /// of the cycle. Returns whether it issued one.
+    fn issue_nrt(&mut self, now: Instant, disk: DiskId, cycle_end: Instant) -> bool {
+        let Some(d) = self.disks.get_mut(&disk) else { return false };
+        let Some(&id) = d.nrt.front() else { return false };
+        let Some(n) = self.nrt.get_mut(&id) else {
+            d.nrt.pop_front();
+            return true; // a stale id: look at the next one
+        };
+        if n.issued >= n.len {
+            d.nrt.pop_front();
+            return true;
+        }
+        let slack = cycle_end.saturating_duration_since(now);
+        let remaining = n.len - n.issued;
+        let direction = match n.kind {
+            NrtKind::Read => Direction::Read,
+            NrtKind::Write => Direction::Write,
+        };
+        let max = remaining.min(self.config.nrt_chunk.0);
+        let fits = |len: u64| {
+            self.admission.estimate(disk, direction, Bytes(len)).is_none_or(|t| t <= slack)
+        };
+        let len = if fits(max) {
+            max
+        } else {
+            // The largest multiple of the alignment that fits (times grow with size).
+            let (mut lo, mut hi) = (0u64, max / NRT_ALIGN);
+            while lo < hi {
+                let mid = (lo + hi).div_ceil(2);
+                if fits(mid * NRT_ALIGN) {
+                    lo = mid;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            lo * NRT_ALIGN
+        };
+        if len == 0 {
+            return false;
+        }
+        let offset = n.issued;
+        n.issued += len;
+        n.in_flight += 1;
+        let kind = n.kind;
+        if n.issued >= n.len {
+            d.nrt.pop_front();
+        }
+        d.in_flight.insert(
+            Flight::Nrt(id, offset),
+            InFlight { deadline: cycle_end, provisional: false, stream: None },
+        );
+        self.stats.nrt_ios += 1;
+        self.stats.nrt_bytes += len;
+        self.current.nrt_ios += 1;
+        self.current.nrt_bytes += len;
+        self.io_out.push_back(CycleIo {
+            disk,
+            len: Bytes(len),
+            deadline: cycle_end,
+            class: IoClass::Nrt { id, kind, offset: Bytes(offset) },
+        });
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use isochron_base::Gsn;
+
+    use super::*;
+    use crate::admission::{AdmissionConfig, AdmissionPolicy};
+    use crate::profile::DiskModel;
+    use crate::scheduler::PlannedBlock;
+
+    const MIB: Bytes = Bytes::mib(1);
+    const SEC: Duration = Duration::from_secs(1);
+
+    fn at(ms: u64) -> Instant {
+        Instant::from_nanos(ms * 1_000_000)
+    }
+
+    /// Blocks of 1 MiB on the given disks, each lasting `block_ms` of media.
+    fn plan(object: u64, disks: &[u16], block_ms: u64) -> Arc<ObjectPlan> {
+        Arc::new(ObjectPlan {
+            object: ObjectId(object),
+            blocks: disks
+                .iter()
+                .enumerate()
+                .map(|(i, d)| PlannedBlock {
+                    disk: DiskId(*d),
+                    first_gsn: Gsn(i as u64 * 100),
+                    first_send_time: MediaTime::from_nanos(i as u64 * block_ms * 1_000_000),
+                    len: MIB,
+                })
+                .collect(),
+        })
+    }
+
+    fn sched(policy: AdmissionPolicy, disks: u16, config: CycleConfig) -> CycleScheduler<u32> {
+        let p =
+            DiskModel::new(Duration::from_millis(10), 4.0 * 1_048_576.0).read_profile().unwrap();
+        let a = AdmissionController::new(
+            AdmissionConfig { policy, cycle: config.cycle, ..AdmissionConfig::default() },
+            (0..disks).map(|d| (DiskId(d), p.clone())),
+        );
+        CycleScheduler::new(config, a)
+    }
+
+    fn open(s: &mut CycleScheduler<u32>, id: u64, p: &Arc<ObjectPlan>, bps: u64) -> Decision {
+        s.handle_open(
+            Instant::ZERO,
+            OpenStream {
+                stream: StreamId(id),
+                plan: Arc::clone(p),
+                avg_bitrate: BitRate(bps),
+                peak_bitrate: BitRate(bps),
+            },
+        )
+    }
+
+    fn ios(s: &mut CycleScheduler<u32>) -> Vec<CycleIo> {
+        std::iter::from_fn(|| s.poll_io()).collect()
+    }
+
+    fn events(s: &mut CycleScheduler<u32>) -> Vec<CycleEvent<u32>> {
+        std::iter::from_fn(|| s.poll_event()).collect()
+    }
+
+    fn read_done(s: &mut CycleScheduler<u32>, now: Instant, io: CycleIo) {
+        let IoClass::Read { key } = io.class else { panic!("not a read: {io:?}") };
+        s.handle_read_done(now, ReadDone { disk: io.disk, key, result: Ok(key.index.0) });
+    }
+
+    fn delivered(ev: &[CycleEvent<u32>]) -> Vec<(u64, u32)> {
+        ev.iter()
+            .filter_map(|e| match e {
+                CycleEvent::Deliver { stream, index, .. } => Some((stream.0, index.0)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn double_buffer_is_read_one_cycle_ahead() {
+        // Blocks of 1 s of media (a 1 MiB/s stream): one read per cycle after the start.
+        let mut s = sched(AdmissionPolicy::Aggressive, 1, CycleConfig::default());
+        let p = plan(1, &[0; 10], 1000);
+        assert_eq!(open(&mut s, 1, &p, 2_000_000), Decision::Admit);
+        s.handle_start(at(100), StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
+        // The first block goes at once; with depth 1 only it is in flight.
+        let io = ios(&mut s);
+        assert_eq!(io.len(), 1);
+        assert_eq!(io[0].deadline, at(120), "provisional: now + startup delay");
+        read_done(&mut s, at(360), io[0]);
+        let ev = events(&mut s);
+        let Some(CycleEvent::Deliver { anchor: Some(a), .. }) = ev.first() else {
+            panic!("{ev:?}")
+        };
+        assert_eq!(a.wall, at(380));
+        // Blocks due before the end of the next cycle (2 s): block 1 (1.38 s). Block 2 (2.38 s)
+        // waits for the cycle starting at 1 s.
+        let io = ios(&mut s);
+        assert_eq!(io.len(), 1);
+        assert_eq!(io[0].class, IoClass::Read { key: p.key(BlockIndex(1)) });
+        // Queued before the anchor: its queue deadline is the provisional one (earlier than the
+        // real 1.38 s), which only makes it more urgent.
+        assert_eq!(io[0].deadline, at(1120));
+        read_done(&mut s, at(620), io[0]);
+        assert!(ios(&mut s).is_empty());
+        assert_eq!(s.poll_timeout(), Some(at(1000)), "next cycle start");
+        s.handle_timeout(at(1000));
+        let io = ios(&mut s);
+        assert_eq!(io.len(), 1);
+        assert_eq!(io[0].class, IoClass::Read { key: p.key(BlockIndex(2)) });
+        let ev = events(&mut s);
+        assert!(matches!(
+            ev.last(),
+            Some(CycleEvent::CycleEnd(CycleReport { index: 0, reads: 2, .. }))
+        ));
+    }
+
+    #[test]
+    fn a_new_stream_goes_to_the_head_of_the_queue() {
+        let mut s = sched(AdmissionPolicy::Off, 1, CycleConfig::default());
+        // Ten streams, started and anchored, with several blocks each queued for the cycle.
+        for id in 1..=10 {
+            let p = plan(id, &[0; 20], 700);
+            let _ = open(&mut s, id, &p, 1);
+            s.handle_start(at(0), StreamId(id), 1, BlockIndex(0), MediaTime::ZERO);
+        }
+        let mut now = 0;
+        let mut io = ios(&mut s);
+        while s.stats().cache.bytes_from_disk < 10 * MIB.0 {
+            now += 1;
+            read_done(&mut s, at(now), io[0]);
+            io = ios(&mut s);
+        }
+        assert_eq!(io.len(), 1, "one IO in flight per disk");
+        assert!(s.disk_queue_len(DiskId(0)) > 10);
+        // A new stream arrives while that read is in progress.
+        let p = plan(99, &[0; 20], 700);
+        let _ = open(&mut s, 99, &p, 1);
+        s.handle_start(at(now), StreamId(99), 1, BlockIndex(0), MediaTime::ZERO);
+        assert!(ios(&mut s).is_empty());
+        read_done(&mut s, at(now + 1), io[0]);
+        let next = ios(&mut s);
+        assert_eq!(
+            next[0].class,
+            IoClass::Read { key: p.key(BlockIndex(0)) },
+            "after the IO in progress"
+        );
+    }
+
+    #[test]
+    fn misses_are_counted_per_stream_and_per_cycle() {
+        let mut s = sched(AdmissionPolicy::Off, 1, CycleConfig::default());
+        let p = plan(1, &[0; 10], 500);
+        let _ = open(&mut s, 1, &p, 1);
+        s.handle_start(at(0), StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
+        let io = ios(&mut s);
+        read_done(&mut s, at(100), io[0]); // anchor at 120 ms: block 1 due at 620 ms
+        let io = ios(&mut s);
+        assert_eq!(io[0].deadline, at(520), "queued with the provisional deadline");
+        // The disk is slow: block 1 arrives at 700 ms. In time at exactly the deadline is fine.
+        s.handle_timeout(at(620));
+        assert_eq!(s.stats().missed_deadlines, 0);
+        s.handle_timeout(at(621));
+        assert_eq!(s.stats().missed_deadlines, 1);
+        read_done(&mut s, at(700), io[0]);
+        // Queued before the anchor, the read had a provisional deadline: not a "late read" (an
+        // IO-level count); the miss above is the block-level count.
+        assert_eq!(s.stats().late_reads, 0);
+        let ev = events(&mut s);
+        assert!(
+            ev.iter()
+                .any(|e| matches!(e, CycleEvent::Missed { deadline, .. } if *deadline == at(620)))
+        );
+        assert_eq!(delivered(&ev), vec![(1, 0), (1, 1)], "a late block is still delivered");
+        assert_eq!(s.stream_stats(StreamId(1)).unwrap().missed, 1);
+        s.handle_timeout(at(1000));
+        let ev = events(&mut s);
+        let ends: Vec<_> = ev
+            .iter()
+            .filter_map(|e| match e {
+                CycleEvent::CycleEnd(r) => Some(*r),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ends.len(), 1);
+        assert_eq!((ends[0].index, ends[0].missed), (0, 1));
+        assert_eq!(s.stats().cycles_with_misses, 1);
+    }
+
+    #[test]
+    fn nrt_uses_only_the_slack_and_fits_the_cycle() {
+        let mut s = sched(AdmissionPolicy::Aggressive, 1, CycleConfig::default());
+        let p = plan(1, &[0; 10], 4000);
+        assert!(open(&mut s, 1, &p, 1_000_000).is_admit());
+        s.handle_start(at(0), StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
+        let req =
+            NrtRequest { id: NrtId(7), disk: DiskId(0), kind: NrtKind::Read, len: Bytes::mib(3) };
+        assert!(s.handle_nrt(at(0), req));
+        assert!(!s.handle_nrt(at(0), req), "duplicate id");
+        // The real-time read goes first.
+        let io = ios(&mut s);
+        assert_eq!(io.len(), 1);
+        assert!(matches!(io[0].class, IoClass::Read { .. }));
+        read_done(&mut s, at(280), io[0]);
+        // Nothing real-time is due this cycle: a full 1 MiB chunk fits in the 720 ms left.
+        let io = ios(&mut s);
+        assert_eq!(io.len(), 1);
+        assert_eq!(
+            io[0].class,
+            IoClass::Nrt { id: NrtId(7), kind: NrtKind::Read, offset: Bytes(0) }
+        );
+        assert_eq!((io[0].len, io[0].deadline), (MIB, at(1000)));
+        s.handle_nrt_done(
+            at(560),
+            NrtDone { id: NrtId(7), disk: DiskId(0), offset: Bytes(0), result: Ok(()) },
+        );
+        // 440 ms left: another full chunk (277 ms on the min curve).
+        let io = ios(&mut s);
+        assert_eq!(io[0].len, MIB);
+        s.handle_nrt_done(
+            at(840),
+            NrtDone { id: NrtId(7), disk: DiskId(0), offset: MIB, result: Ok(()) },
+        );
+        // 160 ms left: the chunk is cut to what the min curve says fits (27 ms + len / 4 MiB/s).
+        let io = ios(&mut s);
+        let t = s.admission().estimate(DiskId(0), Direction::Read, io[0].len).unwrap();
+        assert!(t <= Duration::from_millis(160) && io[0].len < MIB, "{:?} takes {t:?}", io[0].len);
+        assert!(io[0].len > Bytes::kib(400), "{:?}", io[0].len);
+        assert_eq!(io[0].len.0 % 4096, 0);
+        let len = io[0].len;
+        s.handle_nrt_done(
+            at(990),
+            NrtDone { id: NrtId(7), disk: DiskId(0), offset: Bytes::mib(2), result: Ok(()) },
+        );
+        // 10 ms left: nothing fits; the next chunk waits for the next cycle.
+        assert!(ios(&mut s).is_empty());
+        s.handle_timeout(at(1000));
+        let io = ios(&mut s);
+        assert!(
+            matches!(io[0].class, IoClass::Nrt { offset, .. } if offset == Bytes::mib(2) + len)
+        );
+        let _ = events(&mut s);
+        // Finish the rest.
+        let mut off = (Bytes::mib(2) + len).0;
+        let mut io = io;
+        let mut now = 1000;
+        while let Some(x) = io.pop() {
+            now += 300;
+            off += x.len.0;
+            let IoClass::Nrt { offset, .. } = x.class else { continue };
+            s.handle_nrt_done(
+                at(now),
+                NrtDone { id: NrtId(7), disk: DiskId(0), offset, result: Ok(()) },
+            );
+            io = ios(&mut s)
+                .into_iter()
+                .filter(|i| matches!(i.class, IoClass::Nrt { .. }))
+                .collect();
+        }
+        assert_eq!(off, 3 * MIB.0);
+        let ev = events(&mut s);
+        assert!(
+            ev.iter().any(|e| matches!(e, CycleEvent::NrtDone { id: NrtId(7), result: Ok(()) }))
+        );
+        assert_eq!(s.stats().nrt_bytes, 3 * MIB.0);
+    }
+
+    #[test]
+    fn admission_refuses_with_numbers_and_close_frees() {
+        let mut s = sched(AdmissionPolicy::Aggressive, 1, CycleConfig::default());
+        let p = plan(1, &[0; 4], 1000);
+        // 8 Mb/s = 1 MiB/s → 0.95 blocks per cycle · 0.26 s: three fit in 0.9 s, not four.
+        for id in 0..3 {
+            assert!(open(&mut s, id, &p, 8_000_000).is_admit());
+        }
+        let Decision::Reject(Refusal::Bandwidth(o)) = open(&mut s, 3, &p, 8_000_000) else {
+            panic!()
+        };
+        assert_eq!(o.disks[0].disk, DiskId(0));
+        assert!(o.disks[0].needed > o.disks[0].available);
+        assert_eq!(open(&mut s, 0, &p, 1), Decision::Reject(Refusal::DuplicateStream));
+        s.handle_close(at(0), StreamId(0));
+        assert!(open(&mut s, 3, &p, 8_000_000).is_admit());
+        assert_eq!((s.stats().admitted, s.stats().rejected), (4, 2));
+    }
+
+    #[test]
+    fn trailing_streams_share_reads_through_the_cache() {
+        let mut s = sched(AdmissionPolicy::Off, 1, CycleConfig::default());
+        let p = plan(1, &[0; 3], 10_000);
+        let _ = open(&mut s, 1, &p, 1);
+        let _ = open(&mut s, 2, &p, 1);
+        s.handle_start(at(0), StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
+        s.handle_start(at(0), StreamId(2), 1, BlockIndex(0), MediaTime::ZERO);
+        let io = ios(&mut s);
+        assert_eq!(io.len(), 1);
+        read_done(&mut s, at(10), io[0]);
+        assert_eq!(delivered(&events(&mut s)), vec![(1, 0), (2, 0)]);
+        assert!(ios(&mut s).is_empty(), "one read for both streams");
+        let st = s.stats().cache;
+        assert_eq!((st.bytes_from_disk, st.bytes_from_cache), (MIB.0, MIB.0));
+    }
+
+    #[test]
+    fn failed_read_stops_the_stream() {
+        let mut s = sched(AdmissionPolicy::Off, 1, CycleConfig::default());
+        let p = plan(1, &[0; 3], 10_000);
+        let _ = open(&mut s, 1, &p, 1);
+        s.handle_start(at(0), StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
+        let io = ios(&mut s);
+        let IoClass::Read { key } = io[0].class else { panic!() };
+        s.handle_read_done(
+            at(5),
+            ReadDone { disk: DiskId(0), key, result: Err("checksum".into()) },
+        );
+        let ev = events(&mut s);
+        assert!(matches!(&ev[..], [CycleEvent::ReadFailed { error, .. }] if error == "checksum"));
+        assert_eq!(s.stats().failed_reads, 1);
+        assert_eq!(s.cache().refs(key), 0);
+    }
+
+    #[test]
+    fn recorded_blocks_are_due_by_the_end_of_the_next_cycle() {
+        let mut s = sched(AdmissionPolicy::Aggressive, 2, CycleConfig::default());
+        let r = OpenRecord {
+            stream: StreamId(5),
+            object: ObjectId(9),
+            avg_bitrate: BitRate(8_000_000),
+            peak_bitrate: BitRate(8_000_000),
+            block_size: MIB,
+        };
+        assert!(s.handle_open_record(at(0), r).is_admit());
+        let key = BlockKey::new(ObjectId(9), BlockIndex(0));
+        assert!(s.handle_record_block(
+            at(300),
+            StreamId(5),
+            RecordBlock { key, disk: DiskId(1), len: MIB }
+        ));
+        assert!(!s.handle_record_block(
+            at(300),
+            StreamId(6),
+            RecordBlock { key, disk: DiskId(1), len: MIB }
+        ));
+        let io = ios(&mut s);
+        assert_eq!(io[0].class, IoClass::Write { stream: StreamId(5), key });
+        assert_eq!(io[0].deadline, at(2000));
+        s.handle_write_done(at(1300), WriteDone { disk: DiskId(1), key, result: Ok(()) });
+        let ev = events(&mut s);
+        assert!(ev.iter().any(|e| matches!(e, CycleEvent::Written { stream: StreamId(5), .. })));
+        assert_eq!(s.stream_stats(StreamId(5)).unwrap().written, 1);
+        // A write still pending at its deadline is a miss.
+        let key1 = BlockKey::new(ObjectId(9), BlockIndex(1));
+        assert!(s.handle_record_block(
+            at(1500),
+            StreamId(5),
+            RecordBlock { key: key1, disk: DiskId(0), len: MIB }
+        ));
+        s.handle_timeout(at(3000) + Duration::from_nanos(1));
+        assert_eq!(s.stats().missed_write_deadlines, 1);
+    }
+
+    #[test]
+    fn position_order_serves_urgent_reads_first_then_keys() {
+        let config = CycleConfig { order: CycleOrder::Position, ..CycleConfig::default() };
+        let mut s = sched(AdmissionPolicy::Off, 1, config);
+        // Stream 2's object has the smaller keys but later deadlines.
+        let late = plan(1, &[0; 6], 600);
+        let soon = plan(2, &[0; 6], 300);
+        let _ = open(&mut s, 1, &late, 1);
+        let _ = open(&mut s, 2, &soon, 1);
+        s.handle_start(at(0), StreamId(2), 1, BlockIndex(0), MediaTime::ZERO);
+        s.handle_start(at(0), StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
+        let mut order = Vec::new();
+        let mut now = 0;
+        while let Some(io) = ios(&mut s).pop() {
+            now += 10;
+            let IoClass::Read { key } = io.class else { break };
+            order.push((key.object.0, key.index.0, io.deadline < at(1000)));
+            read_done(&mut s, at(now), io);
+        }
+        // Reads due in this cycle go first by deadline, the rest by key.
+        let split = order.iter().position(|o| !o.2).unwrap_or(order.len());
+        assert!(order[..split].iter().all(|o| o.2));
+        let rest: Vec<_> = order[split..].iter().map(|o| (o.0, o.1)).collect();
+        let mut sorted = rest.clone();
+        sorted.sort_unstable();
+        assert_eq!(rest, sorted, "{order:?}");
+        let _ = SEC;
+    }
+}
