@@ -275,8 +275,10 @@ mod tests {
                 id: DiskId(0),
                 path: "disk-0".into(),
                 state: DiskState::Active,
+                model: None,
             }],
             placement: PlacementLog::new(vec![DiskId(0)]).unwrap(),
+            active_epoch: Epoch(0),
             next_object_id: 1,
         }
     }

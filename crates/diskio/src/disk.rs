@@ -36,6 +36,17 @@
 //! warning, to buffered reads followed by `posix_fadvise(POSIX_FADV_DONTNEED)`. Every read verifies
 //! the block's checksum and key.
 //!
+//! # Emulated disks
+//!
+//! A disk may carry a [`DiskModel`] (Gennart, Messerli, Hersch, "Performances of multiprocessor
+//! multidisk architectures for continuous media storage", §3.2 "Disk modeling"): then every block
+//! read and write takes at least a latency drawn from the model's density (mean `m`, sd `m/√2`)
+//! plus `len / rate`. The real IO is done first and the calling thread sleeps the remainder, with
+//! the disk held, so concurrent users of one emulated disk queue as on a real one. The latency
+//! generator is seeded from the disk id, so runs are reproducible. This lets tests and demos turn
+//! directories on one fast SSD into a cluster of slow disks (reorganisation under load, the
+//! non-real-time share of [`IoWorker`](crate::IoWorker)s).
+//!
 //! This module does not decide what to read when: that is the scheduler's job, through the
 //! per-disk [`IoWorker`](crate::IoWorker).
 
@@ -45,9 +56,13 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::thread;
+use std::time::Instant;
 
+use isochron_base::mix::{SplitMix64, hash_words};
 use isochron_base::{BlockIndex, BlockKey, Bytes, DiskId, ObjectId};
-use isochron_store::{Block, BlockError};
+use isochron_store::{Block, BlockError, DiskModel};
 use serde::{Deserialize, Serialize};
 
 use crate::AlignedBuf;
@@ -142,6 +157,14 @@ pub enum DiskError {
         /// What is wrong.
         source: BlockError,
     },
+    /// A queued non-real-time command was not run because its IO thread was shut down.
+    #[error("block {key} on disk {disk}: cancelled (the disk's IO thread stopped)")]
+    Cancelled {
+        /// The disk.
+        disk: DiskId,
+        /// The block.
+        key: BlockKey,
+    },
     /// [`DiskDir::write_block`] was given bytes that are not a valid block with that key.
     #[error("refusing to write block {key} to disk {disk}: {source}")]
     InvalidBlock {
@@ -190,7 +213,27 @@ pub struct DiskDir {
     id: DiskId,
     /// Whether reads try `O_DIRECT`.
     direct: AtomicBool,
+    /// The emulation model and its latency generator, for an emulated disk. Held for the whole
+    /// of an emulated IO (one IO at a time, as on a real disk).
+    emulation: Mutex<Option<Emulation>>,
 }
+
+/// An emulated disk's model and latency generator.
+#[derive(Debug)]
+struct Emulation {
+    model: DiskModel,
+    rng: SplitMix64,
+}
+
+impl Emulation {
+    /// A uniform sample in `[0, 1)`.
+    fn uniform(&mut self) -> f64 {
+        (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Domain word of the latency generators' seeds.
+const EMULATION_SEED: u64 = 0xD15C_E4A1_A7E5_0001;
 
 impl DiskDir {
     /// Makes `path` (created if missing) disk `disk_id` of store `store_id`: writes the identity
@@ -268,7 +311,44 @@ impl DiskDir {
     }
 
     fn new(path: &Path, store_id: u64, id: DiskId) -> Self {
-        Self { path: path.to_owned(), store_id, id, direct: AtomicBool::new(true) }
+        Self {
+            path: path.to_owned(),
+            store_id,
+            id,
+            direct: AtomicBool::new(true),
+            emulation: Mutex::new(None),
+        }
+    }
+
+    /// Makes the disk emulate `model` (or stop emulating, for `None`); see the module docs. The
+    /// latency generator restarts from the disk id's seed.
+    pub fn set_model(&self, model: Option<DiskModel>) {
+        let rng = SplitMix64::new(hash_words(&[EMULATION_SEED, u64::from(self.id.0)]));
+        *lock(&self.emulation) = model.map(|model| Emulation { model, rng });
+    }
+
+    /// The emulation model, if the disk is emulated.
+    #[must_use]
+    pub fn model(&self) -> Option<DiskModel> {
+        lock(&self.emulation).as_ref().map(|e| e.model)
+    }
+
+    /// Runs `io`; on an emulated disk, holds the disk and sleeps until the model's service time
+    /// for `len(&result)` bytes has passed.
+    fn emulated<T>(&self, io: impl FnOnce() -> T, len: impl FnOnce(&T) -> u64) -> T {
+        let mut guard = lock(&self.emulation);
+        let Some(em) = guard.as_mut() else {
+            drop(guard);
+            return io();
+        };
+        let start = Instant::now();
+        let out = io();
+        let u = em.uniform();
+        let target = em.model.service_time(len(&out), u);
+        if let Some(rest) = target.checked_sub(start.elapsed()) {
+            thread::sleep(rest);
+        }
+        out
     }
 
     /// The disk's directory.
@@ -324,13 +404,18 @@ impl DiskDir {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(self.io("create directory", &dir, e)),
         }
-        write_durably(&dir, &self.block_path(key), bytes, |op, p, e| self.io(op, p, e))
+        self.emulated(
+            || write_durably(&dir, &self.block_path(key), bytes, |op, p, e| self.io(op, p, e)),
+            |_| bytes.len() as u64,
+        )
     }
 
     /// Reads block `key` with `O_DIRECT` (or the buffered fallback) and verifies it.
     pub fn read_block(&self, key: BlockKey) -> Result<Block<AlignedBuf>, DiskError> {
         let path = self.block_path(key);
-        let buf = self.read_file(&path).map_err(|source| {
+        let read =
+            self.emulated(|| self.read_file(&path), |r| r.as_ref().map_or(0, |b| b.len() as u64));
+        let buf = read.map_err(|source| {
             if source.kind() == io::ErrorKind::NotFound {
                 DiskError::BlockMissing { disk: self.id, key, path: path.clone() }
             } else {
@@ -343,6 +428,13 @@ impl DiskDir {
             path,
             source,
         })
+    }
+
+    /// Whether a file for block `key` exists (without reading or verifying it, and without the
+    /// emulated latency: a directory lookup).
+    #[must_use]
+    pub fn has_block_file(&self, key: BlockKey) -> bool {
+        self.block_path(key).is_file()
     }
 
     /// Deletes block `key`; returns whether it existed.
@@ -389,6 +481,96 @@ impl DiskDir {
             usage.bytes += file.len;
         }
         Ok(usage)
+    }
+
+    /// Leftover temporary files of interrupted writes (`*.tmp` in the object directories and at
+    /// the disk root). Only meaningful when no write is in flight on the disk.
+    pub fn temp_files(&self) -> Result<Vec<PathBuf>, DiskError> {
+        let mut out = Vec::new();
+        let scan = |dir: &Path, out: &mut Vec<PathBuf>| -> Result<(), DiskError> {
+            let entries = match fs::read_dir(dir) {
+                Ok(rd) => rd,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(self.io("list", dir, e)),
+            };
+            for entry in entries {
+                let entry = entry.map_err(|e| self.io("list", dir, e))?;
+                if entry.file_name().to_str().is_some_and(|n| n.ends_with(TMP_SUFFIX)) {
+                    out.push(entry.path());
+                }
+            }
+            Ok(())
+        };
+        scan(&self.path, &mut out)?;
+        let blocks = self.path.join(BLOCKS_DIR);
+        let objects = match fs::read_dir(&blocks) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(self.io("list", &blocks, e)),
+        };
+        for entry in objects {
+            let entry = entry.map_err(|e| self.io("list", &blocks, e))?;
+            if entry.file_name().to_str().and_then(parse_object_name).is_some() {
+                scan(&entry.path(), &mut out)?;
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Deletes a leftover temporary file found by [`DiskDir::temp_files`]; returns whether it
+    /// existed. Leaves alone (returning `false`) a path that is not a `*.tmp` file of this disk.
+    pub fn remove_temp_file(&self, path: &Path) -> Result<bool, DiskError> {
+        let ours = path.starts_with(&self.path)
+            && path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(TMP_SUFFIX));
+        if !ours {
+            return Ok(false);
+        }
+        match fs::remove_file(path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(self.io("remove", path, e)),
+        }
+    }
+
+    /// Deletes every block file and object directory (a retired disk's cleanup); keeps the
+    /// identity file and the empty `blocks/` directory. Returns the number of block files
+    /// deleted.
+    pub fn remove_all_blocks(&self) -> Result<u64, DiskError> {
+        let mut removed = 0;
+        let blocks = self.path.join(BLOCKS_DIR);
+        let objects = match fs::read_dir(&blocks) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(self.io("list", &blocks, e)),
+        };
+        for entry in objects {
+            let entry = entry.map_err(|e| self.io("list", &blocks, e))?;
+            let Some(object) = entry.file_name().to_str().and_then(parse_object_name) else {
+                continue;
+            };
+            removed += self.list_object(object)?;
+            self.remove_object(object)?;
+        }
+        Ok(removed)
+    }
+
+    /// The number of block files of `object` on this disk.
+    fn list_object(&self, object: ObjectId) -> Result<u64, DiskError> {
+        let dir = self.object_dir(object);
+        let entries = match fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(self.io("list", &dir, e)),
+        };
+        let mut n = 0;
+        for entry in entries {
+            let entry = entry.map_err(|e| self.io("list", &dir, e))?;
+            if entry.file_name().to_str().and_then(parse_block_name).is_some() {
+                n += 1;
+            }
+        }
+        Ok(n)
     }
 
     /// Undoes [`DiskDir::create`] on a disk that holds no blocks: removes the identity file and
@@ -562,6 +744,11 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// Locks a mutex, ignoring poisoning: the emulation state is valid at every instant.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 #[cfg(test)]
 mod tests {
     use isochron_base::Gsn;
@@ -721,6 +908,69 @@ mod tests {
         assert!(!disk.remove_object(ObjectId(1)).unwrap());
         assert_eq!(disk.usage().unwrap().blocks, 2);
         assert!(matches!(disk.read_block(key(1, 0)), Err(DiskError::BlockMissing { .. })));
+    }
+
+    #[test]
+    fn temp_files_and_cleanup() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = DiskDir::create(dir.path(), 1, DiskId(0)).unwrap();
+        assert!(disk.temp_files().unwrap().is_empty());
+        for k in [key(1, 0), key(1, 1), key(2, 0)] {
+            disk.write_block(k, &encode_block(k, 2)).unwrap();
+        }
+        let t1 = disk.block_path(key(1, 7)).with_extension("blk.tmp");
+        fs::write(&t1, b"partial").unwrap();
+        let t2 = dir.path().join("isochron-disk.json.tmp");
+        fs::write(&t2, b"{").unwrap();
+        assert_eq!(disk.temp_files().unwrap(), vec![t1.clone(), t2.clone()]);
+        assert!(!disk.remove_temp_file(&disk.block_path(key(1, 0))).unwrap(), "not a temp file");
+        assert!(disk.block_path(key(1, 0)).exists());
+        assert!(disk.remove_temp_file(&t1).unwrap());
+        assert!(disk.remove_temp_file(&t2).unwrap());
+        assert!(!disk.remove_temp_file(&t2).unwrap());
+        assert!(disk.temp_files().unwrap().is_empty());
+        assert_eq!(disk.remove_all_blocks().unwrap(), 3);
+        assert_eq!(disk.usage().unwrap().blocks, 0);
+        // The identity survives: the directory is still this disk.
+        DiskDir::open(dir.path(), 1, DiskId(0)).unwrap();
+    }
+
+    /// An emulated disk takes at least the model's time per IO, reproducibly.
+    #[test]
+    fn emulated_disk_is_slow_and_reproducible() {
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let disk = DiskDir::create(dir.path(), 1, DiskId(4)).unwrap();
+        assert_eq!(disk.model(), None);
+        // 64 KiB blocks at 2 MiB/s: 31.25 ms of transfer each, plus 0..15 ms of latency.
+        let model = DiskModel { mean_seek: Duration::from_millis(5), rate: 2 << 20 };
+        disk.set_model(Some(model));
+        assert_eq!(disk.model(), Some(model));
+        let k = key(1, 0);
+        let bytes = encode_block(k, 40);
+        assert!(bytes.len() <= 64 << 10);
+        let t = Instant::now();
+        disk.write_block(k, &bytes).unwrap();
+        for _ in 0..3 {
+            disk.read_block(k).unwrap();
+        }
+        let transfer = model.transfer(bytes.len() as u64);
+        assert!(t.elapsed() >= transfer * 4, "{:?} < 4 × {transfer:?}", t.elapsed());
+        // The latency sequence depends only on the disk id.
+        let samples = |d: &DiskDir| {
+            let mut em = lock(&d.emulation);
+            let em = em.as_mut().unwrap();
+            (0..4).map(|_| em.uniform()).collect::<Vec<_>>()
+        };
+        disk.set_model(Some(model));
+        let other = DiskDir::create(&dir.path().join("o"), 1, DiskId(4)).unwrap();
+        other.set_model(Some(model));
+        assert_eq!(samples(&disk), samples(&other));
+        let third = DiskDir::create(&dir.path().join("p"), 1, DiskId(5)).unwrap();
+        third.set_model(Some(model));
+        assert_ne!(samples(&disk), samples(&third));
+        disk.set_model(None);
+        assert_eq!(disk.model(), None);
     }
 
     #[test]

@@ -10,9 +10,14 @@
 //!    placement picks for `(seed, index)`, written durably (temp file, fsync, rename).
 //!
 //! Only when every block is durable is the catalog entry committed, in one redb transaction. A
-//! crash before that leaves orphan block files and no entry: the object does not exist, and
-//! `fsck` removes the orphans. An error after some blocks were written removes them before
-//! returning.
+//! crash before that leaves orphan block files and no entry: the object does not exist, and the
+//! next [`Store::open`] removes the orphans. An error after some blocks were written removes them
+//! before returning.
+//!
+//! Pass 2 holds the store's [`Store::ingest_lock`]: a disk addition or removal waits for it, so
+//! the object's `first_epoch` is still the placement log's current epoch when the record is
+//! committed (while a reorganisation is pending, that is the pending epoch: the object is written
+//! where the new placement puts it and never has to move).
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
@@ -125,7 +130,9 @@ pub fn ingest<R: Read + Seek>(
     }
     let index = scanner.finish()?;
 
-    // Pass 2: pack units into blocks and place them.
+    // Pass 2: pack units into blocks and place them. The ingest lock keeps the placement epoch
+    // from changing (no disk is added or removed) until the record is committed.
+    let _lock = store.ingest_lock();
     let id = catalog.allocate_object_id()?;
     let seed = new_seed();
     let meta = store.meta();

@@ -9,31 +9,62 @@
 //!
 //! Disks may live anywhere (mount points in production); their paths are kept in the catalog, a
 //! relative one being relative to the root, so a store with only relative disk paths can be moved
-//! as a whole.
+//! as a whole. A disk may be emulated ([`DiskModel`](isochron_store::DiskModel), Gennart et al.
+//! §3.2): its model is kept in
+//! the catalog and applied whenever the store is opened.
 //!
-//! Writing an object (the ingest pipeline, built on this type): allocate an id with
-//! [`Catalog::allocate_object_id`], pick a seed with [`new_seed`] and the current epoch, write
-//! every block with [`Store::write_block`], then insert the record with
-//! [`Catalog::insert_object`]. The record goes in last, so a crash leaves orphan block files
-//! (which `fsck` reclaims), never a catalog entry with missing blocks.
+//! # Writing and removing objects
+//!
+//! Writing an object (the ingest pipeline, built on this type): take [`Store::ingest_lock`],
+//! allocate an id with [`Catalog::allocate_object_id`], pick a seed with [`new_seed`] and
+//! [`Store::current_epoch`], write every block with [`Store::write_block`], then insert the
+//! record with [`Catalog::insert_object`]. The record goes in last, so a crash leaves orphan block
+//! files (which the next [`Store::open`] deletes), never a catalog entry with missing blocks.
 //!
 //! Removing reverses the order for the same reason: [`Store::remove`] deletes the catalog entry
 //! first (atomically: the object disappears for every reader), then the block files.
+//!
+//! # Online scaling (SCADDAR)
+//!
+//! Adding or removing a disk ([`Store::add_disk`], [`Store::remove_disk`]) appends the operation
+//! to the placement log in one catalog transaction, which makes the new epoch **pending**:
+//! readers keep using the **active** epoch ([`locate_active`]) while the blocks whose disk
+//! changes ([`Store::reorg_moves`], Goel et al. ICDE 2002: only those) are copied
+//! ([`Store::copy_block`] here, or non-real-time IO through the [`IoWorker`](crate::IoWorker)s in
+//! the server). [`Store::flip`] checks every copy and then makes the pending epoch active in one
+//! transaction; [`Store::delete_sources`] removes what the flip made garbage.
+//! [`Store::reorganize`] does all of it offline. Every step is ordered so that a crash at any
+//! instant leaves a state the next start completes or rolls back ([`Store::recover`], run by
+//! [`Store::open`]); `docs/design/scaling.md` has the argument.
+//!
+//! # Concurrency
+//!
+//! A `Store` is shared (`Arc<Store>`) between the server's threads. The metadata is behind a
+//! lock and changed only by the scaling operations, which are serialised among themselves. An
+//! object's `first_epoch` must be the log's current epoch when it is committed; so that an
+//! addition or removal cannot slip in between, writers of new objects hold
+//! [`Store::ingest_lock`] (shared) from choosing the epoch to the commit, and [`Store::add_disk`]
+//! and [`Store::remove_disk`] take it exclusively (they wait for ingests in progress).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
 
 use isochron_base::{BlockIndex, BlockKey, Bytes, DiskId, ObjectId};
 use isochron_store::block::{BlockSizeError, validate_block_size};
 use isochron_store::catalog::{
-    Catalog, CatalogError, DiskRecord, DiskState, ObjectRecord, STORE_FORMAT_VERSION, StoreMeta,
+    Catalog, CatalogError, DiskRecord, DiskSpec, DiskSpecError, DiskState, ObjectRecord,
+    STORE_FORMAT_VERSION, StoreMeta, locate_active,
 };
-use isochron_store::{Block, BlockError, Epoch, PlacementError, PlacementLog};
+use isochron_store::reorg::{self, Move};
+use isochron_store::{
+    Block, BlockError, Epoch, PlacementError, PlacementLog, PlacementVariant, ScaleOp,
+};
 
-use crate::{AlignedBuf, DiskDir, DiskError, RedbCatalog};
+use crate::{AlignedBuf, DiskDir, DiskError, DiskUsage, RedbCatalog};
 
 /// Name of the catalog file in the store root.
 pub const CATALOG_FILE: &str = "catalog.redb";
@@ -69,16 +100,20 @@ pub enum StoreError {
     /// More disks than disk ids.
     #[error("{count} disks given; a store has at most {}", u32::from(u16::MAX) + 1)]
     TooManyDisks {
-        /// How many were given.
+        /// How many were given (or the store has had).
         count: usize,
     },
-    /// The same disk directory was given twice.
-    #[error("disk directory {path} is given twice")]
+    /// The same disk directory was given twice, or is already a disk of the store.
+    #[error("disk directory {path} is given twice (or is already a disk of this store)")]
     DuplicateDiskPath {
         /// The directory.
         path: PathBuf,
     },
-    /// The disk list is invalid for placement.
+    /// A disk spec (`PATH[,seek_ms=…][,rate_mib_s=…]`) is invalid.
+    #[error(transparent)]
+    DiskSpec(#[from] DiskSpecError),
+    /// The disk list is invalid for placement, or the operation is refused by it (e.g. the
+    /// Faithful variant's randomness budget).
     #[error(transparent)]
     Placement(#[from] PlacementError),
     /// A filesystem operation on the store root failed.
@@ -120,23 +155,201 @@ pub enum StoreError {
         /// The disk placement chose.
         disk: DiskId,
     },
+    /// A scaling operation was asked for while another is pending.
+    #[error(
+        "a reorganisation (epoch {active} → {pending}) is still pending; let it finish first \
+         (`isochron disk list` shows it; `isochron fsck --repair` completes it offline)"
+    )]
+    ReorgPending {
+        /// The active epoch.
+        active: Epoch,
+        /// The pending epoch.
+        pending: Epoch,
+    },
+    /// A reorganisation step was asked for with none pending.
+    #[error("no reorganisation is pending")]
+    NoPendingReorg,
+    /// The disk id is not one of the store's.
+    #[error("the store has no disk {disk}")]
+    NoSuchDisk {
+        /// The id.
+        disk: DiskId,
+    },
+    /// Only an active disk can be removed.
+    #[error("disk {disk} is {state:?}; only an active disk can be removed")]
+    DiskNotActive {
+        /// The disk.
+        disk: DiskId,
+        /// Its state.
+        state: DiskState,
+    },
+    /// Removing the disk would leave the store without one.
+    #[error("disk {disk} is the store's last disk; it cannot be removed")]
+    LastDisk {
+        /// The disk.
+        disk: DiskId,
+    },
+    /// A move does not belong to the pending reorganisation (planned for another one).
+    #[error(
+        "move of block {} from disk {} to disk {} does not belong to the pending reorganisation",
+        mv.key, mv.from, mv.to
+    )]
+    StaleMove {
+        /// The move.
+        mv: Move,
+    },
+    /// The epoch cannot flip: some moved blocks have no valid copy on their new disk.
+    #[error(
+        "cannot make epoch {pending} active: {missing} of {total} moved blocks have no valid copy \
+         on their new disk yet (first: block {} on disk {})",
+        first.key, first.to
+    )]
+    FlipIncomplete {
+        /// The pending epoch.
+        pending: Epoch,
+        /// Moves without a valid target copy.
+        missing: u64,
+        /// All moves.
+        total: u64,
+        /// The first of them.
+        first: Move,
+    },
+    /// A [`FlipReport`] no longer describes the store (another operation came after it).
+    #[error("the flip report for epoch {report} is stale (the store is at epoch {current})")]
+    StaleFlipReport {
+        /// The report's epoch.
+        report: Epoch,
+        /// The store's current epoch.
+        current: Epoch,
+    },
 }
 
 /// An open store: its catalog (locked for this process) and its disks.
 #[derive(Debug)]
 pub struct Store {
     root: PathBuf,
-    meta: StoreMeta,
     catalog: RedbCatalog,
-    disks: BTreeMap<DiskId, Arc<DiskDir>>,
+    /// The store metadata as last committed by this process.
+    meta: RwLock<StoreMeta>,
+    /// The open (non-retired) disks.
+    disks: RwLock<BTreeMap<DiskId, Arc<DiskDir>>>,
+    /// Serialises the changes of the metadata (add, remove, flip) and source deletion.
+    scale: Mutex<()>,
+    /// Shared by object writers from choosing the epoch to the commit; exclusive for operations
+    /// that push a new epoch, and for recovery and fsck (see the module docs).
+    ingest_gate: RwLock<()>,
+}
+
+/// Held by a writer of a new object ([`Store::ingest_lock`]): while any is held, no disk can be
+/// added or removed, so the placement log's current epoch stays the object's `first_epoch`.
+#[derive(Debug)]
+pub struct IngestLock<'a> {
+    _guard: RwLockReadGuard<'a, ()>,
+}
+
+/// What [`Store::copy_block`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyOutcome {
+    /// The block was read from its source and written durably to its target.
+    Copied {
+        /// Bytes written.
+        bytes: u64,
+    },
+    /// The target already held a valid copy (a copy made before a crash); nothing was done.
+    Already,
+}
+
+/// What [`Store::flip`] changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlipReport {
+    /// The epoch that was active.
+    pub from: Epoch,
+    /// The epoch that is now active.
+    pub to: Epoch,
+    /// The sources of the moved blocks, now garbage: `(disk, block)`.
+    pub garbage: Vec<(DiskId, BlockKey)>,
+    /// Disks that joined and are now active.
+    pub activated: Vec<DiskId>,
+    /// Disks that drained and are now retired.
+    pub retired: Vec<DiskId>,
+}
+
+/// Progress of [`Store::reorganize`], reported after every move.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReorgProgress {
+    /// Moves done (copied, or found already copied).
+    pub moved: u64,
+    /// Moves in all.
+    pub total: u64,
+    /// Bytes copied so far.
+    pub bytes: u64,
+}
+
+/// What [`Store::reorganize`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReorgReport {
+    /// Blocks copied.
+    pub moved: u64,
+    /// Moves skipped because the target already held a valid copy (from before a crash).
+    pub already: u64,
+    /// Bytes copied.
+    pub bytes: u64,
+    /// Source (and misplaced) block files deleted.
+    pub deleted: u64,
+    /// The epoch active afterwards.
+    pub epoch: Epoch,
+    /// Wall-clock time taken.
+    pub elapsed: Duration,
+}
+
+/// What [`Store::recover`] cleaned up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Temporary files of interrupted writes deleted.
+    pub temp_files: u64,
+    /// Block files of objects not in the catalog deleted (an interrupted ingest or removal).
+    pub orphans: u64,
+    /// Block files of catalogued objects where neither the active nor the pending placement
+    /// puts them deleted (the sources of a flipped reorganisation, blocks past an object's end).
+    pub misplaced: u64,
+    /// Block files deleted from retired disks.
+    pub retired_blocks: u64,
+    /// The reorganisation still pending, `(active, pending)`: recovery does not finish it.
+    pub pending: Option<(Epoch, Epoch)>,
+}
+
+impl RecoveryReport {
+    /// Whether anything was deleted.
+    #[must_use]
+    pub fn cleaned_anything(&self) -> bool {
+        self.temp_files + self.orphans + self.misplaced + self.retired_blocks > 0
+    }
 }
 
 impl Store {
-    /// Creates a store at `root` with the given disk directories (ids `0..n` in that order) and
-    /// block size. No disks means one disk at `root/disk-0`. Relative disk paths are stored as
-    /// given and resolved against `root`. On failure, disks initialised by this call are
-    /// un-initialised again.
-    pub fn create(root: &Path, disks: &[PathBuf], block_size: Bytes) -> Result<Self, StoreError> {
+    /// Creates a store at `root` with the given disks (ids `0..n` in that order) and block size,
+    /// using the default placement variant. `disks` may be paths (`&[PathBuf]`) or [`DiskSpec`]s
+    /// (paths with emulation models; parse `PATH,seek_ms=…,rate_mib_s=…` strings with
+    /// `str::parse::<DiskSpec>()`). No disks means one disk at `root/disk-0`. Relative disk paths
+    /// are stored as given and resolved against `root`. On failure, disks initialised by this
+    /// call are un-initialised again.
+    pub fn create<S: Clone + Into<DiskSpec>>(
+        root: &Path,
+        disks: &[S],
+        block_size: Bytes,
+    ) -> Result<Self, StoreError> {
+        let specs: Vec<DiskSpec> = disks.iter().cloned().map(Into::into).collect();
+        Self::create_with(root, &specs, block_size, PlacementVariant::default())
+    }
+
+    /// [`Store::create`] with disk specs and a placement variant (the Faithful variant is for
+    /// fidelity experiments: it accepts a bounded number of scaling operations).
+    pub fn create_with(
+        root: &Path,
+        disks: &[DiskSpec],
+        block_size: Bytes,
+        variant: PlacementVariant,
+    ) -> Result<Self, StoreError> {
         validate_block_size(block_size)?;
         if Self::exists(root) {
             return Err(StoreError::AlreadyExists { root: root.to_owned() });
@@ -146,14 +359,17 @@ impl Store {
             path: root.to_owned(),
             source,
         })?;
-        let paths =
-            if disks.is_empty() { vec![PathBuf::from(DEFAULT_DISK_DIR)] } else { disks.to_vec() };
-        if paths.len() > usize::from(u16::MAX) + 1 {
-            return Err(StoreError::TooManyDisks { count: paths.len() });
+        let specs = if disks.is_empty() {
+            vec![DiskSpec::from(PathBuf::from(DEFAULT_DISK_DIR))]
+        } else {
+            disks.to_vec()
+        };
+        if specs.len() > usize::from(u16::MAX) + 1 {
+            return Err(StoreError::TooManyDisks { count: specs.len() });
         }
-        for (i, p) in paths.iter().enumerate() {
-            if paths[..i].iter().any(|q| resolve(root, q) == resolve(root, p)) {
-                return Err(StoreError::DuplicateDiskPath { path: p.clone() });
+        for (i, s) in specs.iter().enumerate() {
+            if specs[..i].iter().any(|t| resolve(root, &t.path) == resolve(root, &s.path)) {
+                return Err(StoreError::DuplicateDiskPath { path: s.path.clone() });
             }
         }
         let store_id = loop {
@@ -162,16 +378,24 @@ impl Store {
                 break id;
             }
         };
-        let records: Vec<DiskRecord> = paths
+        let records: Vec<DiskRecord> = specs
             .into_iter()
             .enumerate()
-            .map(|(i, path)| DiskRecord { id: DiskId(i as u16), path, state: DiskState::Active })
+            .map(|(i, s)| DiskRecord {
+                id: DiskId(i as u16),
+                path: s.path,
+                state: DiskState::Active,
+                model: s.model,
+            })
             .collect();
+        let placement =
+            PlacementLog::with_variant(records.iter().map(|d| d.id).collect(), variant)?;
         let meta = StoreMeta {
             store_id,
             format_version: STORE_FORMAT_VERSION,
             block_size,
-            placement: PlacementLog::new(records.iter().map(|d| d.id).collect())?,
+            active_epoch: placement.current_epoch(),
+            placement,
             disks: records,
             next_object_id: 1,
         };
@@ -187,6 +411,7 @@ impl Store {
         for rec in &meta.disks {
             match DiskDir::create(&resolve(root, &rec.path), store_id, rec.id) {
                 Ok(disk) => {
+                    disk.set_model(rec.model);
                     opened.insert(rec.id, Arc::new(disk));
                 }
                 Err(e) => {
@@ -211,13 +436,35 @@ impl Store {
             }
         };
         tracing::info!(root = %root.display(), store_id = format_args!("{store_id:016x}"),
-            disks = opened.len(), %block_size, "created store");
-        Ok(Self { root: root.to_owned(), meta, catalog, disks: opened })
+            disks = opened.len(), %block_size, ?variant, "created store");
+        Ok(Self::assemble(root, catalog, meta, opened))
     }
 
-    /// Opens the store at `root`: locks its catalog and opens every disk that is not retired,
-    /// checking each disk's identity.
+    /// Opens the store at `root`: locks its catalog, opens every disk that is not retired
+    /// (checking each disk's identity and applying its emulation model), then runs
+    /// [`Store::recover`] to clean up after a crash. A recovery failure is logged, not returned
+    /// (the store is usable; `isochron fsck` shows what is left).
     pub fn open(root: &Path) -> Result<Self, StoreError> {
+        let store = Self::open_without_recovery(root)?;
+        match store.recover() {
+            Ok(r) if r.cleaned_anything() => tracing::info!(
+                root = %root.display(),
+                temp_files = r.temp_files,
+                orphans = r.orphans,
+                misplaced = r.misplaced,
+                retired_blocks = r.retired_blocks,
+                "recovered from an interrupted run"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(root = %root.display(), error = %e,
+                "recovery failed; run `isochron fsck`"),
+        }
+        Ok(store)
+    }
+
+    /// Opens the store at `root` like [`Store::open`] but without [`Store::recover`]: leftovers
+    /// of an interrupted run stay where they are (for `fsck` to report, or for tests).
+    pub fn open_without_recovery(root: &Path) -> Result<Self, StoreError> {
         if !Self::exists(root) {
             return Err(StoreError::NoStore { root: root.to_owned() });
         }
@@ -231,10 +478,25 @@ impl Store {
         }
         let mut disks = BTreeMap::new();
         for rec in meta.disks.iter().filter(|d| d.state != DiskState::Retired) {
-            let disk = DiskDir::open(&resolve(root, &rec.path), meta.store_id, rec.id)?;
-            disks.insert(rec.id, Arc::new(disk));
+            disks.insert(rec.id, Arc::new(open_disk(root, &meta, rec)?));
         }
-        Ok(Self { root: root.to_owned(), meta, catalog, disks })
+        Ok(Self::assemble(root, catalog, meta, disks))
+    }
+
+    fn assemble(
+        root: &Path,
+        catalog: RedbCatalog,
+        meta: StoreMeta,
+        disks: BTreeMap<DiskId, Arc<DiskDir>>,
+    ) -> Self {
+        Self {
+            root: root.to_owned(),
+            catalog,
+            meta: RwLock::new(meta),
+            disks: RwLock::new(disks),
+            scale: Mutex::new(()),
+            ingest_gate: RwLock::new(()),
+        }
     }
 
     /// Whether a store exists at `root` (it has a catalog file).
@@ -249,23 +511,36 @@ impl Store {
         &self.root
     }
 
-    /// The store metadata as of [`Store::open`]/[`Store::create`]. Its `next_object_id` is not
-    /// kept up to date; ask [`Store::catalog`] for the live value.
+    /// A copy of the store metadata as last committed by this process. Its `next_object_id` is
+    /// not kept up to date; ask [`Store::catalog`] for the live value.
     #[must_use]
-    pub fn meta(&self) -> &StoreMeta {
-        &self.meta
+    pub fn meta(&self) -> StoreMeta {
+        read(&self.meta).clone()
     }
 
     /// The block size new objects are cut with.
     #[must_use]
     pub fn block_size(&self) -> Bytes {
-        self.meta.block_size
+        read(&self.meta).block_size
     }
 
-    /// The current placement epoch: the `first_epoch` of objects written now.
+    /// The placement log's current epoch: the `first_epoch` of objects written now (the pending
+    /// epoch while a reorganisation is pending). Stable while an [`IngestLock`] is held.
     #[must_use]
     pub fn current_epoch(&self) -> Epoch {
-        self.meta.placement.current_epoch()
+        read(&self.meta).placement.current_epoch()
+    }
+
+    /// The epoch readers use.
+    #[must_use]
+    pub fn active_epoch(&self) -> Epoch {
+        read(&self.meta).active_epoch
+    }
+
+    /// The pending reorganisation, `(active, pending)` epochs, if any.
+    #[must_use]
+    pub fn pending(&self) -> Option<(Epoch, Epoch)> {
+        read(&self.meta).pending()
     }
 
     /// The catalog.
@@ -274,25 +549,42 @@ impl Store {
         &self.catalog
     }
 
-    /// The open disk `id`.
+    /// The open disk `id` (not retired).
     #[must_use]
-    pub fn disk(&self, id: DiskId) -> Option<&Arc<DiskDir>> {
-        self.disks.get(&id)
+    pub fn disk(&self, id: DiskId) -> Option<Arc<DiskDir>> {
+        read(&self.disks).get(&id).cloned()
+    }
+
+    /// The ids of the open disks (active, joining and draining), in order.
+    #[must_use]
+    pub fn disk_ids(&self) -> Vec<DiskId> {
+        read(&self.disks).keys().copied().collect()
     }
 
     /// The open disks, by id.
-    pub fn disks(&self) -> impl Iterator<Item = (DiskId, &Arc<DiskDir>)> {
-        self.disks.iter().map(|(id, d)| (*id, d))
+    #[must_use]
+    pub fn disks(&self) -> Vec<(DiskId, Arc<DiskDir>)> {
+        read(&self.disks).iter().map(|(id, d)| (*id, Arc::clone(d))).collect()
     }
 
-    /// The disk holding block `index` of `rec` in the current epoch.
+    /// Shared lock for a writer of a new object; see [`IngestLock`]. Hold it from reading
+    /// [`Store::current_epoch`] for the object's `first_epoch` until its record is committed.
+    /// Do not call [`Store::add_disk`] or [`Store::remove_disk`] while holding it (they wait for
+    /// it).
+    #[must_use]
+    pub fn ingest_lock(&self) -> IngestLock<'_> {
+        IngestLock { _guard: self.ingest_gate.read().unwrap_or_else(PoisonError::into_inner) }
+    }
+
+    /// The disk holding block `index` of `rec` for readers ([`locate_active`]).
     #[must_use]
     pub fn locate(&self, rec: &ObjectRecord, index: BlockIndex) -> DiskId {
-        self.meta.placement.locate(rec.seed, rec.first_epoch, index, self.current_epoch())
+        locate_active(&read(&self.meta), rec, index)
     }
 
     /// Durably writes an encoded block of object `rec_id` (placed by `seed` and `first_epoch`)
-    /// to the disk placement picks in the current epoch; returns that disk.
+    /// to the disk placement picks in `first_epoch`; returns that disk. For a new object,
+    /// `first_epoch` is [`Store::current_epoch`] under an [`IngestLock`].
     pub fn write_block(
         &self,
         rec_id: ObjectId,
@@ -302,8 +594,8 @@ impl Store {
         bytes: &[u8],
     ) -> Result<DiskId, StoreError> {
         let key = BlockKey::new(rec_id, index);
-        let id = self.meta.placement.locate(seed, first_epoch, index, self.current_epoch());
-        let disk = self.disks.get(&id).ok_or(StoreError::DiskNotOpen { key, disk: id })?;
+        let id = read(&self.meta).placement.locate(seed, first_epoch, index, first_epoch);
+        let disk = self.disk(id).ok_or(StoreError::DiskNotOpen { key, disk: id })?;
         disk.write_block(key, bytes)?;
         Ok(id)
     }
@@ -312,14 +604,14 @@ impl Store {
     /// on every open disk. Returns the removed record.
     ///
     /// A crash (or an IO error, which is logged) after the first step leaves orphan block files
-    /// that no catalog entry refers to; `fsck` reclaims them. The object itself is gone either
-    /// way.
+    /// that no catalog entry refers to; the next [`Store::open`] deletes them. The object itself
+    /// is gone either way.
     pub fn remove(&self, name: &str) -> Result<ObjectRecord, StoreError> {
         let rec = self
             .catalog
             .remove_object(name)?
             .ok_or_else(|| StoreError::NoSuchObject { name: name.to_owned() })?;
-        for disk in self.disks.values() {
+        for (_, disk) in self.disks() {
             if let Err(e) = disk.remove_object(rec.id) {
                 tracing::warn!(object = %rec.name, id = %rec.id, error = %e,
                     "could not delete block files of a removed object; fsck will reclaim them");
@@ -328,8 +620,8 @@ impl Store {
         Ok(rec)
     }
 
-    /// Reads and verifies block `index` of `rec` on the calling thread (for tools and tests;
-    /// the server reads through [`IoWorker`](crate::IoWorker)s).
+    /// Reads and verifies block `index` of `rec` on the calling thread, from where readers find
+    /// it (for tools and tests; the server reads through [`IoWorker`](crate::IoWorker)s).
     pub fn read_block_sync(
         &self,
         rec: &ObjectRecord,
@@ -337,9 +629,405 @@ impl Store {
     ) -> Result<Block<AlignedBuf>, StoreError> {
         let key = BlockKey::new(rec.id, index);
         let id = self.locate(rec, index);
-        let disk = self.disks.get(&id).ok_or(StoreError::DiskNotOpen { key, disk: id })?;
+        let disk = self.disk(id).ok_or(StoreError::DiskNotOpen { key, disk: id })?;
         Ok(disk.read_block(key)?)
     }
+
+    /// Adds a disk given as a spec, `PATH` or `PATH,seek_ms=10,rate_mib_s=4` (an emulated disk;
+    /// see [`DiskModel::parse_spec`](isochron_store::DiskModel::parse_spec)): see
+    /// [`Store::add_disk_spec`].
+    pub fn add_disk(&self, spec: &str) -> Result<DiskId, StoreError> {
+        self.add_disk_spec(&spec.parse::<DiskSpec>()?)
+    }
+
+    /// Adds a disk and makes its SCADDAR addition the pending operation; returns its id (one more
+    /// than any id the store ever had). Refused while another reorganisation is pending. Waits
+    /// for ingests in progress ([`Store::ingest_lock`]).
+    ///
+    /// Order: the disk's directory and identity file are created first, then the disk record
+    /// (`Joining`) and the placement operation are committed in one catalog transaction. A crash
+    /// in between leaves an identity file no catalog refers to, which a retry reuses.
+    pub fn add_disk_spec(&self, spec: &DiskSpec) -> Result<DiskId, StoreError> {
+        // Lock order everywhere: ingest gate, then scale lock, then metadata and disks.
+        let _gate = write(&self.ingest_gate);
+        let _scale = lock(&self.scale);
+        let mut meta = self.meta();
+        if let Some((active, pending)) = meta.pending() {
+            return Err(StoreError::ReorgPending { active, pending });
+        }
+        let path = resolve(&self.root, &spec.path);
+        if meta.disks.iter().any(|d| resolve(&self.root, &d.path) == path) {
+            return Err(StoreError::DuplicateDiskPath { path: spec.path.clone() });
+        }
+        let id = meta
+            .next_disk_id()
+            .ok_or(StoreError::TooManyDisks { count: usize::from(u16::MAX) + 2 })?;
+        // Validate the operation (ids, the Faithful budget) before touching the directory.
+        meta.placement.push(ScaleOp::Add { disks: vec![id] })?;
+        meta.disks.push(DiskRecord {
+            id,
+            path: spec.path.clone(),
+            state: DiskState::Joining,
+            model: spec.model,
+        });
+        let fresh =
+            matches!(DiskDir::open(&path, meta.store_id, id), Err(DiskError::NotADisk { .. }));
+        let disk = DiskDir::create(&path, meta.store_id, id)?;
+        disk.set_model(spec.model);
+        if let Err(e) = self.catalog.put_meta(&meta) {
+            if fresh && let Err(e) = disk.remove_identity() {
+                tracing::warn!(error = %e, "could not roll back disk initialisation");
+            }
+            return Err(e.into());
+        }
+        write(&self.disks).insert(id, Arc::new(disk));
+        let pending = meta.placement.current_epoch();
+        *write(&self.meta) = meta;
+        tracing::info!(disk = %id, path = %path.display(), model = ?spec.model, epoch = %pending,
+            "disk joining; reorganisation pending");
+        Ok(id)
+    }
+
+    /// Starts removing disk `id`: marks it `Draining` and makes its SCADDAR removal the pending
+    /// operation, in one catalog transaction. The disk stays open and readable until the flip.
+    /// Refused for the last active disk, a disk that is not active, and while another
+    /// reorganisation is pending. Waits for ingests in progress.
+    pub fn remove_disk(&self, id: DiskId) -> Result<(), StoreError> {
+        let _gate = write(&self.ingest_gate);
+        let _scale = lock(&self.scale);
+        let mut meta = self.meta();
+        if let Some((active, pending)) = meta.pending() {
+            return Err(StoreError::ReorgPending { active, pending });
+        }
+        let state = meta.disk(id).ok_or(StoreError::NoSuchDisk { disk: id })?.state;
+        if state != DiskState::Active {
+            return Err(StoreError::DiskNotActive { disk: id, state });
+        }
+        if meta.placement.disks(meta.placement.current_epoch()) == [id] {
+            return Err(StoreError::LastDisk { disk: id });
+        }
+        meta.placement.push(ScaleOp::Remove { disks: vec![id] })?;
+        for d in &mut meta.disks {
+            if d.id == id {
+                d.state = DiskState::Draining;
+            }
+        }
+        self.catalog.put_meta(&meta)?;
+        let pending = meta.placement.current_epoch();
+        *write(&self.meta) = meta;
+        tracing::info!(disk = %id, epoch = %pending, "disk draining; reorganisation pending");
+        Ok(())
+    }
+
+    /// Every block move of the pending reorganisation ([`reorg::moves`] over the catalog); empty
+    /// when none is pending.
+    pub fn reorg_moves(&self) -> Result<Vec<Move>, StoreError> {
+        let meta = self.meta();
+        let objects = self.catalog.objects()?;
+        Ok(reorg::moves(&meta, &objects).collect())
+    }
+
+    /// Copies one block of the pending reorganisation on the calling thread: reads and verifies
+    /// it on `mv.from`, writes it durably to `mv.to`. Does nothing if `mv.to` already holds a
+    /// valid copy (a copy made before a crash). For offline use; the server copies through the
+    /// disks' IO threads in their non-real-time share.
+    pub fn copy_block(&self, mv: &Move) -> Result<CopyOutcome, StoreError> {
+        {
+            let meta = read(&self.meta);
+            let (active, pending) = meta.pending().ok_or(StoreError::NoPendingReorg)?;
+            if mv.from == mv.to
+                || !meta.placement.disks(active).contains(&mv.from)
+                || !meta.placement.disks(pending).contains(&mv.to)
+            {
+                return Err(StoreError::StaleMove { mv: *mv });
+            }
+        }
+        let open = |id| self.disk(id).ok_or(StoreError::DiskNotOpen { key: mv.key, disk: id });
+        let (from, to) = (open(mv.from)?, open(mv.to)?);
+        if to.has_block_file(mv.key) && to.read_block(mv.key).is_ok() {
+            return Ok(CopyOutcome::Already);
+        }
+        let block = from.read_block(mv.key)?;
+        to.write_block(mv.key, block.as_bytes())?;
+        Ok(CopyOutcome::Copied { bytes: block.as_bytes().len() as u64 })
+    }
+
+    /// Makes the pending epoch active: checks that every moved block has a valid copy on its new
+    /// disk (read and checksum-verified, and matching the catalog's checksum), then, in one
+    /// catalog transaction, sets the active epoch to the pending one, turns `Joining` disks
+    /// `Active` and `Draining` ones `Retired`. Returns the moved blocks' sources, now garbage
+    /// (they stay readable until [`Store::delete_sources`], so reads issued before the flip
+    /// still complete).
+    pub fn flip(&self) -> Result<FlipReport, StoreError> {
+        let _scale = lock(&self.scale);
+        let meta = self.meta();
+        let (active, pending) = meta.pending().ok_or(StoreError::NoPendingReorg)?;
+        let objects = self.catalog.objects()?;
+        let by_id: HashMap<ObjectId, &ObjectRecord> = objects.iter().map(|r| (r.id, r)).collect();
+        let moves: Vec<Move> = reorg::moves(&meta, &objects).collect();
+        let mut missing = 0u64;
+        let mut first = None;
+        for mv in &moves {
+            let expected = by_id
+                .get(&mv.key.object)
+                .and_then(|r| r.blocks.get(mv.key.index.0 as usize))
+                .map(|b| b.checksum);
+            if !self.holds_valid_copy(mv.to, mv.key, expected) {
+                missing += 1;
+                first.get_or_insert(*mv);
+            }
+        }
+        if let Some(first) = first {
+            return Err(StoreError::FlipIncomplete {
+                pending,
+                missing,
+                total: moves.len() as u64,
+                first,
+            });
+        }
+        let mut next = meta;
+        next.active_epoch = pending;
+        let (mut activated, mut retired) = (Vec::new(), Vec::new());
+        for i in 0..next.disks.len() {
+            let state = next.expected_state(next.disks[i].id);
+            let d = &mut next.disks[i];
+            match (d.state, state) {
+                (DiskState::Joining, DiskState::Active) => activated.push(d.id),
+                (DiskState::Draining, DiskState::Retired) => retired.push(d.id),
+                _ => {}
+            }
+            d.state = state;
+        }
+        self.catalog.put_meta(&next)?;
+        *write(&self.meta) = next;
+        tracing::info!(from = %active, to = %pending, moved = moves.len(), ?activated, ?retired,
+            "epoch flipped");
+        Ok(FlipReport {
+            from: active,
+            to: pending,
+            garbage: moves.iter().map(|m| (m.from, m.key)).collect(),
+            activated,
+            retired,
+        })
+    }
+
+    /// Deletes the sources a flip made garbage, then every block file left on the retired
+    /// disks, and closes those disks (their directories keep their identity files). Returns the
+    /// number of block files deleted. A source that the active placement puts on its disk after
+    /// all is kept. Refused if another operation has been logged since the flip.
+    ///
+    /// The server calls this once the reads issued before the flip have completed.
+    pub fn delete_sources(&self, report: &FlipReport) -> Result<u64, StoreError> {
+        let _scale = lock(&self.scale);
+        let meta = self.meta();
+        let current = meta.placement.current_epoch();
+        if current != report.to || meta.active_epoch != report.to {
+            return Err(StoreError::StaleFlipReport { report: report.to, current });
+        }
+        let objects = self.catalog.objects()?;
+        let by_id: HashMap<ObjectId, &ObjectRecord> = objects.iter().map(|r| (r.id, r)).collect();
+        let mut deleted = 0;
+        for &(disk, key) in &report.garbage {
+            let keep = by_id.get(&key.object).is_some_and(|rec| {
+                key.index.0 < rec.block_count() && locate_active(&meta, rec, key.index) == disk
+            });
+            if keep {
+                continue;
+            }
+            if let Some(d) = self.disk(disk)
+                && d.remove_block(key)?
+            {
+                deleted += 1;
+            }
+        }
+        for id in &report.retired {
+            let closed = write(&self.disks).remove(id);
+            if let Some(d) = closed {
+                deleted += d.remove_all_blocks()?;
+                tracing::info!(disk = %id, path = %d.path().display(), "disk retired");
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Deletes the block files of catalogued objects that sit where neither the active nor the
+    /// pending placement puts them (the sources of a flipped reorganisation, blocks past an
+    /// object's end), on every open disk. Files of objects not in the catalog are left alone
+    /// (they may be an ingest in progress; [`Store::recover`] and fsck deal with them). Returns
+    /// the number deleted.
+    pub fn remove_misplaced(&self) -> Result<u64, StoreError> {
+        let _scale = lock(&self.scale);
+        let meta = self.meta();
+        let objects = self.catalog.objects()?;
+        let by_id: HashMap<ObjectId, &ObjectRecord> = objects.iter().map(|r| (r.id, r)).collect();
+        let mut deleted = 0;
+        for (id, disk) in self.disks() {
+            let mut doomed = Vec::new();
+            for file in disk.list_blocks() {
+                let key = file?.key;
+                let Some(rec) = by_id.get(&key.object) else { continue };
+                if !placed_on(&meta, rec, key.index, id) {
+                    doomed.push(key);
+                }
+            }
+            for key in doomed {
+                if disk.remove_block(key)? {
+                    deleted += 1;
+                }
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// The offline reorganiser: copies every block of the pending reorganisation
+    /// ([`Store::copy_block`]), flips the epoch, deletes the sources. Idempotent: after a crash
+    /// at any point, running it again completes the reorganisation (copies already made are
+    /// skipped; after a committed flip only the clean-up is left). With nothing pending it only
+    /// removes misplaced blocks. A block whose object was removed meanwhile is skipped.
+    pub fn reorganize(
+        &self,
+        progress: &mut dyn FnMut(ReorgProgress),
+    ) -> Result<ReorgReport, StoreError> {
+        let start = Instant::now();
+        let mut report = ReorgReport::default();
+        if self.pending().is_some() {
+            let moves = self.reorg_moves()?;
+            let mut p = ReorgProgress { moved: 0, total: moves.len() as u64, bytes: 0 };
+            progress(p);
+            for mv in &moves {
+                match self.copy_block(mv) {
+                    Ok(CopyOutcome::Copied { bytes }) => {
+                        report.moved += 1;
+                        report.bytes += bytes;
+                    }
+                    Ok(CopyOutcome::Already) => report.already += 1,
+                    Err(e) if !self.object_exists(mv.key.object)? => {
+                        tracing::debug!(key = %mv.key, error = %e, "object removed during reorganisation");
+                    }
+                    Err(e) => return Err(e),
+                }
+                p.moved += 1;
+                p.bytes = report.bytes;
+                progress(p);
+            }
+            let flipped = self.flip()?;
+            report.deleted = self.delete_sources(&flipped)?;
+        }
+        report.deleted += self.remove_misplaced()?;
+        report.epoch = self.active_epoch();
+        report.elapsed = start.elapsed();
+        Ok(report)
+    }
+
+    /// Cleans up after an interrupted run (called by [`Store::open`]): deletes temporary files of
+    /// interrupted writes, block files of objects not in the catalog (an interrupted ingest or
+    /// removal), block files that neither the active nor the pending placement puts where they
+    /// are (the sources of a flipped reorganisation), and block files left on retired disks. It
+    /// does **not** finish a pending reorganisation: the caller decides (the server resumes it in
+    /// the background; `fsck --repair` or [`Store::reorganize`] completes it).
+    ///
+    /// Only correct when no block write is in flight: waits for ingests ([`Store::ingest_lock`]),
+    /// but must not run while reorganisation copies are being made.
+    pub fn recover(&self) -> Result<RecoveryReport, StoreError> {
+        let gate = write(&self.ingest_gate);
+        let mut report = RecoveryReport { pending: self.pending(), ..RecoveryReport::default() };
+        let objects = self.catalog.objects()?;
+        let known: HashMap<ObjectId, u32> =
+            objects.iter().map(|r| (r.id, r.block_count())).collect();
+        for (_, disk) in self.disks() {
+            for tmp in disk.temp_files()? {
+                if disk.remove_temp_file(&tmp)? {
+                    report.temp_files += 1;
+                }
+            }
+            let mut orphans = Vec::new();
+            for file in disk.list_blocks() {
+                let key = file?.key;
+                if !known.contains_key(&key.object) {
+                    orphans.push(key);
+                }
+            }
+            for key in orphans {
+                if disk.remove_block(key)? {
+                    report.orphans += 1;
+                }
+            }
+        }
+        drop(gate);
+        report.misplaced = self.remove_misplaced()?;
+        let meta = self.meta();
+        for rec in meta.disks.iter().filter(|d| d.state == DiskState::Retired) {
+            let path = resolve(&self.root, &rec.path);
+            match DiskDir::open(&path, meta.store_id, rec.id) {
+                Ok(disk) => report.retired_blocks += disk.remove_all_blocks()?,
+                Err(e) => tracing::debug!(disk = %rec.id, error = %e, "retired disk not cleaned"),
+            }
+        }
+        Ok(report)
+    }
+
+    /// Every disk record (retired ones included) with the block files on it; a retired disk,
+    /// which is not opened, shows no blocks.
+    pub fn disk_usage(&self) -> Result<Vec<(DiskRecord, DiskUsage)>, StoreError> {
+        let meta = self.meta();
+        let mut out = Vec::with_capacity(meta.disks.len());
+        for rec in meta.disks {
+            let usage = match self.disk(rec.id) {
+                Some(d) => d.usage()?,
+                None => DiskUsage::default(),
+            };
+            out.push((rec, usage));
+        }
+        Ok(out)
+    }
+
+    /// Whether disk `id` is open and holds a valid copy of block `key` (its checksum equal to
+    /// `expected`, when given).
+    pub(crate) fn holds_valid_copy(
+        &self,
+        id: DiskId,
+        key: BlockKey,
+        expected: Option<u64>,
+    ) -> bool {
+        let Some(disk) = self.disk(id) else { return false };
+        disk.has_block_file(key)
+            && disk.read_block(key).is_ok_and(|b| expected.is_none_or(|c| b.header().checksum == c))
+    }
+
+    /// Exclusive use of the object writers' gate (fsck: no ingest in flight).
+    pub(crate) fn exclusive(&self) -> RwLockWriteGuard<'_, ()> {
+        write(&self.ingest_gate)
+    }
+
+    fn object_exists(&self, id: ObjectId) -> Result<bool, StoreError> {
+        Ok(self.catalog.objects()?.iter().any(|r| r.id == id))
+    }
+}
+
+/// Whether block `index` of `rec` belongs on disk `disk`: where the active placement or, while a
+/// reorganisation is pending, the pending one puts it.
+pub(crate) fn placed_on(
+    meta: &StoreMeta,
+    rec: &ObjectRecord,
+    index: BlockIndex,
+    disk: DiskId,
+) -> bool {
+    if index.0 >= rec.block_count() {
+        return false;
+    }
+    if locate_active(meta, rec, index) == disk {
+        return true;
+    }
+    meta.pending().is_some_and(|(_, pending)| {
+        meta.placement.locate(rec.seed, rec.first_epoch, index, pending) == disk
+    })
+}
+
+/// Opens the disk of `rec` and applies its model.
+fn open_disk(root: &Path, meta: &StoreMeta, rec: &DiskRecord) -> Result<DiskDir, StoreError> {
+    let disk = DiskDir::open(&resolve(root, &rec.path), meta.store_id, rec.id)?;
+    disk.set_model(rec.model);
+    Ok(disk)
 }
 
 /// A fresh random placement seed for a new object.
@@ -349,52 +1037,43 @@ pub fn new_seed() -> u64 {
 }
 
 /// A disk path as stored, resolved against the store root.
-fn resolve(root: &Path, disk: &Path) -> PathBuf {
+pub(crate) fn resolve(root: &Path, disk: &Path) -> PathBuf {
     if disk.is_absolute() { disk.to_owned() } else { root.join(disk) }
+}
+
+// The locks only guard values that are replaced whole, so a panic elsewhere cannot leave them
+// half-updated: poisoning is ignored.
+fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]
 mod tests {
-    use isochron_base::{BitRate, Gsn, MediaTime};
-    use isochron_store::catalog::BlockEntry;
+    use std::collections::HashSet;
+    use std::time::Duration;
+
+    use isochron_base::Gsn;
+    use isochron_store::DiskModel;
 
     use super::*;
     use crate::IoWorker;
-    use crate::testutil::encode_block;
+    use crate::fsck::fsck;
+    use crate::testutil::{contents, encode_block, ingest};
 
-    fn ingest(store: &Store, name: &str, blocks: u32) -> ObjectRecord {
-        let id = store.catalog().allocate_object_id().unwrap();
-        let seed = new_seed();
-        let first_epoch = store.current_epoch();
-        let mut entries = Vec::new();
-        let mut gsn = 0;
-        for i in 0..blocks {
-            let key = BlockKey::new(id, BlockIndex(i));
-            let bytes = encode_block(key, Gsn(gsn), 3);
-            let block = Block::parse(&bytes[..], Some(key)).unwrap();
-            entries.push(BlockEntry::from(block.header()));
-            gsn += u64::from(block.header().packet_count);
-            store.write_block(id, seed, first_epoch, BlockIndex(i), &bytes).unwrap();
-        }
-        let rec = ObjectRecord {
-            id,
-            name: name.into(),
-            seed,
-            first_epoch,
-            block_size: store.block_size(),
-            blocks: entries,
-            packets: gsn,
-            ts_bytes: Bytes(gsn * 1316),
-            duration: MediaTime::from_nanos(gsn),
-            avg_bitrate: BitRate(1),
-            peak_bitrate: BitRate(1),
-            seek_points: vec![],
-            streams: vec![],
-            source_file: String::new(),
-            created_unix_s: 0,
-        };
-        store.catalog().insert_object(&rec).unwrap();
-        rec
+    fn total_blocks(store: &Store) -> u64 {
+        store.disk_usage().unwrap().iter().map(|(_, u)| u.blocks).sum()
+    }
+
+    fn paths(names: &[&str]) -> Vec<PathBuf> {
+        names.iter().map(PathBuf::from).collect()
     }
 
     #[test]
@@ -415,7 +1094,8 @@ mod tests {
         let rec = {
             let store = Store::create(&root, &disks, Bytes::kib(64)).unwrap();
             assert!(Store::exists(&root));
-            assert_eq!(store.disks().count(), 3);
+            assert_eq!(store.disks().len(), 3);
+            assert_eq!(store.disk_ids(), vec![DiskId(0), DiskId(1), DiskId(2)]);
             assert_eq!(store.disk(DiskId(1)).unwrap().path(), abs);
             assert_eq!(store.meta().disks[0].path, PathBuf::from("d0"));
             assert!(matches!(
@@ -425,7 +1105,7 @@ mod tests {
             ingest(&store, "movie.ts", 30)
         };
         assert!(matches!(
-            Store::create(&root, &[], Bytes::kib(64)),
+            Store::create(&root, &[] as &[PathBuf], Bytes::kib(64)),
             Err(StoreError::AlreadyExists { .. })
         ));
         let store = Store::open(&root).unwrap();
@@ -433,21 +1113,19 @@ mod tests {
         assert_eq!(store.block_size(), Bytes::kib(64));
         let rec2 = store.catalog().object("movie.ts").unwrap().unwrap();
         assert_eq!(rec2, rec);
-        let mut used = std::collections::HashSet::new();
+        let mut used = HashSet::new();
         for i in 0..30 {
             let block = store.read_block_sync(&rec, BlockIndex(i)).unwrap();
             assert_eq!(block.header().key, BlockKey::new(rec.id, BlockIndex(i)));
             used.insert(store.locate(&rec, BlockIndex(i)));
         }
         assert_eq!(used.len(), 3, "30 blocks over 3 disks should touch all of them");
-        let total: u64 = store.disks().map(|(_, d)| d.usage().unwrap().blocks).sum();
-        assert_eq!(total, 30);
+        assert_eq!(total_blocks(&store), 30);
 
         let removed = store.remove("movie.ts").unwrap();
         assert_eq!(removed.id, rec.id);
         assert!(store.catalog().object("movie.ts").unwrap().is_none());
-        let total: u64 = store.disks().map(|(_, d)| d.usage().unwrap().blocks).sum();
-        assert_eq!(total, 0);
+        assert_eq!(total_blocks(&store), 0);
         assert!(matches!(store.remove("movie.ts"), Err(StoreError::NoSuchObject { .. })));
         assert!(matches!(
             store.read_block_sync(&rec, BlockIndex(0)),
@@ -459,12 +1137,13 @@ mod tests {
     fn default_disk_and_errors() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("s");
+        let none: &[PathBuf] = &[];
         let err = Store::open(&root).unwrap_err();
         assert!(matches!(err, StoreError::NoStore { .. }));
         assert!(err.to_string().contains("no isochron store at"), "{err}");
-        assert!(matches!(Store::create(&root, &[], Bytes(1000)), Err(StoreError::BlockSize(_))));
-        let store = Store::create(&root, &[], Bytes::mib(1)).unwrap();
-        assert_eq!(store.disks().count(), 1);
+        assert!(matches!(Store::create(&root, none, Bytes(1000)), Err(StoreError::BlockSize(_))));
+        let store = Store::create(&root, none, Bytes::mib(1)).unwrap();
+        assert_eq!(store.disks().len(), 1);
         assert_eq!(store.disk(DiskId(0)).unwrap().path(), root.join(DEFAULT_DISK_DIR));
         assert_eq!(store.meta().disks[0].path, PathBuf::from(DEFAULT_DISK_DIR));
         let rec = ingest(&store, "a.ts", 2);
@@ -488,8 +1167,9 @@ mod tests {
     #[test]
     fn refuses_a_disk_of_another_store_and_rolls_back() {
         let dir = tempfile::tempdir().unwrap();
+        let none: &[PathBuf] = &[];
         let other = dir.path().join("other");
-        let _other = Store::create(&other, &[], Bytes::mib(1)).unwrap();
+        let _other = Store::create(&other, none, Bytes::mib(1)).unwrap();
         let fresh = dir.path().join("fresh-disk");
         let root = dir.path().join("mine");
         let disks = vec![fresh.clone(), other.join(DEFAULT_DISK_DIR)];
@@ -500,11 +1180,7 @@ mod tests {
         assert!(!fresh.join(crate::disk::IDENTITY_FILE).exists());
         Store::create(&root, &[fresh], Bytes::mib(1)).unwrap();
         assert!(matches!(
-            Store::create(
-                &dir.path().join("x"),
-                &[PathBuf::from("d"), PathBuf::from("d")],
-                Bytes::mib(1)
-            ),
+            Store::create(&dir.path().join("x"), &paths(&["d", "d"]), Bytes::mib(1)),
             Err(StoreError::DuplicateDiskPath { .. })
         ));
     }
@@ -513,12 +1189,426 @@ mod tests {
     fn open_refuses_swapped_disks() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("s");
-        let disks = vec![PathBuf::from("a"), PathBuf::from("b")];
-        drop(Store::create(&root, &disks, Bytes::mib(1)).unwrap());
+        drop(Store::create(&root, &paths(&["a", "b"]), Bytes::mib(1)).unwrap());
         fs::rename(root.join("a"), root.join("tmp")).unwrap();
         fs::rename(root.join("b"), root.join("a")).unwrap();
         fs::rename(root.join("tmp"), root.join("b")).unwrap();
         let err = Store::open(&root).unwrap_err();
         assert!(matches!(err, StoreError::Disk(DiskError::WrongDisk { .. })), "{err}");
+    }
+
+    /// Emulation models given at creation or addition are kept in the catalog and applied on
+    /// open.
+    #[test]
+    fn disk_models_persist() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("s");
+        let specs: Vec<DiskSpec> =
+            ["a,seek_ms=0.5,rate_mib_s=400", "b"].iter().map(|s| s.parse().unwrap()).collect();
+        let model = DiskModel { mean_seek: Duration::from_micros(500), rate: 400 << 20 };
+        {
+            let store = Store::create(&root, &specs, Bytes::kib(64)).unwrap();
+            assert_eq!(store.disk(DiskId(0)).unwrap().model(), Some(model));
+            assert_eq!(store.disk(DiskId(1)).unwrap().model(), None);
+            let id = store.add_disk("c,rate_mib_s=300").unwrap();
+            assert_eq!(id, DiskId(2));
+            assert!(store.disk(id).unwrap().model().is_some());
+            assert!(matches!(store.add_disk("d,speed=9"), Err(StoreError::DiskSpec(_))));
+        }
+        let store = Store::open(&root).unwrap();
+        let meta = store.meta();
+        assert_eq!(meta.disks[0].model, Some(model));
+        assert_eq!(store.disk(DiskId(0)).unwrap().model(), Some(model));
+        assert_eq!(store.disk(DiskId(2)).unwrap().model().unwrap().rate, 300 << 20);
+        assert_eq!(meta.disks[2].model.unwrap().to_string(), "rate_mib_s=300");
+    }
+
+    /// The scaling operations' preconditions and bookkeeping.
+    #[test]
+    fn add_and_remove_bookkeeping() {
+        use DiskState::{Active, Retired};
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("s");
+        let store = Store::create(&root, &paths(&["d0", "d1"]), Bytes::kib(64)).unwrap();
+        assert_eq!(store.pending(), None);
+        assert!(matches!(store.flip(), Err(StoreError::NoPendingReorg)));
+        assert!(matches!(store.add_disk("d1"), Err(StoreError::DuplicateDiskPath { .. })));
+        assert!(matches!(store.remove_disk(DiskId(7)), Err(StoreError::NoSuchDisk { .. })));
+        let id = store.add_disk("d2").unwrap();
+        assert_eq!(id, DiskId(2));
+        assert_eq!(store.pending(), Some((Epoch(0), Epoch(1))));
+        assert_eq!(store.meta().disk(id).unwrap().state, DiskState::Joining);
+        assert_eq!(store.disk_ids().len(), 3);
+        assert!(matches!(store.add_disk("d3"), Err(StoreError::ReorgPending { .. })));
+        assert!(matches!(store.remove_disk(DiskId(0)), Err(StoreError::ReorgPending { .. })));
+        let err = store.add_disk("d3").unwrap_err();
+        assert!(err.to_string().contains("epoch 0 → 1"), "{err}");
+        // Nothing stored: the flip needs no copies.
+        let flipped = store.flip().unwrap();
+        assert_eq!((flipped.from, flipped.to), (Epoch(0), Epoch(1)));
+        assert_eq!(flipped.activated, vec![id]);
+        assert_eq!(store.delete_sources(&flipped).unwrap(), 0);
+        assert_eq!(store.meta().disk(id).unwrap().state, Active);
+        // Remove disk 1, then the refusals.
+        store.remove_disk(DiskId(1)).unwrap();
+        assert_eq!(store.meta().disk(DiskId(1)).unwrap().state, DiskState::Draining);
+        assert!(store.disk(DiskId(1)).is_some(), "a draining disk stays open");
+        let flipped = store.flip().unwrap();
+        assert_eq!(flipped.retired, vec![DiskId(1)]);
+        assert!(store.delete_sources(&flipped).is_ok());
+        assert!(store.disk(DiskId(1)).is_none(), "a retired disk is closed");
+        assert!(matches!(
+            store.remove_disk(DiskId(1)),
+            Err(StoreError::DiskNotActive { state: Retired, .. })
+        ));
+        store.remove_disk(DiskId(0)).unwrap();
+        store.reorganize(&mut |_| {}).unwrap();
+        assert!(matches!(store.remove_disk(DiskId(2)), Err(StoreError::LastDisk { .. })));
+        // Ids are never reused, even of retired disks.
+        assert_eq!(store.add_disk("d9").unwrap(), DiskId(3));
+        // A stale flip report is refused.
+        store.reorganize(&mut |_| {}).unwrap();
+        assert!(matches!(store.delete_sources(&flipped), Err(StoreError::StaleFlipReport { .. })));
+        drop(store);
+        let store = Store::open(&root).unwrap();
+        assert_eq!(store.disk_ids(), vec![DiskId(2), DiskId(3)]);
+        let states: Vec<DiskState> = store.meta().disks.iter().map(|d| d.state).collect();
+        assert_eq!(states, vec![Retired, Retired, Active, Active]);
+        // The retired disks keep their identity.
+        DiskDir::open(&root.join("d1"), store.meta().store_id, DiskId(1)).unwrap();
+    }
+
+    /// Adding then removing disks with objects stored: only the planned blocks move, every
+    /// object reads back byte-identical, fsck is clean, nothing is left on retired disks.
+    #[test]
+    fn reorganize_add_and_remove() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("s");
+        let store = Store::create(&root, &paths(&["d0", "d1", "d2"]), Bytes::kib(64)).unwrap();
+        ingest(&store, "a", 60);
+        ingest(&store, "b", 45);
+        let before = contents(&store);
+        assert_eq!(total_blocks(&store), 105);
+
+        let id = store.add_disk("d3").unwrap();
+        let moves = store.reorg_moves().unwrap();
+        assert!(moves.iter().all(|m| m.to == id && m.from != id));
+        assert!(!moves.is_empty());
+        // An object ingested while the addition is pending is placed at the pending epoch.
+        let c = ingest(&store, "c", 40);
+        assert_eq!(c.first_epoch, Epoch(1));
+        assert_eq!(store.reorg_moves().unwrap(), moves, "c never moves");
+        assert_eq!(contents(&store)[..2], before[..]);
+        let mut seen = Vec::new();
+        let report = store.reorganize(&mut |p| seen.push(p)).unwrap();
+        assert_eq!(report.moved, moves.len() as u64);
+        assert_eq!(report.already, 0);
+        assert_eq!(report.deleted, moves.len() as u64);
+        assert_eq!(report.epoch, Epoch(1));
+        assert_eq!(seen.last().unwrap().moved, moves.len() as u64);
+        assert_eq!(seen.last().unwrap().total, moves.len() as u64);
+        assert!(report.bytes >= moves.len() as u64 * 4096);
+        let after = contents(&store);
+        assert_eq!(after[..2], before[..]);
+        assert_eq!(total_blocks(&store), 145);
+        assert!(fsck(&store, false).unwrap().is_clean());
+
+        store.remove_disk(DiskId(1)).unwrap();
+        let moves = store.reorg_moves().unwrap();
+        let on_1 = store.disk(DiskId(1)).unwrap().usage().unwrap().blocks;
+        assert_eq!(moves.len() as u64, on_1);
+        assert!(moves.iter().all(|m| m.from == DiskId(1)));
+        store.reorganize(&mut |_| {}).unwrap();
+        assert_eq!(contents(&store), after);
+        assert_eq!(total_blocks(&store), 145);
+        assert_eq!(fs::read_dir(root.join("d1/blocks")).unwrap().count(), 0);
+        assert!(fsck(&store, false).unwrap().is_clean());
+        drop(store);
+        let store = Store::open(&root).unwrap();
+        assert_eq!(contents(&store), after);
+    }
+
+    /// copy_block: stale moves are refused; a copy already made is skipped.
+    #[test]
+    fn copy_block_checks_and_skips() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("s");
+        let store = Store::create(&root, &paths(&["d0", "d1"]), Bytes::kib(64)).unwrap();
+        ingest(&store, "a", 30);
+        store.add_disk("d2").unwrap();
+        let moves = store.reorg_moves().unwrap();
+        let mv = moves[0];
+        for stale in [Move { to: mv.from, ..mv }, Move { from: DiskId(2), ..mv }] {
+            assert!(matches!(store.copy_block(&stale), Err(StoreError::StaleMove { .. })));
+        }
+        assert!(matches!(store.copy_block(&mv).unwrap(), CopyOutcome::Copied { .. }));
+        assert_eq!(store.copy_block(&mv).unwrap(), CopyOutcome::Already);
+        // A corrupt target copy is not "already there".
+        let path = store.disk(mv.to).unwrap().block_path(mv.key);
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[100] ^= 1;
+        fs::write(&path, &bytes).unwrap();
+        assert!(matches!(store.copy_block(&mv).unwrap(), CopyOutcome::Copied { .. }));
+        // The flip refuses while copies are missing, naming the first.
+        let err = store.flip().unwrap_err();
+        assert!(
+            matches!(err, StoreError::FlipIncomplete { missing, total, .. } if missing == total - 1),
+            "{err}"
+        );
+        assert!(err.to_string().contains("have no valid copy on their new disk"), "{err}");
+    }
+
+    /// One crash scenario: `crash` runs part of a reorganisation on a fresh store; the store is
+    /// then dropped (the process dies), reopened (recovery), reorganised to completion, checked
+    /// with fsck and read back.
+    fn crash_and_recover(what: &str, remove: bool, crash: impl FnOnce(&Store, &[Move])) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("s");
+        let before = {
+            let store = Store::create(&root, &paths(&["d0", "d1", "d2"]), Bytes::kib(64)).unwrap();
+            ingest(&store, "a", 24);
+            ingest(&store, "b", 16);
+            let before = contents(&store);
+            if remove {
+                store.remove_disk(DiskId(1)).unwrap();
+            } else {
+                store.add_disk("d3").unwrap();
+            }
+            let moves = store.reorg_moves().unwrap();
+            crash(&store, &moves);
+            before
+        };
+        let store = Store::open(&root).unwrap();
+        store.reorganize(&mut |_| {}).unwrap();
+        let report = fsck(&store, false).unwrap();
+        assert!(report.is_clean(), "{what}: {report:?}");
+        assert_eq!(contents(&store), before, "{what}");
+        assert_eq!(total_blocks(&store), 40, "{what}");
+        assert_eq!(store.pending(), None, "{what}");
+    }
+
+    /// The crash ordering: stop the reorganiser after k copies for every k (including with a
+    /// copy's temporary file left behind), and after the flip before the sources are deleted.
+    #[test]
+    fn reorganisation_survives_a_crash_anywhere() {
+        for remove in [false, true] {
+            let op = if remove { "removal" } else { "addition" };
+            let total = {
+                let mut n = 0;
+                crash_and_recover(&format!("{op}, counting"), remove, |_, moves| n = moves.len());
+                n
+            };
+            assert!(total >= 6, "{op}: only {total} moves");
+            // Every k in release builds (CI); every third in debug builds, which are slower.
+            let step = if cfg!(debug_assertions) { 3 } else { 1 };
+            for k in (0..=total).step_by(step).chain([total]) {
+                crash_and_recover(&format!("{op}, crash after {k} of {total}"), remove, |s, m| {
+                    for mv in &m[..k] {
+                        s.copy_block(mv).unwrap();
+                    }
+                    // The next copy was being written.
+                    if let Some(mv) = m.get(k) {
+                        let path = s.disk(mv.to).unwrap().block_path(mv.key);
+                        fs::create_dir_all(path.parent().unwrap()).unwrap();
+                        fs::write(path.with_extension("blk.tmp"), b"half a block").unwrap();
+                    }
+                });
+            }
+            crash_and_recover(&format!("{op}, crash after the flip"), remove, |s, m| {
+                for mv in m {
+                    s.copy_block(mv).unwrap();
+                }
+                s.flip().unwrap();
+            });
+            crash_and_recover(&format!("{op}, crash while deleting sources"), remove, |s, m| {
+                for mv in m {
+                    s.copy_block(mv).unwrap();
+                }
+                let report = s.flip().unwrap();
+                let d = s.disk(report.garbage[0].0).unwrap();
+                d.remove_block(report.garbage[0].1).unwrap();
+            });
+        }
+    }
+
+    /// Recovery at open deletes what a crash leaves (temp files, orphans of an interrupted
+    /// ingest, sources of a flipped reorganisation) and leaves a pending reorganisation pending.
+    #[test]
+    fn recovery_cleans_up_but_does_not_finish() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("s");
+        {
+            let store = Store::create(&root, &paths(&["d0", "d1"]), Bytes::kib(64)).unwrap();
+            ingest(&store, "a", 20);
+            // An ingest killed half-way: blocks but no record.
+            let id = store.catalog().allocate_object_id().unwrap();
+            for i in 0..5 {
+                let key = BlockKey::new(id, BlockIndex(i));
+                store
+                    .write_block(id, 9, Epoch(0), BlockIndex(i), &encode_block(key, Gsn(0), 1))
+                    .unwrap();
+            }
+            let d0 = store.disk(DiskId(0)).unwrap();
+            let tmp = d0.block_path(BlockKey::new(id, BlockIndex(9))).with_extension("blk.tmp");
+            fs::create_dir_all(tmp.parent().unwrap()).unwrap();
+            fs::write(tmp, b"x").unwrap();
+            store.add_disk("d2").unwrap();
+            let moves = store.reorg_moves().unwrap();
+            store.copy_block(&moves[0]).unwrap();
+        }
+        let store = Store::open_without_recovery(&root).unwrap();
+        let found = fsck(&store, false).unwrap();
+        assert_eq!(found.temp_files, 1);
+        assert_eq!(found.orphaned.len(), 5);
+        assert_eq!(found.interrupted.unwrap().moved, 1);
+        drop(store);
+        let store = Store::open(&root).unwrap();
+        let found = fsck(&store, false).unwrap();
+        assert_eq!((found.temp_files, found.orphaned.len()), (0, 0), "{found:?}");
+        let interrupted = found.interrupted.expect("still pending");
+        assert_eq!(
+            (interrupted.moved, interrupted.active, interrupted.pending),
+            (1, Epoch(0), Epoch(1))
+        );
+        assert_eq!(store.recover().unwrap().pending, Some((Epoch(0), Epoch(1))));
+    }
+
+    /// The online path: copies through the disks' IO threads (non-real-time reads and writes),
+    /// an ingest while the operation is pending, readers reading every block all along (paused
+    /// only for the barrier between the flip and the deletion of the sources, as the server's
+    /// scheduler drains); no read ever fails and every object reads back byte-identical.
+    #[test]
+    fn online_reorganisation_while_reading() {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+        use crate::worker::{IoCommand, IoDone};
+
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("s");
+        let store =
+            Arc::new(Store::create(&root, &paths(&["d0", "d1", "d2"]), Bytes::kib(64)).unwrap());
+        ingest(&store, "a", 60);
+        ingest(&store, "b", 40);
+        let expected = contents(&store);
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let paused = Arc::new(AtomicBool::new(false));
+        let passes = Arc::new(AtomicU64::new(0));
+        let reader = std::thread::spawn({
+            let (store, stop, paused, passes) =
+                (Arc::clone(&store), Arc::clone(&stop), Arc::clone(&paused), Arc::clone(&passes));
+            move || {
+                let mut failures = Vec::new();
+                while !stop.load(Ordering::SeqCst) {
+                    if paused.load(Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(1));
+                        continue;
+                    }
+                    for rec in store.catalog().objects().unwrap() {
+                        for i in 0..rec.block_count() {
+                            if let Err(e) = store.read_block_sync(&rec, BlockIndex(i)) {
+                                failures.push(e.to_string());
+                            }
+                        }
+                    }
+                    passes.fetch_add(1, Ordering::SeqCst);
+                }
+                failures
+            }
+        });
+
+        let (tx, rx) = crossbeam_channel::unbounded::<IoDone>();
+        let spawn = |id: DiskId| {
+            let tx = tx.clone();
+            IoWorker::spawn(
+                store.disk(id).unwrap(),
+                id,
+                0.5,
+                Box::new(move |d| {
+                    let _ = tx.send(d);
+                }),
+            )
+            .unwrap()
+        };
+        let mut workers: BTreeMap<DiskId, IoWorker> =
+            store.disk_ids().into_iter().map(|id| (id, spawn(id))).collect();
+        let new = store.add_disk("d3").unwrap();
+        workers.insert(new, spawn(new));
+        let c = ingest(&store, "c", 30);
+        assert_eq!(c.first_epoch, Epoch(1));
+
+        let moves = store.reorg_moves().unwrap();
+        let mut tags: HashMap<u64, Move> = HashMap::new();
+        for (tag, mv) in moves.iter().enumerate() {
+            tags.insert(tag as u64, *mv);
+            workers[&mv.from].submit(IoCommand::NrtRead { key: mv.key, tag: tag as u64 });
+        }
+        let mut written = 0;
+        while written < moves.len() {
+            match rx.recv_timeout(Duration::from_secs(20)).unwrap() {
+                IoDone::NrtRead(r) => {
+                    let mv = tags[&r.tag];
+                    let block = r.result.unwrap();
+                    workers[&mv.to].submit(IoCommand::NrtWrite { key: mv.key, block, tag: r.tag });
+                }
+                IoDone::NrtWrite(w) => {
+                    w.result.unwrap();
+                    written += 1;
+                }
+                IoDone::Read(_) => unreachable!("no real-time reads submitted"),
+            }
+        }
+        let flipped = store.flip().unwrap();
+        // The barrier: the reader finishes its pass (which may have located blocks before the
+        // flip), then the sources go.
+        paused.store(true, Ordering::SeqCst);
+        let seen = passes.load(Ordering::SeqCst);
+        while passes.load(Ordering::SeqCst) == seen {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(store.delete_sources(&flipped).unwrap(), moves.len() as u64);
+        paused.store(false, Ordering::SeqCst);
+        let seen = passes.load(Ordering::SeqCst);
+        while passes.load(Ordering::SeqCst) < seen + 2 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        stop.store(true, Ordering::SeqCst);
+        let failures = reader.join().unwrap();
+        assert!(failures.is_empty(), "{} failed reads, first: {}", failures.len(), failures[0]);
+        assert!(passes.load(Ordering::SeqCst) >= 3);
+        assert_eq!(contents(&store)[..2], expected[..]);
+        assert!(fsck(&store, false).unwrap().is_clean());
+        let stats: u64 = workers.values().map(|w| w.stats().nrt_ops).sum();
+        assert_eq!(stats, 2 * moves.len() as u64);
+    }
+
+    /// A Faithful store refuses an addition once its randomness budget is spent.
+    #[test]
+    fn faithful_store_refuses_when_the_budget_is_spent() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("s");
+        let specs: Vec<DiskSpec> = (0..8).map(|i| PathBuf::from(format!("d{i}")).into()).collect();
+        let store =
+            Store::create_with(&root, &specs, Bytes::kib(64), PlacementVariant::Faithful).unwrap();
+        ingest(&store, "a", 10);
+        let mut added = 0;
+        let err = loop {
+            match store.add_disk(&format!("x{added}")) {
+                Ok(_) => {
+                    store.reorganize(&mut |_| {}).unwrap();
+                    added += 1;
+                }
+                Err(e) => break e,
+            }
+        };
+        assert!(
+            matches!(err, StoreError::Placement(PlacementError::RandomnessExhausted { .. })),
+            "{err}"
+        );
+        assert!(added > 20, "{added}");
+        // The refused disk left no trace in the catalog.
+        assert_eq!(store.pending(), None);
+        assert_eq!(store.meta().disks.len(), 8 + added);
+        assert!(fsck(&store, false).unwrap().is_clean());
     }
 }

@@ -27,6 +27,13 @@ enum Command {
     Ls(cmds::ls::Args),
     /// Remove a stored object.
     Rm(cmds::rm::Args),
+    /// Write a stored object's bytes, read back from the disks.
+    Cat(cmds::cat::Args),
+    /// Add, remove and list disks (online SCADDAR reorganisation).
+    #[command(subcommand)]
+    Disk(cmds::disk::Command),
+    /// Check every block and the disks; --repair fixes what it can.
+    Fsck(cmds::fsck::Args),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +55,9 @@ fn main() -> ExitCode {
         Command::Ingest(a) => cmds::ingest::run(a),
         Command::Ls(a) => cmds::ls::run(a),
         Command::Rm(a) => cmds::rm::run(a),
+        Command::Cat(a) => cmds::cat::run(a),
+        Command::Disk(c) => cmds::disk::run(c),
+        Command::Fsck(a) => cmds::fsck::run(a),
     };
     match result {
         Ok(code) => code,

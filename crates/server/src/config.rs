@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use isochron_base::Bytes;
 use isochron_sched::SchedConfig;
+use isochron_store::catalog::DiskSpec;
 use serde::{Deserialize, Serialize};
 
 /// The whole configuration file.
@@ -41,8 +42,10 @@ pub struct StoreSection {
     pub data_dir: PathBuf,
     /// Block size of a new store, in KiB (a multiple of 4, at least 64). Default 1024.
     pub block_size_kib: u64,
-    /// Disk directories of a new store. Default: none, meaning one disk at `<data_dir>/disk-0`.
-    pub disks: Vec<PathBuf>,
+    /// Disks of a new store: `PATH`, or `PATH,seek_ms=10,rate_mib_s=4` for a directory that
+    /// behaves like a disk with that mean seek time and transfer rate (Gennart's model). Default:
+    /// none, meaning one disk at `<data_dir>/disk-0`.
+    pub disks: Vec<String>,
     /// Seed a new store with the bundled demo clip, as `demo`. Default true.
     pub seed_demo: bool,
 }
@@ -133,6 +136,9 @@ pub struct SchedSection {
     pub startup_delay_ms: u64,
     /// Most streams admitted at once. Default 10000.
     pub max_streams: usize,
+    /// Share of each disk's time that non-real-time work (reorganisation copies) may use, in
+    /// percent. Default 20.
+    pub nrt_share_percent: u32,
 }
 
 impl Default for SchedSection {
@@ -144,6 +150,7 @@ impl Default for SchedSection {
             cache_mib: d.cache_capacity.0 >> 20,
             startup_delay_ms: d.startup_delay.as_millis() as u64,
             max_streams: d.max_streams,
+            nrt_share_percent: 20,
         }
     }
 }
@@ -217,7 +224,7 @@ pub struct Settings {
     /// Block size for a new store.
     pub block_size: Bytes,
     /// Disks for a new store.
-    pub disks: Vec<PathBuf>,
+    pub disks: Vec<DiskSpec>,
     /// Seed a new store with the demo clip.
     pub seed_demo: bool,
     /// RTSP listen address.
@@ -242,6 +249,8 @@ pub struct Settings {
     pub tcp_queue_frames: usize,
     /// The scheduler's config.
     pub sched: SchedConfig,
+    /// Fraction of disk time for non-real-time work.
+    pub nrt_share: f64,
     /// HTTP listen address, if enabled.
     pub http_listen: Option<SocketAddr>,
     /// Watched media directory.
@@ -318,13 +327,26 @@ impl ConfigFile {
         if self.sched.disk_queue_depth == 0 {
             return Err(invalid("sched.disk_queue_depth", "must be at least 1"));
         }
+        if !(1..=90).contains(&self.sched.nrt_share_percent) {
+            return Err(invalid("sched.nrt_share_percent", "must be between 1 and 90"));
+        }
         if self.media.scan_interval_ms < 50 {
             return Err(invalid("media.scan_interval_ms", "must be at least 50"));
         }
+        let disks = s
+            .disks
+            .iter()
+            .map(|d| {
+                d.parse::<DiskSpec>().map_err(|e| ConfigError::Invalid {
+                    key: "store.disks",
+                    message: format!("{d:?}: {e}"),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Settings {
             data_dir: s.data_dir.clone(),
             block_size: Bytes::kib(s.block_size_kib),
-            disks: s.disks.clone(),
+            disks,
             seed_demo: s.seed_demo,
             rtsp_listen,
             rtp_port: self.rtsp.rtp_port,
@@ -343,6 +365,7 @@ impl ConfigFile {
                 startup_delay: Duration::from_millis(self.sched.startup_delay_ms),
                 max_streams: self.sched.max_streams,
             },
+            nrt_share: f64::from(self.sched.nrt_share_percent) / 100.0,
             http_listen,
             media_dir: self.media.dir.clone(),
             media_scan_interval: Duration::from_millis(self.media.scan_interval_ms),
@@ -381,6 +404,8 @@ mod tests {
             ("[rtsp]\npaused_session_timeout_s = 10", "rtsp.paused_session_timeout_s"),
             ("[sender]\nbatch_packets = 0", "sender.batch_packets"),
             ("[sched]\nread_ahead_blocks = 0", "sched.read_ahead_blocks"),
+            ("[store]\ndisks = [\"d0,seek_ms=x\"]", "store.disks"),
+            ("[store]\ndisks = [\"d0,speed=3\"]", "store.disks"),
         ];
         for (text, want) in cases {
             let msg = match ConfigFile::parse(text, Path::new("c.toml")) {

@@ -8,15 +8,18 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Json};
-use axum::routing::get;
+use axum::routing::{delete, get};
 use crossbeam_channel::Sender;
+use isochron_base::DiskId;
+use isochron_diskio::Store;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::library::Library;
+use crate::reorg::{ReorgCommand, ReorgStatus};
 use crate::sched_thread::{SchedCommand, SchedSnapshot};
 use crate::sender::{SenderCommand, SenderStats};
 use crate::sessions::SessionCommand;
@@ -28,6 +31,8 @@ pub(crate) struct ApiState {
     pub(crate) sessions: mpsc::UnboundedSender<SessionCommand>,
     pub(crate) sched: Sender<SchedCommand>,
     pub(crate) sender: Sender<SenderCommand>,
+    pub(crate) reorg: mpsc::UnboundedSender<ReorgCommand>,
+    pub(crate) store: Arc<Store>,
 }
 
 /// The router.
@@ -36,6 +41,8 @@ pub(crate) fn router(state: ApiState) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/api/v1/objects", get(objects))
         .route("/api/v1/sessions", get(sessions))
+        .route("/api/v1/disks", get(disks).post(add_disk))
+        .route("/api/v1/disks/{id}", delete(remove_disk))
         .route("/metrics", get(metrics))
         .with_state(state)
 }
@@ -84,6 +91,87 @@ async fn sessions(State(s): State<ApiState>) -> impl IntoResponse {
     }
     match rx.await {
         Ok(list) => Json(list).into_response(),
+        Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    }
+}
+
+/// One disk in `GET /api/v1/disks`.
+#[derive(Serialize)]
+struct DiskJson {
+    id: u16,
+    path: String,
+    blocks: u64,
+    state: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model: Option<String>,
+}
+
+/// `GET /api/v1/disks`: `{"disks":[{"id","path","blocks","state"}],"reorganisation":{…}}`.
+async fn disks(State(s): State<ApiState>) -> impl IntoResponse {
+    let store = Arc::clone(&s.store);
+    let usage = match tokio::task::spawn_blocking(move || store.disk_usage()).await {
+        Ok(Ok(u)) => u,
+        Ok(Err(e)) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    };
+    let Some(reorg) = reorg_status(&s).await else {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    };
+    let disks: Vec<DiskJson> = usage
+        .into_iter()
+        .map(|(rec, u)| DiskJson {
+            id: rec.id.0,
+            path: rec.path.display().to_string(),
+            blocks: u.blocks,
+            state: format!("{:?}", rec.state).to_lowercase(),
+            model: rec.model.map(|m| m.to_string()),
+        })
+        .collect();
+    Json(serde_json::json!({ "disks": disks, "reorganisation": reorg })).into_response()
+}
+
+async fn reorg_status(s: &ApiState) -> Option<ReorgStatus> {
+    let (tx, rx) = oneshot::channel();
+    s.reorg.send(ReorgCommand::Status { reply: tx }).ok()?;
+    rx.await.ok()
+}
+
+/// The body of `POST /api/v1/disks`.
+#[derive(serde::Deserialize)]
+struct AddDisk {
+    /// `PATH` or `PATH,seek_ms=10,rate_mib_s=4`.
+    spec: String,
+}
+
+/// `POST /api/v1/disks` `{"spec": "PATH[,seek_ms=…,rate_mib_s=…]"}`: 202 with the new disk's id;
+/// the reorganisation runs in the background (follow it with `GET /api/v1/disks`).
+async fn add_disk(State(s): State<ApiState>, Json(body): Json<AddDisk>) -> impl IntoResponse {
+    let (tx, rx) = oneshot::channel();
+    if s.reorg.send(ReorgCommand::AddDisk { spec: body.spec, reply: tx }).is_err() {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
+    match rx.await {
+        Ok(Ok(id)) => {
+            (StatusCode::ACCEPTED, Json(serde_json::json!({ "id": id.0 }))).into_response()
+        }
+        Ok(Err(e)) => {
+            (StatusCode::CONFLICT, Json(serde_json::json!({ "error": e }))).into_response()
+        }
+        Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    }
+}
+
+/// `DELETE /api/v1/disks/{id}`: 202; the disk drains in the background and is then retired.
+async fn remove_disk(State(s): State<ApiState>, Path(id): Path<u16>) -> impl IntoResponse {
+    let (tx, rx) = oneshot::channel();
+    if s.reorg.send(ReorgCommand::RemoveDisk { id: DiskId(id), reply: tx }).is_err() {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
+    match rx.await {
+        Ok(Ok(())) => (StatusCode::ACCEPTED, Json(serde_json::json!({ "id": id }))).into_response(),
+        Ok(Err(e)) => {
+            (StatusCode::CONFLICT, Json(serde_json::json!({ "error": e }))).into_response()
+        }
         Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
     }
 }

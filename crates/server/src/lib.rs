@@ -20,6 +20,7 @@ pub mod library;
 pub mod media_watch;
 pub mod net;
 pub mod pacer;
+pub mod reorg;
 pub mod sched_thread;
 pub mod sender;
 pub mod sessions;
@@ -34,8 +35,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use anyhow::Context as _;
+use isochron_base::DiskId;
 use isochron_base::mix::SplitMix64;
-use isochron_diskio::{IoWorker, Store};
+use isochron_diskio::{IoDone, IoWorker, Store};
 use isochron_rtsp::codec::Limits;
 use isochron_rtsp::server::{ConnId, ServerConfig, ServerCore};
 use isochron_sched::Scheduler;
@@ -47,6 +49,7 @@ use crate::clock::Clock;
 use crate::config::Settings;
 use crate::library::Library;
 use crate::net::UdpPair;
+use crate::reorg::{ReorgCommand, Reorganiser};
 use crate::sched_thread::{SchedCommand, SchedThread};
 use crate::sender::{SenderCommand, SenderThread};
 use crate::sessions::{Manager, SessionCommand};
@@ -89,6 +92,8 @@ pub struct RunningServer {
     pub library: Arc<Library>,
     sched: crossbeam_channel::Sender<SchedCommand>,
     sender: crossbeam_channel::Sender<SenderCommand>,
+    /// The reorganiser's command channel.
+    pub reorg: tokio::sync::mpsc::UnboundedSender<ReorgCommand>,
     stop: Arc<AtomicBool>,
     tasks: Vec<JoinHandle<()>>,
     threads: Vec<std::thread::JoinHandle<()>>,
@@ -138,19 +143,31 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
     let (sched_tx, sched_rx) = crossbeam_channel::unbounded::<SchedCommand>();
     let (sender_tx, sender_rx) = crossbeam_channel::unbounded::<SenderCommand>();
     let (sessions_tx, sessions_rx) = tokio::sync::mpsc::unbounded_channel::<SessionCommand>();
+    let (reorg_tx, reorg_rx) = tokio::sync::mpsc::unbounded_channel::<ReorgCommand>();
 
+    // One IO thread per disk. Real-time reads complete to the scheduler thread; the
+    // reorganiser's non-real-time copies complete to the reorganiser.
+    let spawn_worker = {
+        let (sched_tx, reorg_tx, nrt_share) =
+            (sched_tx.clone(), reorg_tx.clone(), settings.nrt_share);
+        move |store: &Store, id: DiskId| -> anyhow::Result<IoWorker> {
+            let disk = store.disk(id).with_context(|| format!("disk {id} is not open"))?;
+            let (sched_tx, reorg_tx) = (sched_tx.clone(), reorg_tx.clone());
+            let on_done = Box::new(move |done: IoDone| match done {
+                IoDone::Read(r) => {
+                    let _ = sched_tx.send(SchedCommand::ReadDone(r));
+                }
+                other => {
+                    let _ = reorg_tx.send(ReorgCommand::Io(other));
+                }
+            });
+            IoWorker::spawn(disk, id, nrt_share, on_done)
+                .with_context(|| format!("starting the IO thread of disk {id}"))
+        }
+    };
     let mut workers = HashMap::new();
-    for (id, disk) in store.disks() {
-        let tx = sched_tx.clone();
-        let w = IoWorker::spawn(
-            Arc::clone(disk),
-            id,
-            Box::new(move |done| {
-                let _ = tx.send(SchedCommand::ReadDone(done));
-            }),
-        )
-        .with_context(|| format!("starting the IO thread of disk {id}"))?;
-        workers.insert(id, w);
+    for id in store.disk_ids() {
+        workers.insert(id, spawn_worker(&store, id)?);
     }
 
     let rtsp_listener = TcpListener::bind(settings.rtsp_listen).await.with_context(|| {
@@ -222,6 +239,17 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         format!("isochron@{}", rtsp_addr.ip()),
     );
     let mut tasks = vec![tokio::spawn(manager.run(sessions_rx))];
+    let reorganiser = Reorganiser::new(
+        Arc::clone(&store),
+        Arc::clone(&library),
+        sched_tx.clone(),
+        Box::new(spawn_worker),
+    );
+    tasks.push(tokio::spawn(reorganiser.run(reorg_rx)));
+    if store.meta().pending().is_some() {
+        info!("a reorganisation was interrupted; resuming it");
+        let _ = reorg_tx.send(ReorgCommand::Resume);
+    }
 
     let conn_config = rtsp_conn::ConnConfig {
         limits: Limits { max_message_bytes: settings.max_message.as_usize() },
@@ -257,6 +285,8 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
             sessions: sessions_tx.clone(),
             sched: sched_tx.clone(),
             sender: sender_tx.clone(),
+            reorg: reorg_tx.clone(),
+            store: Arc::clone(&store),
         });
         tasks.push(tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
@@ -282,6 +312,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         library,
         sched: sched_tx,
         sender: sender_tx,
+        reorg: reorg_tx,
         stop,
         tasks,
         threads,

@@ -7,12 +7,13 @@
 //! only this thread sees it (moonfire-nvr's `IoCommand` pattern, rust-analyzer's closed event
 //! enum).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use isochron_base::{BlockIndex, DiskId, MediaTime, ObjectId, StreamId};
 use isochron_diskio::{IoCommand, IoWorker, ReadDone as DiskReadDone};
-use isochron_sched::{Admission, Event, OpenStream, ReadDone, SchedStats, Scheduler};
+use isochron_sched::{Admission, Event, ObjectPlan, OpenStream, ReadDone, SchedStats, Scheduler};
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
@@ -67,6 +68,36 @@ pub enum SchedCommand {
         /// The object.
         object: ObjectId,
     },
+    /// A disk joined: take over its IO thread.
+    AttachDisk {
+        /// The disk.
+        disk: DiskId,
+        /// Its IO thread.
+        worker: IoWorker,
+    },
+    /// A disk was retired: stop its IO thread.
+    DetachDisk {
+        /// The disk.
+        disk: DiskId,
+    },
+    /// Non-real-time IO (a reorganisation's copy) for a disk's IO thread, which runs it in its
+    /// non-real-time share; the completion goes to the reorganiser.
+    Nrt {
+        /// The disk.
+        disk: DiskId,
+        /// The command (`NrtRead` or `NrtWrite`).
+        cmd: IoCommand,
+    },
+    /// An object's blocks moved: running streams use the new plan.
+    UpdatePlan {
+        /// The new plan.
+        plan: Arc<ObjectPlan>,
+    },
+    /// Replies once every read issued before this command has completed.
+    Drain {
+        /// The reply.
+        reply: oneshot::Sender<()>,
+    },
     /// Report counters.
     Stats {
         /// The reply.
@@ -103,6 +134,9 @@ impl SchedThread {
     /// Runs until `Shutdown` or until every command sender is gone; then stops the disk threads.
     pub(crate) fn run(mut self) {
         let mut tag = 0u64;
+        // Reads handed to IO threads and not completed, and the barriers waiting on them.
+        let mut outstanding: BTreeSet<u64> = BTreeSet::new();
+        let mut drains: Vec<(u64, oneshot::Sender<()>)> = Vec::new();
         loop {
             let now = self.clock.now();
             let cmd = match self.scheduler.poll_timeout() {
@@ -131,10 +165,27 @@ impl SchedThread {
                     s.handle_block_done(now, stream, run, index);
                 }
                 Some(SchedCommand::ReadDone(done)) => {
+                    outstanding.remove(&done.tag);
                     let result = done.result.map_err(|e| e.to_string());
                     s.handle_read_done(now, ReadDone { disk: done.disk, key: done.key, result });
                 }
                 Some(SchedCommand::Purge { object }) => s.purge_object(object),
+                Some(SchedCommand::AttachDisk { disk, worker }) => {
+                    if let Some(old) = self.workers.insert(disk, worker) {
+                        old.shutdown();
+                    }
+                }
+                Some(SchedCommand::DetachDisk { disk }) => {
+                    if let Some(w) = self.workers.remove(&disk) {
+                        w.shutdown();
+                    }
+                }
+                Some(SchedCommand::Nrt { disk, cmd }) => match self.workers.get(&disk) {
+                    Some(w) => w.submit(cmd),
+                    None => warn!(%disk, "non-real-time IO for a disk with no IO thread"),
+                },
+                Some(SchedCommand::UpdatePlan { plan }) => s.handle_plan_update(plan),
+                Some(SchedCommand::Drain { reply }) => drains.push((tag, reply)),
                 Some(SchedCommand::Stats { reply }) => {
                     let mut disk_queues: Vec<_> =
                         self.workers.keys().map(|d| (*d, s.disk_queue_len(*d))).collect();
@@ -152,7 +203,10 @@ impl SchedThread {
             while let Some(io) = self.scheduler.poll_io() {
                 tag += 1;
                 match self.workers.get(&io.disk) {
-                    Some(w) => w.submit(IoCommand::Read { key: io.key, tag }),
+                    Some(w) => {
+                        outstanding.insert(tag);
+                        w.submit(IoCommand::Read { key: io.key, tag });
+                    }
                     None => {
                         warn!(disk = %io.disk, key = %io.key, "read for a disk with no IO thread");
                         self.scheduler.handle_read_done(
@@ -165,6 +219,12 @@ impl SchedThread {
                         );
                     }
                 }
+            }
+            // A barrier recorded at tag `at` is passed once no read with a tag ≤ `at` is
+            // outstanding.
+            let oldest = outstanding.first().copied().unwrap_or(u64::MAX);
+            for (_, reply) in drains.extract_if(.., |(at, _)| oldest > *at) {
+                let _ = reply.send(());
             }
             while let Some(ev) = self.scheduler.poll_event() {
                 match ev {

@@ -17,7 +17,9 @@
 //! This module does no IO: implementations of [`Catalog`] do.
 
 use std::error::Error as StdError;
-use std::path::PathBuf;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use isochron_base::{BitRate, BlockIndex, Bytes, DiskId, Gsn, MediaTime, ObjectId};
 use serde::{Deserialize, Serialize};
@@ -28,7 +30,7 @@ use crate::placement::{Epoch, PlacementError, PlacementLog, PlacementVariant, Sc
 /// Version byte of [`ObjectRecord`] encodings written by this build.
 pub const OBJECT_RECORD_VERSION: u8 = 1;
 /// Version byte of [`StoreMeta`] encodings written by this build.
-pub const STORE_META_VERSION: u8 = 1;
+pub const STORE_META_VERSION: u8 = 2;
 /// The store layout version this build writes into [`StoreMeta::format_version`].
 pub const STORE_FORMAT_VERSION: u32 = 1;
 /// Longest object name.
@@ -317,7 +319,7 @@ impl ObjectRecord {
     /// build's).
     pub fn decode(bytes: &[u8]) -> Result<Self, CatalogError> {
         const WHAT: &str = "object record";
-        let body = split_version(WHAT, OBJECT_RECORD_VERSION, bytes)?;
+        let (_, body) = split_version(WHAT, OBJECT_RECORD_VERSION, bytes)?;
         let rec = Self::from(decode_exact::<wire::ObjectRecordV1>(WHAT, body)?);
         rec.validate()?;
         Ok(rec)
@@ -348,17 +350,270 @@ pub fn validate_name(name: &str) -> Result<(), CatalogError> {
     Ok(())
 }
 
-/// The life cycle of a disk in the store.
+/// The life cycle of a disk in the store. A disk's state follows from the placement log and the
+/// active epoch (checked by [`StoreMeta::validate`]): in both the active and the pending epoch
+/// it is `Active`, only in the pending one `Joining`, only in the active one `Draining`, in
+/// neither `Retired`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DiskState {
-    /// In the current placement epoch, serving reads.
+    /// In the active placement epoch (and the pending one, if any), serving reads.
     Active,
-    /// Added; blocks are being migrated onto it (SCADDAR epoch pending).
+    /// Added by the pending operation; blocks are being copied onto it (SCADDAR epoch pending).
     Joining,
-    /// Being removed; its blocks are being migrated off it but it is still readable.
+    /// Removed by the pending operation; its blocks are being copied off it but it is still read
+    /// until the epoch flips.
     Draining,
-    /// Removed; no longer read. Its id is never reused.
+    /// Removed; no longer opened or read. Its id is never reused.
     Retired,
+}
+
+/// A disk emulation model (Gennart, Messerli, Hersch, "Performances of multiprocessor multidisk
+/// architectures for continuous media storage", §3.2 "Disk modeling"): every block IO costs a
+/// latency drawn from the density `S(t) = 2/(3m)·(1 − t/(3m))` on `[0, 3m]` (mean `m`, standard
+/// deviation `m/√2`) plus a transfer time linear in its length.
+///
+/// `isochron-diskio` makes an emulated disk's IO thread sleep until the model's time has passed,
+/// so a directory on a fast SSD behaves like a slower disk, reproducibly (the latency generator
+/// is seeded from the disk id). This type only describes and samples the model.
+///
+/// The spec form ([`DiskModel::parse_spec`], [`fmt::Display`]) is `seek_ms=M,rate_mib_s=R`;
+/// either key may be left out (no latency; unlimited rate).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DiskModel {
+    /// Mean latency `m` (seek plus rotation) per block IO.
+    pub mean_seek: Duration,
+    /// Transfer rate, bytes per second; [`DiskModel::UNLIMITED_RATE`] for none.
+    pub rate: u64,
+}
+
+/// Why a disk spec (`PATH[,seek_ms=M][,rate_mib_s=R]`) was rejected.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DiskSpecError {
+    /// The path part is empty.
+    #[error("disk spec {spec:?}: the path is empty")]
+    EmptyPath {
+        /// The spec.
+        spec: String,
+    },
+    /// A `key=value` part has no `=`.
+    #[error("disk spec {spec:?}: {part:?} is not key=value (keys: seek_ms, rate_mib_s)")]
+    NotKeyValue {
+        /// The spec.
+        spec: String,
+        /// The part.
+        part: String,
+    },
+    /// A key is not known.
+    #[error("disk spec {spec:?}: unknown key {key:?} (keys: seek_ms, rate_mib_s)")]
+    UnknownKey {
+        /// The spec.
+        spec: String,
+        /// The key.
+        key: String,
+    },
+    /// A key is given twice.
+    #[error("disk spec {spec:?}: {key} is given twice")]
+    DuplicateKey {
+        /// The spec.
+        spec: String,
+        /// The key.
+        key: &'static str,
+    },
+    /// A value is not a number in range.
+    #[error("disk spec {spec:?}: {key}={value:?}: {reason}")]
+    BadNumber {
+        /// The spec.
+        spec: String,
+        /// The key.
+        key: &'static str,
+        /// The value.
+        value: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+}
+
+impl DiskModel {
+    /// The `rate` that stands for "no transfer cost".
+    pub const UNLIMITED_RATE: u64 = u64::MAX;
+    /// Longest mean latency a spec may ask for.
+    pub const MAX_MEAN_SEEK: Duration = Duration::from_secs(10);
+
+    /// Parses `PATH`, `PATH,seek_ms=10`, `PATH,rate_mib_s=4` or `PATH,seek_ms=10,rate_mib_s=4`
+    /// (values may have decimals): the disk directory and its model, or `None` for a plain path.
+    /// The path is everything before the first comma, so a path containing a comma cannot be
+    /// given in this form ([`DiskSpec`] takes any path).
+    pub fn parse_spec(spec: &str) -> Result<(PathBuf, Option<Self>), DiskSpecError> {
+        let mut parts = spec.split(',');
+        let path = parts.next().unwrap_or_default();
+        if path.is_empty() {
+            return Err(DiskSpecError::EmptyPath { spec: spec.to_owned() });
+        }
+        let (mut seek, mut rate): (Option<Duration>, Option<u64>) = (None, None);
+        let mut any = false;
+        for part in parts {
+            any = true;
+            let Some((key, value)) = part.split_once('=') else {
+                return Err(DiskSpecError::NotKeyValue {
+                    spec: spec.to_owned(),
+                    part: part.to_owned(),
+                });
+            };
+            let bad = |key: &'static str, reason: &'static str| DiskSpecError::BadNumber {
+                spec: spec.to_owned(),
+                key,
+                value: value.to_owned(),
+                reason,
+            };
+            let number = |key: &'static str| {
+                value
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|v| v.is_finite())
+                    .ok_or_else(|| bad(key, "not a number"))
+            };
+            let dup =
+                |key: &'static str| DiskSpecError::DuplicateKey { spec: spec.to_owned(), key };
+            match key.trim() {
+                "seek_ms" => {
+                    let ms = number("seek_ms")?;
+                    if !(0.0..=Self::MAX_MEAN_SEEK.as_secs_f64() * 1e3).contains(&ms) {
+                        return Err(bad("seek_ms", "must be between 0 and 10000"));
+                    }
+                    let ns = (ms * 1e6).round() as u64;
+                    if seek.replace(Duration::from_nanos(ns)).is_some() {
+                        return Err(dup("seek_ms"));
+                    }
+                }
+                "rate_mib_s" => {
+                    let mib = number("rate_mib_s")?;
+                    let bytes = (mib * f64::from(1u32 << 20)).round();
+                    if !(1.0..1e18).contains(&bytes) {
+                        return Err(bad("rate_mib_s", "must be positive (and below 10^12)"));
+                    }
+                    if rate.replace(bytes as u64).is_some() {
+                        return Err(dup("rate_mib_s"));
+                    }
+                }
+                other => {
+                    return Err(DiskSpecError::UnknownKey {
+                        spec: spec.to_owned(),
+                        key: other.to_owned(),
+                    });
+                }
+            }
+        }
+        let model = any.then(|| Self {
+            mean_seek: seek.unwrap_or_default(),
+            rate: rate.unwrap_or(Self::UNLIMITED_RATE),
+        });
+        Ok((PathBuf::from(path), model))
+    }
+
+    /// The latency for a uniform sample `u` in `[0, 1)`: the inverse CDF of `S(t)`,
+    /// `t = 3m·(1 − √(1 − u))`.
+    #[must_use]
+    pub fn latency(&self, u: f64) -> Duration {
+        let u = u.clamp(0.0, 1.0);
+        self.mean_seek.mul_f64(3.0 * (1.0 - (1.0 - u).sqrt()))
+    }
+
+    /// The time to transfer `len` bytes at [`DiskModel::rate`] (zero when unlimited).
+    #[must_use]
+    pub fn transfer(&self, len: u64) -> Duration {
+        if self.rate == Self::UNLIMITED_RATE || self.rate == 0 {
+            return Duration::ZERO;
+        }
+        let nanos = u128::from(len) * 1_000_000_000 / u128::from(self.rate);
+        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+
+    /// The modelled service time of one IO of `len` bytes for the uniform sample `u`.
+    #[must_use]
+    pub fn service_time(&self, len: u64, u: f64) -> Duration {
+        self.latency(u) + self.transfer(len)
+    }
+}
+
+impl fmt::Display for DiskModel {
+    /// The spec form, `seek_ms=10,rate_mib_s=4`, leaving out a key at its default (and writing
+    /// `seek_ms=0` for a model with neither).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let seek = !self.mean_seek.is_zero();
+        let rate = self.rate != Self::UNLIMITED_RATE;
+        if seek || !rate {
+            write!(f, "seek_ms={}", self.mean_seek.as_nanos() as f64 / 1e6)?;
+        }
+        if rate {
+            if seek {
+                f.write_str(",")?;
+            }
+            write!(f, "rate_mib_s={}", self.rate as f64 / f64::from(1u32 << 20))?;
+        }
+        Ok(())
+    }
+}
+
+/// A disk to create a store with or to add: its directory and, for an emulated disk, its model.
+///
+/// Parses from and displays as the spec form `PATH[,seek_ms=M][,rate_mib_s=R]`
+/// ([`DiskModel::parse_spec`]); converts from a plain path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskSpec {
+    /// The directory (a relative path is relative to the store root).
+    pub path: PathBuf,
+    /// The emulation model, if the disk is emulated.
+    pub model: Option<DiskModel>,
+}
+
+impl std::str::FromStr for DiskSpec {
+    type Err = DiskSpecError;
+
+    fn from_str(s: &str) -> Result<Self, DiskSpecError> {
+        let (path, model) = DiskModel::parse_spec(s)?;
+        Ok(Self { path, model })
+    }
+}
+
+impl fmt::Display for DiskSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.path.display())?;
+        match &self.model {
+            Some(m) => write!(f, ",{m}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl From<PathBuf> for DiskSpec {
+    fn from(path: PathBuf) -> Self {
+        Self { path, model: None }
+    }
+}
+
+impl From<&Path> for DiskSpec {
+    fn from(path: &Path) -> Self {
+        Self { path: path.to_owned(), model: None }
+    }
+}
+
+impl From<&PathBuf> for DiskSpec {
+    fn from(path: &PathBuf) -> Self {
+        Self { path: path.clone(), model: None }
+    }
+}
+
+impl From<&Self> for DiskSpec {
+    fn from(spec: &Self) -> Self {
+        spec.clone()
+    }
+}
+
+impl From<(PathBuf, Option<DiskModel>)> for DiskSpec {
+    fn from((path, model): (PathBuf, Option<DiskModel>)) -> Self {
+        Self { path, model }
+    }
 }
 
 /// One disk of the store.
@@ -370,9 +625,11 @@ pub struct DiskRecord {
     pub path: PathBuf,
     /// Where the disk is in its life cycle.
     pub state: DiskState,
+    /// The emulation model, for an emulated disk.
+    pub model: Option<DiskModel>,
 }
 
-/// The store-wide metadata: identity, block size, disks, placement log, id counter.
+/// The store-wide metadata: identity, block size, disks, placement log, active epoch, id counter.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoreMeta {
     /// Random id of the store, also written into every disk's identity file.
@@ -385,6 +642,10 @@ pub struct StoreMeta {
     pub disks: Vec<DiskRecord>,
     /// The SCADDAR operation log.
     pub placement: PlacementLog,
+    /// The epoch readers use. The log is at most one operation ahead of it while a reorganisation
+    /// is pending (`algorithms.md` §2.7): blocks are being copied to where the pending epoch puts
+    /// them, and the epoch flips (this field becomes the log's current epoch) when all are.
+    pub active_epoch: Epoch,
     /// The next object id to hand out. Catalogs never let it go down.
     pub next_object_id: u64,
 }
@@ -396,8 +657,49 @@ impl StoreMeta {
         self.disks.iter().find(|d| d.id == id)
     }
 
-    /// Checks that disk ids are unique and that every disk of the current placement epoch has a
-    /// record that is not retired.
+    /// The pending reorganisation as `(active, pending)` epochs, if the placement log is one
+    /// operation ahead of the active epoch.
+    #[must_use]
+    pub fn pending(&self) -> Option<(Epoch, Epoch)> {
+        let current = self.placement.current_epoch();
+        (current > self.active_epoch).then_some((self.active_epoch, current))
+    }
+
+    /// The state a disk must have given the placement log and the active epoch (see
+    /// [`DiskState`]).
+    #[must_use]
+    pub fn expected_state(&self, id: DiskId) -> DiskState {
+        let active = self.placement.disks(self.active_epoch).contains(&id);
+        let pending = self.placement.disks(self.placement.current_epoch()).contains(&id);
+        match (active, pending) {
+            (true, true) => DiskState::Active,
+            (false, true) => DiskState::Joining,
+            (true, false) => DiskState::Draining,
+            (false, false) => DiskState::Retired,
+        }
+    }
+
+    /// The id a new disk gets: one more than any disk the store has ever had (ids are never
+    /// reused), or `None` when the ids are exhausted.
+    #[must_use]
+    pub fn next_disk_id(&self) -> Option<DiskId> {
+        let from_records = self.disks.iter().map(|d| d.id.0);
+        let from_log = self.placement.initial().iter().map(|d| d.0).chain(
+            self.placement.ops().iter().flat_map(|op| match op {
+                ScaleOp::Add { disks } => disks.iter().map(|d| d.0).collect::<Vec<_>>(),
+                ScaleOp::Remove { .. } => Vec::new(),
+            }),
+        );
+        match from_records.chain(from_log).max() {
+            None => Some(DiskId(0)),
+            Some(max) => max.checked_add(1).map(DiskId),
+        }
+    }
+
+    /// Checks that disk ids are unique; that the active epoch is the log's current epoch or the
+    /// one before (at most one pending operation); that every disk of the active and pending
+    /// epochs has a record; that every record's state is the one the placement implies
+    /// ([`StoreMeta::expected_state`]); and that models are sane.
     pub fn validate(&self) -> Result<(), CatalogError> {
         let invalid =
             |reason: String| CatalogError::Invalid { what: "store metadata".into(), reason };
@@ -406,15 +708,33 @@ impl StoreMeta {
                 return Err(invalid(format!("disk {} is listed twice", d.id)));
             }
         }
-        for &id in self.placement.disks(self.placement.current_epoch()) {
-            match self.disk(id) {
-                None => {
-                    return Err(invalid(format!("placement uses disk {id}, which has no record")));
-                }
-                Some(d) if d.state == DiskState::Retired => {
-                    return Err(invalid(format!("placement uses disk {id}, which is retired")));
-                }
-                Some(_) => {}
+        let current = self.placement.current_epoch();
+        if self.active_epoch > current || current.0 - self.active_epoch.0 > 1 {
+            return Err(invalid(format!(
+                "active epoch {} with the placement log at epoch {current}: at most one \
+                 operation may be pending",
+                self.active_epoch
+            )));
+        }
+        let active = self.placement.disks(self.active_epoch);
+        let pending = self.placement.disks(current);
+        for &id in active.iter().chain(pending) {
+            if self.disk(id).is_none() {
+                return Err(invalid(format!("placement uses disk {id}, which has no record")));
+            }
+        }
+        for d in &self.disks {
+            let expected = self.expected_state(d.id);
+            if d.state != expected {
+                return Err(invalid(format!(
+                    "disk {} is {:?}, but the placement log makes it {expected:?}",
+                    d.id, d.state
+                )));
+            }
+            if let Some(m) = d.model
+                && m.rate == 0
+            {
+                return Err(invalid(format!("disk {}: emulation model with rate 0", d.id)));
             }
         }
         Ok(())
@@ -423,17 +743,31 @@ impl StoreMeta {
     /// The versioned encoding: [`STORE_META_VERSION`] then postcard.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        encode_versioned(STORE_META_VERSION, &wire::StoreMetaV1::from(self))
+        encode_versioned(STORE_META_VERSION, &wire::StoreMetaV2::from(self))
     }
 
-    /// Decodes and validates an encoding from [`StoreMeta::encode`].
+    /// Decodes and validates an encoding from [`StoreMeta::encode`] of this or an earlier build.
+    /// A version-1 record (before online scaling) has no pending operation (its active epoch is
+    /// the log's current one) and no disk models.
     pub fn decode(bytes: &[u8]) -> Result<Self, CatalogError> {
         const WHAT: &str = "store metadata";
-        let body = split_version(WHAT, STORE_META_VERSION, bytes)?;
-        let meta = Self::try_from(decode_exact::<wire::StoreMetaV1>(WHAT, body)?)?;
+        let (version, body) = split_version(WHAT, STORE_META_VERSION, bytes)?;
+        let meta = match version {
+            1 => Self::try_from(decode_exact::<wire::StoreMetaV1>(WHAT, body)?)?,
+            _ => Self::try_from(decode_exact::<wire::StoreMetaV2>(WHAT, body)?)?,
+        };
         meta.validate()?;
         Ok(meta)
     }
+}
+
+/// The disk holding block `index` of `rec` for readers: the placement at the active epoch, or at
+/// the object's first epoch if that is later (an object ingested while a reorganisation is
+/// pending is written where the pending epoch puts it, and stays there when the epoch flips).
+#[must_use]
+pub fn locate_active(meta: &StoreMeta, rec: &ObjectRecord, index: BlockIndex) -> DiskId {
+    // `locate` answers an epoch before `first_epoch` for `first_epoch`: max(active, first).
+    meta.placement.locate(rec.seed, rec.first_epoch, index, meta.active_epoch)
 }
 
 /// Where objects and store metadata are kept: the embedded redb file on one node, etcd in a
@@ -463,16 +797,17 @@ fn encode_versioned<T: Serialize>(version: u8, value: &T) -> Vec<u8> {
     postcard::to_extend(value, vec![version]).expect("postcard encoding into a Vec is infallible")
 }
 
+/// The version byte and the body of an encoded record, refusing versions this build cannot read.
 fn split_version<'a>(
     what: &'static str,
     supported: u8,
     bytes: &'a [u8],
-) -> Result<&'a [u8], CatalogError> {
+) -> Result<(u8, &'a [u8]), CatalogError> {
     let (&version, body) = bytes.split_first().ok_or(CatalogError::Empty { what })?;
     if version == 0 || version > supported {
         return Err(CatalogError::UnsupportedVersion { what, found: version, supported });
     }
-    Ok(body)
+    Ok((version, body))
 }
 
 fn decode_exact<'a, T: Deserialize<'a>>(
@@ -487,7 +822,7 @@ fn decode_exact<'a, T: Deserialize<'a>>(
     Ok(value)
 }
 
-/// The pinned version-1 wire structs. Never change a field here: add a `V2` instead.
+/// The pinned wire structs. Never change a field of a written version: add a new version instead.
 mod wire {
     use super::*;
 
@@ -577,6 +912,47 @@ mod wire {
         Remove(Vec<u16>),
     }
 
+    /// Version 2 (online scaling): the active epoch, disk models, the Faithful variant.
+    #[derive(Serialize, Deserialize)]
+    pub(super) struct StoreMetaV2 {
+        store_id: u64,
+        format_version: u32,
+        block_size: u64,
+        disks: Vec<DiskRecordV2>,
+        placement: PlacementLogV2,
+        active_epoch: u32,
+        next_object_id: u64,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct DiskRecordV2 {
+        id: u16,
+        /// The path's bytes (Unix: the raw `OsStr` bytes; elsewhere UTF-8).
+        path: Vec<u8>,
+        state: DiskStateV1,
+        model: Option<DiskModelV2>,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct DiskModelV2 {
+        mean_seek_ns: u64,
+        /// Bytes per second; `u64::MAX` for unlimited.
+        rate: u64,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct PlacementLogV2 {
+        variant: PlacementVariantV2,
+        initial: Vec<u16>,
+        ops: Vec<ScaleOpV1>,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    enum PlacementVariantV2 {
+        Hashed,
+        Faithful,
+    }
+
     impl From<&ObjectRecord> for ObjectRecordV1 {
         fn from(r: &ObjectRecord) -> Self {
             Self {
@@ -663,9 +1039,127 @@ mod wire {
         }
     }
 
+    fn state_to_wire(s: DiskState) -> DiskStateV1 {
+        match s {
+            DiskState::Active => DiskStateV1::Active,
+            DiskState::Joining => DiskStateV1::Joining,
+            DiskState::Draining => DiskStateV1::Draining,
+            DiskState::Retired => DiskStateV1::Retired,
+        }
+    }
+
+    fn state_from_wire(s: DiskStateV1) -> DiskState {
+        match s {
+            DiskStateV1::Active => DiskState::Active,
+            DiskStateV1::Joining => DiskState::Joining,
+            DiskStateV1::Draining => DiskState::Draining,
+            DiskStateV1::Retired => DiskState::Retired,
+        }
+    }
+
+    fn ids(v: &[DiskId]) -> Vec<u16> {
+        v.iter().map(|d| d.0).collect()
+    }
+
+    fn ops_to_wire(log: &PlacementLog) -> Vec<ScaleOpV1> {
+        log.ops()
+            .iter()
+            .map(|op| match op {
+                ScaleOp::Add { disks } => ScaleOpV1::Add(ids(disks)),
+                ScaleOp::Remove { disks } => ScaleOpV1::Remove(ids(disks)),
+            })
+            .collect()
+    }
+
+    /// Rebuilds a log; replaying it through `push` re-checks every operation (and the Faithful
+    /// budget, which is exact and so accepts what it accepted before).
+    fn log_from_wire(
+        variant: PlacementVariant,
+        initial: Vec<u16>,
+        ops: Vec<ScaleOpV1>,
+    ) -> Result<PlacementLog, CatalogError> {
+        let disks = |v: Vec<u16>| v.into_iter().map(DiskId).collect();
+        let mut placement = PlacementLog::with_variant(disks(initial), variant)?;
+        for op in ops {
+            placement.push(match op {
+                ScaleOpV1::Add(d) => ScaleOp::Add { disks: disks(d) },
+                ScaleOpV1::Remove(d) => ScaleOp::Remove { disks: disks(d) },
+            })?;
+        }
+        Ok(placement)
+    }
+
+    impl From<&StoreMeta> for StoreMetaV2 {
+        fn from(m: &StoreMeta) -> Self {
+            Self {
+                store_id: m.store_id,
+                format_version: m.format_version,
+                block_size: m.block_size.0,
+                disks: m
+                    .disks
+                    .iter()
+                    .map(|d| DiskRecordV2 {
+                        id: d.id.0,
+                        path: path_to_bytes(&d.path),
+                        state: state_to_wire(d.state),
+                        model: d.model.map(|m| DiskModelV2 {
+                            mean_seek_ns: u64::try_from(m.mean_seek.as_nanos()).unwrap_or(u64::MAX),
+                            rate: m.rate,
+                        }),
+                    })
+                    .collect(),
+                placement: PlacementLogV2 {
+                    variant: match m.placement.variant() {
+                        PlacementVariant::Hashed => PlacementVariantV2::Hashed,
+                        PlacementVariant::Faithful => PlacementVariantV2::Faithful,
+                    },
+                    initial: ids(m.placement.initial()),
+                    ops: ops_to_wire(&m.placement),
+                },
+                active_epoch: m.active_epoch.0,
+                next_object_id: m.next_object_id,
+            }
+        }
+    }
+
+    impl TryFrom<StoreMetaV2> for StoreMeta {
+        type Error = CatalogError;
+
+        fn try_from(w: StoreMetaV2) -> Result<Self, CatalogError> {
+            let variant = match w.placement.variant {
+                PlacementVariantV2::Hashed => PlacementVariant::Hashed,
+                PlacementVariantV2::Faithful => PlacementVariant::Faithful,
+            };
+            let placement = log_from_wire(variant, w.placement.initial, w.placement.ops)?;
+            let mut disks = Vec::with_capacity(w.disks.len());
+            for d in w.disks {
+                disks.push(DiskRecord {
+                    id: DiskId(d.id),
+                    path: path_from_bytes(d.path)?,
+                    state: state_from_wire(d.state),
+                    model: d.model.map(|m| DiskModel {
+                        mean_seek: Duration::from_nanos(m.mean_seek_ns),
+                        rate: m.rate,
+                    }),
+                });
+            }
+            Ok(Self {
+                store_id: w.store_id,
+                format_version: w.format_version,
+                block_size: Bytes(w.block_size),
+                disks,
+                placement,
+                active_epoch: Epoch(w.active_epoch),
+                next_object_id: w.next_object_id,
+            })
+        }
+    }
+
+    /// The version-1 encoder, kept for the upgrade tests (this build writes version 2 only).
+    #[cfg(test)]
     impl From<&StoreMeta> for StoreMetaV1 {
         fn from(m: &StoreMeta) -> Self {
-            let ids = |v: &[DiskId]| v.iter().map(|d| d.0).collect();
+            assert_eq!(m.placement.variant(), PlacementVariant::Hashed, "v1 has only Hashed");
             Self {
                 store_id: m.store_id,
                 format_version: m.format_version,
@@ -676,28 +1170,13 @@ mod wire {
                     .map(|d| DiskRecordV1 {
                         id: d.id.0,
                         path: path_to_bytes(&d.path),
-                        state: match d.state {
-                            DiskState::Active => DiskStateV1::Active,
-                            DiskState::Joining => DiskStateV1::Joining,
-                            DiskState::Draining => DiskStateV1::Draining,
-                            DiskState::Retired => DiskStateV1::Retired,
-                        },
+                        state: state_to_wire(d.state),
                     })
                     .collect(),
                 placement: PlacementLogV1 {
-                    variant: match m.placement.variant() {
-                        PlacementVariant::Hashed => PlacementVariantV1::Hashed,
-                    },
+                    variant: PlacementVariantV1::Hashed,
                     initial: ids(m.placement.initial()),
-                    ops: m
-                        .placement
-                        .ops()
-                        .iter()
-                        .map(|op| match op {
-                            ScaleOp::Add { disks } => ScaleOpV1::Add(ids(disks)),
-                            ScaleOp::Remove { disks } => ScaleOpV1::Remove(ids(disks)),
-                        })
-                        .collect(),
+                    ops: ops_to_wire(&m.placement),
                 },
                 next_object_id: m.next_object_id,
             }
@@ -707,30 +1186,19 @@ mod wire {
     impl TryFrom<StoreMetaV1> for StoreMeta {
         type Error = CatalogError;
 
+        /// A version-1 record: no pending operation, no models.
         fn try_from(w: StoreMetaV1) -> Result<Self, CatalogError> {
-            let ids = |v: Vec<u16>| v.into_iter().map(DiskId).collect();
             let variant = match w.placement.variant {
                 PlacementVariantV1::Hashed => PlacementVariant::Hashed,
             };
-            // Replaying the log through `push` re-checks every operation.
-            let mut placement = PlacementLog::with_variant(ids(w.placement.initial), variant)?;
-            for op in w.placement.ops {
-                placement.push(match op {
-                    ScaleOpV1::Add(d) => ScaleOp::Add { disks: ids(d) },
-                    ScaleOpV1::Remove(d) => ScaleOp::Remove { disks: ids(d) },
-                })?;
-            }
+            let placement = log_from_wire(variant, w.placement.initial, w.placement.ops)?;
             let mut disks = Vec::with_capacity(w.disks.len());
             for d in w.disks {
                 disks.push(DiskRecord {
                     id: DiskId(d.id),
                     path: path_from_bytes(d.path)?,
-                    state: match d.state {
-                        DiskStateV1::Active => DiskState::Active,
-                        DiskStateV1::Joining => DiskState::Joining,
-                        DiskStateV1::Draining => DiskState::Draining,
-                        DiskStateV1::Retired => DiskState::Retired,
-                    },
+                    state: state_from_wire(d.state),
+                    model: None,
                 });
             }
             Ok(Self {
@@ -738,6 +1206,7 @@ mod wire {
                 format_version: w.format_version,
                 block_size: Bytes(w.block_size),
                 disks,
+                active_epoch: placement.current_epoch(),
                 placement,
                 next_object_id: w.next_object_id,
             })
@@ -745,7 +1214,7 @@ mod wire {
     }
 
     #[cfg(unix)]
-    fn path_to_bytes(p: &std::path::Path) -> Vec<u8> {
+    fn path_to_bytes(p: &Path) -> Vec<u8> {
         use std::os::unix::ffi::OsStrExt;
         p.as_os_str().as_bytes().to_vec()
     }
@@ -757,7 +1226,7 @@ mod wire {
     }
 
     #[cfg(not(unix))]
-    fn path_to_bytes(p: &std::path::Path) -> Vec<u8> {
+    fn path_to_bytes(p: &Path) -> Vec<u8> {
         p.to_string_lossy().into_owned().into_bytes()
     }
 
@@ -811,22 +1280,38 @@ mod tests {
         }
     }
 
+    fn disk(id: u16, path: &str, state: DiskState) -> DiskRecord {
+        DiskRecord { id: DiskId(id), path: path.into(), state, model: None }
+    }
+
+    /// Disks 0, 1; +2; −0: disk 0 retired, 1 and 2 active; disk 2 emulated.
     fn sample_meta() -> StoreMeta {
         let mut placement = PlacementLog::new(vec![DiskId(0), DiskId(1)]).unwrap();
         placement.push(ScaleOp::Add { disks: vec![DiskId(2)] }).unwrap();
         placement.push(ScaleOp::Remove { disks: vec![DiskId(0)] }).unwrap();
+        let mut d2 = disk(2, "rel/d2", DiskState::Active);
+        d2.model = Some(DiskModel { mean_seek: Duration::from_micros(8_500), rate: 4 << 20 });
         StoreMeta {
             store_id: 0xABCD,
             format_version: STORE_FORMAT_VERSION,
             block_size: Bytes::mib(1),
             disks: vec![
-                DiskRecord { id: DiskId(0), path: "disk-0".into(), state: DiskState::Retired },
-                DiskRecord { id: DiskId(1), path: "/mnt/d1".into(), state: DiskState::Active },
-                DiskRecord { id: DiskId(2), path: "rel/d2".into(), state: DiskState::Draining },
+                disk(0, "disk-0", DiskState::Retired),
+                disk(1, "/mnt/d1", DiskState::Active),
+                d2,
             ],
             placement,
+            active_epoch: Epoch(2),
             next_object_id: 17,
         }
+    }
+
+    /// The same store with the removal of disk 0 still pending.
+    fn pending_meta() -> StoreMeta {
+        let mut meta = sample_meta();
+        meta.active_epoch = Epoch(1);
+        meta.disks[0].state = DiskState::Draining;
+        meta
     }
 
     #[test]
@@ -839,13 +1324,187 @@ mod tests {
 
     #[test]
     fn meta_round_trip() {
-        let meta = sample_meta();
-        let bytes = meta.encode();
-        assert_eq!(bytes[0], STORE_META_VERSION);
-        let back = StoreMeta::decode(&bytes).unwrap();
+        for meta in [sample_meta(), pending_meta()] {
+            let bytes = meta.encode();
+            assert_eq!(bytes[0], STORE_META_VERSION);
+            assert_eq!(bytes[0], 2);
+            let back = StoreMeta::decode(&bytes).unwrap();
+            assert_eq!(back, meta);
+            assert_eq!(back.placement.current_epoch(), Epoch(2));
+            assert_eq!(back.disk(DiskId(1)).unwrap().path, PathBuf::from("/mnt/d1"));
+            assert_eq!(back.disk(DiskId(2)).unwrap().model, meta.disks[2].model);
+        }
+        // The Faithful variant round-trips too.
+        let mut meta = sample_meta();
+        let mut log =
+            PlacementLog::with_variant(vec![DiskId(0), DiskId(1)], PlacementVariant::Faithful)
+                .unwrap();
+        for op in meta.placement.ops() {
+            log.push(op.clone()).unwrap();
+        }
+        meta.placement = log;
+        let back = StoreMeta::decode(&meta.encode()).unwrap();
+        assert_eq!(back.placement.variant(), PlacementVariant::Faithful);
         assert_eq!(back, meta);
-        assert_eq!(back.placement.current_epoch(), Epoch(2));
-        assert_eq!(back.disk(DiskId(1)).unwrap().path, PathBuf::from("/mnt/d1"));
+    }
+
+    /// A record written by the previous build (version 1) decodes: no pending operation, no
+    /// models; re-encoding writes version 2.
+    #[test]
+    fn meta_v1_upgrades() {
+        let mut meta = sample_meta();
+        meta.disks[2].model = None;
+        let v1 = encode_versioned(1, &wire::StoreMetaV1::from(&meta));
+        assert_eq!(v1[0], 1);
+        let back = StoreMeta::decode(&v1).unwrap();
+        assert_eq!(back, meta);
+        assert_eq!(back.active_epoch, back.placement.current_epoch());
+        assert_eq!(back.pending(), None);
+        assert!(back.disks.iter().all(|d| d.model.is_none()));
+        let v2 = back.encode();
+        assert_eq!(v2[0], 2);
+        assert_eq!(StoreMeta::decode(&v2).unwrap(), meta);
+        // The bytes of version 1 are pinned: a store written before online scaling.
+        let golden: &[u8] = &[
+            1, 205, 215, 2, 1, 128, 128, 64, 3, 0, 6, 100, 105, 115, 107, 45, 48, 3, 1, 7, 47, 109,
+            110, 116, 47, 100, 49, 0, 2, 6, 114, 101, 108, 47, 100, 50, 0, 0, 2, 0, 1, 2, 0, 1, 2,
+            1, 1, 0, 17,
+        ];
+        assert_eq!(v1, golden, "{v1:?}");
+    }
+
+    #[test]
+    fn pending_and_states() {
+        let meta = sample_meta();
+        assert_eq!(meta.pending(), None);
+        let pending = pending_meta();
+        assert_eq!(pending.pending(), Some((Epoch(1), Epoch(2))));
+        assert_eq!(pending.expected_state(DiskId(0)), DiskState::Draining);
+        assert_eq!(pending.expected_state(DiskId(2)), DiskState::Active);
+        assert_eq!(meta.expected_state(DiskId(0)), DiskState::Retired);
+        assert_eq!(meta.expected_state(DiskId(9)), DiskState::Retired);
+        assert_eq!(meta.next_disk_id(), Some(DiskId(3)));
+        // A pending addition: the new disk is joining.
+        let mut add = sample_meta();
+        add.placement.push(ScaleOp::Add { disks: vec![DiskId(3)] }).unwrap();
+        add.disks.push(disk(3, "d3", DiskState::Joining));
+        add.validate().unwrap();
+        assert_eq!(add.pending(), Some((Epoch(2), Epoch(3))));
+        assert_eq!(add.next_disk_id(), Some(DiskId(4)));
+        // Two operations ahead is refused.
+        let mut two = add.clone();
+        two.active_epoch = Epoch(1);
+        let err = two.validate().unwrap_err();
+        assert!(err.to_string().contains("at most one operation may be pending"), "{err}");
+        // A state that contradicts the log is refused.
+        let mut wrong = add;
+        wrong.disks[3].state = DiskState::Active;
+        let err = wrong.validate().unwrap_err();
+        assert!(
+            err.to_string().contains("disk 3 is Active, but the placement log makes it Joining"),
+            "{err}"
+        );
+        // Active epoch beyond the log.
+        let mut ahead = sample_meta();
+        ahead.active_epoch = Epoch(3);
+        assert!(ahead.validate().is_err());
+    }
+
+    #[test]
+    fn locate_active_uses_the_later_of_active_and_first_epoch() {
+        let meta = pending_meta();
+        let mut rec = sample_record();
+        for first in 0..=2 {
+            rec.first_epoch = Epoch(first);
+            for i in 0..200 {
+                let i = BlockIndex(i);
+                let want = meta.placement.locate(rec.seed, rec.first_epoch, i, Epoch(first.max(1)));
+                assert_eq!(locate_active(&meta, &rec, i), want);
+            }
+        }
+        // With the operation pending, blocks of old objects are still found on disk 0.
+        rec.first_epoch = Epoch(0);
+        assert!((0..200).any(|i| locate_active(&meta, &rec, BlockIndex(i)) == DiskId(0)));
+        let flipped = sample_meta();
+        assert!((0..200).all(|i| locate_active(&flipped, &rec, BlockIndex(i)) != DiskId(0)));
+    }
+
+    #[test]
+    fn disk_specs() {
+        let parse = DiskModel::parse_spec;
+        assert_eq!(parse("/mnt/a").unwrap(), (PathBuf::from("/mnt/a"), None));
+        let (path, model) = parse("/mnt/a,seek_ms=10,rate_mib_s=4").unwrap();
+        assert_eq!(path, PathBuf::from("/mnt/a"));
+        let m = model.unwrap();
+        assert_eq!(m, DiskModel { mean_seek: Duration::from_millis(10), rate: 4 << 20 });
+        assert_eq!(m.to_string(), "seek_ms=10,rate_mib_s=4");
+        let (_, m) = parse("d,rate_mib_s=60").unwrap();
+        let m = m.unwrap();
+        assert_eq!((m.mean_seek, m.rate), (Duration::ZERO, 60 << 20));
+        assert_eq!(m.to_string(), "rate_mib_s=60");
+        let (_, m) = parse("d, seek_ms = 2.5").unwrap();
+        let m = m.unwrap();
+        assert_eq!((m.mean_seek, m.rate), (Duration::from_micros(2500), DiskModel::UNLIMITED_RATE));
+        assert_eq!(m.to_string(), "seek_ms=2.5");
+        let spec: DiskSpec = "rel/x,seek_ms=0.25,rate_mib_s=1.5".parse().unwrap();
+        assert_eq!(spec.to_string(), "rel/x,seek_ms=0.25,rate_mib_s=1.5");
+        assert_eq!(DiskSpec::from(PathBuf::from("p")).to_string(), "p");
+        let zero = DiskModel { mean_seek: Duration::ZERO, rate: DiskModel::UNLIMITED_RATE };
+        assert_eq!(zero.to_string(), "seek_ms=0");
+
+        let err = |s: &str| parse(s).unwrap_err().to_string();
+        assert!(err("").contains("the path is empty"));
+        assert!(err(",seek_ms=1").contains("the path is empty"));
+        assert!(err("d,speed=3").contains("unknown key \"speed\""), "{}", err("d,speed=3"));
+        assert!(err("d,seek_ms=fast").contains("seek_ms=\"fast\": not a number"));
+        assert!(err("d,seek_ms=-1").contains("seek_ms=\"-1\""));
+        assert!(err("d,seek_ms=NaN").contains("not a number"));
+        assert!(err("d,rate_mib_s=0").contains("rate_mib_s=\"0\": must be positive"));
+        assert!(err("d,rate_mib_s=inf").contains("not a number"));
+        assert!(err("d,seek_ms=1,seek_ms=2").contains("seek_ms is given twice"));
+        assert!(err("d,").contains("is not key=value"));
+        assert!(err("d,seek_ms").contains("\"seek_ms\" is not key=value"));
+    }
+
+    proptest::proptest! {
+        /// Display gives back a spec that parses to the same model.
+        #[test]
+        fn disk_model_display_round_trips(ns in 0u64..10_000_000_000, rate in 1u64..(1 << 40), seek: bool, limited: bool) {
+            let m = DiskModel {
+                mean_seek: if seek { Duration::from_nanos(ns) } else { Duration::ZERO },
+                rate: if limited { rate } else { DiskModel::UNLIMITED_RATE },
+            };
+            let spec = format!("p,{m}");
+            let (_, back) = DiskModel::parse_spec(&spec).unwrap();
+            proptest::prop_assert_eq!(back, Some(m), "{}", spec);
+        }
+    }
+
+    /// The latency density of Gennart et al.: mean m, standard deviation m/√2, support [0, 3m].
+    #[test]
+    fn disk_model_latency_distribution() {
+        let m = DiskModel { mean_seek: Duration::from_millis(10), rate: 4 << 20 };
+        let mut rng = isochron_base::mix::SplitMix64::new(1);
+        let n = 200_000;
+        let (mut sum, mut sum2, mut max) = (0.0, 0.0, 0.0f64);
+        for _ in 0..n {
+            let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+            let t = m.latency(u).as_secs_f64() * 1e3;
+            sum += t;
+            sum2 += t * t;
+            max = max.max(t);
+        }
+        let mean = sum / f64::from(n);
+        let sd = (sum2 / f64::from(n) - mean * mean).sqrt();
+        assert!((mean - 10.0).abs() < 0.1, "mean {mean}");
+        assert!((sd - 10.0 / 2f64.sqrt()).abs() < 0.1, "sd {sd}");
+        assert!(max <= 30.0);
+        assert_eq!(m.latency(0.0), Duration::ZERO);
+        assert_eq!(m.latency(1.0), Duration::from_millis(30));
+        assert_eq!(m.transfer(4 << 20), Duration::from_secs(1));
+        assert_eq!(m.service_time(2 << 20, 0.0), Duration::from_millis(500));
+        let fast = DiskModel { mean_seek: Duration::ZERO, rate: DiskModel::UNLIMITED_RATE };
+        assert_eq!(fast.transfer(u64::MAX), Duration::ZERO);
     }
 
     #[test]
@@ -895,6 +1554,10 @@ mod tests {
         meta.disks.remove(1);
         let err = StoreMeta::decode(&meta.encode()).unwrap_err();
         assert!(err.to_string().contains("disk 1, which has no record"), "{err}");
+        let mut meta = sample_meta();
+        meta.disks[2].state = DiskState::Draining;
+        let err = StoreMeta::decode(&meta.encode()).unwrap_err();
+        assert!(err.to_string().contains("disk 2 is Draining"), "{err}");
     }
 
     #[test]

@@ -9,19 +9,22 @@
 //! - [`block`]: the self-describing block format (DESIGN §2.2).
 //! - [`placement`]: Yima pseudo-random placement (Yima §2.2) and SCADDAR epochs (ICDE 2002).
 //! - [`catalog`]: versioned catalog records and the [`Catalog`] trait.
+//! - [`reorg`]: which blocks a pending SCADDAR operation moves (`research/algorithms.md` §2.7).
 //!
 //! Reading and writing files, the redb catalog and the IO threads are in `isochron-diskio`.
 
 pub mod block;
 pub mod catalog;
 pub mod placement;
+pub mod reorg;
 
 pub use block::{
     BLOCK_ALIGN, BLOCK_FORMAT_VERSION, BLOCK_MAGIC, Block, BlockBuilder, BlockError, BlockHeader,
     ENTRY_LEN, HEADER_LEN, PacketMeta, PacketRef,
 };
 pub use catalog::{
-    BlockEntry, Catalog, CatalogError, DiskRecord, DiskState, ObjectRecord, SeekPoint, StoreMeta,
-    StreamDesc, validate_name,
+    BlockEntry, Catalog, CatalogError, DiskModel, DiskRecord, DiskSpec, DiskSpecError, DiskState,
+    ObjectRecord, SeekPoint, StoreMeta, StreamDesc, locate_active, validate_name,
 };
 pub use placement::{Epoch, PlacementError, PlacementLog, PlacementVariant, ScaleOp};
+pub use reorg::{Move, count_moves, moves};

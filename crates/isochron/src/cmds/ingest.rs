@@ -9,6 +9,7 @@ use anyhow::Context as _;
 use isochron_base::Bytes;
 use isochron_diskio::Store;
 use isochron_diskio::ingest::{IngestProgress, ingest_file};
+use isochron_store::catalog::DiskSpec;
 
 use super::DataArg;
 
@@ -17,9 +18,10 @@ use super::DataArg;
 pub(crate) struct Args {
     #[command(flatten)]
     data: DataArg,
-    /// Disk directory of a new store (repeat for several). Default: one disk in the data dir.
-    #[arg(long = "disk", value_name = "DIR")]
-    disks: Vec<PathBuf>,
+    /// Disk of a new store (repeat for several): DIR, or DIR,seek_ms=10,rate_mib_s=4 for an
+    /// emulated disk. Default: one disk in the data dir.
+    #[arg(long = "disk", value_name = "DIR[,seek_ms=N,rate_mib_s=N]")]
+    disks: Vec<DiskSpec>,
     /// Object name (default: the file stem). Only with a single file.
     #[arg(long, value_name = "NAME")]
     name: Option<String>,

@@ -1,5 +1,8 @@
 //! The subcommands.
 
+pub(crate) mod cat;
+pub(crate) mod disk;
+pub(crate) mod fsck;
 pub(crate) mod ingest;
 pub(crate) mod ls;
 pub(crate) mod rm;

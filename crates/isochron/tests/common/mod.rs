@@ -210,6 +210,12 @@ impl Server {
         self.terminate();
     }
 
+    /// Kills the server with SIGKILL (a crash) and waits for it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     fn terminate(&mut self) {
         let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
         let deadline = Instant::now() + Duration::from_secs(10);
