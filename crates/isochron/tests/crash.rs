@@ -97,8 +97,10 @@ fn sigkill_during_ingest_leaves_a_store_that_recovers() {
             .unwrap();
         std::thread::sleep(at);
         kill9(&mut child);
-        // The next start of anything that opens the store recovers; fsck must then be clean.
+        // Restart: the next start (any command that opens the store normally; here `ls`)
+        // recovers; fsck, which does not recover by itself, must then find the store clean.
         let what = format!("ingest {i} killed at {at:?} (seed {SEED:#x})");
+        assert!(isochron(&["ls"], &data).status.success(), "{what}: restart");
         fsck_clean(&data, &what);
         let ls = String::from_utf8_lossy(&isochron(&["ls", "--json"], &data).stdout).into_owned();
         if ls.contains(&format!("\"{name}\"")) {

@@ -186,6 +186,7 @@ async fn metrics(State(s): State<ApiState>) -> impl IntoResponse {
     let (Ok(sched), Ok(send), Ok(list)) = (srx.await, prx.await, lrx.await) else {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     };
+    let reorg = reorg_status(&s).await.unwrap_or_default();
     let mut out = String::new();
     let mut metric = |name: &str, kind: &str, help: &str, value: f64| {
         let _ = writeln!(out, "# HELP isochron_{name} {help}\n# TYPE isochron_{name} {kind}");
@@ -249,6 +250,30 @@ async fn metrics(State(s): State<ApiState>) -> impl IntoResponse {
     );
     metric("admission_accepts_total", "counter", "Streams admitted.", sched.stats.admitted as f64);
     metric("admission_rejects_total", "counter", "Streams rejected.", sched.stats.rejected as f64);
+    metric(
+        "reorg_running",
+        "gauge",
+        "1 while a disk reorganisation runs.",
+        f64::from(u8::from(reorg.state == "running")),
+    );
+    metric(
+        "reorg_moved_blocks",
+        "gauge",
+        "Blocks the current (or last) reorganisation has copied.",
+        reorg.moved as f64,
+    );
+    metric(
+        "reorg_total_blocks",
+        "gauge",
+        "Blocks the current (or last) reorganisation must copy.",
+        reorg.total as f64,
+    );
+    metric(
+        "reorg_moved_bytes",
+        "gauge",
+        "Bytes the current (or last) reorganisation has copied.",
+        reorg.bytes as f64,
+    );
     let _ = writeln!(out, "# HELP isochron_disk_queue_depth Reads queued or in flight per disk.");
     let _ = writeln!(out, "# TYPE isochron_disk_queue_depth gauge");
     for (d, n) in &sched.disk_queues {

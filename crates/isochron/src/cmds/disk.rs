@@ -17,6 +17,7 @@ use anyhow::{Context as _, bail};
 use isochron_base::DiskId;
 use isochron_diskio::Store;
 use isochron_diskio::store::ReorgProgress;
+use isochron_store::catalog::DiskSpec;
 use serde::Deserialize;
 
 use super::DEFAULT_DATA;
@@ -87,24 +88,28 @@ struct ReorgJson {
 
 pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
-        Command::Add { target, spec } => match target.server {
-            Some(url) => {
-                let r: serde_json::Value = api(&url)
-                    .post(&format!("{}/api/v1/disks", url.trim_end_matches('/')))
-                    .send_json(serde_json::json!({ "spec": spec }))
-                    .map_err(|e| http_error(&url, e))?
-                    .body_mut()
-                    .read_json()?;
-                println!("disk {} joining; reorganising", r["id"]);
-                follow(&url)
+        Command::Add { target, spec } => {
+            let spec: DiskSpec = spec.parse().map_err(|e| anyhow::anyhow!("{spec:?}: {e}"))?;
+            let spec = super::absolute_spec(&spec)?.to_string();
+            match target.server {
+                Some(url) => {
+                    let r: serde_json::Value = api(&url)
+                        .post(&format!("{}/api/v1/disks", url.trim_end_matches('/')))
+                        .send_json(serde_json::json!({ "spec": spec }))
+                        .map_err(|e| http_error(&url, e))?
+                        .body_mut()
+                        .read_json()?;
+                    println!("disk {} joining; reorganising", r["id"]);
+                    follow(&url)
+                }
+                None => {
+                    let store = Store::open(&target.data)?;
+                    let id = store.add_disk(&spec)?;
+                    println!("disk {id} joining; reorganising");
+                    reorganize_offline(&store)
+                }
             }
-            None => {
-                let store = Store::open(&target.data)?;
-                let id = store.add_disk(&spec)?;
-                println!("disk {id} joining; reorganising");
-                reorganize_offline(&store)
-            }
-        },
+        }
         Command::Remove { target, id } => match target.server {
             Some(url) => {
                 api(&url)

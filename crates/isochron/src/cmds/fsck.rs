@@ -28,7 +28,9 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let store = Store::open(&args.data.data)?;
+    // Without the recovery a normal open runs, so that fsck sees (and reports) what recovery
+    // would silently clean up: orphans and temporary files of interrupted writes.
+    let store = Store::open_without_recovery(&args.data.data)?;
     let report = fsck(&store, args.repair)?;
     let clean = if args.repair { report.unrepairable.is_empty() } else { report.is_clean() };
     if args.json {

@@ -53,7 +53,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             "--block-size-kib {} is not a multiple of 4 of at least 64",
             args.block_size_kib
         );
-        Store::create(root, &args.disks, Bytes::kib(args.block_size_kib))
+        let disks =
+            args.disks.iter().map(super::absolute_spec).collect::<anyhow::Result<Vec<_>>>()?;
+        Store::create(root, &disks, Bytes::kib(args.block_size_kib))
             .with_context(|| format!("creating a store at {}", root.display()))?
     };
     let mut failed = 0;

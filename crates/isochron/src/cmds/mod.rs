@@ -20,3 +20,13 @@ pub(crate) struct DataArg {
     #[arg(long, value_name = "DIR", default_value = DEFAULT_DATA)]
     pub(crate) data: PathBuf,
 }
+
+/// A disk spec whose path is made absolute against the working directory: paths on the command
+/// line mean what the shell means (the store would resolve a relative one against its root).
+pub(crate) fn absolute_spec(
+    spec: &isochron_store::catalog::DiskSpec,
+) -> anyhow::Result<isochron_store::catalog::DiskSpec> {
+    let path = std::path::absolute(&spec.path)
+        .map_err(|e| anyhow::anyhow!("disk path {}: {e}", spec.path.display()))?;
+    Ok(isochron_store::catalog::DiskSpec { path, model: spec.model })
+}
