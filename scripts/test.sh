@@ -27,6 +27,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+# Players under test read UDP while decoding on a loaded machine: let them ask for large socket
+# buffers (best effort: a container may not allow it, and the tests then run with the default).
+if [ "$(id -u)" -eq 0 ] && [ "$(sysctl -n net.core.rmem_max 2>/dev/null || echo 0)" -lt 16777216 ]; then
+  sysctl -qw net.core.rmem_max=16777216 2>/dev/null || echo "== note: could not raise net.core.rmem_max"
+fi
 for c in rustfmt clippy; do
   rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
 done

@@ -70,10 +70,14 @@ fn ffmpeg_reads_to_the_end_over_tcp_and_udp_without_decode_errors() {
                 // No -timeout: ffmpeg only ends on RTCP BYE, so finishing proves BYE. One input,
                 // two outputs: packet hashes (-c copy) and a full decode (-f null).
                 // Over UDP, filter_src drops RTP from any port but the advertised server_port.
+                // Over UDP the receive buffer is ffmpeg's only slack when the decoder thread is
+                // starved on a loaded 2-core CI machine: ask for 16 MiB (scripts/test.sh raises
+                // net.core.rmem_max so the kernel grants it) rather than lose datagrams in the kernel.
                 let flags = if transport == "udp" { "filter_src" } else { "prefer_tcp" };
                 let out = run(
                     Command::new("ffmpeg")
                         .args(["-nostdin", "-v", "error", "-rtsp_transport", transport])
+                        .args(["-buffer_size", "16777216"])
                         .args(["-rtsp_flags", flags, "-i", &url])
                         .args(["-map", "0", "-c", "copy", "-f", "framemd5", "-y"])
                         .arg(&md5)
