@@ -25,6 +25,7 @@ pub mod catalog;
 pub mod disk;
 pub mod fsck;
 pub mod ingest;
+pub mod profile;
 pub mod store;
 pub mod worker;
 

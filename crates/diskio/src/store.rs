@@ -1555,7 +1555,7 @@ mod tests {
                     w.result.unwrap();
                     written += 1;
                 }
-                IoDone::Read(_) => unreachable!("no real-time reads submitted"),
+                IoDone::Read(_) | IoDone::Write(_) => unreachable!("no real-time IO submitted"),
             }
         }
         let flipped = store.flip().unwrap();

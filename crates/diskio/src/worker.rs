@@ -51,6 +51,17 @@ pub enum IoCommand {
         /// An opaque value returned with the result (e.g. the request's deadline slot).
         tag: u64,
     },
+    /// Real-time: store a block durably (a recording's block, XTREAM's guaranteed-rate writes);
+    /// served with the real-time reads, before any non-real-time work. The result comes back as
+    /// [`IoDone::Write`].
+    Write {
+        /// The block's key (checked against the block's header before writing).
+        key: BlockKey,
+        /// The block.
+        block: Arc<Block<AlignedBuf>>,
+        /// An opaque value returned with the result.
+        tag: u64,
+    },
     /// Non-real-time: read and verify one block (the source of a copy); the result comes back
     /// as [`IoDone::NrtRead`].
     NrtRead {
@@ -90,7 +101,7 @@ pub struct ReadDone {
     pub service: Duration,
 }
 
-/// The outcome of an [`IoCommand::NrtWrite`].
+/// The outcome of an [`IoCommand::Write`] or [`IoCommand::NrtWrite`].
 #[derive(Debug)]
 pub struct WriteDone {
     /// The disk written.
@@ -110,6 +121,8 @@ pub struct WriteDone {
 pub enum IoDone {
     /// A real-time read completed.
     Read(ReadDone),
+    /// A real-time write completed.
+    Write(WriteDone),
     /// A non-real-time read completed.
     NrtRead(ReadDone),
     /// A non-real-time write completed.
@@ -122,7 +135,7 @@ impl IoDone {
     pub fn tag(&self) -> u64 {
         match self {
             Self::Read(r) | Self::NrtRead(r) => r.tag,
-            Self::NrtWrite(w) => w.tag,
+            Self::Write(w) | Self::NrtWrite(w) => w.tag,
         }
     }
 
@@ -131,7 +144,7 @@ impl IoDone {
     pub fn key(&self) -> BlockKey {
         match self {
             Self::Read(r) | Self::NrtRead(r) => r.key,
-            Self::NrtWrite(w) => w.key,
+            Self::Write(w) | Self::NrtWrite(w) => w.key,
         }
     }
 }
@@ -203,7 +216,7 @@ impl Shared {
 
     fn queued(&self, cmd: &IoCommand) -> Option<&AtomicUsize> {
         match cmd {
-            IoCommand::Read { .. } => Some(&self.rt_queued),
+            IoCommand::Read { .. } | IoCommand::Write { .. } => Some(&self.rt_queued),
             IoCommand::NrtRead { .. } | IoCommand::NrtWrite { .. } => Some(&self.nrt_queued),
             IoCommand::Shutdown => None,
         }
@@ -414,7 +427,7 @@ struct Thread<'a> {
 impl Thread<'_> {
     fn run(&self, rx: &Receiver<IoCommand>, window: Duration) {
         tracing::debug!(disk = %self.id, path = %self.disk.path().display(), "IO thread started");
-        let mut rt: VecDeque<(BlockKey, u64)> = VecDeque::new();
+        let mut rt: VecDeque<Rt> = VecDeque::new();
         let mut nrt: VecDeque<Nrt> = VecDeque::new();
         let mut budget = Budget::new(window);
         let mut stopping = false;
@@ -422,8 +435,11 @@ impl Thread<'_> {
             while let Ok(cmd) = rx.try_recv() {
                 stopping |= enqueue(cmd, &mut rt, &mut nrt);
             }
-            if let Some((key, tag)) = rt.pop_front() {
-                self.serve_rt(key, tag);
+            if let Some(cmd) = rt.pop_front() {
+                match cmd {
+                    Rt::Read { key, tag } => self.serve_rt(key, tag),
+                    Rt::Write { key, block, tag } => self.serve_rt_write(key, &block, tag),
+                }
                 continue;
             }
             if stopping {
@@ -477,6 +493,26 @@ impl Thread<'_> {
             }
         }
         (self.on_done)(IoDone::Read(ReadDone { disk: self.id, key, tag, result, service }));
+    }
+
+    fn serve_rt_write(&self, key: BlockKey, block: &Block<AlignedBuf>, tag: u64) {
+        let start = Instant::now();
+        let result = self.disk.write_block(key, block.as_bytes());
+        let service = start.elapsed();
+        let s = self.shared;
+        s.rt_queued.fetch_sub(1, Ordering::Relaxed);
+        s.rt_ops.fetch_add(1, Ordering::Relaxed);
+        s.rt_busy_ns.fetch_add(nanos(service), Ordering::Relaxed);
+        match &result {
+            Ok(()) => {
+                s.rt_bytes.fetch_add(block.as_bytes().len() as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                s.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(disk = %self.id, %key, error = %e, "block write failed");
+            }
+        }
+        (self.on_done)(IoDone::Write(WriteDone { disk: self.id, key, tag, result, service }));
     }
 
     fn serve_nrt(&self, cmd: Nrt) {
@@ -539,10 +575,17 @@ impl Thread<'_> {
     }
 }
 
+/// A queued real-time command.
+enum Rt {
+    Read { key: BlockKey, tag: u64 },
+    Write { key: BlockKey, block: Arc<Block<AlignedBuf>>, tag: u64 },
+}
+
 /// Files a command in its queue; returns whether it was [`IoCommand::Shutdown`].
-fn enqueue(cmd: IoCommand, rt: &mut VecDeque<(BlockKey, u64)>, nrt: &mut VecDeque<Nrt>) -> bool {
+fn enqueue(cmd: IoCommand, rt: &mut VecDeque<Rt>, nrt: &mut VecDeque<Nrt>) -> bool {
     match cmd {
-        IoCommand::Read { key, tag } => rt.push_back((key, tag)),
+        IoCommand::Read { key, tag } => rt.push_back(Rt::Read { key, tag }),
+        IoCommand::Write { key, block, tag } => rt.push_back(Rt::Write { key, block, tag }),
         IoCommand::NrtRead { key, tag } => nrt.push_back(Nrt::Read { key, tag }),
         IoCommand::NrtWrite { key, block, tag } => nrt.push_back(Nrt::Write { key, block, tag }),
         IoCommand::Shutdown => return true,
@@ -649,6 +692,39 @@ mod tests {
         }
         drop(worker);
         assert_eq!(count.load(Ordering::SeqCst), 50);
+    }
+
+    /// A real-time write (a recording's block) is durable, then reads back.
+    #[test]
+    fn realtime_write_then_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = Arc::new(DiskDir::create(dir.path(), 5, DiskId(0)).unwrap());
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let worker = IoWorker::spawn(
+            Arc::clone(&disk),
+            DiskId(0),
+            0.2,
+            Box::new(move |d| {
+                let _ = tx.send(d);
+            }),
+        )
+        .unwrap();
+        let k = key(4, 2);
+        let bytes = encode_block(k, 3);
+        let block = Arc::new(Block::parse(AlignedBuf::copy_from(&bytes), Some(k)).unwrap());
+        worker.submit(IoCommand::Write { key: k, block, tag: 5 });
+        let IoDone::Write(w) = rx.recv_timeout(Duration::from_secs(10)).unwrap() else {
+            panic!("not a real-time write")
+        };
+        assert_eq!((w.key, w.tag), (k, 5));
+        w.result.unwrap();
+        worker.submit(IoCommand::Read { key: k, tag: 6 });
+        let IoDone::Read(r) = rx.recv_timeout(Duration::from_secs(10)).unwrap() else {
+            panic!("not a real-time read")
+        };
+        assert_eq!(r.result.unwrap().as_bytes(), &bytes[..]);
+        let stats = worker.stats();
+        assert_eq!((stats.rt_ops, stats.nrt_ops), (2, 0));
     }
 
     /// A non-real-time copy: read on one disk, durable write on another.

@@ -34,6 +34,10 @@ enum Command {
     Disk(cmds::disk::Command),
     /// Check every block and the disks; --repair fixes what it can.
     Fsck(cmds::fsck::Args),
+    /// Measure a disk's throughput against IO size (Diskbench) for admission control.
+    ProfileDisk(cmds::profile_disk::Args),
+    /// Run dummy streams on the disks under the cycle scheduler (XTREAM's evaluation).
+    BenchDisk(cmds::bench_disk::Args),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +62,8 @@ fn main() -> ExitCode {
         Command::Cat(a) => cmds::cat::run(a),
         Command::Disk(c) => cmds::disk::run(c),
         Command::Fsck(a) => cmds::fsck::run(a),
+        Command::ProfileDisk(a) => cmds::profile_disk::run(a),
+        Command::BenchDisk(a) => cmds::bench_disk::run(a),
     };
     match result {
         Ok(code) => code,

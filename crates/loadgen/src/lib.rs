@@ -7,5 +7,6 @@
 //! Not here: the server. This crate talks to any RTSP server over real sockets.
 
 pub mod client;
+pub mod diskbench;
 
 pub use client::{Client, Collected, Incoming, PlayInfo, RtpPacket, Transport};

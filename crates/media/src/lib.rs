@@ -41,6 +41,7 @@ pub mod error;
 pub mod packet;
 pub mod psi;
 pub mod scan;
+pub mod stream;
 pub mod timing;
 pub mod units;
 
@@ -49,8 +50,9 @@ mod testutil;
 
 pub use error::TsError;
 pub use psi::{StreamInfo, StreamKind};
-pub use scan::{MAX_UNRESOLVED_RANDOM_ACCESS, TsIndex, TsScanner};
-pub use units::{Unit, Units};
+pub use scan::{TsIndex, TsScanner};
+pub use stream::{StreamUnit, UnitStream};
+pub use units::{MAX_UNRESOLVED_RANDOM_ACCESS, RANDOM_ACCESS_HORIZON_TICKS, Unit, Units};
 
 /// The size of an MPEG-TS packet (ISO/IEC 13818-1 §2.4.3.2).
 pub const TS_PACKET_SIZE: usize = 188;

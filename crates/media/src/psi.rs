@@ -333,6 +333,8 @@ pub(crate) struct PsiTracker {
     /// The `PCR_PID` of the first PMT seen that names one.
     pcr_pid: Option<u16>,
     crc_errors: u64,
+    /// Bumped whenever a PMT adds a stream or changes one.
+    generation: u64,
     sections: Vec<Vec<u8>>,
 }
 
@@ -379,6 +381,11 @@ impl PsiTracker {
         self.crc_errors
     }
 
+    /// A counter that changes whenever [`kind`](Self::kind) may answer differently for some PID.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
     fn crc_ok(&mut self, section: &[u8]) -> bool {
         let ok = crc32_mpeg2(section) == 0;
         if !ok {
@@ -407,8 +414,15 @@ impl PsiTracker {
         }
         for stream in pmt.streams {
             match self.streams.iter_mut().find(|s| s.pid == stream.pid) {
-                Some(known) => *known = stream,
-                None => self.streams.push(stream),
+                Some(known) if *known == stream => {}
+                Some(known) => {
+                    *known = stream;
+                    self.generation += 1;
+                }
+                None => {
+                    self.streams.push(stream);
+                    self.generation += 1;
+                }
             }
         }
     }

@@ -11,24 +11,23 @@
 //! otherwise the first PID that carries a PCR. Either way it is fixed once chosen, so two
 //! programs' clocks are never mixed.
 //!
-//! Memory is bounded by the number of PCR anchors (see [`timing`](crate::timing)) and cut points
-//! (PATs and random-access points, see [`units`](crate::units)), never by the number of packets.
-//! Random-access candidates on PIDs no PMT has described yet are kept (at most
-//! [`MAX_UNRESOLVED_RANDOM_ACCESS`]) until the end of the scan, so a PMT that arrives late still
-//! counts.
+//! Every decision is made in packet order with bounded lookahead (see the
+//! [`timing`](crate::timing) and [`units`](crate::units) module docs), which is what lets
+//! [`UnitStream`](crate::stream::UnitStream) hand out final units while a recording arrives; it
+//! drives this same scanner. Memory is bounded by the number of PCR pieces and cut points (PATs
+//! and random-access points), never by the number of packets; random-access candidates waiting
+//! for their PMT are few and short-lived (at most
+//! [`MAX_UNRESOLVED_RANDOM_ACCESS`](crate::MAX_UNRESOLVED_RANDOM_ACCESS), for at most
+//! [`RANDOM_ACCESS_HORIZON_TICKS`](crate::units::RANDOM_ACCESS_HORIZON_TICKS)).
 
 use isochron_base::{BitRate, Bytes, MediaTime};
 
 use crate::error::TsError;
 use crate::packet::{self, NULL_PID, PAT_PID, PCR_HZ, SYNC_BYTE};
-use crate::psi::{PsiTracker, StreamInfo, StreamKind};
+use crate::psi::{PsiTracker, StreamInfo};
 use crate::timing::{Timeline, TimelineBuilder, ticks_to_time, time_to_ticks_ceil};
-use crate::units::{Cut, CutSources, Unit, Units, build_cuts};
+use crate::units::{Cut, CutBuilder, Unit, Units};
 use crate::{MAX_TS_PER_UNIT, TS_PACKET_SIZE};
-
-/// Random-access candidates kept for PIDs whose stream type is not known yet (beyond this, a file
-/// with no PMT would grow without bound; such a file has no video PID anyway).
-pub const MAX_UNRESOLVED_RANDOM_ACCESS: usize = 1 << 16;
 
 const PACKET_BYTES: u64 = TS_PACKET_SIZE as u64;
 
@@ -52,13 +51,11 @@ pub struct TsScanner {
     /// The first error; later calls repeat it.
     error: Option<TsError>,
     psi: PsiTracker,
+    /// The PSI generation the cut builder last saw.
+    psi_generation: u64,
     timeline: TimelineBuilder,
     pcr_pid: Option<u16>,
-    pat_starts: Vec<u64>,
-    pat_others: Vec<u64>,
-    /// Random-access packets on video PIDs, or on PIDs not described yet: `(pid, packet)`.
-    random_access: Vec<(u16, u64)>,
-    unresolved: usize,
+    cuts: CutBuilder,
 }
 
 impl Default for TsScanner {
@@ -77,12 +74,10 @@ impl TsScanner {
             packets: 0,
             error: None,
             psi: PsiTracker::default(),
+            psi_generation: 0,
             timeline: TimelineBuilder::default(),
             pcr_pid: None,
-            pat_starts: Vec::new(),
-            pat_others: Vec::new(),
-            random_access: Vec::new(),
-            unresolved: 0,
+            cuts: CutBuilder::default(),
         }
     }
 
@@ -144,23 +139,9 @@ impl TsScanner {
             });
         }
         let pcr_count = self.timeline.pcr_count();
+        let (cuts, unit_count) = self.cuts.finish(self.packets, &self.timeline);
         let (timeline, discontinuities) = self.timeline.finish().ok_or(TsError::NoPcr)?;
         let psi = self.psi;
-        let random_access: Vec<u64> = self
-            .random_access
-            .iter()
-            .filter(|&&(pid, _)| psi.kind(pid) == Some(StreamKind::Video))
-            .map(|&(_, packet)| packet)
-            .collect();
-        let (cuts, unit_count) = build_cuts(
-            self.packets,
-            &CutSources {
-                pat_starts: &self.pat_starts,
-                pat_others: &self.pat_others,
-                random_access: &random_access,
-                discontinuities: &discontinuities,
-            },
-        );
         let peak_bitrate = peak_bitrate(&timeline, self.packets);
         Ok(TsIndex {
             packet_count: self.packets,
@@ -190,14 +171,18 @@ impl TsScanner {
     fn packet(&mut self, bytes: &[u8]) {
         let index = self.packets;
         self.packets += 1;
+        if index == 0 {
+            // The first unit is always a seek point.
+            self.cuts.mark(0, true, false, &self.timeline);
+        }
         let p = packet::parse(bytes);
         if p.pid == PAT_PID {
             // Cut at every PID-0 packet, even a corrupt one: a unit never holds a PAT packet
             // after its first.
             if p.payload_unit_start && !p.transport_error {
-                self.pat_starts.push(index);
+                self.cuts.pat_start(index, &self.timeline);
             } else {
-                self.pat_others.push(index);
+                self.cuts.mark(index, false, false, &self.timeline);
             }
         }
         if p.transport_error || p.pid == NULL_PID {
@@ -207,6 +192,11 @@ impl TsScanner {
             self.adaptation(index, &p, af);
         }
         self.psi.handle(&p);
+        if self.psi.generation() != self.psi_generation {
+            self.psi_generation = self.psi.generation();
+            let psi = &self.psi;
+            self.cuts.resolve(|pid| psi.kind(pid), &self.timeline);
+        }
         if self.pcr_pid.is_none() {
             // A PMT seen before any PCR designates the PCR PID.
             self.pcr_pid = self.psi.pcr_pid();
@@ -217,22 +207,37 @@ impl TsScanner {
         if let Some(pcr) = af.pcr {
             let pid = *self.pcr_pid.get_or_insert(p.pid);
             if pid == p.pid {
-                self.timeline.push_pcr(index, pcr, af.discontinuity);
+                if self.timeline.push_pcr(index, pcr, af.discontinuity) {
+                    self.cuts.mark(index, false, true, &self.timeline);
+                }
+                self.cuts.pcr(self.timeline.known_ticks(index), &self.timeline);
             }
         } else if af.discontinuity && self.pcr_pid == Some(p.pid) {
             self.timeline.mark_discontinuity();
         }
         if af.random_access && p.payload_unit_start && p.pid != PAT_PID {
-            match self.psi.kind(p.pid) {
-                Some(StreamKind::Video) => self.random_access.push((p.pid, index)),
-                Some(_) => {}
-                None if self.unresolved < MAX_UNRESOLVED_RANDOM_ACCESS => {
-                    self.unresolved += 1;
-                    self.random_access.push((p.pid, index));
-                }
-                None => {}
-            }
+            self.cuts.random_access(index, p.pid, self.psi.kind(p.pid), &self.timeline);
         }
+    }
+
+    /// Whole packets taken in so far.
+    pub(crate) fn packets(&self) -> u64 {
+        self.packets
+    }
+
+    /// The error that spent the scanner, if any.
+    pub(crate) fn error(&self) -> Option<&TsError> {
+        self.error.as_ref()
+    }
+
+    /// The final send time (ticks) of `packet`, if it is known already.
+    pub(crate) fn known_ticks(&self, packet: u64) -> Option<u64> {
+        self.timeline.known_ticks(packet)
+    }
+
+    /// The cuts decided so far.
+    pub(crate) fn cut_builder(&self) -> &CutBuilder {
+        &self.cuts
     }
 }
 
@@ -456,30 +461,14 @@ mod tests {
 
     use super::*;
     use crate::packet::PCR_WRAP;
+    use crate::psi::StreamKind;
     use crate::testutil::{
-        AUDIO_PID, Es, PMT_PID, TsBuilder, VIDEO_PID, check_units, constant_rate, scan,
+        AUDIO_PID, Es, PMT_PID, TsBuilder, VIDEO_PID, check_units, constant_rate, jittery_stream,
+        scan, small_file,
     };
 
     /// 1000 ticks per packet: 27,000 packets per second.
     const TPP: u64 = 1000;
-
-    /// A small file exercising everything: PSI, PCRs, random access, a discontinuity.
-    fn small_file() -> Vec<u8> {
-        let mut b = TsBuilder::new();
-        b.psi();
-        b.es(VIDEO_PID, Es { pusi: true, random_access: true, pcr: Some(5_000), ..Es::default() });
-        for _ in 0..8 {
-            b.data(VIDEO_PID).data(AUDIO_PID);
-        }
-        b.pcr(VIDEO_PID, 5_000 + 17 * TPP);
-        b.psi();
-        b.es(VIDEO_PID, Es { pusi: true, random_access: true, ..Es::default() });
-        b.data(AUDIO_PID);
-        b.es(VIDEO_PID, Es { discontinuity: true, pcr: Some(9_999_999), ..Es::default() });
-        b.data(VIDEO_PID).data(VIDEO_PID);
-        b.pcr(VIDEO_PID, 9_999_999 + 3 * TPP);
-        b.into_bytes()
-    }
 
     #[test]
     fn every_split_point_gives_the_same_index() {
@@ -866,39 +855,6 @@ mod tests {
         let idx = scan(b.bytes()).expect("valid");
         assert!(idx.streams().iter().all(|s| s.pid != PMT_PID));
         assert_eq!(idx.psi_crc_errors(), 0);
-    }
-
-    /// A valid stream with random PCR jitter, gaps, wraps, repeats and discontinuities.
-    fn jittery_stream(seed: u64, pcrs: usize) -> Vec<u8> {
-        let mut g = isochron_base::mix::SplitMix64::new(seed);
-        let mut b = TsBuilder::new();
-        let mut pcr = g.next_u64() % PCR_WRAP;
-        for k in 0..pcrs {
-            if g.next_u64().is_multiple_of(8) {
-                b.psi();
-            }
-            let disc = g.next_u64().is_multiple_of(30);
-            b.es(
-                VIDEO_PID,
-                Es {
-                    pusi: g.next_u64().is_multiple_of(4),
-                    random_access: g.next_u64().is_multiple_of(6),
-                    discontinuity: disc,
-                    pcr: Some(pcr % PCR_WRAP),
-                },
-            );
-            for _ in 0..g.next_u64() % 12 {
-                b.data(if k % 2 == 0 { VIDEO_PID } else { AUDIO_PID });
-            }
-            pcr = match g.next_u64() % 20 {
-                0 => g.next_u64() % PCR_WRAP,                 // anywhere
-                1 => pcr + 20 * PCR_HZ,                       // far ahead
-                2 => pcr,                                     // repeated
-                3 => pcr.saturating_sub(g.next_u64() % 1000), // slightly back
-                _ => pcr + 5_000 + g.next_u64() % 500_000,    // jittery normal step
-            };
-        }
-        b.into_bytes()
     }
 
     #[test]

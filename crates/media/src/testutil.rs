@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::packet::encode_pcr;
+use crate::packet::{PCR_HZ, PCR_WRAP, encode_pcr};
 use crate::psi::build;
 use crate::{TS_PACKET_SIZE, TsIndex, TsScanner};
 
@@ -165,6 +165,57 @@ pub(crate) fn constant_rate(
     out
 }
 
+/// A small file exercising everything: PSI, PCRs, random access, a discontinuity.
+pub(crate) fn small_file() -> Vec<u8> {
+    let mut b = TsBuilder::new();
+    b.psi();
+    b.es(VIDEO_PID, Es { pusi: true, random_access: true, pcr: Some(5_000), ..Es::default() });
+    for _ in 0..8 {
+        b.data(VIDEO_PID).data(AUDIO_PID);
+    }
+    b.pcr(VIDEO_PID, 5_000 + 17 * 1000);
+    b.psi();
+    b.es(VIDEO_PID, Es { pusi: true, random_access: true, ..Es::default() });
+    b.data(AUDIO_PID);
+    b.es(VIDEO_PID, Es { discontinuity: true, pcr: Some(9_999_999), ..Es::default() });
+    b.data(VIDEO_PID).data(VIDEO_PID);
+    b.pcr(VIDEO_PID, 9_999_999 + 3 * 1000);
+    b.into_bytes()
+}
+
+/// A valid stream with random PCR jitter, gaps, wraps, repeats and discontinuities.
+pub(crate) fn jittery_stream(seed: u64, pcrs: usize) -> Vec<u8> {
+    let mut g = isochron_base::mix::SplitMix64::new(seed);
+    let mut b = TsBuilder::new();
+    let mut pcr = g.next_u64() % PCR_WRAP;
+    for k in 0..pcrs {
+        if g.next_u64().is_multiple_of(8) {
+            b.psi();
+        }
+        let disc = g.next_u64().is_multiple_of(30);
+        b.es(
+            VIDEO_PID,
+            Es {
+                pusi: g.next_u64().is_multiple_of(4),
+                random_access: g.next_u64().is_multiple_of(6),
+                discontinuity: disc,
+                pcr: Some(pcr % PCR_WRAP),
+            },
+        );
+        for _ in 0..g.next_u64() % 12 {
+            b.data(if k % 2 == 0 { VIDEO_PID } else { AUDIO_PID });
+        }
+        pcr = match g.next_u64() % 20 {
+            0 => g.next_u64() % PCR_WRAP,                 // anywhere
+            1 => pcr + 20 * PCR_HZ,                       // far ahead
+            2 => pcr,                                     // repeated
+            3 => pcr.saturating_sub(g.next_u64() % 1000), // slightly back
+            _ => pcr + 5_000 + g.next_u64() % 500_000,    // jittery normal step
+        };
+    }
+    b.into_bytes()
+}
+
 /// Scans `data` in one push.
 pub(crate) fn scan(data: &[u8]) -> Result<TsIndex, crate::TsError> {
     let mut s = TsScanner::new();
@@ -201,4 +252,111 @@ pub(crate) fn check_units(index: &TsIndex, data: &[u8]) {
     }
     assert_eq!(next, index.packet_count(), "units cover every packet");
     assert_eq!(count, index.unit_count());
+}
+
+/// Knobs for [`recording_stream`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Knobs {
+    /// PCR intervals to write.
+    pub(crate) pcrs: usize,
+    /// The mean PCR step in ticks.
+    pub(crate) step_ticks: u64,
+    /// One interval in this many starts with PAT and PMT (and some with a PAT or PMT alone).
+    pub(crate) psi_every: u64,
+    /// One interval in this many holds a video keyframe.
+    pub(crate) key_every: u64,
+    /// One PCR in this many is irregular (a jump, a repeat, a flagged discontinuity).
+    pub(crate) odd_every: u64,
+    /// Packets before the first PSI.
+    pub(crate) psi_after: u64,
+    /// The PMT lists only audio, so video keyframes wait for a description that never comes.
+    pub(crate) audio_only: bool,
+    /// Some PMTs call the video PID audio.
+    pub(crate) flip_kind: bool,
+}
+
+impl Default for Knobs {
+    fn default() -> Self {
+        Self {
+            pcrs: 100,
+            step_ticks: PCR_HZ / 25,
+            psi_every: 5,
+            key_every: 25,
+            odd_every: 40,
+            psi_after: 0,
+            audio_only: false,
+            flip_kind: false,
+        }
+    }
+}
+
+/// A valid stream shaped like a recording: PSI now and then (possibly late, possibly lying about
+/// the video PID), keyframes, audio with `random_access_indicator` on every PES (as ffmpeg
+/// writes), PCRs with jitter, repeats, jumps and flagged discontinuities.
+pub(crate) fn recording_stream(seed: u64, k: Knobs) -> Vec<u8> {
+    let mut g = isochron_base::mix::SplitMix64::new(seed);
+    let mut b = TsBuilder::new();
+    let mut roll = |n: u64| n > 0 && g.next_u64().is_multiple_of(n);
+    let psi = |b: &mut TsBuilder, video: u8| {
+        if k.audio_only {
+            b.pat().pmt(VIDEO_PID, &[(0x0F, AUDIO_PID)]);
+        } else {
+            b.pat().pmt(VIDEO_PID, &[(video, VIDEO_PID), (0x0F, AUDIO_PID)]);
+        }
+    };
+    let mut g2 = isochron_base::mix::SplitMix64::new(seed ^ 0x5EED);
+    let mut pcr = g2.next_u64() % PCR_WRAP;
+    let mut psi_done = false;
+    for i in 0..k.pcrs {
+        if b.packets() >= k.psi_after && (!psi_done || roll(k.psi_every)) {
+            psi_done = true;
+            let video = if k.flip_kind && roll(3) { 0x0F } else { 0x1B };
+            match g2.next_u64() % 8 {
+                0 => {
+                    b.pat();
+                }
+                1 => {
+                    b.pmt(VIDEO_PID, &[(video, VIDEO_PID), (0x0F, AUDIO_PID)]);
+                }
+                _ => psi(&mut b, video),
+            }
+        }
+        let key = i == 0 || roll(k.key_every);
+        let odd = roll(k.odd_every);
+        let disc = odd && g2.next_u64().is_multiple_of(3);
+        b.es(
+            VIDEO_PID,
+            Es {
+                pusi: key || g2.next_u64().is_multiple_of(4),
+                random_access: key && g2.next_u64().is_multiple_of(2),
+                discontinuity: disc,
+                pcr: Some(pcr % PCR_WRAP),
+            },
+        );
+        for _ in 0..g2.next_u64() % 12 {
+            match g2.next_u64() % 10 {
+                0 => b.es(AUDIO_PID, Es { pusi: true, random_access: true, ..Es::default() }),
+                1 if key => {
+                    b.es(VIDEO_PID, Es { pusi: true, random_access: true, ..Es::default() })
+                }
+                2 if odd => b.es(VIDEO_PID, Es { discontinuity: true, ..Es::default() }),
+                3 => b.data(0x1FFF),
+                4..=6 => b.data(AUDIO_PID),
+                _ => b.data(VIDEO_PID),
+            };
+        }
+        let step = k.step_ticks / 2 + g2.next_u64() % k.step_ticks.max(1);
+        pcr = if odd {
+            match g2.next_u64() % 5 {
+                0 => g2.next_u64() % PCR_WRAP,
+                1 => pcr + 12 * PCR_HZ,
+                2 => pcr,
+                3 => pcr.saturating_sub(g2.next_u64() % 1000),
+                _ => pcr + 3 * PCR_HZ,
+            }
+        } else {
+            pcr + step
+        };
+    }
+    b.into_bytes()
 }

@@ -9,9 +9,9 @@
 //!
 //! # Rules
 //!
-//! - **Interpolation** between consecutive PCRs is linear in packet index. Before the first PCR
-//!   the timeline would extrapolate backwards from time 0, so it is clamped to 0; after the last
-//!   one it extrapolates at the *recent rate* (below).
+//! - **Interpolation** between consecutive PCRs is linear in packet index (up to the thinning
+//!   below). Before the first PCR the timeline would extrapolate backwards from time 0, so it is
+//!   clamped to 0; after the last one it extrapolates at the *recent rate* (below).
 //! - **Wrap-around**: PCR steps are taken modulo 2^33 × 300, so a small forward step across the
 //!   wrap is an ordinary step.
 //! - **Discontinuities** start a new segment. A step from one PCR to the next (`d` ticks over
@@ -38,15 +38,29 @@
 //!   last interval's rate on a constant-rate stream, and unlike that interval it is not zero when
 //!   consecutive PCRs repeat.
 //!
-//! # Storage
+//! # Storage and thinning
 //!
-//! The timeline keeps anchors `(packet index, ticks)` with ticks already unwrapped and offset by
-//! their segment, so lookups are one binary search. Anchors within [`THIN_TOLERANCE_TICKS`]
-//! (13 ticks, under 0.5 µs, inside the ±500 ns PCR tolerance the standard allows a
-//! remultiplexer) of the straight line between their neighbours are merged as they arrive (a
-//! "swing filter"): a constant-rate stream keeps a handful of anchors for hours (ffmpeg
-//! `-muxrate`: 2 anchors for 1000 PCRs), a VBR stream about one per PCR, i.e. 16 bytes every
-//! 20–100 ms. No per-packet state is kept.
+//! The timeline is a list of *pieces* `(packet, ticks, rate)`: from its packet until the next
+//! piece, each packet is `rate` later than the previous one, with ticks already unwrapped and
+//! offset by their segment, so a lookup is one binary search and no per-packet state is kept.
+//! PCRs are merged into *runs* as they arrive: a run starts at a PCR with a slope fixed there —
+//! the slope from the previous run's start to this PCR (the longest recent baseline), or, for the
+//! first run of a segment, the slope of its first interval — and takes in every following PCR
+//! that lies within [`THIN_TOLERANCE_TICKS`] (13 ticks, under 0.5 µs, inside the ±500 ns PCR
+//! tolerance the standard allows a remultiplexer) of that line. The first PCR that does not
+//! starts the next run; the packets between the last PCR taken in and it are interpolated
+//! linearly. A run starts at its PCR's own time, or where the previous run left off if that is
+//! later (by at most the tolerance), so times never go backwards.
+//!
+//! Because a run's line is fixed when the run starts, **the time of every packet up to the
+//! latest PCR is final**: later PCRs never change it (`TimelineBuilder::known_ticks`). That is
+//! what lets [`UnitStream`](crate::stream::UnitStream) release units one PCR interval after they
+//! arrive. (The runs used to be a "swing filter" that chose a run's line only when the run ended,
+//! so one late PCR could move thousands of earlier packets by a few ticks: unbounded lookahead.
+//! The fixed-slope runs keep the same tolerance.)
+//!
+//! A constant-rate stream keeps a handful of pieces (ffmpeg `-muxrate`: 4 pieces for 1500 PCRs,
+//! as the baselines double), a VBR stream one per PCR, i.e. 32 bytes every 20–100 ms.
 
 use isochron_base::MediaTime;
 
@@ -61,7 +75,7 @@ pub const SUSPECT_PCR_STEP_TICKS: u64 = PCR_HZ;
 pub const RATE_COLLAPSE: u64 = 16;
 /// The recent rate is measured over at least this many ticks (1 s) once a segment is that long.
 const RATE_WINDOW: u64 = PCR_HZ;
-/// Anchors this close (in ticks) to the line through their neighbours are merged.
+/// A PCR this close (in ticks) to the line of the run it follows is merged into the run.
 pub const THIN_TOLERANCE_TICKS: u64 = 13;
 
 /// A point of the timeline: packet `packet` is sent at `ticks` (27 MHz) after the first PCR.
@@ -84,61 +98,72 @@ impl Rate {
         let t = u128::from(packets) * u128::from(self.ticks) / u128::from(self.packets.max(1));
         u64::try_from(t).unwrap_or(u64::MAX)
     }
-}
 
-/// The slope bounds, relative to the last kept anchor, of every line that passes within
-/// [`THIN_TOLERANCE_TICKS`] of all anchors merged since.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Cone {
-    lo: Frac,
-    hi: Frac,
-}
-
-/// `num / den` with `den > 0`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Frac {
-    num: i128,
-    den: i128,
-}
-
-impl Frac {
-    /// `self <= other`, or `None` if the cross products overflow.
-    fn le(self, other: Self) -> Option<bool> {
-        Some(self.num.checked_mul(other.den)? <= other.num.checked_mul(self.den)?)
-    }
-}
-
-impl Cone {
-    /// The slopes from `k` that pass within the tolerance of `n`.
-    fn around(k: Anchor, n: Anchor) -> Self {
-        let dt = i128::from(n.ticks) - i128::from(k.ticks);
-        let den = i128::from(n.packet) - i128::from(k.packet);
-        let tol = i128::from(THIN_TOLERANCE_TICKS);
-        Self { lo: Frac { num: dt - tol, den }, hi: Frac { num: dt + tol, den } }
+    /// The rate from `a` to `b` (`b` after `a`; a tick count that would go back is 0).
+    fn between(a: Anchor, b: Anchor) -> Self {
+        Self { ticks: b.ticks.saturating_sub(a.ticks), packets: b.packet.saturating_sub(a.packet) }
     }
 
-    /// If the line from `k` to `n` is inside the cone, narrows the cone by `n`'s own bounds and
-    /// returns true (so the anchor before `n` may be dropped).
-    fn try_extend(&mut self, k: Anchor, n: Anchor) -> bool {
-        let dt = i128::from(n.ticks) - i128::from(k.ticks);
-        let den = i128::from(n.packet) - i128::from(k.packet);
-        let slope = Frac { num: dt, den };
-        let bounds = Self::around(k, n);
-        let (Some(above_lo), Some(below_hi), Some(lo_rises), Some(hi_falls)) =
-            (self.lo.le(slope), slope.le(self.hi), self.lo.le(bounds.lo), bounds.hi.le(self.hi))
+    /// Whether `at` lies within [`THIN_TOLERANCE_TICKS`] of the line through `from` at this rate
+    /// (false if the exact comparison would overflow).
+    fn passes_near(self, from: Anchor, at: Anchor) -> bool {
+        let dp = i128::from(at.packet) - i128::from(from.packet);
+        let dt = i128::from(at.ticks) - i128::from(from.ticks);
+        let den = i128::from(self.packets);
+        // |ticks × dp / den − dt| ≤ tol  ⇔  |ticks × dp − dt × den| ≤ tol × den.
+        let (Some(line), Some(actual)) =
+            (i128::from(self.ticks).checked_mul(dp), dt.checked_mul(den))
         else {
             return false;
         };
-        if !(above_lo && below_hi) {
-            return false;
+        line.checked_sub(actual).is_some_and(|d| {
+            d.unsigned_abs() <= u128::from(THIN_TOLERANCE_TICKS) * u128::from(self.packets)
+        })
+    }
+}
+
+/// One piece of the timeline: from `packet` on, packet `packet + k` is at `ticks + rate.span(k)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Piece {
+    packet: u64,
+    ticks: u64,
+    rate: Rate,
+}
+
+impl Piece {
+    fn ticks_at(&self, packet: u64) -> u64 {
+        self.ticks.saturating_add(self.rate.span(packet.saturating_sub(self.packet)))
+    }
+}
+
+/// The run of PCRs being merged: a line from `start`, and the last PCR taken in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Run {
+    /// Where the run starts on the timeline (its first PCR).
+    start: Anchor,
+    /// The first PCR's own placement (the unclamped chain of PCR steps), for the next baseline.
+    start_pcr_ticks: u64,
+    /// The run's slope; `None` for the first run of a segment until its second PCR.
+    slope: Option<Rate>,
+    /// The last PCR taken in, at its time on the line.
+    end: Anchor,
+}
+
+impl Run {
+    /// A run of one PCR placed at `at` (its own placement `pcr_ticks`).
+    fn new(at: Anchor, pcr_ticks: u64, slope: Option<Rate>) -> Self {
+        Self { start: at, start_pcr_ticks: pcr_ticks, slope, end: at }
+    }
+
+    /// The time of `packet`, for `start.packet <= packet <= end.packet`.
+    fn ticks_at(&self, packet: u64) -> u64 {
+        match self.slope {
+            Some(slope) => self
+                .start
+                .ticks
+                .saturating_add(slope.span(packet.saturating_sub(self.start.packet))),
+            None => self.start.ticks,
         }
-        if lo_rises {
-            self.lo = bounds.lo;
-        }
-        if hi_falls {
-            self.hi = bounds.hi;
-        }
-        true
     }
 }
 
@@ -148,16 +173,17 @@ struct LastPcr {
     packet: u64,
     /// The PCR value, in `0..PCR_WRAP`.
     pcr: u64,
-    /// Where it was placed on the timeline.
+    /// Its placement: the previous placement plus the PCR step (before any clamping to the
+    /// timeline), or the bridged time of a discontinuity.
     ticks: u64,
 }
 
 /// Builds a [`Timeline`] from the PCRs of one PID, in packet order.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct TimelineBuilder {
-    anchors: Vec<Anchor>,
-    /// Bounds for merging the last anchor, relative to the one before it.
-    cone: Option<Cone>,
+    /// Closed pieces, up to the start of `run`.
+    pieces: Vec<Piece>,
+    run: Option<Run>,
     last: Option<LastPcr>,
     /// The start of the window the recent rate is measured over.
     rate_ref: Option<Anchor>,
@@ -178,46 +204,48 @@ impl TimelineBuilder {
     }
 
     /// Adds the PCR `pcr` (27 MHz ticks, below the wrap) carried by packet `packet`; `indicator`
-    /// is that packet's `discontinuity_indicator`. Packets must come in increasing order.
-    pub(crate) fn push_pcr(&mut self, packet: u64, pcr: u64, indicator: bool) {
+    /// is that packet's `discontinuity_indicator`. Packets must come in increasing order. Returns
+    /// whether the PCR starts a new segment (a discontinuity).
+    pub(crate) fn push_pcr(&mut self, packet: u64, pcr: u64, indicator: bool) -> bool {
         let pcr = pcr % PCR_WRAP;
         let indicator = std::mem::take(&mut self.pending_discontinuity) || indicator;
-        let Some(last) = self.last else {
+        let (Some(last), Some(run)) = (self.last, self.run) else {
             self.pcr_count += 1;
             self.start_segment(Anchor { packet, ticks: 0 });
             self.last = Some(LastPcr { packet, pcr, ticks: 0 });
-            return;
+            return false;
         };
         let Some(packets) = packet.checked_sub(last.packet).filter(|&n| n > 0) else {
             // Not after the previous PCR: the caller broke the contract; ignore the PCR.
-            return;
+            return false;
         };
         self.pcr_count += 1;
         let step = (pcr + PCR_WRAP - last.pcr) % PCR_WRAP;
-        let ticks = if self.is_discontinuity(indicator, step, packets) {
+        if self.is_discontinuity(indicator, step, packets) {
             self.discontinuities.push(packet);
-            match self.rate {
+            let at = match self.rate {
                 Some(rate) => {
+                    // Bridge the gap at the recent rate from where the timeline is.
                     let at =
-                        Anchor { packet, ticks: last.ticks.saturating_add(rate.span(packets)) };
-                    self.start_segment(at);
-                    at.ticks
+                        Anchor { packet, ticks: run.end.ticks.saturating_add(rate.span(packets)) };
+                    self.close_run(run, at);
+                    at
                 }
                 None => {
                     // No rate to bridge the gap with: the lone earlier PCR is useless.
-                    self.anchors.clear();
-                    self.cone = None;
-                    self.start_segment(Anchor { packet, ticks: 0 });
-                    0
+                    self.pieces.clear();
+                    Anchor { packet, ticks: 0 }
                 }
-            }
-        } else {
-            let at = Anchor { packet, ticks: last.ticks.saturating_add(step) };
-            self.add_anchor(at);
-            self.update_rate(at);
-            at.ticks
-        };
-        self.last = Some(LastPcr { packet, pcr, ticks });
+            };
+            self.start_segment(at);
+            self.last = Some(LastPcr { packet, pcr, ticks: at.ticks });
+            return true;
+        }
+        let at = Anchor { packet, ticks: last.ticks.saturating_add(step) };
+        self.extend_run(run, at);
+        self.update_rate(at);
+        self.last = Some(LastPcr { packet, pcr, ticks: at.ticks });
+        false
     }
 
     /// How many PCRs were taken in.
@@ -225,11 +253,36 @@ impl TimelineBuilder {
         self.pcr_count
     }
 
+    /// The final time of `packet`, if it is known already: the timeline has a rate and `packet`
+    /// is at or before the latest PCR. Later PCRs never change a value this returns, and
+    /// [`finish`](Self::finish) gives the same.
+    pub(crate) fn known_ticks(&self, packet: u64) -> Option<u64> {
+        // Before the first rate, a discontinuity may still restart the timeline at 0.
+        self.rate?;
+        let run = self.run?;
+        if packet > run.end.packet {
+            return None;
+        }
+        if packet >= run.start.packet {
+            return Some(run.ticks_at(packet));
+        }
+        let i = self.pieces.partition_point(|p| p.packet <= packet);
+        Some(i.checked_sub(1).and_then(|i| self.pieces.get(i)).map_or(0, |p| p.ticks_at(packet)))
+    }
+
     /// The timeline and the packet indices where discontinuities start, or `None` if no two
     /// PCRs of one segment gave a rate.
     pub(crate) fn finish(self) -> Option<(Timeline, Vec<u64>)> {
         let tail = self.rate?;
-        Some((Timeline { anchors: self.anchors, tail }, self.discontinuities))
+        let run = self.run?;
+        let mut pieces = self.pieces;
+        if let Some(slope) = run.slope
+            && run.end.packet > run.start.packet
+        {
+            pieces.push(Piece { packet: run.start.packet, ticks: run.start.ticks, rate: slope });
+        }
+        pieces.push(Piece { packet: run.end.packet, ticks: run.end.ticks, rate: tail });
+        Some((Timeline { pieces }, self.discontinuities))
     }
 
     fn is_discontinuity(&self, indicator: bool, step: u64, packets: u64) -> bool {
@@ -246,10 +299,56 @@ impl TimelineBuilder {
         })
     }
 
+    /// Starts a segment (the first run of a time base) at `at`.
     fn start_segment(&mut self, at: Anchor) {
-        self.add_anchor(at);
+        self.run = Some(Run::new(at, at.ticks, None));
         self.rate_ref = Some(at);
         self.next_ref = Some(at);
+    }
+
+    /// Takes in the PCR placed at `at` (not a discontinuity): merges it into `run` or starts the
+    /// next run at it.
+    fn extend_run(&mut self, mut run: Run, at: Anchor) {
+        match run.slope {
+            None => {
+                // The second PCR of a segment gives its first run's slope.
+                run.slope = Some(Rate::between(run.start, at));
+                run.end = Anchor { packet: at.packet, ticks: run.ticks_at(at.packet) };
+                self.run = Some(run);
+            }
+            Some(slope) if slope.passes_near(run.start, at) => {
+                run.end = Anchor { packet: at.packet, ticks: run.ticks_at(at.packet) };
+                self.run = Some(run);
+            }
+            Some(_) => {
+                let next = Anchor { packet: at.packet, ticks: at.ticks.max(run.end.ticks) };
+                self.close_run(run, next);
+                let baseline = Rate::between(
+                    Anchor { packet: run.start.packet, ticks: run.start_pcr_ticks },
+                    at,
+                );
+                self.run = Some(Run::new(next, at.ticks, Some(baseline)));
+            }
+        }
+    }
+
+    /// Closes `run` with pieces up to `next` (after the run's end, not earlier in time): the
+    /// run's line up to its last PCR, then a straight line to `next`.
+    fn close_run(&mut self, run: Run, next: Anchor) {
+        if let Some(slope) = run.slope
+            && run.end.packet > run.start.packet
+        {
+            self.pieces.push(Piece {
+                packet: run.start.packet,
+                ticks: run.start.ticks,
+                rate: slope,
+            });
+        }
+        self.pieces.push(Piece {
+            packet: run.end.packet,
+            ticks: run.end.ticks,
+            rate: Rate::between(run.end, next),
+        });
     }
 
     /// Moves the rate window forward and measures the recent rate up to `at`.
@@ -266,74 +365,42 @@ impl TimelineBuilder {
             self.rate = Some(Rate { ticks: at.ticks.saturating_sub(rate_ref.ticks), packets });
         }
     }
-
-    /// Appends `n`, merging the previous last anchor away if it lies within the tolerance of the
-    /// line from the anchor before it to `n`.
-    fn add_anchor(&mut self, n: Anchor) {
-        let len = self.anchors.len();
-        if len >= 2 {
-            let k = self.anchors[len - 2];
-            if let Some(cone) = &mut self.cone
-                && cone.try_extend(k, n)
-            {
-                self.anchors[len - 1] = n;
-                return;
-            }
-        }
-        self.cone = self.anchors.last().map(|&k| Cone::around(k, n));
-        self.anchors.push(n);
-    }
 }
 
-/// Send times of a stream's packets: PCR anchors and the rate to extrapolate past the last one.
+/// Send times of a stream's packets: pieces of straight lines, the last one extrapolating past
+/// the last PCR at the recent rate.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Timeline {
-    /// At least one anchor; the first is at tick 0; packet indices increase and ticks never
-    /// decrease.
-    anchors: Vec<Anchor>,
-    /// The recent rate at the last PCR, used after it.
-    tail: Rate,
+    /// At least one piece; the first starts at the first PCR at tick 0; packet indices increase
+    /// and times never decrease, within a piece or from one to the next.
+    pieces: Vec<Piece>,
 }
 
 impl Timeline {
     /// Ticks since the first PCR at which `packet` is sent.
     pub(crate) fn ticks(&self, packet: u64) -> u64 {
-        let i = self.anchors.partition_point(|a| a.packet <= packet);
+        let i = self.pieces.partition_point(|a| a.packet <= packet);
         self.ticks_after(i, packet)
     }
 
     /// [`Self::ticks`] for packets asked in increasing order: `hint` carries the search position
     /// from one call to the next, making a sweep over all packets linear.
     pub(crate) fn ticks_with_hint(&self, packet: u64, hint: &mut usize) -> u64 {
-        let stale = *hint > self.anchors.len()
-            || (*hint > 0 && self.anchors.get(*hint - 1).is_some_and(|a| a.packet > packet));
+        let stale = *hint > self.pieces.len()
+            || (*hint > 0 && self.pieces.get(*hint - 1).is_some_and(|a| a.packet > packet));
         if stale {
-            *hint = self.anchors.partition_point(|a| a.packet <= packet);
+            *hint = self.pieces.partition_point(|a| a.packet <= packet);
         }
-        while self.anchors.get(*hint).is_some_and(|a| a.packet <= packet) {
+        while self.pieces.get(*hint).is_some_and(|a| a.packet <= packet) {
             *hint += 1;
         }
         self.ticks_after(*hint, packet)
     }
 
-    /// The ticks of `packet`, given `i` = the number of anchors at or before it.
+    /// The ticks of `packet`, given `i` = the number of pieces starting at or before it.
     fn ticks_after(&self, i: usize, packet: u64) -> u64 {
-        let Some(i) = i.checked_sub(1) else {
-            // Before the first PCR: extrapolating backwards from 0 clamps to 0.
-            return 0;
-        };
-        let Some(&a) = self.anchors.get(i) else {
-            return 0;
-        };
-        match self.anchors.get(i + 1) {
-            Some(&b) => {
-                let span = u128::from(b.ticks - a.ticks) * u128::from(packet - a.packet)
-                    / u128::from(b.packet - a.packet);
-                // span <= b.ticks - a.ticks, so this neither overflows nor truncates.
-                a.ticks + span as u64
-            }
-            None => a.ticks.saturating_add(self.tail.span(packet - a.packet)),
-        }
+        // Before the first PCR: extrapolating backwards from 0 clamps to 0.
+        i.checked_sub(1).and_then(|i| self.pieces.get(i)).map_or(0, |p| p.ticks_at(packet))
     }
 
     /// The first packet whose ticks are at least `ticks` (`u64::MAX` if none ever is).
@@ -341,26 +408,26 @@ impl Timeline {
         if ticks == 0 {
             return 0;
         }
-        let j = self.anchors.partition_point(|a| a.ticks < ticks);
-        let Some(a) = j.checked_sub(1).and_then(|i| self.anchors.get(i)) else {
-            // Only reachable if the first anchor were above 0.
+        let j = self.pieces.partition_point(|a| a.ticks < ticks);
+        let Some(a) = j.checked_sub(1).and_then(|i| self.pieces.get(i)) else {
+            // Only reachable if the first piece were above 0.
             return 0;
         };
+        // The next piece starts at or after `ticks`, so its first packet is the answer if `a`
+        // never gets there.
+        let next = self.pieces.get(j).map_or(u64::MAX, |b| b.packet);
+        if a.rate.ticks == 0 {
+            return next;
+        }
+        // a.ticks + floor(k × rate.ticks / rate.packets) ≥ ticks ⇔ k ≥ ⌈behind × packets / ticks⌉.
         let behind = u128::from(ticks - a.ticks);
-        let packets = match self.anchors.get(j) {
-            // b.ticks >= ticks > a.ticks, so the divisor is positive.
-            Some(b) => {
-                (behind * u128::from(b.packet - a.packet)).div_ceil(u128::from(b.ticks - a.ticks))
-            }
-            None if self.tail.ticks == 0 => return u64::MAX,
-            None => (behind * u128::from(self.tail.packets)).div_ceil(u128::from(self.tail.ticks)),
-        };
-        a.packet.saturating_add(u64::try_from(packets).unwrap_or(u64::MAX))
+        let k = (behind * u128::from(a.rate.packets)).div_ceil(u128::from(a.rate.ticks));
+        a.packet.saturating_add(u64::try_from(k).unwrap_or(u64::MAX)).min(next)
     }
 
-    /// How many anchors are stored.
+    /// How many pieces are stored.
     pub(crate) fn anchor_count(&self) -> usize {
-        self.anchors.len()
+        self.pieces.len()
     }
 }
 
@@ -599,9 +666,15 @@ mod tests {
         let (t, disc) = b.finish().expect("rate");
         assert!(disc.is_empty());
         assert!(t.anchor_count() < raw.len() / 2, "{} anchors", t.anchor_count());
+        // Times count from the first PCR, which has jitter of its own (11 ticks here): compare
+        // against the PCRs relative to it. (Comparing against the raw values only ever passed
+        // because the swing filter's line happened to run near the top of the jitter band for
+        // this seed; for seeds 2, 3, 5 and 8 it did not.)
+        let first = raw[0].1;
         for &(p, at) in &raw {
             let got = t.ticks(p);
-            assert!(got.abs_diff(at) <= THIN_TOLERANCE_TICKS, "packet {p}: {got} vs {at}");
+            let want = at - first;
+            assert!(got.abs_diff(want) <= THIN_TOLERANCE_TICKS, "packet {p}: {got} vs {want}");
         }
         assert_monotonic(&t, 100_500);
     }

@@ -9,27 +9,63 @@
 //! A unit never spans a PAT packet, so that a seek can start with the PAT (and the PMT that
 //! follows it) and a client's demultiplexer can lock on at once (ISO/IEC 13818-1 §2.4.4). It never
 //! spans a timing discontinuity either, so the RTP marker bit (RFC 2250 §2) can be set on the
-//! unit that starts one. A random-access point is a video TS packet with
-//! `payload_unit_start_indicator` and the adaptation field's `random_access_indicator` set
-//! (§2.4.3.4; ffmpeg sets it on keyframes). The seek point for it is the unit starting at the
-//! last PAT (section start) at or before it, as long as that PAT comes after the previous
-//! random-access point; otherwise (no PAT since, e.g. a file with a single PAT at its head) a unit
-//! is cut at the random-access packet itself, and the sender has to supply PAT and PMT. If the
-//! file has no random-access points on video PIDs at all, every unit starting at a PAT is a seek
-//! point. The first unit is always one.
+//! unit that starts one.
+//!
+//! # Random access
+//!
+//! A random-access point is a TS packet with `payload_unit_start_indicator` and the adaptation
+//! field's `random_access_indicator` set (§2.4.3.4; ffmpeg sets it on keyframes) on a video PID:
+//! one the PMT in force when the packet arrives lists as video. If no PMT has described the PID
+//! yet, the packet waits for the first PMT that does, for at most
+//! [`RANDOM_ACCESS_HORIZON_TICKS`] (10 s) of send time, and at most
+//! [`MAX_UNRESOLVED_RANDOM_ACCESS`] packets wait at once; one that waits in vain does not count.
+//!
+//! The seek point for a random-access point is the unit starting at the last PAT (section start)
+//! at or before it, as long as that PAT comes after the previous random-access point; otherwise
+//! (no PAT since, e.g. a file with a single PAT at its head) a unit is cut at the random-access
+//! packet itself, and the sender has to supply PAT and PMT. A PAT that no random-access point
+//! follows before the next PAT is a seek point only while the stream shows no video: when no
+//! random-access point came before it and none comes within [`RANDOM_ACCESS_HORIZON_TICKS`] after
+//! it (by the PCRs in between; so in an audio-only stream every PAT is a seek point). The first
+//! unit is always one.
+//!
+//! # Bounded lookahead
+//!
+//! `CutBuilder` takes the file's events in packet order and decides every cut and flag as soon
+//! as it cannot change any more: a PAT's seek flag at the next random-access point or PAT (before
+//! the stream's first keyframe, within 10 s of send time), a random-access point on an
+//! undescribed PID when its PMT comes (within 10 s). The batch index is made of exactly these
+//! decisions, so [`UnitStream`](crate::stream::UnitStream) can hand out units while a recording is
+//! still arriving and be sure they match. (The rules used to look at the whole file: a PID's
+//! *final* stream type, "no random-access point anywhere" for PAT seek points, waiting for a late
+//! PMT until the end. The bounded rules agree with them on every stream whose PMT comes within
+//! 10 s of its first keyframe, whose PIDs keep their stream types, and whose first keyframe comes
+//! within 10 s of its start, which is every stream ffmpeg writes.)
 //!
 //! Storage is one `Cut` per forced unit start (PATs, discontinuities, random-access cuts), not
 //! one entry per packet or per unit; the units between cuts are implied (every seven packets).
 //!
 //! What this module does not do: look inside PES packets (e.g. for H.264 IDR NAL units).
 
+use std::collections::VecDeque;
 use std::iter::FusedIterator;
 use std::ops::Range;
 
 use isochron_base::{Bytes, MediaTime};
 
-use crate::timing::{Timeline, ticks_to_time};
+use crate::packet::PCR_HZ;
+use crate::psi::StreamKind;
+use crate::timing::{Timeline, TimelineBuilder, ticks_to_time};
 use crate::{MAX_TS_PER_UNIT, TS_PACKET_SIZE};
+
+/// How long (27 MHz ticks of send time, 10 s: the longest GOP expected) a random-access decision
+/// may wait: for the PMT that describes a random-access candidate's PID, and, before the first
+/// keyframe, for a keyframe after a PAT.
+pub const RANDOM_ACCESS_HORIZON_TICKS: u64 = 10 * PCR_HZ;
+
+/// Random-access candidates that may wait at once for a PMT to describe their PID (beyond this,
+/// a file with no PMT would grow without bound; such a file has no video PID anyway).
+pub const MAX_UNRESOLVED_RANDOM_ACCESS: usize = 1 << 16;
 
 /// One RTP payload unit: a run of 1..=7 whole TS packets sent in one RTP packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,7 +113,302 @@ pub(crate) struct Cut {
     pub(crate) discontinuity: bool,
 }
 
-/// What the scan found that forces or marks unit starts, each list sorted by packet index.
+/// What a random-access candidate counts as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Candidate {
+    /// A random-access point on a video PID.
+    Counted,
+    /// Not one (its PID turned out not to be video, or its PMT never came).
+    Dropped,
+    /// Its PID waits for a PMT.
+    Waiting,
+}
+
+/// Something that forces or marks a unit start, or moves the random-access horizon.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Event {
+    /// A cut with fixed flags: the first packet, PAT continuations, discontinuities.
+    Mark { packet: u64, random_access: bool, discontinuity: bool },
+    /// A PID-0 packet with `payload_unit_start_indicator`: a PAT section starts there.
+    PatStart { packet: u64 },
+    /// A random-access candidate.
+    RandomAccess { packet: u64, candidate: Candidate },
+    /// A PCR whose time is known.
+    Pcr { ticks: u64 },
+}
+
+impl Event {
+    fn packet(&self) -> Option<u64> {
+        match *self {
+            Self::Mark { packet, .. }
+            | Self::PatStart { packet }
+            | Self::RandomAccess { packet, .. } => Some(packet),
+            Self::Pcr { .. } => None,
+        }
+    }
+}
+
+/// Decides the cuts and their flags incrementally, in packet order, each as soon as it is final
+/// (see the module docs, "Bounded lookahead").
+///
+/// Events are applied in packet order. A random-access candidate whose PID waits for its PMT
+/// holds up the events after it in a queue (whether it counts decides where the next ones cut);
+/// everything else is applied at once. A cut, once in [`cuts`](Self::cuts), never moves; its
+/// flags are final below [`flags_final_below`](Self::flags_final_below).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct CutBuilder {
+    cuts: Vec<Cut>,
+    /// Events not applied yet; when not empty, its front is a waiting candidate.
+    queue: VecDeque<Event>,
+    /// How many events have left the queue: the sequence number of its front.
+    dequeued: u64,
+    /// The waiting candidates, in packet order: `(sequence number, packet, pid)`.
+    waiting: VecDeque<(u64, u64, u16)>,
+    /// The cut at the last PAT start, while no random-access point has come since.
+    open_pat: Option<usize>,
+    /// Before the first random-access point: the PAT cuts not yet known to be seek points.
+    awaiting: VecDeque<usize>,
+    /// Whether a random-access point has been applied.
+    seen_random_access: bool,
+}
+
+impl CutBuilder {
+    /// A cut at `packet` with the given flags (the caller's packets never go back).
+    pub(crate) fn mark(
+        &mut self,
+        packet: u64,
+        random_access: bool,
+        discontinuity: bool,
+        timeline: &TimelineBuilder,
+    ) {
+        self.push(Event::Mark { packet, random_access, discontinuity }, timeline);
+    }
+
+    /// A PAT section starts at `packet`.
+    pub(crate) fn pat_start(&mut self, packet: u64, timeline: &TimelineBuilder) {
+        self.push(Event::PatStart { packet }, timeline);
+    }
+
+    /// A random-access candidate at `packet` on `pid`, whose stream kind is `kind` now (`None`
+    /// if no PMT has described the PID yet).
+    pub(crate) fn random_access(
+        &mut self,
+        packet: u64,
+        pid: u16,
+        kind: Option<StreamKind>,
+        timeline: &TimelineBuilder,
+    ) {
+        let candidate = match kind {
+            Some(StreamKind::Video) => Candidate::Counted,
+            Some(_) => return,
+            None if self.waiting.len() < MAX_UNRESOLVED_RANDOM_ACCESS => Candidate::Waiting,
+            None => return,
+        };
+        if candidate == Candidate::Waiting {
+            let seq = self.dequeued + self.queue.len() as u64;
+            self.waiting.push_back((seq, packet, pid));
+        }
+        self.push(Event::RandomAccess { packet, candidate }, timeline);
+    }
+
+    /// A PCR was taken in and its time is `ticks` (if the timeline knows it): waiting
+    /// candidates whose horizon it passes stop waiting, and PATs before the first keyframe whose
+    /// horizon it passes become seek points.
+    pub(crate) fn pcr(&mut self, ticks: Option<u64>, timeline: &TimelineBuilder) {
+        let Some(now) = ticks else {
+            return;
+        };
+        let mut expired = false;
+        while let Some(&(seq, packet, _)) = self.waiting.front() {
+            let Some(at) = timeline.known_ticks(packet) else {
+                break;
+            };
+            if at.saturating_add(RANDOM_ACCESS_HORIZON_TICKS) >= now {
+                break;
+            }
+            self.decide(seq, Candidate::Dropped);
+            self.waiting.pop_front();
+            expired = true;
+        }
+        if expired {
+            self.drain(timeline);
+        }
+        // Only PATs before the first keyframe care about the time.
+        if !self.seen_random_access && (!self.queue.is_empty() || !self.awaiting.is_empty()) {
+            self.push(Event::Pcr { ticks: now }, timeline);
+        }
+    }
+
+    /// The PSI changed: decides the waiting candidates whose PID `kind` now describes.
+    pub(crate) fn resolve(
+        &mut self,
+        kind: impl Fn(u16) -> Option<StreamKind>,
+        timeline: &TimelineBuilder,
+    ) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        let mut waiting = std::mem::take(&mut self.waiting);
+        waiting.retain(|&(seq, _, pid)| match kind(pid) {
+            None => true,
+            Some(kind) => {
+                let counted = kind == StreamKind::Video;
+                self.decide(seq, if counted { Candidate::Counted } else { Candidate::Dropped });
+                false
+            }
+        });
+        self.waiting = waiting;
+        self.drain(timeline);
+    }
+
+    /// The cuts so far, in packet order: their positions are final, their flags below
+    /// [`flags_final_below`](Self::flags_final_below).
+    pub(crate) fn cuts(&self) -> &[Cut] {
+        &self.cuts
+    }
+
+    /// No cut will be added before this packet; `packets` is how many packets the caller has
+    /// fed (later events are at those packets or after).
+    pub(crate) fn cuts_final_below(&self, packets: u64) -> u64 {
+        self.queue.front().and_then(Event::packet).map_or(packets, |p| p.min(packets))
+    }
+
+    /// Every cut before this packet has its final flags (and no cut will be added there).
+    pub(crate) fn flags_final_below(&self, packets: u64) -> u64 {
+        let undecided_pat = |i: &usize| {
+            self.cuts.get(*i).filter(|c| !c.random_access).map_or(u64::MAX, |c| c.packet)
+        };
+        let open = self.open_pat.as_ref().map_or(u64::MAX, undecided_pat);
+        let awaiting = self.awaiting.front().map_or(u64::MAX, undecided_pat);
+        self.cuts_final_below(packets).min(open).min(awaiting)
+    }
+
+    /// Ends the file after `packet_count` packets: waiting candidates do not count, PATs still
+    /// awaiting a keyframe are seek points (there is none). Returns the cuts with their first
+    /// units, and the number of units.
+    pub(crate) fn finish(
+        mut self,
+        packet_count: u64,
+        timeline: &TimelineBuilder,
+    ) -> (Vec<Cut>, u64) {
+        for (seq, _, _) in std::mem::take(&mut self.waiting) {
+            self.decide(seq, Candidate::Dropped);
+        }
+        self.drain(timeline);
+        if !self.seen_random_access {
+            for i in std::mem::take(&mut self.awaiting) {
+                if let Some(cut) = self.cuts.get_mut(i) {
+                    cut.random_access = true;
+                }
+            }
+        }
+        let mut cuts = self.cuts;
+        cuts.retain(|c| c.packet < packet_count);
+        let mut units = 0;
+        for i in 0..cuts.len() {
+            let end = cuts.get(i + 1).map_or(packet_count, |c| c.packet);
+            let cut = &mut cuts[i];
+            cut.first_unit = units;
+            units += (end - cut.packet).div_ceil(u64::from(MAX_TS_PER_UNIT));
+        }
+        cuts.shrink_to_fit();
+        (cuts, units)
+    }
+
+    /// Sets the waiting candidate with sequence number `seq` to `candidate`.
+    fn decide(&mut self, seq: u64, candidate: Candidate) {
+        let at = seq.checked_sub(self.dequeued).and_then(|i| usize::try_from(i).ok());
+        if let Some(Event::RandomAccess { candidate: c, .. }) =
+            at.and_then(|i| self.queue.get_mut(i))
+        {
+            *c = candidate;
+        }
+    }
+
+    fn push(&mut self, event: Event, timeline: &TimelineBuilder) {
+        self.queue.push_back(event);
+        self.drain(timeline);
+    }
+
+    /// Applies the queued events up to the first waiting candidate.
+    fn drain(&mut self, timeline: &TimelineBuilder) {
+        while let Some(&event) = self.queue.front() {
+            if matches!(event, Event::RandomAccess { candidate: Candidate::Waiting, .. }) {
+                return;
+            }
+            self.queue.pop_front();
+            self.dequeued += 1;
+            self.apply(event, timeline);
+        }
+    }
+
+    fn apply(&mut self, event: Event, timeline: &TimelineBuilder) {
+        match event {
+            Event::Mark { packet, random_access, discontinuity } => {
+                let cut = self.cut_at(packet);
+                cut.random_access |= random_access;
+                cut.discontinuity |= discontinuity;
+            }
+            Event::PatStart { packet } => {
+                self.cut_at(packet);
+                let i = self.cuts.len() - 1;
+                // The previous open PAT had no random-access point after it: it stays a seek
+                // point candidate only in `awaiting` (before the first keyframe).
+                self.open_pat = Some(i);
+                if !self.seen_random_access && !self.cuts[i].random_access {
+                    self.awaiting.push_back(i);
+                }
+            }
+            Event::RandomAccess { packet, candidate: Candidate::Counted } => {
+                if !self.seen_random_access {
+                    // The stream has video: PATs before this keyframe were not seek points
+                    // (except the open one, just below).
+                    self.seen_random_access = true;
+                    self.awaiting.clear();
+                }
+                match self.open_pat.take().and_then(|i| self.cuts.get_mut(i)) {
+                    Some(pat) => pat.random_access = true,
+                    None => self.cut_at(packet).random_access = true,
+                }
+            }
+            Event::RandomAccess { .. } => {}
+            Event::Pcr { ticks } => {
+                while let Some(&i) = self.awaiting.front() {
+                    let Some(cut) = self.cuts.get_mut(i) else {
+                        break;
+                    };
+                    let horizon_passed = timeline
+                        .known_ticks(cut.packet)
+                        .is_some_and(|at| at.saturating_add(RANDOM_ACCESS_HORIZON_TICKS) < ticks);
+                    if !horizon_passed {
+                        break;
+                    }
+                    cut.random_access = true;
+                    self.awaiting.pop_front();
+                }
+            }
+        }
+    }
+
+    /// The cut at `packet`, added if the last cut is before it.
+    fn cut_at(&mut self, packet: u64) -> &mut Cut {
+        if self.cuts.last().is_none_or(|c| c.packet < packet) {
+            self.cuts.push(Cut {
+                packet,
+                first_unit: 0,
+                random_access: false,
+                discontinuity: false,
+            });
+        }
+        debug_assert_eq!(self.cuts.last().map(|c| c.packet), Some(packet), "cuts go forward");
+        let last = self.cuts.len() - 1;
+        &mut self.cuts[last]
+    }
+}
+
+/// What a scan found that forces or marks unit starts, each list sorted by packet index: a way to
+/// drive [`CutBuilder`] in tests.
+#[cfg(test)]
 #[derive(Clone, Debug, Default)]
 pub(crate) struct CutSources<'a> {
     /// PID-0 packets with `payload_unit_start_indicator` (a PAT section starts there).
@@ -91,56 +422,31 @@ pub(crate) struct CutSources<'a> {
 }
 
 /// Computes the cut list for a file of `packet_count` packets (`packet_count > 0`) and the total
-/// number of units.
+/// number of units, feeding `src` to a [`CutBuilder`] in packet order (no PCRs).
+#[cfg(test)]
 pub(crate) fn build_cuts(packet_count: u64, src: &CutSources<'_>) -> (Vec<Cut>, u64) {
-    const RA: u8 = 1;
+    const PAT: u8 = 0;
+    const OTHER: u8 = 1;
     const DISC: u8 = 2;
-    let mut marks: Vec<(u64, u8)> = Vec::with_capacity(
-        1 + src.pat_starts.len() + src.pat_others.len() + src.random_access.len(),
-    );
-    marks.push((0, RA));
-    let pats_are_seek_points = src.random_access.is_empty();
-    marks.extend(src.pat_starts.iter().map(|&p| (p, if pats_are_seek_points { RA } else { 0 })));
-    marks.extend(src.pat_others.iter().map(|&p| (p, 0)));
-    marks.extend(src.discontinuities.iter().map(|&p| (p, DISC)));
-    let mut previous: Option<u64> = None;
-    for &rap in src.random_access {
-        let before = src.pat_starts.partition_point(|&p| p <= rap);
-        let pat = before
-            .checked_sub(1)
-            .and_then(|i| src.pat_starts.get(i))
-            .copied()
-            .filter(|&pat| previous.is_none_or(|prev| pat > prev));
-        marks.push((pat.unwrap_or(rap), RA));
-        previous = Some(rap);
-    }
-    marks.retain(|&(p, _)| p < packet_count);
-    marks.sort_unstable_by_key(|&(p, _)| p);
-
-    let mut cuts: Vec<Cut> = Vec::with_capacity(marks.len());
-    for (packet, flags) in marks {
-        match cuts.last_mut() {
-            Some(last) if last.packet == packet => {
-                last.random_access |= flags & RA != 0;
-                last.discontinuity |= flags & DISC != 0;
-            }
-            _ => cuts.push(Cut {
-                packet,
-                first_unit: 0,
-                random_access: flags & RA != 0,
-                discontinuity: flags & DISC != 0,
-            }),
+    const RAP: u8 = 3;
+    let mut events: Vec<(u64, u8)> = Vec::new();
+    events.extend(src.pat_starts.iter().map(|&p| (p, PAT)));
+    events.extend(src.pat_others.iter().map(|&p| (p, OTHER)));
+    events.extend(src.discontinuities.iter().map(|&p| (p, DISC)));
+    events.extend(src.random_access.iter().map(|&p| (p, RAP)));
+    events.sort_unstable();
+    let timeline = TimelineBuilder::default();
+    let mut b = CutBuilder::default();
+    b.mark(0, true, false, &timeline);
+    for (packet, what) in events {
+        match what {
+            PAT => b.pat_start(packet, &timeline),
+            OTHER => b.mark(packet, false, false, &timeline),
+            DISC => b.mark(packet, false, true, &timeline),
+            _ => b.random_access(packet, 0x100, Some(StreamKind::Video), &timeline),
         }
     }
-    let mut units = 0;
-    for i in 0..cuts.len() {
-        let end = cuts.get(i + 1).map_or(packet_count, |c| c.packet);
-        let cut = &mut cuts[i];
-        cut.first_unit = units;
-        units += (end - cut.packet).div_ceil(u64::from(MAX_TS_PER_UNIT));
-    }
-    cuts.shrink_to_fit();
-    (cuts, units)
+    b.finish(packet_count, &timeline)
 }
 
 /// The index of the cut whose run holds unit `unit` (`cuts` non-empty, starting at unit 0).

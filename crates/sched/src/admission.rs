@@ -497,6 +497,43 @@ impl AdmissionController {
         decision
     }
 
+    /// Adds a disk that joined the store, or replaces a disk's profile (read and write).
+    pub fn set_disk(&mut self, disk: DiskId, profile: DiskProfile) {
+        match self.disks.get_mut(&disk) {
+            Some(e) => {
+                e.write = profile.clone();
+                e.read = profile;
+            }
+            None => {
+                let e =
+                    DiskEntry { write: profile.clone(), read: profile, load: DiskLoad::default() };
+                self.disks.insert(disk, e);
+            }
+        }
+    }
+
+    /// Forgets a retired disk. Streams' loads on it must have been re-accounted first
+    /// ([`Self::reaccount`]).
+    pub fn remove_disk(&mut self, disk: DiskId) {
+        self.disks.remove(&disk);
+    }
+
+    /// Re-accounts an admitted stream whose blocks moved to other disks (a placement epoch flip),
+    /// without a check: the stream is already playing and keeps its guarantee. Does nothing for a
+    /// stream that is not admitted.
+    pub fn reaccount(&mut self, stream: StreamId, demand: &StreamDemand) {
+        if !self.release(stream) {
+            return;
+        }
+        let per_disk = self.demand_per_disk(demand).unwrap_or_default();
+        for (d, l) in &per_disk {
+            if let Some(e) = self.disks.get_mut(d) {
+                e.load.add(l);
+            }
+        }
+        self.streams.insert(stream, per_disk);
+    }
+
     /// Releases an admitted stream's load. Returns whether it was admitted.
     pub fn release(&mut self, stream: StreamId) -> bool {
         let Some(per_disk) = self.streams.remove(&stream) else { return false };

@@ -529,6 +529,8 @@ pub struct CycleScheduler<V> {
     events: VecDeque<CycleEvent<V>>,
     seq: u64,
     stats: CycleStats,
+    /// Declared rates of playing streams, to re-account them when their blocks move.
+    rates: HashMap<StreamId, (BitRate, BitRate)>,
 }
 
 impl<V: Clone> CycleScheduler<V> {
@@ -557,6 +559,7 @@ impl<V: Clone> CycleScheduler<V> {
             events: VecDeque::new(),
             seq: 0,
             stats: CycleStats::default(),
+            rates: HashMap::new(),
         }
     }
 
@@ -567,6 +570,7 @@ impl<V: Clone> CycleScheduler<V> {
         let demand = StreamDemand::read(&req.plan, req.avg_bitrate, req.peak_bitrate);
         let decision = self.admit(req.stream, &demand);
         if decision.is_admit() {
+            self.rates.insert(req.stream, (req.avg_bitrate, req.peak_bitrate));
             self.streams.insert(
                 req.stream,
                 StreamEntry {
@@ -634,6 +638,7 @@ impl<V: Clone> CycleScheduler<V> {
     /// Forgets a stream and releases its bandwidth. A recording's blocks already handed in are
     /// still written.
     pub fn handle_close(&mut self, now: Instant, stream: StreamId) {
+        self.rates.remove(&stream);
         self.catch_up(now);
         self.release(stream);
         self.streams.remove(&stream);
@@ -910,6 +915,38 @@ impl<V: Clone> CycleScheduler<V> {
     #[must_use]
     pub fn config(&self) -> &CycleConfig {
         &self.config
+    }
+
+    /// Replaces the plan of every stream of `plan.object` after a placement epoch flip moved
+    /// blocks to other disks, and re-accounts their load on the new disks (they keep their
+    /// admission). Reads already queued keep their old disk: the caller keeps the old copies
+    /// readable until those reads are done.
+    pub fn handle_plan_update(&mut self, plan: Arc<ObjectPlan>) {
+        let mut moved = Vec::new();
+        for (id, e) in &mut self.streams {
+            if let StreamState::Play { plan: p, .. } = &mut e.state
+                && p.object == plan.object
+            {
+                debug_assert_eq!(p.blocks.len(), plan.blocks.len());
+                *p = Arc::clone(&plan);
+                moved.push(*id);
+            }
+        }
+        for id in moved {
+            if let Some(&(avg, peak)) = self.rates.get(&id) {
+                self.admission.reaccount(id, &StreamDemand::read(&plan, avg, peak));
+            }
+        }
+    }
+
+    /// A disk joined the store (or its profile changed): admission can place load on it.
+    pub fn handle_disk_profile(&mut self, disk: DiskId, profile: crate::profile::DiskProfile) {
+        self.admission.set_disk(disk, profile);
+    }
+
+    /// A disk was retired: admission forgets it.
+    pub fn handle_disk_removed(&mut self, disk: DiskId) {
+        self.admission.remove_disk(disk);
     }
 
     /// Drops an object's unpinned blocks from the cache (after `rm`).

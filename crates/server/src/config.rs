@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use isochron_base::Bytes;
-use isochron_sched::SchedConfig;
+use isochron_sched::{AdmissionConfig, AdmissionPolicy, CycleConfig};
 use isochron_store::catalog::DiskSpec;
 use serde::{Deserialize, Serialize};
 
@@ -122,13 +122,20 @@ impl Default for SenderSection {
     }
 }
 
-/// `[sched]`.
+/// `[sched]`: the XTREAM cycle scheduler and admission control.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SchedSection {
-    /// Blocks each playing stream keeps pinned (being sent + read ahead). Default 2.
-    pub read_ahead_blocks: u32,
-    /// Reads in flight per disk. Default 2.
+    /// Cycle length T, in ms: each disk does one round of reads per cycle. Default 1000.
+    pub cycle_ms: u64,
+    /// Cycles a stream's blocks are read ahead: a block is read in the cycle in which its
+    /// deadline falls before the end of the `lookahead_cycles`-th next cycle (1 = XTREAM's
+    /// double buffer). Default 2.
+    pub lookahead_cycles: u32,
+    /// Admission policy: `conservative` (min curve, peak rates), `aggressive` (mean curve, peak
+    /// rates), `aggressive-avg` (mean curve, average rates) or `off`. Default `aggressive-avg`.
+    pub admission: String,
+    /// Reads in flight per disk. Default 1 (XTREAM: one IO thread per disk).
     pub disk_queue_depth: u32,
     /// Block cache for unpinned blocks, in MiB. Default 256.
     pub cache_mib: u64,
@@ -136,20 +143,21 @@ pub struct SchedSection {
     pub startup_delay_ms: u64,
     /// Most streams admitted at once. Default 10000.
     pub max_streams: usize,
-    /// Share of each disk's time that non-real-time work (reorganisation copies) may use, in
-    /// percent. Default 20.
+    /// Share of each disk's time kept for non-real-time work (reorganisation copies), in
+    /// percent; admission leaves it free in every cycle. Default 20.
     pub nrt_share_percent: u32,
 }
 
 impl Default for SchedSection {
     fn default() -> Self {
-        let d = SchedConfig::default();
         Self {
-            read_ahead_blocks: d.read_ahead_blocks,
-            disk_queue_depth: d.disk_queue_depth,
-            cache_mib: d.cache_capacity.0 >> 20,
-            startup_delay_ms: d.startup_delay.as_millis() as u64,
-            max_streams: d.max_streams,
+            cycle_ms: 1000,
+            lookahead_cycles: 2,
+            admission: "aggressive-avg".into(),
+            disk_queue_depth: 1,
+            cache_mib: 256,
+            startup_delay_ms: 20,
+            max_streams: 10_000,
             nrt_share_percent: 20,
         }
     }
@@ -247,8 +255,10 @@ pub struct Settings {
     pub udp_send_buffer: Bytes,
     /// Interleaved frames queued per connection.
     pub tcp_queue_frames: usize,
-    /// The scheduler's config.
-    pub sched: SchedConfig,
+    /// The cycle scheduler's config.
+    pub cycle: CycleConfig,
+    /// Admission control's config.
+    pub admission: AdmissionConfig,
     /// Fraction of disk time for non-real-time work.
     pub nrt_share: f64,
     /// HTTP listen address, if enabled.
@@ -321,9 +331,21 @@ impl ConfigFile {
         if self.sender.tcp_queue_frames < 16 {
             return Err(invalid("sender.tcp_queue_frames", "must be at least 16"));
         }
-        if self.sched.read_ahead_blocks == 0 {
-            return Err(invalid("sched.read_ahead_blocks", "must be at least 1"));
+        if !(10..=60_000).contains(&self.sched.cycle_ms) {
+            return Err(invalid("sched.cycle_ms", "must be between 10 and 60000"));
         }
+        if !(1..=8).contains(&self.sched.lookahead_cycles) {
+            return Err(invalid("sched.lookahead_cycles", "must be between 1 and 8"));
+        }
+        let policy: AdmissionPolicy = self.sched.admission.parse().map_err(|_| {
+            invalid(
+                "sched.admission",
+                &format!(
+                    "{:?} is not one of conservative, aggressive, aggressive-avg, off",
+                    self.sched.admission
+                ),
+            )
+        })?;
         if self.sched.disk_queue_depth == 0 {
             return Err(invalid("sched.disk_queue_depth", "must be at least 1"));
         }
@@ -358,12 +380,20 @@ impl ConfigFile {
             batch_packets: self.sender.batch_packets,
             udp_send_buffer: Bytes::kib(self.sender.udp_send_buffer_kib),
             tcp_queue_frames: self.sender.tcp_queue_frames,
-            sched: SchedConfig {
-                read_ahead_blocks: self.sched.read_ahead_blocks,
+            cycle: CycleConfig {
+                cycle: Duration::from_millis(self.sched.cycle_ms),
                 disk_queue_depth: self.sched.disk_queue_depth,
                 cache_capacity: Bytes::mib(self.sched.cache_mib),
                 startup_delay: Duration::from_millis(self.sched.startup_delay_ms),
                 max_streams: self.sched.max_streams,
+                lookahead_cycles: self.sched.lookahead_cycles,
+                ..CycleConfig::default()
+            },
+            admission: AdmissionConfig {
+                policy,
+                cycle: Duration::from_millis(self.sched.cycle_ms),
+                nrt_share: f64::from(self.sched.nrt_share_percent) / 100.0,
+                ..AdmissionConfig::default()
             },
             nrt_share: f64::from(self.sched.nrt_share_percent) / 100.0,
             http_listen,
@@ -403,7 +433,9 @@ mod tests {
             ("[rtsp]\nsession_timeout_s = 1", "rtsp.session_timeout_s"),
             ("[rtsp]\npaused_session_timeout_s = 10", "rtsp.paused_session_timeout_s"),
             ("[sender]\nbatch_packets = 0", "sender.batch_packets"),
-            ("[sched]\nread_ahead_blocks = 0", "sched.read_ahead_blocks"),
+            ("[sched]\nlookahead_cycles = 0", "sched.lookahead_cycles"),
+            ("[sched]\nadmission = \"lenient\"", "sched.admission"),
+            ("[sched]\ncycle_ms = 1", "sched.cycle_ms"),
             ("[store]\ndisks = [\"d0,seek_ms=x\"]", "store.disks"),
             ("[store]\ndisks = [\"d0,speed=3\"]", "store.disks"),
         ];

@@ -235,21 +235,29 @@ async fn metrics(State(s): State<ApiState>) -> impl IntoResponse {
         c.bytes_from_cache as f64,
     );
     metric("cache_used_bytes", "gauge", "Bytes held by the block cache.", sched.cache_bytes as f64);
-    metric("reads_total", "counter", "Block reads issued.", sched.stats.reads as f64);
-    metric(
-        "late_reads_total",
-        "counter",
-        "Block reads finished after their deadline.",
-        sched.stats.late_reads as f64,
-    );
-    metric(
-        "failed_reads_total",
-        "counter",
-        "Block reads that failed.",
-        sched.stats.failed_reads as f64,
-    );
-    metric("admission_accepts_total", "counter", "Streams admitted.", sched.stats.admitted as f64);
-    metric("admission_rejects_total", "counter", "Streams rejected.", sched.stats.rejected as f64);
+    let st = &sched.stats;
+    for (name, help, v) in [
+        ("reads_total", "Block reads issued.", st.reads),
+        ("writes_total", "Recording block writes issued.", st.writes),
+        ("late_reads_total", "Block reads finished after their deadline.", st.late_reads),
+        ("failed_reads_total", "Block reads that failed.", st.failed_reads),
+        ("missed_deadlines_total", "Blocks not in memory by their deadline.", st.missed_deadlines),
+        (
+            "missed_write_deadlines_total",
+            "Recorded blocks not on disk by their deadline.",
+            st.missed_write_deadlines,
+        ),
+        ("cycles_total", "Scheduler cycles ended.", st.cycles),
+        (
+            "cycles_with_misses_total",
+            "Cycles in which a deadline was missed.",
+            st.cycles_with_misses,
+        ),
+        ("admission_accepts_total", "Streams admitted.", st.admitted),
+        ("admission_rejects_total", "Streams rejected.", st.rejected),
+    ] {
+        metric(name, "counter", help, v as f64);
+    }
     metric(
         "reorg_running",
         "gauge",
@@ -278,6 +286,14 @@ async fn metrics(State(s): State<ApiState>) -> impl IntoResponse {
     let _ = writeln!(out, "# TYPE isochron_disk_queue_depth gauge");
     for (d, n) in &sched.disk_queues {
         let _ = writeln!(out, "isochron_disk_queue_depth{{disk=\"{d}\"}} {n}");
+    }
+    let _ = writeln!(
+        out,
+        "# HELP isochron_disk_admitted_utilisation Predicted share of each disk's real-time cycle \
+         time in use by admitted streams, 0..1.\n# TYPE isochron_disk_admitted_utilisation gauge"
+    );
+    for (d, u) in &sched.utilisation {
+        let _ = writeln!(out, "isochron_disk_admitted_utilisation{{disk=\"{d}\"}} {u}");
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }

@@ -40,7 +40,7 @@ use isochron_base::mix::SplitMix64;
 use isochron_diskio::{IoDone, IoWorker, Store};
 use isochron_rtsp::codec::Limits;
 use isochron_rtsp::server::{ConnId, ServerConfig, ServerCore};
-use isochron_sched::Scheduler;
+use isochron_sched::{AdmissionController, CycleScheduler, DiskModel, DiskProfile};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -77,6 +77,62 @@ pub fn open_or_create_store(settings: &Settings) -> anyhow::Result<Store> {
         info!("seeded the store with the bundled demo clip as \"demo\"");
     }
     Ok(store)
+}
+
+/// The admission profile of disk `id`: from its emulation model, or from the
+/// `isochron-profile.json` that `isochron profile-disk` wrote in its directory. A disk with
+/// neither is given an unlimited profile (admission cannot predict it, so it does not limit it)
+/// and a warning says how to profile it.
+pub fn disk_profile(store: &Store, id: DiskId) -> DiskProfile {
+    let meta = store.meta();
+    let record = meta.disks.iter().find(|d| d.id == id);
+    if let Some(model) = record.and_then(|d| d.model) {
+        let m = DiskModel::new(model.mean_seek, model.rate as f64);
+        if let Ok(p) = m.read_profile() {
+            return p;
+        }
+    }
+    if let Some(d) = store.disk(id) {
+        let path = d.path().join(PROFILE_FILE);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => match parse_profile(&text) {
+                Ok(p) => return p,
+                Err(e) => {
+                    warn!(disk = %id, file = %path.display(), error = %e, "unusable disk profile")
+                }
+            },
+            Err(_) => warn!(
+                disk = %id,
+                "disk {id} has no profile: admission does not limit it (run `isochron profile-disk {}`)",
+                d.path().display()
+            ),
+        }
+    }
+    unlimited_profile()
+}
+
+/// The file `isochron profile-disk` writes in a disk's directory.
+pub const PROFILE_FILE: &str = "isochron-profile.json";
+
+/// Parses `{"sizes":[…],"min_mib_s":[…],"mean_mib_s":[…],"max_mib_s":[…]}`.
+fn parse_profile(text: &str) -> anyhow::Result<DiskProfile> {
+    #[derive(serde::Deserialize)]
+    struct ProfileJson {
+        sizes: Vec<u64>,
+        min_mib_s: Vec<f64>,
+        mean_mib_s: Vec<f64>,
+        max_mib_s: Vec<f64>,
+    }
+    let j: ProfileJson = serde_json::from_str(text)?;
+    let sizes = j.sizes.into_iter().map(isochron_base::Bytes).collect();
+    Ok(DiskProfile::from_mib_s(sizes, &j.min_mib_s, &j.mean_mib_s, &j.max_mib_s)?)
+}
+
+/// A profile so fast that admission never limits the disk.
+fn unlimited_profile() -> DiskProfile {
+    let sizes: Vec<_> = isochron_sched::profile::profiler_sizes();
+    let fast = vec![1e9; sizes.len()];
+    DiskProfile::from_mib_s(sizes, &fast, &fast, &fast).expect("a valid constant profile")
 }
 
 /// A running server.
@@ -157,6 +213,9 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
                 IoDone::Read(r) => {
                     let _ = sched_tx.send(SchedCommand::ReadDone(r));
                 }
+                IoDone::Write(w) => {
+                    let _ = sched_tx.send(SchedCommand::WriteDone(w));
+                }
                 other => {
                     let _ = reorg_tx.send(ReorgCommand::Io(other));
                 }
@@ -166,8 +225,10 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         }
     };
     let mut workers = HashMap::new();
+    let mut profiles = Vec::new();
     for id in store.disk_ids() {
         workers.insert(id, spawn_worker(&store, id)?);
+        profiles.push((id, disk_profile(&store, id)));
     }
 
     let rtsp_listener = TcpListener::bind(settings.rtsp_listen).await.with_context(|| {
@@ -185,7 +246,10 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
     let mut threads = Vec::new();
     let sched = SchedThread {
         clock,
-        scheduler: Scheduler::new(settings.sched.clone()),
+        scheduler: CycleScheduler::new(
+            settings.cycle.clone(),
+            AdmissionController::new(settings.admission.clone(), profiles),
+        ),
         rx: sched_rx,
         workers,
         sender: sender_tx.clone(),

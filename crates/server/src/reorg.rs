@@ -212,7 +212,8 @@ impl Reorganiser {
 
     fn attach(&self, id: DiskId) -> anyhow::Result<()> {
         let worker = (self.spawn_worker)(&self.store, id)?;
-        let _ = self.sched.send(SchedCommand::AttachDisk { disk: id, worker });
+        let profile = crate::disk_profile(&self.store, id);
+        let _ = self.sched.send(SchedCommand::AttachDisk { disk: id, worker, profile });
         Ok(())
     }
 
@@ -293,7 +294,8 @@ impl Reorganiser {
                     }
                 }
             }
-            IoDone::Read(_) => {} // real-time reads go to the scheduler, never here
+            // Real-time reads and writes go to the scheduler, never here.
+            IoDone::Read(_) | IoDone::Write(_) => {}
         }
         if !self.busy() {
             return;

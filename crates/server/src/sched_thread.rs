@@ -1,35 +1,70 @@
-//! The scheduler thread: the one owner of the [`Scheduler`] and its block cache.
+//! The scheduler thread: the one owner of the XTREAM [`CycleScheduler`] and its block cache.
 //!
 //! Everything that touches the scheduler goes through [`SchedCommand`] on one channel: admission
-//! and starts from the session manager, "block done" from the sender, read completions from the
-//! disk threads. The thread issues the reads the scheduler asks for to the per-disk
-//! [`IoWorker`]s and forwards delivered blocks to the sender thread. No lock guards the cache:
-//! only this thread sees it (moonfire-nvr's `IoCommand` pattern, rust-analyzer's closed event
-//! enum).
+//! and starts from the session manager, recordings' blocks from the recorder, "block done" from
+//! the sender, completions from the disk threads, copies and plan changes from the reorganiser.
+//! The thread issues the IOs the scheduler asks for to the per-disk [`IoWorker`]s and forwards
+//! delivered blocks to the sender thread and written blocks to their recorder. No lock guards
+//! the cache or the cycle state: only this thread sees them (moonfire-nvr's `IoCommand`
+//! pattern, rust-analyzer's closed event enum). It wakes at every cycle boundary
+//! ([`CycleScheduler::poll_timeout`]).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use isochron_base::{BlockIndex, DiskId, MediaTime, ObjectId, StreamId};
-use isochron_diskio::{IoCommand, IoWorker, ReadDone as DiskReadDone};
-use isochron_sched::{Admission, Event, ObjectPlan, OpenStream, ReadDone, SchedStats, Scheduler};
+use isochron_base::{BlockIndex, BlockKey, DiskId, MediaTime, ObjectId, StreamId};
+use isochron_diskio::{IoCommand, IoWorker, ReadDone as DiskReadDone, WriteDone as DiskWriteDone};
+use isochron_sched::admission::Decision;
+use isochron_sched::cycle::{
+    CycleEvent, CycleReport, CycleScheduler, CycleStats, IoClass, OpenRecord, RecordBlock,
+    WriteDone,
+};
+use isochron_sched::profile::DiskProfile;
+use isochron_sched::{ObjectPlan, OpenStream, ReadDone};
 use tokio::sync::{mpsc, oneshot};
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::clock::Clock;
 use crate::sender::{SenderCommand, SharedBlock};
 use crate::sessions::SessionCommand;
 
+/// What a recording hears back about its blocks.
+#[derive(Debug)]
+pub enum RecordEvent {
+    /// A block is durably on disk.
+    Written(BlockKey),
+    /// A block could not be written.
+    Failed(BlockKey, String),
+}
+
 /// Commands to the scheduler thread.
 #[derive(Debug)]
 pub enum SchedCommand {
-    /// Admit a stream.
+    /// Admit a playing stream.
     Open {
         /// The request.
         req: OpenStream,
         /// The decision.
-        reply: oneshot::Sender<Admission>,
+        reply: oneshot::Sender<Decision>,
+    },
+    /// Admit a recording; its blocks' fates go to `events`.
+    OpenRecord {
+        /// The request.
+        req: OpenRecord,
+        /// Where written/failed notices go.
+        events: mpsc::UnboundedSender<RecordEvent>,
+        /// The decision.
+        reply: oneshot::Sender<Decision>,
+    },
+    /// A recording's block, to be written to `disk` within the recording's guaranteed rate.
+    RecordBlock {
+        /// The recording.
+        stream: StreamId,
+        /// The disk its placement picks.
+        disk: DiskId,
+        /// The block.
+        block: SharedBlock,
     },
     /// Start run `run` of a stream at block `from`, media time `media`.
     Start {
@@ -47,7 +82,7 @@ pub enum SchedCommand {
         /// The stream.
         stream: StreamId,
     },
-    /// Forget a stream.
+    /// Forget a stream (and release its admission).
     Close {
         /// The stream.
         stream: StreamId,
@@ -63,17 +98,21 @@ pub enum SchedCommand {
     },
     /// A disk read finished.
     ReadDone(DiskReadDone),
+    /// A recording's block write finished.
+    WriteDone(DiskWriteDone),
     /// Drop an object's cached blocks.
     Purge {
         /// The object.
         object: ObjectId,
     },
-    /// A disk joined: take over its IO thread.
+    /// A disk joined: take over its IO thread; admission learns its profile.
     AttachDisk {
         /// The disk.
         disk: DiskId,
         /// Its IO thread.
         worker: IoWorker,
+        /// Its profile for admission (`None`: unprofiled, unlimited).
+        profile: DiskProfile,
     },
     /// A disk was retired: stop its IO thread.
     DetachDisk {
@@ -111,19 +150,23 @@ pub enum SchedCommand {
 #[derive(Clone, Debug, Default)]
 pub struct SchedSnapshot {
     /// Counters.
-    pub stats: SchedStats,
-    /// Streams admitted now.
+    pub stats: CycleStats,
+    /// Streams open (playing and recording).
     pub streams: usize,
-    /// Reads queued or in flight per disk.
+    /// IOs queued or in flight per disk.
     pub disk_queues: Vec<(DiskId, usize)>,
     /// Bytes in the cache.
     pub cache_bytes: u64,
+    /// The last finished cycle.
+    pub last_cycle: CycleReport,
+    /// Admission's predicted utilisation of each disk's real-time share, 0..1.
+    pub utilisation: Vec<(DiskId, f64)>,
 }
 
 /// Everything the thread needs.
 pub(crate) struct SchedThread {
     pub(crate) clock: Clock,
-    pub(crate) scheduler: Scheduler<SharedBlock>,
+    pub(crate) scheduler: CycleScheduler<SharedBlock>,
     pub(crate) rx: Receiver<SchedCommand>,
     pub(crate) workers: HashMap<DiskId, IoWorker>,
     pub(crate) sender: Sender<SenderCommand>,
@@ -137,6 +180,10 @@ impl SchedThread {
         // Reads handed to IO threads and not completed, and the barriers waiting on them.
         let mut outstanding: BTreeSet<u64> = BTreeSet::new();
         let mut drains: Vec<(u64, oneshot::Sender<()>)> = Vec::new();
+        // Recordings' blocks waiting to be written, and where their notices go.
+        let mut pending_writes: HashMap<BlockKey, SharedBlock> = HashMap::new();
+        let mut recorders: HashMap<StreamId, mpsc::UnboundedSender<RecordEvent>> = HashMap::new();
+        let mut last_cycle = CycleReport::default();
         loop {
             let now = self.clock.now();
             let cmd = match self.scheduler.poll_timeout() {
@@ -156,11 +203,30 @@ impl SchedThread {
                 Some(SchedCommand::Open { req, reply }) => {
                     let _ = reply.send(s.handle_open(now, req));
                 }
+                Some(SchedCommand::OpenRecord { req, events, reply }) => {
+                    let decision = s.handle_open_record(now, req);
+                    if decision.is_admit() {
+                        recorders.insert(req.stream, events);
+                    }
+                    let _ = reply.send(decision);
+                }
+                Some(SchedCommand::RecordBlock { stream, disk, block }) => {
+                    let key = block.header().key;
+                    let len = isochron_base::Bytes(block.as_bytes().len() as u64);
+                    if s.handle_record_block(now, stream, RecordBlock { key, disk, len }) {
+                        pending_writes.insert(key, block);
+                    } else if let Some(tx) = recorders.get(&stream) {
+                        let _ = tx.send(RecordEvent::Failed(key, "not an open recording".into()));
+                    }
+                }
                 Some(SchedCommand::Start { stream, run, from, media }) => {
                     s.handle_start(now, stream, run, from, media);
                 }
                 Some(SchedCommand::Stop { stream }) => s.handle_stop(now, stream),
-                Some(SchedCommand::Close { stream }) => s.handle_close(now, stream),
+                Some(SchedCommand::Close { stream }) => {
+                    s.handle_close(now, stream);
+                    recorders.remove(&stream);
+                }
                 Some(SchedCommand::BlockDone { stream, run, index }) => {
                     s.handle_block_done(now, stream, run, index);
                 }
@@ -169,13 +235,20 @@ impl SchedThread {
                     let result = done.result.map_err(|e| e.to_string());
                     s.handle_read_done(now, ReadDone { disk: done.disk, key: done.key, result });
                 }
+                Some(SchedCommand::WriteDone(done)) => {
+                    pending_writes.remove(&done.key);
+                    let result = done.result.map_err(|e| e.to_string());
+                    s.handle_write_done(now, WriteDone { disk: done.disk, key: done.key, result });
+                }
                 Some(SchedCommand::Purge { object }) => s.purge_object(object),
-                Some(SchedCommand::AttachDisk { disk, worker }) => {
+                Some(SchedCommand::AttachDisk { disk, worker, profile }) => {
+                    s.handle_disk_profile(disk, profile);
                     if let Some(old) = self.workers.insert(disk, worker) {
                         old.shutdown();
                     }
                 }
                 Some(SchedCommand::DetachDisk { disk }) => {
+                    s.handle_disk_removed(disk);
                     if let Some(w) = self.workers.remove(&disk) {
                         w.shutdown();
                     }
@@ -190,33 +263,57 @@ impl SchedThread {
                     let mut disk_queues: Vec<_> =
                         self.workers.keys().map(|d| (*d, s.disk_queue_len(*d))).collect();
                     disk_queues.sort_unstable();
+                    let adm = s.admission();
+                    let utilisation =
+                        adm.disks().filter_map(|d| adm.utilisation(d).map(|u| (d, u))).collect();
                     let _ = reply.send(SchedSnapshot {
                         stats: s.stats(),
                         streams: s.stream_count(),
                         disk_queues,
                         cache_bytes: s.cache().used().0,
+                        last_cycle,
+                        utilisation,
                     });
                 }
                 Some(SchedCommand::Shutdown) => break,
-                None => s.handle_timeout(now),
+                None => {}
             }
+            self.scheduler.handle_timeout(now);
             while let Some(io) = self.scheduler.poll_io() {
                 tag += 1;
-                match self.workers.get(&io.disk) {
-                    Some(w) => {
+                let cmd = match io.class {
+                    IoClass::Read { key } => {
                         outstanding.insert(tag);
-                        w.submit(IoCommand::Read { key: io.key, tag });
+                        IoCommand::Read { key, tag }
                     }
+                    IoClass::Write { key, .. } => match pending_writes.get(&key) {
+                        Some(block) => IoCommand::Write { key, block: Arc::clone(block), tag },
+                        None => {
+                            warn!(block = %key, "write scheduled for a block no longer held");
+                            continue;
+                        }
+                    },
+                    // The server runs reorganisation copies through the disk threads' own
+                    // non-real-time share, not through the cycle's NRT queue.
+                    IoClass::Nrt { .. } => continue,
+                };
+                match self.workers.get(&io.disk) {
+                    Some(w) => w.submit(cmd),
                     None => {
-                        warn!(disk = %io.disk, key = %io.key, "read for a disk with no IO thread");
-                        self.scheduler.handle_read_done(
-                            now,
-                            ReadDone {
-                                disk: io.disk,
-                                key: io.key,
-                                result: Err(format!("disk {} is not attached", io.disk)),
-                            },
-                        );
+                        warn!(disk = %io.disk, "IO for a disk with no IO thread");
+                        outstanding.remove(&tag);
+                        let error = format!("disk {} is not attached", io.disk);
+                        match io.class {
+                            IoClass::Read { key } => self.scheduler.handle_read_done(
+                                now,
+                                ReadDone { disk: io.disk, key, result: Err(error) },
+                            ),
+                            IoClass::Write { key, .. } => self.scheduler.handle_write_done(
+                                now,
+                                WriteDone { disk: io.disk, key, result: Err(error) },
+                            ),
+                            IoClass::Nrt { .. } => {}
+                        }
                     }
                 }
             }
@@ -228,7 +325,7 @@ impl SchedThread {
             }
             while let Some(ev) = self.scheduler.poll_event() {
                 match ev {
-                    Event::Deliver { stream, index, block, anchor, run } => {
+                    CycleEvent::Deliver { stream, index, block, anchor, run } => {
                         let _ = self.sender.send(SenderCommand::Block {
                             stream,
                             run,
@@ -237,10 +334,25 @@ impl SchedThread {
                             anchor,
                         });
                     }
-                    Event::ReadFailed { stream, key, error } => {
+                    CycleEvent::ReadFailed { stream, key, error } => {
                         warn!(%stream, block = %key, %error, "block read failed");
                         let _ = self.sessions.send(SessionCommand::ReadFailed { stream, error });
                     }
+                    CycleEvent::Missed { stream, key, .. } => {
+                        debug!(%stream, block = %key, "deadline missed");
+                    }
+                    CycleEvent::Written { stream, key } => {
+                        if let Some(tx) = recorders.get(&stream) {
+                            let _ = tx.send(RecordEvent::Written(key));
+                        }
+                    }
+                    CycleEvent::WriteFailed { stream, key, error } => {
+                        if let Some(tx) = recorders.get(&stream) {
+                            let _ = tx.send(RecordEvent::Failed(key, error));
+                        }
+                    }
+                    CycleEvent::NrtDone { .. } => {}
+                    CycleEvent::CycleEnd(report) => last_cycle = report,
                 }
             }
         }

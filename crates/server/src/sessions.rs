@@ -21,7 +21,7 @@ use isochron_rtsp::server::{
     ConnId, ConnInfo, Event, Handled, PauseAction, PlayAction, PlayOutcome, PlayStart, Position,
     ServerCore, SessionTransport,
 };
-use isochron_sched::{Admission, OpenStream};
+use isochron_sched::{Decision, OpenStream};
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
@@ -292,8 +292,8 @@ impl Manager {
         };
         let _ = self.sched.send(SchedCommand::Open { req, reply: tx });
         match rx.await {
-            Ok(Admission::Admit) => {}
-            Ok(Admission::Reject(reason)) => {
+            Ok(Decision::Admit) => {}
+            Ok(Decision::Reject(reason)) => {
                 info!(%stream, object = %entry.record.name, %reason, "admission: rejected");
                 return Err(PlayOutcome::Rejected { reason: reason.to_string() });
             }

@@ -1,10 +1,12 @@
 //! The subcommands.
 
+pub(crate) mod bench_disk;
 pub(crate) mod cat;
 pub(crate) mod disk;
 pub(crate) mod fsck;
 pub(crate) mod ingest;
 pub(crate) mod ls;
+pub(crate) mod profile_disk;
 pub(crate) mod rm;
 pub(crate) mod serve;
 

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# XTREAM Table 1 on this machine (docs/results/xtream-table1.md): MaxN and what each admission
+# policy admits, for CBR / VBR / heterogeneous streams at three rates, (a) on emulated disks
+# (seek 10 ms, 4 MiB/s: the paper's era) and (b) on the real disk with rates scaled up; every
+# admitted set is then run and its missed deadlines reported. Also: initial latency at 1, MaxN/2
+# and MaxN streams, overload with admission off, and efficiency against fio on the real disk.
+#
+# Everything runs in real time through `isochron bench-disk` (the server's cycle scheduler over
+# the real IO threads). Emulated cells each have their own emulated disk and run in parallel;
+# real-disk runs run one at a time, after them. Wall time: about 1.5 h (see the results file).
+#
+# Usage: scripts/xtream-table1.sh [emu|real|extra|report|all]   (default all)
+# Environment: BIN (isochron binary, default target/release/isochron), WORK (scratch directory,
+# default /tmp/isochron-xtream; needs ~3 GiB), PROBE_S / CONFIRM_S (search probe and
+# confirmation run lengths, default 20 / 60), REAL_RATES, EMU_RATES (bits/s, space-separated).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-$PWD/target/release/isochron}
+WORK=${WORK:-/tmp/isochron-xtream}
+OUT=$WORK/results
+PROBE_S=${PROBE_S:-20}
+CONFIRM_S=${CONFIRM_S:-60}
+EMU_RATES=${EMU_RATES:-"250k 1M 2M"}
+REAL_RATES=${REAL_RATES:-"125M 500M 1G"}
+KINDS="cbr vbr het"
+POLICIES="conservative aggressive aggressive-avg"
+mkdir -p "$OUT"
+CLIP=$WORK/clip.ts
+log() { echo "[$(date +%T)] $*" >&2; }
+
+clip() {
+  [ -s "$CLIP" ] && return
+  ffmpeg -loglevel error -y -f lavfi -i testsrc2=size=640x360:rate=25 -t 120 -c:v libx264 \
+    -preset ultrafast -b:v 1M -maxrate 2M -bufsize 1M -f mpegts "$CLIP"
+}
+
+# json FILE EXPR: a value from a JSON file (python, so that jq is not needed).
+json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$1" "$2"; }
+
+trace_args() { [ "$1" = vbr ] && echo "--trace $CLIP" || true; }
+
+# cell SET KIND RATE STORE SPACING_MS [extra bench-disk args…]: MaxN search, then every
+# policy's admitted set (equal counts are the same streams: run once).
+cell() {
+  local set=$1 kind=$2 rate=$3 store=$4 spacing=$5; shift 5
+  local base="$set-$kind-$rate"
+  local common=(--store "$store" --kind "$kind" --rate "$rate" --spacing-ms "$spacing" $(trace_args "$kind") "$@")
+  log "$base: MaxN search"
+  nice "$BIN" bench-disk "${common[@]}" --find-max-n --probe-duration "$PROBE_S" \
+    --duration "$CONFIRM_S" ${CELL_FIO:-} --json "$OUT/$base-maxn.json" > "$OUT/$base-maxn.txt"
+  local maxn; maxn=$(json "$OUT/$base-maxn.json" 'd["max_n"]')
+  local offered=$((4 * maxn + 20)) done=""
+  for p in $POLICIES; do
+    local n; n=$(json "$OUT/$base-maxn.json" "d['admits']['$p']")
+    if [[ " $done " == *" $n "* ]]; then log "$base: $p admits $n (already run)"; continue; fi
+    done="$done $n"
+    log "$base: $p admits $n: running"
+    nice "$BIN" bench-disk "${common[@]}" --admission "$p" --streams "$offered" \
+      --duration "$CONFIRM_S" --json "$OUT/$base-run-$n.json" > "$OUT/$base-run-$n.txt"
+  done
+  log "$base: done"
+}
+
+emu_store() { # emu_store NAME: a store on its own emulated disk (10 ms, 4 MiB/s), 1 MiB blocks.
+  local s=$WORK/emu/$1
+  "$BIN" bench-disk --store "$s" --prepare --disk "$s/d0,seek_ms=10,rate_mib_s=4" \
+    --blocks-kib 1024 --pool-blocks 32 > /dev/null
+  echo "$s"
+}
+
+emu() {
+  clip
+  for kind in $KINDS; do
+    for rate in $EMU_RATES; do
+      cell emu "$kind" "$rate" "$(emu_store "$kind-$rate")" 2000 &
+    done
+  done
+  wait
+}
+
+real_store() {
+  local s=$WORK/real
+  mkdir -p "$s/d0"
+  [ -s "$s/d0/isochron-profile.json" ] || nice "$BIN" profile-disk "$s/d0" > "$OUT/real-profile.txt"
+  "$BIN" bench-disk --store "$s/bench" --prepare --disk "$s/d0" --blocks-kib 1024 \
+    --pool-blocks 1024 > /dev/null
+  echo "$s/bench"
+}
+
+real() {
+  clip
+  local store; store=$(real_store)
+  for kind in $KINDS; do
+    for rate in $REAL_RATES; do
+      CELL_FIO=$([ "$kind" = cbr ] && echo "--fio 15" || true) \
+        cell real "$kind" "$rate" "$store" 20 --queue-depth 2
+    done
+  done
+}
+
+# Initial latency at 1, MaxN/2 and MaxN streams (a probe restarting every few seconds), and
+# overload with admission off, on an emulated disk (parallel) and on the real disk.
+extra() {
+  local m; m=$(json "$OUT/emu-cbr-1M-maxn.json" 'd["max_n"]')
+  for n in 1 $((m / 2)) "$m"; do
+    nice "$BIN" bench-disk --store "$(emu_store lat-$n)" --kind cbr --rate 1M --streams "$n" \
+      --admission off --spacing-ms 2000 --probe-every 4 --duration 120 \
+      --json "$OUT/lat-emu-$n.json" > /dev/null &
+  done
+  for f in 100 110 125 150 200; do
+    local n=$((m * f / 100))
+    nice "$BIN" bench-disk --store "$(emu_store over-$f)" --kind cbr --rate 1M --streams "$n" \
+      --admission off --spacing-ms 2000 --duration "$CONFIRM_S" \
+      --json "$OUT/over-emu-$f.json" > /dev/null &
+  done
+  wait
+  local store; store=$(real_store)
+  m=$(json "$OUT/real-cbr-500M-maxn.json" 'd["max_n"]')
+  for n in 1 $((m / 2)) "$m"; do
+    nice "$BIN" bench-disk --store "$store" --kind cbr --rate 500M --streams "$n" --admission off \
+      --spacing-ms 20 --queue-depth 2 --probe-every 1 --duration "$CONFIRM_S" \
+      --json "$OUT/lat-real-$n.json" > /dev/null
+  done
+  for f in 110 125 150 200; do
+    nice "$BIN" bench-disk --store "$store" --kind cbr --rate 500M --streams $((m * f / 100)) \
+      --admission off --spacing-ms 20 --queue-depth 2 --duration 30 \
+      --json "$OUT/over-real-$f.json" > /dev/null
+  done
+}
+
+report() { python3 scripts/xtream-table1-report.py "$OUT" > "$OUT/tables.md"; log "wrote $OUT/tables.md"; }
+
+start=$(date +%s)
+case "${1:-all}" in
+  emu) emu ;;
+  real) real ;;
+  extra) extra ;;
+  report) report ;;
+  all) emu; real; extra; report ;;
+  *) echo "usage: $0 [emu|real|extra|report|all]" >&2; exit 2 ;;
+esac
+log "wall time: $(( ($(date +%s) - start) / 60 )) min"
