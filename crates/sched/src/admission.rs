@@ -62,8 +62,8 @@ use std::time::Duration;
 
 use isochron_base::{BitRate, Bytes, DiskId, StreamId};
 
+use crate::plan::ObjectPlan;
 use crate::profile::{Curve, DiskProfile};
-use crate::scheduler::ObjectPlan;
 
 /// How strictly new streams are admitted (`--admission`, TOML `admission`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -707,8 +707,8 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::plan::PlannedBlock;
     use crate::profile::DiskModel;
-    use crate::scheduler::PlannedBlock;
 
     const MIB: f64 = 1_048_576.0;
 

@@ -35,8 +35,7 @@
 //! or a recorded block not written by the end of the cycle after the one it was produced in.
 //! Both are counted per stream, per cycle ([`CycleEvent::CycleEnd`]) and in total.
 //!
-//! The outer API follows [`crate::Scheduler`] so a driver can switch with small changes:
-//! `handle_*(now, …)` inputs, [`CycleScheduler::poll_io`] / [`CycleScheduler::poll_event`] /
+//! The API is quinn-proto's shape: `handle_*(now, …)` inputs, [`CycleScheduler::poll_io`] / [`CycleScheduler::poll_event`] /
 //! [`CycleScheduler::poll_timeout`] outputs. Not here: the IO itself, pacing, and the clock.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -49,7 +48,7 @@ use isochron_base::{BitRate, BlockIndex, BlockKey, Bytes, DiskId, Instant, Media
 
 use crate::admission::{AdmissionController, Decision, Direction, Refusal, StreamDemand};
 use crate::cache::{BlockCache, CacheStats, Pin};
-use crate::scheduler::{Anchor, Event, IoRequest, ObjectPlan, OpenStream, ReadDone};
+use crate::plan::{Anchor, ObjectPlan, OpenStream, ReadDone};
 
 /// Alignment of non-real-time chunks (`O_DIRECT`).
 const NRT_ALIGN: u64 = 4096;
@@ -228,19 +227,6 @@ pub struct CycleIo {
     pub class: IoClass,
 }
 
-impl CycleIo {
-    /// The IO as the read-ahead scheduler's [`IoRequest`], if it is a block read.
-    #[must_use]
-    pub fn as_read(&self) -> Option<IoRequest> {
-        match self.class {
-            IoClass::Read { key } => {
-                Some(IoRequest { disk: self.disk, key, len: self.len, deadline: self.deadline })
-            }
-            _ => None,
-        }
-    }
-}
-
 /// One cycle's counts, reported when it ends.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CycleReport {
@@ -263,7 +249,7 @@ pub struct CycleReport {
 /// Outputs for the driver.
 #[derive(Debug)]
 pub enum CycleEvent<V> {
-    /// The next block of a stream is in memory (as [`Event::Deliver`]).
+    /// The next block of a stream is in memory .
     Deliver {
         /// The stream.
         stream: StreamId,
@@ -276,7 +262,7 @@ pub enum CycleEvent<V> {
         /// The run this block belongs to.
         run: u64,
     },
-    /// A block could not be read; the stream is stopped (as [`Event::ReadFailed`]).
+    /// A block could not be read; the stream is stopped.
     ReadFailed {
         /// The stream.
         stream: StreamId,
@@ -319,21 +305,6 @@ pub enum CycleEvent<V> {
     },
     /// A cycle ended.
     CycleEnd(CycleReport),
-}
-
-impl<V> CycleEvent<V> {
-    /// The event as the read-ahead scheduler's [`Event`], for the two kinds it has.
-    pub fn into_event(self) -> Option<Event<V>> {
-        match self {
-            Self::Deliver { stream, index, block, anchor, run } => {
-                Some(Event::Deliver { stream, index, block, anchor, run })
-            }
-            Self::ReadFailed { stream, key, error } => {
-                Some(Event::ReadFailed { stream, key, error })
-            }
-            _ => None,
-        }
-    }
 }
 
 /// Counters, monotonic.
@@ -1345,8 +1316,8 @@ mod tests {
 
     use super::*;
     use crate::admission::{AdmissionConfig, AdmissionPolicy};
+    use crate::plan::PlannedBlock;
     use crate::profile::DiskModel;
-    use crate::scheduler::PlannedBlock;
 
     const MIB: Bytes = Bytes::mib(1);
     const SEC: Duration = Duration::from_secs(1);

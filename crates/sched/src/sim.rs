@@ -29,8 +29,8 @@ use crate::cycle::{
     CycleConfig, CycleEvent, CycleIo, CycleReport, CycleScheduler, CycleStats, IoClass, NrtDone,
     NrtId, NrtKind, NrtRequest, RecordBlock, WriteDone,
 };
+use crate::plan::{Anchor, ReadDone};
 use crate::profile::{DiskModel, ProfileError};
-use crate::scheduler::{Anchor, ReadDone};
 use crate::workload::{StreamSpec, uniform};
 
 /// Non-real-time load: every disk keeps `backlog` requests of `request_len` queued.

@@ -27,7 +27,7 @@ use isochron_base::{BitRate, Bytes, DiskId, Gsn, MediaTime, ObjectId, StreamId};
 
 use crate::admission::Direction;
 use crate::cycle::OpenRecord;
-use crate::scheduler::{ObjectPlan, OpenStream, PlannedBlock};
+use crate::plan::{ObjectPlan, OpenStream, PlannedBlock};
 
 /// The three stream mixes of XTREAM's Table 1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -1,6 +1,6 @@
 //! The configuration file: one TOML document, every key optional, unknown keys rejected.
 //!
-//! The file format is kept apart from the cores' config structs (`SchedConfig`, the RTSP
+//! The file format is kept apart from the cores' config structs (`CycleConfig`, the RTSP
 //! `ServerConfig`): [`ConfigFile`] is what users write, [`ConfigFile::validate`] turns it into
 //! checked runtime values once, at the edge ("parse, don't validate"). `config/example.toml` is the
 //! documentation of every key with its unit and default; a test proves it equals

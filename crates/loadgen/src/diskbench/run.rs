@@ -41,7 +41,7 @@ use isochron_sched::admission::{
     AdmissionConfig, AdmissionController, AdmissionPolicy, Direction, StreamDemand,
 };
 use isochron_sched::cycle::{CycleConfig, CycleEvent, CycleScheduler, IoClass, RecordBlock};
-use isochron_sched::scheduler::{Anchor, ReadDone};
+use isochron_sched::plan::{Anchor, ReadDone};
 use isochron_sched::sim::{SimStream, staggered};
 use isochron_sched::workload::{self, WorkloadKind, WorkloadSpec};
 use isochron_store::Block;

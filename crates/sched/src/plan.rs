@@ -1,0 +1,86 @@
+//! What the scheduler knows of an object and of a stream: block plans, admission requests, read
+//! completions and pacing anchors.
+//!
+//! Why a module of its own: these types cross every boundary of the data plane — the library
+//! builds [`ObjectPlan`]s from catalog records, the session manager opens streams with
+//! [`OpenStream`], the disk threads answer with [`ReadDone`], and the pacer paces by the
+//! [`Anchor`] the [`CycleScheduler`](crate::CycleScheduler) hands out with a stream's first block
+//! (Yima's per-stream media clock; XTREAM's double buffer is in `cycle`).
+
+use std::sync::Arc;
+
+use isochron_base::{BitRate, BlockIndex, BlockKey, Bytes, DiskId, Gsn, Instant, MediaTime};
+use isochron_base::{ObjectId, StreamId};
+
+/// Where one block of an object is and when it plays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlannedBlock {
+    /// The disk holding the block.
+    pub disk: DiskId,
+    /// The GSN of the block's first packet.
+    pub first_gsn: Gsn,
+    /// The send time of the block's first packet.
+    pub first_send_time: MediaTime,
+    /// The block's size on disk (what a read transfers and the cache holds).
+    pub len: Bytes,
+}
+
+/// The blocks of one object in order, as the scheduler needs them. Shared by every stream of the
+/// object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectPlan {
+    /// The object.
+    pub object: ObjectId,
+    /// Its blocks, by index.
+    pub blocks: Vec<PlannedBlock>,
+}
+
+impl ObjectPlan {
+    /// The block holding packet `gsn`, if the object has it.
+    #[must_use]
+    pub fn block_of(&self, gsn: Gsn) -> Option<BlockIndex> {
+        let after = self.blocks.partition_point(|b| b.first_gsn <= gsn);
+        let i = after.checked_sub(1)?;
+        Some(BlockIndex(u32::try_from(i).ok()?))
+    }
+
+    /// The key of block `index`.
+    #[must_use]
+    pub fn key(&self, index: BlockIndex) -> BlockKey {
+        BlockKey::new(self.object, index)
+    }
+}
+
+/// A request to admit a stream.
+#[derive(Clone, Debug)]
+pub struct OpenStream {
+    /// The stream's id, chosen by the caller.
+    pub stream: StreamId,
+    /// The object it plays.
+    pub plan: Arc<ObjectPlan>,
+    /// The object's mean rate.
+    pub avg_bitrate: BitRate,
+    /// The object's peak rate over one-second windows.
+    pub peak_bitrate: BitRate,
+}
+
+/// A completed read.
+#[derive(Debug)]
+pub struct ReadDone<V> {
+    /// The disk the read was issued to.
+    pub disk: DiskId,
+    /// The block.
+    pub key: BlockKey,
+    /// The block's contents, or why it could not be read.
+    pub result: Result<V, String>,
+}
+
+/// Where a stream's media clock is pinned to the wall clock: the packet whose send time is
+/// `media` is due at `wall`; later packets are due at `wall + (send_time − media)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Anchor {
+    /// Wall-clock time of `media`.
+    pub wall: Instant,
+    /// The media time of the start.
+    pub media: MediaTime,
+}
