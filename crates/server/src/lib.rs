@@ -20,6 +20,7 @@ pub mod library;
 pub mod media_watch;
 pub mod net;
 pub mod pacer;
+pub mod recorder;
 pub mod reorg;
 pub mod sched_thread;
 pub mod sender;
@@ -344,7 +345,14 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
             .await
             .with_context(|| format!("binding HTTP to {addr} (config key http.listen)"))?;
         http_addr = Some(listener.local_addr()?);
+        let recorders = Arc::new(recorder::Recorders::new(
+            Arc::clone(&store),
+            Arc::clone(&library),
+            sched_tx.clone(),
+            sessions_tx.clone(),
+        ));
         let app = http::router(http::ApiState {
+            recorders,
             library: Arc::clone(&library),
             sessions: sessions_tx.clone(),
             sched: sched_tx.clone(),
