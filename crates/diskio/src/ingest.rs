@@ -418,3 +418,63 @@ fn read_some<R: Read>(src: &mut R, buf: &mut [u8]) -> Result<usize, IngestError>
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use isochron_media::UnitStream;
+
+    use super::*;
+
+    const DEMO: &[u8] = include_bytes!("../../../assets/demo.ts");
+
+    /// A recorder's path (bytes in chunks through [`UnitStream`], then [`BlockPacker`]) makes
+    /// the blocks and the record an ingest of the same bytes makes, for any chunking.
+    #[test]
+    fn packing_streamed_units_matches_ingest() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            Store::create(&dir.path().join("store"), &[] as &[PathBuf], Bytes::kib(64)).unwrap();
+        let mut src = io::Cursor::new(DEMO);
+        let ingested = ingest(&store, &mut src, "demo.ts", "ingested", &mut |_| {}).unwrap().record;
+        assert!(ingested.blocks.len() > 20);
+        let layout = |r: &ObjectRecord| {
+            let blocks: Vec<_> = r
+                .blocks
+                .iter()
+                .map(|b| {
+                    (b.first_gsn, b.first_send_time, b.packets, b.payload_bytes, b.encoded_len)
+                })
+                .collect();
+            (blocks, r.seek_points.clone(), r.packets, r.ts_bytes, r.duration, r.avg_bitrate)
+        };
+        for chunk in [1000, 188 * 7 + 5, 100_003] {
+            let _lock = store.ingest_lock();
+            let object = NewObject::begin(&store).unwrap();
+            let mut packer = BlockPacker::new(&object);
+            let mut units = UnitStream::new();
+            let mut blocks = Vec::new();
+            for c in DEMO.chunks(chunk) {
+                units.push(c).unwrap();
+                while let Some(u) = units.poll_unit() {
+                    blocks.extend(packer.push(&u.unit, &u.bytes).unwrap());
+                }
+            }
+            let (rest, index) = units.finish().unwrap();
+            for u in rest {
+                blocks.extend(packer.push(&u.unit, &u.bytes).unwrap());
+            }
+            let (last, packed) = packer.finish().unwrap();
+            blocks.extend(last);
+            let rec = object.record("streamed", "test", packed, &index);
+            assert_eq!(layout(&rec), layout(&ingested), "chunks of {chunk}");
+            for b in &blocks {
+                let stored = store.read_block_sync(&ingested, b.index).unwrap();
+                assert_eq!(b.block.payload(), stored.payload(), "block {} payload", b.index.0);
+                assert_eq!(b.key(), BlockKey::new(object.id, b.index));
+            }
+            assert_eq!(blocks.len(), ingested.blocks.len());
+        }
+    }
+}

@@ -21,7 +21,7 @@ use isochron_diskio::Store;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::library::Library;
+use crate::library::{Library, ObjectSummary};
 use crate::recorder::{RecordError, RecordParams, Recorders};
 use crate::reorg::{ReorgCommand, ReorgStatus};
 use crate::sched_thread::{SchedCommand, SchedSnapshot};
@@ -53,41 +53,8 @@ pub(crate) fn router(state: ApiState) -> Router {
         .with_state(state)
 }
 
-/// An object as the API shows it.
-#[derive(Serialize)]
-struct ObjectJson {
-    name: String,
-    id: u64,
-    duration_s: f64,
-    bytes: u64,
-    blocks: usize,
-    packets: u64,
-    avg_bitrate_bps: u64,
-    peak_bitrate_bps: u64,
-    streams: Vec<String>,
-}
-
-async fn objects(State(s): State<ApiState>) -> Json<Vec<ObjectJson>> {
-    Json(
-        s.library
-            .list()
-            .iter()
-            .map(|e| {
-                let r = &e.record;
-                ObjectJson {
-                    name: r.name.clone(),
-                    id: r.id.0,
-                    duration_s: r.duration.as_secs_f64(),
-                    bytes: r.ts_bytes.0,
-                    blocks: r.blocks.len(),
-                    packets: r.packets,
-                    avg_bitrate_bps: r.avg_bitrate.0,
-                    peak_bitrate_bps: r.peak_bitrate.0,
-                    streams: r.streams.iter().map(|d| format!("{} {}", d.kind, d.codec)).collect(),
-                }
-            })
-            .collect(),
-    )
+async fn objects(State(s): State<ApiState>) -> Json<Vec<ObjectSummary>> {
+    Json(s.library.list().iter().map(|e| ObjectSummary::from(&e.record)).collect())
 }
 
 async fn sessions(State(s): State<ApiState>) -> impl IntoResponse {

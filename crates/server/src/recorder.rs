@@ -56,7 +56,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
-use crate::library::{Library, ObjectEntry};
+use crate::library::{Library, ObjectEntry, ObjectSummary};
 use crate::sched_thread::{RecordEvent, SchedCommand};
 use crate::sessions::SessionCommand;
 
@@ -190,25 +190,15 @@ impl From<CatalogError> for RecordError {
     }
 }
 
-/// What a committed recording reports (the `201 Created` body).
+/// What a committed recording reports (the `201 Created` body): the object as
+/// `GET /api/v1/objects` shows it, and how the recording went.
 #[derive(Clone, Debug, Serialize)]
 pub struct RecordReport {
-    /// The object name.
-    pub name: String,
-    /// The object id.
-    pub id: u64,
-    /// Duration, from its PCRs.
-    pub duration_s: f64,
-    /// Bytes stored (whole TS packets).
-    pub bytes: u64,
-    /// Blocks written.
-    pub blocks: usize,
-    /// Payload units (RTP packets when played).
-    pub packets: u64,
-    /// Measured mean bit rate.
-    pub avg_bitrate_bps: u64,
-    /// Measured peak bit rate.
-    pub peak_bitrate_bps: u64,
+    /// The object.
+    #[serde(flatten)]
+    pub object: ObjectSummary,
+    /// Body bytes received.
+    pub received_bytes: u64,
     /// Bytes of a partial packet at the end of the body, left out.
     pub trailing_bytes: u64,
     /// Seconds from admission to commit.
@@ -327,7 +317,7 @@ impl Recorders {
             written: Vec::new(),
         };
         match self.receive(&mut writer, params, body).await {
-            Ok((packed, index)) => {
+            Ok(Received { packed, index, bytes: received }) => {
                 let rec = object.record(
                     &name,
                     &format!("HTTP PUT /api/v1/record/{name}"),
@@ -335,14 +325,8 @@ impl Recorders {
                     &index,
                 );
                 let report = RecordReport {
-                    name: rec.name.clone(),
-                    id: rec.id.0,
-                    duration_s: rec.duration.as_secs_f64(),
-                    bytes: rec.ts_bytes.0,
-                    blocks: rec.blocks.len(),
-                    packets: rec.packets,
-                    avg_bitrate_bps: rec.avg_bitrate.0,
-                    peak_bitrate_bps: rec.peak_bitrate.0,
+                    object: ObjectSummary::from(&rec),
+                    received_bytes: received,
                     trailing_bytes: index.trailing_bytes(),
                     wall_s: started.elapsed().as_secs_f64(),
                 };
@@ -354,15 +338,16 @@ impl Recorders {
                 self.library.insert(Arc::new(ObjectEntry::new(&self.store, rec)));
                 drop(admitted);
                 self.committed.fetch_add(1, Ordering::Relaxed);
-                info!(object = %name, duration_s = report.duration_s, blocks = report.blocks,
-                    wall_s = report.wall_s, "recorded");
+                info!(object = %name, duration_s = report.object.duration_s,
+                    blocks = report.object.blocks, wall_s = report.wall_s, "recorded");
                 Ok(report)
             }
             Err(e) => {
                 self.failed.fetch_add(1, Ordering::Relaxed);
-                warn!(object = %name, error = %e, "recording failed; removing its blocks");
                 writer.settle().await;
                 drop(admitted);
+                warn!(object = %name, error = %e, blocks = writer.written.len(),
+                    "recording failed; removing the blocks written");
                 let _ = slot.finish(None, writer.written).await;
                 Err(e)
             }
@@ -376,7 +361,7 @@ impl Recorders {
         w: &mut Writer,
         params: RecordParams,
         body: Body,
-    ) -> Result<(PackedObject, TsIndex), RecordError> {
+    ) -> Result<Received, RecordError> {
         let mut data = body.into_data_stream();
         let mut bucket =
             TokenBucket::new(params.rate, w.object.block_size, tokio::time::Instant::now());
@@ -429,7 +414,7 @@ impl Recorders {
             w.submit(b).await?;
         }
         w.wait_all().await?;
-        Ok((packed, index))
+        Ok(Received { packed, index, bytes: received })
     }
 
     fn claim(&self, name: &str) -> Result<Claim<'_>, RecordError> {
@@ -453,6 +438,13 @@ impl Recorders {
         // Inserts and removes are atomic: a panicking holder left the set itself intact.
         self.active.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// A whole body, stored.
+struct Received {
+    packed: PackedObject,
+    index: TsIndex,
+    bytes: u64,
 }
 
 /// What the body loop woke for.
