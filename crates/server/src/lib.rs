@@ -9,6 +9,9 @@
 //!                                                               per-disk IO threads (O_DIRECT reads)
 //! ```
 //!
+//! Recordings (`PUT /api/v1/record/NAME`, [`recorder`]) are one task each: they hand their blocks
+//! to the scheduler thread as an admitted write stream, and the per-disk IO threads write them.
+//!
 //! Each piece of mutable state has one owner fed by a closed command enum: the session manager
 //! owns the RTSP sessions, the scheduler thread owns the scheduler and block cache, the sender
 //! thread owns pacing and transports, each IO thread owns its disk. Only this crate (with
