@@ -201,7 +201,7 @@ pub struct RecordReport {
     pub received_bytes: u64,
     /// Bytes of a partial packet at the end of the body, left out.
     pub trailing_bytes: u64,
-    /// Seconds from admission to commit.
+    /// Seconds from admission to the last block written (the commit follows at once).
     pub wall_s: f64,
 }
 
