@@ -104,6 +104,43 @@ impl fmt::Display for BitRate {
     }
 }
 
+impl std::str::FromStr for BitRate {
+    type Err = ParseRateError;
+
+    /// Bits per second, with an optional decimal suffix `k`, `M` or `G` (either case):
+    /// `250k`, `1.5M`, `4000000`. Must be positive and finite.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = |reason| ParseRateError { input: s.to_owned(), reason };
+        let (num, mult) = match s.char_indices().last() {
+            Some((i, 'k' | 'K')) => (&s[..i], 1e3),
+            Some((i, 'm' | 'M')) => (&s[..i], 1e6),
+            Some((i, 'g' | 'G')) => (&s[..i], 1e9),
+            _ => (s, 1.0),
+        };
+        let v: f64 = num.trim().parse().map_err(|_| err("is not a rate like 250k or 1.5M"))?;
+        let bits = v * mult;
+        if !(bits.is_finite() && bits >= 1.0 && bits < u64::MAX as f64) {
+            return Err(err("must be at least 1 bit/s"));
+        }
+        Ok(Self(bits.round() as u64))
+    }
+}
+
+/// A [`BitRate`] that did not parse.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseRateError {
+    input: String,
+    reason: &'static str,
+}
+
+impl fmt::Display for ParseRateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?} {}", self.input, self.reason)
+    }
+}
+
+impl std::error::Error for ParseRateError {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,5 +159,17 @@ mod tests {
         assert_eq!(r, BitRate(4_000_000));
         assert_eq!(r.to_string(), "4.00 Mb/s");
         assert_eq!(BitRate::from_bytes_per(Bytes(5), 0.0), BitRate(0));
+    }
+
+    #[test]
+    fn bitrate_parse() {
+        assert_eq!("250k".parse(), Ok(BitRate(250_000)));
+        assert_eq!("1.5M".parse(), Ok(BitRate(1_500_000)));
+        assert_eq!("2g".parse(), Ok(BitRate(2_000_000_000)));
+        assert_eq!("4000".parse(), Ok(BitRate(4000)));
+        for bad in ["", "M", "abc", "-1M", "0", "nan", "inf", "1e30G"] {
+            let e = bad.parse::<BitRate>().unwrap_err().to_string();
+            assert!(e.starts_with(&format!("{bad:?} ")), "{e}");
+        }
     }
 }

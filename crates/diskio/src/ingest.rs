@@ -18,6 +18,11 @@
 //! the object's `first_epoch` is still the placement log's current epoch when the record is
 //! committed (while a reorganisation is pending, that is the pending epoch: the object is written
 //! where the new placement puts it and never has to move).
+//!
+//! The pieces every writer of a new object shares live here too, so that an object recorded live
+//! (the server's recorder: blocks written through the scheduler at a guaranteed rate) is stored
+//! exactly as an ingested one: [`NewObject`] (id, seed, epoch), [`BlockPacker`] (units into
+//! blocks, seek points), [`NewObject::record`] (the catalog entry) and [`remove_blocks`] (undo).
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
@@ -25,13 +30,15 @@ use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use isochron_base::{BlockIndex, BlockKey, Bytes, DiskId, Gsn, ObjectId};
-use isochron_media::{TS_PACKET_SIZE, TsError, TsIndex, TsScanner};
+use isochron_media::{TS_PACKET_SIZE, TsError, TsIndex, TsScanner, Unit};
+use isochron_store::Epoch;
 use isochron_store::block::{Block, BlockBuilder, PacketMeta};
 use isochron_store::catalog::{
     BlockEntry, Catalog, CatalogError, ObjectRecord, SeekPoint, StreamDesc, validate_name,
 };
 use thiserror::Error;
 
+use crate::AlignedBuf;
 use crate::store::{Store, StoreError, new_seed};
 
 /// Progress of an ingest, reported as it goes.
@@ -133,36 +140,91 @@ pub fn ingest<R: Read + Seek>(
     // Pass 2: pack units into blocks and place them. The ingest lock keeps the placement epoch
     // from changing (no disk is added or removed) until the record is committed.
     let _lock = store.ingest_lock();
-    let id = catalog.allocate_object_id()?;
-    let seed = new_seed();
-    let meta = store.meta();
-    let epoch = meta.placement.current_epoch();
+    let object = NewObject::begin(store)?;
     let mut written: Vec<(DiskId, BlockKey)> = Vec::new();
     src.seek(SeekFrom::Start(0)).map_err(IngestError::Read)?;
     let result = store_blocks(
         store,
         &mut BufReader::with_capacity(1 << 20, src),
         &index,
-        (id, seed, epoch),
-        meta.block_size,
+        &object,
         total_bytes,
         progress,
         &mut written,
     );
-    let record = result.and_then(|(blocks, seek_points)| {
-        let rec = ObjectRecord {
+    let record = result.and_then(|packed| {
+        let rec = object.record(name, source_name, packed, &index);
+        catalog.insert_object(&rec)?;
+        Ok(rec)
+    });
+    match record {
+        Ok(record) => Ok(IngestReport { record, trailing_bytes: index.trailing_bytes() }),
+        Err(e) => {
+            remove_blocks(store, &written);
+            Err(e)
+        }
+    }
+}
+
+/// A new object being written: its id, placement seed, first epoch and block size.
+///
+/// Made by [`NewObject::begin`] under [`Store::ingest_lock`], which must stay held until the
+/// record is committed (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NewObject {
+    /// Its id, allocated in the catalog.
+    pub id: ObjectId,
+    /// Its placement seed (Yima §2.2: the pseudo-random sequence of its blocks' disks).
+    pub seed: u64,
+    /// The placement epoch its blocks are written in: the log's current epoch.
+    pub first_epoch: Epoch,
+    /// The store's block size.
+    pub block_size: Bytes,
+}
+
+impl NewObject {
+    /// Allocates an id and picks a seed and the current epoch. Call it holding
+    /// [`Store::ingest_lock`], and keep holding it until the record is committed.
+    pub fn begin(store: &Store) -> Result<Self, CatalogError> {
+        let id = store.catalog().allocate_object_id()?;
+        let meta = store.meta();
+        Ok(Self {
             id,
-            name: name.to_string(),
-            seed,
-            first_epoch: epoch,
+            seed: new_seed(),
+            first_epoch: meta.placement.current_epoch(),
             block_size: meta.block_size,
-            blocks,
+        })
+    }
+
+    /// The disk block `index` is written to (its placement in `first_epoch`).
+    #[must_use]
+    pub fn disk_of(&self, store: &Store, index: BlockIndex) -> DiskId {
+        store.place_new(self.seed, self.first_epoch, index)
+    }
+
+    /// The catalog entry of the object once every block is written: `packed` from its
+    /// [`BlockPacker`], `index` of its whole stream, `source` the origin to record.
+    #[must_use]
+    pub fn record(
+        &self,
+        name: &str,
+        source: &str,
+        packed: PackedObject,
+        index: &TsIndex,
+    ) -> ObjectRecord {
+        ObjectRecord {
+            id: self.id,
+            name: name.to_string(),
+            seed: self.seed,
+            first_epoch: self.first_epoch,
+            block_size: self.block_size,
+            blocks: packed.blocks,
             packets: index.unit_count(),
             ts_bytes: Bytes(index.packet_count() * TS_PACKET_SIZE as u64),
             duration: index.duration(),
             avg_bitrate: index.avg_bitrate(),
             peak_bitrate: index.peak_bitrate(),
-            seek_points,
+            seek_points: packed.seek_points,
             streams: index
                 .streams()
                 .iter()
@@ -172,57 +234,158 @@ pub fn ingest<R: Read + Seek>(
                     codec: s.codec.to_string(),
                 })
                 .collect(),
-            source_file: source_name.to_string(),
+            source_file: source.to_string(),
             created_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
-        };
-        catalog.insert_object(&rec)?;
-        Ok(rec)
-    });
-    match record {
-        Ok(record) => Ok(IngestReport { record, trailing_bytes: index.trailing_bytes() }),
-        Err(e) => {
-            for (disk, key) in written {
-                if let Some(d) = store.disk(disk) {
-                    let _ = d.remove_block(key);
-                }
-            }
-            Err(e)
         }
     }
 }
 
-type Placed = (ObjectId, u64, isochron_store::placement::Epoch);
+/// A block of a new object, built and verified, ready to be written.
+#[derive(Debug)]
+pub struct PackedBlock {
+    /// Its index in the object.
+    pub index: BlockIndex,
+    /// The encoded block (parsed back, so its header, checksum and key are checked).
+    pub block: Block<AlignedBuf>,
+}
 
-#[allow(clippy::too_many_arguments)]
+impl PackedBlock {
+    /// The block's key.
+    #[must_use]
+    pub fn key(&self) -> BlockKey {
+        self.block.header().key
+    }
+}
+
+/// What the catalog records about an object's blocks, from its [`BlockPacker`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PackedObject {
+    /// Every block's entry, in order.
+    pub blocks: Vec<BlockEntry>,
+    /// The random-access points (the first unit's always among them).
+    pub seek_points: Vec<SeekPoint>,
+}
+
+/// Packs an object's payload units, in GSN order, into blocks of whole units (DESIGN §2.2) and
+/// collects what the catalog records of them. Ingest feeds it [`TsIndex::units`]; the recorder
+/// feeds it the units [`UnitStream`](isochron_media::UnitStream) yields, which are the same, so a
+/// recorded object's blocks are byte for byte those an ingest of the same bytes makes.
+#[derive(Debug)]
+pub struct BlockPacker {
+    id: ObjectId,
+    block_size: Bytes,
+    builder: Option<BlockBuilder>,
+    next_index: u32,
+    next_gsn: u64,
+    packed: PackedObject,
+}
+
+impl BlockPacker {
+    /// A packer for the blocks of `object`.
+    #[must_use]
+    pub fn new(object: &NewObject) -> Self {
+        Self {
+            id: object.id,
+            block_size: object.block_size,
+            builder: None,
+            next_index: 0,
+            next_gsn: 0,
+            packed: PackedObject::default(),
+        }
+    }
+
+    /// Adds the next unit (GSN order) and its bytes. When it does not fit in the block being
+    /// filled, that block is finished and returned, and the unit starts the next one.
+    pub fn push(&mut self, unit: &Unit, bytes: &[u8]) -> Result<Option<PackedBlock>, StoreError> {
+        let gsn = Gsn(self.next_gsn);
+        self.next_gsn += 1;
+        if unit.random_access {
+            self.packed.seek_points.push(SeekPoint { time: unit.send_time, gsn });
+        }
+        let mut full = None;
+        if !self.builder.as_ref().is_some_and(|b| b.fits(bytes.len())) {
+            if let Some(b) = self.builder.take() {
+                full = Some(self.seal(b)?);
+            }
+            let key = BlockKey::new(self.id, BlockIndex(self.next_index));
+            self.builder = Some(BlockBuilder::new(key, gsn, self.block_size));
+        }
+        let meta = PacketMeta {
+            send_time: unit.send_time,
+            ts_packets: unit.ts_packets,
+            random_access: unit.random_access,
+            discontinuity: unit.discontinuity,
+        };
+        if let Some(b) = self.builder.as_mut() {
+            b.push(meta, bytes);
+        }
+        Ok(full)
+    }
+
+    /// Units pushed so far: the GSN of the next one.
+    #[must_use]
+    pub fn units(&self) -> u64 {
+        self.next_gsn
+    }
+
+    /// Ends the object: the last block (if a unit went into it) and the catalog's view of all.
+    pub fn finish(mut self) -> Result<(Option<PackedBlock>, PackedObject), StoreError> {
+        let last = match self.builder.take() {
+            Some(b) if !b.is_empty() => Some(self.seal(b)?),
+            _ => None,
+        };
+        let mut packed = self.packed;
+        if packed.seek_points.first().is_none_or(|s| s.gsn != Gsn(0)) {
+            let t = packed.blocks.first().map(|b| b.first_send_time).unwrap_or_default();
+            packed.seek_points.insert(0, SeekPoint { time: t, gsn: Gsn(0) });
+        }
+        Ok((last, packed))
+    }
+
+    fn seal(&mut self, builder: BlockBuilder) -> Result<PackedBlock, StoreError> {
+        let index = BlockIndex(self.next_index);
+        let key = BlockKey::new(self.id, index);
+        // Paired assertion: what goes to disk parses back (the read path checks it again).
+        let block = Block::parse(AlignedBuf::copy_from(&builder.finish()), Some(key))
+            .map_err(|source| StoreError::InvalidBlock { key, source })?;
+        self.packed.blocks.push(BlockEntry::from(block.header()));
+        self.next_index += 1;
+        Ok(PackedBlock { index, block })
+    }
+}
+
+/// Removes the block files of a new object that will not be committed (best effort: what is
+/// left is an orphan the next [`Store::open`] removes).
+pub fn remove_blocks(store: &Store, written: &[(DiskId, BlockKey)]) {
+    for &(disk, key) in written {
+        if let Some(d) = store.disk(disk)
+            && let Err(e) = d.remove_block(key)
+        {
+            tracing::warn!(%disk, block = %key, error = %e,
+                "could not remove a block of an object not committed; recovery will");
+        }
+    }
+}
+
 fn store_blocks<R: Read>(
     store: &Store,
     src: &mut R,
     index: &TsIndex,
-    (id, seed, epoch): Placed,
-    block_size: Bytes,
+    object: &NewObject,
     total_bytes: u64,
     progress: &mut dyn FnMut(IngestProgress),
     written: &mut Vec<(DiskId, BlockKey)>,
-) -> Result<(Vec<BlockEntry>, Vec<SeekPoint>), IngestError> {
-    let mut blocks = Vec::new();
-    let mut seek_points = Vec::new();
-    let mut block_index = 0u32;
-    let mut builder: Option<BlockBuilder> = None;
-    let mut payload = vec![0u8; 7 * TS_PACKET_SIZE];
-    let mut offset = 0u64;
-    let mut flush = |b: BlockBuilder, index: u32, blocks: &mut Vec<BlockEntry>| {
-        let key = BlockKey::new(id, BlockIndex(index));
-        let bytes = b.finish();
-        // Paired assertion: what goes to disk parses back (the read path checks it again).
-        let parsed = Block::parse(&bytes[..], Some(key))
-            .map_err(|source| StoreError::InvalidBlock { key, source })?;
-        let entry = BlockEntry::from(parsed.header());
-        let disk = store.write_block(id, seed, epoch, BlockIndex(index), &bytes)?;
-        written.push((disk, key));
-        blocks.push(entry);
+) -> Result<PackedObject, IngestError> {
+    let mut packer = BlockPacker::new(object);
+    let mut write = |b: PackedBlock| {
+        let (id, seed, epoch) = (object.id, object.seed, object.first_epoch);
+        let disk = store.write_block(id, seed, epoch, b.index, b.block.as_bytes())?;
+        written.push((disk, b.key()));
         Ok::<_, IngestError>(())
     };
-    for (gsn, unit) in index.units().enumerate() {
+    let mut payload = vec![0u8; 7 * TS_PACKET_SIZE];
+    let mut offset = 0u64;
+    for unit in index.units() {
         let len = usize::from(unit.ts_packets) * TS_PACKET_SIZE;
         let data = &mut payload[..len];
         src.read_exact(data).map_err(|e| match e.kind() {
@@ -233,41 +396,17 @@ fn store_blocks<R: Read>(
             return Err(IngestError::Changed { offset: offset + bad as u64 });
         }
         offset += len as u64;
-        let gsn = Gsn(gsn as u64);
-        if unit.random_access {
-            seek_points.push(SeekPoint { time: unit.send_time, gsn });
-        }
-        let fits = builder.as_ref().is_some_and(|b| b.fits(len));
-        if !fits {
-            if let Some(b) = builder.take() {
-                flush(b, block_index, &mut blocks)?;
-                block_index += 1;
-                progress(IngestProgress { pass: 2, bytes_done: offset, total_bytes });
-            }
-            let key = BlockKey::new(id, BlockIndex(block_index));
-            builder = Some(BlockBuilder::new(key, gsn, block_size));
-        }
-        let meta = PacketMeta {
-            send_time: unit.send_time,
-            ts_packets: unit.ts_packets,
-            random_access: unit.random_access,
-            discontinuity: unit.discontinuity,
-        };
-        if let Some(b) = builder.as_mut() {
-            b.push(meta, data);
+        if let Some(b) = packer.push(&unit, data)? {
+            write(b)?;
+            progress(IngestProgress { pass: 2, bytes_done: offset, total_bytes });
         }
     }
-    if let Some(b) = builder.take()
-        && !b.is_empty()
-    {
-        flush(b, block_index, &mut blocks)?;
+    let (last, packed) = packer.finish()?;
+    if let Some(b) = last {
+        write(b)?;
     }
     progress(IngestProgress { pass: 2, bytes_done: total_bytes, total_bytes });
-    if seek_points.first().is_none_or(|s| s.gsn != Gsn(0)) {
-        let t = blocks.first().map(|b| b.first_send_time).unwrap_or_default();
-        seek_points.insert(0, SeekPoint { time: t, gsn: Gsn(0) });
-    }
-    Ok((blocks, seek_points))
+    Ok(packed)
 }
 
 fn read_some<R: Read>(src: &mut R, buf: &mut [u8]) -> Result<usize, IngestError> {
@@ -276,6 +415,66 @@ fn read_some<R: Read>(src: &mut R, buf: &mut [u8]) -> Result<usize, IngestError>
             Ok(n) => return Ok(n),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(IngestError::Read(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use isochron_media::UnitStream;
+
+    use super::*;
+
+    const DEMO: &[u8] = include_bytes!("../../../assets/demo.ts");
+
+    /// A recorder's path (bytes in chunks through [`UnitStream`], then [`BlockPacker`]) makes
+    /// the blocks and the record an ingest of the same bytes makes, for any chunking.
+    #[test]
+    fn packing_streamed_units_matches_ingest() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            Store::create(&dir.path().join("store"), &[] as &[PathBuf], Bytes::kib(64)).unwrap();
+        let mut src = io::Cursor::new(DEMO);
+        let ingested = ingest(&store, &mut src, "demo.ts", "ingested", &mut |_| {}).unwrap().record;
+        assert!(ingested.blocks.len() > 20);
+        let layout = |r: &ObjectRecord| {
+            let blocks: Vec<_> = r
+                .blocks
+                .iter()
+                .map(|b| {
+                    (b.first_gsn, b.first_send_time, b.packets, b.payload_bytes, b.encoded_len)
+                })
+                .collect();
+            (blocks, r.seek_points.clone(), r.packets, r.ts_bytes, r.duration, r.avg_bitrate)
+        };
+        for chunk in [1000, 188 * 7 + 5, 100_003] {
+            let _lock = store.ingest_lock();
+            let object = NewObject::begin(&store).unwrap();
+            let mut packer = BlockPacker::new(&object);
+            let mut units = UnitStream::new();
+            let mut blocks = Vec::new();
+            for c in DEMO.chunks(chunk) {
+                units.push(c).unwrap();
+                while let Some(u) = units.poll_unit() {
+                    blocks.extend(packer.push(&u.unit, &u.bytes).unwrap());
+                }
+            }
+            let (rest, index) = units.finish().unwrap();
+            for u in rest {
+                blocks.extend(packer.push(&u.unit, &u.bytes).unwrap());
+            }
+            let (last, packed) = packer.finish().unwrap();
+            blocks.extend(last);
+            let rec = object.record("streamed", "test", packed, &index);
+            assert_eq!(layout(&rec), layout(&ingested), "chunks of {chunk}");
+            for b in &blocks {
+                let stored = store.read_block_sync(&ingested, b.index).unwrap();
+                assert_eq!(b.block.payload(), stored.payload(), "block {} payload", b.index.0);
+                assert_eq!(b.key(), BlockKey::new(object.id, b.index));
+            }
+            assert_eq!(blocks.len(), ingested.blocks.len());
         }
     }
 }

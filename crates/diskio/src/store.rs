@@ -582,6 +582,14 @@ impl Store {
         locate_active(&read(&self.meta), rec, index)
     }
 
+    /// The disk block `index` of a new object (placed by `seed` and `first_epoch`) is written
+    /// to: its placement in `first_epoch`. For a new object, `first_epoch` is
+    /// [`Store::current_epoch`] under an [`IngestLock`].
+    #[must_use]
+    pub fn place_new(&self, seed: u64, first_epoch: Epoch, index: BlockIndex) -> DiskId {
+        read(&self.meta).placement.locate(seed, first_epoch, index, first_epoch)
+    }
+
     /// Durably writes an encoded block of object `rec_id` (placed by `seed` and `first_epoch`)
     /// to the disk placement picks in `first_epoch`; returns that disk. For a new object,
     /// `first_epoch` is [`Store::current_epoch`] under an [`IngestLock`].
@@ -594,7 +602,7 @@ impl Store {
         bytes: &[u8],
     ) -> Result<DiskId, StoreError> {
         let key = BlockKey::new(rec_id, index);
-        let id = read(&self.meta).placement.locate(seed, first_epoch, index, first_epoch);
+        let id = self.place_new(seed, first_epoch, index);
         let disk = self.disk(id).ok_or(StoreError::DiskNotOpen { key, disk: id })?;
         disk.write_block(key, bytes)?;
         Ok(id)

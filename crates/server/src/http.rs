@@ -1,24 +1,28 @@
-//! The HTTP API: health, objects, sessions and Prometheus metrics.
+//! The HTTP API: health, objects, sessions, disks, recording and Prometheus metrics.
 //!
 //! A small, versioned JSON API under `/api/v1/`, plus `/metrics` in the Prometheus text format.
 //! It reads state through the same command channels as everything else (the session manager, the
-//! scheduler and sender threads), so it never locks the streaming path.
+//! scheduler and sender threads), so it never locks the streaming path. `PUT
+//! /api/v1/record/{name}?rate=…` records the request body as an object ([`crate::recorder`]).
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Json};
-use axum::routing::{delete, get};
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::{delete, get, put};
 use crossbeam_channel::Sender;
 use isochron_base::DiskId;
 use isochron_diskio::Store;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::library::Library;
+use crate::library::{Library, ObjectSummary};
+use crate::recorder::{RecordError, RecordParams, Recorders};
 use crate::reorg::{ReorgCommand, ReorgStatus};
 use crate::sched_thread::{SchedCommand, SchedSnapshot};
 use crate::sender::{SenderCommand, SenderStats};
@@ -27,6 +31,7 @@ use crate::sessions::SessionCommand;
 /// Handles the API needs.
 #[derive(Clone)]
 pub(crate) struct ApiState {
+    pub(crate) recorders: Arc<Recorders>,
     pub(crate) library: Arc<Library>,
     pub(crate) sessions: mpsc::UnboundedSender<SessionCommand>,
     pub(crate) sched: Sender<SchedCommand>,
@@ -43,45 +48,13 @@ pub(crate) fn router(state: ApiState) -> Router {
         .route("/api/v1/sessions", get(sessions))
         .route("/api/v1/disks", get(disks).post(add_disk))
         .route("/api/v1/disks/{id}", delete(remove_disk))
+        .route("/api/v1/record/{name}", put(record))
         .route("/metrics", get(metrics))
         .with_state(state)
 }
 
-/// An object as the API shows it.
-#[derive(Serialize)]
-struct ObjectJson {
-    name: String,
-    id: u64,
-    duration_s: f64,
-    bytes: u64,
-    blocks: usize,
-    packets: u64,
-    avg_bitrate_bps: u64,
-    peak_bitrate_bps: u64,
-    streams: Vec<String>,
-}
-
-async fn objects(State(s): State<ApiState>) -> Json<Vec<ObjectJson>> {
-    Json(
-        s.library
-            .list()
-            .iter()
-            .map(|e| {
-                let r = &e.record;
-                ObjectJson {
-                    name: r.name.clone(),
-                    id: r.id.0,
-                    duration_s: r.duration.as_secs_f64(),
-                    bytes: r.ts_bytes.0,
-                    blocks: r.blocks.len(),
-                    packets: r.packets,
-                    avg_bitrate_bps: r.avg_bitrate.0,
-                    peak_bitrate_bps: r.peak_bitrate.0,
-                    streams: r.streams.iter().map(|d| format!("{} {}", d.kind, d.codec)).collect(),
-                }
-            })
-            .collect(),
-    )
+async fn objects(State(s): State<ApiState>) -> Json<Vec<ObjectSummary>> {
+    Json(s.library.list().iter().map(|e| ObjectSummary::from(&e.record)).collect())
 }
 
 async fn sessions(State(s): State<ApiState>) -> impl IntoResponse {
@@ -176,6 +149,41 @@ async fn remove_disk(State(s): State<ApiState>, Path(id): Path<u16>) -> impl Int
     }
 }
 
+/// `PUT /api/v1/record/{name}?rate=4M[&peak=6M]` with an MPEG-TS body: records it as object
+/// `name`, read at `rate` (see [`crate::recorder`]). `201 Created` with the object's summary when
+/// the body ends and the object is committed; errors are `{"error": "…"}` with `400` (bad name,
+/// `rate` or `peak`), `409` (name taken or being recorded), `422` (not MPEG-TS, with the offset),
+/// `503` (not admitted, with the reason), `408` (the body stalled) or `500` (a write failed).
+async fn record(
+    State(s): State<ApiState>,
+    Path(name): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+    body: Body,
+) -> Response {
+    let params = match RecordParams::from_query(&query) {
+        Ok(p) => p,
+        Err(e) => return record_error(&e),
+    };
+    // Its own task: it sees the body through and cleans up even if the client goes away and
+    // this exchange is dropped.
+    let task = tokio::spawn(Arc::clone(&s.recorders).record(name, params, body));
+    match task.await {
+        Ok(Ok(report)) => (StatusCode::CREATED, Json(report)).into_response(),
+        Ok(Err(e)) => record_error(&e),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Json(serde_json::json!({
+                "error": format!("the recording task failed: {e}")
+            })),
+        )
+            .into_response(),
+    }
+}
+
+fn record_error(e: &RecordError) -> Response {
+    (e.status(), Json(serde_json::json!({ "error": e.to_string() }))).into_response()
+}
+
 async fn metrics(State(s): State<ApiState>) -> impl IntoResponse {
     let (stx, srx) = oneshot::channel::<SchedSnapshot>();
     let (ptx, prx) = oneshot::channel::<SenderStats>();
@@ -258,6 +266,21 @@ async fn metrics(State(s): State<ApiState>) -> impl IntoResponse {
     ] {
         metric(name, "counter", help, v as f64);
     }
+    let rec = s.recorders.stats();
+    metric("recordings", "gauge", "Recordings in progress.", rec.active as f64);
+    metric(
+        "recorded_bytes_total",
+        "counter",
+        "Request body bytes accepted by recordings.",
+        rec.bytes as f64,
+    );
+    metric("recordings_committed_total", "counter", "Recordings committed.", rec.committed as f64);
+    metric(
+        "recordings_failed_total",
+        "counter",
+        "Recordings that failed after admission (nothing committed).",
+        rec.failed as f64,
+    );
     metric(
         "reorg_running",
         "gauge",

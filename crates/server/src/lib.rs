@@ -9,6 +9,9 @@
 //!                                                               per-disk IO threads (O_DIRECT reads)
 //! ```
 //!
+//! Recordings (`PUT /api/v1/record/NAME`, [`recorder`]) are one task each: they hand their blocks
+//! to the scheduler thread as an admitted write stream, and the per-disk IO threads write them.
+//!
 //! Each piece of mutable state has one owner fed by a closed command enum: the session manager
 //! owns the RTSP sessions, the scheduler thread owns the scheduler and block cache, the sender
 //! thread owns pacing and transports, each IO thread owns its disk. Only this crate (with
@@ -20,6 +23,7 @@ pub mod library;
 pub mod media_watch;
 pub mod net;
 pub mod pacer;
+pub mod recorder;
 pub mod reorg;
 pub mod sched_thread;
 pub mod sender;
@@ -344,7 +348,14 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
             .await
             .with_context(|| format!("binding HTTP to {addr} (config key http.listen)"))?;
         http_addr = Some(listener.local_addr()?);
+        let recorders = Arc::new(recorder::Recorders::new(
+            Arc::clone(&store),
+            Arc::clone(&library),
+            sched_tx.clone(),
+            sessions_tx.clone(),
+        ));
         let app = http::router(http::ApiState {
+            recorders,
             library: Arc::clone(&library),
             sessions: sessions_tx.clone(),
             sched: sched_tx.clone(),

@@ -44,6 +44,45 @@ impl ObjectEntry {
     }
 }
 
+/// An object as the HTTP API shows it (`GET /api/v1/objects`, a recording's `201 Created`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct ObjectSummary {
+    /// Its name.
+    pub name: String,
+    /// Its id.
+    pub id: u64,
+    /// Duration, from its PCRs.
+    pub duration_s: f64,
+    /// Bytes stored (whole TS packets).
+    pub bytes: u64,
+    /// Number of blocks.
+    pub blocks: usize,
+    /// Payload units (RTP packets when played).
+    pub packets: u64,
+    /// Mean bit rate.
+    pub avg_bitrate_bps: u64,
+    /// Peak bit rate.
+    pub peak_bitrate_bps: u64,
+    /// Its elementary streams, `kind codec`.
+    pub streams: Vec<String>,
+}
+
+impl From<&ObjectRecord> for ObjectSummary {
+    fn from(r: &ObjectRecord) -> Self {
+        Self {
+            name: r.name.clone(),
+            id: r.id.0,
+            duration_s: r.duration.as_secs_f64(),
+            bytes: r.ts_bytes.0,
+            blocks: r.blocks.len(),
+            packets: r.packets,
+            avg_bitrate_bps: r.avg_bitrate.0,
+            peak_bitrate_bps: r.peak_bitrate.0,
+            streams: r.streams.iter().map(|d| format!("{} {}", d.kind, d.codec)).collect(),
+        }
+    }
+}
+
 /// The set of playable objects, read by many, written by the ingest path.
 #[derive(Debug, Default)]
 pub struct Library {

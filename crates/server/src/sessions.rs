@@ -84,6 +84,11 @@ pub enum SessionCommand {
         /// Why.
         error: String,
     },
+    /// Allocate a stream id for a recording, from the sequence the RTSP sessions' streams use.
+    AllocateStream {
+        /// The id.
+        reply: oneshot::Sender<StreamId>,
+    },
     /// List the sessions.
     List {
         /// The reply.
@@ -208,6 +213,9 @@ impl Manager {
                     // The client gets no more data; the session stays until TEARDOWN or timeout.
                     self.core.handle_end_of_stream(now, stream, at);
                 }
+            }
+            SessionCommand::AllocateStream { reply } => {
+                let _ = reply.send(self.core.allocate_stream());
             }
             SessionCommand::List { reply } => {
                 let _ = reply.send(self.list());

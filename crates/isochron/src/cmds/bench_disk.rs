@@ -119,18 +119,7 @@ fn parse_kind(s: &str) -> Result<WorkloadKind, String> {
 }
 
 fn parse_rate(s: &str) -> Result<BitRate, String> {
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, 'k' | 'K')) => (&s[..i], 1e3),
-        Some((i, 'm' | 'M')) => (&s[..i], 1e6),
-        Some((i, 'g' | 'G')) => (&s[..i], 1e9),
-        _ => (s, 1.0),
-    };
-    let v: f64 =
-        num.trim().parse().map_err(|_| format!("{s:?} is not a rate like 250k or 1.5M"))?;
-    if !(v.is_finite() && v > 0.0) {
-        return Err(format!("{s:?}: the rate must be positive"));
-    }
-    Ok(BitRate((v * mult).round() as u64))
+    s.parse().map_err(|e: isochron_base::ParseRateError| e.to_string())
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {

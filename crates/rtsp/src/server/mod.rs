@@ -503,6 +503,14 @@ impl ServerCore {
         }
     }
 
+    /// A fresh stream id for a stream no session owns (a recording). Sessions and such streams
+    /// share one sequence, so the scheduler, which keys every stream by id, never sees two
+    /// streams with the same one.
+    pub fn allocate_stream(&mut self) -> StreamId {
+        self.last_stream += 1;
+        StreamId(self.last_stream)
+    }
+
     /// When [`ServerCore::handle_timeout`] next has work: the earliest UDP session expiry.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
@@ -849,8 +857,7 @@ impl ServerCore {
         };
         let seq_offset = (self.rng.next_u64() >> 48) as u16;
         let rtp_ts_offset = (self.rng.next_u64() >> 32) as u32;
-        self.last_stream += 1;
-        let stream = StreamId(self.last_stream);
+        let stream = self.allocate_stream();
         let session = Session {
             id: id.clone(),
             stream,

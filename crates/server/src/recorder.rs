@@ -1,0 +1,718 @@
+//! Recording: a client pushes an MPEG-TS stream with `PUT /api/v1/record/NAME?rate=4M`, and it
+//! is stored as an object while it arrives, on a guaranteed-rate write stream, playable over RTSP
+//! as soon as the body ends.
+//!
+//! Why: XTREAM serves recordings as *write streams* beside the playing ones (XTREAM §1, §2.2;
+//! `docs/design/scheduler.md`). Admission reserves the declared rate on the disks (a recording's
+//! blocks are spread by Yima's placement like any object's), the cycle scheduler writes each block
+//! by the end of the cycle after the one it was handed in (the recorder's double buffer), and
+//! that guarantee holds only if the recorder never hands blocks in faster than it declared. So
+//! the body is read through a token bucket at the declared mean rate, with one block of burst: a
+//! client that pushes faster is slowed down by TCP flow control, not buffered, and playing
+//! streams keep their guarantees.
+//!
+//! One task per recording ([`Recorders::record`]):
+//!
+//! 1. Checks the request (name, `rate`, `peak`), claims the name, takes a stream id from the
+//!    session manager (the RTSP sessions' sequence) and opens the object (id, seed, epoch) on a
+//!    *commit thread* that holds the store's ingest lock until the end, as an ingest does (no
+//!    disk is added or removed meanwhile, so the object's epoch stays current).
+//! 2. Asks the scheduler thread for admission ([`SchedCommand::OpenRecord`]); a refusal is
+//!    `503` with the reason.
+//! 3. Reads the body at the declared rate into a [`UnitStream`], packs the final units into blocks
+//!    ([`BlockPacker`], ingest's own) and hands each full block to the scheduler
+//!    ([`SchedCommand::RecordBlock`]) for the disk its placement picks. At most
+//!    [`MAX_BLOCKS_IN_FLIGHT`] blocks are unwritten at once; past that the body waits.
+//! 4. At the end of the body: the last units and block, every write confirmed, then the catalog
+//!    entry ([`NewObject::record`], ingest's) committed in one transaction on the commit thread,
+//!    the object added to the [`Library`], the stream closed: `201 Created`.
+//!
+//! The object is the one `isochron ingest` makes of the same bytes: [`UnitStream`] cuts the units
+//! of the batch index, and the packing and the record are ingest's code. Crash ordering is
+//! ingest's too: blocks first, the catalog entry last. On any error (not MPEG-TS: `422` with the
+//! offset; a failed write; the client gone) the writes in flight are waited for, the stream is
+//! closed and the blocks written are removed; nothing is committed. A crash leaves orphan blocks,
+//! which the next [`Store::open`] removes.
+//!
+//! Not here: playing an object while it is recorded (time shift), or resuming a recording.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::StatusCode;
+use crossbeam_channel::Sender;
+use futures_util::StreamExt as _;
+use isochron_base::{BitRate, BlockKey, Bytes, DiskId, StreamId};
+use isochron_diskio::Store;
+use isochron_diskio::ingest::{BlockPacker, NewObject, PackedBlock, PackedObject, remove_blocks};
+use isochron_media::{TsError, TsIndex, UnitStream};
+use isochron_sched::admission::{Decision, Refusal};
+use isochron_sched::cycle::OpenRecord;
+use isochron_store::catalog::{Catalog as _, CatalogError, ObjectRecord, validate_name};
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{info, warn};
+
+use crate::library::{Library, ObjectEntry, ObjectSummary};
+use crate::sched_thread::{RecordEvent, SchedCommand};
+use crate::sessions::SessionCommand;
+
+/// Most blocks of one recording handed to the scheduler and not yet written; the body waits
+/// beyond that. Two would be XTREAM's double buffer; the rest absorbs a disk that is late.
+pub const MAX_BLOCKS_IN_FLIGHT: usize = 4;
+
+/// A recording whose body brings no data for this long fails (`408`), releasing its bandwidth.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A stream with no clock (two PCRs) after this many bytes is refused: without one nothing can be
+/// cut or paced, and [`UnitStream`] would buffer it all.
+pub const NO_CLOCK_LIMIT: Bytes = Bytes(16 << 20);
+
+/// How long a failed recording waits for its writes in flight before removing what was written.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The declared rates of a recording, from the query string.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordParams {
+    /// `rate`: the declared mean bit rate, the rate the body is read at.
+    pub rate: BitRate,
+    /// `peak`: the declared peak bit rate (default: `rate`), for admission.
+    pub peak: BitRate,
+}
+
+impl RecordParams {
+    /// Parses `rate=4M[&peak=6M]` (suffixes `k`, `M`, `G`). Errors name the parameter.
+    pub fn from_query(query: &HashMap<String, String>) -> Result<Self, RecordError> {
+        let bad = |m: String| Err(RecordError::BadRequest(m));
+        if let Some(k) = query.keys().find(|k| !matches!(k.as_str(), "rate" | "peak")) {
+            return bad(format!("unknown query parameter {k:?} (expected rate and peak)"));
+        }
+        let parse = |key: &str, v: &str| {
+            v.parse::<BitRate>()
+                .map_err(|e| RecordError::BadRequest(format!("query parameter `{key}`: {e}")))
+        };
+        let Some(rate) = query.get("rate") else {
+            return bad(
+                "missing query parameter `rate`: the stream's mean bit rate, like rate=4M".into()
+            );
+        };
+        let rate = parse("rate", rate)?;
+        let peak = match query.get("peak") {
+            Some(p) => parse("peak", p)?,
+            None => rate,
+        };
+        if peak < rate {
+            return bad(format!(
+                "query parameter `peak` ({peak}) is below `rate` ({rate}): the peak rate is at \
+                 least the mean"
+            ));
+        }
+        Ok(Self { rate, peak })
+    }
+}
+
+/// Why a recording failed. [`RecordError::status`] is its HTTP status.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordError {
+    /// The request is malformed: the name or a query parameter (`400`).
+    #[error("{0}")]
+    BadRequest(String),
+    /// The name is taken by an object or by a recording in progress (`409`).
+    #[error("{0}")]
+    Conflict(String),
+    /// Admission control refused the write stream (`503`).
+    #[error("recording {name:?} at {rate} (peak {peak}) was not admitted: {reason}")]
+    Rejected {
+        /// The object name.
+        name: String,
+        /// The declared mean rate.
+        rate: BitRate,
+        /// The declared peak rate.
+        peak: BitRate,
+        /// Admission's reason.
+        reason: Refusal,
+    },
+    /// The body is not MPEG-TS that can be stored (`422`); the message has the offset.
+    #[error("the body is not a storable MPEG-TS stream: {0}")]
+    Media(#[from] TsError),
+    /// No clock (two PCRs) in the first bytes of the body (`422`).
+    #[error(
+        "no MPEG-TS clock in the first {0} bytes of the body: fewer than two PCRs on one PID, \
+         so the stream cannot be paced"
+    )]
+    NoClock(u64),
+    /// The body brought no data for [`IDLE_TIMEOUT`] (`408`).
+    #[error("the body brought no data for {} s", .0.as_secs())]
+    Idle(Duration),
+    /// Reading the body failed: the client went away (`400`; nobody is left to hear it).
+    #[error("reading the request body after {received} bytes: {error}")]
+    Body {
+        /// Bytes received before the failure.
+        received: u64,
+        /// What failed.
+        error: String,
+    },
+    /// A block write or the catalog failed (`500`).
+    #[error("{0}")]
+    Store(String),
+    /// The server is shutting down (`503`).
+    #[error("the server is shutting down")]
+    Unavailable,
+}
+
+impl RecordError {
+    /// The HTTP status of the error.
+    #[must_use]
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::BadRequest(_) | Self::Body { .. } => StatusCode::BAD_REQUEST,
+            Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::Rejected { .. } | Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Media(_) | Self::NoClock(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::Idle(_) => StatusCode::REQUEST_TIMEOUT,
+            Self::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl From<CatalogError> for RecordError {
+    fn from(e: CatalogError) -> Self {
+        match e {
+            CatalogError::NameExists { name } => {
+                Self::Conflict(format!("an object named {name:?} already exists"))
+            }
+            other => Self::Store(other.to_string()),
+        }
+    }
+}
+
+/// What a committed recording reports (the `201 Created` body): the object as
+/// `GET /api/v1/objects` shows it, and how the recording went.
+#[derive(Clone, Debug, Serialize)]
+pub struct RecordReport {
+    /// The object.
+    #[serde(flatten)]
+    pub object: ObjectSummary,
+    /// Body bytes received.
+    pub received_bytes: u64,
+    /// Bytes of a partial packet at the end of the body, left out.
+    pub trailing_bytes: u64,
+    /// Seconds from admission to the last block written (the commit follows at once).
+    pub wall_s: f64,
+}
+
+/// Counters of the recordings, for `/metrics`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecorderStats {
+    /// Recordings in progress.
+    pub active: usize,
+    /// Body bytes accepted by recordings.
+    pub bytes: u64,
+    /// Recordings committed.
+    pub committed: u64,
+    /// Recordings that failed after admission.
+    pub failed: u64,
+}
+
+/// What every recording task needs, shared by the HTTP handlers.
+///
+/// The names of the recordings in progress are a small set behind a lock held only to insert or
+/// remove one (never across an await): like the [`Library`], not a shared big state.
+#[derive(Debug)]
+pub struct Recorders {
+    store: Arc<Store>,
+    library: Arc<Library>,
+    sched: Sender<SchedCommand>,
+    sessions: mpsc::UnboundedSender<SessionCommand>,
+    active: Mutex<HashSet<String>>,
+    bytes: AtomicU64,
+    committed: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl Recorders {
+    /// Recorders into `store`, adding their objects to `library`.
+    #[must_use]
+    pub fn new(
+        store: Arc<Store>,
+        library: Arc<Library>,
+        sched: Sender<SchedCommand>,
+        sessions: mpsc::UnboundedSender<SessionCommand>,
+    ) -> Self {
+        Self {
+            store,
+            library,
+            sched,
+            sessions,
+            active: Mutex::new(HashSet::new()),
+            bytes: AtomicU64::new(0),
+            committed: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        }
+    }
+
+    /// The counters.
+    #[must_use]
+    pub fn stats(&self) -> RecorderStats {
+        RecorderStats {
+            active: self.names().len(),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            committed: self.committed.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Records `body` as object `name` at the declared rates (see the module docs). Run it as its
+    /// own task: it must see the body to its end (or its failure) to clean up, even if the HTTP
+    /// exchange is dropped.
+    pub async fn record(
+        self: Arc<Self>,
+        name: String,
+        params: RecordParams,
+        body: Body,
+    ) -> Result<RecordReport, RecordError> {
+        validate_name(&name).map_err(|e| RecordError::BadRequest(e.to_string()))?;
+        if self.library.contains(&name) {
+            return Err(RecordError::Conflict(format!("an object named {name:?} already exists")));
+        }
+        let _claim = self.claim(&name)?;
+        let stream = self.allocate_stream().await?;
+        let slot = Slot::open(Arc::clone(&self.store)).await?;
+        let object = slot.object;
+
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let (tx, rx) = oneshot::channel();
+        let req = OpenRecord {
+            stream,
+            object: object.id,
+            avg_bitrate: params.rate,
+            peak_bitrate: params.peak,
+            block_size: object.block_size,
+        };
+        let _ = self.sched.send(SchedCommand::OpenRecord { req, events: events_tx, reply: tx });
+        match rx.await {
+            Ok(Decision::Admit) => {}
+            Ok(Decision::Reject(reason)) => {
+                slot.finish(None, Vec::new()).await?;
+                let (rate, peak) = (params.rate, params.peak);
+                return Err(RecordError::Rejected { name, rate, peak, reason });
+            }
+            Err(_) => return Err(RecordError::Unavailable),
+        }
+        let admitted = Admitted { sched: self.sched.clone(), stream };
+        let started = tokio::time::Instant::now();
+        info!(object = %name, id = %object.id, %stream, rate = %params.rate, "recording");
+
+        let mut writer = Writer {
+            store: Arc::clone(&self.store),
+            sched: self.sched.clone(),
+            stream,
+            object,
+            events,
+            in_flight: HashMap::new(),
+            written: Vec::new(),
+        };
+        match self.receive(&mut writer, params, body).await {
+            Ok(Received { packed, index, bytes: received }) => {
+                let rec = object.record(
+                    &name,
+                    &format!("HTTP PUT /api/v1/record/{name}"),
+                    packed,
+                    &index,
+                );
+                let report = RecordReport {
+                    object: ObjectSummary::from(&rec),
+                    received_bytes: received,
+                    trailing_bytes: index.trailing_bytes(),
+                    wall_s: started.elapsed().as_secs_f64(),
+                };
+                if let Err(e) = slot.finish(Some(rec.clone()), writer.written).await {
+                    self.failed.fetch_add(1, Ordering::Relaxed);
+                    warn!(object = %name, error = %e, "recording not committed");
+                    return Err(e);
+                }
+                self.library.insert(Arc::new(ObjectEntry::new(&self.store, rec)));
+                drop(admitted);
+                self.committed.fetch_add(1, Ordering::Relaxed);
+                info!(object = %name, duration_s = report.object.duration_s,
+                    blocks = report.object.blocks, wall_s = report.wall_s, "recorded");
+                Ok(report)
+            }
+            Err(e) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                writer.settle().await;
+                drop(admitted);
+                warn!(object = %name, error = %e, blocks = writer.written.len(),
+                    "recording failed; removing the blocks written");
+                let _ = slot.finish(None, writer.written).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Reads the body at the declared rate and hands its blocks to `w`, up to the last one
+    /// written; returns what the record needs.
+    async fn receive(
+        &self,
+        w: &mut Writer,
+        params: RecordParams,
+        body: Body,
+    ) -> Result<Received, RecordError> {
+        let mut data = body.into_data_stream();
+        let mut bucket =
+            TokenBucket::new(params.rate, w.object.block_size, tokio::time::Instant::now());
+        let mut units = UnitStream::new();
+        let mut packer = BlockPacker::new(&w.object);
+        let mut received = 0u64;
+        loop {
+            let next = tokio::select! {
+                biased;
+                ev = w.events.recv() => Next::Event(ev),
+                chunk = tokio::time::timeout(IDLE_TIMEOUT, data.next()) => Next::Chunk(chunk),
+            };
+            let chunk = match next {
+                Next::Event(ev) => {
+                    w.handle(ev)?;
+                    continue;
+                }
+                Next::Chunk(Err(_)) => return Err(RecordError::Idle(IDLE_TIMEOUT)),
+                Next::Chunk(Ok(None)) => break,
+                Next::Chunk(Ok(Some(Err(e)))) => {
+                    return Err(RecordError::Body { received, error: e.to_string() });
+                }
+                Next::Chunk(Ok(Some(Ok(chunk)))) => chunk,
+            };
+            // Pace first: the bytes of a fast client wait in its socket, not here.
+            let wait = bucket.take(tokio::time::Instant::now(), chunk.len());
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
+            }
+            received += chunk.len() as u64;
+            self.bytes.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+            units.push(&chunk)?;
+            while let Some(u) = units.poll_unit() {
+                if let Some(b) = packer.push(&u.unit, &u.bytes).map_err(store_error)? {
+                    w.submit(b).await?;
+                }
+            }
+            if !units.has_clock() && received > NO_CLOCK_LIMIT.0 {
+                return Err(RecordError::NoClock(received));
+            }
+        }
+        let (rest, index) = units.finish()?;
+        for u in rest {
+            if let Some(b) = packer.push(&u.unit, &u.bytes).map_err(store_error)? {
+                w.submit(b).await?;
+            }
+        }
+        let (last, packed) = packer.finish().map_err(store_error)?;
+        if let Some(b) = last {
+            w.submit(b).await?;
+        }
+        w.wait_all().await?;
+        Ok(Received { packed, index, bytes: received })
+    }
+
+    fn claim(&self, name: &str) -> Result<Claim<'_>, RecordError> {
+        if !self.names().insert(name.to_owned()) {
+            return Err(RecordError::Conflict(format!(
+                "a recording named {name:?} is already in progress"
+            )));
+        }
+        Ok(Claim { recorders: self, name: name.to_owned() })
+    }
+
+    async fn allocate_stream(&self) -> Result<StreamId, RecordError> {
+        let (tx, rx) = oneshot::channel();
+        self.sessions
+            .send(SessionCommand::AllocateStream { reply: tx })
+            .map_err(|_| RecordError::Unavailable)?;
+        rx.await.map_err(|_| RecordError::Unavailable)
+    }
+
+    fn names(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        // Inserts and removes are atomic: a panicking holder left the set itself intact.
+        self.active.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A whole body, stored.
+struct Received {
+    packed: PackedObject,
+    index: TsIndex,
+    bytes: u64,
+}
+
+/// What the body loop woke for.
+enum Next<C> {
+    Event(Option<RecordEvent>),
+    Chunk(C),
+}
+
+fn store_error(e: impl std::fmt::Display) -> RecordError {
+    RecordError::Store(e.to_string())
+}
+
+/// A name reserved by a recording in progress; released on drop.
+struct Claim<'a> {
+    recorders: &'a Recorders,
+    name: String,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.recorders.names().remove(&self.name);
+    }
+}
+
+/// An admitted write stream; closed in the scheduler (its bandwidth released) on drop, so that a
+/// recording task that ends in any way gives it back.
+struct Admitted {
+    sched: Sender<SchedCommand>,
+    stream: StreamId,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let _ = self.sched.send(SchedCommand::Close { stream: self.stream });
+    }
+}
+
+/// The blocks of one recording on their way to the disks.
+struct Writer {
+    store: Arc<Store>,
+    sched: Sender<SchedCommand>,
+    stream: StreamId,
+    object: NewObject,
+    events: mpsc::UnboundedReceiver<RecordEvent>,
+    /// Handed to the scheduler, not yet reported, with their disks.
+    in_flight: HashMap<BlockKey, DiskId>,
+    /// Durably written.
+    written: Vec<(DiskId, BlockKey)>,
+}
+
+impl Writer {
+    /// Hands `b` to the scheduler, first waiting while [`MAX_BLOCKS_IN_FLIGHT`] are unwritten.
+    async fn submit(&mut self, b: PackedBlock) -> Result<(), RecordError> {
+        while self.in_flight.len() >= MAX_BLOCKS_IN_FLIGHT {
+            let ev = self.events.recv().await;
+            self.handle(ev)?;
+        }
+        let disk = self.object.disk_of(&self.store, b.index);
+        self.in_flight.insert(b.key(), disk);
+        let cmd = SchedCommand::RecordBlock { stream: self.stream, disk, block: Arc::new(b.block) };
+        self.sched.send(cmd).map_err(|_| RecordError::Unavailable)
+    }
+
+    /// Waits until every block handed in is written.
+    async fn wait_all(&mut self) -> Result<(), RecordError> {
+        while !self.in_flight.is_empty() {
+            let ev = self.events.recv().await;
+            self.handle(ev)?;
+        }
+        Ok(())
+    }
+
+    /// After a failure: waits (a bounded time) for the writes in flight to end, so that what was
+    /// written is known and can be removed.
+    async fn settle(&mut self) {
+        let deadline = tokio::time::Instant::now() + SETTLE_TIMEOUT;
+        while !self.in_flight.is_empty() {
+            match tokio::time::timeout_at(deadline, self.events.recv()).await {
+                Ok(Some(ev)) => {
+                    let _ = self.handle(Some(ev));
+                }
+                Ok(None) | Err(_) => {
+                    warn!(stream = %self.stream, blocks = self.in_flight.len(),
+                        "writes of a failed recording did not end; recovery will remove them");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn handle(&mut self, ev: Option<RecordEvent>) -> Result<(), RecordError> {
+        match ev {
+            Some(RecordEvent::Written(key)) => {
+                if let Some(disk) = self.in_flight.remove(&key) {
+                    self.written.push((disk, key));
+                }
+                Ok(())
+            }
+            Some(RecordEvent::Failed(key, error)) => {
+                let disk = self.in_flight.remove(&key);
+                let on = disk.map(|d| format!(" on disk {d}")).unwrap_or_default();
+                Err(RecordError::Store(format!("writing block {key}{on} failed: {error}")))
+            }
+            None => Err(RecordError::Unavailable),
+        }
+    }
+}
+
+/// The end of a recording, for its commit thread.
+struct Finish {
+    /// The record to commit; `None` to abandon the object.
+    record: Option<ObjectRecord>,
+    /// Its written blocks, removed if it is not committed.
+    written: Vec<(DiskId, BlockKey)>,
+    reply: oneshot::Sender<Result<(), CatalogError>>,
+}
+
+/// A new object open for a recording. Its commit thread holds the store's ingest lock (a
+/// `std` read guard, which must stay on one thread) from choosing the object's epoch until the
+/// record is committed or abandoned, as an ingest does; the catalog transactions run there too,
+/// off the async workers. Dropped unfinished (a task that panicked or was aborted), the thread
+/// releases the lock and leaves the blocks to recovery.
+struct Slot {
+    object: NewObject,
+    finish: oneshot::Sender<Finish>,
+}
+
+impl Slot {
+    async fn open(store: Arc<Store>) -> Result<Self, RecordError> {
+        let (opened_tx, opened_rx) = oneshot::channel();
+        let (finish_tx, finish_rx) = oneshot::channel::<Finish>();
+        std::thread::Builder::new()
+            .name("isochron-record".into())
+            .spawn(move || {
+                let _lock = store.ingest_lock();
+                let object = match NewObject::begin(&store) {
+                    Ok(o) => o,
+                    Err(e) => {
+                        let _ = opened_tx.send(Err(e));
+                        return;
+                    }
+                };
+                if opened_tx.send(Ok(object)).is_err() {
+                    return;
+                }
+                let Ok(Finish { record, written, reply }) = finish_rx.blocking_recv() else {
+                    return;
+                };
+                let result = match &record {
+                    Some(rec) => store.catalog().insert_object(rec),
+                    None => Ok(()),
+                };
+                if record.is_none() || result.is_err() {
+                    remove_blocks(&store, &written);
+                }
+                let _ = reply.send(result);
+            })
+            .map_err(|e| RecordError::Store(format!("starting a recording thread: {e}")))?;
+        let object = opened_rx.await.map_err(|_| RecordError::Unavailable)??;
+        Ok(Self { object, finish: finish_tx })
+    }
+
+    /// Commits `record` (or abandons the object, with `None`); blocks of an object not committed
+    /// are removed. Releases the ingest lock.
+    async fn finish(
+        self,
+        record: Option<ObjectRecord>,
+        written: Vec<(DiskId, BlockKey)>,
+    ) -> Result<(), RecordError> {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.finish.send(Finish { record, written, reply: tx });
+        match rx.await {
+            Ok(result) => Ok(result?),
+            Err(_) => Err(RecordError::Unavailable),
+        }
+    }
+}
+
+/// Paces the body: at most `rate` on average, with a burst of one block.
+#[derive(Clone, Copy, Debug)]
+struct TokenBucket {
+    /// Bytes per second.
+    rate: f64,
+    /// Most bytes that can be taken at once after an idle period.
+    burst: f64,
+    /// Bytes that can be taken now (negative: owed).
+    tokens: f64,
+    at: tokio::time::Instant,
+}
+
+impl TokenBucket {
+    fn new(rate: BitRate, burst: Bytes, now: tokio::time::Instant) -> Self {
+        let burst = burst.0 as f64;
+        Self { rate: rate.bytes_per_sec().max(1.0), burst, tokens: burst, at: now }
+    }
+
+    /// Takes `n` bytes at `now`; returns how long to wait before taking more.
+    fn take(&mut self, now: tokio::time::Instant, n: usize) -> Duration {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst) - n as f64;
+        self.at = now;
+        if self.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-self.tokens / self.rate)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect()
+    }
+
+    #[test]
+    fn params_parse_and_errors_name_the_parameter() {
+        let p = RecordParams::from_query(&query(&[("rate", "4M")])).unwrap();
+        assert_eq!(p, RecordParams { rate: BitRate(4_000_000), peak: BitRate(4_000_000) });
+        let p = RecordParams::from_query(&query(&[("rate", "1.5M"), ("peak", "6m")])).unwrap();
+        assert_eq!(p.peak, BitRate(6_000_000));
+        for (q, needle) in [
+            (query(&[]), "`rate`"),
+            (query(&[("rate", "fast")]), "`rate`"),
+            (query(&[("rate", "0")]), "`rate`"),
+            (query(&[("rate", "4M"), ("peak", "x")]), "`peak`"),
+            (query(&[("rate", "4M"), ("peak", "1M")]), "`peak`"),
+            (query(&[("rate", "4M"), ("speed", "1")]), "\"speed\""),
+        ] {
+            let e = RecordParams::from_query(&q).unwrap_err();
+            assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+            assert!(e.to_string().contains(needle), "{e}");
+        }
+    }
+
+    #[test]
+    fn token_bucket_paces_to_the_rate_after_one_burst() {
+        let t0 = tokio::time::Instant::now();
+        // 8 kb/s = 1000 B/s, burst 500 B.
+        let mut b = TokenBucket::new(BitRate(8000), Bytes(500), t0);
+        assert_eq!(b.take(t0, 500), Duration::ZERO);
+        assert_eq!(b.take(t0, 250), Duration::from_millis(250));
+        // After waiting it out, the debt is paid; an idle second refills only the burst.
+        let t1 = t0 + Duration::from_millis(250);
+        assert_eq!(b.take(t1, 0), Duration::ZERO);
+        let t2 = t1 + Duration::from_secs(10);
+        assert_eq!(b.take(t2, 1500), Duration::from_secs(1));
+        // Overall: n bytes take (n - burst) / rate.
+        let mut b = TokenBucket::new(BitRate(8000), Bytes(500), t0);
+        let (mut now, mut waited) = (t0, Duration::ZERO);
+        for _ in 0..100 {
+            let w = b.take(now, 100);
+            now += w;
+            waited += w;
+        }
+        let want = Duration::from_millis(9_500);
+        assert!(waited.abs_diff(want) < Duration::from_millis(101), "{waited:?}");
+    }
+
+    #[test]
+    fn errors_map_to_statuses() {
+        let e: RecordError = CatalogError::NameExists { name: "a".into() }.into();
+        assert_eq!(e.status(), StatusCode::CONFLICT);
+        let e = RecordError::Media(TsError::NotTransportStream { offset: 376, byte: 0 });
+        assert_eq!(e.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        assert!(e.to_string().contains("offset 376"), "{e}");
+        assert_eq!(RecordError::Idle(IDLE_TIMEOUT).status(), StatusCode::REQUEST_TIMEOUT);
+    }
+}
