@@ -91,6 +91,22 @@ fn plays_past_the_disk_profile_get_453_and_the_admitted_ones_play_clean() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("453"), "ffmpeg was not refused: {err}");
 
+    // The sessions API reports each stream's scheduler counters.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let v: serde_json::Value =
+            serde_json::from_str(&server.http_get("/api/v1/sessions")).expect("sessions JSON");
+        let list = v.as_array().expect("a list of sessions");
+        let playing: Vec<_> = list.iter().filter(|s| s["state"] == "playing").collect();
+        assert_eq!(playing.len(), n, "playing sessions: {v}");
+        assert!(playing.iter().all(|s| s["missed_deadlines"] == 0), "{v}");
+        if playing.iter().all(|s| s["blocks_delivered"].as_u64() >= Some(1)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no blocks delivered: {v}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
     // Every admitted stream plays to the end, byte-exact.
     let results = rt.block_on(async {
         let tasks: Vec<_> = admitted

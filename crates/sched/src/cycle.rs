@@ -844,6 +844,11 @@ impl<V: Clone> CycleScheduler<V> {
         self.streams.get(&stream).map(|s| s.stats)
     }
 
+    /// Every open stream's counters.
+    pub fn streams_stats(&self) -> impl Iterator<Item = (StreamId, StreamStats)> + '_ {
+        self.streams.iter().map(|(id, s)| (*id, s.stats))
+    }
+
     /// The counts of the cycle in progress.
     #[must_use]
     pub fn current_cycle(&self) -> CycleReport {

@@ -16,7 +16,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{delete, get, put};
 use crossbeam_channel::Sender;
-use isochron_base::DiskId;
+use isochron_base::{DiskId, StreamId};
 use isochron_diskio::Store;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
@@ -59,13 +59,22 @@ async fn objects(State(s): State<ApiState>) -> Json<Vec<ObjectSummary>> {
 
 async fn sessions(State(s): State<ApiState>) -> impl IntoResponse {
     let (tx, rx) = oneshot::channel();
-    if s.sessions.send(SessionCommand::List { reply: tx }).is_err() {
+    let (stx, srx) = oneshot::channel::<SchedSnapshot>();
+    if s.sessions.send(SessionCommand::List { reply: tx }).is_err()
+        || s.sched.send(SchedCommand::Stats { reply: stx }).is_err()
+    {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     }
-    match rx.await {
-        Ok(list) => Json(list).into_response(),
-        Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    let (Ok(mut list), Ok(sched)) = (rx.await, srx.await) else {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    };
+    for session in &mut list {
+        if let Some(st) = sched.per_stream.get(&StreamId(session.stream)) {
+            session.missed_deadlines = st.missed;
+            session.blocks_delivered = st.delivered;
+        }
     }
+    Json(list).into_response()
 }
 
 /// One disk in `GET /api/v1/disks`.

@@ -18,7 +18,7 @@ use isochron_diskio::{IoCommand, IoWorker, ReadDone as DiskReadDone, WriteDone a
 use isochron_sched::admission::Decision;
 use isochron_sched::cycle::{
     CycleEvent, CycleReport, CycleScheduler, CycleStats, IoClass, OpenRecord, RecordBlock,
-    WriteDone,
+    StreamStats, WriteDone,
 };
 use isochron_sched::profile::DiskProfile;
 use isochron_sched::{ObjectPlan, OpenStream, ReadDone};
@@ -161,6 +161,8 @@ pub struct SchedSnapshot {
     pub last_cycle: CycleReport,
     /// Admission's predicted utilisation of each disk's real-time share, 0..1.
     pub utilisation: Vec<(DiskId, f64)>,
+    /// Each open stream's counters (missed deadlines, blocks delivered or written).
+    pub per_stream: HashMap<StreamId, StreamStats>,
 }
 
 /// Everything the thread needs.
@@ -273,6 +275,7 @@ impl SchedThread {
                         cache_bytes: s.cache().used().0,
                         last_cycle,
                         utilisation,
+                        per_stream: s.streams_stats().collect(),
                     });
                 }
                 Some(SchedCommand::Shutdown) => break,

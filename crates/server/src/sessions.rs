@@ -109,6 +109,11 @@ pub struct SessionInfo {
     pub state: String,
     /// `udp` or `tcp`.
     pub transport: String,
+    /// Blocks of this stream not in memory by their deadline (the scheduler's per-stream count);
+    /// filled in by the HTTP API.
+    pub missed_deadlines: u64,
+    /// Blocks the scheduler has delivered to the sender for this stream.
+    pub blocks_delivered: u64,
 }
 
 struct StreamState {
@@ -389,6 +394,8 @@ impl Manager {
                     SessionTransport::Udp { .. } => "udp".into(),
                     SessionTransport::Interleaved { .. } => "tcp".into(),
                 },
+                missed_deadlines: 0,
+                blocks_delivered: 0,
             })
             .collect()
     }
