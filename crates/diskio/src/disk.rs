@@ -704,7 +704,7 @@ fn parse_block_name(name: &str) -> Option<BlockIndex> {
 fn read_all(file: &File) -> io::Result<AlignedBuf> {
     let size = usize::try_from(file.metadata()?.len())
         .map_err(|_| io::Error::other("file too large for memory"))?;
-    let mut buf = AlignedBuf::zeroed(size);
+    let mut buf = AlignedBuf::for_read(size);
     let mut filled = 0;
     while filled < size {
         let spare = buf.spare_mut();
