@@ -118,7 +118,7 @@ fn parse_kind(s: &str) -> Result<WorkloadKind, String> {
     }
 }
 
-fn parse_rate(s: &str) -> Result<BitRate, String> {
+pub(crate) fn parse_rate(s: &str) -> Result<BitRate, String> {
     let (num, mult) = match s.char_indices().last() {
         Some((i, 'k' | 'K')) => (&s[..i], 1e3),
         Some((i, 'm' | 'M')) => (&s[..i], 1e6),
