@@ -279,7 +279,7 @@ pub enum ScenarioError {
     /// Not TOML, or a key that is unknown or of the wrong type (the message names it and gives
     /// its line).
     #[error("scenario: {0}")]
-    Toml(#[from] toml::de::Error),
+    Toml(toml::de::Error),
     /// A value out of range.
     #[error("scenario: {key} = {value}: {why}")]
     Invalid {
@@ -296,7 +296,7 @@ impl Scenario {
     /// Parses a scenario: keys absent from `text` keep the paper's values; unknown keys and
     /// out-of-range values are errors naming the key.
     pub fn from_toml(text: &str) -> Result<Self, ScenarioError> {
-        let s: Self = toml::from_str(text)?;
+        let s: Self = toml::from_str(text).map_err(ScenarioError::Toml)?;
         s.validate()?;
         Ok(s)
     }
