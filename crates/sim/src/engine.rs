@@ -127,7 +127,7 @@ impl Engine {
                 spec,
                 queue: VecDeque::new(),
                 busy_ns: 0,
-                rng: SplitMix64::new(hash_words(&[seed, i as u64, 0x5349_4d])),
+                rng: SplitMix64::new(hash_words(&[seed, i as u64, 0x0053_494d])),
             })
             .collect();
         Self { now: Instant::ZERO, seq: 0, events: BinaryHeap::new(), resources, jobs: Vec::new() }

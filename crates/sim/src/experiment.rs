@@ -231,7 +231,7 @@ pub fn jitter(
     let mut disk = Vec::with_capacity(ids.len() - skip);
     for (id, route) in ids.iter().zip(&routes).skip(skip) {
         let (arrival, timings, done) = e.job(*id);
-        let done = done.unwrap_or(e.now());
+        let done = done.unwrap_or_else(|| e.now());
         delays.push((done - arrival).as_secs_f64() * 1e3);
         disk.push(timings[route.disk_step].service().as_secs_f64() * 1e3);
     }

@@ -341,26 +341,40 @@ pub struct SchedPrediction {
     pub runs: Vec<(usize, u64)>,
 }
 
+/// A search of the most streams the cycle scheduler runs without a miss ([`sched_max_n`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SchedSearch {
+    /// Admission settings (the policy decides `admitted`; the search runs with admission off).
+    pub admission: AdmissionConfig,
+    /// The block size.
+    pub block: Bytes,
+    /// The CBR streams' rate.
+    pub rate: BitRate,
+    /// Time between arrivals (stratified random, as `sched::sim::staggered`).
+    pub spacing: Duration,
+    /// How long each run plays after the last arrival.
+    pub horizon: Duration,
+    /// The most streams to try.
+    pub limit: usize,
+    /// Seed of the workload and of the disks' seeks.
+    pub seed: u64,
+}
+
 /// Runs isochron's cycle scheduler in virtual time (`sched::sim`) over `disks` with CBR streams
-/// of `rate` arriving `spacing` apart and playing `horizon` after the last arrival: what the
-/// admission policy admits, and the most streams with no missed deadline (at most `limit`).
+/// arriving as `search` says: what the admission policy admits, and the most streams with no
+/// missed deadline.
 pub fn sched_max_n(
     disks: &[DiskModel],
-    admission: &AdmissionConfig,
-    block: Bytes,
-    rate: BitRate,
-    spacing: Duration,
-    horizon: Duration,
-    limit: usize,
-    seed: u64,
+    search: &SchedSearch,
 ) -> Result<SchedPrediction, PlanError> {
+    let SchedSearch { admission, block, rate, spacing, horizon, limit, seed } = search.clone();
     if rate.0 == 0 {
         return Err(PlanError::ZeroRate);
     }
     let ids: Vec<DiskId> =
         (0..disks.len()).map(|i| DiskId(u16::try_from(i).unwrap_or(u16::MAX))).collect();
     let mut config = SimConfig::new(disks.to_vec(), admission.policy, admission.cycle);
-    config.admission = admission.clone();
+    config.admission = admission;
     config.horizon = horizon;
     config.seed = seed;
     let mut spec = WorkloadSpec::new(WorkloadKind::Cbr, rate, ids);
@@ -491,17 +505,16 @@ mod tests {
         let m = DiskModel::new(Duration::from_millis(5), 40.0 * 1_048_576.0);
         let cfg = AdmissionConfig::default();
         let rate = BitRate(20_000_000);
-        let r = sched_max_n(
-            &[m],
-            &cfg,
-            Bytes::mib(1),
+        let search = SchedSearch {
+            admission: cfg.clone(),
+            block: Bytes::mib(1),
             rate,
-            Duration::from_millis(200),
-            Duration::from_secs(20),
-            40,
-            1,
-        )
-        .unwrap();
+            spacing: Duration::from_millis(200),
+            horizon: Duration::from_secs(20),
+            limit: 40,
+            seed: 1,
+        };
+        let r = sched_max_n(&[m], &search).unwrap();
         let admitted = disk_streams(&[m.read_profile().unwrap()], &cfg, Bytes::mib(1), rate);
         assert_eq!(r.admitted as u64, admitted);
         // Admission keeps 10 % for non-real-time IO: what it admits runs without a miss.

@@ -136,16 +136,16 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         if models.is_empty() {
             bail!("--sched needs disks: --profile FILE or --disk-seek-ms and --disk-rate-mb-s");
         }
-        Some(plan::sched_max_n(
-            &models,
-            &admission,
+        let search = plan::SchedSearch {
+            admission: admission.clone(),
             block,
             rate,
-            Duration::from_millis(200),
-            Duration::from_secs(args.sched_horizon_s.max(1)),
-            args.sched_limit.max(1),
-            1,
-        )?)
+            spacing: Duration::from_millis(200),
+            horizon: Duration::from_secs(args.sched_horizon_s.max(1)),
+            limit: args.sched_limit.max(1),
+            seed: 1,
+        };
+        Some(plan::sched_max_n(&models, &search)?)
     } else {
         None
     };
@@ -175,8 +175,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 m.read_rate / 1e6
             ))
             .unwrap_or_default(),
-        node.link.map_or("not limited".into(), |l| format!("{l} × {}", args.link_share)),
-        node.cpu.map_or("not limited".into(), |c| c.to_string()),
+        node.link.map_or_else(|| "not limited".into(), |l| format!("{l} × {}", args.link_share)),
+        node.cpu.map_or_else(|| "not limited".into(), |c| c.to_string()),
     );
     println!(
         "admission: {} over {} blocks, cycle {} ms, {} % kept for non-real-time IO",

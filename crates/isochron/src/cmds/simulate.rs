@@ -110,7 +110,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             "{} {}: throughput and utilisation ({})",
             args.arch,
             args.op,
-            args.scenario.as_deref().map_or("Table 2".into(), |p| p.display().to_string())
+            args.scenario.as_deref().map_or_else(|| "Table 2".into(), |p| p.display().to_string())
         );
         let svg = plot::sweep_svg(&result, &title)?;
         write_out(dir, &stem, &(json + "\n"), &sweep_csv(&result), &svg, args.json)?;
