@@ -53,7 +53,7 @@ pub struct ResourceSpec {
 /// One elementary operation of a job.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Step {
-    /// The resources held together during the step, acquired in this order (never empty).
+    /// The resources held together during the step, acquired in this order (none: a delay).
     pub resources: Vec<ResourceId>,
     /// Service time without seeks (a transfer: bytes over the component's rate).
     pub fixed: Duration,
@@ -100,7 +100,7 @@ struct Job {
     arrival: Instant,
     steps: Vec<Step>,
     step: usize,
-    held: Vec<(ResourceId, Instant)>,
+    held: Vec<ResourceId>,
     timings: Vec<StepTiming>,
     done: Option<Instant>,
 }
@@ -133,10 +133,9 @@ impl Engine {
         Self { now: Instant::ZERO, seq: 0, events: BinaryHeap::new(), resources, jobs: Vec::new() }
     }
 
-    /// Adds a job that starts its first step at `arrival` (steps with no resources are
-    /// skipped). Returns its id.
+    /// Adds a job that starts its first step at `arrival`. Returns its id. A step with no
+    /// resources is a pure delay of its fixed time.
     pub fn add_job(&mut self, arrival: Instant, steps: Vec<Step>) -> JobId {
-        let steps: Vec<Step> = steps.into_iter().filter(|s| !s.resources.is_empty()).collect();
         let id = self.jobs.len();
         self.jobs.push(Job {
             arrival,
@@ -232,7 +231,7 @@ impl Engine {
             let res = &mut self.resources[r.0];
             if res.free > 0 {
                 res.free -= 1;
-                self.jobs[j].held.push((r, self.now));
+                self.jobs[j].held.push(r);
             } else {
                 res.queue.push_back(j);
                 return;
@@ -244,9 +243,8 @@ impl Engine {
         let job = &self.jobs[j];
         let step = &job.steps[job.step];
         let mut service = step.fixed;
-        if step.seeks > 0 {
-            let first = step.resources[0].0;
-            let res = &mut self.resources[first];
+        if let (true, Some(first)) = (step.seeks > 0, step.resources.first()) {
+            let res = &mut self.resources[first.0];
             if let Some(mean) = res.spec.seek_mean {
                 let model = DiskModel::new(mean, 1.0);
                 for _ in 0..step.seeks {
@@ -273,12 +271,12 @@ impl Engine {
             std::mem::take(&mut job.held)
         };
         let served = self.jobs[j].timings.last().map_or(Duration::ZERO, StepTiming::service);
-        for (r, _since) in held {
+        for r in held {
             let res = &mut self.resources[r.0];
             res.busy_ns += served.as_nanos();
             match res.queue.pop_front() {
                 Some(w) => {
-                    self.jobs[w].held.push((r, now));
+                    self.jobs[w].held.push(r);
                     self.acquire(w);
                 }
                 None => res.free += 1,
@@ -385,6 +383,15 @@ mod tests {
         // Gennart: standard deviation m/√2 = 7.07 ms.
         assert!((sd - 0.00707).abs() < 0.0002, "{sd}");
         assert!(s.iter().all(|x| *x >= 0.0 && *x <= 0.030 + 1e-9));
+    }
+
+    #[test]
+    fn a_step_without_resources_is_a_delay() {
+        let mut e = Engine::new(vec![res("A", 1)], 1);
+        let j = e.add_job(Instant::ZERO, vec![step(&[], 4), step(&[0], 1)]);
+        e.run();
+        assert_eq!(ms(e.job(j).1[1].started), 4);
+        assert_eq!(ms(e.job(j).2.unwrap()), 5);
     }
 
     #[test]
