@@ -125,3 +125,15 @@ fn strand_delay_deviation_is_about_10_ms_at_8_nodes_of_which_the_disk_7_07() {
         assert!(within(j.measured_utilization, 0.9, 0.05), "{j:?}");
     }
 }
+
+#[test]
+fn two_disks_per_node_double_the_input_and_load_the_processors_to_0_8() {
+    // §5.2: "two disks per disk-node would increase the processor utilization to 0.8 and double
+    // the input throughput".
+    let one = Scenario::default();
+    let two = Scenario::from_toml("[disk]\nper_node = 2\n").unwrap();
+    let a = sweep(&one, Architecture::PointToPoint, Operation::Resample, 8..=8).points[0].clone();
+    let b = sweep(&two, Architecture::PointToPoint, Operation::Resample, 8..=8).points[0].clone();
+    assert!(within(b.throughput_mb_s / a.throughput_mb_s, 2.0, 0.10), "{a:?} {b:?}");
+    assert!(within(b.utilization[&Component::Processor], 0.8, 0.10), "{b:?}");
+}
