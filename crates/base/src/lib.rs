@@ -15,4 +15,4 @@ pub mod units;
 
 pub use ids::{BlockIndex, BlockKey, DiskId, Gsn, NodeId, ObjectId, StreamId};
 pub use time::{Instant, MediaTime};
-pub use units::{BitRate, Bytes, ParseRateError};
+pub use units::{BitRate, Bytes, MbPerSec, ParseRateError};

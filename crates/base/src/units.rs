@@ -1,7 +1,9 @@
 //! Unit newtypes: sizes and rates.
 //!
-//! Sizes are [`Bytes`], rates are [`BitRate`] (bits per second, as media rates are quoted).
-//! Config keys carry the unit in their names (`block_size_kib`); these types carry it in code.
+//! Sizes are [`Bytes`], rates are [`BitRate`] (bits per second, as media rates are quoted) or
+//! [`MbPerSec`] (decimal megabytes per second, as hardware throughputs are quoted: Gennart et
+//! al.'s Table 2, the CineGrid format table). Config keys carry the unit in their names
+//! (`block_size_kib`, `rate_mb_s`); these types carry it in code.
 
 use std::fmt;
 use std::ops::{Add, AddAssign, Sub};
@@ -141,6 +143,55 @@ impl fmt::Display for ParseRateError {
 
 impl std::error::Error for ParseRateError {}
 
+/// A throughput in decimal megabytes (10⁶ bytes) per second: the unit of hardware figures
+/// (Gennart et al.'s Table 2: "4MB/s" disks, "8MB/s" links) and of the CineGrid format table.
+///
+/// Config keys in this unit end in `_mb_s`. Not [`BitRate`]: media rates are quoted in bits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, PartialOrd)]
+pub struct MbPerSec(pub f64);
+
+impl MbPerSec {
+    /// Bytes in one (decimal) megabyte.
+    pub const BYTES_PER_MB: f64 = 1e6;
+
+    /// Bytes per second.
+    #[must_use]
+    pub fn bytes_per_sec(self) -> f64 {
+        self.0 * Self::BYTES_PER_MB
+    }
+
+    /// The throughput of `bytes_per_sec` bytes per second.
+    #[must_use]
+    pub fn from_bytes_per_sec(bytes_per_sec: f64) -> Self {
+        Self(bytes_per_sec / Self::BYTES_PER_MB)
+    }
+
+    /// The same rate in bits per second (rounded).
+    #[must_use]
+    pub fn to_bit_rate(self) -> BitRate {
+        BitRate((self.bytes_per_sec() * 8.0).round().max(0.0) as u64)
+    }
+
+    /// The same rate as a throughput in decimal megabytes per second.
+    #[must_use]
+    pub fn from_bit_rate(rate: BitRate) -> Self {
+        Self::from_bytes_per_sec(rate.bytes_per_sec())
+    }
+
+    /// Seconds to move `bytes` at this rate (infinite for a zero rate).
+    #[must_use]
+    pub fn secs_for(self, bytes: f64) -> f64 {
+        bytes / self.bytes_per_sec()
+    }
+}
+
+impl fmt::Display for MbPerSec {
+    /// `12.35 MB/s`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:.2} MB/s", self.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,5 +222,15 @@ mod tests {
             let e = bad.parse::<BitRate>().unwrap_err().to_string();
             assert!(e.starts_with(&format!("{bad:?} ")), "{e}");
         }
+    }
+
+    #[test]
+    fn mb_per_sec_conversions() {
+        let r = MbPerSec(4.0);
+        assert_eq!(r.bytes_per_sec(), 4e6);
+        assert!((r.secs_for(40_000.0) - 0.01).abs() < 1e-15);
+        assert_eq!(r.to_bit_rate(), BitRate(32_000_000));
+        assert_eq!(MbPerSec::from_bit_rate(BitRate(8_000_000)), MbPerSec(1.0));
+        assert_eq!(r.to_string(), "4.00 MB/s");
     }
 }

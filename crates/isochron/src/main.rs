@@ -38,6 +38,11 @@ enum Command {
     ProfileDisk(cmds::profile_disk::Args),
     /// Run dummy streams on the disks under the cycle scheduler (XTREAM's evaluation).
     BenchDisk(cmds::bench_disk::Args),
+    /// Simulate multiprocessor-multidisk architectures (Gennart et al.): throughput,
+    /// utilisation, bottleneck and strand-delay jitter against the number of disk nodes.
+    Simulate(cmds::simulate::Args),
+    /// Plan capacity: the CineGrid format table; streams per node, bottleneck, nodes needed.
+    Plan(cmds::plan::Args),
 }
 
 fn main() -> ExitCode {
@@ -64,6 +69,8 @@ fn main() -> ExitCode {
         Command::Fsck(a) => cmds::fsck::run(a),
         Command::ProfileDisk(a) => cmds::profile_disk::run(a),
         Command::BenchDisk(a) => cmds::bench_disk::run(a),
+        Command::Simulate(a) => cmds::simulate::run(a),
+        Command::Plan(a) => cmds::plan::run(a),
     };
     match result {
         Ok(code) => code,

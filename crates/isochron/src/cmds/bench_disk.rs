@@ -118,7 +118,7 @@ fn parse_kind(s: &str) -> Result<WorkloadKind, String> {
     }
 }
 
-fn parse_rate(s: &str) -> Result<BitRate, String> {
+pub(crate) fn parse_rate(s: &str) -> Result<BitRate, String> {
     s.parse().map_err(|e: isochron_base::ParseRateError| e.to_string())
 }
 

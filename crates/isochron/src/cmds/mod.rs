@@ -6,9 +6,11 @@ pub(crate) mod disk;
 pub(crate) mod fsck;
 pub(crate) mod ingest;
 pub(crate) mod ls;
+pub(crate) mod plan;
 pub(crate) mod profile_disk;
 pub(crate) mod rm;
 pub(crate) mod serve;
+pub(crate) mod simulate;
 
 use std::path::PathBuf;
 

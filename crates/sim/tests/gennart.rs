@@ -1,0 +1,139 @@
+//! Gennart, Messerli, Hersch's results from the shipped scenario (Table 2), each within 10 %.
+//!
+//! Where the paper's numbers cannot all come from its stated parameters (the "≈ 2 MB/s per
+//! node" of read + resample on point-to-point needs the 40 KB disk requests of its §5.1
+//! estimate, while its other results need one access per strand), the test says so and checks
+//! both readings; `docs/results/simulate.md` explains it.
+
+use isochron_base::MbPerSec;
+use isochron_sim::{Architecture, Component, Operation, Scenario, jitter, network_bound, sweep};
+
+fn within(got: f64, want: f64, tol: f64) -> bool {
+    (got / want - 1.0).abs() <= tol
+}
+
+#[test]
+fn point_to_point_read_saturates_the_interface_links_at_30_mb_s() {
+    let s = Scenario::default();
+    let w = sweep(&s, Architecture::PointToPoint, Operation::Read, 1..=16);
+    let p16 = w.at(16).unwrap();
+    assert!(within(p16.throughput_mb_s, 30.0, 0.10), "{p16:?}");
+    assert_eq!(p16.bottleneck, Component::InterfaceLink, "{p16:?}");
+    assert_eq!(p16.analytic_bottleneck, Component::InterfaceLink);
+    // "roughly four times each link throughput"; the interface processor "far from saturated".
+    assert!(p16.utilization[&Component::InterfaceLink] > 0.9, "{p16:?}");
+    assert!(p16.utilization[&Component::Interface] < 0.5, "{p16:?}");
+    // Below saturation, the disks limit and throughput grows with the nodes.
+    let p4 = w.at(4).unwrap();
+    assert_eq!(p4.bottleneck, Component::Disk);
+    assert!(p4.throughput_mb_s < w.at(8).unwrap().throughput_mb_s);
+}
+
+#[test]
+fn shared_bus_read_saturates_the_bus_at_35_mb_s_beyond_12_nodes() {
+    let s = Scenario::default();
+    let w = sweep(&s, Architecture::SharedBus, Operation::Read, 1..=16);
+    for n in 13..=16 {
+        let p = w.at(n).unwrap();
+        assert!(within(p.throughput_mb_s, 35.0, 0.10), "{p:?}");
+        assert_eq!(p.bottleneck, Component::Bus, "{p:?}");
+    }
+    // Not saturated at 8 nodes: the disks limit there.
+    assert_eq!(w.at(8).unwrap().bottleneck, Component::Disk);
+    // The analytic bound is I/O.WriteToMemory, 38.9 MB/s.
+    assert!(within(w.at(16).unwrap().analytic_mb_s, 38.9, 0.01));
+}
+
+#[test]
+fn read_to_the_network_through_the_node_processor_is_bounded_at_15_73_mb_s() {
+    let s = Scenario::default();
+    let sim =
+        sweep(&s, Architecture::SharedBus, Operation::Read, 16..=16).points[0].throughput_mb_s;
+    let bound = network_bound(&s, MbPerSec(sim)).0;
+    assert!(within(bound, 15.73, 0.10), "{bound}");
+    // With the paper's own inputs (35 MB/s read) and ours for the copy (37.5) and DMA (100).
+    assert!(within(network_bound(&s, MbPerSec(35.0)).0, 15.73, 0.10));
+}
+
+#[test]
+fn shared_bus_resample_saturates_at_21_mb_s_by_8_nodes_under_a_24_mb_s_bound() {
+    let s = Scenario::default();
+    let w = sweep(&s, Architecture::SharedBus, Operation::Resample, 1..=16);
+    for n in 8..=16 {
+        let p = w.at(n).unwrap();
+        assert!(within(p.throughput_mb_s, 21.0, 0.10), "{p:?}");
+        assert_eq!(p.bottleneck, Component::Bus, "{p:?}");
+        // The paper's estimate: 1/(1/40 + 1/100 + 1/(4·60) + 1/(4·100)) = 24 MB/s.
+        assert_eq!(p.analytic_bottleneck, Component::Bus);
+        assert!(within(p.bounds[&Component::Bus], 24.0, 0.10), "{p:?}");
+        // Simulated below the estimate ("due to the contention").
+        assert!(p.throughput_mb_s < p.bounds[&Component::Bus]);
+    }
+    assert_eq!(w.at(4).unwrap().bottleneck, Component::Disk);
+}
+
+#[test]
+fn point_to_point_resample_is_disk_bound_and_linear_to_16_nodes() {
+    let s = Scenario::default();
+    let w = sweep(&s, Architecture::PointToPoint, Operation::Resample, 1..=16);
+    let per_node = w.at(1).unwrap().throughput_mb_s;
+    // One disk access of a strand: 10 ms mean seek + 168 960 B at 4 MB/s.
+    let t = 0.010 + 0.042_24;
+    for p in &w.points {
+        assert_eq!(p.bottleneck, Component::Disk, "{p:?}");
+        // Linear up to the striping remainder: the busiest node reads ⌈256/n⌉ strands.
+        let linear = 256.0 * 0.168_96 / (f64::from(256u32.div_ceil(p.nodes)) * t);
+        assert!(within(p.throughput_mb_s, linear, 0.10), "{p:?}");
+        assert!(within(p.bounds[&Component::Disk], linear, 0.001), "{p:?}");
+    }
+    // The paper: "the processor utilization rate of 0.4".
+    let cpu = w.at(16).unwrap().utilization[&Component::Processor];
+    assert!(within(cpu, 0.4, 0.10), "{cpu}");
+    // With one access per strand (Table 2's disk and the paper's "average seek-time for each
+    // access") a node reads 168 960 B per 10 ms + 42.24 ms: 3.2 MB/s, not the paper's ≈ 2.
+    assert!(within(per_node, 3.23, 0.05), "{per_node}");
+}
+
+#[test]
+fn point_to_point_resample_is_2_mb_s_per_node_with_the_papers_40_kb_requests() {
+    // §5.1's estimate: "the average delay for a 40KByte-disk-request is 20ms …, or a 2MBytes/s
+    // throughput". Cutting each strand into 4 requests of 42 240 B gives it.
+    let s = Scenario::from_toml("[stream]\ndisk_requests_per_strand = 4\n").unwrap();
+    let w = sweep(&s, Architecture::PointToPoint, Operation::Resample, 1..=16);
+    for p in &w.points {
+        assert_eq!(p.bottleneck, Component::Disk, "{p:?}");
+        assert!(within(p.throughput_mb_s / f64::from(p.nodes), 2.0, 0.10), "{p:?}");
+    }
+    assert!(within(w.at(16).unwrap().throughput_mb_s, 32.0, 0.10));
+    // …but then the shared-bus read cannot reach the paper's 35 MB/s: 16 disks give 32.9 at
+    // most, and the bus is not the bottleneck.
+    let b = sweep(&s, Architecture::SharedBus, Operation::Read, 16..=16);
+    assert!(b.points[0].throughput_mb_s < 0.9 * 35.0, "{:?}", b.points[0]);
+    assert_eq!(b.points[0].bottleneck, Component::Disk);
+}
+
+#[test]
+fn strand_delay_deviation_is_about_10_ms_at_8_nodes_of_which_the_disk_7_07() {
+    let s = Scenario::default();
+    for arch in Architecture::ALL {
+        let j = jitter(&s, arch, Operation::Read, 8, 0.9, 20_000);
+        assert!(within(j.std_ms, 10.0, 0.10), "{j:?}");
+        assert!(within(j.disk_std_ms, 7.07, 0.10), "{j:?}");
+        assert!((j.disk_std_model_ms - 7.0711).abs() < 1e-3, "{j:?}");
+        // The disk is the major part of the variance.
+        assert!(j.disk_std_ms.powi(2) > 0.5 * j.std_ms.powi(2), "{j:?}");
+        assert!(within(j.measured_utilization, 0.9, 0.05), "{j:?}");
+    }
+}
+
+#[test]
+fn two_disks_per_node_double_the_input_and_load_the_processors_to_0_8() {
+    // §5.2: "two disks per disk-node would increase the processor utilization to 0.8 and double
+    // the input throughput".
+    let one = Scenario::default();
+    let two = Scenario::from_toml("[disk]\nper_node = 2\n").unwrap();
+    let a = sweep(&one, Architecture::PointToPoint, Operation::Resample, 8..=8).points[0].clone();
+    let b = sweep(&two, Architecture::PointToPoint, Operation::Resample, 8..=8).points[0].clone();
+    assert!(within(b.throughput_mb_s / a.throughput_mb_s, 2.0, 0.10), "{a:?} {b:?}");
+    assert!(within(b.utilization[&Component::Processor], 0.8, 0.10), "{b:?}");
+}
