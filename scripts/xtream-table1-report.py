@@ -89,7 +89,7 @@ def efficiency(out):
 if __name__ == "__main__":
     out = sys.argv[1]
     search_log = []
-    print("## (a) Emulated disk (seek 10 ms, 4 MiB/s), 1 MiB blocks\n")
+    print("## (a) Emulated disk (seek 10 ms, 4 MiB/s), 256 KiB blocks\n")
     print(table1(out, "emu"))
     print("\n## (b) Real disk, 1 MiB blocks, rates scaled up\n")
     print(table1(out, "real"))
