@@ -15,11 +15,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::Sender;
-use isochron_base::{BlockIndex, MediaTime, StreamId};
+use isochron_base::{BlockIndex, MediaTime, Pace, StreamId};
 use isochron_rtsp::rtsp_types::{Request, Response};
 use isochron_rtsp::server::{
     ConnId, ConnInfo, Event, Handled, PauseAction, PlayAction, PlayOutcome, PlayStart, Position,
-    ServerCore, SessionTransport,
+    RateAction, ServerCore, SessionTransport,
 };
 use isochron_sched::{Decision, OpenStream};
 use serde::Serialize;
@@ -177,6 +177,7 @@ impl Manager {
                     Handled::Respond(r) => r,
                     Handled::Play(action) => self.play(action).await,
                     Handled::Pause(action) => self.pause(action).await,
+                    Handled::Rate(action) => self.rate(action).await,
                 };
                 let _ = reply.send(resp);
             }
@@ -339,6 +340,21 @@ impl Manager {
             },
         );
         Ok(())
+    }
+
+    /// MTFC: paces the session's stream at the pace asked for. A stream not yet opened (before
+    /// its first PLAY) has nothing to pace: the answer says nominal.
+    async fn rate(&mut self, action: RateAction) -> Response<Vec<u8>> {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.sender.send(SenderCommand::Pace {
+            stream: action.stream,
+            pace: action.pace,
+            reply: tx,
+        });
+        let applied = rx.await.ok().flatten().unwrap_or(Pace::NOMINAL);
+        debug!(stream = %action.stream, pace = %applied, "rate change");
+        let now = self.clock.now();
+        self.core.finish_rate(now, action, applied)
     }
 
     async fn pause(&mut self, action: PauseAction) -> Response<Vec<u8>> {
