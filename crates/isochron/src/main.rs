@@ -38,6 +38,8 @@ enum Command {
     ProfileDisk(cmds::profile_disk::Args),
     /// Run dummy streams on the disks under the cycle scheduler (XTREAM's evaluation).
     BenchDisk(cmds::bench_disk::Args),
+    /// Measure an RTSP server with emulation clients: N_max, the bottleneck, Yima's Figure 3.
+    Bench(Box<cmds::bench::Args>),
 }
 
 fn main() -> ExitCode {
@@ -64,6 +66,7 @@ fn main() -> ExitCode {
         Command::Fsck(a) => cmds::fsck::run(a),
         Command::ProfileDisk(a) => cmds::profile_disk::run(a),
         Command::BenchDisk(a) => cmds::bench_disk::run(a),
+        Command::Bench(a) => cmds::bench::run(*a),
     };
     match result {
         Ok(code) => code,

@@ -1,5 +1,6 @@
 //! The subcommands.
 
+pub(crate) mod bench;
 pub(crate) mod bench_disk;
 pub(crate) mod cat;
 pub(crate) mod disk;
@@ -9,6 +10,7 @@ pub(crate) mod ls;
 pub(crate) mod profile_disk;
 pub(crate) mod rm;
 pub(crate) mod serve;
+pub(crate) mod shape;
 
 use std::path::PathBuf;
 

@@ -171,6 +171,13 @@ impl Playout {
         self.state
     }
 
+    /// Whether the stream's end has been received (BYE, or the announced length reached):
+    /// what is left plays out of the buffer.
+    #[must_use]
+    pub fn input_ended(&self) -> bool {
+        self.input_ended
+    }
+
     /// The RTP payload of one packet (whole TS packets) arrived at `now`.
     pub fn handle_payload(&mut self, now: Instant, payload: &[u8]) {
         self.advance(now);

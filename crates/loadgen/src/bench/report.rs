@@ -39,6 +39,10 @@ pub struct Sample {
     pub b_avgnet_bits_s: f64,
     /// The content's rate over the data received in this second: bytes per media second × 8.
     pub content_bits_s: f64,
+    /// Bytes received in this second, all sessions.
+    pub rx_bytes: u64,
+    /// Media time received in this second, all sessions, s.
+    pub media_s: f64,
     /// Rate changes accepted per second, all clients (Yima R_Δr).
     pub r_dr: f64,
     /// Starvation events in this second.
@@ -108,7 +112,7 @@ pub struct PerN {
     pub b_net_bits_s: f64,
     /// B_avgNet, bits/s.
     pub b_avgnet_bits_s: f64,
-    /// The content's rate, bits/s.
+    /// The content's rate over the same samples (their bytes over their media time), bits/s.
     pub content_bits_s: f64,
     /// R_Δr, changes/s.
     pub r_dr: f64,
@@ -171,7 +175,11 @@ pub fn aggregate(samples: &[Sample], tolerance: f64) -> Vec<PerN> {
                 samples: g.len(),
                 b_net_bits_s: mean(&|s| s.b_net_bits_s),
                 b_avgnet_bits_s: mean(&|s| s.b_avgnet_bits_s),
-                content_bits_s: mean(&|s| s.content_bits_s),
+                content_bits_s: {
+                    let media: f64 = g.iter().map(|s| s.media_s).sum();
+                    let bytes: u64 = g.iter().map(|s| s.rx_bytes).sum();
+                    if media > 0.0 { bytes as f64 * 8.0 / media } else { 0.0 }
+                },
                 r_dr: mean(&|s| s.r_dr),
                 starvations: g.iter().map(|s| s.starvations).sum(),
                 lost: g.iter().map(|s| s.lost).sum(),
@@ -236,6 +244,8 @@ mod tests {
             b_avgnet_bits_s: avg,
             b_net_bits_s: avg * sessions as f64,
             content_bits_s: 5.3e6,
+            rx_bytes: 5_300_000 / 8 * sessions as u64,
+            media_s: sessions as f64,
             starvations: starv,
             b_disk_bytes_s: Some(1.0),
             ..Sample::default()

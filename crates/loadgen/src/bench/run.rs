@@ -150,6 +150,8 @@ struct Runner {
     sessions: Vec<SessionRecord>,
     next_client: usize,
     last_sessions: usize,
+    /// Per entry of `counters`: whether it was served at the last sample.
+    served: Vec<bool>,
 }
 
 /// Runs the bench. `epoch` in `config.clients` is replaced by the run's start.
@@ -175,6 +177,7 @@ pub async fn run(mut config: RunConfig) -> anyhow::Result<RunResult> {
         sessions: Vec::new(),
         next_client: 0,
         last_sessions: 0,
+        served: Vec::new(),
     };
     r.procfs.sample(epoch);
     r.scrape().await;
@@ -389,13 +392,24 @@ impl Runner {
         let d = |a: u64, b: u64| b.saturating_sub(a);
         let r = Ordering::Relaxed;
         let (mut sessions, mut paused, mut stalled, mut level_sum) = (0, 0, 0, 0u64);
-        for c in &self.counters {
-            if !c.open.load(r) {
+        // Whether the set of served sessions changed during the interval (a start or an end):
+        // then the sample mixes two loads and is not steady.
+        self.served.resize(self.counters.len(), false);
+        let mut churn = false;
+        for (c, was) in self.counters.iter().zip(self.served.iter_mut()) {
+            // Served: set up and sent to (a first packet came), not paused or played out.
+            let st = c.state.load(r);
+            let served = c.open.load(r)
+                && c.first_ns.load(r) != 0
+                && !matches!(st, state::PAUSED | state::FINISHED | state::DRAINING);
+            churn |= served != *was;
+            *was = served;
+            if !c.open.load(r) || c.first_ns.load(r) == 0 {
                 continue;
             }
-            match c.state.load(r) {
+            match st {
                 state::PAUSED => paused += 1,
-                state::FINISHED => {}
+                state::FINISHED | state::DRAINING => {}
                 st => {
                     sessions += 1;
                     level_sum += c.level_ms.load(r);
@@ -434,10 +448,12 @@ impl Runner {
             sessions,
             paused,
             stalled,
-            steady: sessions == target && sessions == self.last_sessions,
+            steady: sessions == target && sessions == self.last_sessions && !churn,
             b_net_bits_s: b_net,
             b_avgnet_bits_s: if sessions > 0 { b_net / sessions as f64 } else { 0.0 },
             content_bits_s: if media_s > 0.0 { bytes * 8.0 / media_s } else { 0.0 },
+            rx_bytes: bytes as u64,
+            media_s,
             r_dr: d(self.prev.rate_changes, totals.rate_changes) as f64 / dt,
             starvations: d(self.prev.starvations, totals.starvations),
             starvations_total: totals.starvations,

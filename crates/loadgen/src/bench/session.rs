@@ -52,6 +52,8 @@ pub mod state {
     pub const PAUSED: u8 = 4;
     /// Played to the end.
     pub const FINISHED: u8 = 5;
+    /// Received to the end, playing out the buffer (no longer served).
+    pub const DRAINING: u8 = 6;
 }
 
 /// A session's counts, written by its sink and controller, read by the sampler.
@@ -92,7 +94,10 @@ impl SessionCounters {
     #[must_use]
     pub fn receiving(&self) -> bool {
         self.open.load(Ordering::Relaxed)
-            && !matches!(self.state.load(Ordering::Relaxed), state::PAUSED | state::FINISHED)
+            && !matches!(
+                self.state.load(Ordering::Relaxed),
+                state::PAUSED | state::FINISHED | state::DRAINING
+            )
     }
 }
 
@@ -202,6 +207,7 @@ impl BenchSink {
         c.state.store(
             match self.player.state() {
                 PlayState::Buffering => state::BUFFERING,
+                PlayState::Playing { .. } if self.player.input_ended() => state::DRAINING,
                 PlayState::Playing { .. } => state::PLAYING,
                 PlayState::Stalled { .. } => state::STALLED,
                 PlayState::Paused => state::PAUSED,
