@@ -126,6 +126,8 @@ pub(crate) struct Manager {
     pub(crate) cname: String,
     pub(crate) conns: HashMap<ConnId, mpsc::Sender<OutFrame>>,
     streams: HashMap<StreamId, StreamState>,
+    /// Paces asked for before the stream's first PLAY, applied when it opens.
+    pending_paces: HashMap<StreamId, Pace>,
 }
 
 impl Manager {
@@ -147,6 +149,7 @@ impl Manager {
             cname,
             conns: HashMap::new(),
             streams: HashMap::new(),
+            pending_paces: HashMap::new(),
         }
     }
 
@@ -328,6 +331,10 @@ impl Manager {
         };
         let _ =
             self.sender.send(SenderCommand::Add { setup, transport, cname: self.cname.clone() });
+        if let Some(pace) = self.pending_paces.remove(&stream) {
+            let (reply, _) = oneshot::channel();
+            let _ = self.sender.send(SenderCommand::Pace { stream, pace, reply });
+        }
         info!(%stream, object = %entry.record.name, "admission: admitted");
         self.streams.insert(
             stream,
@@ -342,8 +349,8 @@ impl Manager {
         Ok(())
     }
 
-    /// MTFC: paces the session's stream at the pace asked for. A stream not yet opened (before
-    /// its first PLAY) has nothing to pace: the answer says nominal.
+    /// MTFC: paces the session's stream at the pace asked for. A stream not opened yet (before
+    /// its first PLAY) gets it when it opens.
     async fn rate(&mut self, action: RateAction) -> Response<Vec<u8>> {
         let (tx, rx) = oneshot::channel();
         let _ = self.sender.send(SenderCommand::Pace {
@@ -351,7 +358,13 @@ impl Manager {
             pace: action.pace,
             reply: tx,
         });
-        let applied = rx.await.ok().flatten().unwrap_or(Pace::NOMINAL);
+        let applied = match rx.await.ok().flatten() {
+            Some(p) => p,
+            None => {
+                self.pending_paces.insert(action.stream, action.pace);
+                action.pace
+            }
+        };
         debug!(stream = %action.stream, pace = %applied, "rate change");
         let now = self.clock.now();
         self.core.finish_rate(now, action, applied)
@@ -375,6 +388,7 @@ impl Manager {
         while let Some(ev) = self.core.poll_event() {
             let Event::Closed { session, stream, reason } = ev;
             debug!(%stream, ?session, ?reason, "session closed");
+            self.pending_paces.remove(&stream);
             if self.streams.remove(&stream).is_some() {
                 let _ = self.sender.send(SenderCommand::Remove { stream });
                 let _ = self.sched.send(SchedCommand::Close { stream });
