@@ -151,7 +151,7 @@ fn line_plot(
         .flat_map(|s| s.points.iter().map(|p| p.1))
         .chain(hlines.iter().map(|h| h.y))
         .fold(0.0f64, f64::max);
-    let y_hi = y_max.unwrap_or((y_data * 1.15).max(1e-3));
+    let y_hi = y_max.unwrap_or_else(|| (y_data * 1.15).max(1e-3));
     let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let mut chart = ChartBuilder::on(&root)
