@@ -33,6 +33,9 @@ use crate::client::{Client, MediaSink, Transport};
 
 /// How often the sink gives MTFC a buffer sample.
 const MTFC_SAMPLE: Duration = Duration::from_millis(100);
+/// How long after a seek's PLAY response packets numbered before its RTP-Info `seq` are dropped
+/// (a server whose RTP-Info does not match its packets must not silence the client).
+const SEEK_WAIT: Duration = Duration::from_millis(500);
 /// How often the controller sends a keep-alive (OPTIONS) to the server.
 const KEEPALIVE: Duration = Duration::from_secs(25);
 /// How long a TEARDOWN may take at the end.
@@ -77,6 +80,10 @@ pub struct SessionCounters {
     pub media_ns: AtomicU64,
     /// Rate changes the server accepted.
     pub rate_changes: AtomicU64,
+    /// Seeks done (written by the controller).
+    pub seeks: AtomicU64,
+    /// Pauses done (written by the controller).
+    pub pauses: AtomicU64,
     /// Buffer level, ms.
     pub level_ms: AtomicU64,
     /// Player state ([`state`]).
@@ -117,8 +124,11 @@ pub enum SinkControl {
     Pause,
     /// PLAY (resume) is being sent.
     Resume,
-    /// PLAY with a new start is being sent: flush.
+    /// PLAY with a new start is being sent: flush, and drop packets until [`Self::SeekStart`].
     Seek,
+    /// The seek's PLAY response: its first packet has this RTP sequence number (RTP-Info), if
+    /// the server said; packets before it (in flight from the old position) are dropped.
+    SeekStart(Option<u16>),
     /// The PLAY response announced this much media.
     Length(Duration),
     /// The server refused a rate request: stop asking.
@@ -134,6 +144,10 @@ pub struct BenchSink {
     events: mpsc::UnboundedSender<SinkEvent>,
     control: mpsc::UnboundedReceiver<SinkControl>,
     expected_seq: Option<u16>,
+    /// After a seek: drop packets numbered before this one (`Some(None)`: every packet until the
+    /// PLAY response), for at most [`SEEK_WAIT`] after the response.
+    awaiting: Option<Option<u16>>,
+    awaiting_since: Option<Instant>,
     next_mtfc: Option<Instant>,
     finished_sent: bool,
     counts: LocalCounts,
@@ -167,6 +181,8 @@ impl BenchSink {
             events,
             control,
             expected_seq: None,
+            awaiting: None,
+            awaiting_since: None,
             next_mtfc: None,
             finished_sent: false,
             counts: LocalCounts::default(),
@@ -180,8 +196,13 @@ impl BenchSink {
                 SinkControl::Resume => self.player.handle_resume(now),
                 SinkControl::Seek => {
                     self.player.handle_seek(now);
+                    self.awaiting = Some(None);
+                }
+                SinkControl::SeekStart(seq) => {
                     // Other servers may renumber after a seek: learn the sequence anew.
                     self.expected_seq = None;
+                    self.awaiting = seq.map(Some);
+                    self.awaiting_since = Some(now);
                 }
                 SinkControl::Length(d) => self.player.handle_length(d),
                 SinkControl::MtfcOff => self.mtfc = None,
@@ -223,6 +244,16 @@ impl MediaSink for BenchSink {
         self.apply_controls(at);
         let Ok((header, range)) = RtpHeader::parse(packet) else { return };
         let seq = header.sequence;
+        if let Some(first) = self.awaiting {
+            let waited =
+                self.awaiting_since.is_some_and(|t| at.saturating_duration_since(t) > SEEK_WAIT);
+            match first {
+                // Numbered before the seek's first packet: still from the old position.
+                Some(f) if (seq.wrapping_sub(f) as i16) < 0 && !waited => return,
+                None => return,
+                Some(_) => self.awaiting = None,
+            }
+        }
         match self.expected_seq {
             None => self.expected_seq = Some(seq.wrapping_add(1)),
             Some(exp) => {
@@ -395,6 +426,10 @@ pub struct SessionRecord {
     pub rate_changes: u64,
     /// Whether the server refused a rate request (no MTFC there).
     pub rate_refused: bool,
+    /// Seeks done.
+    pub seeks: u64,
+    /// Pauses done.
+    pub pauses: u64,
     /// Mean received rate between the first and the last packet, bits/s.
     pub received_bits_s: f64,
     /// Media received, s.
@@ -482,6 +517,8 @@ fn record(
         stall_ms: c.stall_ns.load(r) / 1_000_000,
         rate_changes: c.rate_changes.load(r),
         rate_refused,
+        seeks: c.seeks.load(r),
+        pauses: c.pauses.load(r),
         received_bits_s: if span_ns > 0 { bytes as f64 * 8e9 / span_ns as f64 } else { 0.0 },
         media_s,
         content_bits_s: if media_s > 0.0 { bytes as f64 * 8.0 / media_s } else { 0.0 },
@@ -559,9 +596,11 @@ async fn session(
                     * ((rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64);
                 let _ = ctl.send(SinkControl::Seek);
                 let info = client.play(Some(&format!("npt={to:.3}-"))).await?;
+                let _ = ctl.send(SinkControl::SeekStart(info.seq));
                 if let Some(len) = info.range.as_deref().and_then(range_length) {
                     let _ = ctl.send(SinkControl::Length(len));
                 }
+                counters.seeks.fetch_add(1, Ordering::Relaxed);
                 seek_at = next(settings.seek_every, rng);
             }
             _ = tokio::time::sleep_until(pause_at.unwrap_or_else(far)) => {
@@ -573,6 +612,7 @@ async fn session(
                 }
                 let _ = ctl.send(SinkControl::Resume);
                 client.play(None).await?;
+                counters.pauses.fetch_add(1, Ordering::Relaxed);
                 pause_at = next(settings.pause_every, rng);
             }
             _ = keepalive.tick() => {
