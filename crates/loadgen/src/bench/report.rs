@@ -4,10 +4,11 @@
 //! R_Δr, starvations) next to the server side ([`super::procfs::Resources`] and the server's
 //! own counters). Samples taken while the load is steady (every client of the target playing,
 //! and the same number as a second before) are grouped by N into [`PerN`] means — the points of
-//! Yima's Figure 3. N *passes* when no client starved and B_avgNet kept up with the content
-//! being played: at least `1 − tolerance` of the content's own rate over the same samples
-//! (bytes received per media second received; for Yima's CBR-like DVD trace this is the "mean
-//! rate" dashed line). N_max is the largest N below the first N that fails.
+//! Yima's Figure 3. N *passes* when no client starved, at most [`LOSS_TOLERANCE`] of the
+//! packets were lost, and B_avgNet kept up with the content being played: at least
+//! `1 − tolerance` of the content's own rate over the same samples (bytes per media second
+//! received, lost packets counted at the mean size; for Yima's CBR-like DVD trace this is the
+//! "mean rate" dashed line). N_max is the largest N below the first N that fails.
 //!
 //! Not here: taking the samples (the runner), the rules that name the bottleneck
 //! ([`super::verdict`]), drawing ([`super::plot`]).
@@ -41,6 +42,10 @@ pub struct Sample {
     pub content_bits_s: f64,
     /// Bytes received in this second, all sessions.
     pub rx_bytes: u64,
+    /// RTP packets received in this second, all sessions.
+    pub rx_packets: u64,
+    /// The content's bytes in the media time received: received plus lost (at the mean size).
+    pub content_bytes: u64,
     /// Media time received in this second, all sessions, s.
     pub media_s: f64,
     /// Rate changes accepted per second, all clients (Yima R_Δr).
@@ -154,6 +159,9 @@ pub struct PerN {
     pub pass: bool,
 }
 
+/// The share of packets that may be lost at an N that passes (a stray drop, not a saturated link).
+pub const LOSS_TOLERANCE: f64 = 0.001;
+
 /// Groups the steady samples by N and decides which N pass.
 #[must_use]
 pub fn aggregate(samples: &[Sample], tolerance: f64) -> Vec<PerN> {
@@ -177,7 +185,7 @@ pub fn aggregate(samples: &[Sample], tolerance: f64) -> Vec<PerN> {
                 b_avgnet_bits_s: mean(&|s| s.b_avgnet_bits_s),
                 content_bits_s: {
                     let media: f64 = g.iter().map(|s| s.media_s).sum();
-                    let bytes: u64 = g.iter().map(|s| s.rx_bytes).sum();
+                    let bytes: u64 = g.iter().map(|s| s.content_bytes).sum();
                     if media > 0.0 { bytes as f64 * 8.0 / media } else { 0.0 }
                 },
                 r_dr: mean(&|s| s.r_dr),
@@ -200,8 +208,10 @@ pub fn aggregate(samples: &[Sample], tolerance: f64) -> Vec<PerN> {
                 admission_rejects: opt_sum(&|s| s.admission_rejects),
                 pass: false,
             };
-            p.pass =
-                p.starvations == 0 && p.b_avgnet_bits_s >= (1.0 - tolerance) * p.content_bits_s;
+            let packets: u64 = g.iter().map(|s| s.rx_packets).sum();
+            p.pass = p.starvations == 0
+                && p.b_avgnet_bits_s >= (1.0 - tolerance) * p.content_bits_s
+                && p.lost as f64 <= LOSS_TOLERANCE * (packets + p.lost) as f64;
             p
         })
         .collect()
@@ -245,6 +255,8 @@ mod tests {
             b_net_bits_s: avg * sessions as f64,
             content_bits_s: 5.3e6,
             rx_bytes: 5_300_000 / 8 * sessions as u64,
+            content_bytes: 5_300_000 / 8 * sessions as u64,
+            rx_packets: 500 * sessions as u64,
             media_s: sessions as f64,
             starvations: starv,
             b_disk_bytes_s: Some(1.0),
@@ -262,9 +274,11 @@ mod tests {
             sample(3, 5.1e6, 0, true), // within 5 % of 5.3 Mb/s
             sample(4, 5.3e6, 1, true), // a starvation
             sample(5, 4.0e6, 0, true),
+            Sample { lost: 10, ..sample(6, 5.3e6, 0, true) }, // 10 lost of 3 010: over 0.1 %
         ];
         let per_n = aggregate(&s, 0.05);
-        assert_eq!(per_n.iter().map(|p| p.n).collect::<Vec<_>>(), vec![1, 2, 3, 4, 5]);
+        assert_eq!(per_n.iter().map(|p| p.n).collect::<Vec<_>>(), vec![1, 2, 3, 4, 5, 6]);
+        assert!(!per_n[5].pass);
         assert_eq!(per_n[0].samples, 2);
         assert!((per_n[0].b_avgnet_bits_s - 5.3e6).abs() < 1.0);
         assert_eq!(per_n[0].b_disk_bytes_s, Some(1.0));

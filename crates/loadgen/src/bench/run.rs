@@ -128,6 +128,7 @@ pub struct RunResult {
 #[derive(Clone, Copy, Debug, Default)]
 struct Totals {
     bytes: u64,
+    packets: u64,
     media_ns: u64,
     starvations: u64,
     lost: u64,
@@ -338,6 +339,7 @@ impl Runner {
         let mut t = Totals::default();
         for c in &self.counters {
             t.bytes += c.bytes.load(r);
+            t.packets += c.packets.load(r);
             t.media_ns += c.media_ns.load(r);
             t.starvations += c.starvations.load(r);
             t.lost += c.lost.load(r);
@@ -420,7 +422,13 @@ impl Runner {
             }
         }
         let bytes = d(self.prev.bytes, totals.bytes) as f64;
+        let packets = d(self.prev.packets, totals.packets);
+        let lost = d(self.prev.lost, totals.lost);
         let media_s = d(self.prev.media_ns, totals.media_ns) as f64 / 1e9;
+        // The content's bytes in that media time: those received plus the lost packets' (at the
+        // mean size), so that loss does not pass for a thinner stream.
+        let content_bytes =
+            if packets > 0 { bytes + lost as f64 * bytes / packets as f64 } else { bytes };
         let b_net = bytes * 8.0 / dt;
         let m = |k: &str| metrics.as_ref().and_then(|(_, d)| d.get(k).copied());
         let per_s = |k: &str| metrics.as_ref().and_then(|(dt, d)| d.get(k).map(|v| v / dt));
@@ -451,13 +459,15 @@ impl Runner {
             steady: sessions == target && sessions == self.last_sessions && !churn,
             b_net_bits_s: b_net,
             b_avgnet_bits_s: if sessions > 0 { b_net / sessions as f64 } else { 0.0 },
-            content_bits_s: if media_s > 0.0 { bytes * 8.0 / media_s } else { 0.0 },
+            content_bits_s: if media_s > 0.0 { content_bytes * 8.0 / media_s } else { 0.0 },
             rx_bytes: bytes as u64,
+            rx_packets: packets,
+            content_bytes: content_bytes as u64,
             media_s,
             r_dr: d(self.prev.rate_changes, totals.rate_changes) as f64 / dt,
             starvations: d(self.prev.starvations, totals.starvations),
             starvations_total: totals.starvations,
-            lost: d(self.prev.lost, totals.lost),
+            lost,
             late: d(self.prev.late, totals.late),
             level_ms_mean: if sessions > 0 { level_sum as f64 / sessions as f64 } else { 0.0 },
             cpu_user_pct,
@@ -484,6 +494,11 @@ impl Runner {
             underruns: m("isochron_underruns_total"),
         };
         debug!(t = s.t_s, n = sessions, b_net = s.b_net_bits_s, "sample");
+        if churn && let Some(last) = self.samples.last_mut() {
+            // A session that starts or ends usually stopped (or started) receiving during the
+            // interval before its state changed: that sample mixed two loads too.
+            last.steady = false;
+        }
         self.last_sessions = sessions;
         self.prev = totals;
         self.prev_at = now;
