@@ -674,6 +674,52 @@ mod tests {
         assert!(counts.iter().all(|c| (850..1150).contains(c)), "{counts:?}");
     }
 
+    fn rtp(seq: u16) -> Vec<u8> {
+        let h = RtpHeader { marker: false, payload_type: 33, sequence: seq, timestamp: 0, ssrc: 7 };
+        let mut p = h.to_bytes().to_vec();
+        let mut ts = [0xffu8; 188];
+        ts[0] = 0x47;
+        ts[3] = 0x10;
+        p.extend_from_slice(&ts);
+        p
+    }
+
+    #[test]
+    fn the_sink_counts_gaps_reordering_and_drops_the_old_position_after_a_seek() {
+        let (ev_tx, _ev_rx) = mpsc::unbounded_channel();
+        let (ctl, ctl_rx) = mpsc::unbounded_channel();
+        let counters = Arc::new(SessionCounters::default());
+        let t0 = Instant::now();
+        let mut sink =
+            BenchSink::new(t0, Duration::from_secs(1), None, Arc::clone(&counters), ev_tx, ctl_rx);
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        for (i, seq) in [10u16, 11, 13, 12, 16].into_iter().enumerate() {
+            sink.on_rtp(at(i as u64 + 1), &rtp(seq));
+        }
+        sink.on_tick(at(10));
+        let r = Ordering::Relaxed;
+        assert_eq!(counters.packets.load(r), 5);
+        assert_eq!(counters.lost.load(r), 2, "14 and 15; 12 came late");
+        assert_eq!(counters.reordered.load(r), 1);
+        assert_eq!(counters.bytes.load(r), 5 * 188);
+        // A seek: packets of the old position (17) are dropped until RTP-Info's seq (100).
+        ctl.send(SinkControl::Seek).unwrap();
+        sink.on_rtp(at(20), &rtp(17));
+        ctl.send(SinkControl::SeekStart(Some(100))).unwrap();
+        sink.on_rtp(at(21), &rtp(18));
+        sink.on_rtp(at(22), &rtp(100));
+        sink.on_rtp(at(23), &rtp(101));
+        sink.on_tick(at(30));
+        assert_eq!(counters.packets.load(r), 7);
+        assert_eq!(counters.lost.load(r), 2, "no gap counted across the seek");
+        // RTCP BYE ends the input; the (never started) player finishes.
+        let mut bye = Vec::new();
+        isochron_rtp::rtcp::write_bye(&mut bye, 7);
+        sink.on_rtcp(at(40), &bye);
+        sink.on_tick(at(41));
+        assert_eq!(counters.state.load(r), state::FINISHED);
+    }
+
     #[test]
     fn range_lengths() {
         assert_eq!(range_length("npt=0.000-12.021"), Some(Duration::from_millis(12_021)));
