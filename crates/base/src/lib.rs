@@ -14,5 +14,5 @@ pub mod time;
 pub mod units;
 
 pub use ids::{BlockIndex, BlockKey, DiskId, Gsn, NodeId, ObjectId, StreamId};
-pub use time::{Instant, MediaTime};
+pub use time::{Instant, MediaTime, Pace};
 pub use units::{BitRate, Bytes, MbPerSec, ParseRateError};

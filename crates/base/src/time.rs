@@ -131,6 +131,85 @@ fn duration_nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// A pacing speed: how fast a stream's media clock runs against the wall clock, in parts per
+/// million (1 000 000 = the stream's own timing).
+///
+/// MTFC rate smoothing (Yima §2.5, `research/algorithms.md` §3) lets a client ask the server to
+/// send a session faster or slower than its nominal rate; the pacer then maps a media span `m` to
+/// the wall span `m / pace`. An integer ratio keeps that mapping exact: re-anchoring at a packet
+/// and scaling again never accumulates rounding drift.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Pace(u32);
+
+impl Pace {
+    /// The stream's own timing.
+    pub const NOMINAL: Self = Self(1_000_000);
+    /// The slowest pace accepted (a tenth of nominal).
+    pub const MIN: Self = Self(100_000);
+    /// The fastest pace accepted (ten times nominal).
+    pub const MAX: Self = Self(10_000_000);
+
+    /// A pace of `ppm` parts per million, clamped to [`Self::MIN`]..=[`Self::MAX`].
+    #[must_use]
+    pub fn from_ppm(ppm: u32) -> Self {
+        Self(ppm.clamp(Self::MIN.0, Self::MAX.0))
+    }
+
+    /// A pace from a multiplier (`1.05` = 5 % faster), rounded to the nearest ppm; `None` if the
+    /// multiplier is not finite or lies outside [`Self::MIN`]..=[`Self::MAX`].
+    #[must_use]
+    pub fn from_multiplier(m: f64) -> Option<Self> {
+        let ppm = (m * 1e6).round();
+        (ppm.is_finite() && ppm >= f64::from(Self::MIN.0) && ppm <= f64::from(Self::MAX.0))
+            .then_some(Self(ppm as u32))
+    }
+
+    /// Parts per million.
+    #[must_use]
+    pub const fn ppm(self) -> u32 {
+        self.0
+    }
+
+    /// The multiplier (`1.0` = nominal).
+    #[must_use]
+    pub fn as_f64(self) -> f64 {
+        f64::from(self.0) / 1e6
+    }
+
+    /// The wall-clock span in which a media span `media` is sent at this pace: `media / pace`,
+    /// rounded down to the nanosecond.
+    #[must_use]
+    pub fn wall_span(self, media: Duration) -> Duration {
+        let ns = media.as_nanos() * 1_000_000 / u128::from(self.0);
+        Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+    }
+
+    /// The media span sent in a wall-clock span `wall` at this pace: `wall × pace`, rounded down.
+    #[must_use]
+    pub fn media_span(self, wall: Duration) -> Duration {
+        let ns = wall.as_nanos() * u128::from(self.0) / 1_000_000;
+        Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+    }
+}
+
+impl Default for Pace {
+    fn default() -> Self {
+        Self::NOMINAL
+    }
+}
+
+impl fmt::Display for Pace {
+    /// The multiplier with up to six decimals, as `x-isochron-rate` carries it: `1.05`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (int, frac) = (self.0 / 1_000_000, self.0 % 1_000_000);
+        if frac == 0 {
+            return write!(f, "{int}");
+        }
+        let digits = format!("{frac:06}");
+        write!(f, "{int}.{}", digits.trim_end_matches('0'))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,5 +234,23 @@ mod tests {
         for ticks in [0, 1, 2, 3, 7, 89_999, 90_001, 1 << 33] {
             assert_eq!(MediaTime::from_90khz(ticks).as_90khz(), ticks, "{ticks}");
         }
+    }
+
+    #[test]
+    fn pace_spans_are_exact_and_round_trip() {
+        let p = Pace::from_multiplier(1.05).unwrap();
+        assert_eq!(p.ppm(), 1_050_000);
+        assert_eq!(p.to_string(), "1.05");
+        assert_eq!(Pace::NOMINAL.to_string(), "1");
+        assert_eq!(
+            Pace::from_multiplier(0.5).unwrap().wall_span(Duration::from_secs(1)),
+            Duration::from_secs(2)
+        );
+        assert_eq!(p.wall_span(Duration::from_nanos(1_050)), Duration::from_nanos(1_000));
+        assert_eq!(p.media_span(Duration::from_nanos(1_000)), Duration::from_nanos(1_050));
+        assert!(Pace::from_multiplier(0.01).is_none());
+        assert!(Pace::from_multiplier(f64::NAN).is_none());
+        assert!(Pace::from_multiplier(11.0).is_none());
+        assert_eq!(Pace::from_ppm(1), Pace::MIN);
     }
 }

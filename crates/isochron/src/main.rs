@@ -43,6 +43,8 @@ enum Command {
     Simulate(cmds::simulate::Args),
     /// Plan capacity: the CineGrid format table; streams per node, bottleneck, nodes needed.
     Plan(cmds::plan::Args),
+    /// Measure an RTSP server with emulation clients: N_max, the bottleneck, Yima's Figure 3.
+    Bench(Box<cmds::bench::Args>),
 }
 
 fn main() -> ExitCode {
@@ -71,6 +73,7 @@ fn main() -> ExitCode {
         Command::BenchDisk(a) => cmds::bench_disk::run(a),
         Command::Simulate(a) => cmds::simulate::run(a),
         Command::Plan(a) => cmds::plan::run(a),
+        Command::Bench(a) => cmds::bench::run(*a),
     };
     match result {
         Ok(code) => code,

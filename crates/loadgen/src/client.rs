@@ -9,6 +9,12 @@
 //! with the same codec the server uses (`isochron_rtsp::codec`), sending responses to the request
 //! in progress and packets to the [`Incoming`] queue. UDP packets are received by a task per
 //! socket. Every packet is stamped with its arrival time on receipt.
+//!
+//! `isochron bench` cannot afford a queued, copied packet per arrival: [`Client::setup_sink`]
+//! hands the session's packets to a [`MediaSink`] in place instead, from the receive path
+//! itself: for UDP a task per session taking batches with `recvmmsg` ([`crate::recv`]), for TCP
+//! the connection's reader, which then parses `$` frames without copying them. The sink is also
+//! ticked every [`SINK_TICK`] so it can notice that data it expects has not come.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -18,11 +24,25 @@ use isochron_rtp::RtpHeader;
 use isochron_rtp::rtcp::{RtcpPacket, parse_compound};
 use isochron_rtsp::codec::{self, Decoded, Frame, Limits};
 use isochron_rtsp::rtsp_types::Response;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpStream, UdpSocket};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+
+/// How often a [`MediaSink`] is ticked when no packet arrives.
+pub const SINK_TICK: Duration = Duration::from_millis(20);
+
+/// Where a session's packets go when received in place (see the module docs). Called from one
+/// task only, in arrival order.
+pub trait MediaSink: Send + 'static {
+    /// An RTP packet (header included) arrived at `at`.
+    fn on_rtp(&mut self, at: Instant, packet: &[u8]);
+    /// An RTCP compound packet arrived at `at`.
+    fn on_rtcp(&mut self, at: Instant, packet: &[u8]);
+    /// Time passed (every [`SINK_TICK`]).
+    fn on_tick(&mut self, at: Instant);
+}
 
 /// The lower transport to set up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,6 +110,7 @@ pub struct Client {
     timeout: Duration,
     rtcp_socket: Option<std::sync::Arc<UdpSocket>>,
     send_rtcp: bool,
+    sink_tx: mpsc::UnboundedSender<Box<dyn MediaSink>>,
 }
 
 impl Drop for Client {
@@ -115,15 +136,40 @@ impl Client {
         let (resp_tx, responses) = mpsc::unbounded_channel();
         let (incoming_tx, incoming) = mpsc::unbounded_channel();
         let data_tx = incoming_tx.clone();
+        let (sink_tx, mut sink_rx) = mpsc::unbounded_channel::<Box<dyn MediaSink>>();
         let reader = tokio::spawn(async move {
             let mut buf = Vec::with_capacity(64 * 1024);
             let mut chunk = vec![0u8; 64 * 1024];
             let limits = Limits { max_message_bytes: 1 << 20 };
+            let mut sink: Option<Box<dyn MediaSink>> = None;
+            let mut tick = tokio::time::interval(SINK_TICK);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
+                // Frames are taken from `buf[start..]`; the used prefix goes once per read.
+                let mut start = 0;
                 loop {
-                    match codec::decode(&buf, &limits) {
+                    let avail = &buf[start..];
+                    if let (Some(sink), Some(b'$')) = (sink.as_mut(), avail.first()) {
+                        // Interleaved data for the sink, handled in place (RFC 2326 §10.12).
+                        if avail.len() < 4 {
+                            break;
+                        }
+                        let len = usize::from(u16::from_be_bytes([avail[2], avail[3]]));
+                        if avail.len() < 4 + len {
+                            break;
+                        }
+                        let at = Instant::now();
+                        if avail[1] % 2 == 0 {
+                            sink.on_rtp(at, &avail[4..4 + len]);
+                        } else {
+                            sink.on_rtcp(at, &avail[4..4 + len]);
+                        }
+                        start += 4 + len;
+                        continue;
+                    }
+                    match codec::decode(avail, &limits) {
                         Decoded::Frame(f, used) => {
-                            buf.drain(..used);
+                            start += used;
                             let at = Instant::now();
                             match f {
                                 Frame::Response(r) => {
@@ -146,9 +192,23 @@ impl Client {
                         Decoded::Invalid(_) => return,
                     }
                 }
-                match rd.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                buf.drain(..start);
+                tokio::select! {
+                    biased;
+                    installed = sink_rx.recv() => {
+                        if let Some(s) = installed {
+                            sink = Some(s);
+                        }
+                    }
+                    r = rd.read(&mut chunk) => match r {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    },
+                    _ = tick.tick(), if sink.is_some() => {
+                        if let Some(s) = sink.as_mut() {
+                            s.on_tick(Instant::now());
+                        }
+                    }
                 }
             }
         });
@@ -167,6 +227,7 @@ impl Client {
             timeout: Duration::from_secs(10),
             rtcp_socket: None,
             send_rtcp: true,
+            sink_tx,
         })
     }
 
@@ -189,6 +250,17 @@ impl Client {
         uri: &str,
         extra: &[(&str, &str)],
     ) -> anyhow::Result<Response<Vec<u8>>> {
+        self.request_with_body(method, uri, extra, "").await
+    }
+
+    /// Sends a request with a body (`Content-Length` is added) and waits for its response.
+    pub async fn request_with_body(
+        &mut self,
+        method: &str,
+        uri: &str,
+        extra: &[(&str, &str)],
+        body: &str,
+    ) -> anyhow::Result<Response<Vec<u8>>> {
         self.cseq += 1;
         let mut req = format!(
             "{method} {uri} RTSP/1.0\r\nCSeq: {}\r\nUser-Agent: isochron-loadgen\r\n",
@@ -200,7 +272,11 @@ impl Client {
         for (k, v) in extra {
             req.push_str(&format!("{k}: {v}\r\n"));
         }
+        if !body.is_empty() {
+            req.push_str(&format!("Content-Length: {}\r\n", body.len()));
+        }
         req.push_str("\r\n");
+        req.push_str(body);
         self.writer.write_all(req.as_bytes()).await?;
         let resp = tokio::time::timeout(self.timeout, self.responses.recv())
             .await
@@ -264,14 +340,24 @@ impl Client {
                 format!("RTP/AVP;unicast;client_port={}-{}", port, port + 1)
             }
         };
+        self.finish_setup(transport, &spec).await
+    }
+
+    /// Sends the SETUP and, for UDP, starts the receiver reports.
+    async fn finish_setup(
+        &mut self,
+        transport: Transport,
+        spec: &str,
+    ) -> anyhow::Result<Response<Vec<u8>>> {
         let url = self.track_url();
-        let r = self.request("SETUP", &url, &[("Transport", &spec)]).await?;
+        let r = self.request("SETUP", &url, &[("Transport", spec)]).await?;
         if u16::from(r.status()) == 200 {
             let s = header(&r, "Session").ok_or_else(|| anyhow!("SETUP: no Session header"))?;
             self.session = Some(s.split(';').next().unwrap_or(&s).trim().to_string());
             let reply = header(&r, "Transport").unwrap_or_default();
+            let udp = transport == Transport::Udp;
             if let (true, Some(sock), Some(ports)) =
-                (self.send_rtcp, &self.rtcp_socket, transport_param(&reply, "server_port"))
+                (self.send_rtcp && udp, &self.rtcp_socket, transport_param(&reply, "server_port"))
             {
                 // RTCP goes to the server's second port (RFC 2326 §12.39).
                 let rtcp_port = match ports.split_once('-') {
@@ -292,6 +378,34 @@ impl Client {
             }
         }
         Ok(r)
+    }
+
+    /// SETUP like [`Self::setup`], but the session's RTP and RTCP go to `sink`, in place, from the
+    /// receive path (see the module docs); [`Self::next`] then sees nothing of this session.
+    pub async fn setup_sink(
+        &mut self,
+        transport: Transport,
+        sink: Box<dyn MediaSink>,
+    ) -> anyhow::Result<Response<Vec<u8>>> {
+        let spec = match transport {
+            Transport::Tcp => {
+                self.sink_tx.send(sink).map_err(|_| anyhow!("SETUP: connection closed"))?;
+                "RTP/AVP/TCP;unicast;interleaved=0-1".to_string()
+            }
+            Transport::Udp => {
+                let local = match self.peer.ip() {
+                    IpAddr::V4(_) => IpAddr::from([0u8, 0, 0, 0]),
+                    IpAddr::V6(_) => IpAddr::from([0u16; 8]),
+                };
+                let (rtp_sock, rtcp_sock) = udp_pair(local).await?;
+                let port = rtp_sock.local_addr()?.port();
+                let rtcp_sock = std::sync::Arc::new(rtcp_sock);
+                self.rtcp_socket = Some(std::sync::Arc::clone(&rtcp_sock));
+                self.tasks.push(tokio::spawn(udp_sink_loop(rtp_sock, rtcp_sock, sink)));
+                format!("RTP/AVP;unicast;client_port={}-{}", port, port + 1)
+            }
+        };
+        self.finish_setup(transport, &spec).await
     }
 
     /// PLAY, optionally with a `Range` value such as `npt=5-`.
@@ -422,6 +536,47 @@ fn rtcp(at: Instant, pkt: &[u8]) -> Incoming {
         }
     }
     Incoming::Rtcp { at, bye, sr }
+}
+
+/// A UDP session's receive path in sink mode: RTP in `recvmmsg` batches (one arrival time per
+/// batch), RTCP one datagram at a time, and the sink's tick.
+async fn udp_sink_loop(
+    rtp: UdpSocket,
+    rtcp: std::sync::Arc<UdpSocket>,
+    mut sink: Box<dyn MediaSink>,
+) {
+    use std::os::fd::AsRawFd as _;
+    let fd = rtp.as_raw_fd();
+    let mut batch = crate::recv::RecvBatch::new();
+    let mut rtcp_buf = vec![0u8; 2048];
+    let mut tick = tokio::time::interval(SINK_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            r = rtp.readable() => {
+                if r.is_err() {
+                    return;
+                }
+                loop {
+                    match rtp.try_io(Interest::READABLE, || batch.recv(fd)) {
+                        Ok(_) => {
+                            let at = Instant::now();
+                            for p in batch.packets() {
+                                sink.on_rtp(at, p);
+                            }
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(_) => return,
+                    }
+                }
+            }
+            r = rtcp.recv(&mut rtcp_buf) => match r {
+                Ok(n) => sink.on_rtcp(Instant::now(), &rtcp_buf[..n]),
+                Err(_) => return,
+            },
+            _ = tick.tick() => sink.on_tick(Instant::now()),
+        }
+    }
 }
 
 async fn recv_loop(sock: UdpSocket, tx: mpsc::UnboundedSender<Incoming>, is_rtp: bool) {

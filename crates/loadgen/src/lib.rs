@@ -6,7 +6,9 @@
 //!
 //! Not here: the server. This crate talks to any RTSP server over real sockets.
 
+pub mod bench;
 pub mod client;
 pub mod diskbench;
+pub mod recv;
 
-pub use client::{Client, Collected, Incoming, PlayInfo, RtpPacket, Transport};
+pub use client::{Client, Collected, Incoming, MediaSink, PlayInfo, RtpPacket, Transport};

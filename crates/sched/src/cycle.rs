@@ -44,7 +44,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use isochron_base::StreamId;
-use isochron_base::{BitRate, BlockIndex, BlockKey, Bytes, DiskId, Instant, MediaTime, ObjectId};
+use isochron_base::{
+    BitRate, BlockIndex, BlockKey, Bytes, DiskId, Instant, MediaTime, ObjectId, Pace,
+};
 
 use crate::admission::{AdmissionController, Decision, Direction, Refusal, StreamDemand};
 use crate::cache::{BlockCache, CacheStats, Pin};
@@ -374,6 +376,8 @@ struct Run<V> {
     /// Wall time of `start_media` assumed until the first block arrives.
     provisional: Instant,
     anchor: Option<Instant>,
+    /// The pace of the stream's clock (MTFC; nominal unless the sender re-paced it).
+    pace: Pace,
     next_request: u32,
     window: VecDeque<Slot<V>>,
 }
@@ -383,7 +387,7 @@ impl<V> Run<V> {
         let wall = self.anchor.unwrap_or(self.provisional);
         let send =
             plan.blocks.get(index.0 as usize).map_or(self.start_media, |b| b.first_send_time);
-        wall + send.saturating_duration_since(self.start_media)
+        wall + self.pace.wall_span(send.saturating_duration_since(self.start_media))
     }
 }
 
@@ -591,9 +595,54 @@ impl<V: Clone> CycleScheduler<V> {
             start_media: media,
             provisional: now + self.config.startup_delay,
             anchor: None,
+            pace: Pace::NOMINAL,
             next_request: from.0,
             window: VecDeque::new(),
         });
+        self.refill(now, stream);
+        self.dispatch(now);
+    }
+
+    /// The sender re-anchored run `run_id` of `stream` at a new pace (MTFC rate smoothing, Yima
+    /// §2.5): block `i` is now due at `anchor.wall + pace.wall_span(first_send_time(i) −
+    /// anchor.media)`. Outstanding deadlines are recomputed and the window refilled on the new
+    /// clock, so a faster stream reads ahead sooner. Reads already queued keep their queue order.
+    pub fn handle_pace(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        run_id: u64,
+        anchor: Anchor,
+        pace: Pace,
+    ) {
+        self.catch_up(now);
+        let Some(StreamEntry { state: StreamState::Play { plan, running: Some(run) }, .. }) =
+            self.streams.get_mut(&stream)
+        else {
+            return;
+        };
+        if run.run != run_id {
+            return;
+        }
+        let waiting: Vec<BlockIndex> = run
+            .window
+            .iter()
+            .filter_map(|slot| match slot {
+                Slot::Waiting(i) => Some(*i),
+                _ => None,
+            })
+            .collect();
+        if run.anchor.is_some() {
+            for i in &waiting {
+                self.read_deadlines.remove(&(run.deadline(plan, *i), stream, *i));
+            }
+        }
+        run.anchor = Some(anchor.wall);
+        run.start_media = anchor.media;
+        run.pace = pace;
+        for i in waiting {
+            self.read_deadlines.insert((run.deadline(plan, i), stream, i));
+        }
         self.refill(now, stream);
         self.dispatch(now);
     }
@@ -1429,6 +1478,32 @@ mod tests {
             ev.last(),
             Some(CycleEvent::CycleEnd(CycleReport { index: 0, reads: 2, .. }))
         ));
+    }
+
+    #[test]
+    fn a_faster_pace_reads_ahead_sooner_and_moves_deadlines() {
+        // Blocks of 1 s of media; anchored at 380 ms, block 1 in flight.
+        let mut s = sched(AdmissionPolicy::Aggressive, 1, CycleConfig::default());
+        let p = plan(1, &[0; 10], 1000);
+        assert_eq!(open(&mut s, 1, &p, 2_000_000), Decision::Admit);
+        s.handle_start(at(100), StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
+        let io = ios(&mut s);
+        read_done(&mut s, at(360), io[0]);
+        let _ = events(&mut s);
+        assert_eq!(s.disk_queue_len(DiskId(0)), 1, "nominal: only block 1 (due 1.38 s)");
+        // Twice as fast from the anchor: blocks 1, 2, 3 are due at 0.88, 1.38, 1.88 s, all
+        // before the end of the next cycle (2 s).
+        let double = Pace::from_multiplier(2.0).unwrap();
+        let anchor = Anchor { wall: at(380), media: MediaTime::ZERO };
+        s.handle_pace(at(400), StreamId(1), 1, anchor, double);
+        assert_eq!(s.disk_queue_len(DiskId(0)), 3);
+        assert_eq!(s.poll_timeout(), Some(at(880) + Duration::from_nanos(1)));
+        // A stale run is ignored.
+        s.handle_pace(at(400), StreamId(1), 7, anchor, Pace::NOMINAL);
+        assert_eq!(s.poll_timeout(), Some(at(880) + Duration::from_nanos(1)));
+        // Block 1 not in memory at 0.88 s: a miss on the new clock.
+        s.handle_timeout(at(900));
+        assert_eq!(s.stats().missed_deadlines, 1);
     }
 
     #[test]

@@ -234,6 +234,12 @@ async fn metrics(State(s): State<ApiState>) -> impl IntoResponse {
         send.pacer.underruns as f64,
     );
     metric(
+        "pace_changes_total",
+        "counter",
+        "Changes of a stream's pace (MTFC rate requests, SET_PARAMETER x-isochron-rate).",
+        send.pacer.pace_changes as f64,
+    );
+    metric(
         "packet_lateness_max_seconds",
         "gauge",
         "Largest delay of a packet past its send time.",

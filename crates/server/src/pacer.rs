@@ -7,6 +7,15 @@
 //! stream in one heap ordered by its next due time, so the sender thread asks "what is due now?"
 //! in O(log n) and batches the answers of many streams into one `sendmmsg`.
 //!
+//! A stream can be paced faster or slower than its own timing (MTFC rate smoothing, Yima §2.5,
+//! `research/algorithms.md` §3.3: the client asks, the server only paces): at pace `r` packet `p`
+//! is due at `anchor.wall + (p.send_time − anchor.media) / r`. A change of pace re-anchors at the
+//! current packet (the next one to send, else the last one sent): the new anchor is that
+//! packet's due time under the old pace, so the schedule stays continuous and, the division
+//! being integer arithmetic on one span from one anchor, no rounding accumulates across changes.
+//! The pace outlives seeks and pauses; the scheduler is told every anchor/pace pair
+//! ([`PacerEvent::Paced`]) so that it reads ahead on the same clock.
+//!
 //! It also decides when a stream's RTCP goes out: an SR + SDES right after the first packet of a
 //! start, then every `rtcp_interval`, and SR + SDES + BYE after the last packet (RFC 3550 §6.1,
 //! §6.2, §6.6; ffmpeg ends only on BYE).
@@ -21,7 +30,7 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use isochron_base::{BlockIndex, Gsn, Instant, MediaTime, StreamId};
+use isochron_base::{BlockIndex, Gsn, Instant, MediaTime, Pace, StreamId};
 use isochron_rtsp::server::{Position, rtp_seq, rtp_timestamp};
 use isochron_sched::Anchor;
 use isochron_store::block::Block;
@@ -118,6 +127,19 @@ pub enum PacerEvent {
         /// The RTP sequence number the next packet would have had.
         next_seq: u16,
     },
+    /// A stream's clock changed pace (or an anchored run started at a pace other than nominal):
+    /// from now on its packet at media time `t` is due at
+    /// `anchor.wall + pace.wall_span(t − anchor.media)`.
+    Paced {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: u64,
+        /// The new anchor.
+        anchor: Anchor,
+        /// The pace.
+        pace: Pace,
+    },
 }
 
 /// Counters, monotonic.
@@ -133,6 +155,8 @@ pub struct PacerStats {
     pub lateness_us_sum: u64,
     /// Largest lateness of a packet, in µs.
     pub lateness_us_max: u64,
+    /// Changes of a stream's pace (MTFC rate requests carried out).
+    pub pace_changes: u64,
 }
 
 #[derive(Debug)]
@@ -143,6 +167,7 @@ struct Paced<B> {
     start: Position,
     end: Option<MediaTime>,
     anchor: Option<Anchor>,
+    pace: Pace,
     blocks: VecDeque<(BlockIndex, Arc<Block<B>>)>,
     /// Next packet of the front block; set when the front block arrives.
     cursor: Option<usize>,
@@ -194,6 +219,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 start: Position { gsn: Gsn(0), time: MediaTime::ZERO },
                 end: None,
                 anchor: None,
+                pace: Pace::NOMINAL,
                 blocks: VecDeque::new(),
                 cursor: None,
                 generation: 0,
@@ -249,6 +275,10 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         }
         if let Some(a) = anchor {
             s.anchor = Some(a);
+            if s.pace != Pace::NOMINAL {
+                let (run, pace) = (s.run, s.pace);
+                self.events.push_back(PacerEvent::Paced { stream, run, anchor: a, pace });
+            }
         }
         if s.blocks.is_empty() && s.cursor.is_none() {
             // The first block of the run: begin at the start packet.
@@ -271,6 +301,44 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         s.generation += 1;
         s.scheduled = false;
         Some((at, s.next_seq))
+    }
+
+    /// Paces a stream at `pace` from now on (MTFC). Returns the pace in force, or `None` for an
+    /// unknown stream. A playing, anchored stream is re-anchored at its current packet (see the
+    /// module docs) and the scheduler is told with [`PacerEvent::Paced`].
+    pub fn handle_pace(&mut self, stream: StreamId, pace: Pace) -> Option<Pace> {
+        let s = self.streams.get_mut(&stream)?;
+        if s.pace == pace {
+            return Some(pace);
+        }
+        self.stats.pace_changes += 1;
+        if let (true, Some(old)) = (s.playing, s.anchor) {
+            // The current packet: the next to send, else the last sent, else the anchor's own.
+            let next = match (s.blocks.front(), s.cursor) {
+                (Some((_, b)), Some(c)) if c < b.packet_count() => Some(b.packet(c).send_time),
+                _ => None,
+            };
+            let media = next.or_else(|| s.last_sent.map(|p| p.time)).unwrap_or(old.media);
+            let wall = old.wall + s.pace.wall_span(media.saturating_duration_since(old.media));
+            let anchor = Anchor { wall, media };
+            s.anchor = Some(anchor);
+            s.pace = pace;
+            let run = s.run;
+            self.events.push_back(PacerEvent::Paced { stream, run, anchor, pace });
+            if s.scheduled {
+                // The heap entry holds the old due time: replace it (a new generation).
+                Self::schedule(&mut self.heap, s, &mut self.stats);
+            }
+        } else {
+            s.pace = pace;
+        }
+        Some(pace)
+    }
+
+    /// A stream's pace (nominal unless changed by [`Self::handle_pace`]).
+    #[must_use]
+    pub fn pace(&self, stream: StreamId) -> Option<Pace> {
+        self.streams.get(&stream).map(|s| s.pace)
     }
 
     /// Forgets a stream (its pending BYE, if any, is dropped).
@@ -367,7 +435,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             return;
         };
         let t = block.packet(cursor).send_time;
-        let due = anchor.wall + t.saturating_duration_since(anchor.media);
+        let due = anchor.wall + s.pace.wall_span(t.saturating_duration_since(anchor.media));
         s.generation += 1;
         s.scheduled = true;
         heap.push(Reverse((due, s.generation, s.setup.stream)));
@@ -442,9 +510,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
 
     fn rtcp(s: &Paced<B>, now: Instant, bye: bool) -> Transmit<B> {
         let media = s.anchor.map_or(s.start.time, |a| {
-            MediaTime::from_nanos(
-                a.media.as_nanos() + now.saturating_duration_since(a.wall).as_nanos() as u64,
-            )
+            a.media + s.pace.media_span(now.saturating_duration_since(a.wall))
         });
         Transmit::Rtcp {
             stream: s.setup.stream,
@@ -626,6 +692,75 @@ mod tests {
             Some(Transmit::Rtp { seq, .. }) => assert_eq!(seq, 65_530),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn pace_change_reanchors_at_the_current_packet() {
+        let mut p = Pacer::new(PacerConfig::default());
+        setup(&mut p, 1);
+        p.handle_play(
+            StreamId(1),
+            1,
+            Position { gsn: Gsn(0), time: MediaTime::ZERO },
+            None,
+            65_530,
+        );
+        let anchor = Anchor { wall: ms(100), media: MediaTime::ZERO };
+        p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), Some(anchor));
+        p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
+        // Packets at 100, 110, 120 ms at nominal pace (10 ms apart).
+        let mut sent = Vec::new();
+        while let Some(t) = p.poll_transmit(ms(125), |_| true) {
+            if let Transmit::Rtp { seq, .. } = t {
+                sent.push(seq);
+            }
+        }
+        assert_eq!(sent.len(), 3);
+        // Twice as fast from packet 3 on: packet 3 keeps its due time (130 ms), then 5 ms apart.
+        let double = Pace::from_multiplier(2.0).unwrap();
+        assert_eq!(p.handle_pace(StreamId(1), double), Some(double));
+        let ev: Vec<_> = std::iter::from_fn(|| p.poll_event())
+            .filter(|e| matches!(e, PacerEvent::Paced { .. }))
+            .collect();
+        let media = MediaTime::from_nanos(30_000_000);
+        assert_eq!(
+            ev,
+            vec![PacerEvent::Paced {
+                stream: StreamId(1),
+                run: 1,
+                anchor: Anchor { wall: ms(130), media },
+                pace: double
+            }]
+        );
+        let (rtp, ..) = drive(&mut p, ms(1_000));
+        let times: Vec<u64> = rtp.iter().map(|r| r.0).collect();
+        assert_eq!(times, vec![130, 135, 140, 145, 150, 155, 160]);
+        assert_eq!(p.stats().pace_changes, 1);
+        assert_eq!(p.handle_pace(StreamId(1), double), Some(double), "same pace: no change");
+        assert_eq!(p.stats().pace_changes, 1);
+    }
+
+    #[test]
+    fn pace_set_before_the_anchor_applies_from_the_start() {
+        let mut p = Pacer::new(PacerConfig::default());
+        setup(&mut p, 0);
+        let half = Pace::from_multiplier(0.5).unwrap();
+        p.handle_pace(StreamId(1), half);
+        p.handle_play(
+            StreamId(1),
+            1,
+            Position { gsn: Gsn(0), time: MediaTime::ZERO },
+            None,
+            65_530,
+        );
+        let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
+        p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 3), Some(anchor));
+        assert!(
+            p.poll_event()
+                .is_some_and(|e| matches!(e, PacerEvent::Paced { pace, .. } if pace == half))
+        );
+        let (rtp, ..) = drive(&mut p, ms(1_000));
+        assert_eq!(rtp.iter().map(|r| r.0).collect::<Vec<_>>(), vec![0, 20, 40]);
     }
 
     #[test]

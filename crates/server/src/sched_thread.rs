@@ -13,7 +13,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use isochron_base::{BlockIndex, BlockKey, DiskId, MediaTime, ObjectId, StreamId};
+use isochron_base::{BlockIndex, BlockKey, DiskId, MediaTime, ObjectId, Pace, StreamId};
 use isochron_diskio::{IoCommand, IoWorker, ReadDone as DiskReadDone, WriteDone as DiskWriteDone};
 use isochron_sched::admission::Decision;
 use isochron_sched::cycle::{
@@ -21,7 +21,7 @@ use isochron_sched::cycle::{
     StreamStats, WriteDone,
 };
 use isochron_sched::profile::DiskProfile;
-use isochron_sched::{ObjectPlan, OpenStream, ReadDone};
+use isochron_sched::{Anchor, ObjectPlan, OpenStream, ReadDone};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
@@ -76,6 +76,17 @@ pub enum SchedCommand {
         from: BlockIndex,
         /// Media time of the first packet.
         media: MediaTime,
+    },
+    /// A stream's clock was re-anchored at a new pace (MTFC): read ahead on the same clock.
+    Pace {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: u64,
+        /// The pacer's new anchor.
+        anchor: Anchor,
+        /// The pace.
+        pace: Pace,
     },
     /// Stop reading for a stream.
     Stop {
@@ -223,6 +234,9 @@ impl SchedThread {
                 }
                 Some(SchedCommand::Start { stream, run, from, media }) => {
                     s.handle_start(now, stream, run, from, media);
+                }
+                Some(SchedCommand::Pace { stream, run, anchor, pace }) => {
+                    s.handle_pace(now, stream, run, anchor, pace);
                 }
                 Some(SchedCommand::Stop { stream }) => s.handle_stop(now, stream),
                 Some(SchedCommand::Close { stream }) => {

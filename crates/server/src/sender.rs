@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use isochron_base::{BlockIndex, MediaTime, StreamId};
+use isochron_base::{BlockIndex, MediaTime, Pace, StreamId};
 use isochron_diskio::AlignedBuf;
 use isochron_rtp::{NtpTimestamp, PT_MP2T, RtpHeader, SenderReport, interleaved_prefix, rtcp};
 use isochron_rtsp::server::Position;
@@ -127,6 +127,16 @@ pub enum SenderCommand {
         /// Where it stopped and the next sequence number (`None` for an unknown stream).
         reply: oneshot::Sender<Option<(Position, u16)>>,
     },
+    /// Pace a stream at a new speed (MTFC); replies with the pace in force (`None` for an
+    /// unknown stream).
+    Pace {
+        /// The stream.
+        stream: StreamId,
+        /// The pace asked for.
+        pace: Pace,
+        /// The reply.
+        reply: oneshot::Sender<Option<Pace>>,
+    },
     /// Forget a stream.
     Remove {
         /// The stream.
@@ -212,6 +222,9 @@ impl SenderThread {
                     SenderCommand::Pause { stream, reply } => {
                         let _ = reply.send(pacer.handle_pause(stream));
                     }
+                    SenderCommand::Pace { stream, pace, reply } => {
+                        let _ = reply.send(pacer.handle_pace(stream, pace));
+                    }
                     SenderCommand::Remove { stream } => {
                         pacer.handle_remove(stream);
                         outs.remove(&stream);
@@ -281,6 +294,9 @@ impl SenderThread {
                 match ev {
                     PacerEvent::BlockDone { stream, run, index } => {
                         let _ = self.sched.send(SchedCommand::BlockDone { stream, run, index });
+                    }
+                    PacerEvent::Paced { stream, run, anchor, pace } => {
+                        let _ = self.sched.send(SchedCommand::Pace { stream, run, anchor, pace });
                     }
                     PacerEvent::EndOfStream { stream, at, next_seq } => {
                         debug!(%stream, gsn = %at.gsn, "end of stream");

@@ -15,11 +15,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::Sender;
-use isochron_base::{BlockIndex, MediaTime, StreamId};
+use isochron_base::{BlockIndex, MediaTime, Pace, StreamId};
 use isochron_rtsp::rtsp_types::{Request, Response};
 use isochron_rtsp::server::{
     ConnId, ConnInfo, Event, Handled, PauseAction, PlayAction, PlayOutcome, PlayStart, Position,
-    ServerCore, SessionTransport,
+    RateAction, ServerCore, SessionTransport,
 };
 use isochron_sched::{Decision, OpenStream};
 use serde::Serialize;
@@ -136,6 +136,8 @@ pub(crate) struct Manager {
     pub(crate) cname: String,
     pub(crate) conns: HashMap<ConnId, mpsc::Sender<OutFrame>>,
     streams: HashMap<StreamId, StreamState>,
+    /// Paces asked for before the stream's first PLAY, applied when it opens.
+    pending_paces: HashMap<StreamId, Pace>,
 }
 
 impl Manager {
@@ -157,6 +159,7 @@ impl Manager {
             cname,
             conns: HashMap::new(),
             streams: HashMap::new(),
+            pending_paces: HashMap::new(),
         }
     }
 
@@ -187,6 +190,7 @@ impl Manager {
                     Handled::Respond(r) => r,
                     Handled::Play(action) => self.play(action).await,
                     Handled::Pause(action) => self.pause(action).await,
+                    Handled::Rate(action) => self.rate(action).await,
                 };
                 let _ = reply.send(resp);
             }
@@ -340,6 +344,10 @@ impl Manager {
         };
         let _ =
             self.sender.send(SenderCommand::Add { setup, transport, cname: self.cname.clone() });
+        if let Some(pace) = self.pending_paces.remove(&stream) {
+            let (reply, _) = oneshot::channel();
+            let _ = self.sender.send(SenderCommand::Pace { stream, pace, reply });
+        }
         info!(%stream, object = %entry.record.name, "admission: admitted");
         self.streams.insert(
             stream,
@@ -352,6 +360,27 @@ impl Manager {
             },
         );
         Ok(())
+    }
+
+    /// MTFC: paces the session's stream at the pace asked for. A stream not opened yet (before
+    /// its first PLAY) gets it when it opens.
+    async fn rate(&mut self, action: RateAction) -> Response<Vec<u8>> {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.sender.send(SenderCommand::Pace {
+            stream: action.stream,
+            pace: action.pace,
+            reply: tx,
+        });
+        let applied = match rx.await.ok().flatten() {
+            Some(p) => p,
+            None => {
+                self.pending_paces.insert(action.stream, action.pace);
+                action.pace
+            }
+        };
+        debug!(stream = %action.stream, pace = %applied, "rate change");
+        let now = self.clock.now();
+        self.core.finish_rate(now, action, applied)
     }
 
     async fn pause(&mut self, action: PauseAction) -> Response<Vec<u8>> {
@@ -372,6 +401,7 @@ impl Manager {
         while let Some(ev) = self.core.poll_event() {
             let Event::Closed { session, stream, reason } = ev;
             debug!(%stream, ?session, ?reason, "session closed");
+            self.pending_paces.remove(&stream);
             if self.streams.remove(&stream).is_some() {
                 let _ = self.sender.send(SenderCommand::Remove { stream });
                 let _ = self.sched.send(SchedCommand::Close { stream });

@@ -1,5 +1,6 @@
 //! The subcommands.
 
+pub(crate) mod bench;
 pub(crate) mod bench_disk;
 pub(crate) mod cat;
 pub(crate) mod disk;
@@ -10,6 +11,7 @@ pub(crate) mod plan;
 pub(crate) mod profile_disk;
 pub(crate) mod rm;
 pub(crate) mod serve;
+pub(crate) mod shape;
 pub(crate) mod simulate;
 
 use std::path::PathBuf;

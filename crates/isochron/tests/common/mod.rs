@@ -189,6 +189,11 @@ impl Server {
         format!("rtsp://{}/{name}", self.rtsp)
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The server's log so far.
     pub fn log(&self) -> String {
         read(&self.log)

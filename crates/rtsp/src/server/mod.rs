@@ -56,7 +56,12 @@
 //!   The connection stays open (interop §1.11).
 //! - GET_PARAMETER → 200 whatever its body: it is a keep-alive ping for every client we know,
 //!   and answering a ping with an error breaks clients (mediamtx#842). SET_PARAMETER → 200 with
-//!   an empty body, 451 with parameters (RFC 2326 §10.9).
+//!   an empty body; 451 with parameters we do not know (RFC 2326 §10.9). The one parameter we
+//!   know is isochron's MTFC rate request (Yima §2.5, `research/algorithms.md` §3.3):
+//!   `Content-Type: text/parameters` with the line `x-isochron-rate: 1.05` (a multiplier of the
+//!   session's nominal pace, 0.1 to 10) → [`Handled::Rate`], answered by
+//!   [`ServerCore::finish_rate`] with 200 and the pace applied, echoed in the same form. A value
+//!   that is not a number in range → 400; without `Session` → 455.
 //! - PLAY, PAUSE and TEARDOWN without `Session` → 455 (Appendix A.2: not valid in Init). With
 //!   a `Session` that is not live → 454 (OPTIONS and GET/SET_PARAMETER included, so a
 //!   keep-alive on an expired session is told so).
@@ -79,7 +84,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use isochron_base::mix::SplitMix64;
-use isochron_base::{BitRate, Gsn, Instant, MediaTime, ObjectId, StreamId};
+use isochron_base::{BitRate, Gsn, Instant, MediaTime, ObjectId, Pace, StreamId};
 use rtsp_types::headers::{
     CONNECTION, CONTENT_BASE, CONTENT_TYPE, CSEQ, PUBLIC, RANGE, REQUIRE, RTP_INFO, SCALE, SERVER,
     SESSION, TRANSPORT, UNSUPPORTED,
@@ -209,6 +214,24 @@ pub enum Handled {
     Play(PlayAction),
     /// Stop the session's stream, then call [`ServerCore::finish_pause`] with where it stopped.
     Pause(PauseAction),
+    /// Pace the session's stream at a new speed (MTFC, SET_PARAMETER `x-isochron-rate`), then
+    /// call [`ServerCore::finish_rate`].
+    Rate(RateAction),
+}
+
+/// The name of isochron's MTFC rate parameter in a `text/parameters` SET_PARAMETER body.
+pub const RATE_PARAMETER: &str = "x-isochron-rate";
+
+/// A pace change the data plane must carry out (MTFC, Yima §2.5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateAction {
+    /// The session.
+    pub session: SessionId,
+    /// Its stream.
+    pub stream: StreamId,
+    /// The pace asked for.
+    pub pace: Pace,
+    cseq: String,
 }
 
 /// Where a PLAY starts.
@@ -434,6 +457,25 @@ impl ServerCore {
         self.ok(&pause.cseq).header(SESSION, self.session_header(&pause.session)).build(Vec::new())
     }
 
+    /// Completes a [`Handled::Rate`]: 200 with the pace now in force (`applied`), in the
+    /// request's own `text/parameters` form.
+    pub fn finish_rate(
+        &mut self,
+        now: Instant,
+        rate: RateAction,
+        applied: Pace,
+    ) -> Response<Vec<u8>> {
+        self.touch(now, &rate.session);
+        if !self.sessions.contains_key(&rate.session) {
+            let refusal = Refusal::SessionNotFound(rate.session.to_string());
+            return self.refuse(&rate.cseq, None, &refusal);
+        }
+        self.ok(&rate.cseq)
+            .header(SESSION, self.session_header(&rate.session))
+            .header(CONTENT_TYPE, "text/parameters")
+            .build(format!("{RATE_PARAMETER}: {applied}\r\n").into_bytes())
+    }
+
     /// An RTCP packet (a receiver report, or any RTCP) named our SSRC `ssrc_of_media`: the
     /// session is alive (interop §2.6). Returns `false` if no session has that SSRC.
     pub fn handle_rtcp(&mut self, now: Instant, ssrc_of_media: u32) -> bool {
@@ -596,10 +638,21 @@ impl ServerCore {
             }
             Method::SetParameter => {
                 self.live(session)?;
-                if !req.body().trim_ascii().is_empty() {
-                    return Err(Refusal::ParameterNotUnderstood);
+                if req.body().trim_ascii().is_empty() {
+                    return respond(self.with_session(self.ok(cseq), session).build(Vec::new()));
                 }
-                respond(self.with_session(self.ok(cseq), session).build(Vec::new()))
+                let pace = parse_rate_parameter(req.body())?;
+                let id = self.require_session(session, "SET_PARAMETER")?;
+                let s = self
+                    .sessions
+                    .get(id)
+                    .ok_or_else(|| Refusal::SessionNotFound(id.to_string()))?;
+                Ok(Handled::Rate(RateAction {
+                    session: id.clone(),
+                    stream: s.stream,
+                    pace,
+                    cseq: cseq.to_owned(),
+                }))
             }
             other => Err(Refusal::NotImplemented(<&str>::from(other).to_owned())),
         }
@@ -1067,6 +1120,25 @@ fn resolve_presentation<'r>(
     check_track(&target)?;
     let p = lib.lookup(name).ok_or_else(|| Refusal::NotFound(uri()))?;
     Ok((url, name.to_owned(), p))
+}
+
+/// The pace of a SET_PARAMETER body (`text/parameters`, RFC 2326 §10.9): exactly the
+/// [`RATE_PARAMETER`] line; any other parameter → 451, a bad value → 400.
+fn parse_rate_parameter(body: &[u8]) -> Result<Pace, Refusal> {
+    let text = std::str::from_utf8(body).map_err(|_| Refusal::ParameterNotUnderstood)?;
+    let mut pace = None;
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let (name, value) = line.split_once(':').ok_or(Refusal::ParameterNotUnderstood)?;
+        if !name.trim().eq_ignore_ascii_case(RATE_PARAMETER) {
+            return Err(Refusal::ParameterNotUnderstood);
+        }
+        let value = value.trim();
+        let p = value.parse::<f64>().ok().and_then(Pace::from_multiplier).ok_or_else(|| {
+            Refusal::BadRequest(format!("{RATE_PARAMETER}: {value:?} is not a number in 0.1..=10"))
+        })?;
+        pace = Some(p);
+    }
+    pace.ok_or(Refusal::ParameterNotUnderstood)
 }
 
 #[cfg(test)]

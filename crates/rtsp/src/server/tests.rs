@@ -196,6 +196,10 @@ impl Dialog {
                 let at = self.glue.pause(now, &action);
                 self.core.finish_pause(now, action, at)
             }
+            Handled::Rate(action) => {
+                let pace = action.pace;
+                self.core.finish_rate(now, action, pace)
+            }
         };
         self.check_invariants(&resp);
         self.last = Some(resp);
@@ -864,6 +868,10 @@ mod random_dialogs {
                     core.finish_play(now, a, started)
                 }
                 Handled::Pause(a) => core.finish_pause(now, a, pos(MediaTime::ZERO)),
+                Handled::Rate(a) => {
+                    let pace = a.pace;
+                    core.finish_rate(now, a, pace)
+                }
             };
             let echoed = resp.header(&CSEQ).map(|v| v.as_str().to_owned());
             if cseq.as_deref().is_some_and(|c| c != "abc") {

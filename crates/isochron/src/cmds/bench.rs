@@ -1,0 +1,328 @@
+//! `isochron bench`: Yima §3's measurement against any RTSP server. Emulation clients (real RTSP
+//! sessions whose players consume the MPEG-TS by its PCR behind a playout buffer, with MTFC rate
+//! requests) under a load shape; a sample every second of the clients (B_net, B_avgNet, R_Δr,
+//! starvations) and of the server (`/proc`, and isochron's `/metrics`); N_max; the bottleneck
+//! named with its evidence (He et al.); Yima's Figure 3 panels. The work is
+//! `isochron_loadgen::bench`; this file parses the flags, runs it and writes the report.
+//!
+//! With `--shape RATE --server-cmd CMD` the server runs in a network namespace of its own, joined
+//! to the clients' namespace by a veth pair shaped with `tc` to RATE (see [`super::shape`]).
+
+#![allow(clippy::print_stdout)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, bail};
+use isochron_base::Pace;
+use isochron_loadgen::Transport;
+use isochron_loadgen::bench::{
+    ClientSettings, Load, MtfcConfig, Outcome, Popularity, RunConfig, RunResult, Thresholds,
+    decide, plot, report,
+};
+use serde_json::json;
+
+/// bench arguments.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The objects to play (`rtsp://host:port/name`); several for a many-object workload.
+    #[arg(value_name = "URL", required = true)]
+    urls: Vec<String>,
+    /// Where the report goes (report.json, samples.csv, *.svg, verdict.txt); created.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// Lower transport: udp or tcp (interleaved).
+    #[arg(long, value_name = "T", default_value = "udp", value_parser = parse_transport)]
+    transport: Transport,
+    /// Playout buffer depth: playback starts (and resumes after a starvation) with this much
+    /// media buffered.
+    #[arg(long, value_name = "MS", default_value_t = 2000)]
+    buffer_ms: u64,
+    /// The whole run's length, seconds.
+    #[arg(long, value_name = "S", default_value_t = 60)]
+    duration: u64,
+    /// Fixed load: N clients from the start.
+    #[arg(long, value_name = "N", group = "shape_of_load")]
+    clients: Option<usize>,
+    /// Staggered arrivals, clients per minute (Yima: 0.5).
+    #[arg(long, value_name = "PER_MIN", group = "shape_of_load")]
+    arrival_rate: Option<f64>,
+    /// Ramp: add --ramp-step clients every --ramp-interval seconds until N fails.
+    #[arg(long, group = "shape_of_load")]
+    ramp: bool,
+    /// Find N_max by trials of fixed N (doubling, then bisection), --trial seconds each.
+    #[arg(long, group = "shape_of_load")]
+    find_nmax: bool,
+    /// Clients added per ramp step.
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    ramp_step: usize,
+    /// Seconds per ramp step.
+    #[arg(long, value_name = "S", default_value_t = 10)]
+    ramp_interval: u64,
+    /// Seconds per N_max trial.
+    #[arg(long, value_name = "S", default_value_t = 20)]
+    trial: u64,
+    /// Upper bound on clients for --arrival-rate, --ramp and --find-nmax.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    max_clients: usize,
+    /// Which URL a new session plays: uniform or zipf:S.
+    #[arg(long, value_name = "LAW", default_value = "uniform")]
+    popularity: Popularity,
+    /// Each client seeks (PLAY with a random Range) about every S seconds.
+    #[arg(long, value_name = "S")]
+    seek_every: Option<f64>,
+    /// Each client pauses about every S seconds, for --pause-ms.
+    #[arg(long, value_name = "S")]
+    pause_every: Option<f64>,
+    /// Length of a pause.
+    #[arg(long, value_name = "MS", default_value_t = 2000)]
+    pause_ms: u64,
+    /// No MTFC rate requests (nominal pacing).
+    #[arg(long)]
+    no_mtfc: bool,
+    /// MTFC's intermediate thresholds K.
+    #[arg(long, value_name = "K", default_value_t = 8)]
+    mtfc_thresholds: u32,
+    /// Ask every session for this pace once (x-isochron-rate, e.g. 0.8) and no MTFC: emulates
+    /// a server that sends slower (or faster) than the content's own rate.
+    #[arg(long, value_name = "R")]
+    force_rate: Option<f64>,
+    /// Seed of every random choice [default: from the clock; always in report.json].
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
+    /// The server's PID: adds its CPU, memory and IO to the samples.
+    #[arg(long, value_name = "PID")]
+    server_pid: Option<u32>,
+    /// Network counters of this interface only [default: all, loopback included].
+    #[arg(long, value_name = "NAME")]
+    iface: Option<String>,
+    /// The server's Prometheus endpoint (`http://ADDR/metrics`): B_disk, B_cache, admission
+    /// rejects, missed deadlines.
+    #[arg(long, value_name = "URL")]
+    metrics: Option<String>,
+    /// The link rate, for the network rule and plot (e.g. 100mbit, 1gbit).
+    #[arg(long, value_name = "RATE", value_parser = parse_link_rate)]
+    link: Option<f64>,
+    /// B_avgNet may fall this fraction below the content's rate before N fails.
+    #[arg(long, value_name = "F", default_value_t = 0.05)]
+    tolerance: f64,
+    /// Shape the link between server and clients to RATE (e.g. 100mbit): two network
+    /// namespaces joined by a veth pair under `tc` (needs root and --server-cmd).
+    #[arg(long, value_name = "RATE", value_parser = parse_link_rate, requires = "server_cmd")]
+    shape: Option<f64>,
+    /// With --shape: the server's command line, run in the server namespace (its address there
+    /// is 10.77.0.1; URLs should name it).
+    #[arg(long, value_name = "CMD")]
+    server_cmd: Option<String>,
+    /// Threads of the bench's runtime.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    threads: usize,
+}
+
+fn parse_transport(s: &str) -> Result<Transport, String> {
+    match s {
+        "udp" => Ok(Transport::Udp),
+        "tcp" => Ok(Transport::Tcp),
+        _ => Err(format!("{s:?}: expected udp or tcp")),
+    }
+}
+
+/// A link rate in bits/s: `100mbit`, `1gbit`, `5000kbit`, `100M`, `1G`, `2500000`.
+pub(crate) fn parse_link_rate(s: &str) -> Result<f64, String> {
+    let lower = s.trim().to_ascii_lowercase();
+    let body = lower.strip_suffix("bit").or_else(|| lower.strip_suffix("bps")).unwrap_or(&lower);
+    let (num, mult) = match body.chars().last() {
+        Some('k') => (&body[..body.len() - 1], 1e3),
+        Some('m') => (&body[..body.len() - 1], 1e6),
+        Some('g') => (&body[..body.len() - 1], 1e9),
+        _ => (body, 1.0),
+    };
+    match num.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v * mult),
+        _ => Err(format!("{s:?}: expected a rate such as 100mbit or 1gbit")),
+    }
+}
+
+/// Runs `isochron bench`.
+pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
+    if a.duration == 0 {
+        bail!("--duration must be at least 1 second");
+    }
+    if let (Some(rate), Some(cmd)) = (a.shape, &a.server_cmd) {
+        return super::shape::run(rate, cmd, &a.urls);
+    }
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let seed = a.seed.unwrap_or_else(|| {
+        SystemTime::now().duration_since(UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+    });
+    let load = if let Some(n) = a.clients {
+        Load::Fixed { clients: n }
+    } else if let Some(r) = a.arrival_rate {
+        Load::Arrivals { per_min: r, max: a.max_clients }
+    } else if a.ramp {
+        Load::Ramp {
+            step: a.ramp_step.max(1),
+            interval: Duration::from_secs(a.ramp_interval.max(1)),
+            max: a.max_clients,
+        }
+    } else if a.find_nmax {
+        Load::Bisect { trial: Duration::from_secs(a.trial.max(2)), max: a.max_clients }
+    } else {
+        Load::Fixed { clients: 1 }
+    };
+    let force_pace = match a.force_rate {
+        Some(r) => Some(
+            Pace::from_multiplier(r)
+                .with_context(|| format!("--force-rate {r}: expected 0.1 to 10"))?,
+        ),
+        None => None,
+    };
+    let buffer = Duration::from_millis(a.buffer_ms.max(1));
+    let settings = ClientSettings {
+        urls: a.urls.clone(),
+        transport: a.transport,
+        buffer,
+        mtfc: (!a.no_mtfc).then(|| MtfcConfig::for_depth(buffer, a.mtfc_thresholds)),
+        force_pace,
+        popularity: a.popularity,
+        seek_every: a.seek_every.map(Duration::from_secs_f64),
+        pause_every: a.pause_every.map(Duration::from_secs_f64),
+        pause_for: Duration::from_millis(a.pause_ms),
+        repeat: true,
+        epoch: std::time::Instant::now(),
+    };
+    let link = a.shape.or(a.link);
+    let config = RunConfig {
+        clients: settings,
+        load,
+        duration: Duration::from_secs(a.duration),
+        seed,
+        interval: Duration::from_secs(1),
+        server_pid: a.server_pid,
+        iface: a.iface.clone(),
+        metrics: a.metrics.clone(),
+        tolerance: a.tolerance,
+    };
+    let started = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(a.threads.max(1))
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let result = rt.block_on(isochron_loadgen::bench::run(config))?;
+    let files = write_report(&a, seed, started, load, link, &result)?;
+    let s = &result;
+    println!(
+        "isochron bench: {} sessions, N_max = {}, bottleneck: {}; report in {} ({} files)",
+        s.sessions.len(),
+        s.n_max.map_or_else(|| "none".into(), |n| n.to_string()),
+        files.0,
+        a.out.display(),
+        files.1
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes report.json, samples.csv, the plots and verdict.txt; returns the bottleneck's name
+/// and the number of files.
+fn write_report(
+    a: &Args,
+    seed: u64,
+    started: u64,
+    load: Load,
+    link: Option<f64>,
+    r: &RunResult,
+) -> anyhow::Result<(String, usize)> {
+    let failed = r.first_failure.is_some();
+    let at = match r.first_failure {
+        Some(n) => r.per_n.iter().find(|p| p.n == n).or_else(|| r.per_n.last()),
+        None => r.per_n.last(),
+    };
+    let verdict = decide(at, failed, link, &Thresholds::default());
+    let mut files = vec!["report.json".to_string(), "samples.csv".into(), "verdict.txt".into()];
+    report::write_samples(&a.out.join("samples.csv"), &r.samples)?;
+    for f in plot::figure3(&a.out, &r.per_n, r.n_max, r.content_bits_s, link)? {
+        files.push(f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
+    }
+    std::fs::write(a.out.join("verdict.txt"), verdict.text(r.n_max))
+        .with_context(|| format!("writing {}", a.out.join("verdict.txt").display()))?;
+    let count = |o: Outcome| r.sessions.iter().filter(|s| s.outcome == o).count();
+    let sum = |f: &dyn Fn(&isochron_loadgen::bench::SessionRecord) -> u64| {
+        r.sessions.iter().map(f).sum::<u64>()
+    };
+    let bench_max = r.samples.iter().map(|s| s.bench_cpu_pct).fold(0.0f64, f64::max);
+    let doc = json!({
+        "tool": "isochron bench",
+        "version": env!("CARGO_PKG_VERSION"),
+        "parameters": {
+            "urls": a.urls,
+            "transport": match a.transport { Transport::Udp => "udp", Transport::Tcp => "tcp" },
+            "buffer_ms": a.buffer_ms,
+            "duration_s": a.duration,
+            "load": load,
+            "popularity": a.popularity,
+            "seek_every_s": a.seek_every,
+            "pause_every_s": a.pause_every,
+            "pause_ms": a.pause_ms,
+            "mtfc_thresholds": (!a.no_mtfc && a.force_rate.is_none()).then_some(a.mtfc_thresholds),
+            "force_rate": a.force_rate,
+            "server_pid": a.server_pid,
+            "iface": a.iface,
+            "metrics": a.metrics,
+            "link_bits_s": link,
+            "shape_bits_s": a.shape,
+            "server_cmd": a.server_cmd,
+            "tolerance": a.tolerance,
+            "threads": a.threads,
+        },
+        "seed": seed,
+        "started_unix_s": started,
+        "elapsed_s": r.elapsed_s,
+        "n_max": r.n_max,
+        "first_failure_n": r.first_failure,
+        "trials": r.trials,
+        "content_mean_bits_s": r.content_bits_s,
+        "bottleneck": verdict.bottleneck,
+        "verdict": verdict,
+        "thresholds": Thresholds::default(),
+        "per_n": r.per_n,
+        "bench_cpu_pct": r.bench_cpu_pct,
+        "bench_cpu_max_pct": bench_max,
+        "sessions_summary": {
+            "count": r.sessions.len(),
+            "complete": count(Outcome::Complete),
+            "stopped": count(Outcome::Stopped),
+            "refused": count(Outcome::Refused),
+            "error": count(Outcome::Error),
+            "starvations": sum(&|s| s.starvations),
+            "lost": sum(&|s| s.lost),
+            "late": sum(&|s| s.late),
+            "rate_changes": sum(&|s| s.rate_changes),
+            "bytes": sum(&|s| s.bytes),
+        },
+        "sessions": r.sessions,
+        "samples": r.samples.len(),
+        "files": files,
+    });
+    let path = a.out.join("report.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&doc)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok((verdict.bottleneck.to_string(), files.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_rates() {
+        assert_eq!(parse_link_rate("100mbit"), Ok(100e6));
+        assert_eq!(parse_link_rate("1gbit"), Ok(1e9));
+        assert_eq!(parse_link_rate("5000kbit"), Ok(5e6));
+        assert_eq!(parse_link_rate("100M"), Ok(100e6));
+        assert_eq!(parse_link_rate("2500000"), Ok(2.5e6));
+        assert!(parse_link_rate("fast").is_err());
+        assert!(parse_link_rate("-1m").is_err());
+    }
+}

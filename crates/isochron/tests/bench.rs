@@ -1,0 +1,237 @@
+//! `isochron bench` end to end against a real `isochron serve` (issue 5): a fixed load whose
+//! report, samples, plots and verdict agree with each other and with the file served; a player
+//! starved on purpose (the server paced slower with SET_PARAMETER) whose starvations are
+//! counted; and SET_PARAMETER `x-isochron-rate` measured on the wire.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use isochron_loadgen::{Client, Incoming, Transport};
+use serde_json::Value;
+
+fn bench(server: &Server, out: &Path, extra: &[&str], secs: u64) -> Value {
+    let metrics = format!("http://{}/metrics", server.http);
+    let pid = server.pid().to_string();
+    let res = run(
+        Command::new(bin())
+            .args(["bench", &server.url("demo"), "--out"])
+            .arg(out)
+            .args(["--metrics", &metrics, "--server-pid", &pid, "--seed", "5"])
+            .args(extra)
+            .env("RUST_LOG", "warn"),
+        secs,
+    );
+    assert!(
+        res.status.success(),
+        "bench failed:\n{}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&res.stdout),
+        String::from_utf8_lossy(&res.stderr),
+        server.log()
+    );
+    let text = std::fs::read_to_string(out.join("report.json")).expect("report.json");
+    serde_json::from_str(&text).expect("report.json is JSON")
+}
+
+fn samples(out: &Path) -> Vec<std::collections::HashMap<String, String>> {
+    let text = std::fs::read_to_string(out.join("samples.csv")).expect("samples.csv");
+    let mut lines = text.lines();
+    let header: Vec<String> = lines.next().expect("header").split(',').map(String::from).collect();
+    lines
+        .map(|l| {
+            let row: Vec<&str> = l.split(',').collect();
+            assert_eq!(row.len(), header.len(), "ragged row {l}");
+            header.iter().cloned().zip(row.iter().map(|v| v.to_string())).collect()
+        })
+        .collect()
+}
+
+fn num(row: &std::collections::HashMap<String, String>, k: &str) -> f64 {
+    row[k].parse().unwrap_or_else(|_| panic!("{k} = {:?}", row[k]))
+}
+
+#[test]
+fn fixed_load_report_is_consistent_with_itself_and_the_file() {
+    let dir = tempdir();
+    let server = Server::start(&dir.path().join("store"), ServeOptions::default());
+    let out = dir.path().join("report");
+    // The 12 s demo clip: three clients play it whole, then start again and are stopped.
+    let r =
+        bench(&server, &out, &["--clients", "3", "--duration", "16", "--buffer-ms", "1000"], 60);
+
+    for f in ["report.json", "samples.csv", "verdict.txt"] {
+        assert!(out.join(f).is_file(), "{f}");
+    }
+    for f in ["cpu.svg", "b_avgnet.svg", "b_disk_cache.svg", "r_dr.svg", "b_net.svg"] {
+        let svg = std::fs::read_to_string(out.join(f)).expect(f);
+        assert!(svg.starts_with("<svg") && svg.contains("number of clients N"), "{f}");
+    }
+    assert_eq!(r["parameters"]["load"]["shape"], "fixed");
+    assert_eq!(r["seed"], 5);
+
+    // Every session that got the whole stream got exactly the file, on time.
+    let size = std::fs::metadata(demo()).unwrap().len();
+    let sessions = r["sessions"].as_array().unwrap();
+    let complete: Vec<&Value> = sessions.iter().filter(|s| s["outcome"] == "complete").collect();
+    assert!(complete.len() >= 3, "{:#}", r["sessions_summary"]);
+    for s in &complete {
+        assert_eq!(s["bytes"].as_u64(), Some(size), "{s:#}");
+        assert_eq!(s["starvations"], 0, "{s:#}");
+        assert_eq!(s["lost"], 0, "{s:#}");
+        let ratio = s["received_bits_s"].as_f64().unwrap() / s["content_bits_s"].as_f64().unwrap();
+        assert!((0.9..1.15).contains(&ratio), "received vs content rate {ratio}: {s:#}");
+    }
+    assert_eq!(r["sessions_summary"]["error"], 0, "{:#}", r["sessions"]);
+
+    // One sample a second; their sums agree with the sessions'.
+    let rows = samples(&out);
+    assert!((13..=18).contains(&rows.len()), "{} samples", rows.len());
+    let rx: f64 = rows.iter().map(|row| num(row, "rx_bytes")).sum();
+    let got: u64 = sessions.iter().map(|s| s["bytes"].as_u64().unwrap()).sum();
+    assert!(rx <= got as f64 && rx >= 0.8 * got as f64, "samples {rx} vs sessions {got}");
+    let starved: f64 = rows.iter().map(|row| num(row, "starvations")).sum();
+    let starved_sessions: u64 = sessions.iter().map(|s| s["starvations"].as_u64().unwrap()).sum();
+    assert!(starved <= starved_sessions as f64);
+    assert!(rows.iter().all(|row| num(row, "sessions") <= 3.0));
+    // The server's own counters were scraped: B_disk + B_cache cover what was sent.
+    let served: f64 = rows
+        .iter()
+        .skip(1)
+        .map(|row| num(row, "b_disk_bytes_s") + num(row, "b_cache_bytes_s"))
+        .sum();
+    assert!(served > 0.5 * size as f64, "B_disk + B_cache {served}");
+    assert!(rows.iter().skip(1).all(|row| num(row, "server_rss_bytes") > 0.0));
+
+    // Per-N aggregates come from steady samples at N = 3, and agree with N_max.
+    let per_n = r["per_n"].as_array().unwrap();
+    assert!(per_n.iter().any(|p| p["n"] == 3), "{per_n:#?}");
+    let steady = rows.iter().filter(|row| row["steady"] == "true").count();
+    let counted: u64 = per_n.iter().map(|p| p["samples"].as_u64().unwrap()).sum();
+    assert_eq!(counted as usize, steady);
+    let pass3 = per_n.iter().find(|p| p["n"] == 3).unwrap()["pass"].as_bool().unwrap();
+    if pass3 {
+        assert_eq!(r["n_max"], 3);
+        assert_eq!(r["bottleneck"], "none_reached");
+    } else {
+        assert_eq!(r["first_failure_n"], 3);
+    }
+
+    // The verdict file says what report.json says.
+    let verdict = std::fs::read_to_string(out.join("verdict.txt")).unwrap();
+    let named = r["verdict"]["bottleneck"].as_str().unwrap();
+    let first = verdict.lines().next().unwrap();
+    assert!(first.starts_with("bottleneck: "), "{verdict}");
+    assert_eq!(named, r["bottleneck"].as_str().unwrap());
+    assert!(verdict.contains("at N = "), "{verdict}");
+    // The bench is cheap.
+    assert!(r["bench_cpu_pct"].as_f64().unwrap() < 50.0, "{}", r["bench_cpu_pct"]);
+}
+
+#[test]
+fn a_server_paced_too_slow_starves_the_players() {
+    let dir = tempdir();
+    let server = Server::start(&dir.path().join("store"), ServeOptions::default());
+    let out = dir.path().join("report");
+    // Every session asks for 0.7 × its nominal pace (SET_PARAMETER) and plays at 1 ×.
+    let r = bench(
+        &server,
+        &out,
+        &["--clients", "2", "--duration", "10", "--buffer-ms", "500", "--force-rate", "0.7"],
+        60,
+    );
+    let sessions = r["sessions"].as_array().unwrap();
+    assert!(!sessions.is_empty());
+    for s in sessions.iter().filter(|s| s["bytes"].as_u64().unwrap() > 0) {
+        // 500 ms buffered, drained at 0.3 s/s: a starvation every couple of seconds.
+        assert!(s["starvations"].as_u64().unwrap() >= 2, "{s:#}");
+        assert!(s["late"].as_u64().unwrap() > 0, "{s:#}");
+        assert!(s["stall_ms"].as_u64().unwrap() > 500, "{s:#}");
+        assert_eq!(s["rate_refused"], false);
+        // What the server sent follows the pace asked for.
+        let ratio = s["received_bits_s"].as_f64().unwrap() / s["content_bits_s"].as_f64().unwrap();
+        assert!((0.6..0.8).contains(&ratio), "received / content = {ratio}: {s:#}");
+    }
+    let rows = samples(&out);
+    assert!(rows.iter().map(|row| num(row, "starvations")).sum::<f64>() >= 2.0);
+    // N = 2 was not served, so there is no N_max and the verdict names no "none reached".
+    assert_eq!(r["n_max"], Value::Null, "{:#}", r["per_n"]);
+    assert_eq!(r["first_failure_n"], 2);
+    assert_ne!(r["bottleneck"], "none_reached");
+    assert!(std::fs::read_to_string(out.join("verdict.txt")).unwrap().contains("starvations"));
+    // The server carried out every session's pace change.
+    let m = server.http_get("/metrics");
+    let changes: f64 = m
+        .lines()
+        .find_map(|l| l.strip_prefix("isochron_pace_changes_total "))
+        .and_then(|v| v.parse().ok())
+        .expect("pace_changes_total");
+    assert!(
+        changes >= sessions.len() as f64,
+        "{changes} pace changes, {} sessions",
+        sessions.len()
+    );
+}
+
+/// Pace measured on the wire: RTP timestamps (90 kHz send times) per second of arrival.
+async fn pace(client: &mut Client, span: Duration) -> f64 {
+    let mut first: Option<(Instant, u32)> = None;
+    let mut last: Option<(Instant, u32)> = None;
+    let end = Instant::now() + span;
+    while Instant::now() < end {
+        if let Some(Incoming::Rtp(p)) = client.next(Duration::from_millis(500)).await {
+            let ts = p.header.timestamp;
+            first.get_or_insert((p.at, ts));
+            last = Some((p.at, ts));
+        }
+    }
+    let ((t0, a), (t1, b)) = (first.expect("packets"), last.expect("packets"));
+    f64::from(b.wrapping_sub(a)) / 90_000.0 / t1.duration_since(t0).as_secs_f64()
+}
+
+#[test]
+fn set_parameter_rate_changes_the_pace_on_the_wire() {
+    let dir = tempdir();
+    let server = Server::start(&dir.path().join("store"), ServeOptions::default());
+    let url = server.url("demo");
+    runtime().block_on(async {
+        let mut c = Client::connect(&url).await.unwrap();
+        c.describe().await.unwrap();
+        let r = c.setup(Transport::Udp).await.unwrap();
+        assert_eq!(u16::from(r.status()), 200);
+        c.play(None).await.unwrap();
+        let nominal = pace(&mut c, Duration::from_secs(2)).await;
+        assert!((0.9..1.1).contains(&nominal), "nominal pace {nominal}");
+
+        let agg = c.aggregate_url();
+        let params = [("Content-Type", "text/parameters")];
+        let r = c
+            .request_with_body("SET_PARAMETER", &agg, &params, "x-isochron-rate: 2\r\n")
+            .await
+            .unwrap();
+        assert_eq!(u16::from(r.status()), 200);
+        assert_eq!(String::from_utf8_lossy(r.body()), "x-isochron-rate: 2\r\n");
+        let fast = pace(&mut c, Duration::from_secs(2)).await;
+        assert!((1.8..2.2).contains(&fast), "pace after x-isochron-rate 2: {fast}");
+
+        let r = c
+            .request_with_body("SET_PARAMETER", &agg, &params, "x-isochron-rate: 0.5\r\n")
+            .await
+            .unwrap();
+        assert_eq!(u16::from(r.status()), 200);
+        let slow = pace(&mut c, Duration::from_secs(2)).await;
+        assert!((0.45..0.55).contains(&slow), "pace after x-isochron-rate 0.5: {slow}");
+
+        // A value out of range is refused and changes nothing.
+        let r = c
+            .request_with_body("SET_PARAMETER", &agg, &params, "x-isochron-rate: 40\r\n")
+            .await
+            .unwrap();
+        assert_eq!(u16::from(r.status()), 400);
+        c.teardown().await.unwrap();
+    });
+    let m = server.http_get("/metrics");
+    assert!(m.contains("isochron_pace_changes_total 2\n"), "{m}");
+}

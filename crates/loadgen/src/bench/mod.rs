@@ -1,0 +1,33 @@
+//! `isochron bench`: emulation clients, resource sampling, N_max and the bottleneck (Yima §3;
+//! He et al.; DESIGN §2.10).
+//!
+//! Why: the seed papers judge a media server by how many concurrent streams it serves without a
+//! hiccup (Yima's N_max, Figure 3) and by which resource runs out first (He et al.). This module
+//! measures both against any RTSP server, with clients that behave like players:
+//!
+//! * [`playout`]: the player of an emulation client, consuming the MPEG-TS by its PCR clock
+//!   behind a playout buffer and counting starvations;
+//! * [`mtfc`]: multi-threshold rate requests (Yima §2.5), sent with SET_PARAMETER;
+//! * [`session`]: one client (the receive-path sink and the RTSP controller);
+//! * [`procfs`] and [`prom`]: the server side, from `/proc` and from the server's metrics;
+//! * [`run`](mod@run): load shapes, the per-second samples, the N_max search;
+//! * [`report`]: per-N aggregates and N_max; [`verdict`]: the bottleneck's rules;
+//!   [`plot`]: Yima's Figure 3 panels.
+//!
+//! Not here: the server, and the network namespaces of `--shape` (the binary).
+
+pub mod mtfc;
+pub mod playout;
+pub mod plot;
+pub mod procfs;
+pub mod prom;
+pub mod report;
+pub mod run;
+pub mod session;
+pub mod verdict;
+
+pub use mtfc::{Mtfc, MtfcConfig};
+pub use report::{PerN, Sample};
+pub use run::{Load, RunConfig, RunResult, Trial, run};
+pub use session::{ClientSettings, Outcome, Popularity, SessionRecord};
+pub use verdict::{Bottleneck, Thresholds, Verdict, decide};

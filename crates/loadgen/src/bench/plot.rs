@@ -1,0 +1,253 @@
+//! The panels of Yima's Figure 3 as SVG, against the number of clients N: CPU (µ_system and
+//! µ_system + µ_user, panels a/b), B_avgNet with the content's mean rate (c/d), B_disk and
+//! B_disk + B_cache (e/f), R_Δr (g/h) and B_net with the link rate when known (i/j). A vertical
+//! dashed line marks N_max, as in the paper.
+//!
+//! Not here: the numbers ([`super::report`]).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, anyhow};
+use plotters::prelude::*;
+
+use super::report::PerN;
+
+/// One curve.
+struct Series {
+    label: String,
+    points: Vec<(f64, f64)>,
+    color: RGBColor,
+}
+
+/// A horizontal reference line.
+struct HLine {
+    label: String,
+    y: f64,
+}
+
+/// Draws the five panels into `dir`; returns the files written.
+pub fn figure3(
+    dir: &Path,
+    per_n: &[PerN],
+    n_max: Option<usize>,
+    content_bits_s: f64,
+    link_bits_s: Option<f64>,
+) -> anyhow::Result<Vec<PathBuf>> {
+    let pts = |f: &dyn Fn(&PerN) -> f64| -> Vec<(f64, f64)> {
+        per_n.iter().map(|p| (p.n as f64, f(p))).collect()
+    };
+    let mut files = Vec::new();
+    let vline = n_max.map(|n| n as f64);
+
+    let path = dir.join("cpu.svg");
+    line_plot(
+        &path,
+        "CPU utilisation (Yima Fig. 3a/b)",
+        "CPU (%)",
+        &[
+            Series { label: "µ_system".into(), points: pts(&|p| p.cpu_system_pct), color: BLUE },
+            Series {
+                label: "µ_system + µ_user".into(),
+                points: pts(&|p| p.cpu_system_pct + p.cpu_user_pct),
+                color: RED,
+            },
+            Series {
+                label: "iowait".into(),
+                points: pts(&|p| p.cpu_iowait_pct),
+                color: RGBColor(0x80, 0x80, 0x80),
+            },
+        ],
+        &[],
+        vline,
+        Some(100.0),
+    )?;
+    files.push(path);
+
+    let path = dir.join("b_avgnet.svg");
+    line_plot(
+        &path,
+        "Mean bandwidth per client, B_avgNet (Yima Fig. 3c/d)",
+        "Mb/s",
+        &[Series {
+            label: "B_avgNet".into(),
+            points: pts(&|p| p.b_avgnet_bits_s / 1e6),
+            color: BLUE,
+        }],
+        &[HLine { label: "content mean rate".into(), y: content_bits_s / 1e6 }],
+        vline,
+        None,
+    )?;
+    files.push(path);
+
+    let path = dir.join("b_disk_cache.svg");
+    let from_server = per_n.iter().all(|p| p.b_disk_bytes_s.is_some());
+    let disk = |p: &PerN| p.b_disk_bytes_s.unwrap_or(p.disk_read_bytes_s) / 1e6;
+    let mut series = vec![Series {
+        label: if from_server { "B_disk".into() } else { "disk reads (/proc)".into() },
+        points: pts(&disk),
+        color: BLUE,
+    }];
+    if from_server {
+        series.push(Series {
+            label: "B_disk + B_cache".into(),
+            points: pts(&|p| disk(p) + p.b_cache_bytes_s.unwrap_or(0.0) / 1e6),
+            color: RED,
+        });
+    }
+    line_plot(
+        &path,
+        "Disk and cache bandwidth (Yima Fig. 3e/f)",
+        "MB/s",
+        &series,
+        &[],
+        vline,
+        None,
+    )?;
+    files.push(path);
+
+    let path = dir.join("r_dr.svg");
+    line_plot(
+        &path,
+        "Rate changes per second, R_Δr (Yima Fig. 3g/h)",
+        "changes/s",
+        &[Series { label: "R_Δr".into(), points: pts(&|p| p.r_dr), color: BLUE }],
+        &[],
+        vline,
+        None,
+    )?;
+    files.push(path);
+
+    let path = dir.join("b_net.svg");
+    let hl: Vec<HLine> =
+        link_bits_s.map(|l| HLine { label: "link rate".into(), y: l / 1e6 }).into_iter().collect();
+    line_plot(
+        &path,
+        "Total network bandwidth, B_net (Yima Fig. 3i/j)",
+        "Mb/s",
+        &[Series { label: "B_net".into(), points: pts(&|p| p.b_net_bits_s / 1e6), color: BLUE }],
+        &hl,
+        vline,
+        None,
+    )?;
+    files.push(path);
+    Ok(files)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn line_plot(
+    path: &Path,
+    title: &str,
+    y_label: &str,
+    series: &[Series],
+    hlines: &[HLine],
+    vline: Option<f64>,
+    y_max: Option<f64>,
+) -> anyhow::Result<()> {
+    let err = |e: &dyn std::fmt::Display| anyhow!("plotting {}: {e}", path.display());
+    let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
+    let x_hi = xs.fold(1.0f64, f64::max) + 1.0;
+    let y_data = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .chain(hlines.iter().map(|h| h.y))
+        .fold(0.0f64, f64::max);
+    let y_hi = y_max.unwrap_or_else(|| (y_data * 1.15).max(1e-3));
+    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..x_hi, 0.0..y_hi)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("number of clients N")
+        .y_desc(y_label)
+        .draw()
+        .map_err(|e| err(&e))?;
+    for s in series {
+        let color = s.color;
+        chart
+            .draw_series(LineSeries::new(s.points.clone(), color.stroke_width(2)))
+            .map_err(|e| err(&e))?
+            .label(s.label.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        chart
+            .draw_series(s.points.iter().map(|p| Circle::new(*p, 3, color.filled())))
+            .map_err(|e| err(&e))?;
+    }
+    for h in hlines {
+        let dashes = dashed((0.0, h.y), (x_hi, h.y), x_hi / 60.0, true);
+        chart
+            .draw_series(dashes.into_iter().map(|seg| PathElement::new(seg, BLACK)))
+            .map_err(|e| err(&e))?
+            .label(format!("{} ({:.2})", h.label, h.y))
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));
+    }
+    if let Some(n) = vline {
+        let dashes = dashed((n, 0.0), (n, y_hi), y_hi / 40.0, false);
+        chart
+            .draw_series(dashes.into_iter().map(|seg| PathElement::new(seg, GREEN)))
+            .map_err(|e| err(&e))?
+            .label(format!("N_max = {n}"))
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], GREEN));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// The dashes of a horizontal (`horizontal`) or vertical line from `a` to `b`, `step` long.
+fn dashed(a: (f64, f64), b: (f64, f64), step: f64, horizontal: bool) -> Vec<Vec<(f64, f64)>> {
+    let (from, to) = if horizontal { (a.0, b.0) } else { (a.1, b.1) };
+    let mut out = Vec::new();
+    let mut t = from;
+    while t < to {
+        let e = (t + step).min(to);
+        out.push(if horizontal { vec![(t, a.1), (e, a.1)] } else { vec![(a.0, t), (a.0, e)] });
+        t += 2.0 * step;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_the_five_panels() {
+        let per_n: Vec<PerN> = (1..=4)
+            .map(|n| PerN {
+                n,
+                b_avgnet_bits_s: 5.3e6,
+                b_net_bits_s: 5.3e6 * n as f64,
+                cpu_user_pct: 5.0 * n as f64,
+                cpu_system_pct: 10.0 * n as f64,
+                r_dr: 1.0,
+                b_disk_bytes_s: Some(6e5 * n as f64),
+                b_cache_bytes_s: Some(1e5),
+                ..PerN::default()
+            })
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let files = figure3(dir.path(), &per_n, Some(3), 5.3e6, Some(100e6)).unwrap();
+        assert_eq!(files.len(), 5);
+        let svg = std::fs::read_to_string(dir.path().join("b_avgnet.svg")).unwrap();
+        assert!(svg.starts_with("<svg"));
+        for label in ["B_avgNet", "content mean rate (5.30)", "N_max = 3", "number of clients N"] {
+            assert!(svg.contains(label), "{label}");
+        }
+        let svg = std::fs::read_to_string(dir.path().join("b_disk_cache.svg")).unwrap();
+        assert!(svg.contains("B_disk + B_cache"));
+        let svg = std::fs::read_to_string(dir.path().join("b_net.svg")).unwrap();
+        assert!(svg.contains("link rate (100.00)"));
+    }
+}

@@ -1,0 +1,311 @@
+//! What a bench run measured, aggregated per number of clients N, and N_max (Yima §3.1–3.2).
+//!
+//! Every second the runner writes a [`Sample`]: the client side (sessions, B_net, B_avgNet,
+//! R_Δr, starvations) next to the server side ([`super::procfs::Resources`] and the server's
+//! own counters). Samples taken while the load is steady (every client of the target playing,
+//! and the same number as a second before) are grouped by N into [`PerN`] means — the points of
+//! Yima's Figure 3. N *passes* when no client starved, at most [`LOSS_TOLERANCE`] of the
+//! packets were lost, and B_avgNet kept up with the content being played: at least
+//! `1 − tolerance` of the content's own rate over the same samples (bytes per media second
+//! received, lost packets counted at the mean size; for Yima's CBR-like DVD trace this is the
+//! "mean rate" dashed line). N_max is the largest N below the first N that fails.
+//!
+//! Not here: taking the samples (the runner), the rules that name the bottleneck
+//! ([`super::verdict`]), drawing ([`super::plot`]).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+/// One second of a run (one row of `samples.csv`).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Sample {
+    /// Seconds since the run started.
+    pub t_s: f64,
+    /// The trial (N_max bisection), else 0.
+    pub trial: u32,
+    /// Clients the load shape wants now.
+    pub n_target: usize,
+    /// Sessions set up and receiving (Yima's N, "number of clients served").
+    pub sessions: usize,
+    /// Sessions paused by their client.
+    pub paused: usize,
+    /// Sessions stalled (starved) at the sample.
+    pub stalled: usize,
+    /// Whether the load was steady (sessions = target, unchanged since the last sample).
+    pub steady: bool,
+    /// Aggregate received rate, bits/s (Yima B_net).
+    pub b_net_bits_s: f64,
+    /// Mean received rate per session, bits/s (Yima B_avgNet).
+    pub b_avgnet_bits_s: f64,
+    /// The content's rate over the data received in this second: bytes per media second × 8.
+    pub content_bits_s: f64,
+    /// Bytes received in this second, all sessions.
+    pub rx_bytes: u64,
+    /// RTP packets received in this second, all sessions.
+    pub rx_packets: u64,
+    /// The content's bytes in the media time received: received plus lost (at the mean size).
+    pub content_bytes: u64,
+    /// Media time received in this second, all sessions, s.
+    pub media_s: f64,
+    /// Rate changes accepted per second, all clients (Yima R_Δr).
+    pub r_dr: f64,
+    /// Starvation events in this second.
+    pub starvations: u64,
+    /// Starvation events since the start.
+    pub starvations_total: u64,
+    /// Packets lost in this second.
+    pub lost: u64,
+    /// Packets late in this second.
+    pub late: u64,
+    /// Mean playout buffer level of the sessions, ms.
+    pub level_ms_mean: f64,
+    /// Machine CPU, user, %.
+    pub cpu_user_pct: f64,
+    /// Machine CPU, system, %.
+    pub cpu_system_pct: f64,
+    /// Machine CPU, idle, %.
+    pub cpu_idle_pct: f64,
+    /// Machine CPU, iowait, %.
+    pub cpu_iowait_pct: f64,
+    /// Machine CPU, steal, %.
+    pub cpu_steal_pct: f64,
+    /// Server process CPU, % of one CPU (0 without `--server-pid`).
+    pub server_cpu_pct: f64,
+    /// Machine memory in use, bytes.
+    pub mem_used_bytes: u64,
+    /// Machine memory available, %.
+    pub mem_available_pct: f64,
+    /// Server resident memory, bytes.
+    pub server_rss_bytes: u64,
+    /// Disk reads, bytes/s.
+    pub disk_read_bytes_s: f64,
+    /// Disk writes, bytes/s.
+    pub disk_write_bytes_s: f64,
+    /// Busiest disk's utilisation, %.
+    pub disk_util_pct: f64,
+    /// Network received, bytes/s.
+    pub net_rx_bytes_s: f64,
+    /// Network sent, bytes/s.
+    pub net_tx_bytes_s: f64,
+    /// The bench's own CPU, % of one CPU.
+    pub bench_cpu_pct: f64,
+    /// Server: block bytes read from disk per second (Yima B_disk).
+    pub b_disk_bytes_s: Option<f64>,
+    /// Server: block bytes served from its cache per second (Yima B_cache).
+    pub b_cache_bytes_s: Option<f64>,
+    /// Server: PLAYs refused by admission in this second.
+    pub admission_rejects: Option<f64>,
+    /// Server: block deadlines missed in this second.
+    pub missed_deadlines: Option<f64>,
+    /// Server: RTP packets sent per second.
+    pub packets_sent_s: Option<f64>,
+    /// Server: pace changes carried out per second.
+    pub pace_changes_s: Option<f64>,
+    /// Server: packets due whose block was not in memory, in this second.
+    pub underruns: Option<f64>,
+}
+
+/// The means of the steady samples at one N (a point of Yima's Figure 3).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct PerN {
+    /// Number of sessions.
+    pub n: usize,
+    /// Samples averaged.
+    pub samples: usize,
+    /// B_net, bits/s.
+    pub b_net_bits_s: f64,
+    /// B_avgNet, bits/s.
+    pub b_avgnet_bits_s: f64,
+    /// The content's rate over the same samples (their bytes over their media time), bits/s.
+    pub content_bits_s: f64,
+    /// R_Δr, changes/s.
+    pub r_dr: f64,
+    /// Starvations (sum).
+    pub starvations: u64,
+    /// Packets lost (sum).
+    pub lost: u64,
+    /// Packets late (sum).
+    pub late: u64,
+    /// µ_user, %.
+    pub cpu_user_pct: f64,
+    /// µ_system, %.
+    pub cpu_system_pct: f64,
+    /// µ_idle, %.
+    pub cpu_idle_pct: f64,
+    /// iowait, %.
+    pub cpu_iowait_pct: f64,
+    /// Server process CPU, % of one CPU.
+    pub server_cpu_pct: f64,
+    /// Memory available, %.
+    pub mem_available_pct: f64,
+    /// Busiest disk's utilisation, %.
+    pub disk_util_pct: f64,
+    /// Disk reads, bytes/s.
+    pub disk_read_bytes_s: f64,
+    /// Network sent, bytes/s.
+    pub net_tx_bytes_s: f64,
+    /// The bench's CPU, % of one CPU.
+    pub bench_cpu_pct: f64,
+    /// B_disk, bytes/s.
+    pub b_disk_bytes_s: Option<f64>,
+    /// B_cache, bytes/s.
+    pub b_cache_bytes_s: Option<f64>,
+    /// Missed deadlines (sum).
+    pub missed_deadlines: Option<f64>,
+    /// Admission rejects (sum).
+    pub admission_rejects: Option<f64>,
+    /// Whether this N was served (see the module docs).
+    pub pass: bool,
+}
+
+/// The share of packets that may be lost at an N that passes (a stray drop, not a saturated link).
+pub const LOSS_TOLERANCE: f64 = 0.001;
+
+/// Groups the steady samples by N and decides which N pass.
+#[must_use]
+pub fn aggregate(samples: &[Sample], tolerance: f64) -> Vec<PerN> {
+    let mut groups: BTreeMap<usize, Vec<&Sample>> = BTreeMap::new();
+    for s in samples.iter().filter(|s| s.steady && s.sessions > 0) {
+        groups.entry(s.sessions).or_default().push(s);
+    }
+    groups
+        .into_iter()
+        .map(|(n, g)| {
+            let k = g.len() as f64;
+            let mean = |f: &dyn Fn(&Sample) -> f64| g.iter().map(|s| f(s)).sum::<f64>() / k;
+            let opt_mean = |f: &dyn Fn(&Sample) -> Option<f64>| {
+                g.iter().map(|s| f(s)).sum::<Option<f64>>().map(|v| v / k)
+            };
+            let opt_sum = |f: &dyn Fn(&Sample) -> Option<f64>| g.iter().map(|s| f(s)).sum();
+            let mut p = PerN {
+                n,
+                samples: g.len(),
+                b_net_bits_s: mean(&|s| s.b_net_bits_s),
+                b_avgnet_bits_s: mean(&|s| s.b_avgnet_bits_s),
+                content_bits_s: {
+                    let media: f64 = g.iter().map(|s| s.media_s).sum();
+                    let bytes: u64 = g.iter().map(|s| s.content_bytes).sum();
+                    if media > 0.0 { bytes as f64 * 8.0 / media } else { 0.0 }
+                },
+                r_dr: mean(&|s| s.r_dr),
+                starvations: g.iter().map(|s| s.starvations).sum(),
+                lost: g.iter().map(|s| s.lost).sum(),
+                late: g.iter().map(|s| s.late).sum(),
+                cpu_user_pct: mean(&|s| s.cpu_user_pct),
+                cpu_system_pct: mean(&|s| s.cpu_system_pct),
+                cpu_idle_pct: mean(&|s| s.cpu_idle_pct),
+                cpu_iowait_pct: mean(&|s| s.cpu_iowait_pct),
+                server_cpu_pct: mean(&|s| s.server_cpu_pct),
+                mem_available_pct: mean(&|s| s.mem_available_pct),
+                disk_util_pct: mean(&|s| s.disk_util_pct),
+                disk_read_bytes_s: mean(&|s| s.disk_read_bytes_s),
+                net_tx_bytes_s: mean(&|s| s.net_tx_bytes_s),
+                bench_cpu_pct: mean(&|s| s.bench_cpu_pct),
+                b_disk_bytes_s: opt_mean(&|s| s.b_disk_bytes_s),
+                b_cache_bytes_s: opt_mean(&|s| s.b_cache_bytes_s),
+                missed_deadlines: opt_sum(&|s| s.missed_deadlines),
+                admission_rejects: opt_sum(&|s| s.admission_rejects),
+                pass: false,
+            };
+            let packets: u64 = g.iter().map(|s| s.rx_packets).sum();
+            p.pass = p.starvations == 0
+                && p.b_avgnet_bits_s >= (1.0 - tolerance) * p.content_bits_s
+                && p.lost as f64 <= LOSS_TOLERANCE * (packets + p.lost) as f64;
+            p
+        })
+        .collect()
+}
+
+/// N_max (the largest N below the first failing one; `None` if N = 1 already failed or
+/// nothing was measured) and the first failing N.
+#[must_use]
+pub fn n_max(per_n: &[PerN]) -> (Option<usize>, Option<usize>) {
+    let mut best = None;
+    for p in per_n {
+        if !p.pass {
+            return (best, Some(p.n));
+        }
+        best = Some(p.n);
+    }
+    (best, None)
+}
+
+/// Writes `samples` as CSV to `path`.
+pub fn write_samples(path: &std::path::Path, samples: &[Sample]) -> anyhow::Result<()> {
+    let mut w = csv::Writer::from_path(path)
+        .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    for s in samples {
+        w.serialize(s).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    }
+    w.flush().map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(sessions: usize, avg: f64, starv: u64, steady: bool) -> Sample {
+        Sample {
+            sessions,
+            n_target: sessions,
+            steady,
+            b_avgnet_bits_s: avg,
+            b_net_bits_s: avg * sessions as f64,
+            content_bits_s: 5.3e6,
+            rx_bytes: 5_300_000 / 8 * sessions as u64,
+            content_bytes: 5_300_000 / 8 * sessions as u64,
+            rx_packets: 500 * sessions as u64,
+            media_s: sessions as f64,
+            starvations: starv,
+            b_disk_bytes_s: Some(1.0),
+            ..Sample::default()
+        }
+    }
+
+    #[test]
+    fn groups_steady_samples_and_finds_n_max() {
+        let s = vec![
+            sample(1, 5.4e6, 0, true),
+            sample(1, 5.2e6, 0, true),
+            sample(2, 1.0, 0, false), // a transition: ignored
+            sample(2, 5.3e6, 0, true),
+            sample(3, 5.1e6, 0, true), // within 5 % of 5.3 Mb/s
+            sample(4, 5.3e6, 1, true), // a starvation
+            sample(5, 4.0e6, 0, true),
+            Sample { lost: 10, ..sample(6, 5.3e6, 0, true) }, // 10 lost of 3 010: over 0.1 %
+        ];
+        let per_n = aggregate(&s, 0.05);
+        assert_eq!(per_n.iter().map(|p| p.n).collect::<Vec<_>>(), vec![1, 2, 3, 4, 5, 6]);
+        assert!(!per_n[5].pass);
+        assert_eq!(per_n[0].samples, 2);
+        assert!((per_n[0].b_avgnet_bits_s - 5.3e6).abs() < 1.0);
+        assert_eq!(per_n[0].b_disk_bytes_s, Some(1.0));
+        assert_eq!(per_n[1].samples, 1);
+        assert!(per_n[2].pass);
+        assert!(!per_n[3].pass && !per_n[4].pass);
+        assert_eq!(n_max(&per_n), (Some(3), Some(4)));
+        assert_eq!(n_max(&per_n[..3]), (Some(3), None));
+        assert_eq!(n_max(&per_n[3..]), (None, Some(4)));
+    }
+
+    #[test]
+    fn samples_csv_has_a_header_and_empty_optional_columns() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.csv");
+        let mut a = sample(2, 5e6, 0, true);
+        a.b_disk_bytes_s = None;
+        write_samples(&path, &[a, sample(2, 5e6, 0, true)]).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut lines = text.lines();
+        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+        assert_eq!(header[0], "t_s");
+        let col = header.iter().position(|h| *h == "b_disk_bytes_s").unwrap();
+        let row1: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let row2: Vec<&str> = lines.next().unwrap().split(',').collect();
+        assert_eq!(row1.len(), header.len());
+        assert_eq!(row1[col], "");
+        assert_eq!(row2[col], "1.0");
+    }
+}

@@ -1,0 +1,507 @@
+//! A bench run: a load shape of emulation clients, a sample every second, N_max.
+//!
+//! Load shapes (Yima §3.1 staggers arrivals at 0.5 per minute; He et al. vary connections and
+//! the number of distinct files):
+//!
+//! * [`Load::Fixed`]: N clients from the start;
+//! * [`Load::Arrivals`]: one client more every `60 / per_min` seconds;
+//! * [`Load::Ramp`]: `step` clients more every `interval` until N fails, then two more steps
+//!   to show the curves past N_max;
+//! * [`Load::Bisect`]: trials of fixed N (1, 2, 4, … until one fails, then bisection), each
+//!   `trial` long, for N_max in fewer client-seconds than a ramp.
+//!
+//! Everything is bounded by the run's duration. Clients keep their load: a session that plays
+//! to its end is followed by a new one (the object picked by the popularity law).
+//!
+//! The runner task is the one owner of the samples and of the list of sessions' counters; the
+//! clients are tasks of their own (see [`super::session`]).
+//!
+//! Not here: writing the report (the binary), drawing, the verdict.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use super::procfs::{ProcSampler, Resources};
+use super::prom;
+use super::report::{PerN, Sample, aggregate, n_max};
+use super::session::{ClientSettings, SessionCounters, SessionRecord, run_client, state};
+
+/// How the number of clients evolves.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "shape")]
+pub enum Load {
+    /// `clients` from the start.
+    Fixed {
+        /// N.
+        clients: usize,
+    },
+    /// Staggered arrivals.
+    Arrivals {
+        /// Arrivals per minute.
+        per_min: f64,
+        /// At most this many clients.
+        max: usize,
+    },
+    /// Add `step` clients every `interval` until a step fails.
+    Ramp {
+        /// Clients added per step (also the first step's N).
+        step: usize,
+        /// Time per step.
+        interval: Duration,
+        /// At most this many clients.
+        max: usize,
+    },
+    /// Trials of fixed N, doubling then bisecting.
+    Bisect {
+        /// Time per trial.
+        trial: Duration,
+        /// At most this many clients.
+        max: usize,
+    },
+}
+
+/// A run's settings.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// What every client does.
+    pub clients: ClientSettings,
+    /// The load shape.
+    pub load: Load,
+    /// The whole run's bound.
+    pub duration: Duration,
+    /// Seed of every random choice (objects, seek positions, pause times).
+    pub seed: u64,
+    /// Sampling interval.
+    pub interval: Duration,
+    /// The server's PID, for its own CPU, memory and IO.
+    pub server_pid: Option<u32>,
+    /// Restrict network counters to this interface.
+    pub iface: Option<String>,
+    /// The server's Prometheus endpoint.
+    pub metrics: Option<String>,
+    /// B_avgNet may fall this fraction below the content's rate before N fails.
+    pub tolerance: f64,
+}
+
+/// One fixed-N trial of a bisection.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+pub struct Trial {
+    /// The trial's number (from 1).
+    pub trial: u32,
+    /// N.
+    pub n: usize,
+    /// Whether N was served.
+    pub pass: bool,
+}
+
+/// What a run produced.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunResult {
+    /// Every sample.
+    pub samples: Vec<Sample>,
+    /// Every session.
+    pub sessions: Vec<SessionRecord>,
+    /// Per-N aggregates.
+    pub per_n: Vec<PerN>,
+    /// N_max.
+    pub n_max: Option<usize>,
+    /// The first N that failed.
+    pub first_failure: Option<usize>,
+    /// Bisection trials.
+    pub trials: Vec<Trial>,
+    /// The content's mean rate over everything received, bits/s.
+    pub content_bits_s: f64,
+    /// The bench's own CPU over the run, % of one CPU.
+    pub bench_cpu_pct: f64,
+    /// The run's length, s.
+    pub elapsed_s: f64,
+}
+
+/// Totals over all sessions, for per-second deltas.
+#[derive(Clone, Copy, Debug, Default)]
+struct Totals {
+    bytes: u64,
+    packets: u64,
+    media_ns: u64,
+    starvations: u64,
+    lost: u64,
+    late: u64,
+    rate_changes: u64,
+}
+
+struct Runner {
+    config: RunConfig,
+    settings: Arc<ClientSettings>,
+    epoch: Instant,
+    procfs: ProcSampler,
+    counters: Vec<Arc<SessionCounters>>,
+    registry_tx: mpsc::UnboundedSender<Arc<SessionCounters>>,
+    registry_rx: mpsc::UnboundedReceiver<Arc<SessionCounters>>,
+    prev: Totals,
+    prev_at: Instant,
+    prev_metrics: Option<(Instant, HashMap<String, f64>)>,
+    samples: Vec<Sample>,
+    sessions: Vec<SessionRecord>,
+    next_client: usize,
+    last_sessions: usize,
+    /// Per entry of `counters`: whether it was served at the last sample.
+    served: Vec<bool>,
+}
+
+/// Runs the bench. `epoch` in `config.clients` is replaced by the run's start.
+pub async fn run(mut config: RunConfig) -> anyhow::Result<RunResult> {
+    let epoch = Instant::now();
+    config.clients.epoch = epoch;
+    let cpu0 = super::procfs::parse_pid_stat(
+        &std::fs::read_to_string("/proc/self/stat").unwrap_or_default(),
+    );
+    let (registry_tx, registry_rx) = mpsc::unbounded_channel();
+    let mut r = Runner {
+        settings: Arc::new(config.clients.clone()),
+        procfs: ProcSampler::new(config.server_pid, config.iface.clone()),
+        config,
+        epoch,
+        counters: Vec::new(),
+        registry_tx,
+        registry_rx,
+        prev: Totals::default(),
+        prev_at: epoch,
+        prev_metrics: None,
+        samples: Vec::new(),
+        sessions: Vec::new(),
+        next_client: 0,
+        last_sessions: 0,
+        served: Vec::new(),
+    };
+    r.procfs.sample(epoch);
+    r.scrape().await;
+    let tol = r.config.tolerance;
+    let mut trials = Vec::new();
+    match r.config.load {
+        Load::Fixed { clients } => {
+            let span = r.config.duration;
+            r.phase(0, span, &mut |_, _| Some(clients)).await;
+        }
+        Load::Arrivals { per_min, max } => {
+            let span = r.config.duration;
+            let gap = 60.0 / per_min.max(1e-6);
+            r.phase(0, span, &mut |t, _| Some(max.min(1 + (t.as_secs_f64() / gap) as usize))).await;
+        }
+        Load::Ramp { step, interval, max } => {
+            let span = r.config.duration;
+            let mut failed_step: Option<u64> = None;
+            let mut checked = 0u64;
+            r.phase(0, span, &mut |t, samples| {
+                let k = (t.as_secs_f64() / interval.as_secs_f64()) as u64;
+                if k > checked && failed_step.is_none() {
+                    // Judge the step that just ended.
+                    checked = k;
+                    let n = (step * k as usize).min(max);
+                    let last: Vec<Sample> =
+                        samples.iter().rev().take_while(|s| s.n_target == n).cloned().collect();
+                    if aggregate(&last, tol).iter().any(|p| !p.pass) || last.is_empty() {
+                        info!(n, "ramp: N failed");
+                        failed_step = Some(k);
+                    }
+                }
+                let k = match failed_step {
+                    Some(f) if k >= f + 2 => return None,
+                    _ => k,
+                };
+                Some((step * (k as usize + 1)).min(max))
+            })
+            .await;
+        }
+        Load::Bisect { trial, max } => {
+            let deadline = epoch + r.config.duration;
+            let (mut lo, mut hi): (usize, Option<usize>) = (0, None);
+            let mut n = 1usize;
+            let mut k = 0u32;
+            while Instant::now() + trial <= deadline && n >= 1 && n <= max {
+                k += 1;
+                let from = r.samples.len();
+                r.phase(k, trial, &mut |_, _| Some(n)).await;
+                let per = aggregate(&r.samples[from..], tol);
+                let pass = !per.is_empty() && per.iter().all(|p| p.pass);
+                info!(trial = k, n, pass, "bisection trial");
+                trials.push(Trial { trial: k, n, pass });
+                if pass {
+                    lo = n;
+                } else {
+                    hi = Some(n);
+                }
+                n = match hi {
+                    None => (n * 2).min(max),
+                    Some(h) => lo + (h - lo) / 2,
+                };
+                if hi.is_some_and(|h| h - lo <= 1) || (hi.is_none() && lo == max) {
+                    break;
+                }
+            }
+        }
+    }
+    let per_n = aggregate(&r.samples, tol);
+    let (mut best, mut first_failure) = n_max(&per_n);
+    if !trials.is_empty() {
+        // Bisection: N_max is the largest N that passed below the smallest that failed.
+        let fail = trials.iter().filter(|t| !t.pass).map(|t| t.n).min();
+        best = trials.iter().filter(|t| t.pass && fail.is_none_or(|f| t.n < f)).map(|t| t.n).max();
+        first_failure = fail;
+    }
+    let (bytes, media_s) =
+        r.sessions.iter().fold((0u64, 0.0f64), |(b, m), s| (b + s.bytes, m + s.media_s));
+    let elapsed = epoch.elapsed().as_secs_f64();
+    let cpu1 = super::procfs::parse_pid_stat(
+        &std::fs::read_to_string("/proc/self/stat").unwrap_or_default(),
+    );
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let bench_cpu_pct = match (cpu0, cpu1) {
+        (Some((u0, s0)), Some((u1, s1))) => {
+            100.0 * (u1 + s1).saturating_sub(u0 + s0) as f64 / hz / elapsed.max(1e-3)
+        }
+        _ => 0.0,
+    };
+    Ok(RunResult {
+        samples: r.samples,
+        sessions: r.sessions,
+        per_n,
+        n_max: best,
+        first_failure,
+        trials,
+        content_bits_s: if media_s > 0.0 { bytes as f64 * 8.0 / media_s } else { 0.0 },
+        bench_cpu_pct,
+        elapsed_s: elapsed,
+    })
+}
+
+type Shape<'a> = dyn FnMut(Duration, &[Sample]) -> Option<usize> + 'a;
+
+impl Runner {
+    /// Runs clients for `span` (or until the run's end), with as many clients as `shape` says
+    /// at each sample (`None`: stop now); then stops them and collects their sessions.
+    async fn phase(&mut self, trial: u32, span: Duration, shape: &mut Shape<'_>) {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut clients: Vec<JoinHandle<Vec<SessionRecord>>> = Vec::new();
+        let start = Instant::now();
+        let end = (start + span).min(self.epoch + self.config.duration);
+        let mut tick = tokio::time::interval(self.config.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        self.last_sessions = 0;
+        loop {
+            let t = start.elapsed();
+            let Some(target) = shape(t, &self.samples) else { break };
+            while clients.len() < target {
+                let id = self.next_client;
+                self.next_client += 1;
+                clients.push(tokio::spawn(run_client(
+                    Arc::clone(&self.settings),
+                    id,
+                    self.config.seed,
+                    stop_rx.clone(),
+                    self.registry_tx.clone(),
+                )));
+            }
+            tick.tick().await;
+            if Instant::now() >= end {
+                break;
+            }
+            self.sample(trial, target).await;
+        }
+        let _ = stop_tx.send(true);
+        for c in clients {
+            let abort = c.abort_handle();
+            match tokio::time::timeout(Duration::from_secs(5), c).await {
+                Ok(Ok(records)) => self.sessions.extend(records),
+                Ok(Err(e)) => warn!(error = %e, "a client task failed"),
+                Err(_) => {
+                    abort.abort();
+                    warn!("a client did not stop in time");
+                }
+            }
+        }
+        // Sessions of the next phase are new: their deltas start from their own zero.
+        while let Ok(c) = self.registry_rx.try_recv() {
+            self.counters.push(c);
+        }
+        self.prev = self.totals();
+    }
+
+    fn totals(&self) -> Totals {
+        let r = Ordering::Relaxed;
+        let mut t = Totals::default();
+        for c in &self.counters {
+            t.bytes += c.bytes.load(r);
+            t.packets += c.packets.load(r);
+            t.media_ns += c.media_ns.load(r);
+            t.starvations += c.starvations.load(r);
+            t.lost += c.lost.load(r);
+            t.late += c.late.load(r);
+            t.rate_changes += c.rate_changes.load(r);
+        }
+        t
+    }
+
+    async fn scrape(&mut self) -> Option<(f64, HashMap<String, f64>)> {
+        let url = self.config.metrics.clone()?;
+        let now = Instant::now();
+        let got = tokio::task::spawn_blocking(move || {
+            let agent: ureq::Agent = ureq::Agent::config_builder()
+                .timeout_global(Some(Duration::from_millis(800)))
+                .build()
+                .into();
+            agent.get(&url).call().ok()?.body_mut().read_to_string().ok()
+        })
+        .await
+        .ok()
+        .flatten();
+        let Some(text) = got else {
+            debug!("metrics scrape failed");
+            return None;
+        };
+        let m = prom::parse(&text);
+        let prev = self.prev_metrics.replace((now, m.clone()));
+        prev.map(|(t, p)| (now.saturating_duration_since(t).as_secs_f64().max(1e-3), p)).map(
+            |(dt, p)| {
+                let delta = prom::ISOCHRON_COUNTERS
+                    .iter()
+                    .filter_map(|k| {
+                        let (a, b) = (p.get(*k)?, m.get(*k)?);
+                        Some(((*k).to_string(), (b - a).max(0.0)))
+                    })
+                    .collect();
+                (dt, delta)
+            },
+        )
+    }
+
+    async fn sample(&mut self, trial: u32, target: usize) {
+        while let Ok(c) = self.registry_rx.try_recv() {
+            self.counters.push(c);
+        }
+        let now = Instant::now();
+        let res = self.procfs.sample(now).unwrap_or_default();
+        let metrics = self.scrape().await;
+        let totals = self.totals();
+        let dt = now.saturating_duration_since(self.prev_at).as_secs_f64().max(1e-3);
+        let d = |a: u64, b: u64| b.saturating_sub(a);
+        let r = Ordering::Relaxed;
+        let (mut sessions, mut paused, mut stalled, mut level_sum) = (0, 0, 0, 0u64);
+        // Whether the set of served sessions changed during the interval (a start or an end):
+        // then the sample mixes two loads and is not steady.
+        self.served.resize(self.counters.len(), false);
+        let mut churn = false;
+        for (c, was) in self.counters.iter().zip(self.served.iter_mut()) {
+            // Served: set up and sent to (a first packet came), not paused or played out.
+            let st = c.state.load(r);
+            let served = c.open.load(r)
+                && c.first_ns.load(r) != 0
+                && !matches!(st, state::PAUSED | state::FINISHED | state::DRAINING);
+            churn |= served != *was;
+            *was = served;
+            if !c.open.load(r) || c.first_ns.load(r) == 0 {
+                continue;
+            }
+            match st {
+                state::PAUSED => paused += 1,
+                state::FINISHED | state::DRAINING => {}
+                st => {
+                    sessions += 1;
+                    level_sum += c.level_ms.load(r);
+                    if st == state::STALLED {
+                        stalled += 1;
+                    }
+                }
+            }
+        }
+        let bytes = d(self.prev.bytes, totals.bytes) as f64;
+        let packets = d(self.prev.packets, totals.packets);
+        let lost = d(self.prev.lost, totals.lost);
+        let media_s = d(self.prev.media_ns, totals.media_ns) as f64 / 1e9;
+        // The content's bytes in that media time: those received plus the lost packets' (at the
+        // mean size), so that loss does not pass for a thinner stream.
+        let content_bytes =
+            if packets > 0 { bytes + lost as f64 * bytes / packets as f64 } else { bytes };
+        let b_net = bytes * 8.0 / dt;
+        let m = |k: &str| metrics.as_ref().and_then(|(_, d)| d.get(k).copied());
+        let per_s = |k: &str| metrics.as_ref().and_then(|(dt, d)| d.get(k).map(|v| v / dt));
+        let Resources {
+            cpu_user_pct,
+            cpu_system_pct,
+            cpu_idle_pct,
+            cpu_iowait_pct,
+            cpu_steal_pct,
+            server_cpu_pct,
+            mem_used_bytes,
+            mem_available_pct,
+            server_rss_bytes,
+            disk_read_bytes_s,
+            disk_write_bytes_s,
+            disk_util_pct,
+            net_rx_bytes_s,
+            net_tx_bytes_s,
+            bench_cpu_pct,
+        } = res;
+        let s = Sample {
+            t_s: now.saturating_duration_since(self.epoch).as_secs_f64(),
+            trial,
+            n_target: target,
+            sessions,
+            paused,
+            stalled,
+            steady: sessions == target && sessions == self.last_sessions && !churn,
+            b_net_bits_s: b_net,
+            b_avgnet_bits_s: if sessions > 0 { b_net / sessions as f64 } else { 0.0 },
+            content_bits_s: if media_s > 0.0 { content_bytes * 8.0 / media_s } else { 0.0 },
+            rx_bytes: bytes as u64,
+            rx_packets: packets,
+            content_bytes: content_bytes as u64,
+            media_s,
+            r_dr: d(self.prev.rate_changes, totals.rate_changes) as f64 / dt,
+            starvations: d(self.prev.starvations, totals.starvations),
+            starvations_total: totals.starvations,
+            lost,
+            late: d(self.prev.late, totals.late),
+            level_ms_mean: if sessions > 0 { level_sum as f64 / sessions as f64 } else { 0.0 },
+            cpu_user_pct,
+            cpu_system_pct,
+            cpu_idle_pct,
+            cpu_iowait_pct,
+            cpu_steal_pct,
+            server_cpu_pct,
+            mem_used_bytes,
+            mem_available_pct,
+            server_rss_bytes,
+            disk_read_bytes_s,
+            disk_write_bytes_s,
+            disk_util_pct,
+            net_rx_bytes_s,
+            net_tx_bytes_s,
+            bench_cpu_pct,
+            b_disk_bytes_s: per_s("isochron_disk_bytes_total"),
+            b_cache_bytes_s: per_s("isochron_cache_bytes_total"),
+            admission_rejects: m("isochron_admission_rejects_total"),
+            missed_deadlines: m("isochron_missed_deadlines_total"),
+            packets_sent_s: per_s("isochron_packets_sent_total"),
+            pace_changes_s: per_s("isochron_pace_changes_total"),
+            underruns: m("isochron_underruns_total"),
+        };
+        debug!(t = s.t_s, n = sessions, b_net = s.b_net_bits_s, "sample");
+        if churn && let Some(last) = self.samples.last_mut() {
+            // A session that starts or ends usually stopped (or started) receiving during the
+            // interval before its state changed: that sample mixed two loads too.
+            last.steady = false;
+        }
+        self.last_sessions = sessions;
+        self.prev = totals;
+        self.prev_at = now;
+        self.samples.push(s);
+    }
+}

@@ -1,0 +1,730 @@
+//! One emulation client (Yima §3.1): a real RTSP session whose player consumes the stream by
+//! its own timing, counts what went wrong, and asks for rate changes (MTFC).
+//!
+//! Two owners, two roles. The *sink* ([`BenchSink`], a [`MediaSink`]) lives on the session's
+//! receive path and owns the player ([`Playout`]), the MTFC state and the RTP sequence check; it
+//! publishes its counts into the session's [`SessionCounters`] (atomics, read by the sampler)
+//! every tick. The *controller* ([`run_client`]) owns the RTSP connection: it sets up and plays
+//! the session, carries out the sink's rate requests with SET_PARAMETER, seeks and pauses when
+//! the load shape says so, tears down at the end, and starts the next session. They talk over
+//! two channels: [`SinkEvent`] up, [`SinkControl`] down.
+//!
+//! A server that answers a rate request with anything but 200 (a server without MTFC) is
+//! left at nominal pacing: the controller stops sending and tells the sink to stop asking.
+//!
+//! Not here: the load shape (which URL, when to start, when to stop), sampling, reports.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use isochron_base::Pace;
+use isochron_base::mix::SplitMix64;
+use isochron_rtp::RtpHeader;
+use isochron_rtp::rtcp::{RtcpPacket, parse_compound};
+use isochron_rtsp::server::RATE_PARAMETER;
+use serde::Serialize;
+use tokio::sync::{mpsc, watch};
+
+use super::mtfc::{Mtfc, MtfcConfig};
+use super::playout::{PlayState, Playout};
+use crate::client::{Client, MediaSink, Transport};
+
+/// How often the sink gives MTFC a buffer sample.
+const MTFC_SAMPLE: Duration = Duration::from_millis(100);
+/// How long after a seek's PLAY response packets numbered before its RTP-Info `seq` are dropped
+/// (a server whose RTP-Info does not match its packets must not silence the client).
+const SEEK_WAIT: Duration = Duration::from_millis(500);
+/// How often the controller sends a keep-alive (OPTIONS) to the server.
+const KEEPALIVE: Duration = Duration::from_secs(25);
+/// How long a TEARDOWN may take at the end.
+const TEARDOWN_WAIT: Duration = Duration::from_secs(2);
+
+/// Player states as published in [`SessionCounters::state`].
+pub mod state {
+    /// Not set up yet, or torn down.
+    pub const IDLE: u8 = 0;
+    /// Filling the playout buffer.
+    pub const BUFFERING: u8 = 1;
+    /// Playing.
+    pub const PLAYING: u8 = 2;
+    /// Starved, refilling.
+    pub const STALLED: u8 = 3;
+    /// Paused by the client.
+    pub const PAUSED: u8 = 4;
+    /// Played to the end.
+    pub const FINISHED: u8 = 5;
+    /// Received to the end, playing out the buffer (no longer served).
+    pub const DRAINING: u8 = 6;
+}
+
+/// A session's counts, written by its sink and controller, read by the sampler.
+#[derive(Debug, Default)]
+pub struct SessionCounters {
+    /// TS bytes received.
+    pub bytes: AtomicU64,
+    /// RTP packets received.
+    pub packets: AtomicU64,
+    /// Packets missing (sequence gaps not filled later).
+    pub lost: AtomicU64,
+    /// Packets that arrived while the player was starved for them.
+    pub late: AtomicU64,
+    /// Packets that arrived out of order.
+    pub reordered: AtomicU64,
+    /// Starvation events.
+    pub starvations: AtomicU64,
+    /// Time stalled, ns.
+    pub stall_ns: AtomicU64,
+    /// Media time received, ns.
+    pub media_ns: AtomicU64,
+    /// Rate changes the server accepted.
+    pub rate_changes: AtomicU64,
+    /// Seeks done (written by the controller).
+    pub seeks: AtomicU64,
+    /// Pauses done (written by the controller).
+    pub pauses: AtomicU64,
+    /// Buffer level, ms.
+    pub level_ms: AtomicU64,
+    /// Player state ([`state`]).
+    pub state: AtomicU8,
+    /// Set up and not torn down (written by the controller).
+    pub open: AtomicBool,
+    /// Arrival of the first packet, ns after the bench's epoch (0 = none yet).
+    pub first_ns: AtomicU64,
+    /// Arrival of the last packet, ns after the bench's epoch.
+    pub last_ns: AtomicU64,
+}
+
+impl SessionCounters {
+    /// Whether the session is set up and receiving (not paused or finished).
+    #[must_use]
+    pub fn receiving(&self) -> bool {
+        self.open.load(Ordering::Relaxed)
+            && !matches!(
+                self.state.load(Ordering::Relaxed),
+                state::PAUSED | state::FINISHED | state::DRAINING
+            )
+    }
+}
+
+/// From the sink to its controller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SinkEvent {
+    /// MTFC asks for this pace.
+    Rate(Pace),
+    /// The player played the stream to its end.
+    Finished,
+}
+
+/// From the controller to its sink.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SinkControl {
+    /// PAUSE is being sent.
+    Pause,
+    /// PLAY (resume) is being sent.
+    Resume,
+    /// PLAY with a new start is being sent: flush, and drop packets until [`Self::SeekStart`].
+    Seek,
+    /// The seek's PLAY response: its first packet has this RTP sequence number (RTP-Info), if
+    /// the server said; packets before it (in flight from the old position) are dropped.
+    SeekStart(Option<u16>),
+    /// The PLAY response announced this much media.
+    Length(Duration),
+    /// The server refused a rate request: stop asking.
+    MtfcOff,
+}
+
+/// The receive-path half of an emulation client.
+pub struct BenchSink {
+    epoch: Instant,
+    player: Playout,
+    mtfc: Option<Mtfc>,
+    counters: Arc<SessionCounters>,
+    events: mpsc::UnboundedSender<SinkEvent>,
+    control: mpsc::UnboundedReceiver<SinkControl>,
+    expected_seq: Option<u16>,
+    /// After a seek: drop packets numbered before this one (`Some(None)`: every packet until the
+    /// PLAY response), for at most [`SEEK_WAIT`] after the response.
+    awaiting: Option<Option<u16>>,
+    awaiting_since: Option<Instant>,
+    next_mtfc: Option<Instant>,
+    finished_sent: bool,
+    counts: LocalCounts,
+}
+
+#[derive(Default)]
+struct LocalCounts {
+    packets: u64,
+    lost: u64,
+    reordered: u64,
+    first_ns: u64,
+    last_ns: u64,
+}
+
+impl BenchSink {
+    /// A sink whose player buffers `depth`, with MTFC if `mtfc` is given.
+    #[must_use]
+    pub fn new(
+        epoch: Instant,
+        depth: Duration,
+        mtfc: Option<MtfcConfig>,
+        counters: Arc<SessionCounters>,
+        events: mpsc::UnboundedSender<SinkEvent>,
+        control: mpsc::UnboundedReceiver<SinkControl>,
+    ) -> Self {
+        Self {
+            epoch,
+            player: Playout::new(depth),
+            mtfc: mtfc.map(Mtfc::new),
+            counters,
+            events,
+            control,
+            expected_seq: None,
+            awaiting: None,
+            awaiting_since: None,
+            next_mtfc: None,
+            finished_sent: false,
+            counts: LocalCounts::default(),
+        }
+    }
+
+    fn apply_controls(&mut self, now: Instant) {
+        while let Ok(c) = self.control.try_recv() {
+            match c {
+                SinkControl::Pause => self.player.handle_pause(now),
+                SinkControl::Resume => self.player.handle_resume(now),
+                SinkControl::Seek => {
+                    self.player.handle_seek(now);
+                    self.awaiting = Some(None);
+                }
+                SinkControl::SeekStart(seq) => {
+                    // Other servers may renumber after a seek: learn the sequence anew.
+                    self.expected_seq = None;
+                    self.awaiting = seq.map(Some);
+                    self.awaiting_since = Some(now);
+                }
+                SinkControl::Length(d) => self.player.handle_length(d),
+                SinkControl::MtfcOff => self.mtfc = None,
+            }
+        }
+    }
+
+    fn publish(&mut self, now: Instant) {
+        let c = &self.counters;
+        let st = self.player.stats();
+        let r = Ordering::Relaxed;
+        c.bytes.store(st.bytes, r);
+        c.packets.store(self.counts.packets, r);
+        c.lost.store(self.counts.lost, r);
+        c.reordered.store(self.counts.reordered, r);
+        c.late.store(st.late_packets, r);
+        c.starvations.store(st.starvations, r);
+        c.stall_ns.store(self.player.stall_ns(now), r);
+        c.media_ns.store(st.media_ns, r);
+        c.level_ms.store(self.player.level(now).as_millis() as u64, r);
+        c.first_ns.store(self.counts.first_ns, r);
+        c.last_ns.store(self.counts.last_ns, r);
+        c.state.store(
+            match self.player.state() {
+                PlayState::Buffering => state::BUFFERING,
+                PlayState::Playing { .. } if self.player.input_ended() => state::DRAINING,
+                PlayState::Playing { .. } => state::PLAYING,
+                PlayState::Stalled { .. } => state::STALLED,
+                PlayState::Paused => state::PAUSED,
+                PlayState::Finished => state::FINISHED,
+            },
+            r,
+        );
+    }
+}
+
+impl MediaSink for BenchSink {
+    fn on_rtp(&mut self, at: Instant, packet: &[u8]) {
+        self.apply_controls(at);
+        let Ok((header, range)) = RtpHeader::parse(packet) else { return };
+        let seq = header.sequence;
+        if let Some(first) = self.awaiting {
+            let waited =
+                self.awaiting_since.is_some_and(|t| at.saturating_duration_since(t) > SEEK_WAIT);
+            match first {
+                // Numbered before the seek's first packet: still from the old position.
+                Some(f) if (seq.wrapping_sub(f) as i16) < 0 && !waited => return,
+                None => return,
+                Some(_) => self.awaiting = None,
+            }
+        }
+        match self.expected_seq {
+            None => self.expected_seq = Some(seq.wrapping_add(1)),
+            Some(exp) => {
+                let d = seq.wrapping_sub(exp) as i16;
+                if d >= 0 {
+                    self.counts.lost += d as u64;
+                    self.expected_seq = Some(seq.wrapping_add(1));
+                } else {
+                    // A packet counted lost came after all (or a duplicate).
+                    self.counts.reordered += 1;
+                    self.counts.lost = self.counts.lost.saturating_sub(1);
+                }
+            }
+        }
+        self.counts.packets += 1;
+        let ns = at.saturating_duration_since(self.epoch).as_nanos() as u64;
+        if self.counts.first_ns == 0 {
+            self.counts.first_ns = ns.max(1);
+        }
+        self.counts.last_ns = ns;
+        self.player.handle_payload(at, &packet[range]);
+    }
+
+    fn on_rtcp(&mut self, at: Instant, packet: &[u8]) {
+        if parse_compound(packet).flatten().any(|p| matches!(p, RtcpPacket::Bye { .. })) {
+            self.player.handle_end(at);
+        }
+    }
+
+    fn on_tick(&mut self, at: Instant) {
+        self.apply_controls(at);
+        self.player.advance(at);
+        let st = self.player.state();
+        if let Some(m) = self.mtfc.as_mut()
+            && !matches!(st, PlayState::Paused | PlayState::Finished)
+            && self.next_mtfc.is_none_or(|t| at >= t)
+        {
+            self.next_mtfc = Some(at + MTFC_SAMPLE);
+            if let Some(p) = m.handle_level(at, self.player.level(at)) {
+                let _ = self.events.send(SinkEvent::Rate(p));
+            }
+        }
+        self.publish(at);
+        if st == PlayState::Finished && !self.finished_sent {
+            self.finished_sent = true;
+            let _ = self.events.send(SinkEvent::Finished);
+        }
+    }
+}
+
+/// Which object a new session plays.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Popularity {
+    /// Every URL equally likely.
+    Uniform,
+    /// URL `i` (from 1) with probability ∝ 1 / i^s.
+    Zipf(f64),
+}
+
+impl std::str::FromStr for Popularity {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "uniform" => Ok(Self::Uniform),
+            _ => match s.strip_prefix("zipf:").map(str::parse::<f64>) {
+                Some(Ok(v)) if v >= 0.0 && v.is_finite() => Ok(Self::Zipf(v)),
+                _ => Err(format!("{s:?}: expected uniform or zipf:S (S ≥ 0)")),
+            },
+        }
+    }
+}
+
+impl Popularity {
+    /// Picks an index in `0..n` with `rng`.
+    pub fn pick(self, n: usize, rng: &mut SplitMix64) -> usize {
+        let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        match self {
+            Self::Uniform => ((u * n as f64) as usize).min(n.saturating_sub(1)),
+            Self::Zipf(s) => {
+                let w: Vec<f64> = (1..=n).map(|i| 1.0 / (i as f64).powf(s)).collect();
+                let total: f64 = w.iter().sum();
+                let mut acc = 0.0;
+                for (i, wi) in w.iter().enumerate() {
+                    acc += wi / total;
+                    if u < acc {
+                        return i;
+                    }
+                }
+                n.saturating_sub(1)
+            }
+        }
+    }
+}
+
+/// What every client of a run shares.
+#[derive(Clone, Debug)]
+pub struct ClientSettings {
+    /// The objects.
+    pub urls: Vec<String>,
+    /// How sessions are set up.
+    pub transport: Transport,
+    /// Playout buffer depth.
+    pub buffer: Duration,
+    /// MTFC thresholds (`None`: no rate requests).
+    pub mtfc: Option<MtfcConfig>,
+    /// A pace asked for once, right after SETUP, with MTFC off (to emulate a slow or fast
+    /// server).
+    pub force_pace: Option<Pace>,
+    /// Which URL a session plays.
+    pub popularity: Popularity,
+    /// Mean interval between seeks, per client.
+    pub seek_every: Option<Duration>,
+    /// Mean interval between pauses, per client.
+    pub pause_every: Option<Duration>,
+    /// How long a pause lasts.
+    pub pause_for: Duration,
+    /// Start a new session when one ends (keeps the load at N until the run stops).
+    pub repeat: bool,
+    /// The run's epoch (arrival times are ns after it).
+    pub epoch: Instant,
+}
+
+/// How a session ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Played to the end of the stream.
+    Complete,
+    /// Stopped by the run (its end, or a step of the load shape).
+    Stopped,
+    /// The server refused the session (e.g. 453 Not Enough Bandwidth).
+    Refused,
+    /// Something failed (connection, protocol).
+    Error,
+}
+
+/// One session, for the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct SessionRecord {
+    /// The client.
+    pub client: usize,
+    /// The session's number within the client.
+    pub session: usize,
+    /// The URL played.
+    pub url: String,
+    /// Start, s after the run's epoch.
+    pub start_s: f64,
+    /// End, s after the run's epoch.
+    pub end_s: f64,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// What went wrong, if anything.
+    pub error: Option<String>,
+    /// TS bytes received.
+    pub bytes: u64,
+    /// RTP packets received.
+    pub packets: u64,
+    /// Packets lost.
+    pub lost: u64,
+    /// Packets late.
+    pub late: u64,
+    /// Packets reordered.
+    pub reordered: u64,
+    /// Starvation events.
+    pub starvations: u64,
+    /// Time stalled, ms.
+    pub stall_ms: u64,
+    /// Rate changes accepted by the server.
+    pub rate_changes: u64,
+    /// Whether the server refused a rate request (no MTFC there).
+    pub rate_refused: bool,
+    /// Seeks done.
+    pub seeks: u64,
+    /// Pauses done.
+    pub pauses: u64,
+    /// Mean received rate between the first and the last packet, bits/s.
+    pub received_bits_s: f64,
+    /// Media received, s.
+    pub media_s: f64,
+    /// The content's own rate (bytes per media second × 8), bits/s.
+    pub content_bits_s: f64,
+}
+
+/// Runs client `id`: sessions one after another until `stop` (or, without `repeat`, after
+/// one). Every session's counters are announced on `registry` as it starts.
+pub async fn run_client(
+    settings: Arc<ClientSettings>,
+    id: usize,
+    seed: u64,
+    mut stop: watch::Receiver<bool>,
+    registry: mpsc::UnboundedSender<Arc<SessionCounters>>,
+) -> Vec<SessionRecord> {
+    let mut rng = SplitMix64::new(seed ^ (id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut records = Vec::new();
+    for n in 0.. {
+        if *stop.borrow() {
+            break;
+        }
+        let url = settings.urls[settings.popularity.pick(settings.urls.len(), &mut rng)].clone();
+        let counters = Arc::new(SessionCounters::default());
+        let _ = registry.send(Arc::clone(&counters));
+        let start = settings.epoch.elapsed().as_secs_f64();
+        let mut rate_refused = false;
+        let result =
+            session(&settings, &url, &counters, &mut rng, &mut stop, &mut rate_refused).await;
+        counters.open.store(false, Ordering::Relaxed);
+        let (outcome, error) = match result {
+            Ok(o) => (o, None),
+            Err(e) => {
+                let msg = format!("{e:#}");
+                let refused = msg.contains("PLAY: 453") || msg.contains("SETUP: 453");
+                (if refused { Outcome::Refused } else { Outcome::Error }, Some(msg))
+            }
+        };
+        records.push(record(id, n, url, start, &settings, &counters, outcome, error, rate_refused));
+        if !settings.repeat {
+            break;
+        }
+        if outcome != Outcome::Complete && outcome != Outcome::Stopped {
+            // Do not hammer a server that refuses: back off a little before the next try.
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = stop.changed() => {}
+            }
+        }
+    }
+    records
+}
+
+#[allow(clippy::too_many_arguments)]
+fn record(
+    client: usize,
+    session: usize,
+    url: String,
+    start_s: f64,
+    settings: &ClientSettings,
+    c: &SessionCounters,
+    outcome: Outcome,
+    error: Option<String>,
+    rate_refused: bool,
+) -> SessionRecord {
+    let r = Ordering::Relaxed;
+    let bytes = c.bytes.load(r);
+    let span_ns = c.last_ns.load(r).saturating_sub(c.first_ns.load(r));
+    let media_s = c.media_ns.load(r) as f64 / 1e9;
+    SessionRecord {
+        client,
+        session,
+        url,
+        start_s,
+        end_s: settings.epoch.elapsed().as_secs_f64(),
+        outcome,
+        error,
+        bytes,
+        packets: c.packets.load(r),
+        lost: c.lost.load(r),
+        late: c.late.load(r),
+        reordered: c.reordered.load(r),
+        starvations: c.starvations.load(r),
+        stall_ms: c.stall_ns.load(r) / 1_000_000,
+        rate_changes: c.rate_changes.load(r),
+        rate_refused,
+        seeks: c.seeks.load(r),
+        pauses: c.pauses.load(r),
+        received_bits_s: if span_ns > 0 { bytes as f64 * 8e9 / span_ns as f64 } else { 0.0 },
+        media_s,
+        content_bits_s: if media_s > 0.0 { bytes as f64 * 8.0 / media_s } else { 0.0 },
+    }
+}
+
+/// One session from DESCRIBE to TEARDOWN.
+async fn session(
+    settings: &ClientSettings,
+    url: &str,
+    counters: &Arc<SessionCounters>,
+    rng: &mut SplitMix64,
+    stop: &mut watch::Receiver<bool>,
+    rate_refused: &mut bool,
+) -> anyhow::Result<Outcome> {
+    let mut client = Client::connect(url).await?;
+    client.describe().await?;
+    let (ev_tx, mut events) = mpsc::unbounded_channel();
+    let (ctl, ctl_rx) = mpsc::unbounded_channel();
+    let mtfc = if settings.force_pace.is_some() { None } else { settings.mtfc };
+    let sink =
+        BenchSink::new(settings.epoch, settings.buffer, mtfc, Arc::clone(counters), ev_tx, ctl_rx);
+    let r = client.setup_sink(settings.transport, Box::new(sink)).await?;
+    let status = u16::from(r.status());
+    if status != 200 {
+        bail!("SETUP: {status}");
+    }
+    counters.open.store(true, Ordering::Relaxed);
+    if let Some(p) = settings.force_pace
+        && !set_rate(&mut client, p).await?
+    {
+        *rate_refused = true;
+    }
+    let info = client.play(None).await?;
+    if let Some(len) = info.range.as_deref().and_then(range_length) {
+        let _ = ctl.send(SinkControl::Length(len));
+    }
+    let mut mtfc_on = mtfc.is_some();
+    let next = |every: Option<Duration>, rng: &mut SplitMix64| {
+        every.map(|e| {
+            // Uniform in [0.5, 1.5] × the mean interval.
+            let f = 0.5 + (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+            tokio::time::Instant::now() + e.mul_f64(f)
+        })
+    };
+    let far = || tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
+    let mut seek_at = next(settings.seek_every, rng);
+    let mut pause_at = next(settings.pause_every, rng);
+    let mut keepalive = tokio::time::interval(KEEPALIVE);
+    keepalive.tick().await;
+    let length = info.range.as_deref().and_then(range_length);
+    let outcome = loop {
+        tokio::select! {
+            ev = events.recv() => match ev {
+                Some(SinkEvent::Rate(mut p)) => {
+                    // Coalesce requests queued meanwhile: only the newest matters.
+                    while let Ok(SinkEvent::Rate(q)) = events.try_recv() {
+                        p = q;
+                    }
+                    if mtfc_on {
+                        if set_rate(&mut client, p).await? {
+                            counters.rate_changes.fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            mtfc_on = false;
+                            *rate_refused = true;
+                            let _ = ctl.send(SinkControl::MtfcOff);
+                        }
+                    }
+                }
+                Some(SinkEvent::Finished) => break Outcome::Complete,
+                None => bail!("the receive path ended"),
+            },
+            _ = tokio::time::sleep_until(seek_at.unwrap_or_else(far)) => {
+                let to = length.map_or(0.0, |l| l.as_secs_f64() * 0.8)
+                    * ((rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64);
+                let _ = ctl.send(SinkControl::Seek);
+                let info = client.play(Some(&format!("npt={to:.3}-"))).await?;
+                let _ = ctl.send(SinkControl::SeekStart(info.seq));
+                if let Some(len) = info.range.as_deref().and_then(range_length) {
+                    let _ = ctl.send(SinkControl::Length(len));
+                }
+                counters.seeks.fetch_add(1, Ordering::Relaxed);
+                seek_at = next(settings.seek_every, rng);
+            }
+            _ = tokio::time::sleep_until(pause_at.unwrap_or_else(far)) => {
+                let _ = ctl.send(SinkControl::Pause);
+                client.pause().await?;
+                tokio::select! {
+                    _ = tokio::time::sleep(settings.pause_for) => {}
+                    _ = stop.changed() => {}
+                }
+                let _ = ctl.send(SinkControl::Resume);
+                client.play(None).await?;
+                counters.pauses.fetch_add(1, Ordering::Relaxed);
+                pause_at = next(settings.pause_every, rng);
+            }
+            _ = keepalive.tick() => {
+                let url = client.aggregate_url();
+                client.request("OPTIONS", &url, &[]).await?;
+            }
+            _ = stop.changed() => break Outcome::Stopped,
+        }
+        if *stop.borrow() {
+            break Outcome::Stopped;
+        }
+    };
+    let _ = tokio::time::timeout(TEARDOWN_WAIT, client.teardown()).await;
+    Ok(outcome)
+}
+
+/// Sends `x-isochron-rate`; `Ok(false)` if the server refused it.
+async fn set_rate(client: &mut Client, pace: Pace) -> anyhow::Result<bool> {
+    let url = client.aggregate_url();
+    let body = format!("{RATE_PARAMETER}: {pace}\r\n");
+    let r = client
+        .request_with_body("SET_PARAMETER", &url, &[("Content-Type", "text/parameters")], &body)
+        .await
+        .context("SET_PARAMETER")?;
+    Ok(u16::from(r.status()) == 200)
+}
+
+/// The span of an NPT range `npt=A-B` (RFC 2326 §3.6), if both ends are given.
+#[must_use]
+pub fn range_length(range: &str) -> Option<Duration> {
+    let v = range.trim().strip_prefix("npt=")?;
+    let (a, b) = v.split_once('-')?;
+    let a: f64 = if a.trim() == "now" { 0.0 } else { a.trim().parse().ok()? };
+    let b: f64 = b.trim().parse().ok()?;
+    (b >= a).then(|| Duration::from_secs_f64(b - a))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn popularity_parses_and_zipf_prefers_the_first() {
+        assert_eq!("uniform".parse::<Popularity>(), Ok(Popularity::Uniform));
+        assert_eq!("zipf:1.2".parse::<Popularity>(), Ok(Popularity::Zipf(1.2)));
+        assert!("zipf:x".parse::<Popularity>().is_err());
+        let mut rng = SplitMix64::new(7);
+        let mut counts = [0usize; 4];
+        for _ in 0..4000 {
+            counts[Popularity::Zipf(1.0).pick(4, &mut rng)] += 1;
+        }
+        // 1 : 1/2 : 1/3 : 1/4 → 48 %, 24 %, 16 %, 12 %.
+        assert!((1750..2100).contains(&counts[0]), "{counts:?}");
+        assert!(counts[0] > counts[1] && counts[1] > counts[2] && counts[2] > counts[3]);
+        let mut counts = [0usize; 4];
+        for _ in 0..4000 {
+            counts[Popularity::Uniform.pick(4, &mut rng)] += 1;
+        }
+        assert!(counts.iter().all(|c| (850..1150).contains(c)), "{counts:?}");
+    }
+
+    fn rtp(seq: u16) -> Vec<u8> {
+        let h = RtpHeader { marker: false, payload_type: 33, sequence: seq, timestamp: 0, ssrc: 7 };
+        let mut p = h.to_bytes().to_vec();
+        let mut ts = [0xffu8; 188];
+        ts[0] = 0x47;
+        ts[3] = 0x10;
+        p.extend_from_slice(&ts);
+        p
+    }
+
+    #[test]
+    fn the_sink_counts_gaps_reordering_and_drops_the_old_position_after_a_seek() {
+        let (ev_tx, _ev_rx) = mpsc::unbounded_channel();
+        let (ctl, ctl_rx) = mpsc::unbounded_channel();
+        let counters = Arc::new(SessionCounters::default());
+        let t0 = Instant::now();
+        let mut sink =
+            BenchSink::new(t0, Duration::from_secs(1), None, Arc::clone(&counters), ev_tx, ctl_rx);
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        for (i, seq) in [10u16, 11, 13, 12, 16].into_iter().enumerate() {
+            sink.on_rtp(at(i as u64 + 1), &rtp(seq));
+        }
+        sink.on_tick(at(10));
+        let r = Ordering::Relaxed;
+        assert_eq!(counters.packets.load(r), 5);
+        assert_eq!(counters.lost.load(r), 2, "14 and 15; 12 came late");
+        assert_eq!(counters.reordered.load(r), 1);
+        assert_eq!(counters.bytes.load(r), 5 * 188);
+        // A seek: packets of the old position (17) are dropped until RTP-Info's seq (100).
+        ctl.send(SinkControl::Seek).unwrap();
+        sink.on_rtp(at(20), &rtp(17));
+        ctl.send(SinkControl::SeekStart(Some(100))).unwrap();
+        sink.on_rtp(at(21), &rtp(18));
+        sink.on_rtp(at(22), &rtp(100));
+        sink.on_rtp(at(23), &rtp(101));
+        sink.on_tick(at(30));
+        assert_eq!(counters.packets.load(r), 7);
+        assert_eq!(counters.lost.load(r), 2, "no gap counted across the seek");
+        // RTCP BYE ends the input; the (never started) player finishes.
+        let mut bye = Vec::new();
+        isochron_rtp::rtcp::write_bye(&mut bye, 7);
+        sink.on_rtcp(at(40), &bye);
+        sink.on_tick(at(41));
+        assert_eq!(counters.state.load(r), state::FINISHED);
+    }
+
+    #[test]
+    fn range_lengths() {
+        assert_eq!(range_length("npt=0.000-12.021"), Some(Duration::from_millis(12_021)));
+        assert_eq!(range_length("npt=5-"), None);
+        assert_eq!(range_length("npt=now-10"), Some(Duration::from_secs(10)));
+        assert_eq!(range_length("smpte=0:10:20-"), None);
+    }
+}
