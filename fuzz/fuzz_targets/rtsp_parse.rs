@@ -85,6 +85,10 @@ fn run(data: &[u8]) {
                             Handled::Pause(action) => {
                                 core.finish_pause(now, action, position(MediaTime::ZERO))
                             }
+                            Handled::Rate(action) => {
+                                let pace = action.pace;
+                                core.finish_rate(now, action, pace)
+                            }
                         };
                         wire.clear();
                         codec::encode_response(&resp, &mut wire);
