@@ -5,8 +5,8 @@
 //! The search runs the workload's first `n` streams with admission off. It starts from a guess
 //! (by default what the aggressive policy admits), steps up (or down) by an eighth until the
 //! outcome changes, then bisects; every probe runs `probe_duration` after the last arrival. The
-//! result is then confirmed with a run of `confirm_duration` (≥ 60 s for Table 1), stepping down
-//! one stream at a time while the confirmation misses. Like the virtual-time search
+//! result is then confirmed with a run of `confirm_duration` (≥ 60 s for Table 1): while the
+//! confirmation misses it steps down by an eighth, then bisects with confirmation-length runs. Like the virtual-time search
 //! (`isochron_sched::sim::find_max_n`) it assumes that a set that misses keeps missing when
 //! streams are added, which holds for the nested, prefix-stable workloads up to the noise of a
 //! real disk; the runs are all reported so that the noise shows.
@@ -155,11 +155,26 @@ pub fn find_max_n(
         }
     }
     if search.confirm_duration > search.probe_duration {
+        // A miss steps down by an eighth until a confirmation is clean, then bisects between it
+        // and the lowest failed one, all with confirmation-length runs (a device whose short-run
+        // rate exceeds its sustained rate can put the probes' answer far above MaxN).
+        let mut failed = None;
         while good > 0 {
             if probe(good, search.confirm_duration, true)? == 0 {
                 break;
             }
-            good -= 1;
+            failed = Some(good);
+            good -= step(good).min(good);
+        }
+        if let Some(mut bad) = failed {
+            while good > 0 && bad - good > 1 {
+                let mid = good + (bad - good) / 2;
+                if probe(mid, search.confirm_duration, true)? == 0 {
+                    good = mid;
+                } else {
+                    bad = mid;
+                }
+            }
         }
     }
     let offered = 4 * good + 20;
