@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-RATES = {"emu": ["250k", "1M", "2M"], "real": ["125M", "500M", "1G"]}
+RATES = {"emu": ["250k", "1M", "2M"], "real": ["25M", "100M", "200M"]}
 KINDS = [("cbr", "CBR"), ("vbr", "VBR"), ("het", "het.")]
 POLICIES = ["conservative", "aggressive", "aggressive-avg"]
 
@@ -91,7 +91,7 @@ if __name__ == "__main__":
     search_log = []
     print("## (a) Emulated disk (seek 10 ms, 4 MiB/s), 256 KiB blocks\n")
     print(table1(out, "emu"))
-    print("\n## (b) Real disk, 1 MiB blocks, rates scaled up\n")
+    print("\n## (b) Real disk through a 400 MiB/s blkio throttle, 1 MiB blocks, rates scaled up\n")
     print(table1(out, "real"))
     print("\n## Search runs (streams[c = confirmation]:missed)\n")
     print("\n".join(search_log))
