@@ -14,7 +14,7 @@ packages=(
   gstreamer1.0-plugins-bad gstreamer1.0-libav
   vlc-bin vlc-plugin-base
   gstreamer1.0-rtsp gir1.2-gst-rtsp-server-1.0 python3-gi
-  util-linux
+  util-linux curl
 )
 missing=()
 for p in "${packages[@]}"; do
