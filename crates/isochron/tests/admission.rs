@@ -27,13 +27,6 @@ async fn try_play(url: &str) -> (Client, u16, Instant) {
     (c, u16::from(r.status()), at)
 }
 
-fn metric(server: &Server, name: &str) -> f64 {
-    let text = server.http_get("/metrics");
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in metrics:\n{text}"))
-}
-
 #[test]
 fn plays_past_the_disk_profile_get_453_and_the_admitted_ones_play_clean() {
     require("ffmpeg");
@@ -42,16 +35,7 @@ fn plays_past_the_disk_profile_get_453_and_the_admitted_ones_play_clean() {
     // 1 MiB blocks on a disk taking 20 ms + 1 s per block: the demo clip (1.1 Mb/s) costs about
     // 0.13 s of disk time per second, so a handful of streams fill the 80 % real-time share.
     let disk = format!("{},seek_ms=20,rate_mib_s=1", dir.path().join("d0").display());
-    let out = run(
-        Command::new(bin())
-            .arg("ingest")
-            .arg("--data")
-            .arg(&data)
-            .args(["--disk", &disk])
-            .arg(demo()),
-        60,
-    );
-    assert!(out.status.success(), "ingest: {}", String::from_utf8_lossy(&out.stderr));
+    demo_store_on(&data, &disk);
     let config = "[sched]\nadmission = \"aggressive-avg\"\n";
     let server =
         Server::start(&data, ServeOptions { config: Some(config), ..ServeOptions::default() });
@@ -133,9 +117,9 @@ fn plays_past_the_disk_profile_get_453_and_the_admitted_ones_play_clean() {
         first_packet_ms.push(got.packets[0].at.duration_since(at).as_secs_f64() * 1e3);
     }
     eprintln!("PLAY → first RTP packet, ms, in admission order: {first_packet_ms:.0?}");
-    assert_eq!(metric(&server, "isochron_missed_deadlines_total"), 0.0);
-    assert!(metric(&server, "isochron_admission_rejects_total") >= 2.0);
-    assert_eq!(metric(&server, "isochron_admission_accepts_total"), n as f64);
+    assert_eq!(server.metric("isochron_missed_deadlines_total"), 0.0);
+    assert!(server.metric("isochron_admission_rejects_total") >= 2.0);
+    assert_eq!(server.metric("isochron_admission_accepts_total"), n as f64);
 
     // The admitted streams are gone: the refused client's PLAY now succeeds.
     rt.block_on(async {

@@ -115,13 +115,6 @@ fn layout(r: &ObjectRecord) -> impl PartialEq + std::fmt::Debug {
     )
 }
 
-fn metric(server: &Server, name: &str) -> f64 {
-    let text = server.http_get("/metrics");
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no metric {name}"))
-}
-
 #[test]
 fn a_clip_pushed_at_its_rate_plays_at_once_and_is_stored_as_ingest_stores_it() {
     require("curl");
@@ -157,9 +150,9 @@ fn a_clip_pushed_at_its_rate_plays_at_once_and_is_stored_as_ingest_stores_it() {
     assert!((got - want).abs() < 0.05, "duration over RTSP {got} vs source {want}");
     let listed = server.http_get("/api/v1/objects");
     assert!(listed.contains("\"name\":\"rec\""), "{listed}");
-    assert_eq!(metric(&server, "isochron_recordings_committed_total"), 1.0);
-    assert!(metric(&server, "isochron_recorded_bytes_total") >= src.len() as f64);
-    assert!(metric(&server, "isochron_writes_total") >= report["blocks"].as_f64().unwrap());
+    assert_eq!(server.metric("isochron_recordings_committed_total"), 1.0);
+    assert!(server.metric("isochron_recorded_bytes_total") >= src.len() as f64);
+    assert!(server.metric("isochron_writes_total") >= report["blocks"].as_f64().unwrap());
     server.stop();
 
     // Byte-exact read-back from the disks.
@@ -212,16 +205,7 @@ fn refused_and_broken_recordings_leave_playing_streams_alone() {
     let data = dir.path().join("store");
     // One slow emulated disk: 2 MiB/s, 10 ms seeks.
     let disk = format!("{},seek_ms=10,rate_mib_s=2", dir.path().join("d0").display());
-    let out = run(
-        Command::new(bin())
-            .arg("ingest")
-            .arg("--data")
-            .arg(&data)
-            .args(["--disk", &disk])
-            .arg(demo()),
-        120,
-    );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    demo_store_on(&data, &disk);
     let server = Server::start(
         &data,
         ServeOptions {
@@ -255,7 +239,7 @@ fn refused_and_broken_recordings_leave_playing_streams_alone() {
         })
     };
     std::thread::sleep(Duration::from_millis(1000));
-    assert_eq!(metric(&server, "isochron_recordings"), 1.0);
+    assert_eq!(server.metric("isochron_recordings"), 1.0);
 
     let d = demo();
     let text = dir.path().join("notes.ts");
@@ -268,7 +252,7 @@ fn refused_and_broken_recordings_leave_playing_streams_alone() {
     std::fs::write(&corrupt, &bytes).unwrap();
     let bad_offset = cut.next_multiple_of(188);
 
-    let rejects = metric(&server, "isochron_admission_rejects_total");
+    let rejects = server.metric("isochron_admission_rejects_total");
     for (target, file, code, needle) in [
         ("big?rate=40M", &d, 503, "not admitted: not enough disk bandwidth"),
         ("norate", &d, 400, "`rate`"),
@@ -286,7 +270,7 @@ fn refused_and_broken_recordings_leave_playing_streams_alone() {
         assert!(error.contains(needle), "{target}: {error}");
         eprintln!("{target} -> {code} {error}");
     }
-    assert_eq!(metric(&server, "isochron_admission_rejects_total"), rejects + 1.0);
+    assert_eq!(server.metric("isochron_admission_rejects_total"), rejects + 1.0);
 
     // A client that goes away mid-body: nothing is committed, the bandwidth comes back.
     let gone = put(&server, "gone?rate=1M", &d, &["--limit-rate", "100k", "--max-time", "2"]);
@@ -298,7 +282,7 @@ fn refused_and_broken_recordings_leave_playing_streams_alone() {
     assert_same_bytes(&got, &demo_bytes, "demo played during the refused recordings");
 
     let deadline = Instant::now() + Duration::from_secs(10);
-    while metric(&server, "isochron_recordings") != 0.0 {
+    while server.metric("isochron_recordings") != 0.0 {
         assert!(Instant::now() < deadline, "a recording is still in progress");
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -307,7 +291,7 @@ fn refused_and_broken_recordings_leave_playing_streams_alone() {
     let names: Vec<&str> =
         objects.as_array().unwrap().iter().map(|o| o["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["demo", "dup"]);
-    assert!(metric(&server, "isochron_recordings_failed_total") >= 3.0);
+    assert!(server.metric("isochron_recordings_failed_total") >= 3.0);
     server.stop();
 
     // No block of a failed recording is left behind.

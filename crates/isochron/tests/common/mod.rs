@@ -199,6 +199,14 @@ impl Server {
         read(&self.log)
     }
 
+    /// The value of metric `name` (a sample without labels) from `/metrics`.
+    pub fn metric(&self, name: &str) -> f64 {
+        let text = self.http_get("/metrics");
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in metrics:\n{text}"))
+    }
+
     /// GETs `path` from the HTTP API and returns the body (HTTP/1.0, so the server closes).
     pub fn http_get(&self, path: &str) -> String {
         use std::io::{Read, Write};
@@ -295,6 +303,21 @@ pub fn assert_same_bytes(got: &[u8], want: &[u8], what: &str) {
         want.len(),
         first / 188
     );
+}
+
+/// Creates the store `data` on one emulated disk (`disk`: `DIR,seek_ms=…,rate_mib_s=…`) holding
+/// the demo clip.
+pub fn demo_store_on(data: &Path, disk: &str) {
+    let out = run(
+        Command::new(bin())
+            .arg("ingest")
+            .arg("--data")
+            .arg(data)
+            .args(["--disk", disk])
+            .arg(demo()),
+        120,
+    );
+    assert!(out.status.success(), "ingest: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// A temporary store holding the demo clip and the given fixtures (ingested with the CLI), served
