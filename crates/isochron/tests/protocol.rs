@@ -14,21 +14,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use isochron_loadgen::{Client, Collected, Transport};
-use isochron_media::{TsIndex, TsScanner};
-
-/// Held by the pacing measurement and by the 100-session load: the pacing test measures the
-/// server's pacing of one stream, not how a 2-core machine shares its CPU between 500 Mb/s of
-/// other sessions, their clients and this client (which timestamps packets when it reads them).
-static LOAD: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serve(extra: &[&Path], config: Option<&str>) -> (tempfile::TempDir, Server) {
     serve_fixtures(extra, config)
-}
-
-fn index(path: &Path) -> TsIndex {
-    let mut s = TsScanner::new();
-    s.push(&std::fs::read(path).unwrap()).unwrap();
-    s.finish().unwrap()
 }
 
 /// The 27 MHz PCR of a TS packet, if it carries one (ISO/IEC 13818-1 §2.4.3.4).
@@ -201,48 +189,7 @@ fn pause_then_play_resumes_with_no_missing_or_repeated_packet() {
 }
 
 #[test]
-fn packets_leave_within_50ms_of_their_send_times_and_rtcp_brackets_the_stream() {
-    let _alone = LOAD.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let vbr = fixture("vbr60");
-    let (_d, server) = serve(&[&vbr], None);
-    let idx = index(&vbr);
-    let src = std::fs::read(&vbr).unwrap();
-    let url = server.url("vbr60");
-    let (c, info) = runtime().block_on(async move {
-        let (mut c, info) = play(&url, Transport::Udp, None).await;
-        let got = c.collect(Duration::from_secs(5), Duration::from_secs(120)).await.unwrap();
-        c.teardown().await.unwrap();
-        (got, info)
-    });
-    assert!(c.sr, "an RTCP sender report arrived");
-    assert!(c.bye, "an RTCP BYE ended the stream");
-    c.check_contiguous().unwrap();
-    assert_eq!(info.seq, Some(c.packets[0].header.sequence), "RTP-Info seq");
-    assert_eq!(info.rtptime, Some(c.packets[0].header.timestamp), "RTP-Info rtptime");
-    assert_same_bytes(&c.payload(), &src, "60 s clip");
-    // Arrival time vs send time (from the file's PCR, relative to the first packet).
-    let t0 = c.packets[0].at;
-    let mut ts_packet = 0u64;
-    let mut dev_ms: Vec<f64> = Vec::with_capacity(c.packets.len());
-    for p in &c.packets {
-        let send = idx.send_time(ts_packet).as_secs_f64();
-        let arrive = p.at.duration_since(t0).as_secs_f64();
-        dev_ms.push((arrive - send).abs() * 1e3);
-        ts_packet += (p.payload.len() / 188) as u64;
-    }
-    dev_ms.sort_by(f64::total_cmp);
-    let q = |f: f64| dev_ms[((dev_ms.len() - 1) as f64 * f) as usize];
-    let (p50, p99, max) = (q(0.5), q(0.99), q(1.0));
-    eprintln!(
-        "pacing over {} packets: p50 {p50:.2} ms, p99 {p99:.2} ms, max {max:.2} ms",
-        dev_ms.len()
-    );
-    assert!(p99 <= 50.0, "p99 deviation {p99:.2} ms (p50 {p50:.2}, max {max:.2})");
-}
-
-#[test]
 fn a_hundred_concurrent_sessions_are_all_byte_exact() {
-    let _alone = LOAD.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let clip = fixture("rate5m");
     let (_d, server) = serve(&[&clip], None);
     let src = std::fs::read(&clip).unwrap();

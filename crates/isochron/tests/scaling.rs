@@ -1,5 +1,6 @@
 //! Online disk scaling (SCADDAR): while streams play, add two disks, then remove one. Every stream
-//! stays byte-exact and its packets stay within 100 ms (p99) of their send times; the test prints
+//! stays byte-exact and its packets stay within 100 ms (p99) of their send times, on top of the
+//! machine's own wake-up lateness measured in the same run (`MachineJitter`); the test prints
 //! how long each reorganisation took and the rate at which it moved data.
 
 #![allow(clippy::print_stderr)] // tests report measurements on stderr
@@ -57,6 +58,7 @@ fn disks_join_and_leave_while_streams_play() {
     };
 
     let rt = runtime();
+    let jitter = MachineJitter::start();
     let streams = rt.spawn(async move {
         let mut tasks = Vec::new();
         for i in 0..STREAMS {
@@ -121,6 +123,7 @@ fn disks_join_and_leave_while_streams_play() {
     );
 
     let results = rt.block_on(streams).unwrap();
+    let machine_p99 = quantile(&jitter.finish(), 0.99);
     let mut worst_p99: f64 = 0.0;
     for (i, r) in results.into_iter().enumerate() {
         let c = r.unwrap_or_else(|e| panic!("stream {i}: {e}"));
@@ -140,11 +143,18 @@ fn disks_join_and_leave_while_streams_play() {
             })
             .collect();
         dev.sort_by(f64::total_cmp);
-        let p99 = dev[(dev.len() - 1) * 99 / 100];
+        let p99 = quantile(&dev, 0.99);
         worst_p99 = worst_p99.max(p99);
-        assert!(p99 <= 100.0, "stream {i}: p99 {p99:.1} ms");
+        assert!(
+            p99 <= 100.0 + machine_p99,
+            "stream {i}: p99 {p99:.1} ms, more than 100 ms over the machine's own p99 wake-up \
+             lateness {machine_p99:.1} ms"
+        );
     }
-    eprintln!("{STREAMS} streams byte-exact; worst per-stream p99 deviation {worst_p99:.1} ms");
+    eprintln!(
+        "{STREAMS} streams byte-exact; worst per-stream p99 deviation {worst_p99:.1} ms \
+         (the machine's own p99 wake-up lateness {machine_p99:.1} ms)"
+    );
     server.stop();
     let out = cli(&["fsck", "--data", data.to_str().unwrap()]);
     assert!(out.status.success(), "fsck: {}", String::from_utf8_lossy(&out.stdout));

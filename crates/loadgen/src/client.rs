@@ -56,7 +56,7 @@ pub enum Transport {
 /// One received RTP packet.
 #[derive(Clone, Debug)]
 pub struct RtpPacket {
-    /// Arrival time.
+    /// Arrival time: the kernel's receive time over UDP, the read time over TCP.
     pub at: Instant,
     /// The header.
     pub header: RtpHeader,
@@ -335,7 +335,7 @@ impl Client {
                 let (a, b) = (self.incoming_tx.clone(), self.incoming_tx.clone());
                 let rtcp_sock = std::sync::Arc::new(rtcp_sock);
                 self.rtcp_socket = Some(std::sync::Arc::clone(&rtcp_sock));
-                self.tasks.push(tokio::spawn(recv_loop(rtp_sock, a, true)));
+                self.tasks.push(tokio::spawn(rtp_recv_loop(rtp_sock, a)));
                 self.tasks.push(tokio::spawn(recv_loop_shared(rtcp_sock, b)));
                 format!("RTP/AVP;unicast;client_port={}-{}", port, port + 1)
             }
@@ -538,8 +538,8 @@ fn rtcp(at: Instant, pkt: &[u8]) -> Incoming {
     Incoming::Rtcp { at, bye, sr }
 }
 
-/// A UDP session's receive path in sink mode: RTP in `recvmmsg` batches (one arrival time per
-/// batch), RTCP one datagram at a time, and the sink's tick.
+/// A UDP session's receive path in sink mode: RTP in `recvmmsg` batches (each datagram dated by
+/// the kernel), RTCP one datagram at a time, and the sink's tick.
 async fn udp_sink_loop(
     rtp: UdpSocket,
     rtcp: std::sync::Arc<UdpSocket>,
@@ -559,10 +559,9 @@ async fn udp_sink_loop(
                 }
                 loop {
                     match rtp.try_io(Interest::READABLE, || batch.recv(fd)) {
-                        Ok(_) => {
-                            let at = Instant::now();
-                            for p in batch.packets() {
-                                sink.on_rtp(at, p);
+                        Ok(n) => {
+                            for i in 0..n {
+                                sink.on_rtp(batch.arrival(i), batch.packet(i));
                             }
                         }
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -579,16 +578,30 @@ async fn udp_sink_loop(
     }
 }
 
-async fn recv_loop(sock: UdpSocket, tx: mpsc::UnboundedSender<Incoming>, is_rtp: bool) {
-    let mut buf = vec![0u8; 65_536];
+/// A UDP session's RTP receive path in collecting mode: `recvmmsg` batches, each datagram dated
+/// by the kernel so that pacing measurements do not include this process's scheduling delay.
+async fn rtp_recv_loop(sock: UdpSocket, tx: mpsc::UnboundedSender<Incoming>) {
+    use std::os::fd::AsRawFd as _;
+    let fd = sock.as_raw_fd();
+    let mut batch = crate::recv::RecvBatch::new();
     loop {
-        let Ok(n) = sock.recv(&mut buf).await else { return };
-        let at = Instant::now();
-        let item = if is_rtp { rtp(at, &buf[..n]) } else { Some(rtcp(at, &buf[..n])) };
-        if let Some(item) = item
-            && tx.send(item).is_err()
-        {
+        if sock.readable().await.is_err() {
             return;
+        }
+        loop {
+            match sock.try_io(Interest::READABLE, || batch.recv(fd)) {
+                Ok(n) => {
+                    for i in 0..n {
+                        if let Some(item) = rtp(batch.arrival(i), batch.packet(i))
+                            && tx.send(item).is_err()
+                        {
+                            return;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => return,
+            }
         }
     }
 }
@@ -654,6 +667,7 @@ fn bind_udp(ip: IpAddr, port: u16) -> std::io::Result<UdpSocket> {
     let addr = SocketAddr::new(ip, port);
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     let _ = s.set_recv_buffer_size(8 << 20);
+    crate::recv::enable_timestamps(std::os::fd::AsRawFd::as_raw_fd(&s))?;
     s.bind(&addr.into())?;
     s.set_nonblocking(true)?;
     UdpSocket::from_std(s.into())

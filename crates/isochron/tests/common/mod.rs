@@ -11,7 +11,8 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// The `isochron` binary under test.
@@ -362,4 +363,47 @@ pub fn gst_fetch(url: &str, out: &Path, transport: &str) -> (Vec<u8>, String) {
 /// A multi-threaded runtime for tests that use the async client.
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime")
+}
+
+/// The machine's own timing noise: an ideal pacer, a thread with a deadline every 2 ms that
+/// sleeps until the next one, as the server's sender does, and records how late it meets each.
+/// A stall of S ms makes the deadlines it covers late by S, S − 2, … as it does the server's
+/// packets, so the two distributions compare. On a shared VM with CPU steal every thread wakes
+/// late at times; the server is judged on what it adds to that, in the same run.
+pub struct MachineJitter {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<f64>>,
+}
+
+impl MachineJitter {
+    /// Starts the ideal pacer.
+    pub fn start() -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let mut late_ms = Vec::new();
+            let mut due = Instant::now();
+            while !flag.load(Ordering::Relaxed) {
+                due += Duration::from_millis(2);
+                std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                let now = Instant::now();
+                late_ms.push(now.duration_since(due).as_secs_f64() * 1e3);
+            }
+            late_ms
+        });
+        Self { stop, thread }
+    }
+
+    /// Sorted wake-up lateness in milliseconds.
+    pub fn finish(self) -> Vec<f64> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut v = self.thread.join().unwrap();
+        v.sort_by(f64::total_cmp);
+        v
+    }
+}
+
+/// The `f` quantile (0–1) of sorted samples.
+pub fn quantile(sorted: &[f64], f: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * f) as usize]
 }
