@@ -15,6 +15,7 @@ packages=(
   vlc-bin vlc-plugin-base
   gstreamer1.0-rtsp gir1.2-gst-rtsp-server-1.0 python3-gi
   util-linux curl
+  chromium
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -407,3 +407,103 @@ impl MachineJitter {
 pub fn quantile(sorted: &[f64], f: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * f) as usize]
 }
+
+/// Starts Debian's headless Chromium on `url` with the flags this closed network needs (a fresh
+/// profile, no background networking, no sandbox as root, autoplay without a gesture), plus
+/// `extra` flags before the URL. The caller waits on it (or kills it) and reads its output.
+pub fn chromium(url: &str, extra: &[&str], secs: u64) -> Child {
+    require("chromium");
+    let profile = tempdir();
+    let mut c = Command::new("timeout");
+    c.args(["-k", "5", &secs.to_string(), "chromium"])
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            "--mute-audio",
+            "--autoplay-policy=no-user-gesture-required",
+        ])
+        .arg(format!("--user-data-dir={}", profile.keep().display()))
+        .args(extra)
+        .arg(url)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c.spawn().expect("starting chromium")
+}
+
+/// A one-shot HTTP listener for a page's report: the page POSTs (a CORS "simple" request, so
+/// no preflight) a text body to [`Beacon::url`], and [`Beacon::wait`] returns the first body.
+pub struct Beacon {
+    listener: std::net::TcpListener,
+}
+
+impl Beacon {
+    /// Listens on a free loopback port.
+    pub fn new() -> Self {
+        Self { listener: std::net::TcpListener::bind("127.0.0.1:0").expect("beacon listener") }
+    }
+
+    /// The URL to POST to.
+    pub fn url(&self) -> String {
+        format!("http://{}/report", self.listener.local_addr().unwrap())
+    }
+
+    /// The body of the first POST, or `None` after `limit`.
+    pub fn wait(&self, limit: Duration) -> Option<String> {
+        use std::io::{Read, Write};
+        let deadline = Instant::now() + limit;
+        self.listener.set_nonblocking(true).unwrap();
+        loop {
+            match self.listener.accept() {
+                Ok((mut s, _)) => {
+                    s.set_nonblocking(false).unwrap();
+                    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    // Headers, then Content-Length bytes of body.
+                    while let Ok(n) = s.read(&mut chunk) {
+                        if n == 0 {
+                            break;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        let text = String::from_utf8_lossy(&buf).into_owned();
+                        if let Some(end) = text.find("\r\n\r\n") {
+                            let len = text[..end]
+                                .lines()
+                                .find_map(|l| {
+                                    let (k, v) = l.split_once(':')?;
+                                    k.eq_ignore_ascii_case("content-length")
+                                        .then(|| v.trim().parse::<usize>().ok())?
+                                })
+                                .unwrap_or(0);
+                            if buf.len() >= end + 4 + len {
+                                let _ = s.write_all(
+                                    b"HTTP/1.1 204 No Content\r\nAccess-Control-Allow-Origin: *\r\n\
+                                      Connection: close\r\n\r\n",
+                                );
+                                return Some(
+                                    String::from_utf8_lossy(&buf[end + 4..end + 4 + len])
+                                        .into_owned(),
+                                );
+                            }
+                        }
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if Instant::now() >= deadline {
+                        return None;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!("beacon: {e}"),
+            }
+        }
+    }
+}
