@@ -22,7 +22,9 @@ pub const SLOT_BYTES: usize = 2048;
 const CMSG_BYTES: usize = 64;
 
 /// Asks the kernel to stamp every datagram `fd` receives with its arrival time (socket(7)
-/// `SO_TIMESTAMPNS`), which [`RecvBatch::arrival`] then reports.
+/// `SO_TIMESTAMPNS`), which [`RecvBatch::arrival`] then reports. When no socket on the host had
+/// stamping on, the kernel turns it on in deferred work: datagrams of the next few milliseconds
+/// may be stamped when read instead.
 pub fn enable_timestamps(fd: RawFd) -> io::Result<()> {
     let on: libc::c_int = 1;
     // SAFETY: `on` is a live c_int and its size is passed with it.
@@ -187,6 +189,8 @@ mod tests {
         let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         enable_timestamps(rx.as_raw_fd()).unwrap();
+        // The first socket to ask turns stamping on in a deferred kernel work item.
+        std::thread::sleep(Duration::from_millis(100));
         let mut b = RecvBatch::new();
         tx.send_to(b"early", rx.local_addr().unwrap()).unwrap();
         std::thread::sleep(Duration::from_millis(200));
