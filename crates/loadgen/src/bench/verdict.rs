@@ -8,8 +8,10 @@
 //! past N_max), in this order, and the first that holds names the bottleneck; the others that
 //! hold are listed as further evidence:
 //!
-//! 1. **network**: B_net (received by the clients, or sent by the server) ≥ 90 % of the link;
-//! 2. **CPU**: µ_user + µ_system ≥ 90 %;
+//! 1. **network**: B_net (received by the clients, or sent by the server) ≥ 90 % of the link, or
+//!    ≥ 75 % with packets lost (a link's queue drops VBR peaks before the mean fills it);
+//! 2. **CPU**: µ_user + µ_system ≥ 90 % (the evidence says how much of it the server and the
+//!    bench used: a busy machine with an idle server is someone else's load);
 //! 3. **disk**: iowait ≥ 50 %, the busiest disk busy ≥ 90 % of the time, or the server reports
 //!    missed deadlines or admission rejects (its admission control is by disk profile);
 //! 4. **memory**: less than 5 % of memory available;
@@ -64,6 +66,9 @@ impl fmt::Display for Bottleneck {
 pub struct Thresholds {
     /// Share of the link counted as saturated.
     pub link_share: f64,
+    /// Share of the link counted as saturated when packets were lost: a link's queue drops the
+    /// peaks of VBR traffic before its mean reaches the rate.
+    pub link_share_lossy: f64,
     /// CPU busy (user + system), %.
     pub cpu_busy_pct: f64,
     /// iowait, %.
@@ -80,6 +85,7 @@ impl Default for Thresholds {
     fn default() -> Self {
         Self {
             link_share: 0.9,
+            link_share_lossy: 0.75,
             cpu_busy_pct: 90.0,
             iowait_pct: 50.0,
             disk_util_pct: 90.0,
@@ -130,6 +136,8 @@ pub fn decide(
             );
             if share >= t.link_share {
                 fired.push((Bottleneck::Network, line));
+            } else if a.lost > 0 && share >= t.link_share_lossy {
+                fired.push((Bottleneck::Network, format!("{line}, {} packets lost", a.lost)));
             } else {
                 notes.push(line);
             }
@@ -140,10 +148,17 @@ pub fn decide(
         )),
     }
     let busy = a.cpu_user_pct + a.cpu_system_pct;
-    let line = format!(
+    let mut line = format!(
         "CPU {busy:.0} % busy (µ_user {:.0} %, µ_system {:.0} %, idle {:.0} %)",
         a.cpu_user_pct, a.cpu_system_pct, a.cpu_idle_pct
     );
+    if a.server_cpu_pct > 0.0 {
+        // Whose CPU it is: a busy machine with an idle server is someone else's load.
+        line.push_str(&format!(
+            "; the server used {:.0} % and the bench {:.0} % of a CPU",
+            a.server_cpu_pct, a.bench_cpu_pct
+        ));
+    }
     if busy >= t.cpu_busy_pct {
         fired.push((Bottleneck::Cpu, line));
     } else {
@@ -254,6 +269,21 @@ mod tests {
         assert_eq!(v.bottleneck, Bottleneck::Network);
         assert!(v.evidence[1].contains("92 % of the 75.0 Mb/s link"), "{v:?}");
         assert!(v.text(Some(12)).starts_with("bottleneck: network link (N_max = 12)"));
+    }
+
+    #[test]
+    fn network_when_a_nearly_full_link_loses_packets_even_on_a_busy_machine() {
+        // The 100 Mb/s Figure 3 set-up at N = 15 while other work kept the CPU busy.
+        let mut a = at(15);
+        (a.b_net_bits_s, a.lost, a.server_cpu_pct) = (85.6e6, 1958, 16.0);
+        (a.cpu_user_pct, a.cpu_system_pct, a.cpu_idle_pct) = (84.0, 13.0, 0.0);
+        let v = decide(Some(&a), true, Some(100e6), &Thresholds::default());
+        assert_eq!(v.bottleneck, Bottleneck::Network, "{v:?}");
+        assert!(v.evidence[1].contains("86 % of the 100.0 Mb/s link, 1958 packets lost"), "{v:?}");
+        assert!(v.evidence[2].contains("the server used 16 % and the bench 5 % of a CPU"), "{v:?}");
+        a.lost = 0;
+        let v = decide(Some(&a), true, Some(100e6), &Thresholds::default());
+        assert_eq!(v.bottleneck, Bottleneck::Cpu, "no loss: the link is not full");
     }
 
     #[test]
