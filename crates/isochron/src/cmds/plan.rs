@@ -175,7 +175,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 m.read_rate / 1e6
             ))
             .unwrap_or_default(),
-        node.link.map_or_else(|| "not limited".into(), |l| format!("{l} × {}", args.link_share)),
+        node.link.map_or_else(
+            || "not limited".into(),
+            |l| format!(
+                "{l} × {} (streams count {:.1} % more for RTP/UDP/IP/Ethernet headers)",
+                args.link_share,
+                (plan::WIRE_OVERHEAD - 1.0) * 100.0
+            )
+        ),
         node.cpu.map_or_else(|| "not limited".into(), |c| c.to_string()),
     );
     println!(
