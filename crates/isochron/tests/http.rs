@@ -125,7 +125,7 @@ fn objects_serve_exact_bytes_and_ranges() {
     let (dir, server) = serve_fixtures(&[&clip], None);
     let addr = server.http;
     let mut checked = 0;
-    for (name, path) in [("vbr60", clip.clone()), ("demo", demo())] {
+    for (name, path) in [("vbr60", clip), ("demo", demo())] {
         let src = std::fs::read(&path).unwrap();
         let len = src.len() as u64;
         // The whole object, and HEAD.
@@ -346,7 +346,7 @@ fn hls_segments_concatenate_to_the_source_and_ffmpeg_reads_them() {
     require("ffmpeg");
     let clip = fixture("vbr60");
     let (_dir, server) = serve_fixtures(&[&clip], None);
-    for (name, path) in [("vbr60", clip.clone()), ("demo", demo())] {
+    for (name, path) in [("vbr60", clip), ("demo", demo())] {
         let src = std::fs::read(&path).unwrap();
         let segs = fetch_segments(server.http, name, duration_of(&server, name));
         assert_same_bytes(&segs.concat(), &src, &format!("{name}'s segments concatenated"));

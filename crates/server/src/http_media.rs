@@ -333,6 +333,7 @@ pub(crate) async fn object(
             h.insert(header::ETAG, v);
         }
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        cors(h);
     };
     let header_str = |n: header::HeaderName| headers.get(n).and_then(|v| v.to_str().ok());
     if header_str(header::IF_NONE_MATCH).is_some_and(|v| etag_listed(v, &obj.etag, true)) {
@@ -426,6 +427,16 @@ pub(crate) async fn object(
     }
     set(&mut r, header::CONTENT_LENGTH, &body_len.to_string());
     r
+}
+
+/// Lets players on other origins read media (rtsp-interop notes §7.2): these are public,
+/// read-only resources.
+fn cors(h: &mut HeaderMap) {
+    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    h.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("Content-Length, Content-Range, Accept-Ranges, ETag"),
+    );
 }
 
 fn set(r: &mut Response, k: header::HeaderName, v: &str) {
@@ -547,6 +558,7 @@ pub(crate) async fn hls(
         let mut r = playlist(&segments).into_response();
         set(&mut r, header::CONTENT_TYPE, "application/vnd.apple.mpegurl");
         set(&mut r, header::CACHE_CONTROL, "no-cache");
+        cors(r.headers_mut());
         return r;
     }
     let Some(n) = file.strip_suffix(".ts").and_then(|n| n.parse::<usize>().ok()) else {
@@ -629,6 +641,7 @@ async fn segment_response(
     set(&mut r, header::CONTENT_TYPE, TS_TYPE);
     set(&mut r, header::CONTENT_LENGTH, &len.to_string());
     set(&mut r, header::CACHE_CONTROL, "no-cache");
+    cors(r.headers_mut());
     Ok(r)
 }
 
