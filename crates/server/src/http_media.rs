@@ -311,9 +311,10 @@ fn text(status: StatusCode, body: String) -> Response {
 /// Whether an `If-None-Match` / `If-Range` list names `etag` (strong comparison for If-Range,
 /// weak for If-None-Match, RFC 9110 §8.8.3.2).
 fn etag_listed(value: &str, etag: &str, weak_ok: bool) -> bool {
-    value.split(',').map(str::trim).any(|t| {
-        t == "*" && weak_ok || t == etag || (weak_ok && t.strip_prefix("W/") == Some(etag))
-    })
+    value
+        .split(',')
+        .map(str::trim)
+        .any(|t| (weak_ok && (t == "*" || t.strip_prefix("W/") == Some(etag))) || t == etag)
 }
 
 /// `GET`/`HEAD /objects/{name}`.
