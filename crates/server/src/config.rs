@@ -169,11 +169,15 @@ impl Default for SchedSection {
 pub struct HttpSection {
     /// Address the HTTP API binds; empty disables it. Default `0.0.0.0:8080`.
     pub listen: String,
+    /// Target duration of an HLS segment (`/hls/NAME/N.ts`), in seconds: segments are cut at
+    /// the seek point (keyframe) nearest each multiple, so they last about this long, more when
+    /// keyframes are further apart. 1 to 60. Default 4.
+    pub hls_segment_s: u64,
 }
 
 impl Default for HttpSection {
     fn default() -> Self {
-        Self { listen: "0.0.0.0:8080".into() }
+        Self { listen: "0.0.0.0:8080".into(), hls_segment_s: 4 }
     }
 }
 
@@ -263,6 +267,8 @@ pub struct Settings {
     pub nrt_share: f64,
     /// HTTP listen address, if enabled.
     pub http_listen: Option<SocketAddr>,
+    /// Target HLS segment duration.
+    pub hls_segment: Duration,
     /// Watched media directory.
     pub media_dir: Option<PathBuf>,
     /// Scan interval of the media directory.
@@ -352,6 +358,9 @@ impl ConfigFile {
         if !(1..=90).contains(&self.sched.nrt_share_percent) {
             return Err(invalid("sched.nrt_share_percent", "must be between 1 and 90"));
         }
+        if !(1..=60).contains(&self.http.hls_segment_s) {
+            return Err(invalid("http.hls_segment_s", "must be between 1 and 60"));
+        }
         if self.media.scan_interval_ms < 50 {
             return Err(invalid("media.scan_interval_ms", "must be at least 50"));
         }
@@ -397,6 +406,7 @@ impl ConfigFile {
             },
             nrt_share: f64::from(self.sched.nrt_share_percent) / 100.0,
             http_listen,
+            hls_segment: Duration::from_secs(self.http.hls_segment_s),
             media_dir: self.media.dir.clone(),
             media_scan_interval: Duration::from_millis(self.media.scan_interval_ms),
         })
@@ -436,6 +446,7 @@ mod tests {
             ("[sched]\nlookahead_cycles = 0", "sched.lookahead_cycles"),
             ("[sched]\nadmission = \"lenient\"", "sched.admission"),
             ("[sched]\ncycle_ms = 1", "sched.cycle_ms"),
+            ("[http]\nhls_segment_s = 0", "http.hls_segment_s"),
             ("[store]\ndisks = [\"d0,seek_ms=x\"]", "store.disks"),
             ("[store]\ndisks = [\"d0,speed=3\"]", "store.disks"),
         ];

@@ -4,6 +4,7 @@
 //! It reads state through the same command channels as everything else (the session manager, the
 //! scheduler and sender threads), so it never locks the streaming path. `PUT
 //! /api/v1/record/{name}?rate=…` records the request body as an object ([`crate::recorder`]).
+//! Media delivery (`/objects/…`, `/hls/…`, `/watch/…`) is [`crate::http_media`].
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -38,6 +39,7 @@ pub(crate) struct ApiState {
     pub(crate) sender: Sender<SenderCommand>,
     pub(crate) reorg: mpsc::UnboundedSender<ReorgCommand>,
     pub(crate) store: Arc<Store>,
+    pub(crate) media: Arc<crate::http_media::MediaState>,
 }
 
 /// The router.
@@ -50,6 +52,10 @@ pub(crate) fn router(state: ApiState) -> Router {
         .route("/api/v1/disks/{id}", delete(remove_disk))
         .route("/api/v1/record/{name}", put(record))
         .route("/metrics", get(metrics))
+        .route("/objects/{name}", get(crate::http_media::object))
+        .route("/hls/{name}/{file}", get(crate::http_media::hls))
+        .route("/watch/{name}", get(crate::http_media::watch))
+        .route("/assets/vendor/hls.light.min.js", get(crate::http_media::hls_js))
         .with_state(state)
 }
 
@@ -281,6 +287,30 @@ async fn metrics(State(s): State<ApiState>) -> impl IntoResponse {
     ] {
         metric(name, "counter", help, v as f64);
     }
+    let h = sched.http;
+    for (name, help, v) in [
+        ("http_block_requests_total", "Blocks HTTP delivery asked the scheduler for.", h.requests),
+        (
+            "http_cache_hits_total",
+            "HTTP block requests answered from the block cache.",
+            h.cache_hits,
+        ),
+        (
+            "http_disk_reads_total",
+            "Non-real-time disk reads issued for HTTP delivery.",
+            h.disk_reads,
+        ),
+        ("http_failed_reads_total", "HTTP delivery's block reads that failed.", h.failed),
+        ("http_block_bytes_total", "Block bytes handed to HTTP responses.", h.bytes),
+    ] {
+        metric(name, "counter", help, v as f64);
+    }
+    metric(
+        "http_reads_in_flight",
+        "gauge",
+        "HTTP delivery's disk reads queued or in service.",
+        h.in_flight as f64,
+    );
     let rec = s.recorders.stats();
     metric("recordings", "gauge", "Recordings in progress.", rec.active as f64);
     metric(

@@ -30,6 +30,8 @@ pub mod sender;
 pub mod sessions;
 
 mod http;
+pub mod http_media;
+pub mod http_range;
 mod rtcp_rx;
 mod rtsp_conn;
 
@@ -205,8 +207,9 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
     let (sessions_tx, sessions_rx) = tokio::sync::mpsc::unbounded_channel::<SessionCommand>();
     let (reorg_tx, reorg_rx) = tokio::sync::mpsc::unbounded_channel::<ReorgCommand>();
 
-    // One IO thread per disk. Real-time reads complete to the scheduler thread; the
-    // reorganiser's non-real-time copies complete to the reorganiser.
+    // One IO thread per disk. Real-time reads and HTTP delivery's non-real-time reads complete
+    // to the scheduler thread; the reorganiser's non-real-time copies complete to the
+    // reorganiser (told apart by tag, `reorg::NRT_TAG_BASE`).
     let spawn_worker = {
         let (sched_tx, reorg_tx, nrt_share) =
             (sched_tx.clone(), reorg_tx.clone(), settings.nrt_share);
@@ -219,6 +222,10 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
                 }
                 IoDone::Write(w) => {
                     let _ = sched_tx.send(SchedCommand::WriteDone(w));
+                }
+                // HTTP delivery's reads carry the scheduler thread's tags.
+                IoDone::NrtRead(r) if r.tag < reorg::NRT_TAG_BASE => {
+                    let _ = sched_tx.send(SchedCommand::HttpReadDone(r));
                 }
                 other => {
                     let _ = reorg_tx.send(ReorgCommand::Io(other));
@@ -362,6 +369,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
             sender: sender_tx.clone(),
             reorg: reorg_tx.clone(),
             store: Arc::clone(&store),
+            media: Arc::new(http_media::MediaState::new(settings.hls_segment)),
         });
         tasks.push(tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {

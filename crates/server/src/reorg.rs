@@ -34,6 +34,11 @@ use tracing::{info, warn};
 use crate::library::{Library, ObjectEntry};
 use crate::sched_thread::SchedCommand;
 
+/// The reorganiser's non-real-time IO tags start here; the scheduler thread's own tags (real-time
+/// reads, HTTP delivery's non-real-time reads) stay below, which is how a disk thread's
+/// completions are routed (see `start` in the crate root).
+pub(crate) const NRT_TAG_BASE: u64 = 1 << 62;
+
 /// Moves in flight at once.
 const IN_FLIGHT: usize = 4;
 /// Attempts per move before the reorganisation is declared failed.
@@ -129,7 +134,7 @@ impl Reorganiser {
             queue: VecDeque::new(),
             in_flight: HashMap::new(),
             // NRT tags live in their own space, far from the scheduler's read tags.
-            next_tag: 1 << 62,
+            next_tag: NRT_TAG_BASE,
             status: ReorgStatus { state: "idle".into(), ..ReorgStatus::default() },
             started: None,
         }

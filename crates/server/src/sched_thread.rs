@@ -4,7 +4,11 @@
 //! and starts from the session manager, recordings' blocks from the recorder, "block done" from
 //! the sender, completions from the disk threads, copies and plan changes from the reorganiser.
 //! The thread issues the IOs the scheduler asks for to the per-disk [`IoWorker`]s and forwards
-//! delivered blocks to the sender thread and written blocks to their recorder. No lock guards
+//! delivered blocks to the sender thread and written blocks to their recorder. HTTP delivery's
+//! block reads ([`SchedCommand::HttpRead`], [`crate::http_media`]) are answered from the block
+//! cache when an RTSP stream has the block in memory, and otherwise run as non-real-time reads
+//! in the disks' reserved share, their completions coming back here ([`SchedCommand::HttpReadDone`])
+//! to be handed to the waiting request. No lock guards
 //! the cache or the cycle state: only this thread sees them (moonfire-nvr's `IoCommand`
 //! pattern, rust-analyzer's closed event enum). It wakes at every cycle boundary
 //! ([`CycleScheduler::poll_timeout`]).
@@ -138,6 +142,19 @@ pub enum SchedCommand {
         /// The command (`NrtRead` or `NrtWrite`).
         cmd: IoCommand,
     },
+    /// A block for HTTP delivery ([`crate::http_media`]): answered from the cache if it is
+    /// there, otherwise read as non-real-time IO on `disk` (served only in the disk's
+    /// non-real-time share, after the streams' reads); the block or the error goes to `reply`.
+    HttpRead {
+        /// The disk the object's plan places the block on.
+        disk: DiskId,
+        /// The block.
+        key: BlockKey,
+        /// Where the block goes.
+        reply: oneshot::Sender<Result<SharedBlock, String>>,
+    },
+    /// A non-real-time read issued for [`SchedCommand::HttpRead`] finished.
+    HttpReadDone(DiskReadDone),
     /// An object's blocks moved: running streams use the new plan.
     UpdatePlan {
         /// The new plan.
@@ -174,6 +191,25 @@ pub struct SchedSnapshot {
     pub utilisation: Vec<(DiskId, f64)>,
     /// Each open stream's counters (missed deadlines, blocks delivered or written).
     pub per_stream: HashMap<StreamId, StreamStats>,
+    /// HTTP delivery's block reads.
+    pub http: HttpReadStats,
+}
+
+/// Counters of HTTP delivery's block reads ([`SchedCommand::HttpRead`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HttpReadStats {
+    /// Blocks requested.
+    pub requests: u64,
+    /// Requests answered from the block cache.
+    pub cache_hits: u64,
+    /// Non-real-time disk reads issued.
+    pub disk_reads: u64,
+    /// Disk reads that failed.
+    pub failed: u64,
+    /// Block bytes handed to HTTP requests.
+    pub bytes: u64,
+    /// Disk reads in flight now.
+    pub in_flight: u64,
 }
 
 /// Everything the thread needs.
@@ -197,6 +233,10 @@ impl SchedThread {
         let mut pending_writes: HashMap<BlockKey, SharedBlock> = HashMap::new();
         let mut recorders: HashMap<StreamId, mpsc::UnboundedSender<RecordEvent>> = HashMap::new();
         let mut last_cycle = CycleReport::default();
+        // HTTP reads on the disks' non-real-time share, by tag, and their counters.
+        let mut http_reads: HashMap<u64, oneshot::Sender<Result<SharedBlock, String>>> =
+            HashMap::new();
+        let mut http = HttpReadStats::default();
         loop {
             let now = self.clock.now();
             let cmd = match self.scheduler.poll_timeout() {
@@ -273,6 +313,45 @@ impl SchedThread {
                     Some(w) => w.submit(cmd),
                     None => warn!(%disk, "non-real-time IO for a disk with no IO thread"),
                 },
+                Some(SchedCommand::HttpRead { disk, key, reply }) => {
+                    http.requests += 1;
+                    if let Some(block) = s.cache().peek(key) {
+                        http.cache_hits += 1;
+                        http.bytes += block.as_bytes().len() as u64;
+                        let _ = reply.send(Ok(Arc::clone(block)));
+                    } else if let Some(w) = self.workers.get(&disk) {
+                        // A tag from the scheduler's own sequence (below the reorganiser's
+                        // space, see `reorg::NRT_TAG_BASE`), so completions route back here and
+                        // a `Drain` barrier waits for it like for a stream's read.
+                        tag += 1;
+                        outstanding.insert(tag);
+                        http_reads.insert(tag, reply);
+                        http.disk_reads += 1;
+                        w.submit(IoCommand::NrtRead { key, tag });
+                    } else {
+                        http.failed += 1;
+                        let _ = reply.send(Err(format!("disk {disk} is not attached")));
+                    }
+                }
+                Some(SchedCommand::HttpReadDone(done)) => {
+                    outstanding.remove(&done.tag);
+                    if let Some(reply) = http_reads.remove(&done.tag) {
+                        let result = match done.result {
+                            Ok(block) => {
+                                http.bytes += block.as_bytes().len() as u64;
+                                Ok(block)
+                            }
+                            Err(e) => {
+                                http.failed += 1;
+                                Err(format!(
+                                    "reading block {} from disk {}: {e}",
+                                    done.key, done.disk
+                                ))
+                            }
+                        };
+                        let _ = reply.send(result);
+                    }
+                }
                 Some(SchedCommand::UpdatePlan { plan }) => s.handle_plan_update(plan),
                 Some(SchedCommand::Drain { reply }) => drains.push((tag, reply)),
                 Some(SchedCommand::Stats { reply }) => {
@@ -290,6 +369,7 @@ impl SchedThread {
                         last_cycle,
                         utilisation,
                         per_stream: s.streams_stats().collect(),
+                        http: HttpReadStats { in_flight: http_reads.len() as u64, ..http },
                     });
                 }
                 Some(SchedCommand::Shutdown) => break,

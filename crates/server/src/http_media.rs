@@ -1,0 +1,846 @@
+//! HTTP delivery: whole objects with byte ranges, HLS for MPEG-TS, and a browser player page.
+//!
+//! Why: RTSP needs a player that speaks it; every browser and most tools speak HTTP. The same
+//! stored objects are offered three ways on the HTTP port:
+//!
+//! - `GET`/`HEAD /objects/{name}`: the object's original bytes (what `isochron cat` writes:
+//!   the payloads of its blocks in order), `video/mp2t`, with a strong `ETag` and byte ranges
+//!   (RFC 9110 §14: [`crate::http_range`]): one range is a `206` with `Content-Range` (§14.4),
+//!   several a `multipart/byteranges` body (§14.6), an unsatisfiable set a `416` with
+//!   `Content-Range: bytes */LEN` (§15.5.17). `If-Range` (§13.1.5) is honoured with the ETag;
+//!   `If-None-Match` gets `304`.
+//! - `GET /hls/{name}/index.m3u8` and `/hls/{name}/{n}.ts`: a VOD media playlist (RFC 8216
+//!   §4.3) whose segments are runs of the original transport stream (ISO/IEC 13818-1) cut at the
+//!   object's seek points. Ingest records a seek point per random-access point (a video PES
+//!   start with `random_access_indicator`, `isochron_media::units`): the unit at the last PAT
+//!   before the keyframe when there is one since the previous keyframe, else the keyframe's
+//!   own packet. Seek points are grouped into segments of about `http.hls_segment_s` seconds of
+//!   send time (PCR-derived, the same clock RTSP paces by). Segment 0 starts at byte 0 and each
+//!   segment ends where the next begins, so the segments concatenated are the source byte for
+//!   byte; every later segment starts with its PAT and PMT (RFC 8216 §3.2; hls.js needs them).
+//!   When a source carries no PAT between two keyframes (a file with one PAT at its head), the
+//!   segment starting at the second keyframe is served with copies of the last PAT and PMT
+//!   before it prepended (their continuity counters repeat the originals'; demuxers accept the
+//!   duplicate). Only such segments differ from a plain cut; `EXTINF` is the segment's send-time
+//!   span, `EXT-X-TARGETDURATION` the largest rounded to an integer (§4.3.3.1).
+//! - `GET /watch/{name}`: a page that plays the playlist with the vendored hls.js
+//!   (`/assets/vendor/hls.light.min.js`), autoplaying muted; `?report=URL` makes it POST one
+//!   line of JSON to `URL` once five seconds have played (`{"ok":true,"time":…}`) or on a
+//!   fatal error (`{"ok":false,"error":…}`), for tests and monitoring.
+//!
+//! # How HTTP reads are scheduled
+//!
+//! HTTP traffic never reads the store directly. Each block goes through the scheduler thread
+//! as [`SchedCommand::HttpRead`] with a one-shot reply channel: the thread answers at once from
+//! its block cache when an RTSP stream holds the block, and otherwise hands the disk's IO thread
+//! a non-real-time read ([`IoCommand::NrtRead`](isochron_diskio::IoCommand::NrtRead)) with a tag
+//! from its own sequence. The IO thread serves such reads only within the non-real-time share of
+//! its time (`sched.nrt_share_percent`, which admission keeps free of streams: XTREAM's reserved
+//! share) and after every queued real-time read; the completion is routed back to the scheduler
+//! thread by its tag and sent to the request's channel. A response keeps at most
+//! [`READ_AHEAD`] blocks in flight and streams each block's bytes as it arrives (the body is
+//! never held whole), so a download's memory is bounded and its pace is that of the share: it
+//! slows down when the disks are busy instead of delaying a stream.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes as BodyBytes};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use isochron_base::mix::hash_words;
+use isochron_base::{BlockIndex, BlockKey, Bytes, Gsn, MediaTime};
+use isochron_media::TS_PACKET_SIZE;
+use isochron_store::catalog::ObjectRecord;
+use tokio::sync::{mpsc, oneshot};
+use tracing::warn;
+
+use crate::http::ApiState;
+use crate::http_range::{self, ByteRange, RangeError};
+use crate::library::ObjectEntry;
+use crate::sched_thread::SchedCommand;
+use crate::sender::SharedBlock;
+
+/// Blocks a response keeps in flight ahead of the one it is sending.
+pub const READ_AHEAD: usize = 2;
+
+/// The player page (`GET /watch/{name}`).
+const WATCH_HTML: &str = include_str!("../assets/watch.html");
+/// hls.js 1.7.4, light build (Apache-2.0; `assets/vendor/hls.js-1.7.4/LICENSE`).
+const HLS_JS: &[u8] = include_bytes!("../assets/vendor/hls.js-1.7.4/hls.light.min.js");
+
+const TS_TYPE: &str = "video/mp2t";
+const PACKET: usize = TS_PACKET_SIZE;
+
+/// HTTP delivery's settings and small caches.
+#[derive(Debug)]
+pub(crate) struct MediaState {
+    /// Target HLS segment duration.
+    hls_segment: Duration,
+    /// Blocks known to hold no PAT, per object (so that looking back for the last PAT of a
+    /// file with few PATs reads each such block once).
+    no_pat: Mutex<HashSet<BlockKey>>,
+}
+
+impl MediaState {
+    /// The state for a server whose HLS segments aim at `hls_segment`.
+    pub(crate) fn new(hls_segment: Duration) -> Self {
+        Self { hls_segment, no_pat: Mutex::new(HashSet::new()) }
+    }
+
+    fn no_pat(&self) -> std::sync::MutexGuard<'_, HashSet<BlockKey>> {
+        self.no_pat.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Objects and their blocks, read through the scheduler.
+
+/// An object as HTTP delivery sees it: its record and where each block's payload starts.
+struct Obj {
+    entry: Arc<ObjectEntry>,
+    /// `offsets[i]`: the byte of the object where block `i`'s payload starts; one more entry
+    /// for the end.
+    offsets: Vec<u64>,
+    etag: String,
+}
+
+impl Obj {
+    fn new(entry: Arc<ObjectEntry>) -> Self {
+        let mut offsets = Vec::with_capacity(entry.record.blocks.len() + 1);
+        let mut at = 0u64;
+        offsets.push(0);
+        for b in &entry.record.blocks {
+            at += u64::from(b.payload_bytes);
+            offsets.push(at);
+        }
+        // Strong: the object's id and every block's checksum, so a replaced object (same name,
+        // new id) or different bytes never share a tag.
+        let mut words: Vec<u64> = vec![entry.record.id.0, at];
+        words.extend(entry.record.blocks.iter().map(|b| b.checksum));
+        let etag = format!("\"{:x}-{:016x}\"", entry.record.id.0, hash_words(&words));
+        Self { entry, offsets, etag }
+    }
+
+    fn record(&self) -> &ObjectRecord {
+        &self.entry.record
+    }
+
+    fn len(&self) -> Bytes {
+        Bytes(*self.offsets.last().unwrap_or(&0))
+    }
+
+    /// The block holding byte `at` (`at` < len).
+    fn block_at(&self, at: u64) -> usize {
+        self.offsets.partition_point(|&o| o <= at).saturating_sub(1)
+    }
+}
+
+/// Asks the scheduler thread for block `index` of `obj`; the reply comes on the receiver.
+fn request_block(
+    s: &ApiState,
+    obj: &Obj,
+    index: usize,
+) -> Result<oneshot::Receiver<Result<SharedBlock, String>>, String> {
+    let name = &obj.record().name;
+    // The current plan: a reorganisation may have moved the block since the request began.
+    let entry = s
+        .library
+        .get(name)
+        .filter(|e| e.record.id == obj.record().id)
+        .ok_or_else(|| format!("object {name:?} was removed or replaced"))?;
+    let planned = entry
+        .plan
+        .blocks
+        .get(index)
+        .ok_or_else(|| format!("object {name:?} has no block {index}"))?;
+    let key = BlockKey { object: obj.record().id, index: BlockIndex(index as u32) };
+    let (tx, rx) = oneshot::channel();
+    s.sched
+        .send(SchedCommand::HttpRead { disk: planned.disk, key, reply: tx })
+        .map_err(|_| "the scheduler thread has stopped".to_string())?;
+    Ok(rx)
+}
+
+async fn await_block(
+    rx: oneshot::Receiver<Result<SharedBlock, String>>,
+) -> Result<SharedBlock, String> {
+    rx.await.unwrap_or_else(|_| Err("the scheduler thread dropped the read".into()))
+}
+
+async fn read_block(s: &ApiState, obj: &Obj, index: usize) -> Result<SharedBlock, String> {
+    await_block(request_block(s, obj, index)?).await
+}
+
+/// Part of a response body.
+enum Piece {
+    /// Bytes made here (multipart headers, PSI copies).
+    Static(BodyBytes),
+    /// Bytes of the object.
+    Object(ByteRange),
+}
+
+fn pieces_len(pieces: &[Piece]) -> u64 {
+    pieces
+        .iter()
+        .map(|p| match p {
+            Piece::Static(b) => b.len() as u64,
+            Piece::Object(r) => r.len().0,
+        })
+        .sum()
+}
+
+/// A block's payload bytes `start..end`, shared without copying.
+struct BlockSlice {
+    block: SharedBlock,
+    start: usize,
+    end: usize,
+}
+
+impl AsRef<[u8]> for BlockSlice {
+    fn as_ref(&self) -> &[u8] {
+        &self.block.payload()[self.start..self.end]
+    }
+}
+
+/// A streaming body made of `pieces`: a task reads the object's blocks through the scheduler,
+/// [`READ_AHEAD`] at a time, and hands each block's bytes on as they come. `have` holds blocks
+/// already read while planning the response.
+fn stream_body(
+    s: ApiState,
+    obj: Arc<Obj>,
+    pieces: Vec<Piece>,
+    have: HashMap<usize, SharedBlock>,
+) -> Body {
+    let (tx, rx) = mpsc::channel::<Result<BodyBytes, std::io::Error>>(READ_AHEAD);
+    tokio::spawn(async move {
+        if let Err(e) = pump(&s, &obj, pieces, have, &tx).await {
+            warn!(object = %obj.record().name, error = %e, "HTTP body aborted");
+            let _ = tx.send(Err(std::io::Error::other(e))).await;
+        }
+    });
+    Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    }))
+}
+
+type Sink = mpsc::Sender<Result<BodyBytes, std::io::Error>>;
+
+async fn pump(
+    s: &ApiState,
+    obj: &Obj,
+    pieces: Vec<Piece>,
+    mut have: HashMap<usize, SharedBlock>,
+    tx: &Sink,
+) -> Result<(), String> {
+    for piece in pieces {
+        let range = match piece {
+            Piece::Static(b) => {
+                if tx.send(Ok(b)).await.is_err() {
+                    return Ok(()); // the client went away
+                }
+                continue;
+            }
+            Piece::Object(r) => r,
+        };
+        let (first, last) = (obj.block_at(range.start.0), obj.block_at(range.end.0 - 1));
+        let mut in_flight = VecDeque::new();
+        let mut next = first;
+        for i in first..=last {
+            while next <= last && next < i + READ_AHEAD {
+                let pending = match have.remove(&next) {
+                    Some(b) => Pending::Have(b),
+                    None => Pending::Asked(request_block(s, obj, next)?),
+                };
+                in_flight.push_back(pending);
+                next += 1;
+            }
+            let block = match in_flight.pop_front() {
+                Some(Pending::Have(b)) => b,
+                Some(Pending::Asked(rx)) => await_block(rx).await?,
+                None => return Err("internal: no block in flight".into()),
+            };
+            let base = obj.offsets[i];
+            let start = (range.start.0.max(base) - base) as usize;
+            let end = (range.end.0.min(obj.offsets[i + 1]) - base) as usize;
+            if end > block.payload().len() || start > end {
+                return Err(format!(
+                    "block {i} of {:?} holds {} payload bytes, the catalog says {}",
+                    obj.record().name,
+                    block.payload().len(),
+                    obj.offsets[i + 1] - base
+                ));
+            }
+            let bytes = BodyBytes::from_owner(BlockSlice { block, start, end });
+            if tx.send(Ok(bytes)).await.is_err() {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
+enum Pending {
+    Have(SharedBlock),
+    Asked(oneshot::Receiver<Result<SharedBlock, String>>),
+}
+
+// ---------------------------------------------------------------------------------------------
+// GET/HEAD /objects/{name}
+
+fn not_found(name: &str) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        format!("no object named {name:?}\n"),
+    )
+        .into_response()
+}
+
+fn lookup(s: &ApiState, name: &str) -> Option<Arc<Obj>> {
+    s.library.get(name).map(|e| Arc::new(Obj::new(e)))
+}
+
+fn text(status: StatusCode, body: String) -> Response {
+    (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
+}
+
+/// Whether an `If-None-Match` / `If-Range` list names `etag` (strong comparison for If-Range,
+/// weak for If-None-Match, RFC 9110 §8.8.3.2).
+fn etag_listed(value: &str, etag: &str, weak_ok: bool) -> bool {
+    value
+        .split(',')
+        .map(str::trim)
+        .any(|t| (weak_ok && (t == "*" || t.strip_prefix("W/") == Some(etag))) || t == etag)
+}
+
+/// `GET`/`HEAD /objects/{name}`.
+pub(crate) async fn object(
+    State(s): State<ApiState>,
+    method: Method,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(obj) = lookup(&s, &name) else { return not_found(&name) };
+    let len = obj.len();
+    let etag = obj.etag.clone();
+    let common = |resp: &mut Response| {
+        let h = resp.headers_mut();
+        h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+        if let Ok(v) = HeaderValue::from_str(&etag) {
+            h.insert(header::ETAG, v);
+        }
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        cors(h);
+    };
+    let header_str = |n: header::HeaderName| headers.get(n).and_then(|v| v.to_str().ok());
+    if header_str(header::IF_NONE_MATCH).is_some_and(|v| etag_listed(v, &obj.etag, true)) {
+        let mut r = StatusCode::NOT_MODIFIED.into_response();
+        common(&mut r);
+        return r;
+    }
+    // If-Range: a range request only against this very version (§13.1.5); a date never
+    // matches (the ETag is the strong validator).
+    let range = header_str(header::RANGE)
+        .filter(|_| header_str(header::IF_RANGE).is_none_or(|v| etag_listed(v, &obj.etag, false)));
+    let (status, pieces, extra): (StatusCode, Vec<Piece>, Vec<(header::HeaderName, String)>) =
+        match range.map(http_range::parse) {
+            None | Some(Err(RangeError::UnknownUnit(_))) => (
+                StatusCode::OK,
+                if len.0 > 0 {
+                    vec![Piece::Object(ByteRange { start: Bytes(0), end: len })]
+                } else {
+                    Vec::new()
+                },
+                vec![(header::CONTENT_TYPE, TS_TYPE.into())],
+            ),
+            Some(Err(e)) => {
+                let mut r = text(
+                    StatusCode::RANGE_NOT_SATISFIABLE,
+                    format!("bad Range header for {name:?}: {e}\n"),
+                );
+                common(&mut r);
+                set(&mut r, header::CONTENT_RANGE, &format!("bytes */{}", len.0));
+                return r;
+            }
+            Some(Ok(specs)) => {
+                let ranges = http_range::resolve(&specs, len);
+                match ranges.as_slice() {
+                    [] => {
+                        let mut r = text(
+                            StatusCode::RANGE_NOT_SATISFIABLE,
+                            format!(
+                                "no range of {:?} lies within {name:?}, which has {} bytes\n",
+                                range.unwrap_or_default(),
+                                len.0
+                            ),
+                        );
+                        common(&mut r);
+                        set(&mut r, header::CONTENT_RANGE, &format!("bytes */{}", len.0));
+                        return r;
+                    }
+                    [one] => (
+                        StatusCode::PARTIAL_CONTENT,
+                        vec![Piece::Object(*one)],
+                        vec![
+                            (header::CONTENT_TYPE, TS_TYPE.into()),
+                            (header::CONTENT_RANGE, one.content_range(len)),
+                        ],
+                    ),
+                    many => {
+                        let boundary = format!("isochron-{}", obj.etag.trim_matches('"'));
+                        let mut pieces = Vec::with_capacity(many.len() * 2 + 1);
+                        for r in many {
+                            let head = format!(
+                                "\r\n--{boundary}\r\nContent-Type: {TS_TYPE}\r\nContent-Range: {}\r\n\r\n",
+                                r.content_range(len)
+                            );
+                            pieces.push(Piece::Static(head.into()));
+                            pieces.push(Piece::Object(*r));
+                        }
+                        pieces.push(Piece::Static(format!("\r\n--{boundary}--\r\n").into()));
+                        (
+                            StatusCode::PARTIAL_CONTENT,
+                            pieces,
+                            vec![(
+                                header::CONTENT_TYPE,
+                                format!("multipart/byteranges; boundary={boundary}"),
+                            )],
+                        )
+                    }
+                }
+            }
+        };
+    let body_len = pieces_len(&pieces);
+    let body = if method == Method::HEAD || pieces.is_empty() {
+        Body::empty()
+    } else {
+        stream_body(s, obj, pieces, HashMap::new())
+    };
+    let mut r = Response::new(body);
+    *r.status_mut() = status;
+    common(&mut r);
+    for (k, v) in extra {
+        set(&mut r, k, &v);
+    }
+    set(&mut r, header::CONTENT_LENGTH, &body_len.to_string());
+    r
+}
+
+/// Lets players on other origins read media (rtsp-interop notes §7.2): these are public,
+/// read-only resources.
+fn cors(h: &mut HeaderMap) {
+    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    h.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("Content-Length, Content-Range, Accept-Ranges, ETag"),
+    );
+}
+
+fn set(r: &mut Response, k: header::HeaderName, v: &str) {
+    if let Ok(v) = HeaderValue::from_str(v) {
+        r.headers_mut().insert(k, v);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// HLS
+
+/// One HLS segment: the units from `start` to `end` (the next segment's start, or the end).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Segment {
+    /// GSN of its first unit.
+    pub(crate) start: Gsn,
+    /// GSN of the next segment's first unit; `None` for the last segment.
+    pub(crate) end: Option<Gsn>,
+    /// Send time of its first packet.
+    pub(crate) time: MediaTime,
+    /// Its duration (send times).
+    pub(crate) duration: Duration,
+}
+
+/// Groups `record`'s seek points into segments of about `target`: each boundary is the seek
+/// point whose time is nearest the previous boundary plus `target` (never the same instant), and
+/// the last segment ends at the object's duration.
+pub(crate) fn plan_segments(record: &ObjectRecord, target: Duration) -> Vec<Segment> {
+    // Strictly increasing in GSN and in time; the first at GSN 0 and time 0.
+    let mut points: Vec<(Gsn, MediaTime)> = vec![(Gsn(0), MediaTime::ZERO)];
+    for p in &record.seek_points {
+        let &(g, t) = points.last().unwrap_or(&(Gsn(0), MediaTime::ZERO));
+        if p.gsn > g && p.time > t && p.gsn.0 < record.packets {
+            points.push((p.gsn, p.time));
+        }
+    }
+    let end_time = record.duration.max(points.last().map_or(MediaTime::ZERO, |p| p.1));
+    let mut segments = Vec::new();
+    let mut cur = 0usize;
+    loop {
+        let (start, time) = points[cur];
+        let goal = time + target;
+        let dist = |t: MediaTime| t.as_nanos().abs_diff(goal.as_nanos());
+        // First later point at or after the goal, and the one before it.
+        let j = cur + 1 + points[cur + 1..].partition_point(|p| p.1 < goal);
+        let mut best: Option<usize> = None;
+        if j < points.len() {
+            best = Some(j);
+        }
+        if j - 1 > cur && best.is_none_or(|b| dist(points[j - 1].1) <= dist(points[b].1)) {
+            best = Some(j - 1);
+        }
+        // Past the last point: end the object here if the end is nearer the goal.
+        if j >= points.len() && best.is_none_or(|b| dist(end_time) < dist(points[b].1)) {
+            best = None;
+        }
+        match best {
+            Some(b) => {
+                let (next, t) = points[b];
+                segments.push(Segment {
+                    start,
+                    end: Some(next),
+                    time,
+                    duration: t.saturating_duration_since(time),
+                });
+                cur = b;
+            }
+            None => {
+                segments.push(Segment {
+                    start,
+                    end: None,
+                    time,
+                    duration: end_time.saturating_duration_since(time),
+                });
+                return segments;
+            }
+        }
+    }
+}
+
+/// The media playlist of `segments` (RFC 8216 §4.3: version 3 for decimal `EXTINF`).
+pub(crate) fn playlist(segments: &[Segment]) -> String {
+    let target =
+        segments.iter().map(|s| s.duration.as_secs_f64().round() as u64).max().unwrap_or(1).max(1);
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:{target}\n#EXT-X-MEDIA-SEQUENCE:0\n\
+         #EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-INDEPENDENT-SEGMENTS\n"
+    );
+    for (i, s) in segments.iter().enumerate() {
+        let _ = write!(out, "#EXTINF:{:.3},\n{i}.ts\n", s.duration.as_secs_f64());
+    }
+    out.push_str("#EXT-X-ENDLIST\n");
+    out
+}
+
+fn is_ts(record: &ObjectRecord) -> bool {
+    // Every stored object is a transport stream today; one without elementary streams is not
+    // worth an HLS playlist.
+    !record.streams.is_empty()
+}
+
+/// `GET /hls/{name}/{file}`: `index.m3u8` or `{n}.ts`.
+pub(crate) async fn hls(
+    State(s): State<ApiState>,
+    method: Method,
+    Path((name, file)): Path<(String, String)>,
+) -> Response {
+    let Some(obj) = lookup(&s, &name) else { return not_found(&name) };
+    if !is_ts(obj.record()) {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("object {name:?} has no elementary streams to play as HLS\n"),
+        );
+    }
+    let segments = plan_segments(obj.record(), s.media.hls_segment);
+    if file == "index.m3u8" {
+        let mut r = playlist(&segments).into_response();
+        set(&mut r, header::CONTENT_TYPE, "application/vnd.apple.mpegurl");
+        set(&mut r, header::CACHE_CONTROL, "no-cache");
+        cors(r.headers_mut());
+        return r;
+    }
+    let Some(n) = file.strip_suffix(".ts").and_then(|n| n.parse::<usize>().ok()) else {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("{file:?} is neither index.m3u8 nor a segment N.ts of {name:?}\n"),
+        );
+    };
+    let Some(seg) = segments.get(n).copied() else {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("{name:?} has {} HLS segments; there is no segment {n}\n", segments.len()),
+        );
+    };
+    match segment_response(&s, &obj, n, seg, method == Method::HEAD).await {
+        Ok(r) => r,
+        Err(e) => {
+            warn!(object = %name, segment = n, error = %e, "HLS segment failed");
+            text(StatusCode::INTERNAL_SERVER_ERROR, format!("segment {n} of {name:?}: {e}\n"))
+        }
+    }
+}
+
+/// The object byte where unit `gsn` starts, with the block read to find it.
+async fn unit_offset(
+    s: &ApiState,
+    obj: &Obj,
+    gsn: Gsn,
+) -> Result<(u64, usize, SharedBlock), String> {
+    let index = obj
+        .record()
+        .block_of(gsn)
+        .ok_or_else(|| format!("unit {} is past the end of {:?}", gsn.0, obj.record().name))?;
+    let i = index.0 as usize;
+    let block = read_block(s, obj, i).await?;
+    let k = block
+        .find_gsn(gsn)
+        .ok_or_else(|| format!("block {i} does not hold unit {} as the catalog says", gsn.0))?;
+    let within: usize = (0..k).map(|j| block.packet(j).payload.len()).sum();
+    Ok((obj.offsets[i] + within as u64, i, block))
+}
+
+async fn segment_response(
+    s: &ApiState,
+    obj: &Arc<Obj>,
+    n: usize,
+    seg: Segment,
+    head: bool,
+) -> Result<Response, String> {
+    let (start, start_block, first) = unit_offset(s, obj, seg.start).await?;
+    let mut have = HashMap::from([(start_block, Arc::clone(&first))]);
+    let end = match seg.end {
+        Some(g) => {
+            let (end, i, b) = unit_offset(s, obj, g).await?;
+            have.insert(i, b);
+            end
+        }
+        None => obj.len().0,
+    };
+    let mut pieces = Vec::new();
+    let within = (start - obj.offsets[start_block]) as usize;
+    let starts_with_pat = first.payload().get(within..within + PACKET).is_some_and(|p| pid(p) == 0);
+    if n > 0 && !starts_with_pat {
+        match last_psi(s, obj, start_block, within, &first).await? {
+            Some(psi) => pieces.push(Piece::Static(psi.into())),
+            None => warn!(
+                object = %obj.record().name,
+                segment = n,
+                "no PAT before the segment: served without one"
+            ),
+        }
+    }
+    if end > start {
+        pieces.push(Piece::Object(ByteRange { start: Bytes(start), end: Bytes(end) }));
+    }
+    let len = pieces_len(&pieces);
+    let body =
+        if head { Body::empty() } else { stream_body(s.clone(), Arc::clone(obj), pieces, have) };
+    let mut r = Response::new(body);
+    set(&mut r, header::CONTENT_TYPE, TS_TYPE);
+    set(&mut r, header::CONTENT_LENGTH, &len.to_string());
+    set(&mut r, header::CACHE_CONTROL, "no-cache");
+    cors(r.headers_mut());
+    Ok(r)
+}
+
+fn pid(p: &[u8]) -> u16 {
+    (u16::from(p[1] & 0x1f) << 8) | u16::from(p[2])
+}
+
+fn pusi(p: &[u8]) -> bool {
+    p[1] & 0x40 != 0
+}
+
+/// The PMT PIDs a PAT packet lists (ISO/IEC 13818-1 §2.4.4.3; program 0 is the network PID).
+fn pat_pmt_pids(p: &[u8]) -> Vec<u16> {
+    let afc = (p[3] >> 4) & 3;
+    let mut at = 4;
+    if afc & 2 != 0 {
+        at += 1 + usize::from(p[4]);
+    }
+    if afc & 1 == 0 || at >= PACKET {
+        return Vec::new();
+    }
+    at += 1 + usize::from(p[at]); // pointer_field
+    let Some(sec) = p.get(at..) else { return Vec::new() };
+    if sec.len() < 8 || sec[0] != 0 {
+        return Vec::new();
+    }
+    let section_len = usize::from(u16::from(sec[1] & 0x0f) << 8 | u16::from(sec[2]));
+    let end = (3 + section_len).saturating_sub(4).min(sec.len()); // less the CRC
+    sec.get(8..end)
+        .unwrap_or_default()
+        .chunks_exact(4)
+        .filter(|e| (u16::from(e[0]) << 8 | u16::from(e[1])) != 0)
+        .map(|e| (u16::from(e[2] & 0x1f) << 8) | u16::from(e[3]))
+        .collect()
+}
+
+/// Copies of the last PAT and the PMT after it that precede byte `within` of block `b`
+/// (ISO/IEC 13818-1 §2.4.4), looking back block by block; `None` if the object has no PAT
+/// before that point.
+async fn last_psi(
+    s: &ApiState,
+    obj: &Obj,
+    b: usize,
+    within: usize,
+    first: &SharedBlock,
+) -> Result<Option<Vec<u8>>, String> {
+    let object = obj.record().id;
+    let key = |i: usize| BlockKey { object, index: BlockIndex(i as u32) };
+    // Find the PAT: the last PID-0 packet with a section start.
+    let mut found: Option<(usize, SharedBlock, usize)> = None;
+    for i in (0..=b).rev() {
+        if i != b && s.media.no_pat().contains(&key(i)) {
+            continue;
+        }
+        let block = if i == b { Arc::clone(first) } else { read_block(s, obj, i).await? };
+        let limit = if i == b { within } else { block.payload().len() };
+        let at =
+            block.payload()[..limit].chunks_exact(PACKET).rposition(|p| pid(p) == 0 && pusi(p));
+        match at {
+            Some(k) => {
+                found = Some((i, block, k * PACKET));
+                break;
+            }
+            None if i != b => {
+                s.media.no_pat().insert(key(i));
+            }
+            None => {}
+        }
+    }
+    let Some((mut i, mut block, pat_at)) = found else { return Ok(None) };
+    let pat = &block.payload()[pat_at..pat_at + PACKET];
+    let pmts = pat_pmt_pids(pat);
+    let mut psi = pat.to_vec();
+    // Then the first PMT section start after it, and its continuation packets.
+    let mut at = pat_at + PACKET;
+    let mut in_pmt: Option<u16> = None;
+    loop {
+        let limit = if i == b { within } else { block.payload().len() };
+        while at + PACKET <= limit {
+            let p = &block.payload()[at..at + PACKET];
+            match in_pmt {
+                None if pmts.contains(&pid(p)) && pusi(p) => {
+                    in_pmt = Some(pid(p));
+                    psi.extend_from_slice(p);
+                }
+                Some(q) if pid(p) == q && !pusi(p) => psi.extend_from_slice(p),
+                Some(_) => return Ok(Some(psi)),
+                None => {}
+            }
+            at += PACKET;
+        }
+        if i >= b {
+            return Ok(Some(psi));
+        }
+        i += 1;
+        at = 0;
+        block = if i == b { Arc::clone(first) } else { read_block(s, obj, i).await? };
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The player page and its script.
+
+/// `GET /watch/{name}`: the HLS player page.
+pub(crate) async fn watch(State(s): State<ApiState>, Path(name): Path<String>) -> Response {
+    if !s.library.contains(&name) {
+        return not_found(&name);
+    }
+    let mut r = WATCH_HTML.into_response();
+    set(&mut r, header::CONTENT_TYPE, "text/html; charset=utf-8");
+    set(&mut r, header::CACHE_CONTROL, "no-cache");
+    r
+}
+
+/// `GET /assets/vendor/hls.light.min.js`: the vendored hls.js.
+pub(crate) async fn hls_js() -> Response {
+    let mut r = HLS_JS.into_response();
+    set(&mut r, header::CONTENT_TYPE, "text/javascript; charset=utf-8");
+    // Versioned by the server build: a day is safe.
+    set(&mut r, header::CACHE_CONTROL, "public, max-age=86400");
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use isochron_base::ObjectId;
+    use isochron_store::catalog::SeekPoint;
+
+    use super::*;
+
+    fn record(points: &[(u64, f64)], packets: u64, duration: f64) -> ObjectRecord {
+        ObjectRecord {
+            id: ObjectId(1),
+            name: "x".into(),
+            seed: 0,
+            first_epoch: Default::default(),
+            block_size: Bytes::mib(1),
+            blocks: Vec::new(),
+            packets,
+            ts_bytes: Bytes(0),
+            duration: MediaTime::from_secs_f64(duration),
+            avg_bitrate: Default::default(),
+            peak_bitrate: Default::default(),
+            seek_points: points
+                .iter()
+                .map(|&(g, t)| SeekPoint { gsn: Gsn(g), time: MediaTime::from_secs_f64(t) })
+                .collect(),
+            streams: Vec::new(),
+            source_file: String::new(),
+            created_unix_s: 0,
+        }
+    }
+
+    fn secs(v: &[Segment]) -> Vec<f64> {
+        v.iter().map(|s| (s.duration.as_secs_f64() * 100.0).round() / 100.0).collect()
+    }
+
+    #[test]
+    fn segments_group_seek_points_near_the_target() {
+        // A keyframe a second, PATs a little before it.
+        let pts: Vec<(u64, f64)> =
+            (0..12).map(|i| (i * 100, if i == 0 { 0.0 } else { i as f64 - 0.04 })).collect();
+        let segs = plan_segments(&record(&pts, 1200, 11.9), Duration::from_secs(4));
+        assert_eq!(secs(&segs), [3.96, 4.0, 3.94]);
+        assert_eq!(segs[0].start, Gsn(0));
+        assert_eq!(segs[0].end, Some(Gsn(400)));
+        assert_eq!(segs[1].start, Gsn(400));
+        assert_eq!(segs[2].end, None);
+        let text = playlist(&segs);
+        assert!(text.starts_with("#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:4\n"), "{text}");
+        assert!(
+            text.contains("#EXTINF:3.960,\n0.ts\n") && text.ends_with("2.ts\n#EXT-X-ENDLIST\n")
+        );
+    }
+
+    #[test]
+    fn duplicates_and_long_gops() {
+        // Seek points at the same instant collapse; a 10 s GOP makes one long segment.
+        let pts = [(0, 0.0), (1, 0.0), (50, 10.0), (60, 10.0), (90, 12.0)];
+        let segs = plan_segments(&record(&pts, 100, 13.0), Duration::from_secs(4));
+        assert_eq!(secs(&segs), [10.0, 3.0]);
+        assert_eq!(segs[1].start, Gsn(50));
+        // No seek point but the first: one segment.
+        let segs = plan_segments(&record(&[(0, 0.0)], 10, 2.5), Duration::from_secs(4));
+        assert_eq!(secs(&segs), [2.5]);
+        assert_eq!(playlist(&segs).lines().nth(2), Some("#EXT-X-TARGETDURATION:3"));
+    }
+
+    #[test]
+    fn pat_lists_pmt_pids() {
+        // PAT: program 0 (NIT on 0x10) and program 1 on PMT PID 0x1000.
+        let mut p = vec![0xffu8; PACKET];
+        p[..4].copy_from_slice(&[0x47, 0x40, 0x00, 0x10]);
+        let sec =
+            [0x00, 0x00, 0xb0, 0x11, 0, 1, 0xc1, 0, 0, 0, 0, 0xe0, 0x10, 0, 1, 0xf0, 0, 1, 2, 3, 4];
+        p[4..4 + sec.len()].copy_from_slice(&sec);
+        assert_eq!(pat_pmt_pids(&p), [0x1000]);
+        assert!(etag_listed("\"a\", W/\"b\"", "\"b\"", true));
+        assert!(!etag_listed("W/\"b\"", "\"b\"", false));
+    }
+}
