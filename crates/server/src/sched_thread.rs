@@ -14,7 +14,9 @@ use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use isochron_base::{BlockIndex, BlockKey, DiskId, MediaTime, ObjectId, Pace, StreamId};
-use isochron_diskio::{IoCommand, IoWorker, ReadDone as DiskReadDone, WriteDone as DiskWriteDone};
+use isochron_diskio::{
+    IoCommand, IoStats, IoWorker, ReadDone as DiskReadDone, WriteDone as DiskWriteDone,
+};
 use isochron_sched::admission::Decision;
 use isochron_sched::cycle::{
     CycleEvent, CycleReport, CycleScheduler, CycleStats, IoClass, OpenRecord, RecordBlock,
@@ -25,6 +27,7 @@ use isochron_sched::{Anchor, ObjectPlan, OpenStream, ReadDone};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
+use crate::admission_log::{AdmissionEntry, AdmissionKind, AdmissionLog, AdmissionRequest};
 use crate::clock::Clock;
 use crate::sender::{SenderCommand, SharedBlock};
 use crate::sessions::SessionCommand;
@@ -45,6 +48,8 @@ pub enum SchedCommand {
     Open {
         /// The request.
         req: OpenStream,
+        /// The object's name, for the admission log.
+        name: String,
         /// The decision.
         reply: oneshot::Sender<Decision>,
     },
@@ -52,6 +57,8 @@ pub enum SchedCommand {
     OpenRecord {
         /// The request.
         req: OpenRecord,
+        /// The object's name, for the admission log.
+        name: String,
         /// Where written/failed notices go.
         events: mpsc::UnboundedSender<RecordEvent>,
         /// The decision.
@@ -153,6 +160,13 @@ pub enum SchedCommand {
         /// The reply.
         reply: oneshot::Sender<SchedSnapshot>,
     },
+    /// Report the last `limit` admission decisions, newest first.
+    Admissions {
+        /// How many.
+        limit: usize,
+        /// The reply.
+        reply: oneshot::Sender<Vec<AdmissionEntry>>,
+    },
     /// Exit the thread.
     Shutdown,
 }
@@ -164,8 +178,8 @@ pub struct SchedSnapshot {
     pub stats: CycleStats,
     /// Streams open (playing and recording).
     pub streams: usize,
-    /// IOs queued or in flight per disk.
-    pub disk_queues: Vec<(DiskId, usize)>,
+    /// Each attached disk's queue and counters, by disk id.
+    pub disks: Vec<DiskSnapshot>,
     /// Bytes in the cache.
     pub cache_bytes: u64,
     /// The last finished cycle.
@@ -174,6 +188,38 @@ pub struct SchedSnapshot {
     pub utilisation: Vec<(DiskId, f64)>,
     /// Each open stream's counters (missed deadlines, blocks delivered or written).
     pub per_stream: HashMap<StreamId, StreamStats>,
+    /// Admission refusals since start, by kind ([`isochron_sched::admission::Refusal::kind`]).
+    pub rejects_by_reason: Vec<(&'static str, u64)>,
+    /// The admission policy's name.
+    pub admission_policy: &'static str,
+}
+
+/// One disk as the scheduler thread sees it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DiskSnapshot {
+    /// The disk.
+    pub disk: DiskId,
+    /// Real-time IOs the scheduler has queued or in flight on it.
+    pub queue: usize,
+    /// Real-time block reads completed successfully.
+    pub reads: u64,
+    /// Bytes of those reads (the disk's share of `B_disk`'s reads, before cache sharing).
+    pub read_bytes: u64,
+    /// The disk thread's own counters (busy time, non-real-time copies, errors).
+    pub io: IoStats,
+}
+
+/// Real-time reads completed per disk, counted where the completions arrive.
+#[derive(Clone, Copy, Debug, Default)]
+struct DiskReads {
+    reads: u64,
+    bytes: u64,
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Everything the thread needs.
@@ -197,6 +243,8 @@ impl SchedThread {
         let mut pending_writes: HashMap<BlockKey, SharedBlock> = HashMap::new();
         let mut recorders: HashMap<StreamId, mpsc::UnboundedSender<RecordEvent>> = HashMap::new();
         let mut last_cycle = CycleReport::default();
+        let mut admissions = AdmissionLog::default();
+        let mut disk_reads: HashMap<DiskId, DiskReads> = HashMap::new();
         loop {
             let now = self.clock.now();
             let cmd = match self.scheduler.poll_timeout() {
@@ -213,11 +261,30 @@ impl SchedThread {
             let now = self.clock.now();
             let s = &mut self.scheduler;
             match cmd {
-                Some(SchedCommand::Open { req, reply }) => {
-                    let _ = reply.send(s.handle_open(now, req));
+                Some(SchedCommand::Open { req, name, reply }) => {
+                    let asked = AdmissionRequest {
+                        stream: req.stream,
+                        object: &name,
+                        kind: AdmissionKind::Play,
+                        avg_bitrate: req.avg_bitrate,
+                        peak_bitrate: req.peak_bitrate,
+                        uses_peak: s.admission().config().policy.uses_peak_rate(),
+                    };
+                    let decision = s.handle_open(now, req);
+                    admissions.record(unix_ms(), &asked, &decision);
+                    let _ = reply.send(decision);
                 }
-                Some(SchedCommand::OpenRecord { req, events, reply }) => {
+                Some(SchedCommand::OpenRecord { req, name, events, reply }) => {
+                    let asked = AdmissionRequest {
+                        stream: req.stream,
+                        object: &name,
+                        kind: AdmissionKind::Record,
+                        avg_bitrate: req.avg_bitrate,
+                        peak_bitrate: req.peak_bitrate,
+                        uses_peak: s.admission().config().policy.uses_peak_rate(),
+                    };
                     let decision = s.handle_open_record(now, req);
+                    admissions.record(unix_ms(), &asked, &decision);
                     if decision.is_admit() {
                         recorders.insert(req.stream, events);
                     }
@@ -248,6 +315,11 @@ impl SchedThread {
                 }
                 Some(SchedCommand::ReadDone(done)) => {
                     outstanding.remove(&done.tag);
+                    if let Ok(block) = &done.result {
+                        let d = disk_reads.entry(done.disk).or_default();
+                        d.reads += 1;
+                        d.bytes += block.as_bytes().len() as u64;
+                    }
                     let result = done.result.map_err(|e| e.to_string());
                     s.handle_read_done(now, ReadDone { disk: done.disk, key: done.key, result });
                 }
@@ -276,21 +348,38 @@ impl SchedThread {
                 Some(SchedCommand::UpdatePlan { plan }) => s.handle_plan_update(plan),
                 Some(SchedCommand::Drain { reply }) => drains.push((tag, reply)),
                 Some(SchedCommand::Stats { reply }) => {
-                    let mut disk_queues: Vec<_> =
-                        self.workers.keys().map(|d| (*d, s.disk_queue_len(*d))).collect();
-                    disk_queues.sort_unstable();
+                    let mut disks: Vec<_> = self
+                        .workers
+                        .iter()
+                        .map(|(d, w)| {
+                            let r = disk_reads.get(d).copied().unwrap_or_default();
+                            DiskSnapshot {
+                                disk: *d,
+                                queue: s.disk_queue_len(*d),
+                                reads: r.reads,
+                                read_bytes: r.bytes,
+                                io: w.stats(),
+                            }
+                        })
+                        .collect();
+                    disks.sort_unstable_by_key(|d| d.disk);
                     let adm = s.admission();
                     let utilisation =
                         adm.disks().filter_map(|d| adm.utilisation(d).map(|u| (d, u))).collect();
                     let _ = reply.send(SchedSnapshot {
                         stats: s.stats(),
                         streams: s.stream_count(),
-                        disk_queues,
+                        disks,
                         cache_bytes: s.cache().used().0,
                         last_cycle,
                         utilisation,
                         per_stream: s.streams_stats().collect(),
+                        rejects_by_reason: admissions.rejects_by_reason(),
+                        admission_policy: adm.config().policy.as_str(),
                     });
+                }
+                Some(SchedCommand::Admissions { limit, reply }) => {
+                    let _ = reply.send(admissions.latest(limit));
                 }
                 Some(SchedCommand::Shutdown) => break,
                 None => {}
