@@ -961,7 +961,10 @@ mod tests {
             Refusal::DuplicateStream.kind(),
             Refusal::Bandwidth(Overload { policy: AdmissionPolicy::Off, disks: Vec::new() }).kind(),
         ];
-        assert_eq!(kinds, ["no_profile", "no_disks", "too_many_streams", "duplicate_stream", "bandwidth"]);
+        assert_eq!(
+            kinds,
+            ["no_profile", "no_disks", "too_many_streams", "duplicate_stream", "bandwidth"]
+        );
         assert!(kinds.iter().all(|k| Refusal::KINDS.contains(k)));
     }
 }

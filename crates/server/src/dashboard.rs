@@ -28,7 +28,10 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
             "/dashboard/app.js",
             get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }),
         )
-        .route("/dashboard/style.css", get(|| async { asset("text/css; charset=utf-8", STYLE_CSS) }))
+        .route(
+            "/dashboard/style.css",
+            get(|| async { asset("text/css; charset=utf-8", STYLE_CSS) }),
+        )
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> impl IntoResponse {
@@ -44,7 +47,10 @@ mod tests {
         assert!(INDEX_HTML.contains("/dashboard/app.js"));
         assert!(INDEX_HTML.contains("/dashboard/style.css"));
         for text in [INDEX_HTML, APP_JS, STYLE_CSS] {
-            assert!(!text.contains("http://") && !text.contains("https://"), "no network at run time");
+            assert!(
+                !text.contains("http://") && !text.contains("https://"),
+                "no network at run time"
+            );
         }
         assert!(APP_JS.contains("/api/v1/overview"));
     }

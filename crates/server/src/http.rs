@@ -167,7 +167,7 @@ async fn gather(s: &ApiState) -> Result<Gathered, ApiError> {
             session.bytes_sent = p.bytes;
         }
     }
-    sessions.sort_by(|a, b| a.stream.cmp(&b.stream));
+    sessions.sort_by_key(|s| s.stream);
     Ok(Gathered {
         sched,
         send,
@@ -222,7 +222,11 @@ struct DiskJson {
 }
 
 /// Every disk of the store with the scheduler's counters; `usage` adds the block counts.
-fn disk_list(s: &ApiState, sched: &SchedSnapshot, usage: Option<&HashMap<u16, u64>>) -> Vec<DiskJson> {
+fn disk_list(
+    s: &ApiState,
+    sched: &SchedSnapshot,
+    usage: Option<&HashMap<u16, u64>>,
+) -> Vec<DiskJson> {
     s.store
         .meta()
         .disks
@@ -391,9 +395,15 @@ struct AdmissionJson {
     decisions: Vec<AdmissionEntry>,
 }
 
-async fn admission_json(s: &ApiState, sched: &SchedSnapshot, limit: usize) -> Result<AdmissionJson, ApiError> {
+async fn admission_json(
+    s: &ApiState,
+    sched: &SchedSnapshot,
+    limit: usize,
+) -> Result<AdmissionJson, ApiError> {
     let (tx, rx) = oneshot::channel();
-    s.sched.send(SchedCommand::Admissions { limit, reply: tx }).map_err(|_| ApiError::unavailable())?;
+    s.sched
+        .send(SchedCommand::Admissions { limit, reply: tx })
+        .map_err(|_| ApiError::unavailable())?;
     let decisions = rx.await.map_err(|_| ApiError::unavailable())?;
     Ok(AdmissionJson {
         policy: sched.admission_policy,
@@ -496,7 +506,9 @@ async fn overview(
 ) -> Result<Json<Overview>, ApiError> {
     if let Some(v) = query.get("after") {
         let after: u64 = v.parse().map_err(|_| {
-            ApiError::bad_request(format!("after must be milliseconds since the Unix epoch, not {v:?}"))
+            ApiError::bad_request(format!(
+                "after must be milliseconds since the Unix epoch, not {v:?}"
+            ))
         })?;
         let wait = Duration::from_millis(after.saturating_sub(unix_ms()));
         tokio::time::sleep(wait.min(MAX_OVERVIEW_WAIT)).await;
@@ -568,7 +580,8 @@ async fn remove_disk(
     State(s): State<ApiState>,
     id: Result<Path<u16>, PathRejection>,
 ) -> Result<Response, ApiError> {
-    let Path(id) = id.map_err(|_| ApiError::bad_request("a disk id is a number from 0 to 65535"))?;
+    let Path(id) =
+        id.map_err(|_| ApiError::bad_request("a disk id is a number from 0 to 65535"))?;
     let (tx, rx) = oneshot::channel();
     if s.reorg.send(ReorgCommand::RemoveDisk { id: DiskId(id), reply: tx }).is_err() {
         return Err(ApiError::unavailable());

@@ -117,7 +117,12 @@ pub(crate) fn render(g: &Gathered) -> String {
         "RTP payload bytes sent.",
         send.pacer.payload_bytes as f64,
     );
-    e.single("send_errors_total", Counter, "Datagrams the kernel refused.", send.send_errors as f64);
+    e.single(
+        "send_errors_total",
+        Counter,
+        "Datagrams the kernel refused.",
+        send.send_errors as f64,
+    );
     e.single("sendmmsg_calls_total", Counter, "sendmmsg calls.", send.syscalls as f64);
     e.single(
         "underruns_total",
@@ -200,12 +205,7 @@ pub(crate) fn render(g: &Gathered) -> String {
         "Request body bytes accepted by recordings.",
         rec.bytes as f64,
     );
-    e.single(
-        "recordings_committed_total",
-        Counter,
-        "Recordings committed.",
-        rec.committed as f64,
-    );
+    e.single("recordings_committed_total", Counter, "Recordings committed.", rec.committed as f64);
     e.single(
         "recordings_failed_total",
         Counter,
@@ -291,7 +291,11 @@ pub(crate) fn render(g: &Gathered) -> String {
          nrt: reorganisation).",
     );
     for (d, id) in disks.iter().zip(&ids) {
-        e.sample("disk_busy_seconds_total", &[("disk", id), ("class", "rt")], d.io.rt_busy.as_secs_f64());
+        e.sample(
+            "disk_busy_seconds_total",
+            &[("disk", id), ("class", "rt")],
+            d.io.rt_busy.as_secs_f64(),
+        );
         e.sample(
             "disk_busy_seconds_total",
             &[("disk", id), ("class", "nrt")],
@@ -342,8 +346,11 @@ mod tests {
         }
     }
 
+    /// A sample's labels, unescaped, in order.
+    type Labels = Vec<(String, String)>;
+
     /// `{k="v",…}` at the start of `s`: the labels (unescaped) and the rest of the line.
-    fn parse_labels(s: &str) -> Result<(Vec<(String, String)>, &str), String> {
+    fn parse_labels(s: &str) -> Result<(Labels, &str), String> {
         let mut labels = Vec::new();
         let mut rest = s.strip_prefix('{').ok_or("no {")?;
         loop {
@@ -478,8 +485,20 @@ mod tests {
         g.sched.stats.rejected = 3;
         g.sched.rejects_by_reason = vec![("bandwidth", 2), ("no_disks", 1)];
         g.sched.disks = vec![
-            DiskSnapshot { disk: DiskId(0), queue: 2, reads: 3, read_bytes: 3 << 20, ..Default::default() },
-            DiskSnapshot { disk: DiskId(1), queue: 0, reads: 0, read_bytes: 0, ..Default::default() },
+            DiskSnapshot {
+                disk: DiskId(0),
+                queue: 2,
+                reads: 3,
+                read_bytes: 3 << 20,
+                ..Default::default()
+            },
+            DiskSnapshot {
+                disk: DiskId(1),
+                queue: 0,
+                reads: 0,
+                read_bytes: 0,
+                ..Default::default()
+            },
         ];
         g.sched.disks[0].io.rt_busy = Duration::from_millis(1500);
         g.sched.utilisation = vec![(DiskId(0), 0.25), (DiskId(1), f64::NAN)];
@@ -556,11 +575,11 @@ mod tests {
     #[test]
     fn the_checker_rejects_malformed_text() {
         for bad in [
-            "isochron_x 1\n",                                           // no TYPE
-            "# TYPE isochron_x gauge\nisochron_x{a=\"1} 1\n",           // unterminated
-            "# TYPE isochron_x counter\nisochron_x 1\n",                // counter without _total
-            "# TYPE isochron_x gauge\nisochron_x one\n",                // bad value
-            "# TYPE isochron_x gauge\nisochron_x 1\nisochron_x 2\n",    // duplicate series
+            "isochron_x 1\n",                                                   // no TYPE
+            "# TYPE isochron_x gauge\nisochron_x{a=\"1} 1\n",                   // unterminated
+            "# TYPE isochron_x counter\nisochron_x 1\n", // counter without _total
+            "# TYPE isochron_x gauge\nisochron_x one\n", // bad value
+            "# TYPE isochron_x gauge\nisochron_x 1\nisochron_x 2\n", // duplicate series
             "# TYPE isochron_x gauge\n# TYPE isochron_y gauge\nisochron_x 1\n", // interleaved
         ] {
             assert!(parse(bad).is_err(), "accepted {bad:?}");

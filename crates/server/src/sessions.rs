@@ -436,10 +436,9 @@ impl Manager {
                 let entry = self.library.by_id(v.object());
                 let (transport, client) = match v.transport() {
                     SessionTransport::Udp { client_rtp, .. } => ("udp", client_rtp.to_string()),
-                    SessionTransport::Interleaved { conn, .. } => (
-                        "tcp",
-                        self.peers.get(conn).map_or_else(String::new, ToString::to_string),
-                    ),
+                    SessionTransport::Interleaved { conn, .. } => {
+                        ("tcp", self.peers.get(conn).map_or_else(String::new, ToString::to_string))
+                    }
                 };
                 SessionInfo {
                     id: v.id().to_string(),

@@ -6,6 +6,7 @@
 const POLL_MS = 1000;
 const MIN_GAP_MS = 200; // between an answer and the next request (the server does the pacing)
 const WINDOW_S = 60;
+const SMOOTH_S = 5; // disk and cache rates: mean over the last 5 s
 const COLORS = ["#4fb3ff", "#3ecf8e", "#f5b942", "#ff6b6b", "#b18cff", "#ff9f5a", "#5ee0e0", "#e879c6"];
 
 const params = new URLSearchParams(location.search);
@@ -14,7 +15,7 @@ const reportUrl = params.get("report");
 const state = {
   updates: 0,
   prev: null,        // the previous overview
-  history: [],       // [{t, nodes:{id:Mb/s}, disks:{id:MiB/s}, fromDisk, fromCache}]
+  history: [],       // [{t, nodes:{name:bytes sent}, disks:{name:bytes read}, cache:{B_disk, B_cache}}]
   sessionRate: {},   // session id -> bit/s
 };
 
@@ -96,27 +97,18 @@ function rate(now, prev, get) {
   return d < 0 ? null : d / dt; // a counter that went down: the server restarted
 }
 
+// Each poll adds the counters the charts need; rates are computed when drawing, over a trailing
+// window of SMOOTH_S seconds (disks read whole blocks, so one-second rates are spiky).
 function record(o) {
   const p = state.prev;
-  const sample = { t: o.time_unix_ms / 1000, nodes: {}, disks: {}, fromDisk: null, fromCache: null };
-  for (const n of o.nodes) {
-    const r = rate(o, p, (x) => (x.nodes.find((m) => m.id === n.id) || { payload_bytes_sent: NaN }).payload_bytes_sent);
-    sample.nodes[n.name] = r === null || isNaN(r) ? null : (r * 8) / 1e6;
-  }
-  for (const d of o.disks) {
-    if (d.state === "retired") continue;
-    const r = rate(o, p, (x) => (x.disks.find((m) => m.id === d.id) || { read_bytes: NaN }).read_bytes);
-    sample.disks["disk " + d.id] = r === null || isNaN(r) ? null : r / 1048576;
-  }
-  const fd = rate(o, p, (x) => x.totals.disk_bytes);
-  const fc = rate(o, p, (x) => x.totals.cache_bytes);
-  sample.fromDisk = fd === null ? null : fd / 1048576;
-  sample.fromCache = fc === null ? null : fc / 1048576;
-  if (p) {
-    const last = state.history[state.history.length - 1];
-    if (!last || sample.t > last.t) state.history.push(sample);
-  }
-  const cutoff = sample.t - WINDOW_S - 2;
+  const sample = { t: o.time_unix_ms / 1000, nodes: {}, disks: {}, cache: {} };
+  for (const n of o.nodes) sample.nodes[n.name] = n.payload_bytes_sent;
+  for (const d of o.disks) if (d.state !== "retired") sample.disks["disk " + d.id] = d.read_bytes;
+  sample.cache["disk (B_disk)"] = o.totals.disk_bytes;
+  sample.cache["cache (B_cache)"] = o.totals.cache_bytes;
+  const last = state.history[state.history.length - 1];
+  if (!last || sample.t > last.t) state.history.push(sample);
+  const cutoff = sample.t - WINDOW_S - SMOOTH_S - 2;
   while (state.history.length && state.history[0].t < cutoff) state.history.shift();
 
   const prevSessions = {};
@@ -130,15 +122,31 @@ function record(o) {
   state.sessionRate = rates;
 }
 
+// The rate of counter `name` of group `key` at history index i, per second, over the trailing
+// window; null without an earlier sample or across a counter reset.
+function windowRate(key, name, i, windowS) {
+  const h = state.history, now = h[i];
+  if (now[key][name] === undefined) return null;
+  let j = i;
+  while (j > 0 && now.t - h[j - 1].t <= windowS + 0.25 && h[j - 1][key][name] !== undefined) j--;
+  if (j === i) return null;
+  const d = now[key][name] - h[j][key][name];
+  return d < 0 ? null : d / (now.t - h[j].t);
+}
+
 // ---- charts ----
 
-function series(key) {
+// One line per counter of group `key`, as rates times `scale`.
+function series(key, scale, windowS, colors) {
   const names = new Set();
   for (const h of state.history) for (const k of Object.keys(h[key])) names.add(k);
-  return [...names].sort().map((name, i) => ({
+  return [...names].sort().map((name, n) => ({
     name,
-    color: COLORS[i % COLORS.length],
-    points: state.history.map((h) => [h.t, h[key][name] === undefined ? null : h[key][name]]),
+    color: (colors || COLORS)[n % (colors || COLORS).length],
+    points: state.history.map((h, i) => {
+      const r = windowRate(key, name, i, windowS);
+      return [h.t, r === null ? null : r * scale];
+    }),
   }));
 }
 
@@ -237,9 +245,9 @@ function render(o) {
   setText("t-packets", fmtInt(t.packets_sent) + " pkts", t.packets_sent);
   const pps = rate(o, p, (x) => x.totals.packets_sent);
   setText("t-bytes", fmtBytes(t.payload_bytes_sent) + (pps === null ? "" : " · " + fmtInt(pps) + " pkt/s"), t.payload_bytes_sent);
-  const diskRate = rate(o, p, (x) => x.totals.disk_bytes);
+  const diskRate = windowRate("cache", "disk (B_disk)", state.history.length - 1, SMOOTH_S);
   setText("t-disk-rate", diskRate === null ? "—" : fmtMiBs(diskRate), diskRate === null ? 0 : Math.round(diskRate));
-  setText("t-disk-bytes", fmtBytes(t.disk_bytes) + " total", t.disk_bytes);
+  setText("t-disk-bytes", "5 s mean · " + fmtBytes(t.disk_bytes) + " total", t.disk_bytes);
   const served = t.disk_bytes + t.cache_bytes;
   const ratio = served > 0 ? t.cache_bytes / served : 0;
   setText("t-cache-ratio", served > 0 ? fmtPct(ratio) : "—", ratio.toFixed(4));
@@ -334,13 +342,10 @@ function render(o) {
 }
 
 function drawCharts() {
-  drawChart($("chart-nodes"), series("nodes"), "Mb/s", "legend-nodes");
-  drawChart($("chart-disks"), series("disks"), "MiB/s", "legend-disks");
-  const cacheLines = [
-    { name: "disk (B_disk)", color: COLORS[2], points: state.history.map((h) => [h.t, h.fromDisk]) },
-    { name: "cache (B_cache)", color: COLORS[1], points: state.history.map((h) => [h.t, h.fromCache]) },
-  ];
-  drawChart($("chart-cache"), cacheLines, "MiB/s", "legend-cache");
+  drawChart($("chart-nodes"), series("nodes", 8 / 1e6, 1), "Mb/s", "legend-nodes");
+  drawChart($("chart-disks"), series("disks", 1 / 1048576, SMOOTH_S), "MiB/s", "legend-disks");
+  const cacheColors = [COLORS[1], COLORS[2]];
+  drawChart($("chart-cache"), series("cache", 1 / 1048576, SMOOTH_S, cacheColors), "MiB/s", "legend-cache");
 }
 
 function report(o) {
