@@ -7,7 +7,8 @@
 //! delivered blocks to the sender thread and written blocks to their recorder. No lock guards
 //! the cache or the cycle state: only this thread sees them (moonfire-nvr's `IoCommand`
 //! pattern, rust-analyzer's closed event enum). It wakes at every cycle boundary
-//! ([`CycleScheduler::poll_timeout`]).
+//! ([`CycleScheduler::poll_timeout`]). Since every admission is decided here, this thread also
+//! keeps the [`AdmissionLog`] of recent decisions, and counts each disk's completed reads.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
