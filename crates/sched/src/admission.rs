@@ -273,6 +273,26 @@ pub enum Refusal {
     DuplicateStream,
 }
 
+impl Refusal {
+    /// Every [`Refusal::kind`], in name order.
+    pub const KINDS: [&'static str; 5] =
+        ["bandwidth", "duplicate_stream", "no_disks", "no_profile", "too_many_streams"];
+
+    /// A short, stable name for the kind of refusal (`bandwidth`, `no_profile`, `no_disks`,
+    /// `too_many_streams`, `duplicate_stream`): a metrics label and an API field, where the
+    /// [`Display`](fmt::Display) text carries the numbers.
+    #[must_use]
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Bandwidth(_) => "bandwidth",
+            Self::NoProfile { .. } => "no_profile",
+            Self::NoDisks => "no_disks",
+            Self::TooManyStreams { .. } => "too_many_streams",
+            Self::DuplicateStream => "duplicate_stream",
+        }
+    }
+}
+
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -930,5 +950,21 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn refusal_kinds_are_stable_labels() {
+        let kinds = [
+            Refusal::NoProfile { disk: DiskId(1) }.kind(),
+            Refusal::NoDisks.kind(),
+            Refusal::TooManyStreams { limit: 3 }.kind(),
+            Refusal::DuplicateStream.kind(),
+            Refusal::Bandwidth(Overload { policy: AdmissionPolicy::Off, disks: Vec::new() }).kind(),
+        ];
+        assert_eq!(
+            kinds,
+            ["no_profile", "no_disks", "too_many_streams", "duplicate_stream", "bandwidth"]
+        );
+        assert!(kinds.iter().all(|k| Refusal::KINDS.contains(k)));
     }
 }

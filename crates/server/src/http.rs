@@ -1,19 +1,25 @@
-//! The HTTP API: health, objects, sessions, disks, recording and Prometheus metrics.
+//! The HTTP API: health, objects, sessions, disks, nodes, reorganisation, admission decisions,
+//! the dashboard's overview, recording, Prometheus metrics, and the dashboard itself.
 //!
-//! A small, versioned JSON API under `/api/v1/`, plus `/metrics` in the Prometheus text format.
-//! It reads state through the same command channels as everything else (the session manager, the
-//! scheduler and sender threads), so it never locks the streaming path. `PUT
-//! /api/v1/record/{name}?rate=…` records the request body as an object ([`crate::recorder`]).
+//! A small, versioned JSON API under `/api/v1/` (documented in `docs/API.md`), plus `/metrics` in
+//! the Prometheus text format ([`crate::metrics`]) and the live dashboard at `/`
+//! ([`crate::dashboard`]). It reads state through the same command channels as everything else
+//! (the session manager, the scheduler, sender and reorganiser), so it never locks the streaming
+//! path: one [`gather`] asks every owner at once and the handlers shape the answers. Errors are
+//! `{"error": "…"}` with a matching status. `PUT /api/v1/record/{name}?rate=…` records the request
+//! body as an object ([`crate::recorder`]).
 //! Media delivery (`/objects/…`, `/hls/…`, `/watch/…`) is [`crate::http_media`].
 
-use std::collections::HashMap;
-use std::fmt::Write as _;
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Body;
+use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::{StatusCode, header};
+use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{delete, get, put};
 use crossbeam_channel::Sender;
@@ -22,12 +28,28 @@ use isochron_diskio::Store;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::admission_log::{AdmissionEntry, DEFAULT_CAPACITY};
 use crate::library::{Library, ObjectSummary};
-use crate::recorder::{RecordError, RecordParams, Recorders};
+use crate::recorder::{RecordError, RecordParams, RecorderStats, Recorders};
 use crate::reorg::{ReorgCommand, ReorgStatus};
 use crate::sched_thread::{SchedCommand, SchedSnapshot};
 use crate::sender::{SenderCommand, SenderStats};
-use crate::sessions::SessionCommand;
+use crate::sessions::{SessionCommand, SessionInfo};
+
+/// What the API says about this server as a node: where it listens and since when.
+#[derive(Clone, Debug)]
+pub(crate) struct NodeIdentity {
+    /// RTSP listen address.
+    pub(crate) rtsp: SocketAddr,
+    /// HTTP listen address.
+    pub(crate) http: SocketAddr,
+    /// The RTP port (RTCP is the next one).
+    pub(crate) rtp_port: u16,
+    /// When the server started (for the uptime).
+    pub(crate) started: Instant,
+    /// The same, in milliseconds since the Unix epoch.
+    pub(crate) started_unix_ms: u64,
+}
 
 /// Handles the API needs.
 #[derive(Clone)]
@@ -40,6 +62,7 @@ pub(crate) struct ApiState {
     pub(crate) reorg: mpsc::UnboundedSender<ReorgCommand>,
     pub(crate) store: Arc<Store>,
     pub(crate) media: Arc<crate::http_media::MediaState>,
+    pub(crate) node: Arc<NodeIdentity>,
 }
 
 /// The router.
@@ -50,78 +73,485 @@ pub(crate) fn router(state: ApiState) -> Router {
         .route("/api/v1/sessions", get(sessions))
         .route("/api/v1/disks", get(disks).post(add_disk))
         .route("/api/v1/disks/{id}", delete(remove_disk))
+        .route("/api/v1/nodes", get(nodes))
+        .route("/api/v1/reorg", get(reorg))
+        .route("/api/v1/admission", get(admission))
+        .route("/api/v1/overview", get(overview))
         .route("/api/v1/record/{name}", put(record))
         .route("/metrics", get(metrics))
         .route("/objects/{name}", get(crate::http_media::object))
         .route("/hls/{name}/{file}", get(crate::http_media::hls))
         .route("/watch/{name}", get(crate::http_media::watch))
         .route("/assets/vendor/hls.light.min.js", get(crate::http_media::hls_js))
+        .merge(crate::dashboard::router())
+        .fallback(not_found)
         .with_state(state)
+}
+
+/// An API error: a status and `{"error": "…"}`.
+#[derive(Debug)]
+pub(crate) struct ApiError(StatusCode, String);
+
+impl ApiError {
+    /// `503`: an owner of the state has stopped (the server is shutting down).
+    fn unavailable() -> Self {
+        Self(StatusCode::SERVICE_UNAVAILABLE, "the server is shutting down".into())
+    }
+
+    /// `400` with `msg`.
+    fn bad_request(msg: impl Into<String>) -> Self {
+        Self(StatusCode::BAD_REQUEST, msg.into())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(serde_json::json!({ "error": self.1 }))).into_response()
+    }
+}
+
+/// Unknown paths: a JSON `404` under `/api/`, plain text elsewhere.
+async fn not_found(uri: Uri) -> Response {
+    if uri.path().starts_with("/api/") {
+        ApiError(StatusCode::NOT_FOUND, format!("no such endpoint: {}", uri.path())).into_response()
+    } else {
+        (StatusCode::NOT_FOUND, "not found\n").into_response()
+    }
+}
+
+/// One consistent-enough snapshot of the whole server, asked of every owner at once.
+#[derive(Debug, Default)]
+pub(crate) struct Gathered {
+    /// The scheduler thread's counters, per disk and per stream.
+    pub(crate) sched: SchedSnapshot,
+    /// The sender thread's counters.
+    pub(crate) send: SenderStats,
+    /// The RTSP sessions, with their scheduler and sender counters filled in.
+    pub(crate) sessions: Vec<SessionInfo>,
+    /// The reorganisation.
+    pub(crate) reorg: ReorgStatus,
+    /// The recordings.
+    pub(crate) recordings: RecorderStats,
+    /// Playable objects.
+    pub(crate) objects: usize,
+    /// Seconds since the server started.
+    pub(crate) uptime_s: f64,
+}
+
+/// Asks the session manager, the scheduler, the sender and the reorganiser for their state.
+async fn gather(s: &ApiState) -> Result<Gathered, ApiError> {
+    let (ltx, lrx) = oneshot::channel();
+    let (stx, srx) = oneshot::channel::<SchedSnapshot>();
+    let (ptx, prx) = oneshot::channel::<SenderStats>();
+    let (gtx, grx) = oneshot::channel();
+    let (rtx, rrx) = oneshot::channel();
+    let sent = s.sessions.send(SessionCommand::List { reply: ltx }).is_ok()
+        && s.sched.send(SchedCommand::Stats { reply: stx }).is_ok()
+        && s.sender.send(SenderCommand::Stats { reply: ptx }).is_ok()
+        && s.sender.send(SenderCommand::Progress { reply: gtx }).is_ok()
+        && s.reorg.send(ReorgCommand::Status { reply: rtx }).is_ok();
+    if !sent {
+        return Err(ApiError::unavailable());
+    }
+    let (Ok(mut sessions), Ok(sched), Ok(send), Ok(progress), Ok(reorg)) =
+        (lrx.await, srx.await, prx.await, grx.await, rrx.await)
+    else {
+        return Err(ApiError::unavailable());
+    };
+    let progress: HashMap<u64, _> = progress.into_iter().map(|p| (p.stream.0, p)).collect();
+    for session in &mut sessions {
+        if let Some(st) = sched.per_stream.get(&StreamId(session.stream)) {
+            session.missed_deadlines = st.missed;
+            session.blocks_delivered = st.delivered;
+        }
+        if let Some(p) = progress.get(&session.stream) {
+            if p.playing || p.packets > 0 {
+                session.position_s = p.position.as_secs_f64();
+            }
+            session.pace = p.pace.as_f64();
+            session.packets_sent = p.packets;
+            session.bytes_sent = p.bytes;
+        }
+    }
+    sessions.sort_by_key(|s| s.stream);
+    Ok(Gathered {
+        sched,
+        send,
+        sessions,
+        reorg,
+        recordings: s.recorders.stats(),
+        objects: s.library.list().len(),
+        uptime_s: s.node.started.elapsed().as_secs_f64(),
+    })
 }
 
 async fn objects(State(s): State<ApiState>) -> Json<Vec<ObjectSummary>> {
     Json(s.library.list().iter().map(|e| ObjectSummary::from(&e.record)).collect())
 }
 
-async fn sessions(State(s): State<ApiState>) -> impl IntoResponse {
-    let (tx, rx) = oneshot::channel();
-    let (stx, srx) = oneshot::channel::<SchedSnapshot>();
-    if s.sessions.send(SessionCommand::List { reply: tx }).is_err()
-        || s.sched.send(SchedCommand::Stats { reply: stx }).is_err()
-    {
-        return StatusCode::SERVICE_UNAVAILABLE.into_response();
-    }
-    let (Ok(mut list), Ok(sched)) = (rx.await, srx.await) else {
-        return StatusCode::SERVICE_UNAVAILABLE.into_response();
-    };
-    for session in &mut list {
-        if let Some(st) = sched.per_stream.get(&StreamId(session.stream)) {
-            session.missed_deadlines = st.missed;
-            session.blocks_delivered = st.delivered;
-        }
-    }
-    Json(list).into_response()
+/// `GET /api/v1/sessions`: every RTSP session with its scheduler and sender counters.
+async fn sessions(State(s): State<ApiState>) -> Result<Json<Vec<SessionInfo>>, ApiError> {
+    Ok(Json(gather(&s).await?.sessions))
 }
 
-/// One disk in `GET /api/v1/disks`.
-#[derive(Serialize)]
+/// One disk in `GET /api/v1/disks`, `/api/v1/nodes` and the overview.
+#[derive(Clone, Debug, Serialize)]
 struct DiskJson {
+    /// The disk's id.
     id: u16,
+    /// Its directory.
     path: String,
-    blocks: u64,
+    /// Block files on it (`GET /api/v1/disks` only: counting them reads the directory).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    blocks: Option<u64>,
+    /// `active`, `joining`, `draining` or `retired`.
     state: String,
+    /// The emulation model, for an emulated disk.
     #[serde(skip_serializing_if = "Option::is_none")]
     model: Option<String>,
+    /// Real-time IOs queued or in flight now.
+    queue: usize,
+    /// Real-time block reads completed (counter).
+    reads: u64,
+    /// Bytes of those reads (counter; the dashboard derives the read bandwidth from it).
+    read_bytes: u64,
+    /// Bytes of reorganisation copies read or written on it (counter).
+    nrt_bytes: u64,
+    /// Seconds its IO thread has spent on real-time IO (counter).
+    rt_busy_s: f64,
+    /// Seconds its IO thread has spent on reorganisation copies (counter).
+    nrt_busy_s: f64,
+    /// Failed IOs (counter).
+    errors: u64,
+    /// Admission's predicted share of its real-time cycle time in use, 0..1 (`null`: unknown).
+    utilisation: Option<f64>,
 }
 
-/// `GET /api/v1/disks`: `{"disks":[{"id","path","blocks","state"}],"reorganisation":{…}}`.
-async fn disks(State(s): State<ApiState>) -> impl IntoResponse {
+/// Every disk of the store with the scheduler's counters; `usage` adds the block counts.
+fn disk_list(
+    s: &ApiState,
+    sched: &SchedSnapshot,
+    usage: Option<&HashMap<u16, u64>>,
+) -> Vec<DiskJson> {
+    s.store
+        .meta()
+        .disks
+        .into_iter()
+        .map(|rec| {
+            let snap = sched.disks.iter().find(|d| d.disk == rec.id).copied().unwrap_or_default();
+            let util = sched.utilisation.iter().find(|(d, _)| *d == rec.id).map(|(_, u)| *u);
+            DiskJson {
+                id: rec.id.0,
+                path: rec.path.display().to_string(),
+                blocks: usage.map(|u| u.get(&rec.id.0).copied().unwrap_or(0)),
+                state: format!("{:?}", rec.state).to_lowercase(),
+                model: rec.model.map(|m| m.to_string()),
+                queue: snap.queue,
+                reads: snap.reads,
+                read_bytes: snap.read_bytes,
+                nrt_bytes: snap.io.nrt_bytes,
+                rt_busy_s: snap.io.rt_busy.as_secs_f64(),
+                nrt_busy_s: snap.io.nrt_busy.as_secs_f64(),
+                errors: snap.io.errors,
+                utilisation: util.filter(|u| u.is_finite()),
+            }
+        })
+        .collect()
+}
+
+/// `GET /api/v1/disks`: `{"disks":[…],"reorganisation":{…}}` (the CLI's `disk list --server`).
+async fn disks(State(s): State<ApiState>) -> Result<Response, ApiError> {
     let store = Arc::clone(&s.store);
     let usage = match tokio::task::spawn_blocking(move || store.disk_usage()).await {
         Ok(Ok(u)) => u,
-        Ok(Err(e)) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
-        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+        Ok(Err(e)) => return Err(ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+        Err(e) => return Err(ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
     };
-    let Some(reorg) = reorg_status(&s).await else {
-        return StatusCode::SERVICE_UNAVAILABLE.into_response();
-    };
-    let disks: Vec<DiskJson> = usage
-        .into_iter()
-        .map(|(rec, u)| DiskJson {
-            id: rec.id.0,
-            path: rec.path.display().to_string(),
-            blocks: u.blocks,
-            state: format!("{:?}", rec.state).to_lowercase(),
-            model: rec.model.map(|m| m.to_string()),
-        })
-        .collect();
-    Json(serde_json::json!({ "disks": disks, "reorganisation": reorg })).into_response()
+    let usage: HashMap<u16, u64> = usage.into_iter().map(|(r, u)| (r.id.0, u.blocks)).collect();
+    let g = gather(&s).await?;
+    let disks = disk_list(&s, &g.sched, Some(&usage));
+    Ok(Json(serde_json::json!({ "disks": disks, "reorganisation": reorg_json(&g.reorg) }))
+        .into_response())
 }
 
-async fn reorg_status(s: &ApiState) -> Option<ReorgStatus> {
+/// The reorganisation as the API shows it.
+#[derive(Clone, Debug, Serialize)]
+struct ReorgJson {
+    #[serde(flatten)]
+    status: ReorgStatus,
+    /// Blocks still to copy.
+    remaining: u64,
+    /// `moved / total`, 0..1 (1 when there is nothing to move).
+    fraction: f64,
+}
+
+fn reorg_json(r: &ReorgStatus) -> ReorgJson {
+    let fraction = if r.total == 0 { 1.0 } else { r.moved as f64 / r.total as f64 };
+    ReorgJson { status: r.clone(), remaining: r.total.saturating_sub(r.moved), fraction }
+}
+
+/// `GET /api/v1/reorg`: the reorganisation's state and progress.
+async fn reorg(State(s): State<ApiState>) -> Result<Json<ReorgJson>, ApiError> {
     let (tx, rx) = oneshot::channel();
-    s.reorg.send(ReorgCommand::Status { reply: tx }).ok()?;
-    rx.await.ok()
+    s.reorg.send(ReorgCommand::Status { reply: tx }).map_err(|_| ApiError::unavailable())?;
+    let status = rx.await.map_err(|_| ApiError::unavailable())?;
+    Ok(Json(reorg_json(&status)))
+}
+
+/// A node of the deployment (today: this server) in `GET /api/v1/nodes` and the overview.
+#[derive(Clone, Debug, Serialize)]
+struct NodeJson {
+    /// The node's id (0: a single server).
+    id: u32,
+    /// A display name, `isochron@ADDR`.
+    name: String,
+    /// The server's version.
+    version: &'static str,
+    /// RTSP listen address.
+    rtsp: String,
+    /// HTTP listen address.
+    http: String,
+    /// The RTP port (RTCP is the next one).
+    rtp_port: u16,
+    /// When the node started, milliseconds since the Unix epoch.
+    started_unix_ms: u64,
+    /// Seconds since it started.
+    uptime_s: f64,
+    /// Its disks (ids), retired ones excluded.
+    disks: Vec<u16>,
+    /// RTSP sessions.
+    sessions: usize,
+    /// Streams admitted by the scheduler (playing and recording).
+    streams: usize,
+    /// The admission policy.
+    admission_policy: &'static str,
+    /// Sum of the mean bit rates of the sessions playing now, bit/s (the bandwidth it has
+    /// committed to).
+    playing_bitrate_bps: u64,
+    /// RTP payload bytes sent (counter; the dashboard derives the send bandwidth from it).
+    payload_bytes_sent: u64,
+    /// RTP packets sent (counter).
+    packets_sent: u64,
+    /// Bytes read from its disks by real-time reads (counter; the disk bandwidth).
+    disk_read_bytes: u64,
+}
+
+fn node_json(s: &ApiState, g: &Gathered) -> NodeJson {
+    let n = &s.node;
+    let mut host = n.rtsp;
+    if host.ip().is_unspecified() {
+        host.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    let disks = s
+        .store
+        .meta()
+        .disks
+        .iter()
+        .filter(|d| d.state != isochron_store::catalog::DiskState::Retired)
+        .map(|d| d.id.0)
+        .collect();
+    NodeJson {
+        id: 0,
+        name: format!("isochron@{host}"),
+        version: env!("CARGO_PKG_VERSION"),
+        rtsp: n.rtsp.to_string(),
+        http: n.http.to_string(),
+        rtp_port: n.rtp_port,
+        started_unix_ms: n.started_unix_ms,
+        uptime_s: g.uptime_s,
+        disks,
+        sessions: g.sessions.len(),
+        streams: g.sched.streams,
+        admission_policy: g.sched.admission_policy,
+        playing_bitrate_bps: g
+            .sessions
+            .iter()
+            .filter(|x| x.state == "playing")
+            .map(|x| x.bitrate_bps)
+            .sum(),
+        payload_bytes_sent: g.send.pacer.payload_bytes,
+        packets_sent: g.send.pacer.packets,
+        disk_read_bytes: g.sched.disks.iter().map(|d| d.read_bytes).sum(),
+    }
+}
+
+/// `GET /api/v1/nodes`: the nodes serving (an array; one entry for a single server).
+async fn nodes(State(s): State<ApiState>) -> Result<Json<Vec<NodeJson>>, ApiError> {
+    let g = gather(&s).await?;
+    Ok(Json(vec![node_json(&s, &g)]))
+}
+
+/// Now, in milliseconds since the Unix epoch.
+fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Admission's counters and recent decisions.
+#[derive(Clone, Debug, Serialize)]
+struct AdmissionJson {
+    /// The policy.
+    policy: &'static str,
+    /// Streams admitted since start (counter).
+    accepts_total: u64,
+    /// Streams refused since start (counter).
+    rejects_total: u64,
+    /// Refusals since start by kind.
+    rejects_by_reason: BTreeMap<&'static str, u64>,
+    /// The latest decisions, newest first.
+    decisions: Vec<AdmissionEntry>,
+}
+
+async fn admission_json(
+    s: &ApiState,
+    sched: &SchedSnapshot,
+    limit: usize,
+) -> Result<AdmissionJson, ApiError> {
+    let (tx, rx) = oneshot::channel();
+    s.sched
+        .send(SchedCommand::Admissions { limit, reply: tx })
+        .map_err(|_| ApiError::unavailable())?;
+    let decisions = rx.await.map_err(|_| ApiError::unavailable())?;
+    Ok(AdmissionJson {
+        policy: sched.admission_policy,
+        accepts_total: sched.stats.admitted,
+        rejects_total: sched.stats.rejected,
+        rejects_by_reason: sched.rejects_by_reason.iter().copied().collect(),
+        decisions,
+    })
+}
+
+/// `GET /api/v1/admission[?limit=N]`: the last `N` (default and at most 256) admission decisions.
+async fn admission(
+    State(s): State<ApiState>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<AdmissionJson>, ApiError> {
+    let limit = match query.get("limit") {
+        None => DEFAULT_CAPACITY,
+        Some(v) => v.parse::<usize>().map_err(|_| {
+            ApiError::bad_request(format!("limit must be a number of decisions, not {v:?}"))
+        })?,
+    };
+    let (stx, srx) = oneshot::channel();
+    s.sched.send(SchedCommand::Stats { reply: stx }).map_err(|_| ApiError::unavailable())?;
+    let sched = srx.await.map_err(|_| ApiError::unavailable())?;
+    Ok(Json(admission_json(&s, &sched, limit.min(DEFAULT_CAPACITY)).await?))
+}
+
+/// Server-wide counters and gauges in the overview.
+#[derive(Clone, Debug, Serialize)]
+struct Totals {
+    /// RTSP sessions.
+    sessions: usize,
+    /// Sessions playing.
+    playing: usize,
+    /// Streams admitted by the scheduler.
+    streams: usize,
+    /// Playable objects.
+    objects: usize,
+    /// Recordings in progress.
+    recordings: usize,
+    /// RTP packets sent (counter).
+    packets_sent: u64,
+    /// RTP payload bytes sent (counter).
+    payload_bytes_sent: u64,
+    /// Block bytes delivered from disk reads, Yima's `B_disk` (counter).
+    disk_bytes: u64,
+    /// Block bytes delivered from the cache, Yima's `B_cache` (counter).
+    cache_bytes: u64,
+    /// Block requests answered from the cache (counter).
+    cache_hits: u64,
+    /// Block requests that needed a disk read (counter).
+    cache_misses: u64,
+    /// Block requests that joined a read in flight (counter).
+    cache_coalesced: u64,
+    /// Bytes held by the block cache now.
+    cache_used_bytes: u64,
+    /// Blocks not in memory by their deadline (counter).
+    missed_deadlines: u64,
+    /// Block reads finished after their deadline (counter).
+    late_reads: u64,
+    /// Packets due whose block was not in memory (counter).
+    underruns: u64,
+    /// Datagrams the kernel refused (counter).
+    send_errors: u64,
+    /// Scheduler cycles ended (counter).
+    cycles: u64,
+    /// Largest delay of a packet past its send time so far, seconds.
+    packet_lateness_max_s: f64,
+}
+
+/// `GET /api/v1/overview`: everything the dashboard shows, in one request.
+#[derive(Clone, Debug, Serialize)]
+struct Overview {
+    /// When the snapshot was taken, milliseconds since the Unix epoch.
+    time_unix_ms: u64,
+    /// The nodes (one today).
+    nodes: Vec<NodeJson>,
+    /// Server-wide totals.
+    totals: Totals,
+    /// The sessions.
+    sessions: Vec<SessionInfo>,
+    /// The disks.
+    disks: Vec<DiskJson>,
+    /// Admission: counters and the latest 20 decisions.
+    admission: AdmissionJson,
+    /// The reorganisation.
+    reorg: ReorgJson,
+}
+
+/// The longest `GET /api/v1/overview?after=…` waits.
+const MAX_OVERVIEW_WAIT: Duration = Duration::from_secs(5);
+
+/// `GET /api/v1/overview[?after=MS]`. With `after` (milliseconds since the Unix epoch, typically
+/// the previous answer's `time_unix_ms` + 1000) the answer waits until then (at most 5 s): the
+/// server paces the polling, so samples are evenly spaced in its own time whatever the client's
+/// timers do (a background tab, a headless browser's virtual time).
+async fn overview(
+    State(s): State<ApiState>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<Overview>, ApiError> {
+    if let Some(v) = query.get("after") {
+        let after: u64 = v.parse().map_err(|_| {
+            ApiError::bad_request(format!(
+                "after must be milliseconds since the Unix epoch, not {v:?}"
+            ))
+        })?;
+        let wait = Duration::from_millis(after.saturating_sub(unix_ms()));
+        tokio::time::sleep(wait.min(MAX_OVERVIEW_WAIT)).await;
+    }
+    let g = gather(&s).await?;
+    let admission = admission_json(&s, &g.sched, 20).await?;
+    let (st, c, p) = (&g.sched.stats, g.sched.stats.cache, g.send.pacer);
+    let totals = Totals {
+        sessions: g.sessions.len(),
+        playing: g.sessions.iter().filter(|x| x.state == "playing").count(),
+        streams: g.sched.streams,
+        objects: g.objects,
+        recordings: g.recordings.active,
+        packets_sent: p.packets,
+        payload_bytes_sent: p.payload_bytes,
+        disk_bytes: c.bytes_from_disk,
+        cache_bytes: c.bytes_from_cache,
+        cache_hits: c.hits,
+        cache_misses: c.misses,
+        cache_coalesced: c.coalesced,
+        cache_used_bytes: g.sched.cache_bytes,
+        missed_deadlines: st.missed_deadlines,
+        late_reads: st.late_reads,
+        underruns: p.underruns,
+        send_errors: g.send.send_errors,
+        cycles: st.cycles,
+        packet_lateness_max_s: p.lateness_us_max as f64 / 1e6,
+    };
+    Ok(Json(Overview {
+        time_unix_ms: unix_ms(),
+        nodes: vec![node_json(&s, &g)],
+        totals,
+        disks: disk_list(&s, &g.sched, None),
+        admission,
+        reorg: reorg_json(&g.reorg),
+        sessions: g.sessions,
+    }))
 }
 
 /// The body of `POST /api/v1/disks`.
@@ -133,34 +563,41 @@ struct AddDisk {
 
 /// `POST /api/v1/disks` `{"spec": "PATH[,seek_ms=…,rate_mib_s=…]"}`: 202 with the new disk's id;
 /// the reorganisation runs in the background (follow it with `GET /api/v1/disks`).
-async fn add_disk(State(s): State<ApiState>, Json(body): Json<AddDisk>) -> impl IntoResponse {
+async fn add_disk(
+    State(s): State<ApiState>,
+    body: Result<Json<AddDisk>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(body) = body.map_err(|e| ApiError(e.status(), e.body_text()))?;
     let (tx, rx) = oneshot::channel();
     if s.reorg.send(ReorgCommand::AddDisk { spec: body.spec, reply: tx }).is_err() {
-        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+        return Err(ApiError::unavailable());
     }
     match rx.await {
         Ok(Ok(id)) => {
-            (StatusCode::ACCEPTED, Json(serde_json::json!({ "id": id.0 }))).into_response()
+            Ok((StatusCode::ACCEPTED, Json(serde_json::json!({ "id": id.0 }))).into_response())
         }
-        Ok(Err(e)) => {
-            (StatusCode::CONFLICT, Json(serde_json::json!({ "error": e }))).into_response()
-        }
-        Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+        Ok(Err(e)) => Err(ApiError(StatusCode::CONFLICT, e)),
+        Err(_) => Err(ApiError::unavailable()),
     }
 }
 
 /// `DELETE /api/v1/disks/{id}`: 202; the disk drains in the background and is then retired.
-async fn remove_disk(State(s): State<ApiState>, Path(id): Path<u16>) -> impl IntoResponse {
+async fn remove_disk(
+    State(s): State<ApiState>,
+    id: Result<Path<u16>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let Path(id) =
+        id.map_err(|_| ApiError::bad_request("a disk id is a number from 0 to 65535"))?;
     let (tx, rx) = oneshot::channel();
     if s.reorg.send(ReorgCommand::RemoveDisk { id: DiskId(id), reply: tx }).is_err() {
-        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+        return Err(ApiError::unavailable());
     }
     match rx.await {
-        Ok(Ok(())) => (StatusCode::ACCEPTED, Json(serde_json::json!({ "id": id }))).into_response(),
-        Ok(Err(e)) => {
-            (StatusCode::CONFLICT, Json(serde_json::json!({ "error": e }))).into_response()
+        Ok(Ok(())) => {
+            Ok((StatusCode::ACCEPTED, Json(serde_json::json!({ "id": id }))).into_response())
         }
-        Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+        Ok(Err(e)) => Err(ApiError(StatusCode::CONFLICT, e)),
+        Err(_) => Err(ApiError::unavailable()),
     }
 }
 
@@ -199,169 +636,9 @@ fn record_error(e: &RecordError) -> Response {
     (e.status(), Json(serde_json::json!({ "error": e.to_string() }))).into_response()
 }
 
-async fn metrics(State(s): State<ApiState>) -> impl IntoResponse {
-    let (stx, srx) = oneshot::channel::<SchedSnapshot>();
-    let (ptx, prx) = oneshot::channel::<SenderStats>();
-    let (ltx, lrx) = oneshot::channel();
-    let _ = s.sched.send(SchedCommand::Stats { reply: stx });
-    let _ = s.sender.send(SenderCommand::Stats { reply: ptx });
-    let _ = s.sessions.send(SessionCommand::List { reply: ltx });
-    let (Ok(sched), Ok(send), Ok(list)) = (srx.await, prx.await, lrx.await) else {
-        return StatusCode::SERVICE_UNAVAILABLE.into_response();
-    };
-    let reorg = reorg_status(&s).await.unwrap_or_default();
-    let mut out = String::new();
-    let mut metric = |name: &str, kind: &str, help: &str, value: f64| {
-        let _ = writeln!(out, "# HELP isochron_{name} {help}\n# TYPE isochron_{name} {kind}");
-        let _ = writeln!(out, "isochron_{name} {value}");
-    };
-    let c = sched.stats.cache;
-    metric("sessions", "gauge", "RTSP sessions.", list.len() as f64);
-    metric("streams", "gauge", "Streams admitted by the scheduler.", sched.streams as f64);
-    metric("objects", "gauge", "Playable objects.", s.library.list().len() as f64);
-    metric("packets_sent_total", "counter", "RTP packets sent.", send.pacer.packets as f64);
-    metric(
-        "payload_bytes_sent_total",
-        "counter",
-        "RTP payload bytes sent.",
-        send.pacer.payload_bytes as f64,
-    );
-    metric(
-        "send_errors_total",
-        "counter",
-        "Datagrams the kernel refused.",
-        send.send_errors as f64,
-    );
-    metric("sendmmsg_calls_total", "counter", "sendmmsg calls.", send.syscalls as f64);
-    metric(
-        "underruns_total",
-        "counter",
-        "Packets due whose block was not in memory.",
-        send.pacer.underruns as f64,
-    );
-    metric(
-        "pace_changes_total",
-        "counter",
-        "Changes of a stream's pace (MTFC rate requests, SET_PARAMETER x-isochron-rate).",
-        send.pacer.pace_changes as f64,
-    );
-    metric(
-        "packet_lateness_max_seconds",
-        "gauge",
-        "Largest delay of a packet past its send time.",
-        send.pacer.lateness_us_max as f64 / 1e6,
-    );
-    metric(
-        "disk_bytes_total",
-        "counter",
-        "Block bytes delivered from disk reads (Yima B_disk).",
-        c.bytes_from_disk as f64,
-    );
-    metric(
-        "cache_bytes_total",
-        "counter",
-        "Block bytes delivered from the cache (Yima B_cache).",
-        c.bytes_from_cache as f64,
-    );
-    metric("cache_used_bytes", "gauge", "Bytes held by the block cache.", sched.cache_bytes as f64);
-    let st = &sched.stats;
-    for (name, help, v) in [
-        ("reads_total", "Block reads issued.", st.reads),
-        ("writes_total", "Recording block writes issued.", st.writes),
-        ("late_reads_total", "Block reads finished after their deadline.", st.late_reads),
-        ("failed_reads_total", "Block reads that failed.", st.failed_reads),
-        ("missed_deadlines_total", "Blocks not in memory by their deadline.", st.missed_deadlines),
-        (
-            "missed_write_deadlines_total",
-            "Recorded blocks not on disk by their deadline.",
-            st.missed_write_deadlines,
-        ),
-        ("cycles_total", "Scheduler cycles ended.", st.cycles),
-        (
-            "cycles_with_misses_total",
-            "Cycles in which a deadline was missed.",
-            st.cycles_with_misses,
-        ),
-        ("admission_accepts_total", "Streams admitted.", st.admitted),
-        ("admission_rejects_total", "Streams rejected.", st.rejected),
-    ] {
-        metric(name, "counter", help, v as f64);
-    }
-    let h = sched.http;
-    for (name, help, v) in [
-        ("http_block_requests_total", "Blocks HTTP delivery asked the scheduler for.", h.requests),
-        (
-            "http_cache_hits_total",
-            "HTTP block requests answered from the block cache.",
-            h.cache_hits,
-        ),
-        (
-            "http_disk_reads_total",
-            "Non-real-time disk reads issued for HTTP delivery.",
-            h.disk_reads,
-        ),
-        ("http_failed_reads_total", "HTTP delivery's block reads that failed.", h.failed),
-        ("http_block_bytes_total", "Block bytes handed to HTTP responses.", h.bytes),
-    ] {
-        metric(name, "counter", help, v as f64);
-    }
-    metric(
-        "http_reads_in_flight",
-        "gauge",
-        "HTTP delivery's disk reads queued or in service.",
-        h.in_flight as f64,
-    );
-    let rec = s.recorders.stats();
-    metric("recordings", "gauge", "Recordings in progress.", rec.active as f64);
-    metric(
-        "recorded_bytes_total",
-        "counter",
-        "Request body bytes accepted by recordings.",
-        rec.bytes as f64,
-    );
-    metric("recordings_committed_total", "counter", "Recordings committed.", rec.committed as f64);
-    metric(
-        "recordings_failed_total",
-        "counter",
-        "Recordings that failed after admission (nothing committed).",
-        rec.failed as f64,
-    );
-    metric(
-        "reorg_running",
-        "gauge",
-        "1 while a disk reorganisation runs.",
-        f64::from(u8::from(reorg.state == "running")),
-    );
-    metric(
-        "reorg_moved_blocks",
-        "gauge",
-        "Blocks the current (or last) reorganisation has copied.",
-        reorg.moved as f64,
-    );
-    metric(
-        "reorg_total_blocks",
-        "gauge",
-        "Blocks the current (or last) reorganisation must copy.",
-        reorg.total as f64,
-    );
-    metric(
-        "reorg_moved_bytes",
-        "gauge",
-        "Bytes the current (or last) reorganisation has copied.",
-        reorg.bytes as f64,
-    );
-    let _ = writeln!(out, "# HELP isochron_disk_queue_depth Reads queued or in flight per disk.");
-    let _ = writeln!(out, "# TYPE isochron_disk_queue_depth gauge");
-    for (d, n) in &sched.disk_queues {
-        let _ = writeln!(out, "isochron_disk_queue_depth{{disk=\"{d}\"}} {n}");
-    }
-    let _ = writeln!(
-        out,
-        "# HELP isochron_disk_admitted_utilisation Predicted share of each disk's real-time cycle \
-         time in use by admitted streams, 0..1.\n# TYPE isochron_disk_admitted_utilisation gauge"
-    );
-    for (d, u) in &sched.utilisation {
-        let _ = writeln!(out, "isochron_disk_admitted_utilisation{{disk=\"{d}\"}} {u}");
-    }
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+/// `GET /metrics`: Prometheus text format 0.0.4 ([`crate::metrics`]).
+async fn metrics(State(s): State<ApiState>) -> Result<Response, ApiError> {
+    let g = gather(&s).await?;
+    let text = crate::metrics::render(&g);
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
 }

@@ -17,6 +17,7 @@
 //! thread owns pacing and transports, each IO thread owns its disk. Only this crate (with
 //! `loadgen` and the binary) knows tokio; the cores it drives never read a clock or do IO.
 
+pub mod admission_log;
 pub mod clock;
 pub mod config;
 pub mod library;
@@ -29,9 +30,11 @@ pub mod sched_thread;
 pub mod sender;
 pub mod sessions;
 
+mod dashboard;
 mod http;
 pub mod http_media;
 pub mod http_range;
+mod metrics;
 mod rtcp_rx;
 mod rtsp_conn;
 
@@ -192,6 +195,7 @@ impl RunningServer {
 
 /// Starts the server on an open store. Must run inside a tokio runtime.
 pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningServer> {
+    let started = (std::time::Instant::now(), std::time::SystemTime::now());
     let store = Arc::new(store);
     let clock = Clock::new();
     let library = Arc::new(Library::load(&store).context("reading the catalog")?);
@@ -370,6 +374,16 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
             reorg: reorg_tx.clone(),
             store: Arc::clone(&store),
             media: Arc::new(http_media::MediaState::new(settings.hls_segment)),
+            node: Arc::new(http::NodeIdentity {
+                rtsp: rtsp_addr,
+                http: listener.local_addr()?,
+                rtp_port,
+                started: started.0,
+                started_unix_ms: started
+                    .1
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64),
+            }),
         });
         tasks.push(tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {

@@ -159,6 +159,23 @@ pub struct PacerStats {
     pub pace_changes: u64,
 }
 
+/// One stream's progress, for the API ([`Pacer::progress`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamProgress {
+    /// The stream.
+    pub stream: StreamId,
+    /// Whether it is sending (played and not paused or ended).
+    pub playing: bool,
+    /// Media time of the last packet sent, or of the run's start before its first packet.
+    pub position: MediaTime,
+    /// Its pace.
+    pub pace: Pace,
+    /// RTP packets sent since it was added (every run).
+    pub packets: u64,
+    /// RTP payload bytes sent since it was added.
+    pub bytes: u64,
+}
+
 #[derive(Debug)]
 struct Paced<B> {
     setup: StreamSetup,
@@ -175,6 +192,10 @@ struct Paced<B> {
     scheduled: bool,
     packets: u32,
     octets: u32,
+    /// Packets and payload bytes sent since the stream was added (the API's; `packets` and
+    /// `octets` are the SR's 32-bit counts).
+    sent_packets: u64,
+    sent_bytes: u64,
     next_sr: Option<Instant>,
     last_sent: Option<Position>,
     next_seq: u16,
@@ -226,6 +247,8 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 scheduled: false,
                 packets: 0,
                 octets: 0,
+                sent_packets: 0,
+                sent_bytes: 0,
                 next_sr: None,
                 last_sent: None,
                 next_seq: setup.seq_offset,
@@ -412,6 +435,18 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         self.streams.len()
     }
 
+    /// Every registered stream's progress, in no particular order.
+    pub fn progress(&self) -> impl Iterator<Item = StreamProgress> + '_ {
+        self.streams.values().map(|s| StreamProgress {
+            stream: s.setup.stream,
+            playing: s.playing,
+            position: s.last_sent.map_or(s.start.time, |p| p.time),
+            pace: s.pace,
+            packets: s.sent_packets,
+            bytes: s.sent_bytes,
+        })
+    }
+
     fn position(s: &Paced<B>) -> Position {
         match (s.blocks.front(), s.cursor) {
             (Some((_, b)), Some(c)) if c < b.packet_count() => {
@@ -463,6 +498,8 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         };
         s.packets = s.packets.wrapping_add(1);
         s.octets = s.octets.wrapping_add(len as u32);
+        s.sent_packets += 1;
+        s.sent_bytes += len;
         s.last_sent = Some(Position { gsn, time });
         s.next_seq = rtp_seq(s.setup.seq_offset, gsn).wrapping_add(1);
         let late = now.saturating_duration_since(due).as_micros() as u64;
@@ -617,6 +654,29 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn progress_counts_packets_and_bytes_across_runs() {
+        let mut p = Pacer::new(PacerConfig::default());
+        setup(&mut p, 1);
+        let start = Position { gsn: Gsn(0), time: MediaTime::ZERO };
+        p.handle_play(StreamId(1), 1, start, None, 0);
+        let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
+        p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), Some(anchor));
+        drive(&mut p, ms(25));
+        let got: Vec<_> = p.progress().collect();
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].packets, got[0].bytes), (3, 3 * 188), "packets at 0, 10 and 20 ms");
+        assert_eq!(got[0].position, MediaTime::from_nanos(20_000_000));
+        assert!(got[0].playing);
+        let _ = p.handle_pause(StreamId(1));
+        p.handle_play(StreamId(1), 2, start, None, 0);
+        let anchor = Anchor { wall: ms(100), media: MediaTime::ZERO };
+        p.handle_block(StreamId(1), 2, BlockIndex(0), block(0, 0, 5), Some(anchor));
+        drive(&mut p, ms(115));
+        let got = p.progress().next().unwrap();
+        assert_eq!(got.packets, 5, "counts keep growing over runs");
     }
 
     #[test]

@@ -293,7 +293,9 @@ impl Recorders {
             peak_bitrate: params.peak,
             block_size: object.block_size,
         };
-        let _ = self.sched.send(SchedCommand::OpenRecord { req, events: events_tx, reply: tx });
+        let open =
+            SchedCommand::OpenRecord { req, name: name.clone(), events: events_tx, reply: tx };
+        let _ = self.sched.send(open);
         match rx.await {
             Ok(Decision::Admit) => {}
             Ok(Decision::Reject(reason)) => {

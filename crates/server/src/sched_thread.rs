@@ -11,14 +11,17 @@
 //! to be handed to the waiting request. No lock guards
 //! the cache or the cycle state: only this thread sees them (moonfire-nvr's `IoCommand`
 //! pattern, rust-analyzer's closed event enum). It wakes at every cycle boundary
-//! ([`CycleScheduler::poll_timeout`]).
+//! ([`CycleScheduler::poll_timeout`]). Since every admission is decided here, this thread also
+//! keeps the [`AdmissionLog`] of recent decisions, and counts each disk's completed reads.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use isochron_base::{BlockIndex, BlockKey, DiskId, MediaTime, ObjectId, Pace, StreamId};
-use isochron_diskio::{IoCommand, IoWorker, ReadDone as DiskReadDone, WriteDone as DiskWriteDone};
+use isochron_diskio::{
+    IoCommand, IoStats, IoWorker, ReadDone as DiskReadDone, WriteDone as DiskWriteDone,
+};
 use isochron_sched::admission::Decision;
 use isochron_sched::cycle::{
     CycleEvent, CycleReport, CycleScheduler, CycleStats, IoClass, OpenRecord, RecordBlock,
@@ -29,6 +32,7 @@ use isochron_sched::{Anchor, ObjectPlan, OpenStream, ReadDone};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
+use crate::admission_log::{AdmissionEntry, AdmissionKind, AdmissionLog, AdmissionRequest};
 use crate::clock::Clock;
 use crate::sender::{SenderCommand, SharedBlock};
 use crate::sessions::SessionCommand;
@@ -49,6 +53,8 @@ pub enum SchedCommand {
     Open {
         /// The request.
         req: OpenStream,
+        /// The object's name, for the admission log.
+        name: String,
         /// The decision.
         reply: oneshot::Sender<Decision>,
     },
@@ -56,6 +62,8 @@ pub enum SchedCommand {
     OpenRecord {
         /// The request.
         req: OpenRecord,
+        /// The object's name, for the admission log.
+        name: String,
         /// Where written/failed notices go.
         events: mpsc::UnboundedSender<RecordEvent>,
         /// The decision.
@@ -170,6 +178,13 @@ pub enum SchedCommand {
         /// The reply.
         reply: oneshot::Sender<SchedSnapshot>,
     },
+    /// Report the last `limit` admission decisions, newest first.
+    Admissions {
+        /// How many.
+        limit: usize,
+        /// The reply.
+        reply: oneshot::Sender<Vec<AdmissionEntry>>,
+    },
     /// Exit the thread.
     Shutdown,
 }
@@ -181,8 +196,8 @@ pub struct SchedSnapshot {
     pub stats: CycleStats,
     /// Streams open (playing and recording).
     pub streams: usize,
-    /// IOs queued or in flight per disk.
-    pub disk_queues: Vec<(DiskId, usize)>,
+    /// Each attached disk's queue and counters, by disk id.
+    pub disks: Vec<DiskSnapshot>,
     /// Bytes in the cache.
     pub cache_bytes: u64,
     /// The last finished cycle.
@@ -193,6 +208,10 @@ pub struct SchedSnapshot {
     pub per_stream: HashMap<StreamId, StreamStats>,
     /// HTTP delivery's block reads.
     pub http: HttpReadStats,
+    /// Admission refusals since start, by kind ([`isochron_sched::admission::Refusal::kind`]).
+    pub rejects_by_reason: Vec<(&'static str, u64)>,
+    /// The admission policy's name.
+    pub admission_policy: &'static str,
 }
 
 /// Counters of HTTP delivery's block reads ([`SchedCommand::HttpRead`]).
@@ -210,6 +229,34 @@ pub struct HttpReadStats {
     pub bytes: u64,
     /// Disk reads in flight now.
     pub in_flight: u64,
+}
+
+/// One disk as the scheduler thread sees it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DiskSnapshot {
+    /// The disk.
+    pub disk: DiskId,
+    /// Real-time IOs the scheduler has queued or in flight on it.
+    pub queue: usize,
+    /// Real-time block reads completed successfully.
+    pub reads: u64,
+    /// Bytes of those reads (the disk's share of `B_disk`'s reads, before cache sharing).
+    pub read_bytes: u64,
+    /// The disk thread's own counters (busy time, non-real-time copies, errors).
+    pub io: IoStats,
+}
+
+/// Real-time reads completed per disk, counted where the completions arrive.
+#[derive(Clone, Copy, Debug, Default)]
+struct DiskReads {
+    reads: u64,
+    bytes: u64,
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Everything the thread needs.
@@ -237,6 +284,8 @@ impl SchedThread {
         let mut http_reads: HashMap<u64, oneshot::Sender<Result<SharedBlock, String>>> =
             HashMap::new();
         let mut http = HttpReadStats::default();
+        let mut admissions = AdmissionLog::default();
+        let mut disk_reads: HashMap<DiskId, DiskReads> = HashMap::new();
         loop {
             let now = self.clock.now();
             let cmd = match self.scheduler.poll_timeout() {
@@ -253,11 +302,30 @@ impl SchedThread {
             let now = self.clock.now();
             let s = &mut self.scheduler;
             match cmd {
-                Some(SchedCommand::Open { req, reply }) => {
-                    let _ = reply.send(s.handle_open(now, req));
+                Some(SchedCommand::Open { req, name, reply }) => {
+                    let asked = AdmissionRequest {
+                        stream: req.stream,
+                        object: &name,
+                        kind: AdmissionKind::Play,
+                        avg_bitrate: req.avg_bitrate,
+                        peak_bitrate: req.peak_bitrate,
+                        uses_peak: s.admission().config().policy.uses_peak_rate(),
+                    };
+                    let decision = s.handle_open(now, req);
+                    admissions.record(unix_ms(), &asked, &decision);
+                    let _ = reply.send(decision);
                 }
-                Some(SchedCommand::OpenRecord { req, events, reply }) => {
+                Some(SchedCommand::OpenRecord { req, name, events, reply }) => {
+                    let asked = AdmissionRequest {
+                        stream: req.stream,
+                        object: &name,
+                        kind: AdmissionKind::Record,
+                        avg_bitrate: req.avg_bitrate,
+                        peak_bitrate: req.peak_bitrate,
+                        uses_peak: s.admission().config().policy.uses_peak_rate(),
+                    };
                     let decision = s.handle_open_record(now, req);
+                    admissions.record(unix_ms(), &asked, &decision);
                     if decision.is_admit() {
                         recorders.insert(req.stream, events);
                     }
@@ -288,6 +356,11 @@ impl SchedThread {
                 }
                 Some(SchedCommand::ReadDone(done)) => {
                     outstanding.remove(&done.tag);
+                    if let Ok(block) = &done.result {
+                        let d = disk_reads.entry(done.disk).or_default();
+                        d.reads += 1;
+                        d.bytes += block.as_bytes().len() as u64;
+                    }
                     let result = done.result.map_err(|e| e.to_string());
                     s.handle_read_done(now, ReadDone { disk: done.disk, key: done.key, result });
                 }
@@ -355,22 +428,39 @@ impl SchedThread {
                 Some(SchedCommand::UpdatePlan { plan }) => s.handle_plan_update(plan),
                 Some(SchedCommand::Drain { reply }) => drains.push((tag, reply)),
                 Some(SchedCommand::Stats { reply }) => {
-                    let mut disk_queues: Vec<_> =
-                        self.workers.keys().map(|d| (*d, s.disk_queue_len(*d))).collect();
-                    disk_queues.sort_unstable();
+                    let mut disks: Vec<_> = self
+                        .workers
+                        .iter()
+                        .map(|(d, w)| {
+                            let r = disk_reads.get(d).copied().unwrap_or_default();
+                            DiskSnapshot {
+                                disk: *d,
+                                queue: s.disk_queue_len(*d),
+                                reads: r.reads,
+                                read_bytes: r.bytes,
+                                io: w.stats(),
+                            }
+                        })
+                        .collect();
+                    disks.sort_unstable_by_key(|d| d.disk);
                     let adm = s.admission();
                     let utilisation =
                         adm.disks().filter_map(|d| adm.utilisation(d).map(|u| (d, u))).collect();
                     let _ = reply.send(SchedSnapshot {
                         stats: s.stats(),
                         streams: s.stream_count(),
-                        disk_queues,
+                        disks,
                         cache_bytes: s.cache().used().0,
                         last_cycle,
                         utilisation,
                         per_stream: s.streams_stats().collect(),
                         http: HttpReadStats { in_flight: http_reads.len() as u64, ..http },
+                        rejects_by_reason: admissions.rejects_by_reason(),
+                        admission_policy: adm.config().policy.as_str(),
                     });
+                }
+                Some(SchedCommand::Admissions { limit, reply }) => {
+                    let _ = reply.send(admissions.latest(limit));
                 }
                 Some(SchedCommand::Shutdown) => break,
                 None => {}

@@ -27,7 +27,9 @@ use tracing::{debug, warn};
 
 use crate::clock::Clock;
 use crate::net::{Batch, UdpPair};
-use crate::pacer::{Pacer, PacerConfig, PacerEvent, PacerStats, StreamSetup, Transmit};
+use crate::pacer::{
+    Pacer, PacerConfig, PacerEvent, PacerStats, StreamProgress, StreamSetup, Transmit,
+};
 use crate::sched_thread::SchedCommand;
 use crate::sessions::SessionCommand;
 
@@ -147,6 +149,11 @@ pub enum SenderCommand {
         /// The reply.
         reply: oneshot::Sender<SenderStats>,
     },
+    /// Report every stream's progress (position, pace, packets and bytes sent).
+    Progress {
+        /// The reply.
+        reply: oneshot::Sender<Vec<StreamProgress>>,
+    },
     /// Exit the thread.
     Shutdown,
 }
@@ -233,6 +240,9 @@ impl SenderThread {
                         stats.pacer = pacer.stats();
                         stats.streams = pacer.stream_count();
                         let _ = reply.send(stats);
+                    }
+                    SenderCommand::Progress { reply } => {
+                        let _ = reply.send(pacer.progress().collect());
                     }
                     SenderCommand::Shutdown => return,
                 }

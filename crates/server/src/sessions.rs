@@ -109,11 +109,25 @@ pub struct SessionInfo {
     pub state: String,
     /// `udp` or `tcp`.
     pub transport: String,
+    /// The client: where UDP media goes (`ip:rtp_port`), or the RTSP connection's peer for
+    /// interleaved (TCP) media.
+    pub client: String,
+    /// The object's mean bit rate, bit/s.
+    pub bitrate_bps: u64,
     /// Blocks of this stream not in memory by their deadline (the scheduler's per-stream count);
     /// filled in by the HTTP API.
     pub missed_deadlines: u64,
     /// Blocks the scheduler has delivered to the sender for this stream.
     pub blocks_delivered: u64,
+    /// Media time of the last packet sent, seconds into the object (the sender's; filled in by
+    /// the HTTP API).
+    pub position_s: f64,
+    /// The pace (1.0 = the object's own timing), from the sender.
+    pub pace: f64,
+    /// RTP packets sent to this session (the sender's count).
+    pub packets_sent: u64,
+    /// RTP payload bytes sent to this session.
+    pub bytes_sent: u64,
 }
 
 struct StreamState {
@@ -135,6 +149,8 @@ pub(crate) struct Manager {
     pub(crate) sender: Sender<SenderCommand>,
     pub(crate) cname: String,
     pub(crate) conns: HashMap<ConnId, mpsc::Sender<OutFrame>>,
+    /// Each open connection's client address, learnt from its requests (for the API).
+    peers: HashMap<ConnId, std::net::SocketAddr>,
     streams: HashMap<StreamId, StreamState>,
     /// Paces asked for before the stream's first PLAY, applied when it opens.
     pending_paces: HashMap<StreamId, Pace>,
@@ -158,6 +174,7 @@ impl Manager {
             sender,
             cname,
             conns: HashMap::new(),
+            peers: HashMap::new(),
             streams: HashMap::new(),
             pending_paces: HashMap::new(),
         }
@@ -186,6 +203,7 @@ impl Manager {
         let now = self.clock.now();
         match cmd {
             SessionCommand::Request { conn, req, reply } => {
+                self.peers.insert(conn.id, conn.peer);
                 let resp = match self.core.handle_request(now, &conn, &req, &*self.library) {
                     Handled::Respond(r) => r,
                     Handled::Play(action) => self.play(action).await,
@@ -199,6 +217,7 @@ impl Manager {
             }
             SessionCommand::ConnClosed { conn } => {
                 self.conns.remove(&conn);
+                self.peers.remove(&conn);
                 self.core.handle_conn_closed(now, conn);
             }
             SessionCommand::Rtcp { media_ssrcs } => {
@@ -307,7 +326,8 @@ impl Manager {
             avg_bitrate: entry.record.avg_bitrate,
             peak_bitrate: entry.record.peak_bitrate,
         };
-        let _ = self.sched.send(SchedCommand::Open { req, reply: tx });
+        let name = entry.record.name.clone();
+        let _ = self.sched.send(SchedCommand::Open { req, name, reply: tx });
         match rx.await {
             Ok(Decision::Admit) => {}
             Ok(Decision::Reject(reason)) => {
@@ -412,20 +432,31 @@ impl Manager {
     fn list(&self) -> Vec<SessionInfo> {
         self.core
             .sessions()
-            .map(|v| SessionInfo {
-                id: v.id().to_string(),
-                stream: v.stream().0,
-                object: self
-                    .library
-                    .by_id(v.object())
-                    .map_or_else(|| v.object().to_string(), |e| e.record.name.clone()),
-                state: format!("{:?}", v.state()).to_lowercase(),
-                transport: match v.transport() {
-                    SessionTransport::Udp { .. } => "udp".into(),
-                    SessionTransport::Interleaved { .. } => "tcp".into(),
-                },
-                missed_deadlines: 0,
-                blocks_delivered: 0,
+            .map(|v| {
+                let entry = self.library.by_id(v.object());
+                let (transport, client) = match v.transport() {
+                    SessionTransport::Udp { client_rtp, .. } => ("udp", client_rtp.to_string()),
+                    SessionTransport::Interleaved { conn, .. } => {
+                        ("tcp", self.peers.get(conn).map_or_else(String::new, ToString::to_string))
+                    }
+                };
+                SessionInfo {
+                    id: v.id().to_string(),
+                    stream: v.stream().0,
+                    object: entry
+                        .as_ref()
+                        .map_or_else(|| v.object().to_string(), |e| e.record.name.clone()),
+                    state: format!("{:?}", v.state()).to_lowercase(),
+                    transport: transport.into(),
+                    client,
+                    bitrate_bps: entry.as_ref().map_or(0, |e| e.record.avg_bitrate.0),
+                    missed_deadlines: 0,
+                    blocks_delivered: 0,
+                    position_s: v.position().map_or(0.0, |p| p.time.as_secs_f64()),
+                    pace: 1.0,
+                    packets_sent: 0,
+                    bytes_sent: 0,
+                }
             })
             .collect()
     }

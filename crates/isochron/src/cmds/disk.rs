@@ -93,12 +93,11 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
             let spec = super::absolute_spec(&spec)?.to_string();
             match target.server {
                 Some(url) => {
-                    let r: serde_json::Value = api(&url)
+                    let resp = api(&url)
                         .post(&format!("{}/api/v1/disks", url.trim_end_matches('/')))
                         .send_json(serde_json::json!({ "spec": spec }))
-                        .map_err(|e| http_error(&url, e))?
-                        .body_mut()
-                        .read_json()?;
+                        .map_err(|e| http_error(&url, e))?;
+                    let r = accepted(resp)?;
                     println!("disk {} joining; reorganising", r["id"]);
                     follow(&url)
                 }
@@ -112,10 +111,11 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Remove { target, id } => match target.server {
             Some(url) => {
-                api(&url)
+                let resp = api(&url)
                     .delete(&format!("{}/api/v1/disks/{id}", url.trim_end_matches('/')))
                     .call()
                     .map_err(|e| http_error(&url, e))?;
+                accepted(resp)?;
                 println!("disk {id} draining; reorganising");
                 follow(&url)
             }
@@ -199,6 +199,20 @@ fn api(_url: &str) -> ureq::Agent {
 
 fn http_error(url: &str, e: ureq::Error) -> anyhow::Error {
     anyhow::anyhow!("cannot reach the server at {url}: {e}")
+}
+
+/// The JSON body of a `202 Accepted`, or the server's `{"error": …}` as the error.
+fn accepted(mut resp: ureq::http::Response<ureq::Body>) -> anyhow::Result<serde_json::Value> {
+    let status = resp.status();
+    let text = resp.body_mut().read_to_string()?;
+    let body: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+    if status != 202 {
+        match body["error"].as_str() {
+            Some(e) => bail!("the server refused ({status}): {e}"),
+            None => bail!("the server answered {status}: {text}"),
+        }
+    }
+    Ok(body)
 }
 
 fn listing(url: &str) -> anyhow::Result<DiskListing> {
