@@ -42,7 +42,10 @@
 //! multidisk architectures for continuous media storage", §3.2 "Disk modeling"): then every block
 //! read and write takes at least a latency drawn from the model's density (mean `m`, sd `m/√2`)
 //! plus `len / rate`. The real IO is done first and the calling thread sleeps the remainder, with
-//! the disk held, so concurrent users of one emulated disk queue as on a real one. The latency
+//! the disk held, so concurrent users of one emulated disk queue as on a real one. Back-to-back
+//! IOs are timed on the disk's own clock (each starts when the previous one's service time
+//! ended, not when the host woke from it), so a loaded host's oversleeping does not slow the
+//! emulated disk down. The latency
 //! generator is seeded from the disk id, so runs are reproducible. This lets tests and demos turn
 //! directories on one fast SSD into a cluster of slow disks (reorganisation under load, the
 //! non-real-time share of [`IoWorker`](crate::IoWorker)s).
@@ -58,7 +61,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use isochron_base::mix::{SplitMix64, hash_words};
 use isochron_base::{BlockIndex, BlockKey, Bytes, DiskId, ObjectId};
@@ -223,6 +226,8 @@ pub struct DiskDir {
 struct Emulation {
     model: DiskModel,
     rng: SplitMix64,
+    /// The last IO's end on the disk's own clock, and when its caller actually woke.
+    last: Option<(Instant, Instant)>,
 }
 
 impl Emulation {
@@ -231,6 +236,9 @@ impl Emulation {
         (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
+
+/// An emulated IO issued within this of the previous one's return counts as queued behind it.
+const BACK_TO_BACK: Duration = Duration::from_millis(1);
 
 /// Domain word of the latency generators' seeds.
 const EMULATION_SEED: u64 = 0xD15C_E4A1_A7E5_0001;
@@ -324,7 +332,7 @@ impl DiskDir {
     /// latency generator restarts from the disk id's seed.
     pub fn set_model(&self, model: Option<DiskModel>) {
         let rng = SplitMix64::new(hash_words(&[EMULATION_SEED, u64::from(self.id.0)]));
-        *lock(&self.emulation) = model.map(|model| Emulation { model, rng });
+        *lock(&self.emulation) = model.map(|model| Emulation { model, rng, last: None });
     }
 
     /// The emulation model, if the disk is emulated.
@@ -341,13 +349,21 @@ impl DiskDir {
             drop(guard);
             return io();
         };
-        let start = Instant::now();
+        let arrived = Instant::now();
+        // An IO issued as soon as the previous one returned was queued behind it: a real disk
+        // starts it when the previous one ends on the disk's clock, not when the host's sleep
+        // happened to wake (a loaded or stolen CPU oversleeps; those delays must not add up).
+        let start = match em.last {
+            Some((ended, woke)) if arrived.saturating_duration_since(woke) < BACK_TO_BACK => ended,
+            _ => arrived,
+        };
         let out = io();
         let u = em.uniform();
-        let target = em.model.service_time(len(&out), u);
-        if let Some(rest) = target.checked_sub(start.elapsed()) {
+        let end = start + em.model.service_time(len(&out), u);
+        if let Some(rest) = end.checked_duration_since(Instant::now()) {
             thread::sleep(rest);
         }
+        em.last = Some((end, Instant::now()));
         out
     }
 
