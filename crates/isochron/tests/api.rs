@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use common::*;
-use isochron_loadgen::{Client, Transport};
+use isochron_loadgen::Transport;
 
 /// Every unlabelled and labelled sample of `/metrics`, keyed by its series text
 /// (`name` or `name{labels}`).
@@ -59,11 +59,7 @@ fn metrics_and_json_move_while_streams_play() {
     let clients = rt.block_on(async {
         let mut tasks = Vec::new();
         for transport in [Transport::Udp, Transport::Tcp, Transport::Udp] {
-            let mut c = Client::connect(&url).await.unwrap();
-            c.describe().await.unwrap();
-            let r = c.setup(transport).await.unwrap();
-            assert_eq!(u16::from(r.status()), 200, "SETUP");
-            c.play(None).await.unwrap();
+            let (mut c, _) = start_play(&url, transport).await;
             tasks.push(tokio::spawn(async move {
                 // Until the test is done with the streams (no BYE by then: an error, ignored).
                 let got = c.collect(Duration::from_secs(5), Duration::from_secs(8)).await;

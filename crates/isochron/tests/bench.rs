@@ -210,11 +210,7 @@ fn set_parameter_rate_changes_the_pace_on_the_wire() {
     let server = Server::start(&dir.path().join("store"), ServeOptions::default());
     let url = server.url("demo");
     runtime().block_on(async {
-        let mut c = Client::connect(&url).await.unwrap();
-        c.describe().await.unwrap();
-        let r = c.setup(Transport::Udp).await.unwrap();
-        assert_eq!(u16::from(r.status()), 200);
-        c.play(None).await.unwrap();
+        let (mut c, _) = start_play(&url, Transport::Udp).await;
         let nominal = pace(&mut c, Duration::from_secs(2)).await;
         assert!((0.9..1.1).contains(&nominal), "nominal pace {nominal}");
 

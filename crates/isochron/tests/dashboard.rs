@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use common::*;
-use isochron_loadgen::{Client, Transport};
+use isochron_loadgen::Transport;
 
 /// `name="value"` attribute values in `html`, in document order.
 fn attrs<'a>(html: &'a str, name: &str) -> Vec<&'a str> {
@@ -72,11 +72,7 @@ fn the_dashboard_shows_live_sessions_and_moving_numbers() {
             (server.url("demo"), Transport::Udp),
         ];
         for (u, transport) in plays {
-            let mut c = Client::connect(&u).await.unwrap();
-            c.describe().await.unwrap();
-            let r = c.setup(transport).await.unwrap();
-            assert_eq!(u16::from(r.status()), 200, "SETUP");
-            c.play(None).await.unwrap();
+            let (mut c, _) = start_play(&u, transport).await;
             tasks.push(tokio::spawn(async move {
                 let _ = c.collect(Duration::from_secs(5), Duration::from_secs(70)).await;
                 // The session stays (ended, not torn down) until the test ends.

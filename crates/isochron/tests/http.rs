@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use isochron_base::mix::SplitMix64;
-use isochron_loadgen::{Client, Transport};
+use isochron_loadgen::Transport;
 
 /// A parsed HTTP response.
 struct Resp {
@@ -459,10 +459,7 @@ fn rtsp_stays_byte_exact_during_http_downloads() {
     let url = server.url("rate5m");
     let t = Instant::now();
     let got = runtime().block_on(async move {
-        let mut c = Client::connect(&url).await.unwrap();
-        c.describe().await.unwrap();
-        c.setup(Transport::Udp).await.unwrap();
-        c.play(None).await.unwrap();
+        let (mut c, _) = start_play(&url, Transport::Udp).await;
         let got = c.collect(Duration::from_secs(5), Duration::from_secs(60)).await.unwrap();
         let _ = c.teardown().await;
         got

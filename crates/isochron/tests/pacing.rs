@@ -12,14 +12,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use isochron_loadgen::{Client, Transport};
-use isochron_media::{TsIndex, TsScanner};
-
-fn index(path: &Path) -> TsIndex {
-    let mut s = TsScanner::new();
-    s.push(&std::fs::read(path).unwrap()).unwrap();
-    s.finish().unwrap()
-}
+use isochron_loadgen::Transport;
 
 /// What one play of the clip measured.
 struct Run {
@@ -32,15 +25,12 @@ struct Run {
 
 /// Plays the whole clip once over UDP, checks its packets and RTCP, and measures the pacing.
 fn play_once(server: &Server, vbr: &Path) -> Run {
-    let idx = index(vbr);
+    let idx = ts_index(vbr);
     let src = std::fs::read(vbr).unwrap();
     let url = server.url("vbr60");
     let control = MachineJitter::start();
     let (c, info) = runtime().block_on(async move {
-        let mut c = Client::connect(&url).await.unwrap();
-        c.describe().await.unwrap();
-        assert_eq!(u16::from(c.setup(Transport::Udp).await.unwrap().status()), 200, "SETUP");
-        let info = c.play(None).await.unwrap();
+        let (mut c, info) = start_play(&url, Transport::Udp).await;
         let got = c.collect(Duration::from_secs(5), Duration::from_secs(120)).await.unwrap();
         c.teardown().await.unwrap();
         (got, info)
@@ -69,13 +59,6 @@ fn play_once(server: &Server, vbr: &Path) -> Run {
     let q = |f: f64| quantile(&dev_ms, f);
     let (p50, p99, max) = (q(0.5), q(0.99), q(1.0));
     let machine_p99 = quantile(&control, 0.99);
-    let metrics = server.http_get("/metrics");
-    let metric = |name: &str| {
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ').map(str::to_string))
-            .unwrap_or_else(|| "?".into())
-    };
     let line = format!(
         "pacing over {} packets: p50 {p50:.2} ms, p99 {p99:.2} ms, max {max:.2} ms; \
          the machine's own wake-up lateness over {} sleeps: p50 {:.2} ms, p99 {machine_p99:.2} ms, \
@@ -84,8 +67,8 @@ fn play_once(server: &Server, vbr: &Path) -> Run {
         control.len(),
         quantile(&control, 0.5),
         quantile(&control, 1.0),
-        metric("isochron_underruns_total"),
-        metric("isochron_packet_lateness_max_seconds"),
+        server.metric("isochron_underruns_total"),
+        server.metric("isochron_packet_lateness_max_seconds"),
     );
     eprintln!("{line}");
     Run { p50, p99, max, machine_p99, line }

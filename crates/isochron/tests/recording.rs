@@ -14,18 +14,11 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use isochron_diskio::Store;
-use isochron_loadgen::{Client, Transport};
-use isochron_media::{TsIndex, TsScanner};
+use isochron_loadgen::Transport;
 use isochron_store::catalog::{Catalog as _, ObjectRecord};
 
 /// The store's default block size: the recorder's token bucket lets one block through at once.
 const BLOCK: u64 = 1 << 20;
-
-fn index(path: &Path) -> TsIndex {
-    let mut s = TsScanner::new();
-    s.push(&std::fs::read(path).unwrap()).unwrap();
-    s.finish().unwrap()
-}
 
 /// What a PUT answered.
 struct Put {
@@ -62,10 +55,7 @@ fn put(server: &Server, target: &str, file: &Path, extra: &[&str]) -> Put {
 fn fetch(url: &str) -> Vec<u8> {
     let url = url.to_string();
     runtime().block_on(async move {
-        let mut c = Client::connect(&url).await.unwrap();
-        c.describe().await.unwrap();
-        c.setup(Transport::Tcp).await.unwrap();
-        c.play(None).await.unwrap();
+        let (mut c, _) = start_play(&url, Transport::Tcp).await;
         let got = c.collect(Duration::from_secs(5), Duration::from_secs(120)).await.unwrap();
         let _ = c.teardown().await;
         got.payload()
@@ -120,7 +110,7 @@ fn a_clip_pushed_at_its_rate_plays_at_once_and_is_stored_as_ingest_stores_it() {
     require("curl");
     require("ffprobe");
     let vbr = fixture("vbr60");
-    let idx = index(&vbr);
+    let idx = ts_index(&vbr);
     let src = std::fs::read(&vbr).unwrap();
     let dir = tempdir();
     let data = dir.path().join("store");
@@ -172,7 +162,7 @@ fn a_clip_pushed_at_its_rate_plays_at_once_and_is_stored_as_ingest_stores_it() {
 fn a_client_pushing_faster_than_declared_is_paced_by_the_server() {
     require("curl");
     let clip = fixture("rate5m");
-    let idx = index(&clip);
+    let idx = ts_index(&clip);
     let src = std::fs::read(&clip).unwrap();
     let dir = tempdir();
     let server = Server::start(&dir.path().join("store"), ServeOptions::default());

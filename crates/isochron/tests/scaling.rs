@@ -11,8 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-use isochron_loadgen::{Client, Transport};
-use isochron_media::TsScanner;
+use isochron_loadgen::Transport;
 
 /// Streams played during the reorganisations (about half of the 100 sessions of ~5 Mb/s this
 /// machine serves in `a_hundred_concurrent_sessions_are_all_byte_exact`).
@@ -51,11 +50,7 @@ fn disks_join_and_leave_while_streams_play() {
     let api = format!("http://{}", server.http);
     let url = server.url("vbr60");
     let src = std::fs::read(&vbr).unwrap();
-    let idx = {
-        let mut s = TsScanner::new();
-        s.push(&src).unwrap();
-        s.finish().unwrap()
-    };
+    let idx = ts_index(&vbr);
 
     let rt = runtime();
     let jitter = MachineJitter::start();
@@ -65,10 +60,7 @@ fn disks_join_and_leave_while_streams_play() {
             let url = url.clone();
             tasks.push(tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_millis(100 * i as u64)).await;
-                let mut c = Client::connect(&url).await.unwrap();
-                c.describe().await.unwrap();
-                c.setup(Transport::Udp).await.unwrap();
-                c.play(None).await.unwrap();
+                let (mut c, _) = start_play(&url, Transport::Udp).await;
                 let got = c.collect(Duration::from_secs(5), Duration::from_secs(120)).await;
                 let _ = c.teardown().await;
                 got

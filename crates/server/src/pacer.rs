@@ -190,10 +190,8 @@ struct Paced<B> {
     cursor: Option<usize>,
     generation: u64,
     scheduled: bool,
-    packets: u32,
-    octets: u32,
-    /// Packets and payload bytes sent since the stream was added (the API's; `packets` and
-    /// `octets` are the SR's 32-bit counts).
+    /// Packets and payload bytes sent since the stream was added: the API's counts, and the
+    /// SR's sender counts modulo 2^32 (RFC 3550 §6.4.1).
     sent_packets: u64,
     sent_bytes: u64,
     next_sr: Option<Instant>,
@@ -245,8 +243,6 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 cursor: None,
                 generation: 0,
                 scheduled: false,
-                packets: 0,
-                octets: 0,
                 sent_packets: 0,
                 sent_bytes: 0,
                 next_sr: None,
@@ -496,8 +492,6 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             timestamp: rtp_timestamp(s.setup.rtp_ts_offset, time),
             marker,
         };
-        s.packets = s.packets.wrapping_add(1);
-        s.octets = s.octets.wrapping_add(len as u32);
         s.sent_packets += 1;
         s.sent_bytes += len;
         s.last_sent = Some(Position { gsn, time });
@@ -552,8 +546,9 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         Transmit::Rtcp {
             stream: s.setup.stream,
             rtp_timestamp: rtp_timestamp(s.setup.rtp_ts_offset, media),
-            packets: s.packets,
-            octets: s.octets,
+            // The SR's counts wrap at 32 bits (RFC 3550 §6.4.1): the low bits of the totals.
+            packets: s.sent_packets as u32,
+            octets: s.sent_bytes as u32,
             bye,
         }
     }

@@ -15,6 +15,27 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+/// The TS timing index (PCR-derived send times) of a file.
+pub fn ts_index(path: &Path) -> isochron_media::TsIndex {
+    let mut s = isochron_media::TsScanner::new();
+    s.push(&std::fs::read(path).expect("reading the clip")).expect("a TS file");
+    s.finish().expect("a complete TS file")
+}
+
+/// Connects to `url` with the loadgen client, DESCRIBEs, SETs UP over `transport` (which must
+/// answer 200) and PLAYs from the start.
+pub async fn start_play(
+    url: &str,
+    transport: isochron_loadgen::Transport,
+) -> (isochron_loadgen::Client, isochron_loadgen::PlayInfo) {
+    let mut c = isochron_loadgen::Client::connect(url).await.expect("connect");
+    c.describe().await.expect("DESCRIBE");
+    let r = c.setup(transport).await.expect("SETUP");
+    assert_eq!(u16::from(r.status()), 200, "SETUP");
+    let info = c.play(None).await.expect("PLAY");
+    (c, info)
+}
+
 /// The `isochron` binary under test.
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_isochron")
