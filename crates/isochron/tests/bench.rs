@@ -83,8 +83,15 @@ fn fixed_load_report_is_consistent_with_itself_and_the_file() {
         assert_eq!(s["lost"], 0, "{s:#}");
         let ratio = s["received_bits_s"].as_f64().unwrap() / s["content_bits_s"].as_f64().unwrap();
         assert!((0.9..1.15).contains(&ratio), "received vs content rate {ratio}: {s:#}");
+        // PLAY → first RTP: a block read and a packet, well under the 1 s buffer.
+        let start = s["start_latency_ms"].as_f64().expect("start latency");
+        assert!((0.0..1000.0).contains(&start), "start latency {start} ms: {s:#}");
     }
     assert_eq!(r["sessions_summary"]["error"], 0, "{:#}", r["sessions"]);
+    let start = &r["sessions_summary"]["start_latency_ms"];
+    assert!(start["count"].as_u64().unwrap() >= complete.len() as u64, "{start:#}");
+    let ms = |k: &str| start[k].as_f64().unwrap_or_else(|| panic!("{k}: {start:#}"));
+    assert!(ms("p50_ms") <= ms("p99_ms") && ms("p99_ms") <= ms("max_ms"), "{start:#}");
 
     // One sample a second; their sums agree with the sessions'.
     let rows = samples(&out);

@@ -18,8 +18,8 @@ use anyhow::{Context as _, bail};
 use isochron_base::Pace;
 use isochron_loadgen::Transport;
 use isochron_loadgen::bench::{
-    ClientSettings, Load, MtfcConfig, Outcome, Popularity, RunConfig, RunResult, Thresholds,
-    decide, plot, report,
+    ClientSettings, LatencySummary, Load, MtfcConfig, Outcome, Popularity, RunConfig, RunResult,
+    Thresholds, decide, plot, report,
 };
 use serde_json::json;
 
@@ -213,8 +213,11 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
     let result = rt.block_on(isochron_loadgen::bench::run(config))?;
     let files = write_report(&a, seed, started, load, link, &result)?;
     let s = &result;
+    let start = start_latency(s).map_or_else(String::new, |l| {
+        format!(", PLAY → first RTP p50 {:.1} ms p99 {:.1} ms", l.p50_ms, l.p99_ms)
+    });
     println!(
-        "isochron bench: {} sessions, N_max = {}, bottleneck: {}; report in {} ({} files)",
+        "isochron bench: {} sessions, N_max = {}, bottleneck: {}{start}; report in {} ({} files)",
         s.sessions.len(),
         s.n_max.map_or_else(|| "none".into(), |n| n.to_string()),
         files.0,
@@ -222,6 +225,11 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
         files.1
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The sessions' start latencies (PLAY sent → first RTP packet).
+fn start_latency(r: &RunResult) -> Option<LatencySummary> {
+    LatencySummary::of(r.sessions.iter().filter_map(|s| s.start_latency_ms))
 }
 
 /// Writes report.json, samples.csv, the plots and verdict.txt; returns the bottleneck's name
@@ -300,6 +308,7 @@ fn write_report(
             "late": sum(&|s| s.late),
             "rate_changes": sum(&|s| s.rate_changes),
             "bytes": sum(&|s| s.bytes),
+            "start_latency_ms": start_latency(r),
         },
         "sessions": r.sessions,
         "samples": r.samples.len(),

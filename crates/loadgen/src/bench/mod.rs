@@ -27,7 +27,7 @@ pub mod session;
 pub mod verdict;
 
 pub use mtfc::{Mtfc, MtfcConfig};
-pub use report::{PerN, Sample};
+pub use report::{LatencySummary, PerN, Sample};
 pub use run::{Load, RunConfig, RunResult, Trial, run};
 pub use session::{ClientSettings, Outcome, Popularity, SessionRecord};
 pub use verdict::{Bottleneck, Thresholds, Verdict, decide};

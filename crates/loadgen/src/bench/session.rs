@@ -92,6 +92,9 @@ pub struct SessionCounters {
     pub open: AtomicBool,
     /// Arrival of the first packet, ns after the bench's epoch (0 = none yet).
     pub first_ns: AtomicU64,
+    /// When the first PLAY was sent, ns after the bench's epoch (0 = not yet; written by the
+    /// controller). With `first_ns`, the start latency a viewer sees.
+    pub play_ns: AtomicU64,
     /// Arrival of the last packet, ns after the bench's epoch.
     pub last_ns: AtomicU64,
 }
@@ -430,6 +433,9 @@ pub struct SessionRecord {
     pub seeks: u64,
     /// Pauses done.
     pub pauses: u64,
+    /// Start latency: the first PLAY sent → the first RTP packet received (kernel receive
+    /// time over UDP), ms; `None` if no packet came.
+    pub start_latency_ms: Option<f64>,
     /// Mean received rate between the first and the last packet, bits/s.
     pub received_bits_s: f64,
     /// Media received, s.
@@ -519,10 +525,22 @@ fn record(
         rate_refused,
         seeks: c.seeks.load(r),
         pauses: c.pauses.load(r),
+        start_latency_ms: start_latency_ms(c.play_ns.load(r), c.first_ns.load(r)),
         received_bits_s: if span_ns > 0 { bytes as f64 * 8e9 / span_ns as f64 } else { 0.0 },
         media_s,
         content_bits_s: if media_s > 0.0 { bytes as f64 * 8.0 / media_s } else { 0.0 },
     }
+}
+
+/// Nanoseconds from `epoch` to now, at least 1 (0 means "not yet" in the counters).
+fn nanos_since(epoch: Instant) -> u64 {
+    u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1)
+}
+
+/// PLAY sent at `play_ns` → first packet at `first_ns` (both after the epoch, 0 = never), ms.
+/// A packet can beat PLAY's timestamp only by clock granularity: clamped to 0.
+fn start_latency_ms(play_ns: u64, first_ns: u64) -> Option<f64> {
+    (play_ns > 0 && first_ns > 0).then(|| first_ns.saturating_sub(play_ns) as f64 / 1e6)
 }
 
 /// One session from DESCRIBE to TEARDOWN.
@@ -552,6 +570,7 @@ async fn session(
     {
         *rate_refused = true;
     }
+    counters.play_ns.store(nanos_since(settings.epoch), Ordering::Relaxed);
     let info = client.play(None).await?;
     if let Some(len) = info.range.as_deref().and_then(range_length) {
         let _ = ctl.send(SinkControl::Length(len));
