@@ -16,6 +16,10 @@
 //! seeks drawn from Gennart's seek density (isochron-sched's [`DiskModel`]) with the resource's
 //! own seeded generator.
 //!
+//! A job may also wait for an earlier job to finish before it starts ([`Engine::add_job_after`]):
+//! a requester that keeps a bounded number of requests outstanding issues the next one when a
+//! response comes back (`model`'s point-to-point strand requests, §4).
+//!
 //! Determinism: virtual time is integer nanoseconds ([`Instant`]); events are ordered by
 //! (time, sequence number); queues are FIFO; every random draw comes from a generator seeded by
 //! (seed, resource index) and is taken in event order. So the same jobs and seed always give the
@@ -98,6 +102,8 @@ struct Resource {
 #[derive(Debug)]
 struct Job {
     arrival: Instant,
+    /// Jobs waiting for this one to finish before they start.
+    followers: Vec<usize>,
     steps: Vec<Step>,
     step: usize,
     held: Vec<ResourceId>,
@@ -136,16 +142,33 @@ impl Engine {
     /// Adds a job that starts its first step at `arrival`. Returns its id. A step with no
     /// resources is a pure delay of its fixed time.
     pub fn add_job(&mut self, arrival: Instant, steps: Vec<Step>) -> JobId {
+        self.add_job_after(arrival, None, steps)
+    }
+
+    /// Adds a job that starts its first step at `arrival` or when job `after` finishes,
+    /// whichever is later (`None`: at `arrival`). Its [`job`](Self::job) arrival stays
+    /// `arrival`, so its delay counts the wait for `after`. `after` must be an earlier job.
+    pub fn add_job_after(
+        &mut self,
+        arrival: Instant,
+        after: Option<JobId>,
+        steps: Vec<Step>,
+    ) -> JobId {
         let id = self.jobs.len();
         self.jobs.push(Job {
             arrival,
+            followers: Vec::new(),
             timings: Vec::with_capacity(steps.len()),
             steps,
             step: 0,
             held: Vec::new(),
             done: None,
         });
-        self.schedule(arrival, Event::Arrive(id));
+        match after.filter(|a| a.0 < id).map(|a| (a.0, self.jobs[a.0].done)) {
+            Some((a, None)) => self.jobs[a].followers.push(id),
+            Some((_, Some(done))) => self.schedule(arrival.max(done), Event::Arrive(id)),
+            None => self.schedule(arrival, Event::Arrive(id)),
+        }
         JobId(id)
     }
 
@@ -210,6 +233,10 @@ impl Engine {
         let job = &mut self.jobs[j];
         if job.step >= job.steps.len() {
             job.done = Some(self.now);
+            for f in std::mem::take(&mut job.followers) {
+                let at = self.jobs[f].arrival.max(self.now);
+                self.schedule(at, Event::Arrive(f));
+            }
             return;
         }
         job.timings.push(StepTiming { enqueued: self.now, ..StepTiming::default() });
@@ -392,6 +419,25 @@ mod tests {
         e.run();
         assert_eq!(ms(e.job(j).1[1].started), 4);
         assert_eq!(ms(e.job(j).2.unwrap()), 5);
+    }
+
+    #[test]
+    fn a_job_after_another_starts_when_it_finishes() {
+        // Job 1 (A, 10 ms) then job 2 after it: job 2 arrives at 0 but starts at 10, and its
+        // delay counts the wait. Job 3 after job 2, due at 50: it starts at 50, not 20. Job 4
+        // after a finished job starts at its arrival.
+        let mut e = Engine::new(vec![res("A", 1), res("B", 1)], 1);
+        let j1 = e.add_job(Instant::ZERO, vec![step(&[0], 10)]);
+        let j2 = e.add_job_after(Instant::ZERO, Some(j1), vec![step(&[1], 10)]);
+        let j3 = e.add_job_after(Instant::from_nanos(50_000_000), Some(j2), vec![step(&[1], 1)]);
+        e.run();
+        assert_eq!(ms(e.job(j2).0), 0);
+        assert_eq!(ms(e.job(j2).1[0].enqueued), 10);
+        assert_eq!(ms(e.job(j2).2.unwrap()), 20);
+        assert_eq!(ms(e.job(j3).1[0].started), 50);
+        let j4 = e.add_job_after(Instant::from_nanos(60_000_000), Some(j1), vec![step(&[0], 1)]);
+        e.run();
+        assert_eq!(ms(e.job(j4).1[0].started), 60);
     }
 
     #[test]

@@ -29,6 +29,12 @@
 //!   and on p2p:       bus: device read of S/(f·c); link i + an interface link; interface
 //! ```
 //!
+//! How strands are requested (§4): on point-to-point the server interface processor divides the
+//! stream request into strand requests and sends them to the nodes; it may keep at most a
+//! window of them outstanding per node ([`Machine::request_after`], 0 by default: no limit, as
+//! §5.1's experiment requests every strand at the start). On the shared bus a broadcast request
+//! makes every node generate its own strand requests, with no window.
+//!
 //! The read operation on the shared bus ends with the strand in shared memory, as the paper's
 //! does ("data has only reached the architecture's shared memory"); [`network_bound`] is the
 //! paper's estimate of what sending it on to the network would leave.
@@ -344,6 +350,21 @@ impl Machine {
         Route { steps: r.steps, disk_step, bytes }
     }
 
+    /// The strand whose return to the interface processor lets strand `index` be requested,
+    /// if any: on point-to-point with a window of `w` strand requests per node
+    /// ([`InterfaceParams::strands_in_flight_per_node`](crate::scenario::InterfaceParams)), the
+    /// same node's strand `w` places earlier, `index − w·nodes`. `None` on the shared bus (its
+    /// nodes generate their own strand requests, §4), with no window, and for a node's first
+    /// `w` strands.
+    #[must_use]
+    pub fn request_after(&self, s: &Scenario, index: u32) -> Option<u32> {
+        let w = s.interface.strands_in_flight_per_node;
+        if self.arch != Architecture::PointToPoint || w == 0 {
+            return None;
+        }
+        index.checked_sub(w.saturating_mul(self.nodes))
+    }
+
     /// The analytic bound of a set of routes, per component class: the stream throughput at
     /// which the busiest resource of the class would be busy all the time, i.e. total bytes over
     /// the most work any one server of the class must do (seeks at their mean). For one shared
@@ -448,6 +469,19 @@ mod tests {
         // Round-robin striping.
         let r5 = b.strand_route(&s, Operation::Read, 5);
         assert_eq!(r5.steps[r5.disk_step].resources, vec![b.disks[1][0]]);
+    }
+
+    #[test]
+    fn a_request_window_chains_a_nodes_strands_on_point_to_point_only() {
+        let mut s = Scenario::default();
+        let p = Machine::new(&s, Architecture::PointToPoint, 4);
+        assert_eq!(p.request_after(&s, 9), None, "no window by default");
+        s.interface.strands_in_flight_per_node = 2;
+        // Strand 9 is node 1's third: it waits for node 1's first, strand 1.
+        assert_eq!(p.request_after(&s, 9), Some(1));
+        assert_eq!(p.request_after(&s, 7), None);
+        let b = Machine::new(&s, Architecture::SharedBus, 4);
+        assert_eq!(b.request_after(&s, 9), None);
     }
 
     #[test]

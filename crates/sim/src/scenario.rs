@@ -178,6 +178,16 @@ pub struct InterfaceParams {
     /// the paper, which only says the interface processor "is far from being saturated" at
     /// 30 MB/s; we take one read transfer's 100 MB/s.
     pub memory_write_mb_s: f64,
+    /// The most strand requests the interface processor keeps outstanding at one disk node
+    /// (0: no limit). A request is outstanding from when the interface processor sends it until
+    /// the node's strand (resampled and compressed, for resample) is in the interface
+    /// processor's memory; the node's next strand is requested then. §4 has the interface
+    /// processor divide the stream request into strand requests and send them to the nodes,
+    /// without saying how many at a time; §5.1's throughput experiment requests "all strands
+    /// at the beginning", and its nodes process their strands "in pipeline", so the default is
+    /// 0. With 1 a node reads, processes and returns one strand at a time: see
+    /// `docs/results/simulate.md` for what that does to the paper's results.
+    pub strands_in_flight_per_node: u32,
 }
 
 impl Default for Scenario {
@@ -269,7 +279,7 @@ impl Default for LinkParams {
 
 impl Default for InterfaceParams {
     fn default() -> Self {
-        Self { memory_write_mb_s: 100.0 }
+        Self { memory_write_mb_s: 100.0, strands_in_flight_per_node: 0 }
     }
 }
 
