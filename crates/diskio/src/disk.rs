@@ -199,6 +199,29 @@ pub struct BlockFile {
     pub len: Bytes,
 }
 
+/// A block file's bytes as read, not yet verified ([`DiskDir::read_raw`]).
+#[derive(Debug)]
+pub struct RawBlock {
+    disk: DiskId,
+    key: BlockKey,
+    path: PathBuf,
+    buf: AlignedBuf,
+}
+
+impl RawBlock {
+    /// Parses and verifies the bytes (format, key, checksum): the CPU half of
+    /// [`DiskDir::read_block`].
+    pub fn verify(self) -> Result<Block<AlignedBuf>, DiskError> {
+        let Self { disk, key, path, buf } = self;
+        Block::parse(buf, Some(key)).map_err(|source| DiskError::Corrupt {
+            disk,
+            key,
+            path,
+            source,
+        })
+    }
+}
+
 /// How much a disk holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DiskUsage {
@@ -428,22 +451,23 @@ impl DiskDir {
 
     /// Reads block `key` with `O_DIRECT` (or the buffered fallback) and verifies it.
     pub fn read_block(&self, key: BlockKey) -> Result<Block<AlignedBuf>, DiskError> {
+        self.read_raw(key).and_then(|raw| raw.verify())
+    }
+
+    /// Reads block `key`'s file with `O_DIRECT` (or the buffered fallback), unverified: the IO
+    /// half of [`DiskDir::read_block`], so that a disk's IO thread can start its next read while
+    /// another thread checks this one ([`RawBlock::verify`]).
+    pub fn read_raw(&self, key: BlockKey) -> Result<RawBlock, DiskError> {
         let path = self.block_path(key);
         let read =
             self.emulated(|| self.read_file(&path), |r| r.as_ref().map_or(0, |b| b.len() as u64));
-        let buf = read.map_err(|source| {
-            if source.kind() == io::ErrorKind::NotFound {
-                DiskError::BlockMissing { disk: self.id, key, path: path.clone() }
-            } else {
-                self.io("read", &path, source)
+        match read {
+            Ok(buf) => Ok(RawBlock { disk: self.id, key, path, buf }),
+            Err(source) if source.kind() == io::ErrorKind::NotFound => {
+                Err(DiskError::BlockMissing { disk: self.id, key, path })
             }
-        })?;
-        Block::parse(buf, Some(key)).map_err(|source| DiskError::Corrupt {
-            disk: self.id,
-            key,
-            path,
-            source,
-        })
+            Err(source) => Err(self.io("read", &path, source)),
+        }
     }
 
     /// Whether a file for block `key` exists (without reading or verifying it, and without the

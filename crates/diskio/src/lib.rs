@@ -31,7 +31,7 @@ pub mod worker;
 
 pub use buf::AlignedBuf;
 pub use catalog::RedbCatalog;
-pub use disk::{BlockFile, BlockFiles, DiskDir, DiskError, DiskUsage};
+pub use disk::{BlockFile, BlockFiles, DiskDir, DiskError, DiskUsage, RawBlock};
 pub use fsck::{BlockFileRef, BlockProblem, FsckReport, InterruptedReorg, OrphanReason, fsck};
 pub use store::{
     CopyOutcome, FlipReport, IngestLock, RecoveryReport, ReorgProgress, ReorgReport, Store,

@@ -104,6 +104,9 @@ pub struct SenderSection {
     pub rtcp_interval_ms: u64,
     /// Most packets handed to one `sendmmsg` call. Default 64.
     pub batch_packets: usize,
+    /// The sender thread wakes at most once per this many µs and sends every packet due by then
+    /// in batches, so a packet may leave up to this late. Default 500; 0 wakes for every packet.
+    pub quantum_us: u64,
     /// UDP send buffer requested for the RTP socket, in KiB. Default 8192.
     pub udp_send_buffer_kib: u64,
     /// Frames queued per RTSP connection for interleaved (TCP) delivery before the stream waits
@@ -116,6 +119,7 @@ impl Default for SenderSection {
         Self {
             rtcp_interval_ms: 5000,
             batch_packets: 64,
+            quantum_us: 500,
             udp_send_buffer_kib: 8192,
             tcp_queue_frames: 512,
         }
@@ -255,6 +259,8 @@ pub struct Settings {
     pub rtcp_interval: Duration,
     /// sendmmsg batch.
     pub batch_packets: usize,
+    /// The sender's wake-up quantum.
+    pub send_quantum: Duration,
     /// UDP send buffer.
     pub udp_send_buffer: Bytes,
     /// Interleaved frames queued per connection.
@@ -334,6 +340,9 @@ impl ConfigFile {
         if !(1..=1024).contains(&self.sender.batch_packets) {
             return Err(invalid("sender.batch_packets", "must be between 1 and 1024"));
         }
+        if self.sender.quantum_us > 20_000 {
+            return Err(invalid("sender.quantum_us", "must be at most 20000 (20 ms)"));
+        }
         if self.sender.tcp_queue_frames < 16 {
             return Err(invalid("sender.tcp_queue_frames", "must be at least 16"));
         }
@@ -387,6 +396,7 @@ impl ConfigFile {
             max_message: Bytes::kib(self.rtsp.max_message_kib),
             rtcp_interval: Duration::from_millis(self.sender.rtcp_interval_ms),
             batch_packets: self.sender.batch_packets,
+            send_quantum: Duration::from_micros(self.sender.quantum_us),
             udp_send_buffer: Bytes::kib(self.sender.udp_send_buffer_kib),
             tcp_queue_frames: self.sender.tcp_queue_frames,
             cycle: CycleConfig {
@@ -443,6 +453,7 @@ mod tests {
             ("[rtsp]\nsession_timeout_s = 1", "rtsp.session_timeout_s"),
             ("[rtsp]\npaused_session_timeout_s = 10", "rtsp.paused_session_timeout_s"),
             ("[sender]\nbatch_packets = 0", "sender.batch_packets"),
+            ("[sender]\nquantum_us = 50000", "sender.quantum_us"),
             ("[sched]\nlookahead_cycles = 0", "sched.lookahead_cycles"),
             ("[sched]\nadmission = \"lenient\"", "sched.admission"),
             ("[sched]\ncycle_ms = 1", "sched.cycle_ms"),

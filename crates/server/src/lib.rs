@@ -279,6 +279,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         sessions: sessions_tx.clone(),
         rtcp_interval: settings.rtcp_interval,
         batch_packets: settings.batch_packets,
+        quantum: settings.send_quantum,
     };
     threads
         .push(std::thread::Builder::new().name("isochron-sender".into()).spawn(|| sender.run())?);
