@@ -217,6 +217,21 @@ pub fn aggregate(samples: &[Sample], tolerance: f64) -> Vec<PerN> {
         .collect()
 }
 
+/// The aggregate of every sample taken while `n` clients were the target, steady or not, as a
+/// failed N: for a load that never settled (clients refused or timing out), so that the verdict
+/// can still look at the resources while it was tried. `None` without such samples.
+#[must_use]
+pub fn aggregate_target(samples: &[Sample], n: usize, tolerance: f64) -> Option<PerN> {
+    let at: Vec<Sample> = samples
+        .iter()
+        .filter(|s| s.n_target == n && s.sessions > 0)
+        .map(|s| Sample { steady: true, sessions: n, ..s.clone() })
+        .collect();
+    let mut p = aggregate(&at, tolerance).pop()?;
+    p.pass = false;
+    Some(p)
+}
+
 /// N_max (the largest N below the first failing one; `None` if N = 1 already failed or
 /// nothing was measured) and the first failing N.
 #[must_use]
@@ -341,6 +356,18 @@ mod tests {
         assert!((s.mean_ms - 100.5).abs() < 1e-9);
         let one = LatencySummary::of([7.0, f64::NAN]).unwrap();
         assert_eq!((one.count, one.p50_ms, one.p99_ms), (1, 7.0, 7.0));
+    }
+
+    #[test]
+    fn a_target_that_never_settled_is_aggregated_as_failed() {
+        let mut s = vec![sample(4, 5.3e6, 0, true)];
+        for sessions in [5, 3, 0] {
+            s.push(Sample { n_target: 6, ..sample(sessions, 5.3e6, 0, false) });
+        }
+        assert!(aggregate(&s, 0.05).iter().all(|p| p.n == 4));
+        let p = aggregate_target(&s, 6, 0.05).expect("two samples with sessions");
+        assert_eq!((p.n, p.samples, p.pass), (6, 2, false));
+        assert_eq!(aggregate_target(&s, 7, 0.05), None);
     }
 
     #[test]

@@ -30,7 +30,7 @@ use tracing::{debug, info, warn};
 
 use super::procfs::{ProcSampler, Resources};
 use super::prom;
-use super::report::{PerN, Sample, aggregate, n_max};
+use super::report::{PerN, Sample, aggregate, aggregate_target, n_max};
 use super::session::{ClientSettings, SessionCounters, SessionRecord, run_client, state};
 
 /// How the number of clients evolves.
@@ -184,6 +184,8 @@ pub async fn run(mut config: RunConfig) -> anyhow::Result<RunResult> {
     r.scrape().await;
     let tol = r.config.tolerance;
     let mut trials = Vec::new();
+    // The N at which a ramp stopped (its samples failed, or none was steady).
+    let mut ramp_failure: Option<usize> = None;
     match r.config.load {
         Load::Fixed { clients } => {
             let span = r.config.duration;
@@ -209,6 +211,7 @@ pub async fn run(mut config: RunConfig) -> anyhow::Result<RunResult> {
                     if aggregate(&last, tol).iter().any(|p| !p.pass) || last.is_empty() {
                         info!(n, "ramp: N failed");
                         failed_step = Some(k);
+                        ramp_failure = Some(n);
                     }
                 }
                 let k = match failed_step {
@@ -247,8 +250,18 @@ pub async fn run(mut config: RunConfig) -> anyhow::Result<RunResult> {
             }
         }
     }
-    let per_n = aggregate(&r.samples, tol);
+    let mut per_n = aggregate(&r.samples, tol);
     let (mut best, mut first_failure) = n_max(&per_n);
+    if let Some(f) = ramp_failure {
+        // A ramp step can fail with no steady sample at all (clients not getting through):
+        // then judge that step on every sample taken while it was the target.
+        if !per_n.iter().any(|p| p.n == f) {
+            per_n.extend(aggregate_target(&r.samples, f, tol));
+            per_n.sort_by_key(|p| p.n);
+        }
+        best = per_n.iter().filter(|p| p.pass && p.n < f).map(|p| p.n).max();
+        first_failure = Some(f);
+    }
     if !trials.is_empty() {
         // Bisection: N_max is the largest N that passed below the smallest that failed.
         let fail = trials.iter().filter(|t| !t.pass).map(|t| t.n).min();
