@@ -1,7 +1,8 @@
 //! `isochron bench` end to end against a real `isochron serve` (issue 5): a fixed load whose
 //! report, samples, plots and verdict agree with each other and with the file served; a player
 //! starved on purpose (the server paced slower with SET_PARAMETER) whose starvations are
-//! counted; and SET_PARAMETER `x-isochron-rate` measured on the wire.
+//! counted; SET_PARAMETER `x-isochron-rate` measured on the wire; and a ramp that stops at the
+//! first N the server does not serve.
 
 mod common;
 
@@ -250,4 +251,37 @@ fn set_parameter_rate_changes_the_pace_on_the_wire() {
     });
     let m = server.http_get("/metrics");
     assert!(m.contains("isochron_pace_changes_total 2\n"), "{m}");
+}
+
+#[test]
+fn a_ramp_stops_at_the_first_n_not_served() {
+    // The server takes two sessions; the third client's SETUP gets 453, so step 3 never has
+    // a steady sample: it is the first failure, and the ramp stops two steps later.
+    let dir = tempdir();
+    let config = "[rtsp]\nmax_sessions = 2\n";
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions { config: Some(config), ..ServeOptions::default() },
+    );
+    let out = dir.path().join("report");
+    let args = ["--ramp", "--ramp-step", "1", "--ramp-interval", "4", "--max-clients", "6"];
+    let r = bench(
+        &server,
+        &out,
+        &[&args[..], &["--duration", "60", "--buffer-ms", "1000"]].concat(),
+        90,
+    );
+    assert_eq!(r["parameters"]["load"]["shape"], "ramp", "{:#}", r["parameters"]);
+    assert_eq!(r["n_max"], 2, "{:#}", r["per_n"]);
+    assert_eq!(r["first_failure_n"], 3, "{:#}", r["per_n"]);
+    let per_n = r["per_n"].as_array().unwrap();
+    let at = |n: u64| per_n.iter().find(|p| p["n"] == n).unwrap_or_else(|| panic!("N = {n}"));
+    assert_eq!(at(1)["pass"], true);
+    assert_eq!(at(2)["pass"], true);
+    assert_eq!(at(3)["pass"], false);
+    assert!(r["elapsed_s"].as_f64().unwrap() < 40.0, "the ramp ran on: {}", r["elapsed_s"]);
+    // The third client's SETUP was refused (503: the session table is full), not an error.
+    let summary = &r["sessions_summary"];
+    assert!(summary["refused"].as_u64().unwrap() >= 1, "{summary:#}");
+    assert_eq!(summary["error"], 0, "{:#}", r["sessions"]);
 }

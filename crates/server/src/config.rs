@@ -76,7 +76,7 @@ pub struct RtspSection {
     /// Seconds a *paused* UDP session lives without a request or RTCP (ffmpeg sends nothing
     /// while paused). At least `session_timeout_s`. Default 300.
     pub paused_session_timeout_s: u64,
-    /// Most RTSP sessions at once; more get 453. Default 1000.
+    /// Most RTSP sessions at once; further SETUPs get 503 Service Unavailable. Default 1000.
     pub max_sessions: usize,
     /// Largest RTSP message accepted, in KiB; larger ones get 400 and the connection closes.
     /// Default 64.

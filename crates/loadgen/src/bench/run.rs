@@ -208,7 +208,9 @@ pub async fn run(mut config: RunConfig) -> anyhow::Result<RunResult> {
                     let n = (step * k as usize).min(max);
                     let last: Vec<Sample> =
                         samples.iter().rev().take_while(|s| s.n_target == n).cloned().collect();
-                    if aggregate(&last, tol).iter().any(|p| !p.pass) || last.is_empty() {
+                    // No steady sample in a whole step: the clients never all got served.
+                    let judged = aggregate(&last, tol);
+                    if judged.is_empty() || judged.iter().any(|p| !p.pass) {
                         info!(n, "ramp: N failed");
                         failed_step = Some(k);
                         ramp_failure = Some(n);

@@ -388,7 +388,8 @@ pub enum Outcome {
     Complete,
     /// Stopped by the run (its end, or a step of the load shape).
     Stopped,
-    /// The server refused the session (e.g. 453 Not Enough Bandwidth).
+    /// The server refused the session: 453 Not Enough Bandwidth (admission) or 503 Service
+    /// Unavailable (a full session table) to SETUP or PLAY.
     Refused,
     /// Something failed (connection, protocol).
     Error,
@@ -471,7 +472,9 @@ pub async fn run_client(
             Ok(o) => (o, None),
             Err(e) => {
                 let msg = format!("{e:#}");
-                let refused = msg.contains("PLAY: 453") || msg.contains("SETUP: 453");
+                let refused = ["PLAY: 453", "SETUP: 453", "PLAY: 503", "SETUP: 503"]
+                    .iter()
+                    .any(|m| msg.contains(m));
                 (if refused { Outcome::Refused } else { Outcome::Error }, Some(msg))
             }
         };
