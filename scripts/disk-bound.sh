@@ -36,7 +36,7 @@ cat > "$WORK/config.toml" <<EOF
 admission = "off"
 cache_mib = 16
 EOF
-"$BIN" serve --config "$WORK/config.toml" --data "$store" --rtsp "$RTSP" --http "$HTTP" \
+"$BIN" serve --config "$WORK/config.toml" --data "$store" --rtsp "$RTSP" --http "$HTTP" --rtp-port 0 \
   --no-demo > "$OUT/server.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2> /dev/null || true' EXIT

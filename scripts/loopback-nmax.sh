@@ -24,7 +24,8 @@ DGRAM=1328
 log() { echo "[$(date +%T)] $*" >&2; }
 mkdir -p "$OUT"
 
-"$BIN" serve --data "$STORE" --rtsp "$RTSP" --http "$HTTP" --no-demo > "$OUT/server.log" 2>&1 &
+"$BIN" serve --data "$STORE" --rtsp "$RTSP" --http "$HTTP" --rtp-port 0 --no-demo \
+  > "$OUT/server.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2> /dev/null || true' EXIT
 for _ in $(seq 50); do curl -fsS "http://$HTTP/metrics" > /dev/null 2>&1 && break; sleep 0.2; done

@@ -68,7 +68,7 @@ for mode in $MODES; do
     out=$WORK/$mode-n$n
     rm -rf "$out" "$out-bg"
     "$BIN" serve --config "$WORK/config.toml" --data "$store" --rtsp "$RTSP" --http "$HTTP" \
-      --no-demo > "$WORK/server-$mode-$n.log" 2>&1 &
+      --rtp-port 0 --no-demo > "$WORK/server-$mode-$n.log" 2>&1 &
     pid=$!
     for _ in $(seq 50); do curl -fsS "http://$HTTP/metrics" > /dev/null 2>&1 && break; sleep 0.2; done
     common=(--buffer-ms 2000 --no-mtfc --server-pid "$pid" --metrics "http://$HTTP/metrics")
@@ -90,7 +90,8 @@ for mode in $MODES; do
     fi
     curl -fsS "http://$HTTP/metrics" | grep -E '^isochron_(missed_deadlines|cycles_with_misses)' \
       > "$out/server-misses.txt" || true
-    kill "$pid"; wait "$pid" 2> /dev/null || true
+    kill "$pid" 2> /dev/null || { echo "the server for N = $n had stopped:" >&2; tail -n 3 "$WORK/server-$mode-$n.log" >&2; }
+    wait "$pid" 2> /dev/null || true
   done
 done
 

@@ -12,7 +12,8 @@
 # Usage: scripts/xtream-table1.sh [emu|real|extra|report|all]   (default all)
 # Environment: BIN (isochron binary, default target/release/isochron), WORK (scratch directory,
 # default /tmp/isochron-xtream; needs ~3 GiB), PROBE_S / CONFIRM_S (search probe and
-# confirmation run lengths, default 20 / 60), REAL_RATES, EMU_RATES (bits/s, space-separated).
+# confirmation run lengths, default 20 / 60), REAL_RATES, EMU_RATES (bits/s, space-separated),
+# KINDS (workloads, default "cbr vbr het").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-$PWD/target/release/isochron}
@@ -42,7 +43,7 @@ LAT_REAL_RATE=${LAT_REAL_RATE:-100M}
 # Reads per IO size when profiling the real disk: enough that the throttle's initial burst does
 # not lift the mean (at 100, the 1 MiB mean came out at 455 MiB/s through a 400 MiB/s throttle).
 PROFILE_SAMPLES=${PROFILE_SAMPLES:-400}
-KINDS="cbr vbr het"
+KINDS=${KINDS:-cbr vbr het}
 POLICIES="conservative aggressive aggressive-avg"
 mkdir -p "$OUT"
 CLIP=$WORK/clip.ts

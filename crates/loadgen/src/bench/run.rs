@@ -255,12 +255,6 @@ pub async fn run(mut config: RunConfig) -> anyhow::Result<RunResult> {
     let mut per_n = aggregate(&r.samples, tol);
     let (mut best, mut first_failure) = n_max(&per_n);
     if let Some(f) = ramp_failure {
-        // A ramp step can fail with no steady sample at all (clients not getting through):
-        // then judge that step on every sample taken while it was the target.
-        if !per_n.iter().any(|p| p.n == f) {
-            per_n.extend(aggregate_target(&r.samples, f, tol));
-            per_n.sort_by_key(|p| p.n);
-        }
         best = per_n.iter().filter(|p| p.pass && p.n < f).map(|p| p.n).max();
         first_failure = Some(f);
     }
@@ -269,6 +263,14 @@ pub async fn run(mut config: RunConfig) -> anyhow::Result<RunResult> {
         let fail = trials.iter().filter(|t| !t.pass).map(|t| t.n).min();
         best = trials.iter().filter(|t| t.pass && fail.is_none_or(|f| t.n < f)).map(|t| t.n).max();
         first_failure = fail;
+    }
+    // A load can fail with no steady sample at all (clients not getting through): then judge
+    // it on every sample taken while it was the target, so the verdict looks at that load.
+    if let Some(f) = first_failure
+        && !per_n.iter().any(|p| p.n == f)
+    {
+        per_n.extend(aggregate_target(&r.samples, f, tol));
+        per_n.sort_by_key(|p| p.n);
     }
     let (bytes, media_s) =
         r.sessions.iter().fold((0u64, 0.0f64), |(b, m), s| (b + s.bytes, m + s.media_s));
