@@ -9,6 +9,7 @@
 pub mod bench;
 pub mod client;
 pub mod diskbench;
+pub mod latency;
 pub mod recv;
 
 pub use client::{Client, Collected, Incoming, MediaSink, PlayInfo, RtpPacket, Transport};

@@ -26,8 +26,9 @@ pub mod run;
 pub mod session;
 pub mod verdict;
 
+pub use crate::latency::LatencySummary;
 pub use mtfc::{Mtfc, MtfcConfig};
-pub use report::{LatencySummary, PerN, Sample};
+pub use report::{PerN, Sample};
 pub use run::{Load, RunConfig, RunResult, Trial, run};
 pub use session::{ClientSettings, Outcome, Popularity, SessionRecord};
 pub use verdict::{Bottleneck, Thresholds, Verdict, decide};

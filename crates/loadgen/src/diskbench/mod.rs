@@ -24,8 +24,9 @@ pub mod run;
 pub mod search;
 pub mod trace;
 
+pub use crate::latency::LatencySummary;
 pub use data::{BenchStore, PrepareOptions};
-pub use run::{BenchConfig, BenchReport, LatencySummary, run};
+pub use run::{BenchConfig, BenchReport, run};
 pub use search::{MaxNReport, SearchConfig, SearchRun, admitted_count, find_max_n};
 pub use trace::{ClipTrace, TraceScale};
 

@@ -48,6 +48,7 @@ use isochron_store::Block;
 use serde::Serialize;
 
 use super::data::{BenchStore, ProfileSource};
+use crate::latency::LatencySummary;
 
 /// A block as the scheduler's cache holds it.
 type BlockRef = Arc<Block<AlignedBuf>>;
@@ -137,36 +138,6 @@ impl BenchConfig {
             peak_window: Duration::from_secs(1),
         };
         staggered(workload::generate(&spec, n), self.spacing, self.seed)
-    }
-}
-
-/// Latency quantiles, milliseconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
-pub struct LatencySummary {
-    /// Samples.
-    pub count: usize,
-    /// Median.
-    pub p50_ms: f64,
-    /// 99th percentile (nearest rank).
-    pub p99_ms: f64,
-    /// Largest.
-    pub max_ms: f64,
-}
-
-impl LatencySummary {
-    /// The summary of `samples`.
-    #[must_use]
-    pub fn of(samples: &[Duration]) -> Self {
-        let mut v = samples.to_vec();
-        if v.is_empty() {
-            return Self::default();
-        }
-        v.sort_unstable();
-        let q = |p: f64| {
-            let rank = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len());
-            v[rank - 1].as_secs_f64() * 1e3
-        };
-        Self { count: v.len(), p50_ms: q(0.5), p99_ms: q(0.99), max_ms: q(1.0) }
     }
 }
 
@@ -774,8 +745,11 @@ impl Driver<'_> {
         let consumer_max = self.consumer_misses.values().copied().max().unwrap_or(0);
         r.max_missed_per_cycle = r.max_missed_per_cycle.max(consumer_max);
         r.streams_with_misses = self.players.iter().filter(|p| p.missed > 0).count();
-        r.initial_latency = LatencySummary::of(&self.latencies);
-        r.probe_latency = LatencySummary::of(&self.probe_latencies);
+        let ms = |v: &[Duration]| {
+            LatencySummary::of(v.iter().map(|d| d.as_secs_f64() * 1e3)).unwrap_or_default()
+        };
+        r.initial_latency = ms(&self.latencies);
+        r.probe_latency = ms(&self.probe_latencies);
         let (from, start) = self.steady.take().unwrap_or_else(|| (Duration::ZERO, BTreeMap::new()));
         let secs = end_at.saturating_sub(from).as_secs_f64().max(1e-9);
         let mut bytes = 0u64;
