@@ -362,7 +362,14 @@ pub fn serve_fixtures(extra: &[&Path], config: Option<&str>) -> (tempfile::TempD
 /// Receives `url` with GStreamer (`rtspsrc ! rtpmp2tdepay ! filesink`) over `transport` and
 /// returns the transport stream it wrote, with gst-launch's stderr for messages. The exit code is
 /// not checked: it is unreliable at EOS over TCP (rtsp-interop §4.2); callers check the bytes.
+///
+/// Over UDP the socket's receive buffer is the only slack when udpsrc's thread is starved on a
+/// loaded 2-core CI machine (four ffmpeg decodes, VLC and GStreamer share it): rtspsrc's default
+/// 512 KiB is under a second of the VBR fixture, and a CI run lost 478 KB to it. Ask for 16 MiB
+/// (scripts/test.sh raises net.core.rmem_max so the kernel grants it), as the ffmpeg tests do, and
+/// give the jitter buffer 5 s so a late burst is not declared lost before it is read.
 pub fn gst_fetch(url: &str, out: &Path, transport: &str) -> (Vec<u8>, String) {
+    let drops_before = udp_rcvbuf_errors();
     let res = run(
         Command::new("gst-launch-1.0").args([
             "-q",
@@ -370,6 +377,8 @@ pub fn gst_fetch(url: &str, out: &Path, transport: &str) -> (Vec<u8>, String) {
             "rtspsrc",
             &format!("location={url}"),
             &format!("protocols={transport}"),
+            "udp-buffer-size=16777216",
+            "latency=5000",
             "!",
             "rtpmp2tdepay",
             "!",
@@ -378,7 +387,22 @@ pub fn gst_fetch(url: &str, out: &Path, transport: &str) -> (Vec<u8>, String) {
         ]),
         120,
     );
-    (std::fs::read(out).unwrap_or_default(), String::from_utf8_lossy(&res.stderr).into_owned())
+    let mut msg = String::from_utf8_lossy(&res.stderr).into_owned();
+    if let (Some(a), Some(b)) = (drops_before, udp_rcvbuf_errors()) {
+        msg.push_str(&format!("host-wide UDP receive-buffer drops during the run: {}", b - a));
+    }
+    (std::fs::read(out).unwrap_or_default(), msg)
+}
+
+/// The kernel's count of UDP datagrams dropped because a socket's receive buffer was full
+/// (`Udp: RcvbufErrors` in /proc/net/snmp), to tell a receiver that fell behind from a server
+/// that did not send.
+pub fn udp_rcvbuf_errors() -> Option<u64> {
+    let snmp = std::fs::read_to_string("/proc/net/snmp").ok()?;
+    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp: "));
+    let (names, values) = (udp.next()?, udp.next()?);
+    let i = names.split_whitespace().position(|n| n == "RcvbufErrors")?;
+    values.split_whitespace().nth(i)?.parse().ok()
 }
 
 /// A multi-threaded runtime for tests that use the async client.
