@@ -16,9 +16,12 @@
 //! seeks drawn from Gennart's seek density (isochron-sched's [`DiskModel`]) with the resource's
 //! own seeded generator.
 //!
-//! A job may also wait for an earlier job to finish before it starts ([`Engine::add_job_after`]):
-//! a requester that keeps a bounded number of requests outstanding issues the next one when a
-//! response comes back (`model`'s point-to-point strand requests, §4).
+//! A step of a job may also wait for an earlier job to have ended some of its steps ([`Gate`],
+//! [`Engine::add_job_gated`]): a requester that keeps a bounded number of requests outstanding
+//! issues the next one when a response comes back (`model`'s point-to-point strand requests,
+//! §4), and a disk node that does not read ahead starts a disk's next strand once its processor
+//! is done with the last one. The wait is not queueing at a resource: the step's timing starts
+//! when the gate opens.
 //!
 //! Determinism: virtual time is integer nanoseconds ([`Instant`]); events are ordered by
 //! (time, sequence number); queues are FIFO; every random draw comes from a generator seeded by
@@ -65,10 +68,22 @@ pub struct Step {
     pub seeks: u32,
 }
 
+/// A condition on one step of a job: it may not begin before job `on` (an earlier job) has
+/// ended `steps_done` of its steps (all of them: until `on` is done).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gate {
+    /// The step that waits (0: the job's start).
+    pub step: usize,
+    /// The job waited for.
+    pub on: JobId,
+    /// How many of `on`'s steps must have ended.
+    pub steps_done: usize,
+}
+
 /// When one step of a job waited and ran.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StepTiming {
-    /// When the job asked for the step's first resource.
+    /// When the job asked for the step's first resource (after any [`Gate`] on it opened).
     pub enqueued: Instant,
     /// When it held every resource and service began.
     pub started: Instant,
@@ -102,8 +117,10 @@ struct Resource {
 #[derive(Debug)]
 struct Job {
     arrival: Instant,
-    /// Jobs waiting for this one to finish before they start.
-    followers: Vec<usize>,
+    /// Gates on this job's steps.
+    gates: Vec<Gate>,
+    /// Jobs waiting for this one to have ended a number of steps: `(steps_done, job)`.
+    watchers: Vec<(usize, usize)>,
     steps: Vec<Step>,
     step: usize,
     held: Vec<ResourceId>,
@@ -154,21 +171,30 @@ impl Engine {
         after: Option<JobId>,
         steps: Vec<Step>,
     ) -> JobId {
+        let gates = after.filter(|a| a.0 < self.jobs.len()).map(|on| Gate {
+            step: 0,
+            on,
+            steps_done: self.jobs[on.0].steps.len(),
+        });
+        self.add_job_gated(arrival, gates.into_iter().collect(), steps)
+    }
+
+    /// Adds a job that arrives at `arrival` and whose steps wait for their `gates` to open.
+    /// Gates on jobs that are not earlier than this one are ignored (they could never open in
+    /// order). Its [`job`](Self::job) arrival stays `arrival`, so its delay counts the waits.
+    pub fn add_job_gated(&mut self, arrival: Instant, gates: Vec<Gate>, steps: Vec<Step>) -> JobId {
         let id = self.jobs.len();
         self.jobs.push(Job {
             arrival,
-            followers: Vec::new(),
+            gates: gates.into_iter().filter(|g| g.on.0 < id).collect(),
+            watchers: Vec::new(),
             timings: Vec::with_capacity(steps.len()),
             steps,
             step: 0,
             held: Vec::new(),
             done: None,
         });
-        match after.filter(|a| a.0 < id).map(|a| (a.0, self.jobs[a.0].done)) {
-            Some((a, None)) => self.jobs[a].followers.push(id),
-            Some((_, Some(done))) => self.schedule(arrival.max(done), Event::Arrive(id)),
-            None => self.schedule(arrival, Event::Arrive(id)),
-        }
+        self.schedule(arrival, Event::Arrive(id));
         JobId(id)
     }
 
@@ -233,14 +259,34 @@ impl Engine {
         let job = &mut self.jobs[j];
         if job.step >= job.steps.len() {
             job.done = Some(self.now);
-            for f in std::mem::take(&mut job.followers) {
-                let at = self.jobs[f].arrival.max(self.now);
-                self.schedule(at, Event::Arrive(f));
-            }
+            self.wake_watchers(j);
             return;
         }
-        job.timings.push(StepTiming { enqueued: self.now, ..StepTiming::default() });
+        let step = job.step;
+        let jobs = &self.jobs;
+        let closed = jobs[j]
+            .gates
+            .iter()
+            .find(|g| g.step == step && jobs[g.on.0].step < g.steps_done)
+            .copied();
+        if let Some(g) = closed {
+            // Re-entered (as an arrival) when `g.on` has ended enough steps.
+            self.jobs[g.on.0].watchers.push((g.steps_done, j));
+            return;
+        }
+        self.jobs[j].timings.push(StepTiming { enqueued: self.now, ..StepTiming::default() });
         self.acquire(j);
+    }
+
+    /// Schedules, now, every job waiting for job `j` to have ended as many steps as it has.
+    fn wake_watchers(&mut self, j: usize) {
+        let ended = self.jobs[j].step;
+        let (ready, waiting): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.jobs[j].watchers).into_iter().partition(|w| w.0 <= ended);
+        self.jobs[j].watchers = waiting;
+        for (_, w) in ready {
+            self.schedule(self.now, Event::Arrive(w));
+        }
     }
 
     /// Takes the current step's resources in order until one is busy (then waits in its queue)
@@ -308,6 +354,9 @@ impl Engine {
                 }
                 None => res.free += 1,
             }
+        }
+        if self.jobs[j].step < self.jobs[j].steps.len() {
+            self.wake_watchers(j);
         }
         self.enter_step(j);
     }
@@ -438,6 +487,24 @@ mod tests {
         let j4 = e.add_job_after(Instant::from_nanos(60_000_000), Some(j1), vec![step(&[0], 1)]);
         e.run();
         assert_eq!(ms(e.job(j4).1[0].started), 60);
+    }
+
+    #[test]
+    fn a_gated_step_waits_for_another_jobs_step() {
+        // Job 1: A for 10 ms, then B for 10 ms. Job 2: B for 1 ms, then A for 1 ms, the A step
+        // gated on job 1 having ended its first step. Job 2's B runs at once (0–1); its A waits
+        // for the gate (10), not for A's queue, and its timing starts when the gate opens.
+        let mut e = Engine::new(vec![res("A", 1), res("B", 1)], 1);
+        let j1 = e.add_job(Instant::ZERO, vec![step(&[0], 10), step(&[1], 10)]);
+        let gate = Gate { step: 1, on: j1, steps_done: 1 };
+        let j2 = e.add_job_gated(Instant::ZERO, vec![gate], vec![step(&[1], 1), step(&[0], 1)]);
+        e.run();
+        let (_, t, done) = e.job(j2);
+        assert_eq!((ms(t[0].started), ms(t[0].ended)), (0, 1));
+        assert_eq!((ms(t[1].enqueued), ms(t[1].started)), (10, 10));
+        assert_eq!(ms(done.unwrap()), 11);
+        // Job 1's second step was not delayed by job 2.
+        assert_eq!(ms(e.job(j1).2.unwrap()), 20);
     }
 
     #[test]

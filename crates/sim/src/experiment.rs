@@ -8,9 +8,9 @@
 //!   the experiment and the experiment is finished when the last strand has been processed. The
 //!   throughput is defined as the total stream size divided by the maximum time." A component's
 //!   utilisation is its busy time over that time; the bottleneck is the class with the most
-//!   utilised component. Beside it, the analytic bound of `model` for the same strands. With a
-//!   point-to-point request window (`interface.strands_in_flight_per_node`), a node's strand is
-//!   requested only when its strand `window` places earlier has reached the interface processor.
+//!   utilised component. Beside it, the analytic bound of `model` for the same strands. A strand's
+//!   steps wait for the gates of its route (`model`): a point-to-point request window, and a
+//!   point-to-point node without read-ahead reading a disk's next strand for read + resample.
 //! * **Jitter** ([`jitter`]): strands are requested at regular intervals, chosen so that the
 //!   most loaded component is busy the requested fraction of the time ("the utilization of an
 //!   architecture is defined as the maximal utilization of any component"); the delay of a
@@ -97,9 +97,8 @@ pub fn throughput(s: &Scenario, arch: Architecture, op: Operation, nodes: u32) -
     let bounds = m.analytic_bounds(s, &routes);
     let bytes: u64 = routes.iter().map(|r| r.bytes).sum();
     let mut e = Engine::new(m.specs.clone(), s.seed);
-    for (i, r) in (0u32..).zip(&routes) {
-        let after = m.request_after(s, i).map(|p| JobId(p as usize));
-        e.add_job_after(Instant::ZERO, after, r.steps.clone());
+    for r in &routes {
+        e.add_job_gated(Instant::ZERO, r.gates.clone(), r.steps.clone());
     }
     e.run();
     let span = e.now() - Instant::ZERO;
@@ -222,8 +221,7 @@ pub fn jitter(
         .zip(&routes)
         .map(|(i, r)| {
             let at = Instant::from_nanos((f64::from(i) * interval * 1e9).round() as u64);
-            let after = m.request_after(s, i).map(|p| JobId(p as usize));
-            e.add_job_after(at, after, r.steps.clone())
+            e.add_job_gated(at, r.gates.clone(), r.steps.clone())
         })
         .collect();
     e.run();

@@ -31,9 +31,23 @@
 //!
 //! How strands are requested (§4): on point-to-point the server interface processor divides the
 //! stream request into strand requests and sends them to the nodes; it may keep at most a
-//! window of them outstanding per node ([`Machine::request_after`], 0 by default: no limit, as
-//! §5.1's experiment requests every strand at the start). On the shared bus a broadcast request
-//! makes every node generate its own strand requests, with no window.
+//! window of them outstanding per node (`[interface] strands_in_flight_per_node`, 0 by default:
+//! no limit, as §5.1's experiment requests every strand at the start). On the shared bus a
+//! broadcast request makes every node generate its own strand requests ("all disk nodes
+//! generate in parallel strand access requests"), with no window.
+//!
+//! How a point-to-point node works through read + resample (§4: "reading and resampling a
+//! strand consists (a) of … reading the strand …; (b) resampling the strand …; (c) compressing
+//! the resampled strand"; "each disk-node accesses its strands from its disk, resamples them
+//! independently and transfers the resampled strands"): by default a disk reads on while the
+//! processor resamples (`[processor] p2p_read_ahead`, as §5.1's "strands stored on the same
+//! disk-node are processed in pipeline": 3.2 MB/s per disk, the processor 0.4 busy). Without
+//! read-ahead the processor issues a disk's next strand read once it has resampled that disk's
+//! last strand, so per disk the steps from the SCSI command to the resampled strand's write run
+//! one strand at a time ([`Route::serial`]); compression and the transfer to the interface
+//! overlap the next read (1.8–1.9 MB/s per disk, near §5.2's estimated 2;
+//! docs/results/simulate.md). The read operation has no processor work between a strand's DMA
+//! into memory and its link DMA, so a node always reads ahead for it.
 //!
 //! The read operation on the shared bus ends with the strand in shared memory, as the paper's
 //! does ("data has only reached the architecture's shared memory"); [`network_bound`] is the
@@ -49,7 +63,7 @@ use std::time::Duration;
 use isochron_base::MbPerSec;
 use serde::Serialize;
 
-use crate::engine::{ResourceId, ResourceSpec, Step, transfer_time};
+use crate::engine::{Gate, JobId, ResourceId, ResourceSpec, Step, transfer_time};
 use crate::scenario::{Scenario, Transfer};
 
 /// The two architectures of the paper.
@@ -215,7 +229,7 @@ pub struct Machine {
     interface: Option<ResourceId>,
 }
 
-/// The steps of one strand, and which of them is the disk access.
+/// The steps of one strand, which of them is the disk access, and what they wait for.
 #[derive(Clone, Debug)]
 pub struct Route {
     /// The elementary operations, in order.
@@ -224,6 +238,13 @@ pub struct Route {
     pub disk_step: usize,
     /// Bytes of stream the strand carries (before any processing).
     pub bytes: u64,
+    /// Steps that wait for earlier strands; a gate's job is the strand index (strands are
+    /// added to the engine in order).
+    pub gates: Vec<Gate>,
+    /// Steps its disk works through one strand at a time (a point-to-point node without
+    /// read-ahead): the disk's next strand is read only after these end, so the analytic
+    /// bound charges them all to the disk.
+    pub serial: Option<std::ops::Range<usize>>,
 }
 
 impl Machine {
@@ -322,6 +343,7 @@ impl Machine {
             _ => r.bus(&[bus], msg, &[Transfer::Raw]),
         }
         // SCSI command: the processor writes it to the controller, which sends it to the disk.
+        let command_step = r.steps.len();
         r.bus(&[cpu, bus], msg, &[Transfer::Raw]);
         r.rate(&[scsi], msg, s.scsi.rate_mb_s, 0);
         // The disk access, the SCSI transfer, the DMA into memory.
@@ -331,12 +353,14 @@ impl Machine {
         r.bus(&[bus], size, &s.cache.io_write);
 
         let mut to_interface = size;
+        let mut resampled_end = None;
         if op == Operation::Resample {
             let resampled = size / s.stream.resample_factor;
             let compressed = resampled / s.stream.compression_factor;
             r.bus(&[cpu, bus], size, &s.cache.processor_read);
             r.rate(&[cpu], size, s.processor.resample_mb_s, 0);
             r.bus(&[cpu, bus], resampled, &s.cache.processor_write);
+            resampled_end = Some(r.steps.len());
             r.bus(&[bus], resampled, &s.cache.device_read);
             r.rate(&[self.compressor[n]], resampled, s.compressor.input_mb_s, 0);
             r.bus(&[bus], compressed, &s.cache.io_write);
@@ -347,22 +371,28 @@ impl Machine {
             r.rate(&[self.link[n], il], to_interface, s.link.rate_mb_s, 0);
             r.rate(&[iface], to_interface, s.interface.memory_write_mb_s, 0);
         }
-        Route { steps: r.steps, disk_step, bytes }
-    }
-
-    /// The strand whose return to the interface processor lets strand `index` be requested,
-    /// if any: on point-to-point with a window of `w` strand requests per node
-    /// ([`InterfaceParams::strands_in_flight_per_node`](crate::scenario::InterfaceParams)), the
-    /// same node's strand `w` places earlier, `index − w·nodes`. `None` on the shared bus (its
-    /// nodes generate their own strand requests, §4), with no window, and for a node's first
-    /// `w` strands.
-    #[must_use]
-    pub fn request_after(&self, s: &Scenario, index: u32) -> Option<u32> {
-        let w = s.interface.strands_in_flight_per_node;
-        if self.arch != Architecture::PointToPoint || w == 0 {
-            return None;
+        let mut gates = Vec::new();
+        let mut serial = None;
+        if self.arch == Architecture::PointToPoint {
+            // A window of `w` strand requests per node
+            // ([`InterfaceParams::strands_in_flight_per_node`](crate::scenario::InterfaceParams)):
+            // a strand is requested when the same node's strand `w` places earlier is back.
+            let w = s.interface.strands_in_flight_per_node;
+            if let Some(prev) = index.checked_sub(w.saturating_mul(self.nodes)).filter(|_| w > 0) {
+                let on = JobId(prev as usize);
+                gates.push(Gate { step: 0, on, steps_done: r.steps.len() });
+            }
+            // No read-ahead: the SCSI command for this strand waits until the processor has
+            // resampled the same disk's previous strand.
+            if let (Some(end), false) = (resampled_end, s.processor.p2p_read_ahead) {
+                serial = Some(command_step..end);
+                if let Some(prev) = index.checked_sub(self.nodes * per_node) {
+                    let on = JobId(prev as usize);
+                    gates.push(Gate { step: command_step, on, steps_done: end });
+                }
+            }
         }
-        index.checked_sub(w.saturating_mul(self.nodes))
+        Route { steps: r.steps, disk_step, bytes, gates, serial }
     }
 
     /// The analytic bound of a set of routes, per component class: the stream throughput at
@@ -374,11 +404,23 @@ impl Machine {
         let mut work = vec![0.0f64; self.specs.len()];
         let seek = s.seek_mean().as_secs_f64();
         for route in routes {
+            let time = |st: &Step| st.fixed.as_secs_f64() + f64::from(st.seeks) * seek;
             for step in &route.steps {
-                let t = step.fixed.as_secs_f64() + f64::from(step.seeks) * seek;
                 for r in &step.resources {
-                    work[r.0] += t;
+                    work[r.0] += time(step);
                 }
+            }
+            // A disk that waits for its strand's processing before the next read is occupied,
+            // in effect, for the whole serial chain.
+            if let (Some(chain), Some(disk)) =
+                (&route.serial, route.steps[route.disk_step].resources.first())
+            {
+                let rest: f64 = chain
+                    .clone()
+                    .filter(|i| *i != route.disk_step)
+                    .map(|i| time(&route.steps[i]))
+                    .sum();
+                work[disk.0] += rest;
             }
         }
         let bytes: f64 = routes.iter().map(|r| r.bytes as f64).sum();
@@ -475,13 +517,39 @@ mod tests {
     fn a_request_window_chains_a_nodes_strands_on_point_to_point_only() {
         let mut s = Scenario::default();
         let p = Machine::new(&s, Architecture::PointToPoint, 4);
-        assert_eq!(p.request_after(&s, 9), None, "no window by default");
+        assert!(p.strand_route(&s, Operation::Read, 9).gates.is_empty(), "no window by default");
         s.interface.strands_in_flight_per_node = 2;
-        // Strand 9 is node 1's third: it waits for node 1's first, strand 1.
-        assert_eq!(p.request_after(&s, 9), Some(1));
-        assert_eq!(p.request_after(&s, 7), None);
+        // Strand 9 is node 1's third: its request waits for node 1's first, strand 1, to end.
+        let r9 = p.strand_route(&s, Operation::Read, 9);
+        assert_eq!(r9.gates, vec![Gate { step: 0, on: JobId(1), steps_done: r9.steps.len() }]);
+        assert!(p.strand_route(&s, Operation::Read, 7).gates.is_empty());
         let b = Machine::new(&s, Architecture::SharedBus, 4);
-        assert_eq!(b.request_after(&s, 9), None);
+        assert!(b.strand_route(&s, Operation::Read, 9).gates.is_empty());
+    }
+
+    #[test]
+    fn without_read_ahead_a_p2p_disk_reads_its_next_strand_once_the_last_is_resampled() {
+        let mut s = Scenario::default();
+        let p = Machine::new(&s, Architecture::PointToPoint, 4);
+        let r9 = p.strand_route(&s, Operation::Resample, 9);
+        assert!(r9.gates.is_empty() && r9.serial.is_none(), "read-ahead by default");
+        s.disk.per_node = 2;
+        s.processor.p2p_read_ahead = false;
+        let p = Machine::new(&s, Architecture::PointToPoint, 4);
+        // Strand 9: node 1, disk 0 (its second round); the same disk's previous strand is 1.
+        let r9 = p.strand_route(&s, Operation::Resample, 9);
+        let chain = r9.serial.clone().expect("serial without read-ahead");
+        assert!(chain.contains(&r9.disk_step));
+        assert_eq!(r9.gates, vec![Gate { step: chain.start, on: JobId(1), steps_done: chain.end }]);
+        // The gated step is the SCSI command, before the disk access; the chain ends with the
+        // processor's write of the resampled strand (then compression and the link overlap).
+        assert_eq!(chain.start + 2, r9.disk_step);
+        assert_eq!(r9.steps[chain.end - 1].resources, vec![p.cpu[1], p.bus[1]]);
+        // A disk's first strand waits for nothing; reads do not wait; nor does the shared bus.
+        assert!(p.strand_route(&s, Operation::Resample, 7).gates.is_empty());
+        assert!(p.strand_route(&s, Operation::Read, 9).serial.is_none());
+        let b = Machine::new(&s, Architecture::SharedBus, 4);
+        assert!(b.strand_route(&s, Operation::Resample, 9).gates.is_empty());
     }
 
     #[test]
@@ -504,6 +572,21 @@ mod tests {
         let (c, v) = bound(Architecture::PointToPoint, Operation::Resample, 16);
         assert_eq!(c, Component::Disk);
         assert!((v - 16.0 * 0.168_96 / 0.052_24).abs() < 0.01, "{v}");
+        // Without read-ahead: each disk busy, in effect, for a strand's serial chain, from its
+        // SCSI command to the processor's write of the resampled strand.
+        let mut s = Scenario::default();
+        s.processor.p2p_read_ahead = false;
+        let m = Machine::new(&s, Architecture::PointToPoint, 16);
+        let r = m.strand_route(&s, Operation::Resample, 0);
+        let chain: f64 = r.steps[r.serial.clone().unwrap()]
+            .iter()
+            .map(|st| st.fixed.as_secs_f64() + f64::from(st.seeks) * 0.010)
+            .sum();
+        assert!((0.085..0.095).contains(&chain), "{chain}");
+        let routes: Vec<Route> =
+            (0..s.strands()).map(|i| m.strand_route(&s, Operation::Resample, i)).collect();
+        let v = m.analytic_bounds(&s, &routes)[&Component::Disk].0;
+        assert!((v - 16.0 * 0.168_96 / chain).abs() < 0.01, "{v} {chain}");
     }
 
     #[test]
