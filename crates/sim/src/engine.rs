@@ -181,12 +181,18 @@ impl Engine {
 
     /// Adds a job that arrives at `arrival` and whose steps wait for their `gates` to open.
     /// Gates on jobs that are not earlier than this one are ignored (they could never open in
-    /// order). Its [`job`](Self::job) arrival stays `arrival`, so its delay counts the waits.
+    /// order), and a gate asking for more steps than its job has waits for the job to finish.
+    /// Its [`job`](Self::job) arrival stays `arrival`, so its delay counts the waits.
     pub fn add_job_gated(&mut self, arrival: Instant, gates: Vec<Gate>, steps: Vec<Step>) -> JobId {
         let id = self.jobs.len();
+        let gates = gates
+            .into_iter()
+            .filter(|g| g.on.0 < id)
+            .map(|g| Gate { steps_done: g.steps_done.min(self.jobs[g.on.0].steps.len()), ..g })
+            .collect();
         self.jobs.push(Job {
             arrival,
-            gates: gates.into_iter().filter(|g| g.on.0 < id).collect(),
+            gates,
             watchers: Vec::new(),
             timings: Vec::with_capacity(steps.len()),
             steps,
