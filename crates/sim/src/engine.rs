@@ -68,6 +68,14 @@ pub struct Step {
     pub seeks: u32,
 }
 
+impl Step {
+    /// The mean service time in seconds: the fixed time plus the seeks at `seek_mean` each.
+    #[must_use]
+    pub fn mean_secs(&self, seek_mean: Duration) -> f64 {
+        self.fixed.as_secs_f64() + f64::from(self.seeks) * seek_mean.as_secs_f64()
+    }
+}
+
 /// A condition on one step of a job: it may not begin before job `on` (an earlier job) has
 /// ended `steps_done` of its steps (all of them: until `on` is done).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,27 +167,11 @@ impl Engine {
     /// Adds a job that starts its first step at `arrival`. Returns its id. A step with no
     /// resources is a pure delay of its fixed time.
     pub fn add_job(&mut self, arrival: Instant, steps: Vec<Step>) -> JobId {
-        self.add_job_after(arrival, None, steps)
+        self.add_job_gated(arrival, Vec::new(), steps)
     }
 
-    /// Adds a job that starts its first step at `arrival` or when job `after` finishes,
-    /// whichever is later (`None`: at `arrival`). Its [`job`](Self::job) arrival stays
-    /// `arrival`, so its delay counts the wait for `after`. `after` must be an earlier job.
-    pub fn add_job_after(
-        &mut self,
-        arrival: Instant,
-        after: Option<JobId>,
-        steps: Vec<Step>,
-    ) -> JobId {
-        let gates = after.filter(|a| a.0 < self.jobs.len()).map(|on| Gate {
-            step: 0,
-            on,
-            steps_done: self.jobs[on.0].steps.len(),
-        });
-        self.add_job_gated(arrival, gates.into_iter().collect(), steps)
-    }
-
-    /// Adds a job that arrives at `arrival` and whose steps wait for their `gates` to open.
+    /// Adds a job that arrives at `arrival` and whose steps wait for their `gates` to open
+    /// (a gate on step 0 with `steps_done: usize::MAX`: the job starts when `on` finishes).
     /// Gates on jobs that are not earlier than this one are ignored (they could never open in
     /// order), and a gate asking for more steps than its job has waits for the job to finish.
     /// Its [`job`](Self::job) arrival stays `arrival`, so its delay counts the waits.
@@ -482,15 +474,16 @@ mod tests {
         // delay counts the wait. Job 3 after job 2, due at 50: it starts at 50, not 20. Job 4
         // after a finished job starts at its arrival.
         let mut e = Engine::new(vec![res("A", 1), res("B", 1)], 1);
+        let after = |on| vec![Gate { step: 0, on, steps_done: usize::MAX }];
         let j1 = e.add_job(Instant::ZERO, vec![step(&[0], 10)]);
-        let j2 = e.add_job_after(Instant::ZERO, Some(j1), vec![step(&[1], 10)]);
-        let j3 = e.add_job_after(Instant::from_nanos(50_000_000), Some(j2), vec![step(&[1], 1)]);
+        let j2 = e.add_job_gated(Instant::ZERO, after(j1), vec![step(&[1], 10)]);
+        let j3 = e.add_job_gated(Instant::from_nanos(50_000_000), after(j2), vec![step(&[1], 1)]);
         e.run();
         assert_eq!(ms(e.job(j2).0), 0);
         assert_eq!(ms(e.job(j2).1[0].enqueued), 10);
         assert_eq!(ms(e.job(j2).2.unwrap()), 20);
         assert_eq!(ms(e.job(j3).1[0].started), 50);
-        let j4 = e.add_job_after(Instant::from_nanos(60_000_000), Some(j1), vec![step(&[0], 1)]);
+        let j4 = e.add_job_gated(Instant::from_nanos(60_000_000), after(j1), vec![step(&[0], 1)]);
         e.run();
         assert_eq!(ms(e.job(j4).1[0].started), 60);
     }

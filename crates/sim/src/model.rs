@@ -402,12 +402,11 @@ impl Machine {
     #[must_use]
     pub fn analytic_bounds(&self, s: &Scenario, routes: &[Route]) -> BTreeMap<Component, MbPerSec> {
         let mut work = vec![0.0f64; self.specs.len()];
-        let seek = s.seek_mean().as_secs_f64();
+        let seek = s.seek_mean();
         for route in routes {
-            let time = |st: &Step| st.fixed.as_secs_f64() + f64::from(st.seeks) * seek;
             for step in &route.steps {
                 for r in &step.resources {
-                    work[r.0] += time(step);
+                    work[r.0] += step.mean_secs(seek);
                 }
             }
             // A disk that waits for its strand's processing before the next read is occupied,
@@ -418,7 +417,7 @@ impl Machine {
                 let rest: f64 = chain
                     .clone()
                     .filter(|i| *i != route.disk_step)
-                    .map(|i| time(&route.steps[i]))
+                    .map(|i| route.steps[i].mean_secs(seek))
                     .sum();
                 work[disk.0] += rest;
             }
@@ -578,10 +577,8 @@ mod tests {
         s.processor.p2p_read_ahead = false;
         let m = Machine::new(&s, Architecture::PointToPoint, 16);
         let r = m.strand_route(&s, Operation::Resample, 0);
-        let chain: f64 = r.steps[r.serial.clone().unwrap()]
-            .iter()
-            .map(|st| st.fixed.as_secs_f64() + f64::from(st.seeks) * 0.010)
-            .sum();
+        let chain: f64 =
+            r.steps[r.serial.clone().unwrap()].iter().map(|st| st.mean_secs(s.seek_mean())).sum();
         assert!((0.085..0.095).contains(&chain), "{chain}");
         let routes: Vec<Route> =
             (0..s.strands()).map(|i| m.strand_route(&s, Operation::Resample, i)).collect();

@@ -159,7 +159,7 @@ fn one_strand_request_in_flight_per_node_does_not_give_the_papers_point_to_point
         .strand_route(&s, Operation::Resample, 0)
         .steps
         .iter()
-        .map(|st| st.fixed.as_secs_f64() + f64::from(st.seeks) * s.seek_mean().as_secs_f64())
+        .map(|st| st.mean_secs(s.seek_mean()))
         .sum();
     // 10 ms seek + 42.24 ms disk + 9.18 ms SCSI + 4.34 ms DMA + 24.9 ms processor + 5.6 ms
     // compressor + small steps: 96.6 ms per 168 960 B, 1.75 MB/s.
