@@ -148,14 +148,17 @@ pub struct CacheParams {
 #[serde(deny_unknown_fields, default)]
 pub struct ProcessorParams {
     /// Resampling rate, MB/s of input (7.5; the paper measured 7.35 on a Sparc20 and 10 on a
-    /// DEC 3400, and §5.2 uses 7.5 MB/s as the rate a processor resamples its strands at).
+    /// DEC 3400, and §5.2 uses 7.5 MB/s as the rate a processor resamples its strands at). It
+    /// is the whole operation's rate, timed end to end, so the resampling's cache-miss bus
+    /// transfers take place within it.
     pub resample_mb_s: f64,
     /// Point-to-point read + resample: whether a disk node reads a disk's next strand while its
-    /// processor resamples the last (`true`, the default: the pipelining §5.1 describes, giving
+    /// processor resamples the last (`true`: the pipelining §5.1 describes for the read, giving
     /// 3.2 MB/s per disk with the processors 0.4 busy, as §5.2 reads Figure 6) or only once it
-    /// has (`false`: §4's per-strand (a) read, (b) resample, (c) compress, one strand at a time
-    /// per disk: 1.8–1.9 MB/s per disk, near §5.2's estimated 2). The shared bus's nodes always
-    /// read ahead ("all disk nodes generate in parallel strand access requests", §4).
+    /// has (`false`, the default: §4's per-strand (a) read, (b) resample, (c) compress, one
+    /// strand at a time per disk, compression and the transfer overlapping the next read:
+    /// 1.84–1.92 MB/s per disk, §5.2's "≈ 2"). The shared bus's nodes always read ahead ("all
+    /// disk nodes generate in parallel strand access requests", §4).
     pub p2p_read_ahead: bool,
 }
 
@@ -268,7 +271,7 @@ impl Default for CacheParams {
 
 impl Default for ProcessorParams {
     fn default() -> Self {
-        Self { resample_mb_s: 7.5, p2p_read_ahead: true }
+        Self { resample_mb_s: 7.5, p2p_read_ahead: false }
     }
 }
 
