@@ -284,3 +284,65 @@ fn plan_from_a_profile_file_and_a_model() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--disk-rate-mb-s"));
 }
+
+/// The committed 100 Mb/s Figure 3 run (docs/results/fig3.md): one node, a 100 Mb/s link.
+fn fig3_100m() -> (String, serde_json::Value) {
+    let path = repo_file("docs/results/fig3-100m/report.json");
+    let report = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    (path.display().to_string(), report)
+}
+
+#[test]
+fn the_planner_predicts_the_measured_100_mb_s_n_max_within_15_percent() {
+    // Issue 6: the planner's N_max for the single-node 100 Mb/s bench set-up against the bench's.
+    let (_, r) = fig3_100m();
+    let measured = r["n_max"].as_u64().unwrap();
+    let bits = r["content_mean_bits_s"].as_f64().unwrap().round() as u64;
+    let link_gb_s = r["parameters"]["link_bits_s"].as_f64().unwrap() / 1e9;
+    let out = ok(&[
+        "plan",
+        "--bitrate",
+        &bits.to_string(),
+        "--link-gb-s",
+        &link_gb_s.to_string(),
+        "--disk-seek-ms",
+        "5",
+        "--disk-rate-mb-s",
+        "400",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let predicted = v["streams_per_node"].as_u64().unwrap();
+    assert_eq!(v["bottleneck"], "link", "{v}");
+    assert_eq!(r["bottleneck"], "network", "the bench's verdict");
+    let err = (predicted as f64 / measured as f64 - 1.0).abs();
+    assert!(err <= 0.15, "planned {predicted}, measured {measured}: {v}");
+}
+
+#[test]
+fn a_bench_report_is_a_node_profile() {
+    let (path, r) = fig3_100m();
+    let n_max = r["n_max"].as_u64().unwrap();
+    let bits = r["content_mean_bits_s"].as_f64().unwrap().round() as u64;
+    // Streams of twice the rate: half as many, measured; a tighter modelled CPU wins.
+    let twice = (2 * bits).to_string();
+    let out = ok(&["plan", "--bench", &path, "--bitrate", &twice, "--audience", "40", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["per_resource"]["bench"], n_max / 2, "{v}");
+    assert_eq!(v["bottleneck"], "bench", "{v}");
+    assert_eq!(v["bench"]["bottleneck"], "network", "{v}");
+    assert_eq!(v["nodes"], 40u64.div_ceil(n_max / 2), "{v}");
+    let out = ok(&["plan", "--bench", &path, "--bitrate", &twice, "--cpu-mb-s", "5"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("(bottleneck: cpu)"), "{text}");
+    assert!(text.contains(&format!("measured: N_max {n_max} of")), "{text}");
+    // Not a bench report: the file and the problem are named.
+    let other = repo_file("docs/results/simulate/simulate-p2p-read.json").display().to_string();
+    let out = isochron(&["plan", "--bench", &other, "--bitrate", "1M"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("simulate-p2p-read.json") && err.contains("not an isochron bench"),
+        "{err}"
+    );
+}

@@ -22,7 +22,12 @@
 //! streams are `link × link_share / (rate × WIRE_OVERHEAD)`; `link_share` is the headroom
 //! VBR peaks need below a full link.
 //!
-//! Not here: reading profile files (the binary).
+//! A node can also be described by a measurement instead of models: an `isochron bench` run's
+//! N_max for streams of a known rate, and the resource its verdict named ([`Measured`]). The
+//! planner scales that capacity to the planned rate (the bench's bottleneck carried
+//! `N_max × rate` bits/s) and weighs it with the modelled resources.
+//!
+//! Not here: reading profile files and bench reports (the binary).
 
 use std::fmt;
 use std::time::Duration;
@@ -198,6 +203,36 @@ pub struct NodeSpec {
     pub admission: AdmissionConfig,
     /// The block size (one IO).
     pub block: Bytes,
+    /// A bench run of a real node (`None`: no measurement).
+    pub measured: Option<Measured>,
+}
+
+/// What an `isochron bench` run measured of a real node: the most streams it served (N_max) of
+/// a given mean rate, and the resource its verdict named (He et al.'s bottleneck rules).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Measured {
+    /// The most concurrent streams served.
+    pub n_max: u64,
+    /// The mean rate of the content those streams played.
+    pub stream_rate: BitRate,
+    /// The verdict's bottleneck as the report names it (`network`, `cpu`, `disk`, …).
+    pub bottleneck: String,
+    /// Whether the run reached a load it could not serve; if not, N_max is a lower bound.
+    pub limit_reached: bool,
+}
+
+impl Measured {
+    /// Streams of `rate` the measured node carries: the bottleneck's `N_max × stream_rate`
+    /// over `rate`.
+    #[must_use]
+    pub fn streams(&self, rate: BitRate) -> u64 {
+        if rate == self.stream_rate || rate.0 == 0 {
+            return self.n_max;
+        }
+        let n = self.n_max as f64 * self.stream_rate.0 as f64 / rate.0 as f64;
+        // A rate a whole multiple of the measured one gives a whole count despite rounding.
+        (n + 1e-9).floor() as u64
+    }
 }
 
 /// Which resource of a node limits it.
@@ -210,6 +245,8 @@ pub enum Resource {
     Link,
     /// The CPU.
     Cpu,
+    /// A bench run's measured capacity (its verdict names the resource).
+    Bench,
 }
 
 impl fmt::Display for Resource {
@@ -218,6 +255,7 @@ impl fmt::Display for Resource {
             Self::Disk => "disk",
             Self::Link => "link",
             Self::Cpu => "cpu",
+            Self::Bench => "bench",
         })
     }
 }
@@ -301,6 +339,9 @@ pub fn plan(node: &NodeSpec, rate: BitRate, audience: u64) -> Result<Plan, PlanE
     }
     if let Some(cpu) = node.cpu {
         per_resource.push((Resource::Cpu, (cpu.0 / stream.0).floor() as u64));
+    }
+    if let Some(m) = &node.measured {
+        per_resource.push((Resource::Bench, m.streams(rate)));
     }
     let best = per_resource.iter().min_by_key(|(_, n)| *n).copied();
     let nodes = match best {
@@ -456,6 +497,7 @@ mod tests {
             cpu: None,
             admission: AdmissionConfig::default(),
             block: Bytes::mib(1),
+            measured: None,
         }
     }
 
@@ -506,6 +548,31 @@ mod tests {
         let p = plan(&n, BitRate(8_000_000), 50).unwrap();
         assert_eq!((p.bottleneck, p.nodes), (None, None));
         assert!(matches!(plan(&node(1), BitRate(0), 1), Err(PlanError::ZeroRate)));
+    }
+
+    #[test]
+    fn a_bench_run_scales_to_the_planned_rate() {
+        // Measured: 17 streams of 5.43 Mb/s, network-bound (our 100 Mb/s Figure 3 run).
+        let m = Measured {
+            n_max: 17,
+            stream_rate: BitRate(5_430_000),
+            bottleneck: "network".into(),
+            limit_reached: true,
+        };
+        assert_eq!(m.streams(BitRate(5_430_000)), 17);
+        assert_eq!(m.streams(BitRate(10_860_000)), 8);
+        assert_eq!(m.streams(BitRate(5_430_000 / 2)), 34);
+        let mut n = node(0);
+        n.link = None;
+        n.measured = Some(m);
+        let p = plan(&n, BitRate(10_860_000), 40).unwrap();
+        assert_eq!(
+            (p.bottleneck, p.streams_per_node, p.nodes),
+            (Some(Resource::Bench), Some(8), Some(5))
+        );
+        // A model that is tighter wins.
+        n.cpu = Some(MbPerSec(8.0));
+        assert_eq!(plan(&n, BitRate(10_860_000), 40).unwrap().bottleneck, Some(Resource::Cpu));
     }
 
     #[test]

@@ -4,7 +4,12 @@
 //! audience, it predicts streams per node, the bottleneck and the nodes needed, with isochron's
 //! own admission controller, and with `--sched` the virtual-time cycle scheduler's MaxN.
 //!
-//! The planner is `isochron_sim::plan` (pure); this command reads the profile files.
+//! A real node can stand in for the models: `--bench REPORT` reads an `isochron bench` run's
+//! `report.json` (its N_max, the content's mean rate and the verdict's bottleneck) and the
+//! planner scales that capacity to the planned rate.
+//!
+//! The planner is `isochron_sim::plan` (pure); this command reads the profile files and the
+//! bench report.
 
 #![allow(clippy::print_stdout)]
 
@@ -57,6 +62,10 @@ pub(crate) struct Args {
     /// benchmark; no limit if absent).
     #[arg(long, value_name = "MB_S")]
     cpu_mb_s: Option<f64>,
+    /// An `isochron bench` run's report.json from a real node: its N_max, scaled from the
+    /// content's mean rate to the planned one, is the node's measured capacity.
+    #[arg(long, value_name = "FILE")]
+    bench: Option<PathBuf>,
     /// Concurrent streams to serve.
     #[arg(long, value_name = "N", default_value_t = 1)]
     audience: u64,
@@ -130,6 +139,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         cpu: args.cpu_mb_s.map(MbPerSec),
         admission: admission.clone(),
         block,
+        measured: args.bench.as_deref().map(bench_report).transpose()?,
     };
     let p = plan::plan(&node, rate, args.audience)?;
     let sched = if args.sched {
@@ -159,6 +169,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             "audience": p.audience,
             "nodes": p.nodes,
             "sched": sched,
+            "bench": node.measured.as_ref().map(|m| json!({
+                "n_max": m.n_max,
+                "stream_mbit_s": m.stream_rate.0 as f64 / 1e6,
+                "bottleneck": m.bottleneck,
+                "limit_reached": m.limit_reached,
+            })),
         });
         println!("{v}");
         return Ok(ExitCode::SUCCESS);
@@ -193,9 +209,22 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         args.nrt_share * 100.0
     );
     for (r, n) in &p.per_resource {
-        println!("  {r:<5} {n:>8} streams");
+        match (r, &node.measured) {
+            (plan::Resource::Bench, Some(m)) => println!(
+                "  {r:<5} {}{n:>7} streams (measured: N_max {} of {}, bottleneck {})",
+                if m.limit_reached { " " } else { "≥" },
+                m.n_max,
+                m.stream_rate,
+                m.bottleneck
+            ),
+            _ => println!("  {r:<5} {n:>8} streams"),
+        }
     }
     match (p.streams_per_node, p.bottleneck) {
+        (Some(n), Some(plan::Resource::Bench)) => println!(
+            "streams per node: {n} (bottleneck: bench, measured {})",
+            node.measured.as_ref().map_or("", |m| m.bottleneck.as_str())
+        ),
         (Some(n), Some(b)) => println!("streams per node: {n} (bottleneck: {b})"),
         _ => println!("streams per node: not limited by anything given"),
     }
@@ -210,6 +239,39 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The parts of an `isochron bench` report.json the planner uses.
+#[derive(serde::Deserialize)]
+struct BenchReport {
+    tool: String,
+    n_max: Option<u64>,
+    first_failure_n: Option<u64>,
+    content_mean_bits_s: f64,
+    bottleneck: String,
+}
+
+/// Reads a bench run's measured capacity from its report.json.
+fn bench_report(path: &std::path::Path) -> anyhow::Result<plan::Measured> {
+    let name = path.display();
+    let text = std::fs::read_to_string(path).with_context(|| format!("bench report {name}"))?;
+    let r: BenchReport = serde_json::from_str(&text)
+        .with_context(|| format!("bench report {name}: not an isochron bench report.json"))?;
+    if r.tool != "isochron bench" {
+        bail!("bench report {name}: written by {:?}, not isochron bench", r.tool);
+    }
+    let Some(n_max) = r.n_max.filter(|n| *n > 0) else {
+        bail!("bench report {name}: the run served no load (n_max is {:?})", r.n_max);
+    };
+    if !(r.content_mean_bits_s.is_finite() && r.content_mean_bits_s >= 1.0) {
+        bail!("bench report {name}: content_mean_bits_s {} is not a rate", r.content_mean_bits_s);
+    }
+    Ok(plan::Measured {
+        n_max,
+        stream_rate: BitRate(r.content_mean_bits_s.round() as u64),
+        bottleneck: r.bottleneck,
+        limit_reached: r.first_failure_n.is_some(),
+    })
 }
 
 /// The node's disk profiles and, for the scheduler harness, their models (a modelled disk's
