@@ -364,7 +364,7 @@ impl Machine {
             // rather than add to it.
             let fill = r.bus_time(size, &s.cache.processor_read);
             let spill = r.bus_time(resampled, &s.cache.processor_write);
-            let whole = transfer_time(size, MbPerSec(s.processor.resample_mb_s).bytes_per_sec());
+            let whole = rate_time(size, s.processor.resample_mb_s);
             r.fixed(&[cpu, bus], fill);
             r.fixed(&[cpu], whole.saturating_sub(fill + spill));
             r.fixed(&[cpu, bus], spill);
@@ -454,7 +454,7 @@ struct RouteBuilder<'a> {
 
 impl RouteBuilder<'_> {
     fn rate(&mut self, res: &[ResourceId], bytes: f64, mb_s: f64, seeks: u32) {
-        let fixed = transfer_time(bytes, MbPerSec(mb_s).bytes_per_sec());
+        let fixed = rate_time(bytes, mb_s);
         self.steps.push(Step { resources: res.to_vec(), fixed, seeks });
     }
 
@@ -473,6 +473,11 @@ impl RouteBuilder<'_> {
     fn fixed(&mut self, res: &[ResourceId], fixed: Duration) {
         self.steps.push(Step { resources: res.to_vec(), fixed, seeks: 0 });
     }
+}
+
+/// The time to move `bytes` at `mb_s` MB/s.
+fn rate_time(bytes: f64, mb_s: f64) -> Duration {
+    transfer_time(bytes, MbPerSec(mb_s).bytes_per_sec())
 }
 
 /// The paper's estimate of the shared-bus read when the data must go on to the network through

@@ -226,12 +226,8 @@ impl Measured {
     /// over `rate`.
     #[must_use]
     pub fn streams(&self, rate: BitRate) -> u64 {
-        if rate == self.stream_rate || rate.0 == 0 {
-            return self.n_max;
-        }
-        let n = self.n_max as f64 * self.stream_rate.0 as f64 / rate.0 as f64;
-        // A rate a whole multiple of the measured one gives a whole count despite rounding.
-        (n + 1e-9).floor() as u64
+        let carried = u128::from(self.n_max) * u128::from(self.stream_rate.0);
+        u64::try_from(carried / u128::from(rate.0.max(1))).unwrap_or(u64::MAX)
     }
 }
 

@@ -389,7 +389,7 @@ pub fn gst_fetch(url: &str, out: &Path, transport: &str) -> (Vec<u8>, String) {
     );
     let mut msg = String::from_utf8_lossy(&res.stderr).into_owned();
     if let (Some(a), Some(b)) = (drops_before, udp_rcvbuf_errors()) {
-        msg.push_str(&format!("host-wide UDP receive-buffer drops during the run: {}", b - a));
+        msg.push_str(&format!("\nhost-wide UDP receive-buffer drops during the run: {}", b - a));
     }
     (std::fs::read(out).unwrap_or_default(), msg)
 }
