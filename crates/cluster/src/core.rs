@@ -1,0 +1,1085 @@
+//! The cluster core: membership, session fan-out on the origin, and this node's shares.
+//!
+//! Yima §2.2's bipartite model: the node a client talks RTSP to (the session's **origin**) keeps
+//! the session; every node holding blocks of the object (a **share** each, the origin's own
+//! included) reads, schedules and sends its own blocks. The origin tells the shares what to do
+//! with small control messages; data never goes node to node in bipartite delivery. Relay
+//! delivery, for players that take RTP from one address only, has the other nodes forward their
+//! blocks to the origin, which paces every packet itself.
+//!
+//! One [`ClusterCore`] per node, owned by the session manager task and fed, in the quinn-proto
+//! shape:
+//!
+//! - membership from etcd ([`ClusterCore::handle_member`]) and heartbeats over the control
+//!   connections (suspicion after `suspect_after` of silence);
+//! - the RTSP side of sessions this node is the origin of: [`ClusterCore::open`] (reserve
+//!   everywhere, then [`SessionEvent::Opened`] or [`SessionEvent::Refused`]: XTREAM admission
+//!   made cluster-wide), [`ClusterCore::start`], [`ClusterCore::stop`], [`ClusterCore::pace`],
+//!   [`ClusterCore::close`];
+//! - messages from peers ([`ClusterCore::handle_message`]);
+//! - what this node's scheduler and sender did with its shares
+//!   ([`ClusterCore::handle_admitted`], [`ClusterCore::handle_share_stopped`],
+//!   [`ClusterCore::handle_share_ended`], [`ClusterCore::handle_share_failed`]);
+//! - [`ClusterCore::handle_timeout`].
+//!
+//! Outputs: [`ClusterCore::poll_transmit`] (messages for peers), [`ClusterCore::poll_local`]
+//! (actions for this node's scheduler and sender), [`ClusterCore::poll_event`] (outcomes for the
+//! RTSP side), [`ClusterCore::poll_timeout`]. Messages a node addresses to itself never leave the
+//! core. A single node is a cluster of one: the same calls, with the clock pinned by the
+//! scheduler (no anchor) and the node pacing the whole object.
+//!
+//! **Synchronised stops.** Nodes stop at different instants, so a pause that said "stop now" would
+//! leave the client with packets from one node past the point where another stopped. A pause
+//! instead names a media-time cutoff a `control_margin` ahead on the session's clock: every share
+//! sends exactly its packets at or before the cutoff and reports the first one it did not send;
+//! the smallest of those is where the session resumes, so nothing is sent twice or skipped.
+//! The same margin pins a pace change (MTFC) to a common future instant on every node.
+//!
+//! Not here: sockets, etcd, the clock, and what a share does with its blocks.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use isochron_base::{BitRate, Instant, MediaTime, NodeId, ObjectId, Pace, StreamId};
+use isochron_rtsp::server::Position;
+
+use crate::clock::ClockSync;
+use crate::message::{Dest, Message, Refusal, Role, RunSpec, ShareKey, ShareReport, WallAnchor};
+
+/// Settings of a [`ClusterCore`].
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    /// This node.
+    pub node: NodeId,
+    /// Its name.
+    pub name: String,
+    /// Unix nanoseconds at this node's `Instant::ZERO` (the driver's clock epoch).
+    pub unix_base_ns: u64,
+    /// A cluster session's clock is pinned this far after its PLAY (time for the start to reach
+    /// every node and each node's first read). Default 250 ms.
+    pub start_delay: Duration,
+    /// How far ahead a pause's cutoff and a pace change's new anchor are set. Default 100 ms.
+    pub control_margin: Duration,
+    /// How far ahead of the session's clock relay feeders read and forward. Default 500 ms.
+    pub relay_lead: Duration,
+    /// How long the origin waits for a node's answer (reserve, stop). Default 2 s.
+    pub reply_timeout: Duration,
+    /// Heartbeat (ping) interval. Default 500 ms.
+    pub heartbeat: Duration,
+    /// Silence after which a peer is suspected down. Default 3 s.
+    pub suspect_after: Duration,
+}
+
+impl ClusterConfig {
+    /// The defaults for `node` named `name`.
+    #[must_use]
+    pub fn new(node: NodeId, name: impl Into<String>, unix_base_ns: u64) -> Self {
+        Self {
+            node,
+            name: name.into(),
+            unix_base_ns,
+            start_delay: Duration::from_millis(250),
+            control_margin: Duration::from_millis(100),
+            relay_lead: Duration::from_millis(500),
+            reply_timeout: Duration::from_secs(2),
+            heartbeat: Duration::from_millis(500),
+            suspect_after: Duration::from_secs(3),
+        }
+    }
+}
+
+/// What etcd says about a node (its lease).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberInfo {
+    /// The node.
+    pub id: NodeId,
+    /// Its name.
+    pub name: String,
+    /// Whether it holds a live lease.
+    pub live: bool,
+}
+
+/// How a peer looks from here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Health {
+    /// Live in etcd and heard from recently (or not probed yet).
+    Up,
+    /// Live in etcd but silent for `suspect_after`.
+    Suspect,
+    /// Its lease lapsed (or it left).
+    Down,
+}
+
+/// A member as the API shows it.
+#[derive(Clone, Debug)]
+pub struct MemberView {
+    /// The node.
+    pub id: NodeId,
+    /// Its name.
+    pub name: String,
+    /// Its health.
+    pub health: Health,
+    /// Its clock's estimated offset from ours (ns; positive: ahead).
+    pub clock_offset_ns: i64,
+    /// The heartbeat round trip in use for the estimate.
+    pub round_trip: Option<Duration>,
+}
+
+#[derive(Debug)]
+struct Member {
+    name: String,
+    live: bool,
+    last_heard: Option<Instant>,
+    next_ping: Instant,
+    ping_seq: u64,
+    clock: ClockSync,
+}
+
+/// How a session's packets reach its client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// Every node sends its own packets straight to the client (Yima §2.2).
+    Bipartite,
+    /// The other nodes forward their blocks to the origin, which sends every packet: for
+    /// players that take RTP from one address only, and for interleaved (TCP) transport.
+    Relay,
+}
+
+/// A session to open on the origin.
+#[derive(Clone, Copy, Debug)]
+pub struct OpenSpec {
+    /// The session's stream (on this node).
+    pub stream: StreamId,
+    /// The object.
+    pub object: ObjectId,
+    /// The placement epoch of the plan.
+    pub epoch: u32,
+    /// The object's mean rate.
+    pub avg_bitrate: BitRate,
+    /// Its peak rate.
+    pub peak_bitrate: BitRate,
+    /// The delivery mode.
+    pub delivery: Delivery,
+}
+
+/// A run to start on the origin.
+#[derive(Clone, Copy, Debug)]
+pub struct StartSpec {
+    /// The first packet.
+    pub start: Position,
+    /// The last media time to send, if the range had an end.
+    pub end: Option<MediaTime>,
+    /// RTP sequence-number offset.
+    pub seq_offset: u16,
+    /// RTP timestamp offset.
+    pub rtp_ts_offset: u32,
+    /// The SSRC.
+    pub ssrc: u32,
+    /// The client's UDP addresses (RTP, RTCP), or `None` for interleaved transport.
+    pub client: Option<(SocketAddr, SocketAddr)>,
+}
+
+/// Stop now (a seek) or at a synchronised cutoff (a pause).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopKind {
+    /// As soon as each node hears of it; positions are approximate (a seek follows).
+    Now,
+    /// After the packets at or before a cutoff `control_margin` ahead; positions are exact.
+    Pause,
+}
+
+/// A session's clock once pinned by the origin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocalAnchor {
+    /// The instant on this node's clock.
+    pub wall: Instant,
+    /// The media time due then.
+    pub media: MediaTime,
+}
+
+/// What this node's scheduler and sender must do for a share.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LocalAction {
+    /// Admit the share at the scheduler (its own disks' part of the object at `epoch`), then
+    /// call [`ClusterCore::handle_admitted`].
+    Admit {
+        /// The share.
+        key: ShareKey,
+        /// The object.
+        object: ObjectId,
+        /// The placement epoch.
+        epoch: u32,
+        /// Mean rate.
+        avg_bitrate: BitRate,
+        /// Peak rate.
+        peak_bitrate: BitRate,
+    },
+    /// Start a run: read the share's blocks on the session's clock and send or forward them.
+    Start {
+        /// The share.
+        key: ShareKey,
+        /// The run.
+        run: u64,
+        /// What to do.
+        spec: RunSpec,
+        /// `spec.anchor` on this node's clock.
+        anchor: Option<LocalAnchor>,
+    },
+    /// Stop the run (at `cutoff`, or now); then call [`ClusterCore::handle_share_stopped`].
+    Stop {
+        /// The share.
+        key: ShareKey,
+        /// The run.
+        run: u64,
+        /// The cutoff.
+        cutoff: Option<MediaTime>,
+    },
+    /// Change the pace: re-pin at `anchor` (cluster), or at the current packet (`None`, a
+    /// single node: the pacer knows it best).
+    Pace {
+        /// The share.
+        key: ShareKey,
+        /// The run.
+        run: u64,
+        /// The new anchor.
+        anchor: Option<LocalAnchor>,
+        /// The new pace.
+        pace: Pace,
+    },
+    /// Send the session's RTCP BYE (the origin in bipartite delivery, once every node ended).
+    Bye {
+        /// The share.
+        key: ShareKey,
+    },
+    /// Forget the share and release its reservation.
+    Close {
+        /// The share.
+        key: ShareKey,
+    },
+}
+
+/// What became of a session this node is the origin of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SessionEvent {
+    /// Every node reserved its share.
+    Opened {
+        /// The stream.
+        stream: StreamId,
+    },
+    /// A node refused (or could not be asked); every reservation was released.
+    Refused {
+        /// The stream.
+        stream: StreamId,
+        /// Who and why.
+        refusal: Refusal,
+    },
+    /// Every node stopped the run.
+    Stopped {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: u64,
+        /// Where to resume: the first packet no node sent (`None`: the end).
+        next: Option<Position>,
+        /// The last packet sent, by the node that went furthest.
+        last_sent: Option<Position>,
+    },
+    /// Every sending node sent its last packet of the run.
+    Ended {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: u64,
+        /// The last packet sent.
+        last_sent: Option<Position>,
+    },
+    /// A node cannot go on with the run.
+    Failed {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: u64,
+        /// Which node and why.
+        error: String,
+    },
+}
+
+#[derive(Debug)]
+struct Session {
+    open: OpenSpec,
+    members: BTreeSet<NodeId>,
+    reserving: Option<Reserving>,
+    reserved: BTreeSet<NodeId>,
+    run: Option<RunState>,
+}
+
+#[derive(Debug)]
+struct Reserving {
+    pending: BTreeSet<NodeId>,
+    deadline: Instant,
+}
+
+#[derive(Debug)]
+struct RunState {
+    run: u64,
+    /// The session's clock, when the origin pinned it.
+    clock: Option<(LocalAnchor, Pace)>,
+    pace: Pace,
+    /// Nodes whose pacers send packets (bipartite: all; relay: the origin).
+    senders: BTreeSet<NodeId>,
+    ended: BTreeMap<NodeId, ShareReport>,
+    ended_reported: bool,
+    stopping: Option<Stopping>,
+}
+
+#[derive(Debug)]
+struct Stopping {
+    pending: BTreeSet<NodeId>,
+    reports: Vec<ShareReport>,
+    deadline: Instant,
+}
+
+#[derive(Debug)]
+struct Share {
+    run: Option<u64>,
+}
+
+/// The cluster core of one node. See the module docs.
+#[derive(Debug)]
+pub struct ClusterCore {
+    config: ClusterConfig,
+    members: BTreeMap<NodeId, Member>,
+    sessions: BTreeMap<StreamId, Session>,
+    shares: BTreeMap<ShareKey, Share>,
+    out: VecDeque<(NodeId, Message)>,
+    local: VecDeque<LocalAction>,
+    events: VecDeque<SessionEvent>,
+}
+
+impl ClusterCore {
+    /// A core for `config.node`, itself its only member until told otherwise.
+    #[must_use]
+    pub fn new(config: ClusterConfig) -> Self {
+        let mut members = BTreeMap::new();
+        members.insert(
+            config.node,
+            Member {
+                name: config.name.clone(),
+                live: true,
+                last_heard: None,
+                next_ping: Instant::ZERO,
+                ping_seq: 0,
+                clock: ClockSync::default(),
+            },
+        );
+        Self {
+            config,
+            members,
+            sessions: BTreeMap::new(),
+            shares: BTreeMap::new(),
+            out: VecDeque::new(),
+            local: VecDeque::new(),
+            events: VecDeque::new(),
+        }
+    }
+
+    /// This node.
+    #[must_use]
+    pub fn node(&self) -> NodeId {
+        self.config.node
+    }
+
+    /// The settings.
+    #[must_use]
+    pub fn config(&self) -> &ClusterConfig {
+        &self.config
+    }
+
+    // ----- membership ------------------------------------------------------------------------
+
+    /// A node's record or liveness changed in etcd. A member that goes down ends its part in
+    /// every session (see [`Self::handle_timeout`] for the consequences).
+    pub fn handle_member(&mut self, now: Instant, info: MemberInfo) {
+        if info.id == self.config.node {
+            return;
+        }
+        let was_live = self.members.get(&info.id).is_some_and(|m| m.live);
+        let m = self.members.entry(info.id).or_insert_with(|| Member {
+            name: info.name.clone(),
+            live: false,
+            last_heard: None,
+            next_ping: now,
+            ping_seq: 0,
+            clock: ClockSync::default(),
+        });
+        m.name = info.name;
+        m.live = info.live;
+        if info.live && !was_live {
+            m.last_heard = None;
+            m.next_ping = now;
+        }
+        if was_live && !info.live {
+            self.member_lost(now, info.id);
+        }
+    }
+
+    /// Forgets a node that left the cluster for good.
+    pub fn remove_member(&mut self, now: Instant, id: NodeId) {
+        if id == self.config.node {
+            return;
+        }
+        if self.members.remove(&id).is_some() {
+            self.member_lost(now, id);
+        }
+    }
+
+    /// Every member, this node included.
+    pub fn members(&self, now: Instant) -> impl Iterator<Item = MemberView> + '_ {
+        self.members.iter().map(move |(id, m)| MemberView {
+            id: *id,
+            name: m.name.clone(),
+            health: self.health(now, *id),
+            clock_offset_ns: m.clock.offset_ns(),
+            round_trip: m.clock.round_trip(),
+        })
+    }
+
+    /// A member's health.
+    #[must_use]
+    pub fn health(&self, now: Instant, id: NodeId) -> Health {
+        match self.members.get(&id) {
+            None => Health::Down,
+            Some(_) if id == self.config.node => Health::Up,
+            Some(m) if !m.live => Health::Down,
+            Some(m) => match m.last_heard {
+                Some(t) if now.saturating_duration_since(t) > self.config.suspect_after => {
+                    Health::Suspect
+                }
+                _ => Health::Up,
+            },
+        }
+    }
+
+    /// Converts a Unix time on `peer`'s clock to an instant on ours.
+    #[must_use]
+    pub fn local_instant(&self, peer: NodeId, unix_ns: u64) -> Instant {
+        let ours = match self.members.get(&peer) {
+            Some(m) if peer != self.config.node => m.clock.to_local(unix_ns),
+            _ => unix_ns,
+        };
+        Instant::from_nanos(ours.saturating_sub(self.config.unix_base_ns))
+    }
+
+    /// Our instant `t` in Unix ns.
+    #[must_use]
+    pub fn unix_ns(&self, t: Instant) -> u64 {
+        t.as_nanos().saturating_add(self.config.unix_base_ns)
+    }
+
+    // ----- the origin: sessions ---------------------------------------------------------------
+
+    /// Opens a session: asks every member to reserve its share. The answer comes as
+    /// [`SessionEvent::Opened`] or [`SessionEvent::Refused`]. A member that is down refuses at
+    /// once: its blocks cannot be read.
+    pub fn open(&mut self, now: Instant, spec: OpenSpec) {
+        let members: BTreeSet<NodeId> = self.members.keys().copied().collect();
+        if let Some(down) = members.iter().find(|id| self.health(now, **id) == Health::Down) {
+            let name = self.members[down].name.clone();
+            self.events.push_back(SessionEvent::Refused {
+                stream: spec.stream,
+                refusal: Refusal { node: name, disk: None, reason: "node is down".into() },
+            });
+            return;
+        }
+        let key = ShareKey { origin: self.config.node, stream: spec.stream };
+        self.sessions.insert(
+            spec.stream,
+            Session {
+                open: spec,
+                members: members.clone(),
+                reserving: Some(Reserving {
+                    pending: members.clone(),
+                    deadline: now + self.config.reply_timeout,
+                }),
+                reserved: BTreeSet::new(),
+                run: None,
+            },
+        );
+        for to in members {
+            self.send(
+                now,
+                to,
+                Message::Reserve {
+                    key,
+                    object: spec.object,
+                    epoch: spec.epoch,
+                    avg_bitrate: spec.avg_bitrate,
+                    peak_bitrate: spec.peak_bitrate,
+                },
+            );
+        }
+    }
+
+    /// Whether this node is the origin of an open (or opening) session for `stream`.
+    #[must_use]
+    pub fn has_session(&self, stream: StreamId) -> bool {
+        self.sessions.contains_key(&stream)
+    }
+
+    /// Starts run `run` of an opened session on every member. A cluster session's clock is
+    /// pinned `start_delay` from now; a single node's by its scheduler.
+    pub fn start(&mut self, now: Instant, stream: StreamId, run: u64, spec: StartSpec, pace: Pace) {
+        let me = self.config.node;
+        let cluster = self.members.len() > 1;
+        let anchor = cluster
+            .then(|| LocalAnchor { wall: now + self.config.start_delay, media: spec.start.time });
+        let wall = anchor.map(|a| WallAnchor { unix_ns: self.unix_ns(a.wall), media: a.media });
+        let feeder_wall = anchor.map(|a| WallAnchor {
+            unix_ns: self.unix_ns(a.wall.saturating_sub(self.config.relay_lead)),
+            media: a.media,
+        });
+        let Some(session) = self.sessions.get_mut(&stream) else { return };
+        let delivery = match spec.client {
+            Some(_) => session.open.delivery,
+            None => Delivery::Relay,
+        };
+        let senders: BTreeSet<NodeId> = match delivery {
+            Delivery::Bipartite => session.members.clone(),
+            Delivery::Relay => [me].into(),
+        };
+        session.run = Some(RunState {
+            run,
+            clock: anchor.map(|a| (a, pace)),
+            pace,
+            senders,
+            ended: BTreeMap::new(),
+            ended_reported: false,
+            stopping: None,
+        });
+        let key = ShareKey { origin: me, stream };
+        let base = RunSpec {
+            object: session.open.object,
+            epoch: session.open.epoch,
+            start: spec.start,
+            end: spec.end,
+            anchor: wall,
+            pace,
+            seq_offset: spec.seq_offset,
+            rtp_ts_offset: spec.rtp_ts_offset,
+            ssrc: spec.ssrc,
+            dest: Dest::Origin,
+            role: Role::Whole,
+            lsn: cluster,
+        };
+        let members: Vec<NodeId> = session.members.iter().copied().collect();
+        for to in members {
+            let spec = match (cluster, delivery, spec.client) {
+                (false, _, _) => base,
+                (true, Delivery::Bipartite, Some((rtp, rtcp))) => RunSpec {
+                    dest: Dest::Udp { rtp, rtcp },
+                    role: Role::Share { rtcp: to == me },
+                    ..base
+                },
+                (true, _, _) if to == me => base,
+                (true, _, _) => RunSpec { role: Role::Feeder, anchor: feeder_wall, ..base },
+            };
+            self.send(now, to, Message::Start { key, run, spec });
+        }
+    }
+
+    /// Stops the running run of `stream` on every node; [`SessionEvent::Stopped`] follows.
+    /// Returns `false` if nothing is running.
+    pub fn stop(&mut self, now: Instant, stream: StreamId, kind: StopKind) -> bool {
+        let margin = self.config.control_margin;
+        let timeout = self.config.reply_timeout;
+        let Some(session) = self.sessions.get_mut(&stream) else { return false };
+        let Some(run) = session.run.as_mut() else { return false };
+        if run.stopping.is_some() {
+            return true;
+        }
+        let cutoff = match (kind, run.clock) {
+            (StopKind::Now, _) => None,
+            (StopKind::Pause, Some((anchor, pace))) => Some(media_at(anchor, pace, now + margin)),
+            // A single node stops exactly where its pacer is.
+            (StopKind::Pause, None) => None,
+        };
+        let pending: BTreeSet<NodeId> = session.members.clone();
+        run.stopping = Some(Stopping {
+            pending: pending.clone(),
+            reports: Vec::new(),
+            deadline: now + timeout,
+        });
+        let r = run.run;
+        let key = ShareKey { origin: self.config.node, stream };
+        for to in pending {
+            self.send(now, to, Message::Stop { key, run: r, cutoff });
+        }
+        true
+    }
+
+    /// Changes the session's pace (MTFC). Returns the pace in force, or `None` if the session
+    /// has no run. A cluster session's clock is re-pinned `control_margin` ahead on every node.
+    pub fn pace(&mut self, now: Instant, stream: StreamId, pace: Pace) -> Option<Pace> {
+        let margin = self.config.control_margin;
+        let session = self.sessions.get_mut(&stream)?;
+        let run = session.run.as_mut()?;
+        run.pace = pace;
+        let r = run.run;
+        let key = ShareKey { origin: self.config.node, stream };
+        let members: Vec<NodeId> = session.members.iter().copied().collect();
+        match run.clock {
+            Some((anchor, old)) => {
+                let wall = (now + margin).max(anchor.wall);
+                let new = LocalAnchor { wall, media: media_at(anchor, old, wall) };
+                run.clock = Some((new, pace));
+                let anchor = WallAnchor { unix_ns: self.unix_ns(new.wall), media: new.media };
+                for to in members {
+                    self.send(now, to, Message::Pace { key, run: r, anchor, pace });
+                }
+            }
+            None => self.local.push_back(LocalAction::Pace { key, run: r, anchor: None, pace }),
+        }
+        Some(pace)
+    }
+
+    /// Closes a session: every node forgets its share and releases its reservation.
+    pub fn close(&mut self, now: Instant, stream: StreamId) {
+        let Some(session) = self.sessions.remove(&stream) else { return };
+        let key = ShareKey { origin: self.config.node, stream };
+        let told: BTreeSet<NodeId> = match &session.reserving {
+            Some(_) => session.members.clone(),
+            None => session.reserved.clone(),
+        };
+        for to in told {
+            self.send(now, to, Message::Close { key });
+        }
+    }
+
+    // ----- this node's shares -----------------------------------------------------------------
+
+    /// This node's scheduler decided on a share's reservation.
+    pub fn handle_admitted(&mut self, now: Instant, key: ShareKey, result: Result<(), Refusal>) {
+        if !self.shares.contains_key(&key) {
+            // Closed meanwhile: release what was just admitted.
+            if result.is_ok() {
+                self.local.push_back(LocalAction::Close { key });
+            }
+            return;
+        }
+        if result.is_err() {
+            self.shares.remove(&key);
+        }
+        self.send(now, key.origin, Message::Reserved { key, result });
+    }
+
+    /// This node's part of a run stopped (after a [`LocalAction::Stop`]).
+    pub fn handle_share_stopped(
+        &mut self,
+        now: Instant,
+        key: ShareKey,
+        run: u64,
+        report: ShareReport,
+    ) {
+        if self.shares.get(&key).is_some_and(|s| s.run == Some(run)) {
+            self.send(now, key.origin, Message::Stopped { key, run, report });
+        }
+    }
+
+    /// This node's part of a run sent (or forwarded) its last packet.
+    pub fn handle_share_ended(
+        &mut self,
+        now: Instant,
+        key: ShareKey,
+        run: u64,
+        report: ShareReport,
+    ) {
+        if self.shares.get(&key).is_some_and(|s| s.run == Some(run)) {
+            self.send(now, key.origin, Message::Ended { key, run, report });
+        }
+    }
+
+    /// This node's part of a run cannot go on.
+    pub fn handle_share_failed(&mut self, now: Instant, key: ShareKey, run: u64, error: String) {
+        if self.shares.get(&key).is_some_and(|s| s.run == Some(run)) {
+            let error = format!("node {}: {error}", self.config.name);
+            self.send(now, key.origin, Message::Failed { key, run, error });
+        }
+    }
+
+    /// Shares this node runs.
+    #[must_use]
+    pub fn share_count(&self) -> usize {
+        self.shares.len()
+    }
+
+    /// Sessions this node is the origin of.
+    #[must_use]
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    // ----- messages and time ------------------------------------------------------------------
+
+    /// A message from `from` (over its control connection).
+    pub fn handle_message(&mut self, now: Instant, from: NodeId, msg: Message) {
+        if from != self.config.node
+            && let Some(m) = self.members.get_mut(&from)
+        {
+            m.last_heard = Some(now);
+        }
+        match msg {
+            Message::Hello { .. } => {}
+            Message::Ping { seq, sent_unix_ns } => {
+                let t = self.unix_ns(now);
+                self.out.push_back((
+                    from,
+                    Message::Pong {
+                        seq,
+                        ping_sent_unix_ns: sent_unix_ns,
+                        received_unix_ns: t,
+                        sent_unix_ns: t,
+                    },
+                ));
+            }
+            Message::Pong { ping_sent_unix_ns, received_unix_ns, sent_unix_ns, .. } => {
+                let t3 = self.unix_ns(now);
+                if let Some(m) = self.members.get_mut(&from) {
+                    m.clock.handle_sample(ping_sent_unix_ns, received_unix_ns, sent_unix_ns, t3);
+                }
+            }
+            Message::Reserve { key, object, epoch, avg_bitrate, peak_bitrate } => {
+                self.shares.insert(key, Share { run: None });
+                self.local.push_back(LocalAction::Admit {
+                    key,
+                    object,
+                    epoch,
+                    avg_bitrate,
+                    peak_bitrate,
+                });
+            }
+            Message::Start { key, run, spec } => {
+                let Some(share) = self.shares.get_mut(&key) else { return };
+                share.run = Some(run);
+                let anchor = spec.anchor.map(|a| LocalAnchor {
+                    wall: self.local_instant(key.origin, a.unix_ns),
+                    media: a.media,
+                });
+                self.local.push_back(LocalAction::Start { key, run, spec, anchor });
+            }
+            Message::Stop { key, run, cutoff } => {
+                if self.shares.get(&key).is_some_and(|s| s.run == Some(run)) {
+                    self.local.push_back(LocalAction::Stop { key, run, cutoff });
+                } else {
+                    // Not running that run (already ended, or never started): nothing to stop.
+                    self.send(
+                        now,
+                        key.origin,
+                        Message::Stopped { key, run, report: ShareReport::default() },
+                    );
+                }
+            }
+            Message::Pace { key, run, anchor, pace } => {
+                if self.shares.get(&key).is_some_and(|s| s.run == Some(run)) {
+                    let anchor = Some(LocalAnchor {
+                        wall: self.local_instant(key.origin, anchor.unix_ns),
+                        media: anchor.media,
+                    });
+                    self.local.push_back(LocalAction::Pace { key, run, anchor, pace });
+                }
+            }
+            Message::Close { key } => {
+                if self.shares.remove(&key).is_some() {
+                    self.local.push_back(LocalAction::Close { key });
+                }
+            }
+            Message::Reserved { key, result } => self.on_reserved(now, from, key, result),
+            Message::Stopped { key, run, report } => {
+                self.on_stopped(now, from, key, run, Some(report))
+            }
+            Message::Ended { key, run, report } => self.on_ended(from, key, run, report),
+            Message::Failed { key, run, error } => {
+                if self.run_is(key, run) {
+                    self.events.push_back(SessionEvent::Failed { stream: key.stream, run, error });
+                }
+            }
+        }
+    }
+
+    /// Expires answers not given in time, sends heartbeats, suspects silent peers.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        // Heartbeats to every live peer.
+        let unix = self.unix_ns(now);
+        let me = self.config.node;
+        for (id, m) in &mut self.members {
+            if *id == me || !m.live || m.next_ping > now {
+                continue;
+            }
+            m.ping_seq += 1;
+            m.next_ping = now + self.config.heartbeat;
+            self.out.push_back((*id, Message::Ping { seq: m.ping_seq, sent_unix_ns: unix }));
+        }
+        // Answers not given in time.
+        let late: Vec<(StreamId, Vec<NodeId>)> = self
+            .sessions
+            .iter()
+            .filter_map(|(s, sess)| {
+                let r = sess.reserving.as_ref().filter(|r| r.deadline <= now)?;
+                Some((*s, r.pending.iter().copied().collect()))
+            })
+            .collect();
+        for (stream, pending) in late {
+            if let Some(node) = pending.first() {
+                let name = self.member_name(*node);
+                self.refuse(
+                    now,
+                    stream,
+                    Refusal { node: name, disk: None, reason: "did not answer".into() },
+                );
+            }
+        }
+        let late: Vec<(StreamId, u64, Vec<NodeId>)> = self
+            .sessions
+            .iter()
+            .filter_map(|(s, sess)| {
+                let run = sess.run.as_ref()?;
+                let st = run.stopping.as_ref().filter(|st| st.deadline <= now)?;
+                Some((*s, run.run, st.pending.iter().copied().collect()))
+            })
+            .collect();
+        for (stream, run, pending) in late {
+            let key = ShareKey { origin: me, stream };
+            for node in pending {
+                self.on_stopped(now, node, key, run, None);
+            }
+        }
+    }
+
+    /// The next instant [`Self::handle_timeout`] has something to do.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let me = self.config.node;
+        let pings =
+            self.members.iter().filter(|(id, m)| **id != me && m.live).map(|(_, m)| m.next_ping);
+        let reserves =
+            self.sessions.values().filter_map(|s| s.reserving.as_ref().map(|r| r.deadline));
+        let stops = self
+            .sessions
+            .values()
+            .filter_map(|s| s.run.as_ref()?.stopping.as_ref().map(|st| st.deadline));
+        pings.chain(reserves).chain(stops).min()
+    }
+
+    /// The next message for a peer.
+    pub fn poll_transmit(&mut self) -> Option<(NodeId, Message)> {
+        self.out.pop_front()
+    }
+
+    /// The next action for this node's scheduler and sender.
+    pub fn poll_local(&mut self) -> Option<LocalAction> {
+        self.local.pop_front()
+    }
+
+    /// The next outcome for the RTSP side.
+    pub fn poll_event(&mut self) -> Option<SessionEvent> {
+        self.events.pop_front()
+    }
+
+    // ----- internals --------------------------------------------------------------------------
+
+    fn send(&mut self, now: Instant, to: NodeId, msg: Message) {
+        if to == self.config.node {
+            self.handle_message(now, to, msg);
+        } else {
+            self.out.push_back((to, msg));
+        }
+    }
+
+    fn member_name(&self, id: NodeId) -> String {
+        self.members.get(&id).map_or_else(|| format!("#{id}"), |m| m.name.clone())
+    }
+
+    fn run_is(&self, key: ShareKey, run: u64) -> bool {
+        key.origin == self.config.node
+            && self
+                .sessions
+                .get(&key.stream)
+                .and_then(|s| s.run.as_ref())
+                .is_some_and(|r| r.run == run)
+    }
+
+    fn on_reserved(
+        &mut self,
+        now: Instant,
+        from: NodeId,
+        key: ShareKey,
+        result: Result<(), Refusal>,
+    ) {
+        if key.origin != self.config.node {
+            return;
+        }
+        let Some(session) = self.sessions.get_mut(&key.stream) else {
+            // The session is gone: release a reservation made meanwhile.
+            if result.is_ok() {
+                self.send(now, from, Message::Close { key });
+            }
+            return;
+        };
+        let Some(reserving) = session.reserving.as_mut() else { return };
+        if !reserving.pending.remove(&from) {
+            return;
+        }
+        match result {
+            Ok(()) => {
+                session.reserved.insert(from);
+                if reserving.pending.is_empty() {
+                    session.reserving = None;
+                    self.events.push_back(SessionEvent::Opened { stream: key.stream });
+                }
+            }
+            Err(refusal) => self.refuse(now, key.stream, refusal),
+        }
+    }
+
+    /// Ends an opening session with a refusal, releasing what was reserved.
+    fn refuse(&mut self, now: Instant, stream: StreamId, refusal: Refusal) {
+        let Some(session) = self.sessions.remove(&stream) else { return };
+        let key = ShareKey { origin: self.config.node, stream };
+        // Nodes still to answer are told too: a late "reserved" must be released.
+        let pending = session.reserving.map(|r| r.pending).unwrap_or_default();
+        for to in session.reserved.into_iter().chain(pending) {
+            self.send(now, to, Message::Close { key });
+        }
+        self.events.push_back(SessionEvent::Refused { stream, refusal });
+    }
+
+    fn on_stopped(
+        &mut self,
+        _now: Instant,
+        from: NodeId,
+        key: ShareKey,
+        run: u64,
+        report: Option<ShareReport>,
+    ) {
+        if !self.run_is(key, run) {
+            return;
+        }
+        let Some(state) = self.sessions.get_mut(&key.stream).and_then(|s| s.run.as_mut()) else {
+            return;
+        };
+        let Some(stopping) = state.stopping.as_mut() else { return };
+        if !stopping.pending.remove(&from) {
+            return;
+        }
+        if let Some(r) = report
+            && state.senders.contains(&from)
+        {
+            stopping.reports.push(r);
+        }
+        if stopping.pending.is_empty() {
+            let reports = std::mem::take(&mut stopping.reports);
+            state.stopping = None;
+            let (next, last_sent) = combine(&reports);
+            self.events.push_back(SessionEvent::Stopped {
+                stream: key.stream,
+                run,
+                next,
+                last_sent,
+            });
+        }
+    }
+
+    fn on_ended(&mut self, from: NodeId, key: ShareKey, run: u64, report: ShareReport) {
+        if !self.run_is(key, run) {
+            return;
+        }
+        let Some(state) = self.sessions.get_mut(&key.stream).and_then(|s| s.run.as_mut()) else {
+            return;
+        };
+        if !state.senders.contains(&from) || state.ended_reported || state.stopping.is_some() {
+            return;
+        }
+        state.ended.insert(from, report);
+        self.check_ended(key.stream);
+    }
+
+    /// Reports the run's end once every sending node has ended.
+    fn check_ended(&mut self, stream: StreamId) {
+        let me = self.config.node;
+        let Some(state) = self.sessions.get_mut(&stream).and_then(|s| s.run.as_mut()) else {
+            return;
+        };
+        let done =
+            !state.senders.is_empty() && state.senders.iter().all(|n| state.ended.contains_key(n));
+        if state.ended_reported || state.stopping.is_some() || !done {
+            return;
+        }
+        state.ended_reported = true;
+        let reports: Vec<ShareReport> = state.ended.values().copied().collect();
+        let (_, last_sent) = combine(&reports);
+        let bye = state.senders.len() > 1 || !state.senders.contains(&me);
+        let run = state.run;
+        self.events.push_back(SessionEvent::Ended { stream, run, last_sent });
+        if bye {
+            self.local.push_back(LocalAction::Bye { key: ShareKey { origin: me, stream } });
+        }
+    }
+
+    /// A member is gone: its answers will never come, and the sessions it served lose its part.
+    fn member_lost(&mut self, now: Instant, id: NodeId) {
+        let me = self.config.node;
+        let name = self.member_name(id);
+        let streams: Vec<StreamId> = self.sessions.keys().copied().collect();
+        for stream in streams {
+            let key = ShareKey { origin: me, stream };
+            let Some(session) = self.sessions.get(&stream) else { continue };
+            if !session.members.contains(&id) {
+                continue;
+            }
+            if session.reserving.as_ref().is_some_and(|r| r.pending.contains(&id)) {
+                let refusal =
+                    Refusal { node: name.clone(), disk: None, reason: "node is down".into() };
+                self.refuse(now, stream, refusal);
+                continue;
+            }
+            if let Some(r) = session.run.as_ref().map(|run| run.run) {
+                self.events.push_back(SessionEvent::Failed {
+                    stream,
+                    run: r,
+                    error: format!("node {name} is down"),
+                });
+                // A pending stop completes without it; a run that waited only for it has ended.
+                self.on_stopped(now, id, key, r, None);
+                if let Some(run) = self.sessions.get_mut(&stream).and_then(|s| s.run.as_mut()) {
+                    run.senders.remove(&id);
+                    run.ended.remove(&id);
+                }
+                self.check_ended(stream);
+            }
+            if let Some(s) = self.sessions.get_mut(&stream) {
+                s.members.remove(&id);
+                s.reserved.remove(&id);
+            }
+        }
+        // Shares of sessions whose origin is gone: nobody will close them.
+        let orphans: Vec<ShareKey> =
+            self.shares.keys().filter(|k| k.origin == id).copied().collect();
+        for key in orphans {
+            self.shares.remove(&key);
+            self.local.push_back(LocalAction::Close { key });
+        }
+    }
+}
+
+/// The media time the clock `(anchor, pace)` shows at `wall`.
+fn media_at(anchor: LocalAnchor, pace: Pace, wall: Instant) -> MediaTime {
+    anchor.media + pace.media_span(wall.saturating_duration_since(anchor.wall))
+}
+
+/// Where a session stands from its senders' reports: the first packet no node sent, and the
+/// furthest packet any node sent.
+fn combine(reports: &[ShareReport]) -> (Option<Position>, Option<Position>) {
+    let next = reports.iter().filter_map(|r| r.next).min_by_key(|p| p.gsn);
+    let last = reports.iter().filter_map(|r| r.last_sent).max_by_key(|p| p.gsn);
+    (next, last)
+}

@@ -1,0 +1,272 @@
+//! The control messages nodes exchange, as the core sees them (typed).
+//!
+//! Why typed messages apart from the wire: the core reasons in ids, positions and media times;
+//! [`crate::wire`] pins the bytes (a version byte and a postcard encoding of plain mirror
+//! structs), so either can change without the other (the catalog's pattern, `isochron-store`).
+//!
+//! Every message is small (tens of bytes): Yima §2.2's point is that bipartite delivery leaves
+//! only control between nodes, "orders of magnitude less than the streaming data traffic".
+
+use std::fmt;
+use std::net::SocketAddr;
+
+use isochron_base::{BitRate, DiskId, MediaTime, NodeId, ObjectId, Pace, StreamId};
+use isochron_rtsp::server::Position;
+
+/// One node's part in one session: the session's node (`origin`) and its stream id there.
+///
+/// Stream ids are allocated per node, so a share is named by both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ShareKey {
+    /// The node that answers the session's RTSP (Yima's single control point).
+    pub origin: NodeId,
+    /// The session's stream on the origin.
+    pub stream: StreamId,
+}
+
+impl fmt::Display for ShareKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.origin, self.stream)
+    }
+}
+
+/// A wall-clock instant on the sending node's clock (Unix nanoseconds) paired with the media time
+/// due then: where a session's media clock is pinned (the cluster form of `sched::Anchor`).
+///
+/// Nodes translate it to their own monotonic clock with the offset they estimate to the sender
+/// ([`crate::clock::ClockSync`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WallAnchor {
+    /// Unix nanoseconds on the sender's clock.
+    pub unix_ns: u64,
+    /// The media time due at `unix_ns`.
+    pub media: MediaTime,
+}
+
+/// Where a share's packets go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dest {
+    /// RTP straight to the client from the sending node's own address (bipartite delivery).
+    Udp {
+        /// The client's RTP address.
+        rtp: SocketAddr,
+        /// The client's RTCP address.
+        rtcp: SocketAddr,
+    },
+    /// Through the origin: on the origin, the session's own transport (UDP or interleaved TCP);
+    /// on any other node, its blocks are forwarded to the origin over the cluster's data
+    /// connection (relay delivery).
+    Origin,
+}
+
+/// What a node does with its share of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Paces every block of the object (its own and, in relay delivery, those forwarded to it)
+    /// and sends the session's RTCP after its packets, as a single server does.
+    Whole,
+    /// Paces only its own blocks; sends the session's RTCP sender reports on a timer and its BYE
+    /// when told (`rtcp`), or no RTCP at all.
+    Share {
+        /// Whether this node sends the session's RTCP (the origin, RFC 3550 §6.4.1).
+        rtcp: bool,
+    },
+    /// Reads its own blocks on the session's clock and forwards them to the origin (relay).
+    Feeder,
+}
+
+/// The run a node is asked to carry out: everything it needs to read, pace and stamp its packets
+/// without asking anyone (Yima §2.2: "every node retrieves, schedules, and sends data blocks
+/// that are stored locally directly to the requesting client").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunSpec {
+    /// The object.
+    pub object: ObjectId,
+    /// The placement epoch the origin planned with.
+    pub epoch: u32,
+    /// The run's first packet (a seek point, or where a pause stopped).
+    pub start: Position,
+    /// The last media time to send, if the PLAY range had an end.
+    pub end: Option<MediaTime>,
+    /// Where the session's clock is pinned; `None`: the node pins it itself when its first
+    /// block is in memory (a single node, XTREAM's low initial latency).
+    pub anchor: Option<WallAnchor>,
+    /// The session's pace (MTFC).
+    pub pace: Pace,
+    /// RTP sequence-number offset (seq = offset + GSN).
+    pub seq_offset: u16,
+    /// RTP timestamp offset.
+    pub rtp_ts_offset: u32,
+    /// The session's SSRC, shared by every sending node.
+    pub ssrc: u32,
+    /// Where the packets go.
+    pub dest: Dest,
+    /// This node's role.
+    pub role: Role,
+    /// Whether packets carry the node's local sequence number (Yima's LSN, RFC 8285).
+    pub lsn: bool,
+}
+
+/// Why a node refused its share of a session.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// The node's name.
+    pub node: String,
+    /// The disk that would be overloaded, when one is to blame.
+    pub disk: Option<DiskId>,
+    /// The node's own words (its admission controller's reason).
+    pub reason: String,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.disk {
+            Some(d) => write!(f, "node {} disk {d}: {}", self.node, self.reason),
+            None => write!(f, "node {}: {}", self.node, self.reason),
+        }
+    }
+}
+
+/// Where a node's share stood when it stopped or ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShareReport {
+    /// The first packet of its share it did not send (`None`: none left in the run's range).
+    pub next: Option<Position>,
+    /// The last packet it sent in this run, if any.
+    pub last_sent: Option<Position>,
+}
+
+/// A control message between nodes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Message {
+    /// First message on a control connection.
+    Hello {
+        /// The sender.
+        node: NodeId,
+        /// Its name.
+        name: String,
+        /// Changes every time the node process starts, so a restarted node is told apart.
+        incarnation: u64,
+    },
+    /// Heartbeat and clock probe.
+    Ping {
+        /// Probe number.
+        seq: u64,
+        /// Unix ns on the sender's clock when sent.
+        sent_unix_ns: u64,
+    },
+    /// Answer to [`Message::Ping`] (NTP's four timestamps, RFC 5905 §8).
+    Pong {
+        /// The ping's number.
+        seq: u64,
+        /// The ping's send time (sender's clock).
+        ping_sent_unix_ns: u64,
+        /// When the ping arrived (answerer's clock).
+        received_unix_ns: u64,
+        /// When this pong left (answerer's clock).
+        sent_unix_ns: u64,
+    },
+    /// Admit a share (reserve its disks' bandwidth) until it starts or is closed.
+    Reserve {
+        /// The share.
+        key: ShareKey,
+        /// The object.
+        object: ObjectId,
+        /// The placement epoch.
+        epoch: u32,
+        /// The object's mean rate.
+        avg_bitrate: BitRate,
+        /// Its peak rate.
+        peak_bitrate: BitRate,
+    },
+    /// Answer to [`Message::Reserve`].
+    Reserved {
+        /// The share.
+        key: ShareKey,
+        /// `Ok`: reserved.
+        result: Result<(), Refusal>,
+    },
+    /// Start a run (first play, seek, resume).
+    Start {
+        /// The share.
+        key: ShareKey,
+        /// The run number.
+        run: u64,
+        /// What to do.
+        spec: RunSpec,
+    },
+    /// Stop a run: now (`cutoff: None`), or after the last packet at or before `cutoff`.
+    Stop {
+        /// The share.
+        key: ShareKey,
+        /// The run.
+        run: u64,
+        /// The media time after which nothing is sent.
+        cutoff: Option<MediaTime>,
+    },
+    /// Answer to [`Message::Stop`], once stopped.
+    Stopped {
+        /// The share.
+        key: ShareKey,
+        /// The run.
+        run: u64,
+        /// Where it stood.
+        report: ShareReport,
+    },
+    /// Re-pin the session's clock (MTFC): packets at or after `anchor.media` are due at
+    /// `anchor + (t − anchor.media) / pace`.
+    Pace {
+        /// The share.
+        key: ShareKey,
+        /// The run.
+        run: u64,
+        /// The new anchor.
+        anchor: WallAnchor,
+        /// The new pace.
+        pace: Pace,
+    },
+    /// A share sent (or forwarded) its last packet of the run.
+    Ended {
+        /// The share.
+        key: ShareKey,
+        /// The run.
+        run: u64,
+        /// Where it stood.
+        report: ShareReport,
+    },
+    /// A share cannot go on (a block could not be read, the object is unknown there).
+    Failed {
+        /// The share.
+        key: ShareKey,
+        /// The run.
+        run: u64,
+        /// Why.
+        error: String,
+    },
+    /// The session is over: release everything.
+    Close {
+        /// The share.
+        key: ShareKey,
+    },
+}
+
+impl Message {
+    /// The message's name, for logs and metrics labels.
+    #[must_use]
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Hello { .. } => "hello",
+            Self::Ping { .. } => "ping",
+            Self::Pong { .. } => "pong",
+            Self::Reserve { .. } => "reserve",
+            Self::Reserved { .. } => "reserved",
+            Self::Start { .. } => "start",
+            Self::Stop { .. } => "stop",
+            Self::Stopped { .. } => "stopped",
+            Self::Pace { .. } => "pace",
+            Self::Ended { .. } => "ended",
+            Self::Failed { .. } => "failed",
+            Self::Close { .. } => "close",
+        }
+    }
+}

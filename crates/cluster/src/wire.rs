@@ -1,0 +1,531 @@
+//! The control connection's wire format: length-prefixed frames of versioned messages.
+//!
+//! A frame is a 4-byte big-endian length followed by that many bytes: one format-version byte
+//! ([`WIRE_VERSION`]) and a postcard encoding of a private mirror of [`Message`] made of plain
+//! integers, strings and socket addresses. The mirror is what is pinned (golden bytes in the
+//! tests); the typed [`Message`] may change representation freely. A reader refuses a version it
+//! does not know, a frame over [`MAX_FRAME`], and trailing bytes, each with an error that says so
+//! (a node talking to a node of another build learns why at once instead of misreading).
+//!
+//! [`FrameReader`] reassembles frames from a byte stream in any chunking (sans-IO: the glue feeds
+//! it what its socket read).
+
+use std::net::SocketAddr;
+
+use isochron_base::{BitRate, DiskId, Gsn, MediaTime, NodeId, ObjectId, Pace, StreamId};
+use isochron_rtsp::server::Position;
+use serde::{Deserialize, Serialize};
+
+use crate::message::{Dest, Message, Refusal, Role, RunSpec, ShareKey, ShareReport, WallAnchor};
+
+/// The format version this build writes and the newest it reads.
+pub const WIRE_VERSION: u8 = 1;
+
+/// The largest frame body accepted (control messages are tens of bytes; a refusal's text is
+/// the largest part).
+pub const MAX_FRAME: usize = 64 * 1024;
+
+/// Why bytes are not a message.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum WireError {
+    /// The frame is empty (no version byte).
+    #[error("empty control frame")]
+    Empty,
+    /// A version this build cannot read.
+    #[error("control message version {found}, this build reads up to {WIRE_VERSION}")]
+    Version {
+        /// The version found.
+        found: u8,
+    },
+    /// The body does not decode.
+    #[error("control message does not decode: {0}")]
+    Decode(String),
+    /// Bytes after the message.
+    #[error("{0} bytes after the control message")]
+    Trailing(usize),
+    /// A frame longer than [`MAX_FRAME`].
+    #[error("control frame of {0} bytes (most {MAX_FRAME})")]
+    TooLong(usize),
+}
+
+/// Encodes one message as a frame (length prefix included).
+#[must_use]
+pub fn encode_frame(msg: &Message) -> Vec<u8> {
+    let mut out = vec![0, 0, 0, 0, WIRE_VERSION];
+    // Serialising plain structs into a growable Vec cannot fail (postcard fails only on buffer
+    // exhaustion and unsupported types).
+    out = postcard::to_extend(&W::from(msg), out).expect("postcard into a Vec is infallible");
+    let len = u32::try_from(out.len() - 4).unwrap_or(u32::MAX);
+    out[..4].copy_from_slice(&len.to_be_bytes());
+    out
+}
+
+/// Decodes a frame body (without its length prefix).
+pub fn decode_body(body: &[u8]) -> Result<Message, WireError> {
+    let (&version, rest) = body.split_first().ok_or(WireError::Empty)?;
+    if version == 0 || version > WIRE_VERSION {
+        return Err(WireError::Version { found: version });
+    }
+    let (w, trailing): (W, _) =
+        postcard::take_from_bytes(rest).map_err(|e| WireError::Decode(e.to_string()))?;
+    if !trailing.is_empty() {
+        return Err(WireError::Trailing(trailing.len()));
+    }
+    Ok(w.into())
+}
+
+/// Reassembles frames from a byte stream.
+#[derive(Debug, Default)]
+pub struct FrameReader {
+    buf: Vec<u8>,
+}
+
+impl FrameReader {
+    /// Appends bytes read from the stream.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The next complete message, `Ok(None)` if more bytes are needed. An error is final: the
+    /// stream is out of step and the connection must be dropped.
+    pub fn next_message(&mut self) -> Result<Option<Message>, WireError> {
+        let Some(prefix) = self.buf.get(..4) else { return Ok(None) };
+        let len = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
+        if len > MAX_FRAME {
+            return Err(WireError::TooLong(len));
+        }
+        if self.buf.len() < 4 + len {
+            return Ok(None);
+        }
+        let msg = decode_body(&self.buf[4..4 + len]);
+        self.buf.drain(..4 + len);
+        msg.map(Some)
+    }
+}
+
+// The pinned mirror. Never change a variant or field of a written version: add a version.
+
+#[derive(Serialize, Deserialize)]
+enum W {
+    Hello { node: u16, name: String, incarnation: u64 },
+    Ping { seq: u64, sent: u64 },
+    Pong { seq: u64, ping_sent: u64, received: u64, sent: u64 },
+    Reserve { key: WKey, object: u64, epoch: u32, avg: u64, peak: u64 },
+    Reserved { key: WKey, refusal: Option<WRefusal> },
+    Start { key: WKey, run: u64, spec: WSpec },
+    Stop { key: WKey, run: u64, cutoff_ns: Option<u64> },
+    Stopped { key: WKey, run: u64, report: WReport },
+    Pace { key: WKey, run: u64, anchor: WAnchor, pace_ppm: u32 },
+    Ended { key: WKey, run: u64, report: WReport },
+    Failed { key: WKey, run: u64, error: String },
+    Close { key: WKey },
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy)]
+struct WKey {
+    origin: u16,
+    stream: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct WRefusal {
+    node: String,
+    disk: Option<u16>,
+    reason: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy)]
+struct WAnchor {
+    unix_ns: u64,
+    media_ns: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy)]
+struct WPos {
+    gsn: u64,
+    time_ns: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct WReport {
+    next: Option<WPos>,
+    last_sent: Option<WPos>,
+}
+
+#[derive(Serialize, Deserialize)]
+enum WDest {
+    Udp { rtp: SocketAddr, rtcp: SocketAddr },
+    Origin,
+}
+
+#[derive(Serialize, Deserialize)]
+enum WRole {
+    Whole,
+    Share { rtcp: bool },
+    Feeder,
+}
+
+#[derive(Serialize, Deserialize)]
+struct WSpec {
+    object: u64,
+    epoch: u32,
+    start: WPos,
+    end_ns: Option<u64>,
+    anchor: Option<WAnchor>,
+    pace_ppm: u32,
+    seq_offset: u16,
+    rtp_ts_offset: u32,
+    ssrc: u32,
+    dest: WDest,
+    role: WRole,
+    lsn: bool,
+}
+
+impl From<ShareKey> for WKey {
+    fn from(k: ShareKey) -> Self {
+        Self { origin: k.origin.0, stream: k.stream.0 }
+    }
+}
+
+impl From<WKey> for ShareKey {
+    fn from(k: WKey) -> Self {
+        Self { origin: NodeId(k.origin), stream: StreamId(k.stream) }
+    }
+}
+
+impl From<WallAnchor> for WAnchor {
+    fn from(a: WallAnchor) -> Self {
+        Self { unix_ns: a.unix_ns, media_ns: a.media.as_nanos() }
+    }
+}
+
+impl From<WAnchor> for WallAnchor {
+    fn from(a: WAnchor) -> Self {
+        Self { unix_ns: a.unix_ns, media: MediaTime::from_nanos(a.media_ns) }
+    }
+}
+
+impl From<Position> for WPos {
+    fn from(p: Position) -> Self {
+        Self { gsn: p.gsn.0, time_ns: p.time.as_nanos() }
+    }
+}
+
+impl From<WPos> for Position {
+    fn from(p: WPos) -> Self {
+        Self { gsn: Gsn(p.gsn), time: MediaTime::from_nanos(p.time_ns) }
+    }
+}
+
+impl From<ShareReport> for WReport {
+    fn from(r: ShareReport) -> Self {
+        Self { next: r.next.map(Into::into), last_sent: r.last_sent.map(Into::into) }
+    }
+}
+
+impl From<WReport> for ShareReport {
+    fn from(r: WReport) -> Self {
+        Self { next: r.next.map(Into::into), last_sent: r.last_sent.map(Into::into) }
+    }
+}
+
+impl From<&RunSpec> for WSpec {
+    fn from(s: &RunSpec) -> Self {
+        Self {
+            object: s.object.0,
+            epoch: s.epoch,
+            start: s.start.into(),
+            end_ns: s.end.map(MediaTime::as_nanos),
+            anchor: s.anchor.map(Into::into),
+            pace_ppm: s.pace.ppm(),
+            seq_offset: s.seq_offset,
+            rtp_ts_offset: s.rtp_ts_offset,
+            ssrc: s.ssrc,
+            dest: match s.dest {
+                Dest::Udp { rtp, rtcp } => WDest::Udp { rtp, rtcp },
+                Dest::Origin => WDest::Origin,
+            },
+            role: match s.role {
+                Role::Whole => WRole::Whole,
+                Role::Share { rtcp } => WRole::Share { rtcp },
+                Role::Feeder => WRole::Feeder,
+            },
+            lsn: s.lsn,
+        }
+    }
+}
+
+impl From<WSpec> for RunSpec {
+    fn from(s: WSpec) -> Self {
+        Self {
+            object: ObjectId(s.object),
+            epoch: s.epoch,
+            start: s.start.into(),
+            end: s.end_ns.map(MediaTime::from_nanos),
+            anchor: s.anchor.map(Into::into),
+            pace: Pace::from_ppm(s.pace_ppm),
+            seq_offset: s.seq_offset,
+            rtp_ts_offset: s.rtp_ts_offset,
+            ssrc: s.ssrc,
+            dest: match s.dest {
+                WDest::Udp { rtp, rtcp } => Dest::Udp { rtp, rtcp },
+                WDest::Origin => Dest::Origin,
+            },
+            role: match s.role {
+                WRole::Whole => Role::Whole,
+                WRole::Share { rtcp } => Role::Share { rtcp },
+                WRole::Feeder => Role::Feeder,
+            },
+            lsn: s.lsn,
+        }
+    }
+}
+
+impl From<&Message> for W {
+    fn from(m: &Message) -> Self {
+        match m {
+            Message::Hello { node, name, incarnation } => {
+                Self::Hello { node: node.0, name: name.clone(), incarnation: *incarnation }
+            }
+            Message::Ping { seq, sent_unix_ns } => Self::Ping { seq: *seq, sent: *sent_unix_ns },
+            Message::Pong { seq, ping_sent_unix_ns, received_unix_ns, sent_unix_ns } => {
+                Self::Pong {
+                    seq: *seq,
+                    ping_sent: *ping_sent_unix_ns,
+                    received: *received_unix_ns,
+                    sent: *sent_unix_ns,
+                }
+            }
+            Message::Reserve { key, object, epoch, avg_bitrate, peak_bitrate } => Self::Reserve {
+                key: (*key).into(),
+                object: object.0,
+                epoch: *epoch,
+                avg: avg_bitrate.0,
+                peak: peak_bitrate.0,
+            },
+            Message::Reserved { key, result } => Self::Reserved {
+                key: (*key).into(),
+                refusal: result.as_ref().err().map(|r| WRefusal {
+                    node: r.node.clone(),
+                    disk: r.disk.map(|d| d.0),
+                    reason: r.reason.clone(),
+                }),
+            },
+            Message::Start { key, run, spec } => {
+                Self::Start { key: (*key).into(), run: *run, spec: spec.into() }
+            }
+            Message::Stop { key, run, cutoff } => Self::Stop {
+                key: (*key).into(),
+                run: *run,
+                cutoff_ns: cutoff.map(MediaTime::as_nanos),
+            },
+            Message::Stopped { key, run, report } => {
+                Self::Stopped { key: (*key).into(), run: *run, report: (*report).into() }
+            }
+            Message::Pace { key, run, anchor, pace } => Self::Pace {
+                key: (*key).into(),
+                run: *run,
+                anchor: (*anchor).into(),
+                pace_ppm: pace.ppm(),
+            },
+            Message::Ended { key, run, report } => {
+                Self::Ended { key: (*key).into(), run: *run, report: (*report).into() }
+            }
+            Message::Failed { key, run, error } => {
+                Self::Failed { key: (*key).into(), run: *run, error: error.clone() }
+            }
+            Message::Close { key } => Self::Close { key: (*key).into() },
+        }
+    }
+}
+
+impl From<W> for Message {
+    fn from(w: W) -> Self {
+        match w {
+            W::Hello { node, name, incarnation } => {
+                Self::Hello { node: NodeId(node), name, incarnation }
+            }
+            W::Ping { seq, sent } => Self::Ping { seq, sent_unix_ns: sent },
+            W::Pong { seq, ping_sent, received, sent } => Self::Pong {
+                seq,
+                ping_sent_unix_ns: ping_sent,
+                received_unix_ns: received,
+                sent_unix_ns: sent,
+            },
+            W::Reserve { key, object, epoch, avg, peak } => Self::Reserve {
+                key: key.into(),
+                object: ObjectId(object),
+                epoch,
+                avg_bitrate: BitRate(avg),
+                peak_bitrate: BitRate(peak),
+            },
+            W::Reserved { key, refusal } => Self::Reserved {
+                key: key.into(),
+                result: match refusal {
+                    None => Ok(()),
+                    Some(r) => {
+                        Err(Refusal { node: r.node, disk: r.disk.map(DiskId), reason: r.reason })
+                    }
+                },
+            },
+            W::Start { key, run, spec } => Self::Start { key: key.into(), run, spec: spec.into() },
+            W::Stop { key, run, cutoff_ns } => {
+                Self::Stop { key: key.into(), run, cutoff: cutoff_ns.map(MediaTime::from_nanos) }
+            }
+            W::Stopped { key, run, report } => {
+                Self::Stopped { key: key.into(), run, report: report.into() }
+            }
+            W::Pace { key, run, anchor, pace_ppm } => Self::Pace {
+                key: key.into(),
+                run,
+                anchor: anchor.into(),
+                pace: Pace::from_ppm(pace_ppm),
+            },
+            W::Ended { key, run, report } => {
+                Self::Ended { key: key.into(), run, report: report.into() }
+            }
+            W::Failed { key, run, error } => Self::Failed { key: key.into(), run, error },
+            W::Close { key } => Self::Close { key: key.into() },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> ShareKey {
+        ShareKey { origin: NodeId(2), stream: StreamId(77) }
+    }
+
+    fn spec() -> RunSpec {
+        RunSpec {
+            object: ObjectId(5),
+            epoch: 3,
+            start: Position { gsn: Gsn(1000), time: MediaTime::from_nanos(2_000_000_000) },
+            end: Some(MediaTime::from_nanos(9_000_000_000)),
+            anchor: Some(WallAnchor {
+                unix_ns: 1_700_000_000_000_000_000,
+                media: MediaTime::from_nanos(2_000_000_000),
+            }),
+            pace: Pace::from_ppm(1_050_000),
+            seq_offset: 4242,
+            rtp_ts_offset: 0xdead_beef,
+            ssrc: 0x1234_5678,
+            dest: Dest::Udp {
+                rtp: "10.0.0.9:5000".parse().unwrap(),
+                rtcp: "10.0.0.9:5001".parse().unwrap(),
+            },
+            role: Role::Share { rtcp: true },
+            lsn: true,
+        }
+    }
+
+    fn every_message() -> Vec<Message> {
+        let report = ShareReport {
+            next: Some(Position { gsn: Gsn(9), time: MediaTime::from_nanos(5) }),
+            last_sent: Some(Position { gsn: Gsn(8), time: MediaTime::from_nanos(4) }),
+        };
+        vec![
+            Message::Hello { node: NodeId(1), name: "n1".into(), incarnation: 99 },
+            Message::Ping { seq: 1, sent_unix_ns: 2 },
+            Message::Pong { seq: 1, ping_sent_unix_ns: 2, received_unix_ns: 3, sent_unix_ns: 4 },
+            Message::Reserve {
+                key: key(),
+                object: ObjectId(5),
+                epoch: 1,
+                avg_bitrate: BitRate(5_600_000),
+                peak_bitrate: BitRate(8_000_000),
+            },
+            Message::Reserved { key: key(), result: Ok(()) },
+            Message::Reserved {
+                key: key(),
+                result: Err(Refusal {
+                    node: "n3".into(),
+                    disk: Some(DiskId(4)),
+                    reason: "disk 4 would be 104 % busy".into(),
+                }),
+            },
+            Message::Start { key: key(), run: 3, spec: spec() },
+            Message::Start {
+                key: key(),
+                run: 4,
+                spec: RunSpec {
+                    anchor: None,
+                    end: None,
+                    dest: Dest::Origin,
+                    role: Role::Feeder,
+                    ..spec()
+                },
+            },
+            Message::Stop { key: key(), run: 3, cutoff: Some(MediaTime::from_nanos(7)) },
+            Message::Stop { key: key(), run: 3, cutoff: None },
+            Message::Stopped { key: key(), run: 3, report },
+            Message::Pace {
+                key: key(),
+                run: 3,
+                anchor: WallAnchor { unix_ns: 5, media: MediaTime::from_nanos(6) },
+                pace: Pace::from_ppm(900_000),
+            },
+            Message::Ended { key: key(), run: 3, report: ShareReport::default() },
+            Message::Failed { key: key(), run: 3, error: "block 5/3: checksum".into() },
+            Message::Close { key: key() },
+        ]
+    }
+
+    #[test]
+    fn every_message_round_trips_in_any_chunking() {
+        let msgs = every_message();
+        let stream: Vec<u8> = msgs.iter().flat_map(encode_frame).collect();
+        for chunk in [1, 2, 3, 7, 64, stream.len()] {
+            let mut r = FrameReader::default();
+            let mut out = Vec::new();
+            for c in stream.chunks(chunk) {
+                r.feed(c);
+                while let Some(m) = r.next_message().unwrap() {
+                    out.push(m);
+                }
+            }
+            assert_eq!(out, msgs, "chunk size {chunk}");
+        }
+    }
+
+    #[test]
+    fn the_encoding_is_pinned() {
+        // Version 1 of the wire format: change only by adding a version.
+        let f = encode_frame(&Message::Reserve {
+            key: key(),
+            object: ObjectId(5),
+            epoch: 1,
+            avg_bitrate: BitRate(1000),
+            peak_bitrate: BitRate(2000),
+        });
+        assert_eq!(f, [0, 0, 0, 10, 1, 3, 2, 77, 5, 1, 232, 7, 208, 15]);
+        let f = encode_frame(&Message::Close { key: key() });
+        assert_eq!(f, [0, 0, 0, 4, 1, 11, 2, 77]);
+    }
+
+    #[test]
+    fn bad_frames_are_named() {
+        assert_eq!(decode_body(&[]), Err(WireError::Empty));
+        assert_eq!(decode_body(&[2, 0]), Err(WireError::Version { found: 2 }));
+        assert_eq!(decode_body(&[0]), Err(WireError::Version { found: 0 }));
+        assert!(matches!(decode_body(&[1, 200]), Err(WireError::Decode(_))));
+        let mut f = encode_frame(&Message::Close { key: key() });
+        f.push(0);
+        assert_eq!(decode_body(&f[4..]), Err(WireError::Trailing(1)));
+        let mut r = FrameReader::default();
+        r.feed(&(MAX_FRAME as u32 + 1).to_be_bytes());
+        assert_eq!(r.next_message(), Err(WireError::TooLong(MAX_FRAME + 1)));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(0u8..=255, 0..64)) {
+            let _ = decode_body(&bytes);
+            let mut r = FrameReader::default();
+            r.feed(&bytes);
+            while let Ok(Some(_)) = r.next_message() {}
+        }
+    }
+}

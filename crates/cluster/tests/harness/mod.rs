@@ -1,0 +1,555 @@
+//! A virtual-time harness for several [`ClusterCore`]s: a simulated network with per-link delay,
+//! partitions and crashes, and for each node a model of its scheduler (admission by a share
+//! capacity) and its sender (which packets of the object it sends, when, on the session's
+//! clock). quinn's `Pair`, generalised to N nodes.
+//!
+//! Every packet a node "sends" is logged with its GSN, node and virtual send time, so tests can
+//! check what a client would have received: each packet exactly once, in time order, from the
+//! node that holds it.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
+use std::time::Duration;
+
+use isochron_base::{BitRate, DiskId, Gsn, Instant, MediaTime, NodeId, ObjectId, Pace, StreamId};
+use isochron_cluster::{
+    ClusterConfig, ClusterCore, Delivery, LocalAction, LocalAnchor, MemberInfo, Message, OpenSpec,
+    Refusal, Role, RunSpec, SessionEvent, ShareKey, ShareReport, StartSpec, StopKind,
+};
+use isochron_rtsp::server::Position;
+
+/// Packets per block, and the media time between packets.
+pub const PACKETS_PER_BLOCK: u64 = 50;
+pub const PACKET_INTERVAL: Duration = Duration::from_millis(10);
+/// The test object.
+pub const OBJECT: ObjectId = ObjectId(7);
+
+/// The object: which node holds each block.
+#[derive(Clone, Debug)]
+pub struct Object {
+    pub owners: Vec<NodeId>,
+}
+
+impl Object {
+    /// `blocks` blocks spread over `nodes` pseudo-randomly (seeded).
+    pub fn new(blocks: usize, nodes: u16, seed: u64) -> Self {
+        let mut x = seed;
+        let owners = (0..blocks)
+            .map(|_| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                NodeId(((x >> 33) % u64::from(nodes)) as u16 + 1)
+            })
+            .collect();
+        Self { owners }
+    }
+
+    pub fn packets(&self) -> u64 {
+        self.owners.len() as u64 * PACKETS_PER_BLOCK
+    }
+
+    pub fn time(gsn: u64) -> MediaTime {
+        MediaTime::from_nanos(gsn * PACKET_INTERVAL.as_nanos() as u64)
+    }
+
+    pub fn owner(&self, gsn: u64) -> NodeId {
+        self.owners[(gsn / PACKETS_PER_BLOCK) as usize]
+    }
+
+    pub fn position(gsn: u64) -> Position {
+        Position { gsn: Gsn(gsn), time: Self::time(gsn) }
+    }
+}
+
+/// One packet on the (simulated) wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sent {
+    pub node: NodeId,
+    pub stream: StreamId,
+    pub gsn: u64,
+    /// True time (the harness's clock).
+    pub at: Instant,
+}
+
+#[derive(Debug)]
+struct Run {
+    run: u64,
+    spec: RunSpec,
+    /// Clock segments: (from media time, anchor, pace); the last whose `from` ≤ t applies.
+    clock: Vec<(MediaTime, LocalAnchor, Pace)>,
+    /// Own packets still to send, ascending.
+    todo: Vec<u64>,
+    next: usize,
+    end: Option<MediaTime>,
+    last_sent: Option<u64>,
+    /// Pending stop: report when the cutoff's due time passes.
+    stop_at: Option<Instant>,
+    ended: bool,
+}
+
+impl Run {
+    fn due(&self, t: MediaTime) -> Instant {
+        let (_, a, p) =
+            self.clock.iter().rev().find(|(from, _, _)| *from <= t).unwrap_or(&self.clock[0]);
+        a.wall + p.wall_span(t.saturating_duration_since(a.media))
+    }
+
+    /// Where the share stands: after a stop, its first packet not sent; after its end, none.
+    fn report(&self, stopped: bool) -> ShareReport {
+        ShareReport {
+            next: self.todo.get(self.next).copied().filter(|_| stopped).map(Object::position),
+            last_sent: self.last_sent.map(Object::position),
+        }
+    }
+}
+
+/// A node: its core, its clock offset, and the models of its scheduler and sender.
+pub struct SimNode {
+    pub core: ClusterCore,
+    /// This node's clock minus the true clock, ns.
+    pub skew_ns: i64,
+    pub capacity: usize,
+    admitted: HashSet<ShareKey>,
+    runs: HashMap<ShareKey, Run>,
+    pub events: Vec<SessionEvent>,
+    pub byes: Vec<ShareKey>,
+    pub crashed: bool,
+}
+
+impl SimNode {
+    fn local_now(&self, t: Instant) -> Instant {
+        Instant::from_nanos(t.as_nanos().saturating_add_signed(self.skew_ns))
+    }
+
+    fn true_time(&self, local: Instant) -> Instant {
+        Instant::from_nanos(local.as_nanos().saturating_add_signed(-self.skew_ns))
+    }
+
+    pub fn admitted(&self) -> usize {
+        self.admitted.len()
+    }
+}
+
+/// The harness.
+pub struct Harness {
+    pub now: Instant,
+    pub nodes: BTreeMap<NodeId, SimNode>,
+    pub object: Object,
+    /// One-way delay of every link.
+    pub delay: Duration,
+    /// Links (from, to) that drop everything.
+    pub cut: HashSet<(NodeId, NodeId)>,
+    net: BinaryHeap<Reverse<(Instant, u64, u16, u16)>>,
+    in_flight: HashMap<u64, Message>,
+    seq: u64,
+    pub sent: Vec<Sent>,
+    /// Messages delivered, by kind.
+    pub message_counts: BTreeMap<&'static str, u64>,
+    /// Encoded control bytes sent, by kind.
+    pub message_bytes: BTreeMap<&'static str, u64>,
+}
+
+impl Harness {
+    /// `n` nodes, all live and knowing each other, with an object of `blocks` blocks.
+    pub fn new(n: u16, blocks: usize) -> Self {
+        Self::with_skews(&vec![0; n as usize], blocks)
+    }
+
+    /// Nodes whose clocks are off the true clock by `skews_ms`.
+    pub fn with_skews(skews_ms: &[i64], blocks: usize) -> Self {
+        let n = skews_ms.len() as u16;
+        let mut nodes = BTreeMap::new();
+        // Unix time at true zero: a fixed date, so wall anchors look like real ones.
+        let unix_zero: u64 = 1_800_000_000_000_000_000;
+        for i in 1..=n {
+            let skew = skews_ms[usize::from(i - 1)] * 1_000_000;
+            // Each node's Instant::ZERO is at true zero; its Unix clock is skewed.
+            let config = ClusterConfig::new(
+                NodeId(i),
+                format!("n{i}"),
+                unix_zero.saturating_add_signed(skew),
+            );
+            let mut core = ClusterCore::new(config);
+            for j in 1..=n {
+                core.handle_member(
+                    Instant::ZERO,
+                    MemberInfo { id: NodeId(j), name: format!("n{j}"), live: true },
+                );
+            }
+            nodes.insert(
+                NodeId(i),
+                SimNode {
+                    core,
+                    skew_ns: 0,
+                    capacity: usize::MAX,
+                    admitted: HashSet::new(),
+                    runs: HashMap::new(),
+                    events: Vec::new(),
+                    byes: Vec::new(),
+                    crashed: false,
+                },
+            );
+        }
+        Self {
+            now: Instant::ZERO,
+            nodes,
+            object: Object::new(blocks, n, 42),
+            delay: Duration::from_micros(200),
+            cut: HashSet::new(),
+            net: BinaryHeap::new(),
+            in_flight: HashMap::new(),
+            seq: 0,
+            sent: Vec::new(),
+            message_counts: BTreeMap::new(),
+            message_bytes: BTreeMap::new(),
+        }
+    }
+
+    pub fn node(&mut self, id: u16) -> &mut SimNode {
+        self.nodes.get_mut(&NodeId(id)).expect("node")
+    }
+
+    // ----- the RTSP side, as a test drives it ------------------------------------------------
+
+    pub fn open(&mut self, origin: u16, stream: u64, delivery: Delivery) {
+        let now = self.now;
+        self.node(origin).core.open(
+            now,
+            OpenSpec {
+                stream: StreamId(stream),
+                object: OBJECT,
+                epoch: 1,
+                avg_bitrate: BitRate(5_000_000),
+                peak_bitrate: BitRate(8_000_000),
+                delivery,
+            },
+        );
+        self.flush();
+    }
+
+    pub fn start(&mut self, origin: u16, stream: u64, run: u64, from_gsn: u64, udp: bool) {
+        let now = self.now;
+        let client =
+            udp.then(|| ("10.0.0.9:5000".parse().unwrap(), "10.0.0.9:5001".parse().unwrap()));
+        self.node(origin).core.start(
+            now,
+            StreamId(stream),
+            run,
+            StartSpec {
+                start: Object::position(from_gsn),
+                end: None,
+                seq_offset: 0,
+                rtp_ts_offset: 0,
+                ssrc: 1,
+                client,
+            },
+            Pace::NOMINAL,
+        );
+        self.flush();
+    }
+
+    pub fn stop(&mut self, origin: u16, stream: u64, kind: StopKind) {
+        let now = self.now;
+        assert!(self.node(origin).core.stop(now, StreamId(stream), kind));
+        self.flush();
+    }
+
+    pub fn pace(&mut self, origin: u16, stream: u64, pace: Pace) {
+        let now = self.now;
+        self.node(origin).core.pace(now, StreamId(stream), pace);
+        self.flush();
+    }
+
+    pub fn close(&mut self, origin: u16, stream: u64) {
+        let now = self.now;
+        self.node(origin).core.close(now, StreamId(stream));
+        self.flush();
+    }
+
+    /// Crashes a node: it stops processing, its messages are lost, and after `lease` every
+    /// other node hears from etcd that it is down.
+    pub fn crash(&mut self, id: u16) {
+        self.node(id).crashed = true;
+    }
+
+    /// etcd reports `id` down to every live node.
+    pub fn lease_lapsed(&mut self, id: u16) {
+        let now = self.now;
+        for (nid, n) in &mut self.nodes {
+            if nid.0 != id && !n.crashed {
+                n.core.handle_member(
+                    now,
+                    MemberInfo { id: NodeId(id), name: format!("n{id}"), live: false },
+                );
+            }
+        }
+        self.flush();
+    }
+
+    // ----- time ------------------------------------------------------------------------------
+
+    /// Runs until `t` (true time).
+    pub fn run_until(&mut self, t: Instant) {
+        while let Some(next) = self.next_event().filter(|n| *n <= t) {
+            self.now = self.now.max(next);
+            self.step();
+        }
+        self.now = self.now.max(t);
+    }
+
+    /// Runs for `d`.
+    pub fn run_for(&mut self, d: Duration) {
+        let t = self.now + d;
+        self.run_until(t);
+    }
+
+    fn next_event(&self) -> Option<Instant> {
+        let net = self.net.peek().map(|Reverse((t, ..))| *t);
+        let nodes = self.nodes.values().filter(|n| !n.crashed).flat_map(|n| {
+            let core = n.core.poll_timeout().map(|l| n.true_time(l));
+            let runs = n.runs.values().filter_map(|r| Self::run_wakeup(r).map(|l| n.true_time(l)));
+            core.into_iter().chain(runs)
+        });
+        net.into_iter().chain(nodes).min()
+    }
+
+    fn run_wakeup(r: &Run) -> Option<Instant> {
+        if r.ended {
+            return None;
+        }
+        let packet = r.todo.get(r.next).map(|g| r.due(Object::time(*g)));
+        match (packet, r.stop_at) {
+            (Some(p), Some(s)) => Some(p.min(s)),
+            (p, s) => p.or(s),
+        }
+    }
+
+    fn step(&mut self) {
+        let now = self.now;
+        // Network deliveries due.
+        while let Some(&Reverse((t, id, from, to))) = self.net.peek() {
+            if t > now {
+                break;
+            }
+            self.net.pop();
+            let msg = self.in_flight.remove(&id).expect("message");
+            let node = self.nodes.get_mut(&NodeId(to)).expect("node");
+            if node.crashed {
+                continue;
+            }
+            *self.message_counts.entry(msg.kind()).or_default() += 1;
+            let local = node.local_now(now);
+            node.core.handle_message(local, NodeId(from), msg);
+        }
+        let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+        for id in ids {
+            let node = self.nodes.get_mut(&id).expect("node");
+            if node.crashed {
+                continue;
+            }
+            let local = node.local_now(now);
+            if node.core.poll_timeout().is_some_and(|t| t <= local) {
+                node.core.handle_timeout(local);
+            }
+            // Packets due.
+            let mut finished = Vec::new();
+            for (key, r) in &mut node.runs {
+                if r.ended {
+                    continue;
+                }
+                while let Some(&g) = r.todo.get(r.next) {
+                    let t = Object::time(g);
+                    if r.end.is_some_and(|e| t > e) || r.due(t) > local {
+                        break;
+                    }
+                    self.sent.push(Sent { node: id, stream: key.stream, gsn: g, at: now });
+                    r.last_sent = Some(g);
+                    r.next += 1;
+                }
+                if r.stop_at.is_some_and(|s| s <= local) {
+                    r.ended = true;
+                    finished.push((*key, r.run, r.report(true), true));
+                } else if r
+                    .todo
+                    .get(r.next)
+                    .is_none_or(|g| r.end.is_some_and(|e| Object::time(*g) > e))
+                    && r.stop_at.is_none()
+                {
+                    r.ended = true;
+                    finished.push((*key, r.run, r.report(false), false));
+                }
+            }
+            for (key, run, report, stopped) in finished {
+                if stopped {
+                    node.core.handle_share_stopped(local, key, run, report);
+                } else {
+                    node.core.handle_share_ended(local, key, run, report);
+                }
+            }
+        }
+        self.flush();
+    }
+
+    /// Drains every node's outputs until nothing is left.
+    pub fn flush(&mut self) {
+        loop {
+            let mut any = false;
+            let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+            for id in ids {
+                let object = self.object.clone();
+                let now = self.now;
+                let node = self.nodes.get_mut(&id).expect("node");
+                if node.crashed {
+                    while node.core.poll_transmit().is_some() {}
+                    continue;
+                }
+                let local = node.local_now(now);
+                while let Some((to, msg)) = node.core.poll_transmit() {
+                    any = true;
+                    *self.message_bytes.entry(msg.kind()).or_default() +=
+                        isochron_cluster::wire::encode_frame(&msg).len() as u64;
+                    if self.cut.contains(&(id, to)) {
+                        continue;
+                    }
+                    self.seq += 1;
+                    self.in_flight.insert(self.seq, msg);
+                    self.net.push(Reverse((now + self.delay, self.seq, id.0, to.0)));
+                }
+                while let Some(action) = node.core.poll_local() {
+                    any = true;
+                    Self::carry_out(node, &object, id, local, action);
+                }
+                while let Some(ev) = node.core.poll_event() {
+                    node.events.push(ev);
+                }
+            }
+            if !any {
+                break;
+            }
+        }
+    }
+
+    fn carry_out(
+        node: &mut SimNode,
+        object: &Object,
+        id: NodeId,
+        local: Instant,
+        action: LocalAction,
+    ) {
+        match action {
+            LocalAction::Admit { key, .. } => {
+                let result = if node.admitted.len() < node.capacity {
+                    node.admitted.insert(key);
+                    Ok(())
+                } else {
+                    Err(Refusal {
+                        node: format!("n{}", id.0),
+                        disk: Some(DiskId(id.0 * 10)),
+                        reason: "disk full of streams".into(),
+                    })
+                };
+                node.core.handle_admitted(local, key, result);
+            }
+            LocalAction::Start { key, run, spec, anchor } => {
+                let own = |g: &u64| match spec.role {
+                    Role::Whole => true,
+                    Role::Share { .. } => object.owner(*g) == id,
+                    Role::Feeder => false,
+                };
+                let todo: Vec<u64> = (spec.start.gsn.0..object.packets()).filter(own).collect();
+                // A single node pins its clock when its first block is in memory: 20 ms.
+                let anchor = anchor.unwrap_or(LocalAnchor {
+                    wall: local + Duration::from_millis(20),
+                    media: spec.start.time,
+                });
+                node.runs.insert(
+                    key,
+                    Run {
+                        run,
+                        spec,
+                        clock: vec![(MediaTime::ZERO, anchor, spec.pace)],
+                        todo,
+                        next: 0,
+                        end: spec.end,
+                        last_sent: None,
+                        stop_at: None,
+                        ended: false,
+                    },
+                );
+            }
+            LocalAction::Stop { key, run, cutoff } => {
+                let Some(r) = node.runs.get_mut(&key).filter(|r| r.run == run && !r.ended) else {
+                    node.core.handle_share_stopped(local, key, run, ShareReport::default());
+                    return;
+                };
+                match cutoff {
+                    Some(c) => {
+                        r.end = Some(r.end.map_or(c, |e| e.min(c)));
+                        r.stop_at = Some(r.due(c).max(local));
+                    }
+                    None => r.stop_at = Some(local),
+                }
+            }
+            LocalAction::Pace { key, run, anchor, pace } => {
+                let Some(r) = node.runs.get_mut(&key).filter(|r| r.run == run) else { return };
+                let anchor = anchor.unwrap_or_else(|| {
+                    // A single node re-pins at its current packet.
+                    let g = r.todo.get(r.next).copied().unwrap_or(0);
+                    let t = Object::time(g);
+                    LocalAnchor { wall: r.due(t), media: t }
+                });
+                r.clock.push((anchor.media, anchor, pace));
+            }
+            LocalAction::Bye { key } => node.byes.push(key),
+            LocalAction::Close { key } => {
+                node.admitted.remove(&key);
+                node.runs.remove(&key);
+            }
+        }
+    }
+
+    // ----- checks ----------------------------------------------------------------------------
+
+    /// The GSNs sent for `stream`, in send order.
+    pub fn gsns(&self, stream: u64) -> Vec<u64> {
+        self.sent.iter().filter(|s| s.stream == StreamId(stream)).map(|s| s.gsn).collect()
+    }
+
+    /// Asserts that `stream`'s packets were each sent once, by their owner (bipartite) or by
+    /// `only` (relay), from `from` to the object's end.
+    pub fn assert_complete(&self, stream: u64, from: u64, only: Option<u16>) {
+        let mut seen = HashSet::new();
+        for s in self.sent.iter().filter(|s| s.stream == StreamId(stream)) {
+            assert!(seen.insert(s.gsn), "gsn {} sent twice", s.gsn);
+            match only {
+                Some(n) => assert_eq!(s.node, NodeId(n), "gsn {} from the wrong node", s.gsn),
+                None => {
+                    assert_eq!(s.node, self.object.owner(s.gsn), "gsn {} not from its owner", s.gsn)
+                }
+            }
+        }
+        for g in from..self.object.packets() {
+            assert!(seen.contains(&g), "gsn {g} never sent");
+        }
+    }
+
+    /// Asserts that `stream`'s packets left in GSN order within `slack` (what a client's jitter
+    /// buffer must absorb).
+    pub fn assert_ordered(&self, stream: u64, slack: Duration) {
+        let mut by_gsn: Vec<&Sent> =
+            self.sent.iter().filter(|s| s.stream == StreamId(stream)).collect();
+        by_gsn.sort_by_key(|s| s.gsn);
+        let mut latest = Instant::ZERO;
+        for s in by_gsn {
+            assert!(
+                s.at + slack >= latest,
+                "gsn {} at {:?} left more than {slack:?} before an earlier packet (at {:?})",
+                s.gsn,
+                s.at,
+                latest
+            );
+            latest = latest.max(s.at);
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! The cluster core driven over a simulated network in virtual time: sessions fanned out over
+//! several nodes, with refusals, pauses, pace changes, lost messages and failed nodes.
+
+mod harness;
+
+use std::time::Duration;
+
+use harness::{Harness, Object, PACKET_INTERVAL};
+use isochron_base::{Instant, NodeId, Pace, StreamId};
+use isochron_cluster::{Delivery, Health, SessionEvent, ShareKey, StopKind};
+
+fn opened(h: &Harness, origin: u16, stream: u64) -> bool {
+    h.nodes[&NodeId(origin)]
+        .events
+        .iter()
+        .any(|e| matches!(e, SessionEvent::Opened { stream: s } if *s == StreamId(stream)))
+}
+
+fn last_event(h: &Harness, origin: u16) -> SessionEvent {
+    h.nodes[&NodeId(origin)].events.last().cloned().expect("an event")
+}
+
+#[test]
+fn a_bipartite_session_is_sent_once_by_every_owner_in_order() {
+    let mut h = Harness::new(3, 40);
+    h.open(1, 10, Delivery::Bipartite);
+    h.run_for(Duration::from_millis(5));
+    assert!(opened(&h, 1, 10));
+    for n in 1..=3 {
+        assert_eq!(h.node(n).admitted(), 1, "node {n} reserved its share");
+    }
+    h.start(1, 10, 1, 0, true);
+    h.run_for(Duration::from_secs(25));
+    h.assert_complete(10, 0, None);
+    // Every node's packets leave on one clock: in GSN order to within a link delay.
+    h.assert_ordered(10, Duration::from_millis(1));
+    // The clock was pinned start_delay after the PLAY.
+    let first = h.sent.iter().map(|s| s.at).min().unwrap();
+    assert!(first >= Instant::ZERO + Duration::from_millis(250), "{first:?}");
+    let nodes: std::collections::BTreeSet<NodeId> = h.sent.iter().map(|s| s.node).collect();
+    assert_eq!(nodes.len(), 3, "all three nodes sent");
+    match last_event(&h, 1) {
+        SessionEvent::Ended { stream, last_sent, .. } => {
+            assert_eq!(stream, StreamId(10));
+            assert_eq!(last_sent.unwrap().gsn.0, h.object.packets() - 1);
+        }
+        e => panic!("{e:?}"),
+    }
+    // The origin sends the session's BYE, once.
+    assert_eq!(h.node(1).byes, vec![ShareKey { origin: NodeId(1), stream: StreamId(10) }]);
+    h.close(1, 10);
+    h.run_for(Duration::from_millis(5));
+    for n in 1..=3 {
+        assert_eq!(h.node(n).admitted(), 0, "node {n} released its share");
+        assert_eq!(h.node(n).core.share_count(), 0);
+    }
+}
+
+#[test]
+fn control_traffic_is_tiny_next_to_the_media() {
+    let mut h = Harness::new(4, 40);
+    h.open(2, 1, Delivery::Bipartite);
+    h.run_for(Duration::from_millis(5));
+    h.start(2, 1, 1, 0, true);
+    h.run_for(Duration::from_secs(25));
+    h.assert_complete(1, 0, None);
+    // The session's own messages against its 2000 packets of 1316 bytes; the heartbeats are per
+    // pair of nodes, whatever the number of sessions.
+    let media = h.object.packets() * 1316;
+    let session: u64 = h
+        .message_bytes
+        .iter()
+        .filter(|(k, _)| !matches!(**k, "ping" | "pong"))
+        .map(|(_, b)| b)
+        .sum();
+    assert!(session * 1000 < media, "{session} control bytes for {media} media bytes");
+    let heartbeats = h.message_bytes["ping"] + h.message_bytes["pong"];
+    // 4 nodes, 12 directed pairs, a ping and a pong every 500 ms for 25 s.
+    assert!(heartbeats < 12 * 2 * 50 * 40, "{heartbeats} heartbeat bytes");
+}
+
+#[test]
+fn a_refusal_names_the_node_and_disk_and_releases_every_reservation() {
+    let mut h = Harness::new(3, 10);
+    h.node(3).capacity = 0;
+    h.open(1, 5, Delivery::Bipartite);
+    h.run_for(Duration::from_millis(5));
+    match last_event(&h, 1) {
+        SessionEvent::Refused { stream, refusal } => {
+            assert_eq!(stream, StreamId(5));
+            assert_eq!(refusal.to_string(), "node n3 disk 30: disk full of streams");
+        }
+        e => panic!("{e:?}"),
+    }
+    for n in 1..=3 {
+        assert_eq!(h.node(n).admitted(), 0, "node {n} holds nothing");
+    }
+    assert!(!h.node(1).core.has_session(StreamId(5)));
+}
+
+#[test]
+fn a_node_that_does_not_answer_is_refused_in_time_and_its_late_reservation_released() {
+    let mut h = Harness::new(3, 10);
+    // Node 2's answers are lost for a while.
+    h.cut.insert((NodeId(2), NodeId(1)));
+    h.open(1, 5, Delivery::Bipartite);
+    h.run_for(Duration::from_millis(1999));
+    assert!(h.node(1).events.is_empty());
+    h.run_for(Duration::from_millis(2));
+    match last_event(&h, 1) {
+        SessionEvent::Refused { refusal, .. } => {
+            assert_eq!(refusal.to_string(), "node n2: did not answer")
+        }
+        e => panic!("{e:?}"),
+    }
+    h.cut.clear();
+    h.run_for(Duration::from_millis(5));
+    // Node 2 was told to close what it reserved.
+    for n in 1..=3 {
+        assert_eq!(h.node(n).admitted(), 0, "node {n} holds nothing");
+    }
+}
+
+#[test]
+fn a_pause_stops_every_node_at_one_cutoff_and_the_resume_skips_and_repeats_nothing() {
+    let mut h = Harness::new(3, 40);
+    h.open(1, 10, Delivery::Bipartite);
+    h.run_for(Duration::from_millis(5));
+    h.start(1, 10, 1, 0, true);
+    h.run_for(Duration::from_millis(3_333));
+    h.stop(1, 10, StopKind::Pause);
+    h.run_for(Duration::from_millis(300));
+    let (next, last) = match last_event(&h, 1) {
+        SessionEvent::Stopped { run: 1, next, last_sent, .. } => {
+            (next.unwrap(), last_sent.unwrap())
+        }
+        e => panic!("{e:?}"),
+    };
+    // Nothing went out past the cutoff, and the next packet follows the last one sent.
+    assert_eq!(next.gsn.0, last.gsn.0 + 1);
+    let sent = h.gsns(10);
+    assert_eq!(sent.iter().max().copied(), Some(last.gsn.0));
+    assert_eq!(sent.len() as u64, next.gsn.0, "every packet before the cutoff went out");
+    // The cutoff is about control_margin after the PAUSE on the session's clock.
+    let paused_at = Duration::from_millis(3_333 + 5 - 250);
+    let expected = Object::position(0).time + paused_at + Duration::from_millis(100);
+    let got = next.time.as_nanos() as i64 - expected.as_nanos() as i64;
+    assert!(got.abs() <= PACKET_INTERVAL.as_nanos() as i64 + 1_000_000, "cutoff off by {got} ns");
+    h.run_for(Duration::from_secs(2));
+    assert_eq!(h.gsns(10).len(), sent.len(), "nothing sent while paused");
+    h.start(1, 10, 2, next.gsn.0, true);
+    h.run_for(Duration::from_secs(25));
+    h.assert_complete(10, 0, None);
+}
+
+#[test]
+fn a_pace_change_repins_every_node_on_one_clock() {
+    let mut h = Harness::new(3, 40);
+    h.open(1, 10, Delivery::Bipartite);
+    h.run_for(Duration::from_millis(5));
+    h.start(1, 10, 1, 0, true);
+    h.run_for(Duration::from_secs(3));
+    h.pace(1, 10, Pace::from_multiplier(2.0).unwrap());
+    h.run_for(Duration::from_secs(12));
+    h.assert_complete(10, 0, None);
+    h.assert_ordered(10, Duration::from_millis(1));
+    // 20 s of media: 3 s at nominal (minus the start delay), the rest at twice the speed.
+    let last = h.sent.iter().map(|s| s.at).max().unwrap();
+    let expected = Duration::from_millis(250 + 5)
+        + Duration::from_millis(3_100 - 255)
+        + Duration::from_millis((20_000 - 2_845) / 2);
+    let off = last.as_nanos() as i64 - expected.as_nanos() as i64;
+    assert!(off.abs() < 30_000_000, "last packet {off} ns off the paced schedule");
+}
+
+#[test]
+fn skewed_clocks_are_corrected_by_the_heartbeats() {
+    // Node clocks 40 ms apart: after a few heartbeats every node sends on the true clock.
+    let mut h = Harness::with_skews(&[0, 40, -25], 40);
+    h.run_for(Duration::from_secs(2));
+    let view: Vec<_> = h.node(1).core.members(Instant::ZERO + Duration::from_secs(2)).collect();
+    let n2 = view.iter().find(|m| m.id == NodeId(2)).unwrap();
+    assert!((n2.clock_offset_ns - 40_000_000).abs() < 1_000, "{}", n2.clock_offset_ns);
+    h.open(1, 10, Delivery::Bipartite);
+    h.run_for(Duration::from_millis(5));
+    h.start(1, 10, 1, 0, true);
+    h.run_for(Duration::from_secs(25));
+    h.assert_complete(10, 0, None);
+    h.assert_ordered(10, Duration::from_millis(1));
+}
+
+#[test]
+fn relay_has_the_origin_send_every_packet() {
+    let mut h = Harness::new(3, 20);
+    h.open(2, 3, Delivery::Relay);
+    h.run_for(Duration::from_millis(5));
+    h.start(2, 3, 1, 0, true);
+    h.run_for(Duration::from_secs(15));
+    h.assert_complete(3, 0, Some(2));
+    assert!(matches!(last_event(&h, 2), SessionEvent::Ended { .. }));
+    // The origin's pacer, sending everything, sends its own BYE: no separate one.
+    assert!(h.node(2).byes.is_empty());
+}
+
+#[test]
+fn interleaved_transport_is_relayed() {
+    let mut h = Harness::new(3, 20);
+    h.open(1, 3, Delivery::Bipartite);
+    h.run_for(Duration::from_millis(5));
+    h.start(1, 3, 1, 0, false);
+    h.run_for(Duration::from_secs(15));
+    h.assert_complete(3, 0, Some(1));
+}
+
+#[test]
+fn a_single_node_pins_its_own_clock_and_pauses_exactly() {
+    let mut h = Harness::new(1, 10);
+    h.open(1, 1, Delivery::Bipartite);
+    assert!(opened(&h, 1, 1), "a cluster of one answers at once");
+    h.start(1, 1, 1, 0, true);
+    h.run_for(Duration::from_millis(30));
+    let first = h.sent.first().unwrap().at;
+    assert_eq!(first, Instant::ZERO + Duration::from_millis(20));
+    h.run_for(Duration::from_millis(1_000));
+    h.stop(1, 1, StopKind::Pause);
+    h.run_for(Duration::from_millis(1));
+    let next = match last_event(&h, 1) {
+        SessionEvent::Stopped { next, .. } => next.unwrap(),
+        e => panic!("{e:?}"),
+    };
+    assert_eq!(next.gsn.0, h.gsns(1).len() as u64);
+    h.start(1, 1, 2, next.gsn.0, true);
+    h.pace(1, 1, Pace::from_multiplier(1.5).unwrap());
+    h.run_for(Duration::from_secs(10));
+    h.assert_complete(1, 0, None);
+    assert_eq!(h.message_counts.values().sum::<u64>(), 0, "a single node sends no messages");
+}
+
+#[test]
+fn a_node_lost_mid_stream_fails_its_sessions_and_stops_complete_without_it() {
+    let mut h = Harness::new(3, 40);
+    h.open(1, 10, Delivery::Bipartite);
+    h.run_for(Duration::from_millis(5));
+    h.start(1, 10, 1, 0, true);
+    h.run_for(Duration::from_secs(2));
+    h.crash(3);
+    h.run_for(Duration::from_secs(4));
+    let now = h.now;
+    assert_eq!(h.node(1).core.health(now, NodeId(3)), Health::Suspect);
+    h.lease_lapsed(3);
+    assert!(
+        matches!(last_event(&h, 1), SessionEvent::Failed { ref error, .. } if error == "node n3 is down")
+    );
+    h.stop(1, 10, StopKind::Pause);
+    h.run_for(Duration::from_millis(300));
+    assert!(matches!(last_event(&h, 1), SessionEvent::Stopped { .. }));
+    // A new session is refused while the node is down.
+    h.open(1, 11, Delivery::Bipartite);
+    match last_event(&h, 1) {
+        SessionEvent::Refused { refusal, .. } => {
+            assert_eq!(refusal.to_string(), "node n3: node is down")
+        }
+        e => panic!("{e:?}"),
+    }
+}
+
+#[test]
+fn shares_of_a_lost_origin_are_released() {
+    let mut h = Harness::new(3, 40);
+    h.open(1, 10, Delivery::Bipartite);
+    h.run_for(Duration::from_millis(5));
+    h.start(1, 10, 1, 0, true);
+    h.run_for(Duration::from_secs(1));
+    h.crash(1);
+    h.lease_lapsed(1);
+    for n in 2..=3 {
+        assert_eq!(h.node(n).admitted(), 0);
+        assert_eq!(h.node(n).core.share_count(), 0);
+    }
+}
+
+#[test]
+fn runs_are_deterministic() {
+    let run = || {
+        let mut h = Harness::with_skews(&[0, 3, -2, 7], 30);
+        h.open(3, 1, Delivery::Bipartite);
+        h.run_for(Duration::from_millis(5));
+        h.start(3, 1, 1, 0, true);
+        h.run_for(Duration::from_secs(4));
+        h.pace(3, 1, Pace::from_multiplier(0.8).unwrap());
+        h.run_for(Duration::from_secs(30));
+        h.sent.iter().map(|s| (s.gsn, s.node, s.at)).collect::<Vec<_>>()
+    };
+    assert_eq!(run(), run());
+}
