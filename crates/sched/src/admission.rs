@@ -55,7 +55,7 @@
 //! Decisions are values ([`Decision`]), never errors. Not here: other resources (NIC, CPU,
 //! memory), which the server checks itself.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -178,6 +178,9 @@ pub enum Placement {
     Uniform,
     /// The fraction of the stream's bytes on each disk (fractions are normalised to sum to 1).
     Shares(Vec<(DiskId, f64)>),
+    /// The fraction of the stream's bytes on each of *these* disks, as given (not normalised):
+    /// a cluster node's share of a stream whose other blocks other nodes read.
+    Part(Vec<(DiskId, f64)>),
 }
 
 /// What one stream asks of the disks.
@@ -217,6 +220,24 @@ impl StreamDemand {
             block_size: Bytes(total / n),
             placement: Placement::Shares(shares),
         }
+    }
+
+    /// The demand of this node's share of playing `plan`: the part of the object's bytes on the
+    /// disks in `local`, with the fractions of the whole (so a node with a third of the blocks is
+    /// charged a third of the rate, with the variance of a third).
+    #[must_use]
+    pub fn read_part(
+        plan: &ObjectPlan,
+        avg_bitrate: BitRate,
+        peak_bitrate: BitRate,
+        local: &BTreeSet<DiskId>,
+    ) -> Self {
+        let mut d = Self::read(plan, avg_bitrate, peak_bitrate);
+        if let Placement::Shares(v) = d.placement {
+            d.placement =
+                Placement::Part(v.into_iter().filter(|(d, _)| local.contains(d)).collect());
+        }
+        d
     }
 
     /// The demand of a recording at the given rates, written in blocks of `block_size` placed
@@ -610,6 +631,7 @@ impl AdmissionController {
                 let p = 1.0 / self.disks.len() as f64;
                 self.disks.keys().map(|d| (*d, p)).collect()
             }
+            Placement::Part(v) => v.iter().filter(|(_, s)| *s > 0.0).copied().collect(),
             Placement::Shares(v) => {
                 let sum: f64 = v.iter().map(|(_, s)| s.max(0.0)).sum();
                 let mut out = Vec::with_capacity(v.len());

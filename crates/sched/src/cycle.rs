@@ -376,6 +376,8 @@ struct Run<V> {
     /// Wall time of `start_media` assumed until the first block arrives.
     provisional: Instant,
     anchor: Option<Instant>,
+    /// Whether the sender has been given the anchor (with the run's first delivered block).
+    anchor_sent: bool,
     /// The pace of the stream's clock (MTFC; nominal unless the sender re-paced it).
     pace: Pace,
     next_request: u32,
@@ -393,7 +395,12 @@ impl<V> Run<V> {
 
 #[derive(Debug)]
 enum StreamState<V> {
-    Play { plan: Arc<ObjectPlan>, running: Option<Run<V>> },
+    Play {
+        plan: Arc<ObjectPlan>,
+        /// A cluster share's disks (see [`OpenStream::local`]).
+        local: Option<Arc<BTreeSet<DiskId>>>,
+        running: Option<Run<V>>,
+    },
     Record,
 }
 
@@ -542,14 +549,14 @@ impl<V: Clone> CycleScheduler<V> {
     /// [`Self::handle_start`]; its bandwidth stays reserved until [`Self::handle_close`].
     pub fn handle_open(&mut self, now: Instant, req: OpenStream) -> Decision {
         self.catch_up(now);
-        let demand = StreamDemand::read(&req.plan, req.avg_bitrate, req.peak_bitrate);
+        let demand = demand_of(&req.plan, req.avg_bitrate, req.peak_bitrate, req.local.as_deref());
         let decision = self.admit(req.stream, &demand);
         if decision.is_admit() {
             self.rates.insert(req.stream, (req.avg_bitrate, req.peak_bitrate));
             self.streams.insert(
                 req.stream,
                 StreamEntry {
-                    state: StreamState::Play { plan: req.plan, running: None },
+                    state: StreamState::Play { plan: req.plan, local: req.local, running: None },
                     stats: StreamStats::default(),
                 },
             );
@@ -583,6 +590,34 @@ impl<V: Clone> CycleScheduler<V> {
         from: BlockIndex,
         media: MediaTime,
     ) {
+        self.start(now, stream, run, from, media, None);
+    }
+
+    /// Starts a stream whose clock is already pinned (a cluster session: the origin chose the
+    /// anchor, so that every node sends on one clock, Yima §2.2): block `i` is due at
+    /// `anchor.wall + (first_send_time(i) − anchor.media) / pace` from the start, and the anchor
+    /// goes to the sender with the first block delivered.
+    pub fn handle_start_pinned(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        run: u64,
+        from: BlockIndex,
+        anchor: Anchor,
+        pace: Pace,
+    ) {
+        self.start(now, stream, run, from, anchor.media, Some((anchor.wall, pace)));
+    }
+
+    fn start(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        run: u64,
+        from: BlockIndex,
+        media: MediaTime,
+        pinned: Option<(Instant, Pace)>,
+    ) {
         self.catch_up(now);
         self.release(stream);
         let Some(StreamEntry { state: StreamState::Play { running, .. }, .. }) =
@@ -594,8 +629,9 @@ impl<V: Clone> CycleScheduler<V> {
             run,
             start_media: media,
             provisional: now + self.config.startup_delay,
-            anchor: None,
-            pace: Pace::NOMINAL,
+            anchor: pinned.map(|(wall, _)| wall),
+            anchor_sent: false,
+            pace: pinned.map_or(Pace::NOMINAL, |(_, pace)| pace),
             next_request: from.0,
             window: VecDeque::new(),
         });
@@ -616,7 +652,7 @@ impl<V: Clone> CycleScheduler<V> {
         pace: Pace,
     ) {
         self.catch_up(now);
-        let Some(StreamEntry { state: StreamState::Play { plan, running: Some(run) }, .. }) =
+        let Some(StreamEntry { state: StreamState::Play { plan, running: Some(run), .. }, .. }) =
             self.streams.get_mut(&stream)
         else {
             return;
@@ -675,7 +711,7 @@ impl<V: Clone> CycleScheduler<V> {
         index: BlockIndex,
     ) {
         self.catch_up(now);
-        let Some(StreamEntry { state: StreamState::Play { plan, running: Some(run) }, .. }) =
+        let Some(StreamEntry { state: StreamState::Play { plan, running: Some(run), .. }, .. }) =
             self.streams.get_mut(&stream)
         else {
             return;
@@ -958,8 +994,12 @@ impl<V: Clone> CycleScheduler<V> {
             }
         }
         for id in moved {
+            let local = match self.streams.get(&id).map(|e| &e.state) {
+                Some(StreamState::Play { local, .. }) => local.clone(),
+                _ => None,
+            };
             if let Some(&(avg, peak)) = self.rates.get(&id) {
-                self.admission.reaccount(id, &StreamDemand::read(&plan, avg, peak));
+                self.admission.reaccount(id, &demand_of(&plan, avg, peak, local.as_deref()));
             }
         }
     }
@@ -1097,7 +1137,7 @@ impl<V: Clone> CycleScheduler<V> {
     }
 
     fn release(&mut self, stream: StreamId) {
-        let Some(StreamEntry { state: StreamState::Play { plan, running }, .. }) =
+        let Some(StreamEntry { state: StreamState::Play { plan, running, .. }, .. }) =
             self.streams.get_mut(&stream)
         else {
             return;
@@ -1114,7 +1154,7 @@ impl<V: Clone> CycleScheduler<V> {
 
     /// Drops a failed block's slot (its pin is already gone) and its deadline.
     fn forget_slot(&mut self, stream: StreamId, index: BlockIndex) {
-        let Some(StreamEntry { state: StreamState::Play { plan, running: Some(run) }, .. }) =
+        let Some(StreamEntry { state: StreamState::Play { plan, running: Some(run), .. }, .. }) =
             self.streams.get_mut(&stream)
         else {
             return;
@@ -1130,14 +1170,20 @@ impl<V: Clone> CycleScheduler<V> {
     /// is ready.
     fn refill(&mut self, now: Instant, stream: StreamId) {
         let horizon = self.cycle_end(now) + self.config.cycle * self.config.lookahead_cycles;
-        let Some(StreamEntry { state: StreamState::Play { plan, running: Some(run) }, .. }) =
-            self.streams.get_mut(&stream)
+        let Some(StreamEntry {
+            state: StreamState::Play { plan, local, running: Some(run) }, ..
+        }) = self.streams.get_mut(&stream)
         else {
             return;
         };
         while (run.next_request as usize) < plan.blocks.len() {
             let index = BlockIndex(run.next_request);
             let block = plan.blocks[index.0 as usize];
+            if local.as_ref().is_some_and(|l| !l.contains(&block.disk)) {
+                // Another node's block (a cluster share): it reads and sends that one.
+                run.next_request += 1;
+                continue;
+            }
             let deadline = run.deadline(plan, index);
             if !run.window.is_empty() && deadline >= horizon {
                 break;
@@ -1179,7 +1225,7 @@ impl<V: Clone> CycleScheduler<V> {
     }
 
     fn mark_ready(&mut self, stream: StreamId, key: BlockKey, v: V) {
-        let Some(StreamEntry { state: StreamState::Play { plan, running: Some(run) }, .. }) =
+        let Some(StreamEntry { state: StreamState::Play { plan, running: Some(run), .. }, .. }) =
             self.streams.get_mut(&stream)
         else {
             return;
@@ -1199,7 +1245,7 @@ impl<V: Clone> CycleScheduler<V> {
     /// clock (its deadlines are now known, so more blocks may be due).
     fn try_deliver(&mut self, now: Instant, stream: StreamId) -> bool {
         let startup_delay = self.config.startup_delay;
-        let Some(StreamEntry { state: StreamState::Play { plan, running: Some(run) }, stats }) =
+        let Some(StreamEntry { state: StreamState::Play { plan, running: Some(run), .. }, stats }) =
             self.streams.get_mut(&stream)
         else {
             return false;
@@ -1216,13 +1262,20 @@ impl<V: Clone> CycleScheduler<V> {
                         unreachable!("matched Ready above");
                     };
                     *slot = Slot::Delivered(index);
-                    let anchor = if run.anchor.is_none() {
-                        let wall = now + startup_delay;
-                        run.anchor = Some(wall);
-                        anchored = true;
-                        Some(Anchor { wall, media: run.start_media })
-                    } else {
-                        None
+                    let anchor = match run.anchor {
+                        None => {
+                            let wall = now + startup_delay;
+                            run.anchor = Some(wall);
+                            run.anchor_sent = true;
+                            anchored = true;
+                            Some(Anchor { wall, media: run.start_media })
+                        }
+                        // A pinned clock: the sender learns it with the first block.
+                        Some(wall) if !run.anchor_sent => {
+                            run.anchor_sent = true;
+                            Some(Anchor { wall, media: run.start_media })
+                        }
+                        Some(_) => None,
                     };
                     stats.delivered += 1;
                     self.events.push_back(CycleEvent::Deliver {
@@ -1364,6 +1417,19 @@ impl<V: Clone> CycleScheduler<V> {
     }
 }
 
+/// What playing `plan` asks of this node's disks: all of it, or a cluster share's part.
+fn demand_of(
+    plan: &ObjectPlan,
+    avg: BitRate,
+    peak: BitRate,
+    local: Option<&BTreeSet<DiskId>>,
+) -> StreamDemand {
+    match local {
+        Some(l) => StreamDemand::read_part(plan, avg, peak, l),
+        None => StreamDemand::read(plan, avg, peak),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use isochron_base::Gsn;
@@ -1415,6 +1481,7 @@ mod tests {
                 plan: Arc::clone(p),
                 avg_bitrate: BitRate(bps),
                 peak_bitrate: BitRate(bps),
+                local: None,
             },
         )
     }
@@ -1439,6 +1506,61 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn a_cluster_share_reads_only_its_disks_on_the_pinned_clock() {
+        // Disks 0 and 1 are this node's; 2 and 3 another's.
+        let mut s = sched(AdmissionPolicy::Aggressive, 2, CycleConfig::default());
+        let p = plan(1, &[2, 0, 3, 1, 2, 2, 0, 3], 500);
+        let local: Arc<BTreeSet<DiskId>> = Arc::new([DiskId(0), DiskId(1)].into());
+        let req = OpenStream {
+            stream: StreamId(1),
+            plan: Arc::clone(&p),
+            avg_bitrate: BitRate(8_000_000),
+            peak_bitrate: BitRate(8_000_000),
+            local: Some(Arc::clone(&local)),
+        };
+        // The part on disks 2 and 3 has no profile here, and is not this node's to admit.
+        assert_eq!(s.handle_open(Instant::ZERO, req), Decision::Admit);
+        // Three of eight blocks: three eighths of the stream's reads, split over two disks.
+        let l0 = s.admission().load(DiskId(0)).unwrap().ios;
+        let l1 = s.admission().load(DiskId(1)).unwrap().ios;
+        let all = 1_000_000.0 / MIB.0 as f64; // reads per 1 s cycle of the whole stream
+        assert!((l0 - all * 2.0 / 8.0).abs() < 1e-9 && (l1 - all / 8.0).abs() < 1e-9, "{l0} {l1}");
+        // The origin pinned the clock at 300 ms for media 0.
+        let anchor = Anchor { wall: at(300), media: MediaTime::ZERO };
+        s.handle_start_pinned(at(50), StreamId(1), 1, BlockIndex(0), anchor, Pace::NOMINAL);
+        let mut got = Vec::new();
+        let mut now = at(50);
+        for _ in 0..20 {
+            for io in ios(&mut s) {
+                assert_eq!(io.deadline, at(300 + 500 * u64::from(io_index(&io))), "{io:?}");
+                read_done(&mut s, now, io);
+            }
+            for e in events(&mut s) {
+                if let CycleEvent::Deliver { index, anchor: a, .. } = e {
+                    // The anchor travels with the first block delivered, and only with it.
+                    assert_eq!(a.is_some(), got.is_empty());
+                    if let Some(a) = a {
+                        assert_eq!(a, anchor);
+                    }
+                    got.push(index.0);
+                    s.handle_block_done(now, StreamId(1), 1, index);
+                }
+            }
+            now = now + Duration::from_millis(500);
+            s.handle_timeout(now);
+        }
+        assert_eq!(got, vec![1, 3, 6]);
+        assert_eq!(s.stats().missed_deadlines, 0);
+    }
+
+    fn io_index(io: &CycleIo) -> u32 {
+        match io.class {
+            IoClass::Read { key } => key.index.0,
+            _ => panic!("{io:?}"),
+        }
     }
 
     #[test]

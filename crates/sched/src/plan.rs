@@ -7,6 +7,7 @@
 //! [`Anchor`] the [`CycleScheduler`](crate::CycleScheduler) hands out with a stream's first block
 //! (Yima's per-stream media clock; XTREAM's double buffer is in `cycle`).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use isochron_base::{BitRate, BlockIndex, BlockKey, Bytes, DiskId, Gsn, Instant, MediaTime};
@@ -62,6 +63,18 @@ pub struct OpenStream {
     pub avg_bitrate: BitRate,
     /// The object's peak rate over one-second windows.
     pub peak_bitrate: BitRate,
+    /// In a cluster, the disks of this node: the stream is this node's *share* of a session
+    /// (Yima §2.2), which reads only the blocks on them and is admitted for their part of the
+    /// object's rate. `None`: every block is read here (a single node).
+    pub local: Option<Arc<BTreeSet<DiskId>>>,
+}
+
+impl OpenStream {
+    /// Whether this node reads block `index`'s disk.
+    #[must_use]
+    pub fn reads(&self, disk: DiskId) -> bool {
+        self.local.as_ref().is_none_or(|l| l.contains(&disk))
+    }
 }
 
 /// A completed read.

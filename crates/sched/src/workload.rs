@@ -138,6 +138,7 @@ impl StreamSpec {
             plan: Arc::clone(&self.plan),
             avg_bitrate: self.avg_bitrate,
             peak_bitrate: self.peak_bitrate,
+            local: None,
         }
     }
 

@@ -325,6 +325,7 @@ impl Manager {
             plan: Arc::clone(&entry.plan),
             avg_bitrate: entry.record.avg_bitrate,
             peak_bitrate: entry.record.peak_bitrate,
+            local: None,
         };
         let name = entry.record.name.clone();
         let _ = self.sched.send(SchedCommand::Open { req, name, reply: tx });
