@@ -1,4 +1,5 @@
-//! Fuzzes the RTCP compound parser: any datagram parses to packets or an error, never a panic.
+//! Fuzzes the RTCP compound parser, the RTP header parser and the LSN header-extension reader:
+//! any datagram parses to packets or an error, never a panic.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
@@ -11,4 +12,5 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         }
     }
     let _ = isochron_rtp::RtpHeader::parse(data);
+    let _ = isochron_rtp::lsn(data);
 });

@@ -1,7 +1,8 @@
 //! RTP and RTCP wire formats for isochron.
 //!
 //! What this crate does: writes the 12-byte RTP fixed header (RFC 3550 §5.1) for the MP2T payload
-//! type (PT 33, RFC 3551 §6 and RFC 2250 §2), builds RTCP compound packets (SR + SDES CNAME, and
+//! type (PT 33, RFC 3551 §6 and RFC 2250 §2) with, in a cluster, the sending node's local
+//! sequence number in an RFC 8285 header extension (Yima §2.6), builds RTCP compound packets (SR + SDES CNAME, and
 //! BYE; RFC 3550 §6.1, §6.4.1, §6.5.1, §6.6), and parses the RTCP that clients send back
 //! (receiver reports, generic NACK from RFC 4585 §6.2.1, anything else skipped by length).
 //!
@@ -13,7 +14,9 @@ pub mod rtcp;
 pub mod rtp;
 
 pub use rtcp::{NtpTimestamp, ReportBlock, RtcpError, RtcpPacket, SenderReport};
-pub use rtp::{PT_MP2T, RTP_HEADER_LEN, RtpError, RtpHeader};
+pub use rtp::{
+    LSN_EXT_ID, LSN_EXT_URI, PT_MP2T, RTP_HEADER_LEN, RTP_HEADER_LSN_LEN, RtpError, RtpHeader, lsn,
+};
 
 /// The 4-byte prefix of an RTP or RTCP packet sent interleaved on the RTSP connection
 /// (RFC 2326 §10.12): `$`, the channel, and the packet length big-endian.

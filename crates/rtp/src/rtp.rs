@@ -11,6 +11,19 @@ pub const PT_MP2T: u8 = 33;
 /// Length of the RTP fixed header with no CSRCs.
 pub const RTP_HEADER_LEN: usize = 12;
 
+/// Length of the RTP fixed header followed by the LSN header extension ([`RtpHeader::write_lsn`]).
+pub const RTP_HEADER_LSN_LEN: usize = RTP_HEADER_LEN + 8;
+
+/// The one-byte header-extension element id of the sending node's local sequence number (LSN),
+/// as the SDP declares it (`a=extmap:1 urn:x-isochron:rtp-hdrext:lsn`, RFC 8285 §5).
+pub const LSN_EXT_ID: u8 = 1;
+
+/// The URI naming the LSN extension in SDP.
+pub const LSN_EXT_URI: &str = "urn:x-isochron:rtp-hdrext:lsn";
+
+/// The "defined by profile" value of RFC 8285's one-byte header form (§4.2).
+const ONE_BYTE_PROFILE: u16 = 0xBEDE;
+
 /// An RTP fixed header with no CSRCs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RtpHeader {
@@ -59,6 +72,23 @@ impl RtpHeader {
         out[2..4].copy_from_slice(&self.sequence.to_be_bytes());
         out[4..8].copy_from_slice(&self.timestamp.to_be_bytes());
         out[8..12].copy_from_slice(&self.ssrc.to_be_bytes());
+    }
+
+    /// Writes the header with X=1 and an RFC 8285 one-byte header extension carrying `lsn`, the
+    /// sending node's local sequence number for this session (Yima §2.6: a client that receives
+    /// from several nodes finds which node lost a packet by the gaps in that node's LSNs).
+    /// Players that do not know the extension skip it by its length (RFC 3550 §5.3.1).
+    pub fn write_lsn(&self, lsn: u16, out: &mut [u8; RTP_HEADER_LSN_LEN]) {
+        let mut fixed = [0; RTP_HEADER_LEN];
+        self.write(&mut fixed);
+        fixed[0] |= 0x10;
+        out[..RTP_HEADER_LEN].copy_from_slice(&fixed);
+        let ext = &mut out[RTP_HEADER_LEN..];
+        ext[..2].copy_from_slice(&ONE_BYTE_PROFILE.to_be_bytes());
+        ext[2..4].copy_from_slice(&1u16.to_be_bytes()); // one 32-bit word of elements
+        ext[4] = (LSN_EXT_ID << 4) | 1; // id, length − 1 = 1: two bytes
+        ext[5..7].copy_from_slice(&lsn.to_be_bytes());
+        ext[7] = 0; // padding
     }
 
     /// The header as a new array.
@@ -110,6 +140,37 @@ impl RtpHeader {
     }
 }
 
+/// The LSN of a packet written by [`RtpHeader::write_lsn`] (any RFC 8285 one-byte extension
+/// holding element [`LSN_EXT_ID`] of two bytes), or `None`.
+#[must_use]
+pub fn lsn(pkt: &[u8]) -> Option<u16> {
+    if pkt.len() < RTP_HEADER_LEN || pkt[0] >> 6 != 2 || pkt[0] & 0x10 == 0 {
+        return None;
+    }
+    let start = RTP_HEADER_LEN + 4 * usize::from(pkt[0] & 0x0f);
+    let head = pkt.get(start..start + 4)?;
+    if u16::from_be_bytes([head[0], head[1]]) != ONE_BYTE_PROFILE {
+        return None;
+    }
+    let words = usize::from(u16::from_be_bytes([head[2], head[3]]));
+    let mut elems = pkt.get(start + 4..start + 4 + 4 * words)?;
+    while let Some((&b, rest)) = elems.split_first() {
+        let (id, len) = (b >> 4, usize::from(b & 0x0f) + 1);
+        match id {
+            0 => elems = rest, // padding
+            15 => return None, // reserved: stop (RFC 8285 §4.2)
+            _ => {
+                let data = rest.get(..len)?;
+                if id == LSN_EXT_ID && len == 2 {
+                    return Some(u16::from_be_bytes([data[0], data[1]]));
+                }
+                elems = &rest[len..];
+            }
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,5 +215,30 @@ mod tests {
         pkt[0] = 0xA0;
         pkt[12] = 9;
         assert!(matches!(RtpHeader::parse(&pkt), Err(RtpError::Padding { .. })));
+    }
+
+    #[test]
+    fn the_lsn_extension_is_skipped_by_the_parser_and_read_back() {
+        let h = RtpHeader {
+            marker: false,
+            payload_type: PT_MP2T,
+            sequence: 7,
+            timestamp: 9,
+            ssrc: 0xabcd,
+        };
+        let mut head = [0; RTP_HEADER_LSN_LEN];
+        h.write_lsn(0xbeef, &mut head);
+        let mut pkt = head.to_vec();
+        pkt.extend_from_slice(&[0x47; 188]);
+        let (parsed, payload) = RtpHeader::parse(&pkt).unwrap();
+        assert_eq!(parsed, h);
+        assert_eq!(payload, RTP_HEADER_LSN_LEN..pkt.len());
+        assert_eq!(lsn(&pkt), Some(0xbeef));
+        assert_eq!(lsn(&h.to_bytes()), None);
+        // Byte for byte: X set, 0xBEDE, one word, id 1 length 2, the LSN, padding.
+        assert_eq!(&head[..1], &[0x90]);
+        assert_eq!(&head[12..], &[0xbe, 0xde, 0, 1, 0x11, 0xbe, 0xef, 0]);
+        // Truncated extensions are not read past.
+        assert_eq!(lsn(&pkt[..17]), None);
     }
 }
