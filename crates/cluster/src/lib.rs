@@ -11,13 +11,15 @@
 //! - [`core`]: [`ClusterCore`], one per node.
 //! - [`message`]: the typed control messages.
 //! - [`wire`]: their versioned, length-prefixed encoding.
+//! - [`data`]: the block transfers' frames (relay, ingest, reorganisation, HTTP reads).
 //! - [`clock`]: clock offsets between nodes from the heartbeats (RFC 5905 §8).
 //!
-//! Not here: etcd (`isochron-etcd`), block transfers and the control connections' sockets
+//! Not here: etcd (`isochron-etcd`), the connections' sockets
 //! (`isochron-server`), and what a node's scheduler and sender do with a share.
 
 pub mod clock;
 pub mod core;
+pub mod data;
 pub mod message;
 pub mod wire;
 
