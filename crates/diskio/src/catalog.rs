@@ -13,7 +13,8 @@
 //! - `objects`: object name → [`ObjectRecord::encode`]. redb keeps keys sorted, so listing is in
 //!   name order.
 //!
-//! Every method is one redb transaction.
+//! Every method is one redb transaction ([`Catalog::update_meta`] too: redb has one writer at a
+//! time, so the read-modify-write never conflicts).
 
 use std::error::Error as StdError;
 use std::fs::OpenOptions;
@@ -76,6 +77,35 @@ impl RedbCatalog {
         &self.path
     }
 
+    /// The store metadata with the authoritative counter in `next_object_id`.
+    fn read_meta(
+        &self,
+        table: &impl ReadableTable<&'static str, &'static [u8]>,
+    ) -> Result<StoreMeta, CatalogError> {
+        let bytes = table
+            .get(META_STORE)
+            .map_err(self.err("read meta"))?
+            .ok_or_else(|| CatalogError::NoMeta { path: self.path.clone() })?;
+        let mut meta = StoreMeta::decode(bytes.value())?;
+        meta.next_object_id = read_counter(table, &self.path)?.max(meta.next_object_id);
+        Ok(meta)
+    }
+
+    /// Writes `meta` (validated by the caller) and the counter, never lowering the counter;
+    /// returns what was written.
+    fn write_meta(
+        &self,
+        table: &mut redb::Table<'_, &'static str, &'static [u8]>,
+        mut meta: StoreMeta,
+    ) -> Result<StoreMeta, CatalogError> {
+        meta.next_object_id = read_counter(table, &self.path)?.max(meta.next_object_id);
+        table.insert(META_STORE, &*meta.encode()).map_err(self.err("write meta"))?;
+        table
+            .insert(META_NEXT_ID, &meta.next_object_id.to_le_bytes()[..])
+            .map_err(self.err("write object id counter"))?;
+        Ok(meta)
+    }
+
     fn err<'a, E: StdError + Send + Sync + 'static>(
         &'a self,
         op: &'static str,
@@ -88,13 +118,7 @@ impl Catalog for RedbCatalog {
     fn meta(&self) -> Result<StoreMeta, CatalogError> {
         let txn = self.db.begin_read().map_err(self.err("begin transaction"))?;
         let table = txn.open_table(META).map_err(self.err("open table meta"))?;
-        let bytes = table
-            .get(META_STORE)
-            .map_err(self.err("read meta"))?
-            .ok_or_else(|| CatalogError::NoMeta { path: self.path.clone() })?;
-        let mut meta = StoreMeta::decode(bytes.value())?;
-        meta.next_object_id = read_counter(&table, &self.path)?.max(meta.next_object_id);
-        Ok(meta)
+        self.read_meta(&table)
     }
 
     fn put_meta(&self, meta: &StoreMeta) -> Result<(), CatalogError> {
@@ -102,15 +126,26 @@ impl Catalog for RedbCatalog {
         let txn = self.db.begin_write().map_err(self.err("begin transaction"))?;
         {
             let mut table = txn.open_table(META).map_err(self.err("open table meta"))?;
-            let next = read_counter(&table, &self.path)?.max(meta.next_object_id);
-            let mut meta = meta.clone();
-            meta.next_object_id = next;
-            table.insert(META_STORE, &*meta.encode()).map_err(self.err("write meta"))?;
-            table
-                .insert(META_NEXT_ID, &next.to_le_bytes()[..])
-                .map_err(self.err("write object id counter"))?;
+            self.write_meta(&mut table, meta.clone())?;
         }
         txn.commit().map_err(self.err("commit"))
+    }
+
+    fn update_meta(
+        &self,
+        f: &mut dyn FnMut(&mut StoreMeta) -> Result<(), CatalogError>,
+    ) -> Result<StoreMeta, CatalogError> {
+        let txn = self.db.begin_write().map_err(self.err("begin transaction"))?;
+        let meta = {
+            let mut table = txn.open_table(META).map_err(self.err("open table meta"))?;
+            let mut meta = self.read_meta(&table)?;
+            // An error drops the transaction: nothing is written.
+            f(&mut meta)?;
+            meta.validate()?;
+            self.write_meta(&mut table, meta)?
+        };
+        txn.commit().map_err(self.err("commit"))?;
+        Ok(meta)
     }
 
     fn object(&self, name: &str) -> Result<Option<ObjectRecord>, CatalogError> {
@@ -276,6 +311,7 @@ mod tests {
                 path: "disk-0".into(),
                 state: DiskState::Active,
                 model: None,
+                owner: None,
             }],
             placement: PlacementLog::new(vec![DiskId(0)]).unwrap(),
             active_epoch: Epoch(0),
@@ -328,6 +364,57 @@ mod tests {
         let cat = RedbCatalog::open(&path).unwrap();
         assert_eq!(cat.objects().unwrap().len(), 1);
         assert_eq!(cat.meta().unwrap().next_object_id, 4);
+    }
+
+    #[test]
+    fn update_meta_is_one_transaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let cat = RedbCatalog::create(&dir.path().join("catalog.redb")).unwrap();
+        let err = cat.update_meta(&mut |_| Ok(())).unwrap_err();
+        assert!(matches!(err, CatalogError::NoMeta { .. }), "{err}");
+        cat.put_meta(&meta()).unwrap();
+        for _ in 0..3 {
+            cat.allocate_object_id().unwrap();
+        }
+        // `f` sees the counter; a lower next_object_id does not lower it.
+        let got = cat
+            .update_meta(&mut |m| {
+                assert_eq!(m.next_object_id, 4);
+                m.disks[0].owner = Some("node-a".into());
+                m.next_object_id = 1;
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(got.disks[0].owner.as_deref(), Some("node-a"));
+        assert_eq!(got.next_object_id, 4);
+        assert_eq!(cat.meta().unwrap(), got);
+        assert_eq!(cat.allocate_object_id().unwrap(), ObjectId(4));
+        // Raising it reserves the ids below.
+        let got = cat
+            .update_meta(&mut |m| {
+                m.next_object_id = 10;
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(got.next_object_id, 10);
+        assert_eq!(cat.allocate_object_id().unwrap(), ObjectId(10));
+        // An error from `f`, or an invalid result, writes nothing.
+        let before = cat.meta().unwrap();
+        let err = cat
+            .update_meta(&mut |m| {
+                m.store_id = 1;
+                Err(CatalogError::Invalid { what: "test".into(), reason: "refused".into() })
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains("refused"), "{err}");
+        let err = cat
+            .update_meta(&mut |m| {
+                m.disks[0].state = DiskState::Retired;
+                Ok(())
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains("placement log makes it Active"), "{err}");
+        assert_eq!(cat.meta().unwrap(), before);
     }
 
     #[test]
