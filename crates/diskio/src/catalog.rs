@@ -154,7 +154,7 @@ impl Catalog for RedbCatalog {
         let Some(bytes) = table.get(name).map_err(self.err("read object"))? else {
             return Ok(None);
         };
-        decode_object(name, bytes.value()).map(Some)
+        ObjectRecord::decode_stored(name, bytes.value()).map(Some)
     }
 
     fn objects(&self) -> Result<Vec<ObjectRecord>, CatalogError> {
@@ -163,7 +163,7 @@ impl Catalog for RedbCatalog {
         let mut out = Vec::new();
         for entry in table.iter().map_err(self.err("list objects"))? {
             let (name, bytes) = entry.map_err(self.err("list objects"))?;
-            out.push(decode_object(name.value(), bytes.value())?);
+            out.push(ObjectRecord::decode_stored(name.value(), bytes.value())?);
         }
         Ok(out)
     }
@@ -212,7 +212,7 @@ impl Catalog for RedbCatalog {
                 return Ok(None);
             };
             // A record that does not decode is left in place (the transaction is dropped).
-            decode_object(name, bytes.value())?
+            ObjectRecord::decode_stored(name, bytes.value())?
         };
         txn.commit().map_err(self.err("commit"))?;
         Ok(Some(rec))
@@ -232,20 +232,6 @@ fn read_counter(
         reason: format!("{} bytes instead of 8", v.value().len()),
     })?;
     Ok(u64::from_le_bytes(bytes).max(FIRST_OBJECT_ID))
-}
-
-fn decode_object(name: &str, bytes: &[u8]) -> Result<ObjectRecord, CatalogError> {
-    let rec = ObjectRecord::decode(bytes).map_err(|e| CatalogError::Invalid {
-        what: format!("object {name:?}"),
-        reason: e.to_string(),
-    })?;
-    if rec.name != name {
-        return Err(CatalogError::Invalid {
-            what: format!("object {name:?}"),
-            reason: format!("record is named {:?}", rec.name),
-        });
-    }
-    Ok(rec)
 }
 
 fn backend<'a, E: StdError + Send + Sync + 'static>(

@@ -336,6 +336,21 @@ impl ObjectRecord {
         rec.validate()?;
         Ok(rec)
     }
+
+    /// Decodes the record a catalog keeps under `name` ([`ObjectRecord::decode`]) and checks
+    /// that it is named so. Errors name the object.
+    pub fn decode_stored(name: &str, bytes: &[u8]) -> Result<Self, CatalogError> {
+        let what = || format!("object {name:?}");
+        let rec = Self::decode(bytes)
+            .map_err(|e| CatalogError::Invalid { what: what(), reason: e.to_string() })?;
+        if rec.name != name {
+            return Err(CatalogError::Invalid {
+                what: what(),
+                reason: format!("record is named {:?}", rec.name),
+            });
+        }
+        Ok(rec)
+    }
 }
 
 /// Checks an object name: 1 to 128 characters from `A-Z a-z 0-9 . _ -`, and not `.` or `..`.
@@ -1692,6 +1707,22 @@ mod tests {
         for cut in 0..meta.len() {
             assert!(StoreMeta::decode(&meta[..cut]).is_err(), "truncated at {cut}");
         }
+    }
+
+    #[test]
+    fn decode_stored_checks_the_name() {
+        let bytes = sample_record().encode();
+        assert_eq!(
+            ObjectRecord::decode_stored("big_buck-bunny.ts", &bytes).unwrap(),
+            sample_record()
+        );
+        let err = ObjectRecord::decode_stored("other.ts", &bytes).unwrap_err().to_string();
+        assert!(
+            err.contains("object \"other.ts\": record is named \"big_buck-bunny.ts\""),
+            "{err}"
+        );
+        let err = ObjectRecord::decode_stored("x.ts", &bytes[..9]).unwrap_err().to_string();
+        assert!(err.starts_with("object \"x.ts\": object record: cannot decode"), "{err}");
     }
 
     #[test]
