@@ -20,7 +20,7 @@
 //! watch), never skipped.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use isochron_base::ObjectId;
 use isochron_store::catalog::{Catalog, CatalogError, ObjectRecord, StoreMeta, validate_name};
@@ -349,12 +349,21 @@ impl Catalog for EtcdCatalog {
 
 impl CatalogWatch {
     /// The next batch of changes, waiting at most `timeout`: `Ok(None)` if none came in time.
-    /// Errors are the watch's ([`WatchError::Compacted`]: list again).
+    /// Batches of only non-catalog changes (the counter, membership keys) are skipped. Errors
+    /// are the watch's ([`WatchError::Compacted`]: list again).
     pub fn next_batch(
         &mut self,
         timeout: Duration,
     ) -> Result<Option<Vec<CatalogChange>>, WatchError> {
-        Ok(self.watch.next_batch(timeout)?.map(|batch| self.decode(batch)))
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Some(batch) = self.watch.next_batch(left)? else { return Ok(None) };
+            let changes = self.decode(batch);
+            if !changes.is_empty() {
+                return Ok(Some(changes));
+            }
+        }
     }
 
     /// A handle that cancels this watch from another thread.
@@ -376,10 +385,20 @@ impl CatalogWatch {
 impl Iterator for CatalogWatch {
     type Item = Result<Vec<CatalogChange>, WatchError>;
 
-    /// Blocks for the next batch; `None` once the watch has ended.
+    /// Blocks for the next batch (skipping those of only non-catalog changes); `None` once the
+    /// watch has ended.
     fn next(&mut self) -> Option<Self::Item> {
-        let item = self.watch.next()?;
-        Some(item.map(|batch| self.decode(batch)))
+        loop {
+            match self.watch.next()? {
+                Ok(batch) => {
+                    let changes = self.decode(batch);
+                    if !changes.is_empty() {
+                        return Some(Ok(changes));
+                    }
+                }
+                Err(e) => return Some(Err(e)),
+            }
+        }
     }
 }
 

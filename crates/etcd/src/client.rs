@@ -650,6 +650,13 @@ impl Client {
         Ok(TxnResponse { succeeded: r.succeeded, responses, revision: r.header.revision })
     }
 
+    /// Compacts the history up to `revision`: watches and reads at older revisions then fail
+    /// (a watch with [`crate::WatchError::Compacted`]).
+    pub fn compact(&self, revision: i64) -> Result<(), EtcdError> {
+        let req = wire::CompactionRequest { revision };
+        self.unary::<_, wire::HeaderOnly>("compact", "/v3/kv/compaction", &req).map(drop)
+    }
+
     /// Grants a lease of `ttl` (whole seconds, at least 1).
     pub fn lease_grant(&self, ttl: Duration) -> Result<Lease, EtcdError> {
         let secs = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);

@@ -350,6 +350,11 @@ impl Drop for EtcdCluster {
     }
 }
 
+/// A loopback URL where nothing listens (a port just freed): connections are refused.
+pub fn closed_endpoint() -> Result<String, HarnessError> {
+    Ok(format!("http://127.0.0.1:{}", free_ports(1)?[0]))
+}
+
 /// `n` distinct free TCP ports on loopback (held together while choosing, so they differ).
 fn free_ports(n: usize) -> io::Result<Vec<u16>> {
     let listeners: Vec<TcpListener> =

@@ -188,6 +188,13 @@ pub(crate) struct WatchCreateRequest {
     pub(crate) progress_notify: bool,
 }
 
+/// `CompactionRequest`.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct CompactionRequest {
+    #[serde(with = "int")]
+    pub(crate) revision: i64,
+}
+
 /// An empty request body (`StatusRequest`).
 #[derive(Clone, Debug, Default, Serialize)]
 pub(crate) struct Empty {}
