@@ -4,8 +4,8 @@
 //! its placement seed and epoch (Yima §2.2: the seed is all placement needs), its per-block GSN and
 //! time index (so a seek or a retransmission finds its block without reading any), its seek points
 //! and stream descriptions; for the store its disks and the SCADDAR operation log. The trait has
-//! an embedded implementation (redb, in `isochron-diskio`) and, later, an etcd one for clusters;
-//! both store the same bytes.
+//! an embedded implementation (redb, in `isochron-diskio`) and an etcd one for clusters
+//! (`isochron-etcd`); both store the same bytes.
 //!
 //! The records are a **versioned wire format**: [`ObjectRecord::encode`] and
 //! [`StoreMeta::encode`] write one format-version byte followed by a postcard encoding of a private
