@@ -515,18 +515,14 @@ impl Client {
             }
             clean.push(e.trim_end_matches('/').to_owned());
         }
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_connect(Some(timeouts.connect))
-            .timeout_global(Some(timeouts.request))
-            .build()
-            .into();
-        let stream_agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_connect(Some(timeouts.connect))
-            .timeout_per_read(Some(timeouts.watch_poll))
-            .build()
-            .into();
+        // Statuses are read here (etcd's error bodies), not turned into ureq errors.
+        let config = || {
+            ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_connect(Some(timeouts.connect))
+        };
+        let agent = config().timeout_global(Some(timeouts.request)).build().into();
+        let stream_agent = config().timeout_per_read(Some(timeouts.watch_poll)).build().into();
         Ok(Self {
             inner: Arc::new(Inner {
                 endpoints: clean,
