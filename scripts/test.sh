@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the tests need (Debian packages, only when missing) and runs every gate and test:
 # formatting, clippy, rustdoc, the architecture checks, the fuzz targets' build, and
-# `cargo test --workspace --release` (unit tests, virtual-time harnesses, and the integration
-# tests that drive ffmpeg, GStreamer and VLC against a real server on loopback).
+# `cargo test --workspace --release` (unit tests, virtual-time harnesses, the integration
+# tests that drive ffmpeg, GStreamer and VLC against a real server on loopback, and the etcd
+# client's tests against real etcd members).
 #
 # Usage: scripts/test.sh            (from anywhere; CI runs exactly this via .ci/run)
 set -euo pipefail
@@ -15,6 +16,7 @@ packages=(
   vlc-bin vlc-plugin-base
   gstreamer1.0-rtsp gir1.2-gst-rtsp-server-1.0 python3-gi
   util-linux curl
+  etcd-server
   chromium
 )
 missing=()

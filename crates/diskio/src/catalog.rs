@@ -13,7 +13,8 @@
 //! - `objects`: object name → [`ObjectRecord::encode`]. redb keeps keys sorted, so listing is in
 //!   name order.
 //!
-//! Every method is one redb transaction.
+//! Every method is one redb transaction ([`Catalog::update_meta`] too: redb has one writer at a
+//! time, so the read-modify-write never conflicts).
 
 use std::error::Error as StdError;
 use std::fs::OpenOptions;
@@ -76,6 +77,35 @@ impl RedbCatalog {
         &self.path
     }
 
+    /// The store metadata with the authoritative counter in `next_object_id`.
+    fn read_meta(
+        &self,
+        table: &impl ReadableTable<&'static str, &'static [u8]>,
+    ) -> Result<StoreMeta, CatalogError> {
+        let bytes = table
+            .get(META_STORE)
+            .map_err(self.err("read meta"))?
+            .ok_or_else(|| CatalogError::NoMeta { path: self.path.clone() })?;
+        let mut meta = StoreMeta::decode(bytes.value())?;
+        meta.next_object_id = read_counter(table, &self.path)?.max(meta.next_object_id);
+        Ok(meta)
+    }
+
+    /// Writes `meta` (validated by the caller) and the counter, never lowering the counter;
+    /// returns what was written.
+    fn write_meta(
+        &self,
+        table: &mut redb::Table<'_, &'static str, &'static [u8]>,
+        mut meta: StoreMeta,
+    ) -> Result<StoreMeta, CatalogError> {
+        meta.next_object_id = read_counter(table, &self.path)?.max(meta.next_object_id);
+        table.insert(META_STORE, &*meta.encode()).map_err(self.err("write meta"))?;
+        table
+            .insert(META_NEXT_ID, &meta.next_object_id.to_le_bytes()[..])
+            .map_err(self.err("write object id counter"))?;
+        Ok(meta)
+    }
+
     fn err<'a, E: StdError + Send + Sync + 'static>(
         &'a self,
         op: &'static str,
@@ -88,13 +118,7 @@ impl Catalog for RedbCatalog {
     fn meta(&self) -> Result<StoreMeta, CatalogError> {
         let txn = self.db.begin_read().map_err(self.err("begin transaction"))?;
         let table = txn.open_table(META).map_err(self.err("open table meta"))?;
-        let bytes = table
-            .get(META_STORE)
-            .map_err(self.err("read meta"))?
-            .ok_or_else(|| CatalogError::NoMeta { path: self.path.clone() })?;
-        let mut meta = StoreMeta::decode(bytes.value())?;
-        meta.next_object_id = read_counter(&table, &self.path)?.max(meta.next_object_id);
-        Ok(meta)
+        self.read_meta(&table)
     }
 
     fn put_meta(&self, meta: &StoreMeta) -> Result<(), CatalogError> {
@@ -102,15 +126,26 @@ impl Catalog for RedbCatalog {
         let txn = self.db.begin_write().map_err(self.err("begin transaction"))?;
         {
             let mut table = txn.open_table(META).map_err(self.err("open table meta"))?;
-            let next = read_counter(&table, &self.path)?.max(meta.next_object_id);
-            let mut meta = meta.clone();
-            meta.next_object_id = next;
-            table.insert(META_STORE, &*meta.encode()).map_err(self.err("write meta"))?;
-            table
-                .insert(META_NEXT_ID, &next.to_le_bytes()[..])
-                .map_err(self.err("write object id counter"))?;
+            self.write_meta(&mut table, meta.clone())?;
         }
         txn.commit().map_err(self.err("commit"))
+    }
+
+    fn update_meta(
+        &self,
+        f: &mut dyn FnMut(&mut StoreMeta) -> Result<(), CatalogError>,
+    ) -> Result<StoreMeta, CatalogError> {
+        let txn = self.db.begin_write().map_err(self.err("begin transaction"))?;
+        let meta = {
+            let mut table = txn.open_table(META).map_err(self.err("open table meta"))?;
+            let mut meta = self.read_meta(&table)?;
+            // An error drops the transaction: nothing is written.
+            f(&mut meta)?;
+            meta.validate()?;
+            self.write_meta(&mut table, meta)?
+        };
+        txn.commit().map_err(self.err("commit"))?;
+        Ok(meta)
     }
 
     fn object(&self, name: &str) -> Result<Option<ObjectRecord>, CatalogError> {
@@ -119,7 +154,7 @@ impl Catalog for RedbCatalog {
         let Some(bytes) = table.get(name).map_err(self.err("read object"))? else {
             return Ok(None);
         };
-        decode_object(name, bytes.value()).map(Some)
+        ObjectRecord::decode_stored(name, bytes.value()).map(Some)
     }
 
     fn objects(&self) -> Result<Vec<ObjectRecord>, CatalogError> {
@@ -128,7 +163,7 @@ impl Catalog for RedbCatalog {
         let mut out = Vec::new();
         for entry in table.iter().map_err(self.err("list objects"))? {
             let (name, bytes) = entry.map_err(self.err("list objects"))?;
-            out.push(decode_object(name.value(), bytes.value())?);
+            out.push(ObjectRecord::decode_stored(name.value(), bytes.value())?);
         }
         Ok(out)
     }
@@ -177,7 +212,7 @@ impl Catalog for RedbCatalog {
                 return Ok(None);
             };
             // A record that does not decode is left in place (the transaction is dropped).
-            decode_object(name, bytes.value())?
+            ObjectRecord::decode_stored(name, bytes.value())?
         };
         txn.commit().map_err(self.err("commit"))?;
         Ok(Some(rec))
@@ -197,20 +232,6 @@ fn read_counter(
         reason: format!("{} bytes instead of 8", v.value().len()),
     })?;
     Ok(u64::from_le_bytes(bytes).max(FIRST_OBJECT_ID))
-}
-
-fn decode_object(name: &str, bytes: &[u8]) -> Result<ObjectRecord, CatalogError> {
-    let rec = ObjectRecord::decode(bytes).map_err(|e| CatalogError::Invalid {
-        what: format!("object {name:?}"),
-        reason: e.to_string(),
-    })?;
-    if rec.name != name {
-        return Err(CatalogError::Invalid {
-            what: format!("object {name:?}"),
-            reason: format!("record is named {:?}", rec.name),
-        });
-    }
-    Ok(rec)
 }
 
 fn backend<'a, E: StdError + Send + Sync + 'static>(
@@ -233,101 +254,30 @@ fn db_err<'a>(
 
 #[cfg(test)]
 mod tests {
-    use isochron_base::{BitRate, Bytes, DiskId, Gsn, MediaTime};
-    use isochron_store::catalog::{BlockEntry, DiskRecord, DiskState, STORE_FORMAT_VERSION};
-    use isochron_store::{Epoch, PlacementLog};
+    use isochron_store::testing::{check_catalog, object_record};
 
     use super::*;
 
-    fn record(id: ObjectId, name: &str) -> ObjectRecord {
-        ObjectRecord {
-            id,
-            name: name.into(),
-            seed: 5,
-            first_epoch: Epoch(0),
-            block_size: Bytes::mib(1),
-            blocks: vec![BlockEntry {
-                first_gsn: Gsn(0),
-                first_send_time: MediaTime::ZERO,
-                packets: 3,
-                payload_bytes: 3 * 1316,
-                encoded_len: 64 + 3 * (16 + 1316),
-                checksum: 1,
-            }],
-            packets: 3,
-            ts_bytes: Bytes(3 * 1316),
-            duration: MediaTime::from_nanos(2_000_000),
-            avg_bitrate: BitRate(1_000_000),
-            peak_bitrate: BitRate(2_000_000),
-            seek_points: vec![],
-            streams: vec![],
-            source_file: format!("/src/{name}"),
-            created_unix_s: 1,
-        }
-    }
-
-    fn meta() -> StoreMeta {
-        StoreMeta {
-            store_id: 77,
-            format_version: STORE_FORMAT_VERSION,
-            block_size: Bytes::mib(1),
-            disks: vec![DiskRecord {
-                id: DiskId(0),
-                path: "disk-0".into(),
-                state: DiskState::Active,
-                model: None,
-            }],
-            placement: PlacementLog::new(vec![DiskId(0)]).unwrap(),
-            active_epoch: Epoch(0),
-            next_object_id: 1,
-        }
-    }
-
+    /// The behaviour every catalog has, then what persists across a reopen.
     #[test]
     fn crud_and_persistence() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("catalog.redb");
         {
             let cat = RedbCatalog::create(&path).unwrap();
-            assert!(matches!(cat.meta(), Err(CatalogError::NoMeta { .. })));
-            cat.put_meta(&meta()).unwrap();
-            assert_eq!(cat.meta().unwrap(), meta());
-            let a = cat.allocate_object_id().unwrap();
-            let b = cat.allocate_object_id().unwrap();
-            assert_eq!((a, b), (ObjectId(1), ObjectId(2)));
-            cat.insert_object(&record(b, "zeta.ts")).unwrap();
-            cat.insert_object(&record(a, "alpha.ts")).unwrap();
-            assert!(matches!(
-                cat.insert_object(&record(a, "alpha.ts")),
-                Err(CatalogError::NameExists { .. })
-            ));
-            assert!(matches!(
-                cat.insert_object(&record(ObjectId(9), "never.ts")),
-                Err(CatalogError::UnallocatedId { .. })
-            ));
-            assert!(matches!(
-                cat.insert_object(&record(a, "bad name")),
-                Err(CatalogError::InvalidName { .. })
-            ));
-            // A stale meta cannot lower the counter.
-            cat.put_meta(&meta()).unwrap();
-            assert_eq!(cat.meta().unwrap().next_object_id, 3);
+            check_catalog(&cat);
         }
         assert!(matches!(RedbCatalog::create(&path), Err(CatalogError::AlreadyExists { .. })));
         let cat = RedbCatalog::open(&path).unwrap();
         assert_eq!(cat.path(), path);
         let names: Vec<String> = cat.objects().unwrap().into_iter().map(|r| r.name).collect();
-        assert_eq!(names, ["alpha.ts", "zeta.ts"]);
-        assert_eq!(cat.object("zeta.ts").unwrap(), Some(record(ObjectId(2), "zeta.ts")));
-        assert_eq!(cat.object("nope").unwrap(), None);
-        assert_eq!(cat.allocate_object_id().unwrap(), ObjectId(3));
-        assert_eq!(cat.remove_object("alpha.ts").unwrap(), Some(record(ObjectId(1), "alpha.ts")));
-        assert_eq!(cat.remove_object("alpha.ts").unwrap(), None);
-        assert_eq!(cat.objects().unwrap().len(), 1);
+        assert_eq!(names, ["zeta.ts"]);
+        assert_eq!(cat.object("zeta.ts").unwrap(), Some(object_record(ObjectId(2), "zeta.ts")));
+        assert_eq!(cat.meta().unwrap().disks[0].owner.as_deref(), Some("node-a"));
+        assert_eq!(cat.allocate_object_id().unwrap(), ObjectId(10));
         drop(cat);
         let cat = RedbCatalog::open(&path).unwrap();
-        assert_eq!(cat.objects().unwrap().len(), 1);
-        assert_eq!(cat.meta().unwrap().next_object_id, 4);
+        assert_eq!(cat.meta().unwrap().next_object_id, 11);
     }
 
     #[test]

@@ -386,6 +386,7 @@ impl Store {
                 path: s.path,
                 state: DiskState::Active,
                 model: s.model,
+                owner: None,
             })
             .collect();
         let placement =
@@ -677,6 +678,7 @@ impl Store {
             path: spec.path.clone(),
             state: DiskState::Joining,
             model: spec.model,
+            owner: None,
         });
         let fresh =
             matches!(DiskDir::open(&path, meta.store_id, id), Err(DiskError::NotADisk { .. }));

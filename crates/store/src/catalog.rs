@@ -4,8 +4,8 @@
 //! its placement seed and epoch (Yima §2.2: the seed is all placement needs), its per-block GSN and
 //! time index (so a seek or a retransmission finds its block without reading any), its seek points
 //! and stream descriptions; for the store its disks and the SCADDAR operation log. The trait has
-//! an embedded implementation (redb, in `isochron-diskio`) and, later, an etcd one for clusters;
-//! both store the same bytes.
+//! an embedded implementation (redb, in `isochron-diskio`) and an etcd one for clusters
+//! (`isochron-etcd`); both store the same bytes.
 //!
 //! The records are a **versioned wire format**: [`ObjectRecord::encode`] and
 //! [`StoreMeta::encode`] write one format-version byte followed by a postcard encoding of a private
@@ -30,7 +30,7 @@ use crate::placement::{Epoch, PlacementError, PlacementLog, PlacementVariant, Sc
 /// Version byte of [`ObjectRecord`] encodings written by this build.
 pub const OBJECT_RECORD_VERSION: u8 = 1;
 /// Version byte of [`StoreMeta`] encodings written by this build.
-pub const STORE_META_VERSION: u8 = 2;
+pub const STORE_META_VERSION: u8 = 3;
 /// The store layout version this build writes into [`StoreMeta::format_version`].
 pub const STORE_FORMAT_VERSION: u32 = 1;
 /// Longest object name.
@@ -129,6 +129,18 @@ pub enum CatalogError {
     Missing {
         /// The expected location.
         path: PathBuf,
+    },
+    /// An optimistic update lost to concurrent writers too many times in a row.
+    #[error(
+        "catalog {path}: {op}: still conflicting with concurrent writers after {attempts} attempts"
+    )]
+    Contended {
+        /// The catalog's location.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// How many attempts were made.
+        attempts: u32,
     },
     /// The backend failed.
     #[error("catalog {path}: {op}: {source}")]
@@ -322,6 +334,21 @@ impl ObjectRecord {
         let (_, body) = split_version(WHAT, OBJECT_RECORD_VERSION, bytes)?;
         let rec = Self::from(decode_exact::<wire::ObjectRecordV1>(WHAT, body)?);
         rec.validate()?;
+        Ok(rec)
+    }
+
+    /// Decodes the record a catalog keeps under `name` ([`ObjectRecord::decode`]) and checks
+    /// that it is named so. Errors name the object.
+    pub fn decode_stored(name: &str, bytes: &[u8]) -> Result<Self, CatalogError> {
+        let what = || format!("object {name:?}");
+        let rec = Self::decode(bytes)
+            .map_err(|e| CatalogError::Invalid { what: what(), reason: e.to_string() })?;
+        if rec.name != name {
+            return Err(CatalogError::Invalid {
+                what: what(),
+                reason: format!("record is named {:?}", rec.name),
+            });
+        }
         Ok(rec)
     }
 }
@@ -627,6 +654,9 @@ pub struct DiskRecord {
     pub state: DiskState,
     /// The emulation model, for an emulated disk.
     pub model: Option<DiskModel>,
+    /// The cluster node that owns the disk (see [`validate_name`]); `None` in a single-node
+    /// store.
+    pub owner: Option<String>,
 }
 
 /// The store-wide metadata: identity, block size, disks, placement log, active epoch, id counter.
@@ -699,7 +729,8 @@ impl StoreMeta {
     /// Checks that disk ids are unique; that the active epoch is the log's current epoch or the
     /// one before (at most one pending operation); that every disk of the active and pending
     /// epochs has a record; that every record's state is the one the placement implies
-    /// ([`StoreMeta::expected_state`]); and that models are sane.
+    /// ([`StoreMeta::expected_state`]); that models are sane; and that owners are valid node
+    /// names ([`validate_name`]).
     pub fn validate(&self) -> Result<(), CatalogError> {
         let invalid =
             |reason: String| CatalogError::Invalid { what: "store metadata".into(), reason };
@@ -736,6 +767,14 @@ impl StoreMeta {
             {
                 return Err(invalid(format!("disk {}: emulation model with rate 0", d.id)));
             }
+            if let Some(owner) = &d.owner
+                && let Err(CatalogError::InvalidName { reason, .. }) = validate_name(owner)
+            {
+                return Err(invalid(format!(
+                    "disk {}: owner {owner:?} is not a valid node name: {reason}",
+                    d.id
+                )));
+            }
         }
         Ok(())
     }
@@ -743,18 +782,22 @@ impl StoreMeta {
     /// The versioned encoding: [`STORE_META_VERSION`] then postcard.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        encode_versioned(STORE_META_VERSION, &wire::StoreMetaV2::from(self))
+        encode_versioned(STORE_META_VERSION, &wire::StoreMetaV3::from(self))
     }
 
     /// Decodes and validates an encoding from [`StoreMeta::encode`] of this or an earlier build.
     /// A version-1 record (before online scaling) has no pending operation (its active epoch is
-    /// the log's current one) and no disk models.
+    /// the log's current one) and no disk models; a version-1 or version-2 record (before
+    /// clusters) has no disk owners.
     pub fn decode(bytes: &[u8]) -> Result<Self, CatalogError> {
         const WHAT: &str = "store metadata";
         let (version, body) = split_version(WHAT, STORE_META_VERSION, bytes)?;
         let meta = match version {
             1 => Self::try_from(decode_exact::<wire::StoreMetaV1>(WHAT, body)?)?,
-            _ => Self::try_from(decode_exact::<wire::StoreMetaV2>(WHAT, body)?)?,
+            2 => Self::try_from(wire::StoreMetaV3::from(decode_exact::<wire::StoreMetaV2>(
+                WHAT, body,
+            )?))?,
+            _ => Self::try_from(decode_exact::<wire::StoreMetaV3>(WHAT, body)?)?,
         };
         meta.validate()?;
         Ok(meta)
@@ -778,6 +821,18 @@ pub trait Catalog {
     /// Replaces the store metadata. `next_object_id` is never lowered: the stored counter is kept
     /// if it is ahead of `meta`'s (so a stale copy cannot cause id reuse).
     fn put_meta(&self, meta: &StoreMeta) -> Result<(), CatalogError>;
+    /// Atomically reads the store metadata, applies `f` and writes the result, which is
+    /// validated first; returns what was written. Several writers (cluster nodes) may change the
+    /// metadata concurrently: none loses another's change. `f` sees the metadata as
+    /// [`Catalog::meta`] reports it and may be called more than once (an implementation with
+    /// optimistic concurrency calls it again on the newer metadata after a conflict), so it must
+    /// not have effects beyond its argument. An error from `f` aborts the update and is returned.
+    /// `next_object_id` is never lowered, as in [`Catalog::put_meta`]. Fails with
+    /// [`CatalogError::NoMeta`] if there is no metadata yet.
+    fn update_meta(
+        &self,
+        f: &mut dyn FnMut(&mut StoreMeta) -> Result<(), CatalogError>,
+    ) -> Result<StoreMeta, CatalogError>;
     /// The object named `name`, if any.
     fn object(&self, name: &str) -> Result<Option<ObjectRecord>, CatalogError>;
     /// All objects, sorted by name.
@@ -953,6 +1008,28 @@ mod wire {
         Faithful,
     }
 
+    /// Version 3 (clusters): each disk's owner node.
+    #[derive(Serialize, Deserialize)]
+    pub(super) struct StoreMetaV3 {
+        store_id: u64,
+        format_version: u32,
+        block_size: u64,
+        disks: Vec<DiskRecordV3>,
+        placement: PlacementLogV2,
+        active_epoch: u32,
+        next_object_id: u64,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct DiskRecordV3 {
+        id: u16,
+        /// The path's bytes (Unix: the raw `OsStr` bytes; elsewhere UTF-8).
+        path: Vec<u8>,
+        state: DiskStateV1,
+        model: Option<DiskModelV2>,
+        owner: Option<String>,
+    }
+
     impl From<&ObjectRecord> for ObjectRecordV1 {
         fn from(r: &ObjectRecord) -> Self {
             Self {
@@ -1089,7 +1166,7 @@ mod wire {
         Ok(placement)
     }
 
-    impl From<&StoreMeta> for StoreMetaV2 {
+    impl From<&StoreMeta> for StoreMetaV3 {
         fn from(m: &StoreMeta) -> Self {
             Self {
                 store_id: m.store_id,
@@ -1098,7 +1175,7 @@ mod wire {
                 disks: m
                     .disks
                     .iter()
-                    .map(|d| DiskRecordV2 {
+                    .map(|d| DiskRecordV3 {
                         id: d.id.0,
                         path: path_to_bytes(&d.path),
                         state: state_to_wire(d.state),
@@ -1106,6 +1183,7 @@ mod wire {
                             mean_seek_ns: u64::try_from(m.mean_seek.as_nanos()).unwrap_or(u64::MAX),
                             rate: m.rate,
                         }),
+                        owner: d.owner.clone(),
                     })
                     .collect(),
                 placement: PlacementLogV2 {
@@ -1122,10 +1200,10 @@ mod wire {
         }
     }
 
-    impl TryFrom<StoreMetaV2> for StoreMeta {
+    impl TryFrom<StoreMetaV3> for StoreMeta {
         type Error = CatalogError;
 
-        fn try_from(w: StoreMetaV2) -> Result<Self, CatalogError> {
+        fn try_from(w: StoreMetaV3) -> Result<Self, CatalogError> {
             let variant = match w.placement.variant {
                 PlacementVariantV2::Hashed => PlacementVariant::Hashed,
                 PlacementVariantV2::Faithful => PlacementVariant::Faithful,
@@ -1141,6 +1219,7 @@ mod wire {
                         mean_seek: Duration::from_nanos(m.mean_seek_ns),
                         rate: m.rate,
                     }),
+                    owner: d.owner,
                 });
             }
             Ok(Self {
@@ -1152,6 +1231,56 @@ mod wire {
                 active_epoch: Epoch(w.active_epoch),
                 next_object_id: w.next_object_id,
             })
+        }
+    }
+
+    /// A version-2 record is a version-3 one whose disks have no owner.
+    impl From<StoreMetaV2> for StoreMetaV3 {
+        fn from(w: StoreMetaV2) -> Self {
+            Self {
+                store_id: w.store_id,
+                format_version: w.format_version,
+                block_size: w.block_size,
+                disks: w
+                    .disks
+                    .into_iter()
+                    .map(|d| DiskRecordV3 {
+                        id: d.id,
+                        path: d.path,
+                        state: d.state,
+                        model: d.model,
+                        owner: None,
+                    })
+                    .collect(),
+                placement: w.placement,
+                active_epoch: w.active_epoch,
+                next_object_id: w.next_object_id,
+            }
+        }
+    }
+
+    /// The version-2 encoder, kept for the upgrade tests (this build writes version 3 only):
+    /// version 3 without the owners.
+    #[cfg(test)]
+    impl From<&StoreMeta> for StoreMetaV2 {
+        fn from(m: &StoreMeta) -> Self {
+            let v3 = StoreMetaV3::from(m);
+            Self {
+                store_id: v3.store_id,
+                format_version: v3.format_version,
+                block_size: v3.block_size,
+                disks: v3
+                    .disks
+                    .into_iter()
+                    .map(|d| {
+                        assert_eq!(d.owner, None, "v2 has no owners");
+                        DiskRecordV2 { id: d.id, path: d.path, state: d.state, model: d.model }
+                    })
+                    .collect(),
+                placement: v3.placement,
+                active_epoch: v3.active_epoch,
+                next_object_id: v3.next_object_id,
+            }
         }
     }
 
@@ -1199,6 +1328,7 @@ mod wire {
                     path: path_from_bytes(d.path)?,
                     state: state_from_wire(d.state),
                     model: None,
+                    owner: None,
                 });
             }
             Ok(Self {
@@ -1281,7 +1411,7 @@ mod tests {
     }
 
     fn disk(id: u16, path: &str, state: DiskState) -> DiskRecord {
-        DiskRecord { id: DiskId(id), path: path.into(), state, model: None }
+        DiskRecord { id: DiskId(id), path: path.into(), state, model: None, owner: None }
     }
 
     /// Disks 0, 1; +2; −0: disk 0 retired, 1 and 2 active; disk 2 emulated.
@@ -1327,7 +1457,7 @@ mod tests {
         for meta in [sample_meta(), pending_meta()] {
             let bytes = meta.encode();
             assert_eq!(bytes[0], STORE_META_VERSION);
-            assert_eq!(bytes[0], 2);
+            assert_eq!(bytes[0], 3);
             let back = StoreMeta::decode(&bytes).unwrap();
             assert_eq!(back, meta);
             assert_eq!(back.placement.current_epoch(), Epoch(2));
@@ -1348,8 +1478,8 @@ mod tests {
         assert_eq!(back, meta);
     }
 
-    /// A record written by the previous build (version 1) decodes: no pending operation, no
-    /// models; re-encoding writes version 2.
+    /// A record written before online scaling (version 1) decodes: no pending operation, no
+    /// models, no owners; re-encoding writes version 3.
     #[test]
     fn meta_v1_upgrades() {
         let mut meta = sample_meta();
@@ -1361,9 +1491,9 @@ mod tests {
         assert_eq!(back.active_epoch, back.placement.current_epoch());
         assert_eq!(back.pending(), None);
         assert!(back.disks.iter().all(|d| d.model.is_none()));
-        let v2 = back.encode();
-        assert_eq!(v2[0], 2);
-        assert_eq!(StoreMeta::decode(&v2).unwrap(), meta);
+        let v3 = back.encode();
+        assert_eq!(v3[0], 3);
+        assert_eq!(StoreMeta::decode(&v3).unwrap(), meta);
         // The bytes of version 1 are pinned: a store written before online scaling.
         let golden: &[u8] = &[
             1, 205, 215, 2, 1, 128, 128, 64, 3, 0, 6, 100, 105, 115, 107, 45, 48, 3, 1, 7, 47, 109,
@@ -1371,6 +1501,47 @@ mod tests {
             1, 1, 0, 17,
         ];
         assert_eq!(v1, golden, "{v1:?}");
+    }
+
+    /// A record written before clusters (version 2) decodes with no owners; re-encoding writes
+    /// version 3.
+    #[test]
+    fn meta_v2_upgrades() {
+        for meta in [sample_meta(), pending_meta()] {
+            let v2 = encode_versioned(2, &wire::StoreMetaV2::from(&meta));
+            let back = StoreMeta::decode(&v2).unwrap();
+            assert_eq!(back, meta);
+            assert!(back.disks.iter().all(|d| d.owner.is_none()));
+            assert_eq!(back.encode()[0], 3);
+        }
+        // The bytes of version 2 are pinned: a store written before clusters.
+        let golden: &[u8] = &[
+            2, 205, 215, 2, 1, 128, 128, 64, 3, 0, 6, 100, 105, 115, 107, 45, 48, 3, 0, 1, 7, 47,
+            109, 110, 116, 47, 100, 49, 0, 0, 2, 6, 114, 101, 108, 47, 100, 50, 0, 1, 160, 230,
+            134, 4, 128, 128, 128, 2, 0, 2, 0, 1, 2, 0, 1, 2, 1, 1, 0, 2, 17,
+        ];
+        assert_eq!(encode_versioned(2, &wire::StoreMetaV2::from(&sample_meta())), golden);
+        assert_eq!(StoreMeta::decode(golden).unwrap(), sample_meta());
+    }
+
+    /// Version 3 keeps each disk's owner; an owner must be a valid node name.
+    #[test]
+    fn meta_owners() {
+        let mut meta = sample_meta();
+        meta.disks[1].owner = Some("node-a".into());
+        meta.disks[2].owner = Some("node.b_2".into());
+        let bytes = meta.encode();
+        assert_eq!(bytes[0], 3);
+        let back = StoreMeta::decode(&bytes).unwrap();
+        assert_eq!(back, meta);
+        assert_eq!(back.disks[2].owner.as_deref(), Some("node.b_2"));
+        assert_eq!(back.disks[0].owner, None);
+        for bad in ["", "a/b", "..", "node a"] {
+            meta.disks[1].owner = Some(bad.into());
+            let err = meta.validate().unwrap_err().to_string();
+            assert!(err.contains("is not a valid node name"), "{bad:?}: {err}");
+            assert!(StoreMeta::decode(&meta.encode()).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
@@ -1536,6 +1707,22 @@ mod tests {
         for cut in 0..meta.len() {
             assert!(StoreMeta::decode(&meta[..cut]).is_err(), "truncated at {cut}");
         }
+    }
+
+    #[test]
+    fn decode_stored_checks_the_name() {
+        let bytes = sample_record().encode();
+        assert_eq!(
+            ObjectRecord::decode_stored("big_buck-bunny.ts", &bytes).unwrap(),
+            sample_record()
+        );
+        let err = ObjectRecord::decode_stored("other.ts", &bytes).unwrap_err().to_string();
+        assert!(
+            err.contains("object \"other.ts\": record is named \"big_buck-bunny.ts\""),
+            "{err}"
+        );
+        let err = ObjectRecord::decode_stored("x.ts", &bytes[..9]).unwrap_err().to_string();
+        assert!(err.starts_with("object \"x.ts\": object record: cannot decode"), "{err}");
     }
 
     #[test]

@@ -10,6 +10,8 @@
 //! - [`placement`]: Yima pseudo-random placement (Yima §2.2) and SCADDAR epochs (ICDE 2002).
 //! - [`catalog`]: versioned catalog records and the [`Catalog`] trait.
 //! - [`reorg`]: which blocks a pending SCADDAR operation moves (`research/algorithms.md` §2.7).
+//! - `testing` (feature `testing`): the behaviour every [`Catalog`] implementation is checked
+//!   against.
 //!
 //! Reading and writing files, the redb catalog and the IO threads are in `isochron-diskio`.
 
@@ -17,6 +19,8 @@ pub mod block;
 pub mod catalog;
 pub mod placement;
 pub mod reorg;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use block::{
     BLOCK_ALIGN, BLOCK_FORMAT_VERSION, BLOCK_MAGIC, Block, BlockBuilder, BlockError, BlockHeader,

@@ -122,6 +122,7 @@ mod tests {
                 path: format!("d{}", id.0).into(),
                 state: DiskState::Active,
                 model: None,
+                owner: None,
             })
             .collect();
         for i in 0..m.disks.len() {
