@@ -15,6 +15,10 @@
 //! itself: for UDP a task per session taking batches with `recvmmsg` ([`crate::recv`]), for TCP
 //! the connection's reader, which then parses `$` frames without copying them. The sink is also
 //! ticked every [`SINK_TICK`] so it can notice that data it expects has not come.
+//!
+//! Every RTP packet comes with its source address: in a cluster each node sends its own blocks
+//! from its own address under the session's one SSRC (Yima §2.2), so a session has several
+//! sources over UDP; over TCP the source is the RTSP server.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -36,8 +40,9 @@ pub const SINK_TICK: Duration = Duration::from_millis(20);
 /// Where a session's packets go when received in place (see the module docs). Called from one
 /// task only, in arrival order.
 pub trait MediaSink: Send + 'static {
-    /// An RTP packet (header included) arrived at `at`.
-    fn on_rtp(&mut self, at: Instant, packet: &[u8]);
+    /// An RTP packet (header included) arrived at `at` from `from` (over TCP, the RTSP server's
+    /// address; over UDP, the sender's, which in a cluster is the node that sent it).
+    fn on_rtp(&mut self, at: Instant, from: SocketAddr, packet: &[u8]);
     /// An RTCP compound packet arrived at `at`.
     fn on_rtcp(&mut self, at: Instant, packet: &[u8]);
     /// Time passed (every [`SINK_TICK`]).
@@ -58,8 +63,14 @@ pub enum Transport {
 pub struct RtpPacket {
     /// Arrival time: the kernel's receive time over UDP, the read time over TCP.
     pub at: Instant,
+    /// Where it came from: the sender's address over UDP (in a cluster, the node that sent
+    /// it), the RTSP server's over interleaved TCP.
+    pub from: SocketAddr,
     /// The header.
     pub header: RtpHeader,
+    /// The sending node's local sequence number, if the packet carries the LSN header
+    /// extension (`isochron_rtp::lsn`).
+    pub lsn: Option<u16>,
     /// The payload.
     pub payload: Vec<u8>,
 }
@@ -160,7 +171,7 @@ impl Client {
                         }
                         let at = Instant::now();
                         if avail[1] % 2 == 0 {
-                            sink.on_rtp(at, &avail[4..4 + len]);
+                            sink.on_rtp(at, peer, &avail[4..4 + len]);
                         } else {
                             sink.on_rtcp(at, &avail[4..4 + len]);
                         }
@@ -177,7 +188,7 @@ impl Client {
                                 }
                                 Frame::Data { channel, payload } => {
                                     let _ = data_tx.send(if channel % 2 == 0 {
-                                        match rtp(at, &payload) {
+                                        match rtp(at, peer, &payload) {
                                             Some(p) => p,
                                             None => continue,
                                         }
@@ -521,9 +532,10 @@ fn header(r: &Response<Vec<u8>>, name: &str) -> Option<String> {
     r.header(&name).map(|v| v.as_str().to_string())
 }
 
-fn rtp(at: Instant, pkt: &[u8]) -> Option<Incoming> {
+fn rtp(at: Instant, from: SocketAddr, pkt: &[u8]) -> Option<Incoming> {
     let (header, range) = RtpHeader::parse(pkt).ok()?;
-    Some(Incoming::Rtp(RtpPacket { at, header, payload: pkt[range].to_vec() }))
+    let lsn = isochron_rtp::lsn(pkt);
+    Some(Incoming::Rtp(RtpPacket { at, from, header, lsn, payload: pkt[range].to_vec() }))
 }
 
 fn rtcp(at: Instant, pkt: &[u8]) -> Incoming {
@@ -548,6 +560,7 @@ async fn udp_sink_loop(
     use std::os::fd::AsRawFd as _;
     let fd = rtp.as_raw_fd();
     let mut batch = crate::recv::RecvBatch::new();
+    let unknown = unspecified(&rtp);
     let mut rtcp_buf = vec![0u8; 2048];
     let mut tick = tokio::time::interval(SINK_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -561,7 +574,8 @@ async fn udp_sink_loop(
                     match rtp.try_io(Interest::READABLE, || batch.recv(fd)) {
                         Ok(n) => {
                             for i in 0..n {
-                                sink.on_rtp(batch.arrival(i), batch.packet(i));
+                                let from = batch.source(i).unwrap_or(unknown);
+                                sink.on_rtp(batch.arrival(i), from, batch.packet(i));
                             }
                         }
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -584,6 +598,7 @@ async fn rtp_recv_loop(sock: UdpSocket, tx: mpsc::UnboundedSender<Incoming>) {
     use std::os::fd::AsRawFd as _;
     let fd = sock.as_raw_fd();
     let mut batch = crate::recv::RecvBatch::new();
+    let unknown = unspecified(&sock);
     loop {
         if sock.readable().await.is_err() {
             return;
@@ -592,7 +607,8 @@ async fn rtp_recv_loop(sock: UdpSocket, tx: mpsc::UnboundedSender<Incoming>) {
             match sock.try_io(Interest::READABLE, || batch.recv(fd)) {
                 Ok(n) => {
                     for i in 0..n {
-                        if let Some(item) = rtp(batch.arrival(i), batch.packet(i))
+                        let from = batch.source(i).unwrap_or(unknown);
+                        if let Some(item) = rtp(batch.arrival(i), from, batch.packet(i))
                             && tx.send(item).is_err()
                         {
                             return;
@@ -603,6 +619,15 @@ async fn rtp_recv_loop(sock: UdpSocket, tx: mpsc::UnboundedSender<Incoming>) {
                 Err(_) => return,
             }
         }
+    }
+}
+
+/// The address reported for a datagram whose source is not IPv4 or IPv6 (never on these
+/// sockets): the unspecified address of the socket's family.
+fn unspecified(sock: &UdpSocket) -> SocketAddr {
+    match sock.local_addr() {
+        Ok(SocketAddr::V6(_)) => SocketAddr::from(([0u16; 8], 0)),
+        _ => SocketAddr::from(([0u8; 4], 0)),
     }
 }
 

@@ -11,5 +11,6 @@ pub mod client;
 pub mod diskbench;
 pub mod latency;
 pub mod recv;
+pub mod sources;
 
 pub use client::{Client, Collected, Incoming, MediaSink, PlayInfo, RtpPacket, Transport};
