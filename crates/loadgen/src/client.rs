@@ -58,6 +58,28 @@ pub enum Transport {
     Tcp,
 }
 
+impl Transport {
+    /// `udp` or `tcp`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Udp => "udp",
+            Self::Tcp => "tcp",
+        }
+    }
+}
+
+impl std::str::FromStr for Transport {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "udp" => Ok(Self::Udp),
+            "tcp" => Ok(Self::Tcp),
+            _ => Err(format!("{s:?}: expected udp or tcp")),
+        }
+    }
+}
+
 /// One received RTP packet.
 #[derive(Clone, Debug)]
 pub struct RtpPacket {
@@ -300,7 +322,7 @@ impl Client {
     pub async fn describe(&mut self) -> anyhow::Result<String> {
         let url = self.url.clone();
         let r = self.request("DESCRIBE", &url, &[("Accept", "application/sdp")]).await?;
-        ensure!(u16::from(r.status()) == 200, "DESCRIBE: {}", u16::from(r.status()));
+        ensure!(u16::from(r.status()) == 200, "DESCRIBE: {}", status_line(&r));
         self.base = header(&r, "Content-Base");
         let sdp = String::from_utf8_lossy(r.body()).into_owned();
         if let Some(c) = sdp
@@ -424,7 +446,7 @@ impl Client {
         let url = self.aggregate_url();
         let extra: Vec<(&str, &str)> = range.map(|r| ("Range", r)).into_iter().collect();
         let r = self.request("PLAY", &url, &extra).await?;
-        ensure!(u16::from(r.status()) == 200, "PLAY: {}", u16::from(r.status()));
+        ensure!(u16::from(r.status()) == 200, "PLAY: {}", status_line(&r));
         let mut info = PlayInfo { range: header(&r, "Range"), ..PlayInfo::default() };
         if let Some(ri) = header(&r, "RTP-Info") {
             for part in ri.split(',').next().unwrap_or("").split(';') {
@@ -445,7 +467,7 @@ impl Client {
     pub async fn pause(&mut self) -> anyhow::Result<()> {
         let url = self.aggregate_url();
         let r = self.request("PAUSE", &url, &[]).await?;
-        ensure!(u16::from(r.status()) == 200, "PAUSE: {}", u16::from(r.status()));
+        ensure!(u16::from(r.status()) == 200, "PAUSE: {}", status_line(&r));
         Ok(())
     }
 
@@ -453,7 +475,7 @@ impl Client {
     pub async fn teardown(&mut self) -> anyhow::Result<()> {
         let url = self.aggregate_url();
         let r = self.request("TEARDOWN", &url, &[]).await?;
-        ensure!(u16::from(r.status()) == 200, "TEARDOWN: {}", u16::from(r.status()));
+        ensure!(u16::from(r.status()) == 200, "TEARDOWN: {}", status_line(&r));
         self.session = None;
         Ok(())
     }
@@ -525,6 +547,20 @@ impl Collected {
         }
         Ok(())
     }
+}
+
+/// A response's status code and reason phrase (`453 Not Enough Bandwidth`), and its body when it
+/// is short text (some servers explain a refusal there).
+#[must_use]
+pub fn status_line(r: &Response<Vec<u8>>) -> String {
+    let mut line = format!("{} {}", u16::from(r.status()), r.reason_phrase());
+    let body = String::from_utf8_lossy(r.body());
+    let body = body.trim();
+    if !body.is_empty() && body.len() <= 200 && !body.contains('\n') {
+        line.push_str(": ");
+        line.push_str(body);
+    }
+    line
 }
 
 fn header(r: &Response<Vec<u8>>, name: &str) -> Option<String> {
