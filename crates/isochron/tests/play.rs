@@ -102,15 +102,13 @@ fn the_long_clip_plays_byte_exact_over_udp_and_tcp() {
 
 #[test]
 fn refusals_and_timeouts_exit_non_zero_with_the_reason() {
-    let dir = tempdir();
-    let data = dir.path().join("store");
     // One slow emulated disk under aggressive admission (as in admission.rs): a handful of
     // streams fill it, and the next PLAY gets 453.
-    let disk = format!("{},seek_ms=20,rate_mib_s=1", dir.path().join("d0").display());
-    demo_store_on(&data, &disk);
-    let config = "[sched]\nadmission = \"aggressive-avg\"\n";
-    let server =
-        Server::start(&data, ServeOptions { config: Some(config), ..ServeOptions::default() });
+    let dir = tempdir();
+    let (data, disk) = (dir.path().join("store"), dir.path().join("d0"));
+    demo_store_on(&data, &format!("{},seek_ms=20,rate_mib_s=1", disk.display()));
+    let config = Some("[sched]\nadmission = \"aggressive-avg\"\n");
+    let server = Server::start(&data, ServeOptions { config, ..ServeOptions::default() });
     let url = server.url("demo");
 
     let out = play(&server.url("no-such-object"), &[], 30);

@@ -74,18 +74,6 @@ impl<K: Copy + Eq, V: Default> SourceTable<K, V> {
     pub fn iter(&self) -> impl Iterator<Item = &(K, V)> {
         self.entries.iter()
     }
-
-    /// How many sources were seen (at most [`MAX_SOURCES`]).
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// Whether no source was seen.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
 }
 
 #[cfg(test)]
@@ -117,7 +105,7 @@ mod tests {
         for i in 4..=(MAX_SOURCES as u8) {
             assert!(t.entry(ip(i)).is_some());
         }
-        assert_eq!(t.len(), MAX_SOURCES);
+        assert_eq!(t.iter().count(), MAX_SOURCES);
         assert!(t.entry(ip(200)).is_none(), "full");
         assert!(t.entry(ip(1)).is_some(), "known sources are still found");
     }

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, anyhow};
 use plotters::prelude::*;
 
-use super::report::PerN;
+use super::report::{PerN, SourceShare};
 
 /// One curve.
 struct Series {
@@ -28,6 +28,9 @@ struct HLine {
     label: String,
     y: f64,
 }
+
+/// A per-node panel: file, title, the share's value it sums, reference lines.
+type NodePanel = (&'static str, &'static str, fn(&SourceShare) -> f64, Vec<HLine>);
 
 /// Colours of the cumulative curves, in turn.
 const PALETTE: [RGBColor; 6] = [
@@ -148,28 +151,26 @@ pub fn figure3(
 
     let nodes: BTreeSet<IpAddr> = per_n.iter().flat_map(|p| p.per_source.keys().copied()).collect();
     if nodes.len() > 1 {
-        let path = dir.join("b_avgnet_nodes.svg");
-        line_plot(
-            &path,
-            "B_avgNet per node, cumulative (Yima Fig. 4c/d)",
-            "Mb/s",
-            &cumulative(per_n, &nodes, |s| s.b_avgnet_mbit_s),
-            &[HLine { label: "content mean rate".into(), y: content_bits_s / 1e6 }],
-            vline,
-            None,
-        )?;
-        files.push(path);
-        let path = dir.join("b_net_nodes.svg");
-        line_plot(
-            &path,
-            "B_net per node, cumulative (Yima Fig. 4i/j)",
-            "Mb/s",
-            &cumulative(per_n, &nodes, |s| s.b_net_mbit_s),
-            &hl,
-            vline,
-            None,
-        )?;
-        files.push(path);
+        let content = vec![HLine { label: "content mean rate".into(), y: content_bits_s / 1e6 }];
+        let panels: [NodePanel; 2] = [
+            (
+                "b_avgnet_nodes.svg",
+                "B_avgNet per node, cumulative (Yima Fig. 4c/d)",
+                |s| s.b_avgnet_mbit_s,
+                content,
+            ),
+            (
+                "b_net_nodes.svg",
+                "B_net per node, cumulative (Yima Fig. 4i/j)",
+                |s| s.b_net_mbit_s,
+                hl,
+            ),
+        ];
+        for (file, title, f, hlines) in panels {
+            let path = dir.join(file);
+            line_plot(&path, title, "Mb/s", &cumulative(per_n, &nodes, f), &hlines, vline, None)?;
+            files.push(path);
+        }
     }
     Ok(files)
 }
@@ -179,7 +180,7 @@ pub fn figure3(
 fn cumulative(
     per_n: &[PerN],
     nodes: &BTreeSet<IpAddr>,
-    f: impl Fn(&super::report::SourceShare) -> f64,
+    f: impl Fn(&SourceShare) -> f64,
 ) -> Vec<Series> {
     let mut below: Vec<f64> = vec![0.0; per_n.len()];
     nodes
@@ -324,7 +325,6 @@ mod tests {
 
     #[test]
     fn several_sources_add_the_cumulative_per_node_panels() {
-        use super::super::report::SourceShare;
         let ip = |i: u8| IpAddr::from([10, 0, 0, i]);
         let per_n: Vec<PerN> = (1..=4)
             .map(|n| PerN {

@@ -413,6 +413,23 @@ mod tests {
         t
     }
 
+    /// A player with a `buffer_ms` buffer told by PLAY that packet `first` comes first (and
+    /// `length` of media), and the time origin.
+    fn started(buffer_ms: u64, first: u16, length: Option<Duration>) -> (Player, Instant) {
+        let mut p = Player::new(Duration::from_millis(buffer_ms));
+        p.handle_play(Some(first), length);
+        (p, Instant::now())
+    }
+
+    fn ms(t0: Instant, ms: u64) -> Instant {
+        t0 + Duration::from_millis(ms)
+    }
+
+    /// The address of a single server.
+    fn server() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 6970))
+    }
+
     fn drain(p: &mut Player, now: Instant, out: &mut Vec<u16>) {
         while let Some(pl) = p.poll_payload(now) {
             out.push(u16::from_be_bytes([pl[4], pl[5]]));
@@ -445,21 +462,19 @@ mod tests {
         let lost = sent.iter().filter(|s| s.1 == 2).nth(2).unwrap().0;
         arrivals.retain(|s| s.0 != lost);
 
-        let t0 = Instant::now();
-        let mut p = Player::new(Duration::from_millis(200));
-        p.handle_play(Some(first), None);
+        let (mut p, t0) = started(200, first, None);
         let mut out = Vec::new();
         for (i, &(seq, node, l)) in arrivals.iter().enumerate() {
-            let at = t0 + Duration::from_millis(i as u64);
+            let at = ms(t0, i as u64);
             p.handle_rtp(at, nodes[node], &packet(seq, Some(l)));
             drain(&mut p, at, &mut out);
         }
         let mut bye = Vec::new();
         isochron_rtp::rtcp::write_bye(&mut bye, 9);
-        let end = t0 + Duration::from_millis(50);
+        let end = ms(t0, 50);
         p.handle_rtcp(end, &bye);
         assert!(!p.is_done(end));
-        assert_eq!(p.poll_timeout(), Some(t0 + Duration::from_millis(206)), "the gap's hold");
+        assert_eq!(p.poll_timeout(), Some(ms(t0, 206)), "the gap's hold");
         let done = end + MIN_GRACE;
         assert!(p.is_done(done));
         drain(&mut p, done, &mut out);
@@ -488,11 +503,8 @@ mod tests {
 
     #[test]
     fn duplicates_and_late_packets_are_counted_not_written() {
-        let from: SocketAddr = "127.0.0.1:6970".parse().unwrap();
-        let t0 = Instant::now();
-        let at = |ms: u64| t0 + Duration::from_millis(ms);
-        let mut p = Player::new(Duration::from_millis(100));
-        p.handle_play(Some(1), None);
+        let (mut p, t0) = started(100, 1, None);
+        let (from, at) = (server(), |n: u64| ms(t0, n));
         let mut out = Vec::new();
         for (ms, seq) in [(0, 1u16), (1, 2), (2, 2), (3, 4), (4, 5)] {
             p.handle_rtp(at(ms), from, &packet(seq, None));
@@ -531,11 +543,8 @@ mod tests {
 
     #[test]
     fn the_announced_range_ends_the_input_and_the_clock_counts_a_starvation() {
-        let from: SocketAddr = "127.0.0.1:6970".parse().unwrap();
-        let t0 = Instant::now();
-        let at = |ms: u64| t0 + Duration::from_millis(ms);
-        let mut p = Player::new(Duration::from_millis(200));
-        p.handle_play(Some(0), Some(Duration::from_millis(2_000)));
+        let (mut p, t0) = started(200, 0, Some(Duration::from_millis(2_000)));
+        let (from, at) = (server(), |n: u64| ms(t0, n));
         let send = |p: &mut Player, seq: u16, arrive: u64, media: u64| {
             let h =
                 RtpHeader { marker: false, payload_type: 33, sequence: seq, timestamp: 0, ssrc: 1 };

@@ -285,6 +285,13 @@ mod tests {
         t0 + Duration::from_millis(ms)
     }
 
+    /// A buffer told that packet `first` comes first, and the time origin.
+    fn started(first: u16) -> (Instant, ReorderBuffer<u16>) {
+        let mut b = ReorderBuffer::new(HOLD);
+        b.set_start(first);
+        (Instant::now(), b)
+    }
+
     /// Releases everything that may go at `now`, as 16-bit numbers.
     fn drain(b: &mut ReorderBuffer<u16>, now: Instant) -> Vec<u16> {
         std::iter::from_fn(|| b.pop(now))
@@ -318,9 +325,7 @@ mod tests {
         for n in 1..=6 {
             for perm in permutations(n) {
                 for start in [0u16, 1000, 65_533] {
-                    let t0 = Instant::now();
-                    let mut b = ReorderBuffer::new(HOLD);
-                    b.set_start(start);
+                    let (t0, mut b) = started(start);
                     let mut out = Vec::new();
                     let mut highest: Option<u16> = None;
                     let mut reordered = 0;
@@ -366,9 +371,7 @@ mod tests {
 
     #[test]
     fn the_sequence_number_wraps_many_times() {
-        let t0 = Instant::now();
-        let mut b = ReorderBuffer::new(HOLD);
-        b.set_start(65_000);
+        let (t0, mut b) = started(65_000);
         let mut out = Vec::new();
         // 200 000 packets, every pair swapped: 3 wraps.
         for i in 0..200_000u64 {
@@ -389,9 +392,7 @@ mod tests {
 
     #[test]
     fn duplicates_are_told_from_late_packets() {
-        let t0 = Instant::now();
-        let mut b = ReorderBuffer::new(HOLD);
-        b.set_start(10);
+        let (t0, mut b) = started(10);
         b.push(ms(t0, 0), 10, 10);
         assert_eq!(drain(&mut b, ms(t0, 0)), [10]);
         assert_eq!(b.push(ms(t0, 1), 10, 10), Arrival::Duplicate(10), "already released");
@@ -412,9 +413,7 @@ mod tests {
 
     #[test]
     fn a_gap_never_filled_is_lost_once_the_packets_after_it_waited() {
-        let t0 = Instant::now();
-        let mut b = ReorderBuffer::new(HOLD);
-        b.set_start(0);
+        let (t0, mut b) = started(0);
         for (i, seq) in [0u16, 1, 4, 5, 6].into_iter().enumerate() {
             b.push(ms(t0, i as u64 * 10), seq, seq);
         }
@@ -434,9 +433,7 @@ mod tests {
 
     #[test]
     fn a_wide_window_grows_the_ring_and_a_wild_jump_is_not_held() {
-        let t0 = Instant::now();
-        let mut b = ReorderBuffer::new(HOLD);
-        b.set_start(0);
+        let (t0, mut b) = started(0);
         // 5 000 packets held behind a missing first one.
         for seq in 1..=5_000u16 {
             b.push(t0, seq, seq);
