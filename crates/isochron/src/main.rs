@@ -45,6 +45,9 @@ enum Command {
     Plan(cmds::plan::Args),
     /// Measure an RTSP server with emulation clients: N_max, the bottleneck, Yima's Figure 3.
     Bench(Box<cmds::bench::Args>),
+    /// Play an RTSP URL as a player does: jitter buffer in RTP sequence order, the PCR clock,
+    /// per-source counts; --out writes the MPEG-TS received, --json the summary.
+    Play(cmds::play::Args),
 }
 
 fn main() -> ExitCode {
@@ -74,6 +77,7 @@ fn main() -> ExitCode {
         Command::Simulate(a) => cmds::simulate::run(a),
         Command::Plan(a) => cmds::plan::run(a),
         Command::Bench(a) => cmds::bench::run(*a),
+        Command::Play(a) => cmds::play::run(a),
     };
     match result {
         Ok(code) => code,

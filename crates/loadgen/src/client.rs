@@ -15,6 +15,10 @@
 //! itself: for UDP a task per session taking batches with `recvmmsg` ([`crate::recv`]), for TCP
 //! the connection's reader, which then parses `$` frames without copying them. The sink is also
 //! ticked every [`SINK_TICK`] so it can notice that data it expects has not come.
+//!
+//! Every RTP packet comes with its source address: in a cluster each node sends its own blocks
+//! from its own address under the session's one SSRC (Yima §2.2), so a session has several
+//! sources over UDP; over TCP the source is the RTSP server.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -36,8 +40,9 @@ pub const SINK_TICK: Duration = Duration::from_millis(20);
 /// Where a session's packets go when received in place (see the module docs). Called from one
 /// task only, in arrival order.
 pub trait MediaSink: Send + 'static {
-    /// An RTP packet (header included) arrived at `at`.
-    fn on_rtp(&mut self, at: Instant, packet: &[u8]);
+    /// An RTP packet (header included) arrived at `at` from `from` (over TCP, the RTSP server's
+    /// address; over UDP, the sender's, which in a cluster is the node that sent it).
+    fn on_rtp(&mut self, at: Instant, from: SocketAddr, packet: &[u8]);
     /// An RTCP compound packet arrived at `at`.
     fn on_rtcp(&mut self, at: Instant, packet: &[u8]);
     /// Time passed (every [`SINK_TICK`]).
@@ -53,13 +58,41 @@ pub enum Transport {
     Tcp,
 }
 
+impl Transport {
+    /// `udp` or `tcp`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Udp => "udp",
+            Self::Tcp => "tcp",
+        }
+    }
+}
+
+impl std::str::FromStr for Transport {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "udp" => Ok(Self::Udp),
+            "tcp" => Ok(Self::Tcp),
+            _ => Err(format!("{s:?}: expected udp or tcp")),
+        }
+    }
+}
+
 /// One received RTP packet.
 #[derive(Clone, Debug)]
 pub struct RtpPacket {
     /// Arrival time: the kernel's receive time over UDP, the read time over TCP.
     pub at: Instant,
+    /// Where it came from: the sender's address over UDP (in a cluster, the node that sent
+    /// it), the RTSP server's over interleaved TCP.
+    pub from: SocketAddr,
     /// The header.
     pub header: RtpHeader,
+    /// The sending node's local sequence number, if the packet carries the LSN header
+    /// extension (`isochron_rtp::lsn`).
+    pub lsn: Option<u16>,
     /// The payload.
     pub payload: Vec<u8>,
 }
@@ -160,7 +193,7 @@ impl Client {
                         }
                         let at = Instant::now();
                         if avail[1] % 2 == 0 {
-                            sink.on_rtp(at, &avail[4..4 + len]);
+                            sink.on_rtp(at, peer, &avail[4..4 + len]);
                         } else {
                             sink.on_rtcp(at, &avail[4..4 + len]);
                         }
@@ -177,7 +210,7 @@ impl Client {
                                 }
                                 Frame::Data { channel, payload } => {
                                     let _ = data_tx.send(if channel % 2 == 0 {
-                                        match rtp(at, &payload) {
+                                        match rtp(at, peer, &payload) {
                                             Some(p) => p,
                                             None => continue,
                                         }
@@ -289,7 +322,7 @@ impl Client {
     pub async fn describe(&mut self) -> anyhow::Result<String> {
         let url = self.url.clone();
         let r = self.request("DESCRIBE", &url, &[("Accept", "application/sdp")]).await?;
-        ensure!(u16::from(r.status()) == 200, "DESCRIBE: {}", u16::from(r.status()));
+        ensure!(u16::from(r.status()) == 200, "DESCRIBE: {}", status_line(&r));
         self.base = header(&r, "Content-Base");
         let sdp = String::from_utf8_lossy(r.body()).into_owned();
         if let Some(c) = sdp
@@ -413,7 +446,7 @@ impl Client {
         let url = self.aggregate_url();
         let extra: Vec<(&str, &str)> = range.map(|r| ("Range", r)).into_iter().collect();
         let r = self.request("PLAY", &url, &extra).await?;
-        ensure!(u16::from(r.status()) == 200, "PLAY: {}", u16::from(r.status()));
+        ensure!(u16::from(r.status()) == 200, "PLAY: {}", status_line(&r));
         let mut info = PlayInfo { range: header(&r, "Range"), ..PlayInfo::default() };
         if let Some(ri) = header(&r, "RTP-Info") {
             for part in ri.split(',').next().unwrap_or("").split(';') {
@@ -434,7 +467,7 @@ impl Client {
     pub async fn pause(&mut self) -> anyhow::Result<()> {
         let url = self.aggregate_url();
         let r = self.request("PAUSE", &url, &[]).await?;
-        ensure!(u16::from(r.status()) == 200, "PAUSE: {}", u16::from(r.status()));
+        ensure!(u16::from(r.status()) == 200, "PAUSE: {}", status_line(&r));
         Ok(())
     }
 
@@ -442,7 +475,7 @@ impl Client {
     pub async fn teardown(&mut self) -> anyhow::Result<()> {
         let url = self.aggregate_url();
         let r = self.request("TEARDOWN", &url, &[]).await?;
-        ensure!(u16::from(r.status()) == 200, "TEARDOWN: {}", u16::from(r.status()));
+        ensure!(u16::from(r.status()) == 200, "TEARDOWN: {}", status_line(&r));
         self.session = None;
         Ok(())
     }
@@ -516,14 +549,29 @@ impl Collected {
     }
 }
 
+/// A response's status code and reason phrase (`453 Not Enough Bandwidth`), and its body when it
+/// is short text (some servers explain a refusal there).
+#[must_use]
+pub fn status_line(r: &Response<Vec<u8>>) -> String {
+    let mut line = format!("{} {}", u16::from(r.status()), r.reason_phrase());
+    let body = String::from_utf8_lossy(r.body());
+    let body = body.trim();
+    if !body.is_empty() && body.len() <= 200 && !body.contains('\n') {
+        line.push_str(": ");
+        line.push_str(body);
+    }
+    line
+}
+
 fn header(r: &Response<Vec<u8>>, name: &str) -> Option<String> {
     let name = isochron_rtsp::rtsp_types::HeaderName::try_from(name).ok()?;
     r.header(&name).map(|v| v.as_str().to_string())
 }
 
-fn rtp(at: Instant, pkt: &[u8]) -> Option<Incoming> {
+fn rtp(at: Instant, from: SocketAddr, pkt: &[u8]) -> Option<Incoming> {
     let (header, range) = RtpHeader::parse(pkt).ok()?;
-    Some(Incoming::Rtp(RtpPacket { at, header, payload: pkt[range].to_vec() }))
+    let lsn = isochron_rtp::lsn(pkt);
+    Some(Incoming::Rtp(RtpPacket { at, from, header, lsn, payload: pkt[range].to_vec() }))
 }
 
 fn rtcp(at: Instant, pkt: &[u8]) -> Incoming {
@@ -548,6 +596,7 @@ async fn udp_sink_loop(
     use std::os::fd::AsRawFd as _;
     let fd = rtp.as_raw_fd();
     let mut batch = crate::recv::RecvBatch::new();
+    let unknown = unspecified(&rtp);
     let mut rtcp_buf = vec![0u8; 2048];
     let mut tick = tokio::time::interval(SINK_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -561,7 +610,8 @@ async fn udp_sink_loop(
                     match rtp.try_io(Interest::READABLE, || batch.recv(fd)) {
                         Ok(n) => {
                             for i in 0..n {
-                                sink.on_rtp(batch.arrival(i), batch.packet(i));
+                                let from = batch.source(i).unwrap_or(unknown);
+                                sink.on_rtp(batch.arrival(i), from, batch.packet(i));
                             }
                         }
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -584,6 +634,7 @@ async fn rtp_recv_loop(sock: UdpSocket, tx: mpsc::UnboundedSender<Incoming>) {
     use std::os::fd::AsRawFd as _;
     let fd = sock.as_raw_fd();
     let mut batch = crate::recv::RecvBatch::new();
+    let unknown = unspecified(&sock);
     loop {
         if sock.readable().await.is_err() {
             return;
@@ -592,7 +643,8 @@ async fn rtp_recv_loop(sock: UdpSocket, tx: mpsc::UnboundedSender<Incoming>) {
             match sock.try_io(Interest::READABLE, || batch.recv(fd)) {
                 Ok(n) => {
                     for i in 0..n {
-                        if let Some(item) = rtp(batch.arrival(i), batch.packet(i))
+                        let from = batch.source(i).unwrap_or(unknown);
+                        if let Some(item) = rtp(batch.arrival(i), from, batch.packet(i))
                             && tx.send(item).is_err()
                         {
                             return;
@@ -603,6 +655,15 @@ async fn rtp_recv_loop(sock: UdpSocket, tx: mpsc::UnboundedSender<Incoming>) {
                 Err(_) => return,
             }
         }
+    }
+}
+
+/// The address reported for a datagram whose source is not IPv4 or IPv6 (never on these
+/// sockets): the unspecified address of the socket's family.
+fn unspecified(sock: &UdpSocket) -> SocketAddr {
+    match sock.local_addr() {
+        Ok(SocketAddr::V6(_)) => SocketAddr::from(([0u16; 8], 0)),
+        _ => SocketAddr::from(([0u8; 4], 0)),
     }
 }
 

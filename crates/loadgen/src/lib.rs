@@ -4,12 +4,18 @@
 //! with its arrival time. The integration tests use it as an independent oracle of what the
 //! server sends; `isochron bench` (Yima §3.1's emulation clients) builds on it.
 //!
+//! [`player::Player`] is the sans-IO core of `isochron play`: a jitter buffer that restores the
+//! global order of a session received from several cluster nodes, the PCR playout clock, and
+//! per-source counts with each node's LSN gaps ([`sources`]).
+//!
 //! Not here: the server. This crate talks to any RTSP server over real sockets.
 
 pub mod bench;
 pub mod client;
 pub mod diskbench;
 pub mod latency;
+pub mod player;
 pub mod recv;
+pub mod sources;
 
 pub use client::{Client, Collected, Incoming, MediaSink, PlayInfo, RtpPacket, Transport};

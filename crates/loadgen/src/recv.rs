@@ -6,10 +6,15 @@
 //! asks for it with [`enable_timestamps`]: a measurement of the server's pacing must not include
 //! how long this process took to get the CPU back on a busy machine.
 //!
+//! Each datagram's source address is kept too (`msg_name`, into `sockaddr_storage`s allocated
+//! with the buffers): in a cluster every node sends its own blocks from its own address
+//! (Yima §2.2, bipartite delivery), and the bench attributes what it receives to each node.
+//!
 //! Not here: readiness. The caller waits for the socket to be readable (tokio) and calls
 //! [`RecvBatch::recv`] inside `try_io`, which turns `EAGAIN` into "not ready".
 
 use std::io;
+use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -49,6 +54,9 @@ pub struct RecvBatch {
     stamps: [Option<SystemTime>; BATCH],
     /// Control-message buffers, `u64` for the alignment `cmsghdr` needs.
     control: Vec<u64>,
+    /// Source addresses as the kernel wrote them (`msg_name`), with their lengths.
+    names: Vec<libc::sockaddr_storage>,
+    name_lens: [libc::socklen_t; BATCH],
     count: usize,
     /// The clocks read together after the last batch, to turn wall-clock stamps into `Instant`s.
     clocks: (Instant, SystemTime),
@@ -69,6 +77,9 @@ impl RecvBatch {
             lens: [0; BATCH],
             stamps: [None; BATCH],
             control: vec![0; BATCH * CMSG_BYTES / 8],
+            // SAFETY: an all-zero sockaddr_storage is valid (family AF_UNSPEC).
+            names: vec![unsafe { std::mem::zeroed() }; BATCH],
+            name_lens: [0; BATCH],
             count: 0,
             clocks: (Instant::now(), SystemTime::now()),
         }
@@ -89,10 +100,13 @@ impl RecvBatch {
             h.msg_hdr.msg_iovlen = 1;
             h.msg_hdr.msg_control = self.control[i * CMSG_BYTES / 8..].as_mut_ptr().cast();
             h.msg_hdr.msg_controllen = CMSG_BYTES as _;
+            h.msg_hdr.msg_name = (&raw mut self.names[i]).cast();
+            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
         }
-        // SAFETY: `hdrs` points at BATCH headers whose iovecs point into `self.bufs` and whose
-        // control buffers point into `self.control`, both outliving the call; the kernel writes
-        // at most SLOT_BYTES and CMSG_BYTES into each.
+        // SAFETY: `hdrs` points at BATCH headers whose iovecs point into `self.bufs`, whose
+        // control buffers point into `self.control` and whose names point into `self.names`,
+        // all outliving the call; the kernel writes at most SLOT_BYTES, CMSG_BYTES and the size
+        // of a sockaddr_storage into each.
         let n = unsafe {
             libc::recvmmsg(
                 fd,
@@ -111,6 +125,7 @@ impl RecvBatch {
         for (i, h) in hdrs[..n].iter().enumerate() {
             self.lens[i] = (h.msg_len as usize).min(SLOT_BYTES);
             self.stamps[i] = timestamp(&h.msg_hdr);
+            self.name_lens[i] = h.msg_hdr.msg_namelen;
         }
         self.count = n;
         Ok(n)
@@ -133,6 +148,17 @@ impl RecvBatch {
     pub fn packet(&self, i: usize) -> &[u8] {
         debug_assert!(i < self.count);
         &self.bufs[i * SLOT_BYTES..i * SLOT_BYTES + self.lens[i]]
+    }
+
+    /// Where datagram `i` of the last batch came from (`None` for an address family other than
+    /// IPv4 and IPv6).
+    #[must_use]
+    pub fn source(&self, i: usize) -> Option<SocketAddr> {
+        debug_assert!(i < self.count);
+        // SAFETY: recvmmsg wrote `name_lens[i]` bytes of an address into `names[i]` (a copy of
+        // the storage, no allocation); SockAddr reads only within that length and the family.
+        let addr = unsafe { socket2::SockAddr::new(self.names[i], self.name_lens[i]) };
+        addr.as_socket()
     }
 
     /// The datagrams of the last batch.
@@ -182,6 +208,26 @@ mod tests {
         let got: Vec<(usize, u8)> = b.packets().map(|p| (p.len(), p[0])).collect();
         assert_eq!(got[..5], [(100, 0), (100, 1), (100, 2), (100, 3), (100, 4)]);
         assert_eq!(got[5], (SLOT_BYTES, 9), "truncated to the slot");
+        assert_eq!(b.source(0), Some(tx.local_addr().unwrap()));
+    }
+
+    #[test]
+    fn each_datagram_names_its_sender() {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let senders: Vec<std::net::UdpSocket> =
+            (0..3).map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
+        for round in 0..2u8 {
+            for (k, s) in senders.iter().enumerate() {
+                s.send_to(&[round, k as u8], rx.local_addr().unwrap()).unwrap();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let mut b = RecvBatch::new();
+        assert_eq!(b.recv(rx.as_raw_fd()).unwrap(), 6);
+        for i in 0..6 {
+            let k = usize::from(b.packet(i)[1]);
+            assert_eq!(b.source(i), Some(senders[k].local_addr().unwrap()), "datagram {i}");
+        }
     }
 
     #[test]

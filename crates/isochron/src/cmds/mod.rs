@@ -8,6 +8,7 @@ pub(crate) mod fsck;
 pub(crate) mod ingest;
 pub(crate) mod ls;
 pub(crate) mod plan;
+pub(crate) mod play;
 pub(crate) mod profile_disk;
 pub(crate) mod rm;
 pub(crate) mod serve;

@@ -12,7 +12,8 @@
 //! * [`procfs`] and [`prom`]: the server side, from `/proc` and from the server's metrics;
 //! * [`run`](mod@run): load shapes, the per-second samples, the N_max search;
 //! * [`report`]: per-N aggregates and N_max; [`verdict`]: the bottleneck's rules;
-//!   [`plot`]: Yima's Figure 3 panels.
+//!   [`plot`]: Yima's Figure 3 panels, and with several sources (a cluster's nodes) Figure 4's
+//!   cumulative per-node panels.
 //!
 //! Not here: the server, and the network namespaces of `--shape` (the binary).
 

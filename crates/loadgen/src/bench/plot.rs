@@ -1,16 +1,20 @@
 //! The panels of Yima's Figure 3 as SVG, against the number of clients N: CPU (µ_system and
 //! µ_system + µ_user, panels a/b), B_avgNet with the content's mean rate (c/d), B_disk and
 //! B_disk + B_cache (e/f), R_Δr (g/h) and B_net with the link rate when known (i/j). A vertical
-//! dashed line marks N_max, as in the paper.
+//! dashed line marks N_max, as in the paper. When the clients heard from more than one source (a
+//! cluster's nodes), Figure 4's cumulative panels too: B_avgNet and B_net of node 1, of nodes 1
+//! and 2, … (`b_avgnet_nodes.svg`, `b_net_nodes.svg`), which show each node's share.
 //!
 //! Not here: the numbers ([`super::report`]).
 
+use std::collections::BTreeSet;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, anyhow};
 use plotters::prelude::*;
 
-use super::report::PerN;
+use super::report::{PerN, SourceShare};
 
 /// One curve.
 struct Series {
@@ -25,7 +29,21 @@ struct HLine {
     y: f64,
 }
 
-/// Draws the five panels into `dir`; returns the files written.
+/// A per-node panel: file, title, the share's value it sums, reference lines.
+type NodePanel = (&'static str, &'static str, fn(&SourceShare) -> f64, Vec<HLine>);
+
+/// Colours of the cumulative curves, in turn.
+const PALETTE: [RGBColor; 6] = [
+    BLUE,
+    RED,
+    RGBColor(0x2c, 0xa0, 0x2c),
+    RGBColor(0xff, 0x7f, 0x0e),
+    RGBColor(0x94, 0x67, 0xbd),
+    RGBColor(0x8c, 0x56, 0x4b),
+];
+
+/// Draws the five panels into `dir`, and with several sources the two per-node panels; returns
+/// the files written.
 pub fn figure3(
     dir: &Path,
     per_n: &[PerN],
@@ -130,7 +148,60 @@ pub fn figure3(
         None,
     )?;
     files.push(path);
+
+    let nodes: BTreeSet<IpAddr> = per_n.iter().flat_map(|p| p.per_source.keys().copied()).collect();
+    if nodes.len() > 1 {
+        let content = vec![HLine { label: "content mean rate".into(), y: content_bits_s / 1e6 }];
+        let panels: [NodePanel; 2] = [
+            (
+                "b_avgnet_nodes.svg",
+                "B_avgNet per node, cumulative (Yima Fig. 4c/d)",
+                |s| s.b_avgnet_mbit_s,
+                content,
+            ),
+            (
+                "b_net_nodes.svg",
+                "B_net per node, cumulative (Yima Fig. 4i/j)",
+                |s| s.b_net_mbit_s,
+                hl,
+            ),
+        ];
+        for (file, title, f, hlines) in panels {
+            let path = dir.join(file);
+            line_plot(&path, title, "Mb/s", &cumulative(per_n, &nodes, f), &hlines, vline, None)?;
+            files.push(path);
+        }
+    }
     Ok(files)
+}
+
+/// Curve k: the sum over the first k+1 `nodes` of `f` of their share (Yima Figure 4: "Server
+/// 2" is Server 1 + Server 2).
+fn cumulative(
+    per_n: &[PerN],
+    nodes: &BTreeSet<IpAddr>,
+    f: impl Fn(&SourceShare) -> f64,
+) -> Vec<Series> {
+    let mut below: Vec<f64> = vec![0.0; per_n.len()];
+    nodes
+        .iter()
+        .enumerate()
+        .map(|(k, ip)| {
+            let points = per_n
+                .iter()
+                .zip(below.iter_mut())
+                .map(|(p, acc)| {
+                    *acc += p.per_source.get(ip).map_or(0.0, &f);
+                    (p.n as f64, *acc)
+                })
+                .collect();
+            let label = match k {
+                0 => format!("node 1 ({ip})"),
+                _ => format!("nodes 1–{} (+ {ip})", k + 1),
+            };
+            Series { label, points, color: PALETTE[k % PALETTE.len()] }
+        })
+        .collect()
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -249,5 +320,41 @@ mod tests {
         assert!(svg.contains("B_disk + B_cache"));
         let svg = std::fs::read_to_string(dir.path().join("b_net.svg")).unwrap();
         assert!(svg.contains("link rate (100.00)"));
+        assert!(!dir.path().join("b_net_nodes.svg").exists(), "one source: no per-node panels");
+    }
+
+    #[test]
+    fn several_sources_add_the_cumulative_per_node_panels() {
+        let ip = |i: u8| IpAddr::from([10, 0, 0, i]);
+        let per_n: Vec<PerN> = (1..=4)
+            .map(|n| PerN {
+                n,
+                b_net_bits_s: 6e6 * n as f64,
+                b_avgnet_bits_s: 6e6,
+                per_source: (1..=3)
+                    .map(|i| {
+                        let b_net_mbit_s = 2.0 * n as f64;
+                        (
+                            ip(i),
+                            SourceShare { b_net_mbit_s, b_avgnet_mbit_s: 2.0, share: 1.0 / 3.0 },
+                        )
+                    })
+                    .collect(),
+                ..PerN::default()
+            })
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let files = figure3(dir.path(), &per_n, Some(4), 6e6, None).unwrap();
+        assert_eq!(files.len(), 7);
+        let svg = std::fs::read_to_string(dir.path().join("b_avgnet_nodes.svg")).unwrap();
+        for label in ["node 1 (10.0.0.1)", "nodes 1–2 (+ 10.0.0.2)", "nodes 1–3 (+ 10.0.0.3)"] {
+            assert!(svg.contains(label), "{label}");
+        }
+        assert!(svg.contains("Fig. 4c/d"));
+        let svg = std::fs::read_to_string(dir.path().join("b_net_nodes.svg")).unwrap();
+        assert!(svg.contains("Fig. 4i/j") && svg.contains("N_max = 4"));
+        // The top curve is the total: 3 × 2 Mb/s per session.
+        let curves = cumulative(&per_n, &(1..=3).map(ip).collect(), |s| s.b_avgnet_mbit_s);
+        assert_eq!(curves[2].points, [(1.0, 6.0), (2.0, 6.0), (3.0, 6.0), (4.0, 6.0)]);
     }
 }

@@ -10,10 +10,16 @@
 //! received, lost packets counted at the mean size; for Yima's CBR-like DVD trace this is the
 //! "mean rate" dashed line). N_max is the largest N below the first N that fails.
 //!
+//! Per source IP (in a cluster, per node: each sends its own blocks from its own address, Yima
+//! §2.2) a sample keeps what was received from it, and a [`PerN`] each source's mean B_net and
+//! B_avgNet and its share of the total (Yima Figure 4 (c)(d)(i)(j)); `samples.csv` has one
+//! `b_net_bits_s[IP]` column per source seen, after the fixed columns.
+//!
 //! Not here: taking the samples (the runner), the rules that name the bottleneck
 //! ([`super::verdict`]), drawing ([`super::plot`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 
 use serde::Serialize;
 
@@ -104,6 +110,32 @@ pub struct Sample {
     pub pace_changes_s: Option<f64>,
     /// Server: packets due whose block was not in memory, in this second.
     pub underruns: Option<f64>,
+    /// What each source IP sent in this second, all sessions (`samples.csv`: a
+    /// `b_net_bits_s[IP]` column each, after the fixed ones).
+    #[serde(skip)]
+    pub sources: BTreeMap<IpAddr, SourceSample>,
+}
+
+/// What one source sent in one sample.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct SourceSample {
+    /// RTP packets received from it.
+    pub packets: u64,
+    /// Payload bytes received from it.
+    pub bytes: u64,
+    /// Its part of B_net, bits/s.
+    pub b_net_bits_s: f64,
+}
+
+/// One source's part of a [`PerN`] (a point of each curve of Yima's Figure 4 (c)(d)(i)(j)).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct SourceShare {
+    /// Its mean part of B_net, Mb/s.
+    pub b_net_mbit_s: f64,
+    /// Its mean part of B_avgNet (per session), Mb/s.
+    pub b_avgnet_mbit_s: f64,
+    /// Its share of what every source sent, 0–1.
+    pub share: f64,
 }
 
 /// The means of the steady samples at one N (a point of Yima's Figure 3).
@@ -155,6 +187,8 @@ pub struct PerN {
     pub missed_deadlines: Option<f64>,
     /// Admission rejects (sum).
     pub admission_rejects: Option<f64>,
+    /// Per source IP (per node of a cluster): its mean bandwidth and share.
+    pub per_source: BTreeMap<IpAddr, SourceShare>,
     /// Whether this N was served (see the module docs).
     pub pass: bool,
 }
@@ -206,6 +240,7 @@ pub fn aggregate(samples: &[Sample], tolerance: f64) -> Vec<PerN> {
                 b_cache_bytes_s: opt_mean(&|s| s.b_cache_bytes_s),
                 missed_deadlines: opt_sum(&|s| s.missed_deadlines),
                 admission_rejects: opt_sum(&|s| s.admission_rejects),
+                per_source: per_source(&g, n),
                 pass: false,
             };
             let packets: u64 = g.iter().map(|s| s.rx_packets).sum();
@@ -213,6 +248,33 @@ pub fn aggregate(samples: &[Sample], tolerance: f64) -> Vec<PerN> {
                 && p.b_avgnet_bits_s >= (1.0 - tolerance) * p.content_bits_s
                 && p.lost as f64 <= LOSS_TOLERANCE * (packets + p.lost) as f64;
             p
+        })
+        .collect()
+}
+
+/// Each source's mean B_net over `group` (a sample without it counts 0), its B_avgNet (over
+/// `n` sessions) and its share of the sum.
+fn per_source(group: &[&Sample], n: usize) -> BTreeMap<IpAddr, SourceShare> {
+    let ips: BTreeSet<IpAddr> = group.iter().flat_map(|s| s.sources.keys().copied()).collect();
+    let k = group.len().max(1) as f64;
+    let means: Vec<(IpAddr, f64)> = ips
+        .into_iter()
+        .map(|ip| {
+            let sum: f64 =
+                group.iter().filter_map(|s| s.sources.get(&ip)).map(|x| x.b_net_bits_s).sum();
+            (ip, sum / k)
+        })
+        .collect();
+    let total: f64 = means.iter().map(|(_, m)| m).sum();
+    means
+        .into_iter()
+        .map(|(ip, m)| {
+            let share = SourceShare {
+                b_net_mbit_s: m / 1e6,
+                b_avgnet_mbit_s: m / 1e6 / n.max(1) as f64,
+                share: if total > 0.0 { m / total } else { 0.0 },
+            };
+            (ip, share)
         })
         .collect()
 }
@@ -246,15 +308,32 @@ pub fn n_max(per_n: &[PerN]) -> (Option<usize>, Option<usize>) {
     (best, None)
 }
 
-/// Writes `samples` as CSV to `path`.
+/// Writes `samples` as CSV to `path`: the fixed columns (the fields of [`Sample`]), then one
+/// `b_net_bits_s[IP]` column per source seen in any sample, in IP order.
 pub fn write_samples(path: &std::path::Path, samples: &[Sample]) -> anyhow::Result<()> {
-    let mut w = csv::Writer::from_path(path)
-        .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    let err = |e: csv::Error| anyhow::anyhow!("writing {}: {e}", path.display());
+    let ips: BTreeSet<IpAddr> = samples.iter().flat_map(|s| s.sources.keys().copied()).collect();
+    let mut header = sample_columns().map_err(err)?;
+    for ip in &ips {
+        header.push_field(&format!("b_net_bits_s[{ip}]"));
+    }
+    let mut w = csv::WriterBuilder::new().has_headers(false).from_path(path).map_err(err)?;
+    w.write_record(&header).map_err(err)?;
     for s in samples {
-        w.serialize(s).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+        let by_source: Vec<f64> =
+            ips.iter().map(|ip| s.sources.get(ip).map_or(0.0, |x| x.b_net_bits_s)).collect();
+        w.serialize((s, by_source)).map_err(err)?;
     }
     w.flush().map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
     Ok(())
+}
+
+/// The names of the fixed columns: the fields of [`Sample`], as the csv crate writes them.
+fn sample_columns() -> Result<csv::StringRecord, csv::Error> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.serialize(Sample::default())?;
+    let bytes = w.into_inner().map_err(|e| csv::Error::from(e.into_error()))?;
+    Ok(csv::Reader::from_reader(bytes.as_slice()).headers()?.clone())
 }
 
 #[cfg(test)]
@@ -334,5 +413,51 @@ mod tests {
         assert_eq!(row1.len(), header.len());
         assert_eq!(row1[col], "");
         assert_eq!(row2[col], "1.0");
+    }
+
+    fn from(ip: u8, mbit: f64) -> (IpAddr, SourceSample) {
+        let b_net_bits_s = mbit * 1e6;
+        (IpAddr::from([10, 0, 0, ip]), SourceSample { packets: 1, bytes: 1, b_net_bits_s })
+    }
+
+    #[test]
+    fn each_source_gets_its_mean_and_share_per_n_and_a_samples_column() {
+        let with = |sources: &[(u8, f64)]| Sample {
+            sources: sources.iter().map(|&(ip, m)| from(ip, m)).collect(),
+            ..sample(2, 5e6, 0, true)
+        };
+        // Two nodes at 6 and 2 Mb/s, then a third appears at 4 Mb/s in one of two samples.
+        let s = vec![with(&[(1, 6.0), (2, 2.0)]), with(&[(1, 6.0), (2, 2.0), (3, 8.0)])];
+        let per_n = aggregate(&s, 0.05);
+        let p = &per_n[0].per_source;
+        assert_eq!(p.len(), 3);
+        let at = |ip: u8| p[&IpAddr::from([10, 0, 0, ip])];
+        assert!((at(1).b_net_mbit_s - 6.0).abs() < 1e-9);
+        assert!((at(1).b_avgnet_mbit_s - 3.0).abs() < 1e-9, "over N = 2");
+        assert!((at(3).b_net_mbit_s - 4.0).abs() < 1e-9, "absent from one sample: 0 there");
+        assert!((at(1).share - 0.5).abs() < 1e-9 && (at(2).share - 1.0 / 6.0).abs() < 1e-9);
+        let json = serde_json::to_value(&per_n[0]).unwrap();
+        assert_eq!(json["per_source"]["10.0.0.3"]["b_net_mbit_s"], 4.0);
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.csv");
+        write_samples(&path, &s).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut lines = text.lines();
+        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let fixed = sample_columns().unwrap();
+        assert_eq!(
+            header[..fixed.len()],
+            fixed.iter().collect::<Vec<_>>()[..],
+            "fixed columns first"
+        );
+        assert_eq!(
+            header[fixed.len()..],
+            ["b_net_bits_s[10.0.0.1]", "b_net_bits_s[10.0.0.2]", "b_net_bits_s[10.0.0.3]"]
+        );
+        let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+        assert!(rows.iter().all(|r| r.len() == header.len()));
+        assert_eq!(rows[0][fixed.len()..], ["6000000.0", "2000000.0", "0.0"]);
+        assert_eq!(rows[1][fixed.len() + 2], "8000000.0");
     }
 }

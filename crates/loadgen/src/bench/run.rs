@@ -18,7 +18,8 @@
 //!
 //! Not here: writing the report (the binary), drawing, the verdict.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -30,8 +31,9 @@ use tracing::{debug, info, warn};
 
 use super::procfs::{ProcSampler, Resources};
 use super::prom;
-use super::report::{PerN, Sample, aggregate, aggregate_target, n_max};
+use super::report::{PerN, Sample, SourceSample, aggregate, aggregate_target, n_max};
 use super::session::{ClientSettings, SessionCounters, SessionRecord, run_client, state};
+use crate::sources::Traffic;
 
 /// How the number of clients evolves.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -125,7 +127,7 @@ pub struct RunResult {
 }
 
 /// Totals over all sessions, for per-second deltas.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Totals {
     bytes: u64,
     packets: u64,
@@ -134,6 +136,8 @@ struct Totals {
     lost: u64,
     late: u64,
     rate_changes: u64,
+    /// Per source IP.
+    by_source: BTreeMap<IpAddr, Traffic>,
 }
 
 struct Runner {
@@ -362,6 +366,11 @@ impl Runner {
             t.lost += c.lost.load(r);
             t.late += c.late.load(r);
             t.rate_changes += c.rate_changes.load(r);
+            for (ip, x) in c.source_traffic() {
+                let e = t.by_source.entry(ip).or_default();
+                e.packets += x.packets;
+                e.bytes += x.bytes;
+            }
         }
         t
     }
@@ -447,6 +456,16 @@ impl Runner {
         let content_bytes =
             if packets > 0 { bytes + lost as f64 * bytes / packets as f64 } else { bytes };
         let b_net = bytes * 8.0 / dt;
+        let sources = totals
+            .by_source
+            .iter()
+            .filter_map(|(ip, now)| {
+                let was = self.prev.by_source.get(ip).copied().unwrap_or_default();
+                let (packets, bytes) = (d(was.packets, now.packets), d(was.bytes, now.bytes));
+                let b_net_bits_s = bytes as f64 * 8.0 / dt;
+                (packets > 0).then_some((*ip, SourceSample { packets, bytes, b_net_bits_s }))
+            })
+            .collect();
         let m = |k: &str| metrics.as_ref().and_then(|(_, d)| d.get(k).copied());
         let per_s = |k: &str| metrics.as_ref().and_then(|(dt, d)| d.get(k).map(|v| v / dt));
         let Resources {
@@ -509,6 +528,7 @@ impl Runner {
             packets_sent_s: per_s("isochron_packets_sent_total"),
             pace_changes_s: per_s("isochron_pace_changes_total"),
             underruns: m("isochron_underruns_total"),
+            sources,
         };
         debug!(t = s.t_s, n = sessions, b_net = s.b_net_bits_s, "sample");
         if churn && let Some(last) = self.samples.last_mut() {

@@ -9,13 +9,20 @@
 //! the load shape says so, tears down at the end, and starts the next session. They talk over
 //! two channels: [`SinkEvent`] up, [`SinkControl`] down.
 //!
+//! The sink also counts packets and payload bytes per source IP ([`SessionCounters::sources`]):
+//! a cluster's nodes each send their own blocks from their own address (Yima §2.2), and the
+//! bench reports each node's share of the bandwidth (Yima Figure 4). The table is fixed-size
+//! ([`crate::sources`]), so a packet costs no allocation.
+//!
 //! A server that answers a rate request with anything but 200 (a server without MTFC) is
 //! left at nominal pacing: the controller stops sending and tells the sink to stop asking.
 //!
 //! Not here: the load shape (which URL, when to start, when to stop), sampling, reports.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -30,6 +37,7 @@ use tokio::sync::{mpsc, watch};
 use super::mtfc::{Mtfc, MtfcConfig};
 use super::playout::{PlayState, Playout};
 use crate::client::{Client, MediaSink, Transport};
+use crate::sources::{MAX_SOURCES, SourceTable, Traffic};
 
 /// How often the sink gives MTFC a buffer sample.
 const MTFC_SAMPLE: Duration = Duration::from_millis(100);
@@ -97,9 +105,31 @@ pub struct SessionCounters {
     pub play_ns: AtomicU64,
     /// Arrival of the last packet, ns after the bench's epoch.
     pub last_ns: AtomicU64,
+    /// Packets and payload bytes per source IP, in the order first heard from (sources past
+    /// [`MAX_SOURCES`] are in the totals only).
+    pub sources: [SourceCounter; MAX_SOURCES],
+}
+
+/// What one source IP sent a session, as published by its sink.
+#[derive(Debug, Default)]
+pub struct SourceCounter {
+    /// The source, once heard from.
+    pub ip: OnceLock<IpAddr>,
+    /// RTP packets received from it.
+    pub packets: AtomicU64,
+    /// Payload (TS) bytes received from it.
+    pub bytes: AtomicU64,
 }
 
 impl SessionCounters {
+    /// The sources heard from so far, with what each sent.
+    pub fn source_traffic(&self) -> impl Iterator<Item = (IpAddr, Traffic)> + '_ {
+        self.sources.iter().map_while(|s| {
+            let r = Ordering::Relaxed;
+            Some((*s.ip.get()?, Traffic { packets: s.packets.load(r), bytes: s.bytes.load(r) }))
+        })
+    }
+
     /// Whether the session is set up and receiving (not paused or finished).
     #[must_use]
     pub fn receiving(&self) -> bool {
@@ -154,6 +184,7 @@ pub struct BenchSink {
     next_mtfc: Option<Instant>,
     finished_sent: bool,
     counts: LocalCounts,
+    sources: SourceTable<IpAddr, Traffic>,
 }
 
 #[derive(Default)]
@@ -189,6 +220,7 @@ impl BenchSink {
             next_mtfc: None,
             finished_sent: false,
             counts: LocalCounts::default(),
+            sources: SourceTable::new(),
         }
     }
 
@@ -228,6 +260,12 @@ impl BenchSink {
         c.level_ms.store(self.player.level(now).as_millis() as u64, r);
         c.first_ns.store(self.counts.first_ns, r);
         c.last_ns.store(self.counts.last_ns, r);
+        for ((ip, t), slot) in self.sources.iter().zip(&c.sources) {
+            // The sink is the only writer: the slot's IP is set once, here.
+            let _ = slot.ip.set(*ip);
+            slot.packets.store(t.packets, r);
+            slot.bytes.store(t.bytes, r);
+        }
         c.state.store(
             match self.player.state() {
                 PlayState::Buffering => state::BUFFERING,
@@ -243,7 +281,7 @@ impl BenchSink {
 }
 
 impl MediaSink for BenchSink {
-    fn on_rtp(&mut self, at: Instant, packet: &[u8]) {
+    fn on_rtp(&mut self, at: Instant, from: SocketAddr, packet: &[u8]) {
         self.apply_controls(at);
         let Ok((header, range)) = RtpHeader::parse(packet) else { return };
         let seq = header.sequence;
@@ -277,6 +315,9 @@ impl MediaSink for BenchSink {
             self.counts.first_ns = ns.max(1);
         }
         self.counts.last_ns = ns;
+        if let Some((_, t)) = self.sources.entry(from.ip()) {
+            t.add(range.len());
+        }
         self.player.handle_payload(at, &packet[range]);
     }
 
@@ -443,6 +484,8 @@ pub struct SessionRecord {
     pub media_s: f64,
     /// The content's own rate (bytes per media second × 8), bits/s.
     pub content_bits_s: f64,
+    /// Packets and payload bytes per source IP (per node of a cluster).
+    pub per_source: BTreeMap<IpAddr, Traffic>,
 }
 
 /// Runs client `id`: sessions one after another until `stop` (or, without `repeat`, after
@@ -532,6 +575,7 @@ fn record(
         received_bits_s: if span_ns > 0 { bytes as f64 * 8e9 / span_ns as f64 } else { 0.0 },
         media_s,
         content_bits_s: if media_s > 0.0 { bytes as f64 * 8.0 / media_s } else { 0.0 },
+        per_source: c.source_traffic().collect(),
     }
 }
 
@@ -715,8 +759,9 @@ mod tests {
         let mut sink =
             BenchSink::new(t0, Duration::from_secs(1), None, Arc::clone(&counters), ev_tx, ctl_rx);
         let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let node = |i: u8| SocketAddr::from(([10, 0, 0, i], 6970));
         for (i, seq) in [10u16, 11, 13, 12, 16].into_iter().enumerate() {
-            sink.on_rtp(at(i as u64 + 1), &rtp(seq));
+            sink.on_rtp(at(i as u64 + 1), node(1 + seq as u8 % 2), &rtp(seq));
         }
         sink.on_tick(at(10));
         let r = Ordering::Relaxed;
@@ -724,16 +769,26 @@ mod tests {
         assert_eq!(counters.lost.load(r), 2, "14 and 15; 12 came late");
         assert_eq!(counters.reordered.load(r), 1);
         assert_eq!(counters.bytes.load(r), 5 * 188);
+        let by_source: Vec<(IpAddr, Traffic)> = counters.source_traffic().collect();
+        assert_eq!(
+            by_source,
+            [
+                (node(1).ip(), Traffic { packets: 3, bytes: 3 * 188 }),
+                (node(2).ip(), Traffic { packets: 2, bytes: 2 * 188 }),
+            ],
+            "even numbers from node 1, odd from node 2"
+        );
         // A seek: packets of the old position (17) are dropped until RTP-Info's seq (100).
         ctl.send(SinkControl::Seek).unwrap();
-        sink.on_rtp(at(20), &rtp(17));
+        sink.on_rtp(at(20), node(1), &rtp(17));
         ctl.send(SinkControl::SeekStart(Some(100))).unwrap();
-        sink.on_rtp(at(21), &rtp(18));
-        sink.on_rtp(at(22), &rtp(100));
-        sink.on_rtp(at(23), &rtp(101));
+        sink.on_rtp(at(21), node(1), &rtp(18));
+        sink.on_rtp(at(22), node(1), &rtp(100));
+        sink.on_rtp(at(23), node(1), &rtp(101));
         sink.on_tick(at(30));
         assert_eq!(counters.packets.load(r), 7);
         assert_eq!(counters.lost.load(r), 2, "no gap counted across the seek");
+        assert_eq!(counters.source_traffic().next().map(|(_, t)| t.packets), Some(5));
         // RTCP BYE ends the input; the (never started) player finishes.
         let mut bye = Vec::new();
         isochron_rtp::rtcp::write_bye(&mut bye, 7);

@@ -1,0 +1,165 @@
+//! `isochron play URL`: isochron's own player-side client (what openRTSP is to LIVE555). One
+//! RTSP session (DESCRIBE, SETUP, PLAY, TEARDOWN at the end) whose packets go through the player
+//! core, `isochron_loadgen::player`: a jitter buffer in RTP sequence (GSN) order, the PCR playout
+//! clock, and per-source counts with each cluster node's LSN gaps (Yima §2.2, §2.6). `--out`
+//! writes the payloads in order (the MPEG-TS); the summary goes to stderr as a table, or to
+//! stdout as one JSON object with `--json`.
+//!
+//! The session ends on RTCP BYE (after a grace of the buffer for packets still on their way) or
+//! once the media the PLAY `Range` announced has arrived; `--timeout`, a long silence or Ctrl-C
+//! cut it short (exit status 1, with the summary). RTSP refusals exit 1 with the status line.
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, anyhow, bail};
+use isochron_loadgen::bench::session::range_length;
+use isochron_loadgen::client::status_line;
+use isochron_loadgen::player::{Player, Summary};
+use isochron_loadgen::{Client, Incoming, Transport};
+
+/// The longest wait between two looks at the player's state.
+const TICK: Duration = Duration::from_millis(100);
+/// Nothing received for this long (neither RTP nor RTCP): the server is gone.
+const SILENCE: Duration = Duration::from_secs(10);
+/// How long TEARDOWN may take at the end.
+const TEARDOWN_WAIT: Duration = Duration::from_secs(2);
+
+/// play arguments.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The object to play (`rtsp://host:port/name`).
+    #[arg(value_name = "URL")]
+    url: String,
+    /// Write the received MPEG-TS (the payloads in RTP sequence order) to FILE; `-` for stdout.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Lower transport: udp or tcp (interleaved on the RTSP connection).
+    #[arg(long, value_name = "T", default_value = "udp")]
+    transport: Transport,
+    /// Jitter buffer: a packet waits at most this long for those before it; playback starts
+    /// (and resumes after a starvation) with this much media buffered.
+    #[arg(long, value_name = "MS", default_value_t = 2000)]
+    buffer_ms: u64,
+    /// Print the summary as one JSON object on stdout (instead of a table on stderr).
+    #[arg(long)]
+    json: bool,
+    /// Give up after S seconds (exit status 1) [default: no limit].
+    #[arg(long, value_name = "S")]
+    timeout: Option<f64>,
+}
+
+/// Runs `isochron play`.
+pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let to_stdout = a.out.as_deref().is_some_and(|p| p.as_os_str() == "-");
+    if a.json && to_stdout {
+        bail!("--json and --out - both write to standard output");
+    }
+    let timeout = match a.timeout {
+        Some(s) if !(s.is_finite() && s > 0.0) => bail!("--timeout {s}: expected seconds > 0"),
+        Some(s) => Some(Duration::from_secs_f64(s)),
+        None => None,
+    };
+    let mut out: Box<dyn Write> = match &a.out {
+        None => Box::new(std::io::sink()),
+        Some(_) if to_stdout => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+        Some(p) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+        )),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let buffer = Duration::from_millis(a.buffer_ms.max(1));
+    let (summary, cut_short) = rt.block_on(play(&a, buffer, timeout, &mut out))?;
+    out.flush().context("writing --out")?;
+    drop(out);
+    if a.json {
+        let mut v = serde_json::to_value(&summary)?;
+        v["url"] = a.url.clone().into();
+        v["transport"] = a.transport.as_str().into();
+        v["buffer_ms"] = a.buffer_ms.into();
+        println!("{v}");
+    } else {
+        eprintln!("isochron play {} over {}", a.url, a.transport.as_str());
+        eprint!("{summary}");
+    }
+    match cut_short {
+        None => Ok(ExitCode::SUCCESS),
+        Some(why) => Err(why),
+    }
+}
+
+/// The session: RTSP up to PLAY (errors are RTSP refusals or a dead server), then packets
+/// into the player until it is done or the session is cut short (the second value says why).
+async fn play(
+    a: &Args,
+    buffer: Duration,
+    timeout: Option<Duration>,
+    out: &mut dyn Write,
+) -> anyhow::Result<(Summary, Option<anyhow::Error>)> {
+    let started = Instant::now();
+    let mut client = Client::connect(&a.url).await?;
+    client.describe().await?;
+    let r = client.setup(a.transport).await?;
+    if u16::from(r.status()) != 200 {
+        bail!("SETUP: {}", status_line(&r));
+    }
+    let info = client.play(None).await?;
+    let mut player = Player::new(buffer);
+    player.handle_play(info.seq, info.range.as_deref().and_then(range_length));
+    let deadline = timeout.map(|t| started + t);
+    let mut heard = Instant::now();
+    let interrupt = tokio::signal::ctrl_c();
+    tokio::pin!(interrupt);
+    let cut_short = loop {
+        let now = Instant::now();
+        let wake =
+            [player.poll_timeout(), deadline].into_iter().flatten().fold(now + TICK, Instant::min);
+        tokio::select! {
+            got = client.next(wake.saturating_duration_since(now)) => match got {
+                Some(Incoming::Rtp(p)) => {
+                    heard = Instant::now();
+                    player.handle_packet(p.at, p.from, p.header.sequence, p.lsn, &p.payload);
+                }
+                Some(Incoming::Rtcp { at, bye, .. }) => {
+                    heard = Instant::now();
+                    if bye {
+                        player.handle_bye(at);
+                    }
+                }
+                None => {}
+            },
+            _ = &mut interrupt => break Some(anyhow!("interrupted")),
+        }
+        let now = Instant::now();
+        while let Some(payload) = player.poll_payload(now) {
+            out.write_all(payload).context("writing --out")?;
+        }
+        if player.is_done(now) {
+            break None;
+        }
+        if deadline.is_some_and(|d| now >= d) {
+            break Some(anyhow!("the stream did not end within --timeout"));
+        }
+        if now.duration_since(heard) >= SILENCE {
+            break Some(anyhow!("nothing received for {} s", SILENCE.as_secs()));
+        }
+    };
+    let now = Instant::now();
+    player.finish(now);
+    while let Some(payload) = player.poll_payload(now) {
+        out.write_all(payload).context("writing --out")?;
+    }
+    match tokio::time::timeout(TEARDOWN_WAIT, client.teardown()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => eprintln!("isochron: warning: {e:#}"),
+        Err(_) => eprintln!("isochron: warning: TEARDOWN: no response within {TEARDOWN_WAIT:?}"),
+    }
+    Ok((player.summary(), cut_short))
+}
