@@ -24,6 +24,7 @@ pub mod library;
 pub mod media_watch;
 pub mod net;
 pub mod pacer;
+pub mod profile;
 pub mod recorder;
 pub mod reorg;
 pub mod sched_thread;
@@ -49,7 +50,7 @@ use isochron_base::mix::SplitMix64;
 use isochron_diskio::{IoDone, IoWorker, Store};
 use isochron_rtsp::codec::Limits;
 use isochron_rtsp::server::{ConnId, ServerConfig, ServerCore};
-use isochron_sched::{AdmissionController, CycleScheduler, DiskModel, DiskProfile};
+use isochron_sched::{AdmissionController, CycleScheduler};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -58,9 +59,11 @@ use crate::clock::Clock;
 use crate::config::Settings;
 use crate::library::Library;
 use crate::net::UdpPair;
+use crate::pacer::PacerEvent;
+use crate::profile::disk_profile;
 use crate::reorg::{ReorgCommand, Reorganiser};
-use crate::sched_thread::{SchedCommand, SchedThread};
-use crate::sender::{SenderCommand, SenderThread};
+use crate::sched_thread::{SchedCommand, SchedEvent, SchedSink, SchedThread};
+use crate::sender::{SenderCommand, SenderSink, SenderThread};
 use crate::sessions::{Manager, SessionCommand};
 
 /// The bundled demo clip (12 s of H.264 + AAC in MPEG-TS, made by `assets/make-demo.sh`).
@@ -86,62 +89,6 @@ pub fn open_or_create_store(settings: &Settings) -> anyhow::Result<Store> {
         info!("seeded the store with the bundled demo clip as \"demo\"");
     }
     Ok(store)
-}
-
-/// The admission profile of disk `id`: from its emulation model, or from the
-/// `isochron-profile.json` that `isochron profile-disk` wrote in its directory. A disk with
-/// neither is given an unlimited profile (admission cannot predict it, so it does not limit it)
-/// and a warning says how to profile it.
-pub fn disk_profile(store: &Store, id: DiskId) -> DiskProfile {
-    let meta = store.meta();
-    let record = meta.disks.iter().find(|d| d.id == id);
-    if let Some(model) = record.and_then(|d| d.model) {
-        let m = DiskModel::new(model.mean_seek, model.rate as f64);
-        if let Ok(p) = m.read_profile() {
-            return p;
-        }
-    }
-    if let Some(d) = store.disk(id) {
-        let path = d.path().join(PROFILE_FILE);
-        match std::fs::read_to_string(&path) {
-            Ok(text) => match parse_profile(&text) {
-                Ok(p) => return p,
-                Err(e) => {
-                    warn!(disk = %id, file = %path.display(), error = %e, "unusable disk profile")
-                }
-            },
-            Err(_) => warn!(
-                disk = %id,
-                "disk {id} has no profile: admission does not limit it (run `isochron profile-disk {}`)",
-                d.path().display()
-            ),
-        }
-    }
-    unlimited_profile()
-}
-
-/// The file `isochron profile-disk` writes in a disk's directory.
-pub const PROFILE_FILE: &str = "isochron-profile.json";
-
-/// Parses `{"sizes":[…],"min_mib_s":[…],"mean_mib_s":[…],"max_mib_s":[…]}`.
-fn parse_profile(text: &str) -> anyhow::Result<DiskProfile> {
-    #[derive(serde::Deserialize)]
-    struct ProfileJson {
-        sizes: Vec<u64>,
-        min_mib_s: Vec<f64>,
-        mean_mib_s: Vec<f64>,
-        max_mib_s: Vec<f64>,
-    }
-    let j: ProfileJson = serde_json::from_str(text)?;
-    let sizes = j.sizes.into_iter().map(isochron_base::Bytes).collect();
-    Ok(DiskProfile::from_mib_s(sizes, &j.min_mib_s, &j.mean_mib_s, &j.max_mib_s)?)
-}
-
-/// A profile so fast that admission never limits the disk.
-fn unlimited_profile() -> DiskProfile {
-    let sizes: Vec<_> = isochron_sched::profile::profiler_sizes();
-    let fast = vec![1e9; sizes.len()];
-    DiskProfile::from_mib_s(sizes, &fast, &fast, &fast).expect("a valid constant profile")
 }
 
 /// A running server.
@@ -268,15 +215,14 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         rx: sched_rx,
         workers,
         sender: sender_tx.clone(),
-        sessions: sessions_tx.clone(),
+        on_event: sched_events(sessions_tx.clone()),
     };
     threads.push(std::thread::Builder::new().name("isochron-sched".into()).spawn(|| sched.run())?);
     let sender = SenderThread {
         clock,
         rx: sender_rx,
         udp: Arc::clone(&udp),
-        sched: sched_tx.clone(),
-        sessions: sessions_tx.clone(),
+        on_event: sender_events(sched_tx.clone(), sessions_tx.clone()),
         rtcp_interval: settings.rtcp_interval,
         batch_packets: settings.batch_packets,
         quantum: settings.send_quantum,
@@ -414,5 +360,34 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         stop,
         tasks,
         threads,
+    })
+}
+
+/// The scheduler thread's events, wired to their owner: a failed read ends the session's stream.
+fn sched_events(sessions: tokio::sync::mpsc::UnboundedSender<SessionCommand>) -> SchedSink {
+    Box::new(move |ev| match ev {
+        SchedEvent::ReadFailed { stream, error } => {
+            let _ = sessions.send(SessionCommand::ReadFailed { stream, error });
+        }
+    })
+}
+
+/// The sender thread's events, wired to their owners: a block sent and a pace change go to the
+/// scheduler thread; the end of a stream stops its reads and tells the session manager.
+fn sender_events(
+    sched: crossbeam_channel::Sender<SchedCommand>,
+    sessions: tokio::sync::mpsc::UnboundedSender<SessionCommand>,
+) -> SenderSink {
+    Box::new(move |ev| match ev {
+        PacerEvent::BlockDone { stream, run, index } => {
+            let _ = sched.send(SchedCommand::BlockDone { stream, run, index });
+        }
+        PacerEvent::Paced { stream, run, anchor, pace } => {
+            let _ = sched.send(SchedCommand::Pace { stream, run, anchor, pace });
+        }
+        PacerEvent::EndOfStream { stream, at, next_seq } => {
+            let _ = sched.send(SchedCommand::Stop { stream });
+            let _ = sessions.send(SessionCommand::EndOfStream { stream, at, next_seq });
+        }
     })
 }

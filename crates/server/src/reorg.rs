@@ -217,7 +217,7 @@ impl Reorganiser {
 
     fn attach(&self, id: DiskId) -> anyhow::Result<()> {
         let worker = (self.spawn_worker)(&self.store, id)?;
-        let profile = crate::disk_profile(&self.store, id);
+        let profile = crate::profile::disk_profile(&self.store, id);
         let _ = self.sched.send(SchedCommand::AttachDisk { disk: id, worker, profile });
         Ok(())
     }

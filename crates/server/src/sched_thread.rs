@@ -13,6 +13,10 @@
 //! pattern, rust-analyzer's closed event enum). It wakes at every cycle boundary
 //! ([`CycleScheduler::poll_timeout`]). Since every admission is decided here, this thread also
 //! keeps the [`AdmissionLog`] of recent decisions, and counts each disk's completed reads.
+//!
+//! Blocks go down to the sender as [`SenderCommand::Block`]; what goes up (a stream's block could
+//! not be read) is a [`SchedEvent`] handed to the [`SchedSink`] the thread was built with, so the
+//! thread names no command type of the session manager's.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -35,7 +39,6 @@ use tracing::{debug, warn};
 use crate::admission_log::{AdmissionEntry, AdmissionKind, AdmissionLog, AdmissionRequest};
 use crate::clock::Clock;
 use crate::sender::{SenderCommand, SharedBlock};
-use crate::sessions::SessionCommand;
 
 /// What a recording hears back about its blocks.
 #[derive(Debug)]
@@ -45,6 +48,22 @@ pub enum RecordEvent {
     /// A block could not be written.
     Failed(BlockKey, String),
 }
+
+/// What the scheduler thread tells the rest of the server, through its [`SchedSink`].
+#[derive(Debug)]
+pub enum SchedEvent {
+    /// A block of a playing stream could not be read: the stream cannot go on.
+    ReadFailed {
+        /// The stream.
+        stream: StreamId,
+        /// Why.
+        error: String,
+    },
+}
+
+/// Where the scheduler thread's events go. It is called on the scheduler thread, so it should
+/// only hand the event on (a channel send), never block.
+pub type SchedSink = Box<dyn Fn(SchedEvent) + Send>;
 
 /// Commands to the scheduler thread.
 #[derive(Debug)]
@@ -260,18 +279,24 @@ fn unix_ms() -> u64 {
 }
 
 /// Everything the thread needs.
-pub(crate) struct SchedThread {
-    pub(crate) clock: Clock,
-    pub(crate) scheduler: CycleScheduler<SharedBlock>,
-    pub(crate) rx: Receiver<SchedCommand>,
-    pub(crate) workers: HashMap<DiskId, IoWorker>,
-    pub(crate) sender: Sender<SenderCommand>,
-    pub(crate) sessions: mpsc::UnboundedSender<SessionCommand>,
+pub struct SchedThread {
+    /// The server's clock.
+    pub clock: Clock,
+    /// The scheduler and its block cache, owned by the thread from now on.
+    pub scheduler: CycleScheduler<SharedBlock>,
+    /// The thread's commands.
+    pub rx: Receiver<SchedCommand>,
+    /// Each disk's IO thread.
+    pub workers: HashMap<DiskId, IoWorker>,
+    /// The sender thread, which gets the blocks read.
+    pub sender: Sender<SenderCommand>,
+    /// Where failed reads of playing streams are reported.
+    pub on_event: SchedSink,
 }
 
 impl SchedThread {
     /// Runs until `Shutdown` or until every command sender is gone; then stops the disk threads.
-    pub(crate) fn run(mut self) {
+    pub fn run(mut self) {
         let mut tag = 0u64;
         // Reads handed to IO threads and not completed, and the barriers waiting on them.
         let mut outstanding: BTreeSet<u64> = BTreeSet::new();
@@ -523,7 +548,7 @@ impl SchedThread {
                     }
                     CycleEvent::ReadFailed { stream, key, error } => {
                         warn!(%stream, block = %key, %error, "block read failed");
-                        let _ = self.sessions.send(SessionCommand::ReadFailed { stream, error });
+                        (self.on_event)(SchedEvent::ReadFailed { stream, error });
                     }
                     CycleEvent::Missed { stream, key, .. } => {
                         debug!(%stream, block = %key, "deadline missed");
