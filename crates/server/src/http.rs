@@ -24,16 +24,16 @@ use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{delete, get, put};
 use crossbeam_channel::Sender;
 use isochron_base::{DiskId, StreamId};
+use isochron_dataplane::admission_log::{AdmissionEntry, DEFAULT_CAPACITY};
+use isochron_dataplane::sched_thread::{SchedCommand, SchedSnapshot};
+use isochron_dataplane::sender::{SenderCommand, SenderStats};
 use isochron_diskio::Store;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::admission_log::{AdmissionEntry, DEFAULT_CAPACITY};
 use crate::library::{Library, ObjectSummary};
 use crate::recorder::{RecordError, RecordParams, RecorderStats, Recorders};
 use crate::reorg::{ReorgCommand, ReorgStatus};
-use crate::sched_thread::{SchedCommand, SchedSnapshot};
-use crate::sender::{SenderCommand, SenderStats};
 use crate::sessions::{SessionCommand, SessionInfo};
 
 /// What the API says about this server as a node: where it listens and since when.

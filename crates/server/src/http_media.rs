@@ -53,6 +53,8 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use isochron_base::mix::hash_words;
 use isochron_base::{BlockIndex, BlockKey, Bytes, Gsn, MediaTime};
+use isochron_dataplane::sched_thread::SchedCommand;
+use isochron_dataplane::sender::SharedBlock;
 use isochron_media::TS_PACKET_SIZE;
 use isochron_store::catalog::ObjectRecord;
 use tokio::sync::{mpsc, oneshot};
@@ -61,8 +63,6 @@ use tracing::warn;
 use crate::http::ApiState;
 use crate::http_range::{self, ByteRange, RangeError};
 use crate::library::ObjectEntry;
-use crate::sched_thread::SchedCommand;
-use crate::sender::SharedBlock;
 
 /// Blocks a response keeps in flight ahead of the one it is sending.
 pub const READ_AHEAD: usize = 2;

@@ -17,18 +17,12 @@
 //! thread owns pacing and transports, each IO thread owns its disk. Only this crate (with
 //! `loadgen` and the binary) knows tokio; the cores it drives never read a clock or do IO.
 
-pub mod admission_log;
-pub mod clock;
 pub mod config;
 pub mod library;
 pub mod media_watch;
-pub mod net;
-pub mod pacer;
 pub mod profile;
 pub mod recorder;
 pub mod reorg;
-pub mod sched_thread;
-pub mod sender;
 pub mod sessions;
 
 mod dashboard;
@@ -55,15 +49,16 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::clock::Clock;
+use isochron_dataplane::clock::Clock;
+use isochron_dataplane::net::UdpPair;
+use isochron_dataplane::pacer::PacerEvent;
+use isochron_dataplane::sched_thread::{SchedCommand, SchedEvent, SchedSink, SchedThread};
+use isochron_dataplane::sender::{SenderCommand, SenderSink, SenderThread};
+
 use crate::config::Settings;
 use crate::library::Library;
-use crate::net::UdpPair;
-use crate::pacer::PacerEvent;
 use crate::profile::disk_profile;
 use crate::reorg::{ReorgCommand, Reorganiser};
-use crate::sched_thread::{SchedCommand, SchedEvent, SchedSink, SchedThread};
-use crate::sender::{SenderCommand, SenderSink, SenderThread};
 use crate::sessions::{Manager, SessionCommand};
 
 /// The bundled demo clip (12 s of H.264 + AAC in MPEG-TS, made by `assets/make-demo.sh`).

@@ -346,8 +346,8 @@ mod tests {
     use isochron_base::DiskId;
 
     use super::*;
-    use crate::sched_thread::DiskSnapshot;
     use crate::sessions::SessionInfo;
+    use isochron_dataplane::sched_thread::DiskSnapshot;
 
     /// What a parsed exposition holds: each family's type, and every sample by name and labels.
     #[derive(Debug, Default)]

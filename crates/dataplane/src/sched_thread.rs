@@ -5,7 +5,7 @@
 //! the sender, completions from the disk threads, copies and plan changes from the reorganiser.
 //! The thread issues the IOs the scheduler asks for to the per-disk [`IoWorker`]s and forwards
 //! delivered blocks to the sender thread and written blocks to their recorder. HTTP delivery's
-//! block reads ([`SchedCommand::HttpRead`], [`crate::http_media`]) are answered from the block
+//! block reads ([`SchedCommand::HttpRead`], `isochron_http::media`) are answered from the block
 //! cache when an RTSP stream has the block in memory, and otherwise run as non-real-time reads
 //! in the disks' reserved share, their completions coming back here ([`SchedCommand::HttpReadDone`])
 //! to be handed to the waiting request. No lock guards
@@ -169,7 +169,7 @@ pub enum SchedCommand {
         /// The command (`NrtRead` or `NrtWrite`).
         cmd: IoCommand,
     },
-    /// A block for HTTP delivery ([`crate::http_media`]): answered from the cache if it is
+    /// A block for HTTP delivery (`isochron_http::media`): answered from the cache if it is
     /// there, otherwise read as non-real-time IO on `disk` (served only in the disk's
     /// non-real-time share, after the streams' reads); the block or the error goes to `reply`.
     HttpRead {
@@ -419,8 +419,9 @@ impl SchedThread {
                         let _ = reply.send(Ok(Arc::clone(block)));
                     } else if let Some(w) = self.workers.get(&disk) {
                         // A tag from the scheduler's own sequence (below the reorganiser's
-                        // space, see `reorg::NRT_TAG_BASE`), so completions route back here and
-                        // a `Drain` barrier waits for it like for a stream's read.
+                        // space, see `isochron_server::reorg::NRT_TAG_BASE`), so completions
+                        // route back here and a `Drain` barrier waits for it like for a stream's
+                        // read.
                         tag += 1;
                         outstanding.insert(tag);
                         http_reads.insert(tag, reply);
