@@ -25,11 +25,6 @@ pub mod recorder;
 pub mod reorg;
 pub mod sessions;
 
-mod dashboard;
-mod http;
-pub mod http_media;
-pub mod http_range;
-mod metrics;
 mod rtcp_rx;
 mod rtsp_conn;
 
@@ -37,6 +32,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use isochron_base::DiskId;
@@ -58,6 +54,7 @@ use isochron_dataplane::sender::{SenderCommand, SenderSink, SenderThread};
 use crate::config::Settings;
 use crate::library::Library;
 use crate::profile::disk_profile;
+use crate::recorder::Recorders;
 use crate::reorg::{ReorgCommand, Reorganiser};
 use crate::sessions::{Manager, SessionCommand};
 
@@ -86,6 +83,46 @@ pub fn open_or_create_store(settings: &Settings) -> anyhow::Result<Store> {
     Ok(store)
 }
 
+/// What the API says about this server as a node: where it listens and since when.
+#[derive(Clone, Debug)]
+pub struct NodeIdentity {
+    /// RTSP listen address.
+    pub rtsp: SocketAddr,
+    /// HTTP listen address.
+    pub http: SocketAddr,
+    /// The RTP port (RTCP is the next one).
+    pub rtp_port: u16,
+    /// When the server started (for the uptime).
+    pub started: std::time::Instant,
+    /// The same, in milliseconds since the Unix epoch.
+    pub started_unix_ms: u64,
+}
+
+/// What the HTTP side (`isochron-http`) serves from: every owner's command channel, the objects,
+/// the store, the recordings and the node's identity. [`start`] makes them, with the bound HTTP
+/// listener, when `http.listen` is set ([`RunningServer::take_http`]).
+#[derive(Clone, Debug)]
+pub struct Handles {
+    /// The recordings (`PUT /api/v1/record/NAME`).
+    pub recorders: Arc<Recorders>,
+    /// The objects served.
+    pub library: Arc<Library>,
+    /// The session manager's command channel.
+    pub sessions: tokio::sync::mpsc::UnboundedSender<SessionCommand>,
+    /// The scheduler thread's command channel.
+    pub sched: crossbeam_channel::Sender<SchedCommand>,
+    /// The sender thread's command channel.
+    pub sender: crossbeam_channel::Sender<SenderCommand>,
+    /// The reorganiser's command channel.
+    pub reorg: tokio::sync::mpsc::UnboundedSender<ReorgCommand>,
+    /// The store.
+    pub store: Arc<Store>,
+    /// Where this server listens and since when.
+    pub node: NodeIdentity,
+    /// Target duration of an HLS segment (`http.hls_segment_s`).
+    pub hls_segment: Duration,
+}
+
 /// A running server.
 #[derive(Debug)]
 pub struct RunningServer {
@@ -101,6 +138,7 @@ pub struct RunningServer {
     sender: crossbeam_channel::Sender<SenderCommand>,
     /// The reorganiser's command channel.
     pub reorg: tokio::sync::mpsc::UnboundedSender<ReorgCommand>,
+    http: Option<(TcpListener, Handles)>,
     stop: Arc<AtomicBool>,
     tasks: Vec<JoinHandle<()>>,
     threads: Vec<std::thread::JoinHandle<()>>,
@@ -115,6 +153,18 @@ impl RunningServer {
             a.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
         }
         format!("rtsp://{a}/{name}")
+    }
+
+    /// The bound HTTP listener and the handles to serve it from (`isochron_http::serve`), once;
+    /// `None` when HTTP is disabled.
+    pub fn take_http(&mut self) -> Option<(TcpListener, Handles)> {
+        self.http.take()
+    }
+
+    /// Adds a task started beside the server (the HTTP server): [`RunningServer::shutdown`]
+    /// aborts it with the server's own.
+    pub fn add_task(&mut self, task: JoinHandle<()>) {
+        self.tasks.push(task);
     }
 
     /// Stops every task and thread.
@@ -288,26 +338,27 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
                     }
                     Err(e) => {
                         warn!(error = %e, "RTSP accept failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                 }
             }
         }));
     }
 
-    let mut http_addr = None;
+    // The HTTP listener is bound here, so that its address is known and a bind error is
+    // reported before the server is up; `isochron_http::serve` serves it.
+    let mut http = None;
     if let Some(addr) = settings.http_listen {
         let listener = TcpListener::bind(addr)
             .await
             .with_context(|| format!("binding HTTP to {addr} (config key http.listen)"))?;
-        http_addr = Some(listener.local_addr()?);
-        let recorders = Arc::new(recorder::Recorders::new(
+        let recorders = Arc::new(Recorders::new(
             Arc::clone(&store),
             Arc::clone(&library),
             sched_tx.clone(),
             sessions_tx.clone(),
         ));
-        let app = http::router(http::ApiState {
+        let handles = Handles {
             recorders,
             library: Arc::clone(&library),
             sessions: sessions_tx.clone(),
@@ -315,8 +366,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
             sender: sender_tx.clone(),
             reorg: reorg_tx.clone(),
             store: Arc::clone(&store),
-            media: Arc::new(http_media::MediaState::new(settings.hls_segment)),
-            node: Arc::new(http::NodeIdentity {
+            node: NodeIdentity {
                 rtsp: rtsp_addr,
                 http: listener.local_addr()?,
                 rtp_port,
@@ -325,14 +375,12 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
                     .1
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_millis() as u64),
-            }),
-        });
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                warn!(error = %e, "HTTP server stopped");
-            }
-        }));
+            },
+            hls_segment: settings.hls_segment,
+        };
+        http = Some((listener, handles));
     }
+    let http_addr = http.as_ref().map(|(_, h)| h.node.http);
 
     if let Some(dir) = settings.media_dir.clone() {
         tasks.push(tokio::spawn(media_watch::watch(
@@ -352,6 +400,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         sched: sched_tx,
         sender: sender_tx,
         reorg: reorg_tx,
+        http,
         stop,
         tasks,
         threads,
