@@ -1,21 +1,28 @@
-//! isochron's runtime: the threads and tasks that drive the sans-IO cores.
+//! isochron's runtime: the control plane, and the wiring of the threads and tasks that drive the
+//! sans-IO cores.
 //!
 //! ```text
 //!  RTSP conns ──SessionCommand──▶ session manager (ServerCore) ──SchedCommand──▶ scheduler thread
 //!  (tokio tasks)                        ▲      │                                 (Scheduler + cache)
 //!                                       │      └──SenderCommand──▶ sender thread ◀──blocks──┘  │
-//!  RTCP thread ──liveness───────────────┘          (Pacer, sendmmsg)  ──BlockDone──▶         │
-//!                                                                                              ▼
+//!  RTCP thread ──liveness───────────────┤          (Pacer, sendmmsg)  ──BlockDone──▶         │
+//!  sender, scheduler thread (sinks) ────┘                                                      ▼
 //!                                                               per-disk IO threads (O_DIRECT reads)
 //! ```
 //!
-//! Recordings (`PUT /api/v1/record/NAME`, [`recorder`]) are one task each: they hand their blocks
-//! to the scheduler thread as an admitted write stream, and the per-disk IO threads write them.
+//! This crate owns the control plane: the session manager ([`sessions`], with the RTSP
+//! connections and the RTCP receiver), the objects ([`library`], [`media_watch`]), recordings
+//! ([`recorder`]: one task each, handing their blocks to the scheduler thread as an admitted write
+//! stream) and the online reorganiser ([`reorg`]). The scheduler and sender threads are
+//! `isochron-dataplane`'s; [`start`] builds them and wires their event sinks to the owners'
+//! channels (`sched_events`, `sender_events` below). HTTP is `isochron-http`'s: [`start`] binds its
+//! listener and hands out the [`Handles`] it serves from.
 //!
 //! Each piece of mutable state has one owner fed by a closed command enum: the session manager
 //! owns the RTSP sessions, the scheduler thread owns the scheduler and block cache, the sender
-//! thread owns pacing and transports, each IO thread owns its disk. Only this crate (with
-//! `loadgen` and the binary) knows tokio; the cores it drives never read a clock or do IO.
+//! thread owns pacing and transports, each IO thread owns its disk. Only this crate, the data
+//! plane, HTTP, `loadgen` and the binary know tokio; the cores they drive never read a clock or do
+//! IO.
 
 pub mod config;
 pub mod library;
