@@ -44,6 +44,11 @@ use std::time::Duration;
 use anyhow::Context as _;
 use isochron_base::DiskId;
 use isochron_base::mix::SplitMix64;
+use isochron_dataplane::clock::Clock;
+use isochron_dataplane::net::UdpPair;
+use isochron_dataplane::pacer::PacerEvent;
+use isochron_dataplane::sched_thread::{SchedCommand, SchedEvent, SchedSink, SchedThread};
+use isochron_dataplane::sender::{SenderCommand, SenderSink, SenderThread};
 use isochron_diskio::{IoDone, IoWorker, Store};
 use isochron_rtsp::codec::Limits;
 use isochron_rtsp::server::{ConnId, ServerConfig, ServerCore};
@@ -51,12 +56,6 @@ use isochron_sched::{AdmissionController, CycleScheduler};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
-
-use isochron_dataplane::clock::Clock;
-use isochron_dataplane::net::UdpPair;
-use isochron_dataplane::pacer::PacerEvent;
-use isochron_dataplane::sched_thread::{SchedCommand, SchedEvent, SchedSink, SchedThread};
-use isochron_dataplane::sender::{SenderCommand, SenderSink, SenderThread};
 
 use crate::config::Settings;
 use crate::library::Library;
