@@ -4,7 +4,7 @@
 //!  HTTP request ──axum──▶ api (JSON under /api/v1/, /metrics, /healthz)
 //!                           ├─ state::gather: List / Stats / Progress / Status to every owner
 //!                           └─ PUT /api/v1/record/NAME ──▶ isochron_server::recorder
-//!               ──────▶ media (/objects, /hls, /watch) ──SchedCommand::HttpRead──▶ scheduler thread
+//!               ──────▶ media (/objects, /hls, /watch) ──SchedCommand::HttpRead──▶ sched thread
 //!               ──────▶ dashboard (/, embedded assets)
 //! ```
 //!

@@ -4,9 +4,9 @@
 //! Why a module of its own: the JSON API (`api`), media delivery (`media`) and `/metrics`
 //! (`metrics`) all serve from the same [`ApiState`], and the API and the metrics render the same
 //! [`Gathered`] snapshot; with both here, below them, none of those modules depends on another
-//! (media delivery's own small state, [`MediaState`], lives here for the same reason). State is read through the owners' command channels (the session
-//! manager, the scheduler and sender threads, the reorganiser), so nothing here locks the
-//! streaming path.
+//! (media delivery's own small state, [`MediaState`], lives here for the same reason). State is
+//! read through the owners' command channels (the session manager, the scheduler and sender
+//! threads, the reorganiser), so nothing here locks the streaming path.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
