@@ -3,8 +3,8 @@
 #![no_main]
 
 // The parser depends only on std and isochron-base, so it is compiled here on its own rather than
-// pulling the server (and tokio) into the fuzz build.
-#[path = "../../crates/server/src/http_range.rs"]
+// pulling the HTTP crate (and the server, and tokio) into the fuzz build.
+#[path = "../../crates/http/src/range.rs"]
 #[allow(dead_code)]
 mod http_range;
 

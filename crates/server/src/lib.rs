@@ -1,40 +1,37 @@
-//! isochron's runtime: the threads and tasks that drive the sans-IO cores.
+//! isochron's runtime: the control plane, and the wiring of the threads and tasks that drive the
+//! sans-IO cores.
 //!
 //! ```text
 //!  RTSP conns ──SessionCommand──▶ session manager (ServerCore) ──SchedCommand──▶ scheduler thread
 //!  (tokio tasks)                        ▲      │                                 (Scheduler + cache)
 //!                                       │      └──SenderCommand──▶ sender thread ◀──blocks──┘  │
-//!  RTCP thread ──liveness───────────────┘          (Pacer, sendmmsg)  ──BlockDone──▶         │
-//!                                                                                              ▼
+//!  RTCP thread ──liveness───────────────┤          (Pacer, sendmmsg)  ──BlockDone──▶         │
+//!  sender, scheduler thread (sinks) ────┘                                                      ▼
 //!                                                               per-disk IO threads (O_DIRECT reads)
 //! ```
 //!
-//! Recordings (`PUT /api/v1/record/NAME`, [`recorder`]) are one task each: they hand their blocks
-//! to the scheduler thread as an admitted write stream, and the per-disk IO threads write them.
+//! This crate owns the control plane: the session manager ([`sessions`], with the RTSP
+//! connections and the RTCP receiver), the objects ([`library`], [`media_watch`]), recordings
+//! ([`recorder`]: one task each, handing their blocks to the scheduler thread as an admitted write
+//! stream) and the online reorganiser ([`reorg`]). The scheduler and sender threads are
+//! `isochron-dataplane`'s; [`start`] builds them and wires their event sinks to the owners'
+//! channels (`sched_events`, `sender_events` below). HTTP is `isochron-http`'s: [`start`] binds its
+//! listener and hands out the [`Handles`] it serves from.
 //!
 //! Each piece of mutable state has one owner fed by a closed command enum: the session manager
 //! owns the RTSP sessions, the scheduler thread owns the scheduler and block cache, the sender
-//! thread owns pacing and transports, each IO thread owns its disk. Only this crate (with
-//! `loadgen` and the binary) knows tokio; the cores it drives never read a clock or do IO.
+//! thread owns pacing and transports, each IO thread owns its disk. Only this crate, the data
+//! plane, HTTP, `loadgen` and the binary know tokio; the cores they drive never read a clock or do
+//! IO.
 
-pub mod admission_log;
-pub mod clock;
 pub mod config;
 pub mod library;
 pub mod media_watch;
-pub mod net;
-pub mod pacer;
+pub mod profile;
 pub mod recorder;
 pub mod reorg;
-pub mod sched_thread;
-pub mod sender;
 pub mod sessions;
 
-mod dashboard;
-mod http;
-pub mod http_media;
-pub mod http_range;
-mod metrics;
 mod rtcp_rx;
 mod rtsp_conn;
 
@@ -42,25 +39,29 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use isochron_base::DiskId;
 use isochron_base::mix::SplitMix64;
+use isochron_dataplane::clock::Clock;
+use isochron_dataplane::net::UdpPair;
+use isochron_dataplane::pacer::PacerEvent;
+use isochron_dataplane::sched_thread::{SchedCommand, SchedEvent, SchedSink, SchedThread};
+use isochron_dataplane::sender::{SenderCommand, SenderSink, SenderThread};
 use isochron_diskio::{IoDone, IoWorker, Store};
 use isochron_rtsp::codec::Limits;
 use isochron_rtsp::server::{ConnId, ServerConfig, ServerCore};
-use isochron_sched::{AdmissionController, CycleScheduler, DiskModel, DiskProfile};
+use isochron_sched::{AdmissionController, CycleScheduler};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::clock::Clock;
 use crate::config::Settings;
 use crate::library::Library;
-use crate::net::UdpPair;
+use crate::profile::disk_profile;
+use crate::recorder::Recorders;
 use crate::reorg::{ReorgCommand, Reorganiser};
-use crate::sched_thread::{SchedCommand, SchedThread};
-use crate::sender::{SenderCommand, SenderThread};
 use crate::sessions::{Manager, SessionCommand};
 
 /// The bundled demo clip (12 s of H.264 + AAC in MPEG-TS, made by `assets/make-demo.sh`).
@@ -88,60 +89,44 @@ pub fn open_or_create_store(settings: &Settings) -> anyhow::Result<Store> {
     Ok(store)
 }
 
-/// The admission profile of disk `id`: from its emulation model, or from the
-/// `isochron-profile.json` that `isochron profile-disk` wrote in its directory. A disk with
-/// neither is given an unlimited profile (admission cannot predict it, so it does not limit it)
-/// and a warning says how to profile it.
-pub fn disk_profile(store: &Store, id: DiskId) -> DiskProfile {
-    let meta = store.meta();
-    let record = meta.disks.iter().find(|d| d.id == id);
-    if let Some(model) = record.and_then(|d| d.model) {
-        let m = DiskModel::new(model.mean_seek, model.rate as f64);
-        if let Ok(p) = m.read_profile() {
-            return p;
-        }
-    }
-    if let Some(d) = store.disk(id) {
-        let path = d.path().join(PROFILE_FILE);
-        match std::fs::read_to_string(&path) {
-            Ok(text) => match parse_profile(&text) {
-                Ok(p) => return p,
-                Err(e) => {
-                    warn!(disk = %id, file = %path.display(), error = %e, "unusable disk profile")
-                }
-            },
-            Err(_) => warn!(
-                disk = %id,
-                "disk {id} has no profile: admission does not limit it (run `isochron profile-disk {}`)",
-                d.path().display()
-            ),
-        }
-    }
-    unlimited_profile()
+/// What the API says about this server as a node: where it listens and since when.
+#[derive(Clone, Debug)]
+pub struct NodeIdentity {
+    /// RTSP listen address.
+    pub rtsp: SocketAddr,
+    /// HTTP listen address.
+    pub http: SocketAddr,
+    /// The RTP port (RTCP is the next one).
+    pub rtp_port: u16,
+    /// When the server started (for the uptime).
+    pub started: std::time::Instant,
+    /// The same, in milliseconds since the Unix epoch.
+    pub started_unix_ms: u64,
 }
 
-/// The file `isochron profile-disk` writes in a disk's directory.
-pub const PROFILE_FILE: &str = "isochron-profile.json";
-
-/// Parses `{"sizes":[…],"min_mib_s":[…],"mean_mib_s":[…],"max_mib_s":[…]}`.
-fn parse_profile(text: &str) -> anyhow::Result<DiskProfile> {
-    #[derive(serde::Deserialize)]
-    struct ProfileJson {
-        sizes: Vec<u64>,
-        min_mib_s: Vec<f64>,
-        mean_mib_s: Vec<f64>,
-        max_mib_s: Vec<f64>,
-    }
-    let j: ProfileJson = serde_json::from_str(text)?;
-    let sizes = j.sizes.into_iter().map(isochron_base::Bytes).collect();
-    Ok(DiskProfile::from_mib_s(sizes, &j.min_mib_s, &j.mean_mib_s, &j.max_mib_s)?)
-}
-
-/// A profile so fast that admission never limits the disk.
-fn unlimited_profile() -> DiskProfile {
-    let sizes: Vec<_> = isochron_sched::profile::profiler_sizes();
-    let fast = vec![1e9; sizes.len()];
-    DiskProfile::from_mib_s(sizes, &fast, &fast, &fast).expect("a valid constant profile")
+/// What the HTTP side (`isochron-http`) serves from: every owner's command channel, the objects,
+/// the store, the recordings and the node's identity. [`start`] makes them, with the bound HTTP
+/// listener, when `http.listen` is set ([`RunningServer::take_http`]).
+#[derive(Clone, Debug)]
+pub struct Handles {
+    /// The recordings (`PUT /api/v1/record/NAME`).
+    pub recorders: Arc<Recorders>,
+    /// The objects served.
+    pub library: Arc<Library>,
+    /// The session manager's command channel.
+    pub sessions: tokio::sync::mpsc::UnboundedSender<SessionCommand>,
+    /// The scheduler thread's command channel.
+    pub sched: crossbeam_channel::Sender<SchedCommand>,
+    /// The sender thread's command channel.
+    pub sender: crossbeam_channel::Sender<SenderCommand>,
+    /// The reorganiser's command channel.
+    pub reorg: tokio::sync::mpsc::UnboundedSender<ReorgCommand>,
+    /// The store.
+    pub store: Arc<Store>,
+    /// Where this server listens and since when.
+    pub node: NodeIdentity,
+    /// Target duration of an HLS segment (`http.hls_segment_s`).
+    pub hls_segment: Duration,
 }
 
 /// A running server.
@@ -159,6 +144,7 @@ pub struct RunningServer {
     sender: crossbeam_channel::Sender<SenderCommand>,
     /// The reorganiser's command channel.
     pub reorg: tokio::sync::mpsc::UnboundedSender<ReorgCommand>,
+    http: Option<(TcpListener, Handles)>,
     stop: Arc<AtomicBool>,
     tasks: Vec<JoinHandle<()>>,
     threads: Vec<std::thread::JoinHandle<()>>,
@@ -173,6 +159,18 @@ impl RunningServer {
             a.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
         }
         format!("rtsp://{a}/{name}")
+    }
+
+    /// The bound HTTP listener and the handles to serve it from (`isochron_http::serve`), once;
+    /// `None` when HTTP is disabled.
+    pub fn take_http(&mut self) -> Option<(TcpListener, Handles)> {
+        self.http.take()
+    }
+
+    /// Adds a task started beside the server (the HTTP server): [`RunningServer::shutdown`]
+    /// aborts it with the server's own.
+    pub fn add_task(&mut self, task: JoinHandle<()>) {
+        self.tasks.push(task);
     }
 
     /// Stops every task and thread.
@@ -268,15 +266,14 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         rx: sched_rx,
         workers,
         sender: sender_tx.clone(),
-        sessions: sessions_tx.clone(),
+        on_event: sched_events(sessions_tx.clone()),
     };
     threads.push(std::thread::Builder::new().name("isochron-sched".into()).spawn(|| sched.run())?);
     let sender = SenderThread {
         clock,
         rx: sender_rx,
         udp: Arc::clone(&udp),
-        sched: sched_tx.clone(),
-        sessions: sessions_tx.clone(),
+        on_event: sender_events(sched_tx.clone(), sessions_tx.clone()),
         rtcp_interval: settings.rtcp_interval,
         batch_packets: settings.batch_packets,
         quantum: settings.send_quantum,
@@ -347,26 +344,27 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
                     }
                     Err(e) => {
                         warn!(error = %e, "RTSP accept failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                 }
             }
         }));
     }
 
-    let mut http_addr = None;
+    // The HTTP listener is bound here, so that its address is known and a bind error is
+    // reported before the server is up; `isochron_http::serve` serves it.
+    let mut http = None;
     if let Some(addr) = settings.http_listen {
         let listener = TcpListener::bind(addr)
             .await
             .with_context(|| format!("binding HTTP to {addr} (config key http.listen)"))?;
-        http_addr = Some(listener.local_addr()?);
-        let recorders = Arc::new(recorder::Recorders::new(
+        let recorders = Arc::new(Recorders::new(
             Arc::clone(&store),
             Arc::clone(&library),
             sched_tx.clone(),
             sessions_tx.clone(),
         ));
-        let app = http::router(http::ApiState {
+        let handles = Handles {
             recorders,
             library: Arc::clone(&library),
             sessions: sessions_tx.clone(),
@@ -374,8 +372,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
             sender: sender_tx.clone(),
             reorg: reorg_tx.clone(),
             store: Arc::clone(&store),
-            media: Arc::new(http_media::MediaState::new(settings.hls_segment)),
-            node: Arc::new(http::NodeIdentity {
+            node: NodeIdentity {
                 rtsp: rtsp_addr,
                 http: listener.local_addr()?,
                 rtp_port,
@@ -384,14 +381,12 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
                     .1
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_millis() as u64),
-            }),
-        });
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                warn!(error = %e, "HTTP server stopped");
-            }
-        }));
+            },
+            hls_segment: settings.hls_segment,
+        };
+        http = Some((listener, handles));
     }
+    let http_addr = http.as_ref().map(|(_, h)| h.node.http);
 
     if let Some(dir) = settings.media_dir.clone() {
         tasks.push(tokio::spawn(media_watch::watch(
@@ -411,8 +406,38 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         sched: sched_tx,
         sender: sender_tx,
         reorg: reorg_tx,
+        http,
         stop,
         tasks,
         threads,
+    })
+}
+
+/// The scheduler thread's events, wired to their owner: a failed read ends the session's stream.
+fn sched_events(sessions: tokio::sync::mpsc::UnboundedSender<SessionCommand>) -> SchedSink {
+    Box::new(move |ev| match ev {
+        SchedEvent::ReadFailed { stream, error } => {
+            let _ = sessions.send(SessionCommand::ReadFailed { stream, error });
+        }
+    })
+}
+
+/// The sender thread's events, wired to their owners: a block sent and a pace change go to the
+/// scheduler thread; the end of a stream stops its reads and tells the session manager.
+fn sender_events(
+    sched: crossbeam_channel::Sender<SchedCommand>,
+    sessions: tokio::sync::mpsc::UnboundedSender<SessionCommand>,
+) -> SenderSink {
+    Box::new(move |ev| match ev {
+        PacerEvent::BlockDone { stream, run, index } => {
+            let _ = sched.send(SchedCommand::BlockDone { stream, run, index });
+        }
+        PacerEvent::Paced { stream, run, anchor, pace } => {
+            let _ = sched.send(SchedCommand::Pace { stream, run, anchor, pace });
+        }
+        PacerEvent::EndOfStream { stream, at, next_seq } => {
+            let _ = sched.send(SchedCommand::Stop { stream });
+            let _ = sessions.send(SessionCommand::EndOfStream { stream, at, next_seq });
+        }
     })
 }

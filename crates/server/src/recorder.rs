@@ -46,6 +46,7 @@ use axum::http::StatusCode;
 use crossbeam_channel::Sender;
 use futures_util::StreamExt as _;
 use isochron_base::{BitRate, BlockKey, Bytes, DiskId, StreamId};
+use isochron_dataplane::sched_thread::{RecordEvent, SchedCommand};
 use isochron_diskio::Store;
 use isochron_diskio::ingest::{BlockPacker, NewObject, PackedBlock, PackedObject, remove_blocks};
 use isochron_media::{TsError, TsIndex, UnitStream};
@@ -57,7 +58,6 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
 use crate::library::{Library, ObjectEntry, ObjectSummary};
-use crate::sched_thread::{RecordEvent, SchedCommand};
 use crate::sessions::SessionCommand;
 
 /// Most blocks of one recording handed to the scheduler and not yet written; the body waits

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use isochron_base::DiskId;
+use isochron_dataplane::sched_thread::SchedCommand;
 use isochron_diskio::{IoCommand, IoDone, IoWorker, Store};
 use isochron_store::reorg::Move;
 use serde::Serialize;
@@ -32,7 +33,6 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
 use crate::library::{Library, ObjectEntry};
-use crate::sched_thread::SchedCommand;
 
 /// The reorganiser's non-real-time IO tags start here; the scheduler thread's own tags (real-time
 /// reads, HTTP delivery's non-real-time reads) stay below, which is how a disk thread's
@@ -217,7 +217,7 @@ impl Reorganiser {
 
     fn attach(&self, id: DiskId) -> anyhow::Result<()> {
         let worker = (self.spawn_worker)(&self.store, id)?;
-        let profile = crate::disk_profile(&self.store, id);
+        let profile = crate::profile::disk_profile(&self.store, id);
         let _ = self.sched.send(SchedCommand::AttachDisk { disk: id, worker, profile });
         Ok(())
     }

@@ -14,6 +14,7 @@
 
 use std::net::SocketAddr;
 
+use isochron_dataplane::sender::OutFrame;
 use isochron_rtsp::codec::{self, Decoded, Frame, Limits};
 use isochron_rtsp::rtsp_types::{Response, StatusCode, Version, headers};
 use isochron_rtsp::server::{ConnId, ConnInfo};
@@ -22,7 +23,6 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tracing::debug;
 
-use crate::sender::OutFrame;
 use crate::sessions::SessionCommand;
 
 /// Per-connection settings.

@@ -16,6 +16,10 @@ use std::time::Duration;
 
 use crossbeam_channel::Sender;
 use isochron_base::{BlockIndex, MediaTime, Pace, StreamId};
+use isochron_dataplane::clock::Clock;
+use isochron_dataplane::pacer::StreamSetup;
+use isochron_dataplane::sched_thread::SchedCommand;
+use isochron_dataplane::sender::{OutFrame, SenderCommand, StreamTransport};
 use isochron_rtsp::rtsp_types::{Request, Response};
 use isochron_rtsp::server::{
     ConnId, ConnInfo, Event, Handled, PauseAction, PlayAction, PlayOutcome, PlayStart, Position,
@@ -26,11 +30,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
-use crate::clock::Clock;
 use crate::library::{Library, ObjectEntry};
-use crate::pacer::StreamSetup;
-use crate::sched_thread::SchedCommand;
-use crate::sender::{OutFrame, SenderCommand, StreamTransport};
 
 /// Commands to the session manager.
 #[derive(Debug)]

@@ -67,7 +67,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         let s = settings.clone();
         let store = tokio::task::spawn_blocking(move || isochron_server::open_or_create_store(&s))
             .await??;
-        let server = isochron_server::start(settings, store).await?;
+        let mut server = isochron_server::start(settings, store).await?;
+        if let Some((listener, handles)) = server.take_http() {
+            server.add_task(isochron_http::serve(listener, handles));
+        }
         let http = server.http_addr.map_or_else(|| "off".to_string(), |a| a.to_string());
         println!("listening: rtsp={} http={} rtp={}", server.rtsp_addr, http, server.rtp_port);
         let objects = server.library.list();

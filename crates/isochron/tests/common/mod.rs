@@ -171,7 +171,10 @@ impl Server {
             cmd.arg("--config").arg(cfg);
         }
         let mut child = cmd
-            .env("RUST_LOG", "info,isochron_server=debug")
+            .env(
+                "RUST_LOG",
+                "info,isochron_server=debug,isochron_dataplane=debug,isochron_http=debug",
+            )
             .stdout(Stdio::piped())
             .stderr(logf)
             .spawn()

@@ -1,6 +1,6 @@
 //! HTTP byte ranges (RFC 9110 §14): the `Range` header's grammar and which bytes it selects.
 //!
-//! Why a parser of its own: the media handlers ([`crate::http_media`]) stream objects of many
+//! Why a parser of its own: the media handlers (the `media` module) stream objects of many
 //! gigabytes from the block store, so a request must be resolved into exact byte intervals before
 //! a single block is read, and every malformed or hostile header must get a clear answer. This
 //! module is sans-IO and depends on nothing but `std` and `isochron-base`, so the fuzz target

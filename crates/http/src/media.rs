@@ -5,7 +5,7 @@
 //!
 //! - `GET`/`HEAD /objects/{name}`: the object's original bytes (what `isochron cat` writes:
 //!   the payloads of its blocks in order), `video/mp2t`, with a strong `ETag` and byte ranges
-//!   (RFC 9110 §14: [`crate::http_range`]): one range is a `206` with `Content-Range` (§14.4),
+//!   (RFC 9110 §14: [`crate::range`]): one range is a `206` with `Content-Range` (§14.4),
 //!   several a `multipart/byteranges` body (§14.6), an unsatisfiable set a `416` with
 //!   `Content-Range: bytes */LEN` (§15.5.17). `If-Range` (§13.1.5) is honoured with the ETag;
 //!   `If-None-Match` gets `304`.
@@ -42,9 +42,9 @@
 //! never held whole), so a download's memory is bounded and its pace is that of the share: it
 //! slows down when the disks are busy instead of delaying a stream.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes as BodyBytes};
@@ -53,19 +53,19 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use isochron_base::mix::hash_words;
 use isochron_base::{BlockIndex, BlockKey, Bytes, Gsn, MediaTime};
+use isochron_dataplane::sched_thread::SchedCommand;
+use isochron_dataplane::sender::SharedBlock;
 use isochron_media::TS_PACKET_SIZE;
+use isochron_server::library::ObjectEntry;
 use isochron_store::catalog::ObjectRecord;
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
-use crate::http::ApiState;
-use crate::http_range::{self, ByteRange, RangeError};
-use crate::library::ObjectEntry;
-use crate::sched_thread::SchedCommand;
-use crate::sender::SharedBlock;
+use crate::range::{ByteRange, RangeError};
+use crate::state::ApiState;
 
 /// Blocks a response keeps in flight ahead of the one it is sending.
-pub const READ_AHEAD: usize = 2;
+pub(crate) const READ_AHEAD: usize = 2;
 
 /// The player page (`GET /watch/{name}`).
 const WATCH_HTML: &str = include_str!("../assets/watch.html");
@@ -74,27 +74,6 @@ const HLS_JS: &[u8] = include_bytes!("../assets/vendor/hls.js-1.7.4/hls.light.mi
 
 const TS_TYPE: &str = "video/mp2t";
 const PACKET: usize = TS_PACKET_SIZE;
-
-/// HTTP delivery's settings and small caches.
-#[derive(Debug)]
-pub(crate) struct MediaState {
-    /// Target HLS segment duration.
-    hls_segment: Duration,
-    /// Blocks known to hold no PAT, per object (so that looking back for the last PAT of a
-    /// file with few PATs reads each such block once).
-    no_pat: Mutex<HashSet<BlockKey>>,
-}
-
-impl MediaState {
-    /// The state for a server whose HLS segments aim at `hls_segment`.
-    pub(crate) fn new(hls_segment: Duration) -> Self {
-        Self { hls_segment, no_pat: Mutex::new(HashSet::new()) }
-    }
-
-    fn no_pat(&self) -> std::sync::MutexGuard<'_, HashSet<BlockKey>> {
-        self.no_pat.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Objects and their blocks, read through the scheduler.
@@ -347,7 +326,7 @@ pub(crate) async fn object(
     let range = header_str(header::RANGE)
         .filter(|_| header_str(header::IF_RANGE).is_none_or(|v| etag_listed(v, &obj.etag, false)));
     let (status, pieces, extra): (StatusCode, Vec<Piece>, Vec<(header::HeaderName, String)>) =
-        match range.map(http_range::parse) {
+        match range.map(crate::range::parse) {
             None | Some(Err(RangeError::UnknownUnit(_))) => (
                 StatusCode::OK,
                 if len.0 > 0 {
@@ -367,7 +346,7 @@ pub(crate) async fn object(
                 return r;
             }
             Some(Ok(specs)) => {
-                let ranges = http_range::resolve(&specs, len);
+                let ranges = crate::range::resolve(&specs, len);
                 match ranges.as_slice() {
                     [] => {
                         let mut r = text(

@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 
 use isochron_sched::admission::Refusal;
 
-use crate::http::Gathered;
+use crate::state::Gathered;
 
 /// The metric kinds used here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -344,10 +344,10 @@ mod tests {
     use std::time::Duration;
 
     use isochron_base::DiskId;
+    use isochron_dataplane::sched_thread::DiskSnapshot;
+    use isochron_server::sessions::SessionInfo;
 
     use super::*;
-    use crate::sched_thread::DiskSnapshot;
-    use crate::sessions::SessionInfo;
 
     /// What a parsed exposition holds: each family's type, and every sample by name and labels.
     #[derive(Debug, Default)]

@@ -2,7 +2,7 @@
 //!
 //! Why embedded, hand-written files: an operator opens the dashboard on the machine's own network,
 //! often without internet access, so the page must need nothing but this server — no framework,
-//! no CDN, no build step. The three files in `crates/server/assets/dashboard/` are compiled into
+//! no CDN, no build step. The three files in `crates/http/assets/dashboard/` are compiled into
 //! the binary with `include_str!`. The page polls `GET /api/v1/overview` once a second and draws
 //! everything client-side: rates are differences of the counters between polls, charts are
 //! canvas line charts of the last minute. With `?report=URL` the page also POSTs a summary of what

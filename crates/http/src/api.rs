@@ -6,14 +6,14 @@
 //! ([`crate::dashboard`]). It reads state through the same command channels as everything else
 //! (the session manager, the scheduler, sender and reorganiser), so it never locks the streaming
 //! path: one [`gather`] asks every owner at once and the handlers shape the answers. Errors are
-//! `{"error": "…"}` with a matching status. `PUT /api/v1/record/{name}?rate=…` records the request
-//! body as an object ([`crate::recorder`]).
-//! Media delivery (`/objects/…`, `/hls/…`, `/watch/…`) is [`crate::http_media`].
+//! `{"error": "…"}` with a matching status ([`ApiError`]). `PUT /api/v1/record/{name}?rate=…`
+//! records the request body as an object ([`isochron_server::recorder`]).
+//! Media delivery (`/objects/…`, `/hls/…`, `/watch/…`) is [`crate::media`]; [`router`] puts every
+//! route in one place.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Body;
@@ -22,48 +22,18 @@ use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{delete, get, put};
-use crossbeam_channel::Sender;
-use isochron_base::{DiskId, StreamId};
-use isochron_diskio::Store;
+use isochron_base::DiskId;
+use isochron_dataplane::admission_log::{AdmissionEntry, DEFAULT_CAPACITY};
+use isochron_dataplane::sched_thread::{SchedCommand, SchedSnapshot};
+use isochron_server::library::ObjectSummary;
+use isochron_server::recorder::{RecordError, RecordParams};
+use isochron_server::reorg::{ReorgCommand, ReorgStatus};
+use isochron_server::sessions::SessionInfo;
 use serde::Serialize;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
-use crate::admission_log::{AdmissionEntry, DEFAULT_CAPACITY};
-use crate::library::{Library, ObjectSummary};
-use crate::recorder::{RecordError, RecordParams, RecorderStats, Recorders};
-use crate::reorg::{ReorgCommand, ReorgStatus};
-use crate::sched_thread::{SchedCommand, SchedSnapshot};
-use crate::sender::{SenderCommand, SenderStats};
-use crate::sessions::{SessionCommand, SessionInfo};
-
-/// What the API says about this server as a node: where it listens and since when.
-#[derive(Clone, Debug)]
-pub(crate) struct NodeIdentity {
-    /// RTSP listen address.
-    pub(crate) rtsp: SocketAddr,
-    /// HTTP listen address.
-    pub(crate) http: SocketAddr,
-    /// The RTP port (RTCP is the next one).
-    pub(crate) rtp_port: u16,
-    /// When the server started (for the uptime).
-    pub(crate) started: Instant,
-    /// The same, in milliseconds since the Unix epoch.
-    pub(crate) started_unix_ms: u64,
-}
-
-/// Handles the API needs.
-#[derive(Clone)]
-pub(crate) struct ApiState {
-    pub(crate) recorders: Arc<Recorders>,
-    pub(crate) library: Arc<Library>,
-    pub(crate) sessions: mpsc::UnboundedSender<SessionCommand>,
-    pub(crate) sched: Sender<SchedCommand>,
-    pub(crate) sender: Sender<SenderCommand>,
-    pub(crate) reorg: mpsc::UnboundedSender<ReorgCommand>,
-    pub(crate) store: Arc<Store>,
-    pub(crate) media: Arc<crate::http_media::MediaState>,
-    pub(crate) node: Arc<NodeIdentity>,
-}
+use crate::error::ApiError;
+use crate::state::{ApiState, Gathered, gather};
 
 /// The router.
 pub(crate) fn router(state: ApiState) -> Router {
@@ -79,35 +49,13 @@ pub(crate) fn router(state: ApiState) -> Router {
         .route("/api/v1/overview", get(overview))
         .route("/api/v1/record/{name}", put(record))
         .route("/metrics", get(metrics))
-        .route("/objects/{name}", get(crate::http_media::object))
-        .route("/hls/{name}/{file}", get(crate::http_media::hls))
-        .route("/watch/{name}", get(crate::http_media::watch))
-        .route("/assets/vendor/hls.light.min.js", get(crate::http_media::hls_js))
+        .route("/objects/{name}", get(crate::media::object))
+        .route("/hls/{name}/{file}", get(crate::media::hls))
+        .route("/watch/{name}", get(crate::media::watch))
+        .route("/assets/vendor/hls.light.min.js", get(crate::media::hls_js))
         .merge(crate::dashboard::router())
         .fallback(not_found)
         .with_state(state)
-}
-
-/// An API error: a status and `{"error": "…"}`.
-#[derive(Debug)]
-pub(crate) struct ApiError(StatusCode, String);
-
-impl ApiError {
-    /// `503`: an owner of the state has stopped (the server is shutting down).
-    fn unavailable() -> Self {
-        Self(StatusCode::SERVICE_UNAVAILABLE, "the server is shutting down".into())
-    }
-
-    /// `400` with `msg`.
-    fn bad_request(msg: impl Into<String>) -> Self {
-        Self(StatusCode::BAD_REQUEST, msg.into())
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (self.0, Json(serde_json::json!({ "error": self.1 }))).into_response()
-    }
 }
 
 /// Unknown paths: a JSON `404` under `/api/`, plain text elsewhere.
@@ -117,72 +65,6 @@ async fn not_found(uri: Uri) -> Response {
     } else {
         (StatusCode::NOT_FOUND, "not found\n").into_response()
     }
-}
-
-/// One consistent-enough snapshot of the whole server, asked of every owner at once.
-#[derive(Debug, Default)]
-pub(crate) struct Gathered {
-    /// The scheduler thread's counters, per disk and per stream.
-    pub(crate) sched: SchedSnapshot,
-    /// The sender thread's counters.
-    pub(crate) send: SenderStats,
-    /// The RTSP sessions, with their scheduler and sender counters filled in.
-    pub(crate) sessions: Vec<SessionInfo>,
-    /// The reorganisation.
-    pub(crate) reorg: ReorgStatus,
-    /// The recordings.
-    pub(crate) recordings: RecorderStats,
-    /// Playable objects.
-    pub(crate) objects: usize,
-    /// Seconds since the server started.
-    pub(crate) uptime_s: f64,
-}
-
-/// Asks the session manager, the scheduler, the sender and the reorganiser for their state.
-async fn gather(s: &ApiState) -> Result<Gathered, ApiError> {
-    let (ltx, lrx) = oneshot::channel();
-    let (stx, srx) = oneshot::channel::<SchedSnapshot>();
-    let (ptx, prx) = oneshot::channel::<SenderStats>();
-    let (gtx, grx) = oneshot::channel();
-    let (rtx, rrx) = oneshot::channel();
-    let sent = s.sessions.send(SessionCommand::List { reply: ltx }).is_ok()
-        && s.sched.send(SchedCommand::Stats { reply: stx }).is_ok()
-        && s.sender.send(SenderCommand::Stats { reply: ptx }).is_ok()
-        && s.sender.send(SenderCommand::Progress { reply: gtx }).is_ok()
-        && s.reorg.send(ReorgCommand::Status { reply: rtx }).is_ok();
-    if !sent {
-        return Err(ApiError::unavailable());
-    }
-    let (Ok(mut sessions), Ok(sched), Ok(send), Ok(progress), Ok(reorg)) =
-        (lrx.await, srx.await, prx.await, grx.await, rrx.await)
-    else {
-        return Err(ApiError::unavailable());
-    };
-    let progress: HashMap<u64, _> = progress.into_iter().map(|p| (p.stream.0, p)).collect();
-    for session in &mut sessions {
-        if let Some(st) = sched.per_stream.get(&StreamId(session.stream)) {
-            session.missed_deadlines = st.missed;
-            session.blocks_delivered = st.delivered;
-        }
-        if let Some(p) = progress.get(&session.stream) {
-            if p.playing || p.packets > 0 {
-                session.position_s = p.position.as_secs_f64();
-            }
-            session.pace = p.pace.as_f64();
-            session.packets_sent = p.packets;
-            session.bytes_sent = p.bytes;
-        }
-    }
-    sessions.sort_by_key(|s| s.stream);
-    Ok(Gathered {
-        sched,
-        send,
-        sessions,
-        reorg,
-        recordings: s.recorders.stats(),
-        objects: s.library.list().len(),
-        uptime_s: s.node.started.elapsed().as_secs_f64(),
-    })
 }
 
 async fn objects(State(s): State<ApiState>) -> Json<Vec<ObjectSummary>> {
@@ -602,7 +484,7 @@ async fn remove_disk(
 }
 
 /// `PUT /api/v1/record/{name}?rate=4M[&peak=6M]` with an MPEG-TS body: records it as object
-/// `name`, read at `rate` (see [`crate::recorder`]). `201 Created` with the object's summary when
+/// `name`, read at `rate` (see [`isochron_server::recorder`]). `201 Created` with the object's summary when
 /// the body ends and the object is committed; errors are `{"error": "…"}` with `400` (bad name,
 /// `rate` or `peak`), `409` (name taken or being recorded), `422` (not MPEG-TS, with the offset),
 /// `503` (not admitted, with the reason), `408` (the body stalled) or `500` (a write failed).

@@ -10,6 +10,10 @@
 //! of the thread's samples); a quantum turns those wake-ups into `sendmmsg` batches, for a
 //! lateness of at most the quantum — far below a player's jitter buffer.
 //!
+//! What the sender has to tell the rest of the server (a block sent, a stream re-paced, a stream
+//! ended) goes out as the pacer's [`PacerEvent`]s to the [`SenderSink`] it was built with: the
+//! thread names no other owner's command type, and the server's wiring decides who hears what.
+//!
 //! UDP packets go out through the shared RTP socket in batches; RTCP through the shared RTCP
 //! socket. Interleaved (TCP) packets are handed to their connection's writer task as
 //! [`OutFrame`]s holding a reference to the block, never a copy; when a connection's queue is
@@ -20,7 +24,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError};
 use isochron_base::{BlockIndex, MediaTime, Pace, StreamId};
 use isochron_diskio::AlignedBuf;
 use isochron_rtp::{NtpTimestamp, PT_MP2T, RtpHeader, SenderReport, interleaved_prefix, rtcp};
@@ -35,8 +39,10 @@ use crate::net::{Batch, UdpPair};
 use crate::pacer::{
     Pacer, PacerConfig, PacerEvent, PacerStats, StreamProgress, StreamSetup, Transmit,
 };
-use crate::sched_thread::SchedCommand;
-use crate::sessions::SessionCommand;
+
+/// Where the sender thread's events go. It is called on the sender thread between send passes, so
+/// it should only hand the event on (a channel send), never block.
+pub type SenderSink = Box<dyn Fn(PacerEvent) + Send>;
 
 /// A block as the server holds it: parsed, checksum-verified, in an O_DIRECT-aligned buffer.
 pub type SharedBlock = Arc<Block<AlignedBuf>>;
@@ -183,22 +189,27 @@ struct StreamOut {
 }
 
 /// Everything the thread needs.
-pub(crate) struct SenderThread {
-    pub(crate) clock: Clock,
-    pub(crate) rx: Receiver<SenderCommand>,
-    pub(crate) udp: Arc<UdpPair>,
-    pub(crate) sched: Sender<SchedCommand>,
-    pub(crate) sessions: mpsc::UnboundedSender<SessionCommand>,
-    pub(crate) rtcp_interval: Duration,
-    pub(crate) batch_packets: usize,
+pub struct SenderThread {
+    /// The server's clock.
+    pub clock: Clock,
+    /// The thread's commands.
+    pub rx: Receiver<SenderCommand>,
+    /// The shared RTP/RTCP sockets.
+    pub udp: Arc<UdpPair>,
+    /// Where blocks sent, pace changes and ends of streams are reported.
+    pub on_event: SenderSink,
+    /// How often a playing stream sends an RTCP sender report.
+    pub rtcp_interval: Duration,
+    /// Most datagrams in one `sendmmsg` call.
+    pub batch_packets: usize,
     /// Wake at most once per quantum (`[sender] quantum_us`): a packet leaves up to this late,
     /// and the packets due meanwhile go out together in `sendmmsg` batches.
-    pub(crate) quantum: Duration,
+    pub quantum: Duration,
 }
 
 impl SenderThread {
     /// Runs until `Shutdown` or until every command sender is gone.
-    pub(crate) fn run(self) {
+    pub fn run(self) {
         let mut pacer: Pacer<AlignedBuf> =
             Pacer::new(PacerConfig { rtcp_interval: self.rtcp_interval, ..PacerConfig::default() });
         let mut outs: HashMap<StreamId, StreamOut> = HashMap::new();
@@ -312,23 +323,10 @@ impl SenderThread {
             flush(&mut batch, &mut held, &self.udp.rtp, &mut stats);
 
             while let Some(ev) = pacer.poll_event() {
-                match ev {
-                    PacerEvent::BlockDone { stream, run, index } => {
-                        let _ = self.sched.send(SchedCommand::BlockDone { stream, run, index });
-                    }
-                    PacerEvent::Paced { stream, run, anchor, pace } => {
-                        let _ = self.sched.send(SchedCommand::Pace { stream, run, anchor, pace });
-                    }
-                    PacerEvent::EndOfStream { stream, at, next_seq } => {
-                        debug!(%stream, gsn = %at.gsn, "end of stream");
-                        let _ = self.sched.send(SchedCommand::Stop { stream });
-                        let _ = self.sessions.send(SessionCommand::EndOfStream {
-                            stream,
-                            at,
-                            next_seq,
-                        });
-                    }
+                if let PacerEvent::EndOfStream { stream, at, .. } = ev {
+                    debug!(%stream, gsn = %at.gsn, "end of stream");
                 }
+                (self.on_event)(ev);
             }
         }
     }

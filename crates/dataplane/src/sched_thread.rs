@@ -5,7 +5,7 @@
 //! the sender, completions from the disk threads, copies and plan changes from the reorganiser.
 //! The thread issues the IOs the scheduler asks for to the per-disk [`IoWorker`]s and forwards
 //! delivered blocks to the sender thread and written blocks to their recorder. HTTP delivery's
-//! block reads ([`SchedCommand::HttpRead`], [`crate::http_media`]) are answered from the block
+//! block reads ([`SchedCommand::HttpRead`], `isochron_http::media`) are answered from the block
 //! cache when an RTSP stream has the block in memory, and otherwise run as non-real-time reads
 //! in the disks' reserved share, their completions coming back here ([`SchedCommand::HttpReadDone`])
 //! to be handed to the waiting request. No lock guards
@@ -13,6 +13,10 @@
 //! pattern, rust-analyzer's closed event enum). It wakes at every cycle boundary
 //! ([`CycleScheduler::poll_timeout`]). Since every admission is decided here, this thread also
 //! keeps the [`AdmissionLog`] of recent decisions, and counts each disk's completed reads.
+//!
+//! Blocks go down to the sender as [`SenderCommand::Block`]; what goes up (a stream's block could
+//! not be read) is a [`SchedEvent`] handed to the [`SchedSink`] the thread was built with, so the
+//! thread names no command type of the session manager's.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -35,7 +39,6 @@ use tracing::{debug, warn};
 use crate::admission_log::{AdmissionEntry, AdmissionKind, AdmissionLog, AdmissionRequest};
 use crate::clock::Clock;
 use crate::sender::{SenderCommand, SharedBlock};
-use crate::sessions::SessionCommand;
 
 /// What a recording hears back about its blocks.
 #[derive(Debug)]
@@ -45,6 +48,22 @@ pub enum RecordEvent {
     /// A block could not be written.
     Failed(BlockKey, String),
 }
+
+/// What the scheduler thread tells the rest of the server, through its [`SchedSink`].
+#[derive(Debug)]
+pub enum SchedEvent {
+    /// A block of a playing stream could not be read: the stream cannot go on.
+    ReadFailed {
+        /// The stream.
+        stream: StreamId,
+        /// Why.
+        error: String,
+    },
+}
+
+/// Where the scheduler thread's events go. It is called on the scheduler thread, so it should
+/// only hand the event on (a channel send), never block.
+pub type SchedSink = Box<dyn Fn(SchedEvent) + Send>;
 
 /// Commands to the scheduler thread.
 #[derive(Debug)]
@@ -150,7 +169,7 @@ pub enum SchedCommand {
         /// The command (`NrtRead` or `NrtWrite`).
         cmd: IoCommand,
     },
-    /// A block for HTTP delivery ([`crate::http_media`]): answered from the cache if it is
+    /// A block for HTTP delivery (`isochron_http::media`): answered from the cache if it is
     /// there, otherwise read as non-real-time IO on `disk` (served only in the disk's
     /// non-real-time share, after the streams' reads); the block or the error goes to `reply`.
     HttpRead {
@@ -260,18 +279,24 @@ fn unix_ms() -> u64 {
 }
 
 /// Everything the thread needs.
-pub(crate) struct SchedThread {
-    pub(crate) clock: Clock,
-    pub(crate) scheduler: CycleScheduler<SharedBlock>,
-    pub(crate) rx: Receiver<SchedCommand>,
-    pub(crate) workers: HashMap<DiskId, IoWorker>,
-    pub(crate) sender: Sender<SenderCommand>,
-    pub(crate) sessions: mpsc::UnboundedSender<SessionCommand>,
+pub struct SchedThread {
+    /// The server's clock.
+    pub clock: Clock,
+    /// The scheduler and its block cache, owned by the thread from now on.
+    pub scheduler: CycleScheduler<SharedBlock>,
+    /// The thread's commands.
+    pub rx: Receiver<SchedCommand>,
+    /// Each disk's IO thread.
+    pub workers: HashMap<DiskId, IoWorker>,
+    /// The sender thread, which gets the blocks read.
+    pub sender: Sender<SenderCommand>,
+    /// Where failed reads of playing streams are reported.
+    pub on_event: SchedSink,
 }
 
 impl SchedThread {
     /// Runs until `Shutdown` or until every command sender is gone; then stops the disk threads.
-    pub(crate) fn run(mut self) {
+    pub fn run(mut self) {
         let mut tag = 0u64;
         // Reads handed to IO threads and not completed, and the barriers waiting on them.
         let mut outstanding: BTreeSet<u64> = BTreeSet::new();
@@ -394,8 +419,9 @@ impl SchedThread {
                         let _ = reply.send(Ok(Arc::clone(block)));
                     } else if let Some(w) = self.workers.get(&disk) {
                         // A tag from the scheduler's own sequence (below the reorganiser's
-                        // space, see `reorg::NRT_TAG_BASE`), so completions route back here and
-                        // a `Drain` barrier waits for it like for a stream's read.
+                        // space, see `isochron_server::reorg::NRT_TAG_BASE`), so completions
+                        // route back here and a `Drain` barrier waits for it like for a stream's
+                        // read.
                         tag += 1;
                         outstanding.insert(tag);
                         http_reads.insert(tag, reply);
@@ -523,7 +549,7 @@ impl SchedThread {
                     }
                     CycleEvent::ReadFailed { stream, key, error } => {
                         warn!(%stream, block = %key, %error, "block read failed");
-                        let _ = self.sessions.send(SessionCommand::ReadFailed { stream, error });
+                        (self.on_event)(SchedEvent::ReadFailed { stream, error });
                     }
                     CycleEvent::Missed { stream, key, .. } => {
                         debug!(%stream, block = %key, "deadline missed");
