@@ -4,8 +4,8 @@
 //! the session; every node holding blocks of the object (a **share** each, the origin's own
 //! included) reads, schedules and sends its own blocks. The origin tells the shares what to do
 //! with small control messages; data never goes node to node in bipartite delivery. Relay
-//! delivery, for players that take RTP from one address only, has the other nodes forward their
-//! blocks to the origin, which paces every packet itself.
+//! delivery, for players that take RTP from one address only, has the other nodes send their
+//! packets to the origin, which sends them on to the client from its own address.
 //!
 //! One [`ClusterCore`] per node, owned by the session manager task and fed, in the quinn-proto
 //! shape:
@@ -61,8 +61,6 @@ pub struct ClusterConfig {
     pub start_delay: Duration,
     /// How far ahead a pause's cutoff and a pace change's new anchor are set. Default 100 ms.
     pub control_margin: Duration,
-    /// How far ahead of the session's clock relay feeders read and forward. Default 500 ms.
-    pub relay_lead: Duration,
     /// How long the origin waits for a node's answer (reserve, stop). Default 2 s.
     pub reply_timeout: Duration,
     /// Heartbeat (ping) interval. Default 500 ms.
@@ -81,7 +79,6 @@ impl ClusterConfig {
             unix_base_ns,
             start_delay: Duration::from_millis(250),
             control_margin: Duration::from_millis(100),
-            relay_lead: Duration::from_millis(500),
             reply_timeout: Duration::from_secs(2),
             heartbeat: Duration::from_millis(500),
             suspect_after: Duration::from_secs(3),
@@ -326,7 +323,7 @@ struct RunState {
     /// The session's clock, when the origin pinned it.
     clock: Option<(LocalAnchor, Pace)>,
     pace: Pace,
-    /// Nodes whose pacers send packets (bipartite: all; relay: the origin).
+    /// Nodes whose pacers send packets: every member (in relay, to the origin).
     senders: BTreeSet<NodeId>,
     ended: BTreeMap<NodeId, ShareReport>,
     ended_reported: bool,
@@ -535,19 +532,14 @@ impl ClusterCore {
         let anchor = cluster
             .then(|| LocalAnchor { wall: now + self.config.start_delay, media: spec.start.time });
         let wall = anchor.map(|a| WallAnchor { unix_ns: self.unix_ns(a.wall), media: a.media });
-        let feeder_wall = anchor.map(|a| WallAnchor {
-            unix_ns: self.unix_ns(a.wall.saturating_sub(self.config.relay_lead)),
-            media: a.media,
-        });
         let Some(session) = self.sessions.get_mut(&stream) else { return };
         let delivery = match spec.client {
             Some(_) => session.open.delivery,
             None => Delivery::Relay,
         };
-        let senders: BTreeSet<NodeId> = match delivery {
-            Delivery::Bipartite => session.members.clone(),
-            Delivery::Relay => [me].into(),
-        };
+        // Every member sends its own packets: to the client, or (relay) to the origin, which
+        // sends them on from its own address.
+        let senders: BTreeSet<NodeId> = session.members.clone();
         session.run = Some(RunState {
             run,
             clock: anchor.map(|a| (a, pace)),
@@ -570,7 +562,9 @@ impl ClusterCore {
             ssrc: spec.ssrc,
             dest: Dest::Origin,
             role: Role::Whole,
-            lsn: cluster,
+            // Yima's LSN lets a client tell the nodes' packets apart: bipartite only (a relayed
+            // session has one source, and players that need relay get plain RTP).
+            lsn: cluster && delivery == Delivery::Bipartite,
         };
         let members: Vec<NodeId> = session.members.iter().copied().collect();
         for to in members {
@@ -581,8 +575,8 @@ impl ClusterCore {
                     role: Role::Share { rtcp: to == me },
                     ..base
                 },
-                (true, _, _) if to == me => base,
-                (true, _, _) => RunSpec { role: Role::Feeder, anchor: feeder_wall, ..base },
+                (true, _, _) if to == me => RunSpec { role: Role::Share { rtcp: true }, ..base },
+                (true, _, _) => RunSpec { role: Role::Feeder, ..base },
             };
             self.send(now, to, Message::Start { key, run, spec });
         }

@@ -54,16 +54,15 @@ pub enum Dest {
         rtcp: SocketAddr,
     },
     /// Through the origin: on the origin, the session's own transport (UDP or interleaved TCP);
-    /// on any other node, its blocks are forwarded to the origin over the cluster's data
-    /// connection (relay delivery).
+    /// any other node sends its RTP packets to the origin's relay port (relay delivery).
     Origin,
 }
 
 /// What a node does with its share of a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
-    /// Paces every block of the object (its own and, in relay delivery, those forwarded to it)
-    /// and sends the session's RTCP after its packets, as a single server does.
+    /// Paces every block of the object and sends the session's RTCP after its packets, as a
+    /// single server does.
     Whole,
     /// Paces only its own blocks; sends the session's RTCP sender reports on a timer and its BYE
     /// when told (`rtcp`), or no RTCP at all.
@@ -71,7 +70,8 @@ pub enum Role {
         /// Whether this node sends the session's RTCP (the origin, RFC 3550 §6.4.1).
         rtcp: bool,
     },
-    /// Reads its own blocks on the session's clock and forwards them to the origin (relay).
+    /// Paces its own blocks on the session's clock as RTP to the origin, which sends each packet
+    /// on to the client from its own address (relay); no RTCP.
     Feeder,
 }
 

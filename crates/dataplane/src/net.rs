@@ -60,10 +60,13 @@ fn udp_socket(addr: SocketAddr, send_buffer: usize) -> io::Result<UdpSocket> {
     Ok(s.into())
 }
 
+/// The longest header a [`Batch`] datagram has: RTP's 12 bytes and the LSN extension's 8.
+pub const MAX_HEADER: usize = isochron_rtp::RTP_HEADER_LSN_LEN;
+
 /// A reusable batch of datagrams for one `sendmmsg(2)` call. Lives on one thread: it holds raw
 /// pointers into the headers and payloads it was given until [`Batch::send`] returns.
 pub struct Batch {
-    headers: Vec<[u8; 12]>,
+    headers: Vec<([u8; MAX_HEADER], usize)>,
     addrs: Vec<SockAddr>,
     payloads: Vec<(*const u8, usize)>,
     iovecs: Vec<[libc::iovec; 2]>,
@@ -101,12 +104,15 @@ impl Batch {
         self.headers.is_empty()
     }
 
-    /// Queues a datagram of `header` followed by `payload`.
+    /// Queues a datagram of `header` (at most [`MAX_HEADER`] bytes: an RTP header, with the LSN
+    /// extension when it has one) followed by `payload`.
     ///
     /// The payload is referenced, not copied: the caller keeps it alive and unmoved until
     /// [`Batch::send`] returns (the sender thread holds the block's `Arc` for that long).
-    pub fn push(&mut self, to: SocketAddr, header: [u8; 12], payload: &[u8]) {
-        self.headers.push(header);
+    pub fn push(&mut self, to: SocketAddr, header: &[u8], payload: &[u8]) {
+        let mut h = [0u8; MAX_HEADER];
+        h[..header.len()].copy_from_slice(header);
+        self.headers.push((h, header.len()));
         self.addrs.push(to.into());
         self.payloads.push((payload.as_ptr(), payload.len()));
     }
@@ -121,7 +127,10 @@ impl Batch {
         for i in 0..n {
             let (ptr, len) = self.payloads[i];
             self.iovecs.push([
-                libc::iovec { iov_base: self.headers[i].as_mut_ptr().cast(), iov_len: 12 },
+                libc::iovec {
+                    iov_base: self.headers[i].0.as_mut_ptr().cast(),
+                    iov_len: self.headers[i].1,
+                },
                 libc::iovec { iov_base: ptr.cast_mut().cast(), iov_len: len },
             ]);
         }
@@ -190,7 +199,7 @@ mod tests {
         let payloads: Vec<Vec<u8>> = (0..100u8).map(|i| vec![i; 188]).collect();
         let mut b = Batch::with_capacity(100);
         for (i, p) in payloads.iter().enumerate() {
-            b.push(to, [i as u8; 12], p);
+            b.push(to, &[i as u8; 12], p);
         }
         assert_eq!(b.send(&pair.rtp).unwrap(), 100);
         assert!(b.is_empty());

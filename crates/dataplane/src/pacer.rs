@@ -2,10 +2,12 @@
 //!
 //! Each RTP payload unit carries the send time derived from the file's PCR at ingest (RFC 2250 §2:
 //! the RTP timestamp of MP2T is the target transmission time). A stream's clock is pinned to the
-//! wall clock by the [`Anchor`] the scheduler attaches to its first block after a start; packet
-//! `p` is then due at `anchor.wall + (p.send_time − anchor.media)`. The pacer keeps every playing
-//! stream in one heap ordered by its next due time, so the sender thread asks "what is due now?"
-//! in O(log n) and batches the answers of many streams into one `sendmmsg`.
+//! wall clock by an [`Anchor`]: the one the scheduler attaches to its first block after a start
+//! (a single node), or the one the session's origin chose and gave with the start (a cluster,
+//! where every node must send on one clock, Yima §2.2). Packet `p` is then due at
+//! `anchor.wall + (p.send_time − anchor.media)`. The pacer keeps every playing stream in one heap
+//! ordered by its next due time, so the sender thread asks "what is due now?" in O(log n) and
+//! batches the answers of many streams into one `sendmmsg`.
 //!
 //! A stream can be paced faster or slower than its own timing (MTFC rate smoothing, Yima §2.5,
 //! `research/algorithms.md` §3.3: the client asks, the server only paces): at pace `r` packet `p`
@@ -13,12 +15,25 @@
 //! current packet (the next one to send, else the last one sent): the new anchor is that
 //! packet's due time under the old pace, so the schedule stays continuous and, the division
 //! being integer arithmetic on one span from one anchor, no rounding accumulates across changes.
-//! The pace outlives seeks and pauses; the scheduler is told every anchor/pace pair
-//! ([`PacerEvent::Paced`]) so that it reads ahead on the same clock.
+//! In a cluster the origin chooses the new anchor instead, a little ahead, and every node applies
+//! it from the first packet at or after its media time ([`Pacer::handle_reanchor`]). The pace
+//! outlives seeks and pauses; the scheduler is told every anchor/pace pair ([`PacerEvent::Paced`])
+//! so that it reads ahead on the same clock.
 //!
-//! It also decides when a stream's RTCP goes out: an SR + SDES right after the first packet of a
-//! start, then every `rtcp_interval`, and SR + SDES + BYE after the last packet (RFC 3550 §6.1,
-//! §6.2, §6.6; ffmpeg ends only on BYE).
+//! **Shares.** In a cluster a stream may be this node's *share* of a session: only the blocks on
+//! its own disks ([`StreamSetup::share`]), which arrive with gaps in their indices. The pacer sends
+//! them in index order whatever order they arrive in, so the session's origin in relay delivery
+//! can also pace blocks forwarded by other nodes alongside its own.
+//!
+//! **Stops.** [`Pacer::handle_stop`] stops a run now, or after its last packet at or before a
+//! cutoff (a cluster pause, synchronised on every node by its media time); either way the run's
+//! [`RunReport`] says where it stood: the first packet it did not send and the last it did.
+//!
+//! It also decides when a stream's RTCP goes out ([`RtcpMode`]): for a stream that sends every
+//! packet, an SR + SDES right after the first packet of a start, then every `rtcp_interval`, and
+//! SR + SDES + BYE after the last packet (RFC 3550 §6.1, §6.2, §6.6; ffmpeg ends only on BYE);
+//! for the origin of a cluster session whose packets come from several nodes, SRs every
+//! `rtcp_interval` from the anchor on a timer and the BYE when told; for other shares, none.
 //!
 //! Not here: sockets, the clock, and how a packet is framed on the wire (the sender thread).
 //! Sequence numbers and timestamps follow the contract of [`isochron_rtsp::server::rtp_seq`] and
@@ -26,7 +41,7 @@
 //! seek or a resume needs no renumbering and RTP-Info can be computed before the first packet.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,8 +73,30 @@ impl Default for PacerConfig {
     }
 }
 
+/// One block of a cluster share: its index and its first packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShareBlock {
+    /// The block's index in the object.
+    pub index: BlockIndex,
+    /// Its first packet.
+    pub first: Position,
+}
+
+/// Which RTCP a stream sends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RtcpMode {
+    /// SRs after its own packets and a BYE after its last: the stream sends every packet.
+    #[default]
+    AfterPackets,
+    /// SRs every interval from the anchor, whether or not it sent packets, and a BYE when told
+    /// ([`Pacer::handle_bye`]): the origin of a session whose packets several nodes send.
+    Timer,
+    /// None: another node sends the session's RTCP.
+    None,
+}
+
 /// What the pacer needs to know about a stream once, when its session is set up.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct StreamSetup {
     /// The stream.
     pub stream: StreamId,
@@ -71,6 +108,53 @@ pub struct StreamSetup {
     pub rtp_ts_offset: u32,
     /// The object's last block: after it the stream ends.
     pub last_block: BlockIndex,
+    /// A cluster share: the blocks this node sends, in index order. `None`: every block.
+    pub share: Option<Arc<[ShareBlock]>>,
+    /// Its RTCP.
+    pub rtcp: RtcpMode,
+    /// Whether packets carry this node's local sequence number (Yima's LSN).
+    pub lsn: bool,
+}
+
+impl StreamSetup {
+    /// A stream that sends every block of an object with its own RTCP (a single node).
+    #[must_use]
+    pub fn whole(
+        stream: StreamId,
+        ssrc: u32,
+        seq_offset: u16,
+        rtp_ts_offset: u32,
+        last_block: BlockIndex,
+    ) -> Self {
+        Self {
+            stream,
+            ssrc,
+            seq_offset,
+            rtp_ts_offset,
+            last_block,
+            share: None,
+            rtcp: RtcpMode::AfterPackets,
+            lsn: false,
+        }
+    }
+}
+
+/// A run to start: where, until when, numbered how, on which clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlayRun {
+    /// The run number (matches the scheduler's).
+    pub run: u64,
+    /// The first packet.
+    pub start: Position,
+    /// The block holding it.
+    pub from: BlockIndex,
+    /// The last media time to send, if the range had an end.
+    pub end: Option<MediaTime>,
+    /// RTP sequence-number offset of this run (seq = offset + GSN).
+    pub seq_offset: u16,
+    /// The clock, when the session's origin pinned it; otherwise the scheduler's anchor on the
+    /// first block pins it.
+    pub anchor: Option<Anchor>,
 }
 
 /// Something to put on the wire now.
@@ -90,6 +174,8 @@ pub enum Transmit<B> {
         timestamp: u32,
         /// RTP marker bit (a timestamp discontinuity, RFC 2250 §2).
         marker: bool,
+        /// This node's local sequence number for the stream, when it stamps one.
+        lsn: Option<u16>,
     },
     /// An RTCP compound packet: SR + SDES, plus BYE when `bye`.
     Rtcp {
@@ -106,6 +192,25 @@ pub enum Transmit<B> {
     },
 }
 
+/// Where a run stood when it ended or stopped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunReport {
+    /// The first packet of the stream's share that it did not send; `None` after the run's end.
+    pub next: Option<Position>,
+    /// The last packet it sent in the run.
+    pub last_sent: Option<Position>,
+}
+
+impl RunReport {
+    /// Where a resume continues: the next packet, else the one after the last sent, else `start`.
+    #[must_use]
+    pub fn resume_at(&self, start: Position) -> Position {
+        self.next.unwrap_or_else(|| {
+            self.last_sent.map_or(start, |p| Position { gsn: p.gsn.next(), time: p.time })
+        })
+    }
+}
+
 /// Notices for the rest of the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PacerEvent {
@@ -118,14 +223,23 @@ pub enum PacerEvent {
         /// The block.
         index: BlockIndex,
     },
-    /// The stream sent its last packet (end of object or of the PLAY range).
-    EndOfStream {
+    /// The stream sent its last packet (end of object, of its share, or of the PLAY range).
+    Ended {
         /// The stream.
         stream: StreamId,
-        /// The position after the last packet sent.
-        at: Position,
-        /// The RTP sequence number the next packet would have had.
-        next_seq: u16,
+        /// The run.
+        run: u64,
+        /// Where it stood.
+        report: RunReport,
+    },
+    /// The stream stopped ([`Pacer::handle_stop`]).
+    Stopped {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: u64,
+        /// Where it stood.
+        report: RunReport,
     },
     /// A stream's clock changed pace (or an anchored run started at a pace other than nominal):
     /// from now on its packet at media time `t` is due at
@@ -182,12 +296,20 @@ struct Paced<B> {
     run: u64,
     playing: bool,
     start: Position,
+    /// The block holding the start packet.
+    from: BlockIndex,
     end: Option<MediaTime>,
+    /// A pending stop at this cutoff (`end` is at most the cutoff).
+    stop_at: Option<MediaTime>,
     anchor: Option<Anchor>,
     pace: Pace,
-    blocks: VecDeque<(BlockIndex, Arc<Block<B>>)>,
-    /// Next packet of the front block; set when the front block arrives.
-    cursor: Option<usize>,
+    /// A re-anchoring the origin chose, applied from the first packet at or after its media time.
+    pending: Option<(Anchor, Pace)>,
+    /// The next block to send and where in it (the next packet); `None` once the run is done.
+    next: Option<BlockIndex>,
+    cursor: usize,
+    /// Blocks delivered and not yet sent, by index.
+    blocks: BTreeMap<BlockIndex, Arc<Block<B>>>,
     generation: u64,
     scheduled: bool,
     /// Packets and payload bytes sent since the stream was added: the API's counts, and the
@@ -197,6 +319,7 @@ struct Paced<B> {
     next_sr: Option<Instant>,
     last_sent: Option<Position>,
     next_seq: u16,
+    lsn: u16,
 }
 
 /// The pacing core, generic over the block buffer type.
@@ -205,11 +328,21 @@ pub struct Pacer<B> {
     config: PacerConfig,
     streams: HashMap<StreamId, Paced<B>>,
     heap: BinaryHeap<Reverse<(Instant, u64, StreamId)>>,
+    /// Timers: timed SRs and cutoff stops, by due time (entries stale once the stream moved on).
+    timers: BinaryHeap<Reverse<(Instant, StreamId, Timer)>>,
     pending: VecDeque<Transmit<B>>,
     /// BYEs waiting for their grace period, in due order.
     byes: VecDeque<(Instant, Transmit<B>)>,
     events: VecDeque<PacerEvent>,
     stats: PacerStats,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Timer {
+    /// A timed SR of run `.0`.
+    Sr(u64),
+    /// The cutoff stop of run `.0`.
+    Stop(u64),
 }
 
 impl<B: AsRef<[u8]>> Pacer<B> {
@@ -220,6 +353,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             config,
             streams: HashMap::new(),
             heap: BinaryHeap::new(),
+            timers: BinaryHeap::new(),
             pending: VecDeque::new(),
             byes: VecDeque::new(),
             events: VecDeque::new(),
@@ -229,57 +363,76 @@ impl<B: AsRef<[u8]>> Pacer<B> {
 
     /// Registers a stream (idle until [`Self::handle_play`]).
     pub fn handle_add(&mut self, setup: StreamSetup) {
+        let (stream, next_seq) = (setup.stream, setup.seq_offset);
         self.streams.insert(
-            setup.stream,
+            stream,
             Paced {
                 setup,
                 run: 0,
                 playing: false,
                 start: Position { gsn: Gsn(0), time: MediaTime::ZERO },
+                from: BlockIndex(0),
                 end: None,
+                stop_at: None,
                 anchor: None,
                 pace: Pace::NOMINAL,
-                blocks: VecDeque::new(),
-                cursor: None,
+                pending: None,
+                next: None,
+                cursor: 0,
+                blocks: BTreeMap::new(),
                 generation: 0,
                 scheduled: false,
                 sent_packets: 0,
                 sent_bytes: 0,
                 next_sr: None,
                 last_sent: None,
-                next_seq: setup.seq_offset,
+                next_seq,
+                lsn: 0,
             },
         );
     }
 
-    /// Starts run `run` of a stream at `start` (a seek, resume or first play), numbering packets
+    /// Starts a run of a stream (a seek, resume or first play), numbering packets
     /// `seq_offset + GSN` from now on; blocks of earlier runs still in flight are ignored when
-    /// they arrive.
-    pub fn handle_play(
-        &mut self,
-        stream: StreamId,
-        run: u64,
-        start: Position,
-        end: Option<MediaTime>,
-        seq_offset: u16,
-    ) {
+    /// they arrive. A share with nothing to send in the run ends at once.
+    pub fn handle_play(&mut self, now: Instant, stream: StreamId, play: PlayRun) {
         let Some(s) = self.streams.get_mut(&stream) else { return };
-        s.setup.seq_offset = seq_offset;
-        s.next_seq = rtp_seq(seq_offset, start.gsn);
-        s.run = run;
+        s.setup.seq_offset = play.seq_offset;
+        s.next_seq = rtp_seq(play.seq_offset, play.start.gsn);
+        s.run = play.run;
         s.playing = true;
-        s.start = start;
-        s.end = end;
-        s.anchor = None;
+        s.start = play.start;
+        s.from = play.from;
+        s.end = play.end;
+        s.stop_at = None;
+        s.anchor = play.anchor;
+        s.pending = None;
         s.blocks.clear();
-        s.cursor = None;
+        s.next = first_block(&s.setup, play.from);
+        s.cursor = 0;
         s.generation += 1;
         s.scheduled = false;
         s.next_sr = None;
         s.last_sent = None;
+        if let (Some(a), RtcpMode::Timer) = (play.anchor, s.setup.rtcp) {
+            s.next_sr = Some(a.wall);
+            self.timers.push(Reverse((a.wall, stream, Timer::Sr(play.run))));
+        }
+        if let (Some(a), true) = (play.anchor, s.pace != Pace::NOMINAL) {
+            self.events.push_back(PacerEvent::Paced {
+                stream,
+                run: play.run,
+                anchor: a,
+                pace: s.pace,
+            });
+        }
+        if s.next.is_none() {
+            self.finish(now, stream, false);
+        }
     }
 
-    /// A block for a stream, from the scheduler. Blocks arrive in index order.
+    /// A block for a stream, from the scheduler (or, relayed, from another node). Blocks may
+    /// arrive in any order; they are sent in index order.
     pub fn handle_block(
         &mut self,
         stream: StreamId,
@@ -289,37 +442,66 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         anchor: Option<Anchor>,
     ) {
         let Some(s) = self.streams.get_mut(&stream) else { return };
-        if !s.playing || s.run != run {
+        if !s.playing || s.run != run || s.next.is_none_or(|n| index < n) {
             return;
         }
-        if let Some(a) = anchor {
+        if let Some(a) = anchor
+            && s.anchor.is_none()
+        {
             s.anchor = Some(a);
             if s.pace != Pace::NOMINAL {
                 let (run, pace) = (s.run, s.pace);
                 self.events.push_back(PacerEvent::Paced { stream, run, anchor: a, pace });
             }
         }
-        if s.blocks.is_empty() && s.cursor.is_none() {
-            // The first block of the run: begin at the start packet.
-            s.cursor = Some(block.find_gsn(s.start.gsn).unwrap_or(0));
+        if s.next == Some(index) && !s.blocks.contains_key(&index) {
+            // The block to send next: begin at the start packet if it holds it.
+            s.cursor = if index == s.from { block.find_gsn(s.start.gsn).unwrap_or(0) } else { 0 };
         }
-        s.blocks.push_back((index, block));
+        s.blocks.insert(index, block);
         if !s.scheduled {
             Self::schedule(&mut self.heap, s, &mut self.stats);
         }
     }
 
-    /// Stops a stream and returns where it stopped: the next packet it would have sent, and the
-    /// sequence number it would have had.
-    pub fn handle_pause(&mut self, stream: StreamId) -> Option<(Position, u16)> {
+    /// Stops a stream's run `run`: now (`cutoff: None`), returning where it stood, or after its
+    /// last packet at or before `cutoff`, reported by [`PacerEvent::Stopped`] when that time has
+    /// come (at once, as the return value, if the stream's clock is not pinned yet). `None` for
+    /// an unknown stream or another run.
+    pub fn handle_stop(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        run: u64,
+        cutoff: Option<MediaTime>,
+    ) -> Option<RunReport> {
         let s = self.streams.get_mut(&stream)?;
-        let at = Self::position(s);
-        s.playing = false;
-        s.blocks.clear();
-        s.cursor = None;
-        s.generation += 1;
-        s.scheduled = false;
-        Some((at, s.next_seq))
+        if s.run != run {
+            return None;
+        }
+        if !s.playing {
+            return Some(RunReport { next: None, last_sent: s.last_sent });
+        }
+        match (cutoff, s.anchor) {
+            (Some(c), Some(_)) => {
+                s.end = Some(s.end.map_or(c, |e| e.min(c)));
+                s.stop_at = Some(c);
+                // Just after the cutoff's own due time: a packet due then still goes.
+                let due = (Self::due(s, c) + Duration::from_micros(1)).max(now);
+                self.timers.push(Reverse((due, stream, Timer::Stop(run))));
+                None
+            }
+            _ => Some(self.stop_now(stream)),
+        }
+    }
+
+    /// Stops a stream at once (whatever its run) and returns where it stopped: the next packet
+    /// it would have sent, and the sequence number it would have had.
+    pub fn handle_pause(&mut self, stream: StreamId) -> Option<(Position, u16)> {
+        self.streams.get(&stream)?;
+        let report = self.stop_now(stream);
+        let s = self.streams.get(&stream)?;
+        Some((report.resume_at(s.start), s.next_seq))
     }
 
     /// Paces a stream at `pace` from now on (MTFC). Returns the pace in force, or `None` for an
@@ -333,15 +515,17 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         self.stats.pace_changes += 1;
         if let (true, Some(old)) = (s.playing, s.anchor) {
             // The current packet: the next to send, else the last sent, else the anchor's own.
-            let next = match (s.blocks.front(), s.cursor) {
-                (Some((_, b)), Some(c)) if c < b.packet_count() => Some(b.packet(c).send_time),
-                _ => None,
-            };
+            let next = s
+                .next
+                .and_then(|n| s.blocks.get(&n))
+                .filter(|b| s.cursor < b.packet_count())
+                .map(|b| b.packet(s.cursor).send_time);
             let media = next.or_else(|| s.last_sent.map(|p| p.time)).unwrap_or(old.media);
             let wall = old.wall + s.pace.wall_span(media.saturating_duration_since(old.media));
             let anchor = Anchor { wall, media };
             s.anchor = Some(anchor);
             s.pace = pace;
+            s.pending = None;
             let run = s.run;
             self.events.push_back(PacerEvent::Paced { stream, run, anchor, pace });
             if s.scheduled {
@@ -352,6 +536,41 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             s.pace = pace;
         }
         Some(pace)
+    }
+
+    /// Re-pins run `run`'s clock at `anchor` with `pace` (a cluster's pace change, chosen by the
+    /// session's origin so that every node changes at the same packet): packets at or after
+    /// `anchor.media` are due at `anchor.wall + pace.wall_span(t − anchor.media)`, earlier ones
+    /// keep the clock they had. The scheduler is told at once, to read ahead on the new clock.
+    pub fn handle_reanchor(&mut self, stream: StreamId, run: u64, anchor: Anchor, pace: Pace) {
+        let Some(s) = self.streams.get_mut(&stream) else { return };
+        if s.run != run {
+            return;
+        }
+        if s.pace != pace {
+            self.stats.pace_changes += 1;
+        }
+        if s.anchor.is_none() || s.last_sent.is_none_or(|l| l.time >= anchor.media) {
+            s.anchor = Some(anchor);
+            s.pace = pace;
+            s.pending = None;
+        } else {
+            s.pending = Some((anchor, pace));
+        }
+        self.events.push_back(PacerEvent::Paced { stream, run, anchor, pace });
+        if s.scheduled {
+            Self::schedule(&mut self.heap, s, &mut self.stats);
+        }
+    }
+
+    /// Sends the session's BYE (after the grace period) and stops its timed SRs: a
+    /// [`RtcpMode::Timer`] stream whose session every node has finished.
+    pub fn handle_bye(&mut self, now: Instant, stream: StreamId) {
+        let Some(s) = self.streams.get_mut(&stream) else { return };
+        s.next_sr = None;
+        let due = now + self.config.bye_delay;
+        let bye = Self::rtcp(s, due, true);
+        self.byes.push_back((due, bye));
     }
 
     /// A stream's pace (nominal unless changed by [`Self::handle_pace`]).
@@ -379,6 +598,10 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         if self.byes.front().is_some_and(|(due, _)| *due <= now) {
             return self.byes.pop_front().map(|(_, t)| t);
         }
+        self.fire_timers(now);
+        if let Some(t) = self.pending.pop_front() {
+            return Some(t);
+        }
         while let Some(&Reverse((due, generation, stream))) = self.heap.peek() {
             if due > now {
                 return None;
@@ -405,18 +628,20 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         self.events.pop_front()
     }
 
-    /// When the next packet is due, if any stream is waiting on time (not on a block).
+    /// When the next packet (or timer) is due, if any stream is waiting on time (not on a block).
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         if !self.pending.is_empty() {
             return Some(Instant::ZERO);
         }
-        let bye = self.byes.front().map(|(t, _)| *t);
-        let packet = self.heap.peek().map(|Reverse((t, _, _))| *t);
-        match (bye, packet) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.byes.front().map(|(t, _)| *t),
+            self.heap.peek().map(|Reverse((t, _, _))| *t),
+            self.timers.peek().map(|Reverse((t, _, _))| *t),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Counters.
@@ -443,14 +668,72 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         })
     }
 
-    fn position(s: &Paced<B>) -> Position {
-        match (s.blocks.front(), s.cursor) {
-            (Some((_, b)), Some(c)) if c < b.packet_count() => {
-                let p = b.packet(c);
-                Position { gsn: p.gsn, time: p.send_time }
+    /// Carries out the timers due at `now`: timed SRs and cutoff stops.
+    fn fire_timers(&mut self, now: Instant) {
+        while let Some(&Reverse((due, stream, timer))) = self.timers.peek() {
+            if due > now {
+                return;
             }
-            _ => s.last_sent.map_or(s.start, |p| Position { gsn: p.gsn.next(), time: p.time }),
+            self.timers.pop();
+            let Some(s) = self.streams.get_mut(&stream) else { continue };
+            match timer {
+                Timer::Sr(run) if s.run == run && s.next_sr == Some(due) => {
+                    let next = due + self.config.rtcp_interval;
+                    s.next_sr = Some(next);
+                    self.pending.push_back(Self::rtcp(s, now, false));
+                    self.timers.push(Reverse((next, stream, Timer::Sr(run))));
+                }
+                Timer::Stop(run) if s.run == run && s.playing && s.stop_at.is_some() => {
+                    self.finish(now, stream, true);
+                }
+                _ => {}
+            }
         }
+    }
+
+    /// Stops a stream now and reports where it stood.
+    fn stop_now(&mut self, stream: StreamId) -> RunReport {
+        let Some(s) = self.streams.get_mut(&stream) else { return RunReport::default() };
+        let report = RunReport { next: Self::next_position(s), last_sent: s.last_sent };
+        s.playing = false;
+        s.blocks.clear();
+        s.next = None;
+        s.stop_at = None;
+        s.generation += 1;
+        s.scheduled = false;
+        report
+    }
+
+    /// The first packet of the stream's part of the run that it has not sent, if any is left.
+    fn next_position(s: &Paced<B>) -> Option<Position> {
+        let next = s.next?;
+        if let Some(b) = s.blocks.get(&next)
+            && s.cursor < b.packet_count()
+        {
+            let p = b.packet(s.cursor);
+            return Some(Position { gsn: p.gsn, time: p.send_time });
+        }
+        let started = s.last_sent.is_some_and(|l| next <= s.from || l.gsn >= s.start.gsn);
+        let position = match &s.setup.share {
+            // The run's first block, not yet begun: its start packet.
+            _ if next == s.from && !started => s.start,
+            Some(share) => share.iter().find(|b| b.index == next).map_or(s.start, |b| b.first),
+            // Every block: the packet after the last sent (GSNs are contiguous).
+            None => s.last_sent.map_or(s.start, |p| Position { gsn: p.gsn.next(), time: p.time }),
+        };
+        Some(position)
+    }
+
+    /// When the packet at media time `t` is due on the stream's clock.
+    fn due(s: &Paced<B>, t: MediaTime) -> Instant {
+        let (anchor, pace) = match s.pending {
+            Some((a, p)) if t >= a.media => (a, p),
+            _ => match s.anchor {
+                Some(a) => (a, s.pace),
+                None => return Instant::ZERO,
+            },
+        };
+        anchor.wall + pace.wall_span(t.saturating_duration_since(anchor.media))
     }
 
     fn schedule(
@@ -458,15 +741,15 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         s: &mut Paced<B>,
         stats: &mut PacerStats,
     ) {
-        let (Some((_, block)), Some(cursor), Some(anchor)) = (s.blocks.front(), s.cursor, s.anchor)
-        else {
+        let block = s.next.and_then(|n| s.blocks.get(&n));
+        let (Some(block), Some(_)) = (block, s.anchor) else {
             if s.playing && s.anchor.is_some() {
                 stats.underruns += 1;
             }
             return;
         };
-        let t = block.packet(cursor).send_time;
-        let due = anchor.wall + s.pace.wall_span(t.saturating_duration_since(anchor.media));
+        let t = block.packet(s.cursor).send_time;
+        let due = Self::due(s, t);
         s.generation += 1;
         s.scheduled = true;
         heap.push(Reverse((due, s.generation, s.setup.stream)));
@@ -475,15 +758,26 @@ impl<B: AsRef<[u8]>> Pacer<B> {
     fn take_packet(&mut self, now: Instant, stream: StreamId, due: Instant) -> Option<Transmit<B>> {
         let interval = self.config.rtcp_interval;
         let s = self.streams.get_mut(&stream)?;
-        let (index, block) = s.blocks.front().map(|(i, b)| (*i, Arc::clone(b)))?;
-        let cursor = s.cursor?;
+        let index = s.next?;
+        let block = Arc::clone(s.blocks.get(&index)?);
+        let cursor = s.cursor;
         let pkt = block.packet(cursor);
         let (gsn, time, marker, len) =
             (pkt.gsn, pkt.send_time, pkt.discontinuity, pkt.payload.len() as u64);
         if s.end.is_some_and(|end| time > end) {
-            self.finish(now, stream);
+            let stopped = s.stop_at.is_some();
+            self.finish(now, stream, stopped);
             return self.pending.pop_front();
         }
+        if let Some((a, p)) = s.pending.filter(|(a, _)| time >= a.media) {
+            s.anchor = Some(a);
+            s.pace = p;
+            s.pending = None;
+        }
+        let lsn = s.setup.lsn.then(|| {
+            s.lsn = s.lsn.wrapping_add(1);
+            s.lsn
+        });
         let transmit = Transmit::Rtp {
             stream,
             block: Arc::clone(&block),
@@ -491,6 +785,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             seq: rtp_seq(s.setup.seq_offset, gsn),
             timestamp: rtp_timestamp(s.setup.rtp_ts_offset, time),
             marker,
+            lsn,
         };
         s.sent_packets += 1;
         s.sent_bytes += len;
@@ -505,38 +800,54 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         // Advance.
         let mut ended = false;
         if cursor + 1 < block.packet_count() {
-            s.cursor = Some(cursor + 1);
+            s.cursor = cursor + 1;
         } else {
-            s.blocks.pop_front();
+            s.blocks.remove(&index);
             self.events.push_back(PacerEvent::BlockDone { stream, run: s.run, index });
-            s.cursor = if s.blocks.is_empty() { None } else { Some(0) };
-            ended = index >= s.setup.last_block;
+            s.next = next_block(&s.setup, index);
+            s.cursor = 0;
+            ended = s.next.is_none();
         }
         // RTCP: an SR right after the first packet of a run, then every interval.
-        let sr_due = s.next_sr.is_none_or(|t| now >= t);
-        if sr_due && !ended {
-            s.next_sr = Some(now + interval);
-            self.pending.push_back(Self::rtcp(s, now, false));
+        if s.setup.rtcp == RtcpMode::AfterPackets {
+            let sr_due = s.next_sr.is_none_or(|t| now >= t);
+            if sr_due && !ended {
+                s.next_sr = Some(now + interval);
+                self.pending.push_back(Self::rtcp(s, now, false));
+            }
         }
         if ended {
-            self.finish(now, stream);
+            self.finish(now, stream, false);
         } else if let Some(s) = self.streams.get_mut(&stream) {
             Self::schedule(&mut self.heap, s, &mut self.stats);
         }
         Some(transmit)
     }
 
-    fn finish(&mut self, now: Instant, stream: StreamId) {
+    /// Ends the run: at a stop (`stopped`), or at its end, with the BYE of a stream that sends
+    /// its session's RTCP after its packets.
+    fn finish(&mut self, now: Instant, stream: StreamId, stopped: bool) {
         let Some(s) = self.streams.get_mut(&stream) else { return };
-        let at = Self::position(s);
-        let due = now + self.config.bye_delay;
-        self.byes.push_back((due, Self::rtcp(s, due, true)));
+        let report = RunReport {
+            next: if stopped { Self::next_position(s) } else { None },
+            last_sent: s.last_sent,
+        };
+        if !stopped && s.setup.rtcp == RtcpMode::AfterPackets {
+            let due = now + self.config.bye_delay;
+            self.byes.push_back((due, Self::rtcp(s, due, true)));
+        }
         s.playing = false;
         s.blocks.clear();
-        s.cursor = None;
+        s.next = None;
+        s.stop_at = None;
         s.generation += 1;
         s.scheduled = false;
-        self.events.push_back(PacerEvent::EndOfStream { stream, at, next_seq: s.next_seq });
+        let run = s.run;
+        self.events.push_back(if stopped {
+            PacerEvent::Stopped { stream, run, report }
+        } else {
+            PacerEvent::Ended { stream, run, report }
+        });
     }
 
     fn rtcp(s: &Paced<B>, now: Instant, bye: bool) -> Transmit<B> {
@@ -550,6 +861,29 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             packets: s.sent_packets as u32,
             octets: s.sent_bytes as u32,
             bye,
+        }
+    }
+}
+
+/// The first block a run starting at block `from` sends: `from` itself, or for a share its first
+/// block at or after `from`.
+fn first_block(setup: &StreamSetup, from: BlockIndex) -> Option<BlockIndex> {
+    match &setup.share {
+        None => (from <= setup.last_block).then_some(from),
+        Some(share) => {
+            let i = share.partition_point(|b| b.index < from);
+            share.get(i).map(|b| b.index)
+        }
+    }
+}
+
+/// The block after `index` that the stream sends, if any.
+fn next_block(setup: &StreamSetup, index: BlockIndex) -> Option<BlockIndex> {
+    match &setup.share {
+        None => (index < setup.last_block).then(|| BlockIndex(index.0 + 1)),
+        Some(share) => {
+            let i = share.partition_point(|b| b.index <= index);
+            share.get(i).map(|b| b.index)
         }
     }
 }
@@ -579,13 +913,12 @@ mod tests {
     }
 
     fn setup(p: &mut Pacer<Vec<u8>>, last: u32) {
-        p.handle_add(StreamSetup {
-            stream: StreamId(1),
-            ssrc: 9,
-            seq_offset: 65_530,
-            rtp_ts_offset: 100,
-            last_block: BlockIndex(last),
-        });
+        p.handle_add(StreamSetup::whole(StreamId(1), 9, 65_530, 100, BlockIndex(last)));
+    }
+
+    fn play(p: &mut Pacer<Vec<u8>>, run: u64, start: Position, end: Option<MediaTime>, seq: u16) {
+        let play = PlayRun { run, start, from: BlockIndex(0), end, seq_offset: seq, anchor: None };
+        p.handle_play(Instant::ZERO, StreamId(1), play);
     }
 
     fn ms(n: u64) -> Instant {
@@ -618,13 +951,7 @@ mod tests {
     fn paces_by_send_time_and_ends_with_bye() {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 1);
-        p.handle_play(
-            StreamId(1),
-            1,
-            Position { gsn: Gsn(0), time: MediaTime::ZERO },
-            None,
-            65_530,
-        );
+        play(&mut p, 1, Position { gsn: Gsn(0), time: MediaTime::ZERO }, None, 65_530);
         let anchor = Anchor { wall: ms(100), media: MediaTime::ZERO };
         p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), Some(anchor));
         p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
@@ -642,10 +969,16 @@ mod tests {
             vec![
                 PacerEvent::BlockDone { stream: StreamId(1), run: 1, index: BlockIndex(0) },
                 PacerEvent::BlockDone { stream: StreamId(1), run: 1, index: BlockIndex(1) },
-                PacerEvent::EndOfStream {
+                PacerEvent::Ended {
                     stream: StreamId(1),
-                    at: Position { gsn: Gsn(10), time: MediaTime::from_nanos(90_000_000) },
-                    next_seq: 4,
+                    run: 1,
+                    report: RunReport {
+                        next: None,
+                        last_sent: Some(Position {
+                            gsn: Gsn(9),
+                            time: MediaTime::from_nanos(90_000_000)
+                        }),
+                    },
                 },
             ]
         );
@@ -656,7 +989,7 @@ mod tests {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 1);
         let start = Position { gsn: Gsn(0), time: MediaTime::ZERO };
-        p.handle_play(StreamId(1), 1, start, None, 0);
+        play(&mut p, 1, start, None, 0);
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
         p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), Some(anchor));
         drive(&mut p, ms(25));
@@ -666,7 +999,7 @@ mod tests {
         assert_eq!(got[0].position, MediaTime::from_nanos(20_000_000));
         assert!(got[0].playing);
         let _ = p.handle_pause(StreamId(1));
-        p.handle_play(StreamId(1), 2, start, None, 0);
+        play(&mut p, 2, start, None, 0);
         let anchor = Anchor { wall: ms(100), media: MediaTime::ZERO };
         p.handle_block(StreamId(1), 2, BlockIndex(0), block(0, 0, 5), Some(anchor));
         drive(&mut p, ms(115));
@@ -678,16 +1011,10 @@ mod tests {
     fn seek_start_inside_a_block_and_stale_runs_ignored() {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 0);
-        p.handle_play(
-            StreamId(1),
-            1,
-            Position { gsn: Gsn(0), time: MediaTime::ZERO },
-            None,
-            65_530,
-        );
+        play(&mut p, 1, Position { gsn: Gsn(0), time: MediaTime::ZERO }, None, 65_530);
         // Run 2 starts at GSN 3; a block delivered for run 1 arrives late and is dropped.
         let start = Position { gsn: Gsn(3), time: MediaTime::from_nanos(30_000_000) };
-        p.handle_play(StreamId(1), 2, start, None, 65_530);
+        play(&mut p, 2, start, None, 65_530);
         let anchor = Anchor { wall: ms(0), media: start.time };
         p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), Some(anchor));
         assert!(p.poll_timeout().is_none());
@@ -700,13 +1027,7 @@ mod tests {
     fn pause_reports_the_next_packet_and_resume_has_no_gap() {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 0);
-        p.handle_play(
-            StreamId(1),
-            1,
-            Position { gsn: Gsn(0), time: MediaTime::ZERO },
-            None,
-            65_530,
-        );
+        play(&mut p, 1, Position { gsn: Gsn(0), time: MediaTime::ZERO }, None, 65_530);
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
         p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), Some(anchor));
         let mut sent = Vec::new();
@@ -720,7 +1041,7 @@ mod tests {
         assert_eq!(at, Position { gsn: Gsn(2), time: MediaTime::from_nanos(20_000_000) });
         assert_eq!(next_seq, 65_532);
         assert!(p.poll_transmit(ms(1_000), |_| true).is_none());
-        p.handle_play(StreamId(1), 2, at, None, 65_530);
+        play(&mut p, 2, at, None, 65_530);
         let anchor = Anchor { wall: ms(2_000), media: at.time };
         p.handle_block(StreamId(1), 2, BlockIndex(0), block(0, 0, 5), Some(anchor));
         let (rtp, ..) = drive(&mut p, ms(3_000));
@@ -732,13 +1053,7 @@ mod tests {
     fn backpressure_keeps_the_packet() {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 0);
-        p.handle_play(
-            StreamId(1),
-            1,
-            Position { gsn: Gsn(0), time: MediaTime::ZERO },
-            None,
-            65_530,
-        );
+        play(&mut p, 1, Position { gsn: Gsn(0), time: MediaTime::ZERO }, None, 65_530);
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
         p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 2), Some(anchor));
         assert!(p.poll_transmit(ms(0), |_| false).is_none());
@@ -753,13 +1068,7 @@ mod tests {
     fn pace_change_reanchors_at_the_current_packet() {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 1);
-        p.handle_play(
-            StreamId(1),
-            1,
-            Position { gsn: Gsn(0), time: MediaTime::ZERO },
-            None,
-            65_530,
-        );
+        play(&mut p, 1, Position { gsn: Gsn(0), time: MediaTime::ZERO }, None, 65_530);
         let anchor = Anchor { wall: ms(100), media: MediaTime::ZERO };
         p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), Some(anchor));
         p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
@@ -801,13 +1110,7 @@ mod tests {
         setup(&mut p, 0);
         let half = Pace::from_multiplier(0.5).unwrap();
         p.handle_pace(StreamId(1), half);
-        p.handle_play(
-            StreamId(1),
-            1,
-            Position { gsn: Gsn(0), time: MediaTime::ZERO },
-            None,
-            65_530,
-        );
+        play(&mut p, 1, Position { gsn: Gsn(0), time: MediaTime::ZERO }, None, 65_530);
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
         p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 3), Some(anchor));
         assert!(
@@ -823,7 +1126,7 @@ mod tests {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 5);
         let end = Some(MediaTime::from_nanos(25_000_000));
-        p.handle_play(StreamId(1), 1, Position { gsn: Gsn(0), time: MediaTime::ZERO }, end, 65_530);
+        play(&mut p, 1, Position { gsn: Gsn(0), time: MediaTime::ZERO }, end, 65_530);
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
         p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 2), Some(anchor));
         let (rtp, ..) = drive(&mut p, ms(100));
@@ -833,5 +1136,154 @@ mod tests {
         let (rtp, _, bye) = drive(&mut p, ms(1_000));
         assert_eq!(rtp.len(), 1, "packets at 20 ms only; 30 ms is past the range end");
         assert_eq!(bye.len(), 1);
+    }
+
+    /// A share of blocks 1 and 3 of 0..=3 (5 packets each), anchored by the origin at 100 ms.
+    fn share(p: &mut Pacer<Vec<u8>>, rtcp: RtcpMode) {
+        let first =
+            |i: u64| Position { gsn: Gsn(5 * i), time: MediaTime::from_nanos(i * 50_000_000) };
+        let blocks: Arc<[ShareBlock]> = [1, 3]
+            .into_iter()
+            .map(|i| ShareBlock { index: BlockIndex(i as u32), first: first(i) })
+            .collect();
+        let setup = StreamSetup {
+            share: Some(blocks),
+            rtcp,
+            lsn: true,
+            ..StreamSetup::whole(StreamId(1), 9, 0, 0, BlockIndex(3))
+        };
+        p.handle_add(setup);
+        let anchor = Anchor { wall: ms(100), media: MediaTime::ZERO };
+        let play = PlayRun {
+            run: 1,
+            start: first(0),
+            from: BlockIndex(0),
+            end: None,
+            seq_offset: 0,
+            anchor: Some(anchor),
+        };
+        p.handle_play(Instant::ZERO, StreamId(1), play);
+    }
+
+    #[test]
+    fn a_share_sends_its_blocks_in_order_on_the_origin_clock_with_lsns() {
+        let mut p = Pacer::new(PacerConfig::default());
+        share(&mut p, RtcpMode::None);
+        // Out of order: block 3 first.
+        p.handle_block(StreamId(1), 1, BlockIndex(3), block(3, 15, 5), None);
+        p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
+        let mut got = Vec::new();
+        let mut now = Instant::ZERO;
+        while now <= ms(1_000) {
+            while let Some(t) = p.poll_transmit(now, |_| true) {
+                match t {
+                    Transmit::Rtp { seq, lsn, .. } => {
+                        got.push((now.as_nanos() / 1_000_000, seq, lsn))
+                    }
+                    Transmit::Rtcp { .. } => panic!("a share without RTCP sent some"),
+                }
+            }
+            match p.poll_timeout() {
+                Some(t) if t > now => now = t,
+                _ => break,
+            }
+        }
+        let seqs: Vec<u16> = got.iter().map(|g| g.1).collect();
+        assert_eq!(seqs, vec![5, 6, 7, 8, 9, 15, 16, 17, 18, 19], "GSNs of its blocks only");
+        assert_eq!(got[0].0, 150, "packet 5 (50 ms) at anchor + 50 ms");
+        assert_eq!(got[5].0, 250);
+        let lsns: Vec<u16> = got.iter().filter_map(|g| g.2).collect();
+        assert_eq!(lsns, (1..=10).collect::<Vec<_>>(), "LSN counts this node's packets");
+        let ended =
+            std::iter::from_fn(|| p.poll_event()).find(|e| matches!(e, PacerEvent::Ended { .. }));
+        assert!(ended.is_some());
+    }
+
+    #[test]
+    fn a_cutoff_stop_sends_up_to_the_cutoff_and_reports_the_next_packet() {
+        let mut p = Pacer::new(PacerConfig::default());
+        share(&mut p, RtcpMode::None);
+        p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
+        p.handle_block(StreamId(1), 1, BlockIndex(3), block(3, 15, 5), None);
+        // Cutoff at media 70 ms: packets 5, 6, 7 (50, 60, 70 ms) go, 8 does not.
+        assert_eq!(
+            p.handle_stop(ms(0), StreamId(1), 1, Some(MediaTime::from_nanos(70_000_000))),
+            None
+        );
+        let (rtp, ..) = drive(&mut p, ms(1_000));
+        assert_eq!(rtp.iter().map(|r| r.1).collect::<Vec<_>>(), vec![5, 6, 7]);
+        let stopped = std::iter::from_fn(|| p.poll_event())
+            .find_map(|e| match e {
+                PacerEvent::Stopped { report, .. } => Some(report),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(stopped.next.map(|n| n.gsn), Some(Gsn(8)));
+        assert_eq!(stopped.last_sent.map(|n| n.gsn), Some(Gsn(7)));
+    }
+
+    #[test]
+    fn a_cutoff_before_a_share_block_reports_that_blocks_first_packet() {
+        let mut p = Pacer::new(PacerConfig::default());
+        share(&mut p, RtcpMode::None);
+        p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
+        // Cutoff at 20 ms: nothing of this share is due before it.
+        p.handle_stop(ms(0), StreamId(1), 1, Some(MediaTime::from_nanos(20_000_000)));
+        let (rtp, ..) = drive(&mut p, ms(1_000));
+        assert!(rtp.is_empty());
+        let report = std::iter::from_fn(|| p.poll_event())
+            .find_map(|e| match e {
+                PacerEvent::Stopped { report, .. } => Some(report),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(report.next.map(|n| n.gsn), Some(Gsn(5)));
+    }
+
+    #[test]
+    fn the_origin_sends_timed_srs_and_a_bye_when_told() {
+        let mut p = Pacer::new(PacerConfig {
+            rtcp_interval: Duration::from_millis(100),
+            ..PacerConfig::default()
+        });
+        share(&mut p, RtcpMode::Timer);
+        let (_, sr, bye) = drive(&mut p, ms(450));
+        assert_eq!(sr, 4, "SRs at 100, 200, 300, 400 ms with no packet sent");
+        assert!(bye.is_empty());
+        p.handle_bye(ms(450), StreamId(1));
+        let mut byes = 0;
+        while let Some(t) = p.poll_transmit(ms(2_000), |_| true) {
+            if let Transmit::Rtcp { bye: true, .. } = t {
+                byes += 1;
+            }
+        }
+        assert_eq!(byes, 1);
+    }
+
+    #[test]
+    fn a_reanchor_applies_from_its_media_time() {
+        let mut p = Pacer::new(PacerConfig::default());
+        setup(&mut p, 1);
+        let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
+        let start = Position { gsn: Gsn(0), time: MediaTime::ZERO };
+        let run = PlayRun {
+            run: 1,
+            start,
+            from: BlockIndex(0),
+            end: None,
+            seq_offset: 0,
+            anchor: Some(anchor),
+        };
+        p.handle_play(Instant::ZERO, StreamId(1), run);
+        p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), None);
+        p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
+        while p.poll_transmit(ms(15), |_| true).is_some() {}
+        // From media 50 ms, twice as fast, pinned at wall 60 ms.
+        let double = Pace::from_multiplier(2.0).unwrap();
+        let new = Anchor { wall: ms(60), media: MediaTime::from_nanos(50_000_000) };
+        p.handle_reanchor(StreamId(1), 1, new, double);
+        let (rtp, ..) = drive(&mut p, ms(1_000));
+        let times: Vec<u64> = rtp.iter().filter(|r| r.0 >= 15).map(|r| r.0).collect();
+        assert_eq!(times, vec![20, 30, 40, 60, 65, 70, 75, 80]);
     }
 }

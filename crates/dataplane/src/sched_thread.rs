@@ -107,6 +107,9 @@ pub enum SchedCommand {
         from: BlockIndex,
         /// Media time of the first packet.
         media: MediaTime,
+        /// The clock and pace the session's origin pinned (a cluster), else `None`: the scheduler
+        /// anchors the stream when its first block is in memory.
+        pinned: Option<(Anchor, Pace)>,
     },
     /// A stream's clock was re-anchored at a new pace (MTFC): read ahead on the same clock.
     Pace {
@@ -365,8 +368,17 @@ impl SchedThread {
                         let _ = tx.send(RecordEvent::Failed(key, "not an open recording".into()));
                     }
                 }
-                Some(SchedCommand::Start { stream, run, from, media }) => {
+                Some(SchedCommand::Start { stream, run, from, media, pinned: None }) => {
                     s.handle_start(now, stream, run, from, media);
+                }
+                Some(SchedCommand::Start {
+                    stream,
+                    run,
+                    from,
+                    pinned: Some((anchor, pace)),
+                    ..
+                }) => {
+                    s.handle_start_pinned(now, stream, run, from, anchor, pace);
                 }
                 Some(SchedCommand::Pace { stream, run, anchor, pace }) => {
                     s.handle_pace(now, stream, run, anchor, pace);

@@ -27,17 +27,19 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use isochron_base::{BlockIndex, MediaTime, Pace, StreamId};
 use isochron_diskio::AlignedBuf;
-use isochron_rtp::{NtpTimestamp, PT_MP2T, RtpHeader, SenderReport, interleaved_prefix, rtcp};
-use isochron_rtsp::server::Position;
+use isochron_rtp::{
+    NtpTimestamp, PT_MP2T, RTP_HEADER_LEN, RTP_HEADER_LSN_LEN, RtpHeader, SenderReport,
+    interleaved_prefix, rtcp,
+};
 use isochron_sched::Anchor;
 use isochron_store::block::Block;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
 use crate::clock::Clock;
-use crate::net::{Batch, UdpPair};
+use crate::net::{Batch, MAX_HEADER, UdpPair};
 use crate::pacer::{
-    Pacer, PacerConfig, PacerEvent, PacerStats, StreamProgress, StreamSetup, Transmit,
+    Pacer, PacerConfig, PacerEvent, PacerStats, PlayRun, StreamProgress, StreamSetup, Transmit,
 };
 
 /// Where the sender thread's events go. It is called on the sender thread between send passes, so
@@ -52,15 +54,19 @@ pub type SharedBlock = Arc<Block<AlignedBuf>>;
 pub enum OutFrame {
     /// An RTP packet: `$`, channel, length, the RTP header, then the payload from the block.
     Rtp {
-        /// The 4-byte interleave prefix and the 12-byte RTP header.
-        head: [u8; 16],
+        /// The 4-byte interleave prefix and the RTP header (12 bytes, 20 with the LSN
+        /// extension), in the first `head_len` bytes.
+        head: [u8; 4 + MAX_HEADER],
+        /// How much of `head` is used.
+        head_len: usize,
         /// The block holding the payload.
         block: SharedBlock,
         /// The packet's index in the block.
         packet: usize,
     },
-    /// An RTCP compound packet with its interleave prefix.
-    Rtcp(Vec<u8>),
+    /// A whole frame with its interleave prefix: an RTCP compound packet, or an RTP packet
+    /// relayed from another node.
+    Owned(Vec<u8>),
 }
 
 impl OutFrame {
@@ -68,8 +74,10 @@ impl OutFrame {
     #[must_use]
     pub fn parts(&self) -> (&[u8], &[u8]) {
         match self {
-            Self::Rtp { head, block, packet } => (head, block.packet(*packet).payload),
-            Self::Rtcp(b) => (b, &[]),
+            Self::Rtp { head, head_len, block, packet } => {
+                (&head[..*head_len], block.packet(*packet).payload)
+            }
+            Self::Owned(b) => (b, &[]),
         }
     }
 }
@@ -107,18 +115,12 @@ pub enum SenderCommand {
         /// The RTCP CNAME to announce.
         cname: String,
     },
-    /// Start run `run` at `start`.
+    /// Start a run.
     Play {
         /// The stream.
         stream: StreamId,
-        /// The run number (matches the scheduler's).
-        run: u64,
-        /// First packet.
-        start: Position,
-        /// Last media time to send, if the PLAY range had an end.
-        end: Option<MediaTime>,
-        /// RTP sequence-number offset of this run (seq = offset + GSN).
-        seq_offset: u16,
+        /// The run.
+        play: PlayRun,
     },
     /// A block from the scheduler.
     Block {
@@ -133,12 +135,37 @@ pub enum SenderCommand {
         /// The pacing anchor, on the first block of a run.
         anchor: Option<Anchor>,
     },
-    /// Stop sending and report the position.
-    Pause {
+    /// Stop run `run` now or after its last packet at or before `cutoff`; where it stood is
+    /// reported as [`PacerEvent::Stopped`].
+    Stop {
         /// The stream.
         stream: StreamId,
-        /// Where it stopped and the next sequence number (`None` for an unknown stream).
-        reply: oneshot::Sender<Option<(Position, u16)>>,
+        /// The run.
+        run: u64,
+        /// The cutoff (a cluster's synchronised pause).
+        cutoff: Option<MediaTime>,
+    },
+    /// Re-pin run `run`'s clock (a cluster's pace change, [`Pacer::handle_reanchor`]).
+    Reanchor {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: u64,
+        /// The new anchor.
+        anchor: Anchor,
+        /// The new pace.
+        pace: Pace,
+    },
+    /// Send the session's BYE ([`Pacer::handle_bye`]).
+    Bye {
+        /// The stream.
+        stream: StreamId,
+    },
+    /// An RTP packet another node sent this node to relay: it goes to the stream whose SSRC it
+    /// carries, from this node's address (relay delivery).
+    Relayed {
+        /// The datagram.
+        datagram: Vec<u8>,
     },
     /// Pace a stream at a new speed (MTFC); replies with the pace in force (`None` for an
     /// unknown stream).
@@ -180,6 +207,10 @@ pub struct SenderStats {
     pub send_errors: u64,
     /// Streams registered.
     pub streams: usize,
+    /// Packets relayed for other nodes.
+    pub relayed: u64,
+    /// Relayed packets for no known stream (dropped).
+    pub relay_unknown: u64,
 }
 
 struct StreamOut {
@@ -213,6 +244,7 @@ impl SenderThread {
         let mut pacer: Pacer<AlignedBuf> =
             Pacer::new(PacerConfig { rtcp_interval: self.rtcp_interval, ..PacerConfig::default() });
         let mut outs: HashMap<StreamId, StreamOut> = HashMap::new();
+        let mut by_ssrc: HashMap<u32, StreamId> = HashMap::new();
         let mut batch = Batch::with_capacity(self.batch_packets);
         // Blocks referenced by the batch stay alive until it is sent.
         let mut held: Vec<SharedBlock> = Vec::with_capacity(self.batch_packets);
@@ -238,24 +270,49 @@ impl SenderThread {
             for cmd in first.into_iter().chain(std::iter::from_fn(|| self.rx.try_recv().ok())) {
                 match cmd {
                     SenderCommand::Add { setup, transport, cname } => {
+                        let (stream, ssrc) = (setup.stream, setup.ssrc);
                         pacer.handle_add(setup);
-                        outs.insert(setup.stream, StreamOut { transport, ssrc: setup.ssrc, cname });
+                        by_ssrc.insert(ssrc, stream);
+                        outs.insert(stream, StreamOut { transport, ssrc, cname });
                     }
-                    SenderCommand::Play { stream, run, start, end, seq_offset } => {
-                        pacer.handle_play(stream, run, start, end, seq_offset);
+                    SenderCommand::Play { stream, play } => {
+                        pacer.handle_play(self.clock.now(), stream, play);
                     }
                     SenderCommand::Block { stream, run, index, block, anchor } => {
                         pacer.handle_block(stream, run, index, block, anchor);
                     }
-                    SenderCommand::Pause { stream, reply } => {
-                        let _ = reply.send(pacer.handle_pause(stream));
+                    SenderCommand::Stop { stream, run, cutoff } => {
+                        let now = self.clock.now();
+                        if let Some(report) = pacer.handle_stop(now, stream, run, cutoff) {
+                            (self.on_event)(PacerEvent::Stopped { stream, run, report });
+                        }
+                    }
+                    SenderCommand::Reanchor { stream, run, anchor, pace } => {
+                        pacer.handle_reanchor(stream, run, anchor, pace);
+                    }
+                    SenderCommand::Bye { stream } => pacer.handle_bye(self.clock.now(), stream),
+                    SenderCommand::Relayed { datagram } => {
+                        let out = datagram
+                            .get(8..12)
+                            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+                            .and_then(|ssrc| by_ssrc.get(&ssrc))
+                            .and_then(|s| outs.get(s));
+                        match out {
+                            Some(out) => {
+                                stats.relayed += 1;
+                                relay(&self.udp.rtp, out, datagram);
+                            }
+                            None => stats.relay_unknown += 1,
+                        }
                     }
                     SenderCommand::Pace { stream, pace, reply } => {
                         let _ = reply.send(pacer.handle_pace(stream, pace));
                     }
                     SenderCommand::Remove { stream } => {
                         pacer.handle_remove(stream);
-                        outs.remove(&stream);
+                        if let Some(out) = outs.remove(&stream) {
+                            by_ssrc.remove(&out.ssrc);
+                        }
                     }
                     SenderCommand::Stats { reply } => {
                         stats.pacer = pacer.stats();
@@ -279,16 +336,28 @@ impl SenderThread {
                 };
                 let Some(t) = pacer.poll_transmit(now, can_send) else { break };
                 match t {
-                    Transmit::Rtp { stream, block, packet, seq, timestamp, marker } => {
+                    Transmit::Rtp { stream, block, packet, seq, timestamp, marker, lsn } => {
                         let Some(out) = outs.get(&stream) else { continue };
-                        let header = RtpHeader {
+                        let rtp_header = RtpHeader {
                             marker,
                             payload_type: PT_MP2T,
                             sequence: seq,
                             timestamp,
                             ssrc: out.ssrc,
-                        }
-                        .to_bytes();
+                        };
+                        let mut buf = [0u8; RTP_HEADER_LSN_LEN];
+                        let header: &[u8] = match lsn {
+                            Some(lsn) => {
+                                rtp_header.write_lsn(lsn, &mut buf);
+                                &buf
+                            }
+                            None => {
+                                let b: &mut [u8; RTP_HEADER_LEN] =
+                                    (&mut buf[..RTP_HEADER_LEN]).try_into().expect("12 bytes");
+                                rtp_header.write(b);
+                                &buf[..RTP_HEADER_LEN]
+                            }
+                        };
                         match &out.transport {
                             StreamTransport::Udp { rtp, .. } => {
                                 batch.push(*rtp, header, block.packet(packet).payload);
@@ -298,14 +367,16 @@ impl SenderThread {
                                 }
                             }
                             StreamTransport::Interleaved { frames, rtp_channel, .. } => {
-                                let len = 12 + block.packet(packet).payload.len();
-                                let mut head = [0u8; 16];
+                                let len = header.len() + block.packet(packet).payload.len();
+                                let mut head = [0u8; 4 + MAX_HEADER];
                                 head[..4]
                                     .copy_from_slice(&interleaved_prefix(*rtp_channel, len as u16));
-                                head[4..].copy_from_slice(&header);
+                                head[4..4 + header.len()].copy_from_slice(header);
+                                let head_len = 4 + header.len();
                                 // `can_send` saw room and this thread is the queue's only
                                 // RTP producer, so this does not fail for lack of room.
-                                let _ = frames.try_send(OutFrame::Rtp { head, block, packet });
+                                let frame = OutFrame::Rtp { head, head_len, block, packet };
+                                let _ = frames.try_send(frame);
                             }
                         }
                     }
@@ -323,8 +394,8 @@ impl SenderThread {
             flush(&mut batch, &mut held, &self.udp.rtp, &mut stats);
 
             while let Some(ev) = pacer.poll_event() {
-                if let PacerEvent::EndOfStream { stream, at, .. } = ev {
-                    debug!(%stream, gsn = %at.gsn, "end of stream");
+                if let PacerEvent::Ended { stream, run, report } = ev {
+                    debug!(%stream, run, last = ?report.last_sent, "end of run");
                 }
                 (self.on_event)(ev);
             }
@@ -389,8 +460,28 @@ fn send_rtcp(socket: &UdpSocket, s: &StreamOut, pkt: &[u8]) {
             b.extend_from_slice(pkt);
             // RTP leaves the last slot of the queue free (see `can_send`), so a report finds room
             // unless the client stopped reading; then dropping it is harmless (RFC 3550 §6).
-            if frames.try_send(OutFrame::Rtcp(b)).is_err() {
+            if frames.try_send(OutFrame::Owned(b)).is_err() {
                 debug!("interleaved RTCP dropped: connection queue full or closed");
+            }
+        }
+    }
+}
+
+/// Sends a relayed RTP packet on to the stream's client, from this node's RTP socket or on its
+/// RTSP connection.
+fn relay(socket: &UdpSocket, out: &StreamOut, datagram: Vec<u8>) {
+    match &out.transport {
+        StreamTransport::Udp { rtp, .. } => {
+            if let Err(e) = socket.send_to(&datagram, rtp) {
+                debug!(error = %e, to = %rtp, "relayed RTP send failed");
+            }
+        }
+        StreamTransport::Interleaved { frames, rtp_channel, .. } => {
+            let mut b = Vec::with_capacity(4 + datagram.len());
+            b.extend_from_slice(&interleaved_prefix(*rtp_channel, datagram.len() as u16));
+            b.extend_from_slice(&datagram);
+            if frames.try_send(OutFrame::Owned(b)).is_err() {
+                debug!("relayed RTP dropped: connection queue full or closed");
             }
         }
     }

@@ -535,6 +535,7 @@ mod tests {
             object: "demo \"quoted\"\\".into(),
             state: "playing".into(),
             transport: "udp".into(),
+            delivery: "bipartite".into(),
             client: "127.0.0.1:5000".into(),
             bitrate_bps: 2_000_000,
             missed_deadlines: 0,

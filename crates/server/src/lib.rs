@@ -314,6 +314,9 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         sched_tx.clone(),
         sender_tx.clone(),
         format!("isochron@{}", rtsp_addr.ip()),
+        sessions_tx.clone(),
+        (isochron_base::NodeId(0), "local".to_owned()),
+        None,
     );
     let mut tasks = vec![tokio::spawn(manager.run(sessions_rx))];
     let reorganiser = Reorganiser::new(
@@ -435,9 +438,13 @@ fn sender_events(
         PacerEvent::Paced { stream, run, anchor, pace } => {
             let _ = sched.send(SchedCommand::Pace { stream, run, anchor, pace });
         }
-        PacerEvent::EndOfStream { stream, at, next_seq } => {
+        PacerEvent::Ended { stream, run, report } => {
             let _ = sched.send(SchedCommand::Stop { stream });
-            let _ = sessions.send(SessionCommand::EndOfStream { stream, at, next_seq });
+            let _ = sessions.send(SessionCommand::ShareEnded { stream, run, report });
+        }
+        PacerEvent::Stopped { stream, run, report } => {
+            let _ = sched.send(SchedCommand::Stop { stream });
+            let _ = sessions.send(SessionCommand::ShareStopped { stream, run, report });
         }
     })
 }

@@ -1,31 +1,46 @@
-//! The session manager: the one owner of the RTSP session core.
+//! The session manager: the one owner of the RTSP session core and of the cluster core.
 //!
-//! RTSP requests from every connection, RTCP liveness from the RTCP socket and from interleaved
-//! channels, end-of-stream notices from the sender, and the reaping tick all arrive as
-//! [`SessionCommand`]s on one channel. The manager feeds them to the sans-IO
-//! [`ServerCore`], and carries out the data-plane actions the
-//! core hands back: admission and starts at the scheduler thread, play/pause at the sender thread.
+//! RTSP requests from every connection, RTCP liveness, the sender's and scheduler's notices,
+//! cluster messages and membership, and the reaping tick all arrive as [`SessionCommand`]s on one
+//! channel. The manager feeds them to the two sans-IO cores and carries out what they hand back:
 //!
-//! PLAY order matters (rtsp-interop §1.8): the response (with RTP-Info computed from the start
-//! packet's GSN and send time) is returned to the connection before the first packet can leave;
-//! the scheduler anchors the stream's clock `startup_delay` after its first block is in memory.
+//! - [`ServerCore`] (RTSP, RFC 2326) says what a request means for a session: a PLAY, a PAUSE, a
+//!   pace change, a session closed;
+//! - [`ClusterCore`] (Yima §2.2) turns those into the session's *shares*: every node holding
+//!   blocks of the object (this one included) reserves its share at its own scheduler, then
+//!   reads and sends its own blocks on the session's clock. A single node is a cluster of one,
+//!   driven by the same calls (its clock pinned by its scheduler, its pacer sending the whole
+//!   object), so one code path serves both.
+//!
+//! A PLAY is answered once the cluster has admitted the session (reserve everywhere, then start:
+//! a refusal is a 453 naming the node and disk) and, for a seek while playing, once every node
+//! has stopped the previous run. PLAY order matters (rtsp-interop §1.8): the response (with
+//! RTP-Info computed from the start packet's GSN and send time) goes back before the first
+//! packet can leave: a single node's scheduler anchors the clock `startup_delay` after its first
+//! block is in memory; a cluster's origin pins it `start_delay` ahead.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::Sender;
-use isochron_base::{BlockIndex, MediaTime, Pace, StreamId};
+use isochron_base::{BlockIndex, DiskId, Instant, MediaTime, NodeId, Pace, StreamId};
+use isochron_cluster::message::{Dest, Role};
+use isochron_cluster::{
+    ClusterConfig, ClusterCore, Delivery, LocalAction, LocalAnchor, MemberInfo, Message, OpenSpec,
+    Refusal, RunSpec, SessionEvent, ShareKey, ShareReport, StartSpec, StopKind,
+};
 use isochron_dataplane::clock::Clock;
-use isochron_dataplane::pacer::StreamSetup;
+use isochron_dataplane::pacer::{PlayRun, RtcpMode, RunReport, ShareBlock, StreamSetup};
 use isochron_dataplane::sched_thread::SchedCommand;
 use isochron_dataplane::sender::{OutFrame, SenderCommand, StreamTransport};
-use isochron_rtsp::rtsp_types::{Request, Response};
+use isochron_rtsp::rtsp_types::{HeaderName, Method, Request, Response};
 use isochron_rtsp::server::{
     ConnId, ConnInfo, Event, Handled, PauseAction, PlayAction, PlayOutcome, PlayStart, Position,
-    RateAction, ServerCore, SessionTransport,
+    RateAction, ServerCore, SessionTransport, rtp_seq,
 };
-use isochron_sched::{Decision, OpenStream};
+use isochron_sched::{Anchor, Decision, OpenStream};
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
@@ -68,21 +83,51 @@ pub enum SessionCommand {
         /// The channel.
         channel: u8,
     },
-    /// The sender sent a stream's last packet.
-    EndOfStream {
-        /// The stream.
+    /// The sender sent a local stream's last packet of a run.
+    ShareEnded {
+        /// The local stream.
         stream: StreamId,
-        /// Position after the last packet.
-        at: Position,
-        /// The sequence number the next packet would have had.
-        next_seq: u16,
+        /// The run.
+        run: u64,
+        /// Where it stood.
+        report: RunReport,
     },
-    /// A block of a stream could not be read.
+    /// The sender stopped a local stream's run.
+    ShareStopped {
+        /// The local stream.
+        stream: StreamId,
+        /// The run.
+        run: u64,
+        /// Where it stood.
+        report: RunReport,
+    },
+    /// The scheduler decided on a share's admission.
+    Admitted {
+        /// The share.
+        key: ShareKey,
+        /// The decision (`None`: the scheduler thread is gone).
+        decision: Option<Decision>,
+    },
+    /// A block of a local stream could not be read.
     ReadFailed {
         /// The stream.
         stream: StreamId,
         /// Why.
         error: String,
+    },
+    /// A message from another node.
+    Peer {
+        /// The node.
+        from: NodeId,
+        /// The message.
+        msg: Message,
+    },
+    /// A node's record or liveness changed (from etcd).
+    Member {
+        /// The node.
+        info: MemberInfo,
+        /// Where it takes relayed RTP.
+        relay: Option<SocketAddr>,
     },
     /// Allocate a stream id for a recording, from the sequence the RTSP sessions' streams use.
     AllocateStream {
@@ -93,6 +138,11 @@ pub enum SessionCommand {
     List {
         /// The reply.
         reply: oneshot::Sender<Vec<SessionInfo>>,
+    },
+    /// Report the cluster as this node sees it.
+    Cluster {
+        /// The reply.
+        reply: oneshot::Sender<ClusterInfo>,
     },
 }
 
@@ -109,6 +159,8 @@ pub struct SessionInfo {
     pub state: String,
     /// `udp` or `tcp`.
     pub transport: String,
+    /// `bipartite` or `relay` (a single node: `bipartite`, it sends everything itself).
+    pub delivery: String,
     /// The client: where UDP media goes (`ip:rtp_port`), or the RTSP connection's peer for
     /// interleaved (TCP) media.
     pub client: String,
@@ -130,34 +182,106 @@ pub struct SessionInfo {
     pub bytes_sent: u64,
 }
 
-struct StreamState {
+/// The cluster as one node sees it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClusterInfo {
+    /// Sessions this node is the origin of.
+    pub sessions: usize,
+    /// Shares this node runs (its own sessions' included).
+    pub shares: usize,
+    /// Every member: name, health, clock offset.
+    pub members: Vec<MemberSummary>,
+}
+
+/// One member, as the cluster core sees it.
+#[derive(Clone, Debug, Serialize)]
+pub struct MemberSummary {
+    /// Its id.
+    pub id: u32,
+    /// Its name.
+    pub name: String,
+    /// `up`, `suspect` or `down`.
+    pub health: String,
+    /// Its clock minus ours, ns.
+    pub clock_offset_ns: i64,
+    /// Heartbeat round trip, µs.
+    pub round_trip_us: Option<u64>,
+}
+
+/// A node's link to the rest of the cluster, when it is in one.
+pub(crate) struct ClusterLink {
+    /// Messages for peers.
+    pub(crate) out: mpsc::UnboundedSender<(NodeId, Message)>,
+    /// The disks this node owns: its shares read only these.
+    pub(crate) local_disks: Arc<BTreeSet<DiskId>>,
+}
+
+type Reply = oneshot::Sender<Response<Vec<u8>>>;
+
+/// What an origin session waits for before it can answer a request.
+enum Waiting {
+    /// The cluster's admission, to start a PLAY.
+    Open(PlayAction, Reply),
+    /// Every node to stop the running run, to start a PLAY (a seek).
+    StopForPlay(PlayAction, Reply),
+    /// Every node to stop at the pause cutoff.
+    Pause(PauseAction, Reply),
+    /// Every node to stop after a node failed: the client's stream ends there.
+    Fail,
+}
+
+/// A session this node is the origin of.
+struct Origin {
     entry: Arc<ObjectEntry>,
-    run: u64,
+    delivery: Delivery,
     opened: bool,
-    /// Whether the sender is (or is about to be) sending this stream.
-    sending: bool,
-    /// The sequence number the stream's next packet gets; `None` before its first PLAY.
+    run: u64,
+    running: bool,
+    run_start: Position,
+    seq_offset: u16,
+    /// The sequence number the next packet gets; `None` before the first PLAY.
     next_seq: Option<u16>,
+    pace: Pace,
+    waiting: Option<Waiting>,
+}
+
+/// A share this node runs.
+struct Share {
+    /// The local stream the scheduler and sender know it by.
+    stream: StreamId,
+    entry: Arc<ObjectEntry>,
+    /// Whether the sender knows the stream.
+    added: bool,
+    run: u64,
 }
 
 /// Everything the manager needs.
 pub(crate) struct Manager {
     pub(crate) core: ServerCore,
+    pub(crate) cluster: ClusterCore,
+    link: Option<ClusterLink>,
     pub(crate) library: Arc<Library>,
     pub(crate) clock: Clock,
     pub(crate) sched: Sender<SchedCommand>,
     pub(crate) sender: Sender<SenderCommand>,
     pub(crate) cname: String,
+    /// The manager's own channel, for answers from spawned waits.
+    me: mpsc::UnboundedSender<SessionCommand>,
     pub(crate) conns: HashMap<ConnId, mpsc::Sender<OutFrame>>,
     /// Each open connection's client address, learnt from its requests (for the API).
-    peers: HashMap<ConnId, std::net::SocketAddr>,
-    streams: HashMap<StreamId, StreamState>,
-    /// Paces asked for before the stream's first PLAY, applied when it opens.
-    pending_paces: HashMap<StreamId, Pace>,
+    peers: HashMap<ConnId, SocketAddr>,
+    /// Each connection's delivery wish (`?delivery=`) and player (`User-Agent`).
+    prefs: HashMap<ConnId, (Option<Delivery>, String)>,
+    origins: HashMap<StreamId, Origin>,
+    shares: HashMap<ShareKey, Share>,
+    share_of: HashMap<StreamId, ShareKey>,
+    relays: HashMap<NodeId, SocketAddr>,
 }
 
 impl Manager {
-    /// A manager around `core`.
+    /// A manager around `core`; in a cluster when `link` is given (this node is `node`,
+    /// called `name`).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         core: ServerCore,
         library: Arc<Library>,
@@ -165,52 +289,71 @@ impl Manager {
         sched: Sender<SchedCommand>,
         sender: Sender<SenderCommand>,
         cname: String,
+        me: mpsc::UnboundedSender<SessionCommand>,
+        node: (NodeId, String),
+        link: Option<ClusterLink>,
     ) -> Self {
+        // The Unix time of the clock's zero: anchors travel as Unix time between nodes.
+        let unix_now =
+            SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        let unix_base_ns = unix_now.saturating_sub(clock.now().as_nanos());
+        let cluster = ClusterCore::new(ClusterConfig::new(node.0, node.1, unix_base_ns));
         Self {
             core,
+            cluster,
+            link,
             library,
             clock,
             sched,
             sender,
             cname,
+            me,
             conns: HashMap::new(),
             peers: HashMap::new(),
-            streams: HashMap::new(),
-            pending_paces: HashMap::new(),
+            prefs: HashMap::new(),
+            origins: HashMap::new(),
+            shares: HashMap::new(),
+            share_of: HashMap::new(),
+            relays: HashMap::new(),
         }
     }
 
     /// Runs until every command sender is gone.
     pub(crate) async fn run(mut self, mut rx: mpsc::UnboundedReceiver<SessionCommand>) {
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 cmd = rx.recv() => match cmd {
-                    Some(cmd) => self.handle(cmd).await,
+                    Some(cmd) => self.handle(cmd),
                     None => break,
                 },
                 _ = tick.tick() => {
                     let now = self.clock.now();
                     self.core.handle_timeout(now);
+                    self.cluster.handle_timeout(now);
                 }
             }
-            self.drain_events();
+            self.drive();
         }
     }
 
-    async fn handle(&mut self, cmd: SessionCommand) {
+    fn handle(&mut self, cmd: SessionCommand) {
         let now = self.clock.now();
         match cmd {
             SessionCommand::Request { conn, req, reply } => {
                 self.peers.insert(conn.id, conn.peer);
-                let resp = match self.core.handle_request(now, &conn, &req, &*self.library) {
-                    Handled::Respond(r) => r,
-                    Handled::Play(action) => self.play(action).await,
-                    Handled::Pause(action) => self.pause(action).await,
-                    Handled::Rate(action) => self.rate(action).await,
-                };
-                let _ = reply.send(resp);
+                self.note_prefs(conn.id, &req);
+                match self.core.handle_request(now, &conn, &req, &*self.library) {
+                    Handled::Respond(r) => {
+                        let _ = reply.send(r);
+                    }
+                    Handled::Play(action) => self.play(now, conn.id, action, reply),
+                    Handled::Pause(action) => self.pause(now, action, reply),
+                    Handled::Rate(action) => {
+                        let _ = reply.send(self.rate(now, action));
+                    }
+                }
             }
             SessionCommand::ConnOpened { conn, frames } => {
                 self.conns.insert(conn, frames);
@@ -218,6 +361,7 @@ impl Manager {
             SessionCommand::ConnClosed { conn } => {
                 self.conns.remove(&conn);
                 self.peers.remove(&conn);
+                self.prefs.remove(&conn);
                 self.core.handle_conn_closed(now, conn);
             }
             SessionCommand::Rtcp { media_ssrcs } => {
@@ -228,19 +372,53 @@ impl Manager {
             SessionCommand::InterleavedRtcp { conn, channel } => {
                 self.core.handle_interleaved_rtcp(now, conn, channel);
             }
-            SessionCommand::EndOfStream { stream, at, next_seq } => {
-                if let Some(s) = self.streams.get_mut(&stream) {
-                    s.sending = false;
-                    s.next_seq = Some(next_seq);
+            SessionCommand::ShareEnded { stream, run, report } => {
+                if let Some(key) = self.share_key(stream, run) {
+                    self.cluster.handle_share_ended(now, key, run, share_report(report));
                 }
-                self.core.handle_end_of_stream(now, stream, at);
+            }
+            SessionCommand::ShareStopped { stream, run, report } => {
+                if let Some(key) = self.share_key(stream, run) {
+                    self.cluster.handle_share_stopped(now, key, run, share_report(report));
+                }
+            }
+            SessionCommand::Admitted { key, decision } => {
+                let node = self.cluster.config().name.clone();
+                let result = match decision {
+                    Some(Decision::Admit) => Ok(()),
+                    None => {
+                        self.forget_share(key);
+                        Err(Refusal { node, disk: None, reason: "scheduler stopped".into() })
+                    }
+                    Some(Decision::Reject(r)) => {
+                        let disk = match &r {
+                            isochron_sched::Refusal::Bandwidth(o) => {
+                                o.disks.first().map(|d| d.disk)
+                            }
+                            isochron_sched::Refusal::NoProfile { disk } => Some(*disk),
+                            _ => None,
+                        };
+                        info!(share = %key, reason = %r, "admission: rejected");
+                        self.forget_share(key);
+                        Err(Refusal { node, disk, reason: r.to_string() })
+                    }
+                };
+                self.cluster.handle_admitted(now, key, result);
             }
             SessionCommand::ReadFailed { stream, error } => {
-                warn!(%stream, %error, "ending stream: a block could not be read");
-                if let Some((at, _)) = self.stop_sender(stream).await {
-                    // The client gets no more data; the session stays until TEARDOWN or timeout.
-                    self.core.handle_end_of_stream(now, stream, at);
+                warn!(%stream, %error, "a block could not be read");
+                if let Some(&key) = self.share_of.get(&stream)
+                    && let Some(run) = self.shares.get(&key).map(|s| s.run)
+                {
+                    self.cluster.handle_share_failed(now, key, run, error);
                 }
+            }
+            SessionCommand::Peer { from, msg } => self.cluster.handle_message(now, from, msg),
+            SessionCommand::Member { info, relay } => {
+                if let Some(addr) = relay {
+                    self.relays.insert(info.id, addr);
+                }
+                self.cluster.handle_member(now, info);
             }
             SessionCommand::AllocateStream { reply } => {
                 let _ = reply.send(self.core.allocate_stream());
@@ -248,187 +426,472 @@ impl Manager {
             SessionCommand::List { reply } => {
                 let _ = reply.send(self.list());
             }
+            SessionCommand::Cluster { reply } => {
+                let _ = reply.send(self.cluster_info(now));
+            }
         }
     }
 
-    async fn play(&mut self, action: PlayAction) -> Response<Vec<u8>> {
-        let now = self.clock.now();
-        let stream = action.stream;
-        let entry = match self.streams.get(&stream) {
-            Some(s) => Arc::clone(&s.entry),
-            None => match self.library.by_id(action.object) {
-                Some(e) => e,
-                None => {
-                    let outcome = PlayOutcome::Failed { reason: "object was removed".into() };
-                    return self.core.finish_play(now, action, outcome);
+    /// Carries out what the cores handed back, until they have nothing more.
+    fn drive(&mut self) {
+        loop {
+            let mut any = false;
+            while let Some(ev) = self.core.poll_event() {
+                any = true;
+                let Event::Closed { session, stream, reason } = ev;
+                debug!(%stream, ?session, ?reason, "session closed");
+                if let Some(o) = self.origins.remove(&stream) {
+                    drop(o.waiting);
                 }
-            },
-        };
-        if !self.streams.get(&stream).is_some_and(|s| s.opened)
-            && let Err(outcome) = self.open(stream, &entry).await
-        {
-            return self.core.finish_play(now, action, outcome);
+                let now = self.clock.now();
+                self.cluster.close(now, stream);
+            }
+            while let Some(action) = self.cluster.poll_local() {
+                any = true;
+                self.local(action);
+            }
+            while let Some(ev) = self.cluster.poll_event() {
+                any = true;
+                self.session_event(ev);
+            }
+            while let Some((to, msg)) = self.cluster.poll_transmit() {
+                any = true;
+                if let Some(link) = &self.link {
+                    let _ = link.out.send((to, msg));
+                }
+            }
+            if !any {
+                break;
+            }
         }
-        let rec = &entry.record;
+    }
+
+    // ----- the origin's side -------------------------------------------------------------------
+
+    fn note_prefs(&mut self, conn: ConnId, req: &Request<Vec<u8>>) {
+        let entry = self.prefs.entry(conn).or_insert((None, String::new()));
+        if let Some(ua) = req.header(&HeaderName::from_static_str("User-Agent").expect("valid")) {
+            entry.1 = ua.as_str().to_owned();
+        }
+        if matches!(req.method(), Method::Setup | Method::Play | Method::Describe)
+            && let Some(d) = req.request_uri().and_then(|u| delivery_query(u.query()))
+        {
+            entry.0 = Some(d);
+        }
+    }
+
+    /// The delivery a connection's player gets: what it asked for, else by player (`auto`).
+    fn delivery_for(&self, conn: ConnId) -> Delivery {
+        match self.prefs.get(&conn) {
+            Some((Some(d), _)) => *d,
+            Some((None, ua)) => auto_delivery(ua),
+            None => Delivery::Relay,
+        }
+    }
+
+    fn play(&mut self, now: Instant, conn: ConnId, action: PlayAction, reply: Reply) {
+        let stream = action.stream;
+        if let Some(o) = self.origins.get_mut(&stream) {
+            if o.waiting.is_some() {
+                let outcome =
+                    PlayOutcome::Failed { reason: "another request is in progress".into() };
+                let _ = reply.send(self.core.finish_play(now, action, outcome));
+                return;
+            }
+            if o.running {
+                // A seek while playing: every node stops first, to learn where numbering stands.
+                o.waiting = Some(Waiting::StopForPlay(action, reply));
+                self.cluster.stop(now, stream, StopKind::Now);
+                return;
+            }
+            if o.opened {
+                let resp = self.start(now, action);
+                let _ = reply.send(resp);
+                return;
+            }
+        }
+        let Some(entry) = self.library.by_id(action.object) else {
+            let outcome = PlayOutcome::Failed { reason: "object was removed".into() };
+            let _ = reply.send(self.core.finish_play(now, action, outcome));
+            return;
+        };
+        let delivery = self.delivery_for(conn);
+        let spec = OpenSpec {
+            stream,
+            object: entry.record.id,
+            epoch: 0,
+            avg_bitrate: entry.record.avg_bitrate,
+            peak_bitrate: entry.record.peak_bitrate,
+            delivery,
+        };
+        let pace = self.origins.get(&stream).map_or(Pace::NOMINAL, |o| o.pace);
+        self.origins.insert(
+            stream,
+            Origin {
+                entry,
+                delivery,
+                opened: false,
+                run: 0,
+                running: false,
+                run_start: Position::START,
+                seq_offset: 0,
+                next_seq: None,
+                pace,
+                waiting: Some(Waiting::Open(action, reply)),
+            },
+        );
+        self.cluster.open(now, spec);
+    }
+
+    /// Starts a run of an opened session everywhere and answers the PLAY.
+    fn start(&mut self, now: Instant, action: PlayAction) -> Response<Vec<u8>> {
+        let stream = action.stream;
+        let Some(view) = self.core.session_by_stream(stream) else {
+            let outcome = PlayOutcome::Failed { reason: "session vanished".into() };
+            return self.core.finish_play(now, action, outcome);
+        };
+        let client = match view.transport() {
+            SessionTransport::Udp { client_rtp, client_rtcp } => Some((*client_rtp, *client_rtcp)),
+            SessionTransport::Interleaved { .. } => None,
+        };
+        let (ssrc, rtp_ts_offset, first_offset) =
+            (view.ssrc(), view.rtp_ts_offset(), view.seq_offset());
+        let Some(o) = self.origins.get_mut(&stream) else {
+            let outcome = PlayOutcome::Failed { reason: "session vanished".into() };
+            return self.core.finish_play(now, action, outcome);
+        };
+        let rec = &o.entry.record;
         let start = match action.start {
             PlayStart::Seek(t) => seek_position(rec, t),
             PlayStart::Resume(pos) => pos,
             PlayStart::Beginning => seek_position(rec, MediaTime::ZERO),
         };
-        let from = entry.plan.block_of(start.gsn).unwrap_or(BlockIndex(0));
-        // A seek while playing: stop first, to learn where numbering stands.
-        if self.streams.get(&stream).is_some_and(|s| s.sending) {
-            self.stop_sender(stream).await;
-        }
-        let state = self.streams.get_mut(&stream).expect("opened above");
-        state.run += 1;
-        state.sending = true;
-        let run = state.run;
         // Numbering continues across seeks: the start packet gets the next sequence number.
-        let seq_offset = match state.next_seq {
+        let seq_offset = match o.next_seq {
             Some(next) => next.wrapping_sub(start.gsn.0 as u16),
-            None => self.core.session_by_stream(stream).map_or(0, |v| v.seq_offset()),
+            None => first_offset,
         };
+        o.run += 1;
+        o.running = true;
+        o.run_start = start;
+        o.seq_offset = seq_offset;
+        let (run, pace) = (o.run, o.pace);
         let end = action.end;
-        let _ = self.sender.send(SenderCommand::Play { stream, run, start, end, seq_offset });
-        let _ = self.sched.send(SchedCommand::Start { stream, run, from, media: start.time });
+        let spec = StartSpec { start, end, seq_offset, rtp_ts_offset, ssrc, client };
         debug!(%stream, run, gsn = %start.gsn, npt = %start.time, seq_offset, "play");
         // An open range unless the client asked to stop early (see PlayOutcome::Started).
         let end = end.filter(|e| *e < rec.duration);
+        self.cluster.start(now, stream, run, spec, pace);
         self.core.finish_play(now, action, PlayOutcome::Started { first: start, end, seq_offset })
     }
 
-    /// Stops the sender for `stream` and the scheduler's reads; returns where it stopped.
-    async fn stop_sender(&mut self, stream: StreamId) -> Option<(Position, u16)> {
-        let (tx, rx) = oneshot::channel();
-        let _ = self.sender.send(SenderCommand::Pause { stream, reply: tx });
-        let stopped = rx.await.ok().flatten();
-        let _ = self.sched.send(SchedCommand::Stop { stream });
-        if let Some(s) = self.streams.get_mut(&stream) {
-            s.sending = false;
-            if let Some((_, next)) = stopped {
-                s.next_seq = Some(next);
+    fn pause(&mut self, now: Instant, action: PauseAction, reply: Reply) {
+        let stream = action.stream;
+        let Some(o) = self.origins.get_mut(&stream) else {
+            // Never played: it is at its start.
+            let _ = reply.send(self.core.finish_pause(now, action, Position::START));
+            return;
+        };
+        if o.waiting.is_some() || !o.running {
+            let at = match o.next_seq {
+                Some(_) => self.core.session_by_stream(stream).and_then(|v| v.position()),
+                None => None,
             }
+            .unwrap_or(o.run_start);
+            let _ = reply.send(self.core.finish_pause(now, action, at));
+            return;
         }
-        stopped
+        o.waiting = Some(Waiting::Pause(action, reply));
+        self.cluster.stop(now, stream, StopKind::Pause);
     }
 
-    /// Admits the stream at the scheduler and registers it with the sender.
-    async fn open(
-        &mut self,
-        stream: StreamId,
-        entry: &Arc<ObjectEntry>,
-    ) -> Result<(), PlayOutcome> {
-        let (tx, rx) = oneshot::channel();
-        let req = OpenStream {
-            stream,
-            plan: Arc::clone(&entry.plan),
-            avg_bitrate: entry.record.avg_bitrate,
-            peak_bitrate: entry.record.peak_bitrate,
-            local: None,
-        };
-        let name = entry.record.name.clone();
-        let _ = self.sched.send(SchedCommand::Open { req, name, reply: tx });
-        match rx.await {
-            Ok(Decision::Admit) => {}
-            Ok(Decision::Reject(reason)) => {
-                info!(%stream, object = %entry.record.name, %reason, "admission: rejected");
-                return Err(PlayOutcome::Rejected { reason: reason.to_string() });
-            }
-            Err(_) => return Err(PlayOutcome::Failed { reason: "scheduler stopped".into() }),
+    /// MTFC: paces the session at the pace asked for, on every node. A session without a run
+    /// gets it when it starts.
+    fn rate(&mut self, now: Instant, action: RateAction) -> Response<Vec<u8>> {
+        let applied = self.cluster.pace(now, action.stream, action.pace).unwrap_or(action.pace);
+        if let Some(o) = self.origins.get_mut(&action.stream) {
+            o.pace = applied;
+        } else {
+            // Before the first PLAY: remembered in a placeholder-free way, by the next open.
+            self.pending_pace(action.stream, applied);
         }
-        let Some(view) = self.core.session_by_stream(stream) else {
-            return Err(PlayOutcome::Failed { reason: "session vanished".into() });
-        };
-        let transport = match view.transport() {
-            SessionTransport::Udp { client_rtp, client_rtcp } => {
-                StreamTransport::Udp { rtp: *client_rtp, rtcp: *client_rtcp }
-            }
-            SessionTransport::Interleaved { conn, rtp_channel, rtcp_channel } => {
-                let Some(frames) = self.conns.get(conn) else {
-                    return Err(PlayOutcome::Failed { reason: "connection closed".into() });
-                };
-                StreamTransport::Interleaved {
-                    frames: frames.clone(),
-                    rtp_channel: *rtp_channel,
-                    rtcp_channel: *rtcp_channel,
-                }
-            }
-        };
-        let last_block = BlockIndex(entry.plan.blocks.len().saturating_sub(1) as u32);
-        let setup = StreamSetup {
-            stream,
-            ssrc: view.ssrc(),
-            seq_offset: view.seq_offset(),
-            rtp_ts_offset: view.rtp_ts_offset(),
-            last_block,
-        };
-        let _ =
-            self.sender.send(SenderCommand::Add { setup, transport, cname: self.cname.clone() });
-        if let Some(pace) = self.pending_paces.remove(&stream) {
-            let (reply, _) = oneshot::channel();
-            let _ = self.sender.send(SenderCommand::Pace { stream, pace, reply });
-        }
-        info!(%stream, object = %entry.record.name, "admission: admitted");
-        self.streams.insert(
-            stream,
-            StreamState {
-                entry: Arc::clone(entry),
-                run: 0,
-                opened: true,
-                sending: false,
-                next_seq: None,
-            },
-        );
-        Ok(())
-    }
-
-    /// MTFC: paces the session's stream at the pace asked for. A stream not opened yet (before
-    /// its first PLAY) gets it when it opens.
-    async fn rate(&mut self, action: RateAction) -> Response<Vec<u8>> {
-        let (tx, rx) = oneshot::channel();
-        let _ = self.sender.send(SenderCommand::Pace {
-            stream: action.stream,
-            pace: action.pace,
-            reply: tx,
-        });
-        let applied = match rx.await.ok().flatten() {
-            Some(p) => p,
-            None => {
-                self.pending_paces.insert(action.stream, action.pace);
-                action.pace
-            }
-        };
         debug!(stream = %action.stream, pace = %applied, "rate change");
-        let now = self.clock.now();
         self.core.finish_rate(now, action, applied)
     }
 
-    async fn pause(&mut self, action: PauseAction) -> Response<Vec<u8>> {
-        let stream = action.stream;
-        // A stream the sender does not know has sent nothing: it is at its start.
-        let at = match self.stop_sender(stream).await {
-            Some((at, _)) => at,
-            None => self
-                .streams
-                .get(&stream)
-                .map_or(Position::START, |s| seek_position(&s.entry.record, MediaTime::ZERO)),
-        };
-        let now = self.clock.now();
-        self.core.finish_pause(now, action, at)
+    /// A pace asked for before the session's first PLAY.
+    fn pending_pace(&mut self, stream: StreamId, pace: Pace) {
+        let Some(view) = self.core.session_by_stream(stream) else { return };
+        let Some(entry) = self.library.by_id(view.object()) else { return };
+        self.origins.insert(
+            stream,
+            Origin {
+                entry,
+                delivery: Delivery::Relay,
+                opened: false,
+                run: 0,
+                running: false,
+                run_start: Position::START,
+                seq_offset: 0,
+                next_seq: None,
+                pace,
+                waiting: None,
+            },
+        );
     }
 
-    fn drain_events(&mut self) {
-        while let Some(ev) = self.core.poll_event() {
-            let Event::Closed { session, stream, reason } = ev;
-            debug!(%stream, ?session, ?reason, "session closed");
-            self.pending_paces.remove(&stream);
-            if self.streams.remove(&stream).is_some() {
-                let _ = self.sender.send(SenderCommand::Remove { stream });
-                let _ = self.sched.send(SchedCommand::Close { stream });
+    fn session_event(&mut self, ev: SessionEvent) {
+        let now = self.clock.now();
+        let single = self.link.is_none();
+        match ev {
+            SessionEvent::Opened { stream } => {
+                let Some(o) = self.origins.get_mut(&stream) else { return };
+                o.opened = true;
+                info!(%stream, object = %o.entry.record.name, "admission: admitted");
+                if let Some(Waiting::Open(action, reply)) = o.waiting.take() {
+                    let resp = self.start(now, action);
+                    let _ = reply.send(resp);
+                }
+            }
+            SessionEvent::Refused { stream, refusal } => {
+                let Some(o) = self.origins.remove(&stream) else { return };
+                info!(%stream, object = %o.entry.record.name, %refusal, "admission: rejected");
+                if let Some(Waiting::Open(action, reply)) = o.waiting {
+                    // A single node's refusal is its scheduler's own words.
+                    let reason = if single { refusal.reason } else { refusal.to_string() };
+                    let outcome = PlayOutcome::Rejected { reason };
+                    let _ = reply.send(self.core.finish_play(now, action, outcome));
+                }
+            }
+            SessionEvent::Stopped { stream, run, next, last_sent } => {
+                let Some(o) = self.origins.get_mut(&stream) else { return };
+                if o.run != run {
+                    return;
+                }
+                o.running = false;
+                let at = next.unwrap_or_else(|| after(last_sent, o.run_start));
+                o.next_seq = Some(rtp_seq(o.seq_offset, at.gsn));
+                match o.waiting.take() {
+                    Some(Waiting::StopForPlay(action, reply)) => {
+                        let resp = self.start(now, action);
+                        let _ = reply.send(resp);
+                    }
+                    Some(Waiting::Pause(action, reply)) => {
+                        let _ = reply.send(self.core.finish_pause(now, action, at));
+                    }
+                    Some(Waiting::Fail) => self.core.handle_end_of_stream(now, stream, at),
+                    other => o.waiting = other,
+                }
+            }
+            SessionEvent::Ended { stream, run, last_sent } => {
+                let Some(o) = self.origins.get_mut(&stream) else { return };
+                if o.run != run {
+                    return;
+                }
+                o.running = false;
+                let at = after(last_sent, o.run_start);
+                o.next_seq = Some(rtp_seq(o.seq_offset, at.gsn));
+                debug!(%stream, run, gsn = %at.gsn, "end of stream");
+                self.core.handle_end_of_stream(now, stream, at);
+            }
+            SessionEvent::Failed { stream, run, error } => {
+                warn!(%stream, run, %error, "ending stream: a node cannot go on");
+                let Some(o) = self.origins.get_mut(&stream) else { return };
+                if o.run == run && o.running && o.waiting.is_none() {
+                    o.waiting = Some(Waiting::Fail);
+                    self.cluster.stop(now, stream, StopKind::Now);
+                }
             }
         }
     }
+
+    // ----- this node's shares ------------------------------------------------------------------
+
+    fn local(&mut self, action: LocalAction) {
+        match action {
+            LocalAction::Admit { key, object, avg_bitrate, peak_bitrate, .. } => {
+                let Some(entry) = self.library.by_id(object) else {
+                    let now = self.clock.now();
+                    let node = self.cluster.config().name.clone();
+                    let reason = format!("object {object} is not in this node's library");
+                    self.cluster.handle_admitted(
+                        now,
+                        key,
+                        Err(Refusal { node, disk: None, reason }),
+                    );
+                    return;
+                };
+                let stream = if key.origin == self.cluster.node() {
+                    key.stream
+                } else {
+                    self.core.allocate_stream()
+                };
+                let req = OpenStream {
+                    stream,
+                    plan: Arc::clone(&entry.plan),
+                    avg_bitrate,
+                    peak_bitrate,
+                    local: self.link.as_ref().map(|l| Arc::clone(&l.local_disks)),
+                };
+                let name = entry.record.name.clone();
+                self.shares.insert(key, Share { stream, entry, added: false, run: 0 });
+                self.share_of.insert(stream, key);
+                let (tx, rx) = oneshot::channel();
+                let _ = self.sched.send(SchedCommand::Open { req, name, reply: tx });
+                let me = self.me.clone();
+                tokio::spawn(async move {
+                    let decision = rx.await.ok();
+                    let _ = me.send(SessionCommand::Admitted { key, decision });
+                });
+            }
+            LocalAction::Start { key, run, spec, anchor } => {
+                self.start_share(key, run, &spec, anchor)
+            }
+            LocalAction::Stop { key, run, cutoff } => {
+                let Some(share) = self.shares.get(&key) else { return };
+                let _ = self.sender.send(SenderCommand::Stop { stream: share.stream, run, cutoff });
+            }
+            LocalAction::Pace { key, run, anchor, pace } => {
+                let Some(share) = self.shares.get(&key) else { return };
+                let stream = share.stream;
+                let _ = match anchor {
+                    Some(a) => self.sender.send(SenderCommand::Reanchor {
+                        stream,
+                        run,
+                        anchor: Anchor { wall: a.wall, media: a.media },
+                        pace,
+                    }),
+                    None => {
+                        let (reply, _) = oneshot::channel();
+                        self.sender.send(SenderCommand::Pace { stream, pace, reply })
+                    }
+                };
+            }
+            LocalAction::Bye { key } => {
+                if let Some(share) = self.shares.get(&key) {
+                    let _ = self.sender.send(SenderCommand::Bye { stream: share.stream });
+                }
+            }
+            LocalAction::Close { key } => self.forget_share(key),
+        }
+    }
+
+    fn start_share(
+        &mut self,
+        key: ShareKey,
+        run: u64,
+        spec: &RunSpec,
+        anchor: Option<LocalAnchor>,
+    ) {
+        let me = self.cluster.node();
+        let Some(share) = self.shares.get_mut(&key) else { return };
+        let stream = share.stream;
+        share.run = run;
+        if !share.added {
+            let transport = match spec.dest {
+                Dest::Udp { rtp, rtcp } => Some(StreamTransport::Udp { rtp, rtcp }),
+                Dest::Origin if key.origin == me => {
+                    self.core.session_by_stream(key.stream).and_then(|v| match v.transport() {
+                        SessionTransport::Udp { client_rtp, client_rtcp } => {
+                            Some(StreamTransport::Udp { rtp: *client_rtp, rtcp: *client_rtcp })
+                        }
+                        SessionTransport::Interleaved { conn, rtp_channel, rtcp_channel } => {
+                            self.conns.get(conn).map(|frames| StreamTransport::Interleaved {
+                                frames: frames.clone(),
+                                rtp_channel: *rtp_channel,
+                                rtcp_channel: *rtcp_channel,
+                            })
+                        }
+                    })
+                }
+                // A feeder: RTP to the origin's relay port, RTCP nowhere that matters.
+                Dest::Origin => {
+                    self.relays.get(&key.origin).map(|a| StreamTransport::Udp { rtp: *a, rtcp: *a })
+                }
+            };
+            let Some(transport) = transport else {
+                let now = self.clock.now();
+                let error = "no transport to the client (connection closed or origin unknown)";
+                self.cluster.handle_share_failed(now, key, run, error.into());
+                return;
+            };
+            let plan = &share.entry.plan;
+            let last_block = BlockIndex(plan.blocks.len().saturating_sub(1) as u32);
+            let local = self.link.as_ref().map(|l| &l.local_disks);
+            let (blocks, rtcp) = match (spec.role, local) {
+                (Role::Whole, _) | (_, None) => (None, RtcpMode::AfterPackets),
+                (role, Some(disks)) => {
+                    let blocks: Arc<[ShareBlock]> = plan
+                        .blocks
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, b)| disks.contains(&b.disk))
+                        .map(|(i, b)| ShareBlock {
+                            index: BlockIndex(i as u32),
+                            first: Position { gsn: b.first_gsn, time: b.first_send_time },
+                        })
+                        .collect();
+                    let rtcp = match role {
+                        Role::Share { rtcp: true } => RtcpMode::Timer,
+                        _ => RtcpMode::None,
+                    };
+                    (Some(blocks), rtcp)
+                }
+            };
+            let setup = StreamSetup {
+                share: blocks,
+                rtcp,
+                lsn: spec.lsn,
+                ..StreamSetup::whole(
+                    stream,
+                    spec.ssrc,
+                    spec.seq_offset,
+                    spec.rtp_ts_offset,
+                    last_block,
+                )
+            };
+            let _ = self.sender.send(SenderCommand::Add {
+                setup,
+                transport,
+                cname: self.cname.clone(),
+            });
+            share.added = true;
+        }
+        let anchor = anchor.map(|a| Anchor { wall: a.wall, media: a.media });
+        if anchor.is_none() && spec.pace != Pace::NOMINAL {
+            // The scheduler pins the clock: the pacer reports the pace with the anchor.
+            let (reply, _) = oneshot::channel();
+            let _ = self.sender.send(SenderCommand::Pace { stream, pace: spec.pace, reply });
+        }
+        let from = share.entry.plan.block_of(spec.start.gsn).unwrap_or(BlockIndex(0));
+        let play = PlayRun {
+            run,
+            start: spec.start,
+            from,
+            end: spec.end,
+            seq_offset: spec.seq_offset,
+            anchor,
+        };
+        let _ = self.sender.send(SenderCommand::Play { stream, play });
+        let pinned = anchor.map(|a| (a, spec.pace));
+        let media = spec.start.time;
+        let _ = self.sched.send(SchedCommand::Start { stream, run, from, media, pinned });
+    }
+
+    fn forget_share(&mut self, key: ShareKey) {
+        if let Some(share) = self.shares.remove(&key) {
+            self.share_of.remove(&share.stream);
+            let _ = self.sender.send(SenderCommand::Remove { stream: share.stream });
+            let _ = self.sched.send(SchedCommand::Close { stream: share.stream });
+        }
+    }
+
+    fn share_key(&self, stream: StreamId, run: u64) -> Option<ShareKey> {
+        let key = *self.share_of.get(&stream)?;
+        (self.shares.get(&key)?.run == run).then_some(key)
+    }
+
+    // ----- reports -----------------------------------------------------------------------------
 
     fn list(&self) -> Vec<SessionInfo> {
         self.core
@@ -441,6 +904,10 @@ impl Manager {
                         ("tcp", self.peers.get(conn).map_or_else(String::new, ToString::to_string))
                     }
                 };
+                let delivery = match self.origins.get(&v.stream()).map(|o| o.delivery) {
+                    Some(Delivery::Relay) if self.link.is_some() => "relay",
+                    _ => "bipartite",
+                };
                 SessionInfo {
                     id: v.id().to_string(),
                     stream: v.stream().0,
@@ -449,6 +916,7 @@ impl Manager {
                         .map_or_else(|| v.object().to_string(), |e| e.record.name.clone()),
                     state: format!("{:?}", v.state()).to_lowercase(),
                     transport: transport.into(),
+                    delivery: delivery.into(),
                     client,
                     bitrate_bps: entry.as_ref().map_or(0, |e| e.record.avg_bitrate.0),
                     missed_deadlines: 0,
@@ -461,10 +929,72 @@ impl Manager {
             })
             .collect()
     }
+
+    fn cluster_info(&self, now: Instant) -> ClusterInfo {
+        ClusterInfo {
+            sessions: self.cluster.session_count(),
+            shares: self.cluster.share_count(),
+            members: self
+                .cluster
+                .members(now)
+                .map(|m| MemberSummary {
+                    id: u32::from(m.id.0),
+                    name: m.name,
+                    health: format!("{:?}", m.health).to_lowercase(),
+                    clock_offset_ns: m.clock_offset_ns,
+                    round_trip_us: m.round_trip.map(|d| d.as_micros() as u64),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The position after `last` (the packet after the last sent), or `start` if nothing was sent.
+fn after(last: Option<Position>, start: Position) -> Position {
+    last.map_or(start, |p| Position { gsn: p.gsn.next(), time: p.time })
+}
+
+fn share_report(r: RunReport) -> ShareReport {
+    ShareReport { next: r.next, last_sent: r.last_sent }
+}
+
+/// `delivery=bipartite|relay` in a URL's query.
+fn delivery_query(query: Option<&str>) -> Option<Delivery> {
+    query?.split('&').find_map(|kv| match kv.split_once('=') {
+        Some(("delivery", "bipartite")) => Some(Delivery::Bipartite),
+        Some(("delivery", "relay")) => Some(Delivery::Relay),
+        _ => None,
+    })
+}
+
+/// `auto` delivery: bipartite for players shown to take RTP of one SSRC from several addresses
+/// (`docs/results/cluster-players.md`), relay for every other.
+fn auto_delivery(user_agent: &str) -> Delivery {
+    const BIPARTITE: [&str; 1] = ["isochron"];
+    if BIPARTITE.iter().any(|p| user_agent.to_ascii_lowercase().starts_with(p)) {
+        Delivery::Bipartite
+    } else {
+        Delivery::Relay
+    }
 }
 
 /// Where playing from `t` starts: the object's seek point for `t` (rtsp-interop §3.2).
 fn seek_position(rec: &isochron_store::catalog::ObjectRecord, t: MediaTime) -> Position {
     let sp = rec.seek(t);
     Position { gsn: sp.gsn, time: sp.time }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delivery_from_the_query_and_the_player() {
+        assert_eq!(delivery_query(Some("a=1&delivery=relay")), Some(Delivery::Relay));
+        assert_eq!(delivery_query(Some("delivery=bipartite")), Some(Delivery::Bipartite));
+        assert_eq!(delivery_query(Some("delivery=other")), None);
+        assert_eq!(delivery_query(None), None);
+        assert_eq!(auto_delivery("isochron/0.1"), Delivery::Bipartite);
+        assert_eq!(auto_delivery("GStreamer/1.22"), Delivery::Relay);
+    }
 }

@@ -363,7 +363,9 @@ impl Harness {
                     if r.end.is_some_and(|e| t > e) || r.due(t) > local {
                         break;
                     }
-                    self.sent.push(Sent { node: id, stream: key.stream, gsn: g, at: now });
+                    // A feeder's packets reach the client from the origin (relay).
+                    let node = if r.spec.role == Role::Feeder { key.origin } else { id };
+                    self.sent.push(Sent { node, stream: key.stream, gsn: g, at: now });
                     r.last_sent = Some(g);
                     r.next += 1;
                 }
@@ -454,8 +456,7 @@ impl Harness {
             LocalAction::Start { key, run, spec, anchor } => {
                 let own = |g: &u64| match spec.role {
                     Role::Whole => true,
-                    Role::Share { .. } => object.owner(*g) == id,
-                    Role::Feeder => false,
+                    Role::Share { .. } | Role::Feeder => object.owner(*g) == id,
                 };
                 let todo: Vec<u64> = (spec.start.gsn.0..object.packets()).filter(own).collect();
                 // A single node pins its clock when its first block is in memory: 20 ms.
