@@ -18,6 +18,7 @@ packages=(
   util-linux curl
   etcd-server
   chromium
+  iproute2 nftables iperf3 iputils-ping
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -285,3 +285,62 @@ fn a_ramp_stops_at_the_first_n_not_served() {
     assert!(summary["refused"].as_u64().unwrap() >= 1, "{summary:#}");
     assert_eq!(summary["error"], 0, "{:#}", r["sessions"]);
 }
+
+/// The `isochron_bench-…` namespaces that exist now.
+fn bench_namespaces() -> Vec<String> {
+    let out = Command::new("ip").args(["netns", "list"]).output().expect("ip netns list");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with("isochron_bench-"))
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+#[allow(clippy::print_stderr)] // the skip's reason
+fn shaped_bench_runs_over_the_testbed_and_leaves_nothing() {
+    if let Err(why) = isochron_loadgen::testbed::Testbed::available() {
+        if !isochron_loadgen::testbed::Testbed::is_root() && std::env::var_os("CI").is_none() {
+            eprintln!("shaped bench: skipped: {why}");
+            return;
+        }
+        panic!("--shape must run here: {why}");
+    }
+    let dir = tempdir();
+    let out = dir.path().join("out");
+    let before = bench_namespaces();
+    let server_cmd = format!(
+        "{} serve --rtsp 10.77.0.1:8554 --http 10.77.0.1:8080 --data {}",
+        bin(),
+        dir.path().join("store").display()
+    );
+    let res = run(
+        Command::new(bin())
+            .args(["bench", "rtsp://10.77.0.1:8554/demo", "--out"])
+            .arg(&out)
+            .args(["--clients", "2", "--duration", "4", "--seed", "5", "--shape", "3mbit"])
+            .args(["--metrics", "http://10.77.0.1:8080/metrics", "--server-cmd", &server_cmd])
+            .env("RUST_LOG", "warn"),
+        120,
+    );
+    assert!(
+        res.status.success(),
+        "shaped bench failed:\n{}\n{}",
+        String::from_utf8_lossy(&res.stdout),
+        String::from_utf8_lossy(&res.stderr)
+    );
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(r["parameters"]["link_bits_s"], 3e6, "{:#}", r["parameters"]);
+    assert!(r["parameters"]["server_pid"].as_u64().is_some(), "{:#}", r["parameters"]);
+    let rows = samples(&out);
+    assert!(rows.iter().any(|s| num(s, "b_net_bits_s") > 0.0), "no media went through the link");
+    // At most the rate plus one bucket (64 KiB) in any one-second sample.
+    for s in &rows {
+        assert!(num(s, "b_net_bits_s") <= 3.6e6, "faster than the shaped link: {s:?}");
+    }
+    let left: Vec<String> =
+        bench_namespaces().into_iter().filter(|n| !before.contains(n)).collect();
+    assert!(left.is_empty(), "namespaces left: {left:?}");
+}

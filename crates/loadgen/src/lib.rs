@@ -8,6 +8,10 @@
 //! global order of a session received from several cluster nodes, the PCR playout clock, and
 //! per-source counts with each node's LSN gaps ([`sources`]).
 //!
+//! [`testbed::Testbed`] builds a network of Linux namespaces on one machine (a bridge, hosts
+//! on veth pairs, links shaped with `tc`, UDP loss with nftables) for the integration tests
+//! and `isochron bench --shape`.
+//!
 //! Not here: the server. This crate talks to any RTSP server over real sockets.
 
 pub mod bench;
@@ -17,5 +21,6 @@ pub mod latency;
 pub mod player;
 pub mod recv;
 pub mod sources;
+pub mod testbed;
 
 pub use client::{Client, Collected, Incoming, MediaSink, PlayInfo, RtpPacket, Transport};

@@ -6,7 +6,8 @@
 //! `isochron_loadgen::bench`; this file parses the flags, runs it and writes the report.
 //!
 //! With `--shape RATE --server-cmd CMD` the server runs in a network namespace of its own, joined
-//! to the clients' namespace by a veth pair shaped with `tc` to RATE (see [`super::shape`]).
+//! to the clients' namespace through a bridge by veth pairs shaped with `tc` to RATE (see
+//! [`super::shape`]).
 
 #![allow(clippy::print_stdout)]
 
@@ -108,7 +109,7 @@ pub(crate) struct Args {
     #[arg(long, value_name = "F", default_value_t = 0.05)]
     tolerance: f64,
     /// Shape the link between server and clients to RATE (e.g. 100mbit): two network
-    /// namespaces joined by a veth pair under `tc` (needs root and --server-cmd).
+    /// namespaces on a bridge, their veth pairs under `tc` (needs root and --server-cmd).
     #[arg(long, value_name = "RATE", value_parser = parse_link_rate, requires = "server_cmd")]
     shape: Option<f64>,
     /// With --shape: the server's command line, run in the server namespace (its address there
