@@ -33,7 +33,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use isochron_base::{BlockIndex, BlockKey, DiskId, ObjectId};
-use isochron_store::catalog::{Catalog, ObjectRecord, locate_active};
+use isochron_store::catalog::{ObjectRecord, locate_active};
 use isochron_store::{Epoch, reorg};
 
 use crate::store::{Store, StoreError, placed_on};

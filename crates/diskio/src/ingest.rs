@@ -34,7 +34,7 @@ use isochron_media::{TS_PACKET_SIZE, TsError, TsIndex, TsScanner, Unit};
 use isochron_store::Epoch;
 use isochron_store::block::{Block, BlockBuilder, PacketMeta};
 use isochron_store::catalog::{
-    BlockEntry, Catalog, CatalogError, ObjectRecord, SeekPoint, StreamDesc, validate_name,
+    BlockEntry, CatalogError, ObjectRecord, SeekPoint, StreamDesc, validate_name,
 };
 use thiserror::Error;
 

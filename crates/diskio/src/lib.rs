@@ -45,7 +45,7 @@ pub use worker::{
 #[cfg(test)]
 mod testutil {
     use isochron_base::{BitRate, BlockIndex, BlockKey, Bytes, Gsn, MediaTime};
-    use isochron_store::catalog::{BlockEntry, Catalog, ObjectRecord};
+    use isochron_store::catalog::{BlockEntry, ObjectRecord};
     use isochron_store::{Block, BlockBuilder, PacketMeta};
 
     use crate::Store;

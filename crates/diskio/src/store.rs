@@ -214,6 +214,29 @@ pub enum StoreError {
         /// The first of them.
         first: Move,
     },
+    /// A node's block size differs from the cluster store's.
+    #[error(
+        "node {node}: block size {ours} differs from the cluster store's {store} \
+         (config key store.block_size)"
+    )]
+    BlockSizeMismatch {
+        /// The node.
+        node: String,
+        /// Its block size.
+        ours: Bytes,
+        /// The store's.
+        store: Bytes,
+    },
+    /// Writing a block to another node failed.
+    #[error("writing block {key} to disk {disk} on its node: {reason}")]
+    Remote {
+        /// The block.
+        key: BlockKey,
+        /// The disk.
+        disk: DiskId,
+        /// What went wrong.
+        reason: String,
+    },
     /// A [`FlipReport`] no longer describes the store (another operation came after it).
     #[error("the flip report for epoch {report} is stale (the store is at epoch {current})")]
     StaleFlipReport {
@@ -224,11 +247,25 @@ pub enum StoreError {
     },
 }
 
+/// Where blocks on other nodes' disks are written (a cluster node's store; see
+/// [`Store::set_remote`]).
+pub trait RemoteBlocks: Send + Sync {
+    /// Durably writes an encoded block to disk `disk` of the node that owns it.
+    fn write_block(&self, disk: DiskId, key: BlockKey, bytes: &[u8]) -> Result<(), String>;
+}
+
+/// The catalog a store keeps its metadata and objects in: the embedded redb file on one node,
+/// etcd in a cluster.
+pub type DynCatalog = Box<dyn Catalog + Send + Sync>;
+
 /// An open store: its catalog (locked for this process) and its disks.
-#[derive(Debug)]
 pub struct Store {
     root: PathBuf,
-    catalog: RedbCatalog,
+    catalog: DynCatalog,
+    /// A cluster node's name: its disks are those it owns. `None`: every disk is local.
+    node: Option<String>,
+    /// Writes blocks placed on other nodes' disks.
+    remote: RwLock<Option<Arc<dyn RemoteBlocks>>>,
     /// The store metadata as last committed by this process.
     meta: RwLock<StoreMeta>,
     /// The open (non-retired) disks.
@@ -323,6 +360,12 @@ impl RecoveryReport {
     #[must_use]
     pub fn cleaned_anything(&self) -> bool {
         self.temp_files + self.orphans + self.misplaced + self.retired_blocks > 0
+    }
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("root", &self.root).field("node", &self.node).finish()
     }
 }
 
@@ -438,7 +481,7 @@ impl Store {
         };
         tracing::info!(root = %root.display(), store_id = format_args!("{store_id:016x}"),
             disks = opened.len(), %block_size, ?variant, "created store");
-        Ok(Self::assemble(root, catalog, meta, opened))
+        Ok(Self::assemble(root, Box::new(catalog), meta, opened))
     }
 
     /// Opens the store at `root`: locks its catalog, opens every disk that is not retired
@@ -481,18 +524,216 @@ impl Store {
         for rec in meta.disks.iter().filter(|d| d.state != DiskState::Retired) {
             disks.insert(rec.id, Arc::new(open_disk(root, &meta, rec)?));
         }
-        Ok(Self::assemble(root, catalog, meta, disks))
+        Ok(Self::assemble(root, Box::new(catalog), meta, disks))
+    }
+
+    /// Opens a cluster node's part of a shared store (Yima: every node owns its disks, and an
+    /// object's blocks are placed over every disk of every node). The metadata and objects are in
+    /// `catalog` (etcd); `root` holds this node's disks when their paths are relative.
+    ///
+    /// The first node creates the store's metadata with its disks. A node already in it opens
+    /// the disks it owns (`disks` is then ignored). A new node adds its disks as one SCADDAR
+    /// operation; with no object stored yet nothing has to move and the operation takes effect
+    /// at once, otherwise it stays pending until the reorganisation has moved the blocks.
+    /// A block size other than the store's is refused, naming both, before anything is written.
+    pub fn join(
+        root: &Path,
+        catalog: DynCatalog,
+        node: &str,
+        disks: &[DiskSpec],
+        block_size: Bytes,
+    ) -> Result<Self, StoreError> {
+        validate_block_size(block_size)?;
+        fs::create_dir_all(root).map_err(|source| StoreError::Io {
+            op: "create directory",
+            path: root.to_owned(),
+            source,
+        })?;
+        let specs = if disks.is_empty() {
+            vec![DiskSpec::from(PathBuf::from(DEFAULT_DISK_DIR))]
+        } else {
+            disks.to_vec()
+        };
+        let meta = match catalog.meta() {
+            Ok(meta) => {
+                if meta.block_size != block_size {
+                    return Err(StoreError::BlockSizeMismatch {
+                        node: node.to_owned(),
+                        ours: block_size,
+                        store: meta.block_size,
+                    });
+                }
+                if meta.disks.iter().any(|d| d.owner.as_deref() == Some(node)) {
+                    meta
+                } else {
+                    Self::add_node_disks(root, &*catalog, node, &specs, &meta)?
+                }
+            }
+            Err(CatalogError::NoMeta { .. }) => {
+                Self::first_node(root, &*catalog, node, &specs, block_size)?
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut opened = BTreeMap::new();
+        for rec in meta
+            .disks
+            .iter()
+            .filter(|d| d.state != DiskState::Retired && d.owner.as_deref() == Some(node))
+        {
+            opened.insert(rec.id, Arc::new(open_disk(root, &meta, rec)?));
+        }
+        let mut store = Self::assemble(root, catalog, meta, opened);
+        store.node = Some(node.to_owned());
+        Ok(store)
+    }
+
+    fn first_node(
+        root: &Path,
+        catalog: &(dyn Catalog + Send + Sync),
+        node: &str,
+        specs: &[DiskSpec],
+        block_size: Bytes,
+    ) -> Result<StoreMeta, StoreError> {
+        let store_id = loop {
+            let id = rand::random::<u64>();
+            if id != 0 {
+                break id;
+            }
+        };
+        let records: Vec<DiskRecord> = specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| DiskRecord {
+                id: DiskId(i as u16),
+                path: s.path.clone(),
+                state: DiskState::Active,
+                model: s.model,
+                owner: Some(node.to_owned()),
+            })
+            .collect();
+        let placement = PlacementLog::with_variant(
+            records.iter().map(|d| d.id).collect(),
+            PlacementVariant::default(),
+        )?;
+        let meta = StoreMeta {
+            store_id,
+            format_version: STORE_FORMAT_VERSION,
+            block_size,
+            active_epoch: placement.current_epoch(),
+            placement,
+            disks: records,
+            next_object_id: 1,
+        };
+        for rec in &meta.disks {
+            DiskDir::create(&resolve(root, &rec.path), store_id, rec.id)?;
+        }
+        catalog.put_meta(&meta)?;
+        tracing::info!(%node, store_id = format_args!("{store_id:016x}"), disks = meta.disks.len(),
+            %block_size, "created the cluster's store");
+        Ok(meta)
+    }
+
+    fn add_node_disks(
+        root: &Path,
+        catalog: &(dyn Catalog + Send + Sync),
+        node: &str,
+        specs: &[DiskSpec],
+        seen: &StoreMeta,
+    ) -> Result<StoreMeta, StoreError> {
+        // The ids this node will get, and their directories, before the metadata names them.
+        let first = seen.next_disk_id().ok_or(StoreError::TooManyDisks { count: specs.len() })?;
+        let has_objects = !catalog.objects()?.is_empty();
+        let mut add = |meta: &mut StoreMeta| -> Result<(), CatalogError> {
+            if meta.pending().is_some() {
+                return Err(CatalogError::Invalid {
+                    what: "store metadata".into(),
+                    reason: format!("node {node} cannot join: a reorganisation is pending"),
+                });
+            }
+            let start = meta.next_disk_id().map_or(u32::MAX, |d| u32::from(d.0));
+            let ids: Vec<DiskId> =
+                (0..specs.len()).map(|i| DiskId((start as usize + i) as u16)).collect();
+            meta.placement
+                .push(ScaleOp::Add { disks: ids.clone() })
+                .map_err(CatalogError::Placement)?;
+            for (id, s) in ids.iter().zip(specs) {
+                meta.disks.push(DiskRecord {
+                    id: *id,
+                    path: s.path.clone(),
+                    state: if has_objects { DiskState::Joining } else { DiskState::Active },
+                    model: s.model,
+                    owner: Some(node.to_owned()),
+                });
+            }
+            if !has_objects {
+                // Nothing to move: the new epoch is in force at once.
+                meta.active_epoch = meta.placement.current_epoch();
+            }
+            Ok(())
+        };
+        // The identity files first: a crash before the metadata names them leaves files a
+        // retry reuses. Ids are re-derived under the update; they match unless another node
+        // joined in between, in which case the directories are re-stamped below.
+        for (i, s) in specs.iter().enumerate() {
+            DiskDir::create(&resolve(root, &s.path), seen.store_id, DiskId(first.0 + i as u16))?;
+        }
+        let meta = catalog.update_meta(&mut add)?;
+        for rec in meta.disks.iter().filter(|d| d.owner.as_deref() == Some(node)) {
+            let path = resolve(root, &rec.path);
+            if DiskDir::open(&path, meta.store_id, rec.id).is_err() {
+                DiskDir::create(&path, meta.store_id, rec.id)?;
+            }
+        }
+        tracing::info!(%node, disks = specs.len(), epoch = %meta.placement.current_epoch(),
+            pending = meta.pending().is_some(), "node joined the cluster's store");
+        Ok(meta)
+    }
+
+    /// The cluster node this store belongs to (`None`: a single node, every disk local).
+    #[must_use]
+    pub fn node(&self) -> Option<&str> {
+        self.node.as_deref()
+    }
+
+    /// Where blocks placed on other nodes' disks are written.
+    pub fn set_remote(&self, remote: Arc<dyn RemoteBlocks>) {
+        *write(&self.remote) = Some(remote);
+    }
+
+    /// Re-reads the metadata another node may have changed (a cluster: a node joined or left);
+    /// returns whether it changed.
+    pub fn refresh(&self) -> Result<bool, StoreError> {
+        let meta = self.catalog.meta()?;
+        let mut cur = write(&self.meta);
+        if *cur == meta {
+            return Ok(false);
+        }
+        *cur = meta;
+        Ok(true)
+    }
+
+    /// The disks owned by this node (all of them on a single node).
+    #[must_use]
+    pub fn local_disks(&self) -> std::collections::BTreeSet<DiskId> {
+        let meta = read(&self.meta);
+        meta.disks
+            .iter()
+            .filter(|d| self.node.is_none() || d.owner == self.node)
+            .map(|d| d.id)
+            .collect()
     }
 
     fn assemble(
         root: &Path,
-        catalog: RedbCatalog,
+        catalog: DynCatalog,
         meta: StoreMeta,
         disks: BTreeMap<DiskId, Arc<DiskDir>>,
     ) -> Self {
         Self {
             root: root.to_owned(),
             catalog,
+            node: None,
+            remote: RwLock::new(None),
             meta: RwLock::new(meta),
             disks: RwLock::new(disks),
             scale: Mutex::new(()),
@@ -546,8 +787,8 @@ impl Store {
 
     /// The catalog.
     #[must_use]
-    pub fn catalog(&self) -> &RedbCatalog {
-        &self.catalog
+    pub fn catalog(&self) -> &(dyn Catalog + Send + Sync) {
+        &*self.catalog
     }
 
     /// The open disk `id` (not retired).
@@ -604,8 +845,18 @@ impl Store {
     ) -> Result<DiskId, StoreError> {
         let key = BlockKey::new(rec_id, index);
         let id = self.place_new(seed, first_epoch, index);
-        let disk = self.disk(id).ok_or(StoreError::DiskNotOpen { key, disk: id })?;
-        disk.write_block(key, bytes)?;
+        match self.disk(id) {
+            Some(disk) => disk.write_block(key, bytes)?,
+            None => {
+                let remote = read(&self.remote).clone();
+                let remote = remote.ok_or(StoreError::DiskNotOpen { key, disk: id })?;
+                remote.write_block(id, key, bytes).map_err(|reason| StoreError::Remote {
+                    key,
+                    disk: id,
+                    reason,
+                })?;
+            }
+        }
         Ok(id)
     }
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use isochron_diskio::Store;
 use isochron_loadgen::Transport;
-use isochron_store::catalog::{Catalog as _, ObjectRecord};
+use isochron_store::catalog::ObjectRecord;
 
 /// The store's default block size: the recorder's token bucket lets one block through at once.
 const BLOCK: u64 = 1 << 20;

@@ -92,7 +92,6 @@ pub struct Library {
 impl Library {
     /// The library of every object in `store`.
     pub fn load(store: &Store) -> Result<Self, isochron_store::catalog::CatalogError> {
-        use isochron_store::catalog::Catalog;
         let lib = Self::default();
         for rec in store.catalog().objects()? {
             lib.insert(Arc::new(ObjectEntry::new(store, rec)));

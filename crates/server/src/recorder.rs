@@ -52,7 +52,7 @@ use isochron_diskio::ingest::{BlockPacker, NewObject, PackedBlock, PackedObject,
 use isochron_media::{TsError, TsIndex, UnitStream};
 use isochron_sched::admission::{Decision, Refusal};
 use isochron_sched::cycle::OpenRecord;
-use isochron_store::catalog::{Catalog as _, CatalogError, ObjectRecord, validate_name};
+use isochron_store::catalog::{CatalogError, ObjectRecord, validate_name};
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};

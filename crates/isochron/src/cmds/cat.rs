@@ -11,7 +11,6 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use isochron_base::BlockIndex;
 use isochron_diskio::Store;
-use isochron_store::catalog::Catalog;
 
 use super::DataArg;
 

@@ -5,7 +5,6 @@
 use std::process::ExitCode;
 
 use isochron_diskio::Store;
-use isochron_store::catalog::Catalog;
 
 use super::DataArg;
 

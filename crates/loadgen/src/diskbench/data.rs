@@ -24,7 +24,7 @@ use isochron_base::mix::{SplitMix64, hash_words, reduce};
 use isochron_base::{BitRate, BlockIndex, BlockKey, Bytes, DiskId, Gsn, MediaTime, ObjectId};
 use isochron_diskio::{DiskDir, Store, profile as disk_profile};
 use isochron_sched::profile::DiskProfile;
-use isochron_store::catalog::{BlockEntry, Catalog, DiskSpec, ObjectRecord, SeekPoint};
+use isochron_store::catalog::{BlockEntry, DiskSpec, ObjectRecord, SeekPoint};
 use isochron_store::{Block, BlockBuilder, PacketMeta};
 
 /// Name of the pool object in the bench store's catalog.
