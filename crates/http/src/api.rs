@@ -48,6 +48,8 @@ pub(crate) fn router(state: ApiState) -> Router {
         .route("/api/v1/admission", get(admission))
         .route("/api/v1/overview", get(overview))
         .route("/api/v1/record/{name}", put(record))
+        .route("/api/v1/objects/{name}", put(crate::cluster::ingest))
+        .route("/api/v1/cluster/blocks/{disk}/{object}/{index}", put(crate::cluster::put_block))
         .route("/metrics", get(metrics))
         .route("/objects/{name}", get(crate::media::object))
         .route("/hls/{name}/{file}", get(crate::media::hls))
@@ -182,7 +184,7 @@ async fn reorg(State(s): State<ApiState>) -> Result<Json<ReorgJson>, ApiError> {
 
 /// A node of the deployment (today: this server) in `GET /api/v1/nodes` and the overview.
 #[derive(Clone, Debug, Serialize)]
-struct NodeJson {
+pub(crate) struct NodeJson {
     /// The node's id (0: a single server).
     id: u32,
     /// A display name, `isochron@ADDR`.
@@ -258,9 +260,13 @@ fn node_json(s: &ApiState, g: &Gathered) -> NodeJson {
 }
 
 /// `GET /api/v1/nodes`: the nodes serving (an array; one entry for a single server).
-async fn nodes(State(s): State<ApiState>) -> Result<Json<Vec<NodeJson>>, ApiError> {
+async fn nodes(State(s): State<ApiState>) -> Result<Response, ApiError> {
     let g = gather(&s).await?;
-    Ok(Json(vec![node_json(&s, &g)]))
+    let me = node_json(&s, &g);
+    match &s.cluster {
+        None => Ok(Json(vec![me]).into_response()),
+        Some(view) => Ok(Json(crate::cluster::nodes(view, &s.store.meta(), me)).into_response()),
+    }
 }
 
 /// Now, in milliseconds since the Unix epoch.

@@ -21,6 +21,7 @@
 //! routes everything, `dashboard` included.
 
 mod api;
+mod cluster;
 mod dashboard;
 mod error;
 mod media;
@@ -40,8 +41,18 @@ use crate::state::{ApiState, MediaState};
 /// Serves HTTP on `listener` from `handles` until the task is aborted. Must run inside a tokio
 /// runtime.
 pub fn serve(listener: TcpListener, handles: Handles) -> JoinHandle<()> {
-    let Handles { recorders, library, sessions, sched, sender, reorg, store, node, hls_segment } =
-        handles;
+    let Handles {
+        recorders,
+        library,
+        sessions,
+        sched,
+        sender,
+        reorg,
+        store,
+        node,
+        hls_segment,
+        cluster,
+    } = handles;
     let app = api::router(ApiState {
         recorders,
         library,
@@ -52,8 +63,10 @@ pub fn serve(listener: TcpListener, handles: Handles) -> JoinHandle<()> {
         store,
         media: Arc::new(MediaState::new(hls_segment)),
         node: Arc::new(node),
+        cluster,
     });
     tokio::spawn(async move {
+        let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
         if let Err(e) = axum::serve(listener, app).await {
             warn!(error = %e, "HTTP server stopped");
         }

@@ -39,6 +39,7 @@ pub(crate) struct ApiState {
     pub(crate) store: Arc<Store>,
     pub(crate) media: Arc<MediaState>,
     pub(crate) node: Arc<NodeIdentity>,
+    pub(crate) cluster: Option<Arc<isochron_server::cluster::ClusterView>>,
 }
 
 /// HTTP delivery's settings and small caches.

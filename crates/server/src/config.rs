@@ -31,6 +31,8 @@ pub struct ConfigFile {
     pub http: HttpSection,
     /// `[media]`: the watched media directory.
     pub media: MediaSection,
+    /// `[cluster]`: a node of a cluster on etcd.
+    pub cluster: ClusterSection,
 }
 
 /// `[store]`.
@@ -202,6 +204,38 @@ impl Default for MediaSection {
     }
 }
 
+/// `[cluster]`: run as one node of a cluster whose shared state is in etcd
+/// (`docs/design/cluster.md`). Off unless `etcd` is set.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterSection {
+    /// etcd endpoints; empty: a single node (the catalog in redb).
+    pub etcd: Vec<String>,
+    /// This node's name.
+    pub node: String,
+    /// The address other nodes and clients reach this node at; empty: the RTSP listen address.
+    pub advertise: String,
+    /// TCP port of the control connections; the same UDP port takes relayed RTP.
+    pub control_port: u16,
+    /// Key prefix of the cluster in etcd.
+    pub prefix: String,
+    /// TTL of the node's lease in etcd, in seconds.
+    pub lease_ttl_s: u64,
+}
+
+impl Default for ClusterSection {
+    fn default() -> Self {
+        Self {
+            etcd: Vec::new(),
+            node: String::new(),
+            advertise: String::new(),
+            control_port: 8556,
+            prefix: "/isochron/".into(),
+            lease_ttl_s: 5,
+        }
+    }
+}
+
 /// A config problem, naming the key at fault.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -279,6 +313,8 @@ pub struct Settings {
     pub media_dir: Option<PathBuf>,
     /// Scan interval of the media directory.
     pub media_scan_interval: Duration,
+    /// Cluster mode, when `[cluster] etcd` is set.
+    pub cluster: Option<crate::cluster::ClusterSettings>,
 }
 
 impl ConfigFile {
@@ -417,9 +453,63 @@ impl ConfigFile {
             nrt_share: f64::from(self.sched.nrt_share_percent) / 100.0,
             http_listen,
             hls_segment: Duration::from_secs(self.http.hls_segment_s),
+            cluster: self.cluster_settings(rtsp_listen)?,
             media_dir: self.media.dir.clone(),
             media_scan_interval: Duration::from_millis(self.media.scan_interval_ms),
         })
+    }
+}
+
+impl ConfigFile {
+    fn cluster_settings(
+        &self,
+        rtsp_listen: SocketAddr,
+    ) -> Result<Option<crate::cluster::ClusterSettings>, ConfigError> {
+        let c = &self.cluster;
+        let invalid = |key, message: String| ConfigError::Invalid { key, message };
+        if c.etcd.is_empty() {
+            return Ok(None);
+        }
+        for e in &c.etcd {
+            if !(e.starts_with("http://") || e.starts_with("https://")) {
+                return Err(invalid(
+                    "cluster.etcd",
+                    format!("{e:?} is not an endpoint like http://127.0.0.1:2379"),
+                ));
+            }
+        }
+        if c.node.is_empty()
+            || c.node.len() > 64
+            || !c.node.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(invalid(
+                "cluster.node",
+                format!("{:?} is not a node name (1 to 64 of a-z, 0-9, - and _)", c.node),
+            ));
+        }
+        let advertise = match c.advertise.as_str() {
+            "" if !rtsp_listen.ip().is_unspecified() => rtsp_listen.ip(),
+            "" => {
+                return Err(invalid(
+                    "cluster.advertise",
+                    "must be set when rtsp.listen is a wildcard address".into(),
+                ));
+            }
+            a => a.parse().map_err(|e| {
+                invalid("cluster.advertise", format!("{a:?} is not an IP address ({e})"))
+            })?,
+        };
+        if !(1..=60).contains(&c.lease_ttl_s) {
+            return Err(invalid("cluster.lease_ttl_s", "must be between 1 and 60".into()));
+        }
+        Ok(Some(crate::cluster::ClusterSettings {
+            etcd: c.etcd.clone(),
+            node: c.node.clone(),
+            advertise,
+            control_port: c.control_port,
+            prefix: c.prefix.clone(),
+            lease_ttl: Duration::from_secs(c.lease_ttl_s),
+        }))
     }
 }
 
@@ -460,6 +550,9 @@ mod tests {
             ("[http]\nhls_segment_s = 0", "http.hls_segment_s"),
             ("[store]\ndisks = [\"d0,seek_ms=x\"]", "store.disks"),
             ("[store]\ndisks = [\"d0,speed=3\"]", "store.disks"),
+            ("[cluster]\netcd = [\"127.0.0.1:2379\"]", "cluster.etcd"),
+            ("[cluster]\netcd = [\"http://e:2379\"]\nnode = \"a b\"", "cluster.node"),
+            ("[cluster]\netcd = [\"http://e:2379\"]\nnode = \"n1\"", "cluster.advertise"),
         ];
         for (text, want) in cases {
             let msg = match ConfigFile::parse(text, Path::new("c.toml")) {

@@ -24,6 +24,7 @@
 //! plane, HTTP, `loadgen` and the binary know tokio; the cores they drive never read a clock or do
 //! IO.
 
+pub mod cluster;
 pub mod config;
 pub mod library;
 pub mod media_watch;
@@ -73,6 +74,21 @@ pub const SERVER_NAME: &str = concat!("isochron/", env!("CARGO_PKG_VERSION"));
 /// Opens the store at `settings.data_dir`, creating it (and seeding the demo clip, if enabled)
 /// when there is none.
 pub fn open_or_create_store(settings: &Settings) -> anyhow::Result<Store> {
+    if let Some(c) = &settings.cluster {
+        // Nothing is written before etcd answers and the name is known not to be live.
+        let client = cluster::connect(c)?;
+        cluster::check_not_live(&client, c)?;
+        let catalog = isochron_etcd::EtcdCatalog::new(client, &c.prefix);
+        let store = Store::join(
+            &settings.data_dir,
+            Box::new(catalog),
+            &c.node,
+            &settings.disks,
+            settings.block_size,
+        )
+        .with_context(|| format!("joining the cluster as node {}", c.node))?;
+        return Ok(store);
+    }
     if Store::exists(&settings.data_dir) {
         return Store::open(&settings.data_dir)
             .with_context(|| format!("opening the store at {}", settings.data_dir.display()));
@@ -127,6 +143,8 @@ pub struct Handles {
     pub node: NodeIdentity,
     /// Target duration of an HLS segment (`http.hls_segment_s`).
     pub hls_segment: Duration,
+    /// The cluster, when this node is in one.
+    pub cluster: Option<Arc<cluster::ClusterView>>,
 }
 
 /// A running server.
@@ -148,6 +166,7 @@ pub struct RunningServer {
     stop: Arc<AtomicBool>,
     tasks: Vec<JoinHandle<()>>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    lease: Option<isochron_etcd::LeaseKeeper>,
 }
 
 impl RunningServer {
@@ -182,7 +201,12 @@ impl RunningServer {
         let _ = self.sender.send(SenderCommand::Shutdown);
         self.stop.store(true, Ordering::Relaxed);
         let threads = self.threads;
+        let lease = self.lease;
         let _ = tokio::task::spawn_blocking(move || {
+            // Leaving at once rather than after the lease's TTL: peers see the node go.
+            if let Some(l) = lease {
+                let _ = l.shutdown();
+            }
             for t in threads {
                 let _ = t.join();
             }
@@ -307,6 +331,59 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         },
         seed,
     );
+    // The cluster: control connections and relay on the control port, the link the session
+    // manager talks to peers through, and blocks for other nodes' disks written over HTTP.
+    let mut tasks = Vec::new();
+    let view = settings.cluster.as_ref().map(|c| {
+        Arc::new(cluster::ClusterView {
+            node: c.node.clone(),
+            prefix: c.prefix.clone(),
+            ..cluster::ClusterView::default()
+        })
+    });
+    let mut control = None;
+    let (node_name, link) = match (&settings.cluster, &view) {
+        (Some(c), Some(view)) => {
+            let addr = SocketAddr::new(c.advertise, c.control_port);
+            let listener = TcpListener::bind(addr).await.with_context(|| {
+                format!("binding the control port {addr} (config key cluster.control_port)")
+            })?;
+            let relay = std::net::UdpSocket::bind(addr)
+                .with_context(|| format!("binding the relay port {addr} (UDP)"))?;
+            {
+                let (sender, view, stop) = (sender_tx.clone(), Arc::clone(view), Arc::clone(&stop));
+                threads.push(
+                    std::thread::Builder::new()
+                        .name("isochron-relay".into())
+                        .spawn(move || cluster::receive_relay(relay, sender, view, stop))?,
+                );
+            }
+            store.set_remote(Arc::new(cluster::HttpBlocks::new(
+                Arc::downgrade(&store),
+                Arc::clone(view),
+            )));
+            let (out_tx, out_rx) = tokio::sync::mpsc::unbounded_channel();
+            let id = cluster::node_id(&c.node);
+            let hello = isochron_cluster::Message::Hello {
+                node: id,
+                name: c.node.clone(),
+                incarnation: seed,
+            };
+            tasks.push(tokio::spawn(cluster::send_control(out_rx, Arc::clone(view), hello)));
+            tasks.push(tokio::spawn(cluster::accept_control(
+                listener,
+                Arc::clone(view),
+                sessions_tx.clone(),
+            )));
+            control = Some(addr);
+            let link = sessions::ClusterLink {
+                out: out_tx,
+                local_disks: Arc::new(store.local_disks()),
+            };
+            ((id, c.node.clone()), Some(link))
+        }
+        _ => ((isochron_base::NodeId(0), "local".to_owned()), None),
+    };
     let manager = Manager::new(
         core,
         Arc::clone(&library),
@@ -315,10 +392,10 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         sender_tx.clone(),
         format!("isochron@{}", rtsp_addr.ip()),
         sessions_tx.clone(),
-        (isochron_base::NodeId(0), "local".to_owned()),
-        None,
+        node_name,
+        link,
     );
-    let mut tasks = vec![tokio::spawn(manager.run(sessions_rx))];
+    tasks.push(tokio::spawn(manager.run(sessions_rx)));
     let reorganiser = Reorganiser::new(
         Arc::clone(&store),
         Arc::clone(&library),
@@ -386,6 +463,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
                     .map_or(0, |d| d.as_millis() as u64),
             },
             hls_segment: settings.hls_segment,
+            cluster: view.clone(),
         };
         http = Some((listener, handles));
     }
@@ -398,6 +476,40 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
             Arc::clone(&store),
             Arc::clone(&library),
         )));
+    }
+
+    // Registration last: peers learn of this node once it can serve.
+    let mut lease = None;
+    if let (Some(c), Some(view), Some(control)) = (&settings.cluster, &view, control) {
+        let record = cluster::NodeRecord {
+            id: cluster::node_id(&c.node).0,
+            name: c.node.clone(),
+            rtsp: advertised(rtsp_addr, c.advertise),
+            http: http_addr.map(|a| advertised(a, c.advertise)),
+            control,
+        };
+        let client = cluster::connect(c)?;
+        let (cs, rec) = (c.clone(), record.clone());
+        let (client2, keeper) = tokio::task::spawn_blocking(move || {
+            let keeper = cluster::register(&client, &cs, &rec)?;
+            Ok::<_, anyhow::Error>((client, keeper))
+        })
+        .await??;
+        lease = Some(keeper);
+        let (c, view, store, library, sessions, stop) = (
+            c.clone(),
+            Arc::clone(view),
+            Arc::clone(&store),
+            Arc::clone(&library),
+            sessions_tx.clone(),
+            Arc::clone(&stop),
+        );
+        threads.push(std::thread::Builder::new().name("isochron-members".into()).spawn(
+            move || {
+                let every = Duration::from_millis(250);
+                cluster::poll_membership(client2, c, view, store, library, sessions, stop, every);
+            },
+        )?);
     }
 
     info!(%rtsp_addr, ?http_addr, rtp_port, "isochron serving");
@@ -413,6 +525,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         stop,
         tasks,
         threads,
+        lease,
     })
 }
 
@@ -447,4 +560,9 @@ fn sender_events(
             let _ = sessions.send(SessionCommand::ShareStopped { stream, run, report });
         }
     })
+}
+
+/// `addr` with the advertised IP when it is bound to a wildcard.
+fn advertised(addr: SocketAddr, ip: std::net::IpAddr) -> SocketAddr {
+    if addr.ip().is_unspecified() { SocketAddr::new(ip, addr.port()) } else { addr }
 }

@@ -28,6 +28,10 @@ pub(crate) struct Args {
     /// Block size of a new store, in KiB.
     #[arg(long, value_name = "KIB", default_value_t = 1024)]
     block_size_kib: u64,
+    /// Ingest through a running server (any node of a cluster) at this HTTP URL: the file is
+    /// streamed to it, and it cuts it and writes each block on its owner's disk.
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
     /// MPEG-TS files to ingest.
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
@@ -39,6 +43,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         "--name names one object; it cannot be used with {} files",
         args.files.len()
     );
+    if let Some(url) = &args.server {
+        return ingest_remote(url, &args);
+    }
     let root = &args.data.data;
     let store = if Store::exists(root) {
         anyhow::ensure!(
@@ -114,6 +121,81 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// The object name of `file`: `--name`, else the file stem.
+fn object_name(args: &Args, file: &std::path::Path) -> Option<String> {
+    args.name.clone().or_else(|| file.file_stem().map(|s| s.to_string_lossy().into_owned()))
+}
+
+/// `ingest --server URL`: streams each file to the server's `PUT /api/v1/objects/NAME`.
+fn ingest_remote(url: &str, args: &Args) -> anyhow::Result<ExitCode> {
+    let mut failed = 0;
+    for file in &args.files {
+        let Some(name) = object_name(args, file) else {
+            eprintln!("isochron: cannot ingest {}: no file name", file.display());
+            failed += 1;
+            continue;
+        };
+        let target = format!("{}/api/v1/objects/{name}", url.trim_end_matches('/'));
+        let result = (|| -> anyhow::Result<serde_json::Value> {
+            let f = std::fs::File::open(file).with_context(|| format!("{}", file.display()))?;
+            let len = f.metadata()?.len();
+            let bar = progress_bar(file);
+            if let Some(b) = &bar {
+                b.set_length(len);
+                b.set_message("sending");
+            }
+            let mut reader = Progress { inner: f, bar: bar.clone() };
+            let resp = ureq::put(&target)
+                .config()
+                .http_status_as_error(false)
+                .build()
+                .send(ureq::SendBody::from_reader(&mut reader))
+                .map_err(|e| anyhow::anyhow!("{target}: {e}"))?;
+            if let Some(b) = bar {
+                b.finish_and_clear();
+            }
+            let status = resp.status();
+            let body = resp.into_body().read_to_string().unwrap_or_default();
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+            if !status.is_success() {
+                let msg = v["error"].as_str().map_or(body.trim().to_owned(), str::to_owned);
+                anyhow::bail!("{target} answered {status}: {msg}");
+            }
+            Ok(v)
+        })();
+        match result {
+            Ok(v) => println!(
+                "ingested {}: {:.1} s, {} bytes, {} blocks (through {url})",
+                v["name"].as_str().unwrap_or(&name),
+                v["duration_s"].as_f64().unwrap_or(0.0),
+                v["bytes"].as_u64().unwrap_or(0),
+                v["blocks"].as_u64().unwrap_or(0),
+            ),
+            Err(e) => {
+                eprintln!("isochron: cannot ingest {}: {e:#}", file.display());
+                failed += 1;
+            }
+        }
+    }
+    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// A reader that moves a progress bar.
+struct Progress<R> {
+    inner: R,
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl<R: std::io::Read> std::io::Read for Progress<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if let Some(b) = &self.bar {
+            b.inc(n as u64);
+        }
+        Ok(n)
+    }
 }
 
 fn progress_bar(file: &std::path::Path) -> Option<indicatif::ProgressBar> {

@@ -16,9 +16,15 @@ pub(crate) struct Args {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// List a running server's (a cluster's) objects through its HTTP API instead.
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if let Some(url) = &args.server {
+        return list_remote(url, args.json);
+    }
     let store = Store::open(&args.data.data)?;
     let objects = store.catalog().objects()?;
     if args.json {
@@ -55,6 +61,32 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             r.avg_bitrate.to_string(),
             r.blocks.len(),
             r.streams.iter().map(|s| s.codec.as_str()).collect::<Vec<_>>().join("+"),
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ls --server URL`: the server's `/api/v1/objects`.
+fn list_remote(url: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let url = format!("{}/api/v1/objects", url.trim_end_matches('/'));
+    let body = ureq::get(&url)
+        .call()
+        .map_err(|e| anyhow::anyhow!("{url}: {e}"))?
+        .into_body()
+        .read_to_string()
+        .map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&body).map_err(|e| anyhow::anyhow!("{url}: not JSON ({e})"))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    for o in v.as_array().into_iter().flatten() {
+        println!(
+            "{:<32} {:>8.1} s {:>12} bytes",
+            o["name"].as_str().unwrap_or("?"),
+            o["duration_s"].as_f64().unwrap_or(0.0),
+            o["bytes"].as_u64().unwrap_or(0)
         );
     }
     Ok(ExitCode::SUCCESS)

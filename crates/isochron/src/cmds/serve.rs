@@ -32,6 +32,23 @@ pub(crate) struct Args {
     /// Do not seed a new store with the demo clip [config: store.seed_demo].
     #[arg(long)]
     no_demo: bool,
+    /// A disk of this node (repeat for several): DIR, or DIR,seek_ms=10,rate_mib_s=4 for an
+    /// emulated disk [config: store.disks].
+    #[arg(long = "disk", value_name = "DIR[,seek_ms=N,rate_mib_s=N]")]
+    disks: Vec<String>,
+    /// Run as a node of the cluster whose state is in this etcd (comma-separated endpoints)
+    /// [config: cluster.etcd].
+    #[arg(long, value_name = "URL[,URL…]", value_delimiter = ',')]
+    etcd: Vec<String>,
+    /// This node's name in the cluster [config: cluster.node].
+    #[arg(long, value_name = "NAME")]
+    node: Option<String>,
+    /// The IP other nodes and clients reach this node at [config: cluster.advertise].
+    #[arg(long, value_name = "HOST")]
+    advertise: Option<String>,
+    /// TCP (control) and UDP (relay) port between nodes [config: cluster.control_port].
+    #[arg(long, value_name = "PORT")]
+    control_port: Option<u16>,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -57,6 +74,21 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.no_demo {
         file.store.seed_demo = false;
     }
+    if !args.disks.is_empty() {
+        file.store.disks = args.disks;
+    }
+    if !args.etcd.is_empty() {
+        file.cluster.etcd = args.etcd;
+    }
+    if let Some(n) = args.node {
+        file.cluster.node = n;
+    }
+    if let Some(a) = args.advertise {
+        file.cluster.advertise = a;
+    }
+    if let Some(p) = args.control_port {
+        file.cluster.control_port = p;
+    }
     let settings = file.validate()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -75,7 +107,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         println!("listening: rtsp={} http={} rtp={}", server.rtsp_addr, http, server.rtp_port);
         let objects = server.library.list();
         if objects.is_empty() {
-            println!("no objects yet: ingest some with `isochron ingest FILE` or use --media DIR");
+            println!(
+                "no objects yet: ingest some with `isochron ingest FILE` (a cluster: \
+                 `isochron ingest --server URL FILE`) or use --media DIR"
+            );
         }
         for e in &objects {
             println!(

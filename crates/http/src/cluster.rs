@@ -1,0 +1,168 @@
+//! The cluster's HTTP endpoints (`docs/design/cluster.md`): ingest through any node, block
+//! writes from the ingesting node to a block's owner, and `/api/v1/nodes` for every node.
+//!
+//! Writes are accepted only from loopback and from live cluster members' addresses: nothing
+//! that writes is open to the network at large (the credentials of `[auth]` come with the
+//! security work).
+
+use std::io::Write as _;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Json, Response};
+use futures_util::StreamExt as _;
+use isochron_base::{BlockIndex, BlockKey, DiskId, ObjectId};
+use isochron_server::cluster::ClusterView;
+use isochron_server::library::{ObjectEntry, ObjectSummary};
+use serde::Serialize;
+
+use crate::api::NodeJson;
+use crate::state::ApiState;
+
+fn error(status: StatusCode, msg: impl Into<String>) -> Response {
+    (status, Json(serde_json::json!({ "error": msg.into() }))).into_response()
+}
+
+/// Whether `peer` may write: loopback, or a live member of this node's cluster.
+fn may_write(s: &ApiState, peer: IpAddr) -> bool {
+    peer.is_loopback() || s.cluster.as_ref().is_some_and(|v| v.member_ips().contains(&peer))
+}
+
+/// `PUT /api/v1/cluster/blocks/{disk}/{object}/{index}`: a block for one of this node's disks,
+/// from the node ingesting its object.
+pub(crate) async fn put_block(
+    State(s): State<ApiState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path((disk, object, index)): Path<(u16, u64, u32)>,
+    body: Bytes,
+) -> Response {
+    if !may_write(&s, peer.ip()) {
+        return error(StatusCode::FORBIDDEN, format!("{} is not a cluster member", peer.ip()));
+    }
+    let Some(d) = s.store.disk(DiskId(disk)) else {
+        return error(StatusCode::NOT_FOUND, format!("disk {disk} is not on this node"));
+    };
+    let key = BlockKey::new(ObjectId(object), BlockIndex(index));
+    match tokio::task::spawn_blocking(move || d.write_block(key, &body)).await {
+        Ok(Ok(())) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("block {key}: {e}")),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// `PUT /api/v1/objects/{name}`: ingests the body (an MPEG-TS file) as object `name`, its
+/// blocks written to their owners' disks on every node (`isochron ingest --server`).
+pub(crate) async fn ingest(
+    State(s): State<ApiState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(name): Path<String>,
+    body: Body,
+) -> Response {
+    if !may_write(&s, peer.ip()) {
+        return error(
+            StatusCode::FORBIDDEN,
+            format!("ingest is open to loopback and cluster members only, not {}", peer.ip()),
+        );
+    }
+    // Spooled to a file first: the cutter needs to seek (it reads the file twice).
+    let spool = match tempfile::NamedTempFile::new_in(s.store.root()) {
+        Ok(f) => f,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("spool file: {e}")),
+    };
+    let (file, path) = spool.into_parts();
+    let mut file = std::io::BufWriter::new(file);
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = match chunk {
+            Ok(c) => c,
+            Err(e) => return error(StatusCode::BAD_REQUEST, format!("reading the upload: {e}")),
+        };
+        if let Err(e) = file.write_all(&chunk) {
+            return error(StatusCode::INTERNAL_SERVER_ERROR, format!("spool file: {e}"));
+        }
+    }
+    if let Err(e) = file.flush() {
+        return error(StatusCode::INTERNAL_SERVER_ERROR, format!("spool file: {e}"));
+    }
+    drop(file);
+    let (store, library) = (Arc::clone(&s.store), Arc::clone(&s.library));
+    let task = tokio::task::spawn_blocking(move || {
+        let report = isochron_diskio::ingest::ingest_file(&store, &path, &name, &mut |_| {})
+            .map_err(|e| (StatusCode::UNPROCESSABLE_ENTITY, format!("object {name}: {e}")))?;
+        library.insert(Arc::new(ObjectEntry::new(&store, report.record.clone())));
+        drop(path);
+        Ok::<_, (StatusCode, String)>(ObjectSummary::from(&report.record))
+    });
+    match task.await {
+        Ok(Ok(summary)) => (StatusCode::CREATED, Json(summary)).into_response(),
+        Ok(Err((status, msg))) => error(status, msg),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// A node in `/api/v1/nodes` in a cluster.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct ClusterNodeJson {
+    /// Its name.
+    name: String,
+    /// Its id in the cluster's messages.
+    id: u16,
+    /// `up` (its lease is alive) or `down`.
+    state: &'static str,
+    /// RTSP address.
+    rtsp: String,
+    /// HTTP address.
+    http: Option<String>,
+    /// Control connections and relay.
+    control: String,
+    /// Its disks.
+    disks: Vec<u16>,
+    /// This node's own figures (sessions, send rate …), on the node answering only: ask each
+    /// node's `/api/v1/nodes` for its own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    local: Option<NodeJson>,
+    /// Control bytes this node sent and received (the answering node only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    control_bytes: Option<[u64; 2]>,
+}
+
+/// Every node the cluster ever had, from etcd, with this node's own figures.
+pub(crate) fn nodes(
+    view: &ClusterView,
+    meta: &isochron_store::catalog::StoreMeta,
+    me: NodeJson,
+) -> Vec<ClusterNodeJson> {
+    let known = view.known.lock().map(|k| k.clone()).unwrap_or_default();
+    let live = view.live.lock().map(|k| k.clone()).unwrap_or_default();
+    known
+        .into_values()
+        .map(|r| {
+            let mine = r.name == view.node;
+            ClusterNodeJson {
+                state: if live.contains_key(&r.name) { "up" } else { "down" },
+                id: r.id,
+                rtsp: r.rtsp.to_string(),
+                http: r.http.map(|h| h.to_string()),
+                control: r.control.to_string(),
+                disks: meta
+                    .disks
+                    .iter()
+                    .filter(|d| d.owner.as_deref() == Some(r.name.as_str()))
+                    .map(|d| d.id.0)
+                    .collect(),
+                local: mine.then(|| me.clone()),
+                control_bytes: mine.then(|| {
+                    [
+                        view.control_bytes_out.load(Ordering::Relaxed),
+                        view.control_bytes_in.load(Ordering::Relaxed),
+                    ]
+                }),
+                name: r.name,
+            }
+        })
+        .collect()
+}

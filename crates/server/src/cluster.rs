@@ -1,0 +1,445 @@
+//! A node's IO for the cluster (Yima §2): etcd membership, the control connections, the relay
+//! port, and block writes to other nodes. The decisions are [`isochron_cluster::ClusterCore`]'s,
+//! owned by the session manager; this module only moves bytes and facts.
+//!
+//! - **Membership** (`docs/design/etcd.md`): every node keeps `P/nodes/<name>` (its record: id
+//!   and addresses) and `P/live/<name>` (the same, attached to its lease, put only if nobody
+//!   holds it). A node whose lease lapses disappears from `P/live/`; a poll of that prefix every
+//!   `poll` tells the session manager who is up ([`SessionCommand::Member`]), and re-reads the
+//!   shared store metadata and the catalog so the library follows other nodes' ingests and joins.
+//! - **Control connections**: one TCP connection from each node to each peer carries its
+//!   messages (`isochron_cluster::wire` frames, a `Hello` first); inbound connections are read
+//!   into [`SessionCommand::Peer`]. Bytes both ways are counted ([`ClusterView`]) and reported
+//!   against the media bytes in `/metrics`.
+//! - **Relay** (`docs/design/cluster.md`): a UDP socket on the control port takes the RTP packets
+//!   other nodes send for a relayed session and hands them to the sender thread, which sends them
+//!   on to the client from this node's address.
+//! - **Block writes**: an ingest through any node writes each block on its owner's disk with an
+//!   HTTP `PUT` to the owner ([`HttpBlocks`]), accepted only from cluster members.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use isochron_base::{BlockKey, DiskId, NodeId};
+use isochron_cluster::wire::{FrameReader, encode_frame};
+use isochron_cluster::{MemberInfo, Message};
+use isochron_dataplane::sender::SenderCommand;
+use isochron_diskio::store::RemoteBlocks;
+use isochron_diskio::Store;
+use isochron_etcd::Client;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+use crate::library::{Library, ObjectEntry};
+use crate::sessions::SessionCommand;
+
+/// Cluster settings (`[cluster]`, `serve --etcd … --node …`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterSettings {
+    /// etcd endpoints (`http://host:2379`).
+    pub etcd: Vec<String>,
+    /// This node's name (unique among live nodes).
+    pub node: String,
+    /// The address other nodes and clients reach this node at.
+    pub advertise: IpAddr,
+    /// TCP port of the control connections; the same UDP port takes relayed RTP.
+    pub control_port: u16,
+    /// Key prefix of the cluster in etcd.
+    pub prefix: String,
+    /// TTL of the node's lease: a dead node is noticed within it.
+    pub lease_ttl: Duration,
+}
+
+/// What a node publishes about itself in etcd.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// Its id in the cluster's messages.
+    pub id: u16,
+    /// Its name.
+    pub name: String,
+    /// RTSP address.
+    pub rtsp: SocketAddr,
+    /// HTTP address.
+    pub http: Option<SocketAddr>,
+    /// Control connections (TCP) and relay (UDP).
+    pub control: SocketAddr,
+}
+
+/// A node's id: a stable function of its name (FNV-1a, 16 bits), checked against collisions
+/// when it registers.
+#[must_use]
+pub fn node_id(name: &str) -> NodeId {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in name.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    NodeId(((h >> 16) ^ (h & 0xffff)) as u16)
+}
+
+/// The cluster as this node's IO sees it: live members and traffic counters, shared with the
+/// HTTP API.
+#[derive(Debug, Default)]
+pub struct ClusterView {
+    /// Live members' records, by name (this node included).
+    pub live: Mutex<BTreeMap<String, NodeRecord>>,
+    /// Every node that ever registered, by name.
+    pub known: Mutex<BTreeMap<String, NodeRecord>>,
+    /// Control bytes sent to peers.
+    pub control_bytes_out: AtomicU64,
+    /// Control bytes received from peers.
+    pub control_bytes_in: AtomicU64,
+    /// Control messages sent.
+    pub control_messages_out: AtomicU64,
+    /// RTP packets received from peers to relay.
+    pub relay_packets_in: AtomicU64,
+    /// Their bytes.
+    pub relay_bytes_in: AtomicU64,
+    /// Block bytes written to other nodes (ingest).
+    pub block_bytes_out: AtomicU64,
+    /// Whether etcd answered the last poll.
+    pub etcd_ok: AtomicBool,
+    /// This node's name.
+    pub node: String,
+    /// The cluster's key prefix.
+    pub prefix: String,
+}
+
+impl ClusterView {
+    /// The IPs of live members (who may write blocks here).
+    #[must_use]
+    pub fn member_ips(&self) -> Vec<IpAddr> {
+        lock(&self.live).values().map(|r| r.control.ip()).collect()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Connects to etcd, naming every endpoint when none answers.
+pub fn connect(settings: &ClusterSettings) -> anyhow::Result<Client> {
+    let client = Client::connect(&settings.etcd, isochron_etcd::Timeouts::default())
+        .with_context(|| format!("etcd at {} (config key cluster.etcd)", settings.etcd.join(",")))?;
+    client.get(b"health-probe").with_context(|| {
+        format!("etcd at {} is unreachable (config key cluster.etcd)", settings.etcd.join(","))
+    })?;
+    Ok(client)
+}
+
+/// Refuses to start a node whose name is already live (another process holds its lease).
+pub fn check_not_live(client: &Client, settings: &ClusterSettings) -> anyhow::Result<()> {
+    let key = isochron_etcd::membership::live_key(&settings.prefix, &settings.node);
+    if let Some(kv) = client.get(key.as_bytes())? {
+        let holder = serde_json::from_slice::<NodeRecord>(&kv.value)
+            .map_or_else(|_| "unknown address".to_owned(), |r| r.control.to_string());
+        anyhow::bail!(
+            "node {} is already live in the cluster (at {holder}); pick another --node name \
+             or stop that node",
+            settings.node
+        );
+    }
+    Ok(())
+}
+
+/// Registers this node: its record, and its live key under a lease kept alive on a thread.
+pub fn register(
+    client: &Client,
+    settings: &ClusterSettings,
+    record: &NodeRecord,
+) -> anyhow::Result<isochron_etcd::LeaseKeeper> {
+    let nodes = isochron_etcd::membership::nodes_prefix(&settings.prefix);
+    let others = client.get_prefix(nodes.as_bytes())?;
+    for kv in &others.kvs {
+        if let Ok(r) = serde_json::from_slice::<NodeRecord>(&kv.value)
+            && r.id == record.id
+            && r.name != record.name
+        {
+            anyhow::bail!(
+                "node name {} has the same id ({}) as node {}: pick another --node name",
+                record.name,
+                record.id,
+                r.name
+            );
+        }
+    }
+    let value = serde_json::to_vec(record)?;
+    let keeper = isochron_etcd::LeaseKeeper::start(client, settings.lease_ttl)
+        .context("taking a lease in etcd")?;
+    isochron_etcd::membership::register_live(
+        client,
+        &settings.prefix,
+        &settings.node,
+        &value,
+        keeper.id(),
+    )
+    .map_err(|e| anyhow::anyhow!("registering node {}: {e}", settings.node))?;
+    client.put(format!("{nodes}{}", settings.node).as_bytes(), &value, None)?;
+    info!(node = %settings.node, id = record.id, control = %record.control, "registered in etcd");
+    Ok(keeper)
+}
+
+/// Polls etcd for live members, the store's metadata and the catalog; tells the session
+/// manager who is up and keeps the library in step. Runs on its own thread until `stop`.
+#[allow(clippy::too_many_arguments)]
+pub fn poll_membership(
+    client: Client,
+    settings: ClusterSettings,
+    view: Arc<ClusterView>,
+    store: Arc<Store>,
+    library: Arc<Library>,
+    sessions: mpsc::UnboundedSender<SessionCommand>,
+    stop: Arc<AtomicBool>,
+    every: Duration,
+) {
+    let live_prefix = isochron_etcd::membership::live_prefix(&settings.prefix);
+    let nodes_prefix = isochron_etcd::membership::nodes_prefix(&settings.prefix);
+    let mut was: BTreeMap<String, NodeRecord> = BTreeMap::new();
+    while !stop.load(Ordering::Relaxed) {
+        match client.get_prefix(live_prefix.as_bytes()) {
+            Ok(r) => {
+                view.etcd_ok.store(true, Ordering::Relaxed);
+                let now: BTreeMap<String, NodeRecord> = r
+                    .kvs
+                    .iter()
+                    .filter_map(|kv| serde_json::from_slice::<NodeRecord>(&kv.value).ok())
+                    .map(|rec| (rec.name.clone(), rec))
+                    .collect();
+                for (name, rec) in &now {
+                    if was.get(name) != Some(rec) {
+                        let info = MemberInfo { id: NodeId(rec.id), name: name.clone(), live: true };
+                        let relay = Some(rec.control);
+                        let _ = sessions.send(SessionCommand::Member { info, relay });
+                    }
+                }
+                for (name, rec) in &was {
+                    if !now.contains_key(name) {
+                        info!(node = %name, "node is no longer live");
+                        let info =
+                            MemberInfo { id: NodeId(rec.id), name: name.clone(), live: false };
+                        let _ = sessions.send(SessionCommand::Member { info, relay: None });
+                    }
+                }
+                *lock(&view.live) = now.clone();
+                was = now;
+            }
+            Err(e) => {
+                if view.etcd_ok.swap(false, Ordering::Relaxed) {
+                    warn!(error = %e, "etcd unreachable: sessions go on, new ones wait");
+                }
+            }
+        }
+        if let Ok(r) = client.get_prefix(nodes_prefix.as_bytes()) {
+            *lock(&view.known) = r
+                .kvs
+                .iter()
+                .filter_map(|kv| serde_json::from_slice::<NodeRecord>(&kv.value).ok())
+                .map(|rec| (rec.name.clone(), rec))
+                .collect();
+        }
+        sync_library(&store, &library);
+        std::thread::sleep(every);
+    }
+}
+
+/// Brings the library in step with the shared catalog and placement.
+fn sync_library(store: &Store, library: &Library) {
+    let placement_changed = match store.refresh() {
+        Ok(c) => c,
+        Err(e) => {
+            debug!(error = %e, "reading the store metadata");
+            return;
+        }
+    };
+    let Ok(objects) = store.catalog().objects() else { return };
+    let names: std::collections::BTreeSet<&str> = objects.iter().map(|r| r.name.as_str()).collect();
+    for e in library.list() {
+        if !names.contains(e.record.name.as_str()) {
+            library.remove(&e.record.name);
+        }
+    }
+    for rec in objects {
+        if placement_changed || !library.contains(&rec.name) {
+            library.insert(Arc::new(ObjectEntry::new(store, rec)));
+        }
+    }
+}
+
+/// Sends the session manager's messages to peers over one TCP connection per peer.
+pub async fn send_control(
+    mut rx: mpsc::UnboundedReceiver<(NodeId, Message)>,
+    view: Arc<ClusterView>,
+    hello: Message,
+) {
+    let mut writers: HashMap<NodeId, mpsc::UnboundedSender<Vec<u8>>> = HashMap::new();
+    while let Some((to, msg)) = rx.recv().await {
+        let frame = encode_frame(&msg);
+        view.control_messages_out.fetch_add(1, Ordering::Relaxed);
+        if let Some(w) = writers.get(&to)
+            && w.send(frame.clone()).is_ok()
+        {
+            continue;
+        }
+        let addr = lock(&view.live).values().find(|r| NodeId(r.id) == to).map(|r| r.control);
+        let Some(addr) = addr else {
+            debug!(peer = %to, "no address for a peer: message dropped");
+            continue;
+        };
+        let (tx, wrx) = mpsc::unbounded_channel();
+        let _ = tx.send(frame);
+        writers.insert(to, tx);
+        tokio::spawn(write_peer(addr, wrx, Arc::clone(&view), encode_frame(&hello)));
+    }
+}
+
+async fn write_peer(
+    addr: SocketAddr,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    view: Arc<ClusterView>,
+    hello: Vec<u8>,
+) {
+    let conn = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr)).await;
+    let mut stream = match conn {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            warn!(peer = %addr, error = %e, "control connection failed");
+            return;
+        }
+        Err(_) => {
+            warn!(peer = %addr, "control connection timed out");
+            return;
+        }
+    };
+    let _ = stream.set_nodelay(true);
+    let mut first = Some(hello);
+    while let Some(frame) = rx.recv().await {
+        let mut buf = first.take().unwrap_or_default();
+        buf.extend_from_slice(&frame);
+        while let Ok(more) = rx.try_recv() {
+            buf.extend_from_slice(&more);
+        }
+        if let Err(e) = stream.write_all(&buf).await {
+            warn!(peer = %addr, error = %e, "control connection lost");
+            return;
+        }
+        view.control_bytes_out.fetch_add(buf.len() as u64, Ordering::Relaxed);
+    }
+}
+
+/// Accepts peers' control connections and hands their messages to the session manager.
+pub async fn accept_control(
+    listener: TcpListener,
+    view: Arc<ClusterView>,
+    sessions: mpsc::UnboundedSender<SessionCommand>,
+) {
+    loop {
+        let Ok((stream, peer)) = listener.accept().await else { continue };
+        let (view, sessions) = (Arc::clone(&view), sessions.clone());
+        tokio::spawn(async move {
+            if let Err(e) = read_peer(stream, &view, &sessions).await {
+                debug!(%peer, error = %e, "control connection closed");
+            }
+        });
+    }
+}
+
+async fn read_peer(
+    mut stream: TcpStream,
+    view: &ClusterView,
+    sessions: &mpsc::UnboundedSender<SessionCommand>,
+) -> anyhow::Result<()> {
+    let mut reader = FrameReader::default();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut from: Option<NodeId> = None;
+    loop {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        view.control_bytes_in.fetch_add(n as u64, Ordering::Relaxed);
+        reader.feed(&buf[..n]);
+        while let Some(msg) = reader.next_message()? {
+            match (&msg, from) {
+                (Message::Hello { node, .. }, _) => from = Some(*node),
+                (_, Some(node)) => {
+                    let _ = sessions.send(SessionCommand::Peer { from: node, msg });
+                }
+                (_, None) => anyhow::bail!("a peer sent {} before its hello", msg.kind()),
+            }
+        }
+    }
+}
+
+/// Receives relayed RTP on `socket` and hands it to the sender thread. Runs until `stop`.
+pub fn receive_relay(
+    socket: UdpSocket,
+    sender: crossbeam_channel::Sender<SenderCommand>,
+    view: Arc<ClusterView>,
+    stop: Arc<AtomicBool>,
+) {
+    let _ = socket.set_read_timeout(Some(Duration::from_millis(200)));
+    let mut buf = vec![0u8; 2048];
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(n) = socket.recv(&mut buf) else { continue };
+        if n < 12 {
+            continue;
+        }
+        view.relay_packets_in.fetch_add(1, Ordering::Relaxed);
+        view.relay_bytes_in.fetch_add(n as u64, Ordering::Relaxed);
+        let _ = sender.send(SenderCommand::Relayed { datagram: buf[..n].to_vec() });
+    }
+}
+
+/// Writes blocks to the nodes that own their disks, over HTTP.
+pub struct HttpBlocks {
+    /// The store (for each disk's owner).
+    pub store: std::sync::Weak<Store>,
+    /// Live members' addresses.
+    pub view: Arc<ClusterView>,
+    /// The HTTP agent.
+    pub agent: ureq::Agent,
+}
+
+impl HttpBlocks {
+    /// An agent with timeouts fit for one block.
+    #[must_use]
+    pub fn new(store: std::sync::Weak<Store>, view: Arc<ClusterView>) -> Self {
+        let agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(30)))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        Self { store, view, agent }
+    }
+}
+
+impl RemoteBlocks for HttpBlocks {
+    fn write_block(&self, disk: DiskId, key: BlockKey, bytes: &[u8]) -> Result<(), String> {
+        let store = self.store.upgrade().ok_or("the store is closed")?;
+        let meta = store.meta();
+        let owner = meta
+            .disk(disk)
+            .and_then(|d| d.owner.clone())
+            .ok_or_else(|| format!("disk {disk} has no owner node"))?;
+        let http = lock(&self.view.live)
+            .get(&owner)
+            .and_then(|r| r.http)
+            .ok_or_else(|| format!("node {owner} (owner of disk {disk}) is not live"))?;
+        let url = format!("http://{http}/api/v1/cluster/blocks/{}/{}/{}", disk.0, key.object.0, key.index.0);
+        let resp = self.agent.put(&url).send(bytes).map_err(|e| format!("node {owner}: {e}"))?;
+        if !resp.status().is_success() {
+            let status = resp.status();
+            let body = resp.into_body().read_to_string().unwrap_or_default();
+            return Err(format!("node {owner} answered {status}: {}", body.trim()));
+        }
+        self.view.block_bytes_out.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+}
