@@ -544,15 +544,17 @@ impl Store {
         block_size: Bytes,
     ) -> Result<Self, StoreError> {
         validate_block_size(block_size)?;
-        fs::create_dir_all(root).map_err(|source| StoreError::Io {
-            op: "create directory",
-            path: root.to_owned(),
-            source,
-        })?;
         let specs = if disks.is_empty() {
             vec![DiskSpec::from(PathBuf::from(DEFAULT_DISK_DIR))]
         } else {
             disks.to_vec()
+        };
+        let mkdir = || {
+            fs::create_dir_all(root).map_err(|source| StoreError::Io {
+                op: "create directory",
+                path: root.to_owned(),
+                source,
+            })
         };
         let meta = match catalog.meta() {
             Ok(meta) => {
@@ -563,6 +565,7 @@ impl Store {
                         store: meta.block_size,
                     });
                 }
+                mkdir()?;
                 if meta.disks.iter().any(|d| d.owner.as_deref() == Some(node)) {
                     meta
                 } else {
@@ -570,6 +573,7 @@ impl Store {
                 }
             }
             Err(CatalogError::NoMeta { .. }) => {
+                mkdir()?;
                 Self::first_node(root, &*catalog, node, &specs, block_size)?
             }
             Err(e) => return Err(e.into()),
@@ -815,7 +819,15 @@ impl Store {
     /// it).
     #[must_use]
     pub fn ingest_lock(&self) -> IngestLock<'_> {
-        IngestLock { _guard: self.ingest_gate.read().unwrap_or_else(PoisonError::into_inner) }
+        let guard = self.ingest_gate.read().unwrap_or_else(PoisonError::into_inner);
+        // A cluster node places a new object with the store's metadata as it is now, not as
+        // this node last saw it (another node may have joined since).
+        if self.node.is_some()
+            && let Err(e) = self.refresh()
+        {
+            tracing::warn!(error = %e, "could not re-read the store metadata before an ingest");
+        }
+        IngestLock { _guard: guard }
     }
 
     /// The disk holding block `index` of `rec` for readers ([`locate_active`]).

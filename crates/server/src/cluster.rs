@@ -28,8 +28,8 @@ use isochron_base::{BlockKey, DiskId, NodeId};
 use isochron_cluster::wire::{FrameReader, encode_frame};
 use isochron_cluster::{MemberInfo, Message};
 use isochron_dataplane::sender::SenderCommand;
-use isochron_diskio::store::RemoteBlocks;
 use isochron_diskio::Store;
+use isochron_diskio::store::RemoteBlocks;
 use isochron_etcd::Client;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -126,8 +126,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Connects to etcd, naming every endpoint when none answers.
 pub fn connect(settings: &ClusterSettings) -> anyhow::Result<Client> {
-    let client = Client::connect(&settings.etcd, isochron_etcd::Timeouts::default())
-        .with_context(|| format!("etcd at {} (config key cluster.etcd)", settings.etcd.join(",")))?;
+    let client =
+        Client::connect(&settings.etcd, isochron_etcd::Timeouts::default()).with_context(|| {
+            format!("etcd at {} (config key cluster.etcd)", settings.etcd.join(","))
+        })?;
     client.get(b"health-probe").with_context(|| {
         format!("etcd at {} is unreachable (config key cluster.etcd)", settings.etcd.join(","))
     })?;
@@ -214,7 +216,8 @@ pub fn poll_membership(
                     .collect();
                 for (name, rec) in &now {
                     if was.get(name) != Some(rec) {
-                        let info = MemberInfo { id: NodeId(rec.id), name: name.clone(), live: true };
+                        let info =
+                            MemberInfo { id: NodeId(rec.id), name: name.clone(), live: true };
                         let relay = Some(rec.control);
                         let _ = sessions.send(SessionCommand::Member { info, relay });
                     }
@@ -432,7 +435,10 @@ impl RemoteBlocks for HttpBlocks {
             .get(&owner)
             .and_then(|r| r.http)
             .ok_or_else(|| format!("node {owner} (owner of disk {disk}) is not live"))?;
-        let url = format!("http://{http}/api/v1/cluster/blocks/{}/{}/{}", disk.0, key.object.0, key.index.0);
+        let url = format!(
+            "http://{http}/api/v1/cluster/blocks/{}/{}/{}",
+            disk.0, key.object.0, key.index.0
+        );
         let resp = self.agent.put(&url).send(bytes).map_err(|e| format!("node {owner}: {e}"))?;
         if !resp.status().is_success() {
             let status = resp.status();

@@ -160,7 +160,7 @@ fn ingest_remote(url: &str, args: &Args) -> anyhow::Result<ExitCode> {
             let body = resp.into_body().read_to_string().unwrap_or_default();
             let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
             if !status.is_success() {
-                let msg = v["error"].as_str().map_or(body.trim().to_owned(), str::to_owned);
+                let msg = v["error"].as_str().map_or_else(|| body.trim().to_owned(), str::to_owned);
                 anyhow::bail!("{target} answered {status}: {msg}");
             }
             Ok(v)
