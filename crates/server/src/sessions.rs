@@ -970,7 +970,10 @@ fn delivery_query(query: Option<&str>) -> Option<Delivery> {
 /// `auto` delivery: bipartite for players shown to take RTP of one SSRC from several addresses
 /// (`docs/results/cluster-players.md`), relay for every other.
 fn auto_delivery(user_agent: &str) -> Delivery {
-    const BIPARTITE: [&str; 1] = ["isochron"];
+    // isochron's own client, and ffmpeg (libavformat accepts RTP of one SSRC from any source
+    // address unless `-rtsp_flags filter_src`). GStreamer drops a second source as an SSRC
+    // collision (RFC 3550 §8.2) and VLC's SAT>IP module does not strip header extensions.
+    const BIPARTITE: [&str; 2] = ["isochron", "lavf"];
     if BIPARTITE.iter().any(|p| user_agent.to_ascii_lowercase().starts_with(p)) {
         Delivery::Bipartite
     } else {
@@ -995,6 +998,8 @@ mod tests {
         assert_eq!(delivery_query(Some("delivery=other")), None);
         assert_eq!(delivery_query(None), None);
         assert_eq!(auto_delivery("isochron/0.1"), Delivery::Bipartite);
+        assert_eq!(auto_delivery("Lavf/61.7.100"), Delivery::Bipartite);
         assert_eq!(auto_delivery("GStreamer/1.22"), Delivery::Relay);
+        assert_eq!(auto_delivery("VLC/3.0.21 LibVLC/3.0.21"), Delivery::Relay);
     }
 }
