@@ -527,6 +527,9 @@ fn record_error(e: &RecordError) -> Response {
 /// `GET /metrics`: Prometheus text format 0.0.4 ([`crate::metrics`]).
 async fn metrics(State(s): State<ApiState>) -> Result<Response, ApiError> {
     let g = gather(&s).await?;
-    let text = crate::metrics::render(&g);
+    let mut text = crate::metrics::render(&g);
+    if let Some(view) = &s.cluster {
+        crate::cluster::render_metrics(&mut text, view);
+    }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
 }

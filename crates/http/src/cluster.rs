@@ -166,3 +166,39 @@ pub(crate) fn nodes(
         })
         .collect()
 }
+
+/// The cluster's counters in the Prometheus text format: node-to-node traffic, to be set against
+/// the media bytes (`isochron_payload_bytes_sent_total`).
+pub(crate) fn render_metrics(out: &mut String, view: &ClusterView) {
+    use std::fmt::Write as _;
+    let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    let _ = writeln!(
+        out,
+        "# HELP isochron_cluster_control_bytes_total Bytes on this node's control connections.\n\
+         # TYPE isochron_cluster_control_bytes_total counter\n\
+         isochron_cluster_control_bytes_total{{direction=\"out\"}} {}\n\
+         isochron_cluster_control_bytes_total{{direction=\"in\"}} {}\n\
+         # HELP isochron_cluster_control_messages_total Control messages sent to peers.\n\
+         # TYPE isochron_cluster_control_messages_total counter\n\
+         isochron_cluster_control_messages_total {}\n\
+         # HELP isochron_cluster_relay_packets_total RTP packets other nodes sent here to relay.\n\
+         # TYPE isochron_cluster_relay_packets_total counter\n\
+         isochron_cluster_relay_packets_total {}\n\
+         # HELP isochron_cluster_relay_bytes_total Their bytes.\n\
+         # TYPE isochron_cluster_relay_bytes_total counter\n\
+         isochron_cluster_relay_bytes_total {}\n\
+         # HELP isochron_cluster_block_bytes_out_total Block bytes written to other nodes' disks.\n\
+         # TYPE isochron_cluster_block_bytes_out_total counter\n\
+         isochron_cluster_block_bytes_out_total {}\n\
+         # HELP isochron_cluster_live_nodes Nodes whose lease is alive.\n\
+         # TYPE isochron_cluster_live_nodes gauge\n\
+         isochron_cluster_live_nodes {}",
+        get(&view.control_bytes_out),
+        get(&view.control_bytes_in),
+        get(&view.control_messages_out),
+        get(&view.relay_packets_in),
+        get(&view.relay_bytes_in),
+        get(&view.block_bytes_out),
+        view.live.lock().map_or(0, |l| l.len()),
+    );
+}

@@ -297,6 +297,29 @@ fn three_nodes_serve_bipartite_to_isochron_and_relay_to_standard_players() {
         nodes.as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["n1", "n2", "n3"], "{nodes}");
     assert!(nodes.as_array().unwrap().iter().all(|n| n["state"] == "up"), "{nodes}");
+
+    // Node-to-node control traffic against the media bytes the nodes sent (/metrics).
+    let (mut control, mut media, mut relayed) = (0.0, 0.0, 0.0);
+    for n in &c.nodes {
+        let text = ureq::get(&format!("{}/metrics", n.http()))
+            .call()
+            .unwrap()
+            .into_body()
+            .read_to_string()
+            .unwrap();
+        control += metric(&text, "isochron_cluster_control_bytes_total{direction=\"out\"}");
+        media += metric(&text, "isochron_payload_bytes_sent_total");
+        relayed += metric(&text, "isochron_cluster_relay_packets_total");
+    }
+    assert!(control > 0.0 && relayed > 0.0, "control {control} B, relayed {relayed} packets");
+    assert!(control < 0.01 * media, "control {control} B is not < 1 % of media {media} B");
+}
+
+/// The value of the sample named `name` (with its labels) in a Prometheus text.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("no {name} in /metrics"))
 }
 
 #[test]
