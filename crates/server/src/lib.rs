@@ -376,8 +376,11 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
                 sessions_tx.clone(),
             )));
             control = Some(addr);
-            let link =
-                sessions::ClusterLink { out: out_tx, local_disks: Arc::new(store.local_disks()) };
+            let link = sessions::ClusterLink {
+                out: out_tx,
+                store: Arc::clone(&store),
+                local_disks: Arc::new(store.local_disks()),
+            };
             ((id, c.node.clone()), Some(link))
         }
         _ => ((isochron_base::NodeId(0), "local".to_owned()), None),

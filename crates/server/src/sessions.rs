@@ -212,6 +212,8 @@ pub struct MemberSummary {
 pub(crate) struct ClusterLink {
     /// Messages for peers.
     pub(crate) out: mpsc::UnboundedSender<(NodeId, Message)>,
+    /// The shared store.
+    pub(crate) store: Arc<isochron_diskio::Store>,
     /// The disks this node owns: its shares read only these.
     pub(crate) local_disks: Arc<BTreeSet<DiskId>>,
 }
@@ -260,6 +262,8 @@ pub(crate) struct Manager {
     pub(crate) core: ServerCore,
     pub(crate) cluster: ClusterCore,
     link: Option<ClusterLink>,
+    /// The store, in a cluster (for objects not in the library yet).
+    store: Option<Arc<isochron_diskio::Store>>,
     pub(crate) library: Arc<Library>,
     pub(crate) clock: Clock,
     pub(crate) sched: Sender<SchedCommand>,
@@ -301,6 +305,7 @@ impl Manager {
         Self {
             core,
             cluster,
+            store: link.as_ref().map(|l| Arc::clone(&l.store)),
             link,
             library,
             clock,
@@ -710,7 +715,8 @@ impl Manager {
     fn local(&mut self, action: LocalAction) {
         match action {
             LocalAction::Admit { key, object, avg_bitrate, peak_bitrate, .. } => {
-                let Some(entry) = self.library.by_id(object) else {
+                let entry = self.library.by_id(object).or_else(|| self.catalog_entry(object));
+                let Some(entry) = entry else {
                     let now = self.clock.now();
                     let node = self.cluster.config().name.clone();
                     let reason = format!("object {object} is not in this node's library");
@@ -876,6 +882,16 @@ impl Manager {
         let pinned = anchor.map(|a| (a, spec.pace));
         let media = spec.start.time;
         let _ = self.sched.send(SchedCommand::Start { stream, run, from, media, pinned });
+    }
+
+    /// An object another node has just ingested, read from the shared catalog before this
+    /// node's poll has seen it (a cluster only; one catalog read, on a miss).
+    fn catalog_entry(&self, object: isochron_base::ObjectId) -> Option<Arc<ObjectEntry>> {
+        let store = self.store.as_ref()?;
+        let rec = store.catalog().objects().ok()?.into_iter().find(|r| r.id == object)?;
+        let entry = Arc::new(ObjectEntry::new(store, rec));
+        self.library.insert(Arc::clone(&entry));
+        Some(entry)
     }
 
     fn forget_share(&mut self, key: ShareKey) {
