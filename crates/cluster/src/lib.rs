@@ -4,14 +4,13 @@
 //! Why a crate of its own: a cluster's control logic — who reserves what, which node sends which
 //! packet when, where a paused session resumes — is where distributed bugs hide, so it is written
 //! as a state machine that never touches a socket, a clock or etcd. The server drives it with
-//! real connections and etcd watches; the virtual-time harness in `tests/` drives several of them
+//! real connections and etcd; the virtual-time harness in `tests/` drives several of them
 //! over a simulated network with injected delays, losses and node failures (quinn's `Pair`,
 //! generalised to N nodes).
 //!
 //! - [`core`]: [`ClusterCore`], one per node.
 //! - [`message`]: the typed control messages.
 //! - [`wire`]: their versioned, length-prefixed encoding.
-//! - [`data`]: the block transfers' frames (relay, ingest, reorganisation, HTTP reads).
 //! - [`clock`]: clock offsets between nodes from the heartbeats (RFC 5905 §8).
 //!
 //! Not here: etcd (`isochron-etcd`), the connections' sockets
@@ -19,7 +18,6 @@
 
 pub mod clock;
 pub mod core;
-pub mod data;
 pub mod message;
 pub mod wire;
 

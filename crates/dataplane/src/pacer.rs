@@ -318,7 +318,6 @@ struct Paced<B> {
     sent_bytes: u64,
     next_sr: Option<Instant>,
     last_sent: Option<Position>,
-    next_seq: u16,
     lsn: u16,
 }
 
@@ -363,7 +362,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
 
     /// Registers a stream (idle until [`Self::handle_play`]).
     pub fn handle_add(&mut self, setup: StreamSetup) {
-        let (stream, next_seq) = (setup.stream, setup.seq_offset);
+        let stream = setup.stream;
         self.streams.insert(
             stream,
             Paced {
@@ -386,7 +385,6 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 sent_bytes: 0,
                 next_sr: None,
                 last_sent: None,
-                next_seq,
                 lsn: 0,
             },
         );
@@ -398,7 +396,6 @@ impl<B: AsRef<[u8]>> Pacer<B> {
     pub fn handle_play(&mut self, now: Instant, stream: StreamId, play: PlayRun) {
         let Some(s) = self.streams.get_mut(&stream) else { return };
         s.setup.seq_offset = play.seq_offset;
-        s.next_seq = rtp_seq(play.seq_offset, play.start.gsn);
         s.run = play.run;
         s.playing = true;
         s.start = play.start;
@@ -493,15 +490,6 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             }
             _ => Some(self.stop_now(stream)),
         }
-    }
-
-    /// Stops a stream at once (whatever its run) and returns where it stopped: the next packet
-    /// it would have sent, and the sequence number it would have had.
-    pub fn handle_pause(&mut self, stream: StreamId) -> Option<(Position, u16)> {
-        self.streams.get(&stream)?;
-        let report = self.stop_now(stream);
-        let s = self.streams.get(&stream)?;
-        Some((report.resume_at(s.start), s.next_seq))
     }
 
     /// Paces a stream at `pace` from now on (MTFC). Returns the pace in force, or `None` for an
@@ -790,7 +778,6 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         s.sent_packets += 1;
         s.sent_bytes += len;
         s.last_sent = Some(Position { gsn, time });
-        s.next_seq = rtp_seq(s.setup.seq_offset, gsn).wrapping_add(1);
         let late = now.saturating_duration_since(due).as_micros() as u64;
         self.stats.packets += 1;
         self.stats.payload_bytes += len;
@@ -998,7 +985,7 @@ mod tests {
         assert_eq!((got[0].packets, got[0].bytes), (3, 3 * 188), "packets at 0, 10 and 20 ms");
         assert_eq!(got[0].position, MediaTime::from_nanos(20_000_000));
         assert!(got[0].playing);
-        let _ = p.handle_pause(StreamId(1));
+        let _ = p.handle_stop(ms(25), StreamId(1), 1, None);
         play(&mut p, 2, start, None, 0);
         let anchor = Anchor { wall: ms(100), media: MediaTime::ZERO };
         p.handle_block(StreamId(1), 2, BlockIndex(0), block(0, 0, 5), Some(anchor));
@@ -1037,9 +1024,10 @@ mod tests {
             }
         }
         assert_eq!(sent, vec![65_530, 65_531]);
-        let (at, next_seq) = p.handle_pause(StreamId(1)).unwrap();
+        let report = p.handle_stop(ms(15), StreamId(1), 1, None).unwrap();
+        let at = report.next.unwrap();
         assert_eq!(at, Position { gsn: Gsn(2), time: MediaTime::from_nanos(20_000_000) });
-        assert_eq!(next_seq, 65_532);
+        assert_eq!(rtp_seq(65_530, at.gsn), 65_532, "the next packet's sequence number");
         assert!(p.poll_transmit(ms(1_000), |_| true).is_none());
         play(&mut p, 2, at, None, 65_530);
         let anchor = Anchor { wall: ms(2_000), media: at.time };

@@ -402,47 +402,8 @@ impl Store {
             path: root.to_owned(),
             source,
         })?;
-        let specs = if disks.is_empty() {
-            vec![DiskSpec::from(PathBuf::from(DEFAULT_DISK_DIR))]
-        } else {
-            disks.to_vec()
-        };
-        if specs.len() > usize::from(u16::MAX) + 1 {
-            return Err(StoreError::TooManyDisks { count: specs.len() });
-        }
-        for (i, s) in specs.iter().enumerate() {
-            if specs[..i].iter().any(|t| resolve(root, &t.path) == resolve(root, &s.path)) {
-                return Err(StoreError::DuplicateDiskPath { path: s.path.clone() });
-            }
-        }
-        let store_id = loop {
-            let id = rand::random::<u64>();
-            if id != 0 {
-                break id;
-            }
-        };
-        let records: Vec<DiskRecord> = specs
-            .into_iter()
-            .enumerate()
-            .map(|(i, s)| DiskRecord {
-                id: DiskId(i as u16),
-                path: s.path,
-                state: DiskState::Active,
-                model: s.model,
-                owner: None,
-            })
-            .collect();
-        let placement =
-            PlacementLog::with_variant(records.iter().map(|d| d.id).collect(), variant)?;
-        let meta = StoreMeta {
-            store_id,
-            format_version: STORE_FORMAT_VERSION,
-            block_size,
-            active_epoch: placement.current_epoch(),
-            placement,
-            disks: records,
-            next_object_id: 1,
-        };
+        let meta = new_meta(root, disks, block_size, variant, None)?;
+        let store_id = meta.store_id;
 
         let mut opened: BTreeMap<DiskId, Arc<DiskDir>> = BTreeMap::new();
         let rollback = |opened: &BTreeMap<DiskId, Arc<DiskDir>>| {
@@ -544,11 +505,7 @@ impl Store {
         block_size: Bytes,
     ) -> Result<Self, StoreError> {
         validate_block_size(block_size)?;
-        let specs = if disks.is_empty() {
-            vec![DiskSpec::from(PathBuf::from(DEFAULT_DISK_DIR))]
-        } else {
-            disks.to_vec()
-        };
+        let specs = default_disks(disks);
         let mkdir = || {
             fs::create_dir_all(root).map_err(|source| StoreError::Io {
                 op: "create directory",
@@ -574,7 +531,7 @@ impl Store {
             }
             Err(CatalogError::NoMeta { .. }) => {
                 mkdir()?;
-                Self::first_node(root, &*catalog, node, &specs, block_size)?
+                Self::first_node(root, &*catalog, node, disks, block_size)?
             }
             Err(e) => return Err(e.into()),
         };
@@ -598,36 +555,8 @@ impl Store {
         specs: &[DiskSpec],
         block_size: Bytes,
     ) -> Result<StoreMeta, StoreError> {
-        let store_id = loop {
-            let id = rand::random::<u64>();
-            if id != 0 {
-                break id;
-            }
-        };
-        let records: Vec<DiskRecord> = specs
-            .iter()
-            .enumerate()
-            .map(|(i, s)| DiskRecord {
-                id: DiskId(i as u16),
-                path: s.path.clone(),
-                state: DiskState::Active,
-                model: s.model,
-                owner: Some(node.to_owned()),
-            })
-            .collect();
-        let placement = PlacementLog::with_variant(
-            records.iter().map(|d| d.id).collect(),
-            PlacementVariant::default(),
-        )?;
-        let meta = StoreMeta {
-            store_id,
-            format_version: STORE_FORMAT_VERSION,
-            block_size,
-            active_epoch: placement.current_epoch(),
-            placement,
-            disks: records,
-            next_object_id: 1,
-        };
+        let meta = new_meta(root, specs, block_size, PlacementVariant::default(), Some(node))?;
+        let store_id = meta.store_id;
         for rec in &meta.disks {
             DiskDir::create(&resolve(root, &rec.path), store_id, rec.id)?;
         }
@@ -1297,6 +1226,62 @@ pub(crate) fn placed_on(
 }
 
 /// Opens the disk of `rec` and applies its model.
+/// The disks asked for, or one in the data directory.
+fn default_disks(disks: &[DiskSpec]) -> Vec<DiskSpec> {
+    if disks.is_empty() {
+        vec![DiskSpec::from(PathBuf::from(DEFAULT_DISK_DIR))]
+    } else {
+        disks.to_vec()
+    }
+}
+
+/// The metadata of a new store over `disks` (ids from 0, all active, owned by `owner`), with a
+/// fresh store id; refuses too many disks and one path given twice.
+fn new_meta(
+    root: &Path,
+    disks: &[DiskSpec],
+    block_size: Bytes,
+    variant: PlacementVariant,
+    owner: Option<&str>,
+) -> Result<StoreMeta, StoreError> {
+    let specs = default_disks(disks);
+    if specs.len() > usize::from(u16::MAX) + 1 {
+        return Err(StoreError::TooManyDisks { count: specs.len() });
+    }
+    for (i, s) in specs.iter().enumerate() {
+        if specs[..i].iter().any(|t| resolve(root, &t.path) == resolve(root, &s.path)) {
+            return Err(StoreError::DuplicateDiskPath { path: s.path.clone() });
+        }
+    }
+    let store_id = loop {
+        let id = rand::random::<u64>();
+        if id != 0 {
+            break id;
+        }
+    };
+    let records: Vec<DiskRecord> = specs
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| DiskRecord {
+            id: DiskId(i as u16),
+            path: s.path,
+            state: DiskState::Active,
+            model: s.model,
+            owner: owner.map(str::to_owned),
+        })
+        .collect();
+    let placement = PlacementLog::with_variant(records.iter().map(|d| d.id).collect(), variant)?;
+    Ok(StoreMeta {
+        store_id,
+        format_version: STORE_FORMAT_VERSION,
+        block_size,
+        active_epoch: placement.current_epoch(),
+        placement,
+        disks: records,
+        next_object_id: 1,
+    })
+}
+
 fn open_disk(root: &Path, meta: &StoreMeta, rec: &DiskRecord) -> Result<DiskDir, StoreError> {
     let disk = DiskDir::open(&resolve(root, &rec.path), meta.store_id, rec.id)?;
     disk.set_model(rec.model);

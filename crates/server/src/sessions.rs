@@ -247,6 +247,29 @@ struct Origin {
     waiting: Option<Waiting>,
 }
 
+impl Origin {
+    /// A session not opened yet.
+    fn new(
+        entry: Arc<ObjectEntry>,
+        delivery: Delivery,
+        pace: Pace,
+        waiting: Option<Waiting>,
+    ) -> Self {
+        Self {
+            entry,
+            delivery,
+            opened: false,
+            run: 0,
+            running: false,
+            run_start: Position::START,
+            seq_offset: 0,
+            next_seq: None,
+            pace,
+            waiting,
+        }
+    }
+}
+
 /// A share this node runs.
 struct Share {
     /// The local stream the scheduler and sender know it by.
@@ -445,9 +468,7 @@ impl Manager {
                 any = true;
                 let Event::Closed { session, stream, reason } = ev;
                 debug!(%stream, ?session, ?reason, "session closed");
-                if let Some(o) = self.origins.remove(&stream) {
-                    drop(o.waiting);
-                }
+                self.origins.remove(&stream);
                 let now = self.clock.now();
                 self.cluster.close(now, stream);
             }
@@ -530,21 +551,8 @@ impl Manager {
             delivery,
         };
         let pace = self.origins.get(&stream).map_or(Pace::NOMINAL, |o| o.pace);
-        self.origins.insert(
-            stream,
-            Origin {
-                entry,
-                delivery,
-                opened: false,
-                run: 0,
-                running: false,
-                run_start: Position::START,
-                seq_offset: 0,
-                next_seq: None,
-                pace,
-                waiting: Some(Waiting::Open(action, reply)),
-            },
-        );
+        let waiting = Some(Waiting::Open(action, reply));
+        self.origins.insert(stream, Origin::new(entry, delivery, pace, waiting));
         self.cluster.open(now, spec);
     }
 
@@ -617,7 +625,7 @@ impl Manager {
         if let Some(o) = self.origins.get_mut(&action.stream) {
             o.pace = applied;
         } else {
-            // Before the first PLAY: remembered in a placeholder-free way, by the next open.
+            // Before the first PLAY: kept with the session until it opens.
             self.pending_pace(action.stream, applied);
         }
         debug!(stream = %action.stream, pace = %applied, "rate change");
@@ -628,21 +636,8 @@ impl Manager {
     fn pending_pace(&mut self, stream: StreamId, pace: Pace) {
         let Some(view) = self.core.session_by_stream(stream) else { return };
         let Some(entry) = self.library.by_id(view.object()) else { return };
-        self.origins.insert(
-            stream,
-            Origin {
-                entry,
-                delivery: Delivery::Relay,
-                opened: false,
-                run: 0,
-                running: false,
-                run_start: Position::START,
-                seq_offset: 0,
-                next_seq: None,
-                pace,
-                waiting: None,
-            },
-        );
+        // Not opened: the PLAY opens it with the player's delivery and this pace.
+        self.origins.insert(stream, Origin::new(entry, Delivery::Relay, pace, None));
     }
 
     fn session_event(&mut self, ev: SessionEvent) {
@@ -674,7 +669,7 @@ impl Manager {
                     return;
                 }
                 o.running = false;
-                let at = next.unwrap_or_else(|| after(last_sent, o.run_start));
+                let at = RunReport { next, last_sent }.resume_at(o.run_start);
                 o.next_seq = Some(rtp_seq(o.seq_offset, at.gsn));
                 match o.waiting.take() {
                     Some(Waiting::StopForPlay(action, reply)) => {
@@ -694,7 +689,7 @@ impl Manager {
                     return;
                 }
                 o.running = false;
-                let at = after(last_sent, o.run_start);
+                let at = RunReport { next: None, last_sent }.resume_at(o.run_start);
                 o.next_seq = Some(rtp_seq(o.seq_offset, at.gsn));
                 debug!(%stream, run, gsn = %at.gsn, "end of stream");
                 self.core.handle_end_of_stream(now, stream, at);
@@ -963,11 +958,6 @@ impl Manager {
                 .collect(),
         }
     }
-}
-
-/// The position after `last` (the packet after the last sent), or `start` if nothing was sent.
-fn after(last: Option<Position>, start: Position) -> Position {
-    last.map_or(start, |p| Position { gsn: p.gsn.next(), time: p.time })
 }
 
 fn share_report(r: RunReport) -> ShareReport {
