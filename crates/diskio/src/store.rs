@@ -250,8 +250,15 @@ pub enum StoreError {
 /// Where blocks on other nodes' disks are written (a cluster node's store; see
 /// [`Store::set_remote`]).
 pub trait RemoteBlocks: Send + Sync {
-    /// Durably writes an encoded block to disk `disk` of the node that owns it.
+    /// Durably writes an encoded block to disk `disk` of the node that owns it (an ingest).
     fn write_block(&self, disk: DiskId, key: BlockKey, bytes: &[u8]) -> Result<(), String>;
+    /// Reads a block from disk `disk` of the node that owns it, in that disk's non-real-time
+    /// share (the source of a reorganisation's copy). The bytes are the encoded block.
+    fn read_block_nrt(&self, disk: DiskId, key: BlockKey) -> Result<Vec<u8>, String>;
+    /// Durably writes a block to disk `disk` of the node that owns it, in that disk's
+    /// non-real-time share (the target of a reorganisation's copy); the owner verifies it
+    /// (format, key, checksum) before it answers.
+    fn write_block_nrt(&self, disk: DiskId, key: BlockKey, bytes: &[u8]) -> Result<(), String>;
 }
 
 /// The catalog a store keeps its metadata and objects in: the embedded redb file on one node,
@@ -633,6 +640,83 @@ impl Store {
         *write(&self.remote) = Some(remote);
     }
 
+    /// Where blocks on other nodes' disks are read and written, in a cluster.
+    #[must_use]
+    pub fn remote(&self) -> Option<Arc<dyn RemoteBlocks>> {
+        read(&self.remote).clone()
+    }
+
+    /// Whether disk `id` is open here (on a single node: every disk not retired).
+    #[must_use]
+    pub fn is_local(&self, id: DiskId) -> bool {
+        read(&self.disks).contains_key(&id)
+    }
+
+    /// Whether this node runs the pending reorganisation: on a single node whenever one is
+    /// pending; in a cluster, the node that owns the joining or draining disks (the node that
+    /// joins, or the node being removed). Every other node only serves its copies' reads and
+    /// writes.
+    #[must_use]
+    pub fn coordinates_pending(&self) -> bool {
+        let meta = read(&self.meta);
+        meta.pending().is_some()
+            && (self.node.is_none()
+                || meta.disks.iter().any(|d| {
+                    matches!(d.state, DiskState::Joining | DiskState::Draining)
+                        && d.owner == self.node
+                }))
+    }
+
+    /// Starts removing cluster node `node` (`isochron node remove`): every disk it owns starts
+    /// draining, as one SCADDAR removal (a node is a group of disks), in one update of the
+    /// shared metadata. The node itself then copies its blocks to their new disks on the
+    /// other nodes and flips the epoch. Refused while another reorganisation is pending, for a
+    /// node that owns no active disk, and when no active disk would be left. Returns the
+    /// draining disks and the pending epoch.
+    pub fn remove_node(&self, node: &str) -> Result<(Vec<DiskId>, Epoch), StoreError> {
+        let mut removed = Vec::new();
+        let meta = self.catalog.update_meta(&mut |meta: &mut StoreMeta| {
+            let invalid =
+                |reason: String| CatalogError::Invalid { what: "store metadata".into(), reason };
+            if let Some((active, pending)) = meta.pending() {
+                return Err(invalid(format!(
+                    "a reorganisation is pending (epoch {active} to {pending}); remove node \
+                     {node} when it is done"
+                )));
+            }
+            let disks: Vec<DiskId> = meta
+                .disks
+                .iter()
+                .filter(|d| d.state == DiskState::Active && d.owner.as_deref() == Some(node))
+                .map(|d| d.id)
+                .collect();
+            if disks.is_empty() {
+                return Err(invalid(format!("node {node} owns no active disk")));
+            }
+            let current = meta.placement.disks(meta.placement.current_epoch());
+            if current.iter().all(|d| disks.contains(d)) {
+                return Err(invalid(format!(
+                    "node {node} holds the last active disks: nothing would be left"
+                )));
+            }
+            meta.placement
+                .push(ScaleOp::Remove { disks: disks.clone() })
+                .map_err(CatalogError::Placement)?;
+            for d in &mut meta.disks {
+                if disks.contains(&d.id) {
+                    d.state = DiskState::Draining;
+                }
+            }
+            removed = disks;
+            Ok(())
+        })?;
+        let pending = meta.placement.current_epoch();
+        tracing::info!(%node, disks = ?removed, epoch = %pending,
+            "node draining; reorganisation pending");
+        *write(&self.meta) = meta;
+        Ok((removed, pending))
+    }
+
     /// Re-reads the metadata another node may have changed (a cluster: a node joined or left);
     /// returns whether it changed.
     pub fn refresh(&self) -> Result<bool, StoreError> {
@@ -763,6 +847,34 @@ impl Store {
     #[must_use]
     pub fn locate(&self, rec: &ObjectRecord, index: BlockIndex) -> DiskId {
         locate_active(&read(&self.meta), rec, index)
+    }
+
+    /// The disk that holds block `index` of `rec` as of placement epoch `epoch` (a session
+    /// planned by another node at the epoch it saw).
+    #[must_use]
+    pub fn locate_at(&self, rec: &ObjectRecord, index: BlockIndex, epoch: Epoch) -> DiskId {
+        read(&self.meta).placement.locate(rec.seed, rec.first_epoch, index, epoch)
+    }
+
+    /// Deletes what a flipped reorganisation left on this node's disks, once no stream reads
+    /// the old placement any more (a cluster node calls it; a single node deletes the sources
+    /// right after the flip, [`Store::delete_sources`]): block files neither the active nor a
+    /// pending placement puts where they are ([`Store::remove_misplaced`]), and every block
+    /// file of a retired disk, which is then closed. Returns the files deleted and the disks
+    /// closed.
+    pub fn collect_garbage(&self) -> Result<(u64, Vec<DiskId>), StoreError> {
+        let mut deleted = self.remove_misplaced()?;
+        let meta = self.meta();
+        let mut closed = Vec::new();
+        for rec in meta.disks.iter().filter(|d| d.state == DiskState::Retired) {
+            let disk = write(&self.disks).remove(&rec.id);
+            if let Some(d) = disk {
+                deleted += d.remove_all_blocks()?;
+                tracing::info!(disk = %rec.id, path = %d.path().display(), "disk retired");
+                closed.push(rec.id);
+            }
+        }
+        Ok((deleted, closed))
     }
 
     /// The disk block `index` of a new object (placed by `seed` and `first_epoch`) is written
@@ -969,7 +1081,11 @@ impl Store {
         let moves: Vec<Move> = reorg::moves(&meta, &objects).collect();
         let mut missing = 0u64;
         let mut first = None;
-        for mv in &moves {
+        // In a cluster, a copy to another node's disk was verified by that node before it
+        // answered the write ([`RemoteBlocks::write_block_nrt`]): the coordinator vouches for
+        // it. Copies to this node's disks are checked here.
+        let remote = read(&self.remote).is_some();
+        for mv in moves.iter().filter(|mv| !remote || self.is_local(mv.to)) {
             let expected = by_id
                 .get(&mv.key.object)
                 .and_then(|r| r.blocks.get(mv.key.index.0 as usize))
@@ -1000,7 +1116,31 @@ impl Store {
             }
             d.state = state;
         }
-        self.catalog.put_meta(&next)?;
+        let next = if remote {
+            // Other nodes write the shared metadata too: flip only the epoch this node planned.
+            let states: Vec<(DiskId, DiskState)> =
+                next.disks.iter().map(|d| (d.id, d.state)).collect();
+            self.catalog.update_meta(&mut |m: &mut StoreMeta| {
+                if m.pending() != Some((active, pending)) {
+                    return Err(CatalogError::Invalid {
+                        what: "store metadata".into(),
+                        reason: format!(
+                            "the pending reorganisation changed under the flip of epoch {pending}"
+                        ),
+                    });
+                }
+                m.active_epoch = pending;
+                for d in &mut m.disks {
+                    if let Some((_, s)) = states.iter().find(|(id, _)| *id == d.id) {
+                        d.state = *s;
+                    }
+                }
+                Ok(())
+            })?
+        } else {
+            self.catalog.put_meta(&next)?;
+            next
+        };
         *write(&self.meta) = next;
         tracing::info!(from = %active, to = %pending, moved = moves.len(), ?activated, ?retired,
             "epoch flipped");

@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::rejection::{JsonRejection, PathRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{delete, get, put};
@@ -35,6 +35,9 @@ use tokio::sync::oneshot;
 use crate::error::ApiError;
 use crate::state::{ApiState, Gathered, gather};
 
+/// The largest block a node takes from another: an encoded block of the largest block size.
+const BLOCK_BODY_LIMIT: usize = isochron_store::block::MAX_BLOCK_SIZE.0 as usize + (1 << 20);
+
 /// The router.
 pub(crate) fn router(state: ApiState) -> Router {
     Router::new()
@@ -49,7 +52,17 @@ pub(crate) fn router(state: ApiState) -> Router {
         .route("/api/v1/overview", get(overview))
         .route("/api/v1/record/{name}", put(record))
         .route("/api/v1/objects/{name}", put(crate::cluster::ingest))
-        .route("/api/v1/cluster/blocks/{disk}/{object}/{index}", put(crate::cluster::put_block))
+        .route(
+            "/api/v1/cluster/blocks/{disk}/{object}/{index}",
+            put(crate::cluster::put_block).layer(DefaultBodyLimit::max(BLOCK_BODY_LIMIT)),
+        )
+        .route(
+            "/api/v1/cluster/moves/{disk}/{object}/{index}",
+            get(crate::cluster::get_move)
+                .put(crate::cluster::put_move)
+                .layer(DefaultBodyLimit::max(BLOCK_BODY_LIMIT)),
+        )
+        .route("/api/v1/nodes/{name}", delete(crate::cluster::remove_node))
         .route("/metrics", get(metrics))
         .route("/objects/{name}", get(crate::media::object))
         .route("/hls/{name}/{file}", get(crate::media::hls))
@@ -154,8 +167,10 @@ async fn disks(State(s): State<ApiState>) -> Result<Response, ApiError> {
     let usage: HashMap<u16, u64> = usage.into_iter().map(|(r, u)| (r.id.0, u.blocks)).collect();
     let g = gather(&s).await?;
     let disks = disk_list(&s, &g.sched, Some(&usage));
-    Ok(Json(serde_json::json!({ "disks": disks, "reorganisation": reorg_json(&g.reorg) }))
-        .into_response())
+    Ok(Json(
+        serde_json::json!({ "disks": disks, "reorganisation": reorg_json(&g.reorg, &s.store) }),
+    )
+    .into_response())
 }
 
 /// The reorganisation as the API shows it.
@@ -167,11 +182,22 @@ struct ReorgJson {
     remaining: u64,
     /// `moved / total`, 0..1 (1 when there is nothing to move).
     fraction: f64,
+    /// The placement epoch in force (as this node last read it, in a cluster).
+    epoch: u32,
+    /// The epoch a pending reorganisation leads to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pending_epoch: Option<u32>,
 }
 
-fn reorg_json(r: &ReorgStatus) -> ReorgJson {
+fn reorg_json(r: &ReorgStatus, store: &isochron_diskio::Store) -> ReorgJson {
     let fraction = if r.total == 0 { 1.0 } else { r.moved as f64 / r.total as f64 };
-    ReorgJson { status: r.clone(), remaining: r.total.saturating_sub(r.moved), fraction }
+    ReorgJson {
+        status: r.clone(),
+        remaining: r.total.saturating_sub(r.moved),
+        fraction,
+        epoch: store.active_epoch().0,
+        pending_epoch: store.pending().map(|(_, p)| p.0),
+    }
 }
 
 /// `GET /api/v1/reorg`: the reorganisation's state and progress.
@@ -179,7 +205,7 @@ async fn reorg(State(s): State<ApiState>) -> Result<Json<ReorgJson>, ApiError> {
     let (tx, rx) = oneshot::channel();
     s.reorg.send(ReorgCommand::Status { reply: tx }).map_err(|_| ApiError::unavailable())?;
     let status = rx.await.map_err(|_| ApiError::unavailable())?;
-    Ok(Json(reorg_json(&status)))
+    Ok(Json(reorg_json(&status, &s.store)))
 }
 
 /// A node of the deployment (today: this server) in `GET /api/v1/nodes` and the overview.
@@ -437,7 +463,7 @@ async fn overview(
         totals,
         disks: disk_list(&s, &g.sched, None),
         admission,
-        reorg: reorg_json(&g.reorg),
+        reorg: reorg_json(&g.reorg, &s.store),
         sessions: g.sessions,
     }))
 }

@@ -18,7 +18,9 @@ use futures_util::StreamExt as _;
 use isochron_base::{BlockIndex, BlockKey, DiskId, ObjectId};
 use isochron_server::cluster::ClusterView;
 use isochron_server::library::{ObjectEntry, ObjectSummary};
+use isochron_server::reorg::ReorgCommand;
 use serde::Serialize;
+use tokio::sync::oneshot;
 
 use crate::api::NodeJson;
 use crate::state::ApiState;
@@ -50,6 +52,88 @@ pub(crate) async fn put_block(
     match tokio::task::spawn_blocking(move || d.write_block(key, &body)).await {
         Ok(Ok(())) => StatusCode::NO_CONTENT.into_response(),
         Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("block {key}: {e}")),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// `GET /api/v1/cluster/moves/{disk}/{object}/{index}`: a block of one of this node's disks,
+/// read in the disk's non-real-time share for the node running a reorganisation (the source of
+/// a copy).
+pub(crate) async fn get_move(
+    State(s): State<ApiState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path((disk, object, index)): Path<(u16, u64, u32)>,
+) -> Response {
+    if !may_write(&s, peer.ip()) {
+        return error(StatusCode::FORBIDDEN, format!("{} is not a cluster member", peer.ip()));
+    }
+    let key = BlockKey::new(ObjectId(object), BlockIndex(index));
+    let (reply, rx) = oneshot::channel();
+    if s.reorg.send(ReorgCommand::ServeRead { disk: DiskId(disk), key, reply }).is_err() {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "the reorganiser is not running");
+    }
+    match rx.await {
+        Ok(Ok(bytes)) => (StatusCode::OK, bytes).into_response(),
+        Ok(Err(e)) => error(StatusCode::NOT_FOUND, e),
+        Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the reorganiser is not running"),
+    }
+}
+
+/// `PUT /api/v1/cluster/moves/{disk}/{object}/{index}`: a block for one of this node's disks
+/// from the node running a reorganisation (the target of a copy), verified and written durably
+/// in the disk's non-real-time share before the answer.
+pub(crate) async fn put_move(
+    State(s): State<ApiState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path((disk, object, index)): Path<(u16, u64, u32)>,
+    body: Bytes,
+) -> Response {
+    if !may_write(&s, peer.ip()) {
+        return error(StatusCode::FORBIDDEN, format!("{} is not a cluster member", peer.ip()));
+    }
+    let key = BlockKey::new(ObjectId(object), BlockIndex(index));
+    let (reply, rx) = oneshot::channel();
+    let cmd = ReorgCommand::ServeWrite { disk: DiskId(disk), key, bytes: body.to_vec(), reply };
+    if s.reorg.send(cmd).is_err() {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "the reorganiser is not running");
+    }
+    match rx.await {
+        Ok(Ok(())) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Err(e)) => error(StatusCode::UNPROCESSABLE_ENTITY, e),
+        Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the reorganiser is not running"),
+    }
+}
+
+/// `DELETE /api/v1/nodes/{name}` (`isochron node remove NAME`): drains every disk of node
+/// `name` as one SCADDAR removal; that node copies its blocks to the others and flips the
+/// epoch. `202 Accepted` with the draining disks; `409` when refused (a reorganisation pending,
+/// no such node, the last disks).
+pub(crate) async fn remove_node(
+    State(s): State<ApiState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(name): Path<String>,
+) -> Response {
+    if !may_write(&s, peer.ip()) {
+        return error(
+            StatusCode::FORBIDDEN,
+            format!(
+                "removing a node is open to loopback and cluster members only, not {}",
+                peer.ip()
+            ),
+        );
+    }
+    if s.cluster.is_none() {
+        return error(StatusCode::NOT_FOUND, "this server is not a cluster node");
+    }
+    let store = Arc::clone(&s.store);
+    let n = name.clone();
+    match tokio::task::spawn_blocking(move || store.remove_node(&n)).await {
+        Ok(Ok((disks, epoch))) => {
+            let disks: Vec<u16> = disks.iter().map(|d| d.0).collect();
+            let body = serde_json::json!({ "node": name, "draining": disks, "epoch": epoch.0 });
+            (StatusCode::ACCEPTED, Json(body)).into_response()
+        }
+        Ok(Err(e)) => error(StatusCode::CONFLICT, format!("removing node {name}: {e}")),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
@@ -151,7 +235,10 @@ pub(crate) fn nodes(
                 disks: meta
                     .disks
                     .iter()
-                    .filter(|d| d.owner.as_deref() == Some(r.name.as_str()))
+                    .filter(|d| {
+                        d.owner.as_deref() == Some(r.name.as_str())
+                            && d.state != isochron_store::catalog::DiskState::Retired
+                    })
                     .map(|d| d.id.0)
                     .collect(),
                 local: mine.then(|| me.clone()),
@@ -190,6 +277,9 @@ pub(crate) fn render_metrics(out: &mut String, view: &ClusterView) {
          # HELP isochron_cluster_block_bytes_out_total Block bytes written to other nodes' disks.\n\
          # TYPE isochron_cluster_block_bytes_out_total counter\n\
          isochron_cluster_block_bytes_out_total {}\n\
+         # HELP isochron_cluster_block_bytes_in_total Block bytes read from other nodes' disks (reorganisation).\n\
+         # TYPE isochron_cluster_block_bytes_in_total counter\n\
+         isochron_cluster_block_bytes_in_total {}\n\
          # HELP isochron_cluster_live_nodes Nodes whose lease is alive.\n\
          # TYPE isochron_cluster_live_nodes gauge\n\
          isochron_cluster_live_nodes {}",
@@ -199,6 +289,7 @@ pub(crate) fn render_metrics(out: &mut String, view: &ClusterView) {
         get(&view.relay_packets_in),
         get(&view.relay_bytes_in),
         get(&view.block_bytes_out),
+        get(&view.block_bytes_in),
         view.live.lock().map_or(0, |l| l.len()),
     );
 }

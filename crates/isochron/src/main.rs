@@ -32,6 +32,9 @@ enum Command {
     /// Add, remove and list disks (online SCADDAR reorganisation).
     #[command(subcommand)]
     Disk(cmds::disk::Command),
+    /// A cluster's nodes: list them, remove one (its disks drain onto the others).
+    #[command(subcommand)]
+    Node(cmds::node::Command),
     /// Check every block and the disks; --repair fixes what it can.
     Fsck(cmds::fsck::Args),
     /// Measure a disk's throughput against IO size (Diskbench) for admission control.
@@ -71,6 +74,7 @@ fn main() -> ExitCode {
         Command::Rm(a) => cmds::rm::run(a),
         Command::Cat(a) => cmds::cat::run(a),
         Command::Disk(c) => cmds::disk::run(c),
+        Command::Node(c) => cmds::node::run(c),
         Command::Fsck(a) => cmds::fsck::run(a),
         Command::ProfileDisk(a) => cmds::profile_disk::run(a),
         Command::BenchDisk(a) => cmds::bench_disk::run(a),

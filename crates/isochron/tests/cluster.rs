@@ -49,8 +49,13 @@ struct Cluster {
     dir: tempfile::TempDir,
     // Dropped last: the namespaces outlive the processes in them.
     _etcd: EtcdCluster,
-    _bed: Testbed,
+    bed: Testbed,
+    // One cluster at a time: each test loads the machine's cores with four or five processes
+    // and twenty streams, and players under CPU starvation are not what these tests measure.
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
+
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// 64 KiB blocks, so that the 12 s demo clip has blocks on every node.
 const CONFIG: &str = "[store]\nblock_size_kib = 64\nseed_demo = false\n";
@@ -85,6 +90,7 @@ fn start_cluster() -> Cluster {
         eprintln!("skipping: {why}");
         std::process::exit(0);
     }
+    let serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let bed = Testbed::new("cl").expect("testbed");
     let etcd = EtcdCluster::start_with(ClusterOptions {
         members: 3,
@@ -128,10 +134,25 @@ fn start_cluster() -> Cluster {
         }
     }
     let client = bed.add_host("client").expect("client host");
-    Cluster { nodes, client, etcd_urls, dir, _etcd: etcd, _bed: bed }
+    Cluster { nodes, client, etcd_urls, dir, _etcd: etcd, bed, _serial: serial }
 }
 
 impl Cluster {
+    /// Starts node `name` in a namespace of its own and waits until it answers HTTP.
+    fn start_node(&self, name: &str) -> Node {
+        let host = self.bed.add_host(name).expect("host");
+        let config = self.dir.path().join("cluster.toml");
+        let log = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).unwrap();
+        let child = serve_cmd(&host, self.dir.path(), name, &self.etcd_urls, &config)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("isochron serve");
+        let node = Node { host, child, name: name.to_owned() };
+        assert!(wait_http(&node.http(), Duration::from_secs(20)), "{name} did not start");
+        node
+    }
+
     fn log(&self, node: &str) -> String {
         std::fs::read_to_string(self.dir.path().join(format!("{node}.log"))).unwrap_or_default()
     }
@@ -359,6 +380,159 @@ fn bad_cluster_input_is_refused_and_changes_nothing() {
         .unwrap();
     assert!(!nodes.contains("\"n8\"") && !nodes.contains("\"n9\""), "{nodes}");
     assert!(!d.join("n8").exists(), "nothing on disk for a refused node");
+}
+
+fn get_json(url: &str) -> serde_json::Value {
+    let body = ureq::get(url).call().unwrap().into_body().read_to_string().unwrap();
+    serde_json::from_str(&body).unwrap()
+}
+
+/// Block files of the node's disk.
+fn blocks_on(c: &Cluster, node: &str) -> usize {
+    walk(&c.dir.path().join(node).join("d0").join("blocks"))
+}
+
+/// Plays `url` with isochron's client in the client namespace, writing `out`.
+fn spawn_play(c: &Cluster, url: &str, out: &Path) -> Child {
+    c.client_cmd(bin())
+        .args(["play", url, "--json", "--timeout", "90", "--out"])
+        .arg(out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("isochron play")
+}
+
+/// Waits for a play: its summary, checked clean (no loss, no starvation) and byte-exact.
+fn check_play(c: &Cluster, child: Child, out: &Path, want: &[u8], what: &str) -> serde_json::Value {
+    let res = child.wait_with_output().unwrap();
+    assert!(res.status.success(), "{what}: {}\n{}", String::from_utf8_lossy(&res.stderr), c.logs());
+    let summary: serde_json::Value = serde_json::from_slice(&res.stdout).expect("play --json");
+    assert_eq!(summary["lost"], 0, "{what}: {summary}");
+    assert_eq!(summary["starvations"], 0, "{what}: the buffer ran dry: {summary}");
+    assert_same_bytes(&std::fs::read(out).unwrap(), want, what);
+    summary
+}
+
+fn source_ips(summary: &serde_json::Value) -> Vec<String> {
+    let mut ips: Vec<String> = summary["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["address"].as_str().unwrap().split(':').next().unwrap().to_owned())
+        .collect();
+    ips.sort();
+    ips
+}
+
+/// Yima §2.1 with SCADDAR: a node is a group of disks. A fourth node joins while 20 streams play
+/// (its disks are one SCADDAR addition; blocks move to it from every node in the disks'
+/// non-real-time share), then is removed the same way (`isochron node remove`).
+#[test]
+fn a_fourth_node_joins_while_twenty_streams_play_and_leaves_again() {
+    let mut c = start_cluster();
+    let d = c.dir.path().to_owned();
+    c.ingest_demo(1);
+    let want = std::fs::read(demo()).unwrap();
+    let objects = get_json(&format!("{}/api/v1/objects", c.nodes[0].http()));
+    let total_blocks = objects[0]["blocks"].as_u64().unwrap() as usize;
+    let before: usize = c.nodes.iter().map(|n| blocks_on(&c, &n.name)).sum();
+    assert_eq!(before, total_blocks, "one copy of every block");
+
+    // Twenty streams through the three nodes.
+    let plays: Vec<(Child, PathBuf)> = (0..20)
+        .map(|k| {
+            let out = d.join(format!("join-{k}.ts"));
+            (spawn_play(&c, &c.nodes[k % 3].rtsp("demo"), &out), out)
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+
+    // n4 joins: its disk is a SCADDAR addition, pending until the blocks that move are on it.
+    let n4 = c.start_node("n4");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let reorg = loop {
+        let r = get_json(&format!("{}/api/v1/reorg", n4.http()));
+        if r["state"] == "idle" && r["moved"].as_u64() > Some(0) && r.get("pending_epoch").is_none()
+        {
+            break r;
+        }
+        assert!(r["state"] != "failed", "reorganisation failed: {r}\n{}", c.logs());
+        assert!(Instant::now() < deadline, "reorganisation not done: {r}\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let moved = reorg["moved"].as_u64().unwrap();
+    assert!(moved > 0, "nothing moved to n4: {reorg}");
+    let mut plays = plays;
+    let playing =
+        plays.iter_mut().map(|(p, _)| p.try_wait()).filter(|w| matches!(w, Ok(None))).count();
+    eprintln!("reorganisation done with {playing} of 20 streams playing: {reorg}");
+    assert_eq!(playing, 20, "the reorganisation did not complete while the streams played");
+
+    // Every stream played on, clean and byte-exact.
+    for (k, (child, out)) in plays.into_iter().enumerate() {
+        check_play(&c, child, &out, &want, &format!("stream {k} during the join"));
+    }
+
+    // Once no stream reads the old placement, the moved blocks' sources are deleted: one copy
+    // of every block again, `moved` of them on n4.
+    c.nodes.push(n4);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let on: Vec<usize> = c.nodes.iter().map(|n| blocks_on(&c, &n.name)).collect();
+        if on.iter().sum::<usize>() == total_blocks && on[3] as u64 == moved {
+            break;
+        }
+        assert!(Instant::now() < deadline, "sources not deleted: {on:?}\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // New streams are planned with n4: packets from all four addresses.
+    let out = d.join("after-join.ts");
+    let s = check_play(&c, spawn_play(&c, &c.nodes[3].rtsp("demo"), &out), &out, &want, "after");
+    let mut all: Vec<String> = c.nodes.iter().map(|n| n.host.ip.to_string()).collect();
+    all.sort();
+    assert_eq!(source_ips(&s), all, "{s}");
+
+    // n4 leaves: `isochron node remove` (from a member's namespace) drains it while a stream
+    // plays through it.
+    let out = d.join("during-remove.ts");
+    let play = spawn_play(&c, &c.nodes[3].rtsp("demo"), &out);
+    std::thread::sleep(Duration::from_secs(1));
+    let res = run(
+        c.nodes[0].host.command(bin()).args([
+            "node",
+            "remove",
+            "n4",
+            "--server",
+            &c.nodes[0].http(),
+            "--wait",
+            "60",
+        ]),
+        90,
+    );
+    assert!(
+        res.status.success(),
+        "node remove: {}\n{}",
+        String::from_utf8_lossy(&res.stderr),
+        c.logs()
+    );
+    check_play(&c, play, &out, &want, "stream during the removal");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let on: Vec<usize> = c.nodes.iter().map(|n| blocks_on(&c, &n.name)).collect();
+        if on.iter().sum::<usize>() == total_blocks && on[3] == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "n4 not drained: {on:?}\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let nodes = get_json(&format!("{}/api/v1/nodes", c.nodes[0].http()));
+    let n4 = nodes.as_array().unwrap().iter().find(|n| n["name"] == "n4").unwrap();
+    assert_eq!(n4["disks"], serde_json::json!([]), "{nodes}");
+    let out = d.join("after-remove.ts");
+    let s = check_play(&c, spawn_play(&c, &c.nodes[0].rtsp("demo"), &out), &out, &want, "after");
+    assert!(!source_ips(&s).contains(&c.nodes[3].host.ip.to_string()), "{s}");
 }
 
 /// Files under `dir`, recursively.

@@ -38,6 +38,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::library::{Library, ObjectEntry};
+use crate::reorg::ReorgCommand;
 use crate::sessions::SessionCommand;
 
 /// Cluster settings (`[cluster]`, `serve --etcd … --node …`).
@@ -102,8 +103,10 @@ pub struct ClusterView {
     pub relay_packets_in: AtomicU64,
     /// Their bytes.
     pub relay_bytes_in: AtomicU64,
-    /// Block bytes written to other nodes (ingest).
+    /// Block bytes written to other nodes (ingest, reorganisation copies).
     pub block_bytes_out: AtomicU64,
+    /// Block bytes read from other nodes (reorganisation copies).
+    pub block_bytes_in: AtomicU64,
     /// Whether etcd answered the last poll.
     pub etcd_ok: AtomicBool,
     /// This node's name.
@@ -188,67 +191,87 @@ pub fn register(
     Ok(keeper)
 }
 
-/// Polls etcd for live members, the store's metadata and the catalog; tells the session
-/// manager who is up and keeps the library in step. Runs on its own thread until `stop`.
-#[allow(clippy::too_many_arguments)]
-pub fn poll_membership(
-    client: Client,
-    settings: ClusterSettings,
-    view: Arc<ClusterView>,
-    store: Arc<Store>,
-    library: Arc<Library>,
-    sessions: mpsc::UnboundedSender<SessionCommand>,
-    stop: Arc<AtomicBool>,
-    every: Duration,
-) {
-    let live_prefix = isochron_etcd::membership::live_prefix(&settings.prefix);
-    let nodes_prefix = isochron_etcd::membership::nodes_prefix(&settings.prefix);
-    let mut was: BTreeMap<String, NodeRecord> = BTreeMap::new();
-    while !stop.load(Ordering::Relaxed) {
-        match client.get_prefix(live_prefix.as_bytes()) {
-            Ok(r) => {
-                view.etcd_ok.store(true, Ordering::Relaxed);
-                let now: BTreeMap<String, NodeRecord> = r
+/// The membership poll: asks etcd for live members, the store's metadata and the catalog every
+/// `every`; tells the session manager who is up, keeps the library in step, and starts the
+/// reorganisation this node coordinates (a join or a removal of its disks).
+pub struct Poller {
+    /// The etcd client.
+    pub client: Client,
+    /// The node's settings.
+    pub settings: ClusterSettings,
+    /// Shared with the HTTP API.
+    pub view: Arc<ClusterView>,
+    /// The store (its metadata is refreshed).
+    pub store: Arc<Store>,
+    /// The objects.
+    pub library: Arc<Library>,
+    /// The session manager.
+    pub sessions: mpsc::UnboundedSender<SessionCommand>,
+    /// The reorganiser.
+    pub reorg: mpsc::UnboundedSender<ReorgCommand>,
+    /// Set at shutdown.
+    pub stop: Arc<AtomicBool>,
+    /// The period.
+    pub every: Duration,
+}
+
+impl Poller {
+    /// Polls until `stop`, on the calling thread.
+    pub fn run(self) {
+        let Self { client, settings, view, store, library, sessions, reorg, stop, every } = self;
+        let live_prefix = isochron_etcd::membership::live_prefix(&settings.prefix);
+        let nodes_prefix = isochron_etcd::membership::nodes_prefix(&settings.prefix);
+        let mut was: BTreeMap<String, NodeRecord> = BTreeMap::new();
+        while !stop.load(Ordering::Relaxed) {
+            match client.get_prefix(live_prefix.as_bytes()) {
+                Ok(r) => {
+                    view.etcd_ok.store(true, Ordering::Relaxed);
+                    let now: BTreeMap<String, NodeRecord> = r
+                        .kvs
+                        .iter()
+                        .filter_map(|kv| serde_json::from_slice::<NodeRecord>(&kv.value).ok())
+                        .map(|rec| (rec.name.clone(), rec))
+                        .collect();
+                    for (name, rec) in &now {
+                        if was.get(name) != Some(rec) {
+                            let info =
+                                MemberInfo { id: NodeId(rec.id), name: name.clone(), live: true };
+                            let relay = Some(rec.control);
+                            let _ = sessions.send(SessionCommand::Member { info, relay });
+                        }
+                    }
+                    for (name, rec) in &was {
+                        if !now.contains_key(name) {
+                            info!(node = %name, "node is no longer live");
+                            let info =
+                                MemberInfo { id: NodeId(rec.id), name: name.clone(), live: false };
+                            let _ = sessions.send(SessionCommand::Member { info, relay: None });
+                        }
+                    }
+                    *lock(&view.live) = now.clone();
+                    was = now;
+                }
+                Err(e) => {
+                    if view.etcd_ok.swap(false, Ordering::Relaxed) {
+                        warn!(error = %e, "etcd unreachable: sessions go on, new ones wait");
+                    }
+                }
+            }
+            if let Ok(r) = client.get_prefix(nodes_prefix.as_bytes()) {
+                *lock(&view.known) = r
                     .kvs
                     .iter()
                     .filter_map(|kv| serde_json::from_slice::<NodeRecord>(&kv.value).ok())
                     .map(|rec| (rec.name.clone(), rec))
                     .collect();
-                for (name, rec) in &now {
-                    if was.get(name) != Some(rec) {
-                        let info =
-                            MemberInfo { id: NodeId(rec.id), name: name.clone(), live: true };
-                        let relay = Some(rec.control);
-                        let _ = sessions.send(SessionCommand::Member { info, relay });
-                    }
-                }
-                for (name, rec) in &was {
-                    if !now.contains_key(name) {
-                        info!(node = %name, "node is no longer live");
-                        let info =
-                            MemberInfo { id: NodeId(rec.id), name: name.clone(), live: false };
-                        let _ = sessions.send(SessionCommand::Member { info, relay: None });
-                    }
-                }
-                *lock(&view.live) = now.clone();
-                was = now;
             }
-            Err(e) => {
-                if view.etcd_ok.swap(false, Ordering::Relaxed) {
-                    warn!(error = %e, "etcd unreachable: sessions go on, new ones wait");
-                }
+            sync_library(&store, &library);
+            if store.coordinates_pending() {
+                // Ignored while it runs (and for a while after a failure).
+                let _ = reorg.send(ReorgCommand::Resume);
             }
+            std::thread::sleep(every);
         }
-        if let Ok(r) = client.get_prefix(nodes_prefix.as_bytes()) {
-            *lock(&view.known) = r
-                .kvs
-                .iter()
-                .filter_map(|kv| serde_json::from_slice::<NodeRecord>(&kv.value).ok())
-                .map(|rec| (rec.name.clone(), rec))
-                .collect();
-        }
-        sync_library(&store, &library);
-        std::thread::sleep(every);
     }
 }
 
@@ -423,8 +446,9 @@ impl HttpBlocks {
     }
 }
 
-impl RemoteBlocks for HttpBlocks {
-    fn write_block(&self, disk: DiskId, key: BlockKey, bytes: &[u8]) -> Result<(), String> {
+impl HttpBlocks {
+    /// The URL of block `key` on disk `disk` under `path` at the disk's owner, and the owner.
+    fn url(&self, path: &str, disk: DiskId, key: BlockKey) -> Result<(String, String), String> {
         let store = self.store.upgrade().ok_or("the store is closed")?;
         let meta = store.meta();
         let owner = meta
@@ -436,9 +460,14 @@ impl RemoteBlocks for HttpBlocks {
             .and_then(|r| r.http)
             .ok_or_else(|| format!("node {owner} (owner of disk {disk}) is not live"))?;
         let url = format!(
-            "http://{http}/api/v1/cluster/blocks/{}/{}/{}",
+            "http://{http}/api/v1/cluster/{path}/{}/{}/{}",
             disk.0, key.object.0, key.index.0
         );
+        Ok((url, owner))
+    }
+
+    fn put(&self, path: &str, disk: DiskId, key: BlockKey, bytes: &[u8]) -> Result<(), String> {
+        let (url, owner) = self.url(path, disk, key)?;
         let resp = self.agent.put(&url).send(bytes).map_err(|e| format!("node {owner}: {e}"))?;
         if !resp.status().is_success() {
             let status = resp.status();
@@ -447,5 +476,33 @@ impl RemoteBlocks for HttpBlocks {
         }
         self.view.block_bytes_out.fetch_add(bytes.len() as u64, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+impl RemoteBlocks for HttpBlocks {
+    fn write_block(&self, disk: DiskId, key: BlockKey, bytes: &[u8]) -> Result<(), String> {
+        self.put("blocks", disk, key, bytes)
+    }
+
+    fn write_block_nrt(&self, disk: DiskId, key: BlockKey, bytes: &[u8]) -> Result<(), String> {
+        self.put("moves", disk, key, bytes)
+    }
+
+    fn read_block_nrt(&self, disk: DiskId, key: BlockKey) -> Result<Vec<u8>, String> {
+        let (url, owner) = self.url("moves", disk, key)?;
+        let resp = self.agent.get(&url).call().map_err(|e| format!("node {owner}: {e}"))?;
+        let status = resp.status();
+        let mut body = resp.into_body();
+        if !status.is_success() {
+            let text = body.read_to_string().unwrap_or_default();
+            return Err(format!("node {owner} answered {status}: {}", text.trim()));
+        }
+        let bytes = body
+            .with_config()
+            .limit(64 << 20)
+            .read_to_vec()
+            .map_err(|e| format!("node {owner}: reading block {key}: {e}"))?;
+        self.view.block_bytes_in.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        Ok(bytes)
     }
 }

@@ -402,9 +402,12 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         Arc::clone(&library),
         sched_tx.clone(),
         Box::new(spawn_worker),
+        reorg_tx.clone(),
+        sessions_tx.clone(),
     );
     tasks.push(tokio::spawn(reorganiser.run(reorg_rx)));
-    if store.meta().pending().is_some() {
+    // A cluster node resumes once it knows its peers (the membership poll sends `Resume`).
+    if settings.cluster.is_none() && store.meta().pending().is_some() {
         info!("a reorganisation was interrupted; resuming it");
         let _ = reorg_tx.send(ReorgCommand::Resume);
     }
@@ -497,20 +500,22 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         })
         .await??;
         lease = Some(keeper);
-        let (c, view, store, library, sessions, stop) = (
-            c.clone(),
-            Arc::clone(view),
-            Arc::clone(&store),
-            Arc::clone(&library),
-            sessions_tx.clone(),
-            Arc::clone(&stop),
+        let poll = cluster::Poller {
+            client: client2,
+            settings: c.clone(),
+            view: Arc::clone(view),
+            store: Arc::clone(&store),
+            library: Arc::clone(&library),
+            sessions: sessions_tx.clone(),
+            reorg: reorg_tx.clone(),
+            stop: Arc::clone(&stop),
+            every: Duration::from_millis(250),
+        };
+        threads.push(
+            std::thread::Builder::new()
+                .name("isochron-members".into())
+                .spawn(move || poll.run())?,
         );
-        threads.push(std::thread::Builder::new().name("isochron-members".into()).spawn(
-            move || {
-                let every = Duration::from_millis(250);
-                cluster::poll_membership(client2, c, view, store, library, sessions, stop, every);
-            },
-        )?);
     }
 
     info!(%rtsp_addr, ?http_addr, rtp_port, "isochron serving");

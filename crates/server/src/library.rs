@@ -6,12 +6,13 @@
 //! by every stream of the object.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use isochron_base::{BlockIndex, Bytes, ObjectId};
 use isochron_diskio::Store;
 use isochron_rtsp::server::Presentation;
 use isochron_sched::{ObjectPlan, PlannedBlock};
+use isochron_store::Epoch;
 use isochron_store::block::BLOCK_ALIGN;
 use isochron_store::catalog::ObjectRecord;
 
@@ -22,25 +23,35 @@ pub struct ObjectEntry {
     pub record: ObjectRecord,
     /// Where its blocks are.
     pub plan: Arc<ObjectPlan>,
+    /// The placement epoch of the plan. A stream keeps the plan it started with; in a cluster,
+    /// every node of a session plans it at the epoch of the node that opened it.
+    pub epoch: Epoch,
 }
 
 impl ObjectEntry {
-    /// The entry for `record`, placing its blocks with `store`'s current placement.
+    /// The entry for `record`, placing its blocks with `store`'s active placement.
     #[must_use]
     pub fn new(store: &Store, record: ObjectRecord) -> Self {
+        let epoch = store.active_epoch();
+        Self::at_epoch(store, record, epoch)
+    }
+
+    /// The entry for `record`, placing its blocks as of placement epoch `epoch`.
+    #[must_use]
+    pub fn at_epoch(store: &Store, record: ObjectRecord, epoch: Epoch) -> Self {
         let blocks = record
             .blocks
             .iter()
             .enumerate()
             .map(|(i, b)| PlannedBlock {
-                disk: store.locate(&record, BlockIndex(i as u32)),
+                disk: store.locate_at(&record, BlockIndex(i as u32), epoch),
                 first_gsn: b.first_gsn,
                 first_send_time: b.first_send_time,
                 len: Bytes(u64::from(b.encoded_len)).align_up(BLOCK_ALIGN as u64),
             })
             .collect();
         let plan = Arc::new(ObjectPlan { object: record.id, blocks });
-        Self { record, plan }
+        Self { record, plan, epoch }
     }
 }
 
@@ -137,11 +148,11 @@ impl Library {
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<ObjectEntry>>> {
         // A writer that panicked left the map itself intact (inserts and removes are atomic).
-        self.by_name.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.by_name.read().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<ObjectEntry>>> {
-        self.by_name.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.by_name.write().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -18,21 +18,34 @@
 //! A crash at any point leaves either the pending epoch (the next start resumes the copies; copies
 //! already made are skipped) or the flipped one (the next start deletes leftover sources):
 //! docs/design/scaling.md.
+//!
+//! **In a cluster** (Yima §2.1: a node is a group of disks) the node whose disks change runs the
+//! reorganisation: the node that joins, or the node being removed
+//! ([`Store::coordinates_pending`]). A move's source or target may be another node's disk: that
+//! node reads or writes the block in its disk's non-real-time share too, on the coordinator's
+//! behalf ([`ReorgCommand::ServeRead`], [`ReorgCommand::ServeWrite`], over HTTP). The flip is one
+//! compare-and-swap of the shared metadata; every node then plans new streams with the new
+//! epoch, while running streams keep the plan they started with, so nothing changes under a
+//! stream on any node. Each node deletes its moved blocks' sources (and closes retired disks) once
+//! none of its sessions reads an older epoch ([`SessionCommand::OldestEpoch`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
-use isochron_base::DiskId;
+use isochron_base::{BlockKey, DiskId};
 use isochron_dataplane::sched_thread::SchedCommand;
-use isochron_diskio::{IoCommand, IoDone, IoWorker, Store};
+use isochron_diskio::{AlignedBuf, IoCommand, IoDone, IoWorker, Store};
+use isochron_store::catalog::DiskState;
 use isochron_store::reorg::Move;
+use isochron_store::{Block, Epoch};
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::library::{Library, ObjectEntry};
+use crate::sessions::SessionCommand;
 
 /// The reorganiser's non-real-time IO tags start here; the scheduler thread's own tags (real-time
 /// reads, HTTP delivery's non-real-time reads) stay below, which is how a disk thread's
@@ -42,7 +55,11 @@ pub(crate) const NRT_TAG_BASE: u64 = 1 << 62;
 /// Moves in flight at once.
 const IN_FLIGHT: usize = 4;
 /// Attempts per move before the reorganisation is declared failed.
-const ATTEMPTS: u32 = 3;
+const ATTEMPTS: u32 = 5;
+/// The wait before a move's next attempt, times the attempts so far.
+const RETRY_BACKOFF: Duration = Duration::from_millis(300);
+/// A failed reorganisation is resumed ([`ReorgCommand::Resume`]) no sooner than this.
+const RESTART_AFTER: Duration = Duration::from_secs(5);
 
 /// Commands to the reorganiser.
 #[derive(Debug)]
@@ -70,6 +87,40 @@ pub enum ReorgCommand {
     },
     /// A non-real-time IO completed.
     Io(IoDone),
+    /// Another node's reorganisation reads a block of one of this node's disks: read it in the
+    /// disk's non-real-time share.
+    ServeRead {
+        /// The disk.
+        disk: DiskId,
+        /// The block.
+        key: BlockKey,
+        /// The encoded block, or why not.
+        reply: oneshot::Sender<Result<Vec<u8>, String>>,
+    },
+    /// Another node's reorganisation writes a block to one of this node's disks: verify it and
+    /// write it durably in the disk's non-real-time share.
+    ServeWrite {
+        /// The disk.
+        disk: DiskId,
+        /// The block.
+        key: BlockKey,
+        /// The encoded block.
+        bytes: Vec<u8>,
+        /// Done, or why not.
+        reply: oneshot::Sender<Result<(), String>>,
+    },
+    /// A move's back-off after a failed attempt is over: try it again.
+    Retry {
+        /// The move's tag.
+        tag: u64,
+    },
+    /// A copy's read from (`Some` bytes) or write to (`None`) another node completed.
+    Remote {
+        /// The move's tag.
+        tag: u64,
+        /// The result.
+        result: Result<Option<Vec<u8>>, String>,
+    },
 }
 
 /// The reorganisation's state as the API shows it.
@@ -105,6 +156,16 @@ struct InFlight {
     len: u64,
 }
 
+/// An IO done for another node's reorganisation, waiting for its disk.
+enum Serving {
+    Read(oneshot::Sender<Result<Vec<u8>, String>>),
+    Write(oneshot::Sender<Result<(), String>>),
+}
+
+/// How long a cluster node waits after it sees a new epoch before it deletes what the flip left:
+/// a session another node opened just before the flip is planned at the old epoch.
+const GARBAGE_GRACE: Duration = Duration::from_secs(3);
+
 /// The reorganiser task's state.
 pub(crate) struct Reorganiser {
     pub(crate) store: Arc<Store>,
@@ -112,11 +173,22 @@ pub(crate) struct Reorganiser {
     pub(crate) sched: Sender<SchedCommand>,
     /// Builds an IO thread for a disk that joins (routes its completions like the others).
     pub(crate) spawn_worker: SpawnWorker,
+    /// The reorganiser's own channel (remote copies' results come back on it).
+    me: mpsc::UnboundedSender<ReorgCommand>,
+    /// The session manager (which placement epochs its streams read).
+    sessions: mpsc::UnboundedSender<SessionCommand>,
     queue: VecDeque<Move>,
     in_flight: HashMap<u64, InFlight>,
+    serving: HashMap<u64, Serving>,
     next_tag: u64,
     status: ReorgStatus,
     started: Option<Instant>,
+    /// A cluster node: the active epoch whose leftovers are deleted.
+    collected: Option<Epoch>,
+    /// When this node first saw the active epoch.
+    seen: Option<(Epoch, Instant)>,
+    /// When the last reorganisation failed.
+    failed_at: Option<Instant>,
 }
 
 impl Reorganiser {
@@ -125,14 +197,22 @@ impl Reorganiser {
         library: Arc<Library>,
         sched: Sender<SchedCommand>,
         spawn_worker: SpawnWorker,
+        me: mpsc::UnboundedSender<ReorgCommand>,
+        sessions: mpsc::UnboundedSender<SessionCommand>,
     ) -> Self {
         Self {
             store,
             library,
             sched,
             spawn_worker,
+            me,
+            sessions,
             queue: VecDeque::new(),
             in_flight: HashMap::new(),
+            serving: HashMap::new(),
+            collected: None,
+            seen: None,
+            failed_at: None,
             // NRT tags live in their own space, far from the scheduler's read tags.
             next_tag: NRT_TAG_BASE,
             status: ReorgStatus { state: "idle".into(), ..ReorgStatus::default() },
@@ -142,7 +222,19 @@ impl Reorganiser {
 
     /// Runs until every command sender is gone.
     pub(crate) async fn run(mut self, mut rx: mpsc::UnboundedReceiver<ReorgCommand>) {
-        while let Some(cmd) = rx.recv().await {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let cmd = tokio::select! {
+                cmd = rx.recv() => match cmd {
+                    Some(cmd) => cmd,
+                    None => return,
+                },
+                _ = tick.tick() => {
+                    self.collect_garbage().await;
+                    continue;
+                }
+            };
             match cmd {
                 ReorgCommand::AddDisk { spec, reply } => {
                     if self.busy() {
@@ -188,8 +280,46 @@ impl Reorganiser {
                     }
                 }
                 ReorgCommand::Resume => {
-                    if !self.busy() && self.store.meta().pending().is_some() {
-                        self.start("resume interrupted reorganisation".into()).await;
+                    let backing_off = self.failed_at.is_some_and(|t| t.elapsed() < RESTART_AFTER);
+                    if !self.busy() && !backing_off && self.store.coordinates_pending() {
+                        let op = match self.store.node() {
+                            Some(node) => format!("node {node}: {}", self.pending_op()),
+                            None => "resume interrupted reorganisation".into(),
+                        };
+                        self.start(op).await;
+                    }
+                }
+                ReorgCommand::ServeRead { disk, key, reply } => {
+                    if !self.store.is_local(disk) {
+                        let _ = reply.send(Err(format!("disk {disk} is not on this node")));
+                        continue;
+                    }
+                    let tag = self.tag();
+                    self.serving.insert(tag, Serving::Read(reply));
+                    let cmd = IoCommand::NrtRead { key, tag };
+                    let _ = self.sched.send(SchedCommand::Nrt { disk, cmd });
+                }
+                ReorgCommand::ServeWrite { disk, key, bytes, reply } => {
+                    if !self.store.is_local(disk) {
+                        let _ = reply.send(Err(format!("disk {disk} is not on this node")));
+                        continue;
+                    }
+                    let block = match Block::parse(AlignedBuf::copy_from(&bytes), Some(key)) {
+                        Ok(b) => Arc::new(b),
+                        Err(e) => {
+                            let _ = reply.send(Err(format!("block {key}: {e}")));
+                            continue;
+                        }
+                    };
+                    let tag = self.tag();
+                    self.serving.insert(tag, Serving::Write(reply));
+                    let cmd = IoCommand::NrtWrite { key, block, tag };
+                    let _ = self.sched.send(SchedCommand::Nrt { disk, cmd });
+                }
+                ReorgCommand::Remote { tag, result } => self.on_remote(tag, result).await,
+                ReorgCommand::Retry { tag } => {
+                    if let Some(f) = self.in_flight.remove(&tag) {
+                        self.issue_read(f);
                     }
                 }
                 ReorgCommand::Status { reply } => {
@@ -252,28 +382,118 @@ impl Reorganiser {
         }
     }
 
+    fn tag(&mut self) -> u64 {
+        self.next_tag += 1;
+        self.next_tag
+    }
+
+    /// What the pending operation does, for the status.
+    fn pending_op(&self) -> String {
+        let meta = self.store.meta();
+        let list = |state: DiskState| -> Vec<String> {
+            meta.disks.iter().filter(|d| d.state == state).map(|d| d.id.to_string()).collect()
+        };
+        let (joining, draining) = (list(DiskState::Joining), list(DiskState::Draining));
+        match (joining.is_empty(), draining.is_empty()) {
+            (false, _) => format!("add disks {}", joining.join(",")),
+            (true, false) => format!("remove disks {}", draining.join(",")),
+            (true, true) => "resume reorganisation".into(),
+        }
+    }
+
+    /// Reads the move's source: in the local disk's non-real-time share, or at the node that
+    /// owns it (which reads it in its own).
     fn issue_read(&mut self, mut f: InFlight) {
         f.attempts += 1;
-        self.next_tag += 1;
-        let tag = self.next_tag;
-        let cmd = IoCommand::NrtRead { key: f.mv.key, tag };
-        let _ = self.sched.send(SchedCommand::Nrt { disk: f.mv.from, cmd });
+        let tag = self.tag();
+        if self.store.is_local(f.mv.from) {
+            let cmd = IoCommand::NrtRead { key: f.mv.key, tag };
+            let _ = self.sched.send(SchedCommand::Nrt { disk: f.mv.from, cmd });
+        } else {
+            self.remote(tag, f.mv, None);
+        }
         self.in_flight.insert(tag, f);
     }
 
+    /// Writes a block read for move `f` to its target, locally or at its owner.
+    fn issue_write(&mut self, mut f: InFlight, block: Arc<Block<AlignedBuf>>) {
+        f.len = block.as_bytes().len() as u64;
+        let tag = self.tag();
+        if self.store.is_local(f.mv.to) {
+            let cmd = IoCommand::NrtWrite { key: f.mv.key, block, tag };
+            let _ = self.sched.send(SchedCommand::Nrt { disk: f.mv.to, cmd });
+        } else {
+            self.remote(tag, f.mv, Some(block.as_bytes().to_vec()));
+        }
+        self.in_flight.insert(tag, f);
+    }
+
+    /// A copy's read from (`bytes` = `None`) or write to another node, on a blocking thread; the
+    /// result comes back as [`ReorgCommand::Remote`].
+    fn remote(&self, tag: u64, mv: Move, bytes: Option<Vec<u8>>) {
+        let (remote, me) = (self.store.remote(), self.me.clone());
+        tokio::task::spawn_blocking(move || {
+            let result = match (remote, bytes) {
+                (None, _) => Err(format!("no route to disks {} and {}", mv.from, mv.to)),
+                (Some(r), None) => r.read_block_nrt(mv.from, mv.key).map(Some),
+                (Some(r), Some(b)) => r.write_block_nrt(mv.to, mv.key, &b).map(|()| None),
+            };
+            let _ = me.send(ReorgCommand::Remote { tag, result });
+        });
+    }
+
+    async fn on_remote(&mut self, tag: u64, result: Result<Option<Vec<u8>>, String>) {
+        let Some(f) = self.in_flight.remove(&tag) else { return };
+        match result {
+            Ok(Some(bytes)) => match Block::parse(AlignedBuf::copy_from(&bytes), Some(f.mv.key)) {
+                Ok(block) => self.issue_write(f, Arc::new(block)),
+                Err(e) => {
+                    let error = format!("block {} from disk {}: {e}", f.mv.key, f.mv.from);
+                    self.retry(f, error);
+                }
+            },
+            Ok(None) => {
+                self.status.moved += 1;
+                self.status.bytes += f.len;
+            }
+            Err(e) if self.object_gone(f.mv.key.object) => {
+                debug!(key = %f.mv.key, error = %e, "object removed during reorganisation");
+                self.status.total = self.status.total.saturating_sub(1);
+            }
+            Err(e) => {
+                let error = format!("copying block {} to disk {}: {e}", f.mv.key, f.mv.to);
+                self.retry(f, error);
+            }
+        }
+        self.advance().await;
+    }
+
+    /// Answers another node's read or write once this node's disk has done it.
+    fn on_serving(&mut self, done: IoDone) -> Option<IoDone> {
+        let Some(serving) = self.serving.remove(&done.tag()) else { return Some(done) };
+        match (serving, done) {
+            (Serving::Read(reply), IoDone::NrtRead(r)) => {
+                let _ = reply.send(
+                    r.result
+                        .map(|b| b.as_bytes().to_vec())
+                        .map_err(|e| format!("block {}: {e}", r.key)),
+                );
+            }
+            (Serving::Write(reply), IoDone::NrtWrite(w)) => {
+                let _ = reply.send(w.result.map_err(|e| format!("block {}: {e}", w.key)));
+            }
+            _ => {}
+        }
+        None
+    }
+
     async fn on_io(&mut self, done: IoDone) {
+        let Some(done) = self.on_serving(done) else { return };
         match done {
             IoDone::NrtRead(r) => {
-                let Some(mut f) = self.in_flight.remove(&r.tag) else { return };
+                let Some(f) = self.in_flight.remove(&r.tag) else { return };
                 match r.result {
-                    Ok(block) => {
-                        f.len = block.as_bytes().len() as u64;
-                        self.next_tag += 1;
-                        let tag = self.next_tag;
-                        let cmd = IoCommand::NrtWrite { key: f.mv.key, block, tag };
-                        let _ = self.sched.send(SchedCommand::Nrt { disk: f.mv.to, cmd });
-                        self.in_flight.insert(tag, f);
-                    }
+                    Ok(block) => self.issue_write(f, block),
                     Err(e) => {
                         if self.object_gone(r.key.object) {
                             // Removed while the reorganisation ran: nothing to move.
@@ -302,6 +522,11 @@ impl Reorganiser {
             // Real-time reads and writes go to the scheduler, never here.
             IoDone::Read(_) | IoDone::Write(_) => {}
         }
+        self.advance().await;
+    }
+
+    /// Keeps the copies going; flips once all are done.
+    async fn advance(&mut self) {
         if !self.busy() {
             return;
         }
@@ -323,13 +548,22 @@ impl Reorganiser {
             self.fail(error);
         } else {
             warn!(%error, attempt = f.attempts, "reorganisation move failed; retrying");
-            self.issue_read(f);
+            // A back-off: a peer may not know this node yet, or be restarting.
+            let tag = self.tag();
+            let wait = RETRY_BACKOFF * f.attempts;
+            self.in_flight.insert(tag, f);
+            let me = self.me.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                let _ = me.send(ReorgCommand::Retry { tag });
+            });
         }
     }
 
     fn fail(&mut self, error: String) {
         self.status.state = "failed".into();
         self.status.error = Some(error);
+        self.failed_at = Some(Instant::now());
     }
 
     /// Every copy is durable: flip the epoch, switch plans, drain, delete the sources.
@@ -340,6 +574,17 @@ impl Reorganiser {
             Ok(Err(e)) => return self.fail(format!("flipping the epoch: {e}")),
             Err(e) => return self.fail(format!("flipping the epoch: {e}")),
         };
+        if self.store.node().is_some() {
+            // A cluster: new streams get the new plans here now, and on the other nodes when
+            // they see the new epoch; running streams keep theirs, and the sources go once no
+            // stream holds an old plan (`collect_garbage`).
+            let records: Vec<_> = self.library.list().iter().map(|e| e.record.clone()).collect();
+            for rec in records {
+                self.library.insert(Arc::new(ObjectEntry::new(&self.store, rec)));
+            }
+            self.finished();
+            return;
+        }
         // New plans for every object: the library for new streams, the scheduler for running
         // ones.
         let records: Vec<_> = self.library.list().iter().map(|e| e.record.clone()).collect();
@@ -367,6 +612,10 @@ impl Reorganiser {
         for id in retired {
             let _ = self.sched.send(SchedCommand::DetachDisk { disk: id });
         }
+        self.finished();
+    }
+
+    fn finished(&mut self) {
         let elapsed = self.started.map_or(0.0, |t| t.elapsed().as_secs_f64());
         self.status.state = "idle".into();
         self.status.elapsed_s = elapsed;
@@ -378,5 +627,51 @@ impl Reorganiser {
             rate_mib_s = self.status.rate_mib_s,
             "reorganisation done"
         );
+    }
+
+    /// A cluster node: once a new epoch has been in force for [`GARBAGE_GRACE`] and no session
+    /// reads an older one, deletes the moved blocks' sources on this node's disks and closes its
+    /// retired disks.
+    async fn collect_garbage(&mut self) {
+        if self.store.node().is_none() || self.busy() {
+            return;
+        }
+        let epoch = self.store.active_epoch();
+        if self.collected == Some(epoch) {
+            return;
+        }
+        let since = match self.seen {
+            Some((e, t)) if e == epoch => t,
+            _ => {
+                let now = Instant::now();
+                self.seen = Some((epoch, now));
+                now
+            }
+        };
+        if since.elapsed() < GARBAGE_GRACE {
+            return;
+        }
+        let (reply, rx) = oneshot::channel();
+        let _ = self.sessions.send(SessionCommand::OldestEpoch { reply });
+        match rx.await {
+            Ok(Some(oldest)) if oldest < epoch => {
+                debug!(%epoch, %oldest, "streams still read an old placement");
+                return;
+            }
+            Ok(_) => {}
+            Err(_) => return,
+        }
+        let store = Arc::clone(&self.store);
+        match tokio::task::spawn_blocking(move || store.collect_garbage()).await {
+            Ok(Ok((deleted, closed))) => {
+                info!(%epoch, deleted, ?closed, "deleted what the reorganisation left on this node");
+                for disk in closed {
+                    let _ = self.sched.send(SchedCommand::DetachDisk { disk });
+                }
+                self.collected = Some(epoch);
+            }
+            Ok(Err(e)) => warn!(error = %e, "deleting what the reorganisation left (retrying)"),
+            Err(e) => warn!(error = %e, "deleting what the reorganisation left (retrying)"),
+        }
     }
 }

@@ -41,6 +41,7 @@ use isochron_rtsp::server::{
     RateAction, ServerCore, SessionTransport, rtp_seq,
 };
 use isochron_sched::{Anchor, Decision, OpenStream};
+use isochron_store::Epoch;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
@@ -143,6 +144,11 @@ pub enum SessionCommand {
     Cluster {
         /// The reply.
         reply: oneshot::Sender<ClusterInfo>,
+    },
+    /// The oldest placement epoch a session or share of this node reads (`None`: none runs).
+    OldestEpoch {
+        /// The reply.
+        reply: oneshot::Sender<Option<Epoch>>,
     },
 }
 
@@ -457,6 +463,11 @@ impl Manager {
             SessionCommand::Cluster { reply } => {
                 let _ = reply.send(self.cluster_info(now));
             }
+            SessionCommand::OldestEpoch { reply } => {
+                let origins = self.origins.values().map(|o| o.entry.epoch);
+                let shares = self.shares.values().map(|s| s.entry.epoch);
+                let _ = reply.send(origins.chain(shares).min());
+            }
         }
     }
 
@@ -545,7 +556,7 @@ impl Manager {
         let spec = OpenSpec {
             stream,
             object: entry.record.id,
-            epoch: 0,
+            epoch: entry.epoch.0,
             avg_bitrate: entry.record.avg_bitrate,
             peak_bitrate: entry.record.peak_bitrate,
             delivery,
@@ -709,8 +720,9 @@ impl Manager {
 
     fn local(&mut self, action: LocalAction) {
         match action {
-            LocalAction::Admit { key, object, avg_bitrate, peak_bitrate, .. } => {
+            LocalAction::Admit { key, object, epoch, avg_bitrate, peak_bitrate } => {
                 let entry = self.library.by_id(object).or_else(|| self.catalog_entry(object));
+                let entry = entry.map(|e| self.at_epoch(e, Epoch(epoch)));
                 let Some(entry) = entry else {
                     let now = self.clock.now();
                     let node = self.cluster.config().name.clone();
@@ -881,6 +893,25 @@ impl Manager {
 
     /// An object another node has just ingested, read from the shared catalog before this
     /// node's poll has seen it (a cluster only; one catalog read, on a miss).
+    /// `entry` planned at `epoch`: the origin's epoch, which differs from this node's during a
+    /// flip (one of them has not seen it yet). Every node of a session reads the same placement,
+    /// so no block is sent twice or by nobody.
+    fn at_epoch(&self, entry: Arc<ObjectEntry>, epoch: Epoch) -> Arc<ObjectEntry> {
+        let Some(store) = self.store.as_ref() else { return entry };
+        if entry.epoch == epoch {
+            return entry;
+        }
+        if epoch > store.current_epoch() {
+            // The origin saw an operation this node has not polled yet.
+            if let Err(e) = store.refresh() {
+                warn!(error = %e, "reading the store metadata");
+            }
+        }
+        let planned = Arc::new(ObjectEntry::at_epoch(store, entry.record.clone(), epoch));
+        debug!(object = %entry.record.name, from = %entry.epoch, to = %epoch, "planned at the origin's epoch");
+        planned
+    }
+
     fn catalog_entry(&self, object: isochron_base::ObjectId) -> Option<Arc<ObjectEntry>> {
         let store = self.store.as_ref()?;
         let rec = store.catalog().objects().ok()?.into_iter().find(|r| r.id == object)?;

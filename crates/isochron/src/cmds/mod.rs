@@ -7,6 +7,7 @@ pub(crate) mod disk;
 pub(crate) mod fsck;
 pub(crate) mod ingest;
 pub(crate) mod ls;
+pub(crate) mod node;
 pub(crate) mod plan;
 pub(crate) mod play;
 pub(crate) mod profile_disk;
