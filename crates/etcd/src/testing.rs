@@ -274,6 +274,19 @@ impl EtcdCluster {
         self.wait_healthy(i)
     }
 
+    /// Starts every member in `members` again (after [`EtcdCluster::kill`]), then waits until
+    /// each is healthy: what a quorum lost all at once needs, since one member alone never is.
+    pub fn restart_many(&mut self, members: &[usize]) -> Result<(), HarnessError> {
+        for &i in members {
+            self.kill(i)?;
+            self.spawn(i)?;
+        }
+        for &i in members {
+            self.wait_healthy(i)?;
+        }
+        Ok(())
+    }
+
     /// The end of member `i`'s log (for failure messages).
     #[must_use]
     pub fn log_tail(&self, i: usize) -> String {

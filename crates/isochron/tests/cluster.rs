@@ -48,7 +48,7 @@ struct Cluster {
     etcd_urls: String,
     dir: tempfile::TempDir,
     // Dropped last: the namespaces outlive the processes in them.
-    _etcd: EtcdCluster,
+    etcd: EtcdCluster,
     bed: Testbed,
     // One cluster at a time: each test loads the machine's cores with four or five processes
     // and twenty streams, and players under CPU starvation are not what these tests measure.
@@ -134,7 +134,7 @@ fn start_cluster() -> Cluster {
         }
     }
     let client = bed.add_host("client").expect("client host");
-    Cluster { nodes, client, etcd_urls, dir, _etcd: etcd, bed, _serial: serial }
+    Cluster { nodes, client, etcd_urls, dir, etcd, bed, _serial: serial }
 }
 
 impl Cluster {
@@ -533,6 +533,92 @@ fn a_fourth_node_joins_while_twenty_streams_play_and_leaves_again() {
     let out = d.join("after-remove.ts");
     let s = check_play(&c, spawn_play(&c, &c.nodes[0].rtsp("demo"), &out), &out, &want, "after");
     assert!(!source_ips(&s).contains(&c.nodes[3].host.ip.to_string()), "{s}");
+}
+
+/// etcd holds membership and placement, never the streams: losing one of three members changes
+/// nothing; losing all of them leaves running sessions playing while new ones get 503 (with
+/// `Retry-After`), and the cluster takes new sessions again once etcd is back.
+#[test]
+fn streams_outlive_etcd_and_new_sessions_wait_for_it() {
+    require("ffmpeg");
+    let mut c = start_cluster();
+    let d = c.dir.path().to_owned();
+    c.ingest_demo(0);
+    let want = std::fs::read(demo()).unwrap();
+
+    // One member of three killed while three streams play, and a new one starts meanwhile.
+    let plays: Vec<(Child, PathBuf)> = (0..3)
+        .map(|k| {
+            let out = d.join(format!("member-{k}.ts"));
+            (spawn_play(&c, &c.nodes[k].rtsp("demo"), &out), out)
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    c.etcd.kill(0).expect("kill an etcd member");
+    let out = d.join("member-new.ts");
+    let fresh = spawn_play(&c, &c.nodes[1].rtsp("demo"), &out);
+    for (k, (child, out)) in plays.into_iter().enumerate() {
+        check_play(&c, child, &out, &want, &format!("stream {k}, one etcd member down"));
+    }
+    check_play(&c, fresh, &out, &want, "a stream started with one etcd member down");
+    c.etcd.restart(0).expect("restart the member");
+
+    // All of etcd down while three streams play: they play to the end; a new PLAY gets 503.
+    let plays: Vec<(Child, PathBuf)> = (0..3)
+        .map(|k| {
+            let out = d.join(format!("outage-{k}.ts"));
+            (spawn_play(&c, &c.nodes[k].rtsp("demo"), &out), out)
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    for i in 0..3 {
+        c.etcd.kill(i).expect("kill etcd");
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let res = run(
+        c.client_cmd("ffmpeg").args([
+            "-v",
+            "error",
+            "-i",
+            &c.nodes[2].rtsp("demo"),
+            "-f",
+            "null",
+            "-",
+        ]),
+        30,
+    );
+    let err = String::from_utf8_lossy(&res.stderr);
+    assert!(!res.status.success() && err.contains("503"), "ffmpeg with etcd down: {err}");
+    let res = run(c.client_cmd(bin()).args(["play", &c.nodes[0].rtsp("demo"), "--json"]), 30);
+    let err = String::from_utf8_lossy(&res.stderr);
+    assert!(!res.status.success() && err.contains("503"), "play with etcd down: {err}");
+    for (k, (child, out)) in plays.into_iter().enumerate() {
+        check_play(&c, child, &out, &want, &format!("stream {k} through the etcd outage"));
+    }
+    assert!(c.log("n3").contains("etcd is unreachable"), "{}", c.log("n3"));
+
+    // etcd returns: new sessions are taken again, from every node's address.
+    c.etcd.restart_many(&[0, 1, 2]).expect("etcd back");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let summary = loop {
+        let out = d.join("after-outage.ts");
+        let res = run(
+            c.client_cmd(bin())
+                .args(["play", &c.nodes[2].rtsp("demo"), "--json", "--timeout", "60", "--out"])
+                .arg(&out),
+            90,
+        );
+        if res.status.success() {
+            assert_same_bytes(&std::fs::read(&out).unwrap(), &want, "after the outage");
+            break serde_json::from_slice::<serde_json::Value>(&res.stdout).unwrap();
+        }
+        let err = String::from_utf8_lossy(&res.stderr);
+        assert!(Instant::now() < deadline, "no session after etcd came back: {err}\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(source_ips(&summary).len(), 3, "{summary}");
+    let nodes = get_json(&format!("{}/api/v1/nodes", c.nodes[0].http()));
+    assert!(nodes.as_array().unwrap().iter().all(|n| n["state"] == "up"), "{nodes}");
 }
 
 /// Files under `dir`, recursively.

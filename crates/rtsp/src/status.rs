@@ -130,6 +130,10 @@ pub enum Refusal {
     /// The data plane failed to start the stream → 500.
     #[error("internal error: {0}")]
     Internal(String),
+    /// The server cannot take new sessions for now (a cluster node that cannot reach etcd)
+    /// → 503 with `Retry-After` (RFC 2326 §12.31).
+    #[error("unavailable: {0}")]
+    Unavailable(String),
 }
 
 impl Refusal {
@@ -152,6 +156,7 @@ impl Refusal {
             Self::TooManySessions(_) => StatusCode::ServiceUnavailable,
             Self::NotEnoughBandwidth(_) => StatusCode::NotEnoughBandwidth,
             Self::Internal(_) => StatusCode::InternalServerError,
+            Self::Unavailable(_) => StatusCode::ServiceUnavailable,
         }
     }
 }
@@ -173,7 +178,7 @@ mod tests {
 
     #[test]
     fn refusals_map_to_codes() {
-        let cases: [(Refusal, u16); 8] = [
+        let cases: [(Refusal, u16); 9] = [
             (Refusal::BadCSeq, 400),
             (Refusal::VersionNotSupported("RTSP/2.0".into()), 505),
             (Refusal::OptionNotSupported("x".into()), 551),
@@ -182,6 +187,7 @@ mod tests {
             (Refusal::Transport(TransportError::Unsupported("RTP/AVP;multicast".into())), 461),
             (Refusal::TooManySessions(1), 503),
             (Refusal::NotEnoughBandwidth("disk".into()), 453),
+            (Refusal::Unavailable("etcd".into()), 503),
         ];
         for (refusal, code) in cases {
             assert_eq!(u16::from(refusal.status()), code, "{refusal}");

@@ -191,6 +191,10 @@ pub fn register(
     Ok(keeper)
 }
 
+/// The node's lease, shared by the server (which revokes it at shutdown) and the membership
+/// poll (which takes a new one when it lapsed).
+pub type SharedLease = Arc<Mutex<Option<isochron_etcd::LeaseKeeper>>>;
+
 /// The membership poll: asks etcd for live members, the store's metadata and the catalog every
 /// `every`; tells the session manager who is up, keeps the library in step, and starts the
 /// reorganisation this node coordinates (a join or a removal of its disks).
@@ -199,6 +203,10 @@ pub struct Poller {
     pub client: Client,
     /// The node's settings.
     pub settings: ClusterSettings,
+    /// What it registered.
+    pub record: NodeRecord,
+    /// Its lease.
+    pub lease: SharedLease,
     /// Shared with the HTTP API.
     pub view: Arc<ClusterView>,
     /// The store (its metadata is refreshed).
@@ -218,7 +226,19 @@ pub struct Poller {
 impl Poller {
     /// Polls until `stop`, on the calling thread.
     pub fn run(self) {
-        let Self { client, settings, view, store, library, sessions, reorg, stop, every } = self;
+        let Self {
+            client,
+            settings,
+            record,
+            lease,
+            view,
+            store,
+            library,
+            sessions,
+            reorg,
+            stop,
+            every,
+        } = self;
         let live_prefix = isochron_etcd::membership::live_prefix(&settings.prefix);
         let nodes_prefix = isochron_etcd::membership::nodes_prefix(&settings.prefix);
         let mut was: BTreeMap<String, NodeRecord> = BTreeMap::new();
@@ -246,6 +266,19 @@ impl Poller {
                             let info =
                                 MemberInfo { id: NodeId(rec.id), name: name.clone(), live: false };
                             let _ = sessions.send(SessionCommand::Member { info, relay: None });
+                        }
+                    }
+                    if !now.contains_key(&settings.node) && !stop.load(Ordering::Relaxed) {
+                        // The lease lapsed (etcd was out of reach for longer than its TTL):
+                        // register again, under a new lease.
+                        match register(&client, &settings, &record) {
+                            Ok(keeper) => {
+                                info!(node = %settings.node, "registered again after the lease lapsed");
+                                if let Some(old) = lock(&lease).replace(keeper) {
+                                    let _ = old.shutdown();
+                                }
+                            }
+                            Err(e) => warn!(error = %e, "registering again in etcd"),
                         }
                     }
                     *lock(&view.live) = now.clone();

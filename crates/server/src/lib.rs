@@ -166,7 +166,7 @@ pub struct RunningServer {
     stop: Arc<AtomicBool>,
     tasks: Vec<JoinHandle<()>>,
     threads: Vec<std::thread::JoinHandle<()>>,
-    lease: Option<isochron_etcd::LeaseKeeper>,
+    lease: cluster::SharedLease,
 }
 
 impl RunningServer {
@@ -203,12 +203,14 @@ impl RunningServer {
         let threads = self.threads;
         let lease = self.lease;
         let _ = tokio::task::spawn_blocking(move || {
-            // Leaving at once rather than after the lease's TTL: peers see the node go.
-            if let Some(l) = lease {
-                let _ = l.shutdown();
-            }
+            // The membership poll first: it may re-register.
             for t in threads {
                 let _ = t.join();
+            }
+            // Leaving at once rather than after the lease's TTL: peers see the node go.
+            let kept = lease.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+            if let Some(l) = kept {
+                let _ = l.shutdown();
             }
         })
         .await;
@@ -338,6 +340,8 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         Arc::new(cluster::ClusterView {
             node: c.node.clone(),
             prefix: c.prefix.clone(),
+            // It answered a moment ago (`open_or_create_store`).
+            etcd_ok: AtomicBool::new(true),
             ..cluster::ClusterView::default()
         })
     });
@@ -380,6 +384,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
                 out: out_tx,
                 store: Arc::clone(&store),
                 local_disks: Arc::new(store.local_disks()),
+                view: Arc::clone(view),
             };
             ((id, c.node.clone()), Some(link))
         }
@@ -483,7 +488,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
     }
 
     // Registration last: peers learn of this node once it can serve.
-    let mut lease = None;
+    let lease = Arc::new(std::sync::Mutex::new(None));
     if let (Some(c), Some(view), Some(control)) = (&settings.cluster, &view, control) {
         let record = cluster::NodeRecord {
             id: cluster::node_id(&c.node).0,
@@ -499,9 +504,11 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
             Ok::<_, anyhow::Error>((client, keeper))
         })
         .await??;
-        lease = Some(keeper);
+        *lease.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(keeper);
         let poll = cluster::Poller {
             client: client2,
+            record,
+            lease: Arc::clone(&lease),
             settings: c.clone(),
             view: Arc::clone(view),
             store: Arc::clone(&store),

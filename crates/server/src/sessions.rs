@@ -222,6 +222,8 @@ pub(crate) struct ClusterLink {
     pub(crate) store: Arc<isochron_diskio::Store>,
     /// The disks this node owns: its shares read only these.
     pub(crate) local_disks: Arc<BTreeSet<DiskId>>,
+    /// What this node's IO knows of the cluster (whether etcd answers).
+    pub(crate) view: Arc<crate::cluster::ClusterView>,
 }
 
 type Reply = oneshot::Sender<Response<Vec<u8>>>;
@@ -546,6 +548,17 @@ impl Manager {
                 let _ = reply.send(resp);
                 return;
             }
+        }
+        if let Some(link) = &self.link
+            && !link.view.etcd_ok.load(std::sync::atomic::Ordering::Relaxed)
+        {
+            // Membership and placement cannot be confirmed: sessions already open go on, new
+            // ones wait for etcd (docs/design/etcd.md).
+            let reason = "etcd is unreachable: this node takes no new sessions until it answers";
+            warn!(stream = %stream, "{reason}");
+            let outcome = PlayOutcome::Unavailable { reason: reason.into() };
+            let _ = reply.send(self.core.finish_play(now, action, outcome));
+            return;
         }
         let Some(entry) = self.library.by_id(action.object) else {
             let outcome = PlayOutcome::Failed { reason: "object was removed".into() };

@@ -86,8 +86,8 @@ use std::time::Duration;
 use isochron_base::mix::SplitMix64;
 use isochron_base::{BitRate, Gsn, Instant, MediaTime, ObjectId, Pace, StreamId};
 use rtsp_types::headers::{
-    CONNECTION, CONTENT_BASE, CONTENT_TYPE, CSEQ, PUBLIC, RANGE, REQUIRE, RTP_INFO, SCALE, SERVER,
-    SESSION, TRANSPORT, UNSUPPORTED,
+    CONNECTION, CONTENT_BASE, CONTENT_TYPE, CSEQ, PUBLIC, RANGE, REQUIRE, RETRY_AFTER, RTP_INFO,
+    SCALE, SERVER, SESSION, TRANSPORT, UNSUPPORTED,
 };
 use rtsp_types::{HeaderName, Method, Request, Response, StatusCode, Version};
 
@@ -105,6 +105,9 @@ use crate::url::{Target, parse_target, presentation_base};
 /// The methods we implement, as advertised in `Public` (interop §2.3).
 pub const PUBLIC_METHODS: &str =
     "OPTIONS, DESCRIBE, SETUP, PLAY, PAUSE, TEARDOWN, GET_PARAMETER, SET_PARAMETER";
+
+/// Seconds a 503 asks the client to wait before it tries again (`Retry-After`).
+const RETRY_AFTER_S: &str = "5";
 
 /// The SAT>IP stream id header of a SETUP reply (interop §4.3).
 pub const COM_SES_STREAM_ID: &str = "com.ses.streamID";
@@ -291,6 +294,11 @@ pub enum PlayOutcome {
         /// Why, for logs.
         reason: String,
     },
+    /// The server takes no new streams for now → 503 with `Retry-After`.
+    Unavailable {
+        /// Why, for logs.
+        reason: String,
+    },
 }
 
 /// A PAUSE the data plane must carry out.
@@ -434,6 +442,7 @@ impl ServerCore {
             }
             PlayOutcome::Rejected { reason } => Refusal::NotEnoughBandwidth(reason),
             PlayOutcome::Failed { reason } => Refusal::Internal(reason),
+            PlayOutcome::Unavailable { reason } => Refusal::Unavailable(reason),
         };
         self.refuse(&play.cseq, Some(&play.session), &refusal)
     }
@@ -1062,6 +1071,7 @@ impl ServerCore {
         match refusal {
             Refusal::OptionNotSupported(tags) => b = b.header(UNSUPPORTED, tags.as_str()),
             Refusal::NotImplemented(_) => b = b.header(PUBLIC, PUBLIC_METHODS),
+            Refusal::Unavailable(_) => b = b.header(RETRY_AFTER, RETRY_AFTER_S),
             _ => {}
         }
         self.with_session(b, session).build(Vec::new())
