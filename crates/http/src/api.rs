@@ -244,6 +244,10 @@ pub(crate) struct NodeJson {
     packets_sent: u64,
     /// Bytes read from its disks by real-time reads (counter; the disk bandwidth).
     disk_read_bytes: u64,
+    /// Bytes it sent to other nodes on its control connections (counter; 0 on a single server).
+    control_bytes_sent: u64,
+    /// Bytes it received from other nodes on its control connections (counter).
+    control_bytes_received: u64,
 }
 
 fn node_json(s: &ApiState, g: &Gathered) -> NodeJson {
@@ -252,17 +256,27 @@ fn node_json(s: &ApiState, g: &Gathered) -> NodeJson {
     if host.ip().is_unspecified() {
         host.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
     }
+    let local = s.store.local_disks();
     let disks = s
         .store
         .meta()
         .disks
         .iter()
-        .filter(|d| d.state != isochron_store::catalog::DiskState::Retired)
+        .filter(|d| d.state != isochron_store::catalog::DiskState::Retired && local.contains(&d.id))
         .map(|d| d.id.0)
         .collect();
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    let (id, name, control) = match &s.cluster {
+        Some(v) => (
+            u32::from(s.store.node().map_or(0, |n| isochron_server::cluster::node_id(n).0)),
+            v.node.clone(),
+            (count(&v.control_bytes_out), count(&v.control_bytes_in)),
+        ),
+        None => (0, format!("isochron@{host}"), (0, 0)),
+    };
     NodeJson {
-        id: 0,
-        name: format!("isochron@{host}"),
+        id,
+        name,
         version: env!("CARGO_PKG_VERSION"),
         rtsp: n.rtsp.to_string(),
         http: n.http.to_string(),
@@ -282,16 +296,31 @@ fn node_json(s: &ApiState, g: &Gathered) -> NodeJson {
         payload_bytes_sent: g.send.pacer.payload_bytes,
         packets_sent: g.send.pacer.packets,
         disk_read_bytes: g.sched.disks.iter().map(|d| d.read_bytes).sum(),
+        control_bytes_sent: control.0,
+        control_bytes_received: control.1,
     }
 }
 
+/// The query of `GET /api/v1/nodes`.
+#[derive(serde::Deserialize)]
+struct NodesQuery {
+    /// `self`: only this node's own figures (what peers ask each other).
+    scope: Option<String>,
+}
+
 /// `GET /api/v1/nodes`: the nodes serving (an array; one entry for a single server).
-async fn nodes(State(s): State<ApiState>) -> Result<Response, ApiError> {
+async fn nodes(State(s): State<ApiState>, q: Query<NodesQuery>) -> Result<Response, ApiError> {
     let g = gather(&s).await?;
     let me = node_json(&s, &g);
+    if q.scope.as_deref() == Some("self") {
+        return Ok(Json(me).into_response());
+    }
     match &s.cluster {
         None => Ok(Json(vec![me]).into_response()),
-        Some(view) => Ok(Json(crate::cluster::nodes(view, &s.store.meta(), me)).into_response()),
+        Some(view) => {
+            let peers = crate::cluster::peer_figures(view).await;
+            Ok(Json(crate::cluster::nodes(view, &s.store.meta(), me, &peers)).into_response())
+        }
     }
 }
 
@@ -399,8 +428,8 @@ struct Totals {
 struct Overview {
     /// When the snapshot was taken, milliseconds since the Unix epoch.
     time_unix_ms: u64,
-    /// The nodes (one today).
-    nodes: Vec<NodeJson>,
+    /// The nodes: this one, and in a cluster every live peer's own figures.
+    nodes: Vec<serde_json::Value>,
     /// Server-wide totals.
     totals: Totals,
     /// The sessions.
@@ -457,9 +486,13 @@ async fn overview(
         cycles: st.cycles,
         packet_lateness_max_s: p.lateness_us_max as f64 / 1e6,
     };
+    let mut nodes = vec![serde_json::to_value(node_json(&s, &g)).unwrap_or_default()];
+    if let Some(view) = &s.cluster {
+        nodes.extend(crate::cluster::peer_figures(view).await.into_values());
+    }
     Ok(Json(Overview {
         time_unix_ms: unix_ms(),
-        nodes: vec![node_json(&s, &g)],
+        nodes,
         totals,
         disks: disk_list(&s, &g.sched, None),
         admission,

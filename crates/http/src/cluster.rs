@@ -5,6 +5,7 @@
 //! that writes is open to the network at large (the credentials of `[auth]` come with the
 //! security work).
 
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -205,21 +206,55 @@ pub(crate) struct ClusterNodeJson {
     control: String,
     /// Its disks.
     disks: Vec<u16>,
-    /// This node's own figures (sessions, send rate …), on the node answering only: ask each
-    /// node's `/api/v1/nodes` for its own.
+    /// The node's own figures (sessions, streams, bytes sent, control bytes …), as its
+    /// `/api/v1/nodes?scope=self` answered; absent for a node that is down or did not answer.
     #[serde(skip_serializing_if = "Option::is_none")]
-    local: Option<NodeJson>,
-    /// Control bytes this node sent and received (the answering node only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    control_bytes: Option<[u64; 2]>,
+    local: Option<serde_json::Value>,
 }
 
-/// Every node the cluster ever had, from etcd, with this node's own figures.
+/// How long the answering node waits for a peer's own figures.
+const PEER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Every live peer's own figures (`GET /api/v1/nodes?scope=self` on each, at once), by name.
+pub(crate) async fn peer_figures(view: &ClusterView) -> BTreeMap<String, serde_json::Value> {
+    let live = view.live.lock().map(|l| l.clone()).unwrap_or_default();
+    let asks: Vec<_> = live
+        .into_values()
+        .filter(|r| r.name != view.node)
+        .filter_map(|r| Some((r.name, r.http?)))
+        .map(|(name, http)| {
+            tokio::task::spawn_blocking(move || {
+                let agent: ureq::Agent =
+                    ureq::Agent::config_builder().timeout_global(Some(PEER_TIMEOUT)).build().into();
+                let url = format!("http://{http}/api/v1/nodes?scope=self");
+                let v = agent
+                    .get(&url)
+                    .call()
+                    .ok()?
+                    .into_body()
+                    .read_json::<serde_json::Value>()
+                    .ok()?;
+                Some((name, v))
+            })
+        })
+        .collect();
+    let mut out = BTreeMap::new();
+    for a in asks {
+        if let Ok(Some((name, v))) = a.await {
+            out.insert(name, v);
+        }
+    }
+    out
+}
+
+/// Every node the cluster ever had, from etcd, with each live one's own figures.
 pub(crate) fn nodes(
     view: &ClusterView,
     meta: &isochron_store::catalog::StoreMeta,
     me: NodeJson,
+    peers: &BTreeMap<String, serde_json::Value>,
 ) -> Vec<ClusterNodeJson> {
+    let me = serde_json::to_value(me).unwrap_or_default();
     let known = view.known.lock().map(|k| k.clone()).unwrap_or_default();
     let live = view.live.lock().map(|k| k.clone()).unwrap_or_default();
     known
@@ -241,13 +276,7 @@ pub(crate) fn nodes(
                     })
                     .map(|d| d.id.0)
                     .collect(),
-                local: mine.then(|| me.clone()),
-                control_bytes: mine.then(|| {
-                    [
-                        view.control_bytes_out.load(Ordering::Relaxed),
-                        view.control_bytes_in.load(Ordering::Relaxed),
-                    ]
-                }),
+                local: if mine { Some(me.clone()) } else { peers.get(&r.name).cloned() },
                 name: r.name,
             }
         })

@@ -318,6 +318,20 @@ fn three_nodes_serve_bipartite_to_isochron_and_relay_to_standard_players() {
         nodes.as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["n1", "n2", "n3"], "{nodes}");
     assert!(nodes.as_array().unwrap().iter().all(|n| n["state"] == "up"), "{nodes}");
+    // Each node's own figures, from every node's answer: all three sent media and control.
+    for n in nodes.as_array().unwrap() {
+        let local = &n["local"];
+        assert_eq!(local["name"], n["name"], "{nodes}");
+        assert!(local["payload_bytes_sent"].as_u64() > Some(0), "{nodes}");
+        assert!(local["control_bytes_sent"].as_u64() > Some(0), "{nodes}");
+        assert_eq!(local["disks"], n["disks"], "{nodes}");
+    }
+    // The dashboard's overview charts every node's send and control bandwidth.
+    let overview = get_json(&format!("{}/api/v1/overview", c.nodes[1].http()));
+    let mut charted: Vec<&str> =
+        overview["nodes"].as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap()).collect();
+    charted.sort_unstable();
+    assert_eq!(charted, ["n1", "n2", "n3"], "{overview}");
 
     // Node-to-node control traffic against the media bytes the nodes sent (/metrics).
     let (mut control, mut media, mut relayed) = (0.0, 0.0, 0.0);

@@ -15,7 +15,7 @@ const reportUrl = params.get("report");
 const state = {
   updates: 0,
   prev: null,        // the previous overview
-  history: [],       // [{t, nodes:{name:bytes sent}, disks:{name:bytes read}, cache:{B_disk, B_cache}}]
+  history: [],       // [{t, nodes:{name:bytes sent}, control:{name:control bytes sent}, disks:{name:bytes read}, cache:{B_disk, B_cache}}]
   sessionRate: {},   // session id -> bit/s
 };
 
@@ -101,8 +101,11 @@ function rate(now, prev, get) {
 // window of SMOOTH_S seconds (disks read whole blocks, so one-second rates are spiky).
 function record(o) {
   const p = state.prev;
-  const sample = { t: o.time_unix_ms / 1000, nodes: {}, disks: {}, cache: {} };
-  for (const n of o.nodes) sample.nodes[n.name] = n.payload_bytes_sent;
+  const sample = { t: o.time_unix_ms / 1000, nodes: {}, control: {}, disks: {}, cache: {} };
+  for (const n of o.nodes) {
+    sample.nodes[n.name] = n.payload_bytes_sent;
+    sample.control[n.name] = n.control_bytes_sent || 0;
+  }
   for (const d of o.disks) if (d.state !== "retired") sample.disks["disk " + d.id] = d.read_bytes;
   sample.cache["disk (B_disk)"] = o.totals.disk_bytes;
   sample.cache["cache (B_cache)"] = o.totals.cache_bytes;
@@ -343,6 +346,7 @@ function render(o) {
 
 function drawCharts() {
   drawChart($("chart-nodes"), series("nodes", 8 / 1e6, 1), "Mb/s", "legend-nodes");
+  drawChart($("chart-control"), series("control", 8 / 1e3, SMOOTH_S), "kb/s", "legend-control");
   drawChart($("chart-disks"), series("disks", 1 / 1048576, SMOOTH_S), "MiB/s", "legend-disks");
   const cacheColors = [COLORS[1], COLORS[2]];
   drawChart($("chart-cache"), series("cache", 1 / 1048576, SMOOTH_S, cacheColors), "MiB/s", "legend-cache");
