@@ -345,6 +345,9 @@ function render(o) {
 }
 
 function drawCharts() {
+  // Node-to-node traffic only exists in a cluster.
+  const cluster = state.history.some((h) => Object.keys(h.control).length > 1);
+  $("card-control").hidden = !cluster;
   drawChart($("chart-nodes"), series("nodes", 8 / 1e6, 1), "Mb/s", "legend-nodes");
   drawChart($("chart-control"), series("control", 8 / 1e3, SMOOTH_S), "kb/s", "legend-control");
   drawChart($("chart-disks"), series("disks", 1 / 1048576, SMOOTH_S), "MiB/s", "legend-disks");
