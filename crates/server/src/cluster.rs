@@ -4,9 +4,10 @@
 //!
 //! - **Membership** (`docs/design/etcd.md`): every node keeps `P/nodes/<name>` (its record: id
 //!   and addresses) and `P/live/<name>` (the same, attached to its lease, put only if nobody
-//!   holds it). A node whose lease lapses disappears from `P/live/`; a poll of that prefix every
-//!   `poll` tells the session manager who is up ([`SessionCommand::Member`]), and re-reads the
-//!   shared store metadata and the catalog so the library follows other nodes' ingests and joins.
+//!   holds it). A node whose lease lapses disappears from `P/live/`. A watch on `P/` wakes the
+//!   [`Poller`] at every change (and it reads at least once a second regardless): it tells the
+//!   session manager who is up ([`SessionCommand::Member`]), and re-reads the shared store
+//!   metadata and the catalog so the library follows other nodes' ingests, joins and removals.
 //! - **Control connections**: one TCP connection from each node to each peer carries its
 //!   messages (`isochron_cluster::wire` frames, a `Hello` first); inbound connections are read
 //!   into [`SessionCommand::Peer`]. Bytes both ways are counted ([`ClusterView`]) and reported
@@ -191,13 +192,17 @@ pub fn register(
     Ok(keeper)
 }
 
+/// How long the membership loop lets a burst of etcd changes settle before it reads them.
+const WATCH_SETTLE: Duration = Duration::from_millis(20);
+
 /// The node's lease, shared by the server (which revokes it at shutdown) and the membership
 /// poll (which takes a new one when it lapsed).
 pub type SharedLease = Arc<Mutex<Option<isochron_etcd::LeaseKeeper>>>;
 
-/// The membership poll: asks etcd for live members, the store's metadata and the catalog every
-/// `every`; tells the session manager who is up, keeps the library in step, and starts the
-/// reorganisation this node coordinates (a join or a removal of its disks).
+/// The membership loop: reads live members, the store's metadata and the catalog from etcd
+/// whenever a watch on the cluster's prefix reports a change, and at least every `every` (which
+/// also tells whether etcd answers); tells the session manager who is up, keeps the library in
+/// step, and starts the reorganisation this node coordinates (a join or a removal of its disks).
 pub struct Poller {
     /// The etcd client.
     pub client: Client,
@@ -242,10 +247,17 @@ impl Poller {
         let live_prefix = isochron_etcd::membership::live_prefix(&settings.prefix);
         let nodes_prefix = isochron_etcd::membership::nodes_prefix(&settings.prefix);
         let mut was: BTreeMap<String, NodeRecord> = BTreeMap::new();
+        let mut watch: Option<isochron_etcd::Watch> = None;
         while !stop.load(Ordering::Relaxed) {
             match client.get_prefix(live_prefix.as_bytes()) {
                 Ok(r) => {
                     view.etcd_ok.store(true, Ordering::Relaxed);
+                    if watch.is_none() {
+                        // Every change under the cluster's prefix from this read on wakes the
+                        // loop at once (membership, metadata, catalog).
+                        let from = r.revision + 1;
+                        watch = Some(client.watch_prefix(settings.prefix.as_bytes(), from));
+                    }
                     let now: BTreeMap<String, NodeRecord> = r
                         .kvs
                         .iter()
@@ -303,7 +315,24 @@ impl Poller {
                 // Ignored while it runs (and for a while after a failure).
                 let _ = reorg.send(ReorgCommand::Resume);
             }
-            std::thread::sleep(every);
+            match watch.as_mut().map(|w| w.next_batch(every)) {
+                None => std::thread::sleep(every),
+                Some(Ok(Some(_))) => {
+                    // A burst (an ingest writes many keys) is read once.
+                    let w = watch.as_mut().expect("watching");
+                    while let Ok(Some(_)) = w.next_batch(WATCH_SETTLE) {}
+                }
+                Some(Ok(None)) => {}
+                Some(Err(e)) => {
+                    if e.is_terminal() {
+                        debug!(error = %e, "etcd watch ended; watching again after the next read");
+                        watch = None;
+                    }
+                }
+            }
+        }
+        if let Some(w) = watch {
+            w.cancel();
         }
     }
 }

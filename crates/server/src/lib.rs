@@ -516,7 +516,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
             sessions: sessions_tx.clone(),
             reorg: reorg_tx.clone(),
             stop: Arc::clone(&stop),
-            every: Duration::from_millis(250),
+            every: Duration::from_secs(1),
         };
         threads.push(
             std::thread::Builder::new()
