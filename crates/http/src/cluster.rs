@@ -35,6 +35,15 @@ fn may_write(s: &ApiState, peer: IpAddr) -> bool {
     peer.is_loopback() || s.cluster.as_ref().is_some_and(|v| v.member_ips().contains(&peer))
 }
 
+/// Node-to-node requests: `403` naming the peer unless it is a member or loopback.
+fn members_only(s: &ApiState, peer: SocketAddr) -> Result<(), Response> {
+    if may_write(s, peer.ip()) {
+        Ok(())
+    } else {
+        Err(error(StatusCode::FORBIDDEN, format!("{} is not a cluster member", peer.ip())))
+    }
+}
+
 /// `PUT /api/v1/cluster/blocks/{disk}/{object}/{index}`: a block for one of this node's disks,
 /// from the node ingesting its object.
 pub(crate) async fn put_block(
@@ -43,8 +52,8 @@ pub(crate) async fn put_block(
     Path((disk, object, index)): Path<(u16, u64, u32)>,
     body: Bytes,
 ) -> Response {
-    if !may_write(&s, peer.ip()) {
-        return error(StatusCode::FORBIDDEN, format!("{} is not a cluster member", peer.ip()));
+    if let Err(refused) = members_only(&s, peer) {
+        return refused;
     }
     let Some(d) = s.store.disk(DiskId(disk)) else {
         return error(StatusCode::NOT_FOUND, format!("disk {disk} is not on this node"));
@@ -65,8 +74,8 @@ pub(crate) async fn get_move(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path((disk, object, index)): Path<(u16, u64, u32)>,
 ) -> Response {
-    if !may_write(&s, peer.ip()) {
-        return error(StatusCode::FORBIDDEN, format!("{} is not a cluster member", peer.ip()));
+    if let Err(refused) = members_only(&s, peer) {
+        return refused;
     }
     let key = BlockKey::new(ObjectId(object), BlockIndex(index));
     let (reply, rx) = oneshot::channel();
@@ -89,8 +98,8 @@ pub(crate) async fn put_move(
     Path((disk, object, index)): Path<(u16, u64, u32)>,
     body: Bytes,
 ) -> Response {
-    if !may_write(&s, peer.ip()) {
-        return error(StatusCode::FORBIDDEN, format!("{} is not a cluster member", peer.ip()));
+    if let Err(refused) = members_only(&s, peer) {
+        return refused;
     }
     let key = BlockKey::new(ObjectId(object), BlockIndex(index));
     let (reply, rx) = oneshot::channel();
