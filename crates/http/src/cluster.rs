@@ -36,12 +36,9 @@ fn may_write(s: &ApiState, peer: IpAddr) -> bool {
 }
 
 /// Node-to-node requests: `403` naming the peer unless it is a member or loopback.
-fn members_only(s: &ApiState, peer: SocketAddr) -> Result<(), Response> {
-    if may_write(s, peer.ip()) {
-        Ok(())
-    } else {
-        Err(error(StatusCode::FORBIDDEN, format!("{} is not a cluster member", peer.ip())))
-    }
+fn refuse_non_member(s: &ApiState, peer: SocketAddr) -> Option<Response> {
+    (!may_write(s, peer.ip()))
+        .then(|| error(StatusCode::FORBIDDEN, format!("{} is not a cluster member", peer.ip())))
 }
 
 /// `PUT /api/v1/cluster/blocks/{disk}/{object}/{index}`: a block for one of this node's disks,
@@ -52,7 +49,7 @@ pub(crate) async fn put_block(
     Path((disk, object, index)): Path<(u16, u64, u32)>,
     body: Bytes,
 ) -> Response {
-    if let Err(refused) = members_only(&s, peer) {
+    if let Some(refused) = refuse_non_member(&s, peer) {
         return refused;
     }
     let Some(d) = s.store.disk(DiskId(disk)) else {
@@ -74,7 +71,7 @@ pub(crate) async fn get_move(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path((disk, object, index)): Path<(u16, u64, u32)>,
 ) -> Response {
-    if let Err(refused) = members_only(&s, peer) {
+    if let Some(refused) = refuse_non_member(&s, peer) {
         return refused;
     }
     let key = BlockKey::new(ObjectId(object), BlockIndex(index));
@@ -98,7 +95,7 @@ pub(crate) async fn put_move(
     Path((disk, object, index)): Path<(u16, u64, u32)>,
     body: Bytes,
 ) -> Response {
-    if let Err(refused) = members_only(&s, peer) {
+    if let Some(refused) = refuse_non_member(&s, peer) {
         return refused;
     }
     let key = BlockKey::new(ObjectId(object), BlockIndex(index));
