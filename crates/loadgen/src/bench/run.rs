@@ -8,7 +8,8 @@
 //! * [`Load::Ramp`]: `step` clients more every `interval` until N fails, then two more steps
 //!   to show the curves past N_max;
 //! * [`Load::Bisect`]: trials of fixed N (1, 2, 4, … until one fails, then bisection), each
-//!   `trial` long, for N_max in fewer client-seconds than a ramp.
+//!   `trial` long, for N_max in fewer client-seconds than a ramp; from a guess `from`, trials
+//!   double up from it while they pass and halve down while they fail.
 //!
 //! Everything is bounded by the run's duration. Clients keep their load: a session that plays
 //! to its end is followed by a new one (the object picked by the popularity law).
@@ -66,6 +67,9 @@ pub enum Load {
         trial: Duration,
         /// At most this many clients.
         max: usize,
+        /// The first trial's N (1 by default): doubling up from it while trials pass, halving
+        /// down while they fail, then bisection.
+        from: usize,
     },
 }
 
@@ -228,10 +232,10 @@ pub async fn run(mut config: RunConfig) -> anyhow::Result<RunResult> {
             })
             .await;
         }
-        Load::Bisect { trial, max } => {
+        Load::Bisect { trial, max, from } => {
             let deadline = epoch + r.config.duration;
             let (mut lo, mut hi): (usize, Option<usize>) = (0, None);
-            let mut n = 1usize;
+            let mut n = from.clamp(1, max.max(1));
             let mut k = 0u32;
             while Instant::now() + trial <= deadline && n >= 1 && n <= max {
                 k += 1;
@@ -246,9 +250,11 @@ pub async fn run(mut config: RunConfig) -> anyhow::Result<RunResult> {
                 } else {
                     hi = Some(n);
                 }
-                n = match hi {
-                    None => (n * 2).min(max),
-                    Some(h) => lo + (h - lo) / 2,
+                n = match (hi, lo) {
+                    (None, _) => (n * 2).min(max),
+                    // Failed from the first guess on: halve down until one passes.
+                    (Some(h), 0) if h > 1 => h / 2,
+                    (Some(h), _) => lo + (h - lo) / 2,
                 };
                 if hi.is_some_and(|h| h - lo <= 1) || (hi.is_none() && lo == max) {
                     break;
