@@ -196,7 +196,7 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
             media: a.ingest.clone(),
             delivery: a.delivery.clone(),
             block_kib: a.block_kib,
-            out: a.out.clone(),
+            out: a.out,
         });
     }
     if a.shape.is_some() && a.server_cmd.is_none() {
@@ -330,9 +330,9 @@ fn scale_up(out: &std::path::Path, runs: &[String]) -> anyhow::Result<ExitCode> 
     std::fs::write(out.join("scale_up.json"), serde_json::to_vec_pretty(&doc)?)
         .with_context(|| format!("writing {}", out.join("scale_up.json").display()))?;
     for &(k, n) in &points {
-        let r = one.filter(|&o| o > 0).map_or_else(String::new, |o| {
-            format!(" ({:.2} × one node)", n as f64 / o as f64)
-        });
+        let r = one
+            .filter(|&o| o > 0)
+            .map_or_else(String::new, |o| format!(" ({:.2} × one node)", n as f64 / o as f64));
         println!("{k} node(s): N_max = {n}{r}");
     }
     Ok(ExitCode::SUCCESS)

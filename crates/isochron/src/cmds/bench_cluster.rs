@@ -217,7 +217,9 @@ pub(crate) fn run(spec: &Spec) -> anyhow::Result<ExitCode> {
         let node = Node { name, host, child: Some(child) };
         // One at a time: the first creates the store, the others join it.
         wait_for(&format!("{}/healthz", node.http()), Duration::from_secs(60), |_| true)
-            .with_context(|| format!("node {} did not start (log: {})", node.name, logs.display()))?;
+            .with_context(|| {
+                format!("node {} did not start (log: {})", node.name, logs.display())
+            })?;
         nodes.push(node);
     }
     for n in &nodes {
@@ -235,7 +237,7 @@ pub(crate) fn run(spec: &Spec) -> anyhow::Result<ExitCode> {
         "isochron bench: {} node(s) at {} Mb/s each, etcd {etcd_url}, clients at {}",
         spec.nodes,
         spec.node_bits_s / 1e6,
-        spec.client_bits_s.map_or("full speed".into(), |r| format!("{} Mb/s", r / 1e6))
+        spec.client_bits_s.map_or_else(|| "full speed".into(), |r| format!("{} Mb/s", r / 1e6))
     );
     let mut objects = Vec::new();
     for file in &spec.media {
@@ -270,9 +272,9 @@ pub(crate) fn run(spec: &Spec) -> anyhow::Result<ExitCode> {
     let urls: Vec<String> = objects
         .iter()
         .flat_map(|o| {
-            nodes.iter().map(move |n| {
-                format!("rtsp://{}:8554/{o}?delivery={}", n.host.ip, spec.delivery)
-            })
+            nodes
+                .iter()
+                .map(move |n| format!("rtsp://{}:8554/{o}?delivery={}", n.host.ip, spec.delivery))
         })
         .collect();
     let args = bench_args(std::env::args().skip(1), &urls, spec);
@@ -312,9 +314,8 @@ fn bench_args(ours: impl Iterator<Item = String>, urls: &[String], spec: &Spec) 
         }
         args.push(a);
     }
-    let has = |args: &[String], f: &str| {
-        args.iter().any(|a| a == f || a.starts_with(&format!("{f}=")))
-    };
+    let has =
+        |args: &[String], f: &str| args.iter().any(|a| a == f || a.starts_with(&format!("{f}=")));
     if !has(&args, "--popularity") {
         args.extend(["--popularity".into(), "round-robin".into()]);
     }
@@ -450,14 +451,9 @@ fn write_cluster(
         Err(_) => json!({}),
     };
     let media: f64 = nodes.iter().map(|n| n.payload_bytes).sum();
-    let node_to_node: f64 = nodes
-        .iter()
-        .map(|n| n.control_bytes_out + n.relay_bytes + n.block_bytes_out)
-        .sum();
-    let spread = nodes
-        .iter()
-        .map(|n| (n.share_vs_mean - 1.0).abs())
-        .fold(0.0f64, f64::max);
+    let node_to_node: f64 =
+        nodes.iter().map(|n| n.control_bytes_out + n.relay_bytes + n.block_bytes_out).sum();
+    let spread = nodes.iter().map(|n| (n.share_vs_mean - 1.0).abs()).fold(0.0f64, f64::max);
     doc["cluster"] = json!({
         "nodes": nodes,
         "node_count": spec.nodes,
@@ -488,7 +484,11 @@ fn write_cluster(
         "cluster: media {:.1} MB from {} nodes, shares {}, node-to-node {:.4} % of media",
         media / 1e6,
         nodes.len(),
-        nodes.iter().map(|n| format!("{} {:.1} %", n.name, 100.0 * n.share)).collect::<Vec<_>>().join(", "),
+        nodes
+            .iter()
+            .map(|n| format!("{} {:.1} %", n.name, 100.0 * n.share))
+            .collect::<Vec<_>>()
+            .join(", "),
         if media > 0.0 { 100.0 * node_to_node / media } else { 0.0 }
     );
     Ok(())

@@ -238,7 +238,11 @@ pub fn node_bars(
         .x_labels(n * 2 + 1)
         .x_label_formatter(&|x| {
             let i = x.floor() as usize;
-            if (x - x.floor() - 0.5).abs() < 1e-6 { labels.get(i).cloned().unwrap_or_default() } else { String::new() }
+            if (x - x.floor() - 0.5).abs() < 1e-6 {
+                labels.get(i).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
         })
         .y_desc(y_label)
         .draw()
@@ -287,7 +291,8 @@ pub fn scale_up(path: &Path, points: &[(usize, usize)]) -> anyhow::Result<()> {
     let mut pts: Vec<(f64, f64)> = points.iter().map(|&(k, n)| (k as f64, n as f64)).collect();
     pts.sort_by(|a, b| a.0.total_cmp(&b.0));
     let one = points.iter().find(|p| p.0 == 1).map(|p| p.1 as f64);
-    let mut series = vec![Series { label: "measured N_max".into(), points: pts.clone(), color: BLUE }];
+    let mut series =
+        vec![Series { label: "measured N_max".into(), points: pts.clone(), color: BLUE }];
     if let Some(one) = one {
         series.push(Series {
             label: "linear (N_max of one node × nodes)".into(),
@@ -349,12 +354,7 @@ fn line_plot_x(
         .y_label_area_size(70)
         .build_cartesian_2d(0.0..x_hi, 0.0..y_hi)
         .map_err(|e| err(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc(x_label)
-        .y_desc(y_label)
-        .draw()
-        .map_err(|e| err(&e))?;
+    chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw().map_err(|e| err(&e))?;
     for s in series {
         let color = s.color;
         chart

@@ -673,9 +673,8 @@ async fn session(
         *rate_refused = true;
     }
     counters.play_ns.store(nanos_since(settings.epoch), Ordering::Relaxed);
-    let start = phase
-        .zip(sdp_duration(&sdp))
-        .map(|(f, len)| format!("npt={:.3}-", f * len.as_secs_f64()));
+    let start =
+        phase.zip(sdp_duration(&sdp)).map(|(f, len)| format!("npt={:.3}-", f * len.as_secs_f64()));
     let info = client.play(start.as_deref()).await?;
     if let Some(len) = info.range.as_deref().and_then(range_length) {
         let _ = ctl.send(SinkControl::Length(len));
@@ -878,7 +877,10 @@ mod tests {
             let widest = at.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max);
             assert!(widest <= 2.7 / n as f64, "n = {n}: a gap of {widest}");
         }
-        assert_eq!(sdp_duration("v=0\r\na=range:npt=0-180.021\r\n"), Some(Duration::from_millis(180_021)));
+        assert_eq!(
+            sdp_duration("v=0\r\na=range:npt=0-180.021\r\n"),
+            Some(Duration::from_millis(180_021))
+        );
         assert_eq!(sdp_duration("v=0\r\n"), None);
     }
 
