@@ -8,7 +8,8 @@
 # Usage: scripts/fig4.sh OUT_DIR      (root; etcd, iproute2, ffmpeg; about 35 minutes)
 # Environment: BIN (default target/release/isochron), CLIP (default OUT_DIR/fig3.ts, made with
 # ffmpeg if missing), TRIAL_S (default 90), BLOCK_KIB (default 16), SEED (default 4),
-# DOCS (default docs/results: writes DOCS/fig4/ and DOCS/fig4.md; empty: do not).
+# DOCS (default docs/results: writes DOCS/fig4/ and DOCS/fig4.md; empty: do not), REPORT_ONLY=1
+# (only write the report again from OUT_DIR's runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: $0 OUT_DIR}
@@ -20,6 +21,7 @@ SEED=${SEED:-4}
 DOCS=${DOCS-docs/results}
 log() { echo "[$(date +%T)] $*" >&2; }
 mkdir -p "$OUT"
+if [ "${REPORT_ONLY:-}" != 1 ]; then
 if [ ! -f "$CLIP" ]; then
   log "making the clip (docs/results/fig3.md)"
   ffmpeg -nostdin -v error -y -f lavfi -i "testsrc2=size=1280x720:rate=30,noise=alls=6:allf=t" \
@@ -55,6 +57,7 @@ echo "${cmd[*]}" > "$OUT/n4-64k.cmd"
 top -b -n 1 -w 200 | head -20 > "$OUT/top-end.txt"
 kill $sampler 2> /dev/null || true
 trap - EXIT
+fi
 
 python3 - "$OUT" "$CLIP" "${DOCS:-}" <<'EOF'
 import json, os, shutil, sys
@@ -97,7 +100,7 @@ p("Every node is an `isochron serve` in a network namespace of its own, joined t
   "another namespace, unshaped. Node 1 creates the store, the others join; the clip is "
   "ingested through node 1 and its blocks go to their owners. Admission is off, so the links "
   "are what is measured. The clip is Figure 3's: 180 s of 1280×720 MPEG-2 VBR, "
-  f"{runs[1]['content_mean_bits_s'] / 1e6:.2f} Mb/s as the clients measured it.\n")
+  f"{at(runs[1], n[1])['content_bits_s'] / 1e6:.2f} Mb/s as the clients measured it.\n")
 p("Clients: RTSP over UDP, `?delivery=bipartite` (every node sends its own blocks from its own "
   "address), sessions' RTSP node taken in turn over the nodes, nominal pacing (`--no-mtfc`), "
   "2 s playout buffer. `--stagger`: client k starts at the fraction frac(k × 0.618…) of the "
@@ -120,7 +123,7 @@ p("| run | node | on its link (Mb/s, mean over the run) | share | vs mean | cont
 p("|---|---|---|---|---|---|---|---|---|")
 for k, r in runs.items():
     for nd in r["cluster"]["nodes"]:
-        p(f"| {k} nodes | {nd['name']} ({nd['ip']}) | {nd['wire_tx_bits_s'] / 1e6:.1f} | {100 * nd['share']:.1f} % | "
+        p(f"| {k} node{'s' if k > 1 else ''} | {nd['name']} ({nd['ip']}) | {nd['wire_tx_bits_s'] / 1e6:.1f} | {100 * nd['share']:.1f} % | "
           f"{100 * (nd['share_vs_mean'] - 1):+.1f} % | {nd['control_bytes_out']:.0f} | {nd['relay_bytes']:.0f} | "
           f"{nd['block_bytes_out']:.0f} | {nd['cpu_pct']:.1f} |")
 p("")
@@ -128,7 +131,7 @@ p("| run | media bytes | node-to-node bytes | fraction |")
 p("|---|---|---|---|")
 for k, r in runs.items():
     c = r["cluster"]
-    p(f"| {k} nodes | {c['media_bytes']:.0f} | {c['node_to_node_bytes']:.0f} | {100 * c['node_to_node_fraction']:.4f} % |")
+    p(f"| {k} node{'s' if k > 1 else ''} | {c['media_bytes']:.0f} | {c['node_to_node_bytes']:.0f} | {100 * c['node_to_node_fraction']:.4f} % |")
 p("")
 p("At N_max, per node (the clients' count of what came from each node's address, steady samples):\n")
 p("| nodes | N | B_net (Mb/s) | per node (Mb/s) | B_avgNet (Mb/s) | content (Mb/s) | lost packets | machine CPU idle | bench CPU |")
@@ -149,14 +152,19 @@ p(f"The same 4 nodes with the store's former smallest block, 64 KiB, at N = {old
   f"({100 * ss['lost'] / max(1, ss['lost'] + sum(s['packets'] for s in old['sessions'])):.3f} %), "
   f"{ss['starvations']} starvations, pass: {'yes' if (q and q['pass']) else 'no'}; shares "
   + ", ".join(f"{nd['name']} {100 * nd['share']:.1f} %" for nd in old["cluster"]["nodes"]) + ".\n")
-p("Why: a node sends a stream's packets only while the stream plays one of *its* blocks. At "
-  "5.57 Mb/s a 64 KiB block lasts 94 ms, so a node's load is the number of the N streams "
-  "whose current block it holds — a binomial count redrawn every ~94 ms, ±20 % around its "
-  "mean at N = 65 — and the 50 ms queue of the token bucket cannot absorb a 94 ms excess: "
-  "packets drop while the node's mean is still below its link. A 16 KiB block lasts 23 ms, "
-  "which the queue averages out, and four times the blocks also bring each node's share of "
-  "the object (random placement, Yima §2.2) closer to 1/N. So the cluster's stripe unit "
-  "must be small against the links' queues; `store.block_size_kib` now goes down to 16.\n")
+rate = at(runs[1], n[1])["content_bits_s"]
+big, small = 64 * 1024 * 8 / rate * 1e3, runs[4]["cluster"]["block_size_kib"] * 1024 * 8 / rate * 1e3
+spread = 100 * ((1 - 1 / 4) / (n[4] / 4)) ** 0.5
+p(f"Why: a node sends a stream's packets only while the stream plays one of *its* blocks. At "
+  f"{rate / 1e6:.2f} Mb/s a 64 KiB block lasts {big:.0f} ms, so a node's load is the number of "
+  f"the N streams whose current block it holds — a binomial count redrawn every ~{big:.0f} ms, "
+  f"±{spread:.0f} % (one standard deviation) around its mean at N = {n[4]} on 4 nodes — and "
+  f"the 50 ms queue of the token bucket cannot absorb a {big:.0f} ms excess: packets drop "
+  "while the node's mean is still below its link. A "
+  f"{runs[4]['cluster']['block_size_kib']} KiB block lasts {small:.0f} ms, which the queue "
+  "averages out, and four times the blocks also bring each node's share of the object "
+  "(random placement, Yima §2.2) closer to 1/N. So the cluster's stripe unit must be small "
+  "against the links' queues; `store.block_size_kib` now goes down to 16.\n")
 p("## Commands\n")
 p("```sh\ncargo build --release -p isochron\nscripts/fig4.sh OUT        # root; about 35 minutes\n```\n")
 p("which ran:\n")
@@ -174,6 +182,28 @@ if one:
       f"{sum(one) / len(one):.2f}, max {max(one):.2f} over {len(one)} samples "
       "(`fig4/load.txt`; the busiest processes at the start and the end: `fig4/top-start.txt`, "
       "`fig4/top-end.txt`).\n")
+def busy(f):
+    names = []
+    for line in open(f"{out}/{f}").read().splitlines()[7:]:
+        w = line.split()
+        if len(w) >= 12 and float(w[8]) >= 5 and w[11] not in names:
+            names.append(w[11])
+    return names
+others = [x for x in busy("top-start.txt") + busy("top-end.txt") if x not in ("isochron", "top")]
+idle = {k: at(r, r["n_max"])["cpu_idle_pct"] for k, r in runs.items() if at(r, r["n_max"])}
+nodes_cpu = [nd["cpu_pct"] for r in runs.values() for nd in r["cluster"]["nodes"]]
+bench_cpu = [at(r, r["n_max"])["bench_cpu_pct"] for r in runs.values() if at(r, r["n_max"])]
+links = [nd["wire_tx_bits_s"] / 1e6 for r in runs.values() for nd in r["cluster"]["nodes"]]
+p("The machine was not quiet: "
+  + (f"besides this run, other processes were busy at its start or end ({', '.join(sorted(set(others)))}: "
+     "another developer's builds and tests share the two cores); " if others else "")
+  + "the machine's CPUs were "
+  + ", ".join(f"{v:.0f} % idle at the {k}-node N_max" for k, v in idle.items())
+  + f". The nodes used {min(nodes_cpu):.0f}–{max(nodes_cpu):.0f} % of one CPU each and the bench "
+  f"{min(bench_cpu):.0f}–{max(bench_cpu):.0f} % at N_max: the links, not the nodes' CPUs, were "
+  f"full (each node's link carried {min(links):.0f}–{max(links):.0f} Mb/s on average over its "
+  "run), but a busy machine delays the senders' wake-ups, which shows as loss at the edge; a "
+  "quiet rerun may move an N_max by one.\n")
 p("## Files\n")
 p("`fig4/scale_up.svg` (N_max against nodes, with the linear ideal), `fig4/scale_up.json`; per "
   "run `fig4/nK/`: `report.json` (with `cluster`: per node), `samples.csv` (a "
