@@ -257,14 +257,9 @@ pub async fn run(mut config: RunConfig) -> anyhow::Result<RunResult> {
                 } else {
                     hi = Some(n);
                 }
-                n = match (hi, lo) {
-                    (None, _) => (n * 2).min(max),
-                    // Failed from the first guess on: halve down until one passes.
-                    (Some(h), 0) if h > 1 => h / 2,
-                    (Some(h), _) => lo + (h - lo) / 2,
-                };
-                if hi.is_some_and(|h| h - lo <= 1) || (hi.is_none() && lo == max) {
-                    break;
+                match next_trial(n, lo, hi, max) {
+                    Some(next) => n = next,
+                    None => break,
                 }
             }
         }
@@ -314,6 +309,20 @@ pub async fn run(mut config: RunConfig) -> anyhow::Result<RunResult> {
         bench_cpu_pct,
         elapsed_s: elapsed,
     })
+}
+
+/// The N of the next bisection trial after one of `n` clients, given the largest N that
+/// passed (`lo`, 0: none yet) and the smallest that failed (`hi`); `None` when the search is
+/// over (N_max is `lo`). Doubles while every trial passes, halves while every trial fails,
+/// then bisects.
+fn next_trial(n: usize, lo: usize, hi: Option<usize>, max: usize) -> Option<usize> {
+    match hi {
+        Some(h) if h - lo <= 1 => None,
+        None if lo >= max => None,
+        None => Some((n * 2).min(max)),
+        Some(h) if lo == 0 => Some(h / 2),
+        Some(h) => Some(lo + (h - lo) / 2),
+    }
 }
 
 type Shape<'a> = dyn FnMut(Duration, &[Sample]) -> Option<usize> + 'a;
@@ -554,5 +563,39 @@ impl Runner {
         self.prev = totals;
         self.prev_at = now;
         self.samples.push(s);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The trials a search runs when N passes up to `n_max`.
+    fn search(from: usize, max: usize, n_max: usize) -> Vec<usize> {
+        let (mut lo, mut hi, mut n, mut tried) = (0, None, from, Vec::new());
+        loop {
+            tried.push(n);
+            if n <= n_max {
+                lo = n;
+            } else {
+                hi = Some(n);
+            }
+            match next_trial(n, lo, hi, max) {
+                Some(next) => n = next,
+                None => return tried,
+            }
+        }
+    }
+
+    #[test]
+    fn bisection_doubles_then_bisects_from_its_first_guess() {
+        assert_eq!(search(1, 1000, 17), [1, 2, 4, 8, 16, 32, 24, 20, 18, 17]);
+        assert_eq!(search(16, 20, 17), [16, 20, 18, 17]);
+        assert_eq!(search(64, 80, 66), [64, 80, 72, 68, 66, 67]);
+        // A guess too high halves down first.
+        assert_eq!(search(64, 1000, 17), [64, 32, 16, 24, 20, 18, 17]);
+        assert_eq!(search(4, 1000, 0), [4, 2, 1]);
+        // Everything passes up to the bound.
+        assert_eq!(search(16, 20, 100), [16, 20]);
     }
 }
