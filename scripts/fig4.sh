@@ -70,6 +70,13 @@ def rel(c):
     return c.replace(os.path.abspath(out) + "/", "OUT/").replace(out + "/", "OUT/").replace(
         os.getcwd() + "/", "")
 n = {k: r["n_max"] for k, r in runs.items()}
+import subprocess
+try:
+    clip_s = float(subprocess.run(["ffprobe", "-v", "error", "-show_entries", "format=duration",
+                                   "-of", "csv=p=0", clip], capture_output=True, text=True).stdout)
+except ValueError:
+    clip_s = 0.0
+trial_s = runs[1]["parameters"]["load"]["trial"]["secs"]
 ratio = n[4] / n[1] if n[1] else 0.0
 L = []
 p = L.append
@@ -107,7 +114,10 @@ p("Clients: RTSP over UDP, `?delivery=bipartite` (every node sends its own block
   "clip and loops it on one session, so at every instant of a trial the N clients play N "
   "parts spread over the whole clip (Yima's clients arrive minutes apart; clients that all "
   "started together would all read the same block, on the same node, at the same time). "
-  f"N_max: trials of fixed N, each {runs[1]['parameters']['load']['trial']['secs']} s, "
+  + (f"The clip lasts {clip_s:.0f} s and a trial {trial_s} s: each client plays "
+     f"{min(1.0, trial_s / clip_s):.0%} of the clip in a trial, and the N clients together "
+     "play all of it all the time. " if clip_s else "")
+  + f"N_max: trials of fixed N, each {runs[1]['parameters']['load']['trial']['secs']} s, "
   "doubling from a guess (16 per node) and bisecting; N passes when no client starved, at most "
   "0.1 % of packets were lost, and B_avgNet stayed within 5 % of the content's rate.\n")
 p("## Result\n")

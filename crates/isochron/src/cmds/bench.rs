@@ -143,8 +143,9 @@ pub(crate) struct Args {
     /// With --cluster-nodes: the URLs' `?delivery=` (bipartite, relay or auto).
     #[arg(long, value_name = "D", default_value = "bipartite", value_parser = ["bipartite", "relay", "auto"])]
     delivery: String,
-    /// With --cluster-nodes: the cluster store's block size, KiB.
-    #[arg(long, value_name = "KIB", default_value_t = 64)]
+    /// With --cluster-nodes: the cluster store's block size, KiB (the stripe unit: small
+    /// enough that each node's share of a stream is smooth; docs/results/fig4.md).
+    #[arg(long, value_name = "KIB", default_value_t = 16)]
     block_kib: u32,
     /// Instead of a run: read the report.json of cluster runs (directories given as the URL
     /// arguments) and write Yima's Figure 4 summary into --out: `scale_up.svg` (N_max against

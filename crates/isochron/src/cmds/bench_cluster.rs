@@ -13,9 +13,10 @@
 //!
 //! Every node runs in a network namespace of its own with its own address, its veth pair shaped
 //! to RATE in both directions ([`Host::shape`]); the nodes share one etcd (a member in the root
-//! namespace, on free ports). Node 1 creates the store (`[store] block_size_kib`, 64 KiB by
-//! default so that even a short clip has many blocks on every node; admission off: the link is
-//! what is measured), the others join it; `--ingest` files go in through node 1 (from its
+//! namespace, on free ports). Node 1 creates the store (`[store] block_size_kib`, 16 KiB by
+//! default: each node's share of a stream is bursty at the grain of a block, which must be
+//! small against a link's queue, `docs/design/cluster.md`; admission off: the links are what
+//! is measured), the others join it; `--ingest` files go in through node 1 (from its
 //! namespace: writes are member-only) and the run waits until every node lists them. The bench
 //! then re-runs itself in the clients' namespace with the same flags minus the cluster ones,
 //! playing `rtsp://NODE:8554/OBJECT?delivery=D` for every node and object, the sessions' RTSP
