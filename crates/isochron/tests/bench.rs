@@ -344,3 +344,75 @@ fn shaped_bench_runs_over_the_testbed_and_leaves_nothing() {
         bench_namespaces().into_iter().filter(|n| !before.contains(n)).collect();
     assert!(left.is_empty(), "namespaces left: {left:?}");
 }
+
+#[test]
+#[allow(clippy::print_stderr)] // the skip's reason
+fn cluster_bench_spreads_sessions_over_shaped_nodes_and_reports_each() {
+    if let Err(why) = isochron_loadgen::testbed::Testbed::available() {
+        if !isochron_loadgen::testbed::Testbed::is_root() && std::env::var_os("CI").is_none() {
+            eprintln!("cluster bench: skipped: {why}");
+            return;
+        }
+        panic!("--cluster-nodes must run here: {why}");
+    }
+    let dir = tempdir();
+    let out = dir.path().join("out");
+    let res = run(
+        Command::new(bin())
+            .args(["bench", "--out"])
+            .arg(&out)
+            .args(["--cluster-nodes", "2", "--shape", "20mbit", "--block-kib", "16", "--ingest"])
+            .arg(demo())
+            .args(["--clients", "3", "--stagger", "--no-mtfc", "--duration", "6", "--seed", "5"])
+            .env("RUST_LOG", "warn"),
+        180,
+    );
+    assert!(
+        res.status.success(),
+        "cluster bench failed:\n{}\n{}",
+        String::from_utf8_lossy(&res.stdout),
+        String::from_utf8_lossy(&res.stderr)
+    );
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let c = &r["cluster"];
+    assert_eq!(c["node_count"], 2, "{c:#}");
+    assert_eq!(r["parameters"]["popularity"], "round_robin", "{:#}", r["parameters"]);
+    assert_eq!(r["parameters"]["link_bits_s"], 40e6, "both nodes' links: {:#}", r["parameters"]);
+    // Sessions took the nodes in turn, every one playing from a staggered start.
+    let urls: Vec<&str> =
+        r["sessions"].as_array().unwrap().iter().map(|s| s["url"].as_str().unwrap()).collect();
+    let ips: Vec<String> = c["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["ip"].as_str().unwrap().to_owned())
+        .collect();
+    for ip in &ips {
+        assert!(urls.iter().any(|u| u.contains(ip.as_str())), "no session through {ip}: {urls:?}");
+    }
+    assert!(urls.iter().all(|u| u.ends_with("/demo?delivery=bipartite")), "{urls:?}");
+    assert_eq!(r["sessions_summary"]["starvations"], 0, "{:#}", r["sessions_summary"]);
+    // Each node sent part of every stream (bipartite), measured on its link and by its counters.
+    for n in c["nodes"].as_array().unwrap() {
+        assert!(n["payload_bytes"].as_f64().unwrap() > 0.0, "{n:#}");
+        assert!(n["wire_tx_bytes"].as_u64().unwrap() as f64 > n["payload_bytes"].as_f64().unwrap());
+        assert!((0.2..0.8).contains(&n["share"].as_f64().unwrap()), "{n:#}");
+        assert_eq!(n["relay_bytes"], 0.0, "bipartite: nothing relayed: {n:#}");
+    }
+    let frac = c["node_to_node_fraction"].as_f64().unwrap();
+    assert!(frac > 0.0 && frac < 0.01, "node-to-node {frac} of media");
+    let per_n = r["per_n"].as_array().unwrap();
+    assert!(per_n.iter().any(|p| p["per_source"].as_object().is_some_and(|m| m.len() == 2)));
+    assert!(out.join("node_bytes.svg").exists() && out.join("b_net_nodes.svg").exists());
+    // The scale-up summary of this one run.
+    let scale = dir.path().join("scale");
+    let res =
+        run(Command::new(bin()).args(["bench", "--scale-up", "--out"]).arg(&scale).arg(&out), 30);
+    assert!(res.status.success(), "{}", String::from_utf8_lossy(&res.stderr));
+    let s: Value =
+        serde_json::from_str(&std::fs::read_to_string(scale.join("scale_up.json")).unwrap())
+            .unwrap();
+    assert_eq!(s["points"][0]["nodes"], 2, "{s:#}");
+    assert!(scale.join("scale_up.svg").exists());
+}

@@ -28,7 +28,8 @@ use serde_json::json;
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// The objects to play (`rtsp://host:port/name`); several for a many-object workload.
-    #[arg(value_name = "URL", required = true)]
+    /// With --cluster-nodes, none: the bench makes them (each node × each --ingest object).
+    #[arg(value_name = "URL", required_unless_present_any = ["cluster_nodes", "scale_up"])]
     urls: Vec<String>,
     /// Where the report goes (report.json, samples.csv, *.svg, verdict.txt); created.
     #[arg(long, value_name = "DIR")]
@@ -64,10 +65,20 @@ pub(crate) struct Args {
     /// Seconds per N_max trial.
     #[arg(long, value_name = "S", default_value_t = 20)]
     trial: u64,
+    /// The first N_max trial's N: doubling up from it while trials pass, halving down while
+    /// they fail, then bisection (a guess saves the trials below it).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    nmax_from: usize,
+    /// Staggered looping clients: client k starts at a fraction frac(k × 0.618…) of its object
+    /// and plays it in a loop on one session (PLAY from 0 at its end), so N clients play N
+    /// parts spread over the whole object and none leaves during a trial.
+    #[arg(long)]
+    stagger: bool,
     /// Upper bound on clients for --arrival-rate, --ramp and --find-nmax.
     #[arg(long, value_name = "N", default_value_t = 1000)]
     max_clients: usize,
-    /// Which URL a new session plays: uniform or zipf:S.
+    /// Which URL a new session plays: uniform, zipf:S, or round-robin (client k plays URL k mod
+    /// the number of URLs).
     #[arg(long, value_name = "LAW", default_value = "uniform")]
     popularity: Popularity,
     /// Each client seeks (PLAY with a random Range) about every S seconds.
@@ -110,12 +121,37 @@ pub(crate) struct Args {
     tolerance: f64,
     /// Shape the link between server and clients to RATE (e.g. 100mbit): two network
     /// namespaces on a bridge, their veth pairs under `tc` (needs root and --server-cmd).
-    #[arg(long, value_name = "RATE", value_parser = parse_link_rate, requires = "server_cmd")]
+    #[arg(long, value_name = "RATE", value_parser = parse_link_rate)]
     shape: Option<f64>,
     /// With --shape: the server's command line, run in the server namespace (its address there
     /// is 10.77.0.1; URLs should name it).
-    #[arg(long, value_name = "CMD")]
+    #[arg(long, value_name = "CMD", conflicts_with = "cluster_nodes")]
     server_cmd: Option<String>,
+    /// A cluster of N isochron nodes instead of --server-cmd: each node in a namespace of its
+    /// own behind a link shaped to --shape RATE, on a local etcd; the --ingest files ingested
+    /// through node 1; sessions spread over the nodes (round-robin); per-node bytes, CPU and
+    /// node-to-node traffic in report.json's `cluster` (needs root, iproute2 and etcd).
+    #[arg(long, value_name = "N", requires_all = ["shape", "ingest"])]
+    cluster_nodes: Option<usize>,
+    /// With --cluster-nodes: a media file to ingest and play (object name = file stem); repeat
+    /// for several.
+    #[arg(long, value_name = "FILE")]
+    ingest: Vec<PathBuf>,
+    /// With --cluster-nodes: shape the clients' link to RATE too [default: unshaped].
+    #[arg(long, value_name = "RATE", value_parser = parse_link_rate)]
+    client_shape: Option<f64>,
+    /// With --cluster-nodes: the URLs' `?delivery=` (bipartite, relay or auto).
+    #[arg(long, value_name = "D", default_value = "bipartite", value_parser = ["bipartite", "relay", "auto"])]
+    delivery: String,
+    /// With --cluster-nodes: the cluster store's block size, KiB (the stripe unit: small
+    /// enough that each node's share of a stream is smooth; docs/results/fig4.md).
+    #[arg(long, value_name = "KIB", default_value_t = 16)]
+    block_kib: u32,
+    /// Instead of a run: read the report.json of cluster runs (directories given as the URL
+    /// arguments) and write Yima's Figure 4 summary into --out: `scale_up.svg` (N_max against
+    /// the number of nodes) and `scale_up.json`.
+    #[arg(long)]
+    scale_up: bool,
     /// Threads of the bench's runtime.
     #[arg(long, value_name = "N", default_value_t = 1)]
     threads: usize,
@@ -150,6 +186,23 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
     if a.duration == 0 {
         bail!("--duration must be at least 1 second");
     }
+    if a.scale_up {
+        return scale_up(&a.out, &a.urls);
+    }
+    if let (Some(nodes), Some(rate)) = (a.cluster_nodes, a.shape) {
+        return super::bench_cluster::run(&super::bench_cluster::Spec {
+            nodes,
+            node_bits_s: rate,
+            client_bits_s: a.client_shape,
+            media: a.ingest.clone(),
+            delivery: a.delivery.clone(),
+            block_kib: a.block_kib,
+            out: a.out,
+        });
+    }
+    if a.shape.is_some() && a.server_cmd.is_none() {
+        bail!("--shape needs --server-cmd or --cluster-nodes");
+    }
     if let (Some(rate), Some(cmd)) = (a.shape, &a.server_cmd) {
         return super::shape::run(rate, cmd, &a.urls);
     }
@@ -168,7 +221,11 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
             max: a.max_clients,
         }
     } else if a.find_nmax {
-        Load::Bisect { trial: Duration::from_secs(a.trial.max(2)), max: a.max_clients }
+        Load::Bisect {
+            trial: Duration::from_secs(a.trial.max(2)),
+            max: a.max_clients,
+            from: a.nmax_from.max(1),
+        }
     } else {
         Load::Fixed { clients: 1 }
     };
@@ -191,6 +248,7 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
         pause_every: a.pause_every.map(Duration::from_secs_f64),
         pause_for: Duration::from_millis(a.pause_ms),
         repeat: true,
+        stagger: a.stagger,
         epoch: std::time::Instant::now(),
     };
     let link = a.shape.or(a.link);
@@ -225,6 +283,59 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
         a.out.display(),
         files.1
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--scale-up`: N_max of each cluster run in `runs` against its number of nodes.
+fn scale_up(out: &std::path::Path, runs: &[String]) -> anyhow::Result<ExitCode> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut points = Vec::new();
+    let mut rows = Vec::new();
+    for dir in runs {
+        let path = std::path::Path::new(dir).join("report.json");
+        let doc: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?,
+        )
+        .with_context(|| format!("parsing {}", path.display()))?;
+        let nodes = doc["cluster"]["node_count"]
+            .as_u64()
+            .with_context(|| format!("{}: not a --cluster-nodes run", path.display()))?;
+        let n_max = doc["n_max"].as_u64().unwrap_or(0);
+        points.push((nodes as usize, n_max as usize));
+        rows.push(json!({
+            "run": dir,
+            "nodes": nodes,
+            "n_max": n_max,
+            "first_failure_n": doc["first_failure_n"],
+            "node_to_node_fraction": doc["cluster"]["node_to_node_fraction"],
+            "max_share_deviation": doc["cluster"]["max_share_deviation"],
+            "shares": doc["cluster"]["nodes"].as_array().map(|v| {
+                v.iter().map(|n| n["share"].clone()).collect::<Vec<_>>()
+            }),
+        }));
+    }
+    points.sort_unstable();
+    let one = points.iter().find(|p| p.0 == 1).map(|p| p.1);
+    let ratios: Vec<serde_json::Value> = points
+        .iter()
+        .map(|&(k, n)| {
+            json!({
+                "nodes": k,
+                "n_max": n,
+                "vs_one_node": one.filter(|&o| o > 0).map(|o| n as f64 / o as f64),
+            })
+        })
+        .collect();
+    plot::scale_up(&out.join("scale_up.svg"), &points)?;
+    let doc = json!({ "points": ratios, "runs": rows });
+    std::fs::write(out.join("scale_up.json"), serde_json::to_vec_pretty(&doc)?)
+        .with_context(|| format!("writing {}", out.join("scale_up.json").display()))?;
+    for &(k, n) in &points {
+        let r = one
+            .filter(|&o| o > 0)
+            .map_or_else(String::new, |o| format!(" ({:.2} × one node)", n as f64 / o as f64));
+        println!("{k} node(s): N_max = {n}{r}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -284,6 +395,7 @@ fn write_report(
             "server_cmd": a.server_cmd,
             "tolerance": a.tolerance,
             "threads": a.threads,
+            "stagger": a.stagger,
         },
         "seed": seed,
         "started_unix_s": started,

@@ -56,8 +56,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         Store::open(root)?
     } else {
         anyhow::ensure!(
-            args.block_size_kib >= 64 && args.block_size_kib.is_multiple_of(4),
-            "--block-size-kib {} is not a multiple of 4 of at least 64",
+            args.block_size_kib >= 16 && args.block_size_kib.is_multiple_of(4),
+            "--block-size-kib {} is not a multiple of 4 of at least 16",
             args.block_size_kib
         );
         let disks =

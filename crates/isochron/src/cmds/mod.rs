@@ -1,6 +1,7 @@
 //! The subcommands.
 
 pub(crate) mod bench;
+pub(crate) mod bench_cluster;
 pub(crate) mod bench_disk;
 pub(crate) mod cat;
 pub(crate) mod disk;

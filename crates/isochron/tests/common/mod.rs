@@ -113,6 +113,14 @@ pub fn fixture(name: &str) -> PathBuf {
                 .split_whitespace()
                 .map(String::from)
                 .collect(),
+            // 3 s of 1920×1080 MPEG-2 noise at a steady 300 Mb/s (CBR video at 290 Mb/s, the
+            // TS padded to 300 Mb/s): CineGrid's striped read, more than one 100 Mb/s node.
+            "cg300" => "-f lavfi -i testsrc2=size=1920x1080:rate=25,noise=alls=40:allf=t -t 3 \
+                -c:v mpeg2video -g 12 -bf 0 -b:v 290M -minrate 290M -maxrate 290M \
+                -bufsize 20M -muxrate 300M -f mpegts"
+                .split_whitespace()
+                .map(String::from)
+                .collect(),
             other => panic!("unknown fixture {other}"),
         };
         let out = run(

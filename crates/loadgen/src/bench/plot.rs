@@ -5,6 +5,10 @@
 //! cluster's nodes), Figure 4's cumulative panels too: B_avgNet and B_net of node 1, of nodes 1
 //! and 2, … (`b_avgnet_nodes.svg`, `b_net_nodes.svg`), which show each node's share.
 //!
+//! For a cluster, also [`node_bars`] (each node's bandwidth against the mean) and
+//! [`scale_up`] (Yima's Figure 4 summary: N_max against the number of nodes, with the linear
+//! ideal from one node).
+//!
 //! Not here: the numbers ([`super::report`]).
 
 use std::collections::BTreeSet;
@@ -204,10 +208,128 @@ fn cumulative(
         .collect()
 }
 
+/// A bar per node (`bars`: label, value), the mean dashed, and `limit` (e.g. the link rate)
+/// dashed in red when given.
+pub fn node_bars(
+    path: &Path,
+    title: &str,
+    y_label: &str,
+    bars: &[(String, f64)],
+    limit: Option<f64>,
+) -> anyhow::Result<()> {
+    let err = |e: &dyn std::fmt::Display| anyhow!("plotting {}: {e}", path.display());
+    let n = bars.len().max(1);
+    let mean = bars.iter().map(|b| b.1).sum::<f64>() / n as f64;
+    let top = bars.iter().map(|b| b.1).chain(limit).fold(0.0f64, f64::max);
+    let y_hi = (top * 1.2).max(1e-3);
+    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..n as f64, 0.0..y_hi)
+        .map_err(|e| err(&e))?;
+    let labels: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(n * 2 + 1)
+        .x_label_formatter(&|x| {
+            let i = x.floor() as usize;
+            if (x - x.floor() - 0.5).abs() < 1e-6 {
+                labels.get(i).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc(y_label)
+        .draw()
+        .map_err(|e| err(&e))?;
+    chart
+        .draw_series(bars.iter().enumerate().map(|(i, b)| {
+            Rectangle::new([(i as f64 + 0.15, 0.0), (i as f64 + 0.85, b.1)], BLUE.mix(0.7).filled())
+        }))
+        .map_err(|e| err(&e))?;
+    chart
+        .draw_series(bars.iter().enumerate().map(|(i, b)| {
+            let share = if mean > 0.0 { 100.0 * (b.1 / mean - 1.0) } else { 0.0 };
+            Text::new(
+                format!("{:.1} ({share:+.1} %)", b.1),
+                (i as f64 + 0.2, b.1 + y_hi * 0.02),
+                ("sans-serif", 14),
+            )
+        }))
+        .map_err(|e| err(&e))?;
+    let mut lines = vec![(format!("mean ({mean:.2})"), mean, BLACK)];
+    if let Some(l) = limit {
+        lines.push((format!("link rate ({l:.2})"), l, RED));
+    }
+    for (label, y, color) in lines {
+        let dashes = dashed((0.0, y), (n as f64, y), n as f64 / 60.0, true);
+        chart
+            .draw_series(dashes.into_iter().map(|seg| PathElement::new(seg, color)))
+            .map_err(|e| err(&e))?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// Yima's Figure 4 summary: N_max against the number of nodes (`points`: nodes, N_max), with
+/// the linear ideal (one node's N_max × nodes) dashed.
+pub fn scale_up(path: &Path, points: &[(usize, usize)]) -> anyhow::Result<()> {
+    let mut pts: Vec<(f64, f64)> = points.iter().map(|&(k, n)| (k as f64, n as f64)).collect();
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let one = points.iter().find(|p| p.0 == 1).map(|p| p.1 as f64);
+    let mut series =
+        vec![Series { label: "measured N_max".into(), points: pts.clone(), color: BLUE }];
+    if let Some(one) = one {
+        series.push(Series {
+            label: "linear (N_max of one node × nodes)".into(),
+            points: pts.iter().map(|p| (p.0, one * p.0)).collect(),
+            color: RGBColor(0x80, 0x80, 0x80),
+        });
+    }
+    line_plot_x(
+        path,
+        "N_max against the number of nodes (Yima Fig. 4)",
+        "number of nodes",
+        "N_max (clients)",
+        &series,
+        &[],
+        None,
+        None,
+    )
+}
+
 #[allow(clippy::too_many_arguments)]
 fn line_plot(
     path: &Path,
     title: &str,
+    y_label: &str,
+    series: &[Series],
+    hlines: &[HLine],
+    vline: Option<f64>,
+    y_max: Option<f64>,
+) -> anyhow::Result<()> {
+    line_plot_x(path, title, "number of clients N", y_label, series, hlines, vline, y_max)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn line_plot_x(
+    path: &Path,
+    title: &str,
+    x_label: &str,
     y_label: &str,
     series: &[Series],
     hlines: &[HLine],
@@ -232,12 +354,7 @@ fn line_plot(
         .y_label_area_size(70)
         .build_cartesian_2d(0.0..x_hi, 0.0..y_hi)
         .map_err(|e| err(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc("number of clients N")
-        .y_desc(y_label)
-        .draw()
-        .map_err(|e| err(&e))?;
+    chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw().map_err(|e| err(&e))?;
     for s in series {
         let color = s.color;
         chart
@@ -321,6 +438,20 @@ mod tests {
         let svg = std::fs::read_to_string(dir.path().join("b_net.svg")).unwrap();
         assert!(svg.contains("link rate (100.00)"));
         assert!(!dir.path().join("b_net_nodes.svg").exists(), "one source: no per-node panels");
+    }
+
+    #[test]
+    fn node_bars_and_the_scale_up_panel() {
+        let dir = tempfile::tempdir().unwrap();
+        let bars = vec![("n1".to_string(), 90.0), ("n2".into(), 110.0)];
+        node_bars(&dir.path().join("b.svg"), "per node", "Mb/s", &bars, Some(100.0)).unwrap();
+        let svg = std::fs::read_to_string(dir.path().join("b.svg")).unwrap();
+        for label in ["n1", "n2", "mean (100.00)", "link rate (100.00)", "(-10.0 %)", "(+10.0 %)"] {
+            assert!(svg.contains(label), "{label}");
+        }
+        scale_up(&dir.path().join("s.svg"), &[(1, 17), (2, 34), (4, 66)]).unwrap();
+        let svg = std::fs::read_to_string(dir.path().join("s.svg")).unwrap();
+        assert!(svg.contains("number of nodes") && svg.contains("linear (N_max of one node"));
     }
 
     #[test]

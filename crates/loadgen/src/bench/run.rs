@@ -8,7 +8,8 @@
 //! * [`Load::Ramp`]: `step` clients more every `interval` until N fails, then two more steps
 //!   to show the curves past N_max;
 //! * [`Load::Bisect`]: trials of fixed N (1, 2, 4, … until one fails, then bisection), each
-//!   `trial` long, for N_max in fewer client-seconds than a ramp.
+//!   `trial` long, for N_max in fewer client-seconds than a ramp; from a guess `from`, trials
+//!   double up from it while they pass and halve down while they fail.
 //!
 //! Everything is bounded by the run's duration. Clients keep their load: a session that plays
 //! to its end is followed by a new one (the object picked by the popularity law).
@@ -66,6 +67,9 @@ pub enum Load {
         trial: Duration,
         /// At most this many clients.
         max: usize,
+        /// The first trial's N (1 by default): doubling up from it while trials pass, halving
+        /// down while they fail, then bisection.
+        from: usize,
     },
 }
 
@@ -157,6 +161,12 @@ struct Runner {
     last_sessions: usize,
     /// Per entry of `counters`: whether it was served at the last sample.
     served: Vec<bool>,
+    /// The most packets counted lost so far (all sessions): a sample reports only what exceeds
+    /// it. A client counts a gap in the sequence as lost at once and takes it back when the
+    /// packet comes late; from a cluster's nodes (several sources, one sequence) packets
+    /// often come out of order by a little, and a gap counted in one sample and filled in the
+    /// next would otherwise stay in the first.
+    lost_mark: u64,
 }
 
 /// Runs the bench. `epoch` in `config.clients` is replaced by the run's start.
@@ -183,6 +193,7 @@ pub async fn run(mut config: RunConfig) -> anyhow::Result<RunResult> {
         next_client: 0,
         last_sessions: 0,
         served: Vec::new(),
+        lost_mark: 0,
     };
     r.procfs.sample(epoch);
     r.scrape().await;
@@ -228,10 +239,10 @@ pub async fn run(mut config: RunConfig) -> anyhow::Result<RunResult> {
             })
             .await;
         }
-        Load::Bisect { trial, max } => {
+        Load::Bisect { trial, max, from } => {
             let deadline = epoch + r.config.duration;
             let (mut lo, mut hi): (usize, Option<usize>) = (0, None);
-            let mut n = 1usize;
+            let mut n = from.clamp(1, max.max(1));
             let mut k = 0u32;
             while Instant::now() + trial <= deadline && n >= 1 && n <= max {
                 k += 1;
@@ -246,12 +257,9 @@ pub async fn run(mut config: RunConfig) -> anyhow::Result<RunResult> {
                 } else {
                     hi = Some(n);
                 }
-                n = match hi {
-                    None => (n * 2).min(max),
-                    Some(h) => lo + (h - lo) / 2,
-                };
-                if hi.is_some_and(|h| h - lo <= 1) || (hi.is_none() && lo == max) {
-                    break;
+                match next_trial(n, lo, hi, max) {
+                    Some(next) => n = next,
+                    None => break,
                 }
             }
         }
@@ -301,6 +309,20 @@ pub async fn run(mut config: RunConfig) -> anyhow::Result<RunResult> {
         bench_cpu_pct,
         elapsed_s: elapsed,
     })
+}
+
+/// The N of the next bisection trial after one of `n` clients, given the largest N that
+/// passed (`lo`, 0: none yet) and the smallest that failed (`hi`); `None` when the search is
+/// over (N_max is `lo`). Doubles while every trial passes, halves while every trial fails,
+/// then bisects.
+fn next_trial(n: usize, lo: usize, hi: Option<usize>, max: usize) -> Option<usize> {
+    match hi {
+        Some(h) if h - lo <= 1 => None,
+        None if lo >= max => None,
+        None => Some((n * 2).min(max)),
+        Some(h) if lo == 0 => Some(h / 2),
+        Some(h) => Some(lo + (h - lo) / 2),
+    }
 }
 
 type Shape<'a> = dyn FnMut(Duration, &[Sample]) -> Option<usize> + 'a;
@@ -449,7 +471,8 @@ impl Runner {
         }
         let bytes = d(self.prev.bytes, totals.bytes) as f64;
         let packets = d(self.prev.packets, totals.packets);
-        let lost = d(self.prev.lost, totals.lost);
+        let lost = d(self.lost_mark, totals.lost);
+        self.lost_mark = self.lost_mark.max(totals.lost);
         let media_s = d(self.prev.media_ns, totals.media_ns) as f64 / 1e9;
         // The content's bytes in that media time: those received plus the lost packets' (at the
         // mean size), so that loss does not pass for a thinner stream.
@@ -540,5 +563,39 @@ impl Runner {
         self.prev = totals;
         self.prev_at = now;
         self.samples.push(s);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The trials a search runs when N passes up to `n_max`.
+    fn search(from: usize, max: usize, n_max: usize) -> Vec<usize> {
+        let (mut lo, mut hi, mut n, mut tried) = (0, None, from, Vec::new());
+        loop {
+            tried.push(n);
+            if n <= n_max {
+                lo = n;
+            } else {
+                hi = Some(n);
+            }
+            match next_trial(n, lo, hi, max) {
+                Some(next) => n = next,
+                None => return tried,
+            }
+        }
+    }
+
+    #[test]
+    fn bisection_doubles_then_bisects_from_its_first_guess() {
+        assert_eq!(search(1, 1000, 17), [1, 2, 4, 8, 16, 32, 24, 20, 18, 17]);
+        assert_eq!(search(16, 20, 17), [16, 20, 18, 17]);
+        assert_eq!(search(64, 80, 66), [64, 80, 72, 68, 66, 67]);
+        // A guess too high halves down first.
+        assert_eq!(search(64, 1000, 17), [64, 32, 16, 24, 20, 18, 17]);
+        assert_eq!(search(4, 1000, 0), [4, 2, 1]);
+        // Everything passes up to the bound.
+        assert_eq!(search(16, 20, 100), [16, 20]);
     }
 }

@@ -92,6 +92,9 @@ pub struct SessionCounters {
     pub seeks: AtomicU64,
     /// Pauses done (written by the controller).
     pub pauses: AtomicU64,
+    /// Times a looping session played its object again from the start (written by the
+    /// controller).
+    pub loops: AtomicU64,
     /// Buffer level, ms.
     pub level_ms: AtomicU64,
     /// Player state ([`state`]).
@@ -148,6 +151,8 @@ pub enum SinkEvent {
     Rate(Pace),
     /// The player played the stream to its end.
     Finished,
+    /// A looping sink's input ended (RTCP BYE): play it again.
+    InputEnded,
 }
 
 /// From the controller to its sink.
@@ -183,6 +188,11 @@ pub struct BenchSink {
     awaiting_since: Option<Instant>,
     next_mtfc: Option<Instant>,
     finished_sent: bool,
+    /// Looping: at the end of the input (RTCP BYE) ask the controller to play again, instead
+    /// of playing the buffer out and finishing.
+    pub looping: bool,
+    /// Looping: the input's end was reported, and no seek has followed yet.
+    loop_asked: bool,
     counts: LocalCounts,
     sources: SourceTable<IpAddr, Traffic>,
 }
@@ -219,6 +229,8 @@ impl BenchSink {
             awaiting_since: None,
             next_mtfc: None,
             finished_sent: false,
+            looping: false,
+            loop_asked: false,
             counts: LocalCounts::default(),
             sources: SourceTable::new(),
         }
@@ -230,6 +242,7 @@ impl BenchSink {
                 SinkControl::Pause => self.player.handle_pause(now),
                 SinkControl::Resume => self.player.handle_resume(now),
                 SinkControl::Seek => {
+                    self.loop_asked = false;
                     self.player.handle_seek(now);
                     self.awaiting = Some(None);
                 }
@@ -323,7 +336,14 @@ impl MediaSink for BenchSink {
 
     fn on_rtcp(&mut self, at: Instant, packet: &[u8]) {
         if parse_compound(packet).flatten().any(|p| matches!(p, RtcpPacket::Bye { .. })) {
-            self.player.handle_end(at);
+            if self.looping {
+                if !self.loop_asked {
+                    self.loop_asked = true;
+                    let _ = self.events.send(SinkEvent::InputEnded);
+                }
+            } else {
+                self.player.handle_end(at);
+            }
         }
     }
 
@@ -356,6 +376,9 @@ pub enum Popularity {
     Uniform,
     /// URL `i` (from 1) with probability ∝ 1 / i^s.
     Zipf(f64),
+    /// Client `k` plays URL `k mod n`, every session (a cluster's nodes taken in turn as the
+    /// sessions' RTSP server, Yima §2.4's round-robin DNS).
+    RoundRobin,
 }
 
 impl std::str::FromStr for Popularity {
@@ -363,19 +386,21 @@ impl std::str::FromStr for Popularity {
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "uniform" => Ok(Self::Uniform),
+            "round-robin" => Ok(Self::RoundRobin),
             _ => match s.strip_prefix("zipf:").map(str::parse::<f64>) {
                 Some(Ok(v)) if v >= 0.0 && v.is_finite() => Ok(Self::Zipf(v)),
-                _ => Err(format!("{s:?}: expected uniform or zipf:S (S ≥ 0)")),
+                _ => Err(format!("{s:?}: expected uniform, round-robin or zipf:S (S ≥ 0)")),
             },
         }
     }
 }
 
 impl Popularity {
-    /// Picks an index in `0..n` with `rng`.
-    pub fn pick(self, n: usize, rng: &mut SplitMix64) -> usize {
+    /// Picks an index in `0..n` for client `client` with `rng`.
+    pub fn pick(self, n: usize, client: usize, rng: &mut SplitMix64) -> usize {
         let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
         match self {
+            Self::RoundRobin => client % n.max(1),
             Self::Uniform => ((u * n as f64) as usize).min(n.saturating_sub(1)),
             Self::Zipf(s) => {
                 let w: Vec<f64> = (1..=n).map(|i| 1.0 / (i as f64).powf(s)).collect();
@@ -417,6 +442,13 @@ pub struct ClientSettings {
     pub pause_for: Duration,
     /// Start a new session when one ends (keeps the load at N until the run stops).
     pub repeat: bool,
+    /// Staggered looping clients: client `k`'s first session starts at the fraction
+    /// [`stagger_phase`]`(k)` of the object (a PLAY with `Range: npt=…`), and every session
+    /// plays its object in a loop (a PLAY from 0 when its input ends, on the same session), so
+    /// that N clients play N parts of the object spread over all of it and none leaves: the
+    /// load of clients that arrived at different times (Yima §3.1), without the churn of
+    /// sessions ending and starting.
+    pub stagger: bool,
     /// The run's epoch (arrival times are ns after it).
     pub epoch: Instant,
 }
@@ -475,6 +507,8 @@ pub struct SessionRecord {
     pub seeks: u64,
     /// Pauses done.
     pub pauses: u64,
+    /// Times a looping session started its object again.
+    pub loops: u64,
     /// Start latency: the first PLAY sent → the first RTP packet received (kernel receive
     /// time over UDP), ms; `None` if no packet came.
     pub start_latency_ms: Option<f64>,
@@ -503,13 +537,16 @@ pub async fn run_client(
         if *stop.borrow() {
             break;
         }
-        let url = settings.urls[settings.popularity.pick(settings.urls.len(), &mut rng)].clone();
+        let url =
+            settings.urls[settings.popularity.pick(settings.urls.len(), id, &mut rng)].clone();
         let counters = Arc::new(SessionCounters::default());
         let _ = registry.send(Arc::clone(&counters));
         let start = settings.epoch.elapsed().as_secs_f64();
         let mut rate_refused = false;
+        let phase = (settings.stagger && n == 0).then(|| stagger_phase(id));
         let result =
-            session(&settings, &url, &counters, &mut rng, &mut stop, &mut rate_refused).await;
+            session(&settings, &url, phase, &counters, &mut rng, &mut stop, &mut rate_refused)
+                .await;
         counters.open.store(false, Ordering::Relaxed);
         let (outcome, error) = match result {
             Ok(o) => (o, None),
@@ -571,6 +608,7 @@ fn record(
         rate_refused,
         seeks: c.seeks.load(r),
         pauses: c.pauses.load(r),
+        loops: c.loops.load(r),
         start_latency_ms: start_latency_ms(c.play_ns.load(r), c.first_ns.load(r)),
         received_bits_s: if span_ns > 0 { bytes as f64 * 8e9 / span_ns as f64 } else { 0.0 },
         media_s,
@@ -590,22 +628,39 @@ fn start_latency_ms(play_ns: u64, first_ns: u64) -> Option<f64> {
     (play_ns > 0 && first_ns > 0).then(|| first_ns.saturating_sub(play_ns) as f64 / 1e6)
 }
 
-/// One session from DESCRIBE to TEARDOWN.
+/// Where client `k` of a staggered load starts, as a fraction of the object: the fractional
+/// part of `k` × the golden ratio (a Weyl sequence), so the first N clients, for any N, are
+/// spread evenly over the object, each gap at most about 2.6 / N of it.
+#[must_use]
+pub fn stagger_phase(k: usize) -> f64 {
+    const PHI: f64 = 0.618_033_988_749_894_9;
+    (k as f64 * PHI).fract()
+}
+
+/// The duration in an SDP's `a=range:npt=0-D` line.
+fn sdp_duration(sdp: &str) -> Option<Duration> {
+    sdp.lines().find_map(|l| l.trim().strip_prefix("a=range:").and_then(range_length))
+}
+
+/// One session from DESCRIBE to TEARDOWN; `phase`: start at this fraction of the object.
+#[allow(clippy::too_many_arguments)]
 async fn session(
     settings: &ClientSettings,
     url: &str,
+    phase: Option<f64>,
     counters: &Arc<SessionCounters>,
     rng: &mut SplitMix64,
     stop: &mut watch::Receiver<bool>,
     rate_refused: &mut bool,
 ) -> anyhow::Result<Outcome> {
     let mut client = Client::connect(url).await?;
-    client.describe().await?;
+    let sdp = client.describe().await?;
     let (ev_tx, mut events) = mpsc::unbounded_channel();
     let (ctl, ctl_rx) = mpsc::unbounded_channel();
     let mtfc = if settings.force_pace.is_some() { None } else { settings.mtfc };
-    let sink =
+    let mut sink =
         BenchSink::new(settings.epoch, settings.buffer, mtfc, Arc::clone(counters), ev_tx, ctl_rx);
+    sink.looping = settings.stagger;
     let r = client.setup_sink(settings.transport, Box::new(sink)).await?;
     let status = u16::from(r.status());
     if status != 200 {
@@ -618,7 +673,9 @@ async fn session(
         *rate_refused = true;
     }
     counters.play_ns.store(nanos_since(settings.epoch), Ordering::Relaxed);
-    let info = client.play(None).await?;
+    let start =
+        phase.zip(sdp_duration(&sdp)).map(|(f, len)| format!("npt={:.3}-", f * len.as_secs_f64()));
+    let info = client.play(start.as_deref()).await?;
     if let Some(len) = info.range.as_deref().and_then(range_length) {
         let _ = ctl.send(SinkControl::Length(len));
     }
@@ -655,6 +712,16 @@ async fn session(
                     }
                 }
                 Some(SinkEvent::Finished) => break Outcome::Complete,
+                Some(SinkEvent::InputEnded) => {
+                    // Looping: the same session again from the start, at once.
+                    let _ = ctl.send(SinkControl::Seek);
+                    let info = client.play(Some("npt=0-")).await?;
+                    let _ = ctl.send(SinkControl::SeekStart(info.seq));
+                    if let Some(len) = info.range.as_deref().and_then(range_length) {
+                        let _ = ctl.send(SinkControl::Length(len));
+                    }
+                    counters.loops.fetch_add(1, Ordering::Relaxed);
+                }
                 None => bail!("the receive path ended"),
             },
             _ = tokio::time::sleep_until(seek_at.unwrap_or_else(far)) => {
@@ -728,16 +795,20 @@ mod tests {
         let mut rng = SplitMix64::new(7);
         let mut counts = [0usize; 4];
         for _ in 0..4000 {
-            counts[Popularity::Zipf(1.0).pick(4, &mut rng)] += 1;
+            counts[Popularity::Zipf(1.0).pick(4, 0, &mut rng)] += 1;
         }
         // 1 : 1/2 : 1/3 : 1/4 → 48 %, 24 %, 16 %, 12 %.
         assert!((1750..2100).contains(&counts[0]), "{counts:?}");
         assert!(counts[0] > counts[1] && counts[1] > counts[2] && counts[2] > counts[3]);
         let mut counts = [0usize; 4];
         for _ in 0..4000 {
-            counts[Popularity::Uniform.pick(4, &mut rng)] += 1;
+            counts[Popularity::Uniform.pick(4, 0, &mut rng)] += 1;
         }
         assert!(counts.iter().all(|c| (850..1150).contains(c)), "{counts:?}");
+        assert_eq!("round-robin".parse::<Popularity>(), Ok(Popularity::RoundRobin));
+        let picks: Vec<usize> =
+            (0..7).map(|k| Popularity::RoundRobin.pick(3, k, &mut rng)).collect();
+        assert_eq!(picks, [0, 1, 2, 0, 1, 2, 0]);
     }
 
     fn rtp(seq: u16) -> Vec<u8> {
@@ -795,6 +866,22 @@ mod tests {
         sink.on_rtcp(at(40), &bye);
         sink.on_tick(at(41));
         assert_eq!(counters.state.load(r), state::FINISHED);
+    }
+
+    #[test]
+    fn staggered_clients_spread_over_the_object() {
+        for n in [1usize, 2, 4, 17, 65] {
+            let mut at: Vec<f64> = (0..n).map(stagger_phase).collect();
+            at.sort_by(f64::total_cmp);
+            at.push(1.0 + at[0]);
+            let widest = at.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max);
+            assert!(widest <= 2.7 / n as f64, "n = {n}: a gap of {widest}");
+        }
+        assert_eq!(
+            sdp_duration("v=0\r\na=range:npt=0-180.021\r\n"),
+            Some(Duration::from_millis(180_021))
+        );
+        assert_eq!(sdp_duration("v=0\r\n"), None);
     }
 
     #[test]

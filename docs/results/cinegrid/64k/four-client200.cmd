@@ -1,0 +1,1 @@
+target/release/isochron bench --out OUT/four-client200 --cluster-nodes 4 --shape 100mbit --block-kib 64 --ingest OUT/cg300.ts --clients 1 --no-mtfc --buffer-ms 2000 --duration 30 --seed 7 --client-shape 200mbit
