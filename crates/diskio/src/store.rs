@@ -538,7 +538,21 @@ impl Store {
             }
             Err(CatalogError::NoMeta { .. }) => {
                 mkdir()?;
-                Self::first_node(root, &*catalog, node, disks, block_size)?
+                match Self::first_node(root, &*catalog, node, disks, block_size)? {
+                    Some(meta) => meta,
+                    // Another node created the store meanwhile: join it.
+                    None => {
+                        let meta = catalog.meta()?;
+                        if meta.block_size != block_size {
+                            return Err(StoreError::BlockSizeMismatch {
+                                node: node.to_owned(),
+                                ours: block_size,
+                                store: meta.block_size,
+                            });
+                        }
+                        Self::add_node_disks(root, &*catalog, node, &specs, &meta)?
+                    }
+                }
             }
             Err(e) => return Err(e.into()),
         };
@@ -561,16 +575,29 @@ impl Store {
         node: &str,
         specs: &[DiskSpec],
         block_size: Bytes,
-    ) -> Result<StoreMeta, StoreError> {
+    ) -> Result<Option<StoreMeta>, StoreError> {
         let meta = new_meta(root, specs, block_size, PlacementVariant::default(), Some(node))?;
         let store_id = meta.store_id;
+        let mut made = Vec::new();
         for rec in &meta.disks {
-            DiskDir::create(&resolve(root, &rec.path), store_id, rec.id)?;
+            made.push(DiskDir::create(&resolve(root, &rec.path), store_id, rec.id)?);
         }
-        catalog.put_meta(&meta)?;
+        match catalog.create_meta(&meta) {
+            Ok(()) => {}
+            Err(CatalogError::AlreadyExists { .. }) => {
+                // Lost the race to create the store: these identities name a store that does
+                // not exist; the caller joins the one that does.
+                for d in made {
+                    d.remove_identity()?;
+                }
+                tracing::info!(%node, "another node created the cluster's store first; joining it");
+                return Ok(None);
+            }
+            Err(e) => return Err(e.into()),
+        }
         tracing::info!(%node, store_id = format_args!("{store_id:016x}"), disks = meta.disks.len(),
             %block_size, "created the cluster's store");
-        Ok(meta)
+        Ok(Some(meta))
     }
 
     fn add_node_disks(

@@ -224,6 +224,16 @@ impl Catalog for EtcdCatalog {
         self.write_meta("put meta", false, |_| Ok(meta.clone())).map(drop)
     }
 
+    fn create_meta(&self, meta: &StoreMeta) -> Result<(), CatalogError> {
+        meta.validate()?;
+        // Guarded on the metadata key's revision being 0: it does not exist.
+        self.write_meta("create meta", true, |snap| match snap.meta {
+            Some(_) => Err(CatalogError::AlreadyExists { path: self.location.clone() }),
+            None => Ok(meta.clone()),
+        })
+        .map(drop)
+    }
+
     fn update_meta(
         &self,
         f: &mut dyn FnMut(&mut StoreMeta) -> Result<(), CatalogError>,

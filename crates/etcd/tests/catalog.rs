@@ -218,3 +218,32 @@ fn watch_from_a_compacted_revision_is_reported() {
     let batch = watch.next_batch(Duration::from_secs(20)).unwrap().unwrap();
     assert!(matches!(&batch[0], CatalogChange::ObjectPut(r) if r.name == "late.ts"));
 }
+
+/// Two nodes creating the cluster's store at once: exactly one metadata wins, the other learns
+/// it lost and nothing it wrote survives.
+#[test]
+fn only_one_of_two_racing_creators_writes_the_store_metadata() {
+    let etcd = cluster();
+    let (a, b) = (etcd.client().unwrap(), etcd.client().unwrap());
+    let mut first = store_meta();
+    first.store_id = 1;
+    let mut second = store_meta();
+    second.store_id = 2;
+    let barrier = Arc::new(Barrier::new(2));
+    let race = |client, meta: StoreMeta| {
+        let barrier = Arc::clone(&barrier);
+        std::thread::spawn(move || {
+            let cat = EtcdCatalog::new(client, "/isochron/race");
+            barrier.wait();
+            cat.create_meta(&meta)
+        })
+    };
+    let (ra, rb) = (race(a, first.clone()), race(b, second.clone()));
+    let results = [ra.join().unwrap(), rb.join().unwrap()];
+    let won: Vec<usize> = (0..2).filter(|&i| results[i].is_ok()).collect();
+    assert_eq!(won.len(), 1, "{results:?}");
+    let lost = 1 - won[0];
+    assert!(matches!(results[lost], Err(CatalogError::AlreadyExists { .. })), "{results:?}");
+    let cat = EtcdCatalog::new(etcd.client().unwrap(), "/isochron/race");
+    assert_eq!(cat.meta().unwrap().store_id, [1, 2][won[0]]);
+}

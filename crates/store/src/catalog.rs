@@ -821,6 +821,17 @@ pub trait Catalog {
     /// Replaces the store metadata. `next_object_id` is never lowered: the stored counter is kept
     /// if it is ahead of `meta`'s (so a stale copy cannot cause id reuse).
     fn put_meta(&self, meta: &StoreMeta) -> Result<(), CatalogError>;
+    /// Writes the store metadata only if there is none yet; [`CatalogError::AlreadyExists`]
+    /// otherwise (two cluster nodes creating the store at once: one wins). The default suits a
+    /// catalog with one writer (the embedded one is locked per process); a shared catalog
+    /// makes it one compare-and-swap.
+    fn create_meta(&self, meta: &StoreMeta) -> Result<(), CatalogError> {
+        match self.meta() {
+            Err(CatalogError::NoMeta { .. }) => self.put_meta(meta),
+            Ok(_) => Err(CatalogError::AlreadyExists { path: PathBuf::from("store metadata") }),
+            Err(e) => Err(e),
+        }
+    }
     /// Atomically reads the store metadata, applies `f` and writes the result, which is
     /// validated first; returns what was written. Several writers (cluster nodes) may change the
     /// metadata concurrently: none loses another's change. `f` sees the metadata as
