@@ -40,7 +40,8 @@
 //! thread by its tag and sent to the request's channel. A response keeps at most
 //! [`READ_AHEAD`] blocks in flight and streams each block's bytes as it arrives (the body is
 //! never held whole), so a download's memory is bounded and its pace is that of the share: it
-//! slows down when the disks are busy instead of delaying a stream.
+//! slows down when the disks are busy instead of delaying a stream. In a cluster, a block on
+//! another node's disk is read by that node, in the same share (`GET /api/v1/cluster/moves/…`).
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
@@ -55,8 +56,10 @@ use isochron_base::mix::hash_words;
 use isochron_base::{BlockIndex, BlockKey, Bytes, Gsn, MediaTime};
 use isochron_dataplane::sched_thread::SchedCommand;
 use isochron_dataplane::sender::SharedBlock;
+use isochron_diskio::AlignedBuf;
 use isochron_media::TS_PACKET_SIZE;
 use isochron_server::library::ObjectEntry;
+use isochron_store::Block;
 use isochron_store::catalog::ObjectRecord;
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
@@ -138,8 +141,23 @@ fn request_block(
         .ok_or_else(|| format!("object {name:?} has no block {index}"))?;
     let key = BlockKey { object: obj.record().id, index: BlockIndex(index as u32) };
     let (tx, rx) = oneshot::channel();
+    let disk = planned.disk;
+    if !s.store.is_local(disk)
+        && let Some(remote) = s.store.remote()
+    {
+        // A cluster: another node owns the disk and reads the block in its non-real-time share.
+        tokio::task::spawn_blocking(move || {
+            let block = remote.read_block_nrt(disk, key).and_then(|bytes| {
+                Block::parse(AlignedBuf::copy_from(&bytes), Some(key))
+                    .map(Arc::new)
+                    .map_err(|e| format!("block {key} from disk {disk}: {e}"))
+            });
+            let _ = tx.send(block);
+        });
+        return Ok(rx);
+    }
     s.sched
-        .send(SchedCommand::HttpRead { disk: planned.disk, key, reply: tx })
+        .send(SchedCommand::HttpRead { disk, key, reply: tx })
         .map_err(|_| "the scheduler thread has stopped".to_string())?;
     Ok(rx)
 }

@@ -9,6 +9,7 @@
 
 mod common;
 
+use std::io::Read as _;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -303,6 +304,17 @@ fn three_nodes_serve_bipartite_to_isochron_and_relay_to_standard_players() {
     );
     assert!(res.status.success(), "vlc: {}", String::from_utf8_lossy(&res.stderr));
     assert_same_bytes(&std::fs::read(&dump).unwrap_or_default(), &want, "VLC via n2");
+
+    // HTTP delivery through any node: blocks on other nodes' disks are read there.
+    let mut body = Vec::new();
+    ureq::get(&format!("{}/objects/demo", c.nodes[2].http()))
+        .call()
+        .unwrap()
+        .into_body()
+        .into_reader()
+        .read_to_end(&mut body)
+        .unwrap();
+    assert_same_bytes(&body, &want, "GET /objects/demo via n3");
 
     // Node-to-node traffic in bipartite delivery is control only; /api/v1/nodes lists all three.
     let nodes: serde_json::Value = serde_json::from_str(
