@@ -238,7 +238,7 @@ fn only_one_of_two_racing_creators_writes_the_store_metadata() {
             cat.create_meta(&meta)
         })
     };
-    let (ra, rb) = (race(a, first.clone()), race(b, second.clone()));
+    let (ra, rb) = (race(a, first), race(b, second));
     let results = [ra.join().unwrap(), rb.join().unwrap()];
     let won: Vec<usize> = (0..2).filter(|&i| results[i].is_ok()).collect();
     assert_eq!(won.len(), 1, "{results:?}");
