@@ -192,7 +192,12 @@ if also:
         p(f"The same script again ({t_s} s trials, commit {commit}, load average {min(ld):.2f}–{max(ld):.2f}, mean "
           f"{sum(ld) / len(ld):.2f}): N_max = {nn[1]}, {nn[2]}, {nn[4]}, N_max(4) / N_max(1) = "
           f"**{nn[4] / nn[1]:.2f}**, shares within {100 * dev:.1f} % of the mean, node-to-node "
-          f"{100 * frac:.4f} % of the media bytes; trials {tr} (`fig4/also-{i}/`).\n")
+          f"{100 * frac:.4f} % of the media bytes; trials {tr}"
+          + (lambda o: f"; 64 KiB blocks at N = {o['parameters']['load']['clients']}: "
+             f"{100 * o['sessions_summary']['lost'] / max(1, o['sessions_summary']['lost'] + sum(x['packets'] for x in o['sessions'])):.2f} % "
+             "of the packets lost"
+             )(json.load(open(f"{d}/n4-64k/report.json")))
+          + f" (`fig4/also-{i}/`).\n")
         also_runs.append((i, d, rr))
 p("## Commands\n")
 p("```sh\ncargo build --release -p isochron\nscripts/fig4.sh OUT        # root; about 35 minutes\n```\n")
