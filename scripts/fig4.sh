@@ -9,7 +9,8 @@
 # Environment: BIN (default target/release/isochron), CLIP (default OUT_DIR/fig3.ts, made with
 # ffmpeg if missing), TRIAL_S (default 90), BLOCK_KIB (default 16), SEED (default 4),
 # DOCS (default docs/results: writes DOCS/fig4/ and DOCS/fig4.md; empty: do not), REPORT_ONLY=1
-# (only write the report again from OUT_DIR's runs).
+# (only write the report again from OUT_DIR's runs), ALSO (other OUT_DIRs of this script, run
+# with DOCS= : summarised under "Run to run", their summaries copied to DOCS/fig4/also-K/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: $0 OUT_DIR}
@@ -59,9 +60,9 @@ kill $sampler 2> /dev/null || true
 trap - EXIT
 fi
 
-python3 - "$OUT" "$CLIP" "${DOCS:-}" <<'EOF'
+python3 - "$OUT" "$CLIP" "${DOCS:-}" ${ALSO:-} <<'EOF'
 import json, os, shutil, sys
-out, clip, docs = sys.argv[1], sys.argv[2], sys.argv[3]
+out, clip, docs, also = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 runs = {k: json.load(open(f"{out}/n{k}/report.json")) for k in (1, 2, 4)}
 old = json.load(open(f"{out}/n4-64k/report.json"))
 cmds = {k: open(f"{out}/n{k}.cmd").read().strip() for k in (1, 2, 4)}
@@ -175,6 +176,29 @@ p(f"Why: a node sends a stream's packets only while the stream plays one of *its
   "averages out, and four times the blocks also bring each node's share of the object "
   "(random placement, Yima §2.2) closer to 1/N. So the cluster's stripe unit must be small "
   "against the links' queues; `store.block_size_kib` now goes down to 16.\n")
+also_runs = []
+if also:
+    p("## Run to run\n")
+    for i, d in enumerate(also, 1):
+        rr = {k: json.load(open(f"{d}/n{k}/report.json")) for k in (1, 2, 4)}
+        nn = {k: r["n_max"] for k, r in rr.items()}
+        dev = max(abs(nd["share_vs_mean"] - 1) for r in rr.values() for nd in r["cluster"]["nodes"])
+        frac = max(r["cluster"]["node_to_node_fraction"] for r in rr.values())
+        ld = [float(l.split()[1]) for l in open(f"{d}/load.txt") if len(l.split()) > 1]
+        commit = open(f"{d}/commit.txt").read().strip() if os.path.exists(f"{d}/commit.txt") else "?"
+        tr = "; ".join(f"{k}: " + ", ".join(f"{t['n']} {'✓' if t['pass'] else '✗'}" for t in r["trials"])
+                       for k, r in rr.items())
+        t_s = rr[1]["parameters"]["load"]["trial"]["secs"]
+        p(f"The same script again ({t_s} s trials, commit {commit}, load average {min(ld):.2f}–{max(ld):.2f}, mean "
+          f"{sum(ld) / len(ld):.2f}): N_max = {nn[1]}, {nn[2]}, {nn[4]}, N_max(4) / N_max(1) = "
+          f"**{nn[4] / nn[1]:.2f}**, shares within {100 * dev:.1f} % of the mean, node-to-node "
+          f"{100 * frac:.4f} % of the media bytes; trials {tr}"
+          + (lambda o: f"; 64 KiB blocks at N = {o['parameters']['load']['clients']}: "
+             f"{100 * o['sessions_summary']['lost'] / max(1, o['sessions_summary']['lost'] + sum(x['packets'] for x in o['sessions'])):.2f} % "
+             "of the packets lost"
+             )(json.load(open(f"{d}/n4-64k/report.json")))
+          + f" (`fig4/also-{i}/`).\n")
+        also_runs.append((i, d, rr))
 p("## Commands\n")
 p("```sh\ncargo build --release -p isochron\nscripts/fig4.sh OUT        # root; about 35 minutes\n```\n")
 p("which ran:\n")
@@ -233,5 +257,19 @@ if docs:
         shutil.copy(f"{out}/scale/{f}", dst)
     for f in ("load.txt", "top-start.txt", "top-end.txt"):
         shutil.copy(f"{out}/{f}", dst)
+    for i, d, rr in also_runs:
+        dst = os.path.join(docs, "fig4", f"also-{i}")
+        os.makedirs(dst, exist_ok=True)
+        for k in (1, 2, 4):
+            os.makedirs(f"{dst}/n{k}", exist_ok=True)
+            for f in ("verdict.txt", "node_bytes.svg"):
+                if os.path.exists(f"{d}/n{k}/{f}"):
+                    shutil.copy(f"{d}/n{k}/{f}", f"{dst}/n{k}/")
+            r = dict(rr[k])
+            r.pop("sessions", None)
+            json.dump(r, open(f"{dst}/n{k}/report.json", "w"), indent=1)
+        for f in ("load.txt", "top-start.txt", "top-end.txt"):
+            if os.path.exists(f"{d}/{f}"):
+                shutil.copy(f"{d}/{f}", dst)
     open(os.path.join(docs, "fig4.md"), "w").write(text)
 EOF
