@@ -34,19 +34,28 @@ struct Server(Option<Child>);
 
 impl Drop for Server {
     fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = c.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
+        if let Some(c) = self.0.take() {
+            stop_child(c, Duration::from_secs(10));
         }
     }
+}
+
+/// Stops a server process: `SIGTERM`, then `SIGKILL` if it has not exited within `grace`.
+pub(crate) fn stop_child(mut c: Child, grace: Duration) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &c.id().to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = c.try_wait() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
 }
 
 /// Sets up the shaped link, runs the server and the bench, tears everything down.
