@@ -673,6 +673,12 @@ impl Store {
         read(&self.remote).clone()
     }
 
+    /// The cluster node that owns disk `id` (`None`: no such disk, or a single node's).
+    #[must_use]
+    pub fn disk_owner(&self, id: DiskId) -> Option<String> {
+        read(&self.meta).disk(id).and_then(|d| d.owner.clone())
+    }
+
     /// Whether disk `id` is open here (on a single node: every disk not retired).
     #[must_use]
     pub fn is_local(&self, id: DiskId) -> bool {

@@ -85,6 +85,38 @@ fn wait_http(url: &str, limit: Duration) -> bool {
     false
 }
 
+/// Starts node `name` of the cluster on `etcd` in a namespace of its own (its log in `dir`) and
+/// waits until it answers HTTP.
+fn spawn_node(bed: &Testbed, dir: &Path, name: &str, etcd: &str) -> Node {
+    let host = bed.add_host(name).expect("host");
+    let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+    let child = serve_cmd(&host, dir, name, etcd, &dir.join("cluster.toml"))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("isochron serve");
+    let node = Node { host, child, name: name.to_owned() };
+    assert!(wait_http(&node.http(), Duration::from_secs(20)), "{name} did not start");
+    node
+}
+
+/// Polls `url` until its body satisfies `ok` (at most 10 s); `what` names the wait.
+fn wait_body(url: &str, ok: impl Fn(&str) -> bool, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let body = ureq::get(url)
+            .call()
+            .ok()
+            .and_then(|r| r.into_body().read_to_string().ok())
+            .unwrap_or_default();
+        if ok(&body) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{url}: never {what}: {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn start_cluster() -> Cluster {
     if let Err(why) = Testbed::available() {
         assert!(std::env::var_os("CI").is_none(), "the cluster test needs root in CI: {why}");
@@ -103,36 +135,13 @@ fn start_cluster() -> Cluster {
     let dir = common::tempdir();
     let config = dir.path().join("cluster.toml");
     std::fs::write(&config, CONFIG).unwrap();
-    let mut nodes = Vec::new();
-    for i in 1..=3 {
-        let name = format!("n{i}");
-        let host = bed.add_host(&name).expect("host");
-        let log = std::fs::File::create(dir.path().join(format!("{name}.log"))).unwrap();
-        let child = serve_cmd(&host, dir.path(), &name, &etcd_urls, &config)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("isochron serve");
-        let node = Node { host, child, name };
-        // One at a time: the first creates the store, the others join it.
-        assert!(wait_http(&node.http(), Duration::from_secs(20)), "{} did not start", node.name);
-        nodes.push(node);
-    }
+    // One at a time: the first creates the store, the others join it.
+    let nodes: Vec<Node> =
+        (1..=3).map(|i| spawn_node(&bed, dir.path(), &format!("n{i}"), &etcd_urls)).collect();
     // Every node sees every other as up before the cluster is used.
     for n in &nodes {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let body = ureq::get(&format!("{}/api/v1/nodes", n.http()))
-                .call()
-                .ok()
-                .and_then(|r| r.into_body().read_to_string().ok())
-                .unwrap_or_default();
-            if body.matches("\"state\":\"up\"").count() == 3 {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{} never saw three nodes up: {body}", n.name);
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let url = format!("{}/api/v1/nodes", n.http());
+        wait_body(&url, |b| b.matches("\"state\":\"up\"").count() == 3, "three nodes up");
     }
     let client = bed.add_host("client").expect("client host");
     Cluster { nodes, client, etcd_urls, dir, etcd, bed, _serial: serial }
@@ -141,17 +150,7 @@ fn start_cluster() -> Cluster {
 impl Cluster {
     /// Starts node `name` in a namespace of its own and waits until it answers HTTP.
     fn start_node(&self, name: &str) -> Node {
-        let host = self.bed.add_host(name).expect("host");
-        let config = self.dir.path().join("cluster.toml");
-        let log = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).unwrap();
-        let child = serve_cmd(&host, self.dir.path(), name, &self.etcd_urls, &config)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("isochron serve");
-        let node = Node { host, child, name: name.to_owned() };
-        assert!(wait_http(&node.http(), Duration::from_secs(20)), "{name} did not start");
-        node
+        spawn_node(&self.bed, self.dir.path(), name, &self.etcd_urls)
     }
 
     fn log(&self, node: &str) -> String {
@@ -172,19 +171,8 @@ impl Cluster {
         );
         assert!(out.status.success(), "ingest: {}", String::from_utf8_lossy(&out.stderr));
         for n in &self.nodes {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                let body = ureq::get(&format!("{}/api/v1/objects", n.http()))
-                    .call()
-                    .ok()
-                    .and_then(|r| r.into_body().read_to_string().ok())
-                    .unwrap_or_default();
-                if body.contains("\"demo\"") {
-                    break;
-                }
-                assert!(Instant::now() < deadline, "{} never listed demo", n.name);
-                std::thread::sleep(Duration::from_millis(100));
-            }
+            let url = format!("{}/api/v1/objects", n.http());
+            wait_body(&url, |b| b.contains("\"demo\""), "demo listed");
         }
     }
 

@@ -512,11 +512,8 @@ impl HttpBlocks {
     /// The URL of block `key` on disk `disk` under `path` at the disk's owner, and the owner.
     fn url(&self, path: &str, disk: DiskId, key: BlockKey) -> Result<(String, String), String> {
         let store = self.store.upgrade().ok_or("the store is closed")?;
-        let meta = store.meta();
-        let owner = meta
-            .disk(disk)
-            .and_then(|d| d.owner.clone())
-            .ok_or_else(|| format!("disk {disk} has no owner node"))?;
+        let owner =
+            store.disk_owner(disk).ok_or_else(|| format!("disk {disk} has no owner node"))?;
         let http = lock(&self.view.live)
             .get(&owner)
             .and_then(|r| r.http)
