@@ -562,9 +562,11 @@ impl ClusterCore {
             ssrc: spec.ssrc,
             dest: Dest::Origin,
             role: Role::Whole,
-            // Yima's LSN lets a client tell the nodes' packets apart: bipartite only (a relayed
-            // session has one source, and players that need relay get plain RTP).
-            lsn: cluster && delivery == Delivery::Bipartite,
+            // Yima's LSN lets a client tell the nodes' packets apart, and the block end next to
+            // it which node owes a lost tail (RBEC): for players that take bipartite delivery,
+            // on a single node too, so that its client finds a lost tail the same way. A relayed
+            // session has one source, and players that need relay get plain RTP.
+            lsn: delivery == Delivery::Bipartite,
         };
         let members: Vec<NodeId> = session.members.iter().copied().collect();
         for to in members {

@@ -17,7 +17,7 @@
 //! block cache; the sender thread ([`sender`]) is the one owner of the [`pacer`] and the
 //! transports. Each is fed a closed command enum over one channel.
 //!
-//! The modules depend downward only: [`clock`] ← [`pacer`] ← [`net`] ← [`sender`] ←
+//! The modules depend downward only: [`clock`] ← [`pacer`], [`rtx`] ← [`net`] ← [`sender`] ←
 //! [`sched_thread`] (which also keeps the [`admission_log`]). The scheduler thread hands blocks
 //! down to the sender ([`sender::SenderCommand::Block`]); nothing here names a command type of a
 //! higher owner. What goes up — a block sent, a pace change, the end of a stream from the sender;
@@ -33,5 +33,6 @@ pub mod admission_log;
 pub mod clock;
 pub mod net;
 pub mod pacer;
+pub mod rtx;
 pub mod sched_thread;
 pub mod sender;

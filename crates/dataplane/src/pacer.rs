@@ -176,6 +176,8 @@ pub enum Transmit<B> {
         marker: bool,
         /// This node's local sequence number for the stream, when it stamps one.
         lsn: Option<u16>,
+        /// The RTP sequence number of the block's last packet (sent with the LSN).
+        block_end: u16,
     },
     /// An RTCP compound packet: SR + SDES, plus BYE when `bye`.
     Rtcp {
@@ -774,6 +776,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             timestamp: rtp_timestamp(s.setup.rtp_ts_offset, time),
             marker,
             lsn,
+            block_end: rtp_seq(s.setup.seq_offset, block.packet(block.packet_count() - 1).gsn),
         };
         s.sent_packets += 1;
         s.sent_bytes += len;

@@ -41,6 +41,7 @@ use crate::net::{Batch, MAX_HEADER, UdpPair};
 use crate::pacer::{
     Pacer, PacerConfig, PacerEvent, PacerStats, PlayRun, StreamProgress, StreamSetup, Transmit,
 };
+use crate::rtx::{RetransmitBuffer, RetransmitStats, RtxSetup, Sent};
 
 /// Where the sender thread's events go. It is called on the sender thread between send passes, so
 /// it should only hand the event on (a channel send), never block.
@@ -114,6 +115,17 @@ pub enum SenderCommand {
         transport: StreamTransport,
         /// The RTCP CNAME to announce.
         cname: String,
+        /// The RFC 4588 RTX stream its player negotiated: retransmissions go out in it (else
+        /// as the packets were first sent).
+        rtx: Option<RtxSetup>,
+    },
+    /// A client's generic NACK (RFC 4585 §6.2.1) for the stream with SSRC `ssrc`: resend the
+    /// packets numbered `seqs` that this node sent within the retransmission window.
+    Nack {
+        /// The media SSRC the NACK names.
+        ssrc: u32,
+        /// The sequence numbers asked for.
+        seqs: Vec<u16>,
     },
     /// Start a run.
     Play {
@@ -211,12 +223,16 @@ pub struct SenderStats {
     pub relayed: u64,
     /// Relayed packets for no known stream (dropped).
     pub relay_unknown: u64,
+    /// Retransmission (RBEC) counters.
+    pub retransmit: RetransmitStats,
 }
 
 struct StreamOut {
     transport: StreamTransport,
     ssrc: u32,
     cname: String,
+    /// The RTX stream and its next sequence number.
+    rtx: Option<(RtxSetup, u16)>,
 }
 
 /// Everything the thread needs.
@@ -236,6 +252,8 @@ pub struct SenderThread {
     /// Wake at most once per quantum (`[sender] quantum_us`): a packet leaves up to this late,
     /// and the packets due meanwhile go out together in `sendmmsg` batches.
     pub quantum: Duration,
+    /// How long a UDP stream's packets are kept for retransmission (`[sender] retransmit_ms`).
+    pub retransmit_window: Duration,
 }
 
 impl SenderThread {
@@ -250,6 +268,8 @@ impl SenderThread {
         let mut held: Vec<SharedBlock> = Vec::with_capacity(self.batch_packets);
         let mut rtcp_buf = Vec::with_capacity(256);
         let mut stats = SenderStats::default();
+        let mut kept: RetransmitBuffer<AlignedBuf> = RetransmitBuffer::new(self.retransmit_window);
+        let mut resend_buf = Vec::with_capacity(2048);
         let mut last_pass = self.clock.now();
         loop {
             // Wait for a command, or for the next due packet but no sooner than a quantum after
@@ -269,11 +289,27 @@ impl SenderThread {
             };
             for cmd in first.into_iter().chain(std::iter::from_fn(|| self.rx.try_recv().ok())) {
                 match cmd {
-                    SenderCommand::Add { setup, transport, cname } => {
+                    SenderCommand::Add { setup, transport, cname, rtx } => {
                         let (stream, ssrc) = (setup.stream, setup.ssrc);
                         pacer.handle_add(setup);
                         by_ssrc.insert(ssrc, stream);
-                        outs.insert(stream, StreamOut { transport, ssrc, cname });
+                        if matches!(transport, StreamTransport::Udp { .. }) {
+                            kept.handle_add(stream);
+                        }
+                        let rtx = rtx.map(|r| (r, rand_seq(ssrc)));
+                        outs.insert(stream, StreamOut { transport, ssrc, cname, rtx });
+                    }
+                    SenderCommand::Nack { ssrc, seqs } => {
+                        let Some(&stream) = by_ssrc.get(&ssrc) else {
+                            kept.handle_unknown();
+                            continue;
+                        };
+                        let found = kept.handle_nack(self.clock.now(), stream, seqs);
+                        if let Some(out) = outs.get_mut(&stream) {
+                            for sent in found {
+                                resend(&self.udp.rtp, out, &sent, &mut resend_buf);
+                            }
+                        }
                     }
                     SenderCommand::Play { stream, play } => {
                         pacer.handle_play(self.clock.now(), stream, play);
@@ -300,7 +336,17 @@ impl SenderThread {
                         match out {
                             Some(out) => {
                                 stats.relayed += 1;
-                                relay(&self.udp.rtp, out, datagram);
+                                let stream = by_ssrc[&out.ssrc];
+                                if kept.keeps(stream)
+                                    && let Ok((h, _)) = RtpHeader::parse(&datagram)
+                                {
+                                    let now = self.clock.now();
+                                    let d: Arc<[u8]> = Arc::from(datagram);
+                                    relay(&self.udp.rtp, out, &d);
+                                    kept.handle_sent(now, stream, h.sequence, Sent::Datagram(d));
+                                } else {
+                                    relay(&self.udp.rtp, out, &datagram);
+                                }
                             }
                             None => stats.relay_unknown += 1,
                         }
@@ -310,6 +356,7 @@ impl SenderThread {
                     }
                     SenderCommand::Remove { stream } => {
                         pacer.handle_remove(stream);
+                        kept.handle_remove(stream);
                         if let Some(out) = outs.remove(&stream) {
                             by_ssrc.remove(&out.ssrc);
                         }
@@ -317,6 +364,7 @@ impl SenderThread {
                     SenderCommand::Stats { reply } => {
                         stats.pacer = pacer.stats();
                         stats.streams = pacer.stream_count();
+                        stats.retransmit = kept.stats();
                         let _ = reply.send(stats);
                     }
                     SenderCommand::Progress { reply } => {
@@ -336,7 +384,16 @@ impl SenderThread {
                 };
                 let Some(t) = pacer.poll_transmit(now, can_send) else { break };
                 match t {
-                    Transmit::Rtp { stream, block, packet, seq, timestamp, marker, lsn } => {
+                    Transmit::Rtp {
+                        stream,
+                        block,
+                        packet,
+                        seq,
+                        timestamp,
+                        marker,
+                        lsn,
+                        block_end,
+                    } => {
                         let Some(out) = outs.get(&stream) else { continue };
                         let rtp_header = RtpHeader {
                             marker,
@@ -348,7 +405,7 @@ impl SenderThread {
                         let mut buf = [0u8; RTP_HEADER_LSN_LEN];
                         let header: &[u8] = match lsn {
                             Some(lsn) => {
-                                rtp_header.write_lsn(lsn, &mut buf);
+                                rtp_header.write_lsn(lsn, block_end, &mut buf);
                                 &buf
                             }
                             None => {
@@ -361,6 +418,12 @@ impl SenderThread {
                         match &out.transport {
                             StreamTransport::Udp { rtp, .. } => {
                                 batch.push(*rtp, header, block.packet(packet).payload);
+                                let sent = Sent::Block {
+                                    block: Arc::clone(&block),
+                                    packet,
+                                    header: rtp_header,
+                                };
+                                kept.handle_sent(now, stream, seq, sent);
                                 held.push(block);
                                 if batch.len() >= self.batch_packets {
                                     flush(&mut batch, &mut held, &self.udp.rtp, &mut stats);
@@ -467,19 +530,54 @@ fn send_rtcp(socket: &UdpSocket, s: &StreamOut, pkt: &[u8]) {
     }
 }
 
+/// Sends a kept packet again to a UDP client: in the stream's RTX stream if its player
+/// negotiated one (RFC 4588 §4: the original sequence number, then the payload), else as it was
+/// first sent but without header extension (a repair is not a new packet of this node: it
+/// takes no LSN).
+fn resend(socket: &UdpSocket, out: &mut StreamOut, sent: &Sent<AlignedBuf>, buf: &mut Vec<u8>) {
+    let StreamTransport::Udp { rtp, .. } = &out.transport else { return };
+    let (header, payload): (RtpHeader, &[u8]) = match sent {
+        Sent::Block { block, packet, header } => (*header, block.packet(*packet).payload),
+        Sent::Datagram(d) => match RtpHeader::parse(d) {
+            Ok((h, range)) => (h, &d[range]),
+            Err(_) => return,
+        },
+    };
+    buf.clear();
+    match &mut out.rtx {
+        Some((setup, seq)) => {
+            isochron_rtp::rtx_packet(buf, &header, payload, setup.payload_type, setup.ssrc, *seq);
+            *seq = seq.wrapping_add(1);
+        }
+        None => {
+            buf.extend_from_slice(&header.to_bytes());
+            buf.extend_from_slice(payload);
+        }
+    }
+    if let Err(e) = socket.send_to(buf, rtp) {
+        debug!(error = %e, to = %rtp, "retransmission send failed");
+    }
+}
+
+/// A random-looking first sequence number for an RTX stream (RFC 3550 §5.1 asks for a random
+/// one), derived from the media SSRC.
+fn rand_seq(ssrc: u32) -> u16 {
+    (isochron_base::mix::hash_words(&[u64::from(ssrc), 0x7274_78]) >> 48) as u16
+}
+
 /// Sends a relayed RTP packet on to the stream's client, from this node's RTP socket or on its
 /// RTSP connection.
-fn relay(socket: &UdpSocket, out: &StreamOut, datagram: Vec<u8>) {
+fn relay(socket: &UdpSocket, out: &StreamOut, datagram: &[u8]) {
     match &out.transport {
         StreamTransport::Udp { rtp, .. } => {
-            if let Err(e) = socket.send_to(&datagram, rtp) {
+            if let Err(e) = socket.send_to(datagram, rtp) {
                 debug!(error = %e, to = %rtp, "relayed RTP send failed");
             }
         }
         StreamTransport::Interleaved { frames, rtp_channel, .. } => {
             let mut b = Vec::with_capacity(4 + datagram.len());
             b.extend_from_slice(&interleaved_prefix(*rtp_channel, datagram.len() as u16));
-            b.extend_from_slice(&datagram);
+            b.extend_from_slice(datagram);
             if frames.try_send(OutFrame::Owned(b)).is_err() {
                 debug!("relayed RTP dropped: connection queue full or closed");
             }

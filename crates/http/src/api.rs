@@ -248,6 +248,10 @@ pub(crate) struct NodeJson {
     control_bytes_sent: u64,
     /// Bytes it received from other nodes on its control connections (counter).
     control_bytes_received: u64,
+    /// Retransmission requests (RTCP generic NACKs) it answered (counter).
+    nacks_received: u64,
+    /// Packets it sent again for them (counter).
+    retransmitted_packets: u64,
 }
 
 fn node_json(s: &ApiState, g: &Gathered) -> NodeJson {
@@ -298,6 +302,8 @@ fn node_json(s: &ApiState, g: &Gathered) -> NodeJson {
         disk_read_bytes: g.sched.disks.iter().map(|d| d.read_bytes).sum(),
         control_bytes_sent: control.0,
         control_bytes_received: control.1,
+        nacks_received: g.send.retransmit.nacks,
+        retransmitted_packets: g.send.retransmit.resent,
     }
 }
 

@@ -124,6 +124,37 @@ pub(crate) fn render(g: &Gathered) -> String {
         send.send_errors as f64,
     );
     e.single("sendmmsg_calls_total", Counter, "sendmmsg calls.", send.syscalls as f64);
+    let rtx = send.retransmit;
+    e.single(
+        "nacks_received_total",
+        Counter,
+        "RTCP generic NACKs (RFC 4585) received for this node's streams.",
+        rtx.nacks as f64,
+    );
+    e.single(
+        "retransmit_requested_total",
+        Counter,
+        "Sequence numbers asked for in NACKs.",
+        rtx.requested as f64,
+    );
+    e.single(
+        "retransmitted_packets_total",
+        Counter,
+        "Packets sent again in answer to a NACK.",
+        rtx.resent as f64,
+    );
+    e.single(
+        "retransmit_missed_total",
+        Counter,
+        "Sequence numbers asked for that this node did not send within the retransmission window.",
+        rtx.missed as f64,
+    );
+    e.single(
+        "nacks_unknown_stream_total",
+        Counter,
+        "NACKs for an SSRC none of this node's streams has.",
+        rtx.unknown_stream as f64,
+    );
     e.single(
         "underruns_total",
         Counter,

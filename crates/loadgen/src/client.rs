@@ -93,6 +93,9 @@ pub struct RtpPacket {
     /// The sending node's local sequence number, if the packet carries the LSN header
     /// extension (`isochron_rtp::lsn`).
     pub lsn: Option<u16>,
+    /// The sequence number of the last packet of its block, if the extension carries it
+    /// (`isochron_rtp::block_end`).
+    pub block_end: Option<u16>,
     /// The payload.
     pub payload: Vec<u8>,
 }
@@ -155,6 +158,30 @@ impl Drop for Client {
 }
 
 impl Client {
+    /// Sends an RTCP packet from the session's RTCP socket to `to` (a UDP session, after
+    /// SETUP; an error otherwise).
+    pub async fn send_rtcp_to(&self, to: SocketAddr, packet: &[u8]) -> std::io::Result<()> {
+        let Some(sock) = &self.rtcp_socket else {
+            return Err(std::io::Error::other("no UDP session: nothing to send RTCP from"));
+        };
+        sock.send_to(packet, to).await.map(|_| ())
+    }
+
+    /// Asks the node that sends RTP from `node` for packets `seqs` of the stream `media_ssrc`
+    /// again: an RTCP generic NACK (RFC 4585 §6.2.1) to the node's RTCP port, the one after its
+    /// RTP port.
+    pub async fn send_nack(
+        &self,
+        node: SocketAddr,
+        media_ssrc: u32,
+        seqs: &[u16],
+    ) -> std::io::Result<()> {
+        let mut pkt = Vec::with_capacity(16 + 4 * seqs.len().min(255));
+        isochron_rtp::rtcp::write_nack(&mut pkt, own_ssrc(media_ssrc), media_ssrc, seqs);
+        let to = SocketAddr::new(node.ip(), node.port().wrapping_add(1));
+        self.send_rtcp_to(to, &pkt).await
+    }
+
     /// Connects to the server of `url` (`rtsp://host:port/path`).
     pub async fn connect(url: &str) -> anyhow::Result<Self> {
         let rest =
@@ -571,7 +598,15 @@ fn header(r: &Response<Vec<u8>>, name: &str) -> Option<String> {
 fn rtp(at: Instant, from: SocketAddr, pkt: &[u8]) -> Option<Incoming> {
     let (header, range) = RtpHeader::parse(pkt).ok()?;
     let lsn = isochron_rtp::lsn(pkt);
-    Some(Incoming::Rtp(RtpPacket { at, from, header, lsn, payload: pkt[range].to_vec() }))
+    let block_end = isochron_rtp::block_end(pkt);
+    Some(Incoming::Rtp(RtpPacket {
+        at,
+        from,
+        header,
+        lsn,
+        block_end,
+        payload: pkt[range].to_vec(),
+    }))
 }
 
 fn rtcp(at: Instant, pkt: &[u8]) -> Incoming {
@@ -681,7 +716,7 @@ async fn recv_loop_shared(sock: std::sync::Arc<UdpSocket>, tx: mpsc::UnboundedSe
 /// ~2 s, GStreamer every ~5 s): it keeps a UDP session alive on the server (RFC 2326 §12.37 and
 /// rtsp-interop §2.6).
 async fn send_receiver_reports(sock: std::sync::Arc<UdpSocket>, to: SocketAddr, media_ssrc: u32) {
-    let own_ssrc = 0x1500_C4A5 ^ media_ssrc.rotate_left(7);
+    let own_ssrc = own_ssrc(media_ssrc);
     let mut tick = tokio::time::interval(Duration::from_secs(2));
     loop {
         tick.tick().await;
@@ -701,6 +736,12 @@ async fn send_receiver_reports(sock: std::sync::Arc<UdpSocket>, to: SocketAddr, 
             return;
         }
     }
+}
+
+/// The SSRC this client reports under for a stream with `media_ssrc` (RTCP RR, NACK).
+#[must_use]
+pub fn own_ssrc(media_ssrc: u32) -> u32 {
+    0x1500_C4A5 ^ media_ssrc.rotate_left(7)
 }
 
 /// A parameter of a Transport header (`server_port=6970-6971` → `6970-6971`).

@@ -74,6 +74,11 @@ impl<K: Copy + Eq, V: Default> SourceTable<K, V> {
     pub fn iter(&self) -> impl Iterator<Item = &(K, V)> {
         self.entries.iter()
     }
+
+    /// The entries, mutably, in the order first seen.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&K, &mut V)> {
+        self.entries.iter_mut().map(|(k, v)| (&*k, v))
+    }
 }
 
 #[cfg(test)]

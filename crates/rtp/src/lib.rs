@@ -15,7 +15,8 @@ pub mod rtp;
 
 pub use rtcp::{NtpTimestamp, ReportBlock, RtcpError, RtcpPacket, SenderReport};
 pub use rtp::{
-    LSN_EXT_ID, LSN_EXT_URI, PT_MP2T, RTP_HEADER_LEN, RTP_HEADER_LSN_LEN, RtpError, RtpHeader, lsn,
+    BLOCK_END_EXT_ID, BLOCK_END_EXT_URI, LSN_EXT_ID, LSN_EXT_URI, PT_MP2T, RTP_HEADER_LEN,
+    RTP_HEADER_LSN_LEN, RtpError, RtpHeader, block_end, lsn, rtx_packet,
 };
 
 /// The 4-byte prefix of an RTP or RTCP packet sent interleaved on the RTSP connection

@@ -353,6 +353,47 @@ pub fn write_bye(out: &mut Vec<u8>, ssrc: u32) {
     out.extend_from_slice(&ssrc.to_be_bytes());
 }
 
+/// Appends a generic NACK (RFC 4585 §6.2.1: RTPFB, FMT 1) from `sender_ssrc` for the lost
+/// sequence numbers `seqs` of `media_ssrc`, packed into (PID, BLP) pairs: each pair names one
+/// lost number and, in its bitmask, which of the 16 after it are lost too. `seqs` in any order;
+/// at most 255 pairs are written (the rest are left out).
+pub fn write_nack(out: &mut Vec<u8>, sender_ssrc: u32, media_ssrc: u32, seqs: &[u16]) {
+    let mut sorted = seqs.to_vec();
+    // Order by distance from the first, so a run across the wrap stays one run.
+    let base = seqs.first().copied().unwrap_or(0);
+    sorted.sort_by_key(|s| s.wrapping_sub(base));
+    sorted.dedup();
+    let mut pairs: Vec<(u16, u16)> = Vec::new();
+    for s in sorted {
+        match pairs.last_mut() {
+            Some((pid, blp)) if (1..=16).contains(&s.wrapping_sub(*pid)) => {
+                *blp |= 1 << (s.wrapping_sub(*pid) - 1);
+            }
+            _ => pairs.push((s, 0)),
+        }
+    }
+    pairs.truncate(255);
+    if pairs.is_empty() {
+        return;
+    }
+    header(out, 1, PT_RTPFB, 8 + 4 * pairs.len());
+    out.extend_from_slice(&sender_ssrc.to_be_bytes());
+    out.extend_from_slice(&media_ssrc.to_be_bytes());
+    for (pid, blp) in pairs {
+        out.extend_from_slice(&pid.to_be_bytes());
+        out.extend_from_slice(&blp.to_be_bytes());
+    }
+}
+
+/// The sequence numbers a generic NACK's (PID, BLP) pairs name, in pair order.
+pub fn nack_seqs(pairs: &[(u16, u16)]) -> impl Iterator<Item = u16> + '_ {
+    pairs.iter().flat_map(|&(pid, blp)| {
+        std::iter::once(pid).chain(
+            (0..16).filter(move |i| blp & (1 << i) != 0).map(move |i| pid.wrapping_add(i + 1)),
+        )
+    })
+}
+
 /// Appends a receiver report with the given blocks (used by isochron's own client).
 pub fn write_receiver_report(out: &mut Vec<u8>, ssrc: u32, reports: &[ReportBlock]) {
     let n = reports.len().min(31);
@@ -436,6 +477,23 @@ mod tests {
         let p: Vec<_> = parse_compound(&out).collect::<Result<_, _>>().unwrap();
         assert_eq!(p, vec![RtcpPacket::ReceiverReport { ssrc: 99, reports: vec![block] }]);
         assert_eq!(p[0].media_ssrcs(), vec![7]);
+    }
+
+    #[test]
+    fn nacks_round_trip_through_pid_and_blp() {
+        let lost = [65_534u16, 65_535, 0, 3, 17, 40, 3];
+        let mut out = Vec::new();
+        write_nack(&mut out, 7, 9, &lost);
+        let parsed: Vec<_> = parse_compound(&out).collect::<Result<_, _>>().unwrap();
+        let RtcpPacket::Nack { sender_ssrc: 7, media_ssrc: 9, pairs } = &parsed[0] else {
+            panic!("{parsed:?}")
+        };
+        assert_eq!(pairs.len(), 3, "65534 covers up to 14; 17; 40: {pairs:?}");
+        let seqs: Vec<u16> = nack_seqs(pairs).collect();
+        assert_eq!(seqs, [65_534, 65_535, 0, 3, 17, 40]);
+        let mut none = Vec::new();
+        write_nack(&mut none, 7, 9, &[]);
+        assert!(none.is_empty());
     }
 
     #[test]

@@ -11,8 +11,9 @@ pub const PT_MP2T: u8 = 33;
 /// Length of the RTP fixed header with no CSRCs.
 pub const RTP_HEADER_LEN: usize = 12;
 
-/// Length of the RTP fixed header followed by the LSN header extension ([`RtpHeader::write_lsn`]).
-pub const RTP_HEADER_LSN_LEN: usize = RTP_HEADER_LEN + 8;
+/// Length of the RTP fixed header followed by the LSN and block-end header extension
+/// ([`RtpHeader::write_lsn`]): 4 bytes of extension header, two 3-byte elements, 2 of padding.
+pub const RTP_HEADER_LSN_LEN: usize = RTP_HEADER_LEN + 12;
 
 /// The one-byte header-extension element id of the sending node's local sequence number (LSN),
 /// as the SDP declares it (`a=extmap:1 urn:x-isochron:rtp-hdrext:lsn`, RFC 8285 §5).
@@ -20,6 +21,16 @@ pub const LSN_EXT_ID: u8 = 1;
 
 /// The URI naming the LSN extension in SDP.
 pub const LSN_EXT_URI: &str = "urn:x-isochron:rtp-hdrext:lsn";
+
+/// The one-byte header-extension element id of the block end: the RTP sequence number of the
+/// last packet of the block this packet belongs to (`a=extmap:2
+/// urn:x-isochron:rtp-hdrext:block-end`). A client that lost the last packets of a block knows
+/// from any packet of that block that they exist, and which node sent them (RBEC's tail losses,
+/// `research/algorithms.md` §4.2).
+pub const BLOCK_END_EXT_ID: u8 = 2;
+
+/// The URI naming the block-end extension in SDP.
+pub const BLOCK_END_EXT_URI: &str = "urn:x-isochron:rtp-hdrext:block-end";
 
 /// The "defined by profile" value of RFC 8285's one-byte header form (§4.2).
 const ONE_BYTE_PROFILE: u16 = 0xBEDE;
@@ -76,19 +87,23 @@ impl RtpHeader {
 
     /// Writes the header with X=1 and an RFC 8285 one-byte header extension carrying `lsn`, the
     /// sending node's local sequence number for this session (Yima §2.6: a client that receives
-    /// from several nodes finds which node lost a packet by the gaps in that node's LSNs).
-    /// Players that do not know the extension skip it by its length (RFC 3550 §5.3.1).
-    pub fn write_lsn(&self, lsn: u16, out: &mut [u8; RTP_HEADER_LSN_LEN]) {
+    /// from several nodes finds which node lost a packet by the gaps in that node's LSNs), and
+    /// `block_end`, the sequence number of the last packet of this packet's block (so a client
+    /// knows which node owes it the packets up to there). Players that do not know the
+    /// extension skip it by its length (RFC 3550 §5.3.1).
+    pub fn write_lsn(&self, lsn: u16, block_end: u16, out: &mut [u8; RTP_HEADER_LSN_LEN]) {
         let mut fixed = [0; RTP_HEADER_LEN];
         self.write(&mut fixed);
         fixed[0] |= 0x10;
         out[..RTP_HEADER_LEN].copy_from_slice(&fixed);
         let ext = &mut out[RTP_HEADER_LEN..];
         ext[..2].copy_from_slice(&ONE_BYTE_PROFILE.to_be_bytes());
-        ext[2..4].copy_from_slice(&1u16.to_be_bytes()); // one 32-bit word of elements
+        ext[2..4].copy_from_slice(&2u16.to_be_bytes()); // two 32-bit words of elements
         ext[4] = (LSN_EXT_ID << 4) | 1; // id, length − 1 = 1: two bytes
         ext[5..7].copy_from_slice(&lsn.to_be_bytes());
-        ext[7] = 0; // padding
+        ext[7] = (BLOCK_END_EXT_ID << 4) | 1;
+        ext[8..10].copy_from_slice(&block_end.to_be_bytes());
+        ext[10..12].fill(0); // padding
     }
 
     /// The header as a new array.
@@ -140,10 +155,46 @@ impl RtpHeader {
     }
 }
 
+/// Appends an RFC 4588 retransmission packet (§4) of the packet with header `original` and
+/// `payload` to `out`: the header of the RTX stream (its own payload type, SSRC and sequence
+/// number; the original's timestamp and marker), then the original sequence number (OSN), then
+/// the original payload.
+pub fn rtx_packet(
+    out: &mut Vec<u8>,
+    original: &RtpHeader,
+    payload: &[u8],
+    rtx_payload_type: u8,
+    rtx_ssrc: u32,
+    rtx_seq: u16,
+) {
+    let h = RtpHeader {
+        marker: original.marker,
+        payload_type: rtx_payload_type,
+        sequence: rtx_seq,
+        timestamp: original.timestamp,
+        ssrc: rtx_ssrc,
+    };
+    out.extend_from_slice(&h.to_bytes());
+    out.extend_from_slice(&original.sequence.to_be_bytes());
+    out.extend_from_slice(payload);
+}
+
 /// The LSN of a packet written by [`RtpHeader::write_lsn`] (any RFC 8285 one-byte extension
 /// holding element [`LSN_EXT_ID`] of two bytes), or `None`.
 #[must_use]
 pub fn lsn(pkt: &[u8]) -> Option<u16> {
+    ext_u16(pkt, LSN_EXT_ID)
+}
+
+/// The block end of a packet written by [`RtpHeader::write_lsn`] (element
+/// [`BLOCK_END_EXT_ID`] of two bytes), or `None`.
+#[must_use]
+pub fn block_end(pkt: &[u8]) -> Option<u16> {
+    ext_u16(pkt, BLOCK_END_EXT_ID)
+}
+
+/// The value of two-byte element `want` of an RFC 8285 one-byte header extension.
+fn ext_u16(pkt: &[u8], want: u8) -> Option<u16> {
     if pkt.len() < RTP_HEADER_LEN || pkt[0] >> 6 != 2 || pkt[0] & 0x10 == 0 {
         return None;
     }
@@ -161,7 +212,7 @@ pub fn lsn(pkt: &[u8]) -> Option<u16> {
             15 => return None, // reserved: stop (RFC 8285 §4.2)
             _ => {
                 let data = rest.get(..len)?;
-                if id == LSN_EXT_ID && len == 2 {
+                if id == want && len == 2 {
                     return Some(u16::from_be_bytes([data[0], data[1]]));
                 }
                 elems = &rest[len..];
@@ -218,6 +269,19 @@ mod tests {
     }
 
     #[test]
+    fn rtx_packets_carry_the_osn_then_the_payload() {
+        let h = RtpHeader { marker: true, payload_type: 33, sequence: 513, timestamp: 7, ssrc: 1 };
+        let mut out = Vec::new();
+        rtx_packet(&mut out, &h, &[0x47, 1, 2], 97, 0xabc, 9);
+        let (r, range) = RtpHeader::parse(&out).unwrap();
+        assert_eq!(
+            r,
+            RtpHeader { marker: true, payload_type: 97, sequence: 9, timestamp: 7, ssrc: 0xabc }
+        );
+        assert_eq!(&out[range], &[2, 1, 0x47, 1, 2]);
+    }
+
+    #[test]
     fn the_lsn_extension_is_skipped_by_the_parser_and_read_back() {
         let h = RtpHeader {
             marker: false,
@@ -227,18 +291,22 @@ mod tests {
             ssrc: 0xabcd,
         };
         let mut head = [0; RTP_HEADER_LSN_LEN];
-        h.write_lsn(0xbeef, &mut head);
+        h.write_lsn(0xbeef, 0x1234, &mut head);
         let mut pkt = head.to_vec();
         pkt.extend_from_slice(&[0x47; 188]);
         let (parsed, payload) = RtpHeader::parse(&pkt).unwrap();
         assert_eq!(parsed, h);
         assert_eq!(payload, RTP_HEADER_LSN_LEN..pkt.len());
         assert_eq!(lsn(&pkt), Some(0xbeef));
+        assert_eq!(block_end(&pkt), Some(0x1234));
         assert_eq!(lsn(&h.to_bytes()), None);
-        // Byte for byte: X set, 0xBEDE, one word, id 1 length 2, the LSN, padding.
+        assert_eq!(block_end(&h.to_bytes()), None);
+        // Byte for byte: X set, 0xBEDE, two words, id 1 length 2, the LSN, id 2 length 2, the
+        // block end, padding.
         assert_eq!(&head[..1], &[0x90]);
-        assert_eq!(&head[12..], &[0xbe, 0xde, 0, 1, 0x11, 0xbe, 0xef, 0]);
+        assert_eq!(&head[12..], &[0xbe, 0xde, 0, 2, 0x11, 0xbe, 0xef, 0x21, 0x12, 0x34, 0, 0]);
         // Truncated extensions are not read past.
         assert_eq!(lsn(&pkt[..17]), None);
+        assert_eq!(block_end(&pkt[..21]), None);
     }
 }

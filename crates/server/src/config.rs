@@ -114,6 +114,10 @@ pub struct SenderSection {
     /// Frames queued per RTSP connection for interleaved (TCP) delivery before the stream waits
     /// for the client. Default 512.
     pub tcp_queue_frames: usize,
+    /// How long each UDP stream keeps the packets it sent, to answer a client's retransmission
+    /// requests (RTCP generic NACK, RFC 4585 §6.2.1), in ms; also the `rtx-time` offered to
+    /// players that negotiate RFC 4588 RTX. Default 1000; 0 answers none.
+    pub retransmit_ms: u64,
 }
 
 impl Default for SenderSection {
@@ -124,6 +128,7 @@ impl Default for SenderSection {
             quantum_us: 500,
             udp_send_buffer_kib: 8192,
             tcp_queue_frames: 512,
+            retransmit_ms: 1000,
         }
     }
 }
@@ -295,6 +300,8 @@ pub struct Settings {
     pub batch_packets: usize,
     /// The sender's wake-up quantum.
     pub send_quantum: Duration,
+    /// How long sent packets are kept for retransmission.
+    pub retransmit_window: Duration,
     /// UDP send buffer.
     pub udp_send_buffer: Bytes,
     /// Interleaved frames queued per connection.
@@ -382,6 +389,9 @@ impl ConfigFile {
         if self.sender.quantum_us > 20_000 {
             return Err(invalid("sender.quantum_us", "must be at most 20000 (20 ms)"));
         }
+        if self.sender.retransmit_ms > 10_000 {
+            return Err(invalid("sender.retransmit_ms", "must be at most 10000 (10 s)"));
+        }
         if self.sender.tcp_queue_frames < 16 {
             return Err(invalid("sender.tcp_queue_frames", "must be at least 16"));
         }
@@ -436,6 +446,7 @@ impl ConfigFile {
             rtcp_interval: Duration::from_millis(self.sender.rtcp_interval_ms),
             batch_packets: self.sender.batch_packets,
             send_quantum: Duration::from_micros(self.sender.quantum_us),
+            retransmit_window: Duration::from_millis(self.sender.retransmit_ms),
             udp_send_buffer: Bytes::kib(self.sender.udp_send_buffer_kib),
             tcp_queue_frames: self.sender.tcp_queue_frames,
             cycle: CycleConfig {
@@ -547,6 +558,7 @@ mod tests {
             ("[rtsp]\npaused_session_timeout_s = 10", "rtsp.paused_session_timeout_s"),
             ("[sender]\nbatch_packets = 0", "sender.batch_packets"),
             ("[sender]\nquantum_us = 50000", "sender.quantum_us"),
+            ("[sender]\nretransmit_ms = 60000", "sender.retransmit_ms"),
             ("[sched]\nlookahead_cycles = 0", "sched.lookahead_cycles"),
             ("[sched]\nadmission = \"lenient\"", "sched.admission"),
             ("[sched]\ncycle_ms = 1", "sched.cycle_ms"),

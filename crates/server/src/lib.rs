@@ -303,16 +303,17 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         rtcp_interval: settings.rtcp_interval,
         batch_packets: settings.batch_packets,
         quantum: settings.send_quantum,
+        retransmit_window: settings.retransmit_window,
     };
     threads
         .push(std::thread::Builder::new().name("isochron-sender".into()).spawn(|| sender.run())?);
     let stop = Arc::new(AtomicBool::new(false));
     {
-        let (stop, tx) = (Arc::clone(&stop), sessions_tx.clone());
+        let (stop, tx, nacks) = (Arc::clone(&stop), sessions_tx.clone(), sender_tx.clone());
         threads.push(
             std::thread::Builder::new()
                 .name("isochron-rtcp".into())
-                .spawn(move || rtcp_rx::run(rtcp_socket, stop, tx))?,
+                .spawn(move || rtcp_rx::run(rtcp_socket, stop, tx, nacks))?,
         );
     }
 

@@ -880,6 +880,7 @@ impl Manager {
                 setup,
                 transport,
                 cname: self.cname.clone(),
+                rtx: None,
             });
             share.added = true;
         }

@@ -1,7 +1,9 @@
 //! `isochron play URL`: isochron's own player-side client (what openRTSP is to LIVE555). One
 //! RTSP session (DESCRIBE, SETUP, PLAY, TEARDOWN at the end) whose packets go through the player
 //! core, `isochron_loadgen::player`: a jitter buffer in RTP sequence (GSN) order, the PCR playout
-//! clock, and per-source counts with each cluster node's LSN gaps (Yima §2.2, §2.6). `--out`
+//! clock, and per-source counts with each cluster node's LSN gaps (Yima §2.2, §2.6). Over UDP it
+//! asks for lost packets again (RBEC, Yima §2.3): an RTCP generic NACK (RFC 4585 §6.2.1) to the
+//! RTCP port of the node that sent each one (`isochron_loadgen::player::repair`). `--out`
 //! writes the payloads in order (the MPEG-TS); the summary goes to stderr as a table, or to
 //! stdout as one JSON object with `--json`.
 //!
@@ -19,7 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, anyhow, bail};
 use isochron_loadgen::bench::session::range_length;
 use isochron_loadgen::client::status_line;
-use isochron_loadgen::player::{Player, Summary};
+use isochron_loadgen::player::{Ext, Player, RepairConfig, Summary};
 use isochron_loadgen::{Client, Incoming, Transport};
 
 /// The longest wait between two looks at the player's state.
@@ -51,6 +53,9 @@ pub(crate) struct Args {
     /// Give up after S seconds (exit status 1) [default: no limit].
     #[arg(long, value_name = "S")]
     timeout: Option<f64>,
+    /// Do not ask for lost packets again (no RTCP NACKs).
+    #[arg(long)]
+    no_retransmit: bool,
 }
 
 /// Runs `isochron play`.
@@ -112,7 +117,11 @@ async fn play(
     }
     let info = client.play(None).await?;
     let mut player = Player::new(buffer);
+    if a.transport == Transport::Udp && !a.no_retransmit {
+        player = player.with_repairs(RepairConfig::default());
+    }
     player.handle_play(info.seq, info.range.as_deref().and_then(range_length));
+    let mut media_ssrc = None;
     let deadline = timeout.map(|t| started + t);
     let mut heard = Instant::now();
     let interrupt = tokio::signal::ctrl_c();
@@ -125,7 +134,9 @@ async fn play(
             got = client.next(wake.saturating_duration_since(now)) => match got {
                 Some(Incoming::Rtp(p)) => {
                     heard = Instant::now();
-                    player.handle_packet(p.at, p.from, p.header.sequence, p.lsn, &p.payload);
+                    media_ssrc.get_or_insert(p.header.ssrc);
+                    let ext = Ext { lsn: p.lsn, block_end: p.block_end };
+                    player.handle_packet(p.at, p.from, p.header.sequence, ext, &p.payload);
                 }
                 Some(Incoming::Rtcp { at, bye, .. }) => {
                     heard = Instant::now();
@@ -140,6 +151,12 @@ async fn play(
         let now = Instant::now();
         while let Some(payload) = player.poll_payload(now) {
             out.write_all(payload).context("writing --out")?;
+        }
+        for (node, seqs) in player.poll_requests(now) {
+            let Some(ssrc) = media_ssrc else { break };
+            if let Err(e) = client.send_nack(node, ssrc, &seqs).await {
+                tracing::debug!(%node, error = %e, "NACK not sent");
+            }
         }
         if player.is_done(now) {
             break None;

@@ -16,12 +16,17 @@
 //! [`Player::is_done`] (the input ended and a grace of the buffer passed for stragglers), and
 //! after [`Player::finish`] the [`Summary`].
 //!
-//! Not here (later, on the same core): RTCP generic NACKs per node from the LSN gaps (RFC 4585
-//! §6.2.1; [`LsnTracker::handle`] already returns each gap as it opens) and MTFC rate requests;
-//! sockets and RTSP (the binary's `play` command, with [`crate::Client`]).
+//! With [`Player::with_repairs`] it also asks for lost packets again (RBEC, Yima §2.3): which
+//! numbers are missing and which node sent them ([`repair`]), as requests from
+//! [`Player::poll_requests`] that the caller sends as RTCP generic NACKs (RFC 4585 §6.2.1) to
+//! each node's RTCP port. A repaired packet that comes in time is played and counted
+//! *recovered*; one that comes after its slot was released is counted late, not played.
+//!
+//! Not here: sockets and RTSP (the binary's `play` command, with [`crate::Client`]).
 
 pub mod lsn;
 pub mod reorder;
+pub mod repair;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -33,6 +38,7 @@ use serde::Serialize;
 
 pub use self::lsn::LsnTracker;
 pub use self::reorder::{Arrival, ReorderBuffer, ReorderStats};
+pub use self::repair::{Ask, RepairConfig, RepairStats, Repairs, Request};
 use crate::bench::playout::Playout;
 use crate::sources::{SourceTable, Traffic};
 
@@ -65,6 +71,15 @@ impl EndReason {
     }
 }
 
+/// What an RTP packet's header extension carried (an isochron node's, `isochron_rtp::lsn`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ext {
+    /// The sending node's local sequence number.
+    pub lsn: Option<u16>,
+    /// The sequence number of the last packet of its block.
+    pub block_end: Option<u16>,
+}
+
 /// What one source delivered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SourceStats {
@@ -72,6 +87,10 @@ pub struct SourceStats {
     pub traffic: Traffic,
     /// Its LSNs (packets carrying the extension, each counted once).
     pub lsn: LsnTracker,
+    /// Retransmissions asked of it (sequence numbers, each try counted).
+    pub nacked: u64,
+    /// Lost packets it sent again in time.
+    pub recovered: u64,
 }
 
 /// One source in the [`Summary`].
@@ -85,8 +104,12 @@ pub struct SourceSummary {
     pub bytes: u64,
     /// Packets carrying an LSN, counted once.
     pub lsn_packets: u64,
-    /// LSNs missing between its first and its highest: packets it sent that never arrived.
+    /// LSNs missing between its first and its highest: packets it sent that the network lost.
     pub lsn_gaps: u64,
+    /// Retransmissions asked of it (sequence numbers in NACKs, each try counted).
+    pub nacked: u64,
+    /// Lost packets it sent again in time to be played.
+    pub recovered: u64,
 }
 
 /// A session's account (`isochron play --json` prints it).
@@ -100,6 +123,12 @@ pub struct Summary {
     pub duplicates: u64,
     /// Packets never received: gaps skipped at release and not filled since.
     pub lost: u64,
+    /// Packets found missing and asked for again (RTCP generic NACK).
+    pub requested: u64,
+    /// NACK requests sent (a number asked twice counts twice; one sent to every node, once).
+    pub nacks: u64,
+    /// Packets asked for that came in time and were played (repaired losses).
+    pub recovered: u64,
     /// Packets received after their slot was released (not written).
     pub late: u64,
     /// Packets received after one numbered above them, in time to be put back in order.
@@ -139,6 +168,7 @@ pub struct Player {
     /// The payload [`Self::poll_payload`] returned last.
     current: Vec<u8>,
     pool: Vec<Vec<u8>>,
+    repairs: Option<Repairs>,
 }
 
 impl Player {
@@ -160,7 +190,16 @@ impl Player {
             finished_at: None,
             current: Vec::new(),
             pool: Vec::with_capacity(POOL),
+            repairs: None,
         }
+    }
+
+    /// The player also finds lost packets and says whom to ask for them
+    /// ([`Self::poll_requests`]).
+    #[must_use]
+    pub fn with_repairs(mut self, config: RepairConfig) -> Self {
+        self.repairs = Some(Repairs::new(config));
+        self
     }
 
     /// The PLAY response: the first packet's RTP sequence number (RTP-Info `seq`) and the media
@@ -177,43 +216,69 @@ impl Player {
     /// An RTP packet (header included) arrived at `at` from `from`. Not RTP: ignored.
     pub fn handle_rtp(&mut self, at: Instant, from: SocketAddr, packet: &[u8]) {
         let Ok((header, range)) = RtpHeader::parse(packet) else { return };
-        self.handle_packet(at, from, header.sequence, isochron_rtp::lsn(packet), &packet[range]);
+        let ext =
+            Ext { lsn: isochron_rtp::lsn(packet), block_end: isochron_rtp::block_end(packet) };
+        self.handle_packet(at, from, header.sequence, ext, &packet[range]);
     }
 
-    /// An RTP packet, already parsed: its sequence number, its LSN if it carried one, and its
-    /// payload.
+    /// An RTP packet, already parsed: its sequence number, what its header extension carried,
+    /// and its payload.
     pub fn handle_packet(
         &mut self,
         at: Instant,
         from: SocketAddr,
         seq: u16,
-        lsn: Option<u16>,
+        ext: Ext,
         payload: &[u8],
     ) {
         self.packets += 1;
         self.first_at.get_or_insert(at);
         self.last_at = Some(at);
+        let number = self.reorder.extend(seq);
         let mut buf = self.pool.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(payload);
-        let duplicate = match self.reorder.push(at, seq, buf) {
-            Arrival::Held { .. } => false,
+        let (duplicate, held) = match self.reorder.push(at, seq, buf) {
+            Arrival::Held { .. } => (false, true),
             Arrival::Duplicate(b) => {
                 self.recycle(b);
-                true
+                (true, false)
             }
             Arrival::Late(b) => {
                 self.recycle(b);
-                false
+                (false, false)
             }
         };
         // Sources past the table's size are counted in the totals only.
-        if let Some((_, s)) = self.sources.entry(from) {
-            s.traffic.add(payload.len());
-            if let (false, Some(l)) = (duplicate, lsn) {
-                s.lsn.handle(l);
+        let Some((index, s)) = self.sources.entry(from) else { return };
+        s.traffic.add(payload.len());
+        if let (false, Some(l)) = (duplicate, ext.lsn) {
+            s.lsn.handle(l);
+        }
+        if let Some(r) = &mut self.repairs {
+            // The block end is the same kind of number as the sequence number, just ahead.
+            let end = ext.block_end.map(|e| number + u64::from(e.wrapping_sub(seq)));
+            if r.handle_packet(at, number, index, end, held) {
+                s.recovered += 1;
             }
         }
+    }
+
+    /// The retransmission requests due at `now` (with [`Self::with_repairs`]): each source's
+    /// address and the RTP sequence numbers to ask it for.
+    pub fn poll_requests(&mut self, now: Instant) -> Vec<(SocketAddr, Vec<u16>)> {
+        let Some(r) = &mut self.repairs else { return Vec::new() };
+        let mut out = Vec::new();
+        for req in r.poll_requests(now, self.reorder.next()) {
+            for (i, (address, s)) in self.sources.iter_mut().enumerate() {
+                if matches!(req.to, Ask::Source(j) if j != i) {
+                    continue;
+                }
+                s.nacked += req.seqs.len() as u64;
+                out.push((*address, req.seqs.clone()));
+            }
+        }
+        out
     }
 
     /// An RTCP compound packet arrived at `at`; a BYE ends the input.
@@ -251,14 +316,13 @@ impl Player {
         Some(&self.current)
     }
 
-    /// When to call [`Self::poll_payload`] (and [`Self::is_done`]) again if no packet comes.
+    /// When to call [`Self::poll_payload`] (and [`Self::is_done`], [`Self::poll_requests`])
+    /// again if no packet comes.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         let end = self.ended.map(|(at, _)| at + self.grace);
-        match (self.reorder.poll_timeout(), end) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let repair = self.repairs.as_ref().and_then(Repairs::poll_timeout);
+        [self.reorder.poll_timeout(), end, repair].into_iter().flatten().min()
     }
 
     /// Why the input ended, once it has.
@@ -292,11 +356,15 @@ impl Player {
             (Some(a), Some(b)) => b.saturating_duration_since(a).as_secs_f64(),
             _ => 0.0,
         };
+        let rs = self.repairs.as_ref().map(Repairs::stats).unwrap_or_default();
         Summary {
             ended: self.ended().unwrap_or(EndReason::Incomplete),
             packets: self.packets,
             duplicates: r.duplicates,
             lost: r.lost,
+            requested: rs.requested,
+            nacks: rs.requests,
+            recovered: rs.recovered,
             late: r.late,
             reordered: r.reordered,
             written_packets: self.written.packets,
@@ -315,6 +383,8 @@ impl Player {
                     bytes: s.traffic.bytes,
                     lsn_packets: s.lsn.received(),
                     lsn_gaps: s.lsn.gaps(),
+                    nacked: s.nacked,
+                    recovered: s.recovered,
                 })
                 .collect(),
         }
@@ -346,12 +416,15 @@ impl fmt::Display for Summary {
         )?;
         writeln!(
             f,
-            "packets {}   written {} ({} bytes)   lost {}   late {}   duplicates {}   \
-             reordered {}   starvations {} ({} ms stalled)",
+            "packets {}   written {} ({} bytes)   lost {}   recovered {} (of {} asked for, {} \
+             NACKs)   late {}   duplicates {}   reordered {}   starvations {} ({} ms stalled)",
             self.packets,
             self.written_packets,
             self.written_bytes,
             self.lost,
+            self.recovered,
+            self.requested,
+            self.nacks,
             self.late,
             self.duplicates,
             self.reordered,
@@ -360,8 +433,8 @@ impl fmt::Display for Summary {
         )?;
         writeln!(
             f,
-            "{:<40} {:>10} {:>14} {:>10} {:>9}",
-            "source", "packets", "bytes", "lsn", "lsn gaps"
+            "{:<40} {:>10} {:>14} {:>10} {:>9} {:>8} {:>10}",
+            "source", "packets", "bytes", "lsn", "lsn gaps", "nacked", "recovered"
         )?;
         for s in &self.sources {
             let lsn = if s.lsn_packets > 0 { s.lsn_packets.to_string() } else { "-".into() };
@@ -369,8 +442,8 @@ impl fmt::Display for Summary {
             let address = s.address.to_string();
             writeln!(
                 f,
-                "{:<40} {:>10} {:>14} {:>10} {:>9}",
-                address, s.packets, s.bytes, lsn, gaps
+                "{:<40} {:>10} {:>14} {:>10} {:>9} {:>8} {:>10}",
+                address, s.packets, s.bytes, lsn, gaps, s.nacked, s.recovered
             )?;
         }
         Ok(())
@@ -396,7 +469,7 @@ mod tests {
         let mut p = match lsn {
             Some(l) => {
                 let mut head = [0; RTP_HEADER_LSN_LEN];
-                h.write_lsn(l, &mut head);
+                h.write_lsn(l, seq, &mut head);
                 head.to_vec()
             }
             None => h.to_bytes().to_vec(),

@@ -119,6 +119,12 @@ impl<T> ReorderBuffer<T> {
         self.stats
     }
 
+    /// The extended number released next, once known: numbers below it are decided.
+    #[must_use]
+    pub fn next(&self) -> Option<u64> {
+        self.next
+    }
+
     /// Packets held.
     #[must_use]
     pub fn held(&self) -> usize {

@@ -1,0 +1,247 @@
+//! The retransmission buffer: what this node sent lately, by RTP sequence number (sans-IO).
+//!
+//! Why: Yima's retransmission-based error control (RBEC, Yima §2.3; `research/algorithms.md` §4)
+//! has the client ask the node that *sent* a lost packet for it again, because that node still
+//! holds it. A client names the lost packets by their RTP sequence numbers in an RTCP generic NACK
+//! (RFC 4585 §6.2.1); each node keeps, per UDP stream, the packets it sent during the last
+//! `window` and answers the numbers it finds. Numbers it did not send (another node's, or older
+//! than the window) are counted and ignored: in a cluster a client may ask a node for a packet
+//! another node sent (a whole block lost in a row), and only the sender answers.
+//!
+//! A packet is kept as a reference to its block and its index there, never a copy: the block
+//! stays alive in memory for up to `window` after its last packet (at most about one block per
+//! stream beyond what the scheduler's cache accounts for). A packet relayed for another node
+//! (relay delivery, the origin forwards what the other nodes send) is kept as its datagram.
+//!
+//! How a kept packet goes out again is the sender thread's business: as it was, or in an RFC 4588
+//! RTX stream for players that negotiated one.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use isochron_base::{Instant, StreamId};
+use isochron_rtp::RtpHeader;
+use isochron_store::block::Block;
+
+/// An RFC 4588 retransmission stream a player negotiated (SSRC-multiplexed, §5.3): the SDP
+/// offered payload type `payload_type` as `rtx` with `apt` the media's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RtxSetup {
+    /// The RTX payload type.
+    pub payload_type: u8,
+    /// The RTX stream's SSRC.
+    pub ssrc: u32,
+}
+
+/// A packet as it was sent.
+#[derive(Debug)]
+pub enum Sent<B> {
+    /// A packet this node paced from one of its blocks.
+    Block {
+        /// The block.
+        block: Arc<Block<B>>,
+        /// The packet's index in it.
+        packet: usize,
+        /// Its RTP header.
+        header: RtpHeader,
+    },
+    /// A packet relayed for another node: the datagram as sent.
+    Datagram(Arc<[u8]>),
+}
+
+impl<B> Clone for Sent<B> {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Block { block, packet, header } => {
+                Self::Block { block: Arc::clone(block), packet: *packet, header: *header }
+            }
+            Self::Datagram(d) => Self::Datagram(Arc::clone(d)),
+        }
+    }
+}
+
+/// Counters, monotonic.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RetransmitStats {
+    /// NACKs handled (for a known stream).
+    pub nacks: u64,
+    /// Sequence numbers they asked for.
+    pub requested: u64,
+    /// Packets found and handed back for resending.
+    pub resent: u64,
+    /// Numbers not in the buffer (not sent by this node, or older than the window).
+    pub missed: u64,
+    /// NACKs for a stream this node does not know.
+    pub unknown_stream: u64,
+}
+
+#[derive(Debug)]
+struct Ring<B> {
+    /// `(sent at, seq, packet)`, oldest first.
+    entries: VecDeque<(Instant, u16, Sent<B>)>,
+    /// Sequence number → absolute index of its newest entry.
+    by_seq: HashMap<u16, u64>,
+    /// The absolute index of `entries[0]`.
+    first: u64,
+}
+
+impl<B> Ring<B> {
+    fn expire(&mut self, horizon: Instant) {
+        while let Some((at, seq, _)) = self.entries.front() {
+            if *at >= horizon {
+                break;
+            }
+            if self.by_seq.get(seq) == Some(&self.first) {
+                self.by_seq.remove(seq);
+            }
+            self.entries.pop_front();
+            self.first += 1;
+        }
+    }
+}
+
+/// Per stream, the packets sent during the last `window` (see the module docs).
+#[derive(Debug)]
+pub struct RetransmitBuffer<B> {
+    window: Duration,
+    streams: HashMap<StreamId, Ring<B>>,
+    stats: RetransmitStats,
+}
+
+impl<B> RetransmitBuffer<B> {
+    /// A buffer keeping each packet for `window` after it was sent.
+    #[must_use]
+    pub fn new(window: Duration) -> Self {
+        Self { window, streams: HashMap::new(), stats: RetransmitStats::default() }
+    }
+
+    /// Keep what `stream` sends from now on.
+    pub fn handle_add(&mut self, stream: StreamId) {
+        self.streams
+            .insert(stream, Ring { entries: VecDeque::new(), by_seq: HashMap::new(), first: 0 });
+    }
+
+    /// Forget `stream`.
+    pub fn handle_remove(&mut self, stream: StreamId) {
+        self.streams.remove(&stream);
+    }
+
+    /// Whether `stream` is kept.
+    #[must_use]
+    pub fn keeps(&self, stream: StreamId) -> bool {
+        self.streams.contains_key(&stream)
+    }
+
+    /// `stream` sent packet `seq` at `now` (ignored for a stream not added).
+    pub fn handle_sent(&mut self, now: Instant, stream: StreamId, seq: u16, sent: Sent<B>) {
+        let Some(ring) = self.streams.get_mut(&stream) else { return };
+        ring.expire(now.saturating_sub(self.window));
+        let index = ring.first + ring.entries.len() as u64;
+        ring.entries.push_back((now, seq, sent));
+        ring.by_seq.insert(seq, index);
+    }
+
+    /// A NACK for `stream` at `now` asking for `seqs`: the packets found, in the order asked.
+    pub fn handle_nack(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        seqs: impl IntoIterator<Item = u16>,
+    ) -> Vec<Sent<B>> {
+        let Some(ring) = self.streams.get_mut(&stream) else {
+            self.stats.unknown_stream += 1;
+            return Vec::new();
+        };
+        ring.expire(now.saturating_sub(self.window));
+        self.stats.nacks += 1;
+        let mut found = Vec::new();
+        for seq in seqs {
+            self.stats.requested += 1;
+            let entry = ring
+                .by_seq
+                .get(&seq)
+                .and_then(|i| ring.entries.get((i - ring.first) as usize))
+                .map(|(_, _, sent)| sent.clone());
+            match entry {
+                Some(sent) => {
+                    self.stats.resent += 1;
+                    found.push(sent);
+                }
+                None => self.stats.missed += 1,
+            }
+        }
+        found
+    }
+
+    /// A NACK for an SSRC no stream of this node has.
+    pub fn handle_unknown(&mut self) {
+        self.stats.unknown_stream += 1;
+    }
+
+    /// Counters so far.
+    #[must_use]
+    pub fn stats(&self) -> RetransmitStats {
+        self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Instant {
+        Instant::from_nanos(n * 1_000_000)
+    }
+
+    fn datagram(seq: u16) -> Sent<Vec<u8>> {
+        Sent::Datagram(Arc::from(seq.to_be_bytes().to_vec()))
+    }
+
+    fn seqs_of(found: &[Sent<Vec<u8>>]) -> Vec<u16> {
+        found
+            .iter()
+            .map(|s| match s {
+                Sent::Datagram(d) => u16::from_be_bytes([d[0], d[1]]),
+                Sent::Block { header, .. } => header.sequence,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn answers_what_it_sent_within_the_window_and_counts_the_rest() {
+        let (s, other) = (StreamId(1), StreamId(2));
+        let mut b = RetransmitBuffer::new(Duration::from_millis(100));
+        b.handle_add(s);
+        // Sequence numbers wrap on the way; 10 ms apart.
+        for (i, seq) in (65_530u16..=65_535).chain(0..4).enumerate() {
+            b.handle_sent(ms(i as u64 * 10), s, seq, datagram(seq));
+        }
+        b.handle_sent(ms(5), other, 1, datagram(1)); // not added: not kept
+        let found = b.handle_nack(ms(95), s, [65_535, 2, 7]);
+        assert_eq!(seqs_of(&found), [65_535, 2]);
+        // At 125 ms the packets sent before 25 ms (the first three) are gone.
+        let found = b.handle_nack(ms(125), s, [65_530, 65_532, 65_533, 3]);
+        assert_eq!(seqs_of(&found), [65_533, 3]);
+        assert!(b.handle_nack(ms(125), other, [1]).is_empty());
+        let st = b.stats();
+        assert_eq!(
+            (st.nacks, st.requested, st.resent, st.missed, st.unknown_stream),
+            (2, 7, 4, 3, 1)
+        );
+        b.handle_remove(s);
+        assert!(!b.keeps(s));
+    }
+
+    #[test]
+    fn a_number_sent_twice_answers_with_the_newest() {
+        let s = StreamId(1);
+        let mut b: RetransmitBuffer<Vec<u8>> = RetransmitBuffer::new(Duration::from_millis(100));
+        b.handle_add(s);
+        b.handle_sent(ms(0), s, 9, Sent::Datagram(Arc::from(vec![0u8, 1])));
+        b.handle_sent(ms(60), s, 9, Sent::Datagram(Arc::from(vec![0u8, 2])));
+        // The first copy expires; the newer one stays findable.
+        let found = b.handle_nack(ms(120), s, [9]);
+        assert!(matches!(&found[..], [Sent::Datagram(d)] if d[1] == 2));
+    }
+}
