@@ -8,6 +8,11 @@
 //! make VLC/live555 ask for multicast), and static payload type 33 `MP2T/90000` (RFC 3551 §6)
 //! under `m=video` (GStreamer's `rtpmp2tdepay` expects video). Other codecs are not described
 //! yet (H.264 and AAC come later, interop §2.4).
+//!
+//! With feedback ([`SdpParams::rtx_time`]) the media line offers the AVPF profile (RFC 4585 §7.1)
+//! with generic NACK (`a=rtcp-fb:33 nack`, §4.2) and an RFC 4588 retransmission payload type
+//! (`a=rtpmap:97 rtx/90000`, `a=fmtp:97 apt=33;rtx-time=…`, §8.6): how a standard player that
+//! can repair loss (GStreamer's `rtspsrc do-retransmission=true`) learns that it may ask.
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -32,7 +37,13 @@ pub struct SdpParams<'a> {
     /// The average bit rate for `b=AS:` in kbit/s (rounded up); zero means unknown and omits
     /// the line.
     pub bitrate: BitRate,
+    /// Offer feedback and retransmission, keeping packets this long (`rtx-time`); `None`: the
+    /// plain `RTP/AVP` description.
+    pub rtx_time: Option<std::time::Duration>,
 }
+
+/// The RTP payload type of the RFC 4588 retransmission stream offered with feedback.
+pub const RTX_PAYLOAD_TYPE: u8 = 97;
 
 /// The SDP body for one MP2T track, CRLF line endings, in the line order of interop §2.4:
 ///
@@ -67,17 +78,32 @@ pub fn mp2t_sdp(p: &SdpParams<'_>) -> String {
          t=0 0\r\n\
          a=tool:isochron\r\n\
          a=control:*\r\n\
-         a=range:npt=0-{}\r\n\
-         m=video 0 RTP/AVP 33\r\n",
+         a=range:npt=0-{}\r\n",
         p.session_id,
         p.session_version,
         p.origin,
         npt_ceil(p.duration),
     );
+    match p.rtx_time {
+        None => s.push_str("m=video 0 RTP/AVP 33\r\n"),
+        Some(_) => {
+            let _ = write!(s, "m=video 0 RTP/AVPF 33 {RTX_PAYLOAD_TYPE}\r\n");
+        }
+    }
     if p.bitrate.0 > 0 {
         let _ = write!(s, "b=AS:{}\r\n", p.bitrate.0.div_ceil(1000));
     }
-    s.push_str("a=rtpmap:33 MP2T/90000\r\na=control:trackID=0\r\n");
+    s.push_str("a=rtpmap:33 MP2T/90000\r\n");
+    if let Some(t) = p.rtx_time {
+        let _ = write!(
+            s,
+            "a=rtcp-fb:33 nack\r\n\
+             a=rtpmap:{RTX_PAYLOAD_TYPE} rtx/90000\r\n\
+             a=fmtp:{RTX_PAYLOAD_TYPE} apt=33;rtx-time={}\r\n",
+            t.as_millis()
+        );
+    }
+    s.push_str("a=control:trackID=0\r\n");
     s
 }
 
@@ -96,6 +122,7 @@ mod tests {
             name: "a.ts",
             duration: MediaTime::from_nanos(5_400_120_000_000),
             bitrate: BitRate(4_000_001),
+            rtx_time: None,
         });
         assert_eq!(
             sdp,
@@ -123,6 +150,7 @@ mod tests {
             name: "a\r\nb=evil",
             duration: MediaTime::from_nanos(9_991_000_001),
             bitrate: BitRate(0),
+            rtx_time: None,
         });
         assert!(sdp.contains("o=- 1 2 IN IP6 ::1\r\n"));
         assert!(sdp.contains("s=a  b=evil\r\n"));
@@ -136,7 +164,33 @@ mod tests {
             name: "",
             duration: MediaTime::ZERO,
             bitrate: BitRate(0),
+            rtx_time: None,
         });
         assert!(empty.contains("\r\ns=-\r\n"));
+    }
+
+    #[test]
+    fn feedback_offers_avpf_nack_and_rtx() {
+        let sdp = mp2t_sdp(&SdpParams {
+            session_id: 7,
+            session_version: 1,
+            origin: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)),
+            name: "a.ts",
+            duration: MediaTime::from_nanos(1_000_000_000),
+            bitrate: BitRate(0),
+            rtx_time: Some(std::time::Duration::from_millis(1000)),
+        });
+        assert!(
+            sdp.ends_with(
+                "a=range:npt=0-1.000\r\n\
+                 m=video 0 RTP/AVPF 33 97\r\n\
+                 a=rtpmap:33 MP2T/90000\r\n\
+                 a=rtcp-fb:33 nack\r\n\
+                 a=rtpmap:97 rtx/90000\r\n\
+                 a=fmtp:97 apt=33;rtx-time=1000\r\n\
+                 a=control:trackID=0\r\n"
+            ),
+            "{sdp}"
+        );
     }
 }

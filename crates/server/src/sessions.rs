@@ -33,9 +33,11 @@ use isochron_cluster::{
 };
 use isochron_dataplane::clock::Clock;
 use isochron_dataplane::pacer::{PlayRun, RtcpMode, RunReport, ShareBlock, StreamSetup};
+use isochron_dataplane::rtx::RtxSetup;
 use isochron_dataplane::sched_thread::SchedCommand;
 use isochron_dataplane::sender::{OutFrame, SenderCommand, StreamTransport};
 use isochron_rtsp::rtsp_types::{HeaderName, Method, Request, Response};
+use isochron_rtsp::sdp::RTX_PAYLOAD_TYPE;
 use isochron_rtsp::server::{
     ConnId, ConnInfo, Event, Handled, PauseAction, PlayAction, PlayOutcome, PlayStart, Position,
     RateAction, ServerCore, SessionTransport, rtp_seq,
@@ -588,7 +590,9 @@ impl Manager {
             return self.core.finish_play(now, action, outcome);
         };
         let client = match view.transport() {
-            SessionTransport::Udp { client_rtp, client_rtcp } => Some((*client_rtp, *client_rtcp)),
+            SessionTransport::Udp { client_rtp, client_rtcp, .. } => {
+                Some((*client_rtp, *client_rtcp))
+            }
             SessionTransport::Interleaved { .. } => None,
         };
         let (ssrc, rtp_ts_offset, first_offset) =
@@ -814,11 +818,17 @@ impl Manager {
         let stream = share.stream;
         share.run = run;
         if !share.added {
+            let mut rtx = None;
             let transport = match spec.dest {
                 Dest::Udp { rtp, rtcp } => Some(StreamTransport::Udp { rtp, rtcp }),
                 Dest::Origin if key.origin == me => {
                     self.core.session_by_stream(key.stream).and_then(|v| match v.transport() {
-                        SessionTransport::Udp { client_rtp, client_rtcp } => {
+                        SessionTransport::Udp { client_rtp, client_rtcp, feedback } => {
+                            // A player that chose AVPF took the RTX stream DESCRIBE offered.
+                            rtx = feedback.then(|| RtxSetup {
+                                payload_type: RTX_PAYLOAD_TYPE,
+                                ssrc: spec.ssrc ^ RTX_SSRC_MASK,
+                            });
                             Some(StreamTransport::Udp { rtp: *client_rtp, rtcp: *client_rtcp })
                         }
                         SessionTransport::Interleaved { conn, rtp_channel, rtcp_channel } => {
@@ -880,7 +890,7 @@ impl Manager {
                 setup,
                 transport,
                 cname: self.cname.clone(),
-                rtx: None,
+                rtx,
             });
             share.added = true;
         }
@@ -1008,6 +1018,10 @@ impl Manager {
 fn share_report(r: RunReport) -> ShareReport {
     ShareReport { next: r.next, last_sent: r.last_sent }
 }
+
+/// The RTX stream's SSRC is the media SSRC with these bits flipped: distinct from it, and from
+/// every other session's with all but negligible probability (SSRCs are random).
+const RTX_SSRC_MASK: u32 = 0x5254_5800;
 
 /// `delivery=bipartite|relay` in a URL's query.
 fn delivery_query(query: Option<&str>) -> Option<Delivery> {

@@ -7,7 +7,8 @@
 //! rejects a reply whose lower transport differs from its request (interop §2.5, mediamtx#1105).
 //!
 //! What we offer (interop §2.5): `RTP/AVP` or `RTP/AVP/UDP` unicast with `client_port`, and
-//! `RTP/AVP/TCP` interleaved. Multicast is refused (461) because every VOD viewer has its own
+//! `RTP/AVP/TCP` interleaved; the same with `RTP/AVPF` (RFC 4585 §7.1), which a player asks for
+//! when the description offered feedback (retransmission requests, RFC 4588 RTX). Multicast is refused (461) because every VOD viewer has its own
 //! timeline; every client then falls back on its own. `destination=` is ignored: media always
 //! goes to the RTSP peer's address, so the server can never be used as a traffic reflector
 //! (interop §2.9, 462). This module does not know addresses; the session core adds them.
@@ -34,6 +35,10 @@ pub enum UdpProfile {
     Avp,
     /// `RTP/AVP/UDP` (ffmpeg).
     AvpUdp,
+    /// `RTP/AVPF` (RFC 4585: with feedback; GStreamer when the description offers it).
+    Avpf,
+    /// `RTP/AVPF/UDP`.
+    AvpfUdp,
 }
 
 impl UdpProfile {
@@ -43,7 +48,15 @@ impl UdpProfile {
         match self {
             Self::Avp => "RTP/AVP",
             Self::AvpUdp => "RTP/AVP/UDP",
+            Self::Avpf => "RTP/AVPF",
+            Self::AvpfUdp => "RTP/AVPF/UDP",
         }
+    }
+
+    /// Whether the profile is AVPF: the player sends feedback (generic NACKs) early.
+    #[must_use]
+    pub fn feedback(self) -> bool {
+        matches!(self, Self::Avpf | Self::AvpfUdp)
     }
 }
 
@@ -65,6 +78,8 @@ pub enum Transport {
         rtp_channel: u8,
         /// The channel carrying RTCP.
         rtcp_channel: u8,
+        /// The client asked for `RTP/AVPF/TCP` (the reply repeats it).
+        avpf: bool,
     },
 }
 
@@ -86,8 +101,9 @@ impl Transport {
                 server_ports.0,
                 server_ports.1,
             ),
-            Self::Interleaved { rtp_channel, rtcp_channel } => format!(
-                "RTP/AVP/TCP;unicast;interleaved={rtp_channel}-{rtcp_channel};ssrc={ssrc:08X};mode=play"
+            Self::Interleaved { rtp_channel, rtcp_channel, avpf } => format!(
+                "{};unicast;interleaved={rtp_channel}-{rtcp_channel};ssrc={ssrc:08X};mode=play",
+                if avpf { "RTP/AVPF/TCP" } else { "RTP/AVP/TCP" }
             ),
         }
     }
@@ -98,8 +114,11 @@ impl Transport {
 pub enum Lower {
     /// `RTP/AVP` or `RTP/AVP/UDP`.
     Udp(UdpProfile),
-    /// `RTP/AVP/TCP`.
-    Tcp,
+    /// `RTP/AVP/TCP`, or `RTP/AVPF/TCP` when `avpf`.
+    Tcp {
+        /// `RTP/AVPF/TCP`.
+        avpf: bool,
+    },
 }
 
 /// One parsed transport spec, before we decide whether we serve it. Unknown parameters are
@@ -107,7 +126,7 @@ pub enum Lower {
 /// `append`, `source`, ...).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransportSpec {
-    /// The lower transport, or `None` for a protocol we do not speak (`RTP/AVPF`, `RTP/SAVP`,
+    /// The lower transport, or `None` for a protocol we do not speak (`RTP/SAVP`,
     /// `RAW/RAW/UDP`, ...).
     pub lower: Option<Lower>,
     /// `multicast` was given. Neither keyword means unicast here: RFC 2326's default is
@@ -134,7 +153,13 @@ impl TransportSpec {
         } else if protocol.eq_ignore_ascii_case("RTP/AVP/UDP") {
             Some(Lower::Udp(UdpProfile::AvpUdp))
         } else if protocol.eq_ignore_ascii_case("RTP/AVP/TCP") {
-            Some(Lower::Tcp)
+            Some(Lower::Tcp { avpf: false })
+        } else if protocol.eq_ignore_ascii_case("RTP/AVPF") {
+            Some(Lower::Udp(UdpProfile::Avpf))
+        } else if protocol.eq_ignore_ascii_case("RTP/AVPF/UDP") {
+            Some(Lower::Udp(UdpProfile::AvpfUdp))
+        } else if protocol.eq_ignore_ascii_case("RTP/AVPF/TCP") {
+            Some(Lower::Tcp { avpf: true })
         } else {
             None
         };
@@ -184,9 +209,9 @@ impl TransportSpec {
                 let (client_rtp, client_rtcp) = self.client_port?;
                 Some(Transport::Udp { profile, client_rtp, client_rtcp })
             }
-            Lower::Tcp => {
+            Lower::Tcp { avpf } => {
                 let (rtp_channel, rtcp_channel) = self.interleaved.unwrap_or((0, 1));
-                Some(Transport::Interleaved { rtp_channel, rtcp_channel })
+                Some(Transport::Interleaved { rtp_channel, rtcp_channel, avpf })
             }
         }
     }
@@ -252,13 +277,13 @@ mod tests {
     }
 
     fn tcp(rtp_channel: u8, rtcp_channel: u8) -> Transport {
-        Transport::Interleaved { rtp_channel, rtcp_channel }
+        Transport::Interleaved { rtp_channel, rtcp_channel, avpf: false }
     }
 
     /// The offers of interop §2.5 and the edge cases of the task, with the expected choice.
     #[test]
     fn negotiation_table() {
-        use UdpProfile::{Avp, AvpUdp};
+        use UdpProfile::{Avp, AvpUdp, Avpf, AvpfUdp};
         let ok: &[(&str, Transport)] = &[
             // ffmpeg 5.1
             ("RTP/AVP/UDP;unicast;client_port=28826-28827", udp(AvpUdp, 28826, 28827)),
@@ -289,6 +314,13 @@ mod tests {
             ("RTP/AVP/TCP;unicast;interleaved=0-1;mode=play", tcp(0, 1)),
             // no unicast keyword at all: lenient
             ("RTP/AVP;client_port=4000-4001", udp(Avp, 4000, 4001)),
+            // with feedback (RFC 4585), as GStreamer asks when the description offers it
+            ("RTP/AVPF;unicast;client_port=5000-5001", udp(Avpf, 5000, 5001)),
+            ("RTP/AVPF/UDP;unicast;client_port=5000-5001", udp(AvpfUdp, 5000, 5001)),
+            (
+                "RTP/AVPF/TCP;unicast;interleaved=0-1",
+                Transport::Interleaved { rtp_channel: 0, rtcp_channel: 1, avpf: true },
+            ),
         ];
         for (offer, want) in ok {
             assert_eq!(negotiate(offer).as_ref(), Ok(want), "{offer}");
@@ -305,7 +337,7 @@ mod tests {
             "RTP/AVP/TCP;unicast;interleaved=0-300", // not a channel
             "RTP/AVP;unicast;client_port=5000-5001;mode=record",
             "RTP/AVP/TCP;interleaved=0-1;mode=\"RECORD\"",
-            "RTP/AVPF;unicast;client_port=5000-5001",
+            "RTP/SAVPF;unicast;client_port=5000-5001",
             "RAW/RAW/UDP;unicast;client_port=5000-5001",
             "",
             ",,,",
@@ -343,7 +375,7 @@ mod tests {
         let specs = parse_transports("RTP/AVP;multicast, RTP/AVP/TCP;interleaved=0-1");
         assert_eq!(specs.len(), 2);
         assert!(specs[0].multicast);
-        assert_eq!(specs[1].lower, Some(Lower::Tcp));
+        assert_eq!(specs[1].lower, Some(Lower::Tcp { avpf: false }));
         assert_eq!(specs[1].interleaved, Some((0, 1)));
     }
 }

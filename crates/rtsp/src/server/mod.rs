@@ -87,7 +87,7 @@ use isochron_base::mix::SplitMix64;
 use isochron_base::{BitRate, Gsn, Instant, MediaTime, ObjectId, Pace, StreamId};
 use rtsp_types::headers::{
     CONNECTION, CONTENT_BASE, CONTENT_TYPE, CSEQ, PUBLIC, RANGE, REQUIRE, RETRY_AFTER, RTP_INFO,
-    SCALE, SERVER, SESSION, TRANSPORT, UNSUPPORTED,
+    SCALE, SERVER, SESSION, TRANSPORT, UNSUPPORTED, USER_AGENT,
 };
 use rtsp_types::{HeaderName, Method, Request, Response, StatusCode, Version};
 
@@ -160,6 +160,11 @@ pub struct ServerConfig {
     /// gone on resume after `session_timeout`; the interop notes recommend keeping paused
     /// sessions longer. Never less than `session_timeout`. Default 300 s.
     pub paused_session_timeout: Duration,
+    /// How long the server keeps sent packets for retransmission; `None` (or zero) offers no
+    /// feedback. With it, DESCRIBE offers AVPF with generic NACK and RFC 4588 RTX
+    /// ([`crate::sdp::SdpParams::rtx_time`]) to players known to use it (GStreamer), or to any
+    /// that asks with `?rtx=1` on the URL (`?rtx=0` never). Default 1 s.
+    pub retransmit: Option<Duration>,
 }
 
 impl Default for ServerConfig {
@@ -170,6 +175,7 @@ impl Default for ServerConfig {
             server_ports: (6970, 6971),
             max_sessions: 1024,
             paused_session_timeout: Duration::from_secs(300),
+            retransmit: Some(Duration::from_secs(1)),
         }
     }
 }
@@ -677,6 +683,7 @@ impl ServerCore {
         session: Option<&SessionId>,
     ) -> Result<Response<Vec<u8>>, Refusal> {
         let (url, name, p) = resolve_presentation(req, lib)?;
+        let rtx_time = self.config.retransmit.filter(|t| !t.is_zero() && offers_feedback(req));
         let sdp = mp2t_sdp(&SdpParams {
             session_id: p.object.0,
             session_version: 1,
@@ -685,6 +692,7 @@ impl ServerCore {
             name: &p.name,
             duration: p.duration,
             bitrate: p.avg_bitrate,
+            rtx_time,
         });
         let b = self
             .ok(cseq)
@@ -863,11 +871,12 @@ impl ServerCore {
         except: Option<&SessionId>,
     ) -> Result<SessionTransport, Refusal> {
         match negotiated {
-            Transport::Udp { client_rtp, client_rtcp, .. } => Ok(SessionTransport::Udp {
+            Transport::Udp { client_rtp, client_rtcp, profile } => Ok(SessionTransport::Udp {
                 client_rtp: SocketAddr::new(conn.peer.ip(), client_rtp),
                 client_rtcp: SocketAddr::new(conn.peer.ip(), client_rtcp),
+                feedback: profile.feedback(),
             }),
-            Transport::Interleaved { rtp_channel, rtcp_channel } => {
+            Transport::Interleaved { rtp_channel, rtcp_channel, .. } => {
                 let mine = [rtp_channel, rtcp_channel];
                 let clash = self
                     .by_conn
@@ -1096,6 +1105,24 @@ pub fn invalid_response(err: &ParseError, server_name: &str) -> Response<Vec<u8>
 }
 
 /// The header name `com.ses.streamID`.
+/// Whether DESCRIBE offers feedback and retransmission (RFC 4585, RFC 4588) to this request:
+/// `rtx=1` or `rtx=0` in the URL's query decides; otherwise players shown to repair loss with it
+/// get it (GStreamer's `rtspsrc`, which asks for AVPF and RTX when offered). Others get the plain
+/// description: ffmpeg would ask for AVPF and send NACKs but has no RTX receiver, and live555
+/// knows neither (rtsp-interop §3.4).
+fn offers_feedback(req: &Request<Vec<u8>>) -> bool {
+    let query = req.request_uri().and_then(|u| u.query()).unwrap_or_default();
+    for kv in query.split('&') {
+        match kv {
+            "rtx=1" => return true,
+            "rtx=0" => return false,
+            _ => {}
+        }
+    }
+    req.header(&USER_AGENT)
+        .is_some_and(|ua| ua.as_str().to_ascii_lowercase().starts_with("gstreamer"))
+}
+
 fn stream_id_header() -> HeaderName {
     // The literal is ASCII, the only condition `from_static_str` checks.
     HeaderName::from_static_str(COM_SES_STREAM_ID).expect("ASCII header name")

@@ -57,6 +57,9 @@ pub enum SessionTransport {
         client_rtp: SocketAddr,
         /// Where RTCP goes.
         client_rtcp: SocketAddr,
+        /// The player chose the AVPF profile (RFC 4585): it sends generic NACKs early and takes
+        /// retransmissions in the RFC 4588 RTX stream the description offered.
+        feedback: bool,
     },
     /// Interleaved on an RTSP connection (RFC 2326 §10.12).
     Interleaved {

@@ -356,6 +356,7 @@ impl Dialog {
                 let want = SessionTransport::Udp {
                     client_rtp: rtp.parse().unwrap(),
                     client_rtcp: rtcp.parse().unwrap(),
+                    feedback: false,
                 };
                 assert_eq!(*self.view(var).transport(), want, "{at}");
             }
