@@ -164,20 +164,35 @@ impl Cluster {
     /// Ingests the demo through node `i` (from its own namespace: writes are open to cluster
     /// members and loopback only) and waits until every node lists it.
     fn ingest_demo(&self, i: usize) {
+        self.ingest(i, &demo());
+    }
+
+    /// Ingests `file` through node `i` and waits until every node lists it (by its stem).
+    fn ingest(&self, i: usize, file: &Path) {
         let node = &self.nodes[i];
-        let out = run(
-            node.host.command(bin()).args(["ingest", "--server", &node.http()]).arg(demo()),
-            60,
-        );
+        let out =
+            run(node.host.command(bin()).args(["ingest", "--server", &node.http()]).arg(file), 60);
         assert!(out.status.success(), "ingest: {}", String::from_utf8_lossy(&out.stderr));
+        let name = file.file_stem().unwrap().to_str().unwrap();
         for n in &self.nodes {
             let url = format!("{}/api/v1/objects", n.http());
-            wait_body(&url, |b| b.contains("\"demo\""), "demo listed");
+            wait_body(&url, |b| b.contains(&format!("\"{name}\"")), "object listed");
         }
     }
 
     fn client_cmd(&self, program: &str) -> Command {
         self.client.command(program)
+    }
+
+    /// Waits at most `limit` for `child` (killed then) and returns its stderr.
+    fn child_output_within(&self, mut child: Child, limit: Duration) -> String {
+        let deadline = Instant::now() + limit;
+        while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stderr).into_owned()
     }
 }
 
@@ -639,4 +654,81 @@ fn streams_outlive_etcd_and_new_sessions_wait_for_it() {
 fn walk(dir: &Path) -> usize {
     let Ok(rd) = std::fs::read_dir(dir) else { return 0 };
     rd.flatten().map(|e| if e.path().is_dir() { walk(&e.path()) } else { 1 }).sum()
+}
+
+/// Yima's retransmission-based error control (§2.3): the client's network loses 1 % of the UDP
+/// datagrams it receives (nftables in its namespace). isochron's client asks the node that sent
+/// each lost packet (an RTCP generic NACK to its RTCP port), found by that node's LSN gap and the
+/// block end in the packets; every node answers from what it sent. GStreamer (relay through one
+/// node, as `auto` picks for it) asks with RFC 4585 NACKs and takes the repairs in the RFC 4588
+/// RTX stream the description offered it. Both end byte-exact.
+#[test]
+fn loss_is_repaired_by_the_node_that_sent_each_packet() {
+    require("gst-launch-1.0");
+    let clip = common::fixture("clip30");
+    let c = start_cluster();
+    let d = c.dir.path();
+    c.ingest(0, &clip);
+    let want = std::fs::read(&clip).unwrap();
+    c.client.drop_udp_percent(1).expect("nft loss rule");
+
+    let gst_out = tmp(d, "gst-loss.ts");
+    let gst = c
+        .client_cmd("gst-launch-1.0")
+        .args([
+            "-q",
+            "-e",
+            "rtspsrc",
+            &format!("location={}", c.nodes[2].rtsp("clip30")),
+            "protocols=udp",
+            "do-retransmission=true",
+            "latency=2000",
+            "!",
+            "rtpmp2tdepay",
+            "!",
+            "filesink",
+            &format!("location={}", gst_out.display()),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("gst-launch-1.0");
+    let play_out = tmp(d, "play-loss.ts");
+    let play = spawn_play(&c, &c.nodes[1].rtsp("clip30"), &play_out);
+    let summary = check_play(&c, play, &play_out, &want, "isochron play under 1 % loss");
+    eprintln!("isochron play under 1 % loss: {summary}");
+    let sources = summary["sources"].as_array().unwrap();
+    assert_eq!(sources.len(), 3, "bipartite from all three nodes: {summary}");
+    let lost_by_network: u64 = sources.iter().map(|s| s["lsn_gaps"].as_u64().unwrap()).sum();
+    assert!(lost_by_network > 10, "1 % of ~5,000 packets should be lost: {summary}");
+    assert!(summary["recovered"].as_u64().unwrap() >= lost_by_network, "{summary}");
+    for s in sources {
+        assert!(s["nacked"].as_u64().unwrap() > 0, "no NACK went to {}: {summary}", s["address"]);
+    }
+
+    let gst = c.child_output_within(gst, Duration::from_secs(90));
+    assert_same_bytes(
+        &std::fs::read(&gst_out).unwrap_or_default(),
+        &want,
+        &format!("GStreamer with do-retransmission under 1 % loss: {gst}"),
+    );
+
+    // Every node answered NACKs for what it sent; the relaying node (n3) also for GStreamer.
+    for n in &c.nodes {
+        let m = ureq::get(&format!("{}/metrics", n.http()))
+            .call()
+            .unwrap()
+            .into_body()
+            .read_to_string()
+            .unwrap();
+        let resent = metric(&m, "isochron_retransmitted_packets_total");
+        let nacks = metric(&m, "isochron_nacks_received_total");
+        let missed = metric(&m, "isochron_retransmit_missed_total");
+        eprintln!(
+            "{}: {nacks} NACKs, {resent} packets resent, {missed} asked for not sent",
+            n.name
+        );
+        assert!(resent > 0.0, "{} retransmitted nothing:\n{m}", n.name);
+        assert!(nacks > 0.0, "{}", n.name);
+    }
 }

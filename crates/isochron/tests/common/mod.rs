@@ -113,6 +113,14 @@ pub fn fixture(name: &str) -> PathBuf {
                 .split_whitespace()
                 .map(String::from)
                 .collect(),
+            // 30 s at about 2 Mb/s: the retransmission tests (1 % of its ~5,000 packets lost).
+            "clip30" => "-f lavfi -i testsrc2=size=640x360:rate=25 \
+                -f lavfi -i sine=frequency=440:sample_rate=48000 -t 30 \
+                -c:v libx264 -preset ultrafast -g 25 -b:v 1800k -maxrate 2500k -bufsize 2M \
+                -pix_fmt yuv420p -c:a aac -b:a 96k -f mpegts"
+                .split_whitespace()
+                .map(String::from)
+                .collect(),
             // 3 s of 1920×1080 MPEG-2 noise at a steady 300 Mb/s (CBR video at 290 Mb/s, the
             // TS padded to 300 Mb/s): CineGrid's striped read, more than one 100 Mb/s node.
             "cg300" => "-f lavfi -i testsrc2=size=1920x1080:rate=25,noise=alls=40:allf=t -t 3 \
