@@ -2,7 +2,8 @@
 //! and interleaved TCP, each written byte-exact by `--out` (to a file and to stdout), with the JSON
 //! summary's counts (nothing lost, duplicated or late; one source: the server's RTP socket over
 //! UDP, its RTSP address over TCP); refusals (404, and 453 from admission control) and
-//! `--timeout` exit non-zero with the status line or the reason.
+//! `--timeout` exit non-zero with the status line or the reason. The UDP runs smooth the rate
+//! with MTFC (`--mtfc`): their rate requests reach the server and the bytes stay exact.
 
 mod common;
 
@@ -59,7 +60,8 @@ fn plays_byte_exact(server: &Server, name: &str, src: &Path, secs: u64) {
             let (url, out) = (url.clone(), dir.path().join(format!("{}.ts", t.as_str())));
             let handle = std::thread::spawn(move || {
                 let out = out.to_str().unwrap().to_string();
-                play(&url, &["--transport", t.as_str(), "--out", &out], secs)
+                let mtfc: &[&str] = if t == Transport::Udp { &["--mtfc"] } else { &[] };
+                play(&url, &[&["--transport", t.as_str(), "--out", &out], mtfc].concat(), secs)
             });
             (t, handle)
         })
@@ -75,6 +77,9 @@ fn plays_byte_exact(server: &Server, name: &str, src: &Path, secs: u64) {
         };
         assert_clean(&s, size, &source, &what);
         assert_eq!(s["transport"], t.as_str());
+        if t == Transport::Udp {
+            assert!(s["rate_requests"].as_u64().unwrap() > 0, "{what}: MTFC asked nothing: {s:#}");
+        }
         let got = std::fs::read(dir.path().join(format!("{}.ts", t.as_str()))).unwrap();
         assert_same_bytes(&got, &want, &what);
     }
@@ -82,6 +87,10 @@ fn plays_byte_exact(server: &Server, name: &str, src: &Path, secs: u64) {
     assert!(piped.status.success(), "{name} to stdout: {table}");
     assert!(table.contains("ended: bye") && table.contains("lost 0"), "{table}");
     assert_same_bytes(&piped.stdout, &want, &format!("{name} to stdout"));
+    assert!(
+        server.metric("isochron_pace_changes_total") > 0.0,
+        "no MTFC pace change reached {name}"
+    );
 }
 
 #[test]

@@ -182,6 +182,18 @@ impl Client {
         self.send_rtcp_to(to, &pkt).await
     }
 
+    /// Asks the server to pace the session at `pace` (MTFC, Yima §2.5: RTSP `SET_PARAMETER` with
+    /// `x-isochron-rate`); `Ok(false)` if the server refused it.
+    pub async fn set_rate(&mut self, pace: isochron_base::Pace) -> anyhow::Result<bool> {
+        let url = self.aggregate_url();
+        let body = format!("{}: {pace}\r\n", isochron_rtsp::server::RATE_PARAMETER);
+        let r = self
+            .request_with_body("SET_PARAMETER", &url, &[("Content-Type", "text/parameters")], &body)
+            .await
+            .context("SET_PARAMETER")?;
+        Ok(u16::from(r.status()) == 200)
+    }
+
     /// Connects to the server of `url` (`rtsp://host:port/path`).
     pub async fn connect(url: &str) -> anyhow::Result<Self> {
         let rest =

@@ -19,6 +19,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow, bail};
+use isochron_loadgen::bench::mtfc::MtfcConfig;
 use isochron_loadgen::bench::session::range_length;
 use isochron_loadgen::client::status_line;
 use isochron_loadgen::player::{Ext, Player, RepairConfig, Summary};
@@ -56,6 +57,10 @@ pub(crate) struct Args {
     /// Do not ask for lost packets again (no RTCP NACKs).
     #[arg(long)]
     no_retransmit: bool,
+    /// Smooth the server's rate to keep the buffer level (MTFC, Yima §2.5): ask the server to
+    /// pace faster or slower as the buffer crosses its thresholds.
+    #[arg(long)]
+    mtfc: bool,
 }
 
 /// Runs `isochron play`.
@@ -120,6 +125,10 @@ async fn play(
     if a.transport == Transport::Udp && !a.no_retransmit {
         player = player.with_repairs(RepairConfig::default());
     }
+    if a.mtfc {
+        player = player.with_mtfc(MtfcConfig::for_depth(buffer, 4));
+    }
+    let mut mtfc_on = a.mtfc;
     player.handle_play(info.seq, info.range.as_deref().and_then(range_length));
     let mut media_ssrc = None;
     let deadline = timeout.map(|t| started + t);
@@ -157,6 +166,12 @@ async fn play(
             if let Err(e) = client.send_nack(node, ssrc, &seqs).await {
                 tracing::debug!(%node, error = %e, "NACK not sent");
             }
+        }
+        if let Some(pace) = player.poll_rate(now).filter(|_| mtfc_on)
+            && !client.set_rate(pace).await?
+        {
+            eprintln!("isochron: warning: the server refused the MTFC rate request; MTFC off");
+            mtfc_on = false;
         }
         if player.is_done(now) {
             break None;

@@ -25,12 +25,11 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 use isochron_base::Pace;
 use isochron_base::mix::SplitMix64;
 use isochron_rtp::RtpHeader;
 use isochron_rtp::rtcp::{RtcpPacket, parse_compound};
-use isochron_rtsp::server::RATE_PARAMETER;
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
@@ -668,7 +667,7 @@ async fn session(
     }
     counters.open.store(true, Ordering::Relaxed);
     if let Some(p) = settings.force_pace
-        && !set_rate(&mut client, p).await?
+        && !client.set_rate(p).await?
     {
         *rate_refused = true;
     }
@@ -702,7 +701,7 @@ async fn session(
                         p = q;
                     }
                     if mtfc_on {
-                        if set_rate(&mut client, p).await? {
+                        if client.set_rate(p).await? {
                             counters.rate_changes.fetch_add(1, Ordering::Relaxed);
                         } else {
                             mtfc_on = false;
@@ -760,17 +759,6 @@ async fn session(
     };
     let _ = tokio::time::timeout(TEARDOWN_WAIT, client.teardown()).await;
     Ok(outcome)
-}
-
-/// Sends `x-isochron-rate`; `Ok(false)` if the server refused it.
-async fn set_rate(client: &mut Client, pace: Pace) -> anyhow::Result<bool> {
-    let url = client.aggregate_url();
-    let body = format!("{RATE_PARAMETER}: {pace}\r\n");
-    let r = client
-        .request_with_body("SET_PARAMETER", &url, &[("Content-Type", "text/parameters")], &body)
-        .await
-        .context("SET_PARAMETER")?;
-    Ok(u16::from(r.status()) == 200)
 }
 
 /// The span of an NPT range `npt=A-B` (RFC 2326 §3.6), if both ends are given.

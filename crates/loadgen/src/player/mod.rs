@@ -22,6 +22,10 @@
 //! each node's RTCP port. A repaired packet that comes in time is played and counted
 //! *recovered*; one that comes after its slot was released is counted late, not played.
 //!
+//! With [`Player::with_mtfc`] it smooths the server's rate (Yima §2.5, [`crate::bench::mtfc`]):
+//! it samples its buffer level every 100 ms and [`Player::poll_rate`] says when to ask the server
+//! for a new pace (RTSP `SET_PARAMETER x-isochron-rate`, [`crate::Client::set_rate`]).
+//!
 //! Not here: sockets and RTSP (the binary's `play` command, with [`crate::Client`]).
 
 pub mod lsn;
@@ -32,6 +36,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use isochron_base::Pace;
 use isochron_rtp::RtpHeader;
 use isochron_rtp::rtcp::{RtcpPacket, parse_compound};
 use serde::Serialize;
@@ -39,8 +44,12 @@ use serde::Serialize;
 pub use self::lsn::LsnTracker;
 pub use self::reorder::{Arrival, ReorderBuffer, ReorderStats};
 pub use self::repair::{Ask, RepairConfig, RepairStats, Repairs, Request};
-use crate::bench::playout::Playout;
+use crate::bench::mtfc::{Mtfc, MtfcConfig};
+use crate::bench::playout::{PlayState, Playout};
 use crate::sources::{SourceTable, Traffic};
+
+/// How often the MTFC player samples its buffer level.
+const MTFC_SAMPLE: Duration = Duration::from_millis(100);
 
 /// The least time the player waits for stragglers after the input ended.
 pub const MIN_GRACE: Duration = Duration::from_millis(500);
@@ -129,6 +138,8 @@ pub struct Summary {
     pub nacks: u64,
     /// Packets asked for that came in time and were played (repaired losses).
     pub recovered: u64,
+    /// MTFC rate requests made (pace changes asked of the server).
+    pub rate_requests: u64,
     /// Packets received after their slot was released (not written).
     pub late: u64,
     /// Packets received after one numbered above them, in time to be put back in order.
@@ -169,6 +180,8 @@ pub struct Player {
     current: Vec<u8>,
     pool: Vec<Vec<u8>>,
     repairs: Option<Repairs>,
+    mtfc: Option<(Mtfc, Option<Instant>)>,
+    rate_requests: u64,
 }
 
 impl Player {
@@ -191,7 +204,31 @@ impl Player {
             current: Vec::new(),
             pool: Vec::with_capacity(POOL),
             repairs: None,
+            mtfc: None,
+            rate_requests: 0,
         }
+    }
+
+    /// The player also asks the server to pace faster or slower to keep its buffer level
+    /// ([`Self::poll_rate`]).
+    #[must_use]
+    pub fn with_mtfc(mut self, config: MtfcConfig) -> Self {
+        self.mtfc = Some((Mtfc::new(config), None));
+        self
+    }
+
+    /// The pace to ask the server for now, if MTFC wants a change (with [`Self::with_mtfc`]).
+    pub fn poll_rate(&mut self, now: Instant) -> Option<Pace> {
+        let (m, next) = self.mtfc.as_mut()?;
+        let state = self.playout.state();
+        if matches!(state, PlayState::Paused | PlayState::Finished) || next.is_some_and(|t| now < t)
+        {
+            return None;
+        }
+        *next = Some(now + MTFC_SAMPLE);
+        let pace = m.handle_level(now, self.playout.level(now))?;
+        self.rate_requests += 1;
+        Some(pace)
     }
 
     /// The player also finds lost packets and says whom to ask for them
@@ -322,7 +359,8 @@ impl Player {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let end = self.ended.map(|(at, _)| at + self.grace);
         let repair = self.repairs.as_ref().and_then(Repairs::poll_timeout);
-        [self.reorder.poll_timeout(), end, repair].into_iter().flatten().min()
+        let rate = self.mtfc.as_ref().and_then(|(_, next)| *next);
+        [self.reorder.poll_timeout(), end, repair, rate].into_iter().flatten().min()
     }
 
     /// Why the input ended, once it has.
@@ -365,6 +403,7 @@ impl Player {
             requested: rs.requested,
             nacks: rs.requests,
             recovered: rs.recovered,
+            rate_requests: self.rate_requests,
             late: r.late,
             reordered: r.reordered,
             written_packets: self.written.packets,
@@ -417,7 +456,8 @@ impl fmt::Display for Summary {
         writeln!(
             f,
             "packets {}   written {} ({} bytes)   lost {}   recovered {} (of {} asked for, {} \
-             NACKs)   late {}   duplicates {}   reordered {}   starvations {} ({} ms stalled)",
+             NACKs)   late {}   duplicates {}   reordered {}   starvations {} ({} ms stalled)   \
+             rate requests {}",
             self.packets,
             self.written_packets,
             self.written_bytes,
@@ -429,7 +469,8 @@ impl fmt::Display for Summary {
             self.duplicates,
             self.reordered,
             self.starvations,
-            self.stall_ms
+            self.stall_ms,
+            self.rate_requests
         )?;
         writeln!(
             f,
