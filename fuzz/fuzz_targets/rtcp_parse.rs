@@ -1,5 +1,6 @@
-//! Fuzzes the RTCP compound parser, the RTP header parser and the LSN header-extension reader:
-//! any datagram parses to packets or an error, never a panic.
+//! Fuzzes the RTCP compound parser (with generic NACKs expanded to their sequence numbers), the
+//! RTP header parser and the LSN and block-end header-extension readers: any datagram parses to
+//! packets or an error, never a panic.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
@@ -7,10 +8,14 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         match p {
             Ok(p) => {
                 let _ = p.media_ssrcs();
+                if let isochron_rtp::RtcpPacket::Nack { pairs, .. } = &p {
+                    let _ = isochron_rtp::rtcp::nack_seqs(pairs).count();
+                }
             }
             Err(_) => break,
         }
     }
     let _ = isochron_rtp::RtpHeader::parse(data);
     let _ = isochron_rtp::lsn(data);
+    let _ = isochron_rtp::block_end(data);
 });

@@ -562,7 +562,7 @@ fn resend(socket: &UdpSocket, out: &mut StreamOut, sent: &Sent<AlignedBuf>, buf:
 /// A random-looking first sequence number for an RTX stream (RFC 3550 §5.1 asks for a random
 /// one), derived from the media SSRC.
 fn rand_seq(ssrc: u32) -> u16 {
-    (isochron_base::mix::hash_words(&[u64::from(ssrc), 0x7274_78]) >> 48) as u16
+    (isochron_base::mix::hash_words(&[u64::from(ssrc), 0x0072_7478]) >> 48) as u16
 }
 
 /// Sends a relayed RTP packet on to the stream's client, from this node's RTP socket or on its
