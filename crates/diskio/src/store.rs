@@ -1452,6 +1452,7 @@ fn new_meta(
         placement,
         disks: records,
         next_object_id: 1,
+        replication: 1,
     })
 }
 
