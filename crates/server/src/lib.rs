@@ -85,16 +85,25 @@ pub fn open_or_create_store(settings: &Settings) -> anyhow::Result<Store> {
             &c.node,
             &settings.disks,
             settings.block_size,
+            settings.replication,
         )
         .with_context(|| format!("joining the cluster as node {}", c.node))?;
         return Ok(store);
     }
     if Store::exists(&settings.data_dir) {
-        return Store::open(&settings.data_dir)
-            .with_context(|| format!("opening the store at {}", settings.data_dir.display()));
+        let store = Store::open(&settings.data_dir)
+            .with_context(|| format!("opening the store at {}", settings.data_dir.display()))?;
+        store.check_replication(settings.replication)?;
+        return Ok(store);
     }
-    let store = Store::create(&settings.data_dir, &settings.disks, settings.block_size)
-        .with_context(|| format!("creating a store at {}", settings.data_dir.display()))?;
+    let store = Store::create_with(
+        &settings.data_dir,
+        &settings.disks,
+        settings.block_size,
+        isochron_store::PlacementVariant::default(),
+        settings.replication.unwrap_or(1),
+    )
+    .with_context(|| format!("creating a store at {}", settings.data_dir.display()))?;
     info!(dir = %settings.data_dir.display(), "created a new store");
     if settings.seed_demo {
         let mut src = std::io::Cursor::new(DEMO_TS);
@@ -292,7 +301,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         rx: sched_rx,
         workers,
         sender: sender_tx.clone(),
-        on_event: sched_events(sessions_tx.clone()),
+        on_event: sched_events(sessions_tx.clone(), reorg_tx.clone()),
     };
     threads.push(std::thread::Builder::new().name("isochron-sched".into()).spawn(|| sched.run())?);
     let sender = SenderThread {
@@ -542,11 +551,18 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
     })
 }
 
-/// The scheduler thread's events, wired to their owner: a failed read ends the session's stream.
-fn sched_events(sessions: tokio::sync::mpsc::UnboundedSender<SessionCommand>) -> SchedSink {
+/// The scheduler thread's events, wired to their owners: a read failed on every copy ends the
+/// session's stream; a bad copy goes to the reorganiser to be repaired.
+fn sched_events(
+    sessions: tokio::sync::mpsc::UnboundedSender<SessionCommand>,
+    reorg: tokio::sync::mpsc::UnboundedSender<ReorgCommand>,
+) -> SchedSink {
     Box::new(move |ev| match ev {
         SchedEvent::ReadFailed { stream, error } => {
             let _ = sessions.send(SessionCommand::ReadFailed { stream, error });
+        }
+        SchedEvent::CopyFailed { key, disk, error } => {
+            let _ = reorg.send(ReorgCommand::Repair { key, disk, error });
         }
     })
 }
