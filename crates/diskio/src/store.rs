@@ -28,7 +28,7 @@
 //!
 //! Adding or removing a disk ([`Store::add_disk`], [`Store::remove_disk`]) appends the operation
 //! to the placement log in one catalog transaction, which makes the new epoch **pending**:
-//! readers keep using the **active** epoch ([`locate_active`]) while the blocks whose disk
+//! readers keep using the **active** epoch ([`replicas_active`]) while the blocks whose disk
 //! changes ([`Store::reorg_moves`], Goel et al. ICDE 2002: only those) are copied
 //! ([`Store::copy_block`] here, or non-real-time IO through the [`IoWorker`](crate::IoWorker)s in
 //! the server). [`Store::flip`] checks every copy and then makes the pending epoch active in one
@@ -36,6 +36,17 @@
 //! [`Store::reorganize`] does all of it offline. Every step is ordered so that a crash at any
 //! instant leaves a state the next start completes or rolls back ([`Store::recover`], run by
 //! [`Store::open`]); `docs/design/scaling.md` has the argument.
+//!
+//! # Replication
+//!
+//! A store keeps `store.replication` = K copies of every block ([`Store::replication`], fixed
+//! by [`Store::create_with`]; Yima §2.1 keeps physical and logical disks apart "to support fault
+//! tolerance"), on K distinct disks that are a pure function of the placement seed
+//! ([`Store::replicas`], `isochron_store::replica`). [`Store::write_block`] writes every copy
+//! before an object is committed; a reorganisation moves every copy whose disk changes and
+//! deletes only files no copy at the active epoch uses; [`Store::read_block_sync`] and
+//! [`Store::copy_block`] fall back to another copy; `fsck` checks and repairs every copy.
+//! `docs/design/replication.md` has the design.
 //!
 //! # Concurrency
 //!
