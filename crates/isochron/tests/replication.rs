@@ -278,3 +278,112 @@ fn replication_refusals_and_offline_repair() {
     assert!(b.copies[1].is_file());
     fsck_clean(&data);
 }
+
+/// Every copy file on the store's open disks is where the placement puts a copy, and every copy
+/// the placement asks for is there: `2 × blocks` files for two copies.
+fn assert_exact_copies(data: &Path) -> usize {
+    let store = Store::open(data).expect("open the store");
+    let mut want = Vec::new();
+    for rec in store.catalog().objects().unwrap() {
+        for i in 0..rec.block_count() {
+            let index = BlockIndex(i);
+            let copies = store.replicas(&rec, index);
+            assert_eq!(copies.len(), 2);
+            want.extend(copies.iter().map(|d| (d, BlockKey::new(rec.id, index))));
+        }
+    }
+    let mut got = Vec::new();
+    for (id, d) in store.disks() {
+        got.extend(d.list_blocks().map(|f| (id, f.expect("a block file").key)));
+    }
+    want.sort_unstable();
+    got.sort_unstable();
+    assert_eq!(got, want, "the copy files are exactly the placement's");
+    got.len()
+}
+
+/// Online SCADDAR scaling with two copies while a stream plays: a disk joins, an original disk
+/// leaves (every copy whose disk changes moves; only files no copy uses are deleted), the
+/// stream is byte-exact; a recording writes both copies; afterwards fsck is clean and the copy
+/// files are exactly the placement's.
+#[test]
+fn online_scaling_and_recording_keep_two_copies() {
+    require("curl");
+    let dir = tempdir();
+    let (data, _) = replicated_demo(dir.path());
+    let server = Server::start(
+        &data,
+        ServeOptions { config: Some("[store]\nreplication = 2\n"), ..ServeOptions::default() },
+    );
+    let api = format!("http://{}", server.http);
+    let out = dir.path().join("played.ts");
+    let (url, out2) = (server.url("demo"), out.clone());
+    let play = std::thread::spawn(move || {
+        run(Command::new(bin()).args(["play", &url, "--out"]).arg(&out2), 60)
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let d2 = dir.path().join("d2").display().to_string();
+    for args in [["disk", "add", "--server", &api, &d2], ["disk", "remove", "--server", &api, "0"]]
+    {
+        let o = run(Command::new(bin()).args(args), 120);
+        assert!(
+            o.status.success(),
+            "{args:?}: {}{}",
+            String::from_utf8_lossy(&o.stderr),
+            server.log()
+        );
+    }
+    let o = play.join().unwrap();
+    assert!(o.status.success(), "play: {}", String::from_utf8_lossy(&o.stderr));
+    let demo_bytes = std::fs::read(demo()).unwrap();
+    assert_same_bytes(&std::fs::read(&out).unwrap(), &demo_bytes, "the demo across add and remove");
+    let reorg: serde_json::Value = serde_json::from_str(&server.http_get("/api/v1/reorg")).unwrap();
+    assert_eq!(reorg["state"], "idle", "{reorg:#}");
+
+    // A recording (declared at four times the clip's rate, so it takes about 3 s) writes both
+    // copies of every block before it is committed.
+    let rate = ts_index(&demo()).avg_bitrate().0 * 4;
+    let rec = run(
+        Command::new("curl")
+            .args(["-sS", "-o", "-", "-w", "\n%{http_code}", "-T"])
+            .arg(demo())
+            .arg(format!("{api}/api/v1/record/rec?rate={rate}")),
+        60,
+    );
+    let text = String::from_utf8_lossy(&rec.stdout);
+    assert!(text.trim_end().ends_with("201"), "{text}");
+    let rec_url = server.url("rec");
+    let got = runtime().block_on(async move {
+        let (mut c, _) = start_play(&rec_url, isochron_loadgen::Transport::Tcp).await;
+        let got = c.collect(Duration::from_secs(5), Duration::from_secs(60)).await;
+        let _ = c.teardown().await;
+        got.expect("the recording plays")
+    });
+    assert_same_bytes(&got.payload(), &demo_bytes, "the recording over RTSP");
+    server.stop();
+
+    fsck_clean(&data);
+    let files = assert_exact_copies(&data);
+    assert!(files >= 4 * 15, "{files} copy files");
+    // Disk 0 left: nothing of the store is on it any more.
+    let blocks_left: Vec<PathBuf> = walk_files(&dir.path().join("d0"))
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "blk"))
+        .collect();
+    assert!(blocks_left.is_empty(), "block files on the retired disk: {blocks_left:?}");
+}
+
+/// Every file under `dir`, recursively.
+fn walk_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else { return out };
+    for e in rd.filter_map(Result::ok) {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk_files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
