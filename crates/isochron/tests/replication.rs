@@ -177,8 +177,7 @@ fn a_stream_survives_a_corrupted_and_a_deleted_block_with_two_copies() {
     let dir = tempdir();
     let (data, blocks) = replicated_demo(dir.path());
     let want = std::fs::read(demo()).unwrap();
-    let out = dir.path().join("played.ts");
-    let out2 = out.clone();
+    let out2 = dir.path().join("played.ts");
     let http_block = block_at(&blocks, 3.0);
     let (got, status) = play_through_faults(
         &data,
