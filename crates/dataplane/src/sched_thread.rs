@@ -82,6 +82,11 @@ pub enum SchedEvent {
 /// only hand the event on (a channel send), never block.
 pub type SchedSink = Box<dyn Fn(SchedEvent) + Send>;
 
+/// Reads block `key` on another cluster node's disk `disk` through that node (a failover to a
+/// copy this node does not hold) and completes with [`SchedCommand::ReadDone`] carrying `tag`.
+/// Called on the scheduler thread: it must hand the read to another thread and return at once.
+pub type RemoteRead = Box<dyn Fn(DiskId, BlockKey, u64) + Send>;
+
 /// Commands to the scheduler thread.
 #[derive(Debug)]
 pub enum SchedCommand {
@@ -335,6 +340,8 @@ pub struct SchedThread {
     pub sender: Sender<SenderCommand>,
     /// Where failed reads of playing streams are reported.
     pub on_event: SchedSink,
+    /// A cluster node's reads of copies on other nodes' disks (`None`: every disk is local).
+    pub remote: Option<RemoteRead>,
 }
 
 impl SchedThread {
@@ -577,6 +584,12 @@ impl SchedThread {
                 };
                 match self.workers.get(&io.disk) {
                     Some(w) => w.submit(cmd),
+                    // A failover to a copy on another node's disk: read through its owner.
+                    None if matches!(io.class, IoClass::Read { .. }) && self.remote.is_some() => {
+                        if let (Some(remote), IoClass::Read { key }) = (&self.remote, io.class) {
+                            remote(io.disk, key, tag);
+                        }
+                    }
                     None => {
                         warn!(disk = %io.disk, "IO for a disk with no IO thread");
                         outstanding.remove(&tag);

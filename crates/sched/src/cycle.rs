@@ -1086,8 +1086,8 @@ impl<V: Clone> CycleScheduler<V> {
         self.bad.len()
     }
 
-    /// The disk a block is read from: its first copy not known bad that this node reads (a
-    /// cluster share reads only its own disks), or `None` when none is left.
+    /// The disk a block is read from: its first copy not known bad, on this node's disks first
+    /// (a cluster share), or `None` when none is left.
     fn read_disk(
         &self,
         key: BlockKey,
@@ -1582,14 +1582,17 @@ impl<V: Clone> CycleScheduler<V> {
     }
 }
 
-/// The first copy of `key` not in `bad` on a disk this node reads (`local`; `None`: all).
+/// The first copy of `key` not in `bad`, on a disk this node reads (`local`; `None`: all) if
+/// one is left, else on another node's disk (a cluster share reads it through its owner).
 fn good_copy(
     bad: &BTreeSet<(BlockKey, DiskId)>,
     key: BlockKey,
     copies: &Replicas,
     local: Option<&BTreeSet<DiskId>>,
 ) -> Option<DiskId> {
-    copies.iter().find(|&d| !bad.contains(&(key, d)) && local.is_none_or(|l| l.contains(&d)))
+    let good = |d: &DiskId| !bad.contains(&(key, *d));
+    let here = copies.iter().find(|d| good(d) && local.is_none_or(|l| l.contains(d)));
+    here.or_else(|| copies.iter().find(good))
 }
 
 /// What playing `plan` asks of this node's disks: all of it, or a cluster share's part.
@@ -2234,5 +2237,48 @@ mod tests {
         assert!(util(&s, 1) > 0.0, "the failed-over block is charged to disk 1");
         s.handle_copy_repaired(at(6), p.key(BlockIndex(0)), DiskId(0));
         assert!((util(&s, 0) - u0).abs() < 1e-12 && util(&s, 1) == 0.0);
+    }
+
+    /// A cluster share: a failed read of a block on this node's disk fails over to a copy on
+    /// this node if there is one, else to the copy on another node's disk (read through its
+    /// owner); blocks whose replica 0 is another node's stay that node's to send.
+    #[test]
+    fn a_cluster_share_fails_over_to_a_local_copy_first_then_a_remote_one() {
+        let mut s = sched(AdmissionPolicy::Off, 2, CycleConfig::default());
+        // Disks 0 and 1 are this node's, 2 another's.
+        let p = plan_copies(1, &[&[0, 2, 1], &[0, 2], &[2, 0]], 300);
+        let local: Arc<BTreeSet<DiskId>> = Arc::new([DiskId(0), DiskId(1)].into());
+        let req = OpenStream {
+            stream: StreamId(1),
+            plan: Arc::clone(&p),
+            avg_bitrate: BitRate(1),
+            peak_bitrate: BitRate(1),
+            local: Some(local),
+        };
+        assert!(s.handle_open(at(0), req).is_admit());
+        let anchor = Anchor { wall: at(100), media: MediaTime::ZERO };
+        s.handle_start_pinned(at(0), StreamId(1), 1, BlockIndex(0), anchor, Pace::NOMINAL);
+        let io = ios(&mut s);
+        // Block 2's replica 0 is the other node's: not read here.
+        assert!(io.iter().all(|x| io_index(x) < 2), "{io:?}");
+        let b0 = *io.iter().find(|x| io_index(x) == 0).unwrap();
+        fail(&mut s, at(1), b0, "checksum");
+        let ev = events(&mut s);
+        assert!(
+            matches!(ev[..], [CycleEvent::Failover { failed: DiskId(0), next: DiskId(1), .. }]),
+            "a local copy first: {ev:?}"
+        );
+        // Block 1 has no other local copy: the remote one.
+        let b1 = io.into_iter().find(|x| io_index(x) == 1);
+        let b1 = b1.or_else(|| ios(&mut s).into_iter().find(|x| io_index(x) == 1)).unwrap();
+        fail(&mut s, at(2), b1, "missing");
+        let ev = events(&mut s);
+        assert!(
+            matches!(ev[..], [CycleEvent::Failover { failed: DiskId(0), next: DiskId(2), .. }]),
+            "{ev:?}"
+        );
+        let remote = ios(&mut s).into_iter().find(|x| x.disk == DiskId(2)).unwrap();
+        assert_eq!(io_index(&remote), 1);
+        read_done(&mut s, at(3), remote);
     }
 }

@@ -302,6 +302,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         workers,
         sender: sender_tx.clone(),
         on_event: sched_events(sessions_tx.clone(), reorg_tx.clone()),
+        remote: settings.cluster.as_ref().map(|_| remote_reads(&store, sched_tx.clone())),
     };
     threads.push(std::thread::Builder::new().name("isochron-sched".into()).spawn(|| sched.run())?);
     let sender = SenderThread {
@@ -564,6 +565,40 @@ fn sched_events(
         SchedEvent::CopyFailed { key, disk, error } => {
             let _ = reorg.send(ReorgCommand::Repair { key, disk, error });
         }
+    })
+}
+
+/// A cluster node's reads of copies on other nodes' disks, for the scheduler thread's failover:
+/// each on a blocking thread of the runtime, through the owner's non-real-time share
+/// (`RemoteBlocks::read_block_nrt`), completing as a [`SchedCommand::ReadDone`].
+fn remote_reads(
+    store: &Arc<Store>,
+    sched: crossbeam_channel::Sender<SchedCommand>,
+) -> isochron_dataplane::sched_thread::RemoteRead {
+    let store = Arc::downgrade(store);
+    let rt = tokio::runtime::Handle::current();
+    Box::new(move |disk, key, tag| {
+        let (store, sched) = (store.clone(), sched.clone());
+        rt.spawn_blocking(move || {
+            let started = std::time::Instant::now();
+            let remote = store.upgrade().and_then(|s| s.remote());
+            let result = match remote {
+                None => Err("no route to the disk's node".to_string()),
+                Some(r) => r.read_block_nrt(disk, key).and_then(|bytes| {
+                    isochron_store::Block::parse(
+                        isochron_diskio::AlignedBuf::copy_from(&bytes),
+                        Some(key),
+                    )
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+                }),
+            };
+            let result =
+                result.map_err(|reason| isochron_diskio::DiskError::Remote { disk, key, reason });
+            let done =
+                isochron_diskio::ReadDone { disk, key, tag, result, service: started.elapsed() };
+            let _ = sched.send(SchedCommand::ReadDone(done));
+        });
     })
 }
 

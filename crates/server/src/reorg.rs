@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use isochron_base::{BlockKey, DiskId};
 use isochron_dataplane::sched_thread::SchedCommand;
-use isochron_diskio::{AlignedBuf, IoCommand, IoDone, IoWorker, Store};
+use isochron_diskio::{AlignedBuf, DiskError, IoCommand, IoDone, IoWorker, ReadDone, Store};
 use isochron_store::catalog::DiskState;
 use isochron_store::reorg::Move;
 use isochron_store::{Block, Epoch};
@@ -611,8 +611,9 @@ impl Reorganiser {
             return;
         }
         self.status.repair.requested += 1;
-        let sources: Vec<DiskId> =
-            copies.iter().filter(|&d| d != disk && self.store.is_local(d)).collect();
+        // This node's other copies first, then other nodes' (read through their owners).
+        let mut sources: Vec<DiskId> = copies.iter().filter(|&d| d != disk).collect();
+        sources.sort_by_key(|&d| !self.store.is_local(d));
         info!(block = %key, %disk, %error, ?sources, "repairing a bad copy");
         let job = RepairJob { key, bad: disk, sources, checksum, step: RepairStep::Read(0) };
         self.repair_read(job);
@@ -626,9 +627,28 @@ impl Reorganiser {
             return self.repair_failed(job, error);
         };
         let tag = self.tag();
-        let _ = self
-            .sched
-            .send(SchedCommand::Nrt { disk: from, cmd: IoCommand::NrtRead { key: job.key, tag } });
+        if self.store.is_local(from) {
+            let cmd = IoCommand::NrtRead { key: job.key, tag };
+            let _ = self.sched.send(SchedCommand::Nrt { disk: from, cmd });
+        } else {
+            // Another node's copy, read in its disk's non-real-time share; the result comes
+            // back as the completion of a non-real-time read.
+            let (remote, me, key) = (self.store.remote(), self.me.clone(), job.key);
+            tokio::task::spawn_blocking(move || {
+                let started = Instant::now();
+                let result = match remote {
+                    None => Err("no route to the disk's node".to_string()),
+                    Some(r) => r.read_block_nrt(from, key).and_then(|bytes| {
+                        Block::parse(AlignedBuf::copy_from(&bytes), Some(key))
+                            .map(Arc::new)
+                            .map_err(|e| e.to_string())
+                    }),
+                };
+                let result = result.map_err(|reason| DiskError::Remote { disk: from, key, reason });
+                let done = ReadDone { disk: from, key, tag, result, service: started.elapsed() };
+                let _ = me.send(ReorgCommand::Io(IoDone::NrtRead(done)));
+            });
+        }
         self.repairs.insert(tag, job);
     }
 
