@@ -265,9 +265,10 @@ pub enum StoreError {
     /// `store.replication` asks for another number of copies than the store keeps: it is fixed
     /// when the store is created.
     #[error(
-        "the store at {root} keeps {store} copies of every block, but store.replication asks \
-         for {asked}: the number of copies is fixed when the store is created (config key \
-         store.replication; --replication)"
+        "the store at {root} keeps {} of every block, but store.replication asks for {asked}: \
+         the number of copies is fixed when the store is created (config key \
+         store.replication; --replication)",
+        copies(*store)
     )]
     ReplicationMismatch {
         /// The store root (or the cluster's catalog).
@@ -295,6 +296,11 @@ pub enum StoreError {
         /// The store's current epoch.
         current: Epoch,
     },
+}
+
+/// "1 copy", "2 copies".
+fn copies(n: u8) -> String {
+    if n == 1 { "1 copy".into() } else { format!("{n} copies") }
 }
 
 /// Where blocks on other nodes' disks are written (a cluster node's store; see

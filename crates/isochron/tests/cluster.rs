@@ -399,8 +399,21 @@ fn bad_cluster_input_is_refused_and_changes_nothing() {
         .into_body()
         .read_to_string()
         .unwrap();
+    // A number of copies other than the cluster's (1).
+    let copies = d.join("copies.toml");
+    std::fs::write(&copies, "[store]\nblock_size_kib = 64\nseed_demo = false\nreplication = 2\n")
+        .unwrap();
+    let out = run(&mut serve_cmd(&c.nodes[2].host, d, "n7", &c.etcd_urls, &copies), 20);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("keeps 1 copy of every block")
+            && err.contains("store.replication"),
+        "{err}"
+    );
     assert!(!nodes.contains("\"n8\"") && !nodes.contains("\"n9\""), "{nodes}");
     assert!(!d.join("n8").exists(), "nothing on disk for a refused node");
+    assert!(!d.join("n7").exists(), "nothing on disk for a refused node");
 }
 
 fn get_json(url: &str) -> serde_json::Value {
