@@ -338,6 +338,8 @@ fn online_scaling_and_recording_keep_two_copies() {
     assert_same_bytes(&std::fs::read(&out).unwrap(), &demo_bytes, "the demo across add and remove");
     let reorg: serde_json::Value = serde_json::from_str(&server.http_get("/api/v1/reorg")).unwrap();
     assert_eq!(reorg["state"], "idle", "{reorg:#}");
+    let disks: serde_json::Value = serde_json::from_str(&server.http_get("/api/v1/disks")).unwrap();
+    assert_eq!(disks["replication"], 2, "{disks:#}");
 
     // A recording (declared at four times the clip's rate, so it takes about 3 s) writes both
     // copies of every block before it is committed.
