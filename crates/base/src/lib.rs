@@ -10,9 +10,11 @@
 
 pub mod ids;
 pub mod mix;
+pub mod replicas;
 pub mod time;
 pub mod units;
 
 pub use ids::{BlockIndex, BlockKey, DiskId, Gsn, NodeId, ObjectId, StreamId};
+pub use replicas::{MAX_REPLICAS, Replicas};
 pub use time::{Instant, MediaTime, Pace};
 pub use units::{BitRate, Bytes, MbPerSec, ParseRateError};

@@ -14,15 +14,22 @@
 //! ([`CycleScheduler::poll_timeout`]). Since every admission is decided here, this thread also
 //! keeps the [`AdmissionLog`] of recent decisions, and counts each disk's completed reads.
 //!
+//! With replication (`store.replication` K > 1) a read that fails fails over to the block's next
+//! copy: for streams in the scheduler core (`CycleScheduler`'s failover), for HTTP delivery here
+//! (the request carries the block's copies and the next one is read in the non-real-time share).
+//! Either way the bad copy is reported up ([`SchedEvent::CopyFailed`]) to be repaired, and
+//! [`SchedCommand::CopyRepaired`] says when it is.
+//!
 //! Blocks go down to the sender as [`SenderCommand::Block`]; what goes up (a stream's block could
-//! not be read) is a [`SchedEvent`] handed to the [`SchedSink`] the thread was built with, so the
-//! thread names no command type of the session manager's.
+//! not be read, a copy to repair) is a [`SchedEvent`] handed to the [`SchedSink`] the thread was
+//! built with, so the thread names no command type of the session manager's or the
+//! reorganiser's.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use isochron_base::{BlockIndex, BlockKey, DiskId, MediaTime, ObjectId, Pace, StreamId};
+use isochron_base::{BlockIndex, BlockKey, DiskId, MediaTime, ObjectId, Pace, Replicas, StreamId};
 use isochron_diskio::{
     IoCommand, IoStats, IoWorker, ReadDone as DiskReadDone, WriteDone as DiskWriteDone,
 };
@@ -43,8 +50,8 @@ use crate::sender::{SenderCommand, SharedBlock};
 /// What a recording hears back about its blocks.
 #[derive(Debug)]
 pub enum RecordEvent {
-    /// A block is durably on disk.
-    Written(BlockKey),
+    /// A copy of a block is durably on a disk (with K copies, one event per disk).
+    Written(BlockKey, DiskId),
     /// A block could not be written.
     Failed(BlockKey, String),
 }
@@ -52,11 +59,21 @@ pub enum RecordEvent {
 /// What the scheduler thread tells the rest of the server, through its [`SchedSink`].
 #[derive(Debug)]
 pub enum SchedEvent {
-    /// A block of a playing stream could not be read: the stream cannot go on.
+    /// A block of a playing stream could not be read from any copy: the stream cannot go on.
     ReadFailed {
         /// The stream.
         stream: StreamId,
         /// Why.
+        error: String,
+    },
+    /// A copy of a block could not be read (a stream's or HTTP delivery's read failed over to
+    /// another copy): it wants repairing from a good copy.
+    CopyFailed {
+        /// The block.
+        key: BlockKey,
+        /// The disk of the bad copy.
+        disk: DiskId,
+        /// Why it failed.
         error: String,
     },
 }
@@ -64,6 +81,11 @@ pub enum SchedEvent {
 /// Where the scheduler thread's events go. It is called on the scheduler thread, so it should
 /// only hand the event on (a channel send), never block.
 pub type SchedSink = Box<dyn Fn(SchedEvent) + Send>;
+
+/// Reads block `key` on another cluster node's disk `disk` through that node (a failover to a
+/// copy this node does not hold) and completes with [`SchedCommand::ReadDone`] carrying `tag`.
+/// Called on the scheduler thread: it must hand the read to another thread and return at once.
+pub type RemoteRead = Box<dyn Fn(DiskId, BlockKey, u64) + Send>;
 
 /// Commands to the scheduler thread.
 #[derive(Debug)]
@@ -173,11 +195,12 @@ pub enum SchedCommand {
         cmd: IoCommand,
     },
     /// A block for HTTP delivery (`isochron_http::media`): answered from the cache if it is
-    /// there, otherwise read as non-real-time IO on `disk` (served only in the disk's
-    /// non-real-time share, after the streams' reads); the block or the error goes to `reply`.
+    /// there, otherwise read as non-real-time IO on its first copy's disk (served only in the
+    /// disk's non-real-time share, after the streams' reads), failing over to the next copy;
+    /// the block or the error goes to `reply`.
     HttpRead {
-        /// The disk the object's plan places the block on.
-        disk: DiskId,
+        /// The disks of the block's copies, replica 0 first (the object's plan).
+        copies: Replicas,
         /// The block.
         key: BlockKey,
         /// Where the block goes.
@@ -185,6 +208,13 @@ pub enum SchedCommand {
     },
     /// A non-real-time read issued for [`SchedCommand::HttpRead`] finished.
     HttpReadDone(DiskReadDone),
+    /// A bad copy reported by [`SchedEvent::CopyFailed`] was repaired: read it again.
+    CopyRepaired {
+        /// The block.
+        key: BlockKey,
+        /// The disk of the repaired copy.
+        disk: DiskId,
+    },
     /// An object's blocks moved: running streams use the new plan.
     UpdatePlan {
         /// The new plan.
@@ -234,6 +264,8 @@ pub struct SchedSnapshot {
     pub rejects_by_reason: Vec<(&'static str, u64)>,
     /// The admission policy's name.
     pub admission_policy: &'static str,
+    /// Copies the scheduler avoids because a read of them failed, until they are repaired.
+    pub bad_copies: usize,
 }
 
 /// Counters of HTTP delivery's block reads ([`SchedCommand::HttpRead`]).
@@ -245,8 +277,10 @@ pub struct HttpReadStats {
     pub cache_hits: u64,
     /// Non-real-time disk reads issued.
     pub disk_reads: u64,
-    /// Disk reads that failed.
+    /// Disk reads that failed (each copy's failure).
     pub failed: u64,
+    /// Failed reads re-issued to the block's next copy.
+    pub failovers: u64,
     /// Block bytes handed to HTTP requests.
     pub bytes: u64,
     /// Disk reads in flight now.
@@ -266,6 +300,17 @@ pub struct DiskSnapshot {
     pub read_bytes: u64,
     /// The disk thread's own counters (busy time, non-real-time copies, errors).
     pub io: IoStats,
+}
+
+/// An HTTP delivery read in flight: where its answer goes and which copies are left to try.
+struct HttpPending {
+    reply: oneshot::Sender<Result<SharedBlock, String>>,
+    key: BlockKey,
+    copies: Replicas,
+    /// The index in `copies` of the copy being read.
+    at: usize,
+    /// What the copies tried so far said.
+    errors: Vec<String>,
 }
 
 /// Real-time reads completed per disk, counted where the completions arrive.
@@ -295,6 +340,8 @@ pub struct SchedThread {
     pub sender: Sender<SenderCommand>,
     /// Where failed reads of playing streams are reported.
     pub on_event: SchedSink,
+    /// A cluster node's reads of copies on other nodes' disks (`None`: every disk is local).
+    pub remote: Option<RemoteRead>,
 }
 
 impl SchedThread {
@@ -304,13 +351,13 @@ impl SchedThread {
         // Reads handed to IO threads and not completed, and the barriers waiting on them.
         let mut outstanding: BTreeSet<u64> = BTreeSet::new();
         let mut drains: Vec<(u64, oneshot::Sender<()>)> = Vec::new();
-        // Recordings' blocks waiting to be written, and where their notices go.
-        let mut pending_writes: HashMap<BlockKey, SharedBlock> = HashMap::new();
+        // Recordings' blocks waiting to be written (one entry per copy), and where their notices
+        // go.
+        let mut pending_writes: HashMap<(BlockKey, DiskId), SharedBlock> = HashMap::new();
         let mut recorders: HashMap<StreamId, mpsc::UnboundedSender<RecordEvent>> = HashMap::new();
         let mut last_cycle = CycleReport::default();
         // HTTP reads on the disks' non-real-time share, by tag, and their counters.
-        let mut http_reads: HashMap<u64, oneshot::Sender<Result<SharedBlock, String>>> =
-            HashMap::new();
+        let mut http_reads: HashMap<u64, HttpPending> = HashMap::new();
         let mut http = HttpReadStats::default();
         let mut admissions = AdmissionLog::default();
         let mut disk_reads: HashMap<DiskId, DiskReads> = HashMap::new();
@@ -363,7 +410,7 @@ impl SchedThread {
                     let key = block.header().key;
                     let len = isochron_base::Bytes(block.as_bytes().len() as u64);
                     if s.handle_record_block(now, stream, RecordBlock { key, disk, len }) {
-                        pending_writes.insert(key, block);
+                        pending_writes.insert((key, disk), block);
                     } else if let Some(tx) = recorders.get(&stream) {
                         let _ = tx.send(RecordEvent::Failed(key, "not an open recording".into()));
                     }
@@ -402,7 +449,7 @@ impl SchedThread {
                     s.handle_read_done(now, ReadDone { disk: done.disk, key: done.key, result });
                 }
                 Some(SchedCommand::WriteDone(done)) => {
-                    pending_writes.remove(&done.key);
+                    pending_writes.remove(&(done.key, done.disk));
                     let result = done.result.map_err(|e| e.to_string());
                     s.handle_write_done(now, WriteDone { disk: done.disk, key: done.key, result });
                 }
@@ -423,45 +470,57 @@ impl SchedThread {
                     Some(w) => w.submit(cmd),
                     None => warn!(%disk, "non-real-time IO for a disk with no IO thread"),
                 },
-                Some(SchedCommand::HttpRead { disk, key, reply }) => {
+                Some(SchedCommand::HttpRead { copies, key, reply }) => {
                     http.requests += 1;
                     if let Some(block) = s.cache().peek(key) {
                         http.cache_hits += 1;
                         http.bytes += block.as_bytes().len() as u64;
                         let _ = reply.send(Ok(Arc::clone(block)));
-                    } else if let Some(w) = self.workers.get(&disk) {
-                        // A tag from the scheduler's own sequence (below the reorganiser's
-                        // space, see `isochron_server::reorg::NRT_TAG_BASE`), so completions
-                        // route back here and a `Drain` barrier waits for it like for a stream's
-                        // read.
-                        tag += 1;
-                        outstanding.insert(tag);
-                        http_reads.insert(tag, reply);
-                        http.disk_reads += 1;
-                        w.submit(IoCommand::NrtRead { key, tag });
                     } else {
-                        http.failed += 1;
-                        let _ = reply.send(Err(format!("disk {disk} is not attached")));
+                        let pending = HttpPending { reply, key, copies, at: 0, errors: Vec::new() };
+                        self.http_read(
+                            pending,
+                            &mut tag,
+                            &mut outstanding,
+                            &mut http_reads,
+                            &mut http,
+                        );
                     }
                 }
                 Some(SchedCommand::HttpReadDone(done)) => {
                     outstanding.remove(&done.tag);
-                    if let Some(reply) = http_reads.remove(&done.tag) {
-                        let result = match done.result {
+                    if let Some(mut pending) = http_reads.remove(&done.tag) {
+                        match done.result {
                             Ok(block) => {
                                 http.bytes += block.as_bytes().len() as u64;
-                                Ok(block)
+                                let _ = pending.reply.send(Ok(block));
                             }
                             Err(e) => {
                                 http.failed += 1;
-                                Err(format!(
-                                    "reading block {} from disk {}: {e}",
-                                    done.key, done.disk
-                                ))
+                                let error = e.to_string();
+                                (self.on_event)(SchedEvent::CopyFailed {
+                                    key: done.key,
+                                    disk: done.disk,
+                                    error: error.clone(),
+                                });
+                                pending.errors.push(format!("disk {}: {error}", done.disk));
+                                pending.at += 1;
+                                if pending.at < pending.copies.len() {
+                                    http.failovers += 1;
+                                }
+                                self.http_read(
+                                    pending,
+                                    &mut tag,
+                                    &mut outstanding,
+                                    &mut http_reads,
+                                    &mut http,
+                                );
                             }
-                        };
-                        let _ = reply.send(result);
+                        }
                     }
+                }
+                Some(SchedCommand::CopyRepaired { key, disk }) => {
+                    s.handle_copy_repaired(now, key, disk);
                 }
                 Some(SchedCommand::UpdatePlan { plan }) => s.handle_plan_update(plan),
                 Some(SchedCommand::Drain { reply }) => drains.push((tag, reply)),
@@ -495,6 +554,7 @@ impl SchedThread {
                         http: HttpReadStats { in_flight: http_reads.len() as u64, ..http },
                         rejects_by_reason: admissions.rejects_by_reason(),
                         admission_policy: adm.config().policy.as_str(),
+                        bad_copies: s.bad_copies(),
                     });
                 }
                 Some(SchedCommand::Admissions { limit, reply }) => {
@@ -511,7 +571,7 @@ impl SchedThread {
                         outstanding.insert(tag);
                         IoCommand::Read { key, tag }
                     }
-                    IoClass::Write { key, .. } => match pending_writes.get(&key) {
+                    IoClass::Write { key, .. } => match pending_writes.get(&(key, io.disk)) {
                         Some(block) => IoCommand::Write { key, block: Arc::clone(block), tag },
                         None => {
                             warn!(block = %key, "write scheduled for a block no longer held");
@@ -524,6 +584,12 @@ impl SchedThread {
                 };
                 match self.workers.get(&io.disk) {
                     Some(w) => w.submit(cmd),
+                    // A failover to a copy on another node's disk: read through its owner.
+                    None if matches!(io.class, IoClass::Read { .. }) && self.remote.is_some() => {
+                        if let (Some(remote), IoClass::Read { key }) = (&self.remote, io.class) {
+                            remote(io.disk, key, tag);
+                        }
+                    }
                     None => {
                         warn!(disk = %io.disk, "IO for a disk with no IO thread");
                         outstanding.remove(&tag);
@@ -560,18 +626,23 @@ impl SchedThread {
                         });
                     }
                     CycleEvent::ReadFailed { stream, key, error } => {
-                        warn!(%stream, block = %key, %error, "block read failed");
+                        warn!(%stream, block = %key, %error, "block read failed on every copy");
                         (self.on_event)(SchedEvent::ReadFailed { stream, error });
+                    }
+                    CycleEvent::Failover { key, failed, next, error } => {
+                        warn!(block = %key, disk = %failed, next = %next, %error,
+                            "block read failed; reading the next copy");
+                        (self.on_event)(SchedEvent::CopyFailed { key, disk: failed, error });
                     }
                     CycleEvent::Missed { stream, key, .. } => {
                         debug!(%stream, block = %key, "deadline missed");
                     }
-                    CycleEvent::Written { stream, key } => {
+                    CycleEvent::Written { stream, key, disk } => {
                         if let Some(tx) = recorders.get(&stream) {
-                            let _ = tx.send(RecordEvent::Written(key));
+                            let _ = tx.send(RecordEvent::Written(key, disk));
                         }
                     }
-                    CycleEvent::WriteFailed { stream, key, error } => {
+                    CycleEvent::WriteFailed { stream, key, error, .. } => {
                         if let Some(tx) = recorders.get(&stream) {
                             let _ = tx.send(RecordEvent::Failed(key, error));
                         }
@@ -584,5 +655,38 @@ impl SchedThread {
         for (_, w) in self.workers.drain() {
             w.shutdown();
         }
+    }
+
+    /// Reads copy `pending.at` of an HTTP delivery's block (or the next one this node has) in
+    /// the disk's non-real-time share; answers with every copy's error when none is left.
+    fn http_read(
+        &self,
+        mut pending: HttpPending,
+        tag: &mut u64,
+        outstanding: &mut BTreeSet<u64>,
+        http_reads: &mut HashMap<u64, HttpPending>,
+        http: &mut HttpReadStats,
+    ) {
+        while let Some(disk) = pending.copies.as_slice().get(pending.at).copied() {
+            if let Some(w) = self.workers.get(&disk) {
+                // A tag from the scheduler's own sequence (below the reorganiser's space, see
+                // `isochron_server::reorg::NRT_TAG_BASE`), so completions route back here and a
+                // `Drain` barrier waits for it like for a stream's read.
+                *tag += 1;
+                outstanding.insert(*tag);
+                http.disk_reads += 1;
+                w.submit(IoCommand::NrtRead { key: pending.key, tag: *tag });
+                http_reads.insert(*tag, pending);
+                return;
+            }
+            http.failed += 1;
+            pending.errors.push(format!("disk {disk} is not attached"));
+            pending.at += 1;
+        }
+        let _ = pending.reply.send(Err(format!(
+            "reading block {}: {}",
+            pending.key,
+            pending.errors.join("; ")
+        )));
     }
 }

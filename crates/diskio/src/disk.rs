@@ -160,6 +160,16 @@ pub enum DiskError {
         /// What is wrong.
         source: BlockError,
     },
+    /// A block on another cluster node's disk could not be read through that node.
+    #[error("block {key} on disk {disk} (another node's): {reason}")]
+    Remote {
+        /// The disk.
+        disk: DiskId,
+        /// The block.
+        key: BlockKey,
+        /// What the node (or the network) said.
+        reason: String,
+    },
     /// A queued non-real-time command was not run because its IO thread was shut down.
     #[error("block {key} on disk {disk}: cancelled (the disk's IO thread stopped)")]
     Cancelled {

@@ -7,9 +7,10 @@
 //! on their own, and operators copy directories around. `fsck` is the one place that looks at
 //! everything:
 //!
-//! - every block of every catalogued object is read at the disk readers use (the active epoch's,
-//!   [`locate_active`]) and verified: the block's own checksum and key, and its checksum against
-//!   the catalog's;
+//! - every copy of every block of every catalogued object (`store.replication` K of them, at the
+//!   disks the active epoch puts them on, [`replicas_active`]; Yima §2.1's fault tolerance) is
+//!   read and verified: the block's own checksum and key, and its checksum against the
+//!   catalog's;
 //! - with a reorganisation pending (SCADDAR, Goel et al. ICDE 2002; `research/algorithms.md`
 //!   §2.7), the copies already made at the pending epoch's disks are counted (they are progress,
 //!   not orphans);
@@ -18,8 +19,9 @@
 //!   or a disk where neither placement puts it); leftover temporary files are listed.
 //!
 //! With `repair`, in this order (so that no copy is deleted before it has been used): a missing
-//! or corrupt block is restored from any valid copy on another disk (a pending copy, an undeleted
-//! source, a misplaced file); an interrupted reorganisation is completed
+//! or corrupt copy is restored from any valid copy on another disk (another replica, a pending
+//! copy, an undeleted source, a misplaced file), written durably and read back verified; an
+//! interrupted reorganisation is completed
 //! ([`Store::reorganize`](crate::Store::reorganize)); orphans and temporary files are deleted.
 //! What cannot be repaired is listed.
 //!
@@ -33,21 +35,23 @@ use std::fmt;
 use std::path::PathBuf;
 
 use isochron_base::{BlockIndex, BlockKey, DiskId, ObjectId};
-use isochron_store::catalog::{ObjectRecord, locate_active};
+use isochron_store::catalog::{ObjectRecord, replicas_active};
 use isochron_store::{Epoch, reorg};
 
 use crate::store::{Store, StoreError, placed_on};
 use crate::{DiskDir, DiskError};
 
-/// A block that is missing or corrupt where readers look for it.
+/// A copy of a block that is missing or corrupt where placement puts it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BlockProblem {
     /// The object's name.
     pub object: String,
     /// The block.
     pub key: BlockKey,
-    /// The disk readers look on.
+    /// The disk of the copy.
     pub disk: DiskId,
+    /// Which copy: 0 is the one readers go to first.
+    pub replica: usize,
     /// The file.
     pub path: PathBuf,
     /// What is wrong.
@@ -137,11 +141,15 @@ pub struct InterruptedReorg {
 pub struct FsckReport {
     /// Objects in the catalog.
     pub objects: u64,
-    /// Blocks read and verified.
+    /// Copies of every block the store keeps (`store.replication`).
+    pub replication: u8,
+    /// Blocks checked (each in all its copies).
     pub blocks_checked: u64,
-    /// Blocks with no file where readers look.
+    /// Copies read and verified (`blocks_checked` × K).
+    pub copies_checked: u64,
+    /// Copies with no file where placement puts them.
     pub missing: Vec<BlockProblem>,
-    /// Blocks whose file there is corrupt (checksum, format, key, or a checksum other than the
+    /// Copies whose file there is corrupt (checksum, format, key, or a checksum other than the
     /// catalog's).
     pub corrupt: Vec<BlockProblem>,
     /// Block files that do not belong where they are.
@@ -179,44 +187,51 @@ pub fn fsck(store: &Store, repair: bool) -> Result<FsckReport, StoreError> {
     let meta = store.meta();
     let objects = store.catalog().objects()?;
     let by_id: HashMap<ObjectId, &ObjectRecord> = objects.iter().map(|r| (r.id, r)).collect();
-    let mut report = FsckReport { objects: objects.len() as u64, ..FsckReport::default() };
+    let mut report = FsckReport {
+        objects: objects.len() as u64,
+        replication: meta.replication,
+        ..FsckReport::default()
+    };
 
-    // Every block where readers look.
+    // Every copy of every block, where placement puts it.
     for rec in &objects {
         for (i, entry) in rec.blocks.iter().enumerate() {
             let key = BlockKey::new(rec.id, BlockIndex(i as u32));
-            let disk_id = locate_active(&meta, rec, key.index);
             report.blocks_checked += 1;
-            let problem = |error: String, path: PathBuf| BlockProblem {
-                object: rec.name.clone(),
-                key,
-                disk: disk_id,
-                path,
-                error,
-            };
-            let Some(disk) = store.disk(disk_id) else {
-                let p = problem(format!("disk {disk_id} is not open"), PathBuf::new());
-                report.missing.push(p);
-                continue;
-            };
-            let path = disk.block_path(key);
-            match disk.read_block(key) {
-                Ok(b) if b.header().checksum == entry.checksum => {}
-                Ok(b) => report.corrupt.push(problem(
-                    format!(
-                        "checksum {:#018x} differs from the catalog's {:#018x}",
-                        b.header().checksum,
-                        entry.checksum
-                    ),
+            for (replica, disk_id) in replicas_active(&meta, rec, key.index).iter().enumerate() {
+                report.copies_checked += 1;
+                let problem = |error: String, path: PathBuf| BlockProblem {
+                    object: rec.name.clone(),
+                    key,
+                    disk: disk_id,
+                    replica,
                     path,
-                )),
-                Err(DiskError::BlockMissing { .. }) => {
-                    report.missing.push(problem("missing".into(), path));
+                    error,
+                };
+                let Some(disk) = store.disk(disk_id) else {
+                    let p = problem(format!("disk {disk_id} is not open"), PathBuf::new());
+                    report.missing.push(p);
+                    continue;
+                };
+                let path = disk.block_path(key);
+                match disk.read_block(key) {
+                    Ok(b) if b.header().checksum == entry.checksum => {}
+                    Ok(b) => report.corrupt.push(problem(
+                        format!(
+                            "checksum {:#018x} differs from the catalog's {:#018x}",
+                            b.header().checksum,
+                            entry.checksum
+                        ),
+                        path,
+                    )),
+                    Err(DiskError::BlockMissing { .. }) => {
+                        report.missing.push(problem("missing".into(), path));
+                    }
+                    Err(DiskError::Corrupt { source, .. }) => {
+                        report.corrupt.push(problem(source.to_string(), path));
+                    }
+                    Err(e) => report.corrupt.push(problem(e.to_string(), path)),
                 }
-                Err(DiskError::Corrupt { source, .. }) => {
-                    report.corrupt.push(problem(source.to_string(), path));
-                }
-                Err(e) => report.corrupt.push(problem(e.to_string(), path)),
             }
         }
     }
@@ -296,7 +311,8 @@ pub fn fsck(store: &Store, repair: bool) -> Result<FsckReport, StoreError> {
     Ok(report)
 }
 
-/// Restores every missing or corrupt block from a valid copy on another disk.
+/// Restores every missing or corrupt copy from a valid copy on another disk (another replica
+/// first), and reads it back verified.
 fn restore_blocks(
     store: &Store,
     by_id: &HashMap<ObjectId, &ObjectRecord>,
@@ -313,13 +329,18 @@ fn restore_blocks(
             .find_map(|(id, d)| valid_copy(d, p.key, expected).map(|bytes| (*id, bytes)));
         let target = store.disk(p.disk);
         match (source, target) {
-            (Some((from, bytes)), Some(to)) => match to.write_block(p.key, &bytes) {
-                Ok(()) => report.repaired.push(format!(
-                    "block {} of {:?}: restored on disk {} from the copy on disk {from}",
-                    p.key, p.object, p.disk
-                )),
-                Err(e) => report.unrepairable.push(format!("{p}: restoring failed: {e}")),
-            },
+            (Some((from, bytes)), Some(to)) => {
+                match to.write_block(p.key, &bytes).map(|()| valid_copy(&to, p.key, expected)) {
+                    Ok(Some(_)) => report.repaired.push(format!(
+                        "block {} of {:?}: restored on disk {} from the copy on disk {from}",
+                        p.key, p.object, p.disk
+                    )),
+                    Ok(None) => report
+                        .unrepairable
+                        .push(format!("{p}: the restored copy does not read back valid")),
+                    Err(e) => report.unrepairable.push(format!("{p}: restoring failed: {e}")),
+                }
+            }
             (None, _) => report.unrepairable.push(format!("{p}: no valid copy on any disk")),
             (_, None) => report.unrepairable.push(format!("{p}: its disk is not open")),
         }
@@ -349,7 +370,10 @@ mod tests {
     use std::sync::Arc;
 
     use isochron_base::{Bytes, Gsn};
+    use isochron_store::DiskSpec;
     use isochron_store::reorg::Move;
+
+    use crate::store::CopyOutcome;
 
     use super::*;
     use crate::testutil::{contents, encode_block, ingest};
@@ -506,6 +530,175 @@ mod tests {
         assert!(store.pending().is_none());
         let r = fsck(&store, false).unwrap();
         assert!(r.is_clean(), "{r:?}");
+        assert_eq!(contents(&store), before);
+    }
+
+    /// A store of `n` disks keeping `k` copies, with objects "a" (24 blocks) and "b" (16).
+    fn replicated(dir: &Path, n: usize, k: u8) -> (Store, Vec<ObjectRecord>) {
+        let disks: Vec<DiskSpec> =
+            (0..n).map(|i| DiskSpec::from(PathBuf::from(format!("d{i}")))).collect();
+        let store =
+            Store::create_with(&dir.join("s"), &disks, Bytes::kib(64), Default::default(), k)
+                .unwrap();
+        let recs = vec![ingest(&store, "a", 24), ingest(&store, "b", 16)];
+        (store, recs)
+    }
+
+    /// Every block file on every open disk, as `(disk, key)`, sorted.
+    fn files(store: &Store) -> Vec<(DiskId, BlockKey)> {
+        let mut out: Vec<(DiskId, BlockKey)> = Vec::new();
+        for (id, d) in store.disks() {
+            out.extend(d.list_blocks().map(|f| (id, f.unwrap().key)));
+        }
+        out.sort_unstable();
+        out
+    }
+
+    /// The files K copies of every block make, from the placement.
+    fn expected_files(store: &Store) -> Vec<(DiskId, BlockKey)> {
+        let mut out = Vec::new();
+        for rec in store.catalog().objects().unwrap() {
+            for i in 0..rec.block_count() {
+                let r = store.replicas(&rec, BlockIndex(i));
+                assert_eq!(r.len(), usize::from(store.replication()));
+                out.extend(r.iter().map(|d| (d, key(&rec, i))));
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+
+    /// K = 2 on three disks: every block is written twice, on two distinct disks; fsck checks
+    /// both copies; a lost or corrupt copy is reported by disk and replica, reads fail over to
+    /// the other copy meanwhile, and repair restores it (read back verified).
+    #[test]
+    fn two_copies_are_checked_and_repaired() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, recs) = replicated(dir.path(), 3, 2);
+        let before = contents(&store);
+        assert_eq!(files(&store), expected_files(&store));
+        assert_eq!(files(&store).len(), 2 * 40);
+        let r = fsck(&store, false).unwrap();
+        assert!(r.is_clean(), "{r:?}");
+        assert_eq!((r.blocks_checked, r.copies_checked, r.replication), (40, 80, 2));
+
+        let a = &recs[0];
+        // The primary of block 2 deleted, the second copy of block 9 corrupted.
+        let r2 = store.replicas(a, BlockIndex(2));
+        store.disk(r2.primary()).unwrap().remove_block(key(a, 2)).unwrap();
+        let r9 = store.replicas(a, BlockIndex(9));
+        let path9 = store.disk(r9.as_slice()[1]).unwrap().block_path(key(a, 9));
+        let mut bytes = fs::read(&path9).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0xFF;
+        fs::write(&path9, &bytes).unwrap();
+        // Reads go on from the other copy.
+        assert_eq!(contents(&store), before);
+
+        let r = fsck(&store, false).unwrap();
+        assert!(!r.is_clean());
+        let missing: Vec<_> = r.missing.iter().map(|p| (p.key, p.disk, p.replica)).collect();
+        assert_eq!(missing, vec![(key(a, 2), r2.primary(), 0)]);
+        let corrupt: Vec<_> = r.corrupt.iter().map(|p| (p.key, p.disk, p.replica)).collect();
+        assert_eq!(corrupt, vec![(key(a, 9), r9.as_slice()[1], 1)]);
+        assert!(r.orphaned.is_empty(), "{:?}", r.orphaned);
+
+        let r = fsck(&store, true).unwrap();
+        assert!(r.unrepairable.is_empty(), "{:?}", r.unrepairable);
+        assert_eq!(r.repaired.len(), 2, "{:?}", r.repaired);
+        let r = fsck(&store, false).unwrap();
+        assert!(r.is_clean(), "{r:?}");
+        assert_eq!(files(&store), expected_files(&store));
+        assert_eq!(contents(&store), before);
+        // Both copies lost: the block cannot be read, and fsck says so.
+        for d in store.replicas(a, BlockIndex(4)).iter() {
+            store.disk(d).unwrap().remove_block(key(a, 4)).unwrap();
+        }
+        let err = store.read_block_sync(a, BlockIndex(4)).unwrap_err().to_string();
+        assert!(err.contains("no readable copy on disks"), "{err}");
+        let r = fsck(&store, true).unwrap();
+        assert_eq!(r.unrepairable.len(), 2, "{:?}", r.unrepairable);
+    }
+
+    /// K greater than the disks is refused at creation (nothing is left behind) and when a
+    /// removal would leave too few disks, naming the key.
+    #[test]
+    fn replication_needs_as_many_disks() {
+        let dir = tempfile::tempdir().unwrap();
+        let disks: Vec<DiskSpec> = ["d0", "d1"].iter().map(|d| PathBuf::from(d).into()).collect();
+        let root = dir.path().join("s");
+        let err = Store::create_with(&root, &disks, Bytes::kib(64), Default::default(), 3)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("store.replication is 3") && err.contains("2 disk(s)"), "{err}");
+        assert!(!root.exists(), "a refused store leaves nothing behind");
+        let err = Store::create_with(&root, &disks, Bytes::kib(64), Default::default(), 9)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("store.replication"), "{err}");
+        let store =
+            Store::create_with(&root, &disks, Bytes::kib(64), Default::default(), 2).unwrap();
+        let err = store.remove_disk(DiskId(0)).unwrap_err().to_string();
+        assert!(err.contains("store.replication is 2") && err.contains("leave 1 disk"), "{err}");
+        assert!(store.pending().is_none());
+        // The number is fixed: another one is an error naming the key; none is fine.
+        drop(store);
+        let store = Store::open(&root).unwrap();
+        assert_eq!(store.replication(), 2);
+        store.check_replication(None).unwrap();
+        store.check_replication(Some(2)).unwrap();
+        let err = store.check_replication(Some(1)).unwrap_err().to_string();
+        assert!(err.contains("keeps 2 copies") && err.contains("store.replication"), "{err}");
+    }
+
+    /// K = 2 through a disk addition and a removal (offline reorganiser): afterwards every block
+    /// has exactly its two copies where the new epoch puts them, nothing else is left on the
+    /// disks, fsck is clean and the objects read back unchanged. Half-way, the copies made are
+    /// progress, not orphans.
+    #[test]
+    fn two_copies_survive_add_and_remove() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = replicated(dir.path(), 3, 2);
+        let before = contents(&store);
+        store.add_disk("d3").unwrap();
+        let moves = store.reorg_moves().unwrap();
+        assert!(moves.iter().all(|mv| mv.to == DiskId(3)), "{moves:?}");
+        // About 2/4 of 40 blocks' copies move onto the new disk.
+        assert!((10..=32).contains(&moves.len()), "{} moves", moves.len());
+        for mv in &moves[..moves.len() / 2] {
+            store.copy_block(mv).unwrap();
+        }
+        let r = fsck(&store, false).unwrap();
+        assert!(r.orphaned.is_empty() && r.missing.is_empty(), "{r:?}");
+        store.reorganize(&mut |_| {}).unwrap();
+        assert!(fsck(&store, false).unwrap().is_clean());
+        assert_eq!(files(&store), expected_files(&store));
+        assert_eq!(contents(&store), before);
+
+        store.remove_disk(DiskId(1)).unwrap();
+        let moves = store.reorg_moves().unwrap();
+        assert!(moves.iter().all(|mv| mv.from == DiskId(1) && mv.to != DiskId(1)));
+        store.reorganize(&mut |_| {}).unwrap();
+        let r = fsck(&store, false).unwrap();
+        assert!(r.is_clean(), "{r:?}");
+        assert_eq!(files(&store), expected_files(&store));
+        assert!(files(&store).iter().all(|(d, _)| *d != DiskId(1)));
+        assert_eq!(files(&store).len(), 80);
+        assert_eq!(contents(&store), before);
+    }
+
+    /// A reorganisation whose source copy is lost copies from the other replica.
+    #[test]
+    fn a_move_copies_from_another_replica() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = replicated(dir.path(), 3, 2);
+        let before = contents(&store);
+        store.add_disk("d3").unwrap();
+        let mv = store.reorg_moves().unwrap()[0];
+        store.disk(mv.from).unwrap().remove_block(mv.key).unwrap();
+        assert!(matches!(store.copy_block(&mv).unwrap(), CopyOutcome::Copied { .. }));
+        store.reorganize(&mut |_| {}).unwrap();
+        assert!(fsck(&store, false).unwrap().is_clean());
         assert_eq!(contents(&store), before);
     }
 }

@@ -7,9 +7,12 @@
 //!    no PCR to pace it by) is refused with the store unchanged.
 //! 2. **Store.** The payload units ([`TsIndex::units`]: ≤ 7 TS packets, each with its send time)
 //!    are packed into blocks of whole units (DESIGN §2.2); each block goes to the disk Yima's
-//!    placement picks for `(seed, index)`, written durably (temp file, fsync, rename).
+//!    placement picks for `(seed, index)`, and with replication (`store.replication` K) to the
+//!    K−1 other disks its copies are placed on (`isochron_store::replica`), each copy written
+//!    durably (temp file, fsync, rename).
 //!
-//! Only when every block is durable is the catalog entry committed, in one redb transaction. A
+//! Only when every copy of every block is durable is the catalog entry committed, in one redb
+//! transaction. A
 //! crash before that leaves orphan block files and no entry: the object does not exist, and the
 //! next [`Store::open`] removes the orphans. An error after some blocks were written removes them
 //! before returning.
@@ -29,7 +32,7 @@ use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use isochron_base::{BlockIndex, BlockKey, Bytes, DiskId, Gsn, ObjectId};
+use isochron_base::{BlockIndex, BlockKey, Bytes, DiskId, Gsn, ObjectId, Replicas};
 use isochron_media::{TS_PACKET_SIZE, TsError, TsIndex, TsScanner, Unit};
 use isochron_store::Epoch;
 use isochron_store::block::{Block, BlockBuilder, PacketMeta};
@@ -184,8 +187,11 @@ pub struct NewObject {
 
 impl NewObject {
     /// Allocates an id and picks a seed and the current epoch. Call it holding
-    /// [`Store::ingest_lock`], and keep holding it until the record is committed.
-    pub fn begin(store: &Store) -> Result<Self, CatalogError> {
+    /// [`Store::ingest_lock`], and keep holding it until the record is committed. Refused
+    /// ([`StoreError::ReplicationTooHigh`]) while the store has fewer disks than copies to keep
+    /// (a cluster whose nodes have not joined yet).
+    pub fn begin(store: &Store) -> Result<Self, StoreError> {
+        store.check_can_place()?;
         let id = store.catalog().allocate_object_id()?;
         let meta = store.meta();
         Ok(Self {
@@ -196,9 +202,9 @@ impl NewObject {
         })
     }
 
-    /// The disk block `index` is written to (its placement in `first_epoch`).
+    /// The disks block `index` is written to: its copies in `first_epoch`, replica 0 first.
     #[must_use]
-    pub fn disk_of(&self, store: &Store, index: BlockIndex) -> DiskId {
+    pub fn disks_of(&self, store: &Store, index: BlockIndex) -> Replicas {
         store.place_new(self.seed, self.first_epoch, index)
     }
 
@@ -379,8 +385,8 @@ fn store_blocks<R: Read>(
     let mut packer = BlockPacker::new(object);
     let mut write = |b: PackedBlock| {
         let (id, seed, epoch) = (object.id, object.seed, object.first_epoch);
-        let disk = store.write_block(id, seed, epoch, b.index, b.block.as_bytes())?;
-        written.push((disk, b.key()));
+        let disks = store.write_block(id, seed, epoch, b.index, b.block.as_bytes())?;
+        written.extend(disks.iter().map(|d| (d, b.key())));
         Ok::<_, IngestError>(())
     };
     let mut payload = vec![0u8; 7 * TS_PACKET_SIZE];

@@ -28,7 +28,7 @@
 //!
 //! Adding or removing a disk ([`Store::add_disk`], [`Store::remove_disk`]) appends the operation
 //! to the placement log in one catalog transaction, which makes the new epoch **pending**:
-//! readers keep using the **active** epoch ([`locate_active`]) while the blocks whose disk
+//! readers keep using the **active** epoch ([`replicas_active`]) while the blocks whose disk
 //! changes ([`Store::reorg_moves`], Goel et al. ICDE 2002: only those) are copied
 //! ([`Store::copy_block`] here, or non-real-time IO through the [`IoWorker`](crate::IoWorker)s in
 //! the server). [`Store::flip`] checks every copy and then makes the pending epoch active in one
@@ -36,6 +36,17 @@
 //! [`Store::reorganize`] does all of it offline. Every step is ordered so that a crash at any
 //! instant leaves a state the next start completes or rolls back ([`Store::recover`], run by
 //! [`Store::open`]); `docs/design/scaling.md` has the argument.
+//!
+//! # Replication
+//!
+//! A store keeps `store.replication` = K copies of every block ([`Store::replication`], fixed
+//! by [`Store::create_with`]; Yima §2.1 keeps physical and logical disks apart "to support fault
+//! tolerance"), on K distinct disks that are a pure function of the placement seed
+//! ([`Store::replicas`], `isochron_store::replica`). [`Store::write_block`] writes every copy
+//! before an object is committed; a reorganisation moves every copy whose disk changes and
+//! deletes only files no copy at the active epoch uses; [`Store::read_block_sync`] and
+//! [`Store::copy_block`] fall back to another copy; `fsck` checks and repairs every copy.
+//! `docs/design/replication.md` has the design.
 //!
 //! # Concurrency
 //!
@@ -53,11 +64,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
-use isochron_base::{BlockIndex, BlockKey, Bytes, DiskId, ObjectId};
+use isochron_base::{BlockIndex, BlockKey, Bytes, DiskId, MAX_REPLICAS, ObjectId, Replicas};
 use isochron_store::block::{BlockSizeError, validate_block_size};
 use isochron_store::catalog::{
     Catalog, CatalogError, DiskRecord, DiskSpec, DiskSpecError, DiskState, ObjectRecord,
-    STORE_FORMAT_VERSION, StoreMeta, locate_active,
+    STORE_FORMAT_VERSION, StoreMeta, replicas_active,
 };
 use isochron_store::reorg::{self, Move};
 use isochron_store::{
@@ -237,6 +248,46 @@ pub enum StoreError {
         /// What went wrong.
         reason: String,
     },
+    /// The store would keep more copies of every block than it has disks (or, in a cluster, than
+    /// the disks an operation would leave).
+    #[error(
+        "store.replication is {replication}, but {what} {disks} disk(s): every copy of a block \
+         needs a disk of its own (config key store.replication)"
+    )]
+    ReplicationTooHigh {
+        /// K.
+        replication: u8,
+        /// What has too few disks: "the store would have", "the cluster has" ….
+        what: &'static str,
+        /// How many disks there are (or would be).
+        disks: usize,
+    },
+    /// `store.replication` asks for another number of copies than the store keeps: it is fixed
+    /// when the store is created.
+    #[error(
+        "the store at {root} keeps {} of every block, but store.replication asks for {asked}: \
+         the number of copies is fixed when the store is created (config key \
+         store.replication; --replication)",
+        copies(*store)
+    )]
+    ReplicationMismatch {
+        /// The store root (or the cluster's catalog).
+        root: PathBuf,
+        /// The store's K.
+        store: u8,
+        /// The K asked for.
+        asked: u8,
+    },
+    /// No copy of a block could be read.
+    #[error("block {key}: no readable copy on disks {disks}: {errors}")]
+    NoValidCopy {
+        /// The block.
+        key: BlockKey,
+        /// The disks tried, replica 0 first.
+        disks: Replicas,
+        /// What each said.
+        errors: String,
+    },
     /// A [`FlipReport`] no longer describes the store (another operation came after it).
     #[error("the flip report for epoch {report} is stale (the store is at epoch {current})")]
     StaleFlipReport {
@@ -245,6 +296,11 @@ pub enum StoreError {
         /// The store's current epoch.
         current: Epoch,
     },
+}
+
+/// "1 copy", "2 copies".
+fn copies(n: u8) -> String {
+    if n == 1 { "1 copy".into() } else { format!("{n} copies") }
 }
 
 /// Where blocks on other nodes' disks are written (a cluster node's store; see
@@ -389,27 +445,31 @@ impl Store {
         block_size: Bytes,
     ) -> Result<Self, StoreError> {
         let specs: Vec<DiskSpec> = disks.iter().cloned().map(Into::into).collect();
-        Self::create_with(root, &specs, block_size, PlacementVariant::default())
+        Self::create_with(root, &specs, block_size, PlacementVariant::default(), 1)
     }
 
-    /// [`Store::create`] with disk specs and a placement variant (the Faithful variant is for
-    /// fidelity experiments: it accepts a bounded number of scaling operations).
+    /// [`Store::create`] with disk specs, a placement variant (the Faithful variant is for
+    /// fidelity experiments: it accepts a bounded number of scaling operations) and the number of
+    /// copies of every block (`store.replication`, 1 to [`MAX_REPLICAS`], at most the number of
+    /// disks: [`StoreError::ReplicationTooHigh`] otherwise, before anything is written).
     pub fn create_with(
         root: &Path,
         disks: &[DiskSpec],
         block_size: Bytes,
         variant: PlacementVariant,
+        replication: u8,
     ) -> Result<Self, StoreError> {
         validate_block_size(block_size)?;
         if Self::exists(root) {
             return Err(StoreError::AlreadyExists { root: root.to_owned() });
         }
+        // Checked before the root is created: a refused store leaves nothing behind.
+        let meta = new_meta(root, disks, block_size, variant, None, replication)?;
         fs::create_dir_all(root).map_err(|source| StoreError::Io {
             op: "create directory",
             path: root.to_owned(),
             source,
         })?;
-        let meta = new_meta(root, disks, block_size, variant, None)?;
         let store_id = meta.store_id;
 
         let mut opened: BTreeMap<DiskId, Arc<DiskDir>> = BTreeMap::new();
@@ -448,7 +508,7 @@ impl Store {
             }
         };
         tracing::info!(root = %root.display(), store_id = format_args!("{store_id:016x}"),
-            disks = opened.len(), %block_size, ?variant, "created store");
+            disks = opened.len(), %block_size, ?variant, replication, "created store");
         Ok(Self::assemble(root, Box::new(catalog), meta, opened))
     }
 
@@ -503,15 +563,27 @@ impl Store {
     /// the disks it owns (`disks` is then ignored). A new node adds its disks as one SCADDAR
     /// operation; with no object stored yet nothing has to move and the operation takes effect
     /// at once, otherwise it stays pending until the reorganisation has moved the blocks.
-    /// A block size other than the store's is refused, naming both, before anything is written.
+    /// A block size other than the store's is refused, naming both, before anything is written;
+    /// so is a `replication` other than the store's ([`StoreError::ReplicationMismatch`]). The
+    /// first node creates the store with `replication` copies of every block (1 if `None`); until
+    /// the cluster has that many disks, objects cannot be written.
     pub fn join(
         root: &Path,
         catalog: DynCatalog,
         node: &str,
         disks: &[DiskSpec],
         block_size: Bytes,
+        replication: Option<u8>,
     ) -> Result<Self, StoreError> {
         validate_block_size(block_size)?;
+        let check_k = |meta: &StoreMeta| match replication {
+            Some(asked) if asked != meta.replication => Err(StoreError::ReplicationMismatch {
+                root: PathBuf::from(format!("(cluster catalog; node {node})")),
+                store: meta.replication,
+                asked,
+            }),
+            _ => Ok(()),
+        };
         let specs = default_disks(disks);
         let mkdir = || {
             fs::create_dir_all(root).map_err(|source| StoreError::Io {
@@ -529,6 +601,7 @@ impl Store {
                         store: meta.block_size,
                     });
                 }
+                check_k(&meta)?;
                 mkdir()?;
                 if meta.disks.iter().any(|d| d.owner.as_deref() == Some(node)) {
                     meta
@@ -538,7 +611,8 @@ impl Store {
             }
             Err(CatalogError::NoMeta { .. }) => {
                 mkdir()?;
-                match Self::first_node(root, &*catalog, node, disks, block_size)? {
+                let k = replication.unwrap_or(1);
+                match Self::first_node(root, &*catalog, node, disks, block_size, k)? {
                     Some(meta) => meta,
                     // Another node created the store meanwhile: join it.
                     None => {
@@ -550,6 +624,7 @@ impl Store {
                                 store: meta.block_size,
                             });
                         }
+                        check_k(&meta)?;
                         Self::add_node_disks(root, &*catalog, node, &specs, &meta)?
                     }
                 }
@@ -575,8 +650,10 @@ impl Store {
         node: &str,
         specs: &[DiskSpec],
         block_size: Bytes,
+        replication: u8,
     ) -> Result<Option<StoreMeta>, StoreError> {
-        let meta = new_meta(root, specs, block_size, PlacementVariant::default(), Some(node))?;
+        let variant = PlacementVariant::default();
+        let meta = new_meta(root, specs, block_size, variant, Some(node), replication)?;
         let store_id = meta.store_id;
         let mut made = Vec::new();
         for rec in &meta.disks {
@@ -732,6 +809,14 @@ impl Store {
                     "node {node} holds the last active disks: nothing would be left"
                 )));
             }
+            let left = current.iter().filter(|d| !disks.contains(d)).count();
+            if left < usize::from(meta.replication) {
+                return Err(invalid(format!(
+                    "removing node {node} would leave {left} disk(s) for {} copies of every \
+                     block (config key store.replication)",
+                    meta.replication
+                )));
+            }
             meta.placement
                 .push(ScaleOp::Remove { disks: disks.clone() })
                 .map_err(CatalogError::Placement)?;
@@ -876,14 +961,61 @@ impl Store {
         IngestLock { _guard: guard }
     }
 
-    /// The disk holding block `index` of `rec` for readers ([`locate_active`]).
+    /// The disk holding block `index` of `rec` for readers: replica 0 of
+    /// [`Store::replicas`] ([`locate_active`](isochron_store::locate_active)).
     #[must_use]
     pub fn locate(&self, rec: &ObjectRecord, index: BlockIndex) -> DiskId {
-        locate_active(&read(&self.meta), rec, index)
+        self.replicas(rec, index).primary()
     }
 
-    /// The disk that holds block `index` of `rec` as of placement epoch `epoch` (a session
-    /// planned by another node at the epoch it saw).
+    /// Every copy of block `index` of `rec` for readers, replica 0 first
+    /// ([`replicas_active`]).
+    #[must_use]
+    pub fn replicas(&self, rec: &ObjectRecord, index: BlockIndex) -> Replicas {
+        replicas_active(&read(&self.meta), rec, index)
+    }
+
+    /// The copies of block `index` of `rec` as of placement epoch `epoch`, replica 0 first.
+    #[must_use]
+    pub fn replicas_at(&self, rec: &ObjectRecord, index: BlockIndex, epoch: Epoch) -> Replicas {
+        read(&self.meta).replicas_at(rec, index, epoch)
+    }
+
+    /// How many copies of every block the store keeps (`store.replication`).
+    #[must_use]
+    pub fn replication(&self) -> u8 {
+        read(&self.meta).replication
+    }
+
+    /// Refuses a `store.replication` other than the store's ([`StoreError::ReplicationMismatch`]):
+    /// the number of copies is fixed when the store is created. `None` accepts any.
+    pub fn check_replication(&self, asked: Option<u8>) -> Result<(), StoreError> {
+        let store = self.replication();
+        match asked {
+            Some(asked) if asked != store => {
+                Err(StoreError::ReplicationMismatch { root: self.root.clone(), store, asked })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Refuses to start writing a new object when the current epoch has fewer disks than the
+    /// store keeps copies (a cluster whose nodes have not all joined yet).
+    pub fn check_can_place(&self) -> Result<(), StoreError> {
+        let meta = read(&self.meta);
+        let disks = meta.placement.disks(meta.placement.current_epoch()).len();
+        if disks < usize::from(meta.replication) {
+            return Err(StoreError::ReplicationTooHigh {
+                replication: meta.replication,
+                what: "the store has",
+                disks,
+            });
+        }
+        Ok(())
+    }
+
+    /// The disk that holds replica 0 of block `index` of `rec` as of placement epoch `epoch` (a
+    /// session planned by another node at the epoch it saw).
     #[must_use]
     pub fn locate_at(&self, rec: &ObjectRecord, index: BlockIndex, epoch: Epoch) -> DiskId {
         read(&self.meta).placement.locate(rec.seed, rec.first_epoch, index, epoch)
@@ -910,17 +1042,20 @@ impl Store {
         Ok((deleted, closed))
     }
 
-    /// The disk block `index` of a new object (placed by `seed` and `first_epoch`) is written
-    /// to: its placement in `first_epoch`. For a new object, `first_epoch` is
+    /// The disks block `index` of a new object (placed by `seed` and `first_epoch`) is written
+    /// to: its copies in `first_epoch`, replica 0 first. For a new object, `first_epoch` is
     /// [`Store::current_epoch`] under an [`IngestLock`].
     #[must_use]
-    pub fn place_new(&self, seed: u64, first_epoch: Epoch, index: BlockIndex) -> DiskId {
-        read(&self.meta).placement.locate(seed, first_epoch, index, first_epoch)
+    pub fn place_new(&self, seed: u64, first_epoch: Epoch, index: BlockIndex) -> Replicas {
+        read(&self.meta).replicas_of(seed, first_epoch, index, first_epoch)
     }
 
     /// Durably writes an encoded block of object `rec_id` (placed by `seed` and `first_epoch`)
-    /// to the disk placement picks in `first_epoch`; returns that disk. For a new object,
-    /// `first_epoch` is [`Store::current_epoch`] under an [`IngestLock`].
+    /// to every disk placement puts a copy on in `first_epoch` ([`Store::place_new`]); returns
+    /// those disks. For a new object, `first_epoch` is [`Store::current_epoch`] under an
+    /// [`IngestLock`]. If a copy cannot be written, the copies this call wrote are removed
+    /// again (best effort) and the error is returned: a block is either on all its disks or the
+    /// object is not committed.
     pub fn write_block(
         &self,
         rec_id: ObjectId,
@@ -928,9 +1063,35 @@ impl Store {
         first_epoch: Epoch,
         index: BlockIndex,
         bytes: &[u8],
-    ) -> Result<DiskId, StoreError> {
+    ) -> Result<Replicas, StoreError> {
         let key = BlockKey::new(rec_id, index);
-        let id = self.place_new(seed, first_epoch, index);
+        let disks = self.place_new(seed, first_epoch, index);
+        let k = usize::from(self.replication());
+        if disks.len() < k {
+            return Err(StoreError::ReplicationTooHigh {
+                replication: self.replication(),
+                what: "the store has",
+                disks: disks.len(),
+            });
+        }
+        for (i, id) in disks.iter().enumerate() {
+            if let Err(e) = self.write_copy(id, key, bytes) {
+                for done in disks.iter().take(i) {
+                    if let Some(d) = self.disk(done)
+                        && let Err(e) = d.remove_block(key)
+                    {
+                        tracing::warn!(disk = %done, block = %key, error = %e,
+                            "could not remove a copy of a block not written everywhere");
+                    }
+                }
+                return Err(e);
+            }
+        }
+        Ok(disks)
+    }
+
+    /// Durably writes one copy of a block to disk `id`, here or at the node that owns it.
+    fn write_copy(&self, id: DiskId, key: BlockKey, bytes: &[u8]) -> Result<(), StoreError> {
         match self.disk(id) {
             Some(disk) => disk.write_block(key, bytes)?,
             None => {
@@ -943,7 +1104,7 @@ impl Store {
                 })?;
             }
         }
-        Ok(id)
+        Ok(())
     }
 
     /// Removes the object named `name`: its catalog entry first (atomic), then its block files
@@ -967,16 +1128,36 @@ impl Store {
     }
 
     /// Reads and verifies block `index` of `rec` on the calling thread, from where readers find
-    /// it (for tools and tests; the server reads through [`IoWorker`](crate::IoWorker)s).
+    /// it (for tools and tests; the server reads through [`IoWorker`](crate::IoWorker)s): replica
+    /// 0, or the next copy if that one is missing, corrupt or not the catalog's.
     pub fn read_block_sync(
         &self,
         rec: &ObjectRecord,
         index: BlockIndex,
     ) -> Result<Block<AlignedBuf>, StoreError> {
         let key = BlockKey::new(rec.id, index);
-        let id = self.locate(rec, index);
-        let disk = self.disk(id).ok_or(StoreError::DiskNotOpen { key, disk: id })?;
-        Ok(disk.read_block(key)?)
+        let disks = self.replicas(rec, index);
+        let expected = rec.blocks.get(index.0 as usize).map(|b| b.checksum);
+        let mut errors = Vec::new();
+        for id in disks.iter() {
+            let Some(disk) = self.disk(id) else {
+                errors.push(format!("disk {id}: not open here"));
+                continue;
+            };
+            match disk.read_block(key) {
+                Ok(b) if expected.is_none_or(|c| b.header().checksum == c) => return Ok(b),
+                Ok(b) => errors.push(format!(
+                    "disk {id}: checksum {:#018x} is not the catalog's",
+                    b.header().checksum
+                )),
+                Err(e) if disks.len() == 1 => return Err(e.into()),
+                Err(e) => errors.push(format!("disk {id}: {e}")),
+            }
+        }
+        match (disks.len(), self.disk(disks.primary())) {
+            (1, None) => Err(StoreError::DiskNotOpen { key, disk: disks.primary() }),
+            _ => Err(StoreError::NoValidCopy { key, disks, errors: errors.join("; ") }),
+        }
     }
 
     /// Adds a disk given as a spec, `PATH` or `PATH,seek_ms=10,rate_mib_s=4` (an emulated disk;
@@ -1050,8 +1231,16 @@ impl Store {
         if state != DiskState::Active {
             return Err(StoreError::DiskNotActive { disk: id, state });
         }
-        if meta.placement.disks(meta.placement.current_epoch()) == [id] {
+        let current = meta.placement.disks(meta.placement.current_epoch());
+        if current == [id] {
             return Err(StoreError::LastDisk { disk: id });
+        }
+        if current.len() - 1 < usize::from(meta.replication) {
+            return Err(StoreError::ReplicationTooHigh {
+                replication: meta.replication,
+                what: "removing this disk would leave",
+                disks: current.len() - 1,
+            });
         }
         meta.placement.push(ScaleOp::Remove { disks: vec![id] })?;
         for d in &mut meta.disks {
@@ -1094,7 +1283,18 @@ impl Store {
         if to.has_block_file(mv.key) && to.read_block(mv.key).is_ok() {
             return Ok(CopyOutcome::Already);
         }
-        let block = from.read_block(mv.key)?;
+        let block = match from.read_block(mv.key) {
+            Ok(b) => b,
+            // Another copy will do: the source's is lost or corrupt.
+            Err(e) => match self.catalog.objects()?.into_iter().find(|r| r.id == mv.key.object) {
+                Some(rec) if self.replication() > 1 => {
+                    tracing::warn!(block = %mv.key, disk = %mv.from, error = %e,
+                        "reorganisation source unreadable; copying from another replica");
+                    self.read_block_sync(&rec, mv.key.index)?
+                }
+                _ => return Err(e.into()),
+            },
+        };
         to.write_block(mv.key, block.as_bytes())?;
         Ok(CopyOutcome::Copied { bytes: block.as_bytes().len() as u64 })
     }
@@ -1188,8 +1388,8 @@ impl Store {
 
     /// Deletes the sources a flip made garbage, then every block file left on the retired
     /// disks, and closes those disks (their directories keep their identity files). Returns the
-    /// number of block files deleted. A source that the active placement puts on its disk after
-    /// all is kept. Refused if another operation has been logged since the flip.
+    /// number of block files deleted. A source that the active placement puts a copy on after
+    /// all is kept: only files no copy at the active epoch uses are deleted. Refused if another operation has been logged since the flip.
     ///
     /// The server calls this once the reads issued before the flip have completed.
     pub fn delete_sources(&self, report: &FlipReport) -> Result<u64, StoreError> {
@@ -1204,7 +1404,8 @@ impl Store {
         let mut deleted = 0;
         for &(disk, key) in &report.garbage {
             let keep = by_id.get(&key.object).is_some_and(|rec| {
-                key.index.0 < rec.block_count() && locate_active(&meta, rec, key.index) == disk
+                key.index.0 < rec.block_count()
+                    && replicas_active(&meta, rec, key.index).contains(disk)
             });
             if keep {
                 continue;
@@ -1380,7 +1581,7 @@ impl Store {
 }
 
 /// Whether block `index` of `rec` belongs on disk `disk`: where the active placement or, while a
-/// reorganisation is pending, the pending one puts it.
+/// reorganisation is pending, the pending one puts one of its copies.
 pub(crate) fn placed_on(
     meta: &StoreMeta,
     rec: &ObjectRecord,
@@ -1390,12 +1591,10 @@ pub(crate) fn placed_on(
     if index.0 >= rec.block_count() {
         return false;
     }
-    if locate_active(meta, rec, index) == disk {
+    if replicas_active(meta, rec, index).contains(disk) {
         return true;
     }
-    meta.pending().is_some_and(|(_, pending)| {
-        meta.placement.locate(rec.seed, rec.first_epoch, index, pending) == disk
-    })
+    meta.pending().is_some_and(|(_, pending)| meta.replicas_at(rec, index, pending).contains(disk))
 }
 
 /// Opens the disk of `rec` and applies its model.
@@ -1416,10 +1615,25 @@ fn new_meta(
     block_size: Bytes,
     variant: PlacementVariant,
     owner: Option<&str>,
+    replication: u8,
 ) -> Result<StoreMeta, StoreError> {
     let specs = default_disks(disks);
     if specs.len() > usize::from(u16::MAX) + 1 {
         return Err(StoreError::TooManyDisks { count: specs.len() });
+    }
+    if replication == 0 || usize::from(replication) > MAX_REPLICAS {
+        return Err(StoreError::Catalog(CatalogError::Invalid {
+            what: "store.replication".into(),
+            reason: format!("{replication} is not between 1 and {MAX_REPLICAS}"),
+        }));
+    }
+    // A single node must hold the K copies now; a cluster's first node may wait for others.
+    if owner.is_none() && specs.len() < usize::from(replication) {
+        return Err(StoreError::ReplicationTooHigh {
+            replication,
+            what: "the store would have",
+            disks: specs.len(),
+        });
     }
     for (i, s) in specs.iter().enumerate() {
         if specs[..i].iter().any(|t| resolve(root, &t.path) == resolve(root, &s.path)) {
@@ -1452,6 +1666,7 @@ fn new_meta(
         placement,
         disks: records,
         next_object_id: 1,
+        replication,
     })
 }
 
@@ -2020,7 +2235,8 @@ mod tests {
         let root = dir.path().join("s");
         let specs: Vec<DiskSpec> = (0..8).map(|i| PathBuf::from(format!("d{i}")).into()).collect();
         let store =
-            Store::create_with(&root, &specs, Bytes::kib(64), PlacementVariant::Faithful).unwrap();
+            Store::create_with(&root, &specs, Bytes::kib(64), PlacementVariant::Faithful, 1)
+                .unwrap();
         ingest(&store, "a", 10);
         let mut added = 0;
         let err = loop {

@@ -156,7 +156,8 @@ fn disk_list(
         .collect()
 }
 
-/// `GET /api/v1/disks`: `{"disks":[…],"reorganisation":{…}}` (the CLI's `disk list --server`).
+/// `GET /api/v1/disks`: `{"disks":[…],"replication":K,"reorganisation":{…}}` (the CLI's `disk
+/// list --server`).
 async fn disks(State(s): State<ApiState>) -> Result<Response, ApiError> {
     let store = Arc::clone(&s.store);
     let usage = match tokio::task::spawn_blocking(move || store.disk_usage()).await {
@@ -167,9 +168,11 @@ async fn disks(State(s): State<ApiState>) -> Result<Response, ApiError> {
     let usage: HashMap<u16, u64> = usage.into_iter().map(|(r, u)| (r.id.0, u.blocks)).collect();
     let g = gather(&s).await?;
     let disks = disk_list(&s, &g.sched, Some(&usage));
-    Ok(Json(
-        serde_json::json!({ "disks": disks, "reorganisation": reorg_json(&g.reorg, &s.store) }),
-    )
+    Ok(Json(serde_json::json!({
+        "disks": disks,
+        "replication": s.store.replication(),
+        "reorganisation": reorg_json(&g.reorg, &s.store),
+    }))
     .into_response())
 }
 

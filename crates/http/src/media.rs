@@ -53,7 +53,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use isochron_base::mix::hash_words;
-use isochron_base::{BlockIndex, BlockKey, Bytes, Gsn, MediaTime};
+use isochron_base::{BlockIndex, BlockKey, Bytes, Gsn, MediaTime, Replicas};
 use isochron_dataplane::sched_thread::SchedCommand;
 use isochron_dataplane::sender::SharedBlock;
 use isochron_diskio::AlignedBuf;
@@ -141,23 +141,45 @@ fn request_block(
         .ok_or_else(|| format!("object {name:?} has no block {index}"))?;
     let key = BlockKey { object: obj.record().id, index: BlockIndex(index as u32) };
     let (tx, rx) = oneshot::channel();
-    let disk = planned.disk;
-    if !s.store.is_local(disk)
+    // The copies this node holds, replica 0 first (every copy on a single node).
+    let mut local: Option<Replicas> = None;
+    for d in planned.copies.iter().filter(|&d| s.store.is_local(d)) {
+        match &mut local {
+            None => local = Some(Replicas::single(d)),
+            Some(r) => {
+                let _ = r.push(d);
+            }
+        }
+    }
+    if local.is_none()
         && let Some(remote) = s.store.remote()
     {
-        // A cluster: another node owns the disk and reads the block in its non-real-time share.
+        // A cluster: other nodes own the copies' disks and read the block in their
+        // non-real-time share; the next copy's node is asked when one fails.
+        let copies = planned.copies;
         tokio::task::spawn_blocking(move || {
-            let block = remote.read_block_nrt(disk, key).and_then(|bytes| {
-                Block::parse(AlignedBuf::copy_from(&bytes), Some(key))
-                    .map(Arc::new)
-                    .map_err(|e| format!("block {key} from disk {disk}: {e}"))
-            });
-            let _ = tx.send(block);
+            let mut errors = Vec::new();
+            for disk in copies.iter() {
+                let block = remote.read_block_nrt(disk, key).and_then(|bytes| {
+                    Block::parse(AlignedBuf::copy_from(&bytes), Some(key))
+                        .map(Arc::new)
+                        .map_err(|e| format!("block {key} from disk {disk}: {e}"))
+                });
+                match block {
+                    Ok(b) => {
+                        let _ = tx.send(Ok(b));
+                        return;
+                    }
+                    Err(e) => errors.push(e),
+                }
+            }
+            let _ = tx.send(Err(errors.join("; ")));
         });
         return Ok(rx);
     }
+    let copies = local.unwrap_or(planned.copies);
     s.sched
-        .send(SchedCommand::HttpRead { disk, key, reply: tx })
+        .send(SchedCommand::HttpRead { copies, key, reply: tx })
         .map_err(|_| "the scheduler thread has stopped".to_string())?;
     Ok(rx)
 }

@@ -199,7 +199,12 @@ pub(crate) fn render(g: &Gathered) -> String {
         ("reads_total", "Block reads issued.", st.reads),
         ("writes_total", "Recording block writes issued.", st.writes),
         ("late_reads_total", "Block reads finished after their deadline.", st.late_reads),
-        ("failed_reads_total", "Block reads that failed.", st.failed_reads),
+        ("failed_reads_total", "Block reads that failed (each copy's failure).", st.failed_reads),
+        (
+            "read_failovers_total",
+            "Failed real-time reads re-issued to another copy of the block.",
+            st.failovers,
+        ),
         ("missed_deadlines_total", "Blocks not in memory by their deadline.", st.missed_deadlines),
         (
             "missed_write_deadlines_total",
@@ -242,6 +247,11 @@ pub(crate) fn render(g: &Gathered) -> String {
             h.disk_reads,
         ),
         ("http_failed_reads_total", "HTTP delivery's block reads that failed.", h.failed),
+        (
+            "http_read_failovers_total",
+            "HTTP delivery's failed reads re-issued to another copy of the block.",
+            h.failovers,
+        ),
         ("http_block_bytes_total", "Block bytes handed to HTTP responses.", h.bytes),
     ] {
         e.single(name, Counter, help, v as f64);
@@ -303,6 +313,35 @@ pub(crate) fn render(g: &Gathered) -> String {
         Gauge,
         "Bytes the current (or last) reorganisation has copied.",
         reorg.bytes as f64,
+    );
+    let r = &reorg.repair;
+    for (name, help, v) in [
+        (
+            "repair_requested_total",
+            "Bad copies reported for repair (a read of them failed over to another copy).",
+            r.requested,
+        ),
+        (
+            "repaired_copies_total",
+            "Bad copies rewritten from a good copy and verified.",
+            r.repaired,
+        ),
+        ("repair_failed_total", "Repairs of bad copies that failed.", r.failed),
+        ("repaired_bytes_total", "Bytes of copies rewritten by repairs.", r.bytes),
+    ] {
+        e.single(name, Counter, help, v as f64);
+    }
+    e.single(
+        "repairs_in_progress",
+        Gauge,
+        "Repairs of bad copies running now.",
+        r.in_progress as f64,
+    );
+    e.single(
+        "bad_copies",
+        Gauge,
+        "Copies the scheduler avoids because a read of them failed, until repaired.",
+        sched.bad_copies as f64,
     );
 
     let disks = &sched.disks;
@@ -579,6 +618,8 @@ mod tests {
         g.reorg.state = "running".into();
         g.reorg.moved = 10;
         g.reorg.total = 40;
+        g.reorg.repair.repaired = 3;
+        g.sched.stats.failovers = 4;
         g.objects = 2;
         g.uptime_s = 12.5;
         g
@@ -606,6 +647,8 @@ mod tests {
         assert_eq!(v("isochron_disk_busy_seconds_total{disk=0,class=rt}"), 1.5);
         assert!(v("isochron_disk_admitted_utilisation{disk=1}").is_nan());
         assert_eq!(v("isochron_reorg_moved_blocks"), 10.0);
+        assert_eq!(v("isochron_repaired_copies_total"), 3.0);
+        assert_eq!(v("isochron_read_failovers_total"), 4.0);
         assert_eq!(v("isochron_reorg_remaining_blocks"), 30.0);
         assert_eq!(v("isochron_reorg_state{state=running}"), 1.0);
         assert_eq!(v("isochron_reorg_state{state=idle}"), 0.0);

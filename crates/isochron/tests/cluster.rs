@@ -3,7 +3,9 @@
 //! in a fourth namespace. Yima §2.2's bipartite delivery to isochron's own client (packets from
 //! every node's address, byte-exact), and `auto` delivery (relay) to ffmpeg, GStreamer and VLC
 //! through any node, over UDP and TCP. Bad input: a node name already live, an unreachable etcd,
-//! a block size other than the cluster's — each a clear error that changes nothing.
+//! a block size other than the cluster's — each a clear error that changes nothing. Replication
+//! across nodes: two copies of every block on two nodes, a node's read failing over to the copy
+//! on another node (read through its owner) and the bad copy repaired from it.
 
 #![allow(clippy::print_stderr)]
 
@@ -118,6 +120,11 @@ fn wait_body(url: &str, ok: impl Fn(&str) -> bool, what: &str) {
 }
 
 fn start_cluster() -> Cluster {
+    start_cluster_with(CONFIG)
+}
+
+/// [`start_cluster`] with another config file.
+fn start_cluster_with(config_text: &str) -> Cluster {
     if let Err(why) = Testbed::available() {
         assert!(std::env::var_os("CI").is_none(), "the cluster test needs root in CI: {why}");
         eprintln!("skipping: {why}");
@@ -134,7 +141,7 @@ fn start_cluster() -> Cluster {
     let etcd_urls = etcd.extra_endpoints().join(",");
     let dir = common::tempdir();
     let config = dir.path().join("cluster.toml");
-    std::fs::write(&config, CONFIG).unwrap();
+    std::fs::write(&config, config_text).unwrap();
     // One at a time: the first creates the store, the others join it.
     let nodes: Vec<Node> =
         (1..=3).map(|i| spawn_node(&bed, dir.path(), &format!("n{i}"), &etcd_urls)).collect();
@@ -407,8 +414,21 @@ fn bad_cluster_input_is_refused_and_changes_nothing() {
         .into_body()
         .read_to_string()
         .unwrap();
+    // A number of copies other than the cluster's (1).
+    let copies = d.join("copies.toml");
+    std::fs::write(&copies, "[store]\nblock_size_kib = 64\nseed_demo = false\nreplication = 2\n")
+        .unwrap();
+    let out = run(&mut serve_cmd(&c.nodes[2].host, d, "n7", &c.etcd_urls, &copies), 20);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("keeps 1 copy of every block")
+            && err.contains("store.replication"),
+        "{err}"
+    );
     assert!(!nodes.contains("\"n8\"") && !nodes.contains("\"n9\""), "{nodes}");
     assert!(!d.join("n8").exists(), "nothing on disk for a refused node");
+    assert!(!d.join("n7").exists(), "nothing on disk for a refused node");
 }
 
 fn get_json(url: &str) -> serde_json::Value {
@@ -731,4 +751,99 @@ fn loss_is_repaired_by_the_node_that_sent_each_packet() {
         assert!(resent > 0.0, "{} retransmitted nothing:\n{m}", n.name);
         assert!(nacks > 0.0, "{}", n.name);
     }
+}
+
+/// `store.replication = 2` on three nodes of one disk each: every block has its two copies on
+/// two nodes. While isochron's client plays (bipartite), the first copy of a block ahead is
+/// corrupted and the first copy of another deleted, each on its node's disk: the node whose
+/// share reads the block fails over to the copy on another node (read through its owner in that
+/// node's non-real-time share), the stream is byte-exact, and each bad copy is repaired from the
+/// other node's copy.
+#[test]
+fn a_bad_copy_fails_over_to_the_copy_on_another_node_and_is_repaired() {
+    let c =
+        start_cluster_with("[store]\nblock_size_kib = 64\nseed_demo = false\nreplication = 2\n");
+    let d = c.dir.path();
+    c.ingest_demo(0);
+    let want = std::fs::read(demo()).unwrap();
+
+    // Where each block's copies are, from the cluster's catalog in etcd.
+    let endpoints: Vec<String> = c.etcd_urls.split(',').map(str::to_owned).collect();
+    let client = isochron_etcd::Client::connect(&endpoints, isochron_etcd::Timeouts::default())
+        .expect("etcd");
+    let catalog = isochron_etcd::EtcdCatalog::new(client, "/isochron/");
+    use isochron_store::Catalog as _;
+    let meta = catalog.meta().unwrap();
+    assert_eq!(meta.replication, 2);
+    let rec = catalog.object("demo").unwrap().expect("demo");
+    let file = |disk: isochron_base::DiskId, i: u32| {
+        let owner = meta.disk(disk).and_then(|r| r.owner.clone()).expect("an owner");
+        d.join(owner)
+            .join("d0")
+            .join("blocks")
+            .join(format!("{:016x}", rec.id.0))
+            .join(format!("{i:08x}.blk"))
+    };
+    let mut total = 0;
+    for i in 0..rec.block_count() {
+        let r = meta.replicas_at(&rec, isochron_base::BlockIndex(i), meta.active_epoch);
+        assert_eq!(r.len(), 2);
+        assert_ne!(meta.node_of(r.as_slice()[0]), meta.node_of(r.as_slice()[1]), "two nodes");
+        for disk in r.iter() {
+            assert!(file(disk, i).is_file(), "block {i} on disk {disk}");
+        }
+        total += 2;
+    }
+    let on_disks: usize = c.nodes.iter().map(|n| blocks_on(&c, &n.name)).sum();
+    assert_eq!(on_disks, total, "exactly two copies of every block");
+
+    let at = |t: f64| {
+        (0..rec.block_count())
+            .rev()
+            .find(|&i| rec.blocks[i as usize].first_send_time.as_secs_f64() <= t)
+            .unwrap()
+    };
+    let (bad, gone) = (at(7.0), at(9.5));
+    let primary = |i: u32| meta.replicas_at(&rec, isochron_base::BlockIndex(i), meta.active_epoch);
+    let (bad_file, gone_file) =
+        (file(primary(bad).primary(), bad), file(primary(gone).primary(), gone));
+    let other = |i: u32| file(primary(i).as_slice()[1], i);
+
+    let out = tmp(d, "replicated.ts");
+    let child = spawn_play(&c, &c.nodes[0].rtsp("demo"), &out);
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut bytes = std::fs::read(&bad_file).unwrap();
+    let mid = bytes.len() / 2;
+    for b in &mut bytes[mid..mid + 64] {
+        *b ^= 0xA5;
+    }
+    std::fs::write(&bad_file, &bytes).unwrap();
+    std::fs::remove_file(&gone_file).unwrap();
+    check_play(&c, child, &out, &want, "isochron play through bad copies on two nodes");
+
+    // The nodes that held the bad copies failed over and repaired them from the other copies.
+    let sum = |name: &str| -> f64 {
+        c.nodes
+            .iter()
+            .map(|n| {
+                metric(
+                    &ureq::get(&format!("{}/metrics", n.http()))
+                        .call()
+                        .unwrap()
+                        .into_body()
+                        .read_to_string()
+                        .unwrap(),
+                    name,
+                )
+            })
+            .sum()
+    };
+    assert_eq!(sum("isochron_read_failovers_total "), 2.0, "{}", c.logs());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sum("isochron_repaired_copies_total ") < 2.0 {
+        assert!(Instant::now() < deadline, "copies not repaired\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(std::fs::read(&bad_file).unwrap(), std::fs::read(other(bad)).unwrap());
+    assert_eq!(std::fs::read(&gone_file).unwrap(), std::fs::read(other(gone)).unwrap());
 }

@@ -772,6 +772,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, d)| PlannedBlock {
                     disk: DiskId(*d),
+                    copies: isochron_base::Replicas::single(DiskId(*d)),
                     first_gsn: Gsn(i as u64),
                     first_send_time: MediaTime::from_nanos(i as u64),
                     len: Bytes::mib(1),

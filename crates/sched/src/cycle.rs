@@ -35,6 +35,21 @@
 //! or a recorded block not written by the end of the cycle after the one it was produced in.
 //! Both are counted per stream, per cycle ([`CycleEvent::CycleEnd`]) and in total.
 //!
+//! **Failover** (`store.replication` K > 1; Yima §2.1 keeps logical disks apart from physical ones
+//! "to support fault tolerance"). Every block of a plan lists its copies' disks
+//! ([`PlannedBlock::copies`](crate::PlannedBlock), replica 0 first). A real-time read that fails
+//! (IO error, checksum mismatch, missing file) does not end the streams waiting for the block:
+//! the copy is marked bad, and the read is queued again at once on the next copy's disk with the
+//! deadline it had, so EDF serves it first and the stream keeps its schedule when the disk has
+//! the time ([`CycleEvent::Failover`] tells the driver, which repairs the bad copy in the
+//! non-real-time share and then reports [`CycleScheduler::handle_copy_repaired`]). Until then,
+//! every read of that block goes to a good copy. Only when no copy is left is the stream stopped
+//! ([`CycleEvent::ReadFailed`]). Admission reserves each stream's reads on its blocks' replica-0
+//! disks; after a failover the streams of the object are re-accounted with the failed-over
+//! blocks charged to the disk they are now read from, and charged back after the repair. The
+//! failover read itself is one more real-time read on the other copy's disk, in its queue by
+//! deadline: what admission leaves free of real-time work (the non-real-time share) absorbs it.
+//!
 //! The API is quinn-proto's shape: `handle_*(now, …)` inputs, [`CycleScheduler::poll_io`] / [`CycleScheduler::poll_event`] /
 //! [`CycleScheduler::poll_timeout`] outputs. Not here: the IO itself, pacing, and the clock.
 
@@ -45,7 +60,7 @@ use std::time::Duration;
 
 use isochron_base::StreamId;
 use isochron_base::{
-    BitRate, BlockIndex, BlockKey, Bytes, DiskId, Instant, MediaTime, ObjectId, Pace,
+    BitRate, BlockIndex, BlockKey, Bytes, DiskId, Instant, MediaTime, ObjectId, Pace, Replicas,
 };
 
 use crate::admission::{AdmissionController, Decision, Direction, Refusal, StreamDemand};
@@ -264,7 +279,19 @@ pub enum CycleEvent<V> {
         /// The run this block belongs to.
         run: u64,
     },
-    /// A block could not be read; the stream is stopped.
+    /// A copy of a block could not be read and the read was queued again on the next copy
+    /// (failover). The bad copy stays avoided until [`CycleScheduler::handle_copy_repaired`].
+    Failover {
+        /// The block.
+        key: BlockKey,
+        /// The disk whose copy failed.
+        failed: DiskId,
+        /// The disk the read now goes to.
+        next: DiskId,
+        /// Why the copy failed.
+        error: String,
+    },
+    /// A block could not be read from any of its copies; the stream is stopped.
     ReadFailed {
         /// The stream.
         stream: StreamId,
@@ -288,6 +315,8 @@ pub enum CycleEvent<V> {
         stream: StreamId,
         /// The block.
         key: BlockKey,
+        /// The disk (a recording with K copies writes each block to K disks).
+        disk: DiskId,
     },
     /// A recorded block could not be written.
     WriteFailed {
@@ -295,6 +324,8 @@ pub enum CycleEvent<V> {
         stream: StreamId,
         /// The block.
         key: BlockKey,
+        /// The disk.
+        disk: DiskId,
         /// Why.
         error: String,
     },
@@ -331,6 +362,8 @@ pub struct CycleStats {
     pub missed_write_deadlines: u64,
     /// Reads that failed.
     pub failed_reads: u64,
+    /// Failed reads re-issued to another copy of the block ([`CycleEvent::Failover`]).
+    pub failovers: u64,
     /// Writes that failed.
     pub failed_writes: u64,
     /// Cycles ended.
@@ -504,7 +537,9 @@ pub struct CycleScheduler<V> {
     /// Outstanding read deadlines of anchored streams' blocks not yet in memory.
     read_deadlines: BTreeSet<(Instant, StreamId, BlockIndex)>,
     /// Outstanding write deadlines.
-    write_deadlines: BTreeSet<(Instant, StreamId, BlockKey)>,
+    write_deadlines: BTreeSet<(Instant, StreamId, BlockKey, DiskId)>,
+    /// Copies known bad (a read of them failed), avoided until repaired.
+    bad: BTreeSet<(BlockKey, DiskId)>,
     /// The cycle being accumulated.
     current: CycleReport,
     io_out: VecDeque<CycleIo>,
@@ -536,6 +571,7 @@ impl<V: Clone> CycleScheduler<V> {
             nrt: BTreeMap::new(),
             read_deadlines: BTreeSet::new(),
             write_deadlines: BTreeSet::new(),
+            bad: BTreeSet::new(),
             current: CycleReport::default(),
             io_out: VecDeque::new(),
             events: VecDeque::new(),
@@ -753,6 +789,34 @@ impl<V: Clone> CycleScheduler<V> {
             }
             Err(error) => {
                 self.stats.failed_reads += 1;
+                self.bad.insert((done.key, done.disk));
+                let next = self.next_copy(done.key);
+                if let Some(next) = next
+                    && self.cache.refs(done.key) > 0
+                {
+                    // Failover: the same read on the next copy, with the deadline it had.
+                    self.stats.failovers += 1;
+                    let (deadline, provisional) =
+                        flight.map_or((now, true), |f| (f.deadline, f.provisional));
+                    self.seq += 1;
+                    let len = self.block_len(done.key);
+                    let d = self.disks.entry(next).or_default();
+                    if !d.in_flight.contains_key(&Flight::Rt(Target::Read(done.key))) {
+                        d.push(
+                            Target::Read(done.key),
+                            Queued { deadline, seq: self.seq, len, provisional, stream: None },
+                        );
+                    }
+                    self.events.push_back(CycleEvent::Failover {
+                        key: done.key,
+                        failed: done.disk,
+                        next,
+                        error,
+                    });
+                    self.reaccount_object(done.key.object);
+                    self.dispatch(now);
+                    return;
+                }
                 for stream in self.cache.fail(done.key) {
                     // The cache already dropped this stream's pin on the failed block.
                     self.forget_slot(stream, done.key.index);
@@ -794,7 +858,7 @@ impl<V: Clone> CycleScheduler<V> {
                 stream: Some(stream),
             },
         );
-        self.write_deadlines.insert((deadline, stream, block.key));
+        self.write_deadlines.insert((deadline, stream, block.key, block.disk));
         self.dispatch(now);
         true
     }
@@ -811,17 +875,18 @@ impl<V: Clone> CycleScheduler<V> {
             return;
         };
         let stream = f.stream.unwrap_or_default();
-        self.write_deadlines.remove(&(f.deadline, stream, done.key));
+        self.write_deadlines.remove(&(f.deadline, stream, done.key, done.disk));
+        let (key, disk) = (done.key, done.disk);
         match done.result {
             Ok(()) => {
                 if let Some(s) = self.streams.get_mut(&stream) {
                     s.stats.written += 1;
                 }
-                self.events.push_back(CycleEvent::Written { stream, key: done.key });
+                self.events.push_back(CycleEvent::Written { stream, key, disk });
             }
             Err(error) => {
                 self.stats.failed_writes += 1;
-                self.events.push_back(CycleEvent::WriteFailed { stream, key: done.key, error });
+                self.events.push_back(CycleEvent::WriteFailed { stream, key, disk, error });
             }
         }
         self.dispatch(now);
@@ -999,6 +1064,103 @@ impl<V: Clone> CycleScheduler<V> {
                 _ => None,
             };
             if let Some(&(avg, peak)) = self.rates.get(&id) {
+                let plan = self.reading_plan(&plan, local.as_deref());
+                self.admission.reaccount(id, &demand_of(&plan, avg, peak, local.as_deref()));
+            }
+        }
+    }
+
+    /// The driver repaired the copy of `key` on `disk` (after a [`CycleEvent::Failover`]): it
+    /// is read again, and admission charges the block to it again.
+    pub fn handle_copy_repaired(&mut self, now: Instant, key: BlockKey, disk: DiskId) {
+        self.catch_up(now);
+        if self.bad.remove(&(key, disk)) {
+            self.reaccount_object(key.object);
+        }
+        self.dispatch(now);
+    }
+
+    /// Copies known bad (a read failed) and not yet repaired.
+    #[must_use]
+    pub fn bad_copies(&self) -> usize {
+        self.bad.len()
+    }
+
+    /// The disk a block is read from: its first copy not known bad, on this node's disks first
+    /// (a cluster share), or `None` when none is left.
+    fn read_disk(
+        &self,
+        key: BlockKey,
+        copies: &Replicas,
+        local: Option<&BTreeSet<DiskId>>,
+    ) -> Option<DiskId> {
+        good_copy(&self.bad, key, copies, local)
+    }
+
+    /// The next copy to read `key` from after a failure, from the plan of a stream playing its
+    /// object (streams of one object share its plan).
+    fn next_copy(&self, key: BlockKey) -> Option<DiskId> {
+        self.streams.values().find_map(|e| match &e.state {
+            StreamState::Play { plan, local, .. } if plan.object == key.object => {
+                let block = plan.blocks.get(key.index.0 as usize)?;
+                self.read_disk(key, &block.copies, local.as_deref())
+            }
+            _ => None,
+        })
+    }
+
+    /// A block's size, from the plan of a stream playing its object.
+    fn block_len(&self, key: BlockKey) -> Bytes {
+        self.streams
+            .values()
+            .find_map(|e| match &e.state {
+                StreamState::Play { plan, .. } if plan.object == key.object => {
+                    plan.blocks.get(key.index.0 as usize).map(|b| b.len)
+                }
+                _ => None,
+            })
+            .unwrap_or_default()
+    }
+
+    /// `plan` with every block on the disk it is read from now (its first good copy): what
+    /// admission charges.
+    fn reading_plan(
+        &self,
+        plan: &Arc<ObjectPlan>,
+        local: Option<&BTreeSet<DiskId>>,
+    ) -> Arc<ObjectPlan> {
+        let lo = (BlockKey::new(plan.object, BlockIndex(0)), DiskId(0));
+        let hi = (BlockKey::new(plan.object, BlockIndex(u32::MAX)), DiskId(u16::MAX));
+        if self.bad.range(lo..=hi).next().is_none() {
+            return Arc::clone(plan);
+        }
+        let mut p = ObjectPlan::clone(plan);
+        for (i, b) in p.blocks.iter_mut().enumerate() {
+            let key = plan.key(BlockIndex(i as u32));
+            if let Some(d) = self.read_disk(key, &b.copies, local) {
+                b.disk = d;
+            }
+        }
+        Arc::new(p)
+    }
+
+    /// Re-accounts every stream playing `object` with its blocks charged to the disks they are
+    /// read from now (after a failover or a repair).
+    fn reaccount_object(&mut self, object: ObjectId) {
+        type Playing = (StreamId, Arc<ObjectPlan>, Option<Arc<BTreeSet<DiskId>>>);
+        let playing: Vec<Playing> = self
+            .streams
+            .iter()
+            .filter_map(|(id, e)| match &e.state {
+                StreamState::Play { plan, local, .. } if plan.object == object => {
+                    Some((*id, Arc::clone(plan), local.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        for (id, plan, local) in playing {
+            if let Some(&(avg, peak)) = self.rates.get(&id) {
+                let plan = self.reading_plan(&plan, local.as_deref());
                 self.admission.reaccount(id, &demand_of(&plan, avg, peak, local.as_deref()));
             }
         }
@@ -1086,7 +1248,7 @@ impl<V: Clone> CycleScheduler<V> {
             self.count_miss(stream, key, d, false);
             return;
         }
-        if let Some(&(wd, stream, key)) = self.write_deadlines.first()
+        if let Some(&(wd, stream, key, _)) = self.write_deadlines.first()
             && wd == d
         {
             self.write_deadlines.pop_first();
@@ -1197,9 +1359,12 @@ impl<V: Clone> CycleScheduler<V> {
                 }
                 Pin::Pending | Pin::Miss => {
                     // Pending: a read is queued or in flight; pushing again only moves a queued
-                    // read's deadline earlier, never duplicates it.
+                    // read's deadline earlier, never duplicates it. A copy known bad is skipped
+                    // (failover); with none good left, the read fails and ends the stream.
                     run.window.push_back(Slot::Waiting(index));
-                    let d = self.disks.entry(block.disk).or_default();
+                    let disk = good_copy(&self.bad, key, &block.copies, local.as_deref())
+                        .unwrap_or(block.disk);
+                    let d = self.disks.entry(disk).or_default();
                     if !d.in_flight.contains_key(&Flight::Rt(Target::Read(key))) {
                         self.seq += 1;
                         d.push(
@@ -1417,6 +1582,19 @@ impl<V: Clone> CycleScheduler<V> {
     }
 }
 
+/// The first copy of `key` not in `bad`, on a disk this node reads (`local`; `None`: all) if
+/// one is left, else on another node's disk (a cluster share reads it through its owner).
+fn good_copy(
+    bad: &BTreeSet<(BlockKey, DiskId)>,
+    key: BlockKey,
+    copies: &Replicas,
+    local: Option<&BTreeSet<DiskId>>,
+) -> Option<DiskId> {
+    let good = |d: &DiskId| !bad.contains(&(key, *d));
+    let here = copies.iter().find(|d| good(d) && local.is_none_or(|l| l.contains(d)));
+    here.or_else(|| copies.iter().find(good))
+}
+
 /// What playing `plan` asks of this node's disks: all of it, or a cluster share's part.
 fn demand_of(
     plan: &ObjectPlan,
@@ -1455,6 +1633,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, d)| PlannedBlock {
                     disk: DiskId(*d),
+                    copies: Replicas::single(DiskId(*d)),
                     first_gsn: Gsn(i as u64 * 100),
                     first_send_time: MediaTime::from_nanos(i as u64 * block_ms * 1_000_000),
                     len: MIB,
@@ -1899,5 +2078,207 @@ mod tests {
         sorted.sort_unstable();
         assert_eq!(rest, sorted, "{order:?}");
         let _ = SEC;
+    }
+
+    /// Blocks of 1 MiB, each lasting `block_ms`, with copies on the given disks (replica 0
+    /// first).
+    fn plan_copies(object: u64, copies: &[&[u16]], block_ms: u64) -> Arc<ObjectPlan> {
+        let mut p = ObjectPlan::clone(&plan(object, &vec![0; copies.len()], block_ms));
+        for (b, c) in p.blocks.iter_mut().zip(copies) {
+            let mut r = Replicas::single(DiskId(c[0]));
+            for &d in &c[1..] {
+                assert!(r.push(DiskId(d)));
+            }
+            b.disk = r.primary();
+            b.copies = r;
+        }
+        Arc::new(p)
+    }
+
+    fn fail(s: &mut CycleScheduler<u32>, now: Instant, io: CycleIo, error: &str) {
+        let IoClass::Read { key } = io.class else { panic!("not a read: {io:?}") };
+        s.handle_read_done(now, ReadDone { disk: io.disk, key, result: Err(error.into()) });
+    }
+
+    /// In virtual time: a read that fails on replica 0 is re-issued at once to the next copy
+    /// with the same deadline, the stream gets the block before it is due and keeps playing
+    /// (no ReadFailed, no missed deadline); the bad copy is avoided by later reads of the block
+    /// (another stream) until it is repaired; other blocks still read from replica 0.
+    #[test]
+    fn a_failed_read_fails_over_to_the_next_copy_within_the_deadline() {
+        let mut s = sched(AdmissionPolicy::Off, 2, CycleConfig::default());
+        let p = plan_copies(1, &[&[0, 1], &[0, 1], &[1, 0], &[0, 1]], 500);
+        let _ = open(&mut s, 1, &p, 1);
+        s.handle_start(at(0), StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
+        // Block 0 (due at once) first, on disk 0.
+        let mut io = ios(&mut s);
+        assert_eq!(
+            (io[0].disk, io[0].class),
+            (DiskId(0), IoClass::Read { key: p.key(BlockIndex(0)) })
+        );
+        read_done(&mut s, at(10), io.remove(0));
+        let _ = events(&mut s);
+        // The rest of the double buffer; block 1's read (disk 0) fails.
+        io.extend(ios(&mut s));
+        let i1 =
+            io.iter().position(|x| x.class == IoClass::Read { key: p.key(BlockIndex(1)) }).unwrap();
+        let failed = io.remove(i1);
+        assert_eq!(failed.disk, DiskId(0));
+        fail(&mut s, at(20), failed, "block 1/1: checksum mismatch");
+        let ev = events(&mut s);
+        assert!(
+            matches!(&ev[..], [CycleEvent::Failover { key, failed: DiskId(0), next: DiskId(1), error }]
+                if *key == p.key(BlockIndex(1)) && error.contains("checksum")),
+            "{ev:?}"
+        );
+        assert_eq!((s.stats().failovers, s.stats().failed_reads, s.bad_copies()), (1, 1, 1));
+        // The failover read: block 1 on disk 1, with the deadline the failed read had, next on
+        // disk 1 (EDF) once the read in flight there, if any, is done.
+        let mut outstanding: Vec<CycleIo> = io.into_iter().chain(ios(&mut s)).collect();
+        let is_retry = |x: &CycleIo| x.class == IoClass::Read { key: p.key(BlockIndex(1)) };
+        if !outstanding.iter().any(is_retry) {
+            let busy = outstanding.iter().position(|x| x.disk == DiskId(1)).unwrap();
+            read_done(&mut s, at(25), outstanding.remove(busy));
+            outstanding.extend(ios(&mut s));
+        }
+        let retry: Vec<CycleIo> = outstanding.iter().copied().filter(is_retry).collect();
+        assert_eq!(retry.len(), 1, "{retry:?}");
+        for other in outstanding.iter().filter(|x| !is_retry(x)) {
+            read_done(&mut s, at(26), *other);
+        }
+        read_done(&mut s, at(30), retry[0]);
+        // Block 1 arrives at 30 ms, due at 520 ms: blocks 1 to 3 are delivered in order.
+        assert!(failed.deadline > at(30));
+        assert_eq!(delivered(&events(&mut s)), vec![(1, 1), (1, 2), (1, 3)]);
+        let now = 2100;
+        for i in 0..4 {
+            s.handle_block_done(at(now), StreamId(1), 1, BlockIndex(i));
+        }
+        s.handle_timeout(at(now));
+        let ev = events(&mut s);
+        assert!(!ev.iter().any(|e| matches!(e, CycleEvent::ReadFailed { .. })), "{ev:?}");
+        assert_eq!(s.stats().missed_deadlines, 0);
+        assert_eq!(s.stats().failovers, 1);
+        // A second stream (the cache emptied) reads block 1 from the good copy directly.
+        s.handle_close(at(now), StreamId(1));
+        s.purge_object(ObjectId(1));
+        let _ = open(&mut s, 2, &p, 1);
+        s.handle_start(at(now), StreamId(2), 1, BlockIndex(1), MediaTime::from_nanos(500_000_000));
+        let io = ios(&mut s);
+        let first = io.iter().find(|x| is_retry(x)).unwrap();
+        assert_eq!(first.disk, DiskId(1), "{io:?}");
+        s.handle_close(at(now + 5), StreamId(2));
+        for x in io {
+            read_done(&mut s, at(now + 5), x);
+        }
+        let _ = events(&mut s);
+        // Repaired: replica 0 is read again.
+        s.handle_copy_repaired(at(now + 6), p.key(BlockIndex(1)), DiskId(0));
+        assert_eq!(s.bad_copies(), 0);
+        s.purge_object(ObjectId(1));
+        let _ = open(&mut s, 3, &p, 1);
+        s.handle_start(
+            at(now + 7),
+            StreamId(3),
+            1,
+            BlockIndex(1),
+            MediaTime::from_nanos(500_000_000),
+        );
+        let io = ios(&mut s);
+        assert_eq!(io.iter().find(|x| is_retry(x)).unwrap().disk, DiskId(0), "{io:?}");
+    }
+
+    /// When every copy fails, the stream stops as without replication.
+    #[test]
+    fn a_block_with_no_good_copy_ends_the_stream() {
+        let mut s = sched(AdmissionPolicy::Off, 3, CycleConfig::default());
+        let p = plan_copies(1, &[&[2, 0, 1], &[0, 1, 2]], 10_000);
+        let _ = open(&mut s, 1, &p, 1);
+        s.handle_start(at(0), StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
+        let mut disks = Vec::new();
+        for t in 1..=3 {
+            let io = ios(&mut s);
+            let io = io
+                .into_iter()
+                .find(|x| x.class == IoClass::Read { key: p.key(BlockIndex(0)) })
+                .unwrap();
+            disks.push(io.disk);
+            fail(&mut s, at(t), io, "missing");
+            let ev = events(&mut s);
+            if t < 3 {
+                assert!(matches!(ev[..], [CycleEvent::Failover { .. }]), "{ev:?}");
+            } else {
+                assert!(
+                    matches!(&ev[..], [CycleEvent::ReadFailed { error, .. }] if error == "missing"),
+                    "{ev:?}"
+                );
+            }
+        }
+        assert_eq!(disks, vec![DiskId(2), DiskId(0), DiskId(1)], "replica order");
+        assert_eq!((s.stats().failovers, s.stats().failed_reads), (2, 3));
+        assert_eq!(s.cache().refs(p.key(BlockIndex(0))), 0);
+    }
+
+    /// Admission follows the reads: after a failover the block is charged to the disk it is
+    /// read from, and back to replica 0 after the repair.
+    #[test]
+    fn admission_charges_the_copy_read_after_a_failover() {
+        let mut s = sched(AdmissionPolicy::Aggressive, 2, CycleConfig::default());
+        // Every block on disk 0, copies on disk 1.
+        let copies: Vec<&[u16]> = vec![&[0, 1]; 8];
+        let p = plan_copies(1, &copies, 1000);
+        assert!(open(&mut s, 1, &p, 8_000_000).is_admit());
+        let util = |s: &CycleScheduler<u32>, d| s.admission().utilisation(DiskId(d)).unwrap();
+        let (u0, u1) = (util(&s, 0), util(&s, 1));
+        assert!(u0 > 0.0 && u1 == 0.0, "{u0} {u1}");
+        s.handle_start(at(0), StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
+        let io = ios(&mut s);
+        fail(&mut s, at(5), io[0], "io error");
+        assert!(util(&s, 1) > 0.0, "the failed-over block is charged to disk 1");
+        s.handle_copy_repaired(at(6), p.key(BlockIndex(0)), DiskId(0));
+        assert!((util(&s, 0) - u0).abs() < 1e-12 && util(&s, 1) == 0.0);
+    }
+
+    /// A cluster share: a failed read of a block on this node's disk fails over to a copy on
+    /// this node if there is one, else to the copy on another node's disk (read through its
+    /// owner); blocks whose replica 0 is another node's stay that node's to send.
+    #[test]
+    fn a_cluster_share_fails_over_to_a_local_copy_first_then_a_remote_one() {
+        let mut s = sched(AdmissionPolicy::Off, 2, CycleConfig::default());
+        // Disks 0 and 1 are this node's, 2 another's.
+        let p = plan_copies(1, &[&[0, 2, 1], &[0, 2], &[2, 0]], 300);
+        let local: Arc<BTreeSet<DiskId>> = Arc::new([DiskId(0), DiskId(1)].into());
+        let req = OpenStream {
+            stream: StreamId(1),
+            plan: Arc::clone(&p),
+            avg_bitrate: BitRate(1),
+            peak_bitrate: BitRate(1),
+            local: Some(local),
+        };
+        assert!(s.handle_open(at(0), req).is_admit());
+        let anchor = Anchor { wall: at(100), media: MediaTime::ZERO };
+        s.handle_start_pinned(at(0), StreamId(1), 1, BlockIndex(0), anchor, Pace::NOMINAL);
+        let io = ios(&mut s);
+        // Block 2's replica 0 is the other node's: not read here.
+        assert!(io.iter().all(|x| io_index(x) < 2), "{io:?}");
+        let b0 = *io.iter().find(|x| io_index(x) == 0).unwrap();
+        fail(&mut s, at(1), b0, "checksum");
+        let ev = events(&mut s);
+        assert!(
+            matches!(ev[..], [CycleEvent::Failover { failed: DiskId(0), next: DiskId(1), .. }]),
+            "a local copy first: {ev:?}"
+        );
+        // Block 1 has no other local copy: the remote one.
+        let b1 = io.into_iter().find(|x| io_index(x) == 1);
+        let b1 = b1.or_else(|| ios(&mut s).into_iter().find(|x| io_index(x) == 1)).unwrap();
+        fail(&mut s, at(2), b1, "missing");
+        let ev = events(&mut s);
+        assert!(
+            matches!(ev[..], [CycleEvent::Failover { failed: DiskId(0), next: DiskId(2), .. }]),
+            "{ev:?}"
+        );
+        let remote = ios(&mut s).into_iter().find(|x| x.disk == DiskId(2)).unwrap();
+        assert_eq!(io_index(&remote), 1);
+        read_done(&mut s, at(3), remote);
     }
 }

@@ -10,14 +10,19 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use isochron_base::{BitRate, BlockIndex, BlockKey, Bytes, DiskId, Gsn, Instant, MediaTime};
+use isochron_base::{
+    BitRate, BlockIndex, BlockKey, Bytes, DiskId, Gsn, Instant, MediaTime, Replicas,
+};
 use isochron_base::{ObjectId, StreamId};
 
 /// Where one block of an object is and when it plays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PlannedBlock {
-    /// The disk holding the block.
+    /// The disk holding the block's first copy (replica 0): where it is read.
     pub disk: DiskId,
+    /// Every copy's disk, replica 0 (`disk`) first (`store.replication`): a read that fails is
+    /// re-issued to the next copy ([`CycleScheduler`](crate::CycleScheduler)'s failover).
+    pub copies: Replicas,
     /// The GSN of the block's first packet.
     pub first_gsn: Gsn,
     /// The send time of the block's first packet.

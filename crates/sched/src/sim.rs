@@ -499,7 +499,9 @@ impl Sim<'_> {
                 }
             }
             CycleEvent::CycleEnd(r) => self.report.cycles.push(r),
-            CycleEvent::ReadFailed { .. } | CycleEvent::WriteFailed { .. } => {}
+            CycleEvent::ReadFailed { .. }
+            | CycleEvent::WriteFailed { .. }
+            | CycleEvent::Failover { .. } => {}
         }
     }
 

@@ -205,6 +205,7 @@ fn stream_spec(spec: &WorkloadSpec, i: usize, trace: Option<&[f64]>) -> StreamSp
         };
         blocks.push(PlannedBlock {
             disk,
+            copies: isochron_base::Replicas::single(disk),
             first_gsn: Gsn(index * 1000),
             first_send_time: MediaTime::from_secs_f64(t),
             len: block,
@@ -440,6 +441,7 @@ mod tests {
                 .iter()
                 .map(|t| PlannedBlock {
                     disk: DiskId(0),
+                    copies: isochron_base::Replicas::single(DiskId(0)),
                     first_gsn: Gsn(0),
                     first_send_time: MediaTime::from_secs_f64(*t),
                     len: Bytes(1000),

@@ -50,6 +50,11 @@ pub struct StoreSection {
     pub disks: Vec<String>,
     /// Seed a new store with the bundled demo clip, as `demo`. Default true.
     pub seed_demo: bool,
+    /// Copies of every block a new store keeps (1 to 8), each on a distinct disk (distinct
+    /// nodes in a cluster with enough of them); reads fail over to the next copy. Fixed when the
+    /// store is created. Default: unset, meaning 1 for a new store and whatever an existing
+    /// store keeps; a value other than an existing store's is an error.
+    pub replication: Option<u8>,
 }
 
 impl Default for StoreSection {
@@ -59,6 +64,7 @@ impl Default for StoreSection {
             block_size_kib: 1024,
             disks: Vec::new(),
             seed_demo: true,
+            replication: None,
         }
     }
 }
@@ -282,6 +288,9 @@ pub struct Settings {
     pub disks: Vec<DiskSpec>,
     /// Seed a new store with the demo clip.
     pub seed_demo: bool,
+    /// Copies of every block (`store.replication`): for a new store (1 when unset), and checked
+    /// against an existing store's.
+    pub replication: Option<u8>,
     /// RTSP listen address.
     pub rtsp_listen: SocketAddr,
     /// RTP port (RTCP = +1); 0 = pick.
@@ -352,6 +361,14 @@ impl ConfigFile {
             return Err(invalid(
                 "store.block_size_kib",
                 &format!("{} is not a multiple of 4 between 16 and 65536", s.block_size_kib),
+            ));
+        }
+        if let Some(k) = s.replication
+            && !(1..=isochron_base::MAX_REPLICAS).contains(&usize::from(k))
+        {
+            return Err(invalid(
+                "store.replication",
+                &format!("{k} is not between 1 and {}", isochron_base::MAX_REPLICAS),
             ));
         }
         let addr = |key, v: &str| {
@@ -437,6 +454,7 @@ impl ConfigFile {
             block_size: Bytes::kib(s.block_size_kib),
             disks,
             seed_demo: s.seed_demo,
+            replication: s.replication,
             rtsp_listen,
             rtp_port: self.rtsp.rtp_port,
             session_timeout: Duration::from_secs(self.rtsp.session_timeout_s),
@@ -552,6 +570,8 @@ mod tests {
             ("[nope]\n", "unknown field `nope`"),
             ("[rtsp]\nrtp_port = \"x\"", "rtp_port"),
             ("[store]\nblock_size_kib = 66", "store.block_size_kib"),
+            ("[store]\nreplication = 0", "store.replication"),
+            ("[store]\nreplication = 9", "store.replication"),
             ("[rtsp]\nlisten = \"localhost\"", "rtsp.listen"),
             ("[http]\nlisten = \"1.2.3.4\"", "http.listen"),
             ("[rtsp]\nsession_timeout_s = 1", "rtsp.session_timeout_s"),

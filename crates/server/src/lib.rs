@@ -85,16 +85,25 @@ pub fn open_or_create_store(settings: &Settings) -> anyhow::Result<Store> {
             &c.node,
             &settings.disks,
             settings.block_size,
+            settings.replication,
         )
         .with_context(|| format!("joining the cluster as node {}", c.node))?;
         return Ok(store);
     }
     if Store::exists(&settings.data_dir) {
-        return Store::open(&settings.data_dir)
-            .with_context(|| format!("opening the store at {}", settings.data_dir.display()));
+        let store = Store::open(&settings.data_dir)
+            .with_context(|| format!("opening the store at {}", settings.data_dir.display()))?;
+        store.check_replication(settings.replication)?;
+        return Ok(store);
     }
-    let store = Store::create(&settings.data_dir, &settings.disks, settings.block_size)
-        .with_context(|| format!("creating a store at {}", settings.data_dir.display()))?;
+    let store = Store::create_with(
+        &settings.data_dir,
+        &settings.disks,
+        settings.block_size,
+        isochron_store::PlacementVariant::default(),
+        settings.replication.unwrap_or(1),
+    )
+    .with_context(|| format!("creating a store at {}", settings.data_dir.display()))?;
     info!(dir = %settings.data_dir.display(), "created a new store");
     if settings.seed_demo {
         let mut src = std::io::Cursor::new(DEMO_TS);
@@ -292,7 +301,8 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         rx: sched_rx,
         workers,
         sender: sender_tx.clone(),
-        on_event: sched_events(sessions_tx.clone()),
+        on_event: sched_events(sessions_tx.clone(), reorg_tx.clone()),
+        remote: settings.cluster.as_ref().map(|_| remote_reads(&store, sched_tx.clone())),
     };
     threads.push(std::thread::Builder::new().name("isochron-sched".into()).spawn(|| sched.run())?);
     let sender = SenderThread {
@@ -544,12 +554,53 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
     })
 }
 
-/// The scheduler thread's events, wired to their owner: a failed read ends the session's stream.
-fn sched_events(sessions: tokio::sync::mpsc::UnboundedSender<SessionCommand>) -> SchedSink {
+/// The scheduler thread's events, wired to their owners: a read failed on every copy ends the
+/// session's stream; a bad copy goes to the reorganiser to be repaired.
+fn sched_events(
+    sessions: tokio::sync::mpsc::UnboundedSender<SessionCommand>,
+    reorg: tokio::sync::mpsc::UnboundedSender<ReorgCommand>,
+) -> SchedSink {
     Box::new(move |ev| match ev {
         SchedEvent::ReadFailed { stream, error } => {
             let _ = sessions.send(SessionCommand::ReadFailed { stream, error });
         }
+        SchedEvent::CopyFailed { key, disk, error } => {
+            let _ = reorg.send(ReorgCommand::Repair { key, disk, error });
+        }
+    })
+}
+
+/// A cluster node's reads of copies on other nodes' disks, for the scheduler thread's failover:
+/// each on a blocking thread of the runtime, through the owner's non-real-time share
+/// (`RemoteBlocks::read_block_nrt`), completing as a [`SchedCommand::ReadDone`].
+fn remote_reads(
+    store: &Arc<Store>,
+    sched: crossbeam_channel::Sender<SchedCommand>,
+) -> isochron_dataplane::sched_thread::RemoteRead {
+    let store = Arc::downgrade(store);
+    let rt = tokio::runtime::Handle::current();
+    Box::new(move |disk, key, tag| {
+        let (store, sched) = (store.clone(), sched.clone());
+        rt.spawn_blocking(move || {
+            let started = std::time::Instant::now();
+            let remote = store.upgrade().and_then(|s| s.remote());
+            let result = match remote {
+                None => Err("no route to the disk's node".to_string()),
+                Some(r) => r.read_block_nrt(disk, key).and_then(|bytes| {
+                    isochron_store::Block::parse(
+                        isochron_diskio::AlignedBuf::copy_from(&bytes),
+                        Some(key),
+                    )
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+                }),
+            };
+            let result =
+                result.map_err(|reason| isochron_diskio::DiskError::Remote { disk, key, reason });
+            let done =
+                isochron_diskio::ReadDone { disk, key, tag, result, service: started.elapsed() };
+            let _ = sched.send(SchedCommand::ReadDone(done));
+        });
     })
 }
 

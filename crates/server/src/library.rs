@@ -43,11 +43,15 @@ impl ObjectEntry {
             .blocks
             .iter()
             .enumerate()
-            .map(|(i, b)| PlannedBlock {
-                disk: store.locate_at(&record, BlockIndex(i as u32), epoch),
-                first_gsn: b.first_gsn,
-                first_send_time: b.first_send_time,
-                len: Bytes(u64::from(b.encoded_len)).align_up(BLOCK_ALIGN as u64),
+            .map(|(i, b)| {
+                let copies = store.replicas_at(&record, BlockIndex(i as u32), epoch);
+                PlannedBlock {
+                    disk: copies.primary(),
+                    copies,
+                    first_gsn: b.first_gsn,
+                    first_send_time: b.first_send_time,
+                    len: Bytes(u64::from(b.encoded_len)).align_up(BLOCK_ALIGN as u64),
+                }
             })
             .collect();
         let plan = Arc::new(ObjectPlan { object: record.id, blocks });

@@ -286,11 +286,14 @@ impl Recorders {
 
         let (events_tx, events) = mpsc::unbounded_channel();
         let (tx, rx) = oneshot::channel();
+        // Each block is written `store.replication` times: admitted at that multiple of the
+        // declared rates.
+        let copies = u64::from(self.store.replication());
         let req = OpenRecord {
             stream,
             object: object.id,
-            avg_bitrate: params.rate,
-            peak_bitrate: params.peak,
+            avg_bitrate: BitRate(params.rate.0.saturating_mul(copies)),
+            peak_bitrate: BitRate(params.peak.0.saturating_mul(copies)),
             block_size: object.block_size,
         };
         let open =
@@ -491,8 +494,8 @@ struct Writer {
     stream: StreamId,
     object: NewObject,
     events: mpsc::UnboundedReceiver<RecordEvent>,
-    /// Handed to the scheduler, not yet reported, with their disks.
-    in_flight: HashMap<BlockKey, DiskId>,
+    /// Handed to the scheduler, with the disks of their copies not yet reported written.
+    in_flight: HashMap<BlockKey, Vec<DiskId>>,
     /// Durably written.
     written: Vec<(DiskId, BlockKey)>,
 }
@@ -504,10 +507,16 @@ impl Writer {
             let ev = self.events.recv().await;
             self.handle(ev)?;
         }
-        let disk = self.object.disk_of(&self.store, b.index);
-        self.in_flight.insert(b.key(), disk);
-        let cmd = SchedCommand::RecordBlock { stream: self.stream, disk, block: Arc::new(b.block) };
-        self.sched.send(cmd).map_err(|_| RecordError::Unavailable)
+        // Every copy (`store.replication`), each a write of the admitted stream.
+        let disks = self.object.disks_of(&self.store, b.index);
+        self.in_flight.insert(b.key(), disks.iter().collect());
+        let block = Arc::new(b.block);
+        for disk in disks.iter() {
+            let cmd =
+                SchedCommand::RecordBlock { stream: self.stream, disk, block: Arc::clone(&block) };
+            self.sched.send(cmd).map_err(|_| RecordError::Unavailable)?;
+        }
+        Ok(())
     }
 
     /// Waits until every block handed in is written.
@@ -539,15 +548,26 @@ impl Writer {
 
     fn handle(&mut self, ev: Option<RecordEvent>) -> Result<(), RecordError> {
         match ev {
-            Some(RecordEvent::Written(key)) => {
-                if let Some(disk) = self.in_flight.remove(&key) {
+            Some(RecordEvent::Written(key, disk)) => {
+                if let Some(left) = self.in_flight.get_mut(&key)
+                    && let Some(i) = left.iter().position(|d| *d == disk)
+                {
+                    left.swap_remove(i);
                     self.written.push((disk, key));
+                    if left.is_empty() {
+                        self.in_flight.remove(&key);
+                    }
                 }
                 Ok(())
             }
             Some(RecordEvent::Failed(key, error)) => {
-                let disk = self.in_flight.remove(&key);
-                let on = disk.map(|d| format!(" on disk {d}")).unwrap_or_default();
+                let disks = self.in_flight.remove(&key);
+                let on = disks
+                    .map(|d| {
+                        let d: Vec<String> = d.iter().map(ToString::to_string).collect();
+                        format!(" on disk {}", d.join(" or "))
+                    })
+                    .unwrap_or_default();
                 Err(RecordError::Store(format!("writing block {key}{on} failed: {error}")))
             }
             None => Err(RecordError::Unavailable),
@@ -585,7 +605,7 @@ impl Slot {
                 let object = match NewObject::begin(&store) {
                     Ok(o) => o,
                     Err(e) => {
-                        let _ = opened_tx.send(Err(e));
+                        let _ = opened_tx.send(Err(RecordError::Store(e.to_string())));
                         return;
                     }
                 };

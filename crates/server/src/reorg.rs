@@ -28,6 +28,15 @@
 //! epoch, while running streams keep the plan they started with, so nothing changes under a
 //! stream on any node. Each node deletes its moved blocks' sources (and closes retired disks) once
 //! none of its sessions reads an older epoch ([`SessionCommand::OldestEpoch`]).
+//!
+//! **Repairs** (`store.replication` K > 1). When a read of a copy fails (a stream's or an HTTP
+//! download's read failed over to another copy; Yima §2.1's fault tolerance), the scheduler thread
+//! reports the bad copy ([`ReorgCommand::Repair`]). The reorganiser, which already owns the
+//! disks' non-real-time copies, repairs it the same way: a non-real-time read of another copy of
+//! the block (checked against the catalog's checksum), a non-real-time durable write over the
+//! bad copy, and a non-real-time read of the written copy, verified; then the scheduler reads
+//! that copy again ([`SchedCommand::CopyRepaired`]). Repairs run beside a reorganisation and are
+//! counted in [`ReorgStatus::repair`] (`/api/v1/reorg`, `/metrics`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -36,7 +45,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use isochron_base::{BlockKey, DiskId};
 use isochron_dataplane::sched_thread::SchedCommand;
-use isochron_diskio::{AlignedBuf, IoCommand, IoDone, IoWorker, Store};
+use isochron_diskio::{AlignedBuf, DiskError, IoCommand, IoDone, IoWorker, ReadDone, Store};
 use isochron_store::catalog::DiskState;
 use isochron_store::reorg::Move;
 use isochron_store::{Block, Epoch};
@@ -114,6 +123,16 @@ pub enum ReorgCommand {
         /// The move's tag.
         tag: u64,
     },
+    /// A copy of a block could not be read: repair it from another copy in the non-real-time
+    /// share (a request for a copy already being repaired is merged into it).
+    Repair {
+        /// The block.
+        key: BlockKey,
+        /// The disk of the bad copy.
+        disk: DiskId,
+        /// Why it is bad.
+        error: String,
+    },
     /// A copy's read from (`Some` bytes) or write to (`None`) another node completed.
     Remote {
         /// The move's tag.
@@ -144,6 +163,27 @@ pub struct ReorgStatus {
     /// Why it failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Repairs of bad copies (with `store.replication` > 1).
+    pub repair: RepairStatus,
+}
+
+/// Repairs of bad copies since the server started: a copy whose read failed, rewritten from a
+/// good copy in the non-real-time share and read back verified.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RepairStatus {
+    /// Bad copies reported (each copy once while its repair runs).
+    pub requested: u64,
+    /// Copies rewritten and verified.
+    pub repaired: u64,
+    /// Repairs that failed (no good copy readable, the write or the check failed).
+    pub failed: u64,
+    /// Repairs running now.
+    pub in_progress: u64,
+    /// Bytes rewritten.
+    pub bytes: u64,
+    /// The last failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 /// Builds the IO thread of a disk that joins, wired like the others.
@@ -154,6 +194,28 @@ struct InFlight {
     attempts: u32,
     /// The block's size, known once it has been read.
     len: u64,
+}
+
+/// A repair of a bad copy in progress: which step its IO in flight is.
+struct RepairJob {
+    key: BlockKey,
+    /// The disk of the bad copy.
+    bad: DiskId,
+    /// The other copies' disks (on this node), tried in replica order.
+    sources: Vec<DiskId>,
+    /// The catalog's checksum of the block.
+    checksum: u64,
+    step: RepairStep,
+}
+
+#[derive(Clone, Copy)]
+enum RepairStep {
+    /// Reading `sources[i]`.
+    Read(usize),
+    /// Writing the good block over the bad copy.
+    Write(u64),
+    /// Reading the written copy back.
+    Verify(u64),
 }
 
 /// An IO done for another node's reorganisation, waiting for its disk.
@@ -180,6 +242,8 @@ pub(crate) struct Reorganiser {
     queue: VecDeque<Move>,
     in_flight: HashMap<u64, InFlight>,
     serving: HashMap<u64, Serving>,
+    /// Repairs by the tag of their IO in flight.
+    repairs: HashMap<u64, RepairJob>,
     next_tag: u64,
     status: ReorgStatus,
     started: Option<Instant>,
@@ -210,6 +274,7 @@ impl Reorganiser {
             queue: VecDeque::new(),
             in_flight: HashMap::new(),
             serving: HashMap::new(),
+            repairs: HashMap::new(),
             collected: None,
             seen: None,
             failed_at: None,
@@ -316,6 +381,7 @@ impl Reorganiser {
                     let cmd = IoCommand::NrtWrite { key, block, tag };
                     let _ = self.sched.send(SchedCommand::Nrt { disk, cmd });
                 }
+                ReorgCommand::Repair { key, disk, error } => self.repair(key, disk, &error),
                 ReorgCommand::Remote { tag, result } => self.on_remote(tag, result).await,
                 ReorgCommand::Retry { tag } => {
                     if let Some(f) = self.in_flight.remove(&tag) {
@@ -336,6 +402,7 @@ impl Reorganiser {
 
     fn snapshot(&self) -> ReorgStatus {
         let mut s = self.status.clone();
+        s.repair.in_progress = self.repairs.len() as u64;
         if let Some(t) = self.started
             && self.busy()
         {
@@ -364,6 +431,7 @@ impl Reorganiser {
             state: "running".into(),
             total: moves.len() as u64,
             operation: Some(operation),
+            repair: std::mem::take(&mut self.status.repair),
             ..ReorgStatus::default()
         };
         self.started = Some(Instant::now());
@@ -489,6 +557,7 @@ impl Reorganiser {
 
     async fn on_io(&mut self, done: IoDone) {
         let Some(done) = self.on_serving(done) else { return };
+        let Some(done) = self.on_repair(done) else { return };
         match done {
             IoDone::NrtRead(r) => {
                 let Some(f) = self.in_flight.remove(&r.tag) else { return };
@@ -523,6 +592,120 @@ impl Reorganiser {
             IoDone::Read(_) | IoDone::Write(_) => {}
         }
         self.advance().await;
+    }
+
+    /// Starts repairing the copy of `key` on `disk` from another copy (see the module docs).
+    fn repair(&mut self, key: BlockKey, disk: DiskId, error: &str) {
+        if self.repairs.values().any(|j| j.key == key && j.bad == disk) {
+            return;
+        }
+        let Some(entry) = self.library.by_id(key.object) else { return };
+        let Some(checksum) = entry.record.blocks.get(key.index.0 as usize).map(|b| b.checksum)
+        else {
+            return;
+        };
+        let copies = self.store.replicas(&entry.record, key.index);
+        if !copies.contains(disk) || !self.store.is_local(disk) {
+            // A stale report (the copy moved since), or another node's disk: its node repairs.
+            debug!(block = %key, %disk, "not repairing a copy this node does not hold");
+            return;
+        }
+        self.status.repair.requested += 1;
+        // This node's other copies first, then other nodes' (read through their owners).
+        let mut sources: Vec<DiskId> = copies.iter().filter(|&d| d != disk).collect();
+        sources.sort_by_key(|&d| !self.store.is_local(d));
+        info!(block = %key, %disk, %error, ?sources, "repairing a bad copy");
+        let job = RepairJob { key, bad: disk, sources, checksum, step: RepairStep::Read(0) };
+        self.repair_read(job);
+    }
+
+    /// Reads the next source of a repair, or gives up when none is left.
+    fn repair_read(&mut self, job: RepairJob) {
+        let RepairStep::Read(i) = job.step else { return };
+        let Some(&from) = job.sources.get(i) else {
+            let error = format!("block {}: no other copy could be read", job.key);
+            return self.repair_failed(job, error);
+        };
+        let tag = self.tag();
+        if self.store.is_local(from) {
+            let cmd = IoCommand::NrtRead { key: job.key, tag };
+            let _ = self.sched.send(SchedCommand::Nrt { disk: from, cmd });
+        } else {
+            // Another node's copy, read in its disk's non-real-time share; the result comes
+            // back as the completion of a non-real-time read.
+            let (remote, me, key) = (self.store.remote(), self.me.clone(), job.key);
+            tokio::task::spawn_blocking(move || {
+                let started = Instant::now();
+                let result = match remote {
+                    None => Err("no route to the disk's node".to_string()),
+                    Some(r) => r.read_block_nrt(from, key).and_then(|bytes| {
+                        Block::parse(AlignedBuf::copy_from(&bytes), Some(key))
+                            .map(Arc::new)
+                            .map_err(|e| e.to_string())
+                    }),
+                };
+                let result = result.map_err(|reason| DiskError::Remote { disk: from, key, reason });
+                let done = ReadDone { disk: from, key, tag, result, service: started.elapsed() };
+                let _ = me.send(ReorgCommand::Io(IoDone::NrtRead(done)));
+            });
+        }
+        self.repairs.insert(tag, job);
+    }
+
+    fn repair_failed(&mut self, job: RepairJob, error: String) {
+        warn!(block = %job.key, disk = %job.bad, %error, "repair failed");
+        self.status.repair.failed += 1;
+        self.status.repair.last_error = Some(format!("disk {}: {error}", job.bad));
+    }
+
+    /// Carries a repair on when one of its IOs completes; other completions are returned.
+    fn on_repair(&mut self, done: IoDone) -> Option<IoDone> {
+        let Some(mut job) = self.repairs.remove(&done.tag()) else { return Some(done) };
+        match (job.step, done) {
+            (RepairStep::Read(i), IoDone::NrtRead(r)) => match r.result {
+                Ok(block) if block.header().checksum == job.checksum => {
+                    let tag = self.tag();
+                    job.step = RepairStep::Write(block.as_bytes().len() as u64);
+                    let cmd = IoCommand::NrtWrite { key: job.key, block, tag };
+                    let _ = self.sched.send(SchedCommand::Nrt { disk: job.bad, cmd });
+                    self.repairs.insert(tag, job);
+                }
+                other => {
+                    let why = match other {
+                        Ok(_) => "checksum differs from the catalog's".to_string(),
+                        Err(e) => e.to_string(),
+                    };
+                    debug!(block = %job.key, disk = %r.disk, %why, "repair source unusable");
+                    job.step = RepairStep::Read(i + 1);
+                    self.repair_read(job);
+                }
+            },
+            (RepairStep::Write(len), IoDone::NrtWrite(w)) => match w.result {
+                Ok(()) => {
+                    let tag = self.tag();
+                    job.step = RepairStep::Verify(len);
+                    let cmd = IoCommand::NrtRead { key: job.key, tag };
+                    let _ = self.sched.send(SchedCommand::Nrt { disk: job.bad, cmd });
+                    self.repairs.insert(tag, job);
+                }
+                Err(e) => self.repair_failed(job, format!("writing: {e}")),
+            },
+            (RepairStep::Verify(len), IoDone::NrtRead(r)) => match r.result {
+                Ok(block) if block.header().checksum == job.checksum => {
+                    self.status.repair.repaired += 1;
+                    self.status.repair.bytes += len;
+                    info!(block = %job.key, disk = %job.bad, "bad copy repaired");
+                    let _ =
+                        self.sched.send(SchedCommand::CopyRepaired { key: job.key, disk: job.bad });
+                }
+                Ok(_) => self.repair_failed(job, "the rewritten copy reads back wrong".into()),
+                Err(e) => self.repair_failed(job, format!("reading the rewritten copy: {e}")),
+            },
+            (_, other) => {
+                warn!(tag = other.tag(), "unexpected completion for a repair");
+            }
+        }
+        None
     }
 
     /// Keeps the copies going; flips once all are done.

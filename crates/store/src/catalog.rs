@@ -21,7 +21,9 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use isochron_base::{BitRate, BlockIndex, Bytes, DiskId, Gsn, MediaTime, ObjectId};
+use isochron_base::{
+    BitRate, BlockIndex, Bytes, DiskId, Gsn, MAX_REPLICAS, MediaTime, ObjectId, Replicas,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::block::BlockHeader;
@@ -30,7 +32,7 @@ use crate::placement::{Epoch, PlacementError, PlacementLog, PlacementVariant, Sc
 /// Version byte of [`ObjectRecord`] encodings written by this build.
 pub const OBJECT_RECORD_VERSION: u8 = 1;
 /// Version byte of [`StoreMeta`] encodings written by this build.
-pub const STORE_META_VERSION: u8 = 3;
+pub const STORE_META_VERSION: u8 = 4;
 /// The store layout version this build writes into [`StoreMeta::format_version`].
 pub const STORE_FORMAT_VERSION: u32 = 1;
 /// Longest object name.
@@ -678,9 +680,64 @@ pub struct StoreMeta {
     pub active_epoch: Epoch,
     /// The next object id to hand out. Catalogs never let it go down.
     pub next_object_id: u64,
+    /// How many copies of every block the store keeps (`store.replication`, K): 1 to
+    /// [`MAX_REPLICAS`], fixed when the store is created. Where they are:
+    /// [`StoreMeta::replicas_at`] (the `replica` module). A store written before replication
+    /// (metadata version ≤ 3) has 1.
+    pub replication: u8,
 }
 
 impl StoreMeta {
+    /// The copies of block `index` of `rec` as of placement epoch `at` (clamped as
+    /// [`PlacementLog::locate`] clamps it): replica 0 is the block's placement, the others
+    /// distinct disks, on distinct nodes while there are enough
+    /// ([`locate_replicas`](crate::replica::locate_replicas)).
+    #[must_use]
+    pub fn replicas_at(&self, rec: &ObjectRecord, index: BlockIndex, at: Epoch) -> Replicas {
+        self.replicas_of(rec.seed, rec.first_epoch, index, at)
+    }
+
+    /// [`StoreMeta::replicas_at`] for a block known by its object's seed and first epoch.
+    #[must_use]
+    pub fn replicas_of(
+        &self,
+        seed: u64,
+        first_epoch: Epoch,
+        index: BlockIndex,
+        at: Epoch,
+    ) -> Replicas {
+        let k = usize::from(self.replication);
+        if k <= 1 {
+            return Replicas::single(self.placement.locate(seed, first_epoch, index, at));
+        }
+        crate::replica::locate_replicas(&self.placement, seed, first_epoch, index, at, k, &|d| {
+            self.node_of(d)
+        })
+    }
+
+    /// A number naming the node that owns `disk`: equal for disks of the same node (every disk
+    /// of a single-node store is on one node). Only compared, never stored.
+    #[must_use]
+    pub fn node_of(&self, disk: DiskId) -> u64 {
+        let owner = self.disk(disk).and_then(|d| d.owner.as_deref());
+        match owner {
+            None => 0,
+            Some(o) => {
+                let first = self.disks.iter().position(|d| d.owner.as_deref() == Some(o));
+                first.map_or(0, |i| i as u64 + 1)
+            }
+        }
+    }
+
+    /// How many distinct nodes own the disks of placement epoch `at`.
+    #[must_use]
+    pub fn nodes_in(&self, at: Epoch) -> usize {
+        let mut nodes: Vec<u64> =
+            self.placement.disks(at).iter().map(|&d| self.node_of(d)).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        nodes.len()
+    }
     /// The record of disk `id`.
     #[must_use]
     pub fn disk(&self, id: DiskId) -> Option<&DiskRecord> {
@@ -776,19 +833,26 @@ impl StoreMeta {
                 )));
             }
         }
+        if self.replication == 0 || usize::from(self.replication) > MAX_REPLICAS {
+            return Err(invalid(format!(
+                "replication {} is not between 1 and {MAX_REPLICAS} (config key store.replication)",
+                self.replication
+            )));
+        }
         Ok(())
     }
 
     /// The versioned encoding: [`STORE_META_VERSION`] then postcard.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        encode_versioned(STORE_META_VERSION, &wire::StoreMetaV3::from(self))
+        encode_versioned(STORE_META_VERSION, &wire::StoreMetaV4::from(self))
     }
 
     /// Decodes and validates an encoding from [`StoreMeta::encode`] of this or an earlier build.
     /// A version-1 record (before online scaling) has no pending operation (its active epoch is
     /// the log's current one) and no disk models; a version-1 or version-2 record (before
-    /// clusters) has no disk owners.
+    /// clusters) has no disk owners; a record of version 1 to 3 (before replication) keeps one
+    /// copy of every block.
     pub fn decode(bytes: &[u8]) -> Result<Self, CatalogError> {
         const WHAT: &str = "store metadata";
         let (version, body) = split_version(WHAT, STORE_META_VERSION, bytes)?;
@@ -797,7 +861,8 @@ impl StoreMeta {
             2 => Self::try_from(wire::StoreMetaV3::from(decode_exact::<wire::StoreMetaV2>(
                 WHAT, body,
             )?))?,
-            _ => Self::try_from(decode_exact::<wire::StoreMetaV3>(WHAT, body)?)?,
+            3 => Self::try_from(decode_exact::<wire::StoreMetaV3>(WHAT, body)?)?,
+            _ => Self::try_from(decode_exact::<wire::StoreMetaV4>(WHAT, body)?)?,
         };
         meta.validate()?;
         Ok(meta)
@@ -811,6 +876,13 @@ impl StoreMeta {
 pub fn locate_active(meta: &StoreMeta, rec: &ObjectRecord, index: BlockIndex) -> DiskId {
     // `locate` answers an epoch before `first_epoch` for `first_epoch`: max(active, first).
     meta.placement.locate(rec.seed, rec.first_epoch, index, meta.active_epoch)
+}
+
+/// Every copy of block `index` of `rec` for readers, replica 0 ([`locate_active`]) first: the
+/// copies at the active epoch, or at the object's first epoch if that is later.
+#[must_use]
+pub fn replicas_active(meta: &StoreMeta, rec: &ObjectRecord, index: BlockIndex) -> Replicas {
+    meta.replicas_at(rec, index, meta.active_epoch)
 }
 
 /// Where objects and store metadata are kept: the embedded redb file on one node, etcd in a
@@ -1041,6 +1113,31 @@ mod wire {
         owner: Option<String>,
     }
 
+    /// Version 4 (replication): version 3 followed by the number of copies of every block.
+    /// (Postcard writes a nested struct's fields in place, so this is version 3's bytes and
+    /// one more field.)
+    #[derive(Serialize, Deserialize)]
+    pub(super) struct StoreMetaV4 {
+        v3: StoreMetaV3,
+        replication: u8,
+    }
+
+    impl From<&StoreMeta> for StoreMetaV4 {
+        fn from(m: &StoreMeta) -> Self {
+            Self { v3: StoreMetaV3::from(m), replication: m.replication }
+        }
+    }
+
+    impl TryFrom<StoreMetaV4> for StoreMeta {
+        type Error = CatalogError;
+
+        fn try_from(w: StoreMetaV4) -> Result<Self, CatalogError> {
+            let mut meta = Self::try_from(w.v3)?;
+            meta.replication = w.replication;
+            Ok(meta)
+        }
+    }
+
     impl From<&ObjectRecord> for ObjectRecordV1 {
         fn from(r: &ObjectRecord) -> Self {
             Self {
@@ -1241,6 +1338,7 @@ mod wire {
                 placement,
                 active_epoch: Epoch(w.active_epoch),
                 next_object_id: w.next_object_id,
+                replication: 1,
             })
         }
     }
@@ -1350,6 +1448,7 @@ mod wire {
                 active_epoch: placement.current_epoch(),
                 placement,
                 next_object_id: w.next_object_id,
+                replication: 1,
             })
         }
     }
@@ -1444,6 +1543,7 @@ mod tests {
             placement,
             active_epoch: Epoch(2),
             next_object_id: 17,
+            replication: 1,
         }
     }
 
@@ -1468,7 +1568,7 @@ mod tests {
         for meta in [sample_meta(), pending_meta()] {
             let bytes = meta.encode();
             assert_eq!(bytes[0], STORE_META_VERSION);
-            assert_eq!(bytes[0], 3);
+            assert_eq!(bytes[0], 4);
             let back = StoreMeta::decode(&bytes).unwrap();
             assert_eq!(back, meta);
             assert_eq!(back.placement.current_epoch(), Epoch(2));
@@ -1502,9 +1602,9 @@ mod tests {
         assert_eq!(back.active_epoch, back.placement.current_epoch());
         assert_eq!(back.pending(), None);
         assert!(back.disks.iter().all(|d| d.model.is_none()));
-        let v3 = back.encode();
-        assert_eq!(v3[0], 3);
-        assert_eq!(StoreMeta::decode(&v3).unwrap(), meta);
+        let v4 = back.encode();
+        assert_eq!(v4[0], 4);
+        assert_eq!(StoreMeta::decode(&v4).unwrap(), meta);
         // The bytes of version 1 are pinned: a store written before online scaling.
         let golden: &[u8] = &[
             1, 205, 215, 2, 1, 128, 128, 64, 3, 0, 6, 100, 105, 115, 107, 45, 48, 3, 1, 7, 47, 109,
@@ -1523,7 +1623,7 @@ mod tests {
             let back = StoreMeta::decode(&v2).unwrap();
             assert_eq!(back, meta);
             assert!(back.disks.iter().all(|d| d.owner.is_none()));
-            assert_eq!(back.encode()[0], 3);
+            assert_eq!(back.encode()[0], 4);
         }
         // The bytes of version 2 are pinned: a store written before clusters.
         let golden: &[u8] = &[
@@ -1542,7 +1642,7 @@ mod tests {
         meta.disks[1].owner = Some("node-a".into());
         meta.disks[2].owner = Some("node.b_2".into());
         let bytes = meta.encode();
-        assert_eq!(bytes[0], 3);
+        assert_eq!(bytes[0], 4);
         let back = StoreMeta::decode(&bytes).unwrap();
         assert_eq!(back, meta);
         assert_eq!(back.disks[2].owner.as_deref(), Some("node.b_2"));
@@ -1553,6 +1653,64 @@ mod tests {
             assert!(err.contains("is not a valid node name"), "{bad:?}: {err}");
             assert!(StoreMeta::decode(&meta.encode()).is_err(), "{bad:?}");
         }
+    }
+
+    /// A record written before replication (version 3) decodes with one copy per block; version
+    /// 4 is version 3's bytes followed by the replication.
+    #[test]
+    fn meta_v3_upgrades_to_one_copy() {
+        let mut meta = sample_meta();
+        meta.disks[1].owner = Some("node-a".into());
+        let v3 = encode_versioned(3, &wire::StoreMetaV3::from(&meta));
+        let back = StoreMeta::decode(&v3).unwrap();
+        assert_eq!(back.replication, 1);
+        assert_eq!(back, meta);
+        let v4 = back.encode();
+        assert_eq!(v4[0], 4);
+        assert_eq!(&v4[1..v4.len() - 1], &v3[1..], "version 3's fields, then one byte");
+        assert_eq!(v4[v4.len() - 1], 1);
+    }
+
+    /// The replication round-trips; 0 and more than `MAX_REPLICAS` are refused, naming the key.
+    #[test]
+    fn meta_replication() {
+        let mut meta = sample_meta();
+        meta.replication = 2;
+        let back = StoreMeta::decode(&meta.encode()).unwrap();
+        assert_eq!(back.replication, 2);
+        assert_eq!(back, meta);
+        for bad in [0, MAX_REPLICAS as u8 + 1] {
+            meta.replication = bad;
+            let err = meta.validate().unwrap_err().to_string();
+            assert!(err.contains("store.replication"), "{err}");
+            assert!(StoreMeta::decode(&meta.encode()).is_err());
+        }
+    }
+
+    /// Replica 0 is `locate_active`; K copies on distinct disks; disks of one owner are one
+    /// node, and with two owners the two copies are on both.
+    #[test]
+    fn replicas_follow_placement_and_owners() {
+        let mut meta = sample_meta();
+        let rec = sample_record();
+        assert_eq!(
+            replicas_active(&meta, &rec, BlockIndex(0)),
+            Replicas::single(locate_active(&meta, &rec, BlockIndex(0)))
+        );
+        meta.replication = 2;
+        for i in 0..100 {
+            let i = BlockIndex(i);
+            let r = replicas_active(&meta, &rec, i);
+            assert_eq!(r.primary(), locate_active(&meta, &rec, i));
+            assert_eq!(r.len(), 2);
+            // Active epoch 2: disks 1 and 2, so both hold every block.
+            assert!(r.contains(DiskId(1)) && r.contains(DiskId(2)), "{r:?}");
+        }
+        assert_eq!(meta.nodes_in(Epoch(2)), 1);
+        meta.disks[1].owner = Some("a".into());
+        meta.disks[2].owner = Some("b".into());
+        assert_ne!(meta.node_of(DiskId(1)), meta.node_of(DiskId(2)));
+        assert_eq!(meta.nodes_in(Epoch(2)), 2);
     }
 
     #[test]

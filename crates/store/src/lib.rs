@@ -9,6 +9,8 @@
 //! - [`block`]: the self-describing block format (DESIGN §2.2).
 //! - [`placement`]: Yima pseudo-random placement (Yima §2.2) and SCADDAR epochs (ICDE 2002).
 //! - [`catalog`]: versioned catalog records and the [`Catalog`] trait.
+//! - [`replica`]: where the K copies of a block are (`store.replication`; Yima §2.1's fault
+//!   tolerance).
 //! - [`reorg`]: which blocks a pending SCADDAR operation moves (`research/algorithms.md` §2.7).
 //! - `testing` (feature `testing`): the behaviour every [`Catalog`] implementation is checked
 //!   against.
@@ -19,6 +21,7 @@ pub mod block;
 pub mod catalog;
 pub mod placement;
 pub mod reorg;
+pub mod replica;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -32,3 +35,4 @@ pub use catalog::{
 };
 pub use placement::{Epoch, PlacementError, PlacementLog, PlacementVariant, ScaleOp};
 pub use reorg::{Move, count_moves, moves};
+pub use replica::locate_replicas;

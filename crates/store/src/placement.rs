@@ -351,11 +351,19 @@ impl PlacementLog {
     /// (where the object was written).
     #[must_use]
     pub fn locate(&self, seed: u64, first_epoch: Epoch, block: BlockIndex, at: Epoch) -> DiskId {
-        let current = self.current_epoch();
-        let first = first_epoch.min(current);
-        let at = at.clamp(first, current);
+        let first = first_epoch.min(self.current_epoch());
+        let at = self.effective_epoch(first_epoch, at);
         let d = self.locate_logical(seed, first, block, at);
         self.epochs[at.0 as usize].disks[d as usize]
+    }
+
+    /// The epoch [`PlacementLog::locate`] answers for when asked about an object created in
+    /// `first_epoch` as of `at`: `at` clamped between the object's first epoch and the current
+    /// one.
+    #[must_use]
+    pub fn effective_epoch(&self, first_epoch: Epoch, at: Epoch) -> Epoch {
+        let current = self.current_epoch();
+        at.clamp(first_epoch.min(current), current)
     }
 
     /// The operations logged so far; operation `j - 1` starts epoch `j`.

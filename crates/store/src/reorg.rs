@@ -12,13 +12,22 @@
 //!
 //! Objects ingested while the operation is pending have `first_epoch` = the pending epoch: they
 //! were written where the pending epoch puts them and never move, so they are skipped.
+//!
+//! With replication (K copies of every block, `crate::replica`), a block's copies are a set of K
+//! disks in each epoch. Every disk in the pending set that is not in the active set needs a
+//! copy, and every disk in the active set that is not in the pending set loses its copy after
+//! the flip; there are as many of one as of the other. They are paired in replica order into
+//! [`Move`]s, so `from` is both where the copy is read (a valid copy until the flip) and the file
+//! that becomes garbage, exactly as with one copy. A copy that only changes replica number (the
+//! disk is in both sets) does not move. With K = 1 this is the one-copy list, move for move.
 
 use isochron_base::{BlockIndex, BlockKey, DiskId};
 
 use crate::catalog::{ObjectRecord, StoreMeta};
 
-/// One block copy of a reorganisation: block `key` is read on `from` (its disk in the active
-/// epoch) and written to `to` (its disk in the pending epoch).
+/// One block copy of a reorganisation: block `key` is read on `from` (a disk with a copy in the
+/// active epoch, which has none in the pending one) and written to `to` (a disk with a copy in
+/// the pending epoch and none in the active one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Move {
     /// The block.
@@ -43,11 +52,14 @@ pub fn moves<'a>(
         .flat_map(move |rec| {
             // `pending` is Some here (the filter above).
             let (active, to_epoch) = pending.unwrap_or_default();
-            (0..rec.block_count()).filter_map(move |i| {
+            (0..rec.block_count()).flat_map(move |i| {
                 let index = BlockIndex(i);
-                let from = meta.placement.locate(rec.seed, rec.first_epoch, index, active);
-                let to = meta.placement.locate(rec.seed, rec.first_epoch, index, to_epoch);
-                (from != to).then_some(Move { key: BlockKey::new(rec.id, index), from, to })
+                let key = BlockKey::new(rec.id, index);
+                let from = meta.replicas_at(rec, index, active);
+                let to = meta.replicas_at(rec, index, to_epoch);
+                let gone = from.iter().filter(move |d| !to.contains(*d));
+                let new = to.iter().filter(move |d| !from.contains(*d));
+                gone.zip(new).map(move |(from, to)| Move { key, from, to }).collect::<Vec<_>>()
             })
         })
 }
@@ -100,6 +112,11 @@ mod tests {
 
     /// A store of disks 0..4 with `ops` logged; the last one pending if `pending`.
     fn meta(ops: &[ScaleOp], pending: bool) -> StoreMeta {
+        meta_k(ops, pending, 1)
+    }
+
+    /// [`meta`] keeping `k` copies of every block.
+    fn meta_k(ops: &[ScaleOp], pending: bool, k: u8) -> StoreMeta {
         let mut placement = PlacementLog::new((0..4).map(DiskId).collect()).unwrap();
         for op in ops {
             placement.push(op.clone()).unwrap();
@@ -114,6 +131,7 @@ mod tests {
             placement,
             active_epoch: active,
             next_object_id: 100,
+            replication: k,
         };
         m.disks = (0..8)
             .map(DiskId)
@@ -198,5 +216,67 @@ mod tests {
         }
         assert_eq!(to.len(), 5, "moved blocks spread over every survivor: {to:?}");
         assert!(got.iter().all(|mv| mv.key.object != ObjectId(6)));
+    }
+
+    /// With K = 2: every copy whose disk changes moves, from a disk that loses its copy to one
+    /// that gains it; afterwards the pending epoch's copies are exactly the active ones with
+    /// the moves applied; an addition moves copies only onto the new disk, a removal only off
+    /// the removed one; about K/N of the copies move.
+    #[test]
+    fn two_copies_move_as_sets() {
+        type Shape = Box<dyn Fn(&Move) -> bool>;
+        let cases: [(Vec<ScaleOp>, Shape); 2] = [
+            (
+                vec![ScaleOp::Add { disks: vec![DiskId(4)] }],
+                Box::new(|mv: &Move| mv.to == DiskId(4) && mv.from != DiskId(4)),
+            ),
+            (
+                vec![
+                    ScaleOp::Add { disks: vec![DiskId(4)] },
+                    ScaleOp::Remove { disks: vec![DiskId(2)] },
+                ],
+                Box::new(|mv: &Move| mv.from == DiskId(2) && mv.to != DiskId(2)),
+            ),
+        ];
+        for (ops, shape) in cases {
+            let m = meta_k(&ops, true, 2);
+            let (active, pending) = m.pending().unwrap();
+            let objs = vec![record(1, 11, 0, 3000)];
+            let got: Vec<Move> = moves(&m, &objs).collect();
+            let mut by_key: HashMap<BlockKey, Vec<Move>> = HashMap::new();
+            for mv in &got {
+                assert!(shape(mv), "{ops:?}: {mv:?}");
+                by_key.entry(mv.key).or_default().push(*mv);
+            }
+            let rec = &objs[0];
+            for i in 0..rec.block_count() {
+                let i = BlockIndex(i);
+                let before = m.replicas_at(rec, i, active);
+                let after = m.replicas_at(rec, i, pending);
+                let mut set: Vec<DiskId> = before.iter().collect();
+                for mv in by_key.get(&BlockKey::new(rec.id, i)).into_iter().flatten() {
+                    assert!(before.contains(mv.from) && !after.contains(mv.from), "{mv:?}");
+                    assert!(after.contains(mv.to) && !before.contains(mv.to), "{mv:?}");
+                    set.retain(|&d| d != mv.from);
+                    set.push(mv.to);
+                }
+                let mut want: Vec<DiskId> = after.iter().collect();
+                set.sort_unstable();
+                want.sort_unstable();
+                assert_eq!(set, want, "block {i}: {before:?} → {after:?}");
+            }
+            // Each disk holds 2/N of the copies; the operation touches one disk.
+            let n = m.placement.disks(pending).len().max(m.placement.disks(active).len());
+            let want = 3000.0 * 2.0 / n as f64;
+            let got = got.len() as f64;
+            assert!((got - want).abs() < 5.0 * want.sqrt(), "{ops:?}: {got} moves, want {want}");
+            // One copy: the moves are the one-copy list.
+            let one = meta_k(&ops, true, 1);
+            let single: Vec<Move> = moves(&one, &objs).collect();
+            for mv in &single {
+                let p0 = |e| one.placement.locate(11, Epoch(0), mv.key.index, e);
+                assert_eq!((mv.from, mv.to), (p0(active), p0(pending)));
+            }
+        }
     }
 }

@@ -63,6 +63,7 @@ pub fn store_meta() -> StoreMeta {
         placement,
         active_epoch: Epoch(0),
         next_object_id: 1,
+        replication: 1,
     }
 }
 

@@ -64,7 +64,14 @@ pub(crate) enum Command {
 #[derive(Debug, Deserialize, serde::Serialize)]
 pub(crate) struct DiskListing {
     disks: Vec<DiskJson>,
+    /// Copies of every block (`store.replication`); a server before replication sends none: 1.
+    #[serde(default = "one_copy")]
+    replication: u8,
     reorganisation: ReorgJson,
+}
+
+fn one_copy() -> u8 {
+    1
 }
 
 #[derive(Debug, Deserialize, serde::Serialize)]
@@ -139,6 +146,8 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
                     let model = d.model.as_deref().map(|m| format!("  ({m})")).unwrap_or_default();
                     println!("{:>4}  {:<9} {:>9}  {}{model}", d.id, d.state, d.blocks, d.path);
                 }
+                let k = listing.replication;
+                println!("{k} {} of every block", if k == 1 { "copy" } else { "copies" });
                 let r = &listing.reorganisation;
                 println!("reorganisation: {} ({} of {} blocks moved)", r.state, r.moved, r.total);
             }
@@ -165,6 +174,7 @@ pub(crate) fn offline_listing(store: &Store) -> anyhow::Result<DiskListing> {
     let state = if pending { "interrupted" } else { "idle" };
     Ok(DiskListing {
         disks,
+        replication: store.replication(),
         reorganisation: ReorgJson { state: state.into(), moved: 0, total, error: None },
     })
 }

@@ -28,6 +28,11 @@ pub(crate) struct Args {
     /// Block size of a new store, in KiB.
     #[arg(long, value_name = "KIB", default_value_t = 1024)]
     block_size_kib: u64,
+    /// Copies of every block a new store keeps, each on a distinct disk (1 to 8; at most the
+    /// number of disks). An existing store keeps its own: another value is an error
+    /// [config: store.replication].
+    #[arg(long, value_name = "K")]
+    replication: Option<u8>,
     /// Ingest through a running server (any node of a cluster) at this HTTP URL: the file is
     /// streamed to it, and it cuts it and writes each block on its owner's disk.
     #[arg(long, value_name = "URL")]
@@ -53,7 +58,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             "the store at {} exists; --disk only applies when a store is created",
             root.display()
         );
-        Store::open(root)?
+        let store = Store::open(root)?;
+        store.check_replication(args.replication)?;
+        store
     } else {
         anyhow::ensure!(
             args.block_size_kib >= 16 && args.block_size_kib.is_multiple_of(4),
@@ -62,7 +69,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
         let disks =
             args.disks.iter().map(super::absolute_spec).collect::<anyhow::Result<Vec<_>>>()?;
-        Store::create(root, &disks, Bytes::kib(args.block_size_kib))
+        let k = args.replication.unwrap_or(1);
+        let variant = isochron_store::PlacementVariant::default();
+        Store::create_with(root, &disks, Bytes::kib(args.block_size_kib), variant, k)
             .with_context(|| format!("creating a store at {}", root.display()))?
     };
     let mut failed = 0;

@@ -32,6 +32,12 @@ pub(crate) struct Args {
     /// Do not seed a new store with the demo clip [config: store.seed_demo].
     #[arg(long)]
     no_demo: bool,
+    /// Copies of every block a new store keeps (1 to 8), each on a distinct disk (distinct
+    /// nodes in a cluster with enough of them); reads fail over to the next copy. Fixed when the
+    /// store is created: another value for an existing store is an error
+    /// [config: store.replication].
+    #[arg(long, value_name = "K")]
+    replication: Option<u8>,
     /// A disk of this node (repeat for several): DIR, or DIR,seek_ms=10,rate_mib_s=4 for an
     /// emulated disk [config: store.disks].
     #[arg(long = "disk", value_name = "DIR[,seek_ms=N,rate_mib_s=N]")]
@@ -73,6 +79,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     if args.no_demo {
         file.store.seed_demo = false;
+    }
+    if let Some(k) = args.replication {
+        file.store.replication = Some(k);
     }
     if !args.disks.is_empty() {
         file.store.disks = args.disks;

@@ -703,8 +703,11 @@ impl Driver<'_> {
             CycleEvent::ReadFailed { stream, key, error } => {
                 tracing::error!(%stream, %key, %error, "block read failed");
             }
-            CycleEvent::WriteFailed { stream, key, error } => {
-                tracing::error!(%stream, %key, %error, "block write failed");
+            CycleEvent::WriteFailed { stream, key, disk, error } => {
+                tracing::error!(%stream, %key, %disk, %error, "block write failed");
+            }
+            CycleEvent::Failover { key, failed, next, error } => {
+                tracing::warn!(%key, %failed, %next, %error, "block read failed over");
             }
             CycleEvent::CycleEnd(r) => {
                 self.report.cycles += 1;
