@@ -21,7 +21,7 @@ use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Json, Response};
-use axum::routing::{delete, get, put};
+use axum::routing::{delete, get, post, put};
 use isochron_base::DiskId;
 use isochron_dataplane::admission_log::{AdmissionEntry, DEFAULT_CAPACITY};
 use isochron_dataplane::sched_thread::{SchedCommand, SchedSnapshot};
@@ -63,6 +63,7 @@ pub(crate) fn router(state: ApiState) -> Router {
                 .layer(DefaultBodyLimit::max(BLOCK_BODY_LIMIT)),
         )
         .route("/api/v1/nodes/{name}", delete(crate::cluster::remove_node))
+        .route("/api/v1/fsck", post(crate::fsck::fsck))
         .route("/metrics", get(metrics))
         .route("/objects/{name}", get(crate::media::object))
         .route("/hls/{name}/{file}", get(crate::media::hls))

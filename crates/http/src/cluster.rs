@@ -26,7 +26,7 @@ use tokio::sync::oneshot;
 use crate::api::NodeJson;
 use crate::state::ApiState;
 
-fn error(status: StatusCode, msg: impl Into<String>) -> Response {
+pub(crate) fn error(status: StatusCode, msg: impl Into<String>) -> Response {
     (status, Json(serde_json::json!({ "error": msg.into() }))).into_response()
 }
 
@@ -36,7 +36,7 @@ fn may_write(s: &ApiState, peer: IpAddr) -> bool {
 }
 
 /// Node-to-node requests: `403` naming the peer unless it is a member or loopback.
-fn refuse_non_member(s: &ApiState, peer: SocketAddr) -> Option<Response> {
+pub(crate) fn refuse_non_member(s: &ApiState, peer: SocketAddr) -> Option<Response> {
     (!may_write(s, peer.ip()))
         .then(|| error(StatusCode::FORBIDDEN, format!("{} is not a cluster member", peer.ip())))
 }

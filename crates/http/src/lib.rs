@@ -24,6 +24,7 @@ mod api;
 mod cluster;
 mod dashboard;
 mod error;
+mod fsck;
 mod media;
 mod metrics;
 pub mod range;

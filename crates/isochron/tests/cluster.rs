@@ -846,4 +846,55 @@ fn a_bad_copy_fails_over_to_the_copy_on_another_node_and_is_repaired() {
     }
     assert_eq!(std::fs::read(&bad_file).unwrap(), std::fs::read(other(bad)).unwrap());
     assert_eq!(std::fs::read(&gone_file).unwrap(), std::fs::read(other(gone)).unwrap());
+
+    // fsck across the cluster, through any node: clean; then, with no stream reading them, the
+    // second copy of block 0 corrupted and the second copy of the last block deleted (copies on
+    // whichever nodes hold them) are found, named, and repaired from the first copies.
+    let fsck = |args: &[&str]| {
+        let out =
+            run(c.client_cmd(bin()).args(["fsck", "--server", &c.nodes[2].http()]).args(args), 120);
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    // The client namespace is not a member: fsck is refused there (it reads every disk and may
+    // write), and allowed from a member's namespace.
+    let (ok, text) = fsck(&[]);
+    assert!(!ok && text.is_empty(), "fsck from a non-member: {text}");
+    let node_fsck = |args: &[&str]| {
+        let out = run(
+            c.nodes[1]
+                .host
+                .command(bin())
+                .args(["fsck", "--server", &c.nodes[2].http()])
+                .args(args),
+            120,
+        );
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (ok, text) = node_fsck(&[]);
+    assert!(ok && text.contains("clean: 2 copies of every block"), "{text}");
+    let last = rec.block_count() - 1;
+    let (corrupt, deleted) = (other(0), other(last));
+    let mut bytes = std::fs::read(&corrupt).unwrap();
+    bytes[100] ^= 0xFF;
+    std::fs::write(&corrupt, &bytes).unwrap();
+    std::fs::remove_file(&deleted).unwrap();
+    let (ok, text) = node_fsck(&[]);
+    assert!(!ok, "{text}");
+    assert!(text.contains("demo block 0 copy 1") && text.contains("checksum"), "{text}");
+    assert!(
+        text.contains(&format!("demo block {last} copy 1")) && text.contains("missing"),
+        "{text}"
+    );
+    let (ok, text) = node_fsck(&["--repair"]);
+    assert!(ok && text.matches("repaired:").count() == 2, "{text}\n{}", c.logs());
+    let (ok, text) = node_fsck(&["--json"]);
+    assert!(ok, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["copies_checked"], v["copies_expected"], "{v}");
+    assert_eq!(v["copies_expected"].as_u64(), Some(u64::from(rec.block_count()) * 2), "{v}");
+    assert_eq!(
+        std::fs::read(&corrupt).unwrap(),
+        std::fs::read(file(primary(0).primary(), 0)).unwrap()
+    );
+    assert!(deleted.is_file());
 }

@@ -6,6 +6,11 @@
 //! verified (docs/design/scaling.md, docs/design/block-format.md). Without `--repair` nothing
 //! is changed. A clean store is reported as "clean: K copies of every block". Exits 0 when the
 //! store is clean (after repair, if asked), 1 otherwise.
+//!
+//! `--server URL` checks a running server instead, a cluster's every node (`POST /api/v1/fsck`
+//! on any node: each node reads the copies on its own disks in their non-real-time share, and
+//! repairs a bad one from a good copy on any node); copies on a node that is down count as not
+//! checked, so the cluster is not clean until it is back or its copies are re-created.
 
 #![allow(clippy::print_stdout)]
 
@@ -21,6 +26,10 @@ use super::DataArg;
 pub(crate) struct Args {
     #[command(flatten)]
     data: DataArg,
+    /// Check a running server (in a cluster, every node) through its HTTP API
+    /// (`http://host:8080`) instead of a store directory.
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
     /// Repair what can be repaired: delete orphans and temporary files, re-create missing or
     /// corrupt copies from good ones, finish an interrupted reorganisation.
     #[arg(long)]
@@ -31,6 +40,9 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if let Some(server) = &args.server {
+        return run_server(server, args.repair, args.json);
+    }
     // Without the recovery a normal open runs, so that fsck sees (and reports) what recovery
     // would silently clean up: orphans and temporary files of interrupted writes.
     let store = Store::open_without_recovery(&args.data.data)?;
@@ -87,6 +99,79 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         } else {
             println!("NOT clean");
         }
+    }
+    Ok(if clean { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// `fsck --server URL`: the cluster's check through any node.
+fn run_server(server: &str, repair: bool, json: bool) -> anyhow::Result<ExitCode> {
+    use anyhow::{Context as _, anyhow, bail};
+    let url = format!("{}/api/v1/fsck?repair={}", server.trim_end_matches('/'), u8::from(repair));
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(std::time::Duration::from_secs(900)))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let resp = agent.post(&url).send_empty().map_err(|e| anyhow!("{url}: {e}"))?;
+    let status = resp.status();
+    let body = resp.into_body().read_to_string().map_err(|e| anyhow!("{url}: {e}"))?;
+    if !status.is_success() {
+        bail!("{url}: {status} {}", body.trim());
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(&body).with_context(|| format!("{url}: not JSON"))?;
+    let clean = v["clean"].as_bool().unwrap_or(false);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(if clean { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+    }
+    println!(
+        "{} objects, {} blocks, {} of {} copies checked",
+        v["objects"], v["blocks"], v["copies_checked"], v["copies_expected"]
+    );
+    for n in v["nodes"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        let node = n["node"].as_str().unwrap_or("?");
+        println!("{node}: {} copies checked", n["copies_checked"]);
+        let list = |k: &str| n[k].as_array().cloned().unwrap_or_default();
+        for b in list("bad") {
+            println!(
+                "  bad:      {} block {} copy {} on disk {}: {}",
+                b["object"].as_str().unwrap_or("?"),
+                b["index"],
+                b["replica"],
+                b["disk"],
+                b["error"].as_str().unwrap_or("?")
+            );
+        }
+        for b in list("repaired") {
+            println!(
+                "  repaired: {} block {} on disk {}",
+                b["object"].as_str().unwrap_or("?"),
+                b["index"],
+                b["disk"]
+            );
+        }
+        if repair {
+            for b in list("unrepaired") {
+                println!(
+                    "  cannot repair: {} block {} on disk {}",
+                    b["object"].as_str().unwrap_or("?"),
+                    b["index"],
+                    b["disk"]
+                );
+            }
+        }
+    }
+    if let Some(m) = v["unchecked"].as_object() {
+        for (node, n) in m {
+            println!("{node}: {n} copies not checked (the node is down or did not answer)");
+        }
+    }
+    if clean {
+        let k = v["replication"].as_u64().unwrap_or(1);
+        println!("clean: {k} {} of every block", if k == 1 { "copy" } else { "copies" });
+    } else {
+        println!("NOT clean");
     }
     Ok(if clean { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
