@@ -327,15 +327,7 @@ fn three_nodes_serve_bipartite_to_isochron_and_relay_to_standard_players() {
     assert_same_bytes(&body, &want, "GET /objects/demo via n3");
 
     // Node-to-node traffic in bipartite delivery is control only; /api/v1/nodes lists all three.
-    let nodes: serde_json::Value = serde_json::from_str(
-        &ureq::get(&format!("{}/api/v1/nodes", c.nodes[0].http()))
-            .call()
-            .unwrap()
-            .into_body()
-            .read_to_string()
-            .unwrap(),
-    )
-    .unwrap();
+    let nodes: serde_json::Value = get_json(&format!("{}/api/v1/nodes", c.nodes[0].http()));
     let names: Vec<&str> =
         nodes.as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["n1", "n2", "n3"], "{nodes}");
@@ -358,12 +350,7 @@ fn three_nodes_serve_bipartite_to_isochron_and_relay_to_standard_players() {
     // Node-to-node control traffic against the media bytes the nodes sent (/metrics).
     let (mut control, mut media, mut relayed) = (0.0, 0.0, 0.0);
     for n in &c.nodes {
-        let text = ureq::get(&format!("{}/metrics", n.http()))
-            .call()
-            .unwrap()
-            .into_body()
-            .read_to_string()
-            .unwrap();
+        let text = get_text(&format!("{}/metrics", n.http()));
         control += metric(&text, "isochron_cluster_control_bytes_total{direction=\"out\"}");
         media += metric(&text, "isochron_payload_bytes_sent_total");
         relayed += metric(&text, "isochron_cluster_relay_packets_total");
@@ -408,12 +395,7 @@ fn bad_cluster_input_is_refused_and_changes_nothing() {
             && err.contains("differs from the cluster store's"),
         "{err}"
     );
-    let nodes = ureq::get(&format!("{}/api/v1/nodes", c.nodes[0].http()))
-        .call()
-        .unwrap()
-        .into_body()
-        .read_to_string()
-        .unwrap();
+    let nodes = get_text(&format!("{}/api/v1/nodes", c.nodes[0].http()));
     // A number of copies other than the cluster's (1).
     let copies = d.join("copies.toml");
     std::fs::write(&copies, "[store]\nblock_size_kib = 64\nseed_demo = false\nreplication = 2\n")
@@ -432,8 +414,12 @@ fn bad_cluster_input_is_refused_and_changes_nothing() {
 }
 
 fn get_json(url: &str) -> serde_json::Value {
-    let body = ureq::get(url).call().unwrap().into_body().read_to_string().unwrap();
-    serde_json::from_str(&body).unwrap()
+    serde_json::from_str(&get_text(url)).unwrap()
+}
+
+/// The body of `GET url`, as text.
+fn get_text(url: &str) -> String {
+    ureq::get(url).call().unwrap().into_body().read_to_string().unwrap()
 }
 
 /// Block files of the node's disk.
@@ -735,12 +721,7 @@ fn loss_is_repaired_by_the_node_that_sent_each_packet() {
 
     // Every node answered NACKs for what it sent; the relaying node (n3) also for GStreamer.
     for n in &c.nodes {
-        let m = ureq::get(&format!("{}/metrics", n.http()))
-            .call()
-            .unwrap()
-            .into_body()
-            .read_to_string()
-            .unwrap();
+        let m = get_text(&format!("{}/metrics", n.http()));
         let resent = metric(&m, "isochron_retransmitted_packets_total");
         let nacks = metric(&m, "isochron_nacks_received_total");
         let missed = metric(&m, "isochron_retransmit_missed_total");
@@ -823,20 +804,7 @@ fn a_bad_copy_fails_over_to_the_copy_on_another_node_and_is_repaired() {
 
     // The nodes that held the bad copies failed over and repaired them from the other copies.
     let sum = |name: &str| -> f64 {
-        c.nodes
-            .iter()
-            .map(|n| {
-                metric(
-                    &ureq::get(&format!("{}/metrics", n.http()))
-                        .call()
-                        .unwrap()
-                        .into_body()
-                        .read_to_string()
-                        .unwrap(),
-                    name,
-                )
-            })
-            .sum()
+        c.nodes.iter().map(|n| metric(&get_text(&format!("{}/metrics", n.http())), name)).sum()
     };
     assert_eq!(sum("isochron_read_failovers_total "), 2.0, "{}", c.logs());
     let deadline = Instant::now() + Duration::from_secs(20);
