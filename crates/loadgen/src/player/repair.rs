@@ -23,7 +23,8 @@
 //! Not here: sockets, the NACK's wire format (`isochron_rtp::rtcp::write_nack`), the order of
 //! release ([`super::reorder`]).
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::time::{Duration, Instant};
 
 /// When to ask for a missing packet.
@@ -85,9 +86,9 @@ pub struct RepairStats {
 
 #[derive(Clone, Copy, Debug)]
 struct Miss {
-    since: Instant,
     tries: u32,
-    last: Option<Instant>,
+    /// When it is asked for next (its entry in the timer heap); `None`: not any more.
+    due: Option<Instant>,
 }
 
 /// The repair state of one session (see the module docs). Numbers are the jitter buffer's
@@ -98,6 +99,11 @@ pub struct Repairs {
     /// Blocks seen: last number → (lowest number received of it, its sender).
     blocks: BTreeMap<u64, (u64, usize)>,
     missing: BTreeMap<u64, Miss>,
+    /// `(when, number)` of the requests to make, earliest first; an entry whose number is no
+    /// longer missing, or is due at another time, is stale and skipped. Every call costs only
+    /// what is due, whatever the number missing (a burst of loss must not make the client fall
+    /// behind its socket).
+    timers: BinaryHeap<Reverse<(Instant, u64)>>,
     highest: Option<u64>,
     last_arrival: Option<Instant>,
     stats: RepairStats,
@@ -114,6 +120,7 @@ impl Repairs {
             config,
             blocks: BTreeMap::new(),
             missing: BTreeMap::new(),
+            timers: BinaryHeap::new(),
             highest: None,
             last_arrival: None,
             stats: RepairStats::default(),
@@ -161,26 +168,34 @@ impl Repairs {
     /// numbers below it are no longer worth asking for.
     pub fn poll_requests(&mut self, now: Instant, released: Option<u64>) -> Vec<Request> {
         if let Some(r) = released {
-            self.missing = self.missing.split_off(&r);
-            self.blocks = self.blocks.split_off(&r);
+            while self.missing.first_key_value().is_some_and(|(&k, _)| k < r) {
+                self.missing.pop_first();
+            }
+            while self.blocks.first_key_value().is_some_and(|(&k, _)| k < r) {
+                self.blocks.pop_first();
+            }
         }
         self.note_tail(now);
         let c = self.config;
         let mut by_source: BTreeMap<Option<usize>, Vec<u16>> = BTreeMap::new();
-        for (&ext, m) in &mut self.missing {
-            let due = match m.last {
-                None => now >= m.since + c.reorder_wait,
-                Some(last) => m.tries < c.tries && now >= last + c.retry,
-            };
-            if !due {
+        while let Some(&Reverse((at, ext))) = self.timers.peek() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(m) = self.missing.get_mut(&ext) else { continue };
+            if m.due != Some(at) {
                 continue;
             }
             if m.tries == 0 {
                 self.stats.requested += 1;
             }
             m.tries += 1;
-            m.last = Some(now);
             self.stats.requests += 1;
+            m.due = (m.tries < c.tries).then_some(now + c.retry);
+            if let Some(next) = m.due {
+                self.timers.push(Reverse((next, ext)));
+            }
             let to = if m.tries > 2 { None } else { Self::owner(&self.blocks, ext) };
             by_source.entry(to).or_default().push(ext as u16);
         }
@@ -190,18 +205,12 @@ impl Repairs {
             .collect()
     }
 
-    /// When [`Self::poll_requests`] next has something to do without a new arrival.
+    /// When [`Self::poll_requests`] next has something to do without a new arrival (possibly
+    /// earlier: a request whose packet came meanwhile).
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         let c = self.config;
-        let ask = self
-            .missing
-            .values()
-            .filter_map(|m| match m.last {
-                None => Some(m.since + c.reorder_wait),
-                Some(last) => (m.tries < c.tries).then_some(last + c.retry),
-            })
-            .min();
+        let ask = self.timers.peek().map(|Reverse((at, _))| *at);
         let tail = match (self.highest, self.last_arrival) {
             (Some(h), Some(at)) if self.blocks.range(h + 1..).next().is_some() => {
                 Some(at + c.tail_wait)
@@ -224,7 +233,9 @@ impl Repairs {
                 break;
             }
             if let std::collections::btree_map::Entry::Vacant(v) = self.missing.entry(ext) {
-                v.insert(Miss { since: at, tries: 0, last: None });
+                let due = at + self.config.reorder_wait;
+                v.insert(Miss { tries: 0, due: Some(due) });
+                self.timers.push(Reverse((due, ext)));
                 self.stats.missing += 1;
             }
         }
