@@ -803,6 +803,15 @@ impl Manager {
                 }
             }
             LocalAction::Close { key } => self.forget_share(key),
+            // The data plane does not add blocks to a running share yet
+            // (`docs/design/takeover.md`); the node runs its cluster core with one copy
+            // (`ClusterConfig::replication` = 1), so the core does not ask for it.
+            LocalAction::TakeOver { key, run, dead, from, cause } => {
+                warn!(
+                    %key, run, ?dead, ?from, ?cause,
+                    "taking over a lost node's share is not carried out by this node yet"
+                );
+            }
         }
     }
 
