@@ -847,3 +847,62 @@ fn a_bad_copy_fails_over_to_the_copy_on_another_node_and_is_repaired() {
     assert_eq!(std::fs::read(&bad_file).unwrap(), std::fs::read(other(bad)).unwrap());
     assert_eq!(std::fs::read(&gone_file).unwrap(), std::fs::read(other(gone)).unwrap());
 }
+
+/// `docs/design/takeover.md`: three nodes, `store.replication = 2`; isochron's client plays
+/// bipartite through n1 and n2, GStreamer relayed through n1; n3 (no session's origin) is
+/// killed (SIGKILL) partway. The holders of the second copies of n3's blocks take its part of
+/// every session over within the clients' buffers: every stream ends byte-exact and no
+/// client's buffer runs dry.
+#[test]
+fn a_node_killed_mid_stream_is_taken_over_by_the_other_copies() {
+    require("gst-launch-1.0");
+    let clip = common::fixture("clip30");
+    let mut c =
+        start_cluster_with("[store]\nblock_size_kib = 64\nseed_demo = false\nreplication = 2\n");
+    let d = c.dir.path().to_owned();
+    c.ingest(0, &clip);
+    let want = std::fs::read(&clip).unwrap();
+
+    let gst_out = tmp(&d, "gst-takeover.ts");
+    let gst = c
+        .client_cmd("gst-launch-1.0")
+        .args([
+            "-q",
+            "-e",
+            "rtspsrc",
+            &format!("location={}", c.nodes[0].rtsp("clip30")),
+            "protocols=tcp",
+            "latency=2000",
+            "!",
+            "rtpmp2tdepay",
+            "!",
+            "filesink",
+            &format!("location={}", gst_out.display()),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("gst-launch-1.0");
+    let plays: Vec<(Child, PathBuf)> = (0..4)
+        .map(|i| {
+            let out = tmp(&d, &format!("takeover-{i}.ts"));
+            (spawn_play(&c, &c.nodes[i % 2].rtsp("clip30"), &out), out)
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(8));
+    let n3 = &mut c.nodes[2];
+    n3.child.kill().expect("SIGKILL n3");
+    let _ = n3.child.wait();
+    for (i, (child, out)) in plays.into_iter().enumerate() {
+        let summary =
+            check_play(&c, child, &out, &want, &format!("isochron play {i} past n3's death"));
+        eprintln!("isochron play {i}: {summary}");
+    }
+    let gst = c.child_output_within(gst, Duration::from_secs(90));
+    assert_same_bytes(
+        &std::fs::read(&gst_out).unwrap_or_default(),
+        &want,
+        &format!("GStreamer relayed through n1 past n3's death: {gst}\n{}", c.logs()),
+    );
+    assert!(c.log("n1").contains("taking over"), "{}", c.logs());
+}
