@@ -686,10 +686,10 @@ impl<V: Clone> CycleScheduler<V> {
     /// like the share's own, each from the first good copy on this node's disks (else through
     /// another node), with its deadline on the session's clock. Blocks the walk passed already
     /// are overdue: their reads are queued now (earliest deadline first puts them ahead) and
-    /// they are delivered before the blocks after them, which is the order the pacer sends them
-    /// in ([`Run`]'s window). Blocks before the run's first or already the share's are ignored.
-    /// Admission is not re-accounted: the extra reads come out of the non-real-time share, as a
-    /// failover's do.
+    /// they are delivered before the blocks after them (in the run's delivery window), which is
+    /// the order the pacer sends them in. Blocks before the run's first or already the share's
+    /// are ignored. Admission is not re-accounted: the extra reads come out of the non-real-time
+    /// share, as a failover's do.
     pub fn handle_take_over(
         &mut self,
         now: Instant,
