@@ -63,10 +63,16 @@ pub struct ClusterConfig {
     pub control_margin: Duration,
     /// How long the origin waits for a node's answer (reserve, stop). Default 2 s.
     pub reply_timeout: Duration,
-    /// Heartbeat (ping) interval. Default 500 ms.
+    /// Heartbeat (ping) interval. Default 250 ms.
     pub heartbeat: Duration,
-    /// Silence after which a peer is suspected down. Default 3 s.
+    /// Silence after which a peer is suspected down. Default 1 s: with K ≥ 2 copies a suspected
+    /// peer's share is taken over at once, and that must happen well inside a client's 2 s
+    /// buffer (`docs/design/takeover.md`).
     pub suspect_after: Duration,
+    /// The store's number of copies of every block (`store.replication`). With 2 or more, a
+    /// lost member's part of every session is taken over by the holders of the other copies
+    /// ([`LocalAction::TakeOver`]) instead of failing the session. Default 1.
+    pub replication: u8,
 }
 
 impl ClusterConfig {
@@ -80,8 +86,9 @@ impl ClusterConfig {
             start_delay: Duration::from_millis(250),
             control_margin: Duration::from_millis(100),
             reply_timeout: Duration::from_secs(2),
-            heartbeat: Duration::from_millis(500),
-            suspect_after: Duration::from_secs(3),
+            heartbeat: Duration::from_millis(250),
+            suspect_after: Duration::from_secs(1),
+            replication: 1,
         }
     }
 }
@@ -108,6 +115,15 @@ pub enum Health {
     Down,
 }
 
+/// Why a member's part of the sessions is taken over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LossCause {
+    /// Silent for `suspect_after` (heartbeats), still live in etcd.
+    Suspected,
+    /// Its lease lapsed, or it was removed.
+    Down,
+}
+
 /// A member as the API shows it.
 #[derive(Clone, Debug)]
 pub struct MemberView {
@@ -131,6 +147,8 @@ struct Member {
     next_ping: Instant,
     ping_seq: u64,
     clock: ClockSync,
+    /// Whether its loss was acted on already (suspicion, then the lease lapse, act once).
+    lost: bool,
 }
 
 /// How a session's packets reach its client.
@@ -254,6 +272,23 @@ pub enum LocalAction {
         /// The share.
         key: ShareKey,
     },
+    /// Members of the share's session are lost (`dead`, every one lost so far): from media time
+    /// `from` on, also send every block whose first copy on a node not in `dead` is on this
+    /// node (`isochron_store::replica`), in index order, without resending what the share sent
+    /// already. Packets already due are sent at once. `docs/design/takeover.md`.
+    TakeOver {
+        /// The share.
+        key: ShareKey,
+        /// The run.
+        run: u64,
+        /// Every member of the session lost so far.
+        dead: BTreeSet<NodeId>,
+        /// The media time to take over from (the dead node's last sign of life, minus
+        /// `control_margin`; never before the run's start).
+        from: MediaTime,
+        /// What told us.
+        cause: LossCause,
+    },
 }
 
 /// What became of a session this node is the origin of.
@@ -309,6 +344,8 @@ struct Session {
     reserving: Option<Reserving>,
     reserved: BTreeSet<NodeId>,
     run: Option<RunState>,
+    /// Members lost while the session ran, whose parts the others took over.
+    lost: BTreeSet<NodeId>,
 }
 
 #[derive(Debug)]
@@ -337,9 +374,17 @@ struct Stopping {
     deadline: Instant,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Share {
     run: Option<u64>,
+    /// The running run's start, role and clock (on this node's clock), for a takeover.
+    spec: Option<RunSpec>,
+    clock: Option<(LocalAnchor, Pace)>,
+    /// Members of the session lost so far (their parts are taken over).
+    dead: BTreeSet<NodeId>,
+    /// The origin is lost: nobody will stop or close the share; it runs to its end and then
+    /// releases itself.
+    orphan: bool,
 }
 
 /// The cluster core of one node. See the module docs.
@@ -368,6 +413,7 @@ impl ClusterCore {
                 next_ping: Instant::ZERO,
                 ping_seq: 0,
                 clock: ClockSync::default(),
+                lost: false,
             },
         );
         Self {
@@ -409,6 +455,7 @@ impl ClusterCore {
             next_ping: now,
             ping_seq: 0,
             clock: ClockSync::default(),
+            lost: false,
         });
         m.name = info.name;
         m.live = info.live;
@@ -417,7 +464,7 @@ impl ClusterCore {
             m.next_ping = now;
         }
         if was_live && !info.live {
-            self.member_lost(now, info.id);
+            self.member_lost(now, info.id, LossCause::Down);
         }
     }
 
@@ -426,8 +473,9 @@ impl ClusterCore {
         if id == self.config.node {
             return;
         }
-        if self.members.remove(&id).is_some() {
-            self.member_lost(now, id);
+        if self.members.contains_key(&id) {
+            self.member_lost(now, id, LossCause::Down);
+            self.members.remove(&id);
         }
     }
 
@@ -501,6 +549,7 @@ impl ClusterCore {
                 }),
                 reserved: BTreeSet::new(),
                 run: None,
+                lost: BTreeSet::new(),
             },
         );
         for to in members {
@@ -690,16 +739,31 @@ impl ClusterCore {
         run: u64,
         report: ShareReport,
     ) {
-        if self.shares.get(&key).is_some_and(|s| s.run == Some(run)) {
-            self.send(now, key.origin, Message::Ended { key, run, report });
+        match self.shares.get(&key) {
+            Some(s) if s.run == Some(run) && s.orphan => {
+                // Nobody will close it: release it now.
+                self.shares.remove(&key);
+                self.local.push_back(LocalAction::Close { key });
+            }
+            Some(s) if s.run == Some(run) => {
+                self.send(now, key.origin, Message::Ended { key, run, report });
+            }
+            _ => {}
         }
     }
 
     /// This node's part of a run cannot go on.
     pub fn handle_share_failed(&mut self, now: Instant, key: ShareKey, run: u64, error: String) {
-        if self.shares.get(&key).is_some_and(|s| s.run == Some(run)) {
-            let error = format!("node {}: {error}", self.config.name);
-            self.send(now, key.origin, Message::Failed { key, run, error });
+        match self.shares.get(&key) {
+            Some(s) if s.run == Some(run) && s.orphan => {
+                self.shares.remove(&key);
+                self.local.push_back(LocalAction::Close { key });
+            }
+            Some(s) if s.run == Some(run) => {
+                let error = format!("node {}: {error}", self.config.name);
+                self.send(now, key.origin, Message::Failed { key, run, error });
+            }
+            _ => {}
         }
     }
 
@@ -723,6 +787,12 @@ impl ClusterCore {
             && let Some(m) = self.members.get_mut(&from)
         {
             m.last_heard = Some(now);
+            // A suspected peer speaks again: its parts stay taken over (the sessions it was
+            // in go on without it; the client drops the duplicates), but it may be suspected
+            // again in later sessions.
+            if m.live {
+                m.lost = false;
+            }
         }
         match msg {
             Message::Hello { .. } => {}
@@ -745,7 +815,7 @@ impl ClusterCore {
                 }
             }
             Message::Reserve { key, object, epoch, avg_bitrate, peak_bitrate } => {
-                self.shares.insert(key, Share { run: None });
+                self.shares.insert(key, Share::default());
                 self.local.push_back(LocalAction::Admit {
                     key,
                     object,
@@ -755,13 +825,27 @@ impl ClusterCore {
                 });
             }
             Message::Start { key, run, spec } => {
-                let Some(share) = self.shares.get_mut(&key) else { return };
-                share.run = Some(run);
                 let anchor = spec.anchor.map(|a| LocalAnchor {
                     wall: self.local_instant(key.origin, a.unix_ns),
                     media: a.media,
                 });
+                let Some(share) = self.shares.get_mut(&key) else { return };
+                share.run = Some(run);
+                share.spec = Some(spec);
+                share.clock = anchor.map(|a| (a, spec.pace));
+                let dead = share.dead.clone();
                 self.local.push_back(LocalAction::Start { key, run, spec, anchor });
+                // A run started after a loss (a seek, a resume) carries the lost parts from
+                // its first packet.
+                if !dead.is_empty() {
+                    self.local.push_back(LocalAction::TakeOver {
+                        key,
+                        run,
+                        dead,
+                        from: spec.start.time,
+                        cause: LossCause::Down,
+                    });
+                }
             }
             Message::Stop { key, run, cutoff } => {
                 if self.shares.get(&key).is_some_and(|s| s.run == Some(run)) {
@@ -776,12 +860,18 @@ impl ClusterCore {
                 }
             }
             Message::Pace { key, run, anchor, pace } => {
-                if self.shares.get(&key).is_some_and(|s| s.run == Some(run)) {
-                    let anchor = Some(LocalAnchor {
-                        wall: self.local_instant(key.origin, anchor.unix_ns),
-                        media: anchor.media,
+                let anchor = LocalAnchor {
+                    wall: self.local_instant(key.origin, anchor.unix_ns),
+                    media: anchor.media,
+                };
+                if let Some(share) = self.shares.get_mut(&key).filter(|s| s.run == Some(run)) {
+                    share.clock = Some((anchor, pace));
+                    self.local.push_back(LocalAction::Pace {
+                        key,
+                        run,
+                        anchor: Some(anchor),
+                        pace,
                     });
-                    self.local.push_back(LocalAction::Pace { key, run, anchor, pace });
                 }
             }
             Message::Close { key } => {
@@ -814,6 +904,20 @@ impl ClusterCore {
             m.ping_seq += 1;
             m.next_ping = now + self.config.heartbeat;
             self.out.push_back((*id, Message::Ping { seq: m.ping_seq, sent_unix_ns: unix }));
+        }
+        // Peers silent for `suspect_after`: with copies elsewhere, take their parts over now
+        // rather than when their lease lapses (`docs/design/takeover.md`).
+        if self.config.replication >= 2 {
+            let suspects: Vec<NodeId> = self
+                .members
+                .iter()
+                .filter(|(id, m)| **id != me && m.live && !m.lost)
+                .filter(|(id, _)| self.health(now, **id) == Health::Suspect)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in suspects {
+                self.member_lost(now, id, LossCause::Suspected);
+            }
         }
         // Answers not given in time.
         let late: Vec<(StreamId, Vec<NodeId>)> = self
@@ -863,7 +967,13 @@ impl ClusterCore {
             .sessions
             .values()
             .filter_map(|s| s.run.as_ref()?.stopping.as_ref().map(|st| st.deadline));
-        pings.chain(reserves).chain(stops).min()
+        // With copies elsewhere, the instant each peer becomes suspect.
+        let suspicions = self
+            .members
+            .iter()
+            .filter(|(id, m)| **id != me && m.live && !m.lost && self.config.replication >= 2)
+            .filter_map(|(_, m)| m.last_heard.map(|t| t + self.config.suspect_after + NANO));
+        pings.chain(reserves).chain(stops).chain(suspicions).min()
     }
 
     /// The next message for a peer.
@@ -1021,14 +1131,30 @@ impl ClusterCore {
         }
     }
 
-    /// A member is gone: its answers will never come, and the sessions it served lose its part.
-    fn member_lost(&mut self, now: Instant, id: NodeId) {
+    /// A member is gone (or suspected so): its answers will never come, and the sessions it
+    /// served lose its part. With one copy of every block that ends them; with K ≥ 2 the holders
+    /// of the other copies take its part over (`docs/design/takeover.md`), each deciding for
+    /// itself from the same dead set.
+    fn member_lost(&mut self, now: Instant, id: NodeId, cause: LossCause) {
         let me = self.config.node;
+        let k = usize::from(self.config.replication.max(1));
         let name = self.member_name(id);
+        let last_heard = match self.members.get_mut(&id) {
+            Some(m) => {
+                m.lost = true;
+                m.last_heard
+            }
+            None => None,
+        };
+        let takeover = k >= 2;
+        if !takeover && cause == LossCause::Suspected {
+            return;
+        }
+        // The sessions this node is the origin of.
         let streams: Vec<StreamId> = self.sessions.keys().copied().collect();
         for stream in streams {
             let key = ShareKey { origin: me, stream };
-            let Some(session) = self.sessions.get(&stream) else { continue };
+            let Some(session) = self.sessions.get_mut(&stream) else { continue };
             if !session.members.contains(&id) {
                 continue;
             }
@@ -1038,12 +1164,16 @@ impl ClusterCore {
                 self.refuse(now, stream, refusal);
                 continue;
             }
+            session.lost.insert(id);
+            let lost = session.lost.len();
             if let Some(r) = session.run.as_ref().map(|run| run.run) {
-                self.events.push_back(SessionEvent::Failed {
-                    stream,
-                    run: r,
-                    error: format!("node {name} is down"),
-                });
+                if !takeover || lost >= k {
+                    self.events.push_back(SessionEvent::Failed {
+                        stream,
+                        run: r,
+                        error: format!("node {name} is down"),
+                    });
+                }
                 // A pending stop completes without it; a run that waited only for it has ended.
                 self.on_stopped(now, id, key, r, None);
                 if let Some(run) = self.sessions.get_mut(&stream).and_then(|s| s.run.as_mut()) {
@@ -1057,15 +1187,48 @@ impl ClusterCore {
                 s.reserved.remove(&id);
             }
         }
-        // Shares of sessions whose origin is gone: nobody will close them.
-        let orphans: Vec<ShareKey> =
-            self.shares.keys().filter(|k| k.origin == id).copied().collect();
-        for key in orphans {
-            self.shares.remove(&key);
-            self.local.push_back(LocalAction::Close { key });
+        // This node's shares.
+        let margin = self.config.control_margin;
+        let keys: Vec<ShareKey> = self.shares.keys().copied().collect();
+        for key in keys {
+            let Some(share) = self.shares.get_mut(&key) else { continue };
+            if share.dead.contains(&id) {
+                continue;
+            }
+            let relayed_through_dead_origin =
+                key.origin == id && share.spec.is_some_and(|s| s.role == Role::Feeder);
+            if key.origin == id && (!takeover || share.run.is_none() || relayed_through_dead_origin)
+            {
+                // Nobody will start or close it, or its packets went through the dead origin.
+                self.shares.remove(&key);
+                self.local.push_back(LocalAction::Close { key });
+                continue;
+            }
+            if !takeover {
+                continue;
+            }
+            share.dead.insert(id);
+            if key.origin == id {
+                share.orphan = true;
+            }
+            let (Some(run), Some(spec)) = (share.run, share.spec) else { continue };
+            // From the dead node's last sign of life, minus the margin: what it sent after that
+            // is sent twice, and the client drops the duplicates by sequence number.
+            let from = match (last_heard, share.clock) {
+                (Some(t), Some((anchor, pace))) => {
+                    let wall = t.saturating_sub(margin);
+                    media_at(anchor, pace, wall).max(spec.start.time)
+                }
+                _ => spec.start.time,
+            };
+            let dead = share.dead.clone();
+            self.local.push_back(LocalAction::TakeOver { key, run, dead, from, cause });
         }
     }
 }
+
+/// One nanosecond: health turns suspect strictly after `suspect_after`.
+const NANO: Duration = Duration::from_nanos(1);
 
 /// The media time the clock `(anchor, pace)` shows at `wall`.
 fn media_at(anchor: LocalAnchor, pace: Pace, wall: Instant) -> MediaTime {

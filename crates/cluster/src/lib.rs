@@ -22,8 +22,8 @@ pub mod message;
 pub mod wire;
 
 pub use crate::core::{
-    ClusterConfig, ClusterCore, Delivery, Health, LocalAction, LocalAnchor, MemberInfo, MemberView,
-    OpenSpec, SessionEvent, StartSpec, StopKind,
+    ClusterConfig, ClusterCore, Delivery, Health, LocalAction, LocalAnchor, LossCause, MemberInfo,
+    MemberView, OpenSpec, SessionEvent, StartSpec, StopKind,
 };
 pub use crate::message::{
     Dest, Message, Refusal, Role, RunSpec, ShareKey, ShareReport, WallAnchor,

@@ -23,7 +23,11 @@
 //! **Shares.** In a cluster a stream may be this node's *share* of a session: only the blocks on
 //! its own disks ([`StreamSetup::share`]), which arrive with gaps in their indices. The pacer sends
 //! them in index order whatever order they arrive in, so the session's origin in relay delivery
-//! can also pace blocks forwarded by other nodes alongside its own.
+//! can also pace blocks forwarded by other nodes alongside its own. A running share may gain
+//! blocks ([`Pacer::handle_extend`]): a dead node's part taken over from the next live copy
+//! (`docs/design/takeover.md`). Added blocks before the share's current block are overdue: they
+//! go first, in index order, as fast as they arrive, then the share resumes where it was; blocks
+//! it already sent are never sent again.
 //!
 //! **Stops.** [`Pacer::handle_stop`] stops a run now, or after its last packet at or before a
 //! cutoff (a cluster pause, synchronised on every node by its media time); either way the run's
@@ -41,7 +45,7 @@
 //! seek or a resume needs no renumbering and RTP-Info can be computed before the first packet.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -321,6 +325,11 @@ struct Paced<B> {
     next_sr: Option<Instant>,
     last_sent: Option<Position>,
     lsn: u16,
+    /// Blocks gained by a takeover that come before the block the share was at, in index order:
+    /// sent before it resumes.
+    catch_up: BTreeSet<BlockIndex>,
+    /// Where the share resumes after `catch_up` (block, packet).
+    resume: Option<(BlockIndex, usize)>,
 }
 
 /// The pacing core, generic over the block buffer type.
@@ -388,8 +397,55 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 next_sr: None,
                 last_sent: None,
                 lsn: 0,
+                catch_up: BTreeSet::new(),
+                resume: None,
             },
         );
+    }
+
+    /// A running share gains `added` (blocks another node was sending, taken over): they are
+    /// sent in index order with its own, from the run's first block on; added blocks before the
+    /// share's current one are sent first (they are overdue), then it resumes where it was.
+    /// Blocks the share already has are ignored, and nothing already sent is sent again.
+    /// Returns `false` (nothing changed) for an unknown stream, another run, a stream that is
+    /// not a share, or a run that is over.
+    pub fn handle_extend(&mut self, stream: StreamId, run: u64, added: &[ShareBlock]) -> bool {
+        let Some(s) = self.streams.get_mut(&stream) else { return false };
+        let Some(next) = s.next.filter(|_| s.playing && s.run == run) else { return false };
+        let Some(share) = s.setup.share.as_ref() else { return false };
+        let have: BTreeSet<BlockIndex> = share.iter().map(|b| b.index).collect();
+        let mut merged: BTreeMap<BlockIndex, ShareBlock> =
+            share.iter().map(|b| (b.index, *b)).collect();
+        // Where the share's own walk stands: the block it resumes at after catching up.
+        let walk = s.resume.map_or(next, |(r, _)| r);
+        let mut behind = BTreeSet::new();
+        for b in added.iter().filter(|b| !have.contains(&b.index) && b.index >= s.from) {
+            merged.insert(b.index, *b);
+            if b.index < walk {
+                behind.insert(b.index);
+            }
+        }
+        s.setup.share = Some(merged.into_values().collect());
+        if behind.is_empty() {
+            return true;
+        }
+        s.catch_up.extend(behind);
+        if s.resume.is_none() {
+            // Interrupt the current block (perhaps begun): the overdue blocks go first.
+            s.resume = Some((next, s.cursor));
+        } else if s.cursor == 0 {
+            // Catching up already, between two blocks: take the lowest again.
+            s.catch_up.insert(next);
+        } else {
+            // In the middle of an overdue block: finish it, the new ones follow.
+            return true;
+        }
+        s.next = s.catch_up.pop_first();
+        s.cursor = 0;
+        s.generation += 1;
+        s.scheduled = false;
+        Self::schedule(&mut self.heap, s, &mut self.stats);
+        true
     }
 
     /// Starts a run of a stream (a seek, resume or first play), numbering packets
@@ -407,6 +463,8 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         s.anchor = play.anchor;
         s.pending = None;
         s.blocks.clear();
+        s.catch_up.clear();
+        s.resume = None;
         s.next = first_block(&s.setup, play.from);
         s.cursor = 0;
         s.generation += 1;
@@ -441,7 +499,10 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         anchor: Option<Anchor>,
     ) {
         let Some(s) = self.streams.get_mut(&stream) else { return };
-        if !s.playing || s.run != run || s.next.is_none_or(|n| index < n) {
+        let wanted = s.next.is_some_and(|n| index >= n)
+            || s.catch_up.contains(&index)
+            || s.resume.is_some_and(|(r, _)| index >= r);
+        if !s.playing || s.run != run || !wanted {
             return;
         }
         if let Some(a) = anchor
@@ -794,8 +855,23 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         } else {
             s.blocks.remove(&index);
             self.events.push_back(PacerEvent::BlockDone { stream, run: s.run, index });
-            s.next = next_block(&s.setup, index);
             s.cursor = 0;
+            // Overdue blocks of a takeover first, then back to where the share was.
+            s.next = match (s.catch_up.pop_first(), s.resume) {
+                (Some(c), _) => Some(c),
+                (None, Some((r, cursor))) => {
+                    s.resume = None;
+                    s.cursor = match s.blocks.get(&r) {
+                        // Not begun, and the run's first block: at its start packet.
+                        Some(b) if cursor == 0 && r == s.from => {
+                            b.find_gsn(s.start.gsn).unwrap_or(0)
+                        }
+                        _ => cursor,
+                    };
+                    Some(r)
+                }
+                (None, None) => next_block(&s.setup, index),
+            };
             ended = s.next.is_none();
         }
         // RTCP: an SR right after the first packet of a run, then every interval.
@@ -1188,6 +1264,90 @@ mod tests {
         let ended =
             std::iter::from_fn(|| p.poll_event()).find(|e| matches!(e, PacerEvent::Ended { .. }));
         assert!(ended.is_some());
+    }
+
+    /// Sends what is due from `from` to `until`: (ms, seq) of each RTP packet. Returns the time
+    /// reached.
+    fn drive_from(
+        p: &mut Pacer<Vec<u8>>,
+        from: Instant,
+        until: Instant,
+        got: &mut Vec<(u64, u16)>,
+    ) -> Instant {
+        let mut now = from;
+        while now <= until {
+            while let Some(t) = p.poll_transmit(now, |_| true) {
+                if let Transmit::Rtp { seq, .. } = t {
+                    got.push((now.as_nanos() / 1_000_000, seq));
+                }
+            }
+            match p.poll_timeout() {
+                Some(t) if t > now && t <= until => now = t,
+                _ => break,
+            }
+        }
+        until
+    }
+
+    #[test]
+    fn a_running_share_gains_blocks_sends_the_overdue_first_and_resends_nothing() {
+        let mut p = Pacer::new(PacerConfig::default());
+        share(&mut p, RtcpMode::None);
+        p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
+        p.handle_block(StreamId(1), 1, BlockIndex(3), block(3, 15, 5), None);
+        let mut got = Vec::new();
+        // Up to 265 ms: block 1 sent, block 3 begun (packets 15 and 16 at 250 and 260 ms).
+        let now = drive_from(&mut p, Instant::ZERO, ms(265), &mut got);
+        assert_eq!(got.iter().map(|g| g.1).collect::<Vec<_>>(), vec![5, 6, 7, 8, 9, 15, 16]);
+        // Blocks 0 and 2 are taken over (block 1 is its own already: ignored).
+        let first =
+            |i: u64| Position { gsn: Gsn(5 * i), time: MediaTime::from_nanos(i * 50_000_000) };
+        let added: Vec<ShareBlock> = [2, 0, 1]
+            .iter()
+            .map(|&i| ShareBlock { index: BlockIndex(i), first: first(i.into()) })
+            .collect();
+        assert!(p.handle_extend(StreamId(1), 1, &added));
+        assert!(!p.handle_extend(StreamId(1), 2, &added), "another run");
+        // They arrive out of order, after a while.
+        let now = drive_from(&mut p, now, ms(280), &mut got);
+        p.handle_block(StreamId(1), 1, BlockIndex(2), block(2, 10, 5), None);
+        p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), None);
+        // Packet 17 was due at 270 ms but waits for the overdue blocks, sent at once.
+        drive_from(&mut p, now, ms(1_000), &mut got);
+        let seqs: Vec<u16> = got.iter().map(|g| g.1).collect();
+        assert_eq!(
+            seqs,
+            vec![5, 6, 7, 8, 9, 15, 16, 0, 1, 2, 3, 4, 10, 11, 12, 13, 14, 17, 18, 19],
+            "overdue blocks first in index order, then the share resumes; nothing twice"
+        );
+        assert!(got[7..17].iter().all(|g| g.0 == 280), "catch-up at once: {got:?}");
+        assert_eq!(got[19].0, 290, "then on the session's clock again");
+        let events: Vec<_> = std::iter::from_fn(|| p.poll_event()).collect();
+        assert!(events.iter().any(|e| matches!(e, PacerEvent::Ended { .. })), "{events:?}");
+        assert!(!p.handle_extend(StreamId(1), 1, &added), "the run is over");
+    }
+
+    #[test]
+    fn a_share_gains_later_blocks_in_its_walk() {
+        let mut p = Pacer::new(PacerConfig::default());
+        share(&mut p, RtcpMode::None);
+        let first =
+            |i: u64| Position { gsn: Gsn(5 * i), time: MediaTime::from_nanos(i * 50_000_000) };
+        p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
+        let mut got = Vec::new();
+        let now = drive_from(&mut p, Instant::ZERO, ms(170), &mut got);
+        // Block 2 (after the current one, not due yet) joins the walk in index order.
+        assert!(p.handle_extend(
+            StreamId(1),
+            1,
+            &[ShareBlock { index: BlockIndex(2), first: first(2) }]
+        ));
+        p.handle_block(StreamId(1), 1, BlockIndex(3), block(3, 15, 5), None);
+        p.handle_block(StreamId(1), 1, BlockIndex(2), block(2, 10, 5), None);
+        drive_from(&mut p, now, ms(1_000), &mut got);
+        let seqs: Vec<u16> = got.iter().map(|g| g.1).collect();
+        assert_eq!(seqs, (5..20).collect::<Vec<u16>>());
+        assert_eq!(got[5].0, 200, "block 2 on the clock");
     }
 
     #[test]

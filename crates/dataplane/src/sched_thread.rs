@@ -133,6 +133,16 @@ pub enum SchedCommand {
         /// anchors the stream when its first block is in memory.
         pinned: Option<(Anchor, Pace)>,
     },
+    /// A cluster share's run takes over blocks of a lost node
+    /// ([`isochron_sched::CycleScheduler::handle_take_over`]).
+    TakeOver {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: u64,
+        /// The blocks.
+        blocks: Vec<BlockIndex>,
+    },
     /// A stream's clock was re-anchored at a new pace (MTFC): read ahead on the same clock.
     Pace {
         /// The stream.
@@ -426,6 +436,9 @@ impl SchedThread {
                     ..
                 }) => {
                     s.handle_start_pinned(now, stream, run, from, anchor, pace);
+                }
+                Some(SchedCommand::TakeOver { stream, run, blocks }) => {
+                    s.handle_take_over(now, stream, run, &blocks);
                 }
                 Some(SchedCommand::Pace { stream, run, anchor, pace }) => {
                     s.handle_pace(now, stream, run, anchor, pace);

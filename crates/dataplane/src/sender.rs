@@ -168,6 +168,15 @@ pub enum SenderCommand {
         /// The new pace.
         pace: Pace,
     },
+    /// A running share gains blocks taken over from a lost node ([`Pacer::handle_extend`]).
+    Extend {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: u64,
+        /// The blocks gained.
+        blocks: Vec<crate::pacer::ShareBlock>,
+    },
     /// Send the session's BYE ([`Pacer::handle_bye`]).
     Bye {
         /// The stream.
@@ -325,6 +334,9 @@ impl SenderThread {
                     }
                     SenderCommand::Reanchor { stream, run, anchor, pace } => {
                         pacer.handle_reanchor(stream, run, anchor, pace);
+                    }
+                    SenderCommand::Extend { stream, run, blocks } => {
+                        pacer.handle_extend(stream, run, &blocks);
                     }
                     SenderCommand::Bye { stream } => pacer.handle_bye(self.clock.now(), stream),
                     SenderCommand::Relayed { datagram } => {

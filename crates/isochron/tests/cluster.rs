@@ -1044,3 +1044,139 @@ fn dummy_child() -> Child {
     let _ = c.wait();
     c
 }
+
+/// `docs/design/takeover.md`: three nodes, `store.replication = 2`; isochron's client plays
+/// bipartite through n1 and n2, GStreamer relayed through n1; n3 (no session's origin) is
+/// killed (SIGKILL) partway. The holders of the second copies of n3's blocks take its part of
+/// every session over within the clients' buffers: every stream ends byte-exact and no
+/// client's buffer runs dry.
+#[test]
+fn a_node_killed_mid_stream_is_taken_over_by_the_other_copies() {
+    require("gst-launch-1.0");
+    let clip = common::fixture("clip30");
+    let mut c =
+        start_cluster_with("[store]\nblock_size_kib = 64\nseed_demo = false\nreplication = 2\n");
+    let d = c.dir.path().to_owned();
+    c.ingest(0, &clip);
+    let want = std::fs::read(&clip).unwrap();
+
+    let gst_out = tmp(&d, "gst-takeover.ts");
+    let gst = c
+        .client_cmd("gst-launch-1.0")
+        .args([
+            "-q",
+            "-e",
+            "rtspsrc",
+            &format!("location={}", c.nodes[0].rtsp("clip30")),
+            "protocols=tcp",
+            "latency=2000",
+            "!",
+            "rtpmp2tdepay",
+            "!",
+            "filesink",
+            &format!("location={}", gst_out.display()),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("gst-launch-1.0");
+    let plays: Vec<(Child, PathBuf)> = (0..4)
+        .map(|i| {
+            let out = tmp(&d, &format!("takeover-{i}.ts"));
+            (spawn_play(&c, &c.nodes[i % 2].rtsp("clip30"), &out), out)
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(8));
+    let n3 = &mut c.nodes[2];
+    n3.child.kill().expect("SIGKILL n3");
+    let _ = n3.child.wait();
+    for (i, (child, out)) in plays.into_iter().enumerate() {
+        let summary =
+            check_play(&c, child, &out, &want, &format!("isochron play {i} past n3's death"));
+        eprintln!("isochron play {i}: {summary}");
+    }
+    let gst = c.child_output_within(gst, Duration::from_secs(90));
+    assert_same_bytes(
+        &std::fs::read(&gst_out).unwrap_or_default(),
+        &want,
+        &format!("GStreamer relayed through n1 past n3's death: {gst}\n{}", c.logs()),
+    );
+    assert!(c.log("n1").contains("taking over"), "{}", c.logs());
+}
+
+/// The origin's death (`docs/design/takeover.md`, *When the origin dies*): K = 2 on three
+/// nodes; two isochron plays through n3 and two through n1 (bipartite), GStreamer relayed
+/// through n1; n3 is killed partway. The sessions n3 was the origin of keep flowing from n1 and
+/// n2 (their shares run on, orphaned, and take n3's blocks over) and arrive byte-exact; their
+/// client gets no BYE and ends after 10 s of silence (exit status 1, TEARDOWN unanswered). The
+/// sessions through n1 (isochron play, GStreamer relayed) end byte-exact with no starvation.
+#[test]
+fn an_origin_killed_mid_stream_leaves_its_bipartite_sessions_playing() {
+    require("gst-launch-1.0");
+    let clip = common::fixture("clip30");
+    let mut c =
+        start_cluster_with("[store]\nblock_size_kib = 64\nseed_demo = false\nreplication = 2\n");
+    let d = c.dir.path().to_owned();
+    c.ingest(0, &clip);
+    let want = std::fs::read(&clip).unwrap();
+
+    let gst_out = tmp(&d, "gst-origin.ts");
+    let gst = c
+        .client_cmd("gst-launch-1.0")
+        .args([
+            "-q",
+            "-e",
+            "rtspsrc",
+            &format!("location={}", c.nodes[0].rtsp("clip30")),
+            "protocols=tcp",
+            "latency=2000",
+            "!",
+            "rtpmp2tdepay",
+            "!",
+            "filesink",
+            &format!("location={}", gst_out.display()),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("gst-launch-1.0");
+    let plays: Vec<(Child, PathBuf, usize)> = [2, 2, 0, 0]
+        .into_iter()
+        .enumerate()
+        .map(|(i, node)| {
+            let out = tmp(&d, &format!("origin-{i}.ts"));
+            (spawn_play(&c, &c.nodes[node].rtsp("clip30"), &out), out, node)
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(8));
+    let n3 = &mut c.nodes[2];
+    n3.child.kill().expect("SIGKILL n3");
+    let _ = n3.child.wait();
+    for (i, (child, out, node)) in plays.into_iter().enumerate() {
+        let what = format!("isochron play {i} through n{} past n3's death", node + 1);
+        if node == 2 {
+            // Every packet arrives, byte-exact; but no BYE comes (the origin sent the session's
+            // RTCP), so the client ends only after 10 s of silence, exit status 1, and counts
+            // that wait as a starvation at the end (an open issue: a BYE from the node that
+            // sends the last block).
+            let res = child.wait_with_output().unwrap();
+            let stderr = String::from_utf8_lossy(&res.stderr);
+            let summary: serde_json::Value =
+                serde_json::from_slice(&res.stdout).unwrap_or_else(|_| panic!("{what}: {stderr}"));
+            eprintln!("{what}: {summary}\n{stderr}");
+            assert_eq!(summary["lost"], 0, "{what}: {summary}");
+            assert_eq!(summary["ended"], "incomplete", "no BYE from a dead origin: {summary}");
+            assert!(stderr.contains("nothing received"), "{what}: {stderr}");
+            assert_same_bytes(&std::fs::read(&out).unwrap(), &want, &what);
+            continue;
+        }
+        let summary = check_play(&c, child, &out, &want, &what);
+        eprintln!("{what}: {summary}");
+    }
+    let gst = c.child_output_within(gst, Duration::from_secs(90));
+    assert_same_bytes(
+        &std::fs::read(&gst_out).unwrap_or_default(),
+        &want,
+        &format!("GStreamer relayed through n1 past n3's death: {gst}\n{}", c.logs()),
+    );
+}

@@ -415,6 +415,11 @@ struct Run<V> {
     pace: Pace,
     next_request: u32,
     window: VecDeque<Slot<V>>,
+    /// Blocks of a cluster share taken over from a lost node (`docs/design/takeover.md`):
+    /// read and delivered with the share's own.
+    taken: BTreeSet<BlockIndex>,
+    /// The run's first block.
+    from: BlockIndex,
 }
 
 impl<V> Run<V> {
@@ -670,7 +675,99 @@ impl<V: Clone> CycleScheduler<V> {
             pace: pinned.map_or(Pace::NOMINAL, |(_, pace)| pace),
             next_request: from.0,
             window: VecDeque::new(),
+            taken: BTreeSet::new(),
+            from,
         });
+        self.refill(now, stream);
+        self.dispatch(now);
+    }
+
+    /// A cluster share's run `run` takes over `blocks` (another node's, lost): they are read
+    /// like the share's own, each from the first good copy on this node's disks (else through
+    /// another node), with its deadline on the session's clock. Blocks the walk passed already
+    /// are overdue: their reads are queued now (earliest deadline first puts them ahead) and
+    /// they are delivered before the blocks after them (in the run's delivery window), which is
+    /// the order the pacer sends them in. Blocks before the run's first or already the share's
+    /// are ignored. Admission is not re-accounted: the extra reads come out of the non-real-time
+    /// share, as a failover's do.
+    pub fn handle_take_over(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        run: u64,
+        blocks: &[BlockIndex],
+    ) {
+        self.catch_up(now);
+        let Some(StreamEntry {
+            state: StreamState::Play { plan, local, running: Some(r) }, ..
+        }) = self.streams.get_mut(&stream)
+        else {
+            return;
+        };
+        if r.run != run {
+            return;
+        }
+        let mut behind = Vec::new();
+        for &index in blocks {
+            let Some(block) = plan.blocks.get(index.0 as usize) else { continue };
+            let own = local.as_ref().is_none_or(|l| l.contains(&block.disk));
+            if own || index < r.from || !r.taken.insert(index) {
+                continue;
+            }
+            if index.0 < r.next_request {
+                behind.push(index);
+            }
+        }
+        behind.sort_unstable();
+        // After the blocks already handed to the pacer, before any not yet delivered.
+        let at = r.window.iter().take_while(|s| matches!(s, Slot::Delivered(_))).count();
+        for (i, index) in behind.iter().enumerate() {
+            r.window.insert(at + i, Slot::Waiting(*index));
+        }
+        let plan = Arc::clone(plan);
+        let local = local.clone();
+        for index in behind {
+            let block = plan.blocks[index.0 as usize];
+            let key = plan.key(index);
+            let Some(StreamEntry { state: StreamState::Play { running: Some(r), .. }, .. }) =
+                self.streams.get_mut(&stream)
+            else {
+                return;
+            };
+            let deadline = r.deadline(&plan, index);
+            let anchored = r.anchor.is_some();
+            match self.cache.pin(stream, key, block.len) {
+                Pin::Hit(v) => {
+                    if let Some(slot) =
+                        r.window.iter_mut().find(|s| matches!(s, Slot::Waiting(i) if *i == index))
+                    {
+                        *slot = Slot::Ready(index, v);
+                    }
+                    continue;
+                }
+                Pin::Pending | Pin::Miss => {
+                    let disk = good_copy(&self.bad, key, &block.copies, local.as_deref())
+                        .unwrap_or(block.disk);
+                    let d = self.disks.entry(disk).or_default();
+                    if !d.in_flight.contains_key(&Flight::Rt(Target::Read(key))) {
+                        self.seq += 1;
+                        d.push(
+                            Target::Read(key),
+                            Queued {
+                                deadline,
+                                seq: self.seq,
+                                len: block.len,
+                                provisional: !anchored,
+                                stream: None,
+                            },
+                        );
+                    }
+                }
+            }
+            if anchored {
+                self.read_deadlines.insert((deadline, stream, index));
+            }
+        }
         self.refill(now, stream);
         self.dispatch(now);
     }
@@ -1341,7 +1438,9 @@ impl<V: Clone> CycleScheduler<V> {
         while (run.next_request as usize) < plan.blocks.len() {
             let index = BlockIndex(run.next_request);
             let block = plan.blocks[index.0 as usize];
-            if local.as_ref().is_some_and(|l| !l.contains(&block.disk)) {
+            if local.as_ref().is_some_and(|l| !l.contains(&block.disk))
+                && !run.taken.contains(&index)
+            {
                 // Another node's block (a cluster share): it reads and sends that one.
                 run.next_request += 1;
                 continue;
@@ -1733,6 +1832,62 @@ mod tests {
         }
         assert_eq!(got, vec![1, 3, 6]);
         assert_eq!(s.stats().missed_deadlines, 0);
+    }
+
+    #[test]
+    fn a_cluster_share_takes_over_a_lost_node_s_blocks_from_its_local_copies() {
+        // Disks 0 and 1 are this node's; 2 and 3 a node now lost. Every block has a second
+        // copy on the other node's disks.
+        let mut s = sched(AdmissionPolicy::Aggressive, 2, CycleConfig::default());
+        let other = |d: u16| DiskId([2, 3, 0, 1][usize::from(d)]);
+        let mut p = (*plan(1, &[2, 0, 3, 1, 2, 2, 0, 3], 500)).clone();
+        for b in &mut p.blocks {
+            b.copies.push(other(b.disk.0));
+        }
+        let p = Arc::new(p);
+        let local: Arc<BTreeSet<DiskId>> = Arc::new([DiskId(0), DiskId(1)].into());
+        let req = OpenStream {
+            stream: StreamId(1),
+            plan: Arc::clone(&p),
+            avg_bitrate: BitRate(8_000_000),
+            peak_bitrate: BitRate(8_000_000),
+            local: Some(local),
+        };
+        assert_eq!(s.handle_open(Instant::ZERO, req), Decision::Admit);
+        let anchor = Anchor { wall: at(300), media: MediaTime::ZERO };
+        s.handle_start_pinned(at(50), StreamId(1), 1, BlockIndex(0), anchor, Pace::NOMINAL);
+        let mut got = Vec::new();
+        let mut now = at(50);
+        for step in 0..20 {
+            if step == 4 {
+                // At 2050 ms (media 1.75 s, in block 3): the lost node's blocks from block 2 on.
+                let lost = [2, 4, 5, 7].map(BlockIndex);
+                s.handle_take_over(now, StreamId(1), 1, &lost);
+                s.handle_take_over(now, StreamId(1), 2, &lost); // another run: ignored
+            }
+            for io in ios(&mut s) {
+                assert_eq!(io.deadline, at(300 + 500 * u64::from(io_index(&io))), "{io:?}");
+                let d = io.disk;
+                assert!(d == DiskId(0) || d == DiskId(1), "read from a local copy: {io:?}");
+                read_done(&mut s, now, io);
+            }
+            for e in events(&mut s) {
+                if let CycleEvent::Deliver { index, .. } = e {
+                    got.push((step, index.0));
+                    s.handle_block_done(now, StreamId(1), 1, index);
+                }
+            }
+            now = now + Duration::from_millis(500);
+            s.handle_timeout(now);
+        }
+        // Its own blocks as before (6 read ahead already); then the taken blocks, in
+        // index order (the pacer sends every block in index order whatever order they come
+        // in); then 7 on time. Nothing twice.
+        let order: Vec<u32> = got.iter().map(|g| g.1).collect();
+        assert_eq!(order, vec![1, 3, 6, 2, 4, 5, 7], "{got:?}");
+        // 2 and 4 are overdue or nearly (due at 1300 and 2300 ms): read at once; 5 (due at
+        // 2800 ms, on the same disk as 4) one cycle later, in time.
+        assert!(got.contains(&(4, 2)) && got.contains(&(4, 4)) && got.contains(&(5, 5)), "{got:?}");
     }
 
     fn io_index(io: &CycleIo) -> u32 {

@@ -334,7 +334,10 @@ impl Manager {
         let unix_now =
             SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         let unix_base_ns = unix_now.saturating_sub(clock.now().as_nanos());
-        let cluster = ClusterCore::new(ClusterConfig::new(node.0, node.1, unix_base_ns));
+        let mut config = ClusterConfig::new(node.0, node.1, unix_base_ns);
+        // With copies on other nodes a lost node's share is taken over (`take_over`).
+        config.replication = link.as_ref().map_or(1, |l| l.store.replication());
+        let cluster = ClusterCore::new(config);
         Self {
             core,
             cluster,
@@ -803,7 +806,38 @@ impl Manager {
                 }
             }
             LocalAction::Close { key } => self.forget_share(key),
+            LocalAction::TakeOver { key, run, dead, from, cause } => {
+                self.take_over(key, run, &dead, from);
+                info!(%key, run, ?dead, ?from, ?cause, "taking over a lost node's part of a session");
+            }
         }
+    }
+
+    /// Carries out [`LocalAction::TakeOver`]: the blocks of the share's plan from `from` on
+    /// whose first copy on a live node is on this node's disks (and that are not already its
+    /// own) go to the scheduler (reads) and the pacer (sends) of the running share.
+    fn take_over(&mut self, key: ShareKey, run: u64, dead: &BTreeSet<NodeId>, from: MediaTime) {
+        let (Some(link), Some(share)) = (self.link.as_ref(), self.shares.get(&key)) else {
+            return;
+        };
+        if share.run != run {
+            return;
+        }
+        let now = self.clock.now();
+        let names: BTreeSet<String> =
+            self.cluster.members(now).filter(|m| dead.contains(&m.id)).map(|m| m.name).collect();
+        let meta = link.store.meta();
+        let is_dead = |d: DiskId| {
+            meta.disk(d).and_then(|r| r.owner.as_deref()).is_some_and(|o| names.contains(o))
+        };
+        let blocks = taken_blocks(&share.entry.plan, &link.local_disks, is_dead, from);
+        if blocks.is_empty() {
+            return;
+        }
+        let stream = share.stream;
+        let indices: Vec<BlockIndex> = blocks.iter().map(|b| b.index).collect();
+        let _ = self.sender.send(SenderCommand::Extend { stream, run, blocks });
+        let _ = self.sched.send(SchedCommand::TakeOver { stream, run, blocks: indices });
     }
 
     fn start_share(
@@ -1052,6 +1086,30 @@ fn seek_position(rec: &isochron_store::catalog::ObjectRecord, t: MediaTime) -> P
     Position { gsn: sp.gsn, time: sp.time }
 }
 
+/// The blocks of `plan` a share on `local` disks takes over (`docs/design/takeover.md`): from
+/// the block holding media time `from` on, every block not already on a local disk (replica 0)
+/// whose first copy on a live disk (`is_dead` false) is local. Every survivor computes this
+/// from the same dead set, so each such block has one sender.
+fn taken_blocks(
+    plan: &isochron_sched::ObjectPlan,
+    local: &BTreeSet<DiskId>,
+    is_dead: impl Fn(DiskId) -> bool,
+    from: MediaTime,
+) -> Vec<ShareBlock> {
+    let first = plan.blocks.partition_point(|b| b.first_send_time <= from).saturating_sub(1);
+    plan.blocks
+        .iter()
+        .enumerate()
+        .skip(first)
+        .filter(|(_, b)| !local.contains(&b.disk))
+        .filter(|(_, b)| b.copies.iter().find(|d| !is_dead(*d)).is_some_and(|d| local.contains(&d)))
+        .map(|(i, b)| ShareBlock {
+            index: BlockIndex(i as u32),
+            first: Position { gsn: b.first_gsn, time: b.first_send_time },
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1066,5 +1124,54 @@ mod tests {
         assert_eq!(auto_delivery("Lavf/61.7.100"), Delivery::Bipartite);
         assert_eq!(auto_delivery("GStreamer/1.22"), Delivery::Relay);
         assert_eq!(auto_delivery("VLC/3.0.21 LibVLC/3.0.21"), Delivery::Relay);
+    }
+
+    #[test]
+    fn the_next_live_copy_s_node_takes_a_block_over() {
+        use isochron_base::{Bytes, Gsn, ObjectId, Replicas};
+        use isochron_sched::{ObjectPlan, PlannedBlock};
+        // Disks 0, 1, 2 on nodes a, b, c; two copies of each block; block i's copies on
+        // (i, i + 1) mod 3 and 1 s long. This node is b (disk 1); c (disk 2) is lost.
+        let blocks = (0..6u16)
+            .map(|i| {
+                let mut copies = Replicas::single(DiskId(i % 3));
+                copies.push(DiskId((i + 1) % 3));
+                PlannedBlock {
+                    disk: DiskId(i % 3),
+                    copies,
+                    first_gsn: Gsn(u64::from(i) * 10),
+                    first_send_time: MediaTime::from_nanos(u64::from(i) * 1_000_000_000),
+                    len: Bytes::kib(64),
+                }
+            })
+            .collect();
+        let plan = ObjectPlan { object: ObjectId(1), blocks };
+        let local: BTreeSet<DiskId> = [DiskId(1)].into();
+        let dead = |d: DiskId| d == DiskId(2);
+        let taken = |from_ms: u64| -> Vec<u32> {
+            let from = MediaTime::from_nanos(from_ms * 1_000_000);
+            taken_blocks(&plan, &local, dead, from).iter().map(|b| b.index.0).collect()
+        };
+        // Blocks on c first: 2 and 5, copies on (2, 0): a takes them, not b. Blocks on a: not
+        // lost. So b takes nothing...
+        assert_eq!(taken(0), Vec::<u32>::new());
+        // ...and a (disk 0) takes 2 and 5, from the block holding `from` on.
+        let local: BTreeSet<DiskId> = [DiskId(0)].into();
+        let from = |ms: u64| MediaTime::from_nanos(ms * 1_000_000);
+        let a = |ms| {
+            taken_blocks(&plan, &local, dead, from(ms))
+                .iter()
+                .map(|b| b.index.0)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(a(0), vec![2, 5]);
+        assert_eq!(a(2_500), vec![2, 5], "from inside block 2: block 2 again");
+        assert_eq!(a(3_000), vec![5]);
+        // Both c and a lost: b takes nothing (no live copy of 2 and 5), nor does anyone.
+        let dead2 = |d: DiskId| d == DiskId(2) || d == DiskId(0);
+        let b: BTreeSet<DiskId> = [DiskId(1)].into();
+        let got: Vec<u32> =
+            taken_blocks(&plan, &b, dead2, from(0)).iter().map(|x| x.index.0).collect();
+        assert_eq!(got, vec![0, 3], "a's blocks 0 and 3 have their second copy on b");
     }
 }

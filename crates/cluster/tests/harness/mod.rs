@@ -10,7 +10,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::time::Duration;
 
 use isochron_base::{BitRate, DiskId, Gsn, Instant, MediaTime, NodeId, ObjectId, Pace, StreamId};
@@ -26,10 +26,15 @@ pub const PACKET_INTERVAL: Duration = Duration::from_millis(10);
 /// The test object.
 pub const OBJECT: ObjectId = ObjectId(7);
 
-/// The object: which node holds each block.
+/// The object: which node holds each block (replica 0), and its other copies.
 #[derive(Clone, Debug)]
 pub struct Object {
     pub owners: Vec<NodeId>,
+    /// Nodes in the cluster.
+    pub nodes: u16,
+    /// Copies of every block (K): replica r is on the node r after replica 0's, in a ring
+    /// (distinct nodes, like `isochron_store::replica` with K ≤ nodes).
+    pub replication: u16,
 }
 
 impl Object {
@@ -42,7 +47,19 @@ impl Object {
                 NodeId(((x >> 33) % u64::from(nodes)) as u16 + 1)
             })
             .collect();
-        Self { owners }
+        Self { owners, nodes, replication: 1 }
+    }
+
+    /// The nodes holding `block`'s copies, replica 0 first.
+    pub fn copies(&self, block: usize) -> Vec<NodeId> {
+        let first = self.owners[block].0 - 1;
+        (0..self.replication).map(|r| NodeId((first + r) % self.nodes + 1)).collect()
+    }
+
+    /// Who sends the packet `gsn` when the nodes in `dead` are lost: the first copy on a node
+    /// not in `dead` (`docs/design/takeover.md`).
+    pub fn sender(&self, gsn: u64, dead: &BTreeSet<NodeId>) -> Option<NodeId> {
+        self.copies((gsn / PACKETS_PER_BLOCK) as usize).into_iter().find(|n| !dead.contains(n))
     }
 
     pub fn packets(&self) -> u64 {
@@ -114,6 +131,8 @@ pub struct SimNode {
     runs: HashMap<ShareKey, Run>,
     pub events: Vec<SessionEvent>,
     pub byes: Vec<ShareKey>,
+    /// Every takeover asked of this node: share, dead set, from.
+    pub takeovers: Vec<(ShareKey, BTreeSet<NodeId>, MediaTime)>,
     pub crashed: bool,
 }
 
@@ -158,6 +177,15 @@ impl Harness {
 
     /// Nodes whose clocks are off the true clock by `skews_ms`.
     pub fn with_skews(skews_ms: &[i64], blocks: usize) -> Self {
+        Self::build(skews_ms, blocks, 1)
+    }
+
+    /// `n` nodes and an object with `k` copies of every block.
+    pub fn with_replication(n: u16, blocks: usize, k: u8) -> Self {
+        Self::build(&vec![0; n as usize], blocks, k)
+    }
+
+    fn build(skews_ms: &[i64], blocks: usize, k: u8) -> Self {
         let n = skews_ms.len() as u16;
         let mut nodes = BTreeMap::new();
         // Unix time at true zero: a fixed date, so wall anchors look like real ones.
@@ -165,11 +193,12 @@ impl Harness {
         for i in 1..=n {
             let skew = skews_ms[usize::from(i - 1)] * 1_000_000;
             // Each node's Instant::ZERO is at true zero; its Unix clock is skewed.
-            let config = ClusterConfig::new(
+            let mut config = ClusterConfig::new(
                 NodeId(i),
                 format!("n{i}"),
                 unix_zero.saturating_add_signed(skew),
             );
+            config.replication = k;
             let mut core = ClusterCore::new(config);
             for j in 1..=n {
                 core.handle_member(
@@ -187,6 +216,7 @@ impl Harness {
                     runs: HashMap::new(),
                     events: Vec::new(),
                     byes: Vec::new(),
+                    takeovers: Vec::new(),
                     crashed: false,
                 },
             );
@@ -194,7 +224,7 @@ impl Harness {
         Self {
             now: Instant::ZERO,
             nodes,
-            object: Object::new(blocks, n, 42),
+            object: Object { replication: u16::from(k), ..Object::new(blocks, n, 42) },
             delay: Duration::from_micros(200),
             cut: HashSet::new(),
             net: BinaryHeap::new(),
@@ -502,6 +532,27 @@ impl Harness {
                 });
                 r.clock.push((anchor.media, anchor, pace));
             }
+            LocalAction::TakeOver { key, run, dead, from, .. } => {
+                node.takeovers.push((key, dead.clone(), from));
+                // A share that ended (not stopped) goes on with the blocks it gains.
+                let Some(r) =
+                    node.runs.get_mut(&key).filter(|r| r.run == run && r.stop_at.is_none())
+                else {
+                    return;
+                };
+                let first = from.as_nanos() / PACKET_INTERVAL.as_nanos() as u64;
+                let none = BTreeSet::new();
+                let mut rest: BTreeSet<u64> = r.todo[r.next..].iter().copied().collect();
+                // Blocks now this node's, and never its own: nothing it sent is resent.
+                rest.extend(
+                    (first.max(r.spec.start.gsn.0)..object.packets())
+                        .filter(|g| object.sender(*g, &dead) == Some(id))
+                        .filter(|g| object.sender(*g, &none) != Some(id)),
+                );
+                r.todo.truncate(r.next);
+                r.todo.extend(rest);
+                r.ended = r.todo.len() == r.next;
+            }
             LocalAction::Bye { key } => node.byes.push(key),
             LocalAction::Close { key } => {
                 node.admitted.remove(&key);
@@ -533,6 +584,31 @@ impl Harness {
         for g in from..self.object.packets() {
             assert!(seen.contains(&g), "gsn {g} never sent");
         }
+    }
+
+    /// Asserts that every packet of `stream` from `from` to the end was sent at least once, the
+    /// first time no later than `late` after its due time on the session's clock (pace 1, the
+    /// clock read off the first packet sent): what a client with a buffer of `late` needs.
+    /// Returns how many packets were sent more than once.
+    pub fn assert_delivered_in_time(&self, stream: u64, from: u64, late: Duration) -> usize {
+        let mine: Vec<&Sent> = self.sent.iter().filter(|s| s.stream == StreamId(stream)).collect();
+        let zero = mine.iter().find(|s| s.gsn == from).expect("the first packet was sent").at;
+        let mut first: BTreeMap<u64, Instant> = BTreeMap::new();
+        let mut dups = 0;
+        for s in &mine {
+            match first.entry(s.gsn) {
+                std::collections::btree_map::Entry::Occupied(_) => dups += 1,
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(s.at);
+                }
+            }
+        }
+        for g in from..self.object.packets() {
+            let at = *first.get(&g).unwrap_or_else(|| panic!("gsn {g} never sent"));
+            let due = zero + PACKET_INTERVAL * u32::try_from(g - from).unwrap();
+            assert!(at <= due + late, "gsn {g} sent at {at:?}, due {due:?}: later than {late:?}");
+        }
+        dups
     }
 
     /// Asserts that `stream`'s packets left in GSN order within `slack` (what a client's jitter
