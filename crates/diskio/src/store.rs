@@ -899,6 +899,7 @@ impl Store {
     /// of a dead node re-creates its copies from the others), it is also refused when a block
     /// would have no copy left on a reachable disk.
     pub fn remove_node(&self, node: &str) -> Result<(Vec<DiskId>, Epoch), StoreError> {
+        let _scale = lock(&self.scale);
         let objects = self.catalog.objects()?;
         let mut removed = Vec::new();
         let meta = self.catalog.update_meta(&mut |meta: &mut StoreMeta| {
@@ -957,6 +958,9 @@ impl Store {
     /// Re-reads the metadata another node may have changed (a cluster: a node joined or left);
     /// returns whether it changed.
     pub fn refresh(&self) -> Result<bool, StoreError> {
+        // Under the scale lock: metadata read before this node's own flip (or removal) must not
+        // overwrite what that flip committed.
+        let _scale = lock(&self.scale);
         let meta = self.catalog.meta()?;
         let mut cur = write(&self.meta);
         if *cur == meta {
