@@ -346,6 +346,10 @@ impl Poller {
     }
 }
 
+/// How often a refused removal of a dead node is tried again (the store may have changed: an
+/// object removed, the node back).
+const RETRY_REFUSED: Duration = Duration::from_secs(10);
+
 /// The nodes whose lease has lapsed, and since when (as this node saw it): past
 /// `cluster.dead_after_s` a node is dead, its disks unreachable ([`Store::set_unreachable`]), and
 /// the survivor with the lowest name starts the SCADDAR removal of its disks, which re-creates
@@ -354,8 +358,8 @@ impl Poller {
 struct DeadNodes {
     /// Down nodes owning disks, and when this node first saw them down.
     since: BTreeMap<String, Instant>,
-    /// Dead nodes whose removal was refused (warned once).
-    refused: BTreeSet<String>,
+    /// Dead nodes whose removal was refused (warned once), and when it was last tried.
+    refused: BTreeMap<String, Instant>,
 }
 
 impl DeadNodes {
@@ -384,7 +388,7 @@ impl DeadNodes {
             .filter(|(_, t)| now.duration_since(**t) >= dead_after)
             .map(|(n, _)| n)
             .collect();
-        self.refused.retain(|n| dead.contains(n));
+        self.refused.retain(|n, _| dead.contains(n));
         let unreachable: BTreeSet<DiskId> = meta
             .disks
             .iter()
@@ -414,6 +418,9 @@ impl DeadNodes {
         }) else {
             return;
         };
+        if self.refused.get(node).is_some_and(|t| now.duration_since(*t) < RETRY_REFUSED) {
+            return;
+        }
         let operation = format!("re-replicate dead node {node}");
         match store.remove_node(node) {
             Ok((disks, epoch)) => {
@@ -421,7 +428,7 @@ impl DeadNodes {
                 self.refused.remove(node);
             }
             Err(e) => {
-                if self.refused.insert(node.clone()) {
+                if self.refused.insert(node.clone(), now).is_none() {
                     warn!(%node, error = %e, "node dead, but its copies cannot be re-created");
                 }
                 let error = format!("node {node} is dead: {e}");
