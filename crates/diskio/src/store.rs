@@ -2186,6 +2186,76 @@ mod tests {
         assert_eq!(store.meta().disk(DiskId(1)).unwrap().state, DiskState::Active);
     }
 
+    /// One catalog shared by several in-process "nodes" (etcd's part in a cluster).
+    struct SharedCatalog(Arc<RedbCatalog>);
+
+    impl Catalog for SharedCatalog {
+        fn meta(&self) -> Result<StoreMeta, CatalogError> {
+            self.0.meta()
+        }
+        fn put_meta(&self, meta: &StoreMeta) -> Result<(), CatalogError> {
+            self.0.put_meta(meta)
+        }
+        fn create_meta(&self, meta: &StoreMeta) -> Result<(), CatalogError> {
+            self.0.create_meta(meta)
+        }
+        fn update_meta(
+            &self,
+            f: &mut dyn FnMut(&mut StoreMeta) -> Result<(), CatalogError>,
+        ) -> Result<StoreMeta, CatalogError> {
+            self.0.update_meta(f)
+        }
+        fn object(&self, name: &str) -> Result<Option<ObjectRecord>, CatalogError> {
+            self.0.object(name)
+        }
+        fn objects(&self) -> Result<Vec<ObjectRecord>, CatalogError> {
+            self.0.objects()
+        }
+        fn insert_object(&self, rec: &ObjectRecord) -> Result<(), CatalogError> {
+            self.0.insert_object(rec)
+        }
+        fn allocate_object_id(&self) -> Result<ObjectId, CatalogError> {
+            self.0.allocate_object_id()
+        }
+        fn remove_object(&self, name: &str) -> Result<Option<ObjectRecord>, CatalogError> {
+            self.0.remove_object(name)
+        }
+    }
+
+    /// A dead node's removal is coordinated by one survivor, the lowest-named owner of a
+    /// reachable disk, the same on every survivor; with the node reachable again, the node
+    /// itself (an ordinary `node remove`).
+    #[test]
+    fn a_dead_nodes_removal_is_coordinated_by_the_lowest_named_survivor() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = Arc::new(RedbCatalog::create(&dir.path().join("catalog.redb")).unwrap());
+        let nodes: Vec<Store> = ["n1", "n2", "n3"]
+            .iter()
+            .map(|n| {
+                let disks = [DiskSpec::from(PathBuf::from("d0"))];
+                let cat: DynCatalog = Box::new(SharedCatalog(Arc::clone(&catalog)));
+                Store::join(&dir.path().join(n), cat, n, &disks, Bytes::kib(64), Some(2)).unwrap()
+            })
+            .collect();
+        for n in &nodes {
+            n.refresh().unwrap();
+        }
+        let dead: BTreeSet<DiskId> = nodes[2].local_disks().into_iter().collect();
+        for n in &nodes[..2] {
+            n.set_unreachable(dead.clone());
+        }
+        nodes[1].remove_node("n3").unwrap();
+        for n in &nodes {
+            n.refresh().unwrap();
+        }
+        assert!(nodes[0].coordinates_pending(), "n1 is the lowest-named survivor");
+        assert!(!nodes[1].coordinates_pending());
+        // n3 comes back before the flip: an ordinary removal, which it coordinates.
+        assert!(nodes[2].coordinates_pending());
+        nodes[0].set_unreachable(BTreeSet::new());
+        assert!(!nodes[0].coordinates_pending());
+    }
+
     /// copy_block: stale moves are refused; a copy already made is skipped.
     #[test]
     fn copy_block_checks_and_skips() {
