@@ -654,6 +654,24 @@ impl Store {
         {
             opened.insert(rec.id, Arc::new(open_disk(root, &meta, rec)?));
         }
+        // This node's disks retired while it was away (it died and the others re-created its
+        // copies, docs/design/takeover.md): their block files are garbage.
+        for rec in meta
+            .disks
+            .iter()
+            .filter(|d| d.state == DiskState::Retired && d.owner.as_deref() == Some(node))
+        {
+            match DiskDir::open(&resolve(root, &rec.path), meta.store_id, rec.id) {
+                Ok(disk) => {
+                    let deleted = disk.remove_all_blocks()?;
+                    if deleted > 0 {
+                        tracing::info!(%node, disk = %rec.id, deleted,
+                            "deleted the block files of a disk retired while this node was away");
+                    }
+                }
+                Err(e) => tracing::debug!(disk = %rec.id, error = %e, "retired disk not cleaned"),
+            }
+        }
         let mut store = Self::assemble(root, catalog, meta, opened);
         store.node = Some(node.to_owned());
         Ok(store)

@@ -1294,4 +1294,31 @@ fn a_dead_nodes_copies_are_re_created_from_the_other_replicas() {
     assert!(blocks > 0, "{v}");
     assert_eq!(v["copies_expected"].as_u64(), Some(blocks * 2), "{v}");
     assert_eq!(v["copies_checked"], v["copies_expected"], "{v}");
+
+    // n3 restarts on its data: it joins with no disk in use (its disk retired, its block files
+    // deleted) and the copies stay where they are: fsck still clean with 2 copies of every
+    // block, on n1 and n2.
+    let mut n3 = std::mem::replace(
+        &mut c.nodes[2],
+        Node { host: c.client.clone(), child: dummy_child(), name: "n3".into() },
+    );
+    let before = blocks_on(&c, "n3");
+    restart(&c, &mut n3);
+    c.nodes[2] = n3;
+    assert!(before > 0, "n3 died with no block file");
+    assert_eq!(blocks_on(&c, "n3"), 0, "n3's retired disk keeps block files\n{}", c.log("n3"));
+    for n in &c.nodes {
+        let url = format!("{}/api/v1/nodes", n.http());
+        wait_body(&url, |b| b.matches("\"state\":\"up\"").count() == 3, "three nodes up");
+    }
+    let out = run(
+        c.nodes[1].host.command(bin()).args(["fsck", "--server", &c.nodes[2].http(), "--json"]),
+        120,
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}\n{}", c.logs());
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    eprintln!("fsck after n3's restart: {v}");
+    assert_eq!(v["copies_expected"].as_u64(), Some(blocks * 2), "{v}");
+    assert_eq!(v["copies_checked"], v["copies_expected"], "{v}");
 }
