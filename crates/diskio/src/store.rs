@@ -57,7 +57,7 @@
 //! [`Store::ingest_lock`] (shared) from choosing the epoch to the commit, and [`Store::add_disk`]
 //! and [`Store::remove_disk`] take it exclusively (they wait for ingests in progress).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -278,6 +278,18 @@ pub enum StoreError {
         /// The K asked for.
         asked: u8,
     },
+    /// Every copy of a block at the active epoch is on an unreachable disk (a dead node's): a
+    /// removal of those disks would lose the block.
+    #[error(
+        "block {key}: every copy (disks {disks}) is on an unreachable disk; removing them \
+         would lose it (more nodes are down than store.replication - 1)"
+    )]
+    NoLiveCopy {
+        /// The block.
+        key: BlockKey,
+        /// Its copies' disks at the active epoch.
+        disks: Replicas,
+    },
     /// No copy of a block could be read.
     #[error("block {key}: no readable copy on disks {disks}: {errors}")]
     NoValidCopy {
@@ -338,6 +350,9 @@ pub struct Store {
     /// Shared by object writers from choosing the epoch to the commit; exclusive for operations
     /// that push a new epoch, and for recovery and fsck (see the module docs).
     ingest_gate: RwLock<()>,
+    /// Disks that cannot be read: in a cluster, the disks of nodes whose lease lapsed
+    /// ([`Store::set_unreachable`]). Never a reorganisation's source.
+    unreachable: RwLock<BTreeSet<DiskId>>,
 }
 
 /// Held by a writer of a new object ([`Store::ingest_lock`]): while any is held, no disk can be
@@ -639,6 +654,24 @@ impl Store {
         {
             opened.insert(rec.id, Arc::new(open_disk(root, &meta, rec)?));
         }
+        // This node's disks retired while it was away (it died and the others re-created its
+        // copies, docs/design/takeover.md): their block files are garbage.
+        for rec in meta
+            .disks
+            .iter()
+            .filter(|d| d.state == DiskState::Retired && d.owner.as_deref() == Some(node))
+        {
+            match DiskDir::open(&resolve(root, &rec.path), meta.store_id, rec.id) {
+                Ok(disk) => {
+                    let deleted = disk.remove_all_blocks()?;
+                    if deleted > 0 {
+                        tracing::info!(%node, disk = %rec.id, deleted,
+                            "deleted the block files of a disk retired while this node was away");
+                    }
+                }
+                Err(e) => tracing::debug!(disk = %rec.id, error = %e, "retired disk not cleaned"),
+            }
+        }
         let mut store = Self::assemble(root, catalog, meta, opened);
         store.node = Some(node.to_owned());
         Ok(store)
@@ -766,15 +799,111 @@ impl Store {
     /// pending; in a cluster, the node that owns the joining or draining disks (the node that
     /// joins, or the node being removed). Every other node only serves its copies' reads and
     /// writes.
+    ///
+    /// When the changing disks are all unreachable (their node is dead,
+    /// [`Store::set_unreachable`]), that node cannot coordinate: the survivor with the lowest
+    /// name among the owners of the pending epoch's reachable disks does, the same choice on
+    /// every node.
     #[must_use]
     pub fn coordinates_pending(&self) -> bool {
         let meta = read(&self.meta);
-        meta.pending().is_some()
-            && (self.node.is_none()
-                || meta.disks.iter().any(|d| {
-                    matches!(d.state, DiskState::Joining | DiskState::Draining)
-                        && d.owner == self.node
-                }))
+        if meta.pending().is_none() {
+            return false;
+        }
+        let Some(me) = self.node.as_deref() else { return true };
+        let unreachable = read(&self.unreachable);
+        let changing: Vec<&DiskRecord> = meta
+            .disks
+            .iter()
+            .filter(|d| matches!(d.state, DiskState::Joining | DiskState::Draining))
+            .collect();
+        if !changing.is_empty() && changing.iter().all(|d| unreachable.contains(&d.id)) {
+            let current = meta.placement.disks(meta.placement.current_epoch());
+            let survivor = current
+                .iter()
+                .filter(|d| !unreachable.contains(d))
+                .filter_map(|d| meta.disk(*d).and_then(|r| r.owner.as_deref()))
+                .min();
+            return survivor == Some(me);
+        }
+        changing.iter().any(|d| d.owner.as_deref() == Some(me))
+    }
+
+    /// Sets the disks that cannot be read (in a cluster: the disks of the nodes whose lease
+    /// lapsed). A reorganisation never reads its sources there ([`Store::reorg_sources`]), and a
+    /// removal of such disks is refused when a block has no other copy.
+    pub fn set_unreachable(&self, disks: BTreeSet<DiskId>) {
+        let mut cur = write(&self.unreachable);
+        if *cur != disks {
+            tracing::info!(disks = ?disks, "unreachable disks");
+            *cur = disks;
+        }
+    }
+
+    /// The disks that cannot be read ([`Store::set_unreachable`]).
+    #[must_use]
+    pub fn unreachable(&self) -> BTreeSet<DiskId> {
+        read(&self.unreachable).clone()
+    }
+
+    /// Checks that every block of `objects` has a copy at `meta`'s active epoch on a disk that
+    /// is not unreachable (a source for the removal of the unreachable disks): the first block
+    /// without one is an error.
+    fn check_live_copies(
+        &self,
+        meta: &StoreMeta,
+        objects: &[ObjectRecord],
+    ) -> Result<(), StoreError> {
+        let unreachable = read(&self.unreachable);
+        if unreachable.is_empty() {
+            return Ok(());
+        }
+        let at = meta.active_epoch;
+        for rec in objects.iter().filter(|r| r.first_epoch <= at) {
+            for i in 0..rec.block_count() {
+                let disks = meta.replicas_at(rec, BlockIndex(i), at);
+                if disks.iter().all(|d| unreachable.contains(&d)) {
+                    let key = BlockKey::new(rec.id, BlockIndex(i));
+                    return Err(StoreError::NoLiveCopy { key, disks });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Where move `mv` of block `rec` reads its copy: `mv.from`, unless that disk is unreachable
+    /// (a dead node's), then the first copy at the active epoch on a reachable disk.
+    fn source_of(
+        &self,
+        meta: &StoreMeta,
+        rec: &ObjectRecord,
+        mv: &Move,
+    ) -> Result<DiskId, StoreError> {
+        let unreachable = read(&self.unreachable);
+        if !unreachable.contains(&mv.from) {
+            return Ok(mv.from);
+        }
+        let active = meta.active_epoch;
+        let disks = meta.replicas_at(rec, mv.key.index, active);
+        disks
+            .iter()
+            .find(|d| !unreachable.contains(d))
+            .ok_or(StoreError::NoLiveCopy { key: mv.key, disks })
+    }
+
+    /// Every move of the pending reorganisation with the disk its copy is read from: `mv.from`,
+    /// or, when that disk is unreachable (its node is dead), another copy of the block on a
+    /// reachable disk. An error names the first block without one.
+    pub fn reorg_sources(&self) -> Result<Vec<(Move, DiskId)>, StoreError> {
+        let meta = self.meta();
+        let objects = self.catalog.objects()?;
+        let by_id: HashMap<ObjectId, &ObjectRecord> = objects.iter().map(|r| (r.id, r)).collect();
+        reorg::moves(&meta, &objects)
+            .map(|mv| {
+                let rec = by_id[&mv.key.object];
+                Ok((mv, self.source_of(&meta, rec, &mv)?))
+            })
+            .collect()
     }
 
     /// Starts removing cluster node `node` (`isochron node remove`): every disk it owns starts
@@ -783,7 +912,13 @@ impl Store {
     /// other nodes and flips the epoch. Refused while another reorganisation is pending, for a
     /// node that owns no active disk, and when no active disk would be left. Returns the
     /// draining disks and the pending epoch.
+    ///
+    /// When some disks are unreachable (a dead node's, [`Store::set_unreachable`]: the removal
+    /// of a dead node re-creates its copies from the others), it is also refused when a block
+    /// would have no copy left on a reachable disk.
     pub fn remove_node(&self, node: &str) -> Result<(Vec<DiskId>, Epoch), StoreError> {
+        let _scale = lock(&self.scale);
+        let objects = self.catalog.objects()?;
         let mut removed = Vec::new();
         let meta = self.catalog.update_meta(&mut |meta: &mut StoreMeta| {
             let invalid =
@@ -817,6 +952,9 @@ impl Store {
                     meta.replication
                 )));
             }
+            if let Err(e) = self.check_live_copies(meta, &objects) {
+                return Err(invalid(format!("removing node {node}: {e}")));
+            }
             meta.placement
                 .push(ScaleOp::Remove { disks: disks.clone() })
                 .map_err(CatalogError::Placement)?;
@@ -838,6 +976,9 @@ impl Store {
     /// Re-reads the metadata another node may have changed (a cluster: a node joined or left);
     /// returns whether it changed.
     pub fn refresh(&self) -> Result<bool, StoreError> {
+        // Under the scale lock: metadata read before this node's own flip (or removal) must not
+        // overwrite what that flip committed.
+        let _scale = lock(&self.scale);
         let meta = self.catalog.meta()?;
         let mut cur = write(&self.meta);
         if *cur == meta {
@@ -849,7 +990,7 @@ impl Store {
 
     /// The disks owned by this node (all of them on a single node).
     #[must_use]
-    pub fn local_disks(&self) -> std::collections::BTreeSet<DiskId> {
+    pub fn local_disks(&self) -> BTreeSet<DiskId> {
         let meta = read(&self.meta);
         meta.disks
             .iter()
@@ -873,6 +1014,7 @@ impl Store {
             disks: RwLock::new(disks),
             scale: Mutex::new(()),
             ingest_gate: RwLock::new(()),
+            unreachable: RwLock::new(BTreeSet::new()),
         }
     }
 
@@ -1242,6 +1384,9 @@ impl Store {
                 disks: current.len() - 1,
             });
         }
+        if !read(&self.unreachable).is_empty() {
+            self.check_live_copies(&meta, &self.catalog.objects()?)?;
+        }
         meta.placement.push(ScaleOp::Remove { disks: vec![id] })?;
         for d in &mut meta.disks {
             if d.id == id {
@@ -1283,6 +1428,15 @@ impl Store {
         if to.has_block_file(mv.key) && to.read_block(mv.key).is_ok() {
             return Ok(CopyOutcome::Already);
         }
+        // The source's node is dead: read another copy.
+        let from = if read(&self.unreachable).contains(&mv.from) {
+            match self.catalog.objects()?.into_iter().find(|r| r.id == mv.key.object) {
+                Some(rec) => open(self.source_of(&self.meta(), &rec, mv)?)?,
+                None => return Err(StoreError::StaleMove { mv: *mv }),
+            }
+        } else {
+            from
+        };
         let block = match from.read_block(mv.key) {
             Ok(b) => b,
             // Another copy will do: the source's is lost or corrupt.
@@ -1972,6 +2126,152 @@ mod tests {
         drop(store);
         let store = Store::open(&root).unwrap();
         assert_eq!(contents(&store), after);
+    }
+
+    /// A store of disks d0..d3 keeping two copies, objects "a" (24 blocks) and "b" (16).
+    fn replicated_4() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let disks: Vec<DiskSpec> =
+            (0..4).map(|i| DiskSpec::from(PathBuf::from(format!("d{i}")))).collect();
+        let store = Store::create_with(
+            &dir.path().join("s"),
+            &disks,
+            Bytes::kib(64),
+            Default::default(),
+            2,
+        )
+        .unwrap();
+        ingest(&store, "a", 24);
+        ingest(&store, "b", 16);
+        (dir, store)
+    }
+
+    /// The removal of an unreachable disk (a dead node's) with K = 2: every move reads a
+    /// reachable copy, never the dead disk, and afterwards every block has K copies on the
+    /// reachable disks, fsck clean.
+    #[test]
+    fn removing_an_unreachable_disk_copies_from_the_live_replicas() {
+        let (_dir, store) = replicated_4();
+        let before = contents(&store);
+        let dead = DiskId(1);
+        // The dead disk's files are gone: a read there would fail.
+        let dead_dir = store.disk(dead).unwrap().path().to_owned();
+        let mut lost = 0;
+        for e in fs::read_dir(&dead_dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                fs::remove_dir_all(&p).unwrap();
+                lost += 1;
+            }
+        }
+        assert!(lost > 0, "no block directory on {}", dead_dir.display());
+        store.set_unreachable([dead].into());
+        store.remove_disk(dead).unwrap();
+        let sources = store.reorg_sources().unwrap();
+        assert!(!sources.is_empty());
+        for (mv, src) in &sources {
+            assert_eq!(mv.from, dead, "{mv:?}");
+            assert_ne!(*src, dead, "{mv:?} reads the dead disk");
+        }
+        for (mv, _) in &sources {
+            assert!(matches!(store.copy_block(mv).unwrap(), CopyOutcome::Copied { .. }), "{mv:?}");
+        }
+        store.flip().unwrap();
+        let report = fsck(&store, false).unwrap();
+        assert!(report.is_clean(), "{report:?}");
+        assert_eq!(report.copies_checked, 2 * 40);
+        let meta = store.meta();
+        for rec in store.catalog().objects().unwrap() {
+            for i in 0..rec.block_count() {
+                let r = meta.replicas_at(&rec, BlockIndex(i), meta.active_epoch);
+                assert_eq!(r.len(), 2);
+                assert!(!r.contains(dead), "block {i} of {} still on {dead}", rec.name);
+            }
+        }
+        assert_eq!(contents(&store), before);
+    }
+
+    /// Two unreachable disks with K = 2: some block has both copies there; removing one of them
+    /// is refused, naming the block, and nothing changes.
+    #[test]
+    fn removing_the_last_copies_is_refused() {
+        let (_dir, store) = replicated_4();
+        store.set_unreachable([DiskId(1), DiskId(2)].into());
+        let err = store.remove_disk(DiskId(1)).unwrap_err();
+        assert!(matches!(err, StoreError::NoLiveCopy { .. }), "{err}");
+        assert!(err.to_string().contains("every copy"), "{err}");
+        assert!(store.meta().pending().is_none());
+        assert_eq!(store.meta().disk(DiskId(1)).unwrap().state, DiskState::Active);
+    }
+
+    /// One catalog shared by several in-process "nodes" (etcd's part in a cluster).
+    struct SharedCatalog(Arc<RedbCatalog>);
+
+    impl Catalog for SharedCatalog {
+        fn meta(&self) -> Result<StoreMeta, CatalogError> {
+            self.0.meta()
+        }
+        fn put_meta(&self, meta: &StoreMeta) -> Result<(), CatalogError> {
+            self.0.put_meta(meta)
+        }
+        fn create_meta(&self, meta: &StoreMeta) -> Result<(), CatalogError> {
+            self.0.create_meta(meta)
+        }
+        fn update_meta(
+            &self,
+            f: &mut dyn FnMut(&mut StoreMeta) -> Result<(), CatalogError>,
+        ) -> Result<StoreMeta, CatalogError> {
+            self.0.update_meta(f)
+        }
+        fn object(&self, name: &str) -> Result<Option<ObjectRecord>, CatalogError> {
+            self.0.object(name)
+        }
+        fn objects(&self) -> Result<Vec<ObjectRecord>, CatalogError> {
+            self.0.objects()
+        }
+        fn insert_object(&self, rec: &ObjectRecord) -> Result<(), CatalogError> {
+            self.0.insert_object(rec)
+        }
+        fn allocate_object_id(&self) -> Result<ObjectId, CatalogError> {
+            self.0.allocate_object_id()
+        }
+        fn remove_object(&self, name: &str) -> Result<Option<ObjectRecord>, CatalogError> {
+            self.0.remove_object(name)
+        }
+    }
+
+    /// A dead node's removal is coordinated by one survivor, the lowest-named owner of a
+    /// reachable disk, the same on every survivor; with the node reachable again, the node
+    /// itself (an ordinary `node remove`).
+    #[test]
+    fn a_dead_nodes_removal_is_coordinated_by_the_lowest_named_survivor() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = Arc::new(RedbCatalog::create(&dir.path().join("catalog.redb")).unwrap());
+        let nodes: Vec<Store> = ["n1", "n2", "n3"]
+            .iter()
+            .map(|n| {
+                let disks = [DiskSpec::from(PathBuf::from("d0"))];
+                let cat: DynCatalog = Box::new(SharedCatalog(Arc::clone(&catalog)));
+                Store::join(&dir.path().join(n), cat, n, &disks, Bytes::kib(64), Some(2)).unwrap()
+            })
+            .collect();
+        for n in &nodes {
+            n.refresh().unwrap();
+        }
+        let dead: BTreeSet<DiskId> = nodes[2].local_disks().into_iter().collect();
+        for n in &nodes[..2] {
+            n.set_unreachable(dead.clone());
+        }
+        nodes[1].remove_node("n3").unwrap();
+        for n in &nodes {
+            n.refresh().unwrap();
+        }
+        assert!(nodes[0].coordinates_pending(), "n1 is the lowest-named survivor");
+        assert!(!nodes[1].coordinates_pending());
+        // n3 comes back before the flip: an ordinary removal, which it coordinates.
+        assert!(nodes[2].coordinates_pending());
+        nodes[0].set_unreachable(BTreeSet::new());
+        assert!(!nodes[0].coordinates_pending());
     }
 
     /// copy_block: stale moves are refused; a copy already made is skipped.

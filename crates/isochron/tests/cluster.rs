@@ -1180,3 +1180,145 @@ fn an_origin_killed_mid_stream_leaves_its_bipartite_sessions_playing() {
         &format!("GStreamer relayed through n1 past n3's death: {gst}\n{}", c.logs()),
     );
 }
+
+/// GStreamer playing `node`'s `object` relayed over RTSP/TCP into `out`, in the client namespace.
+fn spawn_gst(c: &Cluster, node: usize, object: &str, out: &Path) -> Child {
+    c.client_cmd("gst-launch-1.0")
+        .args([
+            "-q",
+            "-e",
+            "rtspsrc",
+            &format!("location={}", c.nodes[node].rtsp(object)),
+            "protocols=tcp",
+            "latency=2000",
+            "!",
+            "rtpmp2tdepay",
+            "!",
+            "filesink",
+            &format!("location={}", out.display()),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("gst-launch-1.0")
+}
+
+/// `docs/design/takeover.md`, *After the takeover: re-creating the copies*: three nodes,
+/// `store.replication = 2`, 20 streams (18 isochron clients bipartite through n1 and n2, two
+/// GStreamer relayed), n3 killed (SIGKILL) 15 s in. No client's buffer runs dry and every stream
+/// ends byte-exact; once n3's lease has lapsed for `cluster.dead_after_s`, n1 (the lowest-named
+/// survivor) removes n3's disk as one SCADDAR removal whose copies are read from the live
+/// replicas, and `isochron fsck --server` (from a member's namespace) finds 2 copies of every
+/// block, all on n1 and n2.
+#[test]
+fn a_dead_nodes_copies_are_re_created_from_the_other_replicas() {
+    require("gst-launch-1.0");
+    let clip = common::fixture("clip30");
+    let mut c = start_cluster_with(
+        "[store]\nblock_size_kib = 64\nseed_demo = false\nreplication = 2\n\
+         [cluster]\nlease_ttl_s = 2\ndead_after_s = 4\n",
+    );
+    let d = c.dir.path().to_owned();
+    c.ingest(0, &clip);
+    let want = std::fs::read(&clip).unwrap();
+
+    let gsts: Vec<(Child, PathBuf)> = (0..2)
+        .map(|i| {
+            let out = tmp(&d, &format!("gst-rerep-{i}.ts"));
+            (spawn_gst(&c, i, "clip30", &out), out)
+        })
+        .collect();
+    let plays: Vec<(Child, PathBuf)> = (0..18)
+        .map(|i| {
+            let out = tmp(&d, &format!("rerep-{i}.ts"));
+            (spawn_play(&c, &c.nodes[i % 2].rtsp("clip30"), &out), out)
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(15));
+    let n3 = &mut c.nodes[2];
+    n3.child.kill().expect("SIGKILL n3");
+    let _ = n3.child.wait();
+    for (i, (child, out)) in plays.into_iter().enumerate() {
+        let summary =
+            check_play(&c, child, &out, &want, &format!("isochron play {i} past n3's death"));
+        eprintln!("isochron play {i}: {summary}");
+    }
+    for (i, (gst, out)) in gsts.into_iter().enumerate() {
+        let gst = c.child_output_within(gst, Duration::from_secs(90));
+        assert_same_bytes(
+            &std::fs::read(&out).unwrap_or_default(),
+            &want,
+            &format!(
+                "GStreamer {i} relayed through n{} past n3's death: {gst}\n{}",
+                i + 1,
+                c.logs()
+            ),
+        );
+    }
+
+    // The re-replication, coordinated by n1, progress in its /api/v1/reorg.
+    let reorg = format!("{}/api/v1/reorg", c.nodes[0].http());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        let v = get_json(&reorg);
+        let op = v["operation"].as_str().unwrap_or_default().to_owned();
+        assert_ne!(v["state"], "failed", "{v}\n{}", c.logs());
+        if op.contains("re-replicate") && v["state"] == "idle" {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "no re-replication: {v}\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    eprintln!("re-replication: {status}");
+    assert!(status["moved"].as_u64().unwrap() > 0, "{status}");
+    assert_eq!(status["moved"], status["total"], "{status}");
+    assert!(c.log("n1").contains("re-creating its copies"), "{}", c.logs());
+    // n3 holds no disk at the new epoch.
+    let nodes = get_json(&format!("{}/api/v1/nodes", c.nodes[1].http()));
+    let n3 = nodes.as_array().unwrap().iter().find(|n| n["name"] == "n3").expect("n3 listed");
+    assert_eq!(n3["state"], "down", "{nodes}");
+    assert_eq!(n3["disks"], serde_json::json!([]), "{nodes}");
+
+    // fsck across the cluster from a member's namespace: 2 live copies of every block.
+    let out = run(
+        c.nodes[1].host.command(bin()).args(["fsck", "--server", &c.nodes[0].http(), "--json"]),
+        120,
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    eprintln!("fsck: {v}");
+    assert_eq!(v["clean"], true, "{v}");
+    assert_eq!(v["unchecked"], serde_json::json!({}), "{v}");
+    let blocks = v["blocks"].as_u64().unwrap();
+    assert!(blocks > 0, "{v}");
+    assert_eq!(v["copies_expected"].as_u64(), Some(blocks * 2), "{v}");
+    assert_eq!(v["copies_checked"], v["copies_expected"], "{v}");
+
+    // n3 restarts on its data: it joins with no disk in use (its disk retired, its block files
+    // deleted) and the copies stay where they are: fsck still clean with 2 copies of every
+    // block, on n1 and n2.
+    let mut n3 = std::mem::replace(
+        &mut c.nodes[2],
+        Node { host: c.client.clone(), child: dummy_child(), name: "n3".into() },
+    );
+    let before = blocks_on(&c, "n3");
+    restart(&c, &mut n3);
+    c.nodes[2] = n3;
+    assert!(before > 0, "n3 died with no block file");
+    assert_eq!(blocks_on(&c, "n3"), 0, "n3's retired disk keeps block files\n{}", c.log("n3"));
+    for n in &c.nodes {
+        let url = format!("{}/api/v1/nodes", n.http());
+        wait_body(&url, |b| b.matches("\"state\":\"up\"").count() == 3, "three nodes up");
+    }
+    let out = run(
+        c.nodes[1].host.command(bin()).args(["fsck", "--server", &c.nodes[2].http(), "--json"]),
+        120,
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}\n{}", c.logs());
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    eprintln!("fsck after n3's restart: {v}");
+    assert_eq!(v["copies_expected"].as_u64(), Some(blocks * 2), "{v}");
+    assert_eq!(v["copies_checked"], v["copies_expected"], "{v}");
+}

@@ -18,11 +18,11 @@
 //! - **Block writes**: an ingest through any node writes each block on its owner's disk with an
 //!   HTTP `PUT` to the owner ([`HttpBlocks`]), accepted only from cluster members.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use isochron_base::{BlockKey, DiskId, NodeId};
@@ -32,6 +32,7 @@ use isochron_dataplane::sender::SenderCommand;
 use isochron_diskio::Store;
 use isochron_diskio::store::RemoteBlocks;
 use isochron_etcd::Client;
+use isochron_store::catalog::DiskState;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -57,6 +58,9 @@ pub struct ClusterSettings {
     pub prefix: String,
     /// TTL of the node's lease: a dead node is noticed within it.
     pub lease_ttl: Duration,
+    /// How long a node's lease must have lapsed before it counts as dead and its copies are
+    /// re-created from the other replicas (`cluster.dead_after_s`).
+    pub dead_after: Duration,
 }
 
 /// What a node publishes about itself in etcd.
@@ -247,6 +251,7 @@ impl Poller {
         let live_prefix = isochron_etcd::membership::live_prefix(&settings.prefix);
         let nodes_prefix = isochron_etcd::membership::nodes_prefix(&settings.prefix);
         let mut was: BTreeMap<String, NodeRecord> = BTreeMap::new();
+        let mut dead = DeadNodes::default();
         let mut watch: Option<isochron_etcd::Watch> = None;
         while !stop.load(Ordering::Relaxed) {
             match client.get_prefix(live_prefix.as_bytes()) {
@@ -311,6 +316,10 @@ impl Poller {
                     .collect();
             }
             sync_library(&store, &library);
+            if view.etcd_ok.load(Ordering::Relaxed) {
+                let live: BTreeSet<String> = lock(&view.live).keys().cloned().collect();
+                dead.update(&store, &reorg, &live, settings.dead_after);
+            }
             if store.coordinates_pending() {
                 // Ignored while it runs (and for a while after a failure).
                 let _ = reorg.send(ReorgCommand::Resume);
@@ -337,6 +346,98 @@ impl Poller {
     }
 }
 
+/// How often a refused removal of a dead node is tried again (the store may have changed: an
+/// object removed, the node back).
+const RETRY_REFUSED: Duration = Duration::from_secs(10);
+
+/// The nodes whose lease has lapsed, and since when (as this node saw it): past
+/// `cluster.dead_after_s` a node is dead, its disks unreachable ([`Store::set_unreachable`]), and
+/// the survivor with the lowest name starts the SCADDAR removal of its disks, which re-creates
+/// its copies from the other replicas (`docs/design/takeover.md`).
+#[derive(Default)]
+struct DeadNodes {
+    /// Down nodes owning disks, and when this node first saw them down.
+    since: BTreeMap<String, Instant>,
+    /// Dead nodes whose removal was refused (warned once), and when it was last tried.
+    refused: BTreeMap<String, Instant>,
+}
+
+impl DeadNodes {
+    fn update(
+        &mut self,
+        store: &Store,
+        reorg: &mpsc::UnboundedSender<ReorgCommand>,
+        live: &BTreeSet<String>,
+        dead_after: Duration,
+    ) {
+        let meta = store.meta();
+        let owners: BTreeSet<String> = meta
+            .disks
+            .iter()
+            .filter(|d| d.state != DiskState::Retired)
+            .filter_map(|d| d.owner.clone())
+            .collect();
+        let now = Instant::now();
+        self.since.retain(|n, _| owners.contains(n) && !live.contains(n));
+        for n in owners.iter().filter(|n| !live.contains(*n)) {
+            self.since.entry(n.clone()).or_insert(now);
+        }
+        let dead: BTreeSet<&String> = self
+            .since
+            .iter()
+            .filter(|(_, t)| now.duration_since(**t) >= dead_after)
+            .map(|(n, _)| n)
+            .collect();
+        self.refused.retain(|n, _| dead.contains(n));
+        let unreachable: BTreeSet<DiskId> = meta
+            .disks
+            .iter()
+            .filter(|d| d.owner.as_ref().is_some_and(|o| dead.contains(o)))
+            .map(|d| d.id)
+            .collect();
+        store.set_unreachable(unreachable);
+        if meta.pending().is_some() {
+            return;
+        }
+        // The survivor with the lowest name among the owners of active disks starts the
+        // removal; the metadata update is a compare-and-swap, so even two nodes that disagree
+        // on who that is start it once.
+        let me = store.node().unwrap_or_default();
+        let coordinator = meta
+            .disks
+            .iter()
+            .filter(|d| d.state == DiskState::Active)
+            .filter_map(|d| d.owner.as_deref())
+            .filter(|o| live.contains(*o))
+            .min();
+        if coordinator != Some(me) {
+            return;
+        }
+        let Some(node) = dead.into_iter().find(|n| {
+            meta.disks.iter().any(|d| d.state == DiskState::Active && d.owner.as_ref() == Some(*n))
+        }) else {
+            return;
+        };
+        if self.refused.get(node).is_some_and(|t| now.duration_since(*t) < RETRY_REFUSED) {
+            return;
+        }
+        let operation = format!("re-replicate dead node {node}");
+        match store.remove_node(node) {
+            Ok((disks, epoch)) => {
+                info!(%node, ?disks, %epoch, "node dead: re-creating its copies from the other replicas");
+                self.refused.remove(node);
+            }
+            Err(e) => {
+                if self.refused.insert(node.clone(), now).is_none() {
+                    warn!(%node, error = %e, "node dead, but its copies cannot be re-created");
+                }
+                let error = format!("node {node} is dead: {e}");
+                let _ = reorg.send(ReorgCommand::Refused { operation, error });
+            }
+        }
+    }
+}
+
 /// Brings the library in step with the shared catalog and placement.
 fn sync_library(store: &Store, library: &Library) {
     let placement_changed = match store.refresh() {
@@ -347,7 +448,7 @@ fn sync_library(store: &Store, library: &Library) {
         }
     };
     let Ok(objects) = store.catalog().objects() else { return };
-    let names: std::collections::BTreeSet<&str> = objects.iter().map(|r| r.name.as_str()).collect();
+    let names: BTreeSet<&str> = objects.iter().map(|r| r.name.as_str()).collect();
     for e in library.list() {
         if !names.contains(e.record.name.as_str()) {
             library.remove(&e.record.name);

@@ -232,6 +232,10 @@ pub struct ClusterSection {
     pub prefix: String,
     /// TTL of the node's lease in etcd, in seconds.
     pub lease_ttl_s: u64,
+    /// Seconds a node's lease must have lapsed before the node counts as dead and the cluster
+    /// re-creates its copies from the other replicas (`docs/design/takeover.md`): a quick
+    /// restart within it triggers no re-replication.
+    pub dead_after_s: u64,
 }
 
 impl Default for ClusterSection {
@@ -243,6 +247,7 @@ impl Default for ClusterSection {
             control_port: 8556,
             prefix: "/isochron/".into(),
             lease_ttl_s: 5,
+            dead_after_s: 30,
         }
     }
 }
@@ -534,6 +539,9 @@ impl ConfigFile {
         if !(1..=60).contains(&c.lease_ttl_s) {
             return Err(invalid("cluster.lease_ttl_s", "must be between 1 and 60".into()));
         }
+        if c.dead_after_s > 86_400 {
+            return Err(invalid("cluster.dead_after_s", "must be at most 86400 (a day)".into()));
+        }
         Ok(Some(crate::cluster::ClusterSettings {
             etcd: c.etcd.clone(),
             node: c.node.clone(),
@@ -541,6 +549,7 @@ impl ConfigFile {
             control_port: c.control_port,
             prefix: c.prefix.clone(),
             lease_ttl: Duration::from_secs(c.lease_ttl_s),
+            dead_after: Duration::from_secs(c.dead_after_s),
         }))
     }
 }
@@ -588,6 +597,11 @@ mod tests {
             ("[cluster]\netcd = [\"127.0.0.1:2379\"]", "cluster.etcd"),
             ("[cluster]\netcd = [\"http://e:2379\"]\nnode = \"a b\"", "cluster.node"),
             ("[cluster]\netcd = [\"http://e:2379\"]\nnode = \"n1\"", "cluster.advertise"),
+            (
+                "[cluster]\netcd = [\"http://e:2379\"]\nnode = \"n1\"\nadvertise = \"10.0.0.1\"\n\
+                 dead_after_s = 100000",
+                "cluster.dead_after_s",
+            ),
         ];
         for (text, want) in cases {
             let msg = match ConfigFile::parse(text, Path::new("c.toml")) {

@@ -89,6 +89,14 @@ pub enum ReorgCommand {
     },
     /// Resume a reorganisation found pending at start.
     Resume,
+    /// A reorganisation this node should have started was refused (a dead node's removal would
+    /// lose the last copies of a block): shown as failed in the status.
+    Refused {
+        /// The operation, e.g. `re-replicate dead node n2`.
+        operation: String,
+        /// Why it was refused.
+        error: String,
+    },
     /// Report progress.
     Status {
         /// The reply.
@@ -191,6 +199,9 @@ pub(crate) type SpawnWorker = Box<dyn Fn(&Store, DiskId) -> anyhow::Result<IoWor
 
 struct InFlight {
     mv: Move,
+    /// Where the copy is read: `mv.from`, or another copy when `mv.from` is a dead node's
+    /// ([`Store::reorg_sources`]).
+    src: DiskId,
     attempts: u32,
     /// The block's size, known once it has been read.
     len: u64,
@@ -239,7 +250,7 @@ pub(crate) struct Reorganiser {
     me: mpsc::UnboundedSender<ReorgCommand>,
     /// The session manager (which placement epochs its streams read).
     sessions: mpsc::UnboundedSender<SessionCommand>,
-    queue: VecDeque<Move>,
+    queue: VecDeque<(Move, DiskId)>,
     in_flight: HashMap<u64, InFlight>,
     serving: HashMap<u64, Serving>,
     /// Repairs by the tag of their IO in flight.
@@ -388,6 +399,12 @@ impl Reorganiser {
                         self.issue_read(f);
                     }
                 }
+                ReorgCommand::Refused { operation, error } => {
+                    if !self.busy() {
+                        self.status.operation = Some(operation);
+                        self.fail(error);
+                    }
+                }
                 ReorgCommand::Status { reply } => {
                     let _ = reply.send(self.snapshot());
                 }
@@ -421,7 +438,7 @@ impl Reorganiser {
 
     async fn start(&mut self, operation: String) {
         let store = Arc::clone(&self.store);
-        let moves = match tokio::task::spawn_blocking(move || store.reorg_moves()).await {
+        let moves = match tokio::task::spawn_blocking(move || store.reorg_sources()).await {
             Ok(Ok(m)) => m,
             Ok(Err(e)) => return self.fail(format!("planning the moves: {e}")),
             Err(e) => return self.fail(format!("planning the moves: {e}")),
@@ -445,8 +462,8 @@ impl Reorganiser {
     /// Keeps `IN_FLIGHT` moves going: each starts with a non-real-time read of the source.
     fn pump(&mut self) {
         while self.in_flight.len() < IN_FLIGHT {
-            let Some(mv) = self.queue.pop_front() else { break };
-            self.issue_read(InFlight { mv, attempts: 0, len: 0 });
+            let Some((mv, src)) = self.queue.pop_front() else { break };
+            self.issue_read(InFlight { mv, src, attempts: 0, len: 0 });
         }
     }
 
@@ -464,7 +481,22 @@ impl Reorganiser {
         let (joining, draining) = (list(DiskState::Joining), list(DiskState::Draining));
         match (joining.is_empty(), draining.is_empty()) {
             (false, _) => format!("add disks {}", joining.join(",")),
-            (true, false) => format!("remove disks {}", draining.join(",")),
+            (true, false) => {
+                let unreachable = self.store.unreachable();
+                let dead = meta
+                    .disks
+                    .iter()
+                    .filter(|d| d.state == DiskState::Draining)
+                    .all(|d| unreachable.contains(&d.id));
+                if dead {
+                    format!(
+                        "re-replicate the copies of dead disks {} from the live replicas",
+                        draining.join(",")
+                    )
+                } else {
+                    format!("remove disks {}", draining.join(","))
+                }
+            }
             (true, true) => "resume reorganisation".into(),
         }
     }
@@ -474,11 +506,11 @@ impl Reorganiser {
     fn issue_read(&mut self, mut f: InFlight) {
         f.attempts += 1;
         let tag = self.tag();
-        if self.store.is_local(f.mv.from) {
+        if self.store.is_local(f.src) {
             let cmd = IoCommand::NrtRead { key: f.mv.key, tag };
-            let _ = self.sched.send(SchedCommand::Nrt { disk: f.mv.from, cmd });
+            let _ = self.sched.send(SchedCommand::Nrt { disk: f.src, cmd });
         } else {
-            self.remote(tag, f.mv, None);
+            self.remote(tag, Move { from: f.src, ..f.mv }, None);
         }
         self.in_flight.insert(tag, f);
     }
@@ -516,7 +548,7 @@ impl Reorganiser {
             Ok(Some(bytes)) => match Block::parse(AlignedBuf::copy_from(&bytes), Some(f.mv.key)) {
                 Ok(block) => self.issue_write(f, Arc::new(block)),
                 Err(e) => {
-                    let error = format!("block {} from disk {}: {e}", f.mv.key, f.mv.from);
+                    let error = format!("block {} from disk {}: {e}", f.mv.key, f.src);
                     self.retry(f, error);
                 }
             },
