@@ -679,26 +679,8 @@ fn loss_is_repaired_by_the_node_that_sent_each_packet() {
     c.client.drop_udp_percent(1).expect("nft loss rule");
 
     let gst_out = tmp(d, "gst-loss.ts");
-    let gst = c
-        .client_cmd("gst-launch-1.0")
-        .args([
-            "-q",
-            "-e",
-            "rtspsrc",
-            &format!("location={}", c.nodes[2].rtsp("clip30")),
-            "protocols=udp",
-            "do-retransmission=true",
-            "latency=2000",
-            "!",
-            "rtpmp2tdepay",
-            "!",
-            "filesink",
-            &format!("location={}", gst_out.display()),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("gst-launch-1.0");
+    let gst =
+        spawn_gst_with(&c, 2, "clip30", &["protocols=udp", "do-retransmission=true"], &gst_out);
     let play_out = tmp(d, "play-loss.ts");
     let play = spawn_play(&c, &c.nodes[1].rtsp("clip30"), &play_out);
     let summary = check_play(&c, play, &play_out, &want, "isochron play under 1 % loss");
@@ -1061,25 +1043,7 @@ fn a_node_killed_mid_stream_is_taken_over_by_the_other_copies() {
     let want = std::fs::read(&clip).unwrap();
 
     let gst_out = tmp(&d, "gst-takeover.ts");
-    let gst = c
-        .client_cmd("gst-launch-1.0")
-        .args([
-            "-q",
-            "-e",
-            "rtspsrc",
-            &format!("location={}", c.nodes[0].rtsp("clip30")),
-            "protocols=tcp",
-            "latency=2000",
-            "!",
-            "rtpmp2tdepay",
-            "!",
-            "filesink",
-            &format!("location={}", gst_out.display()),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("gst-launch-1.0");
+    let gst = spawn_gst(&c, 0, "clip30", &gst_out);
     let plays: Vec<(Child, PathBuf)> = (0..4)
         .map(|i| {
             let out = tmp(&d, &format!("takeover-{i}.ts"));
@@ -1121,25 +1085,7 @@ fn an_origin_killed_mid_stream_leaves_its_bipartite_sessions_playing() {
     let want = std::fs::read(&clip).unwrap();
 
     let gst_out = tmp(&d, "gst-origin.ts");
-    let gst = c
-        .client_cmd("gst-launch-1.0")
-        .args([
-            "-q",
-            "-e",
-            "rtspsrc",
-            &format!("location={}", c.nodes[0].rtsp("clip30")),
-            "protocols=tcp",
-            "latency=2000",
-            "!",
-            "rtpmp2tdepay",
-            "!",
-            "filesink",
-            &format!("location={}", gst_out.display()),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("gst-launch-1.0");
+    let gst = spawn_gst(&c, 0, "clip30", &gst_out);
     let plays: Vec<(Child, PathBuf, usize)> = [2, 2, 0, 0]
         .into_iter()
         .enumerate()
@@ -1183,20 +1129,18 @@ fn an_origin_killed_mid_stream_leaves_its_bipartite_sessions_playing() {
 
 /// GStreamer playing `node`'s `object` relayed over RTSP/TCP into `out`, in the client namespace.
 fn spawn_gst(c: &Cluster, node: usize, object: &str, out: &Path) -> Child {
+    spawn_gst_with(c, node, object, &["protocols=tcp"], out)
+}
+
+/// GStreamer playing `node`'s `object` into `out` in the client namespace, with `rtspsrc`
+/// properties `props` (its transport among them) and a 2 s latency.
+fn spawn_gst_with(c: &Cluster, node: usize, object: &str, props: &[&str], out: &Path) -> Child {
+    let location = format!("location={}", c.nodes[node].rtsp(object));
+    let sink = format!("location={}", out.display());
     c.client_cmd("gst-launch-1.0")
-        .args([
-            "-q",
-            "-e",
-            "rtspsrc",
-            &format!("location={}", c.nodes[node].rtsp(object)),
-            "protocols=tcp",
-            "latency=2000",
-            "!",
-            "rtpmp2tdepay",
-            "!",
-            "filesink",
-            &format!("location={}", out.display()),
-        ])
+        .args(["-q", "-e", "rtspsrc", &location])
+        .args(props)
+        .args(["latency=2000", "!", "rtpmp2tdepay", "!", "filesink", &sink])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

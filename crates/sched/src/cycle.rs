@@ -746,22 +746,8 @@ impl<V: Clone> CycleScheduler<V> {
                     continue;
                 }
                 Pin::Pending | Pin::Miss => {
-                    let disk = good_copy(&self.bad, key, &block.copies, local.as_deref())
-                        .unwrap_or(block.disk);
-                    let d = self.disks.entry(disk).or_default();
-                    if !d.in_flight.contains_key(&Flight::Rt(Target::Read(key))) {
-                        self.seq += 1;
-                        d.push(
-                            Target::Read(key),
-                            Queued {
-                                deadline,
-                                seq: self.seq,
-                                len: block.len,
-                                provisional: !anchored,
-                                stream: None,
-                            },
-                        );
-                    }
+                    let at = (deadline, !anchored);
+                    queue_read(&mut self.disks, &mut self.seq, &self.bad, key, &block, &local, at);
                 }
             }
             if anchored {
@@ -1461,22 +1447,8 @@ impl<V: Clone> CycleScheduler<V> {
                     // read's deadline earlier, never duplicates it. A copy known bad is skipped
                     // (failover); with none good left, the read fails and ends the stream.
                     run.window.push_back(Slot::Waiting(index));
-                    let disk = good_copy(&self.bad, key, &block.copies, local.as_deref())
-                        .unwrap_or(block.disk);
-                    let d = self.disks.entry(disk).or_default();
-                    if !d.in_flight.contains_key(&Flight::Rt(Target::Read(key))) {
-                        self.seq += 1;
-                        d.push(
-                            Target::Read(key),
-                            Queued {
-                                deadline,
-                                seq: self.seq,
-                                len: block.len,
-                                provisional: run.anchor.is_none(),
-                                stream: None,
-                            },
-                        );
-                    }
+                    let at = (deadline, run.anchor.is_none());
+                    queue_read(&mut self.disks, &mut self.seq, &self.bad, key, &block, local, at);
                 }
             }
             if run.anchor.is_some() {
@@ -1683,6 +1655,27 @@ impl<V: Clone> CycleScheduler<V> {
 
 /// The first copy of `key` not in `bad`, on a disk this node reads (`local`; `None`: all) if
 /// one is left, else on another node's disk (a cluster share reads it through its owner).
+/// Queues a real-time read of `key` (`block` of a plan) on its first good copy, this node's
+/// first, with deadline `at.0` (provisional while the stream's clock is not pinned: `at.1`),
+/// unless that disk is already reading it; a read already queued only moves earlier.
+fn queue_read(
+    disks: &mut BTreeMap<DiskId, DiskState>,
+    seq: &mut u64,
+    bad: &BTreeSet<(BlockKey, DiskId)>,
+    key: BlockKey,
+    block: &crate::plan::PlannedBlock,
+    local: &Option<Arc<BTreeSet<DiskId>>>,
+    (deadline, provisional): (Instant, bool),
+) {
+    let disk = good_copy(bad, key, &block.copies, local.as_deref()).unwrap_or(block.disk);
+    let d = disks.entry(disk).or_default();
+    if !d.in_flight.contains_key(&Flight::Rt(Target::Read(key))) {
+        *seq += 1;
+        let q = Queued { deadline, seq: *seq, len: block.len, provisional, stream: None };
+        d.push(Target::Read(key), q);
+    }
+}
+
 fn good_copy(
     bad: &BTreeSet<(BlockKey, DiskId)>,
     key: BlockKey,
