@@ -229,6 +229,10 @@ pub enum LocalAction {
         avg_bitrate: BitRate,
         /// Peak rate.
         peak_bitrate: BitRate,
+        /// Members lost before the session opened ([`Message::Reserve`]'s `lost`): plan the
+        /// share as if they were gone, each block on its first copy on a node not in `lost`,
+        /// and refuse if a block has no such copy.
+        lost: BTreeSet<NodeId>,
     },
     /// Start a run: read the share's blocks on the session's clock and send or forward them.
     Start {
@@ -525,19 +529,40 @@ impl ClusterCore {
     // ----- the origin: sessions ---------------------------------------------------------------
 
     /// Opens a session: asks every member to reserve its share. The answer comes as
-    /// [`SessionEvent::Opened`] or [`SessionEvent::Refused`]. A member that is down refuses at
-    /// once: its blocks cannot be read.
+    /// [`SessionEvent::Opened`] or [`SessionEvent::Refused`].
+    ///
+    /// A member that is down (its lease lapsed) or lost (silent past `suspect_after`) cannot
+    /// read its blocks. With one copy of every block that refuses the session at once; with
+    /// K ≥ 2 copies and fewer than K members lost, the session opens on the others, planned
+    /// without the lost ones: each block is sent by its first copy on a live node, as a
+    /// takeover would (`docs/design/takeover.md`), and a member that finds a block with no such
+    /// copy refuses.
     pub fn open(&mut self, now: Instant, spec: OpenSpec) {
-        let members: BTreeSet<NodeId> = self.members.keys().copied().collect();
-        if let Some(down) = members.iter().find(|id| self.health(now, **id) == Health::Down) {
-            let name = self.members[down].name.clone();
+        let me = self.config.node;
+        let k = usize::from(self.config.replication.max(1));
+        let lost: BTreeSet<NodeId> = self
+            .members
+            .iter()
+            .filter(|(id, m)| **id != me && (m.lost || self.health(now, **id) == Health::Down))
+            .map(|(id, _)| *id)
+            .collect();
+        if let Some(first) = lost.iter().next()
+            && (k < 2 || lost.len() >= k)
+        {
+            let name = self.members[first].name.clone();
+            let reason = match lost.len() {
+                1 => "node is down".to_owned(),
+                n => format!("node is down ({n} of the {k} copies' nodes are)"),
+            };
             self.events.push_back(SessionEvent::Refused {
                 stream: spec.stream,
-                refusal: Refusal { node: name, disk: None, reason: "node is down".into() },
+                refusal: Refusal { node: name, disk: None, reason },
             });
             return;
         }
-        let key = ShareKey { origin: self.config.node, stream: spec.stream };
+        let members: BTreeSet<NodeId> =
+            self.members.keys().copied().filter(|id| !lost.contains(id)).collect();
+        let key = ShareKey { origin: me, stream: spec.stream };
         self.sessions.insert(
             spec.stream,
             Session {
@@ -549,7 +574,7 @@ impl ClusterCore {
                 }),
                 reserved: BTreeSet::new(),
                 run: None,
-                lost: BTreeSet::new(),
+                lost: lost.clone(),
             },
         );
         for to in members {
@@ -562,6 +587,7 @@ impl ClusterCore {
                     epoch: spec.epoch,
                     avg_bitrate: spec.avg_bitrate,
                     peak_bitrate: spec.peak_bitrate,
+                    lost: lost.clone(),
                 },
             );
         }
@@ -814,14 +840,16 @@ impl ClusterCore {
                     m.clock.handle_sample(ping_sent_unix_ns, received_unix_ns, sent_unix_ns, t3);
                 }
             }
-            Message::Reserve { key, object, epoch, avg_bitrate, peak_bitrate } => {
-                self.shares.insert(key, Share::default());
+            Message::Reserve { key, object, epoch, avg_bitrate, peak_bitrate, lost } => {
+                // The share is planned without the lost members from its first run on.
+                self.shares.insert(key, Share { dead: lost.clone(), ..Share::default() });
                 self.local.push_back(LocalAction::Admit {
                     key,
                     object,
                     epoch,
                     avg_bitrate,
                     peak_bitrate,
+                    lost,
                 });
             }
             Message::Start { key, run, spec } => {

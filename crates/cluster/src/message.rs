@@ -7,6 +7,7 @@
 //! Every message is small (tens of bytes): Yima §2.2's point is that bipartite delivery leaves
 //! only control between nodes, "orders of magnitude less than the streaming data traffic".
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::net::SocketAddr;
 
@@ -178,6 +179,10 @@ pub enum Message {
         avg_bitrate: BitRate,
         /// Its peak rate.
         peak_bitrate: BitRate,
+        /// Members the origin counts lost when it opened the session (K ≥ 2): the session is
+        /// planned without them, every block sent by its first copy on a node not in `lost`
+        /// (`docs/design/takeover.md`). Empty in a healthy cluster.
+        lost: BTreeSet<NodeId>,
     },
     /// Answer to [`Message::Reserve`].
     Reserved {

@@ -7,9 +7,15 @@
 //! does not know, a frame over [`MAX_FRAME`], and trailing bytes, each with an error that says so
 //! (a node talking to a node of another build learns why at once instead of misreading).
 //!
+//! Versions: 1 is every message of the first cluster build. 2 adds one variant, a reserve that
+//! names members lost before the session opened ([`Message::Reserve`]'s `lost`). A frame is
+//! written at the lowest version that expresses its message, so a version-1 node still reads
+//! everything but a degraded open, which it refuses by version.
+//!
 //! [`FrameReader`] reassembles frames from a byte stream in any chunking (sans-IO: the glue feeds
 //! it what its socket read).
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
 use isochron_base::{BitRate, DiskId, Gsn, MediaTime, NodeId, ObjectId, Pace, StreamId};
@@ -19,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::message::{Dest, Message, Refusal, Role, RunSpec, ShareKey, ShareReport, WallAnchor};
 
 /// The format version this build writes and the newest it reads.
-pub const WIRE_VERSION: u8 = 1;
+pub const WIRE_VERSION: u8 = 2;
 
 /// The largest frame body accepted (control messages are tens of bytes; a refusal's text is
 /// the largest part).
@@ -51,10 +57,12 @@ pub enum WireError {
 /// Encodes one message as a frame (length prefix included).
 #[must_use]
 pub fn encode_frame(msg: &Message) -> Vec<u8> {
-    let mut out = vec![0, 0, 0, 0, WIRE_VERSION];
+    let w = W::from(msg);
+    let version = if matches!(w, W::ReserveLost { .. }) { 2 } else { 1 };
+    let mut out = vec![0, 0, 0, 0, version];
     // Serialising plain structs into a growable Vec cannot fail (postcard fails only on buffer
     // exhaustion and unsupported types).
-    out = postcard::to_extend(&W::from(msg), out).expect("postcard into a Vec is infallible");
+    out = postcard::to_extend(&w, out).expect("postcard into a Vec is infallible");
     let len = u32::try_from(out.len() - 4).unwrap_or(u32::MAX);
     out[..4].copy_from_slice(&len.to_be_bytes());
     out
@@ -68,6 +76,9 @@ pub fn decode_body(body: &[u8]) -> Result<Message, WireError> {
     }
     let (w, trailing): (W, _) =
         postcard::take_from_bytes(rest).map_err(|e| WireError::Decode(e.to_string()))?;
+    if version < 2 && matches!(w, W::ReserveLost { .. }) {
+        return Err(WireError::Decode("a version-2 message in a version-1 frame".into()));
+    }
     if !trailing.is_empty() {
         return Err(WireError::Trailing(trailing.len()));
     }
@@ -119,6 +130,8 @@ enum W {
     Ended { key: WKey, run: u64, report: WReport },
     Failed { key: WKey, run: u64, error: String },
     Close { key: WKey },
+    // Version 2.
+    ReserveLost { key: WKey, object: u64, epoch: u32, avg: u64, peak: u64, lost: Vec<u16> },
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy)]
@@ -296,13 +309,27 @@ impl From<&Message> for W {
                     sent: *sent_unix_ns,
                 }
             }
-            Message::Reserve { key, object, epoch, avg_bitrate, peak_bitrate } => Self::Reserve {
-                key: (*key).into(),
-                object: object.0,
-                epoch: *epoch,
-                avg: avg_bitrate.0,
-                peak: peak_bitrate.0,
-            },
+            Message::Reserve { key, object, epoch, avg_bitrate, peak_bitrate, lost }
+                if lost.is_empty() =>
+            {
+                Self::Reserve {
+                    key: (*key).into(),
+                    object: object.0,
+                    epoch: *epoch,
+                    avg: avg_bitrate.0,
+                    peak: peak_bitrate.0,
+                }
+            }
+            Message::Reserve { key, object, epoch, avg_bitrate, peak_bitrate, lost } => {
+                Self::ReserveLost {
+                    key: (*key).into(),
+                    object: object.0,
+                    epoch: *epoch,
+                    avg: avg_bitrate.0,
+                    peak: peak_bitrate.0,
+                    lost: lost.iter().map(|n| n.0).collect(),
+                }
+            }
             Message::Reserved { key, result } => Self::Reserved {
                 key: (*key).into(),
                 refusal: result.as_ref().err().map(|r| WRefusal {
@@ -358,6 +385,15 @@ impl From<W> for Message {
                 epoch,
                 avg_bitrate: BitRate(avg),
                 peak_bitrate: BitRate(peak),
+                lost: BTreeSet::new(),
+            },
+            W::ReserveLost { key, object, epoch, avg, peak, lost } => Self::Reserve {
+                key: key.into(),
+                object: ObjectId(object),
+                epoch,
+                avg_bitrate: BitRate(avg),
+                peak_bitrate: BitRate(peak),
+                lost: lost.into_iter().map(NodeId).collect(),
             },
             W::Reserved { key, refusal } => Self::Reserved {
                 key: key.into(),
@@ -436,6 +472,15 @@ mod tests {
                 epoch: 1,
                 avg_bitrate: BitRate(5_600_000),
                 peak_bitrate: BitRate(8_000_000),
+                lost: BTreeSet::new(),
+            },
+            Message::Reserve {
+                key: key(),
+                object: ObjectId(5),
+                epoch: 1,
+                avg_bitrate: BitRate(5_600_000),
+                peak_bitrate: BitRate(8_000_000),
+                lost: [NodeId(3), NodeId(9)].into(),
             },
             Message::Reserved { key: key(), result: Ok(()) },
             Message::Reserved {
@@ -499,16 +544,39 @@ mod tests {
             epoch: 1,
             avg_bitrate: BitRate(1000),
             peak_bitrate: BitRate(2000),
+            lost: BTreeSet::new(),
         });
         assert_eq!(f, [0, 0, 0, 10, 1, 3, 2, 77, 5, 1, 232, 7, 208, 15]);
         let f = encode_frame(&Message::Close { key: key() });
         assert_eq!(f, [0, 0, 0, 4, 1, 11, 2, 77]);
+        // Version 2: a reserve naming lost members; everything else is still written as 1.
+        let f = encode_frame(&Message::Reserve {
+            key: key(),
+            object: ObjectId(5),
+            epoch: 1,
+            avg_bitrate: BitRate(1000),
+            peak_bitrate: BitRate(2000),
+            lost: [NodeId(3)].into(),
+        });
+        assert_eq!(f, [0, 0, 0, 12, 2, 12, 2, 77, 5, 1, 232, 7, 208, 15, 1, 3]);
     }
 
     #[test]
     fn bad_frames_are_named() {
         assert_eq!(decode_body(&[]), Err(WireError::Empty));
-        assert_eq!(decode_body(&[2, 0]), Err(WireError::Version { found: 2 }));
+        assert_eq!(decode_body(&[3, 0]), Err(WireError::Version { found: 3 }));
+        // A version-2 variant in a version-1 frame.
+        let f = encode_frame(&Message::Reserve {
+            key: key(),
+            object: ObjectId(5),
+            epoch: 1,
+            avg_bitrate: BitRate(1000),
+            peak_bitrate: BitRate(2000),
+            lost: [NodeId(3)].into(),
+        });
+        let mut v1 = f[4..].to_vec();
+        v1[0] = 1;
+        assert!(matches!(decode_body(&v1), Err(WireError::Decode(_))));
         assert_eq!(decode_body(&[0]), Err(WireError::Version { found: 0 }));
         assert!(matches!(decode_body(&[1, 200]), Err(WireError::Decode(_))));
         let mut f = encode_frame(&Message::Close { key: key() });

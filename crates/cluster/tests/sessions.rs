@@ -461,3 +461,70 @@ fn takeover_more_dead_nodes_than_copies_fails_the_session() {
         matches!(last_event(&h, 1), SessionEvent::Failed { ref error, .. } if error == "node n4 is down")
     );
 }
+
+#[test]
+fn a_session_opened_while_a_member_is_down_is_sent_by_the_other_copies() {
+    let mut h = Harness::with_replication(3, 40, 2);
+    h.run_for(Duration::from_secs(1));
+    h.crash(3);
+    // Suspected (silent 1 s): new sessions open without it rather than wait for its lease.
+    h.run_for(Duration::from_millis(1300));
+    h.open(1, 10, Delivery::Bipartite);
+    h.run_for(Duration::from_millis(5));
+    assert!(opened(&h, 1, 10), "{:?}", h.node(1).events);
+    for n in 1..=2 {
+        assert_eq!(h.node(n).admitted(), 1, "node {n} reserved its share");
+    }
+    h.start(1, 10, 1, 0, true);
+    h.run_for(Duration::from_secs(25));
+    assert!(!failed(&h, 1), "{:?}", h.node(1).events);
+    // Every packet once, in time, each by its first copy on a live node; none from n3.
+    let dups = h.assert_delivered_in_time(10, 0, CLIENT_BUFFER);
+    assert_eq!(dups, 0);
+    let lost = [NodeId(3)].into();
+    for s in h.sent.iter().filter(|s| s.stream == StreamId(10)) {
+        assert_eq!(Some(s.node), h.object.sender(s.gsn, &lost), "gsn {}", s.gsn);
+    }
+    assert!(ended(&h, 1, 10), "{:?}", h.node(1).events);
+    h.close(1, 10);
+
+    // After the lease lapses, the same; a relayed session too.
+    h.lease_lapsed(3);
+    h.open(2, 11, Delivery::Relay);
+    h.run_for(Duration::from_millis(5));
+    assert!(opened(&h, 2, 11), "{:?}", h.node(2).events);
+    h.start(2, 11, 1, 0, false);
+    h.run_for(Duration::from_secs(25));
+    assert_eq!(h.assert_delivered_in_time(11, 0, CLIENT_BUFFER), 0);
+    assert!(h.sent.iter().filter(|s| s.stream == StreamId(11)).all(|s| s.node == NodeId(2)));
+    assert!(ended(&h, 2, 11));
+}
+
+#[test]
+fn a_session_is_refused_when_as_many_members_are_down_as_there_are_copies() {
+    // One copy: a node down refuses at once.
+    let mut h = Harness::new(3, 40);
+    h.crash(3);
+    h.lease_lapsed(3);
+    h.open(1, 10, Delivery::Bipartite);
+    match last_event(&h, 1) {
+        SessionEvent::Refused { refusal, .. } => {
+            assert_eq!(refusal.to_string(), "node n3: node is down");
+        }
+        e => panic!("{e:?}"),
+    }
+    // Two copies, two of four nodes down.
+    let mut h = Harness::with_replication(4, 40, 2);
+    h.run_for(Duration::from_secs(1));
+    h.crash(3);
+    h.crash(4);
+    h.run_for(Duration::from_millis(1300));
+    h.open(1, 10, Delivery::Bipartite);
+    match last_event(&h, 1) {
+        SessionEvent::Refused { refusal, .. } => {
+            assert_eq!(refusal.to_string(), "node n3: node is down (2 of the 2 copies' nodes are)");
+        }
+        e => panic!("{e:?}"),
+    }
+    assert_eq!(h.node(2).admitted(), 0);
+}

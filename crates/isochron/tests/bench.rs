@@ -416,3 +416,56 @@ fn cluster_bench_spreads_sessions_over_shaped_nodes_and_reports_each() {
     assert_eq!(s["points"][0]["nodes"], 2, "{s:#}");
     assert!(scale.join("scale_up.svg").exists());
 }
+
+#[test]
+#[allow(clippy::print_stderr)] // the skip's reason
+fn cluster_bench_with_a_node_killed_measures_the_survivors_serving_its_copies() {
+    if let Err(why) = isochron_loadgen::testbed::Testbed::available() {
+        if !isochron_loadgen::testbed::Testbed::is_root() && std::env::var_os("CI").is_none() {
+            eprintln!("cluster bench: skipped: {why}");
+            return;
+        }
+        panic!("--cluster-nodes must run here: {why}");
+    }
+    let dir = tempdir();
+    let out = dir.path().join("out");
+    let res = run(
+        Command::new(bin())
+            .args(["bench", "--out"])
+            .arg(&out)
+            .args(["--cluster-nodes", "3", "--shape", "20mbit", "--replication", "2"])
+            .args(["--kill-nodes", "1", "--ingest"])
+            .arg(demo())
+            .args(["--clients", "4", "--stagger", "--no-mtfc", "--duration", "6", "--seed", "5"])
+            .env("RUST_LOG", "warn"),
+        240,
+    );
+    let stdout = String::from_utf8_lossy(&res.stdout);
+    assert!(
+        res.status.success(),
+        "cluster bench failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    assert!(stdout.contains("killed n3 (SIGKILL)"), "{stdout}");
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let c = &r["cluster"];
+    assert_eq!(c["node_count"], 3, "{c:#}");
+    assert_eq!(c["replication"], 2, "{c:#}");
+    assert_eq!(c["killed"], serde_json::json!(["n3"]), "{c:#}");
+    assert_eq!(r["parameters"]["link_bits_s"], 40e6, "the survivors' links: {:#}", r["parameters"]);
+    // Every session opened while n3 was down, on n1 or n2, and played to its end: n3's blocks
+    // came from their other copies.
+    let s = &r["sessions_summary"];
+    assert_eq!(s["refused"], 0, "{s:#}");
+    assert_eq!(s["error"], 0, "{s:#}");
+    assert_eq!(s["starvations"], 0, "{s:#}");
+    let nodes = c["nodes"].as_array().unwrap();
+    let names: Vec<&str> = nodes.iter().map(|n| n["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["n1", "n2"]);
+    for n in nodes {
+        assert!((0.2..0.8).contains(&n["share"].as_f64().unwrap()), "{n:#}");
+    }
+    let per_n = r["per_n"].as_array().unwrap();
+    assert!(per_n.iter().any(|p| p["per_source"].as_object().is_some_and(|m| m.len() == 2)));
+}

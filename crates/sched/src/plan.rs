@@ -55,6 +55,23 @@ impl ObjectPlan {
     pub fn key(&self, index: BlockIndex) -> BlockKey {
         BlockKey::new(self.object, index)
     }
+
+    /// The plan with every block read from its first copy on a disk not `lost`: a session
+    /// opened while a node is down (`docs/design/takeover.md`) is sent and admitted as the
+    /// copies it will really read. The copies keep their order, so a later loss picks the
+    /// next copy by the same rule. `Err`: the first block with no copy left.
+    pub fn without(&self, lost: impl Fn(DiskId) -> bool) -> Result<Self, BlockIndex> {
+        let blocks = self
+            .blocks
+            .iter()
+            .enumerate()
+            .map(|(i, b)| match b.copies.iter().find(|d| !lost(*d)) {
+                Some(disk) => Ok(PlannedBlock { disk, ..*b }),
+                None => Err(BlockIndex(i as u32)),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self { object: self.object, blocks })
+    }
 }
 
 /// A request to admit a stream.
@@ -101,4 +118,34 @@ pub struct Anchor {
     pub wall: Instant,
     /// The media time of the start.
     pub media: MediaTime,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_without_lost_disks_reads_each_block_from_its_next_copy() {
+        let block = |first: u16, second: u16| {
+            let mut copies = Replicas::single(DiskId(first));
+            copies.push(DiskId(second));
+            PlannedBlock {
+                disk: DiskId(first),
+                copies,
+                first_gsn: Gsn(0),
+                first_send_time: MediaTime::ZERO,
+                len: Bytes(1),
+            }
+        };
+        let plan =
+            ObjectPlan { object: ObjectId(1), blocks: vec![block(0, 1), block(2, 0), block(1, 2)] };
+        let without = plan.without(|d| d == DiskId(0)).unwrap();
+        let disks: Vec<DiskId> = without.blocks.iter().map(|b| b.disk).collect();
+        assert_eq!(disks, [DiskId(1), DiskId(2), DiskId(1)]);
+        // The copies keep their order.
+        assert_eq!(without.blocks[1].copies.as_slice(), [DiskId(2), DiskId(0)]);
+        assert_eq!(plan.without(|_| false).unwrap(), plan);
+        // Block 0's copies are both lost.
+        assert_eq!(plan.without(|d| d != DiskId(2)), Err(BlockIndex(0)));
+    }
 }

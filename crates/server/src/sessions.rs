@@ -740,19 +740,26 @@ impl Manager {
 
     fn local(&mut self, action: LocalAction) {
         match action {
-            LocalAction::Admit { key, object, epoch, avg_bitrate, peak_bitrate } => {
+            LocalAction::Admit { key, object, epoch, avg_bitrate, peak_bitrate, lost } => {
                 let entry = self.library.by_id(object).or_else(|| self.catalog_entry(object));
                 let entry = entry.map(|e| self.at_epoch(e, Epoch(epoch)));
-                let Some(entry) = entry else {
-                    let now = self.clock.now();
-                    let node = self.cluster.config().name.clone();
-                    let reason = format!("object {object} is not in this node's library");
-                    self.cluster.handle_admitted(
-                        now,
-                        key,
-                        Err(Refusal { node, disk: None, reason }),
-                    );
-                    return;
+                let entry = match entry.map(|e| self.without_lost(e, &lost)) {
+                    Some(Ok(entry)) => entry,
+                    Some(Err(reason)) => {
+                        let now = self.clock.now();
+                        let node = self.cluster.config().name.clone();
+                        let refusal = Refusal { node, disk: None, reason };
+                        self.cluster.handle_admitted(now, key, Err(refusal));
+                        return;
+                    }
+                    None => {
+                        let now = self.clock.now();
+                        let node = self.cluster.config().name.clone();
+                        let reason = format!("object {object} is not in this node's library");
+                        let refusal = Refusal { node, disk: None, reason };
+                        self.cluster.handle_admitted(now, key, Err(refusal));
+                        return;
+                    }
                 };
                 let stream = if key.origin == self.cluster.node() {
                     key.stream
@@ -968,6 +975,39 @@ impl Manager {
         let planned = Arc::new(ObjectEntry::at_epoch(store, entry.record.clone(), epoch));
         debug!(object = %entry.record.name, from = %entry.epoch, to = %epoch, "planned at the origin's epoch");
         planned
+    }
+
+    /// `entry` planned without the members in `lost` (a session opened while they are down):
+    /// each block read and sent from its first copy on a live node, which is what this node
+    /// admits and sends. `Err`: a block with no copy left, in words for the refusal.
+    fn without_lost(
+        &self,
+        entry: Arc<ObjectEntry>,
+        lost: &BTreeSet<NodeId>,
+    ) -> Result<Arc<ObjectEntry>, String> {
+        let Some(link) = self.link.as_ref().filter(|_| !lost.is_empty()) else { return Ok(entry) };
+        let now = self.clock.now();
+        let names: BTreeSet<String> =
+            self.cluster.members(now).filter(|m| lost.contains(&m.id)).map(|m| m.name).collect();
+        let meta = link.store.meta();
+        let is_lost = |d: DiskId| {
+            meta.disk(d).and_then(|r| r.owner.as_deref()).is_some_and(|o| names.contains(o))
+        };
+        match entry.plan.without(is_lost) {
+            Ok(plan) => Ok(Arc::new(ObjectEntry {
+                record: entry.record.clone(),
+                plan: Arc::new(plan),
+                epoch: entry.epoch,
+            })),
+            Err(block) => {
+                let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                Err(format!(
+                    "block {block} of {} has no copy on a live node (down: {})",
+                    entry.record.name,
+                    names.join(", ")
+                ))
+            }
+        }
     }
 
     fn catalog_entry(&self, object: isochron_base::ObjectId) -> Option<Arc<ObjectEntry>> {

@@ -127,7 +127,8 @@ pub struct SimNode {
     /// This node's clock minus the true clock, ns.
     pub skew_ns: i64,
     pub capacity: usize,
-    admitted: HashSet<ShareKey>,
+    /// Admitted shares, with the members lost when each opened (planned without them).
+    admitted: HashMap<ShareKey, BTreeSet<NodeId>>,
     runs: HashMap<ShareKey, Run>,
     pub events: Vec<SessionEvent>,
     pub byes: Vec<ShareKey>,
@@ -212,7 +213,7 @@ impl Harness {
                     core,
                     skew_ns: 0,
                     capacity: usize::MAX,
-                    admitted: HashSet::new(),
+                    admitted: HashMap::new(),
                     runs: HashMap::new(),
                     events: Vec::new(),
                     byes: Vec::new(),
@@ -470,9 +471,21 @@ impl Harness {
         action: LocalAction,
     ) {
         match action {
-            LocalAction::Admit { key, .. } => {
-                let result = if node.admitted.len() < node.capacity {
-                    node.admitted.insert(key);
+            LocalAction::Admit { key, lost, .. } => {
+                let no_copy = (0..object.packets())
+                    .step_by(PACKETS_PER_BLOCK as usize)
+                    .find(|g| object.sender(*g, &lost).is_none());
+                let result = if let Some(g) = no_copy {
+                    Err(Refusal {
+                        node: format!("n{}", id.0),
+                        disk: None,
+                        reason: format!(
+                            "block {} has no copy on a live node",
+                            g / PACKETS_PER_BLOCK
+                        ),
+                    })
+                } else if node.admitted.len() < node.capacity {
+                    node.admitted.insert(key, lost);
                     Ok(())
                 } else {
                     Err(Refusal {
@@ -484,9 +497,12 @@ impl Harness {
                 node.core.handle_admitted(local, key, result);
             }
             LocalAction::Start { key, run, spec, anchor } => {
+                let none = BTreeSet::new();
+                let lost = node.admitted.get(&key).unwrap_or(&none);
+                // A share opened with members lost is planned without them.
                 let own = |g: &u64| match spec.role {
                     Role::Whole => true,
-                    Role::Share { .. } | Role::Feeder => object.owner(*g) == id,
+                    Role::Share { .. } | Role::Feeder => object.sender(*g, lost) == Some(id),
                 };
                 let todo: Vec<u64> = (spec.start.gsn.0..object.packets()).filter(own).collect();
                 // A single node pins its clock when its first block is in memory: 20 ms.

@@ -147,6 +147,14 @@ pub(crate) struct Args {
     /// enough that each node's share of a stream is smooth; docs/results/fig4.md).
     #[arg(long, value_name = "KIB", default_value_t = 16)]
     block_kib: u32,
+    /// With --cluster-nodes: copies of every block (`store.replication`).
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    replication: u8,
+    /// With --cluster-nodes: SIGKILL the last M nodes after the ingest, wait until the others
+    /// see them down, and measure the survivors (capacity after a failure): the killed nodes'
+    /// blocks are sent from their other copies, and are not re-created during the run.
+    #[arg(long, value_name = "M", default_value_t = 0)]
+    kill_nodes: usize,
     /// Instead of a run: read the report.json of cluster runs (directories given as the URL
     /// arguments) and write Yima's Figure 4 summary into --out: `scale_up.svg` (N_max against
     /// the number of nodes) and `scale_up.json`.
@@ -197,6 +205,8 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
             media: a.ingest.clone(),
             delivery: a.delivery.clone(),
             block_kib: a.block_kib,
+            replication: a.replication,
+            kill: a.kill_nodes,
             out: a.out,
         });
     }

@@ -50,7 +50,7 @@ use serde_json::json;
 const PREFIX: &str = "isochron_cbench";
 
 /// The flags of `bench` that configure the cluster, not the measurement (with a value).
-const CLUSTER_FLAGS: [&str; 7] = [
+const CLUSTER_FLAGS: [&str; 9] = [
     "--cluster-nodes",
     "--shape",
     "--server-cmd",
@@ -58,6 +58,8 @@ const CLUSTER_FLAGS: [&str; 7] = [
     "--client-shape",
     "--delivery",
     "--block-kib",
+    "--replication",
+    "--kill-nodes",
 ];
 
 /// What cluster to build.
@@ -75,6 +77,10 @@ pub(crate) struct Spec {
     pub(crate) delivery: String,
     /// The store's block size, KiB.
     pub(crate) block_kib: u32,
+    /// Copies of every block.
+    pub(crate) replication: u8,
+    /// How many nodes (the last ones) to kill before the measurement.
+    pub(crate) kill: usize,
     /// Where the report goes.
     pub(crate) out: PathBuf,
 }
@@ -156,6 +162,18 @@ pub(crate) fn run(spec: &Spec) -> anyhow::Result<ExitCode> {
     if spec.media.is_empty() {
         bail!("--cluster-nodes needs --ingest FILE (the media the clients play)");
     }
+    if spec.kill >= spec.nodes {
+        bail!("--kill-nodes {} leaves no node of {} to measure", spec.kill, spec.nodes);
+    }
+    if spec.kill >= usize::from(spec.replication.max(1)) {
+        bail!(
+            "--kill-nodes {} needs --replication above it: with {} cop{} of every block, some \
+             blocks would have none left",
+            spec.kill,
+            spec.replication,
+            if spec.replication == 1 { "y" } else { "ies" }
+        );
+    }
     std::fs::create_dir_all(&spec.out)
         .with_context(|| format!("creating {}", spec.out.display()))?;
     let exe = std::env::current_exe().context("finding the isochron binary")?;
@@ -173,8 +191,13 @@ pub(crate) fn run(spec: &Spec) -> anyhow::Result<ExitCode> {
     std::fs::write(
         &config,
         format!(
-            "[store]\nblock_size_kib = {}\nseed_demo = false\n\n[sched]\nadmission = \"off\"\n",
-            spec.block_kib
+            "[store]\nblock_size_kib = {}\nreplication = {}\nseed_demo = false\n\n\
+             [sched]\nadmission = \"off\"\n\n[cluster]\ndead_after_s = {}\n",
+            spec.block_kib,
+            spec.replication.max(1),
+            // With nodes killed, what is measured is the survivors sending the dead nodes'
+            // blocks from their other copies: no re-replication during the run.
+            if spec.kill > 0 { 86_400 } else { 30 },
         ),
     )?;
     let logs = spec.out.join("logs");
@@ -257,6 +280,7 @@ pub(crate) fn run(spec: &Spec) -> anyhow::Result<ExitCode> {
         println!("ingested {name} through n1 in {:.1} s", t.elapsed().as_secs_f64());
         objects.push(name);
     }
+    let killed = kill_last(&mut nodes, spec.kill)?;
     let urls: Vec<String> = objects
         .iter()
         .flat_map(|o| {
@@ -276,11 +300,43 @@ pub(crate) fn run(spec: &Spec) -> anyhow::Result<ExitCode> {
     let elapsed = t0.elapsed().as_secs_f64();
     let after: Vec<Counters> = nodes.iter().map(|n| counters(&bed, n)).collect();
     let report = node_reports(&nodes, &before, &after, elapsed);
-    write_cluster(spec, &urls, &report, elapsed)?;
+    write_cluster(spec, &urls, &report, &killed, elapsed)?;
     drop(nodes);
     drop(etcd);
     drop(bed);
     Ok(if status.success() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// SIGKILLs the last `m` nodes and waits until every survivor's `/api/v1/nodes` shows them
+/// down (their leases lapsed) and the others up. Returns the killed nodes' names.
+fn kill_last(nodes: &mut Vec<Node>, m: usize) -> anyhow::Result<Vec<String>> {
+    let mut killed = Vec::new();
+    for _ in 0..m {
+        let Some(mut n) = nodes.pop() else { break };
+        if let Some(mut c) = n.child.take() {
+            c.kill().with_context(|| format!("killing {}", n.name))?;
+            let _ = c.wait();
+        }
+        killed.push(n.name.clone());
+    }
+    if killed.is_empty() {
+        return Ok(killed);
+    }
+    let t = Instant::now();
+    let up = nodes.len();
+    for n in nodes.iter() {
+        wait_for(&format!("{}/api/v1/nodes", n.http()), Duration::from_secs(60), |body| {
+            body.matches("\"state\":\"up\"").count() == up
+                && body.matches("\"state\":\"down\"").count() >= killed.len()
+        })
+        .with_context(|| format!("{} never saw {} down", n.name, killed.join(", ")))?;
+    }
+    println!(
+        "killed {} (SIGKILL); the {up} others saw it down after {:.1} s",
+        killed.join(", "),
+        t.elapsed().as_secs_f64()
+    );
+    Ok(killed)
 }
 
 /// The bench's own flags for the run in the clients' namespace: ours minus the cluster's, plus
@@ -308,7 +364,7 @@ fn bench_args(ours: impl Iterator<Item = String>, urls: &[String], spec: &Spec) 
         args.extend(["--popularity".into(), "round-robin".into()]);
     }
     if !has(&args, "--link") {
-        let total = spec.node_bits_s * spec.nodes as f64;
+        let total = spec.node_bits_s * (spec.nodes - spec.kill) as f64;
         args.extend(["--link".into(), format!("{}bit", total.round() as u64)]);
     }
     args.extend(urls.iter().cloned());
@@ -431,6 +487,7 @@ fn write_cluster(
     spec: &Spec,
     urls: &[String],
     nodes: &[NodeReport],
+    killed: &[String],
     elapsed: f64,
 ) -> anyhow::Result<()> {
     let path = spec.out.join("report.json");
@@ -445,6 +502,8 @@ fn write_cluster(
     doc["cluster"] = json!({
         "nodes": nodes,
         "node_count": spec.nodes,
+        "replication": spec.replication.max(1),
+        "killed": killed,
         "node_link_bits_s": spec.node_bits_s,
         "client_link_bits_s": spec.client_bits_s,
         "delivery": spec.delivery,
@@ -495,6 +554,8 @@ mod tests {
             media: vec![],
             delivery: "bipartite".into(),
             block_kib: 64,
+            replication: 1,
+            kill: 0,
             out: PathBuf::from("o"),
         };
         let ours = "bench --out o --cluster-nodes 2 --shape 100mbit --ingest a.ts \
