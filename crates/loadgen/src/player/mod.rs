@@ -244,6 +244,9 @@ impl Player {
     pub fn handle_play(&mut self, first_seq: Option<u16>, length: Option<Duration>) {
         if let Some(s) = first_seq {
             self.reorder.set_start(s);
+            if let (Some(r), Some(first)) = (&mut self.repairs, self.reorder.next()) {
+                r.expect_first(first);
+            }
         }
         if let Some(l) = length {
             self.playout.handle_length(l);

@@ -127,6 +127,15 @@ impl Repairs {
         }
     }
 
+    /// The first number due (RTP-Info `seq`, RFC 2326 §12.33), before any packet arrived: a
+    /// stream whose first packets are lost has them found missing by the first packet that
+    /// comes, like any other gap.
+    pub fn expect_first(&mut self, ext: u64) {
+        if self.highest.is_none() {
+            self.highest = ext.checked_sub(1);
+        }
+    }
+
     /// Packet `ext` arrived at `at` from source `source`, with the last number of its block if it
     /// carried one; `held` if the jitter buffer took it in time (not a duplicate, not late).
     /// Returns whether it repaired a loss asked for.
@@ -304,6 +313,23 @@ mod tests {
         // Released past: forgotten.
         assert_eq!(r.poll_requests(ms(t0, 1_000), Some(107)), []);
         assert_eq!(r.poll_timeout(), None);
+    }
+
+    #[test]
+    fn the_first_packets_lost_are_asked_for_once_the_first_one_comes() {
+        let t0 = Instant::now();
+        let mut r = Repairs::new(RepairConfig::default());
+        // PLAY said 100 comes first; 100 and 101 are lost, 102..=104 is source 1's block.
+        r.expect_first(100);
+        r.handle_packet(ms(t0, 0), 102, 1, Some(104), true);
+        assert_eq!(
+            r.poll_requests(ms(t0, 10), Some(100)),
+            [Request { to: Ask::Source(1), seqs: vec![100, 101] }]
+        );
+        // Without it, the first packet received is where the stream starts.
+        let mut r = Repairs::new(RepairConfig::default());
+        r.handle_packet(ms(t0, 0), 102, 1, Some(104), true);
+        assert_eq!(r.poll_requests(ms(t0, 10), Some(102)), []);
     }
 
     #[test]
