@@ -386,6 +386,8 @@ struct Share {
     clock: Option<(LocalAnchor, Pace)>,
     /// Members of the session lost so far (their parts are taken over).
     dead: BTreeSet<NodeId>,
+    /// Those lost before it opened: its plan leaves them out already (no takeover needed).
+    planned_without: BTreeSet<NodeId>,
     /// The origin is lost: nobody will stop or close the share; it runs to its end and then
     /// releases itself.
     orphan: bool,
@@ -842,7 +844,10 @@ impl ClusterCore {
             }
             Message::Reserve { key, object, epoch, avg_bitrate, peak_bitrate, lost } => {
                 // The share is planned without the lost members from its first run on.
-                self.shares.insert(key, Share { dead: lost.clone(), ..Share::default() });
+                self.shares.insert(
+                    key,
+                    Share { dead: lost.clone(), planned_without: lost.clone(), ..Share::default() },
+                );
                 self.local.push_back(LocalAction::Admit {
                     key,
                     object,
@@ -862,10 +867,11 @@ impl ClusterCore {
                 share.spec = Some(spec);
                 share.clock = anchor.map(|a| (a, spec.pace));
                 let dead = share.dead.clone();
+                let taken = share.dead != share.planned_without;
                 self.local.push_back(LocalAction::Start { key, run, spec, anchor });
                 // A run started after a loss (a seek, a resume) carries the lost parts from
-                // its first packet.
-                if !dead.is_empty() {
+                // its first packet (those lost before the session opened are in its plan).
+                if taken {
                     self.local.push_back(LocalAction::TakeOver {
                         key,
                         run,

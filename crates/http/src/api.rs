@@ -71,6 +71,7 @@ pub(crate) fn router(state: ApiState) -> Router {
         .route("/assets/vendor/hls.light.min.js", get(crate::media::hls_js))
         .merge(crate::dashboard::router())
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::guard))
         .with_state(state)
 }
 
@@ -525,6 +526,12 @@ async fn add_disk(
     body: Result<Json<AddDisk>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(body) = body.map_err(|e| ApiError(e.status(), e.body_text()))?;
+    let spec: isochron_store::catalog::DiskSpec =
+        body.spec.parse().map_err(|e| ApiError::bad_request(format!("spec: {e}")))?;
+    let root = s.store.root().to_owned();
+    let disks: Vec<std::path::PathBuf> =
+        s.store.meta().disks.iter().map(|d| root.join(&d.path)).collect();
+    check_disk_path(&root, &disks, &spec.path).map_err(ApiError::bad_request)?;
     let (tx, rx) = oneshot::channel();
     if s.reorg.send(ReorgCommand::AddDisk { spec: body.spec, reply: tx }).is_err() {
         return Err(ApiError::unavailable());
@@ -536,6 +543,65 @@ async fn add_disk(
         Ok(Err(e)) => Err(ApiError(StatusCode::CONFLICT, e)),
         Err(_) => Err(ApiError::unavailable()),
     }
+}
+
+/// System trees a disk may not be in (nor be an ancestor of).
+const SYSTEM_TREES: [&str; 12] = [
+    "/proc", "/sys", "/dev", "/etc", "/boot", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/run",
+    "/var/run",
+];
+
+/// Whether `path` (a new disk's directory, relative to the store `root` if relative) may become
+/// a disk over the network: a relative path stays inside the store root (no `..`); an absolute
+/// one must already be a directory, not in or above a system tree, and not inside or above
+/// another disk (`disks`, absolute) or the store root. Checked before anything is created or
+/// moved.
+fn check_disk_path(
+    root: &std::path::Path,
+    disks: &[std::path::PathBuf],
+    path: &std::path::Path,
+) -> Result<(), String> {
+    use std::path::Component;
+    let shown = path.display();
+    if path.is_relative() {
+        if path.components().any(|c| !matches!(c, Component::Normal(_))) {
+            return Err(format!("{shown}: a relative disk path must stay inside the store"));
+        }
+        let full = root.join(path);
+        if disks.iter().any(|d| full.starts_with(d) || d.starts_with(&full)) {
+            return Err(format!("{shown}: inside or above another disk"));
+        }
+        return Ok(());
+    }
+    let real = std::fs::canonicalize(path)
+        .map_err(|e| format!("{shown}: {e} (a disk's directory must exist)"))?;
+    if !real.is_dir() {
+        return Err(format!("{shown}: not a directory"));
+    }
+    if real == std::path::Path::new("/")
+        || SYSTEM_TREES
+            .iter()
+            .any(|t| real.starts_with(t) || std::path::Path::new(t).starts_with(&real))
+    {
+        return Err(format!("{shown}: in or above a system directory"));
+    }
+    let canon = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
+    let root = canon(root);
+    if real.starts_with(&root) && real != root && disks.iter().all(|d| !real.starts_with(canon(d)))
+    {
+        // A new directory inside the store root, beside the disks: fine.
+        return Ok(());
+    }
+    if root.starts_with(&real) {
+        return Err(format!("{shown}: the store's own directory or above it"));
+    }
+    for d in disks {
+        let d = canon(d);
+        if real.starts_with(&d) || d.starts_with(&real) {
+            return Err(format!("{shown}: inside or above disk {}", d.display()));
+        }
+    }
+    Ok(())
 }
 
 /// `DELETE /api/v1/disks/{id}`: 202; the disk drains in the background and is then retired.
@@ -600,5 +666,38 @@ async fn metrics(State(s): State<ApiState>) -> Result<Response, ApiError> {
     if let Some(view) = &s.cluster {
         crate::cluster::render_metrics(&mut text, view);
     }
+    s.auth_refusals.render(&mut text);
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_disk_path_from_the_network_is_checked_before_anything_moves() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("store");
+        let d0 = root.join("disk-0");
+        let other = dir.path().join("elsewhere");
+        for d in [&d0, &other] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let disks = vec![d0.clone()];
+        let check = |p: &std::path::Path| check_disk_path(&root, &disks, p);
+        assert_eq!(check(std::path::Path::new("disk-1")), Ok(()));
+        assert!(check(std::path::Path::new("../x")).unwrap_err().contains("inside the store"));
+        assert!(check(std::path::Path::new("disk-0/sub")).unwrap_err().contains("another disk"));
+        assert_eq!(check(&other), Ok(()));
+        let missing = dir.path().join("nonexistent/x");
+        assert!(check(&missing).unwrap_err().contains("must exist"), "nothing created");
+        assert!(!missing.exists());
+        assert!(check(std::path::Path::new("/etc")).unwrap_err().contains("system"));
+        assert!(check(std::path::Path::new("/")).unwrap_err().contains("system"));
+        assert!(check(&d0.join(".")).unwrap_err().contains("inside or above disk"));
+        assert!(check(dir.path()).unwrap_err().contains("store's own directory"));
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"x").unwrap();
+        assert!(check(&file).unwrap_err().contains("not a directory"));
+    }
 }

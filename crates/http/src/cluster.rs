@@ -1,9 +1,9 @@
 //! The cluster's HTTP endpoints (`docs/design/cluster.md`): ingest through any node, block
 //! writes from the ingesting node to a block's owner, and `/api/v1/nodes` for every node.
 //!
-//! Writes are accepted only from loopback and from live cluster members' addresses: nothing
-//! that writes is open to the network at large (the credentials of `[auth]` come with the
-//! security work).
+//! The node-to-node calls (`/api/v1/cluster/…`) are accepted only from loopback and from live
+//! cluster members' addresses. Ingest and node removal are `admin` (`crate::auth`): with no
+//! `[auth]` users that is loopback and members too, else a user's credentials.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -30,14 +30,15 @@ pub(crate) fn error(status: StatusCode, msg: impl Into<String>) -> Response {
     (status, Json(serde_json::json!({ "error": msg.into() }))).into_response()
 }
 
-/// Whether `peer` may write: loopback, or a live member of this node's cluster.
-fn may_write(s: &ApiState, peer: IpAddr) -> bool {
+/// Whether `peer` is trusted: loopback, or a live member of this node's cluster (node-to-node
+/// calls; with no `[auth]` users, also record and admin, `crate::auth`).
+pub(crate) fn is_trusted(s: &ApiState, peer: IpAddr) -> bool {
     peer.is_loopback() || s.cluster.as_ref().is_some_and(|v| v.member_ips().contains(&peer))
 }
 
 /// Node-to-node requests: `403` naming the peer unless it is a member or loopback.
 pub(crate) fn refuse_non_member(s: &ApiState, peer: SocketAddr) -> Option<Response> {
-    (!may_write(s, peer.ip()))
+    (!is_trusted(s, peer.ip()))
         .then(|| error(StatusCode::FORBIDDEN, format!("{} is not a cluster member", peer.ip())))
 }
 
@@ -115,20 +116,7 @@ pub(crate) async fn put_move(
 /// `name` as one SCADDAR removal; that node copies its blocks to the others and flips the
 /// epoch. `202 Accepted` with the draining disks; `409` when refused (a reorganisation pending,
 /// no such node, the last disks).
-pub(crate) async fn remove_node(
-    State(s): State<ApiState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(name): Path<String>,
-) -> Response {
-    if !may_write(&s, peer.ip()) {
-        return error(
-            StatusCode::FORBIDDEN,
-            format!(
-                "removing a node is open to loopback and cluster members only, not {}",
-                peer.ip()
-            ),
-        );
-    }
+pub(crate) async fn remove_node(State(s): State<ApiState>, Path(name): Path<String>) -> Response {
     if s.cluster.is_none() {
         return error(StatusCode::NOT_FOUND, "this server is not a cluster node");
     }
@@ -149,16 +137,9 @@ pub(crate) async fn remove_node(
 /// blocks written to their owners' disks on every node (`isochron ingest --server`).
 pub(crate) async fn ingest(
     State(s): State<ApiState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(name): Path<String>,
     body: Body,
 ) -> Response {
-    if !may_write(&s, peer.ip()) {
-        return error(
-            StatusCode::FORBIDDEN,
-            format!("ingest is open to loopback and cluster members only, not {}", peer.ip()),
-        );
-    }
     // Spooled to a file first: the cutter needs to seek (it reads the file twice).
     let spool = match tempfile::NamedTempFile::new_in(s.store.root()) {
         Ok(f) => f,

@@ -13,7 +13,8 @@
 //! expected (blocks × K), checked, bad, repaired, and copies no live node checked (their node is
 //! down or did not answer); clean means every expected copy was checked good.
 //!
-//! Only loopback and cluster members may ask (the check loads the disks, and a repair writes).
+//! It needs `admin` (`crate::auth`: the check loads the disks, and a repair writes); the fan-out
+//! (`scope=self`) is open to cluster members and loopback only.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -98,7 +99,10 @@ pub(crate) async fn fsck(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Query(q): Query<FsckQuery>,
 ) -> Response {
-    if let Some(refused) = crate::cluster::refuse_non_member(&s, peer) {
+    // The fan-out to each node is node-to-node; the request itself passed `crate::auth` (admin).
+    if q.scope.as_deref() == Some("self")
+        && let Some(refused) = crate::cluster::refuse_non_member(&s, peer)
+    {
         return refused;
     }
     let repair = match q.repair.as_deref() {

@@ -21,6 +21,7 @@
 //! routes everything, `dashboard` included.
 
 mod api;
+mod auth;
 mod cluster;
 mod dashboard;
 mod error;
@@ -53,6 +54,7 @@ pub fn serve(listener: TcpListener, handles: Handles) -> JoinHandle<()> {
         node,
         hls_segment,
         cluster,
+        auth,
     } = handles;
     let app = api::router(ApiState {
         recorders,
@@ -65,6 +67,8 @@ pub fn serve(listener: TcpListener, handles: Handles) -> JoinHandle<()> {
         media: Arc::new(MediaState::new(hls_segment)),
         node: Arc::new(node),
         cluster,
+        auth,
+        auth_refusals: Arc::default(),
     });
     tokio::spawn(async move {
         let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();

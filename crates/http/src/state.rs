@@ -40,6 +40,10 @@ pub(crate) struct ApiState {
     pub(crate) media: Arc<MediaState>,
     pub(crate) node: Arc<NodeIdentity>,
     pub(crate) cluster: Option<Arc<isochron_server::cluster::ClusterView>>,
+    /// Who may do what (`[auth]`).
+    pub(crate) auth: Arc<isochron_auth::Authority>,
+    /// Requests the policy refused, for `/metrics`.
+    pub(crate) auth_refusals: Arc<crate::auth::Refusals>,
 }
 
 /// HTTP delivery's settings and small caches.

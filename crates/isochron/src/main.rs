@@ -48,6 +48,9 @@ enum Command {
     Plan(cmds::plan::Args),
     /// Measure an RTSP server with emulation clients: N_max, the bottleneck, Yima's Figure 3.
     Bench(Box<cmds::bench::Args>),
+    /// Access control helpers: `auth hash` makes a password_hash for `[[auth.users]]`.
+    #[command(subcommand)]
+    Auth(cmds::auth::Command),
     /// Play an RTSP URL as a player does: jitter buffer in RTP sequence order, the PCR clock,
     /// per-source counts; --out writes the MPEG-TS received, --json the summary.
     Play(cmds::play::Args),
@@ -82,6 +85,7 @@ fn main() -> ExitCode {
         Command::Plan(a) => cmds::plan::run(a),
         Command::Bench(a) => cmds::bench::run(*a),
         Command::Play(a) => cmds::play::run(a),
+        Command::Auth(c) => cmds::auth::run(c),
     };
     match result {
         Ok(code) => code,

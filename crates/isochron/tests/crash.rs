@@ -149,8 +149,11 @@ fn sigkill_during_reorganisation_resumes_and_loses_nothing() {
     let clip = fixture("rate5m");
     let dir = tempdir();
     let data = dir.path().join("store");
+    // A disk added over HTTP must be an existing directory.
     let disk = |n: usize| {
-        format!("{},seek_ms=2,rate_mib_s=40", dir.path().join(format!("d{n}")).display())
+        let d = dir.path().join(format!("d{n}"));
+        std::fs::create_dir_all(&d).unwrap();
+        format!("{},seek_ms=2,rate_mib_s=40", d.display())
     };
     let out = run(
         Command::new(bin())

@@ -321,7 +321,9 @@ fn online_scaling_and_recording_keep_two_copies() {
         run(Command::new(bin()).args(["play", &url, "--out"]).arg(&out2), 60)
     });
     std::thread::sleep(Duration::from_secs(1));
-    let d2 = dir.path().join("d2").display().to_string();
+    let d2 = dir.path().join("d2");
+    std::fs::create_dir_all(&d2).unwrap();
+    let d2 = d2.display().to_string();
     for args in [["disk", "add", "--server", &api, &d2], ["disk", "remove", "--server", &api, "0"]]
     {
         let o = run(Command::new(bin()).args(args), 120);

@@ -32,8 +32,11 @@ fn disks_join_and_leave_while_streams_play() {
     let clip = fixture("rate5m");
     let dir = tempdir();
     let data = dir.path().join("store");
+    // A disk added over HTTP must be an existing directory.
     let disk = |n: usize| {
-        format!("{},seek_ms=2,rate_mib_s=40", dir.path().join(format!("d{n}")).display())
+        let d = dir.path().join(format!("d{n}"));
+        std::fs::create_dir_all(&d).unwrap();
+        format!("{},seek_ms=2,rate_mib_s=40", d.display())
     };
     let out = run(
         Command::new(bin())

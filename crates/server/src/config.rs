@@ -33,6 +33,8 @@ pub struct ConfigFile {
     pub media: MediaSection,
     /// `[cluster]`: a node of a cluster on etcd.
     pub cluster: ClusterSection,
+    /// `[auth]`: who may read, record and administer (`isochron_auth`).
+    pub auth: isochron_auth::AuthSection,
 }
 
 /// `[store]`.
@@ -280,6 +282,9 @@ pub enum ConfigError {
         /// What is wrong.
         message: String,
     },
+    /// A key of `[auth]` is wrong (its key names the user, e.g. `auth.users[1].token`).
+    #[error("config key {0}")]
+    Auth(#[from] isochron_auth::ConfigError),
 }
 
 /// Checked runtime settings derived from a [`ConfigFile`].
@@ -336,6 +341,8 @@ pub struct Settings {
     pub media_scan_interval: Duration,
     /// Cluster mode, when `[cluster] etcd` is set.
     pub cluster: Option<crate::cluster::ClusterSettings>,
+    /// The access policy (`[auth]`).
+    pub auth: std::sync::Arc<isochron_auth::Authority>,
 }
 
 impl ConfigFile {
@@ -493,6 +500,7 @@ impl ConfigFile {
             cluster: self.cluster_settings(rtsp_listen)?,
             media_dir: self.media.dir.clone(),
             media_scan_interval: Duration::from_millis(self.media.scan_interval_ms),
+            auth: std::sync::Arc::new(isochron_auth::Authority::new(&self.auth)?),
         })
     }
 }

@@ -154,6 +154,8 @@ pub struct Handles {
     pub hls_segment: Duration,
     /// The cluster, when this node is in one.
     pub cluster: Option<Arc<cluster::ClusterView>>,
+    /// Who may do what (`[auth]`).
+    pub auth: Arc<isochron_auth::Authority>,
 }
 
 /// A running server.
@@ -485,7 +487,9 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
             },
             hls_segment: settings.hls_segment,
             cluster: view.clone(),
+            auth: Arc::clone(&settings.auth),
         };
+        info!("{}", settings.auth.notice());
         http = Some((listener, handles));
     }
     let http_addr = http.as_ref().map(|(_, h)| h.node.http);

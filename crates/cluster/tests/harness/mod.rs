@@ -557,7 +557,8 @@ impl Harness {
                     return;
                 };
                 let first = from.as_nanos() / PACKET_INTERVAL.as_nanos() as u64;
-                let none = BTreeSet::new();
+                // Its own blocks: by its plan, which left out the members lost before it opened.
+                let none = node.admitted.get(&key).cloned().unwrap_or_default();
                 let mut rest: BTreeSet<u64> = r.todo[r.next..].iter().copied().collect();
                 // Blocks now this node's, and never its own: nothing it sent is resent.
                 rest.extend(

@@ -200,15 +200,15 @@ fn reorganize_offline(store: &Store) -> anyhow::Result<ExitCode> {
 }
 
 fn api(_url: &str) -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(30)))
-        .http_status_as_error(false)
-        .build()
-        .into()
+    super::api_agent(
+        ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(30)))
+            .http_status_as_error(false),
+    )
 }
 
 fn http_error(url: &str, e: ureq::Error) -> anyhow::Error {
-    anyhow::anyhow!("cannot reach the server at {url}: {e}")
+    anyhow::anyhow!("cannot reach the server at {}: {e}", super::redacted(url))
 }
 
 /// The JSON body of a `202 Accepted`, or the server's `{"error": …}` as the error.

@@ -107,11 +107,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
 fn run_server(server: &str, repair: bool, json: bool) -> anyhow::Result<ExitCode> {
     use anyhow::{Context as _, anyhow, bail};
     let url = format!("{}/api/v1/fsck?repair={}", server.trim_end_matches('/'), u8::from(repair));
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(std::time::Duration::from_secs(900)))
-        .http_status_as_error(false)
-        .build()
-        .into();
+    let agent = super::api_agent(
+        ureq::Agent::config_builder()
+            .timeout_global(Some(std::time::Duration::from_secs(900)))
+            .http_status_as_error(false),
+    );
     let resp = agent.post(&url).send_empty().map_err(|e| anyhow!("{url}: {e}"))?;
     let status = resp.status();
     let body = resp.into_body().read_to_string().map_err(|e| anyhow!("{url}: {e}"))?;

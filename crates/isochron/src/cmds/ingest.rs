@@ -156,12 +156,13 @@ fn ingest_remote(url: &str, args: &Args) -> anyhow::Result<ExitCode> {
                 b.set_message("sending");
             }
             let mut reader = Progress { inner: f, bar: bar.clone() };
-            let resp = ureq::put(&target)
-                .config()
-                .http_status_as_error(false)
-                .build()
+            let resp = super::api_agent(ureq::Agent::config_builder().http_status_as_error(false))
+                .put(&target)
+                // A refusal (401, 403, 409) then comes before the file is sent, not as a broken
+                // pipe halfway (RFC 9110 §10.1.1).
+                .header("Expect", "100-continue")
                 .send(ureq::SendBody::from_reader(&mut reader))
-                .map_err(|e| anyhow::anyhow!("{target}: {e}"))?;
+                .map_err(|e| anyhow::anyhow!("{}: {e}", super::redacted(&target)))?;
             if let Some(b) = bar {
                 b.finish_and_clear();
             }
@@ -170,17 +171,18 @@ fn ingest_remote(url: &str, args: &Args) -> anyhow::Result<ExitCode> {
             let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
             if !status.is_success() {
                 let msg = v["error"].as_str().map_or_else(|| body.trim().to_owned(), str::to_owned);
-                anyhow::bail!("{target} answered {status}: {msg}");
+                anyhow::bail!("{} answered {status}: {msg}", super::redacted(&target));
             }
             Ok(v)
         })();
         match result {
             Ok(v) => println!(
-                "ingested {}: {:.1} s, {} bytes, {} blocks (through {url})",
+                "ingested {}: {:.1} s, {} bytes, {} blocks (through {})",
                 v["name"].as_str().unwrap_or(&name),
                 v["duration_s"].as_f64().unwrap_or(0.0),
                 v["bytes"].as_u64().unwrap_or(0),
                 v["blocks"].as_u64().unwrap_or(0),
+                super::redacted(url),
             ),
             Err(e) => {
                 eprintln!("isochron: cannot ingest {}: {e:#}", file.display());

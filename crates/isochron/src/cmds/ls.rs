@@ -69,7 +69,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// `ls --server URL`: the server's `/api/v1/objects`.
 fn list_remote(url: &str, json: bool) -> anyhow::Result<ExitCode> {
     let url = format!("{}/api/v1/objects", url.trim_end_matches('/'));
-    let body = ureq::get(&url)
+    let body = super::api_agent(ureq::Agent::config_builder())
+        .get(&url)
         .call()
         .map_err(|e| anyhow::anyhow!("{url}: {e}"))?
         .into_body()

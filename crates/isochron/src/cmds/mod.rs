@@ -1,5 +1,6 @@
 //! The subcommands.
 
+pub(crate) mod auth;
 pub(crate) mod bench;
 pub(crate) mod bench_cluster;
 pub(crate) mod bench_disk;
@@ -30,6 +31,43 @@ pub(crate) struct DataArg {
     pub(crate) data: PathBuf,
 }
 
+/// An agent for a server's HTTP API (`--server URL`). Credentials in the URL
+/// (`http://user:pass@host:8080`) go as HTTP Basic, which the server takes from loopback or
+/// over TLS; `ISOCHRON_TOKEN`, when set, goes as a bearer token (`[[auth.users]] token`), which
+/// it takes from anywhere.
+pub(crate) fn api_agent(
+    config: ureq::config::ConfigBuilder<ureq::typestate::AgentScope>,
+) -> ureq::Agent {
+    match std::env::var("ISOCHRON_TOKEN") {
+        Ok(token) if !token.is_empty() => {
+            let value = format!("Bearer {token}");
+            config
+                .middleware(
+                    move |mut req: ureq::http::Request<ureq::SendBody<'_>>,
+                          next: ureq::middleware::MiddlewareNext<'_>| {
+                        if let Ok(v) = ureq::http::HeaderValue::from_str(&value) {
+                            req.headers_mut().insert(ureq::http::header::AUTHORIZATION, v);
+                        }
+                        next.handle(req)
+                    },
+                )
+                .build()
+                .into()
+        }
+        _ => config.build().into(),
+    }
+}
+
+/// `url` without the `user:password@` of its authority, for messages.
+pub(crate) fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..end].rfind('@') {
+        Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+        None => url.to_owned(),
+    }
+}
+
 /// A disk spec whose path is made absolute against the working directory: paths on the command
 /// line mean what the shell means (the store would resolve a relative one against its root).
 pub(crate) fn absolute_spec(
@@ -38,4 +76,14 @@ pub(crate) fn absolute_spec(
     let path = std::path::absolute(&spec.path)
         .map_err(|e| anyhow::anyhow!("disk path {}: {e}", spec.path.display()))?;
     Ok(isochron_store::catalog::DiskSpec { path, model: spec.model })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn credentials_never_reach_a_message() {
+        assert_eq!(super::redacted("http://ops:pw@host:8080/api"), "http://host:8080/api");
+        assert_eq!(super::redacted("http://host:8080/a@b"), "http://host:8080/a@b");
+        assert_eq!(super::redacted("host:8080"), "host:8080");
+    }
 }

@@ -41,11 +41,11 @@ pub(crate) enum Command {
 }
 
 fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(30)))
-        .http_status_as_error(false)
-        .build()
-        .into()
+    super::api_agent(
+        ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(30)))
+            .http_status_as_error(false),
+    )
 }
 
 fn get_json(agent: &ureq::Agent, url: &str) -> anyhow::Result<serde_json::Value> {

@@ -152,7 +152,8 @@ pub struct Server {
     pub rtp_port: u16,
     /// Its store directory.
     pub data: PathBuf,
-    log: PathBuf,
+    /// Its log (stderr).
+    pub log: PathBuf,
 }
 
 /// Options for [`Server::start`].
@@ -164,6 +165,8 @@ pub struct ServeOptions<'a> {
     pub no_demo: bool,
     /// `--config FILE` contents, written to a temp file.
     pub config: Option<&'a str>,
+    /// `--http ADDR` [default: 127.0.0.1:0].
+    pub http: Option<&'a str>,
 }
 
 impl Server {
@@ -172,7 +175,8 @@ impl Server {
         let log = data.with_extension("log");
         let logf = std::fs::File::create(&log).expect("log file");
         let mut cmd = Command::new(bin());
-        cmd.args(["serve", "--rtsp", "127.0.0.1:0", "--http", "127.0.0.1:0", "--rtp-port", "0"])
+        let http = opts.http.unwrap_or("127.0.0.1:0");
+        cmd.args(["serve", "--rtsp", "127.0.0.1:0", "--http", http, "--rtp-port", "0"])
             .arg("--data")
             .arg(data);
         if let Some(m) = opts.media {

@@ -1,0 +1,253 @@
+//! Secure by default (`[auth]`, `isochron_auth`): curl, as a client elsewhere on the network (in
+//! a namespace of its own) and from loopback, against `isochron serve` listening on 0.0.0.0.
+//!
+//! With no users configured: reads are open, and recording, disk and node changes, ingest and
+//! fsck are refused to anyone but loopback (401 naming why), with nothing touched. With users:
+//! credentials everywhere, Basic only from loopback (no TLS here), bearer tokens from anywhere,
+//! 403 for a user without the permission or the object, and the CLI's `http://user:pass@` and
+//! `ISOCHRON_TOKEN`.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{ServeOptions, Server, bin, demo, run, tempdir};
+use isochron_loadgen::testbed::{Host, Testbed};
+
+/// curl from `host` (or loopback with `None`): status and body.
+fn curl(host: Option<&Host>, args: &[&str]) -> (u16, String) {
+    let mut cmd = match host {
+        Some(h) => h.command("curl"),
+        None => Command::new("curl"),
+    };
+    let out = run(
+        cmd.args(["-sS", "--max-time", "20", "-o", "-", "-w", "\n%{http_code}"]).args(args),
+        30,
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+const JSON: &str = "Content-Type: application/json";
+
+fn testbed() -> Option<(Testbed, Host)> {
+    if let Err(why) = Testbed::available() {
+        if !Testbed::is_root() && std::env::var_os("CI").is_none() {
+            #[allow(clippy::print_stderr)]
+            {
+                eprintln!("auth: skipped: {why}");
+            }
+            return None;
+        }
+        panic!("network namespaces must work here: {why}");
+    }
+    let bed = Testbed::new("isochron_auth").expect("testbed");
+    let host = bed.add_host("client").expect("client namespace");
+    Some((bed, host))
+}
+
+fn disk_count(server: &Server) -> usize {
+    let v: serde_json::Value = serde_json::from_str(&server.http_get("/api/v1/disks")).unwrap();
+    v["disks"].as_array().unwrap().len()
+}
+
+#[test]
+fn with_no_users_only_loopback_may_write() {
+    let Some((bed, client)) = testbed() else { return };
+    let dir = tempdir();
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions { http: Some("0.0.0.0:0"), ..ServeOptions::default() },
+    );
+    let base = format!("http://{}:{}", bed.host_ip(), server.http.port());
+    let spot = dir.path().join("spot");
+    std::fs::create_dir_all(&spot).unwrap();
+    let disks = disk_count(&server);
+    // The hostile client's calls: refused, nothing touched.
+    let add = format!("{{\"spec\":\"{}\"}}", spot.display());
+    let (code, body) =
+        curl(Some(&client), &["-X", "POST", "-d", &add, &format!("{base}/api/v1/disks")]);
+    assert_eq!(code, 401, "{body}");
+    assert!(body.contains("open only to loopback"), "{body}");
+    let (code, _) = curl(Some(&client), &["-X", "DELETE", &format!("{base}/api/v1/disks/0")]);
+    assert_eq!(code, 401);
+    let (code, body) = curl(
+        Some(&client),
+        &["-T", demo().to_str().unwrap(), &format!("{base}/api/v1/record/evil?rate=5M")],
+    );
+    assert_eq!(code, 401, "{body}");
+    let (code, _) = curl(Some(&client), &["-X", "POST", &format!("{base}/api/v1/fsck")]);
+    assert_eq!(code, 401);
+    let (code, _) = curl(Some(&client), &["-X", "DELETE", &format!("{base}/api/v1/nodes/n1")]);
+    assert_eq!(code, 401);
+    // A challenge comes with the refusal.
+    let out = run(
+        client
+            .command("curl")
+            .args(["-sS", "-D", "-", "-o", "/dev/null", "-X", "POST"])
+            .arg(format!("{base}/api/v1/disks")),
+        30,
+    );
+    let head = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
+    assert!(head.contains("www-authenticate: basic realm=\"isochron\""), "{head}");
+    assert_eq!(disk_count(&server), disks, "no disk added or removed");
+    let objects = server.http_get("/api/v1/objects");
+    assert!(!objects.contains("evil"), "{objects}");
+    // Reads are open to anyone: the API and a byte range of the object.
+    let (code, body) = curl(Some(&client), &[&format!("{base}/api/v1/objects")]);
+    assert_eq!(code, 200);
+    assert!(body.contains("\"demo\""), "{body}");
+    let (code, body) = curl(
+        Some(&client),
+        &["-r", "0-187", "-w", "%{size_download}\n%{http_code}", &format!("{base}/objects/demo")],
+    );
+    // The body, then what curl counted.
+    assert_eq!(code, 206);
+    assert!(body.ends_with("188"), "188 bytes: {}", body.len());
+    // Loopback may write; a disk path that does not exist is refused before anything is made.
+    let local = format!("http://{}", server.http);
+    let missing = dir.path().join("nonexistent/x");
+    let (code, body) = curl(
+        None,
+        &[
+            "-H",
+            JSON,
+            "-d",
+            &format!("{{\"spec\":\"{}\"}}", missing.display()),
+            &format!("{local}/api/v1/disks"),
+        ],
+    );
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("must exist"), "{body}");
+    assert!(!missing.parent().unwrap().exists(), "nothing created");
+    let (code, body) =
+        curl(None, &["-H", JSON, "-d", "{\"spec\":\"/etc\"}", &format!("{local}/api/v1/disks")]);
+    assert_eq!(code, 400, "{body}");
+    let (code, body) = curl(None, &["-H", JSON, "-d", &add, &format!("{local}/api/v1/disks")]);
+    assert_eq!(code, 202, "{body}");
+    drop(server);
+    drop(bed);
+}
+
+const USERS: &str = r#"
+[auth]
+anonymous = []
+
+[[auth.users]]
+name = "ops"
+password = "ops-secret"
+token = "ops-token-0123456789"
+permissions = ["read", "record", "admin"]
+
+[[auth.users]]
+name = "cam"
+token = "cam-token-0123456789"
+permissions = ["record"]
+objects = ["cam-*"]
+"#;
+
+fn ingest(
+    server_url: &str,
+    token: Option<&str>,
+    host: Option<&Host>,
+    file: &Path,
+) -> (bool, String) {
+    let mut cmd = match host {
+        Some(h) => h.command(bin()),
+        None => Command::new(bin()),
+    };
+    cmd.args(["ingest", "--server", server_url]).arg(file);
+    match token {
+        Some(t) => cmd.env("ISOCHRON_TOKEN", t),
+        None => cmd.env_remove("ISOCHRON_TOKEN"),
+    };
+    let out = run(&mut cmd, 120);
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).to_string())
+}
+
+#[test]
+fn with_users_everyone_needs_credentials_and_basic_stays_off_the_wire() {
+    let Some((bed, client)) = testbed() else { return };
+    let dir = tempdir();
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions { http: Some("0.0.0.0:0"), config: Some(USERS), ..ServeOptions::default() },
+    );
+    let log = std::fs::read_to_string(&server.log).unwrap_or_default();
+    assert!(log.contains("auth: 2 user(s) configured"), "{log}");
+    let base = format!("http://{}:{}", bed.host_ip(), server.http.port());
+    let local = format!("http://{}", server.http);
+    // Anonymous reads are off: 401 with a challenge, from anywhere.
+    let (code, _) = curl(Some(&client), &[&format!("{base}/api/v1/objects")]);
+    assert_eq!(code, 401);
+    let (code, _) = curl(None, &[&format!("{local}/objects/demo")]);
+    assert_eq!(code, 401);
+    // Basic from elsewhere over plain HTTP is refused; the bearer token is taken.
+    let (code, body) =
+        curl(Some(&client), &["-u", "ops:ops-secret", &format!("{base}/api/v1/objects")]);
+    assert_eq!(code, 401, "{body}");
+    assert!(body.contains("only over TLS"), "{body}");
+    let bearer = "Authorization: Bearer ops-token-0123456789";
+    let (code, body) = curl(Some(&client), &["-H", bearer, &format!("{base}/api/v1/objects")]);
+    assert_eq!(code, 200, "{body}");
+    // Basic from loopback is taken; a wrong password is not.
+    let (code, _) =
+        curl(None, &["-u", "ops:ops-secret", "-r", "0-187", &format!("{local}/objects/demo")]);
+    assert_eq!(code, 206);
+    let (code, _) = curl(None, &["-u", "ops:wrong", &format!("{local}/api/v1/objects")]);
+    assert_eq!(code, 401);
+    // Loopback without credentials may not write any more.
+    let (code, _) = curl(None, &["-X", "DELETE", &format!("{local}/api/v1/disks/0")]);
+    assert_eq!(code, 401);
+    // cam records its own objects only, and nothing else.
+    let cam = "Authorization: Bearer cam-token-0123456789";
+    let (code, body) = curl(
+        Some(&client),
+        &[
+            "-H",
+            cam,
+            "-T",
+            demo().to_str().unwrap(),
+            &format!("{base}/api/v1/record/movie?rate=5M"),
+        ],
+    );
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("user cam may not record") && body.contains("movie"), "{body}");
+    let (code, body) = curl(
+        Some(&client),
+        &[
+            "-H",
+            cam,
+            "-T",
+            demo().to_str().unwrap(),
+            &format!("{base}/api/v1/record/cam-1?rate=5M"),
+        ],
+    );
+    assert_eq!(code, 201, "{body}");
+    let (code, _) = curl(Some(&client), &["-H", cam, &format!("{base}/api/v1/objects")]);
+    assert_eq!(code, 403, "cam may not read");
+    // The CLI: ingest from elsewhere with a token, from loopback with user:pass in the URL.
+    let clip = dir.path().join("clip-a.ts");
+    std::fs::copy(demo(), &clip).unwrap();
+    let (ok, err) = ingest(&base, None, Some(&client), &clip);
+    assert!(!ok && err.contains("401"), "{err}");
+    let (ok, err) = ingest(&base, Some("ops-token-0123456789"), Some(&client), &clip);
+    assert!(ok, "{err}");
+    let clip = dir.path().join("clip-b.ts");
+    std::fs::copy(demo(), &clip).unwrap();
+    let with_password = format!("http://ops:ops-secret@{}", server.http);
+    let (ok, err) = ingest(&with_password, None, None, &clip);
+    assert!(ok, "{err}");
+    let (code, body) = curl(None, &["-u", "ops:ops-secret", &format!("{local}/api/v1/objects")]);
+    assert_eq!(code, 200);
+    for name in ["cam-1", "clip-a", "clip-b"] {
+        assert!(body.contains(&format!("\"{name}\"")), "{name}: {body}");
+    }
+    // Refusals are counted.
+    let (_, metrics) = curl(None, &["-u", "ops:ops-secret", &format!("{local}/metrics")]);
+    assert!(metrics.contains("isochron_http_auth_refusals_total{status=\"401\"}"), "{metrics}");
+    drop(server);
+    drop(bed);
+}
