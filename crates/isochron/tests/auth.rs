@@ -203,28 +203,14 @@ fn with_users_everyone_needs_credentials_and_basic_stays_off_the_wire() {
     assert_eq!(code, 401);
     // cam records its own objects only, and nothing else.
     let cam = "Authorization: Bearer cam-token-0123456789";
-    let (code, body) = curl(
-        Some(&client),
-        &[
-            "-H",
-            cam,
-            "-T",
-            demo().to_str().unwrap(),
-            &format!("{base}/api/v1/record/movie?rate=5M"),
-        ],
-    );
+    let record = |name: &str| {
+        let url = format!("{base}/api/v1/record/{name}?rate=5M");
+        curl(Some(&client), &["-H", cam, "-T", demo().to_str().unwrap(), &url])
+    };
+    let (code, body) = record("movie");
     assert_eq!(code, 403, "{body}");
     assert!(body.contains("user cam may not record") && body.contains("movie"), "{body}");
-    let (code, body) = curl(
-        Some(&client),
-        &[
-            "-H",
-            cam,
-            "-T",
-            demo().to_str().unwrap(),
-            &format!("{base}/api/v1/record/cam-1?rate=5M"),
-        ],
-    );
+    let (code, body) = record("cam-1");
     assert_eq!(code, 201, "{body}");
     let (code, _) = curl(Some(&client), &["-H", cam, &format!("{base}/api/v1/objects")]);
     assert_eq!(code, 403, "cam may not read");
