@@ -1,7 +1,7 @@
 //! Who may do what: users, permissions and credentials, decided without IO.
 //!
 //! Why a crate of its own: the same policy guards the HTTP API, the media delivery over HTTP and
-//! (next) RTSP, and each protocol only has to say what a request wants ([`Access`]) and what it
+//! RTSP, and each protocol only has to say what a request wants ([`Access`]) and what it
 //! carried ([`Credentials`]); the decision ([`Decision`]) and its words are made once here. It is
 //! sans-IO: no sockets, no clock, so the server, tests and fuzzers drive it alike.
 //!
@@ -22,7 +22,8 @@
 //! their credentials from everyone. HTTP Basic (RFC 7617) is taken only over TLS or from a
 //! trusted peer: on a plain connection from elsewhere the password has already crossed the
 //! network in the clear, so it is refused with a reason rather than rewarded; bearer tokens
-//! (RFC 6750) are accepted from anywhere. Secrets are compared in constant time.
+//! (RFC 6750) are accepted from anywhere. RTSP clients answer Digest challenges ([`digest`],
+//! RFC 7616), which never send the password. Secrets are compared in constant time.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -32,8 +33,10 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
+pub mod digest;
 mod glob;
 
+pub use digest::{DigestResponse, NonceState, Nonces};
 pub use glob::Glob;
 
 /// What a request wants to do.
@@ -140,6 +143,8 @@ pub enum Credentials {
     },
     /// A bearer token (RFC 6750).
     Bearer(String),
+    /// HTTP Digest (RFC 7616), as RTSP clients answer a challenge.
+    Digest(Box<DigestResponse>),
 }
 
 impl fmt::Debug for Credentials {
@@ -148,6 +153,7 @@ impl fmt::Debug for Credentials {
         match self {
             Self::Basic { user, .. } => write!(f, "Basic({user:?}, <password>)"),
             Self::Bearer(_) => f.write_str("Bearer(<token>)"),
+            Self::Digest(d) => write!(f, "{d:?}"),
         }
     }
 }
@@ -155,9 +161,12 @@ impl fmt::Debug for Credentials {
 /// Why an `Authorization` header is not credentials.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CredentialsError {
-    /// A scheme other than Basic and Bearer.
-    #[error("Authorization scheme {0:?} is not supported (Basic or Bearer)")]
+    /// A scheme other than Basic, Bearer and Digest.
+    #[error("Authorization scheme {0:?} is not supported (Basic, Bearer or Digest)")]
     Scheme(String),
+    /// Digest parameters that are incomplete or name an unknown algorithm.
+    #[error("Digest credentials are incomplete or use an unknown algorithm")]
+    BadDigest,
     /// Basic credentials that are not base64 of `user:password` in UTF-8.
     #[error("Basic credentials are not base64 of user:password")]
     Malformed,
@@ -178,21 +187,27 @@ impl Credentials {
             Ok(Self::Basic { user: user.to_owned(), password: password.to_owned() })
         } else if scheme.eq_ignore_ascii_case("bearer") && !rest.is_empty() {
             Ok(Self::Bearer(rest.to_owned()))
+        } else if scheme.eq_ignore_ascii_case("digest") {
+            DigestResponse::parse(rest)
+                .map(|d| Self::Digest(Box::new(d)))
+                .ok_or(CredentialsError::BadDigest)
         } else {
             Err(CredentialsError::Scheme(scheme.chars().take(32).collect()))
         }
     }
 
-    /// The `Authorization` header value for these credentials.
+    /// The `Authorization` header value for Basic and Bearer credentials (`None` for Digest,
+    /// which answers one challenge).
     #[must_use]
-    pub fn to_authorization(&self) -> String {
-        match self {
+    pub fn to_authorization(&self) -> Option<String> {
+        Some(match self {
             Self::Basic { user, password } => format!(
                 "Basic {}",
                 base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
             ),
             Self::Bearer(t) => format!("Bearer {t}"),
-        }
+            Self::Digest(_) => return None,
+        })
     }
 }
 
@@ -209,6 +224,10 @@ pub struct Access<'a> {
     pub trusted_peer: bool,
     /// The connection is TLS.
     pub secure: bool,
+    /// The request's method (Digest hashes it).
+    pub method: &'a str,
+    /// Unix seconds now (Digest nonces expire).
+    pub now_unix_s: u64,
 }
 
 /// The answer.
@@ -230,11 +249,18 @@ pub enum Decision {
 pub struct Authority {
     anonymous: BTreeSet<Permission>,
     users: Vec<User>,
+    nonces: Nonces,
 }
+
+/// The realm of every challenge.
+pub const REALM: &str = "isochron";
+
+/// How long a Digest nonce is good for, seconds.
+pub const NONCE_LIFETIME_S: u64 = 300;
 
 impl Default for Authority {
     fn default() -> Self {
-        Self::new(&AuthSection::default()).expect("the default policy is valid")
+        Self::new(&AuthSection::default(), [0; 32]).expect("the default policy is valid")
     }
 }
 
@@ -242,8 +268,9 @@ impl Default for Authority {
 pub const MIN_TOKEN_LEN: usize = 16;
 
 impl Authority {
-    /// Checks `[auth]` once, at start: every error names its key.
-    pub fn new(section: &AuthSection) -> Result<Self, ConfigError> {
+    /// Checks `[auth]` once, at start: every error names its key. `nonce_secret` binds Digest
+    /// nonces to this server: random, drawn by the caller (this crate does no IO).
+    pub fn new(section: &AuthSection, nonce_secret: [u8; 32]) -> Result<Self, ConfigError> {
         let mut users: Vec<User> = Vec::new();
         for (i, u) in section.users.iter().enumerate() {
             let key = |k: &str| format!("auth.users[{i}].{k}");
@@ -303,7 +330,25 @@ impl Authority {
                 objects,
             });
         }
-        Ok(Self { anonymous: section.anonymous.iter().copied().collect(), users })
+        Ok(Self {
+            anonymous: section.anonymous.iter().copied().collect(),
+            users,
+            nonces: Nonces::new(nonce_secret, NONCE_LIFETIME_S),
+        })
+    }
+
+    /// The Digest challenges for a 401 at `now_unix_s` (`WWW-Authenticate` values, MD5 first),
+    /// `stale` when the client's nonce had expired (RFC 7616 §3.3).
+    #[must_use]
+    pub fn digest_challenges(&self, now_unix_s: u64, stale: bool) -> [String; 2] {
+        self.nonces.challenges(REALM, now_unix_s, stale)
+    }
+
+    /// Whether `credentials` are Digest with a nonce of this server's that has expired.
+    #[must_use]
+    pub fn is_stale(&self, credentials: Option<&Credentials>, now_unix_s: u64) -> bool {
+        matches!(credentials, Some(Credentials::Digest(d))
+            if self.nonces.check(&d.nonce, now_unix_s) == NonceState::Stale)
     }
 
     /// Whether any user is configured.
@@ -368,6 +413,29 @@ impl Authority {
             Credentials::Bearer(t) => self.users.iter().find(|u| {
                 u.token.as_ref().is_some_and(|k| bool::from(k.as_bytes().ct_eq(t.as_bytes())))
             }),
+            Credentials::Digest(d) => {
+                match self.nonces.check(&d.nonce, access.now_unix_s) {
+                    NonceState::Fresh => {}
+                    NonceState::Stale => return Decision::Unauthorized("nonce expired".into()),
+                    NonceState::Invalid => {
+                        return Decision::Unauthorized("nonce not issued by this server".into());
+                    }
+                }
+                let user = self.users.iter().find(|u| u.name == d.username);
+                if let Some(u) = user
+                    && matches!(u.secret, Some(Secret::Hash(_)))
+                {
+                    return Decision::Unauthorized(format!(
+                        "user {} has only a password_hash, and Digest needs the password \
+                         (set password, or use Basic over TLS)",
+                        u.name
+                    ));
+                }
+                user.filter(|u| {
+                    d.realm == REALM
+                        && matches!(&u.secret, Some(Secret::Plain(p)) if d.verifies(p, access.method))
+                })
+            }
         };
         let Some(user) = user else {
             return Decision::Unauthorized("wrong user name, password or token".into());

@@ -2,7 +2,7 @@ use super::*;
 
 fn authority(toml_text: &str) -> Authority {
     let s: AuthSection = toml::from_str(toml_text).unwrap();
-    Authority::new(&s).unwrap()
+    Authority::new(&s, [9; 32]).unwrap()
 }
 
 fn access<'a>(
@@ -10,7 +10,15 @@ fn access<'a>(
     credentials: Option<&'a Credentials>,
     trusted_peer: bool,
 ) -> Access<'a> {
-    Access { permission, object: None, credentials, trusted_peer, secure: false }
+    Access {
+        permission,
+        object: None,
+        credentials,
+        trusted_peer,
+        secure: false,
+        method: "GET",
+        now_unix_s: 1_000_000,
+    }
 }
 
 fn basic(user: &str, password: &str) -> Credentials {
@@ -134,7 +142,7 @@ fn a_password_hash_verifies_and_a_bad_one_is_named() {
         "[[users]]\nname = \"h\"\npassword_hash = \"md5:abc\"\npermissions = [\"admin\"]\n",
     )
     .unwrap();
-    let e = Authority::new(&s).unwrap_err();
+    let e = Authority::new(&s, [9; 32]).unwrap_err();
     assert_eq!(e.key, "auth.users[0].password_hash");
 }
 
@@ -142,7 +150,7 @@ fn a_password_hash_verifies_and_a_bad_one_is_named() {
 fn config_errors_name_their_key() {
     let err = |t: &str| {
         let s: AuthSection = toml::from_str(t).unwrap();
-        Authority::new(&s).unwrap_err().to_string()
+        Authority::new(&s, [9; 32]).unwrap_err().to_string()
     };
     assert_eq!(
         err("[[users]]\nname = \"a\"\npermissions = []\n"),
@@ -170,12 +178,12 @@ fn config_errors_name_their_key() {
 #[test]
 fn authorization_headers_parse_and_round_trip() {
     let c = basic("ops", "pa:ss");
-    assert_eq!(Credentials::from_authorization(&c.to_authorization()), Ok(c));
+    assert_eq!(Credentials::from_authorization(&c.to_authorization().unwrap()), Ok(c));
     let t = Credentials::Bearer("tok".into());
     assert_eq!(Credentials::from_authorization("bearer tok"), Ok(t));
     assert_eq!(
-        Credentials::from_authorization("Digest username=x"),
-        Err(CredentialsError::Scheme("Digest".into()))
+        Credentials::from_authorization("Negotiate abc"),
+        Err(CredentialsError::Scheme("Negotiate".into()))
     );
     assert_eq!(Credentials::from_authorization("Basic !!!"), Err(CredentialsError::Malformed));
     assert_eq!(format!("{:?}", basic("u", "p")), "Basic(\"u\", <password>)");
@@ -187,4 +195,48 @@ proptest::proptest! {
         let _ = Credentials::from_authorization(&s);
         let _ = Credentials::from_authorization(&format!("Basic {s}"));
     }
+}
+
+#[test]
+fn digest_answers_a_challenge_of_this_server_only() {
+    use crate::digest::Algorithm;
+    let a = authority(USERS);
+    let [md5, _] = a.digest_challenges(1_000_000, false);
+    let nonce = md5.split("nonce=\"").nth(1).unwrap().split('"').next().unwrap().to_owned();
+    let answer = |user: &str, pass: &str, nonce: &str| {
+        let h = |s: String| {
+            use md5::Digest as _;
+            md5::Md5::digest(s.as_bytes()).iter().map(|b| format!("{b:02x}")).collect::<String>()
+        };
+        let ha1 = h(format!("{user}:isochron:{pass}"));
+        let ha2 = h("DESCRIBE:rtsp://h/demo".into());
+        let r = h(format!("{ha1}:{nonce}:{ha2}"));
+        Credentials::from_authorization(&format!(
+            "Digest username=\"{user}\", realm=\"isochron\", nonce=\"{nonce}\", \
+             uri=\"rtsp://h/demo\", response=\"{r}\""
+        ))
+        .unwrap()
+    };
+    let _ = Algorithm::Md5;
+    let at = |c: &Credentials, now: u64| {
+        a.check(&Access {
+            method: "DESCRIBE",
+            now_unix_s: now,
+            object: Some("public-1"),
+            ..access(Permission::Read, Some(c), false)
+        })
+    };
+    let good = answer("viewer", "view", &nonce);
+    assert_eq!(at(&good, 1_000_010), Decision::Allow { user: Some("viewer".into()) });
+    assert!(matches!(at(&answer("viewer", "nope", &nonce), 1_000_010), Decision::Unauthorized(_)));
+    // Expired: stale, so the client retries with a fresh nonce.
+    assert!(a.is_stale(Some(&good), 1_000_000 + NONCE_LIFETIME_S + 1));
+    assert!(matches!(at(&good, 1_000_000 + NONCE_LIFETIME_S + 1), Decision::Unauthorized(_)));
+    // Another server's nonce.
+    let other = Authority::new(&toml::from_str(USERS).unwrap(), [8; 32]).unwrap();
+    let [theirs, _] = other.digest_challenges(1_000_000, false);
+    let theirs = theirs.split("nonce=\"").nth(1).unwrap().split('"').next().unwrap().to_owned();
+    assert!(
+        matches!(at(&answer("viewer", "view", &theirs), 1_000_010), Decision::Unauthorized(m) if m.contains("not issued"))
+    );
 }

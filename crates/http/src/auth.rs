@@ -114,6 +114,10 @@ pub(crate) async fn guard(
         credentials: credentials.as_ref(),
         trusted_peer: crate::cluster::is_trusted(&s, peer.ip()),
         secure: false,
+        method: req.method().as_str(),
+        now_unix_s: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
     };
     match s.auth.check(&access) {
         Decision::Allow { .. } => next.run(req).await,

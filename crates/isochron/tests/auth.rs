@@ -237,3 +237,73 @@ fn with_users_everyone_needs_credentials_and_basic_stays_off_the_wire() {
     drop(server);
     drop(bed);
 }
+
+/// RTSP with `anonymous = []`: players without credentials get 401; with them in the URL
+/// (Digest: ffmpeg answers with `qop=auth`, GStreamer as RFC 2069) they play byte-exact; a user
+/// without the object gets 403.
+#[test]
+fn rtsp_players_authenticate_with_digest_from_the_url() {
+    common::require("ffmpeg");
+    common::require("gst-launch-1.0");
+    let dir = tempdir();
+    let config = "[auth]\nanonymous = []\n\n[[auth.users]]\nname = \"viewer\"\npassword = \"view pass\"\npermissions = [\"read\"]\nobjects = [\"demo\"]\n\n[[auth.users]]\nname = \"other\"\npassword = \"other\"\npermissions = [\"read\"]\nobjects = [\"x*\"]\n";
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions { config: Some(config), ..ServeOptions::default() },
+    );
+    let want = std::fs::read(demo()).unwrap();
+    let with = |user: &str| format!("rtsp://{user}@{}/demo", server.rtsp);
+    let ffmpeg = |url: &str, out: &Path| {
+        run(
+            Command::new("timeout")
+                .args([
+                    "-k",
+                    "5",
+                    "60",
+                    "ffmpeg",
+                    "-nostdin",
+                    "-v",
+                    "error",
+                    "-rtsp_transport",
+                    "tcp",
+                    "-i",
+                ])
+                .arg(url)
+                .args(["-map", "0", "-c", "copy", "-f", "mpegts", "-y"])
+                .arg(out),
+            90,
+        )
+    };
+    // No credentials: refused.
+    let out = dir.path().join("none.ts");
+    let res = ffmpeg(&server.url("demo"), &out);
+    assert!(!res.status.success());
+    assert!(
+        String::from_utf8_lossy(&res.stderr).contains("401"),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    // ffmpeg with user:pass (the space percent-encoded).
+    let out = dir.path().join("ffmpeg.ts");
+    let res = ffmpeg(&with("viewer:view%20pass"), &out);
+    assert!(res.status.success(), "ffmpeg: {}", String::from_utf8_lossy(&res.stderr));
+    let got = std::fs::metadata(&out).map_or(0, |m| m.len());
+    assert!(got > want.len() as u64 / 2, "ffmpeg wrote {got} bytes");
+    // GStreamer, byte for byte, over TCP and UDP.
+    for transport in ["tcp", "udp"] {
+        let out = dir.path().join(format!("gst-{transport}.ts"));
+        let (got, stderr) = common::gst_fetch(&with("viewer:view%20pass"), &out, transport);
+        common::assert_same_bytes(&got, &want, &format!("GStreamer over {transport} ({stderr})"));
+    }
+    // A wrong password, and a user without the object.
+    let out = dir.path().join("wrong.ts");
+    let res = ffmpeg(&with("viewer:wrong"), &out);
+    assert!(!res.status.success());
+    let res = ffmpeg(&with("other:other"), &out);
+    assert!(!res.status.success());
+    assert!(
+        String::from_utf8_lossy(&res.stderr).contains("403"),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+}

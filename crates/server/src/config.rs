@@ -500,7 +500,7 @@ impl ConfigFile {
             cluster: self.cluster_settings(rtsp_listen)?,
             media_dir: self.media.dir.clone(),
             media_scan_interval: Duration::from_millis(self.media.scan_interval_ms),
-            auth: std::sync::Arc::new(isochron_auth::Authority::new(&self.auth)?),
+            auth: std::sync::Arc::new(isochron_auth::Authority::new(&self.auth, rand::random())?),
         })
     }
 }

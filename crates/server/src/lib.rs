@@ -437,13 +437,22 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
     };
     {
         let sessions = sessions_tx.clone();
+        let auth = Arc::clone(&settings.auth);
         let next = Arc::new(AtomicU64::new(1));
         tasks.push(tokio::spawn(async move {
             loop {
                 match rtsp_listener.accept().await {
                     Ok((s, peer)) => {
                         let id = ConnId(next.fetch_add(1, Ordering::Relaxed));
-                        tokio::spawn(rtsp_conn::serve(s, id, peer, conn_config, sessions.clone()));
+                        let auth = Arc::clone(&auth);
+                        tokio::spawn(rtsp_conn::serve(
+                            s,
+                            id,
+                            peer,
+                            conn_config,
+                            sessions.clone(),
+                            auth,
+                        ));
                     }
                     Err(e) => {
                         warn!(error = %e, "RTSP accept failed");

@@ -11,8 +11,17 @@
 //!
 //! Malformed input gets `400 Bad Request` and the connection is closed; it cannot affect other
 //! connections or sessions.
+//!
+//! Every request but OPTIONS passes the access policy first ([`authorize`], `[auth]`): playing
+//! needs `read` on the object. A refusal is `401` with Digest challenges (RFC 7616 §3.3;
+//! SHA-256 listed first as §3.7 prefers, MD5 last because ffmpeg, GStreamer and live555 each
+//! answer the *last* Digest challenge they read and speak only MD5; both carry one nonce) or
+//! `403`, and the connection stays open for the retry.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+
+use isochron_auth::{Access, Authority, Credentials, Decision, Permission};
 
 use isochron_dataplane::sender::OutFrame;
 use isochron_rtsp::codec::{self, Decoded, Frame, Limits};
@@ -39,6 +48,7 @@ pub(crate) async fn serve(
     peer: SocketAddr,
     config: ConnConfig,
     sessions: mpsc::UnboundedSender<SessionCommand>,
+    auth: Arc<Authority>,
 ) {
     let Ok(local) = stream.local_addr() else { return };
     let _ = stream.set_nodelay(true);
@@ -65,6 +75,12 @@ pub(crate) async fn serve(
                     buf.drain(..used);
                     match frame {
                         Frame::Request(req) => {
+                            if let Some(refusal) = authorize(&auth, &req, peer) {
+                                if resp_tx.send(refusal).await.is_err() {
+                                    break 'conn;
+                                }
+                                continue;
+                            }
                             let (tx, rx) = oneshot::channel();
                             let cmd =
                                 SessionCommand::Request { conn, req: Box::new(req), reply: tx };
@@ -132,6 +148,64 @@ async fn write_loop(
     }
     let _ = wr.flush().await;
     let _ = wr.shutdown().await;
+}
+
+/// The access policy's answer to `req`: `None` to go ahead, else the encoded 401 or 403.
+fn authorize(
+    auth: &Authority,
+    req: &isochron_rtsp::rtsp_types::Request<Vec<u8>>,
+    peer: SocketAddr,
+) -> Option<Vec<u8>> {
+    use isochron_rtsp::rtsp_types::Method;
+    use isochron_rtsp::url::{Target, parse_target};
+    if *req.method() == Method::Options {
+        return None;
+    }
+    let object = match parse_target(req.request_uri()) {
+        Ok(Target::Presentation(name) | Target::Track(name, _)) => Some(name),
+        _ => None,
+    };
+    let now_unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let credentials = match req.header(&headers::AUTHORIZATION).map(|v| v.as_str()) {
+        None => Ok(None),
+        Some(v) => Credentials::from_authorization(v).map(Some),
+    };
+    let method: &str = req.method().into();
+    let decision = match &credentials {
+        Ok(credentials) => auth.check(&Access {
+            permission: Permission::Read,
+            object: object.as_deref(),
+            credentials: credentials.as_ref(),
+            trusted_peer: peer.ip().is_loopback(),
+            secure: false,
+            method,
+            now_unix_s,
+        }),
+        Err(e) => Decision::Unauthorized(e.to_string()),
+    };
+    let cseq = req.header(&headers::CSEQ).map_or("0", |v| v.as_str());
+    let (status, challenges) = match decision {
+        Decision::Allow { .. } => return None,
+        Decision::Unauthorized(why) => {
+            debug!(%peer, %why, "RTSP request refused (401)");
+            let stale = auth.is_stale(credentials.ok().flatten().as_ref(), now_unix_s);
+            ("401 Unauthorized", auth.digest_challenges(now_unix_s, stale).to_vec())
+        }
+        Decision::Forbidden(why) => {
+            debug!(%peer, %why, "RTSP request refused (403)");
+            ("403 Forbidden", Vec::new())
+        }
+    };
+    // Written by hand: rtsp-types folds repeated headers into one line, and clients read one
+    // challenge per WWW-Authenticate line. SHA-256 first, MD5 last (see the module docs).
+    let mut out = format!("RTSP/1.0 {status}\r\nCSeq: {cseq}\r\nServer: isochron\r\n");
+    for c in challenges.iter().rev() {
+        out.push_str(&format!("WWW-Authenticate: {c}\r\n"));
+    }
+    out.push_str("Content-Length: 0\r\n\r\n");
+    Some(out.into_bytes())
 }
 
 fn bad_request() -> Vec<u8> {
