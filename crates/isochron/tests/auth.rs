@@ -106,6 +106,23 @@ fn with_no_users_only_loopback_may_write() {
     // The body, then what curl counted.
     assert_eq!(code, 206);
     assert!(body.ends_with("188"), "188 bytes: {}", body.len());
+    // 64 overlapping ranges cost one copy of the object, not 64.
+    let many = vec!["0-"; 64].join(",");
+    let (code, body) = curl(
+        Some(&client),
+        &[
+            "-r",
+            &many,
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{size_download}\n%{http_code}",
+            &format!("{base}/objects/demo"),
+        ],
+    );
+    assert_eq!(code, 206);
+    let len = std::fs::metadata(demo()).unwrap().len();
+    assert!(body.ends_with(&len.to_string()), "{} bytes for 64 × 0-: {body:?}", len);
     // Loopback may write; a disk path that does not exist is refused before anything is made.
     let local = format!("http://{}", server.http);
     let missing = dir.path().join("nonexistent/x");

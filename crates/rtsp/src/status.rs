@@ -124,6 +124,15 @@ pub enum Refusal {
     /// The session table is full (`ServerConfig::max_sessions`) → 503.
     #[error("session limit of {0} reached")]
     TooManySessions(usize),
+    /// One client (an IP address) already holds `ServerConfig::max_sessions_per_client`
+    /// sessions → 503 with `Retry-After`: a client cannot fill the table for everyone else.
+    #[error("{client} already has {limit} sessions, the most one client may hold")]
+    TooManyFromClient {
+        /// The client's address.
+        client: std::net::IpAddr,
+        /// The limit.
+        limit: usize,
+    },
     /// The data plane refused to start the stream (admission control) → 453.
     #[error("not enough bandwidth: {0}")]
     NotEnoughBandwidth(String),
@@ -153,7 +162,9 @@ impl Refusal {
             Self::Transport(TransportError::Missing) => StatusCode::BadRequest,
             Self::Transport(_) => StatusCode::UnsupportedTransport,
             Self::ParameterNotUnderstood => StatusCode::ParameterNotUnderstood,
-            Self::TooManySessions(_) => StatusCode::ServiceUnavailable,
+            Self::TooManySessions(_) | Self::TooManyFromClient { .. } => {
+                StatusCode::ServiceUnavailable
+            }
             Self::NotEnoughBandwidth(_) => StatusCode::NotEnoughBandwidth,
             Self::Internal(_) => StatusCode::InternalServerError,
             Self::Unavailable(_) => StatusCode::ServiceUnavailable,
@@ -178,7 +189,7 @@ mod tests {
 
     #[test]
     fn refusals_map_to_codes() {
-        let cases: [(Refusal, u16); 9] = [
+        let cases: [(Refusal, u16); 10] = [
             (Refusal::BadCSeq, 400),
             (Refusal::VersionNotSupported("RTSP/2.0".into()), 505),
             (Refusal::OptionNotSupported("x".into()), 551),
@@ -186,6 +197,7 @@ mod tests {
             (Refusal::Transport(TransportError::Missing), 400),
             (Refusal::Transport(TransportError::Unsupported("RTP/AVP;multicast".into())), 461),
             (Refusal::TooManySessions(1), 503),
+            (Refusal::TooManyFromClient { client: [10, 0, 0, 1].into(), limit: 2 }, 503),
             (Refusal::NotEnoughBandwidth("disk".into()), 453),
             (Refusal::Unavailable("etcd".into()), 503),
         ];

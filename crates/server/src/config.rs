@@ -88,6 +88,9 @@ pub struct RtspSection {
     pub paused_session_timeout_s: u64,
     /// Most RTSP sessions at once; further SETUPs get 503 Service Unavailable. Default 1000.
     pub max_sessions: usize,
+    /// Most RTSP sessions one client (IP address) may hold; further SETUPs from it get 503 with
+    /// `Retry-After`. Loopback clients are exempt. Default 256.
+    pub max_sessions_per_client: usize,
     /// Largest RTSP message accepted, in KiB; larger ones get 400 and the connection closes.
     /// Default 64.
     pub max_message_kib: u64,
@@ -101,6 +104,7 @@ impl Default for RtspSection {
             session_timeout_s: 60,
             paused_session_timeout_s: 300,
             max_sessions: 1000,
+            max_sessions_per_client: 256,
             max_message_kib: 64,
         }
     }
@@ -311,6 +315,8 @@ pub struct Settings {
     pub paused_session_timeout: Duration,
     /// Session limit.
     pub max_sessions: usize,
+    /// Session limit per client address.
+    pub max_sessions_per_client: usize,
     /// Largest RTSP message.
     pub max_message: Bytes,
     /// RTCP SR interval.
@@ -472,6 +478,7 @@ impl ConfigFile {
             session_timeout: Duration::from_secs(self.rtsp.session_timeout_s),
             paused_session_timeout: Duration::from_secs(self.rtsp.paused_session_timeout_s),
             max_sessions: self.rtsp.max_sessions,
+            max_sessions_per_client: self.rtsp.max_sessions_per_client,
             max_message: Bytes::kib(self.rtsp.max_message_kib),
             rtcp_interval: Duration::from_millis(self.sender.rtcp_interval_ms),
             batch_packets: self.sender.batch_packets,

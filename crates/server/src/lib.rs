@@ -344,6 +344,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
             server_name: SERVER_NAME.into(),
             server_ports: (rtp_port, rtp_port + 1),
             max_sessions: settings.max_sessions,
+            max_sessions_per_client: settings.max_sessions_per_client,
         },
         seed,
     );

@@ -167,6 +167,8 @@ pub struct ServeOptions<'a> {
     pub config: Option<&'a str>,
     /// `--http ADDR` [default: 127.0.0.1:0].
     pub http: Option<&'a str>,
+    /// `--rtsp ADDR` [default: 127.0.0.1:0].
+    pub rtsp: Option<&'a str>,
 }
 
 impl Server {
@@ -176,7 +178,8 @@ impl Server {
         let logf = std::fs::File::create(&log).expect("log file");
         let mut cmd = Command::new(bin());
         let http = opts.http.unwrap_or("127.0.0.1:0");
-        cmd.args(["serve", "--rtsp", "127.0.0.1:0", "--http", http, "--rtp-port", "0"])
+        let rtsp = opts.rtsp.unwrap_or("127.0.0.1:0");
+        cmd.args(["serve", "--rtsp", rtsp, "--http", http, "--rtp-port", "0"])
             .arg("--data")
             .arg(data);
         if let Some(m) = opts.media {

@@ -38,7 +38,8 @@
 //!   `Content-Base` with exactly one trailing slash (interop §2.2); unknown name → 404.
 //! - SETUP (RFC 2326 §10.4) on a track URL, the aggregate URL, or the bare presentation URL
 //!   without DESCRIBE (ffmpeg `satip://`, Debian VLC; RFC 2326 §C.3). Without `Session` it
-//!   creates a session; when `max_sessions` are live it refuses with 503 (the session table is
+//!   creates a session; when `max_sessions` are live, or the client's address already holds
+//!   `max_sessions_per_client`, it refuses with 503 (the latter with `Retry-After`; the session table is
 //!   a server limit, not bandwidth: 453 is kept for the data plane's admission decision at PLAY,
 //!   so the two causes stay apart in logs). With an unknown `Session` → 454; on a playing
 //!   session → 455; naming another presentation → 459. Transport per
@@ -155,6 +156,10 @@ pub struct ServerConfig {
     pub server_ports: (u16, u16),
     /// The most sessions alive at once; SETUP beyond it → 503. Default 1024.
     pub max_sessions: usize,
+    /// The most sessions one client (IP address) may hold; SETUP beyond it → 503 with
+    /// `Retry-After`, so one client cannot fill the table for the others. Loopback clients (local
+    /// tools and benches) are exempt. Default 256.
+    pub max_sessions_per_client: usize,
     /// How long a *paused* UDP session lives without a sign of life. ffmpeg sends nothing while
     /// paused (no keep-alive, no RTCP: interop §2.6), so a paused ffplay would find its session
     /// gone on resume after `session_timeout`; the interop notes recommend keeping paused
@@ -174,6 +179,7 @@ impl Default for ServerConfig {
             server_name: "isochron/0.1".to_owned(),
             server_ports: (6970, 6971),
             max_sessions: 1024,
+            max_sessions_per_client: 256,
             paused_session_timeout: Duration::from_secs(300),
             retransmit: Some(Duration::from_secs(1)),
         }
@@ -751,7 +757,18 @@ impl ServerCore {
                 if self.sessions.len() >= self.config.max_sessions {
                     return Err(Refusal::TooManySessions(self.config.max_sessions));
                 }
-                self.create(now, name, p, transport, negotiated, url.to_string())
+                let client = conn.peer.ip();
+                let limit = self.config.max_sessions_per_client;
+                if !client.is_loopback()
+                    && self.sessions.values().filter(|s| s.client == client).count() >= limit
+                {
+                    return Err(Refusal::TooManyFromClient { client, limit });
+                }
+                let id = self.create(now, name, p, transport, negotiated, url.to_string());
+                if let Some(s) = self.sessions.get_mut(&id) {
+                    s.client = client;
+                }
+                id
             }
         };
         let Some(s) = self.sessions.get(&id) else {
@@ -944,6 +961,8 @@ impl ServerCore {
             track_url,
             last_seen: now,
             deadline: None,
+            // Set by the SETUP that creates it.
+            client: std::net::Ipv4Addr::UNSPECIFIED.into(),
         };
         self.sessions.insert(id.clone(), session);
         self.by_stream.insert(stream, id.clone());
@@ -1080,7 +1099,9 @@ impl ServerCore {
         match refusal {
             Refusal::OptionNotSupported(tags) => b = b.header(UNSUPPORTED, tags.as_str()),
             Refusal::NotImplemented(_) => b = b.header(PUBLIC, PUBLIC_METHODS),
-            Refusal::Unavailable(_) => b = b.header(RETRY_AFTER, RETRY_AFTER_S),
+            Refusal::Unavailable(_) | Refusal::TooManyFromClient { .. } => {
+                b = b.header(RETRY_AFTER, RETRY_AFTER_S);
+            }
             _ => {}
         }
         self.with_session(b, session).build(Vec::new())

@@ -214,6 +214,8 @@ pub(crate) struct Session {
     pub(crate) last_seen: Instant,
     /// When a UDP session expires without liveness; `None` for interleaved sessions.
     pub(crate) deadline: Option<Instant>,
+    /// The address of the client that created it (`max_sessions_per_client`).
+    pub(crate) client: std::net::IpAddr,
 }
 
 impl Session {

@@ -928,3 +928,33 @@ mod random_dialogs {
         }
     }
 }
+
+#[test]
+fn one_client_cannot_fill_the_session_table() {
+    let config = ServerConfig { max_sessions_per_client: 2, ..ServerConfig::default() };
+    let mut core = ServerCore::new(config, 3);
+    let udp = "RTP/AVP;unicast;client_port=5000-5001";
+    let req = request(
+        Method::Setup,
+        Some("rtsp://127.0.0.1:8554/test.ts/trackID=0"),
+        &[("CSeq", "9"), ("Transport", udp)],
+    );
+    let from = |ip: [u8; 4], n: u64| ConnInfo {
+        peer: SocketAddr::new(IpAddr::V4(Ipv4Addr::from(ip)), 40_000 + n as u16),
+        ..conn(n)
+    };
+    let mut status =
+        |c: ConnInfo| respond(core.handle_request(Instant::ZERO, &c, &req, &FakeLibrary));
+    for n in 0..2 {
+        assert_eq!(status(from([10, 0, 0, 1], n)).status(), StatusCode::Ok);
+    }
+    // The third SETUP from that address, on any connection, is refused.
+    let resp = status(from([10, 0, 0, 1], 5));
+    assert_eq!(resp.status(), StatusCode::ServiceUnavailable);
+    assert!(resp.header(&RETRY_AFTER).is_some());
+    // Another address is served, and loopback (local tools) is exempt.
+    assert_eq!(status(from([10, 0, 0, 2], 6)).status(), StatusCode::Ok);
+    for n in 10..15 {
+        assert_eq!(status(from([127, 0, 0, 1], n)).status(), StatusCode::Ok);
+    }
+}

@@ -1,0 +1,104 @@
+//! Nobody locks others out (`[rtsp] max_sessions_per_client`): a hostile client elsewhere on
+//! the network sends SETUP after SETUP on one connection and keeps it open; from the cap on it
+//! gets 503 with `Retry-After`, and a real player from another address still plays the object
+//! to the end, byte for byte.
+
+mod common;
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use common::{ServeOptions, Server, assert_same_bytes, demo, run, tempdir};
+use isochron_loadgen::testbed::Testbed;
+
+/// Sends `n` SETUPs (each making a new session) on one connection; returns the statuses, the
+/// Retry-After seen, and the connection (kept open: its sessions stay).
+fn setups(server: SocketAddr, n: usize) -> (Vec<u16>, bool, TcpStream) {
+    let mut s = TcpStream::connect(server).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut statuses = Vec::new();
+    let mut retry_after = false;
+    for i in 0..n {
+        let req = format!(
+            "SETUP rtsp://{server}/demo RTSP/1.0\r\nCSeq: {i}\r\nTransport: RTP/AVP;unicast;client_port={}-{}\r\n\r\n",
+            20_000 + 2 * i,
+            20_001 + 2 * i
+        );
+        s.write_all(req.as_bytes()).unwrap();
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        statuses.push(line.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0));
+        let mut len = 0usize;
+        loop {
+            let mut h = String::new();
+            r.read_line(&mut h).unwrap();
+            let lower = h.to_ascii_lowercase();
+            if lower.starts_with("retry-after:") {
+                retry_after = true;
+            }
+            if let Some(v) = lower.strip_prefix("content-length:") {
+                len = v.trim().parse().unwrap_or(0);
+            }
+            if h == "\r\n" || h.is_empty() {
+                break;
+            }
+        }
+        let mut body = vec![0; len];
+        r.read_exact(&mut body).unwrap();
+    }
+    (statuses, retry_after, s)
+}
+
+#[test]
+fn one_client_cannot_fill_the_session_table() {
+    if let Err(why) = Testbed::available() {
+        if !Testbed::is_root() && std::env::var_os("CI").is_none() {
+            #[allow(clippy::print_stderr)]
+            {
+                eprintln!("limits: skipped: {why}");
+            }
+            return;
+        }
+        panic!("network namespaces must work here: {why}");
+    }
+    common::require("gst-launch-1.0");
+    let bed = Testbed::new("isochron_limits").expect("testbed");
+    let hostile = bed.add_host("hostile").unwrap();
+    let player = bed.add_host("player").unwrap();
+    let dir = tempdir();
+    let config = "[rtsp]\nmax_sessions = 40\nmax_sessions_per_client = 30\n";
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions { rtsp: Some("0.0.0.0:0"), config: Some(config), ..ServeOptions::default() },
+    );
+    let addr = SocketAddr::new(bed.host_ip().into(), server.rtsp.port());
+    let (statuses, retry_after, conn) =
+        hostile.in_namespace(move || setups(addr, 35)).expect("the hostile client ran");
+    let ok = statuses.iter().filter(|s| **s == 200).count();
+    assert_eq!(ok, 30, "{statuses:?}");
+    assert!(statuses[30..].iter().all(|s| *s == 503), "{statuses:?}");
+    assert!(retry_after, "503 names when to retry");
+    // The table has room for others: a player from another address plays to the end.
+    let out = dir.path().join("player.ts");
+    let res = run(
+        player.command("gst-launch-1.0").args([
+            "-q",
+            "-e",
+            "rtspsrc",
+            &format!("location=rtsp://{addr}/demo"),
+            "protocols=tcp",
+            "!",
+            "rtpmp2tdepay",
+            "!",
+            "filesink",
+            &format!("location={}", out.display()),
+        ]),
+        120,
+    );
+    assert!(res.status.success(), "{}", String::from_utf8_lossy(&res.stderr));
+    let got = std::fs::read(&out).unwrap_or_default();
+    assert_same_bytes(&got, &std::fs::read(demo()).unwrap(), "the other client's stream");
+    drop(conn);
+}
