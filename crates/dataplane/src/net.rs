@@ -182,6 +182,25 @@ impl Batch {
     }
 }
 
+/// Raises this process's soft limit of open files to its hard limit (connections are files),
+/// returning `(soft, hard)` after the attempt, for the server to log and to size its connection
+/// caps below.
+pub fn raise_open_files_limit() -> io::Result<(u64, u64)> {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit write/read the one struct passed, which lives on this stack.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let want = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
+        // SAFETY: as above.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } == 0 {
+            lim = want;
+        }
+    }
+    Ok((lim.rlim_cur, lim.rlim_max))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

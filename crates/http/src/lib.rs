@@ -55,6 +55,7 @@ pub fn serve(listener: TcpListener, handles: Handles) -> JoinHandle<()> {
         hls_segment,
         cluster,
         auth,
+        rtsp_limits,
     } = handles;
     let app = api::router(ApiState {
         recorders,
@@ -69,6 +70,7 @@ pub fn serve(listener: TcpListener, handles: Handles) -> JoinHandle<()> {
         cluster,
         auth,
         auth_refusals: Arc::default(),
+        rtsp_limits,
     });
     tokio::spawn(async move {
         let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();

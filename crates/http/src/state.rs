@@ -44,6 +44,8 @@ pub(crate) struct ApiState {
     pub(crate) auth: Arc<isochron_auth::Authority>,
     /// Requests the policy refused, for `/metrics`.
     pub(crate) auth_refusals: Arc<crate::auth::Refusals>,
+    /// The RTSP connection caps, for `/metrics`.
+    pub(crate) rtsp_limits: Arc<isochron_server::conn_limits::ConnLimits>,
 }
 
 /// HTTP delivery's settings and small caches.

@@ -1,7 +1,8 @@
-//! Nobody locks others out (`[rtsp] max_sessions_per_client`): a hostile client elsewhere on
-//! the network sends SETUP after SETUP on one connection and keeps it open; from the cap on it
-//! gets 503 with `Retry-After`, and a real player from another address still plays the object
-//! to the end, byte for byte.
+//! Nobody locks others out (`[rtsp] max_sessions_per_client`, `max_connections_per_client`,
+//! `request_timeout_s`): a hostile client elsewhere on the network sends SETUP after SETUP on
+//! one connection and keeps it open, opens connections up to its cap, and trickles half a
+//! request; from each cap on it gets 503 with `Retry-After`, the trickle gets 408, and a real
+//! player from another address still plays the object to the end, byte for byte.
 
 mod common;
 
@@ -68,7 +69,8 @@ fn one_client_cannot_fill_the_session_table() {
     let hostile = bed.add_host("hostile").unwrap();
     let player = bed.add_host("player").unwrap();
     let dir = tempdir();
-    let config = "[rtsp]\nmax_sessions = 40\nmax_sessions_per_client = 30\n";
+    let config = "[rtsp]\nmax_sessions = 40\nmax_sessions_per_client = 30\n\
+                  max_connections_per_client = 4\nrequest_timeout_s = 2\n";
     let server = Server::start(
         &dir.path().join("store"),
         ServeOptions { rtsp: Some("0.0.0.0:0"), config: Some(config), ..ServeOptions::default() },
@@ -76,6 +78,35 @@ fn one_client_cannot_fill_the_session_table() {
     let addr = SocketAddr::new(bed.host_ip().into(), server.rtsp.port());
     let (statuses, retry_after, conn) =
         hostile.in_namespace(move || setups(addr, 35)).expect("the hostile client ran");
+    // Three more connections from the same address fill its cap; the fifth is refused at
+    // once. A connection that trickles half a request is answered 408 and closed.
+    let (fifth, slow) = hostile
+        .in_namespace(move || {
+            let idle: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr).unwrap()).collect();
+            let mut fifth = TcpStream::connect(addr).unwrap();
+            fifth.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut got = String::new();
+            let _ = fifth.read_to_string(&mut got);
+            drop(idle);
+            let mut slow = TcpStream::connect(addr).unwrap();
+            slow.write_all(b"OPTIONS rtsp://x/ RTSP/1.0\r\nCSeq: 1\r\n").unwrap();
+            slow.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let t = std::time::Instant::now();
+            let mut answer = String::new();
+            let _ = slow.read_to_string(&mut answer);
+            (got, (answer, t.elapsed()))
+        })
+        .unwrap();
+    assert!(fifth.starts_with("RTSP/1.0 503"), "{fifth:?}");
+    assert!(fifth.contains("Retry-After"), "{fifth:?}");
+    let (answer, after) = slow;
+    assert!(answer.starts_with("RTSP/1.0 408"), "{answer:?}");
+    assert!(after >= Duration::from_millis(1500) && after < Duration::from_secs(8), "{after:?}");
+    let metrics = server.http_get("/metrics");
+    assert!(
+        metrics.contains("isochron_rtsp_connections_refused_total{cap=\"per_client\"} 1"),
+        "{metrics}"
+    );
     let ok = statuses.iter().filter(|s| **s == 200).count();
     assert_eq!(ok, 30, "{statuses:?}");
     assert!(statuses[30..].iter().all(|s| *s == 503), "{statuses:?}");

@@ -88,6 +88,15 @@ pub struct RtspSection {
     pub paused_session_timeout_s: u64,
     /// Most RTSP sessions at once; further SETUPs get 503 Service Unavailable. Default 1000.
     pub max_sessions: usize,
+    /// Most RTSP connections open at once (kept below the open-files limit, which is raised to
+    /// its hard limit at start); more get 503 and are closed. Default 4096.
+    pub max_connections: usize,
+    /// Most RTSP connections one client (IP address) may hold; more get 503 and are closed.
+    /// Loopback clients are exempt. Default 300.
+    pub max_connections_per_client: usize,
+    /// Seconds a connection may take to send a whole request (and its first one): a client that
+    /// trickles bytes (slowloris) or says nothing is answered 408 and closed. Default 10.
+    pub request_timeout_s: u64,
     /// Most RTSP sessions one client (IP address) may hold; further SETUPs from it get 503 with
     /// `Retry-After`. Loopback clients are exempt. Default 256.
     pub max_sessions_per_client: usize,
@@ -105,6 +114,9 @@ impl Default for RtspSection {
             paused_session_timeout_s: 300,
             max_sessions: 1000,
             max_sessions_per_client: 256,
+            max_connections: 4096,
+            max_connections_per_client: 300,
+            request_timeout_s: 10,
             max_message_kib: 64,
         }
     }
@@ -317,6 +329,12 @@ pub struct Settings {
     pub max_sessions: usize,
     /// Session limit per client address.
     pub max_sessions_per_client: usize,
+    /// RTSP connection limit.
+    pub max_connections: usize,
+    /// RTSP connection limit per client address.
+    pub max_connections_per_client: usize,
+    /// Time to send a whole RTSP request.
+    pub request_timeout: Duration,
     /// Largest RTSP message.
     pub max_message: Bytes,
     /// RTCP SR interval.
@@ -415,6 +433,18 @@ impl ConfigFile {
         if self.rtsp.max_message_kib == 0 {
             return Err(invalid("rtsp.max_message_kib", "must be at least 1"));
         }
+        for (key, v) in [
+            ("rtsp.max_sessions_per_client", self.rtsp.max_sessions_per_client),
+            ("rtsp.max_connections", self.rtsp.max_connections),
+            ("rtsp.max_connections_per_client", self.rtsp.max_connections_per_client),
+        ] {
+            if v == 0 {
+                return Err(invalid(key, "must be at least 1"));
+            }
+        }
+        if !(1..=600).contains(&self.rtsp.request_timeout_s) {
+            return Err(invalid("rtsp.request_timeout_s", "must be between 1 and 600"));
+        }
         if self.sender.rtcp_interval_ms < 100 {
             return Err(invalid("sender.rtcp_interval_ms", "must be at least 100"));
         }
@@ -479,6 +509,9 @@ impl ConfigFile {
             paused_session_timeout: Duration::from_secs(self.rtsp.paused_session_timeout_s),
             max_sessions: self.rtsp.max_sessions,
             max_sessions_per_client: self.rtsp.max_sessions_per_client,
+            max_connections: self.rtsp.max_connections,
+            max_connections_per_client: self.rtsp.max_connections_per_client,
+            request_timeout: Duration::from_secs(self.rtsp.request_timeout_s),
             max_message: Bytes::kib(self.rtsp.max_message_kib),
             rtcp_interval: Duration::from_millis(self.sender.rtcp_interval_ms),
             batch_packets: self.sender.batch_packets,

@@ -26,6 +26,7 @@
 
 pub mod cluster;
 pub mod config;
+pub mod conn_limits;
 pub mod library;
 pub mod media_watch;
 pub mod profile;
@@ -156,6 +157,8 @@ pub struct Handles {
     pub cluster: Option<Arc<cluster::ClusterView>>,
     /// Who may do what (`[auth]`).
     pub auth: Arc<isochron_auth::Authority>,
+    /// The RTSP connection caps and their refusals.
+    pub rtsp_limits: Arc<conn_limits::ConnLimits>,
 }
 
 /// A running server.
@@ -285,6 +288,22 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         format!("binding RTSP to {} (config key rtsp.listen)", settings.rtsp_listen)
     })?;
     let rtsp_addr = rtsp_listener.local_addr()?;
+    // Connections are files: take the hard limit, and keep the RTSP cap well below it (HTTP,
+    // disks and sockets need their share).
+    let max_connections = match isochron_dataplane::net::raise_open_files_limit() {
+        Ok((soft, hard)) => {
+            let room = usize::try_from(soft.saturating_sub(512) / 2).unwrap_or(usize::MAX).max(16);
+            let cap = settings.max_connections.min(room);
+            info!(soft, hard, rtsp_connections = cap, "open-files limit");
+            cap
+        }
+        Err(e) => {
+            warn!(error = %e, "reading the open-files limit");
+            settings.max_connections
+        }
+    };
+    let rtsp_limits =
+        conn_limits::ConnLimits::new(max_connections, settings.max_connections_per_client);
     let udp = UdpPair::bind(rtsp_addr.ip(), settings.rtp_port, settings.udp_send_buffer.as_usize())
         .with_context(|| {
             format!("binding UDP ports {} and +1 (config key rtsp.rtp_port)", settings.rtp_port)
@@ -435,15 +454,34 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
     let conn_config = rtsp_conn::ConnConfig {
         limits: Limits { max_message_bytes: settings.max_message.as_usize() },
         queue_frames: settings.tcp_queue_frames,
+        request_timeout: settings.request_timeout,
     };
     {
         let sessions = sessions_tx.clone();
         let auth = Arc::clone(&settings.auth);
+        let limits = Arc::clone(&rtsp_limits);
         let next = Arc::new(AtomicU64::new(1));
         tasks.push(tokio::spawn(async move {
             loop {
                 match rtsp_listener.accept().await {
-                    Ok((s, peer)) => {
+                    Ok((mut s, peer)) => {
+                        let permit = match limits.admit(peer.ip()) {
+                            Ok(p) => p,
+                            Err(why) => {
+                                tracing::debug!(%peer, ?why, "RTSP connection refused");
+                                tokio::spawn(async move {
+                                    use tokio::io::AsyncWriteExt as _;
+                                    let bytes =
+                                        rtsp_conn::simple_response("503 Service Unavailable");
+                                    let _ = tokio::time::timeout(
+                                        Duration::from_secs(2),
+                                        s.write_all(&bytes),
+                                    )
+                                    .await;
+                                });
+                                continue;
+                            }
+                        };
                         let id = ConnId(next.fetch_add(1, Ordering::Relaxed));
                         let auth = Arc::clone(&auth);
                         tokio::spawn(rtsp_conn::serve(
@@ -453,6 +491,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
                             conn_config,
                             sessions.clone(),
                             auth,
+                            permit,
                         ));
                     }
                     Err(e) => {
@@ -498,6 +537,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
             hls_segment: settings.hls_segment,
             cluster: view.clone(),
             auth: Arc::clone(&settings.auth),
+            rtsp_limits: Arc::clone(&rtsp_limits),
         };
         info!("{}", settings.auth.notice());
         http = Some((listener, handles));

@@ -39,6 +39,8 @@ use crate::sessions::SessionCommand;
 pub(crate) struct ConnConfig {
     pub(crate) limits: Limits,
     pub(crate) queue_frames: usize,
+    /// How long a whole request (the first one included) may take to arrive.
+    pub(crate) request_timeout: std::time::Duration,
 }
 
 /// Serves one accepted connection until it closes.
@@ -49,7 +51,10 @@ pub(crate) async fn serve(
     config: ConnConfig,
     sessions: mpsc::UnboundedSender<SessionCommand>,
     auth: Arc<Authority>,
+    permit: crate::conn_limits::ConnPermit,
 ) {
+    // The connection's slot, given back when it ends.
+    let _permit = permit;
     let Ok(local) = stream.local_addr() else { return };
     let _ = stream.set_nodelay(true);
     let conn = ConnInfo { id, peer, local };
@@ -60,6 +65,7 @@ pub(crate) async fn serve(
     let writer = tokio::spawn(write_loop(wr, resp_rx, frame_rx));
 
     let mut buf: Vec<u8> = Vec::with_capacity(8192);
+    let mut answered_any = false;
     let mut chunk = vec![0u8; 16 * 1024];
     'conn: loop {
         // Handle every complete frame in the buffer.
@@ -75,6 +81,7 @@ pub(crate) async fn serve(
                     buf.drain(..used);
                     match frame {
                         Frame::Request(req) => {
+                            answered_any = true;
                             if let Some(refusal) = authorize(&auth, &req, peer) {
                                 if resp_tx.send(refusal).await.is_err() {
                                     break 'conn;
@@ -105,7 +112,22 @@ pub(crate) async fn serve(
                 }
             }
         }
-        match rd.read(&mut chunk).await {
+        // A request under way (or the first one) must arrive whole within the timeout; between
+        // requests a connection may be quiet as long as it likes (its sessions live on RTCP).
+        let waiting = !buf.is_empty() || !answered_any;
+        let read = if waiting {
+            match tokio::time::timeout(config.request_timeout, rd.read(&mut chunk)).await {
+                Ok(r) => r,
+                Err(_) => {
+                    debug!(%peer, "no whole request within the timeout; closing");
+                    let _ = resp_tx.send(simple_response("408 Request Time-out")).await;
+                    break;
+                }
+            }
+        } else {
+            rd.read(&mut chunk).await
+        };
+        match read {
             Ok(0) | Err(_) => break,
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
@@ -206,6 +228,16 @@ fn authorize(
     }
     out.push_str("Content-Length: 0\r\n\r\n");
     Some(out.into_bytes())
+}
+
+/// A response without CSeq (none was read): `408` for a request that never arrived whole, `503`
+/// for a connection over a cap (with `Retry-After`), closing the connection.
+pub(crate) fn simple_response(status: &str) -> Vec<u8> {
+    let retry = if status.starts_with("503") { "Retry-After: 5\r\n" } else { "" };
+    format!(
+        "RTSP/1.0 {status}\r\nServer: isochron\r\nConnection: close\r\n{retry}Content-Length: 0\r\n\r\n"
+    )
+    .into_bytes()
 }
 
 fn bad_request() -> Vec<u8> {
