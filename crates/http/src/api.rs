@@ -667,20 +667,19 @@ async fn metrics(State(s): State<ApiState>) -> Result<Response, ApiError> {
         crate::cluster::render_metrics(&mut text, view);
     }
     s.auth_refusals.render(&mut text);
-    {
+    for (proto, l) in [("rtsp", &s.rtsp_limits), ("http", &s.http_limits)] {
         use std::fmt::Write as _;
         use std::sync::atomic::Ordering::Relaxed;
-        let l = &s.rtsp_limits;
         let _ = writeln!(
             text,
-            "# HELP isochron_rtsp_connections_open RTSP connections open.\n\
-             # TYPE isochron_rtsp_connections_open gauge\n\
-             isochron_rtsp_connections_open {}\n\
-             # HELP isochron_rtsp_connections_refused_total RTSP connections refused by a cap \
-             (rtsp.max_connections, rtsp.max_connections_per_client).\n\
-             # TYPE isochron_rtsp_connections_refused_total counter\n\
-             isochron_rtsp_connections_refused_total{{cap=\"total\"}} {}\n\
-             isochron_rtsp_connections_refused_total{{cap=\"per_client\"}} {}",
+            "# HELP isochron_{proto}_connections_open {proto} connections open.\n\
+             # TYPE isochron_{proto}_connections_open gauge\n\
+             isochron_{proto}_connections_open {}\n\
+             # HELP isochron_{proto}_connections_refused_total {proto} connections refused by a \
+             cap ({proto}.max_connections, {proto}.max_connections_per_client).\n\
+             # TYPE isochron_{proto}_connections_refused_total counter\n\
+             isochron_{proto}_connections_refused_total{{cap=\"total\"}} {}\n\
+             isochron_{proto}_connections_refused_total{{cap=\"per_client\"}} {}",
             l.open(),
             l.refused_total.load(Relaxed),
             l.refused_per_client.load(Relaxed)

@@ -40,8 +40,17 @@ use tracing::warn;
 
 use crate::state::{ApiState, MediaState};
 
+/// How long a client may take to send a request's headers (slowloris); then the connection is
+/// closed.
+pub const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Serves HTTP on `listener` from `handles` until the task is aborted. Must run inside a tokio
 /// runtime.
+///
+/// Each connection takes a slot of `handles.http_limits` (total and per client address, the
+/// caps the RTSP listener has too: a client over one gets `503` with `Retry-After` and the
+/// connection closes) and must send a request's headers within [`HEADER_TIMEOUT`]. Served with
+/// hyper directly rather than `axum::serve`, which has neither (its connections have no timer).
 pub fn serve(listener: TcpListener, handles: Handles) -> JoinHandle<()> {
     let Handles {
         recorders,
@@ -56,6 +65,7 @@ pub fn serve(listener: TcpListener, handles: Handles) -> JoinHandle<()> {
         cluster,
         auth,
         rtsp_limits,
+        http_limits,
     } = handles;
     let app = api::router(ApiState {
         recorders,
@@ -67,15 +77,62 @@ pub fn serve(listener: TcpListener, handles: Handles) -> JoinHandle<()> {
         store,
         media: Arc::new(MediaState::new(hls_segment)),
         node: Arc::new(node),
-        cluster,
+        cluster: cluster.clone(),
         auth,
         auth_refusals: Arc::default(),
         rtsp_limits,
+        http_limits: Arc::clone(&http_limits),
     });
     tokio::spawn(async move {
-        let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
-        if let Err(e) = axum::serve(listener, app).await {
-            warn!(error = %e, "HTTP server stopped");
+        loop {
+            let (stream, peer) = match listener.accept().await {
+                Ok(c) => c,
+                Err(e) => {
+                    warn!(error = %e, "HTTP accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let member = cluster.as_ref().is_some_and(|v| v.member_ips().contains(&peer.ip()));
+            let permit = match http_limits.admit_as(peer.ip(), !peer.ip().is_loopback() && !member)
+            {
+                Ok(p) => p,
+                Err(why) => {
+                    tracing::debug!(%peer, ?why, "HTTP connection refused");
+                    tokio::spawn(refuse_connection(stream));
+                    continue;
+                }
+            };
+            let app = app.clone();
+            tokio::spawn(async move {
+                let _permit = permit;
+                let service = hyper::service::service_fn(move |mut req| {
+                    req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+                    tower::ServiceExt::oneshot(app.clone(), req)
+                });
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(HEADER_TIMEOUT)
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .with_upgrades();
+                if let Err(e) = conn.await {
+                    tracing::debug!(%peer, error = %e, "HTTP connection ended");
+                }
+            });
         }
     })
+}
+
+/// A `503` with `Retry-After` to a connection over a cap, then the close.
+async fn refuse_connection(mut stream: tokio::net::TcpStream) {
+    use tokio::io::AsyncWriteExt as _;
+    let body = "too many connections from this client or in all; retry later\n";
+    let resp = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 5\r\nConnection: close\r\n\
+         Content-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let _ =
+        tokio::time::timeout(std::time::Duration::from_secs(2), stream.write_all(resp.as_bytes()))
+            .await;
 }

@@ -46,6 +46,8 @@ pub(crate) struct ApiState {
     pub(crate) auth_refusals: Arc<crate::auth::Refusals>,
     /// The RTSP connection caps, for `/metrics`.
     pub(crate) rtsp_limits: Arc<isochron_server::conn_limits::ConnLimits>,
+    /// The HTTP connection caps, for `/metrics`.
+    pub(crate) http_limits: Arc<isochron_server::conn_limits::ConnLimits>,
 }
 
 /// HTTP delivery's settings and small caches.

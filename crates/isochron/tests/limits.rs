@@ -2,7 +2,8 @@
 //! `request_timeout_s`): a hostile client elsewhere on the network sends SETUP after SETUP on
 //! one connection and keeps it open, opens connections up to its cap, and trickles half a
 //! request; from each cap on it gets 503 with `Retry-After`, the trickle gets 408, and a real
-//! player from another address still plays the object to the end, byte for byte.
+//! player from another address still plays the object to the end, byte for byte. The same
+//! over HTTP (`[http] max_connections_per_client`, the header timeout).
 
 mod common;
 
@@ -70,10 +71,16 @@ fn one_client_cannot_fill_the_session_table() {
     let player = bed.add_host("player").unwrap();
     let dir = tempdir();
     let config = "[rtsp]\nmax_sessions = 40\nmax_sessions_per_client = 30\n\
-                  max_connections_per_client = 4\nrequest_timeout_s = 2\n";
+                  max_connections_per_client = 4\nrequest_timeout_s = 2\n\n\
+                  [http]\nmax_connections_per_client = 3\n";
     let server = Server::start(
         &dir.path().join("store"),
-        ServeOptions { rtsp: Some("0.0.0.0:0"), config: Some(config), ..ServeOptions::default() },
+        ServeOptions {
+            rtsp: Some("0.0.0.0:0"),
+            http: Some("0.0.0.0:0"),
+            config: Some(config),
+            ..ServeOptions::default()
+        },
     );
     let addr = SocketAddr::new(bed.host_ip().into(), server.rtsp.port());
     let (statuses, retry_after, conn) =
@@ -88,6 +95,8 @@ fn one_client_cannot_fill_the_session_table() {
             let mut got = String::new();
             let _ = fifth.read_to_string(&mut got);
             drop(idle);
+            // The server gives their slots back once it sees them close.
+            std::thread::sleep(Duration::from_millis(500));
             let mut slow = TcpStream::connect(addr).unwrap();
             slow.write_all(b"OPTIONS rtsp://x/ RTSP/1.0\r\nCSeq: 1\r\n").unwrap();
             slow.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -102,7 +111,35 @@ fn one_client_cannot_fill_the_session_table() {
     let (answer, after) = slow;
     assert!(answer.starts_with("RTSP/1.0 408"), "{answer:?}");
     assert!(after >= Duration::from_millis(1500) && after < Duration::from_secs(8), "{after:?}");
+    // HTTP: three silent connections fill the client's cap, the fourth gets 503; a request
+    // whose headers never end is cut off after the header timeout.
+    let http = SocketAddr::new(bed.host_ip().into(), server.http.port());
+    let (fourth, cut_after) = hostile
+        .in_namespace(move || {
+            let idle: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(http).unwrap()).collect();
+            let mut fourth = TcpStream::connect(http).unwrap();
+            fourth.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut got = String::new();
+            let _ = fourth.read_to_string(&mut got);
+            drop(idle);
+            // The server gives their slots back once it sees them close.
+            std::thread::sleep(Duration::from_millis(500));
+            let mut slow = TcpStream::connect(http).unwrap();
+            slow.write_all(b"GET /api/v1/objects HTTP/1.1\r\nHost: x\r\n").unwrap();
+            slow.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let t = std::time::Instant::now();
+            let _ = slow.read_to_string(&mut String::new());
+            (got, t.elapsed())
+        })
+        .unwrap();
+    assert!(fourth.starts_with("HTTP/1.1 503"), "{fourth:?}");
+    assert!(fourth.contains("Retry-After"), "{fourth:?}");
+    assert!(cut_after < Duration::from_secs(20), "a trickled request held {cut_after:?}");
     let metrics = server.http_get("/metrics");
+    assert!(
+        metrics.contains("isochron_http_connections_refused_total{cap=\"per_client\"} 1"),
+        "{metrics}"
+    );
     assert!(
         metrics.contains("isochron_rtsp_connections_refused_total{cap=\"per_client\"} 1"),
         "{metrics}"

@@ -208,11 +208,22 @@ pub struct HttpSection {
     /// the seek point (keyframe) nearest each multiple, so they last about this long, more when
     /// keyframes are further apart. 1 to 60. Default 4.
     pub hls_segment_s: u64,
+    /// Most HTTP connections open at once (at most `rtsp.max_connections`); more get 503 and
+    /// are closed. Every connection must send a request's headers within 10 s. Default 1024.
+    pub max_connections: usize,
+    /// Most HTTP connections one client (IP address) may hold; more get 503 and are closed.
+    /// Loopback clients are exempt. Default 64.
+    pub max_connections_per_client: usize,
 }
 
 impl Default for HttpSection {
     fn default() -> Self {
-        Self { listen: "0.0.0.0:8080".into(), hls_segment_s: 4 }
+        Self {
+            listen: "0.0.0.0:8080".into(),
+            hls_segment_s: 4,
+            max_connections: 1024,
+            max_connections_per_client: 64,
+        }
     }
 }
 
@@ -335,6 +346,10 @@ pub struct Settings {
     pub max_connections_per_client: usize,
     /// Time to send a whole RTSP request.
     pub request_timeout: Duration,
+    /// HTTP connection limit.
+    pub http_max_connections: usize,
+    /// HTTP connection limit per client address.
+    pub http_max_connections_per_client: usize,
     /// Largest RTSP message.
     pub max_message: Bytes,
     /// RTCP SR interval.
@@ -437,6 +452,8 @@ impl ConfigFile {
             ("rtsp.max_sessions_per_client", self.rtsp.max_sessions_per_client),
             ("rtsp.max_connections", self.rtsp.max_connections),
             ("rtsp.max_connections_per_client", self.rtsp.max_connections_per_client),
+            ("http.max_connections", self.http.max_connections),
+            ("http.max_connections_per_client", self.http.max_connections_per_client),
         ] {
             if v == 0 {
                 return Err(invalid(key, "must be at least 1"));
@@ -512,6 +529,8 @@ impl ConfigFile {
             max_connections: self.rtsp.max_connections,
             max_connections_per_client: self.rtsp.max_connections_per_client,
             request_timeout: Duration::from_secs(self.rtsp.request_timeout_s),
+            http_max_connections: self.http.max_connections,
+            http_max_connections_per_client: self.http.max_connections_per_client,
             max_message: Bytes::kib(self.rtsp.max_message_kib),
             rtcp_interval: Duration::from_millis(self.sender.rtcp_interval_ms),
             batch_packets: self.sender.batch_packets,

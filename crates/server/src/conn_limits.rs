@@ -6,8 +6,8 @@
 //! Why a type of its own: the accept loop asks [`ConnLimits::admit`] before serving a
 //! connection and holds the returned [`ConnPermit`] for the connection's life; dropping it
 //! gives the slot back, whatever way the connection ends. Loopback clients (local tools and
-//! benches) count toward the total but not toward a per-client cap. Refusals are counted for
-//! `/metrics`.
+//! benches) and, over HTTP, cluster members count toward the total but not toward a per-client
+//! cap. Refusals are counted for `/metrics`.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -57,13 +57,23 @@ impl ConnLimits {
 
     /// A slot for a connection from `client`, or why not.
     pub fn admit(self: &Arc<Self>, client: IpAddr) -> Result<ConnPermit, ConnRefusal> {
+        self.admit_as(client, !client.is_loopback())
+    }
+
+    /// [`Self::admit`], with the per-client cap applied only if `capped` (loopback and, over
+    /// HTTP, cluster members are not).
+    pub fn admit_as(
+        self: &Arc<Self>,
+        client: IpAddr,
+        capped: bool,
+    ) -> Result<ConnPermit, ConnRefusal> {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         if open.0 >= self.max_total {
             self.refused_total.fetch_add(1, Ordering::Relaxed);
             return Err(ConnRefusal::Total(self.max_total));
         }
         let mine = open.1.get(&client).copied().unwrap_or(0);
-        if !client.is_loopback() && mine >= self.max_per_client {
+        if capped && mine >= self.max_per_client {
             self.refused_per_client.fetch_add(1, Ordering::Relaxed);
             return Err(ConnRefusal::PerClient(self.max_per_client));
         }

@@ -159,6 +159,8 @@ pub struct Handles {
     pub auth: Arc<isochron_auth::Authority>,
     /// The RTSP connection caps and their refusals.
     pub rtsp_limits: Arc<conn_limits::ConnLimits>,
+    /// The HTTP connection caps (`http.max_connections`, `max_connections_per_client`).
+    pub http_limits: Arc<conn_limits::ConnLimits>,
 }
 
 /// A running server.
@@ -304,6 +306,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
     };
     let rtsp_limits =
         conn_limits::ConnLimits::new(max_connections, settings.max_connections_per_client);
+    let http_max_connections = settings.http_max_connections.min(max_connections);
     let udp = UdpPair::bind(rtsp_addr.ip(), settings.rtp_port, settings.udp_send_buffer.as_usize())
         .with_context(|| {
             format!("binding UDP ports {} and +1 (config key rtsp.rtp_port)", settings.rtp_port)
@@ -538,6 +541,10 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
             cluster: view.clone(),
             auth: Arc::clone(&settings.auth),
             rtsp_limits: Arc::clone(&rtsp_limits),
+            http_limits: conn_limits::ConnLimits::new(
+                http_max_connections,
+                settings.http_max_connections_per_client,
+            ),
         };
         info!("{}", settings.auth.notice());
         http = Some((listener, handles));
