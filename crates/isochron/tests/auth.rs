@@ -33,15 +33,8 @@ fn curl(host: Option<&Host>, args: &[&str]) -> (u16, String) {
 const JSON: &str = "Content-Type: application/json";
 
 fn testbed() -> Option<(Testbed, Host)> {
-    if let Err(why) = Testbed::available() {
-        if !Testbed::is_root() && std::env::var_os("CI").is_none() {
-            #[allow(clippy::print_stderr)]
-            {
-                eprintln!("auth: skipped: {why}");
-            }
-            return None;
-        }
-        panic!("network namespaces must work here: {why}");
+    if !common::namespaces_or_skip("auth over the network") {
+        return None;
     }
     let bed = Testbed::new("isochron_auth").expect("testbed");
     let host = bed.add_host("client").expect("client namespace");

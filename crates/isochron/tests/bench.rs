@@ -298,14 +298,9 @@ fn bench_namespaces() -> Vec<String> {
 }
 
 #[test]
-#[allow(clippy::print_stderr)] // the skip's reason
 fn shaped_bench_runs_over_the_testbed_and_leaves_nothing() {
-    if let Err(why) = isochron_loadgen::testbed::Testbed::available() {
-        if !isochron_loadgen::testbed::Testbed::is_root() && std::env::var_os("CI").is_none() {
-            eprintln!("shaped bench: skipped: {why}");
-            return;
-        }
-        panic!("--shape must run here: {why}");
+    if !namespaces_or_skip("shaped bench") {
+        return;
     }
     let dir = tempdir();
     let out = dir.path().join("out");
@@ -346,14 +341,9 @@ fn shaped_bench_runs_over_the_testbed_and_leaves_nothing() {
 }
 
 #[test]
-#[allow(clippy::print_stderr)] // the skip's reason
 fn cluster_bench_spreads_sessions_over_shaped_nodes_and_reports_each() {
-    if let Err(why) = isochron_loadgen::testbed::Testbed::available() {
-        if !isochron_loadgen::testbed::Testbed::is_root() && std::env::var_os("CI").is_none() {
-            eprintln!("cluster bench: skipped: {why}");
-            return;
-        }
-        panic!("--cluster-nodes must run here: {why}");
+    if !namespaces_or_skip("cluster bench") {
+        return;
     }
     let dir = tempdir();
     let out = dir.path().join("out");
@@ -418,14 +408,9 @@ fn cluster_bench_spreads_sessions_over_shaped_nodes_and_reports_each() {
 }
 
 #[test]
-#[allow(clippy::print_stderr)] // the skip's reason
 fn cluster_bench_with_a_node_killed_measures_the_survivors_serving_its_copies() {
-    if let Err(why) = isochron_loadgen::testbed::Testbed::available() {
-        if !isochron_loadgen::testbed::Testbed::is_root() && std::env::var_os("CI").is_none() {
-            eprintln!("cluster bench: skipped: {why}");
-            return;
-        }
-        panic!("--cluster-nodes must run here: {why}");
+    if !namespaces_or_skip("cluster bench") {
+        return;
     }
     let dir = tempdir();
     let out = dir.path().join("out");

@@ -11,7 +11,7 @@ use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use common::{ServeOptions, Server, assert_same_bytes, demo, run, tempdir};
+use common::{ServeOptions, Server, assert_same_bytes, demo, tempdir};
 use isochron_loadgen::testbed::Testbed;
 
 /// Sends `n` SETUPs (each making a new session) on one connection; returns the statuses, the
@@ -55,15 +55,8 @@ fn setups(server: SocketAddr, n: usize) -> (Vec<u16>, bool, TcpStream) {
 
 #[test]
 fn one_client_cannot_fill_the_session_table() {
-    if let Err(why) = Testbed::available() {
-        if !Testbed::is_root() && std::env::var_os("CI").is_none() {
-            #[allow(clippy::print_stderr)]
-            {
-                eprintln!("limits: skipped: {why}");
-            }
-            return;
-        }
-        panic!("network namespaces must work here: {why}");
+    if !common::namespaces_or_skip("limits") {
+        return;
     }
     common::require("gst-launch-1.0");
     let bed = Testbed::new("isochron_limits").expect("testbed");
@@ -150,23 +143,12 @@ fn one_client_cannot_fill_the_session_table() {
     assert!(retry_after, "503 names when to retry");
     // The table has room for others: a player from another address plays to the end.
     let out = dir.path().join("player.ts");
-    let res = run(
-        player.command("gst-launch-1.0").args([
-            "-q",
-            "-e",
-            "rtspsrc",
-            &format!("location=rtsp://{addr}/demo"),
-            "protocols=tcp",
-            "!",
-            "rtpmp2tdepay",
-            "!",
-            "filesink",
-            &format!("location={}", out.display()),
-        ]),
-        120,
+    let (got, stderr) =
+        common::gst_fetch_in(Some(&player), &format!("rtsp://{addr}/demo"), &out, "tcp");
+    assert_same_bytes(
+        &got,
+        &std::fs::read(demo()).unwrap(),
+        &format!("the other client ({stderr})"),
     );
-    assert!(res.status.success(), "{}", String::from_utf8_lossy(&res.stderr));
-    let got = std::fs::read(&out).unwrap_or_default();
-    assert_same_bytes(&got, &std::fs::read(demo()).unwrap(), "the other client's stream");
     drop(conn);
 }

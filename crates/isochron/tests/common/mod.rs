@@ -52,6 +52,23 @@ pub fn demo() -> PathBuf {
 }
 
 /// A fresh temporary directory, removed on drop.
+/// Whether network namespaces (`isochron_loadgen::testbed`) work here. In CI they must (a
+/// missing one panics with the reason); elsewhere, without root, `what` is skipped with a line
+/// saying so.
+pub fn namespaces_or_skip(what: &str) -> bool {
+    use isochron_loadgen::testbed::Testbed;
+    match Testbed::available() {
+        Ok(()) => true,
+        Err(why) if Testbed::is_root() || std::env::var_os("CI").is_some() => {
+            panic!("{what} must run here: {why}")
+        }
+        Err(why) => {
+            eprintln!("{what}: skipped: {why}");
+            false
+        }
+    }
+}
+
 pub fn tempdir() -> tempfile::TempDir {
     tempfile::Builder::new().prefix("isochron-test-").tempdir().expect("tempdir")
 }
@@ -395,9 +412,23 @@ pub fn serve_fixtures(extra: &[&Path], config: Option<&str>) -> (tempfile::TempD
 /// (scripts/test.sh raises net.core.rmem_max so the kernel grants it), as the ffmpeg tests do, and
 /// give the jitter buffer 5 s so a late burst is not declared lost before it is read.
 pub fn gst_fetch(url: &str, out: &Path, transport: &str) -> (Vec<u8>, String) {
+    gst_fetch_in(None, url, out, transport)
+}
+
+/// [`gst_fetch`] from `host`'s network namespace (`None`: this one).
+pub fn gst_fetch_in(
+    host: Option<&isochron_loadgen::testbed::Host>,
+    url: &str,
+    out: &Path,
+    transport: &str,
+) -> (Vec<u8>, String) {
     let drops_before = udp_rcvbuf_errors();
+    let mut cmd = match host {
+        Some(h) => h.command("gst-launch-1.0"),
+        None => Command::new("gst-launch-1.0"),
+    };
     let res = run(
-        Command::new("gst-launch-1.0").args([
+        cmd.args([
             "-q",
             "-e",
             "rtspsrc",
