@@ -9,9 +9,10 @@ mod common;
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
 use std::time::Duration;
 
-use common::{ServeOptions, Server, assert_same_bytes, demo, tempdir};
+use common::{ServeOptions, Server, assert_same_bytes, demo, run, tempdir};
 use isochron_loadgen::testbed::Testbed;
 
 /// Sends `n` SETUPs (each making a new session) on one connection; returns the statuses, the
@@ -151,4 +152,73 @@ fn one_client_cannot_fill_the_session_table() {
         &format!("the other client ({stderr})"),
     );
     drop(conn);
+}
+
+/// Players that play to the end and vanish without TEARDOWN (a killed player, a dropped phone)
+/// free their slots `session_timeout` after the end, not `paused_session_timeout`: with a table
+/// of two, two such clients and then a third that finds room once their streams ended.
+#[test]
+fn clients_that_vanish_after_the_end_free_their_slots_by_liveness() {
+    common::require("ffprobe");
+    let dir = tempdir();
+    let config =
+        "[rtsp]\nmax_sessions = 2\nsession_timeout_s = 20\npaused_session_timeout_s = 300\n";
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions { config: Some(config), ..ServeOptions::default() },
+    );
+    let addr = server.rtsp;
+    let vanish = |i: usize| {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        let mut session = String::new();
+        for (cseq, req) in [
+            format!("SETUP rtsp://{addr}/demo RTSP/1.0\r\nCSeq: 1\r\nTransport: RTP/AVP;unicast;client_port={}-{}\r\n\r\n", 30_000 + 2 * i, 30_001 + 2 * i),
+            String::new(),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let req = if cseq == 0 {
+                req
+            } else {
+                format!("PLAY rtsp://{addr}/demo RTSP/1.0\r\nCSeq: 2\r\nSession: {session}\r\n\r\n")
+            };
+            s.write_all(req.as_bytes()).unwrap();
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap();
+            assert!(line.starts_with("RTSP/1.0 200"), "client {i}: {line:?}");
+            loop {
+                let mut h = String::new();
+                r.read_line(&mut h).unwrap();
+                if let Some(v) = h.strip_prefix("Session: ") {
+                    session = v.split(';').next().unwrap().trim().to_owned();
+                }
+                if h == "\r\n" || h.is_empty() {
+                    break;
+                }
+            }
+        }
+        // Gone: no TEARDOWN, no RTCP.
+    };
+    vanish(0);
+    vanish(1);
+    let probe = || {
+        let out = run(
+            Command::new("ffprobe")
+                .args(["-v", "error", "-rtsp_transport", "tcp", "-show_entries", "format=duration"])
+                .arg(server.url("demo")),
+            30,
+        );
+        out.status.success()
+    };
+    assert!(!probe(), "the table is full while the two streams play");
+    // The demo lasts 12 s: the sessions end before their liveness runs out (20 s after the
+    // PLAY, their last sign of life), and are reaped then, not 300 s after it.
+    let t = std::time::Instant::now();
+    while !probe() {
+        assert!(t.elapsed() < Duration::from_secs(60), "the vanished clients' slots never freed");
+        std::thread::sleep(Duration::from_secs(1));
+    }
 }

@@ -72,7 +72,10 @@
 //! - Liveness (interop §2.6, RFC 7826 §10.5): any request naming the session, RTCP naming its
 //!   SSRC ([`ServerCore::handle_rtcp`]), or interleaved RTCP on its channels refreshes it. UDP
 //!   sessions expire `session_timeout` after the last sign of life, or
-//!   `paused_session_timeout` while paused (ffmpeg sends nothing while paused). Interleaved
+//!   `paused_session_timeout` while paused (ffmpeg sends nothing while paused), except a session
+//!   whose stream ended and whose RTSP connection closed: nobody will resume it, so it gets
+//!   `session_timeout` (a crowd of players that play to the end and vanish frees its slots in a
+//!   minute, not five). Interleaved
 //!   sessions never expire while their connection is open and close with it. UDP sessions
 //!   outlive their RTSP connection (RFC 2326 §1.3: sessions are not tied to connections), which
 //!   also lets the session that ffmpeg abandons on UDP→TCP fallback (PAUSE, then a new SETUP
@@ -408,6 +411,9 @@ impl ServerCore {
         };
         let session = req.header(&SESSION).map(|v| SessionId::from_header(v.as_str()));
         if let Some(id) = &session {
+            if let Some(s) = self.sessions.get_mut(id) {
+                s.conn = Some((conn.id, true));
+            }
             self.touch(now, id);
         }
         match self.dispatch(now, conn, req, lib, &cseq, session.as_ref()) {
@@ -433,6 +439,7 @@ impl ServerCore {
                     return self.refuse(&play.cseq, None, &refusal);
                 };
                 s.state = SessionState::Playing;
+                s.ended = false;
                 s.position = None;
                 s.seq_offset = seq_offset;
                 let url = s.track_url.clone();
@@ -537,6 +544,22 @@ impl ServerCore {
         for id in ids {
             self.close(&id, CloseReason::ConnectionClosed);
         }
+        // UDP sessions outlive their connection; one whose stream ended and whose client is
+        // gone now lives only `session_timeout` more.
+        let orphaned: Vec<SessionId> = self
+            .sessions
+            .values_mut()
+            .filter_map(|s| match &mut s.conn {
+                Some((c, open)) if *c == conn && *open => {
+                    *open = false;
+                    Some(s.id.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        for id in orphaned {
+            self.rearm(&id);
+        }
     }
 
     /// The sender of `stream` reached the end (or the PLAY's `Range` end): the session is
@@ -551,6 +574,7 @@ impl ServerCore {
         {
             s.state = SessionState::Paused;
             s.position = Some(at);
+            s.ended = true;
             self.rearm(&id);
         }
     }
@@ -767,6 +791,7 @@ impl ServerCore {
                 let id = self.create(now, name, p, transport, negotiated, url.to_string());
                 if let Some(s) = self.sessions.get_mut(&id) {
                     s.client = client;
+                    s.conn = Some((conn.id, true));
                 }
                 id
             }
@@ -963,6 +988,8 @@ impl ServerCore {
             deadline: None,
             // Set by the SETUP that creates it.
             client: std::net::Ipv4Addr::UNSPECIFIED.into(),
+            conn: None,
+            ended: false,
         };
         self.sessions.insert(id.clone(), session);
         self.by_stream.insert(stream, id.clone());
@@ -1032,8 +1059,10 @@ impl ServerCore {
     /// Recomputes a UDP session's deadline from its last sign of life and its state's timeout
     /// (longer while paused). A state change is not a sign of life: `last_seen` stays.
     fn rearm(&mut self, id: &SessionId) {
-        let timeout = match self.sessions.get(id).map(|s| s.state) {
-            Some(SessionState::Paused) => {
+        let timeout = match self.sessions.get(id) {
+            // Ended with its client gone (connection closed): nobody will resume it.
+            Some(s) if s.ended && matches!(s.conn, Some((_, false))) => self.config.session_timeout,
+            Some(s) if s.state == SessionState::Paused => {
                 self.config.paused_session_timeout.max(self.config.session_timeout)
             }
             Some(_) => self.config.session_timeout,

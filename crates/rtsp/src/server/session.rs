@@ -216,6 +216,10 @@ pub(crate) struct Session {
     pub(crate) deadline: Option<Instant>,
     /// The address of the client that created it (`max_sessions_per_client`).
     pub(crate) client: std::net::IpAddr,
+    /// The connection its last request came over, and whether that connection is still open.
+    pub(crate) conn: Option<(ConnId, bool)>,
+    /// Paused because its stream reached the end, not by the client.
+    pub(crate) ended: bool,
 }
 
 impl Session {

@@ -622,6 +622,24 @@ fn paused_udp_sessions_live_longer() {
     // of life (the end itself is not one).
     core.handle_end_of_stream(secs(260), stream, Position::START);
     assert_eq!(core.poll_timeout(), Some(secs(550)));
+    // Its client goes away (the RTSP connection closes): nobody will resume an ended stream,
+    // so the session lives `session_timeout` from its last sign of life, not five minutes.
+    core.handle_conn_closed(secs(270), ConnId(1));
+    assert_eq!(core.poll_timeout(), Some(secs(310)));
+    core.handle_timeout(secs(310));
+    assert!(matches!(core.poll_event(), Some(Event::Closed { reason: CloseReason::Timeout, .. })));
+    assert_eq!(core.session_count(), 0);
+}
+
+#[test]
+fn a_paused_session_whose_client_left_keeps_the_paused_timeout_until_its_stream_ended() {
+    let mut core = ServerCore::new(ServerConfig::default(), 3);
+    let t0 = Instant::from_nanos(5 * SECOND);
+    let udp = setup(&mut core, t0, 1, "RTP/AVP;unicast;client_port=5000-5001");
+    // Not played to the end: a closed connection changes nothing (UDP sessions outlive it).
+    core.handle_conn_closed(t0, ConnId(1));
+    assert_eq!(core.poll_timeout(), Some(t0 + Duration::from_secs(60)));
+    assert!(core.session(&udp).is_some());
 }
 
 #[test]
