@@ -110,6 +110,22 @@ pub enum SchedCommand {
         /// The decision.
         reply: oneshot::Sender<Decision>,
     },
+    /// A recording's source stalled: give its reservation back
+    /// ([`CycleScheduler::handle_suspend_record`]).
+    SuspendRecord {
+        /// The recording.
+        stream: StreamId,
+    },
+    /// A suspended recording's source sends again: admit it anew (logged like its first
+    /// admission); `None` if it is not a recording.
+    ResumeRecord {
+        /// Its request, as at its start.
+        req: OpenRecord,
+        /// The object's name, for the admission log.
+        name: String,
+        /// The decision.
+        reply: oneshot::Sender<Option<Decision>>,
+    },
     /// A recording's block, to be written to `disk` within the recording's guaranteed rate.
     RecordBlock {
         /// The recording.
@@ -413,6 +429,24 @@ impl SchedThread {
                     admissions.record(unix_ms(), &asked, &decision);
                     if decision.is_admit() {
                         recorders.insert(req.stream, events);
+                    }
+                    let _ = reply.send(decision);
+                }
+                Some(SchedCommand::SuspendRecord { stream }) => {
+                    let _ = s.handle_suspend_record(now, stream);
+                }
+                Some(SchedCommand::ResumeRecord { req, name, reply }) => {
+                    let asked = AdmissionRequest {
+                        stream: req.stream,
+                        object: &name,
+                        kind: AdmissionKind::Record,
+                        avg_bitrate: req.avg_bitrate,
+                        peak_bitrate: req.peak_bitrate,
+                        uses_peak: s.admission().config().policy.uses_peak_rate(),
+                    };
+                    let decision = s.handle_resume_record(now, req);
+                    if let Some(d) = &decision {
+                        admissions.record(unix_ms(), &asked, d);
                     }
                     let _ = reply.send(decision);
                 }

@@ -131,3 +131,53 @@ fn plays_past_the_disk_profile_get_453_and_the_admitted_ones_play_clean() {
         rejected.teardown().await.unwrap();
     });
 }
+
+/// A recording that stalls gives its reservation back at once (`recorder::STALL`), so a PLAY
+/// it crowded out is admitted meanwhile; when its data comes again it asks anew, and with the
+/// room taken it ends with 503 rather than overload the disk.
+#[test]
+fn a_stalled_recording_gives_its_room_back_and_asks_again() {
+    use std::io::{Read as _, Write as _};
+    let dir = tempdir();
+    let data = dir.path().join("store");
+    // The disk of the test above: a 6 Mb/s recording takes about 0.73 s of its 0.8 s real-time
+    // share per second, and the demo's 0.13 s no longer fits beside it.
+    let disk = format!("{},seek_ms=20,rate_mib_s=1", dir.path().join("d0").display());
+    demo_store_on(&data, &disk);
+    let config = "[sched]\nadmission = \"aggressive-avg\"\n";
+    let server =
+        Server::start(&data, ServeOptions { config: Some(config), ..ServeOptions::default() });
+    let url = server.url("demo");
+    let src = std::fs::read(demo()).unwrap();
+    let mut up = std::net::TcpStream::connect(server.http).unwrap();
+    let head = "PUT /api/v1/record/stalled?rate=6M HTTP/1.1\r\nHost: x\r\n\
+                Transfer-Encoding: chunked\r\n\r\n";
+    up.write_all(head.as_bytes()).unwrap();
+    let chunk = |up: &mut std::net::TcpStream, bytes: &[u8]| {
+        up.write_all(format!("{:x}\r\n", bytes.len()).as_bytes()).unwrap();
+        up.write_all(bytes).unwrap();
+        up.write_all(b"\r\n").unwrap();
+    };
+    let half = src.len() / 2 / 188 * 188;
+    chunk(&mut up, &src[..half]);
+    let rt = runtime();
+    // Recording: no room for the play.
+    std::thread::sleep(Duration::from_millis(500));
+    let (_c, status, _) = rt.block_on(try_play(&url));
+    assert_eq!(status, 453, "the recording holds the disk; log:\n{}", server.log());
+    // Stalled for longer than STALL: its room is free, the play is admitted and plays.
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(server.log().contains("recording stalled; reservation released"), "{}", server.log());
+    let (player, status, _) = rt.block_on(try_play(&url));
+    assert_eq!(status, 200, "log:\n{}", server.log());
+    // The recording's data comes again: no room any more, so it ends with 503 and leaves
+    // nothing behind.
+    chunk(&mut up, &src[half..]);
+    up.write_all(b"0\r\n\r\n").unwrap();
+    up.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut resp = String::new();
+    let _ = up.read_to_string(&mut resp);
+    assert!(resp.starts_with("HTTP/1.1 503"), "{resp}");
+    assert!(!server.http_get("/api/v1/objects").contains("\"stalled\""));
+    drop(player);
+}

@@ -620,6 +620,33 @@ impl<V: Clone> CycleScheduler<V> {
         decision
     }
 
+    /// A recording whose source stalled gives its reservation back: its declared rate stops
+    /// counting against the disks (others may be admitted meanwhile), while the writes it has in
+    /// flight go on. Returns whether `stream` was an admitted recording.
+    pub fn handle_suspend_record(&mut self, now: Instant, stream: StreamId) -> bool {
+        self.catch_up(now);
+        matches!(self.streams.get(&stream), Some(StreamEntry { state: StreamState::Record, .. }))
+            && self.admission.release(stream)
+    }
+
+    /// A suspended recording's source sends again: it asks for its reservation anew, as at its
+    /// start (`req` is its [`OpenRecord`]); on a refusal it stays suspended and the caller ends
+    /// it. `None` if `req.stream` is not a recording.
+    pub fn handle_resume_record(&mut self, now: Instant, req: OpenRecord) -> Option<Decision> {
+        self.catch_up(now);
+        let entry = self.streams.get(&req.stream);
+        if !matches!(entry, Some(StreamEntry { state: StreamState::Record, .. })) {
+            return None;
+        }
+        let demand = StreamDemand::write(req.avg_bitrate, req.peak_bitrate, req.block_size);
+        let decision = self.admission.admit(req.stream, &demand);
+        match decision {
+            Decision::Admit => self.stats.admitted += 1,
+            Decision::Reject(_) => self.stats.rejected += 1,
+        }
+        Some(decision)
+    }
+
     /// Starts (or restarts, for a seek or a resume) a stream at block `from`, whose packet at
     /// media time `media` is the first one to send. `run` numbers the starts of a stream: events
     /// carry it so the driver can drop deliveries from an earlier start.
@@ -2122,6 +2149,33 @@ mod tests {
         s.handle_close(at(0), StreamId(0));
         assert!(open(&mut s, 3, &p, 8_000_000).is_admit());
         assert_eq!((s.stats().admitted, s.stats().rejected), (4, 2));
+    }
+
+    #[test]
+    fn a_stalled_recording_gives_its_reservation_back_and_asks_again() {
+        let mut s = sched(AdmissionPolicy::Aggressive, 1, CycleConfig::default());
+        let p = plan(1, &[0; 4], 1000);
+        let rec = OpenRecord {
+            stream: StreamId(9),
+            object: ObjectId(9),
+            avg_bitrate: BitRate(16_000_000),
+            peak_bitrate: BitRate(16_000_000),
+            block_size: MIB,
+        };
+        assert!(s.handle_open_record(at(0), rec).is_admit());
+        // 8 Mb/s plays: one fits beside the 16 Mb/s recording, not two.
+        assert!(open(&mut s, 1, &p, 8_000_000).is_admit());
+        assert!(!open(&mut s, 2, &p, 8_000_000).is_admit());
+        // The recording stalls: its room is free for others.
+        assert!(s.handle_suspend_record(at(1), StreamId(9)));
+        assert!(!s.handle_suspend_record(at(1), StreamId(1)), "a play is not a recording");
+        assert!(open(&mut s, 2, &p, 8_000_000).is_admit());
+        // It sends again: no room any more, refused (the caller ends it); once room is made,
+        // admitted again.
+        assert!(!s.handle_resume_record(at(2), rec).unwrap().is_admit());
+        s.handle_close(at(3), StreamId(2));
+        assert!(s.handle_resume_record(at(3), rec).unwrap().is_admit());
+        assert_eq!(s.handle_resume_record(at(3), OpenRecord { stream: StreamId(1), ..rec }), None);
     }
 
     #[test]

@@ -18,7 +18,9 @@
 //!    *commit thread* that holds the store's ingest lock until the end, as an ingest does (no
 //!    disk is added or removed meanwhile, so the object's epoch stays current).
 //! 2. Asks the scheduler thread for admission ([`SchedCommand::OpenRecord`]); a refusal is
-//!    `503` with the reason.
+//!    `503` with the reason. A body that brings nothing for [`STALL`] gives the reservation
+//!    back at once ([`SchedCommand::SuspendRecord`]: a stalled upload must not keep PLAYs out)
+//!    and asks for it again when data comes ([`SchedCommand::ResumeRecord`]; refused: `503`).
 //! 3. Reads the body at the declared rate into a [`UnitStream`], packs the final units into blocks
 //!    ([`BlockPacker`], ingest's own) and hands each full block to the scheduler
 //!    ([`SchedCommand::RecordBlock`]) for the disk its placement picks. At most
@@ -64,8 +66,13 @@ use crate::sessions::SessionCommand;
 /// beyond that. Two would be XTREAM's double buffer; the rest absorbs a disk that is late.
 pub const MAX_BLOCKS_IN_FLIGHT: usize = 4;
 
-/// A recording whose body brings no data for this long fails (`408`), releasing its bandwidth.
+/// A recording whose body brings no data for this long fails (`408`).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A recording whose body brings no data for this long gives its reservation back at once (the
+/// disks' room is free for others) and asks for it again when data comes; refused then, it
+/// fails with `503`.
+pub const STALL: Duration = Duration::from_secs(2);
 
 /// A stream with no clock (two PCRs) after this many bytes is refused: without one nothing can be
 /// cut or paced, and [`UnitStream`] would buffer it all.
@@ -316,6 +323,8 @@ impl Recorders {
             store: Arc::clone(&self.store),
             sched: self.sched.clone(),
             stream,
+            req,
+            name: name.clone(),
             object,
             events,
             in_flight: HashMap::new(),
@@ -359,6 +368,26 @@ impl Recorders {
         }
     }
 
+    /// A stalled recording's data came again: its reservation asked for anew.
+    async fn resume(&self, w: &Writer, params: &RecordParams) -> Result<(), RecordError> {
+        let (tx, rx) = oneshot::channel();
+        let cmd = SchedCommand::ResumeRecord { req: w.req, name: w.name.clone(), reply: tx };
+        let _ = self.sched.send(cmd);
+        match rx.await {
+            Ok(Some(Decision::Admit)) => {
+                info!(object = %w.name, stream = %w.stream, "recording resumed");
+                Ok(())
+            }
+            Ok(Some(Decision::Reject(reason))) => Err(RecordError::Rejected {
+                name: w.name.clone(),
+                rate: params.rate,
+                peak: params.peak,
+                reason,
+            }),
+            Ok(None) | Err(_) => Err(RecordError::Unavailable),
+        }
+    }
+
     /// Reads the body at the declared rate and hands its blocks to `w`, up to the last one
     /// written; returns what the record needs.
     async fn receive(
@@ -373,15 +402,26 @@ impl Recorders {
         let mut units = UnitStream::new();
         let mut packer = BlockPacker::new(&w.object);
         let mut received = 0u64;
+        let mut last_data = tokio::time::Instant::now();
+        let mut suspended = false;
         loop {
+            let idle_left = IDLE_TIMEOUT.saturating_sub(last_data.elapsed());
+            let wait = if suspended { idle_left } else { STALL.min(idle_left) };
             let next = tokio::select! {
                 biased;
                 ev = w.events.recv() => Next::Event(ev),
-                chunk = tokio::time::timeout(IDLE_TIMEOUT, data.next()) => Next::Chunk(chunk),
+                chunk = tokio::time::timeout(wait, data.next()) => Next::Chunk(chunk),
             };
             let chunk = match next {
                 Next::Event(ev) => {
                     w.handle(ev)?;
+                    continue;
+                }
+                Next::Chunk(Err(_)) if !suspended && last_data.elapsed() < IDLE_TIMEOUT => {
+                    // Stalled: the disks' room goes back to the others until data comes.
+                    let _ = self.sched.send(SchedCommand::SuspendRecord { stream: w.stream });
+                    suspended = true;
+                    info!(object = %w.name, stream = %w.stream, "recording stalled; reservation released");
                     continue;
                 }
                 Next::Chunk(Err(_)) => return Err(RecordError::Idle(IDLE_TIMEOUT)),
@@ -391,6 +431,11 @@ impl Recorders {
                 }
                 Next::Chunk(Ok(Some(Ok(chunk)))) => chunk,
             };
+            last_data = tokio::time::Instant::now();
+            if suspended {
+                self.resume(w, &params).await?;
+                suspended = false;
+            }
             // Pace first: the bytes of a fast client wait in its socket, not here.
             let wait = bucket.take(tokio::time::Instant::now(), chunk.len());
             if !wait.is_zero() {
@@ -492,6 +537,9 @@ struct Writer {
     store: Arc<Store>,
     sched: Sender<SchedCommand>,
     stream: StreamId,
+    /// Its admission request and name, to ask again after a stall.
+    req: OpenRecord,
+    name: String,
     object: NewObject,
     events: mpsc::UnboundedReceiver<RecordEvent>,
     /// Handed to the scheduler, with the disks of their copies not yet reported written.
