@@ -346,6 +346,23 @@ struct DiskReads {
     bytes: u64,
 }
 
+/// A recording's admission request as the admission log records it (at its start and when it
+/// asks again after a stall).
+fn record_request<'a>(
+    s: &CycleScheduler<SharedBlock>,
+    req: &OpenRecord,
+    name: &'a str,
+) -> AdmissionRequest<'a> {
+    AdmissionRequest {
+        stream: req.stream,
+        object: name,
+        kind: AdmissionKind::Record,
+        avg_bitrate: req.avg_bitrate,
+        peak_bitrate: req.peak_bitrate,
+        uses_peak: s.admission().config().policy.uses_peak_rate(),
+    }
+}
+
 fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -417,14 +434,7 @@ impl SchedThread {
                     let _ = reply.send(decision);
                 }
                 Some(SchedCommand::OpenRecord { req, name, events, reply }) => {
-                    let asked = AdmissionRequest {
-                        stream: req.stream,
-                        object: &name,
-                        kind: AdmissionKind::Record,
-                        avg_bitrate: req.avg_bitrate,
-                        peak_bitrate: req.peak_bitrate,
-                        uses_peak: s.admission().config().policy.uses_peak_rate(),
-                    };
+                    let asked = record_request(s, &req, &name);
                     let decision = s.handle_open_record(now, req);
                     admissions.record(unix_ms(), &asked, &decision);
                     if decision.is_admit() {
@@ -436,14 +446,7 @@ impl SchedThread {
                     let _ = s.handle_suspend_record(now, stream);
                 }
                 Some(SchedCommand::ResumeRecord { req, name, reply }) => {
-                    let asked = AdmissionRequest {
-                        stream: req.stream,
-                        object: &name,
-                        kind: AdmissionKind::Record,
-                        avg_bitrate: req.avg_bitrate,
-                        peak_bitrate: req.peak_bitrate,
-                        uses_peak: s.admission().config().policy.uses_peak_rate(),
-                    };
+                    let asked = record_request(s, &req, &name);
                     let decision = s.handle_resume_record(now, req);
                     if let Some(d) = &decision {
                         admissions.record(unix_ms(), &asked, d);

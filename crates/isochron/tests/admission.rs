@@ -27,18 +27,25 @@ async fn try_play(url: &str) -> (Client, u16, Instant) {
     (c, u16::from(r.status()), at)
 }
 
-#[test]
-fn plays_past_the_disk_profile_get_453_and_the_admitted_ones_play_clean() {
-    require("ffmpeg");
+/// The demo on one emulated slow disk whose model is its profile, served with
+/// `admission = "aggressive-avg"`: 1 MiB blocks taking 20 ms + 1 s each, so the demo (1.1 Mb/s)
+/// costs about 0.13 s of disk time per second and a handful of streams fill the 80 % real-time
+/// share.
+fn slow_disk_server() -> (tempfile::TempDir, Server) {
     let dir = tempdir();
     let data = dir.path().join("store");
-    // 1 MiB blocks on a disk taking 20 ms + 1 s per block: the demo clip (1.1 Mb/s) costs about
-    // 0.13 s of disk time per second, so a handful of streams fill the 80 % real-time share.
     let disk = format!("{},seek_ms=20,rate_mib_s=1", dir.path().join("d0").display());
     demo_store_on(&data, &disk);
     let config = "[sched]\nadmission = \"aggressive-avg\"\n";
     let server =
         Server::start(&data, ServeOptions { config: Some(config), ..ServeOptions::default() });
+    (dir, server)
+}
+
+#[test]
+fn plays_past_the_disk_profile_get_453_and_the_admitted_ones_play_clean() {
+    require("ffmpeg");
+    let (_dir, server) = slow_disk_server();
     let url = server.url("demo");
     let src = std::fs::read(demo()).unwrap();
     let rt = runtime();
@@ -138,15 +145,9 @@ fn plays_past_the_disk_profile_get_453_and_the_admitted_ones_play_clean() {
 #[test]
 fn a_stalled_recording_gives_its_room_back_and_asks_again() {
     use std::io::{Read as _, Write as _};
-    let dir = tempdir();
-    let data = dir.path().join("store");
-    // The disk of the test above: a 6 Mb/s recording takes about 0.73 s of its 0.8 s real-time
-    // share per second, and the demo's 0.13 s no longer fits beside it.
-    let disk = format!("{},seek_ms=20,rate_mib_s=1", dir.path().join("d0").display());
-    demo_store_on(&data, &disk);
-    let config = "[sched]\nadmission = \"aggressive-avg\"\n";
-    let server =
-        Server::start(&data, ServeOptions { config: Some(config), ..ServeOptions::default() });
+    // A 6 Mb/s recording takes about 0.73 s of the disk's 0.8 s real-time share per second,
+    // and the demo's 0.13 s no longer fits beside it.
+    let (_dir, server) = slow_disk_server();
     let url = server.url("demo");
     let src = std::fs::read(demo()).unwrap();
     let mut up = std::net::TcpStream::connect(server.http).unwrap();
