@@ -457,6 +457,18 @@ mod tests {
         }
     }
 
+    /// The pinned tests' reserve, naming `lost`.
+    fn reserve(lost: BTreeSet<NodeId>) -> Message {
+        Message::Reserve {
+            key: key(),
+            object: ObjectId(5),
+            epoch: 1,
+            avg_bitrate: BitRate(1000),
+            peak_bitrate: BitRate(2000),
+            lost,
+        }
+    }
+
     fn every_message() -> Vec<Message> {
         let report = ShareReport {
             next: Some(Position { gsn: Gsn(9), time: MediaTime::from_nanos(5) }),
@@ -538,26 +550,12 @@ mod tests {
     #[test]
     fn the_encoding_is_pinned() {
         // Version 1 of the wire format: change only by adding a version.
-        let f = encode_frame(&Message::Reserve {
-            key: key(),
-            object: ObjectId(5),
-            epoch: 1,
-            avg_bitrate: BitRate(1000),
-            peak_bitrate: BitRate(2000),
-            lost: BTreeSet::new(),
-        });
+        let f = encode_frame(&reserve(BTreeSet::new()));
         assert_eq!(f, [0, 0, 0, 10, 1, 3, 2, 77, 5, 1, 232, 7, 208, 15]);
         let f = encode_frame(&Message::Close { key: key() });
         assert_eq!(f, [0, 0, 0, 4, 1, 11, 2, 77]);
         // Version 2: a reserve naming lost members; everything else is still written as 1.
-        let f = encode_frame(&Message::Reserve {
-            key: key(),
-            object: ObjectId(5),
-            epoch: 1,
-            avg_bitrate: BitRate(1000),
-            peak_bitrate: BitRate(2000),
-            lost: [NodeId(3)].into(),
-        });
+        let f = encode_frame(&reserve([NodeId(3)].into()));
         assert_eq!(f, [0, 0, 0, 12, 2, 12, 2, 77, 5, 1, 232, 7, 208, 15, 1, 3]);
     }
 
@@ -566,14 +564,7 @@ mod tests {
         assert_eq!(decode_body(&[]), Err(WireError::Empty));
         assert_eq!(decode_body(&[3, 0]), Err(WireError::Version { found: 3 }));
         // A version-2 variant in a version-1 frame.
-        let f = encode_frame(&Message::Reserve {
-            key: key(),
-            object: ObjectId(5),
-            epoch: 1,
-            avg_bitrate: BitRate(1000),
-            peak_bitrate: BitRate(2000),
-            lost: [NodeId(3)].into(),
-        });
+        let f = encode_frame(&reserve([NodeId(3)].into()));
         let mut v1 = f[4..].to_vec();
         v1[0] = 1;
         assert!(matches!(decode_body(&v1), Err(WireError::Decode(_))));
