@@ -47,6 +47,8 @@ fn run(data: &[u8]) {
             id: ConnId(u64::from(i)),
             peer: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 40_000 + i),
             local,
+            // one plain connection and one TLS (interleaved only)
+            secure: i == 1,
         })
         .collect();
     let mut now = Instant::from_nanos(1);

@@ -113,7 +113,7 @@ pub(crate) async fn guard(
         object: object.as_deref(),
         credentials: credentials.as_ref(),
         trusted_peer: crate::cluster::is_trusted(&s, peer.ip()),
-        secure: false,
+        secure: req.extensions().get::<crate::OverTls>().is_some(),
         method: req.method().as_str(),
         now_unix_s: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -51,6 +51,10 @@ pub const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1
 /// caps the RTSP listener has too: a client over one gets `503` with `Retry-After` and the
 /// connection closes) and must send a request's headers within [`HEADER_TIMEOUT`]. Served with
 /// hyper directly rather than `axum::serve`, which has neither (its connections have no timer).
+///
+/// With `handles.tls` the port speaks HTTPS too: a connection that opens with a TLS handshake is
+/// served over TLS (`isochron_server::tls`), and Basic credentials are taken over it from any
+/// address.
 pub fn serve(listener: TcpListener, handles: Handles) -> JoinHandle<()> {
     let Handles {
         recorders,
@@ -64,6 +68,7 @@ pub fn serve(listener: TcpListener, handles: Handles) -> JoinHandle<()> {
         hls_segment,
         cluster,
         auth,
+        tls,
         rtsp_limits,
         http_limits,
     } = handles;
@@ -104,23 +109,64 @@ pub fn serve(listener: TcpListener, handles: Handles) -> JoinHandle<()> {
                 }
             };
             let app = app.clone();
+            let tls = tls.clone();
             tokio::spawn(async move {
                 let _permit = permit;
-                let service = hyper::service::service_fn(move |mut req| {
-                    req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
-                    tower::ServiceExt::oneshot(app.clone(), req)
-                });
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .timer(hyper_util::rt::TokioTimer::new())
-                    .header_read_timeout(HEADER_TIMEOUT)
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .with_upgrades();
-                if let Err(e) = conn.await {
-                    tracing::debug!(%peer, error = %e, "HTTP connection ended");
+                match tls {
+                    Some(tls) if opens_with_tls(&stream).await => {
+                        let accept =
+                            tokio::time::timeout(HEADER_TIMEOUT, tls.acceptor().accept(stream));
+                        match accept.await {
+                            Ok(Ok(stream)) => serve_connection(stream, peer, true, app).await,
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed")
+                            }
+                            Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                        }
+                    }
+                    _ => serve_connection(stream, peer, false, app).await,
                 }
             });
         }
     })
+}
+
+/// Marks a request that came over TLS (a request extension): Basic credentials are taken from
+/// anywhere over it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OverTls;
+
+/// Whether a new connection's first byte is a TLS handshake record (`isochron_server::tls`):
+/// waits for it at most [`HEADER_TIMEOUT`]; a client that sends nothing is served as plain HTTP,
+/// whose header timeout then closes it.
+async fn opens_with_tls(stream: &tokio::net::TcpStream) -> bool {
+    let mut first = [0u8; 1];
+    matches!(
+        tokio::time::timeout(HEADER_TIMEOUT, stream.peek(&mut first)).await,
+        Ok(Ok(1)) if first[0] == isochron_server::tls::HANDSHAKE_RECORD
+    )
+}
+
+/// Serves HTTP/1.1 on one connection (plain or TLS) until it closes.
+async fn serve_connection<S>(stream: S, peer: std::net::SocketAddr, tls: bool, app: axum::Router)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |mut req| {
+        req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+        if tls {
+            req.extensions_mut().insert(OverTls);
+        }
+        tower::ServiceExt::oneshot(app.clone(), req)
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+        .with_upgrades();
+    if let Err(e) = conn.await {
+        tracing::debug!(%peer, error = %e, "HTTP connection ended");
+    }
 }
 
 /// A `503` with `Retry-After` to a connection over a cap, then the close.

@@ -48,6 +48,8 @@ enum Command {
     Plan(cmds::plan::Args),
     /// Measure an RTSP server with emulation clients: N_max, the bottleneck, Yima's Figure 3.
     Bench(Box<cmds::bench::Args>),
+    /// TLS helpers: `cert --self-signed DIR` writes a certificate and key for `[tls]`.
+    Cert(cmds::cert::Args),
     /// Access control helpers: `auth hash` makes a password_hash for `[[auth.users]]`.
     #[command(subcommand)]
     Auth(cmds::auth::Command),
@@ -86,6 +88,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => cmds::bench::run(*a),
         Command::Play(a) => cmds::play::run(a),
         Command::Auth(c) => cmds::auth::run(c),
+        Command::Cert(a) => cmds::cert::run(a),
     };
     match result {
         Ok(code) => code,

@@ -35,6 +35,20 @@ pub struct ConfigFile {
     pub cluster: ClusterSection,
     /// `[auth]`: who may read, record and administer (`isochron_auth`).
     pub auth: isochron_auth::AuthSection,
+    /// `[tls]`: the certificate for RTSPS and HTTPS.
+    pub tls: TlsSection,
+}
+
+/// `[tls]`: a certificate and its key, both PEM. With them the HTTP port also speaks HTTPS (on
+/// the same port: a connection that opens with a TLS handshake gets TLS) and `rtsp.rtsps_listen`
+/// can be set. Both or neither.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsSection {
+    /// The certificate chain, leaf first (PEM). Default: none (no TLS).
+    pub cert_file: String,
+    /// The certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1). Default: none.
+    pub key_file: String,
 }
 
 /// `[store]`.
@@ -77,6 +91,9 @@ impl Default for StoreSection {
 pub struct RtspSection {
     /// Address the RTSP listener binds. Default `0.0.0.0:8554`.
     pub listen: String,
+    /// Address of an RTSPS listener (RTSP over TLS, media interleaved on the TLS connection;
+    /// needs `[tls]`), e.g. `0.0.0.0:322`; empty: none. Default empty.
+    pub rtsps_listen: String,
     /// UDP port for RTP; RTCP uses the next one. Shared by every session. 0 picks a free pair.
     /// Default 6970.
     pub rtp_port: u16,
@@ -109,6 +126,7 @@ impl Default for RtspSection {
     fn default() -> Self {
         Self {
             listen: "0.0.0.0:8554".into(),
+            rtsps_listen: String::new(),
             rtp_port: 6970,
             session_timeout_s: 60,
             paused_session_timeout_s: 300,
@@ -330,6 +348,10 @@ pub struct Settings {
     pub replication: Option<u8>,
     /// RTSP listen address.
     pub rtsp_listen: SocketAddr,
+    /// The RTSPS listen address (`rtsp.rtsps_listen`), with `tls`.
+    pub rtsps_listen: Option<SocketAddr>,
+    /// The certificate and key (`[tls]`), for RTSPS and HTTPS.
+    pub tls: Option<crate::tls::Tls>,
     /// RTP port (RTCP = +1); 0 = pick.
     pub rtp_port: u16,
     /// UDP session idle timeout.
@@ -429,6 +451,22 @@ impl ConfigFile {
             })
         };
         let rtsp_listen = addr("rtsp.listen", &self.rtsp.listen)?;
+        let tls = match (self.tls.cert_file.as_str(), self.tls.key_file.as_str()) {
+            ("", "") => None,
+            ("", _) => return Err(invalid("tls.cert_file", "must be set with tls.key_file")),
+            (_, "") => return Err(invalid("tls.key_file", "must be set with tls.cert_file")),
+            (cert, key) => Some(crate::tls::Tls::load(Path::new(cert), Path::new(key))?),
+        };
+        let rtsps_listen = match self.rtsp.rtsps_listen.as_str() {
+            "" => None,
+            _ if tls.is_none() => {
+                return Err(invalid(
+                    "rtsp.rtsps_listen",
+                    "needs a certificate: set tls.cert_file and tls.key_file",
+                ));
+            }
+            v => Some(addr("rtsp.rtsps_listen", v)?),
+        };
         let http_listen = match self.http.listen.as_str() {
             "" => None,
             v => Some(addr("http.listen", v)?),
@@ -521,6 +559,8 @@ impl ConfigFile {
             seed_demo: s.seed_demo,
             replication: s.replication,
             rtsp_listen,
+            rtsps_listen,
+            tls,
             rtp_port: self.rtsp.rtp_port,
             session_timeout: Duration::from_secs(self.rtsp.session_timeout_s),
             paused_session_timeout: Duration::from_secs(self.rtsp.paused_session_timeout_s),
@@ -649,6 +689,10 @@ mod tests {
             ("[store]\nreplication = 0", "store.replication"),
             ("[store]\nreplication = 9", "store.replication"),
             ("[rtsp]\nlisten = \"localhost\"", "rtsp.listen"),
+            ("[rtsp]\nrtsps_listen = \"0.0.0.0:322\"", "rtsp.rtsps_listen"),
+            ("[tls]\ncert_file = \"c.pem\"", "tls.key_file"),
+            ("[tls]\nkey_file = \"k.pem\"", "tls.cert_file"),
+            ("[tls]\ncert_file = \"/nonexistent/c.pem\"\nkey_file = \"k.pem\"", "tls.cert_file"),
             ("[http]\nlisten = \"1.2.3.4\"", "http.listen"),
             ("[rtsp]\nsession_timeout_s = 1", "rtsp.session_timeout_s"),
             ("[rtsp]\npaused_session_timeout_s = 10", "rtsp.paused_session_timeout_s"),

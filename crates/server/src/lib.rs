@@ -33,6 +33,7 @@ pub mod profile;
 pub mod recorder;
 pub mod reorg;
 pub mod sessions;
+pub mod tls;
 
 mod rtcp_rx;
 mod rtsp_conn;
@@ -53,7 +54,7 @@ use isochron_dataplane::sched_thread::{SchedCommand, SchedEvent, SchedSink, Sche
 use isochron_dataplane::sender::{SenderCommand, SenderSink, SenderThread};
 use isochron_diskio::{IoDone, IoWorker, Store};
 use isochron_rtsp::codec::Limits;
-use isochron_rtsp::server::{ConnId, ServerConfig, ServerCore};
+use isochron_rtsp::server::{ServerConfig, ServerCore};
 use isochron_sched::{AdmissionController, CycleScheduler};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -157,6 +158,8 @@ pub struct Handles {
     pub cluster: Option<Arc<cluster::ClusterView>>,
     /// Who may do what (`[auth]`).
     pub auth: Arc<isochron_auth::Authority>,
+    /// The certificate (`[tls]`): the HTTP port then speaks HTTPS too.
+    pub tls: Option<tls::Tls>,
     /// The RTSP connection caps and their refusals.
     pub rtsp_limits: Arc<conn_limits::ConnLimits>,
     /// The HTTP connection caps (`http.max_connections`, `max_connections_per_client`).
@@ -168,6 +171,8 @@ pub struct Handles {
 pub struct RunningServer {
     /// Where RTSP listens.
     pub rtsp_addr: SocketAddr,
+    /// Where RTSPS listens, if enabled (`rtsp.rtsps_listen`).
+    pub rtsps_addr: Option<SocketAddr>,
     /// Where HTTP listens, if enabled.
     pub http_addr: Option<SocketAddr>,
     /// The RTP port (RTCP is the next one).
@@ -290,6 +295,14 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         format!("binding RTSP to {} (config key rtsp.listen)", settings.rtsp_listen)
     })?;
     let rtsp_addr = rtsp_listener.local_addr()?;
+    let rtsps_listener =
+        match settings.rtsps_listen {
+            Some(addr) => Some(TcpListener::bind(addr).await.with_context(|| {
+                format!("binding RTSPS to {addr} (config key rtsp.rtsps_listen)")
+            })?),
+            None => None,
+        };
+    let rtsps_addr = rtsps_listener.as_ref().map(TcpListener::local_addr).transpose()?;
     // Connections are files: take the hard limit, and keep the RTSP cap well below it (HTTP,
     // disks and sockets need their share).
     let max_connections = match isochron_dataplane::net::raise_open_files_limit() {
@@ -459,51 +472,17 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         queue_frames: settings.tcp_queue_frames,
         request_timeout: settings.request_timeout,
     };
-    {
-        let sessions = sessions_tx.clone();
-        let auth = Arc::clone(&settings.auth);
-        let limits = Arc::clone(&rtsp_limits);
-        let next = Arc::new(AtomicU64::new(1));
-        tasks.push(tokio::spawn(async move {
-            loop {
-                match rtsp_listener.accept().await {
-                    Ok((mut s, peer)) => {
-                        let permit = match limits.admit(peer.ip()) {
-                            Ok(p) => p,
-                            Err(why) => {
-                                tracing::debug!(%peer, ?why, "RTSP connection refused");
-                                tokio::spawn(async move {
-                                    use tokio::io::AsyncWriteExt as _;
-                                    let bytes =
-                                        rtsp_conn::simple_response("503 Service Unavailable");
-                                    let _ = tokio::time::timeout(
-                                        Duration::from_secs(2),
-                                        s.write_all(&bytes),
-                                    )
-                                    .await;
-                                });
-                                continue;
-                            }
-                        };
-                        let id = ConnId(next.fetch_add(1, Ordering::Relaxed));
-                        let auth = Arc::clone(&auth);
-                        tokio::spawn(rtsp_conn::serve(
-                            s,
-                            id,
-                            peer,
-                            conn_config,
-                            sessions.clone(),
-                            auth,
-                            permit,
-                        ));
-                    }
-                    Err(e) => {
-                        warn!(error = %e, "RTSP accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                }
-            }
-        }));
+    let listening = Arc::new(rtsp_conn::Listening {
+        config: conn_config,
+        sessions: sessions_tx.clone(),
+        auth: Arc::clone(&settings.auth),
+        limits: Arc::clone(&rtsp_limits),
+        next_id: AtomicU64::new(1),
+    });
+    tasks.push(tokio::spawn(rtsp_conn::listen(rtsp_listener, None, Arc::clone(&listening))));
+    if let Some(listener) = rtsps_listener {
+        let tls = settings.tls.as_ref().map(|t| t.acceptor().clone());
+        tasks.push(tokio::spawn(rtsp_conn::listen(listener, tls, listening)));
     }
 
     // The HTTP listener is bound here, so that its address is known and a bind error is
@@ -540,6 +519,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
             hls_segment: settings.hls_segment,
             cluster: view.clone(),
             auth: Arc::clone(&settings.auth),
+            tls: settings.tls.clone(),
             rtsp_limits: Arc::clone(&rtsp_limits),
             http_limits: conn_limits::ConnLimits::new(
                 http_max_connections,
@@ -598,9 +578,10 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         );
     }
 
-    info!(%rtsp_addr, ?http_addr, rtp_port, "isochron serving");
+    info!(%rtsp_addr, ?rtsps_addr, ?http_addr, rtp_port, "isochron serving");
     Ok(RunningServer {
         rtsp_addr,
+        rtsps_addr,
         http_addr,
         rtp_port,
         library,

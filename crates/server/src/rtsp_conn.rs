@@ -16,10 +16,13 @@
 //! needs `read` on the object. A refusal is `401` with Digest challenges (RFC 7616 §3.3;
 //! SHA-256 listed first as §3.7 prefers, MD5 last because ffmpeg, GStreamer and live555 each
 //! answer the *last* Digest challenge they read and speak only MD5; both carry one nonce) or
-//! `403`, and the connection stays open for the retry.
+//! `403`, and the connection stays open for the retry. On RTSPS (TLS) connections Basic is
+//! offered too and accepted, and media is interleaved only (see [`crate::tls`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use isochron_auth::{Access, Authority, Credentials, Decision, Permission};
 
@@ -27,10 +30,11 @@ use isochron_dataplane::sender::OutFrame;
 use isochron_rtsp::codec::{self, Decoded, Frame, Limits};
 use isochron_rtsp::rtsp_types::{Response, StatusCode, Version, headers};
 use isochron_rtsp::server::{ConnId, ConnInfo};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
-use tracing::debug;
+use tokio_rustls::TlsAcceptor;
+use tracing::{debug, warn};
 
 use crate::sessions::SessionCommand;
 
@@ -40,25 +44,117 @@ pub(crate) struct ConnConfig {
     pub(crate) limits: Limits,
     pub(crate) queue_frames: usize,
     /// How long a whole request (the first one included) may take to arrive.
-    pub(crate) request_timeout: std::time::Duration,
+    pub(crate) request_timeout: Duration,
 }
 
-/// Serves one accepted connection until it closes.
-pub(crate) async fn serve(
-    stream: TcpStream,
-    id: ConnId,
-    peer: SocketAddr,
+/// What every connection of the RTSP listeners shares.
+pub(crate) struct Listening {
+    pub(crate) config: ConnConfig,
+    pub(crate) sessions: mpsc::UnboundedSender<SessionCommand>,
+    pub(crate) auth: Arc<Authority>,
+    pub(crate) limits: Arc<crate::conn_limits::ConnLimits>,
+    /// The next connection id, shared by the RTSP and RTSPS listeners.
+    pub(crate) next_id: AtomicU64,
+}
+
+/// Accepts connections on `listener` until the task is aborted; with `tls` each is RTSPS. A
+/// connection over a cap gets 503 and is closed; a TLS handshake must end within
+/// `rtsp.request_timeout_s`.
+pub(crate) async fn listen(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    shared: Arc<Listening>,
+) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %e, "RTSP accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let permit = match shared.limits.admit(peer.ip()) {
+            Ok(p) => p,
+            Err(why) => {
+                debug!(%peer, ?why, "RTSP connection refused");
+                tokio::spawn(refuse(stream, tls.clone()));
+                continue;
+            }
+        };
+        let Ok(local) = stream.local_addr() else { continue };
+        let _ = stream.set_nodelay(true);
+        let id = ConnId(shared.next_id.fetch_add(1, Ordering::Relaxed));
+        let conn = ConnInfo { id, peer, local, secure: tls.is_some() };
+        let shared = Arc::clone(&shared);
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let (config, sessions, auth) =
+                (shared.config, shared.sessions.clone(), Arc::clone(&shared.auth));
+            match tls {
+                None => {
+                    let (rd, wr) = stream.into_split();
+                    serve(Accepted { rd, wr, conn, permit }, config, sessions, auth).await;
+                }
+                Some(tls) => {
+                    let handshake =
+                        tokio::time::timeout(config.request_timeout, tls.accept(stream));
+                    match handshake.await {
+                        Ok(Ok(stream)) => {
+                            let (rd, wr) = tokio::io::split(stream);
+                            serve(Accepted { rd, wr, conn, permit }, config, sessions, auth).await;
+                        }
+                        Ok(Err(e)) => debug!(%peer, error = %e, "RTSPS handshake failed"),
+                        Err(_) => debug!(%peer, "RTSPS handshake timed out"),
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// A `503` with `Retry-After` to a connection over a cap (over TLS on an RTSPS listener), then
+/// the close.
+async fn refuse(stream: TcpStream, tls: Option<TlsAcceptor>) {
+    let bytes = simple_response("503 Service Unavailable");
+    let _ = tokio::time::timeout(Duration::from_secs(2), async move {
+        match tls {
+            None => {
+                let mut stream = stream;
+                let _ = stream.write_all(&bytes).await;
+            }
+            Some(tls) => {
+                if let Ok(mut stream) = tls.accept(stream).await {
+                    let _ = stream.write_all(&bytes).await;
+                    let _ = stream.shutdown().await;
+                }
+            }
+        }
+    })
+    .await;
+}
+
+/// One accepted connection: its two halves and what is known about it.
+pub(crate) struct Accepted<R, W> {
+    pub(crate) rd: R,
+    pub(crate) wr: W,
+    pub(crate) conn: ConnInfo,
+    /// The connection's slot, given back when it ends.
+    pub(crate) permit: crate::conn_limits::ConnPermit,
+}
+
+/// Serves one accepted connection (plain TCP or TLS) until it closes.
+pub(crate) async fn serve<R, W>(
+    accepted: Accepted<R, W>,
     config: ConnConfig,
     sessions: mpsc::UnboundedSender<SessionCommand>,
     auth: Arc<Authority>,
-    permit: crate::conn_limits::ConnPermit,
-) {
-    // The connection's slot, given back when it ends.
-    let _permit = permit;
-    let Ok(local) = stream.local_addr() else { return };
-    let _ = stream.set_nodelay(true);
-    let conn = ConnInfo { id, peer, local };
-    let (mut rd, wr) = stream.into_split();
+) where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let Accepted { mut rd, wr, conn, permit: _permit } = accepted;
+    let (id, peer) = (conn.id, conn.peer);
     let (resp_tx, resp_rx) = mpsc::channel::<Vec<u8>>(64);
     let (frame_tx, frame_rx) = mpsc::channel::<OutFrame>(config.queue_frames);
     let _ = sessions.send(SessionCommand::ConnOpened { conn: id, frames: frame_tx });
@@ -82,7 +178,7 @@ pub(crate) async fn serve(
                     match frame {
                         Frame::Request(req) => {
                             answered_any = true;
-                            if let Some(refusal) = authorize(&auth, &req, peer) {
+                            if let Some(refusal) = authorize(&auth, &req, peer, conn.secure) {
                                 if resp_tx.send(refusal).await.is_err() {
                                     break 'conn;
                                 }
@@ -95,6 +191,9 @@ pub(crate) async fn serve(
                                 break 'conn;
                             }
                             let Ok(resp) = rx.await else { break 'conn };
+                            if u16::from(resp.status()) >= 400 {
+                                debug!(%peer, status = u16::from(resp.status()), "RTSP request refused");
+                            }
                             let mut out = Vec::with_capacity(512);
                             codec::encode_response(&resp, &mut out);
                             if resp_tx.send(out).await.is_err() {
@@ -139,8 +238,8 @@ pub(crate) async fn serve(
     let _ = writer.await;
 }
 
-async fn write_loop(
-    wr: tokio::net::tcp::OwnedWriteHalf,
+async fn write_loop<W: AsyncWrite + Unpin>(
+    wr: W,
     mut responses: mpsc::Receiver<Vec<u8>>,
     mut frames: mpsc::Receiver<OutFrame>,
 ) {
@@ -173,10 +272,12 @@ async fn write_loop(
 }
 
 /// The access policy's answer to `req`: `None` to go ahead, else the encoded 401 or 403.
+/// `secure`: the connection is TLS (Basic is then offered and accepted).
 fn authorize(
     auth: &Authority,
     req: &isochron_rtsp::rtsp_types::Request<Vec<u8>>,
     peer: SocketAddr,
+    secure: bool,
 ) -> Option<Vec<u8>> {
     use isochron_rtsp::rtsp_types::Method;
     use isochron_rtsp::url::{Target, parse_target};
@@ -201,7 +302,7 @@ fn authorize(
             object: object.as_deref(),
             credentials: credentials.as_ref(),
             trusted_peer: peer.ip().is_loopback(),
-            secure: false,
+            secure,
             method,
             now_unix_s,
         }),
@@ -221,8 +322,12 @@ fn authorize(
         }
     };
     // Written by hand: rtsp-types folds repeated headers into one line, and clients read one
-    // challenge per WWW-Authenticate line. SHA-256 first, MD5 last (see the module docs).
+    // challenge per WWW-Authenticate line. Basic (TLS only) first, then SHA-256, MD5 last (see
+    // the module docs): clients that can do Digest prefer it to Basic.
     let mut out = format!("RTSP/1.0 {status}\r\nCSeq: {cseq}\r\nServer: isochron\r\n");
+    if secure && !challenges.is_empty() {
+        out.push_str(&format!("WWW-Authenticate: Basic realm=\"{}\"\r\n", isochron_auth::REALM));
+    }
     for c in challenges.iter().rev() {
         out.push_str(&format!("WWW-Authenticate: {c}\r\n"));
     }

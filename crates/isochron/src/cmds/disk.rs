@@ -100,7 +100,7 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
             let spec = super::absolute_spec(&spec)?.to_string();
             match target.server {
                 Some(url) => {
-                    let resp = api(&url)
+                    let resp = api(&url)?
                         .post(&format!("{}/api/v1/disks", url.trim_end_matches('/')))
                         .send_json(serde_json::json!({ "spec": spec }))
                         .map_err(|e| http_error(&url, e))?;
@@ -118,7 +118,7 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Remove { target, id } => match target.server {
             Some(url) => {
-                let resp = api(&url)
+                let resp = api(&url)?
                     .delete(&format!("{}/api/v1/disks/{id}", url.trim_end_matches('/')))
                     .call()
                     .map_err(|e| http_error(&url, e))?;
@@ -199,7 +199,7 @@ fn reorganize_offline(store: &Store) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn api(_url: &str) -> ureq::Agent {
+fn api(_url: &str) -> anyhow::Result<ureq::Agent> {
     super::api_agent(
         ureq::Agent::config_builder()
             .timeout_global(Some(Duration::from_secs(30)))
@@ -226,7 +226,7 @@ fn accepted(mut resp: ureq::http::Response<ureq::Body>) -> anyhow::Result<serde_
 }
 
 fn listing(url: &str) -> anyhow::Result<DiskListing> {
-    let mut resp = api(url)
+    let mut resp = api(url)?
         .get(&format!("{}/api/v1/disks", url.trim_end_matches('/')))
         .call()
         .map_err(|e| http_error(url, e))?;

@@ -107,19 +107,20 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
 fn run_server(server: &str, repair: bool, json: bool) -> anyhow::Result<ExitCode> {
     use anyhow::{Context as _, anyhow, bail};
     let url = format!("{}/api/v1/fsck?repair={}", server.trim_end_matches('/'), u8::from(repair));
+    let shown = super::redacted(&url);
     let agent = super::api_agent(
         ureq::Agent::config_builder()
             .timeout_global(Some(std::time::Duration::from_secs(900)))
             .http_status_as_error(false),
-    );
-    let resp = agent.post(&url).send_empty().map_err(|e| anyhow!("{url}: {e}"))?;
+    )?;
+    let resp = agent.post(&url).send_empty().map_err(|e| anyhow!("{shown}: {e}"))?;
     let status = resp.status();
-    let body = resp.into_body().read_to_string().map_err(|e| anyhow!("{url}: {e}"))?;
+    let body = resp.into_body().read_to_string().map_err(|e| anyhow!("{shown}: {e}"))?;
     if !status.is_success() {
-        bail!("{url}: {status} {}", body.trim());
+        bail!("{shown}: {status} {}", body.trim());
     }
     let v: serde_json::Value =
-        serde_json::from_str(&body).with_context(|| format!("{url}: not JSON"))?;
+        serde_json::from_str(&body).with_context(|| format!("{shown}: not JSON"))?;
     let clean = v["clean"].as_bool().unwrap_or(false);
     if json {
         println!("{}", serde_json::to_string_pretty(&v)?);

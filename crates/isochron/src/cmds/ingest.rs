@@ -156,7 +156,7 @@ fn ingest_remote(url: &str, args: &Args) -> anyhow::Result<ExitCode> {
                 b.set_message("sending");
             }
             let mut reader = Progress { inner: f, bar: bar.clone() };
-            let resp = super::api_agent(ureq::Agent::config_builder().http_status_as_error(false))
+            let resp = super::api_agent(ureq::Agent::config_builder().http_status_as_error(false))?
                 .put(&target)
                 // A refusal (401, 403, 409) then comes before the file is sent, not as a broken
                 // pipe halfway (RFC 9110 §10.1.1).

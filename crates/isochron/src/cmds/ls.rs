@@ -69,15 +69,16 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// `ls --server URL`: the server's `/api/v1/objects`.
 fn list_remote(url: &str, json: bool) -> anyhow::Result<ExitCode> {
     let url = format!("{}/api/v1/objects", url.trim_end_matches('/'));
-    let body = super::api_agent(ureq::Agent::config_builder())
+    let shown = super::redacted(&url);
+    let body = super::api_agent(ureq::Agent::config_builder())?
         .get(&url)
         .call()
-        .map_err(|e| anyhow::anyhow!("{url}: {e}"))?
+        .map_err(|e| anyhow::anyhow!("{shown}: {e}"))?
         .into_body()
         .read_to_string()
-        .map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("{shown}: {e}"))?;
     let v: serde_json::Value =
-        serde_json::from_str(&body).map_err(|e| anyhow::anyhow!("{url}: not JSON ({e})"))?;
+        serde_json::from_str(&body).map_err(|e| anyhow::anyhow!("{shown}: not JSON ({e})"))?;
     if json {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);

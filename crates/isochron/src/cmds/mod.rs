@@ -5,6 +5,7 @@ pub(crate) mod bench;
 pub(crate) mod bench_cluster;
 pub(crate) mod bench_disk;
 pub(crate) mod cat;
+pub(crate) mod cert;
 pub(crate) mod disk;
 pub(crate) mod fsck;
 pub(crate) mod ingest;
@@ -34,11 +35,20 @@ pub(crate) struct DataArg {
 /// An agent for a server's HTTP API (`--server URL`). Credentials in the URL
 /// (`http://user:pass@host:8080`) go as HTTP Basic, which the server takes from loopback or
 /// over TLS; `ISOCHRON_TOKEN`, when set, goes as a bearer token (`[[auth.users]] token`), which
-/// it takes from anywhere.
+/// it takes from anywhere. An `https://` URL is checked against the web's roots, or against the
+/// PEM certificates of `ISOCHRON_CA_FILE` when set (a self-signed server's own certificate).
+///
+/// # Errors
+///
+/// `ISOCHRON_CA_FILE` cannot be read or holds no certificate.
 pub(crate) fn api_agent(
     config: ureq::config::ConfigBuilder<ureq::typestate::AgentScope>,
-) -> ureq::Agent {
-    match std::env::var("ISOCHRON_TOKEN") {
+) -> anyhow::Result<ureq::Agent> {
+    let config = match ca_roots()? {
+        Some(roots) => config.tls_config(ureq::tls::TlsConfig::builder().root_certs(roots).build()),
+        None => config,
+    };
+    Ok(match std::env::var("ISOCHRON_TOKEN") {
         Ok(token) if !token.is_empty() => {
             let value = format!("Bearer {token}");
             config
@@ -55,7 +65,29 @@ pub(crate) fn api_agent(
                 .into()
         }
         _ => config.build().into(),
-    }
+    })
+}
+
+/// The certificates of `ISOCHRON_CA_FILE`, if set.
+fn ca_roots() -> anyhow::Result<Option<ureq::tls::RootCerts>> {
+    let Some(path) = std::env::var_os("ISOCHRON_CA_FILE").filter(|p| !p.is_empty()) else {
+        return Ok(None);
+    };
+    let path = PathBuf::from(path);
+    let pem = std::fs::read(&path)
+        .map_err(|e| anyhow::anyhow!("ISOCHRON_CA_FILE {}: {e}", path.display()))?;
+    let certs: Vec<_> = ureq::tls::parse_pem(&pem)
+        .filter_map(|item| match item {
+            Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+            _ => None,
+        })
+        .collect();
+    anyhow::ensure!(
+        !certs.is_empty(),
+        "ISOCHRON_CA_FILE {}: no PEM certificate in it",
+        path.display()
+    );
+    Ok(Some(ureq::tls::RootCerts::new_with_certs(&certs)))
 }
 
 /// `url` without the `user:password@` of its authority, for messages.

@@ -40,7 +40,7 @@ pub(crate) enum Command {
     },
 }
 
-fn agent() -> ureq::Agent {
+fn agent() -> anyhow::Result<ureq::Agent> {
     super::api_agent(
         ureq::Agent::config_builder()
             .timeout_global(Some(Duration::from_secs(30)))
@@ -49,18 +49,19 @@ fn agent() -> ureq::Agent {
 }
 
 fn get_json(agent: &ureq::Agent, url: &str) -> anyhow::Result<serde_json::Value> {
-    let resp = agent.get(url).call().map_err(|e| anyhow!("{url}: {e}"))?;
+    let shown = super::redacted(url);
+    let resp = agent.get(url).call().map_err(|e| anyhow!("{shown}: {e}"))?;
     let status = resp.status();
-    let body = resp.into_body().read_to_string().map_err(|e| anyhow!("{url}: {e}"))?;
+    let body = resp.into_body().read_to_string().map_err(|e| anyhow!("{shown}: {e}"))?;
     if !status.is_success() {
-        bail!("{url}: {status} {}", body.trim());
+        bail!("{shown}: {status} {}", body.trim());
     }
-    serde_json::from_str(&body).with_context(|| format!("{url}: not JSON"))
+    serde_json::from_str(&body).with_context(|| format!("{shown}: not JSON"))
 }
 
 /// Runs `isochron node …`.
 pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
-    let agent = agent();
+    let agent = agent()?;
     match cmd {
         Command::Ls { server, json } => {
             let url = format!("{}/api/v1/nodes", server.trim_end_matches('/'));
@@ -92,7 +93,8 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Remove { name, server, wait } => {
             let base = server.trim_end_matches('/');
             let url = format!("{base}/api/v1/nodes/{name}");
-            let resp = agent.delete(&url).call().map_err(|e| anyhow!("{url}: {e}"))?;
+            let shown = super::redacted(&url);
+            let resp = agent.delete(&url).call().map_err(|e| anyhow!("{shown}: {e}"))?;
             let status = resp.status();
             let body = resp.into_body().read_to_string().unwrap_or_default();
             if !status.is_success() {
@@ -100,14 +102,14 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<ExitCode> {
                     .ok()
                     .and_then(|v| v["error"].as_str().map(str::to_owned))
                     .unwrap_or(body);
-                bail!("{url}: {status}: {}", msg.trim());
+                bail!("{shown}: {status}: {}", msg.trim());
             }
             eprintln!("node {name} is draining: {}", body.trim());
             let Some(limit) = wait else { return Ok(ExitCode::SUCCESS) };
             let target = serde_json::from_str::<serde_json::Value>(&body)
                 .ok()
                 .and_then(|v| v["epoch"].as_u64())
-                .ok_or_else(|| anyhow!("{url}: no epoch in the answer: {body}"))?;
+                .ok_or_else(|| anyhow!("{shown}: no epoch in the answer: {body}"))?;
             // The removed node runs the reorganisation: follow its status.
             let nodes = get_json(&agent, &format!("{base}/api/v1/nodes"))?;
             let http = nodes

@@ -20,6 +20,16 @@ pub(crate) struct Args {
     /// RTSP listen address [config: rtsp.listen].
     #[arg(long, value_name = "ADDR")]
     rtsp: Option<String>,
+    /// RTSPS (RTSP over TLS) listen address; needs --tls-cert and --tls-key (or tls.cert_file, key_file)
+    /// [config: rtsp.rtsps_listen].
+    #[arg(long, value_name = "ADDR")]
+    rtsps: Option<String>,
+    /// TLS certificate chain (PEM) for RTSPS and HTTPS [config: tls.cert_file].
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<String>,
+    /// TLS private key (PEM) [config: tls.key_file].
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<String>,
     /// HTTP listen address, or "" to disable [config: http.listen].
     #[arg(long, value_name = "ADDR")]
     http: Option<String>,
@@ -68,6 +78,15 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(a) = args.rtsp {
         file.rtsp.listen = a;
     }
+    if let Some(a) = args.rtsps {
+        file.rtsp.rtsps_listen = a;
+    }
+    if let Some(f) = args.tls_cert {
+        file.tls.cert_file = f;
+    }
+    if let Some(f) = args.tls_key {
+        file.tls.key_file = f;
+    }
     if let Some(a) = args.http {
         file.http.listen = a;
     }
@@ -113,7 +132,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             server.add_task(isochron_http::serve(listener, handles));
         }
         let http = server.http_addr.map_or_else(|| "off".to_string(), |a| a.to_string());
-        println!("listening: rtsp={} http={} rtp={}", server.rtsp_addr, http, server.rtp_port);
+        let rtsps = server.rtsps_addr.map_or_else(|| "off".to_string(), |a| a.to_string());
+        println!(
+            "listening: rtsp={} rtsps={rtsps} http={http} rtp={}",
+            server.rtsp_addr, server.rtp_port
+        );
         let objects = server.library.list();
         if objects.is_empty() {
             println!(

@@ -163,6 +163,8 @@ pub struct Server {
     child: Child,
     /// RTSP address.
     pub rtsp: SocketAddr,
+    /// RTSPS address, when one was asked for.
+    pub rtsps: Option<SocketAddr>,
     /// HTTP address.
     pub http: SocketAddr,
     /// RTP port.
@@ -242,6 +244,7 @@ impl Server {
         Self {
             child,
             rtsp: field("rtsp=").parse().expect("rtsp addr"),
+            rtsps: field("rtsps=").parse().ok(),
             http: field("http=").parse().expect("http addr"),
             rtp_port: field("rtp=").parse().expect("rtp port"),
             data: data.to_path_buf(),
@@ -422,6 +425,17 @@ pub fn gst_fetch_in(
     out: &Path,
     transport: &str,
 ) -> (Vec<u8>, String) {
+    gst_fetch_with(host, url, out, transport, &[])
+}
+
+/// [`gst_fetch_in`] with more `rtspsrc` properties (`name=value`).
+pub fn gst_fetch_with(
+    host: Option<&isochron_loadgen::testbed::Host>,
+    url: &str,
+    out: &Path,
+    transport: &str,
+    properties: &[&str],
+) -> (Vec<u8>, String) {
     let drops_before = udp_rcvbuf_errors();
     let mut cmd = match host {
         Some(h) => h.command("gst-launch-1.0"),
@@ -436,6 +450,9 @@ pub fn gst_fetch_in(
             &format!("protocols={transport}"),
             "udp-buffer-size=16777216",
             "latency=5000",
+        ])
+        .args(properties)
+        .args([
             "!",
             "rtpmp2tdepay",
             "!",

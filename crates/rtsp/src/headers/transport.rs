@@ -231,13 +231,17 @@ pub fn parse_transports(value: &str) -> Vec<TransportSpec> {
 /// - `RTP/AVP/TCP` with `interleaved=n-m` (or `n` → `n, n+1`; absent → `0-1`);
 /// - `mode` absent or `play` (`record` is not served yet).
 ///
+/// With `interleaved_only` (an RTSPS connection) UDP specs are passed over: media must stay
+/// inside the TLS connection.
+///
 /// # Errors
 ///
 /// [`TransportError::Unsupported`] if no spec qualifies, e.g. a multicast-only offer.
-pub fn negotiate(value: &str) -> Result<Transport, TransportError> {
+pub fn negotiate(value: &str, interleaved_only: bool) -> Result<Transport, TransportError> {
     parse_transports(value)
         .iter()
-        .find_map(TransportSpec::supported)
+        .filter_map(TransportSpec::supported)
+        .find(|t| !interleaved_only || matches!(t, Transport::Interleaved { .. }))
         .ok_or_else(|| TransportError::Unsupported(value.to_owned()))
 }
 
@@ -323,7 +327,7 @@ mod tests {
             ),
         ];
         for (offer, want) in ok {
-            assert_eq!(negotiate(offer).as_ref(), Ok(want), "{offer}");
+            assert_eq!(negotiate(offer, false).as_ref(), Ok(want), "{offer}");
         }
         let unsupported = [
             "RTP/AVP;multicast",
@@ -344,7 +348,7 @@ mod tests {
         ];
         for offer in unsupported {
             assert_eq!(
-                negotiate(offer),
+                negotiate(offer, false),
                 Err(TransportError::Unsupported(offer.to_owned())),
                 "{offer}"
             );
@@ -352,18 +356,27 @@ mod tests {
     }
 
     #[test]
+    fn a_tls_connection_takes_interleaved_only() {
+        let both = "RTP/AVP;unicast;client_port=5000-5001, RTP/AVP/TCP;unicast;interleaved=0-1";
+        assert!(matches!(negotiate(both, false), Ok(Transport::Udp { .. })));
+        assert!(matches!(negotiate(both, true), Ok(Transport::Interleaved { .. })));
+        let udp = "RTP/AVP;unicast;client_port=5000-5001";
+        assert_eq!(negotiate(udp, true), Err(TransportError::Unsupported(udp.to_owned())));
+    }
+
+    #[test]
     fn reply_keeps_profile_and_lower_transport() {
-        let t = negotiate("RTP/AVP/UDP;unicast;client_port=28826-28827").unwrap();
+        let t = negotiate("RTP/AVP/UDP;unicast;client_port=28826-28827", false).unwrap();
         assert_eq!(
             t.to_reply((6970, 6971), 0x1A2B_3C4D),
             "RTP/AVP/UDP;unicast;client_port=28826-28827;server_port=6970-6971;ssrc=1A2B3C4D;mode=play"
         );
-        let t = negotiate("RTP/AVP;unicast;client_port=5000").unwrap();
+        let t = negotiate("RTP/AVP;unicast;client_port=5000", false).unwrap();
         assert_eq!(
             t.to_reply((6970, 6971), 0xAB),
             "RTP/AVP;unicast;client_port=5000-5001;server_port=6970-6971;ssrc=000000AB;mode=play"
         );
-        let t = negotiate("RTP/AVP/TCP;unicast;interleaved=2-3").unwrap();
+        let t = negotiate("RTP/AVP/TCP;unicast;interleaved=2-3", false).unwrap();
         assert_eq!(
             t.to_reply((6970, 6971), 0xFFFF_FFFF),
             "RTP/AVP/TCP;unicast;interleaved=2-3;ssrc=FFFFFFFF;mode=play"

@@ -43,7 +43,8 @@
 //!   a server limit, not bandwidth: 453 is kept for the data plane's admission decision at PLAY,
 //!   so the two causes stay apart in logs). With an unknown `Session` → 454; on a playing
 //!   session → 455; naming another presentation → 459. Transport per
-//!   [`crate::headers::transport`]; 461 when nothing offered is served. A SETUP on the bare
+//!   [`crate::headers::transport`]; 461 when nothing offered is served (on a TLS connection,
+//!   [`ConnInfo::secure`], only interleaved transports are served). A SETUP on the bare
 //!   presentation URL also gets `com.ses.streamID` and `Content-Base` (interop §4.3).
 //! - PLAY (RFC 2326 §10.5, interop §2.7): a `Range` start seeks ([`PlayStart::Seek`]), also
 //!   while playing (an immediate seek); without a start it resumes when paused
@@ -202,6 +203,9 @@ pub struct ConnInfo {
     pub peer: SocketAddr,
     /// Our address on this connection: the SDP `o=` line names its IP.
     pub local: SocketAddr,
+    /// The connection is TLS (RTSPS): its media may only be interleaved on it, never plain UDP
+    /// beside it, so a SETUP offering only UDP gets 461.
+    pub secure: bool,
 }
 
 /// What the library knows about a presentation.
@@ -769,14 +773,16 @@ impl ServerCore {
                     }
                     _ => s.track_url.clone(),
                 };
-                let negotiated = negotiate(offer.as_str()).map_err(Refusal::Transport)?;
+                let negotiated =
+                    negotiate(offer.as_str(), conn.secure).map_err(Refusal::Transport)?;
                 let transport = self.resolve_transport(conn, negotiated, Some(id))?;
                 self.set_transport(now, id, transport, negotiated, track_url);
                 id.clone()
             }
             None => {
                 let (url, name, p) = resolve_presentation(req, lib)?;
-                let negotiated = negotiate(offer.as_str()).map_err(Refusal::Transport)?;
+                let negotiated =
+                    negotiate(offer.as_str(), conn.secure).map_err(Refusal::Transport)?;
                 let transport = self.resolve_transport(conn, negotiated, None)?;
                 if self.sessions.len() >= self.config.max_sessions {
                     return Err(Refusal::TooManySessions(self.config.max_sessions));

@@ -105,6 +105,7 @@ fn conn(n: u64) -> ConnInfo {
         id: ConnId(n),
         peer: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 40_000 + n as u16),
         local: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8554),
+        secure: false,
     }
 }
 

@@ -1,0 +1,205 @@
+//! TLS (`[tls]`, `isochron_server::tls`): a pair from `isochron cert --self-signed`, RTSPS played
+//! by ffmpeg and GStreamer with Digest credentials, and HTTPS on the HTTP port taking Basic
+//! credentials from a client elsewhere on the network (in a namespace of its own) that plain
+//! HTTP refuses it, plus the CLI over HTTPS trusting the pair through `ISOCHRON_CA_FILE`.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{ServeOptions, Server, bin, demo, require, run, tempdir};
+use isochron_loadgen::testbed::{Host, Testbed};
+
+/// `isochron cert --self-signed DIR`: the pair's paths.
+fn self_signed(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let out = run(Command::new(bin()).args(["cert", "--self-signed"]).arg(dir), 30);
+    assert!(out.status.success(), "cert: {}", String::from_utf8_lossy(&out.stderr));
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the key is its owner's only");
+    // A second run keeps the pair.
+    let again = run(Command::new(bin()).args(["cert", "--self-signed"]).arg(dir), 30);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("exists"));
+    (cert, key)
+}
+
+fn config(cert: &Path, key: &Path) -> String {
+    format!(
+        r#"
+[tls]
+cert_file = "{}"
+key_file = "{}"
+
+[rtsp]
+rtsps_listen = "0.0.0.0:0"
+
+[auth]
+anonymous = []
+
+[[auth.users]]
+name = "viewer"
+password = "view-secret"
+permissions = ["read"]
+
+[[auth.users]]
+name = "ops"
+password = "ops-secret"
+permissions = ["read", "record", "admin"]
+"#,
+        cert.display(),
+        key.display()
+    )
+}
+
+/// curl from `host` (or loopback): status and body.
+fn curl(host: Option<&Host>, args: &[&str]) -> (u16, String) {
+    let mut cmd = match host {
+        Some(h) => h.command("curl"),
+        None => Command::new("curl"),
+    };
+    let out = run(
+        cmd.args(["-sS", "--max-time", "20", "-o", "-", "-w", "\n%{http_code}"]).args(args),
+        30,
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+#[test]
+fn ffmpeg_and_gstreamer_play_rtsps_with_digest() {
+    require("ffmpeg");
+    require("gst-launch-1.0");
+    let dir = tempdir();
+    let (cert, key) = self_signed(&dir.path().join("tls"));
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions { config: Some(&config(&cert, &key)), ..ServeOptions::default() },
+    );
+    let port = server.rtsps.expect("an RTSPS listener").port();
+    let url = |creds: &str| format!("rtsps://{creds}127.0.0.1:{port}/demo");
+    let ffmpeg = |url: &str, out: &Path| {
+        run(
+            Command::new("timeout")
+                .args(["-k", "5", "60", "ffmpeg", "-nostdin", "-v", "error", "-i", url])
+                .args(["-map", "0", "-c", "copy", "-f", "framemd5", "-y"])
+                .arg(out),
+            90,
+        )
+    };
+    // No credentials: 401 over TLS too.
+    let md5 = dir.path().join("none.md5");
+    let res = ffmpeg(&url(""), &md5);
+    assert!(!res.status.success());
+    assert!(String::from_utf8_lossy(&res.stderr).contains("401"));
+    // ffmpeg (rtsps: interleaved on the TLS connection): every packet of the source but at most
+    // the last video one (ffmpeg does not flush it at BYE, rtsp-interop §6.3).
+    let res = ffmpeg(&url("viewer:view-secret@"), &md5);
+    assert!(res.status.success(), "ffmpeg: {}", String::from_utf8_lossy(&res.stderr));
+    let got = common::framemd5_packets(&std::fs::read_to_string(&md5).unwrap());
+    let want = common::source_framemd5(&demo());
+    let missing: Vec<_> = want.iter().filter(|p| !got.contains(p)).collect();
+    assert!(missing.len() <= 1 && missing.iter().all(|p| p.0 == "0"), "missing: {missing:?}");
+    // GStreamer, byte for byte. Offered UDP first, it is refused (461: media stays inside TLS)
+    // and falls back to interleaving.
+    let want = std::fs::read(demo()).unwrap();
+    for transport in ["tcp", "udp+tcp"] {
+        let out = dir.path().join(format!("gst-{transport}.ts"));
+        let (got, stderr) = common::gst_fetch_with(
+            None,
+            &url("viewer:view-secret@"),
+            &out,
+            transport,
+            &["tls-validation-flags=0"],
+        );
+        common::assert_same_bytes(&got, &want, &format!("GStreamer over RTSPS ({stderr})"));
+    }
+    let log = server.log();
+    assert!(log.contains("status=461"), "the UDP offer was refused:\n{log}");
+    drop(server);
+}
+
+#[test]
+fn https_takes_basic_from_the_network_and_plain_http_does_not() {
+    require("curl");
+    if !common::namespaces_or_skip("HTTPS from another host") {
+        return;
+    }
+    let bed = Testbed::new("isochron_tls").expect("testbed");
+    let client = bed.add_host("client").expect("client namespace");
+    let dir = tempdir();
+    let (cert, key) = self_signed(&dir.path().join("tls"));
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions {
+            http: Some("0.0.0.0:0"),
+            config: Some(&config(&cert, &key)),
+            ..ServeOptions::default()
+        },
+    );
+    let port = server.http.port();
+    let (https, http) =
+        (format!("https://{}:{port}", bed.host_ip()), format!("http://{}:{port}", bed.host_ip()));
+    // Basic over plain HTTP from elsewhere: refused, and over HTTPS on the same port: taken.
+    let (code, body) =
+        curl(Some(&client), &["-u", "ops:ops-secret", &format!("{http}/api/v1/disks")]);
+    assert_eq!(code, 401, "{body}");
+    let (code, body) =
+        curl(Some(&client), &["-k", "-u", "ops:ops-secret", &format!("{https}/api/v1/disks")]);
+    assert_eq!(code, 200, "{body}");
+    // A read-only user may not add a disk; the admin may, and a byte range comes over TLS.
+    let spot = dir.path().join("spot");
+    std::fs::create_dir_all(&spot).unwrap();
+    let add = format!("{{\"spec\":\"{}\"}}", spot.display());
+    let disks = format!("{https}/api/v1/disks");
+    let json = "Content-Type: application/json";
+    let (code, body) =
+        curl(Some(&client), &["-k", "-u", "viewer:view-secret", "-H", json, "-d", &add, &disks]);
+    assert_eq!(code, 403, "{body}");
+    let (code, body) =
+        curl(Some(&client), &["-k", "-u", "ops:ops-secret", "-H", json, "-d", &add, &disks]);
+    assert_eq!(code, 202, "{body}");
+    let (code, body) = curl(
+        Some(&client),
+        &[
+            "-k",
+            "-u",
+            "viewer:view-secret",
+            "-r",
+            "0-187",
+            "-w",
+            "%{size_download}\n%{http_code}",
+            &format!("{https}/objects/demo"),
+        ],
+    );
+    // The body, then what curl counted.
+    assert_eq!(code, 206);
+    assert!(body.ends_with("188"), "188 bytes: {}", body.len());
+    // A client that does not trust the certificate stops at the handshake.
+    let (code, _) = curl(Some(&client), &["-u", "ops:ops-secret", &disks]);
+    assert_eq!(code, 0);
+    // The CLI over HTTPS, trusting the pair through ISOCHRON_CA_FILE (its names cover
+    // 127.0.0.1); without it the handshake fails and says so.
+    let local = format!("https://ops:ops-secret@127.0.0.1:{port}");
+    let ls = |ca: Option<&Path>| {
+        let mut cmd = Command::new(bin());
+        cmd.args(["ls", "--server", &local]);
+        match ca {
+            Some(ca) => cmd.env("ISOCHRON_CA_FILE", ca),
+            None => cmd.env_remove("ISOCHRON_CA_FILE"),
+        };
+        run(&mut cmd, 30)
+    };
+    let out = ls(Some(&cert));
+    assert!(out.status.success(), "ls over HTTPS: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("demo"));
+    let out = ls(None);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("ops-secret"), "no password in messages: {err}");
+    drop(server);
+    drop(bed);
+}
