@@ -271,7 +271,12 @@ fn three_nodes_serve_bipartite_to_isochron_and_relay_to_standard_players() {
             60,
         );
         let got = std::fs::read(&path).unwrap_or_default();
-        assert!(res.status.success(), "gst {transport}: {}", String::from_utf8_lossy(&res.stderr));
+        assert!(
+            res.status.success(),
+            "gst {transport}: {}\n{}",
+            String::from_utf8_lossy(&res.stderr),
+            c.logs()
+        );
         assert_same_bytes(
             &got,
             &want,

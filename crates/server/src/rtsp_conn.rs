@@ -185,12 +185,16 @@ pub(crate) async fn serve<R, W>(
                                 continue;
                             }
                             let (tx, rx) = oneshot::channel();
+                            let method = String::from(<&str>::from(req.method()));
                             let cmd =
                                 SessionCommand::Request { conn, req: Box::new(req), reply: tx };
                             if sessions.send(cmd).is_err() {
                                 break 'conn;
                             }
-                            let Ok(resp) = rx.await else { break 'conn };
+                            let Ok(resp) = rx.await else {
+                                warn!(%peer, %method, "request dropped without an answer; closing");
+                                break 'conn;
+                            };
                             if u16::from(resp.status()) >= 400 {
                                 debug!(%peer, status = u16::from(resp.status()), "RTSP request refused");
                             }
