@@ -54,6 +54,45 @@ fn setups(server: SocketAddr, n: usize) -> (Vec<u16>, bool, TcpStream) {
     (statuses, retry_after, s)
 }
 
+/// One request on `demo` with `headers`, answered; returns the status and the session id
+/// (empty when there is none).
+fn request(
+    s: &mut TcpStream,
+    r: &mut BufReader<TcpStream>,
+    method: &str,
+    server: SocketAddr,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
+    static CSEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+    let cseq = CSEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut req = format!("{method} rtsp://{server}/demo RTSP/1.0\r\nCSeq: {cseq}\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    let status = line.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let (mut session, mut len) = (String::new(), 0usize);
+    loop {
+        let mut h = String::new();
+        r.read_line(&mut h).unwrap();
+        if let Some(v) = h.strip_prefix("Session: ") {
+            session = v.split(';').next().unwrap().trim().to_owned();
+        }
+        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap_or(0);
+        }
+        if h == "\r\n" || h.is_empty() {
+            break;
+        }
+    }
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).unwrap();
+    (status, session)
+}
+
 #[test]
 fn one_client_cannot_fill_the_session_table() {
     if !common::namespaces_or_skip("limits") {
@@ -172,34 +211,13 @@ fn clients_that_vanish_after_the_end_free_their_slots_by_liveness() {
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut r = BufReader::new(s.try_clone().unwrap());
-        let mut session = String::new();
-        for (cseq, req) in [
-            format!("SETUP rtsp://{addr}/demo RTSP/1.0\r\nCSeq: 1\r\nTransport: RTP/AVP;unicast;client_port={}-{}\r\n\r\n", 30_000 + 2 * i, 30_001 + 2 * i),
-            String::new(),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let req = if cseq == 0 {
-                req
-            } else {
-                format!("PLAY rtsp://{addr}/demo RTSP/1.0\r\nCSeq: 2\r\nSession: {session}\r\n\r\n")
-            };
-            s.write_all(req.as_bytes()).unwrap();
-            let mut line = String::new();
-            r.read_line(&mut line).unwrap();
-            assert!(line.starts_with("RTSP/1.0 200"), "client {i}: {line:?}");
-            loop {
-                let mut h = String::new();
-                r.read_line(&mut h).unwrap();
-                if let Some(v) = h.strip_prefix("Session: ") {
-                    session = v.split(';').next().unwrap().trim().to_owned();
-                }
-                if h == "\r\n" || h.is_empty() {
-                    break;
-                }
-            }
-        }
+        let transport =
+            format!("RTP/AVP;unicast;client_port={}-{}", 30_000 + 2 * i, 30_001 + 2 * i);
+        let (status, session) =
+            request(&mut s, &mut r, "SETUP", addr, &[("Transport", &transport)]);
+        assert_eq!(status, 200, "client {i}");
+        let (status, _) = request(&mut s, &mut r, "PLAY", addr, &[("Session", &session)]);
+        assert_eq!(status, 200, "client {i}");
         // Gone: no TEARDOWN, no RTCP.
     };
     vanish(0);
@@ -221,4 +239,61 @@ fn clients_that_vanish_after_the_end_free_their_slots_by_liveness() {
         assert!(t.elapsed() < Duration::from_secs(60), "the vanished clients' slots never freed");
         std::thread::sleep(Duration::from_secs(1));
     }
+}
+
+/// A SETUP naming another host as `destination=` (RFC 2326 §12.39) cannot aim the stream at
+/// it: the server sends to the address the request came from, and the other host, listening on
+/// the very port named, receives nothing.
+#[test]
+fn a_setup_cannot_send_the_stream_to_another_host() {
+    if !common::namespaces_or_skip("destination=") {
+        return;
+    }
+    let bed = Testbed::new("isochron_dest").expect("testbed");
+    let client = bed.add_host("client").unwrap();
+    let victim = bed.add_host("victim").unwrap();
+    let dir = tempdir();
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions { rtsp: Some("0.0.0.0:0"), ..ServeOptions::default() },
+    );
+    let addr = SocketAddr::new(bed.host_ip().into(), server.rtsp.port());
+    let listen = || {
+        let s = std::net::UdpSocket::bind("0.0.0.0:31000").unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+        s
+    };
+    let target = victim.in_namespace(listen).unwrap();
+    let count = |s: &std::net::UdpSocket, for_: Duration| {
+        let (t, mut n, mut buf) = (std::time::Instant::now(), 0, [0u8; 2048]);
+        while t.elapsed() < for_ {
+            if s.recv(&mut buf).is_ok() {
+                n += 1;
+            }
+        }
+        n
+    };
+    let victim_ip = victim.ip;
+    let got = client
+        .in_namespace(move || {
+            let own = listen();
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let transport =
+                format!("RTP/AVP;unicast;destination={victim_ip};client_port=31000-31001");
+            let (status, session) =
+                request(&mut s, &mut r, "SETUP", addr, &[("Transport", &transport)]);
+            assert_eq!(status, 200);
+            let (status, _) = request(&mut s, &mut r, "PLAY", addr, &[("Session", &session)]);
+            assert_eq!(status, 200);
+            let n = count(&own, Duration::from_secs(3));
+            let _ = request(&mut s, &mut r, "TEARDOWN", addr, &[("Session", &session)]);
+            n
+        })
+        .unwrap();
+    assert!(got > 100, "the client itself receives the stream: {got} packets");
+    assert_eq!(count(&target, Duration::from_secs(1)), 0, "nothing reached the other host");
+    drop(server);
+    drop(bed);
 }
