@@ -195,6 +195,8 @@ pub enum Transmit<B> {
         octets: u32,
         /// Append a BYE: the media has ended.
         bye: bool,
+        /// The BYE's reason for leaving, when the stream could not go on (RFC 3550 §6.6).
+        reason: Option<Arc<str>>,
     },
 }
 
@@ -615,12 +617,13 @@ impl<B: AsRef<[u8]>> Pacer<B> {
     }
 
     /// Sends the session's BYE (after the grace period) and stops its timed SRs: a
-    /// [`RtcpMode::Timer`] stream whose session every node has finished.
-    pub fn handle_bye(&mut self, now: Instant, stream: StreamId) {
+    /// [`RtcpMode::Timer`] stream whose session every node has finished, or a stream that cannot
+    /// go on, with the `reason`.
+    pub fn handle_bye(&mut self, now: Instant, stream: StreamId, reason: Option<Arc<str>>) {
         let Some(s) = self.streams.get_mut(&stream) else { return };
         s.next_sr = None;
         let due = now + self.config.bye_delay;
-        let bye = Self::rtcp(s, due, true);
+        let bye = Self::rtcp(s, due, true, reason);
         self.byes.push_back((due, bye));
     }
 
@@ -731,7 +734,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 Timer::Sr(run) if s.run == run && s.next_sr == Some(due) => {
                     let next = due + self.config.rtcp_interval;
                     s.next_sr = Some(next);
-                    self.pending.push_back(Self::rtcp(s, now, false));
+                    self.pending.push_back(Self::rtcp(s, now, false, None));
                     self.timers.push(Reverse((next, stream, Timer::Sr(run))));
                 }
                 Timer::Stop(run) if s.run == run && s.playing && s.stop_at.is_some() => {
@@ -879,7 +882,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             let sr_due = s.next_sr.is_none_or(|t| now >= t);
             if sr_due && !ended {
                 s.next_sr = Some(now + interval);
-                self.pending.push_back(Self::rtcp(s, now, false));
+                self.pending.push_back(Self::rtcp(s, now, false, None));
             }
         }
         if ended {
@@ -900,7 +903,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         };
         if !stopped && s.setup.rtcp == RtcpMode::AfterPackets {
             let due = now + self.config.bye_delay;
-            self.byes.push_back((due, Self::rtcp(s, due, true)));
+            self.byes.push_back((due, Self::rtcp(s, due, true, None)));
         }
         s.playing = false;
         s.blocks.clear();
@@ -916,7 +919,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         });
     }
 
-    fn rtcp(s: &Paced<B>, now: Instant, bye: bool) -> Transmit<B> {
+    fn rtcp(s: &Paced<B>, now: Instant, bye: bool, reason: Option<Arc<str>>) -> Transmit<B> {
         let media = s.anchor.map_or(s.start.time, |a| {
             a.media + s.pace.media_span(now.saturating_duration_since(a.wall))
         });
@@ -927,6 +930,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             packets: s.sent_packets as u32,
             octets: s.sent_bytes as u32,
             bye,
+            reason,
         }
     }
 }
@@ -1401,7 +1405,7 @@ mod tests {
         let (_, sr, bye) = drive(&mut p, ms(450));
         assert_eq!(sr, 4, "SRs at 100, 200, 300, 400 ms with no packet sent");
         assert!(bye.is_empty());
-        p.handle_bye(ms(450), StreamId(1));
+        p.handle_bye(ms(450), StreamId(1), None);
         let mut byes = 0;
         while let Some(t) = p.poll_transmit(ms(2_000), |_| true) {
             if let Transmit::Rtcp { bye: true, .. } = t {

@@ -677,6 +677,7 @@ impl SchedThread {
                     }
                     CycleEvent::ReadFailed { stream, key, error } => {
                         warn!(%stream, block = %key, %error, "block read failed on every copy");
+                        let error = format!("block {key} could not be read: {error}");
                         (self.on_event)(SchedEvent::ReadFailed { stream, error });
                     }
                     CycleEvent::Failover { key, failed, next, error } => {

@@ -181,6 +181,8 @@ pub enum SenderCommand {
     Bye {
         /// The stream.
         stream: StreamId,
+        /// Why it ends, when it could not go on (the BYE's reason for leaving).
+        reason: Option<Arc<str>>,
     },
     /// An RTP packet another node sent this node to relay: it goes to the stream whose SSRC it
     /// carries, from this node's address (relay delivery).
@@ -338,7 +340,9 @@ impl SenderThread {
                     SenderCommand::Extend { stream, run, blocks } => {
                         pacer.handle_extend(stream, run, &blocks);
                     }
-                    SenderCommand::Bye { stream } => pacer.handle_bye(self.clock.now(), stream),
+                    SenderCommand::Bye { stream, reason } => {
+                        pacer.handle_bye(self.clock.now(), stream, reason);
+                    }
                     SenderCommand::Relayed { datagram } => {
                         let out = datagram
                             .get(8..12)
@@ -455,12 +459,13 @@ impl SenderThread {
                             }
                         }
                     }
-                    Transmit::Rtcp { stream, rtp_timestamp, packets, octets, bye } => {
+                    Transmit::Rtcp { stream, rtp_timestamp, packets, octets, bye, reason } => {
                         let Some(out) = outs.get(&stream) else { continue };
                         // RTP queued in the batch goes first: a BYE must not overtake the last
                         // packets (GStreamer ends the stream on BYE and drops what follows).
                         flush(&mut batch, &mut held, &self.udp.rtp, &mut stats);
                         rtcp_buf.clear();
+                        let bye = bye.then_some(reason.as_deref());
                         build_rtcp(&mut rtcp_buf, out, rtp_timestamp, packets, octets, bye);
                         send_rtcp(&self.udp.rtcp, out, &rtcp_buf);
                     }
@@ -505,7 +510,7 @@ fn build_rtcp(
     rtp_timestamp: u32,
     packets: u32,
     octets: u32,
-    bye: bool,
+    bye: Option<Option<&str>>,
 ) {
     let unix_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let sr = SenderReport {
@@ -517,8 +522,8 @@ fn build_rtcp(
     };
     rtcp::write_sender_report(out, &sr);
     rtcp::write_sdes_cname(out, s.ssrc, &s.cname);
-    if bye {
-        rtcp::write_bye(out, s.ssrc);
+    if let Some(reason) = bye {
+        rtcp::write_bye(out, s.ssrc, reason);
     }
 }
 

@@ -210,6 +210,38 @@ fn a_stream_survives_a_corrupted_and_a_deleted_block_with_two_copies() {
     assert!(http_block.copies[0].is_file(), "the HTTP download's bad copy was repaired");
 }
 
+/// A block with no good copy left ends the stream with an RTCP BYE giving the reason (RFC 3550
+/// §6.6), not a silent normal end: both copies of a block ahead of the play position are
+/// corrupted; `isochron play` receives the BYE with the block named, and less than the source.
+#[test]
+fn a_block_with_no_good_copy_ends_the_stream_with_a_bye_saying_why() {
+    let dir = tempdir();
+    let (data, blocks) = replicated_demo(dir.path());
+    let server = Server::start(&data, ServeOptions::default());
+    let bad = block_at(&blocks, 7.0);
+    let out = dir.path().join("played.ts");
+    let url = server.url("demo");
+    let out2 = out.clone();
+    let play = std::thread::spawn(move || {
+        run(Command::new(bin()).args(["play", &url, "--json", "--out"]).arg(&out2), 60)
+    });
+    // The scheduler reads two cycles (2 s) ahead: at 1.5 s it has read up to about 4 s.
+    std::thread::sleep(Duration::from_millis(1500));
+    for copy in &bad.copies {
+        corrupt(copy);
+    }
+    let o = play.join().unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let s: serde_json::Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("{e}: {stdout}{}", String::from_utf8_lossy(&o.stderr)));
+    assert_eq!(s["ended"], "bye", "{s:#}\n{}", server.log());
+    let reason = s["bye_reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("could not be read"), "BYE reason {reason:?}: {s:#}");
+    let got = std::fs::metadata(&out).map_or(0, |m| m.len());
+    assert!(got < std::fs::metadata(demo()).unwrap().len(), "{got} bytes: the stream was cut");
+    assert!(server.log().contains("block read failed on every copy"), "{}", server.log());
+}
+
 /// The same faults under GStreamer over TCP, on a fresh server.
 #[test]
 fn gstreamer_plays_byte_exact_through_bad_copies() {

@@ -111,6 +111,8 @@ pub enum Incoming {
         at: Instant,
         /// Whether it had a BYE.
         bye: bool,
+        /// The BYE's reason for leaving, when it gave one (RFC 3550 §6.6).
+        bye_reason: Option<String>,
         /// Whether it had a sender report.
         sr: bool,
     },
@@ -622,15 +624,18 @@ fn rtp(at: Instant, from: SocketAddr, pkt: &[u8]) -> Option<Incoming> {
 }
 
 fn rtcp(at: Instant, pkt: &[u8]) -> Incoming {
-    let (mut bye, mut sr) = (false, false);
+    let (mut bye, mut bye_reason, mut sr) = (false, None, false);
     for p in parse_compound(pkt).flatten() {
         match p {
-            RtcpPacket::Bye { .. } => bye = true,
+            RtcpPacket::Bye { reason, .. } => {
+                bye = true;
+                bye_reason = reason.map(str::to_owned);
+            }
             RtcpPacket::SenderReport { .. } => sr = true,
             _ => {}
         }
     }
-    Incoming::Rtcp { at, bye, sr }
+    Incoming::Rtcp { at, bye, bye_reason, sr }
 }
 
 /// A UDP session's receive path in sink mode: RTP in `recvmmsg` batches (each datagram dated by

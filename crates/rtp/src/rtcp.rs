@@ -109,6 +109,8 @@ pub enum RtcpPacket<'a> {
     Bye {
         /// The sources leaving.
         ssrcs: Vec<u32>,
+        /// The reason for leaving (RFC 3550 §6.6), when one is given and is UTF-8.
+        reason: Option<&'a str>,
     },
     /// Generic NACK (RFC 4585 §6.2.1): lost sequence numbers of `media_ssrc`.
     Nack {
@@ -266,7 +268,13 @@ fn parse_one(buf: &[u8], offset: usize) -> Result<(RtcpPacket<'_>, usize), RtcpE
             if body.len() < 4 * n {
                 return Err(short());
             }
-            RtcpPacket::Bye { ssrcs: (0..n).map(|i| be32(body, 4 * i)).collect() }
+            let ssrcs = (0..n).map(|i| be32(body, 4 * i)).collect();
+            // An optional length octet and text after the sources (RFC 3550 §6.6).
+            let reason = body.get(4 * n).and_then(|&len| {
+                let text = body.get(4 * n + 1..4 * n + 1 + usize::from(len))?;
+                std::str::from_utf8(text).ok()
+            });
+            RtcpPacket::Bye { ssrcs, reason }
         }
         PT_RTPFB if count == 1 => {
             if body.len() < 8 {
@@ -347,10 +355,26 @@ pub fn write_sdes_cname(out: &mut Vec<u8>, ssrc: u32, cname: &str) {
     out.resize(out.len() + (padded - chunk) + 1, 0);
 }
 
-/// Appends a BYE for one source.
-pub fn write_bye(out: &mut Vec<u8>, ssrc: u32) {
-    header(out, 1, PT_BYE, 4);
+/// Appends a BYE for one source, with the reason for leaving when there is one (RFC 3550
+/// §6.6: a length octet and UTF-8 text, cut to 255 bytes at a character boundary, padded to 32
+/// bits).
+pub fn write_bye(out: &mut Vec<u8>, ssrc: u32, reason: Option<&str>) {
+    let Some(reason) = reason else {
+        header(out, 1, PT_BYE, 4);
+        out.extend_from_slice(&ssrc.to_be_bytes());
+        return;
+    };
+    let mut end = reason.len().min(255);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    let text = &reason.as_bytes()[..end];
+    let padded = (1 + text.len()).div_ceil(4) * 4;
+    header(out, 1, PT_BYE, 4 + padded);
     out.extend_from_slice(&ssrc.to_be_bytes());
+    out.push(text.len() as u8);
+    out.extend_from_slice(text);
+    out.resize(out.len() + padded - 1 - text.len(), 0);
 }
 
 /// Appends a generic NACK (RFC 4585 §6.2.1: RTPFB, FMT 1) from `sender_ssrc` for the lost
@@ -432,11 +456,25 @@ mod tests {
     }
 
     #[test]
+    fn a_bye_carries_its_reason() {
+        for reason in ["", "x", "block 7 of demo failed its checksum", &"é".repeat(200)] {
+            let mut out = Vec::new();
+            write_bye(&mut out, 7, Some(reason));
+            assert_eq!(out.len() % 4, 0);
+            let pkts: Vec<_> = parse_compound(&out).collect::<Result<_, _>>().unwrap();
+            let RtcpPacket::Bye { ssrcs, reason: Some(got) } = &pkts[0] else { panic!("{pkts:?}") };
+            assert_eq!(ssrcs, &[7]);
+            // Cut to 255 bytes at a character boundary.
+            assert!(reason.starts_with(got) && got.len() == reason.len().min(254), "{got:?}");
+        }
+    }
+
+    #[test]
     fn sr_sdes_bye_compound_round_trip() {
         let mut out = Vec::new();
         write_sender_report(&mut out, &sr());
         write_sdes_cname(&mut out, 0xCAFE_F00D, "isochron@host");
-        write_bye(&mut out, 0xCAFE_F00D);
+        write_bye(&mut out, 0xCAFE_F00D, None);
         assert_eq!(out.len() % 4, 0);
         let pkts: Vec<_> = parse_compound(&out).collect::<Result<_, _>>().unwrap();
         assert_eq!(pkts.len(), 3);
@@ -447,7 +485,7 @@ mod tests {
             }
             p => panic!("unexpected {p:?}"),
         }
-        assert_eq!(pkts[2], RtcpPacket::Bye { ssrcs: vec![0xCAFE_F00D] });
+        assert_eq!(pkts[2], RtcpPacket::Bye { ssrcs: vec![0xCAFE_F00D], reason: None });
     }
 
     #[test]

@@ -238,8 +238,9 @@ enum Waiting {
     StopForPlay(PlayAction, Reply),
     /// Every node to stop at the pause cutoff.
     Pause(PauseAction, Reply),
-    /// Every node to stop after a node failed: the client's stream ends there.
-    Fail,
+    /// Every node to stop after a node failed: the client's stream ends there, with a BYE
+    /// giving this reason.
+    Fail(Arc<str>),
 }
 
 /// A session this node is the origin of.
@@ -710,7 +711,16 @@ impl Manager {
                     Some(Waiting::Pause(action, reply)) => {
                         let _ = reply.send(self.core.finish_pause(now, action, at));
                     }
-                    Some(Waiting::Fail) => self.core.handle_end_of_stream(now, stream, at),
+                    Some(Waiting::Fail(reason)) => {
+                        // The client is told why (RFC 3550 §6.6) by the RTCP of this node's share.
+                        let key = ShareKey { origin: self.cluster.config().node, stream };
+                        if let Some(share) = self.shares.get(&key) {
+                            let bye =
+                                SenderCommand::Bye { stream: share.stream, reason: Some(reason) };
+                            let _ = self.sender.send(bye);
+                        }
+                        self.core.handle_end_of_stream(now, stream, at);
+                    }
                     other => o.waiting = other,
                 }
             }
@@ -729,7 +739,7 @@ impl Manager {
                 warn!(%stream, run, %error, "ending stream: a node cannot go on");
                 let Some(o) = self.origins.get_mut(&stream) else { return };
                 if o.run == run && o.running && o.waiting.is_none() {
-                    o.waiting = Some(Waiting::Fail);
+                    o.waiting = Some(Waiting::Fail(Arc::from(error.as_str())));
                     self.cluster.stop(now, stream, StopKind::Now);
                 }
             }
@@ -809,7 +819,8 @@ impl Manager {
             }
             LocalAction::Bye { key } => {
                 if let Some(share) = self.shares.get(&key) {
-                    let _ = self.sender.send(SenderCommand::Bye { stream: share.stream });
+                    let _ =
+                        self.sender.send(SenderCommand::Bye { stream: share.stream, reason: None });
                 }
             }
             LocalAction::Close { key } => self.forget_share(key),

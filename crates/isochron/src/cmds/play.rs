@@ -147,10 +147,10 @@ async fn play(
                     let ext = Ext { lsn: p.lsn, block_end: p.block_end };
                     player.handle_packet(p.at, p.from, p.header.sequence, ext, &p.payload);
                 }
-                Some(Incoming::Rtcp { at, bye, .. }) => {
+                Some(Incoming::Rtcp { at, bye, bye_reason, .. }) => {
                     heard = Instant::now();
                     if bye {
-                        player.handle_bye(at);
+                        player.handle_bye(at, bye_reason);
                     }
                 }
                 None => {}

@@ -850,7 +850,7 @@ mod tests {
         assert_eq!(counters.source_traffic().next().map(|(_, t)| t.packets), Some(5));
         // RTCP BYE ends the input; the (never started) player finishes.
         let mut bye = Vec::new();
-        isochron_rtp::rtcp::write_bye(&mut bye, 7);
+        isochron_rtp::rtcp::write_bye(&mut bye, 7, None);
         sink.on_rtcp(at(40), &bye);
         sink.on_tick(at(41));
         assert_eq!(counters.state.load(r), state::FINISHED);

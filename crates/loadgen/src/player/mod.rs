@@ -126,6 +126,8 @@ pub struct SourceSummary {
 pub struct Summary {
     /// Why the input ended.
     pub ended: EndReason,
+    /// The reason the server's BYE gave, when it gave one: the stream could not go on.
+    pub bye_reason: Option<String>,
     /// RTP packets received (duplicates and late ones included).
     pub packets: u64,
     /// Packets received more than once (the copies).
@@ -175,6 +177,7 @@ pub struct Player {
     first_at: Option<Instant>,
     last_at: Option<Instant>,
     ended: Option<(Instant, EndReason)>,
+    bye_reason: Option<String>,
     finished_at: Option<Instant>,
     /// The payload [`Self::poll_payload`] returned last.
     current: Vec<u8>,
@@ -200,6 +203,7 @@ impl Player {
             first_at: None,
             last_at: None,
             ended: None,
+            bye_reason: None,
             finished_at: None,
             current: Vec::new(),
             pool: Vec::with_capacity(POOL),
@@ -323,18 +327,24 @@ impl Player {
 
     /// An RTCP compound packet arrived at `at`; a BYE ends the input.
     pub fn handle_rtcp(&mut self, at: Instant, packet: &[u8]) {
-        if parse_compound(packet).flatten().any(|p| matches!(p, RtcpPacket::Bye { .. })) {
-            self.handle_bye(at);
+        for p in parse_compound(packet).flatten() {
+            if let RtcpPacket::Bye { reason, .. } = p {
+                self.handle_bye(at, reason.map(str::to_owned));
+            }
         }
     }
 
     /// The server said the stream ended (RTCP BYE): nothing more is due, so the player's clock
     /// plays out what it has without starving; packets still on their way (from other nodes, or
     /// through the RTP socket while the BYE took the RTCP one) have a grace of the buffer.
-    pub fn handle_bye(&mut self, at: Instant) {
+    /// `reason`: the BYE's reason for leaving, if it gave one.
+    pub fn handle_bye(&mut self, at: Instant, reason: Option<String>) {
         self.playout.handle_end(at);
         if self.ended.is_none() {
             self.ended = Some((at, EndReason::Bye));
+        }
+        if reason.is_some() {
+            self.bye_reason = reason;
         }
     }
 
@@ -400,6 +410,7 @@ impl Player {
         let rs = self.repairs.as_ref().map(Repairs::stats).unwrap_or_default();
         Summary {
             ended: self.ended().unwrap_or(EndReason::Incomplete),
+            bye_reason: self.bye_reason.clone(),
             packets: self.packets,
             duplicates: r.duplicates,
             lost: r.lost,
@@ -456,6 +467,9 @@ impl fmt::Display for Summary {
             self.duration_s,
             self.media_s
         )?;
+        if let Some(reason) = &self.bye_reason {
+            writeln!(f, "the server ended the stream: {reason}")?;
+        }
         writeln!(
             f,
             "packets {}   written {} ({} bytes)   lost {}   recovered {} (of {} asked for, {} \
@@ -587,7 +601,7 @@ mod tests {
             drain(&mut p, at, &mut out);
         }
         let mut bye = Vec::new();
-        isochron_rtp::rtcp::write_bye(&mut bye, 9);
+        isochron_rtp::rtcp::write_bye(&mut bye, 9, None);
         let end = ms(t0, 50);
         p.handle_rtcp(end, &bye);
         assert!(!p.is_done(end));
