@@ -63,9 +63,22 @@ fn request(
     server: SocketAddr,
     headers: &[(&str, &str)],
 ) -> (u16, String) {
+    let (status, session, _) = request_to(s, r, method, &format!("rtsp://{server}/demo"), headers);
+    (status, session)
+}
+
+/// One request on `url` with `headers`, answered; returns the status, the session id (empty
+/// when there is none) and the response's header lines.
+fn request_to(
+    s: &mut TcpStream,
+    r: &mut BufReader<TcpStream>,
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String, String) {
     static CSEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
     let cseq = CSEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut req = format!("{method} rtsp://{server}/demo RTSP/1.0\r\nCSeq: {cseq}\r\n");
+    let mut req = format!("{method} {url} RTSP/1.0\r\nCSeq: {cseq}\r\n");
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -74,10 +87,11 @@ fn request(
     let mut line = String::new();
     r.read_line(&mut line).unwrap();
     let status = line.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let (mut session, mut len) = (String::new(), 0usize);
+    let (mut session, mut len, mut head) = (String::new(), 0usize, String::new());
     loop {
         let mut h = String::new();
         r.read_line(&mut h).unwrap();
+        head.push_str(&h);
         if let Some(v) = h.strip_prefix("Session: ") {
             session = v.split(';').next().unwrap().trim().to_owned();
         }
@@ -90,7 +104,7 @@ fn request(
     }
     let mut body = vec![0; len];
     r.read_exact(&mut body).unwrap();
-    (status, session)
+    (status, session, head)
 }
 
 #[test]
@@ -296,4 +310,58 @@ fn a_setup_cannot_send_the_stream_to_another_host() {
     assert_eq!(count(&target, Duration::from_secs(1)), 0, "nothing reached the other host");
     drop(server);
     drop(bed);
+}
+
+/// A UDP client that sent RTCP and then fell silent is gone: its stream stops
+/// `rtsp.silence_timeout_s` after its last report, well before `session_timeout_s`, and its
+/// slot is free.
+#[test]
+fn a_playing_udp_client_that_falls_silent_is_stopped_early() {
+    let vbr = common::fixture("vbr60");
+    let config = "[rtsp]\nsession_timeout_s = 60\nsilence_timeout_s = 5\n";
+    let (_dir, server) = common::serve_fixtures(&[&vbr], Some(config));
+    let addr = server.rtsp;
+    let rtp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = rtp.local_addr().unwrap().port();
+    let rtcp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    rtp.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let url = format!("rtsp://{addr}/vbr60");
+    let transport = format!("RTP/AVP;unicast;client_port={port}-{}", port + 1);
+    let (status, session, head) =
+        request_to(&mut s, &mut r, "SETUP", &url, &[("Transport", &transport)]);
+    assert_eq!(status, 200, "{head}");
+    let ssrc = head
+        .split(';')
+        .find_map(|p| p.trim().strip_prefix("ssrc="))
+        .and_then(|v| u32::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or_else(|| panic!("no ssrc in {head}"));
+    let (status, _, _) = request_to(&mut s, &mut r, "PLAY", &url, &[("Session", &session)]);
+    assert_eq!(status, 200);
+    // One receiver report naming the stream (RFC 3550 §6.4.2), then nothing.
+    let mut rr = vec![0x81, 201, 0, 7, 0, 0, 0, 9];
+    rr.extend_from_slice(&ssrc.to_be_bytes());
+    rr.extend_from_slice(&[0; 20]);
+    let reported = std::time::Instant::now();
+    rtcp.send_to(&rr, ("127.0.0.1", server.rtp_port + 1)).unwrap();
+    let (mut last, mut buf, mut n) = (reported, [0u8; 2048], 0u64);
+    while reported.elapsed() < Duration::from_secs(20) {
+        if rtp.recv(&mut buf).is_ok() {
+            n += 1;
+            last = std::time::Instant::now();
+        }
+    }
+    let stopped = last.duration_since(reported);
+    assert!(n > 100, "{n} packets");
+    assert!(
+        stopped >= Duration::from_secs(4) && stopped < Duration::from_secs(9),
+        "the stream stopped {stopped:?} after the last report (silence_timeout 5 s, session \
+         timeout 60 s); log:\n{}",
+        server.log()
+    );
+    let (status, _, _) =
+        request_to(&mut s, &mut r, "GET_PARAMETER", &url, &[("Session", &session)]);
+    assert_eq!(status, 454, "the session is gone");
 }

@@ -103,6 +103,10 @@ pub struct RtspSection {
     /// Seconds a *paused* UDP session lives without a request or RTCP (ffmpeg sends nothing
     /// while paused). At least `session_timeout_s`. Default 300.
     pub paused_session_timeout_s: u64,
+    /// Seconds a *playing* UDP session whose client has sent RTCP lives after its last sign of
+    /// life: a client that reported and fell silent is gone, and its stream stops well before
+    /// `session_timeout_s`. 5 to `session_timeout_s`. Default 20.
+    pub silence_timeout_s: u64,
     /// Most RTSP sessions at once; further SETUPs get 503 Service Unavailable. Default 1000.
     pub max_sessions: usize,
     /// Most RTSP connections open at once (kept below the open-files limit, which is raised to
@@ -130,6 +134,7 @@ impl Default for RtspSection {
             rtp_port: 6970,
             session_timeout_s: 60,
             paused_session_timeout_s: 300,
+            silence_timeout_s: 20,
             max_sessions: 1000,
             max_sessions_per_client: 256,
             max_connections: 4096,
@@ -358,6 +363,8 @@ pub struct Settings {
     pub session_timeout: Duration,
     /// Paused UDP session idle timeout.
     pub paused_session_timeout: Duration,
+    /// Idle timeout of a playing UDP session whose client has sent RTCP.
+    pub silence_timeout: Duration,
     /// Session limit.
     pub max_sessions: usize,
     /// Session limit per client address.
@@ -483,6 +490,12 @@ impl ConfigFile {
                 "must be at least rtsp.session_timeout_s",
             ));
         }
+        if !(5..=self.rtsp.session_timeout_s).contains(&self.rtsp.silence_timeout_s) {
+            return Err(invalid(
+                "rtsp.silence_timeout_s",
+                "must be between 5 and rtsp.session_timeout_s",
+            ));
+        }
         if self.rtsp.max_message_kib == 0 {
             return Err(invalid("rtsp.max_message_kib", "must be at least 1"));
         }
@@ -564,6 +577,7 @@ impl ConfigFile {
             rtp_port: self.rtsp.rtp_port,
             session_timeout: Duration::from_secs(self.rtsp.session_timeout_s),
             paused_session_timeout: Duration::from_secs(self.rtsp.paused_session_timeout_s),
+            silence_timeout: Duration::from_secs(self.rtsp.silence_timeout_s),
             max_sessions: self.rtsp.max_sessions,
             max_sessions_per_client: self.rtsp.max_sessions_per_client,
             max_connections: self.rtsp.max_connections,
@@ -696,6 +710,7 @@ mod tests {
             ("[http]\nlisten = \"1.2.3.4\"", "http.listen"),
             ("[rtsp]\nsession_timeout_s = 1", "rtsp.session_timeout_s"),
             ("[rtsp]\npaused_session_timeout_s = 10", "rtsp.paused_session_timeout_s"),
+            ("[rtsp]\nsilence_timeout_s = 61", "rtsp.silence_timeout_s"),
             ("[sender]\nbatch_packets = 0", "sender.batch_packets"),
             ("[sender]\nquantum_us = 50000", "sender.quantum_us"),
             ("[sender]\nretransmit_ms = 60000", "sender.retransmit_ms"),

@@ -375,6 +375,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         ServerConfig {
             session_timeout: settings.session_timeout,
             paused_session_timeout: settings.paused_session_timeout,
+            silence_timeout: settings.silence_timeout,
             retransmit: Some(settings.retransmit_window),
             server_name: SERVER_NAME.into(),
             server_ports: (rtp_port, rtp_port + 1),

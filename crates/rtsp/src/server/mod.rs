@@ -76,7 +76,11 @@
 //!   `paused_session_timeout` while paused (ffmpeg sends nothing while paused), except a session
 //!   whose stream ended and whose RTSP connection closed: nobody will resume it, so it gets
 //!   `session_timeout` (a crowd of players that play to the end and vanish frees its slots in a
-//!   minute, not five). Interleaved
+//!   minute, not five). A *playing* UDP session whose client has sent RTCP and then falls silent
+//!   expires after `silence_timeout` (20 s), well before `session_timeout`: a client that
+//!   reported and stopped is gone (RFC 3550 §6.3.5 times a member out after five reporting
+//!   intervals), and the server stops sending to it ([`CloseReason::Silence`]). Clients that
+//!   never send RTCP keep the plain timeout. Interleaved
 //!   sessions never expire while their connection is open and close with it. UDP sessions
 //!   outlive their RTSP connection (RFC 2326 §1.3: sessions are not tied to connections), which
 //!   also lets the session that ffmpeg abandons on UDP→TCP fallback (PAUSE, then a new SETUP
@@ -169,6 +173,11 @@ pub struct ServerConfig {
     /// gone on resume after `session_timeout`; the interop notes recommend keeping paused
     /// sessions longer. Never less than `session_timeout`. Default 300 s.
     pub paused_session_timeout: Duration,
+    /// How long a *playing* UDP session whose client has sent RTCP lives after its last sign of
+    /// life: a client that reported and fell silent is gone, so its stream stops well before
+    /// `session_timeout`. Capped at `session_timeout`. Default 20 s (four missed reports at
+    /// RFC 3550's 5 s minimum interval).
+    pub silence_timeout: Duration,
     /// How long the server keeps sent packets for retransmission; `None` (or zero) offers no
     /// feedback. With it, DESCRIBE offers AVPF with generic NACK and RFC 4588 RTX
     /// ([`crate::sdp::SdpParams::rtx_time`]) to players known to use it (GStreamer), or to any
@@ -185,6 +194,7 @@ impl Default for ServerConfig {
             max_sessions: 1024,
             max_sessions_per_client: 256,
             paused_session_timeout: Duration::from_secs(300),
+            silence_timeout: Duration::from_secs(20),
             retransmit: Some(Duration::from_secs(1)),
         }
     }
@@ -337,6 +347,8 @@ pub enum CloseReason {
     Teardown,
     /// A UDP session showed no liveness for `session_timeout`.
     Timeout,
+    /// A playing UDP session whose client had sent RTCP fell silent for `silence_timeout`.
+    Silence,
     /// The connection carrying an interleaved session closed.
     ConnectionClosed,
 }
@@ -512,6 +524,9 @@ impl ServerCore {
     /// session is alive (interop §2.6). Returns `false` if no session has that SSRC.
     pub fn handle_rtcp(&mut self, now: Instant, ssrc_of_media: u32) -> bool {
         let Some(id) = self.by_ssrc.get(&ssrc_of_media).cloned() else { return false };
+        if let Some(s) = self.sessions.get_mut(&id) {
+            s.rtcp_seen = true;
+        }
         self.touch(now, &id);
         true
     }
@@ -584,12 +599,18 @@ impl ServerCore {
     }
 
     /// Expires UDP sessions whose last sign of life is `session_timeout` or more before `now`
-    /// ([`CloseReason::Timeout`]).
+    /// ([`CloseReason::Timeout`]), or `silence_timeout` for a playing one whose client had sent
+    /// RTCP ([`CloseReason::Silence`]).
     pub fn handle_timeout(&mut self, now: Instant) {
         while self.deadlines.first().is_some_and(|(deadline, _)| *deadline <= now) {
             // Popped here, so the loop ends even if the session record were already gone.
             if let Some((_, id)) = self.deadlines.pop_first() {
-                self.close(&id, CloseReason::Timeout);
+                let silent = self
+                    .sessions
+                    .get(&id)
+                    .is_some_and(|s| s.state == SessionState::Playing && s.rtcp_seen && !s.ended);
+                let reason = if silent { CloseReason::Silence } else { CloseReason::Timeout };
+                self.close(&id, reason);
             }
         }
     }
@@ -996,6 +1017,7 @@ impl ServerCore {
             client: std::net::Ipv4Addr::UNSPECIFIED.into(),
             conn: None,
             ended: false,
+            rtcp_seen: false,
         };
         self.sessions.insert(id.clone(), session);
         self.by_stream.insert(stream, id.clone());
@@ -1070,6 +1092,10 @@ impl ServerCore {
             Some(s) if s.ended && matches!(s.conn, Some((_, false))) => self.config.session_timeout,
             Some(s) if s.state == SessionState::Paused => {
                 self.config.paused_session_timeout.max(self.config.session_timeout)
+            }
+            // Reported, then fell silent while being sent to: gone.
+            Some(s) if s.state == SessionState::Playing && s.rtcp_seen && !s.ended => {
+                self.config.silence_timeout.min(self.config.session_timeout)
             }
             Some(_) => self.config.session_timeout,
             None => return,

@@ -220,6 +220,8 @@ pub(crate) struct Session {
     pub(crate) conn: Option<(ConnId, bool)>,
     /// Paused because its stream reached the end, not by the client.
     pub(crate) ended: bool,
+    /// Its client has sent RTCP naming it (UDP): its silence then means it is gone.
+    pub(crate) rtcp_seen: bool,
 }
 
 impl Session {

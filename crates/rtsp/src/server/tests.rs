@@ -633,6 +633,36 @@ fn paused_udp_sessions_live_longer() {
 }
 
 #[test]
+fn a_playing_session_whose_client_reported_then_fell_silent_stops_early() {
+    let mut core = ServerCore::new(ServerConfig::default(), 3);
+    let t0 = Instant::from_nanos(5 * SECOND);
+    let secs = |n: u64| t0 + Duration::from_secs(n);
+    let udp = setup(&mut core, t0, 1, "RTP/AVP;unicast;client_port=5000-5001");
+    let ssrc = core.session(&udp).unwrap().ssrc();
+    let req = request(
+        Method::Play,
+        Some("rtsp://h/test.ts/"),
+        &[("CSeq", "3"), ("Session", udp.as_str())],
+    );
+    let Handled::Play(a) = core.handle_request(t0, &conn(1), &req, &FakeLibrary) else {
+        panic!("PLAY not handed to the glue")
+    };
+    let started = PlayOutcome::Started { first: Position::START, end: None, seq_offset: 0 };
+    core.finish_play(t0, a, started);
+    // Never a report: the plain timeout (a client that only sends keep-alive requests).
+    assert_eq!(core.poll_timeout(), Some(secs(60)));
+    // It reports, then falls silent: its stream stops 20 s after the last report.
+    assert!(core.handle_rtcp(secs(5), ssrc));
+    assert_eq!(core.poll_timeout(), Some(secs(25)));
+    assert!(core.handle_rtcp(secs(10), ssrc));
+    core.handle_timeout(secs(29));
+    assert_eq!(core.poll_event(), None);
+    core.handle_timeout(secs(30));
+    assert!(matches!(core.poll_event(), Some(Event::Closed { reason: CloseReason::Silence, .. })));
+    assert_eq!(core.session_count(), 0);
+}
+
+#[test]
 fn a_paused_session_whose_client_left_keeps_the_paused_timeout_until_its_stream_ended() {
     let mut core = ServerCore::new(ServerConfig::default(), 3);
     let t0 = Instant::from_nanos(5 * SECOND);
