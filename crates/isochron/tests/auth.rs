@@ -12,23 +12,8 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{ServeOptions, Server, bin, demo, run, tempdir};
+use common::{ServeOptions, Server, bin, curl, demo, run, tempdir};
 use isochron_loadgen::testbed::{Host, Testbed};
-
-/// curl from `host` (or loopback with `None`): status and body.
-fn curl(host: Option<&Host>, args: &[&str]) -> (u16, String) {
-    let mut cmd = match host {
-        Some(h) => h.command("curl"),
-        None => Command::new("curl"),
-    };
-    let out = run(
-        cmd.args(["-sS", "--max-time", "20", "-o", "-", "-w", "\n%{http_code}"]).args(args),
-        30,
-    );
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
-    (code.trim().parse().unwrap_or(0), body.to_owned())
-}
 
 const JSON: &str = "Content-Type: application/json";
 

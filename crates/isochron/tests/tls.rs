@@ -8,8 +8,8 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{ServeOptions, Server, bin, demo, require, run, tempdir};
-use isochron_loadgen::testbed::{Host, Testbed};
+use common::{ServeOptions, Server, bin, curl, demo, require, run, tempdir};
+use isochron_loadgen::testbed::Testbed;
 
 /// `isochron cert --self-signed DIR`: the pair's paths.
 fn self_signed(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
@@ -52,21 +52,6 @@ permissions = ["read", "record", "admin"]
         cert.display(),
         key.display()
     )
-}
-
-/// curl from `host` (or loopback): status and body.
-fn curl(host: Option<&Host>, args: &[&str]) -> (u16, String) {
-    let mut cmd = match host {
-        Some(h) => h.command("curl"),
-        None => Command::new("curl"),
-    };
-    let out = run(
-        cmd.args(["-sS", "--max-time", "20", "-o", "-", "-w", "\n%{http_code}"]).args(args),
-        30,
-    );
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
-    (code.trim().parse().unwrap_or(0), body.to_owned())
 }
 
 #[test]

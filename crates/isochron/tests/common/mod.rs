@@ -405,6 +405,22 @@ pub fn serve_fixtures(extra: &[&Path], config: Option<&str>) -> (tempfile::TempD
     (dir, server)
 }
 
+/// curl from `host`'s namespace (or this one with `None`): the status and the body (with what
+/// `-w` adds after it).
+pub fn curl(host: Option<&isochron_loadgen::testbed::Host>, args: &[&str]) -> (u16, String) {
+    let mut cmd = match host {
+        Some(h) => h.command("curl"),
+        None => Command::new("curl"),
+    };
+    let out = run(
+        cmd.args(["-sS", "--max-time", "20", "-o", "-", "-w", "\n%{http_code}"]).args(args),
+        30,
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
 /// Receives `url` with GStreamer (`rtspsrc ! rtpmp2tdepay ! filesink`) over `transport` and
 /// returns the transport stream it wrote, with gst-launch's stderr for messages. The exit code is
 /// not checked: it is unreliable at EOS over TCP (rtsp-interop §4.2); callers check the bytes.
