@@ -3,7 +3,12 @@
 //! one connection and keeps it open, opens connections up to its cap, and trickles half a
 //! request; from each cap on it gets 503 with `Retry-After`, the trickle gets 408, and a real
 //! player from another address still plays the object to the end, byte for byte. The same
-//! over HTTP (`[http] max_connections_per_client`, the header timeout).
+//! over HTTP (`[http] max_connections_per_client`, the header timeout). At full size: 20,000
+//! idle connections and 1,000 SETUPs from one address, and the server's memory afterwards. And
+//! the other ways a client could hold what is not its own: `destination=` naming another host,
+//! a UDP client that vanishes mid-stream, clients that vanish after the end.
+
+#![allow(clippy::print_stderr)] // a report of what was measured
 
 mod common;
 
@@ -364,4 +369,117 @@ fn a_playing_udp_client_that_falls_silent_is_stopped_early() {
     let (status, _, _) =
         request_to(&mut s, &mut r, "GET_PARAMETER", &url, &[("Session", &session)]);
     assert_eq!(status, 454, "the session is gone");
+}
+
+/// Opens argv[3] TCP connections to argv[1]:argv[2], prints how many it holds, and holds them.
+const HOLD: &str = "import resource, socket, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+held = []
+for _ in range(int(sys.argv[3])):
+    try:
+        held.append(socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5))
+    except OSError:
+        pass
+print(len(held), flush=True)
+time.sleep(3600)
+";
+
+/// The issue's hostile client at full size: 10,000 idle RTSP and 10,000 idle HTTP connections
+/// and 1,000 SETUPs from one address. It holds its caps (the rest are refused with 503), a
+/// player on another address plays byte-exact meanwhile, and once the hostile client lets go the
+/// server's resident memory is back within 20 % of where it was before (60 s later).
+#[test]
+fn twenty_thousand_idle_connections_lock_nobody_out_and_leave_no_memory_behind() {
+    if !common::namespaces_or_skip("20,000 connections") {
+        return;
+    }
+    common::require("gst-launch-1.0");
+    common::raise_open_files();
+    let bed = Testbed::new("isochron_flood").expect("testbed");
+    let hostile = bed.add_host("hostile").unwrap();
+    let player = bed.add_host("player").unwrap();
+    let dir = tempdir();
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions {
+            rtsp: Some("0.0.0.0:0"),
+            http: Some("0.0.0.0:0"),
+            ..ServeOptions::default()
+        },
+    );
+    let rtsp = SocketAddr::new(bed.host_ip().into(), server.rtsp.port());
+    let http = SocketAddr::new(bed.host_ip().into(), server.http.port());
+    let want = std::fs::read(demo()).unwrap();
+    let play = |name: &str| {
+        let out = dir.path().join(name);
+        let (got, stderr) =
+            common::gst_fetch_in(Some(&player), &format!("rtsp://{rtsp}/demo"), &out, "tcp");
+        assert_same_bytes(&got, &want, &format!("the other client ({stderr})"));
+    };
+    // Warm: the object's blocks in the cache, every thread started.
+    play("warm.ts");
+    let before = common::rss_kib(server.pid());
+    // Two processes of the hostile client (each has its own open-files limit) hold 10,000
+    // idle connections each, to RTSP and to HTTP, until they are killed.
+    let flood = |to: SocketAddr| {
+        let mut child = hostile
+            .command("python3")
+            .args(["-c", HOLD, &to.ip().to_string(), &to.port().to_string(), "10000"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        (child, line.trim().parse::<usize>().unwrap_or(0))
+    };
+    let (mut rtsp_flood, rtsp_held) = flood(rtsp);
+    let (mut http_flood, http_held) = flood(http);
+    let statuses = hostile
+        .in_namespace(move || {
+            // The held ones that said nothing are answered 408 and closed by the server after
+            // rtsp.request_timeout_s (HTTP: its header timeout), which frees the client's
+            // connection slots for its SETUPs.
+            std::thread::sleep(Duration::from_secs(11));
+            setups(rtsp, 1000)
+        })
+        .expect("the hostile client ran");
+    let (statuses, _, conn) = statuses;
+    let during = common::rss_kib(server.pid());
+    play("during.ts");
+    let ok = statuses.iter().filter(|s| **s == 200).count();
+    assert!(ok <= 256, "one client holds at most max_sessions_per_client: {ok}");
+    let metrics = server.http_get("/metrics");
+    let refused = |proto: &str| {
+        metrics
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(&format!(
+                    "isochron_{proto}_connections_refused_total{{cap=\"per_client\"}} "
+                ))?
+                .parse::<f64>()
+                .ok()
+            })
+            .unwrap_or(0.0)
+    };
+    assert!(refused("rtsp") > 9000.0 && refused("http") > 9000.0, "{metrics}");
+    eprintln!(
+        "{rtsp_held} RTSP and {http_held} HTTP connections opened; RSS before {before} KiB, \
+         during {during} KiB"
+    );
+    assert_eq!(rtsp_held + http_held, 20_000, "every connection was accepted by the kernel");
+    for c in [&mut rtsp_flood, &mut http_flood] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    drop(conn);
+    std::thread::sleep(Duration::from_secs(60));
+    let after = common::rss_kib(server.pid());
+    eprintln!("RSS 60 s after the release: {after} KiB");
+    assert!(
+        after * 5 <= before * 6,
+        "RSS {after} KiB 60 s after the release, {before} KiB before (during: {during} KiB)"
+    );
+    drop(server);
+    drop(bed);
 }

@@ -481,6 +481,16 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         next_id: AtomicU64::new(1),
     });
     tasks.push(tokio::spawn(rtsp_conn::listen(rtsp_listener, None, Arc::clone(&listening))));
+    // Memory freed after a burst (a flood of connections, a crowd of sessions that left) goes
+    // back to the system rather than holding the resident size at its peak.
+    tasks.push(tokio::spawn(async {
+        let mut every = tokio::time::interval(Duration::from_secs(30));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            let _ = tokio::task::spawn_blocking(isochron_dataplane::net::release_free_memory).await;
+        }
+    }));
     if let Some(listener) = rtsps_listener {
         let tls = settings.tls.as_ref().map(|t| t.acceptor().clone());
         tasks.push(tokio::spawn(rtsp_conn::listen(listener, tls, listening)));

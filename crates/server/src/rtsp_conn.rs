@@ -30,7 +30,7 @@ use isochron_dataplane::sender::OutFrame;
 use isochron_rtsp::codec::{self, Decoded, Frame, Limits};
 use isochron_rtsp::rtsp_types::{Response, StatusCode, Version, headers};
 use isochron_rtsp::server::{ConnId, ConnInfo};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio_rustls::TlsAcceptor;
@@ -160,9 +160,9 @@ pub(crate) async fn serve<R, W>(
     let _ = sessions.send(SessionCommand::ConnOpened { conn: id, frames: frame_tx });
     let writer = tokio::spawn(write_loop(wr, resp_rx, frame_rx));
 
-    let mut buf: Vec<u8> = Vec::with_capacity(8192);
+    // Buffers grow with use: an idle connection costs little (thousands may be open).
+    let mut buf: Vec<u8> = Vec::new();
     let mut answered_any = false;
-    let mut chunk = vec![0u8; 16 * 1024];
     'conn: loop {
         // Handle every complete frame in the buffer.
         loop {
@@ -218,8 +218,11 @@ pub(crate) async fn serve<R, W>(
         // A request under way (or the first one) must arrive whole within the timeout; between
         // requests a connection may be quiet as long as it likes (its sessions live on RTCP).
         let waiting = !buf.is_empty() || !answered_any;
+        if buf.capacity() - buf.len() < 1024 {
+            buf.reserve(4096);
+        }
         let read = if waiting {
-            match tokio::time::timeout(config.request_timeout, rd.read(&mut chunk)).await {
+            match tokio::time::timeout(config.request_timeout, rd.read_buf(&mut buf)).await {
                 Ok(r) => r,
                 Err(_) => {
                     debug!(%peer, "no whole request within the timeout; closing");
@@ -228,11 +231,10 @@ pub(crate) async fn serve<R, W>(
                 }
             }
         } else {
-            rd.read(&mut chunk).await
+            rd.read_buf(&mut buf).await
         };
-        match read {
-            Ok(0) | Err(_) => break,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        if matches!(read, Ok(0) | Err(_)) {
+            break;
         }
     }
     let _ = sessions.send(SessionCommand::ConnClosed { conn: id });
@@ -243,36 +245,54 @@ pub(crate) async fn serve<R, W>(
 }
 
 async fn write_loop<W: AsyncWrite + Unpin>(
-    wr: W,
+    mut wr: W,
     mut responses: mpsc::Receiver<Vec<u8>>,
     mut frames: mpsc::Receiver<OutFrame>,
 ) {
-    let mut wr = BufWriter::with_capacity(64 * 1024, wr);
+    // What is queued for the socket; it grows to a burst's size only on connections that stream
+    // (an idle connection holds no buffer).
+    let mut out: Vec<u8> = Vec::new();
     loop {
-        let ok = tokio::select! {
+        tokio::select! {
             biased;
             r = responses.recv() => match r {
-                Some(bytes) => wr.write_all(&bytes).await.is_ok(),
+                Some(bytes) => out.extend_from_slice(&bytes),
                 None => break,
             },
             f = frames.recv() => match f {
                 Some(frame) => {
                     let (a, b) = frame.parts();
-                    wr.write_all(a).await.is_ok() && wr.write_all(b).await.is_ok()
+                    out.extend_from_slice(a);
+                    out.extend_from_slice(b);
                 }
                 None => break,
             },
-        };
-        if !ok {
-            break;
         }
-        // Flush when nothing else is queued, so bursts coalesce but nothing lingers.
-        if responses.is_empty() && frames.is_empty() && wr.flush().await.is_err() {
-            break;
+        // Write when nothing else is queued, so bursts coalesce but nothing lingers, or when a
+        // burst fills the buffer.
+        let idle = responses.is_empty() && frames.is_empty();
+        if (idle || out.len() >= WRITE_BATCH) && write_out(&mut wr, &mut out).await.is_err() {
+            return;
         }
     }
-    let _ = wr.flush().await;
+    let _ = write_out(&mut wr, &mut out).await;
     let _ = wr.shutdown().await;
+}
+
+/// Bytes gathered before a write while frames keep coming.
+const WRITE_BATCH: usize = 64 * 1024;
+
+async fn write_out<W: AsyncWrite + Unpin>(wr: &mut W, out: &mut Vec<u8>) -> std::io::Result<()> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    let r = async {
+        wr.write_all(out).await?;
+        wr.flush().await
+    }
+    .await;
+    out.clear();
+    r
 }
 
 /// The access policy's answer to `req`: `None` to go ahead, else the encoded 401 or 403.

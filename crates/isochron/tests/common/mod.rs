@@ -130,6 +130,17 @@ pub fn fixture(name: &str) -> PathBuf {
                 .split_whitespace()
                 .map(String::from)
                 .collect(),
+            // 15 s and 60 s at about 300 kb/s: the churn test's clips (250 players a round).
+            "low15" | "low60" => format!(
+                "-f lavfi -i testsrc2=size=320x180:rate=25 \
+                 -f lavfi -i sine=frequency=660:sample_rate=48000 -t {} \
+                 -c:v libx264 -preset ultrafast -g 25 -b:v 250k -maxrate 400k -bufsize 400k \
+                 -pix_fmt yuv420p -c:a aac -b:a 48k -f mpegts",
+                if name == "low15" { 15 } else { 60 }
+            )
+            .split_whitespace()
+            .map(String::from)
+            .collect(),
             // 30 s at about 2 Mb/s: the retransmission tests (1 % of its ~5,000 packets lost).
             "clip30" => "-f lavfi -i testsrc2=size=640x360:rate=25 \
                 -f lavfi -i sine=frequency=440:sample_rate=48000 -t 30 \
@@ -403,6 +414,33 @@ pub fn serve_fixtures(extra: &[&Path], config: Option<&str>) -> (tempfile::TempD
     }
     let server = Server::start(&data, ServeOptions { config, ..ServeOptions::default() });
     (dir, server)
+}
+
+/// Raises this process's open-files limit to 65,536 where it may (root), else its soft limit
+/// to its hard one (tests that hold thousands of sockets).
+pub fn raise_open_files() {
+    // SAFETY: getrlimit and setrlimit on local structs.
+    unsafe {
+        let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) != 0 {
+            return;
+        }
+        let want = l.rlim_max.max(65_536);
+        let more = libc::rlimit { rlim_cur: want, rlim_max: want };
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &more) != 0 && l.rlim_cur < l.rlim_max {
+            l.rlim_cur = l.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        }
+    }
+}
+
+/// The resident set of process `pid`, KiB (`VmRSS` in /proc/PID/status).
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:")?.trim().strip_suffix("kB")?.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// curl from `host`'s namespace (or this one with `None`): the status and the body (with what
