@@ -779,13 +779,19 @@ fn write_durably<E>(
     tmp.push(TMP_SUFFIX);
     let tmp = PathBuf::from(tmp);
     let mut file = File::create(&tmp).map_err(|e| err("create", &tmp, e))?;
-    file.write_all(bytes).map_err(|e| err("write", &tmp, e))?;
-    file.sync_all().map_err(|e| err("fsync", &tmp, e))?;
-    // The data is on disk: drop it from the page cache, which reads bypass anyway.
-    // SAFETY: `file` is open; the advice is a hint with no memory-safety effect.
-    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    drop(file);
-    fs::rename(&tmp, path).map_err(|e| err("rename", &tmp, e))?;
+    let written = (|| {
+        file.write_all(bytes).map_err(|e| err("write", &tmp, e))?;
+        file.sync_all().map_err(|e| err("fsync", &tmp, e))?;
+        // The data is on disk: drop it from the page cache, which reads bypass anyway.
+        // SAFETY: `file` is open; the advice is a hint with no memory-safety effect.
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        fs::rename(&tmp, path).map_err(|e| err("rename", &tmp, e))
+    })();
+    if written.is_err() {
+        // A failed write (a full disk, an IO error) leaves nothing behind.
+        let _ = fs::remove_file(&tmp);
+    }
+    written?;
     sync_dir(dir).map_err(|e| err("fsync", dir, e))
 }
 
@@ -958,6 +964,18 @@ mod tests {
         assert!(!disk.remove_object(ObjectId(1)).unwrap());
         assert_eq!(disk.usage().unwrap().blocks, 2);
         assert!(matches!(disk.read_block(key(1, 0)), Err(DiskError::BlockMissing { .. })));
+    }
+
+    #[test]
+    fn a_failed_write_leaves_no_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = DiskDir::create(dir.path(), 1, DiskId(0)).unwrap();
+        let k = key(1, 0);
+        disk.write_block(key(1, 1), &encode_block(key(1, 1), 2)).unwrap();
+        // A directory in the block's place: the rename over it fails after the data is written.
+        fs::create_dir_all(disk.block_path(k).join("x")).unwrap();
+        assert!(disk.write_block(k, &encode_block(k, 2)).is_err());
+        assert!(disk.temp_files().unwrap().is_empty(), "{:?}", disk.temp_files());
     }
 
     #[test]
