@@ -242,6 +242,7 @@ impl NewObject {
                 .collect(),
             source_file: source.to_string(),
             created_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            media: None,
         }
     }
 }

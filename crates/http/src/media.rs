@@ -812,6 +812,7 @@ mod tests {
             streams: Vec::new(),
             source_file: String::new(),
             created_unix_s: 0,
+            media: None,
         }
     }
 
