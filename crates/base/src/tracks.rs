@@ -82,9 +82,13 @@ impl TrackSeqs {
     }
 
     /// The entry-wise maximum of two vectors of the same tracks (where shares of one run stand
-    /// together: every node counted the packets it sent); `self` if the lengths differ.
+    /// together: every node counted the packets it sent). An empty vector (not known) yields to
+    /// the other; of two lengths that differ otherwise, `self` is kept.
     #[must_use]
     pub fn max(self, other: Self) -> Self {
+        if self.is_empty() {
+            return other;
+        }
         if self.len != other.len {
             return self;
         }
@@ -120,5 +124,7 @@ mod tests {
         assert_eq!(a.as_slice(), &[5, 8]);
         assert_eq!(a.max(TrackSeqs::new(&[6, 2])).as_slice(), &[6, 8]);
         assert_eq!(a.max(TrackSeqs::new(&[9])), a);
+        assert_eq!(TrackSeqs::NONE.max(a), a);
+        assert_eq!(a.max(TrackSeqs::NONE), a);
     }
 }

@@ -222,6 +222,8 @@ pub struct LocalAnchor {
 }
 
 /// What this node's scheduler and sender must do for a share.
+// A run's tracks make starts a few hundred bytes: one per PLAY, no cost worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LocalAction {
     /// Admit the share at the scheduler (its own disks' part of the object at `epoch`), then

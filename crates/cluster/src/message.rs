@@ -223,6 +223,8 @@ pub struct ShareReport {
 }
 
 /// A control message between nodes.
+// A run's tracks make starts a few hundred bytes: one per PLAY, no cost worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Message {
     /// First message on a control connection.

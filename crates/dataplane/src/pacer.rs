@@ -1023,17 +1023,18 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         });
         let stream = s.setup.stream;
         let (packets, bytes) = (s.track_packets, s.track_bytes);
-        let tracks: Vec<(usize, TrackStamp)> =
-            s.setup.tracks.iter().copied().enumerate().filter(|(_, t)| t.enabled).collect();
-        tracks.into_iter().map(move |(i, t)| Transmit::Rtcp {
-            stream,
-            track: i as u8,
-            rtp_timestamp: rtp_timestamp_at(t.rtp_ts_offset, media, t.clock_rate),
-            // The SR's counts wrap at 32 bits (RFC 3550 §6.4.1): the low bits of the totals.
-            packets: packets[i] as u32,
-            octets: bytes[i] as u32,
-            bye,
-            reason: reason.clone(),
+        let tracks = s.setup.tracks.clone();
+        tracks.into_iter().enumerate().filter(|(_, t)| t.enabled).map(move |(i, t)| {
+            Transmit::Rtcp {
+                stream,
+                track: i as u8,
+                rtp_timestamp: rtp_timestamp_at(t.rtp_ts_offset, media, t.clock_rate),
+                // The SR's counts wrap at 32 bits (RFC 3550 §6.4.1): the low bits of the totals.
+                packets: packets[i] as u32,
+                octets: bytes[i] as u32,
+                bye,
+                reason: reason.clone(),
+            }
         })
     }
 }

@@ -10,6 +10,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use isochron_base::{BlockIndex, Bytes, ObjectId};
 use isochron_diskio::Store;
+use isochron_rtsp::sdp::MediaTrack;
 use isochron_rtsp::server::Presentation;
 use isochron_sched::{ObjectPlan, PlannedBlock};
 use isochron_store::Epoch;
@@ -163,11 +164,22 @@ impl Library {
 impl isochron_rtsp::server::Library for Library {
     fn lookup(&self, name: &str) -> Option<Presentation> {
         let e = self.get(name)?;
+        let tracks = e.record.media.iter().flat_map(|m| &m.tracks);
         Some(Presentation {
             object: e.record.id,
             name: e.record.name.clone(),
             duration: e.record.duration,
             avg_bitrate: e.record.avg_bitrate,
+            tracks: tracks
+                .map(|t| MediaTrack {
+                    kind: t.kind.clone(),
+                    payload_type: t.payload_type,
+                    encoding: t.encoding.clone(),
+                    clock_rate: t.clock_rate,
+                    channels: t.channels,
+                    fmtp: t.fmtp.clone(),
+                })
+                .collect(),
         })
     }
 }
