@@ -342,7 +342,196 @@ fn unescape_prefix(nal: &[u8], n: usize) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    use super::testutil::avcc;
     use super::*;
+
+    /// One depacketizer of each kind.
+    fn depacketizers() -> Vec<Box<dyn Depacketizer>> {
+        vec![
+            Box::new(H264Depacketizer::new()),
+            Box::new(H265Depacketizer::new()),
+            Box::new(AacDepacketizer::new()),
+            Box::new(AacDepacketizer::with_lengths(6, 2, 2).unwrap()),
+            Box::new(OpusDepacketizer::new()),
+            Box::new(Ac3Depacketizer::new()),
+            Box::new(MpaDepacketizer::new()),
+        ]
+    }
+
+    /// Packetizes `au` and checks the payload sizes and marker bits; `None` if refused.
+    fn packetize(
+        p: &mut dyn Packetizer,
+        au: &[u8],
+        max: usize,
+        marker: bool,
+    ) -> Option<Vec<Payload>> {
+        let mut out = vec![Payload { bytes: vec![], marker: false }];
+        if p.packetize(au, &mut out).is_err() {
+            assert_eq!(out.len(), 1, "nothing appended on an error");
+            return None;
+        }
+        out.remove(0);
+        for (i, pl) in out.iter().enumerate() {
+            assert!(pl.bytes.len() <= max, "payload of {} bytes over {max}", pl.bytes.len());
+            assert_eq!(pl.marker, marker && i + 1 == out.len());
+        }
+        Some(out)
+    }
+
+    /// Feeds payloads to a depacketizer, collecting what it returns.
+    fn depacketize(d: &mut dyn Depacketizer, payloads: &[Payload]) -> Vec<Vec<u8>> {
+        let mut got = Vec::new();
+        for pl in payloads {
+            d.push_into(&pl.bytes, pl.marker, &mut got).unwrap();
+        }
+        got
+    }
+
+    /// The NAL units of H.264 (`h265` false) or H.265 access unit `au` that the packetizer
+    /// sends, with 4-byte lengths, if it is a valid AU.
+    fn sent_nals(au: &[u8], len_size: usize, h265: bool) -> Option<Vec<u8>> {
+        let syntax = if h265 { nal::Syntax::H265 } else { nal::Syntax::H264 };
+        let nals = nal::split_au(syntax, au, len_size).ok()?;
+        let kept: Vec<&[u8]> = nals
+            .into_iter()
+            .filter(|n| {
+                let t = syntax.nal_type(n[0]);
+                !if h265 { matches!(t, 35 | 38 | 48..) } else { matches!(t, 0 | 9 | 12 | 24..) }
+            })
+            .collect();
+        Some(avcc(4, &kept))
+    }
+
+    /// Checks one AU through the H.264 and H.265 packetizers (without parameter sets) and
+    /// depacketizers.
+    fn video_round_trip(au: &[u8], len_size: u8, max: usize) {
+        for h265 in [false, true] {
+            let p: Result<Box<dyn Packetizer>, _> = if h265 {
+                H265Packetizer::new(len_size, vec![], vec![], vec![], max).map(|p| Box::new(p) as _)
+            } else {
+                H264Packetizer::new(len_size, vec![], vec![], max).map(|p| Box::new(p) as _)
+            };
+            let Ok(mut p) = p else {
+                assert!(max < 4 || len_size == 3);
+                continue;
+            };
+            let payloads = packetize(p.as_mut(), au, max, true);
+            let want = sent_nals(au, usize::from(len_size), h265);
+            assert_eq!(payloads.is_some(), want.is_some());
+            let (Some(payloads), Some(want)) = (payloads, want) else { continue };
+            let mut d: Box<dyn Depacketizer> = if h265 {
+                Box::new(H265Depacketizer::new())
+            } else {
+                Box::new(H264Depacketizer::new())
+            };
+            let got = depacketize(d.as_mut(), &payloads);
+            if want.is_empty() {
+                assert!(got.is_empty());
+            } else {
+                assert_eq!(got, [want]);
+            }
+        }
+    }
+
+    proptest! {
+        /// Any payloads, markers, losses and flushes: no depacketizer panics.
+        #[test]
+        fn depacketizers_never_panic(
+            packets in vec((vec(any::<u8>(), 0..400), any::<bool>(), 0u8..10), 0..40),
+        ) {
+            for mut d in depacketizers() {
+                let mut out = Vec::new();
+                for (payload, marker, action) in &packets {
+                    match action {
+                        0 => d.lost(),
+                        1 => out.extend(d.flush()),
+                        _ => {}
+                    }
+                    let _ = d.push_into(payload, *marker, &mut out);
+                }
+            }
+        }
+
+        /// Depacketizers given payloads whose first bytes are the interesting ones (FU, STAP,
+        /// AP and FU headers with S/E bits, AAC headers, AC-3 frame types) do not panic either.
+        #[test]
+        fn depacketizers_never_panic_on_likely_headers(
+            packets in vec((
+                prop::sample::select(vec![
+                    0x7c, 0x1c, 0x78, 0x18, 0x65, 0x62, 0x60, 0x26, 0x64, 0x00, 0x01, 0x02, 0x03,
+                ]),
+                prop::sample::select(vec![0x80, 0x40, 0xc0, 0x00, 0x85, 0x45, 0x05, 0x10, 0x01]),
+                vec(any::<u8>(), 0..64),
+                any::<bool>(),
+            ), 0..60),
+        ) {
+            for mut d in depacketizers() {
+                let mut out = Vec::new();
+                for (a, b, rest, marker) in &packets {
+                    let mut payload = vec![*a, *b];
+                    payload.extend_from_slice(rest);
+                    let _ = d.push_into(&payload, *marker, &mut out);
+                }
+            }
+        }
+
+        /// Any bytes as an access unit: every packetizer refuses it or sends payloads that fit,
+        /// with the right marker bits, that its depacketizer turns back into it.
+        #[test]
+        fn packetizers_never_panic_and_round_trip(
+            au in vec(any::<u8>(), 0..3000),
+            max in 0usize..1500,
+            len_size in prop::sample::select(vec![1u8, 2, 3, 4]),
+        ) {
+            video_round_trip(&au, len_size, max);
+            let want = std::slice::from_ref(&au);
+            if let Ok(mut p) = AacPacketizer::new(max)
+                && let Some(payloads) = packetize(&mut p, &au, max, true)
+            {
+                prop_assert_eq!(depacketize(&mut AacDepacketizer::new(), &payloads), want);
+            }
+            let mut p = OpusPacketizer::with_max_payload(max);
+            if let Some(payloads) = packetize(&mut p, &au, max, false) {
+                prop_assert_eq!(depacketize(&mut OpusDepacketizer::new(), &payloads), want);
+            }
+            if let Ok(mut p) = Ac3Packetizer::new(max)
+                && let Some(payloads) = packetize(&mut p, &au, max, true)
+            {
+                prop_assert_eq!(depacketize(&mut Ac3Depacketizer::new(), &payloads), want);
+            }
+            // MPEG audio splits payloads by frame headers, which random bytes are not.
+            if let Ok(mut p) = MpaPacketizer::new(max) {
+                let _ = packetize(&mut p, &au, max, false);
+            }
+        }
+
+        /// Access units of well-formed NAL units of every type round trip through the H.264
+        /// and H.265 formats at any payload size.
+        #[test]
+        fn nal_units_round_trip(
+            nals in vec((any::<u8>(), vec(any::<u8>(), 1..3000)), 0..6),
+            max in 4usize..1500,
+        ) {
+            let nals: Vec<Vec<u8>> = nals
+                .into_iter()
+                .map(|(h, mut body)| {
+                    // forbidden_zero_bit clear; for H.265 the second header byte is body[0].
+                    body.insert(0, h & 0x7f);
+                    body
+                })
+                .collect();
+            let refs: Vec<&[u8]> = nals.iter().map(Vec::as_slice).collect();
+            let longest = refs.iter().map(|n| n.len()).max().unwrap_or(0);
+            for len_size in [1u8, 2, 4] {
+                if longest < 1 << (8 * u32::from(len_size)).min(31) {
+                    video_round_trip(&avcc(len_size, &refs), len_size, max);
+                }
+            }
+        }
+    }
 
     #[test]
     fn rtpmap_values() {
