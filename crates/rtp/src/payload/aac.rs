@@ -113,8 +113,7 @@ impl AacDepacketizer {
         index_length: u8,
         index_delta_length: u8,
     ) -> Result<Self, PayloadError> {
-        let bad =
-            |what| Err(PayloadError::Unsupported { format: "AAC", packet_type: 0, why: what });
+        let bad = |what| Err(PayloadError::InvalidConfig { format: "AAC", what });
         if !(1..=16).contains(&size_length) {
             return bad("sizelength must be 1..=16");
         }
@@ -256,10 +255,9 @@ impl AacDepacketizer {
                 return Err(malformed(2 + r.pos / 8, "an AU-size of 0"));
             }
             if !sizes.is_empty() && index != 0 {
-                return Err(PayloadError::Unsupported {
+                return Err(PayloadError::UnsupportedFeature {
                     format: "AAC",
-                    packet_type: 0,
-                    why: "a non-zero AU-Index-delta: interleaving is not taken",
+                    what: "interleaving (a non-zero AU-Index-delta)",
                 });
             }
             sizes.push(size);
@@ -458,7 +456,7 @@ mod tests {
         // A non-zero AU-Index-delta means interleaving.
         assert!(matches!(
             d.push(&[0x00, 0x20, 0x00, 0x08, 0x00, 0x09, 1, 2], true),
-            Err(PayloadError::Unsupported { .. })
+            Err(PayloadError::UnsupportedFeature { .. })
         ));
         // Headers length not a multiple of 16, cut short, zero headers, a zero AU-size.
         for bad in

@@ -42,10 +42,10 @@ mod testutil;
 use thiserror::Error;
 
 pub use aac::{AacDepacketizer, AacPacketizer, AscInfo, aac_asc_info, aac_fmtp};
-pub use ac3::{Ac3Depacketizer, Ac3Packetizer};
+pub use ac3::{Ac3Depacketizer, Ac3Packetizer, ac3_frame_len};
 pub use h264::{H264Depacketizer, H264Packetizer, h264_fmtp, h264_profile_level_id};
 pub use h265::{H265Depacketizer, H265Packetizer, H265Profile, h265_fmtp, h265_profile};
-pub use mpa::{MpaDepacketizer, MpaPacketizer, PT_MPA};
+pub use mpa::{MpaDepacketizer, MpaPacketizer, PT_MPA, mpa_frame_len};
 pub use opus::{OpusDepacketizer, OpusPacketizer, opus_fmtp};
 
 /// The most bytes a depacketizer buffers for one access unit; a longer AU is refused with
@@ -186,6 +186,22 @@ pub enum PayloadError {
         packet_type: u8,
         /// Why not.
         why: &'static str,
+    },
+    /// A feature of the payload format this implementation does not take.
+    #[error("{format}: {what} is not supported")]
+    UnsupportedFeature {
+        /// The payload format.
+        format: &'static str,
+        /// The feature.
+        what: &'static str,
+    },
+    /// Settings that the payload format does not allow.
+    #[error("{format} configuration: {what}")]
+    InvalidConfig {
+        /// The payload format.
+        format: &'static str,
+        /// What is wrong.
+        what: &'static str,
     },
     /// Fragments that do not make up a whole access unit.
     #[error("{format} fragment: {what}")]
