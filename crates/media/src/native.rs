@@ -1,0 +1,424 @@
+//! The RTP packet stream of an object ingested from MP4 or Matroska (sans-IO).
+//!
+//! Why: isochron stores every object as the packets it sends, each with its send time, so that
+//! any node paces its own blocks without help (DESIGN §2.2). For MPEG-TS those packets are runs
+//! of TS packets timed by the PCR ([`crate::TsIndex::units`]). For a file of elementary streams
+//! they are the native RTP payloads of each track — H.264 (RFC 6184), H.265 (RFC 7798), AAC
+//! (RFC 3640), Opus (RFC 7587), AC-3 (RFC 4184), MPEG audio (RFC 2250 §3.5) — cut once at ingest
+//! by [`isochron_rtp::payload`]'s packetizers, and this module decides their timing and order:
+//!
+//! - **Zero.** The object's timeline starts at the earliest decode time of any sample (B-frame
+//!   delay and audio priming make some times negative in the container); every time below is
+//!   relative to it, in nanoseconds.
+//! - **Send time** from the decode time (DTS): an audio frame's packets at its DTS; a video
+//!   frame's packets spread evenly over its duration from its DTS, so that a large key frame
+//!   leaves as a steady stream rather than a burst (the rate smoothing Yima §2.5 asks of the
+//!   server side too).
+//! - **Order.** Packets of all tracks are merged by send time (ties: the order they were made):
+//!   samples come in decode order, and a packet is released once no later sample can produce an
+//!   earlier one.
+//! - **RTP timestamp** from the presentation time (PTS) on the track's clock (90 kHz for video
+//!   and MPEG audio, the sample rate for AAC and AC-3, 48 kHz for Opus), as the packet's stored
+//!   `rtp_time`; the session adds its random offset. Every track uses the same zero, so the RTCP
+//!   sender reports of all tracks, taken at one media time, keep players in lip sync.
+//! - **Sequence.** Each track's packets are numbered 0, 1, 2 … (`track_seq`); the session adds
+//!   its offset.
+//! - **Random access.** The first packet of each key frame of the first video track (with H.264
+//!   and H.265 the in-band parameter sets the packetizer puts before it) starts a seek point,
+//!   whose time is the key frame's presentation time; without video, the first audio track's
+//!   packets at most one a second.
+//!
+//! Not here: reading the file (the caller feeds each sample's bytes, in the index's decode
+//! order), blocks and placement (`isochron-diskio`).
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::fmt;
+
+use isochron_base::MediaTime;
+use isochron_rtp::payload::{
+    AacPacketizer, Ac3Packetizer, Codec as RtpCodec, H264Packetizer, H265Packetizer,
+    MpaPacketizer, OpusPacketizer, Packetizer, Payload, PayloadError, aac_fmtp,
+    h264_fmtp, h265_fmtp, opus_fmtp,
+};
+
+use crate::StreamKind;
+use crate::container::{Codec, CodecConfig, MediaIndex, Sample};
+
+/// The most tracks a native object has (a packet's track index is below it).
+pub const MAX_TRACKS: usize = isochron_base::MAX_TRACKS;
+
+/// The first dynamic RTP payload type; track `i` gets `96 + i` (MPEG audio its static 14).
+pub const FIRST_DYNAMIC_PT: u8 = 96;
+
+/// Without video, a seek point at most this often (ns).
+const AUDIO_SEEK_SPACING_NS: u64 = 1_000_000_000;
+
+/// One track as it is sent: what SDP, the catalog and the muxers need.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NativeTrack {
+    /// The codec.
+    pub codec: Codec,
+    /// Video or audio.
+    pub kind: StreamKind,
+    /// The `rtpmap` encoding name.
+    pub encoding: &'static str,
+    /// The RTP clock rate, Hz.
+    pub clock_rate: u32,
+    /// The `rtpmap` encoding parameters (channels), 0 for none.
+    pub channels: u8,
+    /// The RTP payload type.
+    pub payload_type: u8,
+    /// The SDP `fmtp` parameters (empty for none).
+    pub fmtp: String,
+    /// The decoder configuration record: `avcC`, the HEVC parameter sets as an `hvcC`-like
+    /// list, the AudioSpecificConfig, or the OpusHead.
+    pub config: Vec<u8>,
+    /// Video width and height; 0 for audio.
+    pub width: u16,
+    /// See `width`.
+    pub height: u16,
+    /// The language tag, if any.
+    pub language: Option<String>,
+    /// The container's id for it (for messages).
+    pub container_id: u64,
+}
+
+/// One RTP payload of the object, in send order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NativeUnit {
+    /// Its track's index.
+    pub track: u8,
+    /// When it is due on the wire.
+    pub send_time: MediaTime,
+    /// Its RTP timestamp on the track's clock, before the session's offset.
+    pub rtp_time: u32,
+    /// Its index among its track's packets.
+    pub track_seq: u32,
+    /// The RTP marker bit.
+    pub marker: bool,
+    /// It starts a seek point.
+    pub random_access: bool,
+    /// The presentation time of its access unit (a seek point's time).
+    pub npt: MediaTime,
+    /// The payload.
+    pub payload: Vec<u8>,
+}
+
+/// Why a file's samples cannot be made into packets. Messages name the track and sample.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NativeError {
+    /// More tracks than an object can have.
+    #[error("{count} tracks: at most {MAX_TRACKS} are supported")]
+    TooManyTracks {
+        /// How many the file has.
+        count: usize,
+    },
+    /// A track's decoder configuration cannot be sent.
+    #[error("track {id} ({codec}): {source}")]
+    Config {
+        /// The container's track id.
+        id: u64,
+        /// Its codec.
+        codec: Codec,
+        /// The packetizer's reason.
+        source: PayloadError,
+    },
+    /// A sample cannot be packetized.
+    #[error("track {id} ({codec}), sample at byte {offset}: {source}")]
+    Sample {
+        /// The container's track id.
+        id: u64,
+        /// Its codec.
+        codec: Codec,
+        /// The sample's file offset.
+        offset: u64,
+        /// The packetizer's reason.
+        source: PayloadError,
+    },
+    /// A sample names a track the index does not have (a caller bug, or a corrupt index).
+    #[error("sample at byte {offset} names track {track}, which does not exist")]
+    NoTrack {
+        /// The sample's file offset.
+        offset: u64,
+        /// The track index.
+        track: u16,
+    },
+}
+
+/// Makes the packet stream of an object from its samples (see the module docs).
+pub struct NativeAssembler {
+    tracks: Vec<NativeTrack>,
+    packetizers: Vec<Box<dyn Packetizer + Send>>,
+    timescales: Vec<u32>,
+    /// The object's zero: the earliest decode time, in ns.
+    zero_ns: i128,
+    next_seq: Vec<u32>,
+    /// The track whose key frames are seek points.
+    seek_track: Option<u16>,
+    video: bool,
+    last_seek_ns: Option<u64>,
+    /// Packets made but not released, by (send time, order made).
+    pending: BinaryHeap<Reverse<(u64, u64)>>,
+    units: BTreeMap<u64, NativeUnit>,
+    made: u64,
+    /// Packets of decode time below this are released.
+    horizon: u64,
+    scratch: Vec<Payload>,
+    finished: bool,
+}
+
+impl fmt::Debug for NativeAssembler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NativeAssembler")
+            .field("tracks", &self.tracks)
+            .field("pending", &self.pending.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl NativeAssembler {
+    /// An assembler for the tracks of `index`, cutting payloads of at most `max_payload` bytes.
+    pub fn new(index: &MediaIndex, max_payload: usize) -> Result<Self, NativeError> {
+        if index.tracks.len() > MAX_TRACKS {
+            return Err(NativeError::TooManyTracks { count: index.tracks.len() });
+        }
+        let mut tracks = Vec::with_capacity(index.tracks.len());
+        let mut packetizers: Vec<Box<dyn Packetizer + Send>> = Vec::new();
+        for (i, t) in index.tracks.iter().enumerate() {
+            let err = |source| NativeError::Config { id: t.id, codec: t.codec, source };
+            let (rtp, packetizer, fmtp, config): (RtpCodec, Box<dyn Packetizer + Send>, _, _) =
+                match &t.config {
+                    CodecConfig::Avc { nal_length_size, sps, pps } => {
+                        let p = H264Packetizer::new(
+                            *nal_length_size,
+                            sps.clone(),
+                            pps.clone(),
+                            max_payload,
+                        )
+                        .map_err(err)?;
+                        let fmtp = match sps.first() {
+                            Some(s) => h264_fmtp(s, pps),
+                            None => "packetization-mode=1".to_owned(),
+                        };
+                        (RtpCodec::H264, Box::new(p), fmtp, avcc(*nal_length_size, sps, pps))
+                    }
+                    CodecConfig::Hevc { nal_length_size, vps, sps, pps } => {
+                        let p = H265Packetizer::new(
+                            *nal_length_size,
+                            vps.clone(),
+                            sps.clone(),
+                            pps.clone(),
+                            max_payload,
+                        )
+                        .map_err(err)?;
+                        let fmtp = match (vps.first(), sps.first(), pps.first()) {
+                            (Some(v), Some(s), Some(p)) => h265_fmtp(v, s, p),
+                            _ => String::new(),
+                        };
+                        let config = parameter_sets(*nal_length_size, &[vps, sps, pps]);
+                        (RtpCodec::H265, Box::new(p), fmtp, config)
+                    }
+                    CodecConfig::Aac { audio_specific_config } => {
+                        let p = AacPacketizer::new(max_payload).map_err(err)?;
+                        let codec = RtpCodec::Aac {
+                            sample_rate: t.sample_rate,
+                            channels: t.channels.max(1),
+                        };
+                        let fmtp = aac_fmtp(audio_specific_config);
+                        (codec, Box::new(p), fmtp, audio_specific_config.clone())
+                    }
+                    CodecConfig::Opus { channels, head, .. } => {
+                        let p = OpusPacketizer::with_max_payload(max_payload);
+                        (RtpCodec::Opus, Box::new(p), opus_fmtp(*channels), head.clone())
+                    }
+                    CodecConfig::Ac3 => {
+                        let p = Ac3Packetizer::new(max_payload).map_err(err)?;
+                        let codec = RtpCodec::Ac3 {
+                            sample_rate: t.sample_rate,
+                            channels: t.channels.max(1),
+                        };
+                        (codec, Box::new(p), String::new(), Vec::new())
+                    }
+                    CodecConfig::Mp3 => {
+                        let p = MpaPacketizer::new(max_payload).map_err(err)?;
+                        (RtpCodec::Mpa, Box::new(p), String::new(), Vec::new())
+                    }
+                };
+            let (encoding, clock_rate, channels) = rtp.rtpmap();
+            // Tracks are at most MAX_TRACKS (8), so the dynamic types stay in 96..=103.
+            let payload_type = rtp.static_payload_type().unwrap_or(FIRST_DYNAMIC_PT + i as u8);
+            tracks.push(NativeTrack {
+                codec: t.codec,
+                kind: t.kind,
+                encoding,
+                clock_rate,
+                channels: channels.unwrap_or(0),
+                payload_type,
+                fmtp,
+                config,
+                width: t.width,
+                height: t.height,
+                language: t.language.clone(),
+                container_id: t.id,
+            });
+            packetizers.push(packetizer);
+        }
+        let zero_ns = index
+            .samples
+            .iter()
+            .map(|s| dts_ns(index, s))
+            .min()
+            .unwrap_or(0);
+        let seek_track = index
+            .tracks
+            .iter()
+            .position(|t| t.kind == StreamKind::Video)
+            .or_else(|| (!index.tracks.is_empty()).then_some(0))
+            .map(|i| i as u16);
+        let video = index.tracks.iter().any(|t| t.kind == StreamKind::Video);
+        Ok(Self {
+            next_seq: vec![0; tracks.len()],
+            timescales: index.tracks.iter().map(|t| t.timescale.max(1)).collect(),
+            tracks,
+            packetizers,
+            zero_ns,
+            seek_track,
+            video,
+            last_seek_ns: None,
+            pending: BinaryHeap::new(),
+            units: BTreeMap::new(),
+            made: 0,
+            horizon: 0,
+            scratch: Vec::new(),
+            finished: false,
+        })
+    }
+
+    /// The tracks, by index.
+    #[must_use]
+    pub fn tracks(&self) -> &[NativeTrack] {
+        &self.tracks
+    }
+
+    /// Packets made so far, per track.
+    #[must_use]
+    pub fn packets_per_track(&self) -> &[u32] {
+        &self.next_seq
+    }
+
+    /// Adds the next sample (in the index's decode order) and its bytes.
+    pub fn push(&mut self, sample: &Sample, bytes: &[u8]) -> Result<(), NativeError> {
+        let t = usize::from(sample.track);
+        let (Some(track), Some(&ts)) = (self.tracks.get(t), self.timescales.get(t)) else {
+            return Err(NativeError::NoTrack { offset: sample.offset, track: sample.track });
+        };
+        let (id, codec, clock) = (track.container_id, track.codec, track.clock_rate);
+        let video = track.kind == StreamKind::Video;
+        self.scratch.clear();
+        self.packetizers[t].packetize(bytes, &mut self.scratch).map_err(|source| {
+            NativeError::Sample { id, codec, offset: sample.offset, source }
+        })?;
+        let rel = |ticks: i64| -> i128 {
+            (i128::from(ticks) * 1_000_000_000 - self.zero_ns * i128::from(ts)) / i128::from(ts)
+        };
+        let dts = rel(sample.dts).max(0) as u64;
+        self.horizon = self.horizon.max(dts);
+        let dur = i128::from(sample.duration) * 1_000_000_000 / i128::from(ts);
+        // The presentation time on the track's clock, rounded to the nearest tick (exact: one
+        // division of the whole product).
+        let num = (i128::from(sample.pts) * 1_000_000_000 - self.zero_ns * i128::from(ts))
+            * i128::from(clock);
+        let den = i128::from(ts) * 1_000_000_000;
+        let rtp_time = div_round(num, den) as u32;
+        let npt = rel(sample.pts).max(0) as u64;
+        let seek = Some(sample.track) == self.seek_track
+            && if self.video {
+                sample.keyframe
+            } else {
+                self.last_seek_ns.is_none_or(|l| npt >= l + AUDIO_SEEK_SPACING_NS)
+            };
+        if seek {
+            self.last_seek_ns = Some(npt);
+        }
+        let n = self.scratch.len() as i128;
+        for (i, p) in self.scratch.drain(..).enumerate() {
+            let spread = if video && n > 1 { dur.max(0) * i as i128 / n } else { 0 };
+            let send = dts + spread as u64;
+            let unit = NativeUnit {
+                track: t as u8,
+                send_time: MediaTime::from_nanos(send),
+                rtp_time,
+                track_seq: self.next_seq[t],
+                marker: p.marker,
+                random_access: seek && i == 0,
+                npt: MediaTime::from_nanos(npt),
+                payload: p.bytes,
+            };
+            self.next_seq[t] = self.next_seq[t].wrapping_add(1);
+            self.pending.push(Reverse((send, self.made)));
+            self.units.insert(self.made, unit);
+            self.made += 1;
+        }
+        Ok(())
+    }
+
+    /// No more samples: every packet made can be released.
+    pub fn finish(&mut self) {
+        self.finished = true;
+    }
+
+    /// The next packet in send order, once no later sample can come before it.
+    pub fn poll_unit(&mut self) -> Option<NativeUnit> {
+        let &Reverse((send, order)) = self.pending.peek()?;
+        if !self.finished && send >= self.horizon {
+            return None;
+        }
+        self.pending.pop();
+        self.units.remove(&order)
+    }
+}
+
+fn dts_ns(index: &MediaIndex, s: &Sample) -> i128 {
+    let ts = index.tracks.get(usize::from(s.track)).map_or(1, |t| t.timescale.max(1));
+    i128::from(s.dts) * 1_000_000_000 / i128::from(ts)
+}
+
+/// `num / den` rounded to the nearest, halves away from zero (`den` > 0).
+fn div_round(num: i128, den: i128) -> i128 {
+    if num >= 0 { (num + den / 2) / den } else { -((-num + den / 2) / den) }
+}
+
+/// An AVCDecoderConfigurationRecord (ISO/IEC 14496-15 §5.3.3.1) from the parameter sets.
+fn avcc(nal_length_size: u8, sps: &[Vec<u8>], pps: &[Vec<u8>]) -> Vec<u8> {
+    let profile = sps.first().map_or([0x42, 0, 0x1e], |s| {
+        [s.get(1).copied().unwrap_or(0), s.get(2).copied().unwrap_or(0), s.get(3).copied().unwrap_or(0)]
+    });
+    let mut out = vec![1, profile[0], profile[1], profile[2]];
+    out.push(0xFC | (nal_length_size.clamp(1, 4) - 1));
+    out.push(0xE0 | (sps.len().min(31) as u8));
+    for s in sps.iter().take(31) {
+        out.extend_from_slice(&(s.len().min(0xFFFF) as u16).to_be_bytes());
+        out.extend_from_slice(&s[..s.len().min(0xFFFF)]);
+    }
+    out.push(pps.len().min(255) as u8);
+    for p in pps.iter().take(255) {
+        out.extend_from_slice(&(p.len().min(0xFFFF) as u16).to_be_bytes());
+        out.extend_from_slice(&p[..p.len().min(0xFFFF)]);
+    }
+    out
+}
+
+/// The HEVC parameter sets as `nal_length_size`, then for each of VPS, SPS and PPS a count and
+/// length-prefixed NAL units (enough to rebuild an `hvcC`; not itself one).
+fn parameter_sets(nal_length_size: u8, sets: &[&Vec<Vec<u8>>]) -> Vec<u8> {
+    let mut out = vec![nal_length_size];
+    for list in sets {
+        out.push(list.len().min(255) as u8);
+        for n in list.iter().take(255) {
+            out.extend_from_slice(&(n.len().min(0xFFFF) as u16).to_be_bytes());
+            out.extend_from_slice(&n[..n.len().min(0xFFFF)]);
+        }
+    }
+    out
+}
