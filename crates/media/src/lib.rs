@@ -37,6 +37,7 @@
 //! # }
 //! ```
 
+pub mod container;
 pub mod error;
 pub mod packet;
 pub mod psi;
@@ -48,6 +49,10 @@ pub mod units;
 #[cfg(test)]
 mod testutil;
 
+pub use container::{
+    Codec, CodecConfig, ContainerError, ContainerKind, Demuxer, M2tsToTs, MediaIndex, Need, Sample,
+    SkippedTrack, Track, demux_bytes, sniff,
+};
 pub use error::TsError;
 pub use psi::{StreamInfo, StreamKind};
 pub use scan::{TsIndex, TsScanner};
