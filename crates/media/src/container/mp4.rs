@@ -1192,4 +1192,430 @@ mod tests {
         let padding = BoxRef { body: &[0, 0, 0, 0], ..parent };
         assert!(padding.children(0).next().is_none());
     }
+
+    // A small MP4 writer for synthetic files.
+
+    fn bx(kind: &[u8; 4], parts: &[&[u8]]) -> Vec<u8> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let mut out = u32::try_from(8 + len).unwrap().to_be_bytes().to_vec();
+        out.extend_from_slice(kind);
+        for p in parts {
+            out.extend_from_slice(p);
+        }
+        out
+    }
+
+    fn full(kind: &[u8; 4], version: u8, flags: u32, body: &[u8]) -> Vec<u8> {
+        let vf = (u32::from(version) << 24 | flags).to_be_bytes();
+        bx(kind, &[&vf, body])
+    }
+
+    fn be(values: &[u32]) -> Vec<u8> {
+        values.iter().flat_map(|v| v.to_be_bytes()).collect()
+    }
+
+    /// A table box: entry count, then the entries' 32-bit fields.
+    fn table(kind: &[u8; 4], version: u8, entries: &[&[u32]]) -> Vec<u8> {
+        let mut body = be(&[entries.len() as u32]);
+        for e in entries {
+            body.extend(be(e));
+        }
+        full(kind, version, 0, &body)
+    }
+
+    fn avcc() -> Vec<u8> {
+        bx(b"avcC", &[&[1, 0x42, 0, 0x1E, 0xFF, 0xE1, 0, 2, 0x67, 0x42, 1, 0, 2, 0x68, 0xCE]])
+    }
+
+    fn visual(kind: &[u8; 4], config: &[u8]) -> Vec<u8> {
+        let mut body = vec![0u8; 78];
+        body[7] = 1; // data_reference_index
+        body[24..26].copy_from_slice(&320u16.to_be_bytes());
+        body[26..28].copy_from_slice(&240u16.to_be_bytes());
+        bx(kind, &[&body, config])
+    }
+
+    fn mp4a(asc: &[u8]) -> Vec<u8> {
+        let mut body = vec![0u8; 28];
+        body[7] = 1;
+        body[17] = 2; // channels
+        body[19] = 16;
+        body[24..26].copy_from_slice(&44100u16.to_be_bytes());
+        let mut es = vec![0x03, 23 + asc.len() as u8, 0, 2, 0];
+        es.extend_from_slice(&[
+            0x04,
+            15 + asc.len() as u8,
+            0x40,
+            0x15,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+        ]);
+        es.extend_from_slice(&[0x05, asc.len() as u8]);
+        es.extend_from_slice(asc);
+        es.extend_from_slice(&[0x06, 1, 2]);
+        bx(b"mp4a", &[&body, &full(b"esds", 0, 0, &es)])
+    }
+
+    fn stsd(entries: &[&[u8]]) -> Vec<u8> {
+        let mut body = be(&[entries.len() as u32]);
+        for e in entries {
+            body.extend_from_slice(e);
+        }
+        full(b"stsd", 0, 0, &body)
+    }
+
+    fn trak(id: u32, timescale: u32, edts: Option<Vec<u8>>, stbl: &[Vec<u8>]) -> Vec<u8> {
+        let mut tkhd = vec![0u8; 80];
+        tkhd[8..12].copy_from_slice(&id.to_be_bytes());
+        let mut mdhd = be(&[0, 0, timescale, 0]);
+        mdhd.extend_from_slice(&0x15C7u16.to_be_bytes()); // eng
+        mdhd.extend_from_slice(&[0, 0]);
+        let stbl: Vec<&[u8]> = stbl.iter().map(Vec::as_slice).collect();
+        let minf = bx(b"minf", &[&bx(b"stbl", &stbl)]);
+        let mdia = bx(b"mdia", &[&full(b"mdhd", 0, 0, &mdhd), &minf]);
+        let edts = edts.map(|e| bx(b"edts", &[&e])).unwrap_or_default();
+        bx(b"trak", &[&full(b"tkhd", 0, 3, &tkhd), &edts, &mdia])
+    }
+
+    fn moov(movie_timescale: u32, traks: &[Vec<u8>], mvex: Option<Vec<u8>>) -> Vec<u8> {
+        let mut mvhd = be(&[0, 0, movie_timescale, 0]);
+        mvhd.extend_from_slice(&[0; 80]);
+        let mut parts = vec![full(b"mvhd", 0, 0, &mvhd)];
+        parts.extend(traks.iter().cloned());
+        parts.extend(mvex);
+        let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+        bx(b"moov", &parts)
+    }
+
+    fn ftyp() -> Vec<u8> {
+        bx(b"ftyp", &[b"isom\0\0\x02\0isomiso6mp41avc1"])
+    }
+
+    fn demux(file: &[u8]) -> MediaIndex {
+        let whole = super::super::demux_bytes(file);
+        // The streaming demuxer, fed 7 bytes at a time, agrees.
+        let mut d = super::super::Demuxer::new(ContainerKind::Mp4, file.len() as u64);
+        while let Some(need) = d.poll_need() {
+            let start = need.offset as usize;
+            let end = start + (need.len as usize).min(7);
+            if d.handle_data(need.offset, &file[start..end]).is_err() {
+                break;
+            }
+        }
+        assert_eq!(d.finish(), whole);
+        whole.unwrap()
+    }
+
+    fn times(ix: &MediaIndex, t: u16) -> Vec<(i64, i64, u32, bool, u64, u32)> {
+        ix.track_samples(t)
+            .map(|s| (s.dts, s.pts, s.duration, s.keyframe, s.offset, s.size))
+            .collect()
+    }
+
+    #[test]
+    fn edit_list_with_an_empty_edit_and_signed_composition_offsets() {
+        let mdat_at = 32 + 8; // after ftyp (32) and the mdat header
+        let stbl = vec![
+            stsd(&[&visual(b"avc1", &avcc())]),
+            table(b"stts", 0, &[&[3, 3000]]),
+            // Version 1: signed offsets.
+            table(b"ctts", 1, &[&[1, 3000], &[1, 6000_u32], &[1, (-3000_i32) as u32]]),
+            table(b"stss", 0, &[&[1]]),
+            table(b"stsc", 0, &[&[1, 3, 1]]),
+            full(b"stsz", 0, 0, &be(&[0, 3, 10, 20, 30])),
+            table(b"stco", 0, &[&[mdat_at]]),
+        ];
+        // Movie timescale 1000: an empty edit of 0.5 s, then media from 3000 (90 kHz).
+        let elst = full(b"elst", 0, 0, &be(&[2, 500, u32::MAX, 0x1_0000, 1000, 3000, 0x1_0000]));
+        let mut file = ftyp();
+        file.extend(bx(b"mdat", &[&[0u8; 60]]));
+        file.extend(moov(1000, &[trak(1, 90_000, Some(elst), &stbl)], None));
+        let ix = demux(&file);
+        let t = &ix.tracks[0];
+        assert_eq!((t.codec, t.width, t.height, t.timescale), (Codec::H264, 320, 240, 90_000));
+        assert_eq!(t.language.as_deref(), Some("eng"));
+        let d = 45_000 - 3000;
+        let m = u64::from(mdat_at);
+        assert_eq!(
+            times(&ix, 0),
+            [
+                (d, d + 3000, 3000, true, m, 10),
+                (d + 3000, d + 9000, 3000, false, m + 10, 20),
+                (d + 6000, d + 3000, 3000, false, m + 30, 30),
+            ]
+        );
+        assert_eq!(ix.duration_ns, 1_000_000_000 * (d as u64 + 9000 + 3000) / 90_000);
+    }
+
+    #[test]
+    fn compact_sizes_64_bit_chunk_offsets_and_runs_of_chunks() {
+        // stz2 with 4-bit sizes 3, 5, 7, 9; a chunk of 2, then 1 sample per chunk.
+        let stbl = vec![
+            stsd(&[&mp4a(&[0x12, 0x10])]),
+            table(b"stts", 0, &[&[4, 1024]]),
+            table(b"stsc", 0, &[&[1, 2, 1], &[2, 1, 1]]),
+            full(b"stz2", 0, 0, &[0, 0, 0, 4, 0, 0, 0, 4, 0x35, 0x79]),
+            full(
+                b"co64",
+                0,
+                0,
+                &[
+                    be(&[4]),
+                    vec![
+                        0, 0, 0, 0, 0, 0, 0, 40, 0, 0, 0, 0, 0, 0, 0, 60, 0, 0, 0, 0, 0, 0, 0, 80,
+                        0, 0, 0, 0, 0, 0, 0, 90,
+                    ],
+                ]
+                .concat(),
+            ),
+        ];
+        let mut file = ftyp();
+        file.extend(bx(b"mdat", &[&[0u8; 60]]));
+        file.extend(moov(1000, &[trak(7, 44_100, None, &stbl)], None));
+        let ix = demux(&file);
+        let t = &ix.tracks[0];
+        assert_eq!((t.id, t.codec, t.sample_rate, t.channels), (7, Codec::Aac, 44_100, 2));
+        let got: Vec<(u64, u32)> = ix.samples.iter().map(|s| (s.offset, s.size)).collect();
+        assert_eq!(got, [(40, 3), (43, 5), (60, 7), (80, 9)]);
+        assert!(ix.samples.iter().all(|s| s.keyframe));
+    }
+
+    #[test]
+    fn inconsistent_tables_name_the_track_and_table() {
+        let base = |stts: Vec<u8>, stco: Vec<u8>| {
+            let stbl = vec![
+                stsd(&[&mp4a(&[0x12, 0x10])]),
+                stts,
+                table(b"stsc", 0, &[&[1, 1, 1]]),
+                full(b"stsz", 0, 0, &be(&[4, 3])),
+                stco,
+            ];
+            let mut file = ftyp();
+            file.extend(bx(b"mdat", &[&[0u8; 60]]));
+            file.extend(moov(1000, &[trak(3, 44_100, None, &stbl)], None));
+            super::super::demux_bytes(&file).unwrap_err().to_string()
+        };
+        let chunks = table(b"stco", 0, &[&[40], &[44], &[48]]);
+        assert_eq!(
+            base(table(b"stts", 0, &[&[2, 1024]]), chunks.clone()),
+            "track 3: inconsistent sample table (stts): covers only 2 of the 3 samples"
+        );
+        assert_eq!(
+            base(table(b"stts", 0, &[&[3, 1024]]), table(b"stco", 0, &[&[40], &[44]])),
+            "track 3: inconsistent sample table (stsc/stco): the 2 chunks hold only 2 of the 3 samples"
+        );
+        assert!(
+            base(table(b"stts", 0, &[&[3, 1024]]), table(b"stco", 0, &[&[40], &[44], &[1000]]))
+                .starts_with(
+                    "track 3: sample 2 at offset 1000 (4 bytes) lies beyond the end of the file ("
+                )
+        );
+        let mut short = table(b"stts", 0, &[&[3, 1024]]);
+        short[15] = 9; // entry_count 9
+        assert!(base(short, chunks).contains("(stts): 9 entries of 8 bytes do not fit"));
+    }
+
+    #[test]
+    fn unsupported_entries_are_skipped_and_named() {
+        let tables = || {
+            vec![
+                table(b"stts", 0, &[&[1, 1024]]),
+                table(b"stsc", 0, &[&[1, 1, 2]]),
+                full(b"stsz", 0, 0, &be(&[4, 1])),
+                table(b"stco", 0, &[&[40]]),
+            ]
+        };
+        let with = |entry: Vec<u8>, extra: Option<Vec<u8>>| {
+            let mut stbl = vec![match extra {
+                Some(e) => stsd(&[&entry, &e]),
+                None => stsd(&[&entry]),
+            }];
+            stbl.extend(tables());
+            stbl
+        };
+        let traks = [
+            trak(1, 1000, None, &with(visual(b"vp09", &[]), None)),
+            trak(2, 1000, None, &with(visual(b"encv", &[]), None)),
+            trak(3, 1000, None, &with(mp4a(&[0x12, 0x10]), Some(mp4a(&[0x12, 0x10])))),
+            trak(
+                4,
+                1000,
+                None,
+                &with(visual(b"avc3", &bx(b"avcC", &[&[1, 0x42, 0, 0x1E, 0xFF, 0xE0, 0]])), None),
+            ),
+        ];
+        let mut file = ftyp();
+        file.extend(bx(b"mdat", &[&[0u8; 8]]));
+        file.extend(moov(1000, &traks, None));
+        let ix = demux(&file);
+        let skipped: Vec<String> = ix.skipped.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            skipped,
+            [
+                "track 1: codec vp9 is not supported (supported: H.264, H.265, AAC, Opus, AC-3, MP3)",
+                "track 2: encrypted track (encv/enca) is not supported",
+                "track 3: 2 sample descriptions in one track (only one is supported)",
+            ]
+        );
+        // avc3 with in-band parameter sets only.
+        assert_eq!(ix.tracks.len(), 1);
+        assert_eq!(
+            ix.tracks[0].config,
+            CodecConfig::Avc { nal_length_size: 4, sps: vec![], pps: vec![] }
+        );
+    }
+
+    #[test]
+    fn fragments_with_every_kind_of_base_offset() {
+        let empty = |entry: Vec<u8>| {
+            vec![
+                stsd(&[&entry]),
+                table(b"stts", 0, &[]),
+                table(b"stsc", 0, &[]),
+                full(b"stsz", 0, 0, &be(&[0, 0])),
+                table(b"stco", 0, &[]),
+            ]
+        };
+        // trex: video defaults 100 ticks, 10 bytes, non-sync; audio 1024 ticks, 4 bytes.
+        let mvex = bx(
+            b"mvex",
+            &[
+                &full(b"trex", 0, 0, &be(&[1, 1, 100, 10, NON_SYNC])),
+                &full(b"trex", 0, 0, &be(&[2, 1, 1024, 4, 0])),
+            ],
+        );
+        let mut file = ftyp();
+        file.extend(moov(
+            1000,
+            &[
+                trak(1, 1000, None, &empty(visual(b"avc1", &avcc()))),
+                trak(2, 48_000, None, &empty(mp4a(&[0x11, 0x90]))),
+            ],
+            Some(mvex),
+        ));
+        file.extend(bx(b"styp", &[b"msdh\0\0\0\0msdh"]));
+        file.extend(full(b"sidx", 1, 0, &[0; 32]));
+        // Fragment 1: no default-base-is-moof. Track 1: base = moof start, data_offset to the
+        // mdat, first sample a sync sample, tfdt 0. Track 2: base = end of track 1's data,
+        // sizes per sample, no data_offset, tfdt 500.
+        let moof1_at = file.len() as u64;
+        let build_moof1 = |data_offset: u32| {
+            let traf1 = bx(
+                b"traf",
+                &[
+                    &full(b"tfhd", 0, 0, &be(&[1])),
+                    &full(b"tfdt", 0, 0, &be(&[0])),
+                    &full(b"trun", 0, 0x05, &be(&[3, data_offset, 0])),
+                ],
+            );
+            let traf2 = bx(
+                b"traf",
+                &[
+                    &full(b"tfhd", 0, 0, &be(&[2])),
+                    &full(b"tfdt", 1, 0, &[0, 0, 0, 0, 0, 0, 0x01, 0xF4]),
+                    &full(b"trun", 0, 0x200, &be(&[2, 5, 6])),
+                ],
+            );
+            bx(b"moof", &[&full(b"mfhd", 0, 0, &be(&[1])), &traf1, &traf2])
+        };
+        let len1 = build_moof1(0).len() as u32;
+        file.extend(build_moof1(len1 + 8));
+        file.extend(bx(b"mdat", &[&[0u8; 30 + 11]]));
+        // Fragment 2: an explicit base-data-offset for track 1 (pointing into this mdat via a
+        // 64-bit size header), no tfdt (continues at 300), per-sample durations and
+        // composition offsets (version 1, negative).
+        let moof2_at = file.len() as u64;
+        let traf = |base: u64| {
+            let mut tfhd = be(&[1]);
+            tfhd.extend_from_slice(&base.to_be_bytes());
+            bx(
+                b"traf",
+                &[
+                    &full(b"tfhd", 0, 0x01, &tfhd),
+                    &full(b"trun", 1, 0x901, &be(&[2, 0, 50, (-20_i32) as u32, 70, 40])),
+                ],
+            )
+        };
+        let moof2_len = bx(b"moof", &[&traf(0)]).len() as u64;
+        let mdat2_data = moof2_at + moof2_len + 16;
+        file.extend(bx(b"moof", &[&traf(mdat2_data)]));
+        file.extend([0, 0, 0, 1]);
+        file.extend(b"mdat");
+        file.extend((16u64 + 20).to_be_bytes());
+        file.extend([0u8; 20]);
+        file.extend(full(b"mfra", 0, 0, &[0; 8]));
+        let ix = demux(&file);
+        let m1 = moof1_at + u64::from(len1) + 8;
+        assert_eq!(
+            times(&ix, 0),
+            [
+                (0, 0, 100, true, m1, 10),
+                (100, 100, 100, false, m1 + 10, 10),
+                (200, 200, 100, false, m1 + 20, 10),
+                (300, 280, 50, false, mdat2_data, 10),
+                (350, 390, 70, false, mdat2_data + 10, 10),
+            ]
+        );
+        assert_eq!(
+            times(&ix, 1),
+            [(500, 500, 1024, true, m1 + 30, 5), (1524, 1524, 1024, true, m1 + 35, 6)]
+        );
+        // Decode order across tracks: 500/48000 s comes after 0/1000 s and before 100/1000 s.
+        let order: Vec<(u16, i64)> = ix.samples.iter().map(|s| (s.track, s.dts)).collect();
+        assert_eq!(order[..3], [(0, 0), (1, 500), (1, 1524)]);
+        let _ = moof1_at;
+    }
+
+    #[test]
+    fn structural_errors() {
+        let mut file = ftyp();
+        file.extend(bx(b"moof", &[&full(b"mfhd", 0, 0, &be(&[1]))]));
+        assert_eq!(
+            super::super::demux_bytes(&file).unwrap_err().to_string(),
+            "malformed moof box at offset 32: movie fragment before the moov box"
+        );
+        let mut file = ftyp();
+        file.extend(bx(b"free", &[]));
+        assert_eq!(
+            super::super::demux_bytes(&file).unwrap_err().to_string(),
+            "no moov box: an MP4 file needs a movie box listing its tracks"
+        );
+        let mut file = ftyp();
+        file.extend([0, 0, 0, 4]);
+        file.extend(b"free");
+        assert_eq!(
+            super::super::demux_bytes(&file).unwrap_err().to_string(),
+            "malformed free box at offset 32: box size 4 is smaller than its 8-byte header"
+        );
+        // More samples than a file this size may hold.
+        let stbl = vec![
+            stsd(&[&mp4a(&[0x12, 0x10])]),
+            table(b"stts", 0, &[&[u32::MAX, 1]]),
+            table(b"stsc", 0, &[&[1, u32::MAX, 1]]),
+            full(b"stsz", 0, 0, &be(&[1, u32::MAX])),
+            table(b"stco", 0, &[&[0]]),
+        ];
+        let mut file = ftyp();
+        file.extend(moov(1000, &[trak(1, 1000, None, &stbl)], None));
+        let e = super::super::demux_bytes(&file).unwrap_err();
+        assert!(matches!(e, ContainerError::TooManySamples { .. }), "{e}");
+        // A track with no stsd.
+        let mut file = ftyp();
+        file.extend(moov(1000, &[trak(9, 1000, None, &[table(b"stts", 0, &[])])], None));
+        assert!(
+            super::super::demux_bytes(&file)
+                .unwrap_err()
+                .to_string()
+                .contains("track 9: no stbl/stsd box")
+        );
+    }
 }
