@@ -177,6 +177,23 @@ pub(crate) fn parse_asc(asc: &[u8]) -> Option<AscInfo> {
         // Explicit hierarchical SBR signalling: the extension rate is the output rate.
         sample_rate = rate(&mut r)?;
         aot = object_type(&mut r)?;
+    } else if (1..=4).contains(&aot) && channels != 0 {
+        // Backward-compatible signalling (§1.6.5.2): after the GASpecificConfig, the sync word
+        // 0x2B7, extensionAudioObjectType 5 and sbrPresentFlag, then the output rate.
+        let sbr = (|| {
+            let _frame_length = r.bits(1)?;
+            if r.bits(1)? == 1 {
+                r.bits(14)?; // coreCoderDelay
+            }
+            let _extension = r.bits(1)?;
+            if r.bits(11)? != 0x2B7 || object_type(&mut r)? != 5 || r.bits(1)? != 1 {
+                return None;
+            }
+            rate(&mut r)
+        })();
+        if let Some(rate) = sbr {
+            sample_rate = rate;
+        }
     }
     Some(AscInfo { object_type: u8::try_from(aot).ok()?, sample_rate, channels })
 }
@@ -356,6 +373,9 @@ mod tests {
         assert_eq!(build_asc(2, 44100, 2, None), vec![0x12, 0x10]);
         let asc = build_asc(2, 24000, 2, Some(48000));
         assert_eq!(asc, vec![0x13, 0x10, 0x56, 0xE5, 0x98]);
+        assert_eq!(parse_asc(&asc).map(|a| (a.object_type, a.sample_rate)), Some((2, 48000)));
+        // ffmpeg's sync extension with sbrPresentFlag 0: the core rate stands.
+        assert_eq!(parse_asc(&[0x11, 0x90, 0x56, 0xE5, 0x00]).map(|a| a.sample_rate), Some(48000));
         let odd = build_asc(2, 50000, 1, None);
         assert_eq!(
             parse_asc(&odd),

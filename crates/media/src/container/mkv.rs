@@ -16,7 +16,7 @@
 //!   fixed-size lacing, §10.4) are read whole to find the frame sizes; each frame becomes its
 //!   own sample at its own offset, timed `block time + i × frame duration` (the block duration
 //!   split evenly, else `DefaultDuration`, else the gap to the track's next block split
-//!   evenly).
+//!   evenly, or for the last block the frame duration before it).
 //! - Times are nanoseconds: `(Cluster Timestamp + block offset) × TimestampScale`, minus the
 //!   track's `CodecDelay` (§5.1.4.1.15: it "MUST be subtracted from each frame timestamp").
 //!   Matroska has no decode times: audio gets dts = pts; video gets the track's presentation
@@ -768,9 +768,16 @@ impl MkvParser {
         for fix in &self.laces {
             let Some(list) = self.builder.samples.get_mut(usize::from(fix.index)) else { continue };
             let Some(start) = list.get(fix.first).map(|s| s.pts) else { continue };
-            let next = list.get(fix.first + fix.count).map(|s| s.pts);
-            let gap = next.map_or(0, |n| n.saturating_sub(start).max(0));
-            let step = gap / fix.count.max(1) as i64;
+            // Split the gap to the track's next block; the last block repeats the frame
+            // duration before it.
+            let step = match list.get(fix.first + fix.count) {
+                Some(next) => next.pts.saturating_sub(start).max(0) / fix.count.max(1) as i64,
+                None => fix
+                    .first
+                    .checked_sub(1)
+                    .and_then(|p| list.get(p))
+                    .map_or(0, |p| i64::from(p.duration)),
+            };
             for (i, s) in list.iter_mut().skip(fix.first).take(fix.count).enumerate() {
                 s.pts = start.saturating_add(step.saturating_mul(i as i64));
                 s.dts = s.pts;
@@ -878,7 +885,7 @@ fn lace_sizes(lacing: u8, data: &[u8]) -> Result<Vec<u32>, String> {
         _ => {
             // Fixed-size lacing.
             let rest = c.remaining() as u64;
-            if rest % n as u64 != 0 {
+            if !rest.is_multiple_of(n as u64) {
                 return Err(format!("{rest} bytes do not split into {n} equal frames"));
             }
             sizes.extend(std::iter::repeat_n(rest / n as u64, n - 1));
@@ -1052,7 +1059,7 @@ impl TrackEntry {
                         let out = self
                             .output_sampling_frequency
                             .filter(|r| r.is_finite() && *r > 0.0 && *r < f64::from(u32::MAX))
-                            .map_or(rate.saturating_mul(2), |r| r.round() as u32);
+                            .map_or_else(|| rate.saturating_mul(2), |r| r.round() as u32);
                         config::build_asc(object_type, rate, channels, sbr.then_some(out))
                     }
                 };
@@ -1178,5 +1185,277 @@ mod tests {
         let mut list: Vec<Sample> = [0, 10, 20].into_iter().map(mk).collect();
         derive_dts(&mut list);
         assert!(list.iter().all(|s| s.dts == s.pts));
+    }
+
+    // A small Matroska writer for synthetic files.
+
+    fn id_bytes(id: u32) -> Vec<u8> {
+        let b = id.to_be_bytes();
+        let skip = b.iter().position(|&x| x != 0).unwrap_or(3);
+        b[skip..].to_vec()
+    }
+
+    fn el(id: u32, parts: &[&[u8]]) -> Vec<u8> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let mut out = id_bytes(id);
+        if len < 0x7F {
+            out.push(0x80 | len as u8);
+        } else {
+            out.push(0x01);
+            out.extend_from_slice(&(len as u64).to_be_bytes()[1..]);
+        }
+        for p in parts {
+            out.extend_from_slice(p);
+        }
+        out
+    }
+
+    fn uint(id: u32, v: u64) -> Vec<u8> {
+        let b = v.to_be_bytes();
+        let skip = b.iter().position(|&x| x != 0).unwrap_or(7);
+        el(id, &[&b[skip..]])
+    }
+
+    fn unknown_size(id: u32) -> Vec<u8> {
+        let mut out = id_bytes(id);
+        out.extend_from_slice(&[0x01, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF]);
+        out
+    }
+
+    fn ebml_header(doc: &[u8]) -> Vec<u8> {
+        el(EBML, &[&el(DOC_TYPE, &[doc])])
+    }
+
+    /// A SimpleBlock for `track` at `ts` with `flags` and the lace header and frames in `rest`.
+    fn simple(track: u8, ts: i16, flags: u8, rest: &[u8]) -> Vec<u8> {
+        let mut body = vec![0x80 | track];
+        body.extend_from_slice(&ts.to_be_bytes());
+        body.push(flags);
+        body.extend_from_slice(rest);
+        el(SIMPLE_BLOCK, &[&body])
+    }
+
+    fn audio(rate: f32, channels: u64) -> Vec<u8> {
+        el(AUDIO, &[&el(SAMPLING_FREQUENCY, &[&rate.to_be_bytes()]), &uint(CHANNELS, channels)])
+    }
+
+    fn demux(file: &[u8]) -> Result<MediaIndex, ContainerError> {
+        let whole = super::super::demux_bytes(file);
+        let mut d = super::super::Demuxer::new(ContainerKind::Matroska, file.len() as u64);
+        while let Some(need) = d.poll_need() {
+            let start = need.offset as usize;
+            let end = start + (need.len as usize).min(3);
+            if d.handle_data(need.offset, &file[start..end]).is_err() {
+                break;
+            }
+        }
+        assert_eq!(d.finish(), whole, "the streaming demuxer disagrees");
+        whole
+    }
+
+    fn tracks() -> Vec<u8> {
+        let avcc = [1, 0x42, 0, 0x1E, 0xFF, 0xE1, 0, 2, 0x67, 0x42, 1, 0, 2, 0x68, 0xCE];
+        let aac = el(
+            TRACK_ENTRY,
+            &[
+                &uint(TRACK_NUMBER, 1),
+                &el(CODEC_ID, &[b"A_AAC/MPEG4/LC"]),
+                &el(LANGUAGE, &[b"ger"]),
+                &audio(48000.0, 2),
+            ],
+        );
+        let avc = el(
+            TRACK_ENTRY,
+            &[
+                &uint(TRACK_NUMBER, 2),
+                &el(CODEC_ID, &[b"V_MPEG4/ISO/AVC"]),
+                &el(CODEC_PRIVATE, &[&avcc]),
+                &uint(DEFAULT_DURATION, 40_000_000),
+                &el(LANGUAGE, &[b"eng"]),
+                &el(LANGUAGE_BCP47, &[b"en-US"]),
+                &el(VIDEO, &[&uint(PIXEL_WIDTH, 640), &uint(PIXEL_HEIGHT, 360)]),
+            ],
+        );
+        let text = el(TRACK_ENTRY, &[&uint(TRACK_NUMBER, 3), &el(CODEC_ID, &[b"S_TEXT/UTF8"])]);
+        let mut head = b"OpusHead\x01\x02\x38\x01\x80\xBB\x00\x00\x00\x00\x00".to_vec();
+        head.truncate(19);
+        let opus = el(
+            TRACK_ENTRY,
+            &[
+                &uint(TRACK_NUMBER, 4),
+                &el(CODEC_ID, &[b"A_OPUS"]),
+                &el(CODEC_PRIVATE, &[&head]),
+                &el(CONTENT_ENCODINGS, &[&el(0x6240, &[])]),
+            ],
+        );
+        el(TRACKS, &[&aac, &avc, &text, &opus])
+    }
+
+    #[test]
+    fn lacing_block_groups_and_unknown_sizes() {
+        let mut file = ebml_header(b"matroska");
+        file.extend(unknown_size(SEGMENT));
+        file.extend(el(INFO, &[&uint(TIMESTAMP_SCALE, 1_000_000)]));
+        file.extend(tracks());
+        // Cluster 1, unknown size, at 1000 ms.
+        file.extend(unknown_size(CLUSTER));
+        file.extend(uint(TIMESTAMP, 1000));
+        let v0 = file.len() as u64 + 2 + 4;
+        file.extend(simple(2, 0, 0x80, &[0xAA; 10]));
+        // Xiph lacing: 3 frames of 5, 6 and (the rest) 7 bytes.
+        let a0 = file.len() as u64 + 2 + 4 + 3;
+        file.extend(simple(1, 0, 0x02, &[[2, 5, 6].as_slice(), &[0xBB; 18]].concat()));
+        // A BlockGroup: a B-frame shown at +80 ms, referencing another, lasting 40 ms.
+        let v1 = file.len() as u64 + 2 + 2 + 4;
+        let mut block = vec![0x82, 0, 80, 0];
+        block.extend_from_slice(&[0xCC; 8]);
+        file.extend(el(
+            BLOCK_GROUP,
+            &[&el(BLOCK, &[&block]), &el(REFERENCE_BLOCK, &[&[0xD8]]), &uint(BLOCK_DURATION, 40)],
+        ));
+        let v2 = file.len() as u64 + 2 + 4;
+        file.extend(simple(2, 40, 0x00, &[0xDD; 6]));
+        // EBML lacing: 2 frames of 4 and 3 bytes.
+        let a1 = file.len() as u64 + 2 + 4 + 2;
+        file.extend(simple(1, 64, 0x06, &[[1, 0x84].as_slice(), &[0xEE; 7]].concat()));
+        // Cluster 2 (known size) ends cluster 1; fixed lacing: 2 frames of 4 bytes.
+        let c2 = [
+            uint(TIMESTAMP, 1200),
+            el(VOID, &[&[0; 3]]),
+            simple(1, 0, 0x04, &[[1].as_slice(), &[0xFF; 8]].concat()),
+        ]
+        .concat();
+        let a2 = file.len() as u64 + 5 + c2.len() as u64 - 8;
+        file.extend(el(CLUSTER, &[&c2]));
+        file.extend(el(CUES, &[&[0; 4]]));
+        let ix = demux(&file).unwrap();
+
+        let t: Vec<_> =
+            ix.tracks.iter().map(|t| (t.id, t.codec, t.language.clone(), t.sample_rate)).collect();
+        assert_eq!(
+            t,
+            [
+                (1, Codec::Aac, Some("ger".to_owned()), 48000),
+                (2, Codec::H264, Some("en-US".to_owned()), 0),
+            ]
+        );
+        assert_eq!(
+            ix.tracks[0].config,
+            CodecConfig::Aac { audio_specific_config: vec![0x11, 0x90] }
+        );
+        assert_eq!((ix.tracks[1].width, ix.tracks[1].height), (640, 360));
+        let skipped: Vec<String> = ix.skipped.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            skipped,
+            [
+                "track 3: codec S_TEXT/UTF8 is not supported (supported: H.264, H.265, AAC, Opus, AC-3, MP3)",
+                "track 4: codec opus uses ContentEncoding (compression or encryption), which is not supported",
+            ]
+        );
+
+        const MS: i64 = 1_000_000;
+        let audio: Vec<_> =
+            ix.track_samples(0).map(|s| (s.pts, s.duration, s.offset, s.size)).collect();
+        let third = 64 * MS / 3;
+        assert_eq!(
+            audio,
+            [
+                (1000 * MS, third as u32, a0, 5),
+                (1000 * MS + third, third as u32, a0 + 5, 6),
+                (1000 * MS + 2 * third, third as u32, a0 + 11, 7),
+                (1064 * MS, 68_000_000, a1, 4),
+                (1132 * MS, 68_000_000, a1 + 4, 3),
+                (1200 * MS, 68_000_000, a2, 4),
+                (1268 * MS, 68_000_000, a2 + 4, 4),
+            ]
+        );
+        assert!(ix.track_samples(0).all(|s| s.keyframe && s.dts == s.pts));
+        let video: Vec<_> = ix
+            .track_samples(1)
+            .map(|s| (s.dts, s.pts, s.duration, s.keyframe, s.offset, s.size))
+            .collect();
+        assert_eq!(
+            video,
+            [
+                (960 * MS, 1000 * MS, 40_000_000, true, v0, 10),
+                (1000 * MS, 1080 * MS, 40_000_000, false, v1, 8),
+                (1040 * MS, 1040 * MS, 40_000_000, false, v2, 6),
+            ]
+        );
+        assert_eq!(ix.duration_ns, 1336 * 1_000_000);
+    }
+
+    #[test]
+    fn aac_configs_are_built_from_the_codec_id() {
+        let file = |codec: &[u8], out_rate: Option<f32>| {
+            let mut a = vec![el(SAMPLING_FREQUENCY, &[&24000f32.to_be_bytes()]), uint(CHANNELS, 2)];
+            if let Some(r) = out_rate {
+                a.push(el(OUTPUT_SAMPLING_FREQUENCY, &[&r.to_be_bytes()]));
+            }
+            let a: Vec<&[u8]> = a.iter().map(Vec::as_slice).collect();
+            let entry =
+                el(TRACK_ENTRY, &[&uint(TRACK_NUMBER, 1), &el(CODEC_ID, &[codec]), &el(AUDIO, &a)]);
+            let mut f = ebml_header(b"webm");
+            f.extend(el(SEGMENT, &[&el(TRACKS, &[&entry])]));
+            f
+        };
+        let config = |f: Vec<u8>| {
+            demux(&f).map(|ix| (ix.tracks[0].config.clone(), ix.tracks[0].sample_rate))
+        };
+        assert_eq!(
+            config(file(b"A_AAC/MPEG4/LC/SBR", Some(48000.0))),
+            Ok((
+                CodecConfig::Aac { audio_specific_config: vec![0x13, 0x10, 0x56, 0xE5, 0x98] },
+                48000
+            ))
+        );
+        assert_eq!(
+            config(file(b"A_AAC/MPEG2/MAIN", None)),
+            Ok((CodecConfig::Aac { audio_specific_config: vec![0x0B, 0x10] }, 24000))
+        );
+        let e = demux(&file(b"A_AAC", None)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "no supported track: track 1: codec aac has no AudioSpecificConfig in CodecPrivate"
+        );
+    }
+
+    #[test]
+    fn structural_errors() {
+        let mut f = ebml_header(b"avi");
+        f.extend(el(SEGMENT, &[]));
+        assert_eq!(
+            demux(&f).unwrap_err().to_string(),
+            "malformed EBML element at offset 0: DocType \"avi\" is neither matroska nor webm"
+        );
+        let mut f = ebml_header(b"matroska");
+        f.extend(el(SEGMENT, &[&el(CLUSTER, &[])]));
+        assert_eq!(
+            demux(&f).unwrap_err().to_string(),
+            "malformed Cluster element at offset 21: Cluster before the Tracks element"
+        );
+        let mut f = ebml_header(b"matroska");
+        f.extend(el(SEGMENT, &[&el(INFO, &[])]));
+        assert_eq!(
+            demux(&f).unwrap_err().to_string(),
+            "no Tracks element: a Matroska segment needs a Tracks element listing its tracks"
+        );
+        // A child that runs past its parent.
+        let mut f = ebml_header(b"matroska");
+        let mut seg = el(SEGMENT, &[&el(INFO, &[&[0; 4]])]);
+        seg[4] -= 2; // the Segment claims 2 bytes fewer than its Info needs
+        f.extend(seg);
+        f.extend([0, 0]);
+        assert!(demux(&f).unwrap_err().to_string().contains("past the end of its parent"));
+        // A laced block whose sizes do not add up.
+        let mut f = ebml_header(b"matroska");
+        let cluster = el(CLUSTER, &[&uint(TIMESTAMP, 0), &simple(1, 0, 0x02, &[1, 200, 0, 0])]);
+        f.extend(el(SEGMENT, &[&tracks(), &cluster]));
+        let e = demux(&f).unwrap_err().to_string();
+        assert!(e.starts_with("malformed SimpleBlock element at offset "), "{e}");
+        assert!(e.ends_with("lace sizes add up to 200 bytes but only 2 follow"), "{e}");
+        // Not EBML at all (after a valid magic, a bad header).
+        assert!(demux(&[0x1A, 0x45, 0xDF, 0xA3, 0x00]).is_err());
+        assert!(demux(&[0x1A, 0x45, 0xDF, 0xA3]).is_err());
     }
 }

@@ -117,7 +117,7 @@ impl<'a> BoxRef<'a> {
     }
 
     /// The first child of type `kind` (children that do not parse end the search).
-    fn child(&self, kind: &[u8; 4]) -> Option<BoxRef<'a>> {
+    fn child(&self, kind: &[u8; 4]) -> Option<Self> {
         self.children(0).map_while(Result::ok).find(|b| &b.kind == kind)
     }
 
@@ -853,7 +853,7 @@ impl<'a> Sizes<'a> {
             Self::Table { data, bits: 8, .. } => data.get(i).map_or(0, |&b| u32::from(b)),
             Self::Table { data, .. } => {
                 let b = data.get(i / 2).copied().unwrap_or(0);
-                u32::from(if i % 2 == 0 { b >> 4 } else { b & 0x0F })
+                u32::from(if i.is_multiple_of(2) { b >> 4 } else { b & 0x0F })
             }
         }
     }

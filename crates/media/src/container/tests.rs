@@ -21,9 +21,45 @@ const MP4_FIXTURES: [&str; 7] = [
 ];
 const MKV_FIXTURES: [&str; 3] = ["h264_opus.mkv", "vp9_opus.webm", "mp3_ac3.mkv"];
 
+/// The fixtures and ffprobe's packet lists, compiled in (the crate does no IO, even in tests).
+const FIXTURES: &[(&str, &[u8])] = &[
+    ("h264_aac_faststart.mp4", include_bytes!("../../testdata/h264_aac_faststart.mp4")),
+    ("h264_aac_moov_last.mp4", include_bytes!("../../testdata/h264_aac_moov_last.mp4")),
+    ("h264_aac_fragmented.mp4", include_bytes!("../../testdata/h264_aac_fragmented.mp4")),
+    ("h264_aac_fragmented_edts.mp4", include_bytes!("../../testdata/h264_aac_fragmented_edts.mp4")),
+    ("hevc_aac.mp4", include_bytes!("../../testdata/hevc_aac.mp4")),
+    ("mp3_ac3.mp4", include_bytes!("../../testdata/mp3_ac3.mp4")),
+    ("mjpeg.mp4", include_bytes!("../../testdata/mjpeg.mp4")),
+    ("h264_opus.mkv", include_bytes!("../../testdata/h264_opus.mkv")),
+    ("vp9_opus.webm", include_bytes!("../../testdata/vp9_opus.webm")),
+    ("mp3_ac3.mkv", include_bytes!("../../testdata/mp3_ac3.mkv")),
+    ("h264_aac.m2ts", include_bytes!("../../testdata/h264_aac.m2ts")),
+    (
+        "h264_aac_faststart.mp4.packets.csv",
+        include_bytes!("../../testdata/h264_aac_faststart.mp4.packets.csv"),
+    ),
+    (
+        "h264_aac_moov_last.mp4.packets.csv",
+        include_bytes!("../../testdata/h264_aac_moov_last.mp4.packets.csv"),
+    ),
+    (
+        "h264_aac_fragmented.mp4.packets.csv",
+        include_bytes!("../../testdata/h264_aac_fragmented.mp4.packets.csv"),
+    ),
+    (
+        "h264_aac_fragmented_edts.mp4.packets.csv",
+        include_bytes!("../../testdata/h264_aac_fragmented_edts.mp4.packets.csv"),
+    ),
+    ("hevc_aac.mp4.packets.csv", include_bytes!("../../testdata/hevc_aac.mp4.packets.csv")),
+    ("mp3_ac3.mp4.packets.csv", include_bytes!("../../testdata/mp3_ac3.mp4.packets.csv")),
+    ("h264_opus.mkv.packets.csv", include_bytes!("../../testdata/h264_opus.mkv.packets.csv")),
+    ("vp9_opus.webm.packets.csv", include_bytes!("../../testdata/vp9_opus.webm.packets.csv")),
+    ("mp3_ac3.mkv.packets.csv", include_bytes!("../../testdata/mp3_ac3.mkv.packets.csv")),
+];
+
 fn fixture(name: &str) -> Vec<u8> {
-    let path = format!("{}/testdata/{name}", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    let found = FIXTURES.iter().find(|(n, _)| *n == name);
+    found.unwrap_or_else(|| panic!("no fixture {name}")).1.to_vec()
 }
 
 fn all_fixtures() -> impl Iterator<Item = &'static str> {
@@ -123,7 +159,8 @@ fn sniffs_every_fixture() {
 #[test]
 fn mp4_samples_match_ffprobe() {
     // (file, [(ffprobe stream, our track)], compare durations)
-    let cases: [(&str, &[(usize, u16)], bool); 6] = [
+    type Case = (&'static str, &'static [(usize, u16)], bool);
+    let cases: [Case; 6] = [
         ("h264_aac_faststart.mp4", &[(0, 0), (1, 1)], true),
         ("h264_aac_moov_last.mp4", &[(0, 0), (1, 1)], true),
         // ffmpeg reports the first (stretched) audio sample as 1024 long, the trun says 6400.
@@ -268,7 +305,8 @@ fn mp3_and_ac3_in_mp4() {
 #[test]
 fn matroska_samples_match_ffprobe() {
     // (file, [(ffprobe stream, our track, CodecDelay in ns)])
-    let cases: [(&str, &[(usize, u16, i64)]); 3] = [
+    type Case = (&'static str, &'static [(usize, u16, i64)]);
+    let cases: [Case; 3] = [
         ("h264_opus.mkv", &[(0, 0, 0), (1, 1, 6_500_000)]),
         ("vp9_opus.webm", &[(1, 0, 6_500_000)]),
         ("mp3_ac3.mkv", &[(0, 0, 0), (1, 1, 0)]),
@@ -291,7 +329,7 @@ fn matroska_samples_match_ffprobe() {
                 // ffmpeg rounds CodecDelay to the 1 ms timestamp unit before subtracting it.
                 let rounded = (delay + MS / 2) / MS * MS;
                 assert_eq!(Some((s.pts + delay - rounded) / MS), p.pts, "{at}");
-                assert_eq!(s.dts <= s.pts, true, "{at}");
+                assert!(s.dts <= s.pts, "{at}");
                 if audio {
                     assert_eq!(s.dts, s.pts, "{at}");
                     // The gap to the next frame, from timestamps rounded to 1 ms.
