@@ -1,4 +1,5 @@
-//! MPEG-TS analysis for isochron: packets, PCR timing, RTP payload units, random-access points.
+//! Media parsing for isochron: MPEG-TS analysis (packets, PCR timing, RTP payload units,
+//! random-access points) and, in [`container`], MP4 and Matroska demuxing.
 //!
 //! Why this crate exists: isochron stores a media file as a stream of ready-to-send RTP payload
 //! units, each with its send time, so that any node can pace its blocks with no help from the
@@ -14,6 +15,10 @@
 //!   random-access point ([`Unit::random_access`], [`TsIndex::seek`]);
 //! - the elementary streams from PAT and PMT (§2.4.4), for the catalog and the SDP
 //!   ([`TsIndex::streams`]).
+//!
+//! Files in other containers — MP4, MKV/WebM — are indexed by [`container`] into tracks and
+//! samples (codec configuration, offsets, decode and presentation times) that isochron's own
+//! packetizers turn into payload units; see that module.
 //!
 //! The crate is sans-IO: callers push byte chunks into a [`TsScanner`] and get a [`TsIndex`]
 //! back. It does not read files, decode PES payloads, or remultiplex; it accepts only 188-byte
