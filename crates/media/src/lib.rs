@@ -22,8 +22,9 @@
 //!
 //! The crate is sans-IO: callers push byte chunks into a [`TsScanner`] and get a [`TsIndex`]
 //! back. It does not read files, decode PES payloads, or remultiplex; it accepts only 188-byte
-//! packets (no 192-byte M2TS or 204-byte FEC variants). Any input, however malformed, gives an
-//! index or a [`TsError`], never a panic (`fuzz/fuzz_targets/ts_scan.rs` checks this).
+//! packets (192-byte M2TS goes through [`M2tsToTs`] first; there is no 204-byte FEC variant).
+//! Any input, however malformed, gives an index or a [`TsError`], never a panic
+//! (`fuzz/fuzz_targets/ts_scan.rs` checks this).
 //!
 //! ```
 //! # fn ingest(file_chunks: &[&[u8]]) -> Result<(), isochron_media::TsError> {
