@@ -265,7 +265,9 @@ pub struct Sample {
     /// Presentation time in the track's timescale, edit list applied (may be negative: B-frame
     /// reordering delay is removed, audio priming is kept before 0).
     pub pts: i64,
-    /// Duration in the track's timescale; 0 if the container does not say.
+    /// Duration in the track's timescale: from `stts`/`trun` (MP4), `BlockDuration` or
+    /// `DefaultDuration` (Matroska; for audio without either, the gap to the next frame); 0 if
+    /// unknown (saturated at `u32::MAX`).
     pub duration: u32,
     /// A sync sample: decoding can start here (always true for audio).
     pub keyframe: bool,
