@@ -39,6 +39,11 @@ ff -i h264_aac_moov_last.mp4 -c copy -movflags +frag_keyframe+empty_moov+default
 ff -i h264_aac_moov_last.mp4 -c copy -movflags +frag_keyframe+delay_moov+default_base_moof \
     -fflags +bitexact h264_aac_fragmented_edts.mp4
 
+# The same with version-1 ctts: negative composition offsets instead of a B-frame delay in the
+# edit list (ffmpeg then shifts the decode times down, as we do).
+ff -i h264_aac_moov_last.mp4 -c copy -movflags +negative_cts_offsets -fflags +bitexact \
+    h264_aac_negative_cts.mp4
+
 # H.265 (x265 defaults, B-frames) + AAC, tagged hvc1 (parameter sets in hvcC).
 # shellcheck disable=SC2086
 ff $VIDEO $AUDIO -map 0:v -map 1:a -c:v libx265 -x265-params log-level=error -pix_fmt yuv420p \

@@ -12,7 +12,9 @@
 //!
 //! - Sample tables (§8.6, §8.7): `stsz`/`stz2` sizes, `stsc` + `stco`/`co64` chunk offsets,
 //!   `stts` decode deltas, `ctts` composition offsets (both versions read as signed, as ffmpeg
-//!   does), `stss` sync samples (all samples are sync without it).
+//!   does), `stss` sync samples (all samples are sync without it). Where negative composition
+//!   offsets put a pts before its dts, the track's decode times are shifted down until none is
+//!   (§8.6.1.4, `compositionToDTSShift`), so dts ≤ pts always holds.
 //! - Edit lists (§8.6.6), applied as ffmpeg does for the common cases: leading empty edits
 //!   (`media_time` = -1) delay the track by their `segment_duration` (movie timescale, rescaled
 //!   to the track's); the first non-empty edit's `media_time` is subtracted from every dts and
@@ -303,9 +305,14 @@ impl Mp4Parser {
             else {
                 continue;
             };
-            if t.shift != 0 {
+            // Negative composition offsets (ctts/trun version 1) can put a pts before its dts:
+            // shift the track's decode times down until none is after its pts (the
+            // compositionToDTSShift of §8.6.1.4; ffmpeg does the same).
+            let dts_shift =
+                list.iter().map(|s| s.dts.saturating_sub(s.pts)).max().unwrap_or(0).max(0);
+            if t.shift != 0 || dts_shift != 0 {
                 for s in list {
-                    s.dts = s.dts.saturating_add(t.shift);
+                    s.dts = s.dts.saturating_add(t.shift).saturating_sub(dts_shift);
                     s.pts = s.pts.saturating_add(t.shift);
                 }
             }
@@ -1343,14 +1350,16 @@ mod tests {
         let t = &ix.tracks[0];
         assert_eq!((t.codec, t.width, t.height, t.timescale), (Codec::H264, 320, 240, 90_000));
         assert_eq!(t.language.as_deref(), Some("eng"));
+        // The edit list moves both times; the -3000 offset puts the third pts 3000 before its
+        // dts, so the decode times move down 3000 more.
         let d = 45_000 - 3000;
         let m = u64::from(mdat_at);
         assert_eq!(
             times(&ix, 0),
             [
-                (d, d + 3000, 3000, true, m, 10),
-                (d + 3000, d + 9000, 3000, false, m + 10, 20),
-                (d + 6000, d + 3000, 3000, false, m + 30, 30),
+                (d - 3000, d + 3000, 3000, true, m, 10),
+                (d, d + 9000, 3000, false, m + 10, 20),
+                (d + 3000, d + 3000, 3000, false, m + 30, 30),
             ]
         );
         assert_eq!(ix.duration_ns, 1_000_000_000 * (d as u64 + 9000 + 3000) / 90_000);
@@ -1555,23 +1564,24 @@ mod tests {
         file.extend(full(b"mfra", 0, 0, &[0; 8]));
         let ix = demux(&file);
         let m1 = moof1_at + u64::from(len1) + 8;
+        // The -20 composition offset moves the track's decode times down by 20.
         assert_eq!(
             times(&ix, 0),
             [
-                (0, 0, 100, true, m1, 10),
-                (100, 100, 100, false, m1 + 10, 10),
-                (200, 200, 100, false, m1 + 20, 10),
-                (300, 280, 50, false, mdat2_data, 10),
-                (350, 390, 70, false, mdat2_data + 10, 10),
+                (-20, 0, 100, true, m1, 10),
+                (80, 100, 100, false, m1 + 10, 10),
+                (180, 200, 100, false, m1 + 20, 10),
+                (280, 280, 50, false, mdat2_data, 10),
+                (330, 390, 70, false, mdat2_data + 10, 10),
             ]
         );
         assert_eq!(
             times(&ix, 1),
             [(500, 500, 1024, true, m1 + 30, 5), (1524, 1524, 1024, true, m1 + 35, 6)]
         );
-        // Decode order across tracks: 500/48000 s comes after 0/1000 s and before 100/1000 s.
+        // Decode order across tracks: 500/48000 s comes after -20/1000 s and before 80/1000 s.
         let order: Vec<(u16, i64)> = ix.samples.iter().map(|s| (s.track, s.dts)).collect();
-        assert_eq!(order[..3], [(0, 0), (1, 500), (1, 1524)]);
+        assert_eq!(order[..4], [(0, -20), (1, 500), (1, 1524), (0, 80)]);
         let _ = moof1_at;
     }
 

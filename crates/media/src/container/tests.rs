@@ -10,8 +10,9 @@ use super::index::cmp_time;
 use super::*;
 use crate::{StreamKind, TsScanner};
 
-const MP4_FIXTURES: [&str; 7] = [
+const MP4_FIXTURES: [&str; 8] = [
     "h264_aac_faststart.mp4",
+    "h264_aac_negative_cts.mp4",
     "h264_aac_moov_last.mp4",
     "h264_aac_fragmented.mp4",
     "h264_aac_fragmented_edts.mp4",
@@ -24,6 +25,7 @@ const MKV_FIXTURES: [&str; 3] = ["h264_opus.mkv", "vp9_opus.webm", "mp3_ac3.mkv"
 /// The fixtures and ffprobe's packet lists, compiled in (the crate does no IO, even in tests).
 const FIXTURES: &[(&str, &[u8])] = &[
     ("h264_aac_faststart.mp4", include_bytes!("../../testdata/h264_aac_faststart.mp4")),
+    ("h264_aac_negative_cts.mp4", include_bytes!("../../testdata/h264_aac_negative_cts.mp4")),
     ("h264_aac_moov_last.mp4", include_bytes!("../../testdata/h264_aac_moov_last.mp4")),
     ("h264_aac_fragmented.mp4", include_bytes!("../../testdata/h264_aac_fragmented.mp4")),
     ("h264_aac_fragmented_edts.mp4", include_bytes!("../../testdata/h264_aac_fragmented_edts.mp4")),
@@ -37,6 +39,10 @@ const FIXTURES: &[(&str, &[u8])] = &[
     (
         "h264_aac_faststart.mp4.packets.csv",
         include_bytes!("../../testdata/h264_aac_faststart.mp4.packets.csv"),
+    ),
+    (
+        "h264_aac_negative_cts.mp4.packets.csv",
+        include_bytes!("../../testdata/h264_aac_negative_cts.mp4.packets.csv"),
     ),
     (
         "h264_aac_moov_last.mp4.packets.csv",
@@ -160,8 +166,9 @@ fn sniffs_every_fixture() {
 fn mp4_samples_match_ffprobe() {
     // (file, [(ffprobe stream, our track)], compare durations)
     type Case = (&'static str, &'static [(usize, u16)], bool);
-    let cases: [Case; 6] = [
+    let cases: [Case; 7] = [
         ("h264_aac_faststart.mp4", &[(0, 0), (1, 1)], true),
+        ("h264_aac_negative_cts.mp4", &[(0, 0), (1, 1)], true),
         ("h264_aac_moov_last.mp4", &[(0, 0), (1, 1)], true),
         // ffmpeg reports the first (stretched) audio sample as 1024 long, the trun says 6400.
         ("h264_aac_fragmented.mp4", &[(0, 0), (1, 1)], false),
@@ -611,7 +618,7 @@ proptest! {
     /// Mutated fixtures never panic, and the streaming demuxer agrees with the in-memory one.
     #[test]
     fn mutations_never_panic(
-        which in 0usize..10,
+        which in 0usize..11,
         edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..24),
         keep in any::<usize>(),
         chunk in 1usize..5000,
@@ -629,7 +636,7 @@ proptest! {
     /// Mutations aimed at the moov (MP4) or the first few KiB (Matroska), where the tables are.
     #[test]
     fn header_mutations_never_panic(
-        which in 0usize..10,
+        which in 0usize..11,
         edits in proptest::collection::vec((0usize..4096, any::<u8>()), 1..8),
     ) {
         let name = all_fixtures().nth(which).unwrap();
