@@ -9,7 +9,7 @@
 # after regenerating, check the tests still describe them.
 #
 # Made with ffmpeg 5.1 (Debian 12), libx264, libx265, libopus, libvpx, the native aac/ac3/mjpeg
-# encoders and libmp3lame.
+# encoders and libmp3lame, and mkvmerge 74 (Debian package mkvtoolnix).
 set -eu
 cd "$(dirname "$0")"
 
@@ -53,6 +53,11 @@ ff $VIDEO $AUDIO -map 0:v -map 1:a -c:v libx265 -x265-params log-level=error -pi
 # shellcheck disable=SC2086
 ff $VIDEO $AUDIO -map 0:v -map 1:a -c:v libx264 -pix_fmt yuv420p -g 10 \
     -c:a libopus -b:a 24k -ac 2 -fflags +bitexact h264_opus.mkv
+
+# Matroska as mkvmerge (MKVToolNix) writes it from the H.264 + AAC encode: AAC laced 8 frames
+# to a block (EBML lacing), DefaultDuration on both tracks. mkvmerge writes a random segment UID
+# and the date, so this file is not bit-for-bit reproducible.
+mkvmerge -q -o h264_aac_mkvmerge.mkv h264_aac_moov_last.mp4
 
 # WebM: VP9 (not supported: skipped) + Opus (supported), so the index has one track and one
 # skipped track.
