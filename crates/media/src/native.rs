@@ -37,9 +37,8 @@ use std::fmt;
 
 use isochron_base::MediaTime;
 use isochron_rtp::payload::{
-    AacPacketizer, Ac3Packetizer, Codec as RtpCodec, H264Packetizer, H265Packetizer,
-    MpaPacketizer, OpusPacketizer, Packetizer, Payload, PayloadError, aac_fmtp,
-    h264_fmtp, h265_fmtp, opus_fmtp,
+    AacPacketizer, Ac3Packetizer, Codec as RtpCodec, H264Packetizer, H265Packetizer, MpaPacketizer,
+    OpusPacketizer, Packetizer, Payload, PayloadError, aac_fmtp, h264_fmtp, h265_fmtp, opus_fmtp,
 };
 
 use crate::StreamKind;
@@ -264,12 +263,7 @@ impl NativeAssembler {
             });
             packetizers.push(packetizer);
         }
-        let zero_ns = index
-            .samples
-            .iter()
-            .map(|s| dts_ns(index, s))
-            .min()
-            .unwrap_or(0);
+        let zero_ns = index.samples.iter().map(|s| dts_ns(index, s)).min().unwrap_or(0);
         let seek_track = index
             .tracks
             .iter()
@@ -316,9 +310,9 @@ impl NativeAssembler {
         let (id, codec, clock) = (track.container_id, track.codec, track.clock_rate);
         let video = track.kind == StreamKind::Video;
         self.scratch.clear();
-        self.packetizers[t].packetize(bytes, &mut self.scratch).map_err(|source| {
-            NativeError::Sample { id, codec, offset: sample.offset, source }
-        })?;
+        self.packetizers[t]
+            .packetize(bytes, &mut self.scratch)
+            .map_err(|source| NativeError::Sample { id, codec, offset: sample.offset, source })?;
         let rel = |ticks: i64| -> i128 {
             (i128::from(ticks) * 1_000_000_000 - self.zero_ns * i128::from(ts)) / i128::from(ts)
         };
@@ -392,7 +386,11 @@ fn div_round(num: i128, den: i128) -> i128 {
 /// An AVCDecoderConfigurationRecord (ISO/IEC 14496-15 §5.3.3.1) from the parameter sets.
 fn avcc(nal_length_size: u8, sps: &[Vec<u8>], pps: &[Vec<u8>]) -> Vec<u8> {
     let profile = sps.first().map_or([0x42, 0, 0x1e], |s| {
-        [s.get(1).copied().unwrap_or(0), s.get(2).copied().unwrap_or(0), s.get(3).copied().unwrap_or(0)]
+        [
+            s.get(1).copied().unwrap_or(0),
+            s.get(2).copied().unwrap_or(0),
+            s.get(3).copied().unwrap_or(0),
+        ]
     });
     let mut out = vec![1, profile[0], profile[1], profile[2]];
     out.push(0xFC | (nal_length_size.clamp(1, 4) - 1));
@@ -421,4 +419,173 @@ fn parameter_sets(nal_length_size: u8, sets: &[&Vec<Vec<u8>>]) -> Vec<u8> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use isochron_rtp::payload::{
+        AacDepacketizer, Depacketizer, H264Depacketizer, H265Depacketizer, OpusDepacketizer,
+    };
+
+    use super::*;
+    use crate::container::demux_bytes;
+
+    const FIXTURES: &[(&str, &[u8])] = &[
+        ("h264_aac_faststart.mp4", include_bytes!("../testdata/h264_aac_faststart.mp4")),
+        ("h264_aac_moov_last.mp4", include_bytes!("../testdata/h264_aac_moov_last.mp4")),
+        ("h264_aac_fragmented.mp4", include_bytes!("../testdata/h264_aac_fragmented.mp4")),
+        ("hevc_aac.mp4", include_bytes!("../testdata/hevc_aac.mp4")),
+        ("h264_opus.mkv", include_bytes!("../testdata/h264_opus.mkv")),
+        ("mp3_ac3.mp4", include_bytes!("../testdata/mp3_ac3.mp4")),
+    ];
+
+    fn assemble(file: &[u8]) -> (MediaIndex, Vec<NativeTrack>, Vec<NativeUnit>) {
+        let index = demux_bytes(file).unwrap();
+        let mut a = NativeAssembler::new(&index, 1316).unwrap();
+        let mut units = Vec::new();
+        for s in &index.samples {
+            let bytes = &file[s.offset as usize..s.offset as usize + s.size as usize];
+            a.push(s, bytes).unwrap();
+            units.extend(std::iter::from_fn(|| a.poll_unit()));
+        }
+        a.finish();
+        units.extend(std::iter::from_fn(|| a.poll_unit()));
+        (index, a.tracks().to_vec(), units)
+    }
+
+    /// The NAL units of an AVCC access unit with `len`-byte lengths, leaving out parameter sets
+    /// and delimiters (which the packetizer adds or drops).
+    fn slices(au: &[u8], len: usize, h265: bool) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at + len <= au.len() {
+            let n = au[at..at + len].iter().fold(0usize, |v, b| (v << 8) | usize::from(*b));
+            let nal = &au[at + len..at + len + n];
+            let skip = if h265 {
+                matches!((nal[0] >> 1) & 0x3f, 32..=35)
+            } else {
+                matches!(nal[0] & 0x1f, 7..=9)
+            };
+            if !skip {
+                out.push(nal.to_vec());
+            }
+            at += len + n;
+        }
+        out
+    }
+
+    /// Every fixture becomes one packet stream in send order, each track numbered from 0 with
+    /// no gap, whose payloads depacketize to the file's samples (parameter sets aside), with RTP
+    /// timestamps at each sample's presentation time on the track's clock.
+    #[test]
+    fn packets_carry_every_sample_in_send_order() {
+        for (name, file) in FIXTURES {
+            let (index, tracks, units) = assemble(file);
+            assert!(units.windows(2).all(|w| w[0].send_time <= w[1].send_time), "{name}: order");
+            let zero = index.samples.iter().map(|s| dts_ns(&index, s)).min().unwrap();
+            for (t, track) in tracks.iter().enumerate() {
+                let mine: Vec<&NativeUnit> =
+                    units.iter().filter(|u| usize::from(u.track) == t).collect();
+                let seqs: Vec<u32> = mine.iter().map(|u| u.track_seq).collect();
+                assert_eq!(seqs, (0..mine.len() as u32).collect::<Vec<_>>(), "{name} track {t}");
+                let samples: Vec<&Sample> = index.track_samples(t as u16).collect();
+                // Reassemble the access units.
+                let mut aus: Vec<(u32, Vec<u8>)> = Vec::new();
+                let (h264, h265) = (track.codec == Codec::H264, track.codec == Codec::H265);
+                let mut dep: Box<dyn Depacketizer> = match track.codec {
+                    Codec::H264 => Box::new(H264Depacketizer::new()),
+                    Codec::H265 => Box::new(H265Depacketizer::new()),
+                    Codec::Aac => Box::new(AacDepacketizer::new()),
+                    Codec::Opus => Box::new(OpusDepacketizer::new()),
+                    _ => continue,
+                };
+                for u in &mine {
+                    let mut out = Vec::new();
+                    dep.push_into(&u.payload, u.marker, &mut out).unwrap();
+                    aus.extend(out.into_iter().map(|a| (u.rtp_time, a)));
+                }
+                assert_eq!(aus.len(), samples.len(), "{name} track {t}: access units");
+                let ts = i128::from(index.tracks[t].timescale);
+                for (i, ((rtp, au), s)) in aus.iter().zip(&samples).enumerate() {
+                    let src = &file[s.offset as usize..s.offset as usize + s.size as usize];
+                    if h264 || h265 {
+                        let len = match index.tracks[t].config {
+                            CodecConfig::Avc { nal_length_size, .. }
+                            | CodecConfig::Hevc { nal_length_size, .. } => nal_length_size,
+                            _ => unreachable!(),
+                        };
+                        assert_eq!(
+                            slices(au, 4, h265),
+                            slices(src, usize::from(len), h265),
+                            "{name} track {t} AU {i}"
+                        );
+                    } else {
+                        assert_eq!(au, src, "{name} track {t} AU {i}");
+                    }
+                    let pts = (i128::from(s.pts) * 1_000_000_000 - zero * ts)
+                        * i128::from(track.clock_rate);
+                    let want = div_round(pts, ts * 1_000_000_000) as u32;
+                    assert_eq!(*rtp, want, "{name} track {t} AU {i}: timestamp");
+                }
+            }
+        }
+    }
+
+    /// Seek points are the first video track's key frames, each at its presentation time and
+    /// on the first packet of the frame (the in-band parameter sets); video markers end frames.
+    #[test]
+    fn key_frames_start_seek_points() {
+        let (index, tracks, units) = assemble(FIXTURES[0].1);
+        assert_eq!(tracks[0].codec, Codec::H264);
+        assert_eq!(
+            (tracks[0].encoding, tracks[0].clock_rate, tracks[0].payload_type),
+            ("H264", 90_000, 96)
+        );
+        assert_eq!((tracks[1].encoding, tracks[1].payload_type), ("mpeg4-generic", 97));
+        assert!(tracks[0].fmtp.starts_with("packetization-mode=1;profile-level-id="));
+        assert!(tracks[1].fmtp.contains("mode=AAC-hbr"));
+        let keys = index.track_samples(0).filter(|s| s.keyframe).count();
+        let raps: Vec<&NativeUnit> = units.iter().filter(|u| u.random_access).collect();
+        assert_eq!(raps.len(), keys);
+        for r in &raps {
+            assert_eq!(r.track, 0);
+            assert_eq!(r.payload[0] & 0x1f, 7, "an SPS leads each key frame");
+        }
+        assert!(raps.windows(2).all(|w| w[0].npt < w[1].npt));
+        let frames = index.track_samples(0).count();
+        let markers = units.iter().filter(|u| u.track == 0 && u.marker).count();
+        assert_eq!(markers, frames);
+    }
+
+    /// A big frame's packets are spread over its duration, never sent before its decode time.
+    #[test]
+    fn a_frame_is_spread_over_its_duration() {
+        let (index, _, units) = assemble(FIXTURES[0].1);
+        let first: Vec<&NativeUnit> =
+            units.iter().filter(|u| u.track == 0 && u.rtp_time == units[0].rtp_time).collect();
+        let s = index.track_samples(0).next().unwrap();
+        let dur = index.time_ns(0, i64::from(s.duration));
+        if first.len() > 1 {
+            let span = first.last().unwrap().send_time.as_nanos() - first[0].send_time.as_nanos();
+            assert!(span > 0 && span < dur as u64, "span {span} of {dur}");
+        }
+    }
+
+    #[test]
+    fn too_many_tracks_and_bad_samples_are_named() {
+        let file = FIXTURES[0].1;
+        let mut index = demux_bytes(file).unwrap();
+        let mut a = NativeAssembler::new(&index, 1316).unwrap();
+        let s = index.samples.iter().find(|s| s.track == 0).copied().unwrap();
+        let err = a.push(&s, &[0, 0, 0, 9, 0x65]).unwrap_err().to_string();
+        assert!(err.contains("track 1 (h264), sample at byte"), "{err}");
+        let bogus = Sample { track: 7, ..s };
+        assert!(matches!(a.push(&bogus, &[]), Err(NativeError::NoTrack { track: 7, .. })));
+        let t = index.tracks[0].clone();
+        index.tracks = vec![t; 9];
+        assert!(matches!(
+            NativeAssembler::new(&index, 1316),
+            Err(NativeError::TooManyTracks { count: 9 })
+        ));
+    }
 }
