@@ -20,6 +20,8 @@ struct Packet {
     /// Presentation and decode times in seconds (after the container's edit lists).
     pts: f64,
     dts: f64,
+    /// A key frame (a sync sample).
+    key: bool,
     data: Vec<u8>,
 }
 
@@ -62,6 +64,7 @@ impl Probe {
                 stream: p["stream_index"].as_u64().unwrap() as usize,
                 pts: time(p, "pts_time"),
                 dts: time(p, "dts_time"),
+                key: p["flags"].as_str().is_some_and(|f| f.starts_with('K')),
                 data: hexdump(p["data"].as_str().unwrap_or("")),
             })
             .collect();
@@ -74,7 +77,10 @@ impl Probe {
 
     /// The object's zero as isochron defines it: the earliest decode time of any packet.
     fn zero(&self) -> f64 {
-        self.packets.iter().map(|p| if p.dts.is_nan() { p.pts } else { p.dts }).fold(f64::MAX, f64::min)
+        self.packets
+            .iter()
+            .map(|p| if p.dts.is_nan() { p.pts } else { p.dts })
+            .fold(f64::MAX, f64::min)
     }
 }
 
@@ -144,7 +150,12 @@ fn serve_media(files: &[&Path]) -> (tempfile::TempDir, Server) {
     let data = dir.path().join("store");
     for f in files {
         let out = run(Command::new(bin()).arg("ingest").arg("--data").arg(&data).arg(f), 120);
-        assert!(out.status.success(), "ingest {}: {}", f.display(), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "ingest {}: {}",
+            f.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let server = Server::start(&data, ServeOptions { no_demo: true, ..ServeOptions::default() });
     (dir, server)
@@ -281,7 +292,11 @@ fn ffmpeg_record(url: &str, transport: &str, out: &Path) {
             .arg(out),
         100,
     );
-    assert!(o.status.success(), "ffmpeg record {url} ({transport}): {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "ffmpeg record {url} ({transport}): {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 /// `got` is `want` but perhaps for its first and last frame (a player's lost first or last
@@ -289,9 +304,8 @@ fn ffmpeg_record(url: &str, transport: &str, out: &Path) {
 /// timestamp, and its MP4 muxer drops it; it stops reading at the RTCP BYE, which may overtake
 /// the last Opus packet).
 fn assert_frames(got: &[String], want: &[String], what: &str) {
-    let ok = got.len() + 2 >= want.len()
-        && !got.is_empty()
-        && want.windows(got.len()).any(|w| w == got);
+    let ok =
+        got.len() + 2 >= want.len() && !got.is_empty() && want.windows(got.len()).any(|w| w == got);
     if !ok {
         let first_bad = got.iter().zip(want).position(|(a, b)| a != b);
         panic!("{what}: {} frames of {}, first difference at {first_bad:?}", got.len(), want.len());
@@ -389,5 +403,241 @@ fn audio_and_video_keep_the_source_offset() {
     let rec = dir.path().join("rec.mp4");
     ffmpeg_record(&server.url(&stem(&nobf)), "udp", &rec);
     let s = shifts(&Probe::of(&nobf), &Probe::of(&rec));
-    assert!((s[0] - s[1]).abs() < 0.030, "recording: video moved {:.4} s, audio {:.4} s", s[0], s[1]);
+    assert!(
+        (s[0] - s[1]).abs() < 0.030,
+        "recording: video moved {:.4} s, audio {:.4} s",
+        s[0],
+        s[1]
+    );
+}
+
+/// GStreamer (`rtspsrc ! rtph264depay ! h264parse`) receives a 92 s 1080p H.264 + AAC MP4
+/// over TCP and UDP: the frames it writes decode to the source's, frame for frame.
+#[test]
+fn gstreamer_receives_a_long_1080p_clip_frame_for_frame() {
+    require("gst-launch-1.0");
+    let src = media_fixture("h264_1080p_90s.mp4");
+    let (dir, server) = serve_media(&[&src]);
+    let want = decoded_video(&src);
+    assert!(want.len() >= 90 * 25, "{} frames", want.len());
+    std::thread::scope(|s| {
+        for transport in ["tcp", "udp"] {
+            let (dir, server, want, src) = (&dir, &server, &want, &src);
+            s.spawn(move || {
+                let out = dir.path().join(format!("gst-{transport}.h264"));
+                let res = run(
+                    Command::new("gst-launch-1.0").args([
+                        "-q",
+                        "-e",
+                        "rtspsrc",
+                        &format!("location={}", server.url(&stem(src))),
+                        &format!("protocols={transport}"),
+                        "udp-buffer-size=16777216",
+                        "latency=3000",
+                        "name=s",
+                        "s.",
+                        "!",
+                        "application/x-rtp,media=video",
+                        "!",
+                        "rtph264depay",
+                        "!",
+                        "h264parse",
+                        "!",
+                        "video/x-h264,stream-format=byte-stream,alignment=au",
+                        "!",
+                        "filesink",
+                        &format!("location={}", out.display()),
+                        "s.",
+                        "!",
+                        "application/x-rtp,media=audio",
+                        "!",
+                        "fakesink",
+                    ]),
+                    200,
+                );
+                assert!(
+                    res.status.success(),
+                    "gst {transport}: {}",
+                    String::from_utf8_lossy(&res.stderr)
+                );
+                assert_frames(&decoded_video(&out), want, &format!("GStreamer over {transport}"));
+            });
+        }
+    });
+}
+
+/// ffprobe reads the source's duration and codecs off the RTSP description, and a seek to t
+/// (GStreamer's PAUSE + PLAY Range) starts every track at the last key frame at or before t.
+#[test]
+fn ffprobe_sees_the_source_and_a_seek_lands_on_the_key_frame_before() {
+    require("ffprobe");
+    let src = media_fixture("hevc_aac.mp4");
+    let (_dir, server) = serve_media(&[&src]);
+    let url = server.url(&stem(&src));
+    let out = run(
+        Command::new("timeout").args([
+            "-k",
+            "5",
+            "30",
+            "ffprobe",
+            "-v",
+            "error",
+            "-show_entries",
+            "format=duration:stream=codec_name,width,height,sample_rate,channels",
+            "-of",
+            "json",
+            &url,
+        ]),
+        40,
+    );
+    assert!(out.status.success(), "ffprobe: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let codecs: Vec<&str> = v["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["codec_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(codecs, ["hevc", "aac"]);
+    assert_eq!(v["streams"][0]["width"], 640);
+    assert_eq!(v["streams"][1]["sample_rate"], "48000");
+    let duration: f64 = v["format"]["duration"].as_str().unwrap().parse().unwrap();
+    assert!((duration - 8.0).abs() < 0.15, "duration {duration}");
+
+    // The key frame at or before 3.5 s on the object's timeline (which starts at the earliest
+    // decode time), from ffprobe's reading of the file.
+    let probe = Probe::of(&src);
+    let zero = probe.zero();
+    let key = probe
+        .stream(0)
+        .iter()
+        .filter(|p| p.key && p.pts - zero <= 3.5 + 1e-9)
+        .map(|p| p.pts - zero)
+        .fold(f64::MIN, f64::max);
+    assert!(key > 2.0, "key frame {key}");
+    let mut c = Rtsp::connect(server.rtsp);
+    c.request("DESCRIBE", &url, &[]);
+    let t0 = [("Transport", "RTP/AVP/TCP;unicast;interleaved=0-1")];
+    let (_, h, _) = c.request("SETUP", &format!("{url}/trackID=0"), &t0);
+    let session = h["session"].split(';').next().unwrap().to_owned();
+    let t1 = [("Transport", "RTP/AVP/TCP;unicast;interleaved=2-3"), ("Session", &session)];
+    c.request("SETUP", &format!("{url}/trackID=1"), &t1);
+    let (status, h, _) = c.request("PLAY", &url, &[("Session", &session), ("Range", "npt=3.5-")]);
+    assert_eq!(status, 200);
+    let range = h["range"].trim_start_matches("npt=");
+    let start: f64 = range.split('-').next().unwrap().parse().unwrap();
+    assert!(
+        (start - key).abs() < 1e-3,
+        "the PLAY starts at {start} s, the key frame is at {key} s"
+    );
+    // RTP-Info: each track's first sequence number and timestamp.
+    let info: Vec<(u16, u32)> = h["rtp-info"]
+        .split(',')
+        .map(|e| {
+            let f = |k: &str| e.split(';').find_map(|p| p.trim().strip_prefix(k)).unwrap();
+            (f("seq=").parse().unwrap(), f("rtptime=").parse().unwrap())
+        })
+        .collect();
+    assert_eq!(info.len(), 2);
+    let pkt = c.next_frame(0);
+    let seq = u16::from_be_bytes([pkt[2], pkt[3]]);
+    let ts = u32::from_be_bytes(pkt[4..8].try_into().unwrap());
+    assert_eq!(seq, info[0].0, "the first video packet is the one RTP-Info names");
+    // Its presentation time is the key frame's: the Range start.
+    assert_eq!(ts, info[0].1, "the first video packet is at the Range start");
+    // H.265 (RFC 7798): a key frame's packets begin with the VPS sent in-band.
+    assert_eq!((pkt[12] >> 1) & 0x3f, 32, "the first video packet is the key frame's VPS");
+    let pkt = c.next_frame(2);
+    assert_eq!(u16::from_be_bytes([pkt[2], pkt[3]]), info[1].0, "the first audio packet");
+}
+
+/// A minimal RTSP client over one TCP connection, for what players do not expose: the
+/// responses' headers and the first interleaved packets after a PLAY.
+struct Rtsp {
+    s: std::net::TcpStream,
+    buf: Vec<u8>,
+    cseq: u32,
+}
+
+impl Rtsp {
+    fn connect(addr: std::net::SocketAddr) -> Self {
+        let s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+        Self { s, buf: Vec::new(), cseq: 0 }
+    }
+
+    fn fill(&mut self) {
+        use std::io::Read as _;
+        let mut b = [0u8; 65536];
+        let n = self.s.read(&mut b).expect("read");
+        assert!(n > 0, "connection closed");
+        self.buf.extend_from_slice(&b[..n]);
+    }
+
+    /// Drops whole interleaved frames at the front of the buffer.
+    fn skip_frames(&mut self) {
+        while self.buf.len() >= 4 && self.buf[0] == b'$' {
+            let n = 4 + usize::from(u16::from_be_bytes([self.buf[2], self.buf[3]]));
+            if self.buf.len() < n {
+                return;
+            }
+            self.buf.drain(..n);
+        }
+    }
+
+    /// Sends a request; the status, the headers (lower-case names) and the body.
+    fn request(
+        &mut self,
+        method: &str,
+        url: &str,
+        headers: &[(&str, &str)],
+    ) -> (u16, BTreeMap<String, String>, Vec<u8>) {
+        use std::io::Write as _;
+        self.cseq += 1;
+        let mut req = format!("{method} {url} RTSP/1.0\r\nCSeq: {}\r\n", self.cseq);
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        self.s.write_all(req.as_bytes()).unwrap();
+        loop {
+            self.skip_frames();
+            if self.buf.first() != Some(&b'$')
+                && let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n")
+            {
+                let head = String::from_utf8_lossy(&self.buf[..end]).into_owned();
+                let mut lines = head.lines();
+                let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+                let h: BTreeMap<String, String> = lines
+                    .filter_map(|l| l.split_once(':'))
+                    .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+                    .collect();
+                let len: usize = h.get("content-length").map_or(0, |v| v.parse().unwrap());
+                while self.buf.len() < end + 4 + len {
+                    self.fill();
+                }
+                let body = self.buf[end + 4..end + 4 + len].to_vec();
+                self.buf.drain(..end + 4 + len);
+                return (status, h, body);
+            }
+            self.fill();
+        }
+    }
+
+    /// The next interleaved packet on `channel` (frames on other channels are skipped).
+    fn next_frame(&mut self, channel: u8) -> Vec<u8> {
+        loop {
+            if self.buf.len() >= 4 && self.buf[0] == b'$' {
+                let n = 4 + usize::from(u16::from_be_bytes([self.buf[2], self.buf[3]]));
+                if self.buf.len() >= n {
+                    let frame: Vec<u8> = self.buf.drain(..n).collect();
+                    if frame[1] == channel {
+                        return frame[4..].to_vec();
+                    }
+                    continue;
+                }
+            }
+            self.fill();
+        }
+    }
 }
