@@ -58,6 +58,14 @@
 //! 20 u32 track_seq    the packet's index among its track's packets (mod 2^32)
 //! ```
 //!
+//! # Version 3: the source file's bytes
+//!
+//! An object ingested from MP4 or Matroska also keeps the file it came from, byte for byte, so
+//! that HTTP serves the original (`<video src>`, progressive download with byte ranges). Those
+//! bytes go in version-3 blocks after the object's packet blocks: the same header with no
+//! entries (`packet_count` 0, `entry_len` 24) and the bytes as the payload. They are placed,
+//! replicated, checked and moved like any block, and never streamed.
+//!
 //! Version-1 blocks (MPEG-TS objects) keep being written and read as they were: their packets are
 //! track 0, their `track_seq` is the GSN, their RTP timestamp derives from the send time (RFC 2250
 //! §2) and their marker is the discontinuity flag.
@@ -75,6 +83,8 @@ pub const BLOCK_MAGIC: [u8; 8] = *b"ISOCHBLK";
 pub const BLOCK_FORMAT_VERSION: u16 = 1;
 /// The version of the layout written by [`BlockBuilder::new_native`] (RTP payloads of tracks).
 pub const BLOCK_FORMAT_VERSION_NATIVE: u16 = 2;
+/// The version of the layout written by [`BlockBuilder::new_raw`] (a source file's bytes).
+pub const BLOCK_FORMAT_VERSION_RAW: u16 = 3;
 /// Length of a version-2 packet entry.
 pub const ENTRY_LEN_NATIVE: usize = 24;
 /// The most tracks an object may have (a track index is below it).
@@ -197,6 +207,34 @@ impl BlockBuilder {
         }
     }
 
+    /// An empty version-3 block of raw bytes ([`BlockBuilder::push_raw`]).
+    ///
+    /// # Panics
+    ///
+    /// As [`BlockBuilder::new`].
+    #[must_use]
+    pub fn new_raw(key: BlockKey, block_size: Bytes) -> Self {
+        Self {
+            version: BLOCK_FORMAT_VERSION_RAW,
+            entry_len: ENTRY_LEN_NATIVE,
+            ..Self::new(key, Gsn(0), block_size)
+        }
+    }
+
+    /// How many more raw bytes fit in a block made by [`BlockBuilder::new_raw`].
+    #[must_use]
+    pub fn raw_room(&self) -> usize {
+        self.block_size.saturating_sub(self.encoded_len())
+    }
+
+    /// Appends raw bytes to a block made by [`BlockBuilder::new_raw`]; the caller keeps within
+    /// [`BlockBuilder::raw_room`] (debug-asserted).
+    pub fn push_raw(&mut self, bytes: &[u8]) {
+        debug_assert_eq!(self.version, BLOCK_FORMAT_VERSION_RAW);
+        debug_assert!(bytes.len() <= self.raw_room());
+        self.payload.extend_from_slice(bytes);
+    }
+
     /// Whether one more packet of `payload_len` bytes fits in the block.
     #[must_use]
     pub fn fits(&self, payload_len: usize) -> bool {
@@ -255,10 +293,10 @@ impl BlockBuilder {
         self.count
     }
 
-    /// Whether no packet was pushed.
+    /// Whether no packet (or, in a raw block, no byte) was pushed.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.count == 0
+        self.count == 0 && self.payload.is_empty()
     }
 
     /// The encoded block: header, entries, payload, zero padding to a multiple of
@@ -332,7 +370,7 @@ pub enum BlockError {
     },
     /// Written by a newer isochron.
     #[error(
-        "unsupported block format version {version} (this build reads {BLOCK_FORMAT_VERSION} and {BLOCK_FORMAT_VERSION_NATIVE})"
+        "unsupported block format version {version} (this build reads {BLOCK_FORMAT_VERSION} to {BLOCK_FORMAT_VERSION_RAW})"
     )]
     UnsupportedVersion {
         /// The version found.
@@ -428,7 +466,10 @@ impl<B: AsRef<[u8]>> Block<B> {
             return Err(BlockError::BadMagic { found: magic });
         }
         let version = u16::from_le_bytes(read_array(bytes, 8));
-        if version != BLOCK_FORMAT_VERSION && version != BLOCK_FORMAT_VERSION_NATIVE {
+        if !matches!(
+            version,
+            BLOCK_FORMAT_VERSION | BLOCK_FORMAT_VERSION_NATIVE | BLOCK_FORMAT_VERSION_RAW
+        ) {
             return Err(BlockError::UnsupportedVersion { version });
         }
         let min_entry = if version == BLOCK_FORMAT_VERSION { ENTRY_LEN } else { ENTRY_LEN_NATIVE };
@@ -546,6 +587,13 @@ impl<B: AsRef<[u8]>> Block<B> {
         self.version == BLOCK_FORMAT_VERSION_NATIVE
     }
 
+    /// Whether the block holds a source file's raw bytes (version 3): no packets, the bytes
+    /// in [`Block::payload`].
+    #[must_use]
+    pub fn is_raw(&self) -> bool {
+        self.version == BLOCK_FORMAT_VERSION_RAW
+    }
+
     /// All packets' bytes, back to back.
     #[must_use]
     pub fn payload(&self) -> &[u8] {
@@ -599,6 +647,15 @@ impl<B: AsRef<[u8]>> Block<B> {
 
     /// Checks that the entries tile the payload exactly, so that `packet` is infallible.
     fn check_entries(&self) -> Result<(), BlockError> {
+        if self.version == BLOCK_FORMAT_VERSION_RAW {
+            if self.header.packet_count != 0 {
+                return Err(BlockError::BadHeader {
+                    field: "packet_count",
+                    value: u64::from(self.header.packet_count),
+                });
+            }
+            return Ok(());
+        }
         let mut expected_off = 0u64;
         for i in 0..self.header.packet_count {
             let e = self.raw_entry(i as usize);
@@ -808,10 +865,10 @@ mod tests {
         bad[0] = b'X';
         assert!(matches!(Block::parse(&bad[..], None), Err(BlockError::BadMagic { .. })));
         let mut newer = bytes.clone();
-        newer[8] = 3;
+        newer[8] = 4;
         assert_eq!(
             Block::parse(&newer[..], None).unwrap_err(),
-            BlockError::UnsupportedVersion { version: 3 }
+            BlockError::UnsupportedVersion { version: 4 }
         );
         let other = BlockKey::new(ObjectId(7), BlockIndex(13));
         assert_eq!(
@@ -969,6 +1026,27 @@ mod tests {
                 assert_eq!(total, block.payload().len());
             }
         }
+    }
+
+    /// A raw block holds bytes and no packet; a raw header claiming packets is refused.
+    #[test]
+    fn raw_round_trip() {
+        let mut b = BlockBuilder::new_raw(key(), Bytes::kib(8));
+        assert_eq!(b.raw_room(), 8192 - HEADER_LEN);
+        let data: Vec<u8> = (0..b.raw_room()).map(|i| (i * 7) as u8).collect();
+        b.push_raw(&data);
+        assert_eq!(b.raw_room(), 0);
+        let bytes = b.finish();
+        assert_eq!(bytes.len(), 8192);
+        let block = Block::parse(&bytes[..], Some(key())).unwrap();
+        assert!(block.is_raw() && !block.is_native());
+        assert_eq!(block.packet_count(), 0);
+        assert_eq!(block.payload(), &data[..]);
+        let mut bad = bytes.clone();
+        bad[28] = 1; // packet_count
+        let sum = checksum(&bad[..8192]);
+        bad[CHECKSUM_OFF..CHECKSUM_OFF + 8].copy_from_slice(&sum.to_le_bytes());
+        assert!(Block::parse(&bad[..], None).is_err());
     }
 
     fn err_entry(bytes: &[u8], n: u32) -> bool {
