@@ -654,7 +654,9 @@ impl MkvParser {
             let want = total.min(READ_AHEAD.min(self.file_len - pos)).max(head_len);
             return Ok(Some(Step::Need { pos, min: head_len, want }));
         };
-        let body = &bytes[h.len..];
+        // Only the element's own bytes: the window may hold what follows it, or not.
+        let body = bytes.get(h.len..).unwrap_or_default();
+        let body = body.get(..usize::try_from(size).unwrap_or(usize::MAX)).unwrap_or(body);
         let bad = |detail: &str| malformed(h.id, pos, detail);
         let short = || bad("shorter than its block header");
         let (number, nlen, _) =
@@ -1454,6 +1456,15 @@ mod tests {
         let e = demux(&f).unwrap_err().to_string();
         assert!(e.starts_with("malformed SimpleBlock element at offset "), "{e}");
         assert!(e.ends_with("lace sizes add up to 200 bytes but only 2 follow"), "{e}");
+        // A block too short for its header, even though bytes follow it.
+        let mut f = ebml_header(b"matroska");
+        let cluster = el(
+            CLUSTER,
+            &[&uint(TIMESTAMP, 0), &el(SIMPLE_BLOCK, &[&[0x40]]), &el(VOID, &[&[0; 8]])],
+        );
+        f.extend(el(SEGMENT, &[&tracks(), &cluster]));
+        let e = demux(&f).unwrap_err().to_string();
+        assert!(e.ends_with("shorter than its block header"), "{e}");
         // Not EBML at all (after a valid magic, a bad header).
         assert!(demux(&[0x1A, 0x45, 0xDF, 0xA3, 0x00]).is_err());
         assert!(demux(&[0x1A, 0x45, 0xDF, 0xA3]).is_err());
