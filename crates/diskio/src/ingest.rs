@@ -60,7 +60,8 @@ use crate::store::{Store, StoreError, new_seed};
 /// Progress of an ingest, reported as it goes.
 #[derive(Clone, Copy, Debug)]
 pub struct IngestProgress {
-    /// 1 while scanning, 2 while storing.
+    /// 1 while scanning, 2 while storing the packets, 3 while storing a native object's source
+    /// file.
     pub pass: u8,
     /// Source bytes processed in this pass.
     pub bytes_done: u64,
@@ -295,12 +296,41 @@ fn ingest_native<R: Read + Seek>(
                 write(b)?;
             }
         }
-        let (last, packed) = packer.finish()?;
+        let next_index = packer.blocks_sealed() + u32::from(packer.has_open_block());
+        let (last, mut packed) = packer.finish()?;
         if let Some(b) = last {
             write(b)?;
         }
-        progress(IngestProgress { pass: 2, bytes_done: total_bytes, total_bytes });
-        let rec = object.record_native(name, source_name, packed, kind, assembler.tracks());
+        // Pass 3: the file itself, after the packets, for HTTP to serve as the original.
+        let first_gsn = Gsn(packed.track_packets.iter().sum());
+        src.seek(SeekFrom::Start(0)).map_err(IngestError::Read)?;
+        let mut index = next_index;
+        let mut chunk = vec![0u8; object.block_size.as_usize()];
+        let mut source_bytes = 0u64;
+        let mut source_blocks = 0u32;
+        loop {
+            let key = BlockKey::new(object.id, BlockIndex(index));
+            let mut builder = BlockBuilder::new_raw(key, first_gsn, object.block_size);
+            let room = builder.raw_room();
+            let n = read_full(src, &mut chunk[..room])?;
+            if n == 0 {
+                break;
+            }
+            builder.push_raw(&chunk[..n]);
+            let block = Block::parse(AlignedBuf::copy_from(&builder.finish()), Some(key))
+                .map_err(|source| StoreError::InvalidBlock { key, source })?;
+            packed.blocks.push(BlockEntry::from(block.header()));
+            write(PackedBlock { index: BlockIndex(index), block })?;
+            source_bytes += n as u64;
+            source_blocks += 1;
+            index += 1;
+            progress(IngestProgress { pass: 3, bytes_done: source_bytes, total_bytes });
+        }
+        if source_bytes != total_bytes {
+            return Err(IngestError::Changed { offset: source_bytes });
+        }
+        let source = SourceFile { blocks: source_blocks, bytes: source_bytes, kind };
+        let rec = object.record_native(name, source_name, packed, source, assembler.tracks());
         catalog.insert_object(&rec)?;
         Ok(rec)
     })();
@@ -501,16 +531,28 @@ impl NewObject {
     }
 }
 
+/// The source file of a native object, as stored after its packets.
+#[derive(Clone, Copy, Debug)]
+pub struct SourceFile {
+    /// Its blocks (the last of the object).
+    pub blocks: u32,
+    /// Its length.
+    pub bytes: u64,
+    /// Its container.
+    pub kind: ContainerKind,
+}
+
 impl NewObject {
     /// The catalog entry of a native object (MP4, Matroska) once every block is written:
-    /// `packed` from its [`BlockPacker::new_native`], `tracks` from its assembler.
+    /// `packed` from its [`BlockPacker::new_native`] with the source file's blocks appended,
+    /// `tracks` from its assembler; `source` names the file.
     #[must_use]
     pub fn record_native(
         &self,
         name: &str,
         source: &str,
         packed: PackedObject,
-        container: ContainerKind,
+        file: SourceFile,
         tracks: &[NativeTrack],
     ) -> ObjectRecord {
         let totals = packed.native_totals;
@@ -544,11 +586,14 @@ impl NewObject {
             source_file: source.to_string(),
             created_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
             media: Some(NativeMedia {
-                container: match container {
+                container: match file.kind {
                     ContainerKind::Matroska => "matroska",
                     _ => "mp4",
                 }
                 .to_owned(),
+                source_blocks: file.blocks,
+                source_bytes: file.bytes,
+                source_type: source_type(file.kind, source).to_owned(),
                 tracks: tracks
                     .iter()
                     .zip(&packed.track_packets)
@@ -570,6 +615,18 @@ impl NewObject {
                 seek_track_seqs: packed.seek_track_seqs,
             }),
         }
+    }
+}
+
+/// The media type HTTP gives a source file: by its container, and for Matroska by its name
+/// (`.webm` is WebM).
+fn source_type(kind: ContainerKind, name: &str) -> &'static str {
+    let webm = name.rsplit('.').next().is_some_and(|e| e.eq_ignore_ascii_case("webm"));
+    match kind {
+        ContainerKind::Matroska if webm => "video/webm",
+        ContainerKind::Matroska => "video/x-matroska",
+        ContainerKind::Mp4 => "video/mp4",
+        ContainerKind::M2ts | ContainerKind::MpegTs => "video/mp2t",
     }
 }
 
@@ -747,6 +804,18 @@ impl BlockPacker {
     #[must_use]
     pub fn units(&self) -> u64 {
         self.next_gsn
+    }
+
+    /// Blocks finished so far (the index of the block being filled).
+    #[must_use]
+    pub fn blocks_sealed(&self) -> u32 {
+        self.next_index
+    }
+
+    /// Whether a block is being filled (it becomes the last block at [`BlockPacker::finish`]).
+    #[must_use]
+    pub fn has_open_block(&self) -> bool {
+        self.builder.as_ref().is_some_and(|b| !b.is_empty())
     }
 
     /// Ends the object: the last block (if a unit went into it) and the catalog's view of all.

@@ -4,7 +4,9 @@
 //! stored objects are offered three ways on the HTTP port:
 //!
 //! - `GET`/`HEAD /objects/{name}`: the object's original bytes (what `isochron cat` writes:
-//!   the payloads of its blocks in order), `video/mp2t`, with a strong `ETag` and byte ranges
+//!   for MPEG-TS the payloads of its blocks in order, `video/mp2t`; for an object ingested from
+//!   MP4 or Matroska the file itself, kept in its source blocks, `video/mp4`,
+//!   `video/x-matroska` or `video/webm`, so `<video src>` and progressive download work), with a strong `ETag` and byte ranges
 //!   (RFC 9110 §14: [`crate::range`]): one range is a `206` with `Content-Range` (§14.4),
 //!   several a `multipart/byteranges` body (§14.6), an unsatisfiable set a `416` with
 //!   `Content-Range: bytes */LEN` (§15.5.17). `If-Range` (§13.1.5) is honoured with the ETag;
@@ -84,27 +86,35 @@ const PACKET: usize = TS_PACKET_SIZE;
 /// An object as HTTP delivery sees it: its record and where each block's payload starts.
 struct Obj {
     entry: Arc<ObjectEntry>,
-    /// `offsets[i]`: the byte of the object where block `i`'s payload starts; one more entry
-    /// for the end.
+    /// The index of the first block whose payload is served (a native object's first source
+    /// block; 0 for MPEG-TS).
+    first: usize,
+    /// `offsets[i]`: the byte of the object where block `first + i`'s payload starts; one
+    /// more entry for the end.
     offsets: Vec<u64>,
     etag: String,
+    /// The served bytes' media type.
+    content_type: String,
 }
 
 impl Obj {
     fn new(entry: Arc<ObjectEntry>) -> Self {
-        let mut offsets = Vec::with_capacity(entry.record.blocks.len() + 1);
+        let (first, blocks) = entry.record.source_blocks();
+        let mut offsets = Vec::with_capacity(blocks.len() + 1);
         let mut at = 0u64;
         offsets.push(0);
-        for b in &entry.record.blocks {
+        for b in blocks {
             at += u64::from(b.payload_bytes);
             offsets.push(at);
         }
         // Strong: the object's id and every block's checksum, so a replaced object (same name,
         // new id) or different bytes never share a tag.
         let mut words: Vec<u64> = vec![entry.record.id.0, at];
-        words.extend(entry.record.blocks.iter().map(|b| b.checksum));
+        words.extend(blocks.iter().map(|b| b.checksum));
         let etag = format!("\"{:x}-{:016x}\"", entry.record.id.0, hash_words(&words));
-        Self { entry, offsets, etag }
+        let content_type =
+            entry.record.media.as_ref().map_or(TS_TYPE, |m| m.source_type.as_str()).to_owned();
+        Self { entry, first, offsets, etag, content_type }
     }
 
     fn record(&self) -> &ObjectRecord {
@@ -121,12 +131,14 @@ impl Obj {
     }
 }
 
-/// Asks the scheduler thread for block `index` of `obj`; the reply comes on the receiver.
+/// Asks the scheduler thread for the `index`th block `obj` serves; the reply comes on the
+/// receiver.
 fn request_block(
     s: &ApiState,
     obj: &Obj,
     index: usize,
 ) -> Result<oneshot::Receiver<Result<SharedBlock, String>>, String> {
+    let index = obj.first + index;
     let name = &obj.record().name;
     // The current plan: a reorganisation may have moved the block since the request began.
     let entry = s
@@ -134,11 +146,8 @@ fn request_block(
         .get(name)
         .filter(|e| e.record.id == obj.record().id)
         .ok_or_else(|| format!("object {name:?} was removed or replaced"))?;
-    let planned = entry
-        .plan
-        .blocks
-        .get(index)
-        .ok_or_else(|| format!("object {name:?} has no block {index}"))?;
+    let planned =
+        entry.planned(index).ok_or_else(|| format!("object {name:?} has no block {index}"))?;
     let key = BlockKey { object: obj.record().id, index: BlockIndex(index as u32) };
     let (tx, rx) = oneshot::channel();
     // The copies this node holds, replica 0 first (every copy on a single node).
@@ -374,7 +383,7 @@ pub(crate) async fn object(
                 } else {
                     Vec::new()
                 },
-                vec![(header::CONTENT_TYPE, TS_TYPE.into())],
+                vec![(header::CONTENT_TYPE, obj.content_type.clone())],
             ),
             Some(Err(e)) => {
                 let mut r = text(
@@ -405,7 +414,7 @@ pub(crate) async fn object(
                         StatusCode::PARTIAL_CONTENT,
                         vec![Piece::Object(*one)],
                         vec![
-                            (header::CONTENT_TYPE, TS_TYPE.into()),
+                            (header::CONTENT_TYPE, obj.content_type.clone()),
                             (header::CONTENT_RANGE, one.content_range(len)),
                         ],
                     ),
@@ -414,7 +423,8 @@ pub(crate) async fn object(
                         let mut pieces = Vec::with_capacity(many.len() * 2 + 1);
                         for r in many {
                             let head = format!(
-                                "\r\n--{boundary}\r\nContent-Type: {TS_TYPE}\r\nContent-Range: {}\r\n\r\n",
+                                "\r\n--{boundary}\r\nContent-Type: {}\r\nContent-Range: {}\r\n\r\n",
+                                obj.content_type,
                                 r.content_range(len)
                             );
                             pieces.push(Piece::Static(head.into()));
@@ -555,9 +565,8 @@ pub(crate) fn playlist(segments: &[Segment]) -> String {
 }
 
 fn is_ts(record: &ObjectRecord) -> bool {
-    // Every stored object is a transport stream today; one without elementary streams is not
-    // worth an HLS playlist.
-    !record.streams.is_empty()
+    // A transport stream without elementary streams is not worth an HLS playlist.
+    record.media.is_none() && !record.streams.is_empty()
 }
 
 /// `GET /hls/{name}/{file}`: `index.m3u8` or `{n}.ts`.

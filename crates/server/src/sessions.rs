@@ -1062,6 +1062,7 @@ impl Manager {
             Ok(plan) => Ok(Arc::new(ObjectEntry {
                 record: entry.record.clone(),
                 plan: Arc::new(plan),
+                source: entry.source.clone(),
                 epoch: entry.epoch,
             })),
             Err(block) => {

@@ -207,17 +207,18 @@ impl BlockBuilder {
         }
     }
 
-    /// An empty version-3 block of raw bytes ([`BlockBuilder::push_raw`]).
+    /// An empty version-3 block of raw bytes ([`BlockBuilder::push_raw`]). `first_gsn` is where
+    /// the object's packets end (the block holds none, so the blocks' GSN ranges still tile).
     ///
     /// # Panics
     ///
     /// As [`BlockBuilder::new`].
     #[must_use]
-    pub fn new_raw(key: BlockKey, block_size: Bytes) -> Self {
+    pub fn new_raw(key: BlockKey, first_gsn: Gsn, block_size: Bytes) -> Self {
         Self {
             version: BLOCK_FORMAT_VERSION_RAW,
             entry_len: ENTRY_LEN_NATIVE,
-            ..Self::new(key, Gsn(0), block_size)
+            ..Self::new(key, first_gsn, block_size)
         }
     }
 
@@ -1031,7 +1032,7 @@ mod tests {
     /// A raw block holds bytes and no packet; a raw header claiming packets is refused.
     #[test]
     fn raw_round_trip() {
-        let mut b = BlockBuilder::new_raw(key(), Bytes::kib(8));
+        let mut b = BlockBuilder::new_raw(key(), Gsn(9), Bytes::kib(8));
         assert_eq!(b.raw_room(), 8192 - HEADER_LEN);
         let data: Vec<u8> = (0..b.raw_room()).map(|i| (i * 7) as u8).collect();
         b.push_raw(&data);

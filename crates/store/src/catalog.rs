@@ -250,6 +250,13 @@ pub struct NativeMedia {
     /// packet at or after the seek point (its count of packets before it), so that a run starting
     /// there knows each track's next RTP sequence number without reading a block.
     pub seek_track_seqs: Vec<u32>,
+    /// How many of the object's blocks, at the end, hold the source file's bytes (version-3
+    /// blocks, not streamed): what HTTP serves as the object.
+    pub source_blocks: u32,
+    /// The source file's length in bytes.
+    pub source_bytes: u64,
+    /// The source file's media type (`video/mp4`, `video/x-matroska`, `video/webm`).
+    pub source_type: String,
 }
 
 impl NativeMedia {
@@ -309,6 +316,26 @@ impl ObjectRecord {
                 let time = self.seek_points[i - 1].time;
                 self.seek_points[..i].partition_point(|s| s.time < time)
             }
+        }
+    }
+
+    /// The blocks that hold packets, in order: every block of an MPEG-TS object; a native
+    /// object's blocks before its source blocks.
+    #[must_use]
+    pub fn media_blocks(&self) -> &[BlockEntry] {
+        let source = self.media.as_ref().map_or(0, |m| m.source_blocks as usize);
+        &self.blocks[..self.blocks.len().saturating_sub(source)]
+    }
+
+    /// The blocks whose payloads, in order, are the bytes HTTP serves as the object (the file
+    /// it was ingested from): every block of an MPEG-TS object (its packets are the file's TS
+    /// packets); a native object's source blocks. Their indices start at the returned offset.
+    #[must_use]
+    pub fn source_blocks(&self) -> (usize, &[BlockEntry]) {
+        let first = self.media_blocks().len();
+        match &self.media {
+            Some(_) => (first, &self.blocks[first..]),
+            None => (0, &self.blocks),
         }
     }
 
@@ -410,6 +437,24 @@ impl ObjectRecord {
                 return Err(invalid(format!(
                     "tracks hold {total} packets, the record says {}",
                     self.packets
+                )));
+            }
+            let source = m.source_blocks as usize;
+            if source > self.blocks.len() {
+                return Err(invalid(format!(
+                    "{source} source blocks, {} blocks in all",
+                    self.blocks.len()
+                )));
+            }
+            let tail = &self.blocks[self.blocks.len() - source..];
+            if let Some(i) = tail.iter().position(|b| b.packets != 0) {
+                return Err(invalid(format!("source block {i} holds packets")));
+            }
+            let bytes: u64 = tail.iter().map(|b| u64::from(b.payload_bytes)).sum();
+            if bytes != m.source_bytes {
+                return Err(invalid(format!(
+                    "source blocks hold {bytes} bytes, the record says {}",
+                    m.source_bytes
                 )));
             }
         }
@@ -1095,6 +1140,9 @@ mod wire {
         container: String,
         tracks: Vec<TrackDescV2>,
         seek_track_seqs: Vec<u32>,
+        source_blocks: u32,
+        source_bytes: u64,
+        source_type: String,
     }
 
     #[derive(Serialize, Deserialize)]
@@ -1138,6 +1186,9 @@ mod wire {
                         })
                         .collect(),
                     seek_track_seqs: m.seek_track_seqs.clone(),
+                    source_blocks: m.source_blocks,
+                    source_bytes: m.source_bytes,
+                    source_type: m.source_type.clone(),
                 }),
             }
         }
@@ -1167,6 +1218,9 @@ mod wire {
                     })
                     .collect(),
                 seek_track_seqs: m.seek_track_seqs,
+                source_blocks: m.source_blocks,
+                source_bytes: m.source_bytes,
+                source_type: m.source_type,
             });
             r
         }
@@ -1774,6 +1828,18 @@ mod tests {
             container: "mp4".into(),
             tracks: vec![track("video", "h264", 2000), track("audio", "aac", 800)],
             seek_track_seqs: vec![0, 0, 500, 190, 1000, 400],
+            source_blocks: 1,
+            source_bytes: 1000,
+            source_type: "video/mp4".into(),
+        });
+        // The source's block after the packets' (which tile GSNs 0..2800).
+        rec.blocks.push(BlockEntry {
+            first_gsn: Gsn(2800),
+            first_send_time: MediaTime::ZERO,
+            packets: 0,
+            payload_bytes: 1000,
+            encoded_len: 1064,
+            checksum: 7,
         });
         rec
     }
@@ -1785,7 +1851,8 @@ mod tests {
         let rec = native_record();
         let bytes = rec.encode();
         assert_eq!(bytes[0], 2);
-        let v1 = sample_record().encode();
+        let v1 = ObjectRecord { media: None, ..native_record() };
+        let v1 = encode_versioned(1, &wire::ObjectRecordV1::from(&v1));
         assert_eq!(&bytes[1..v1.len()], &v1[1..], "version 1's fields come first");
         let back = ObjectRecord::decode(&bytes).unwrap();
         assert_eq!(back, rec);
@@ -1793,6 +1860,13 @@ mod tests {
         assert_eq!(back.media.as_ref().unwrap().track_seqs_at(1), Some(&[500, 190][..]));
         assert_eq!(back.media.as_ref().unwrap().track_seqs_at(3), None);
         assert_eq!(sample_record().track_count(), 1);
+        assert_eq!(back.media_blocks().len(), 4);
+        assert_eq!(back.source_blocks(), (4, &back.blocks[4..]));
+        assert_eq!(sample_record().source_blocks(), (0, &sample_record().blocks[..]));
+        let mut bad = native_record();
+        bad.media.as_mut().unwrap().source_bytes = 999;
+        let err = ObjectRecord::decode(&bad.encode()).unwrap_err().to_string();
+        assert!(err.contains("source blocks hold 1000 bytes"), "{err}");
 
         let mut bad = native_record();
         bad.media.as_mut().unwrap().seek_track_seqs.pop();
