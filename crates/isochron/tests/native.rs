@@ -641,3 +641,198 @@ impl Rtsp {
         }
     }
 }
+
+/// The original file comes back whole: over HTTP (`/objects/NAME`, its media type, byte
+/// ranges) and from `isochron cat`; a 192-byte M2TS is stored as the transport stream it
+/// carries and plays over RTSP.
+#[test]
+fn the_source_file_comes_back_over_http_and_cat() {
+    require("curl");
+    let mp4 = media_fixture("h264_aac_moov_last.mp4");
+    let mkv = media_fixture("h264_opus.mkv");
+    let dir = tempdir();
+    // An M2TS (Blu-ray's 192-byte packets: a 4-byte timestamp before each TS packet).
+    let m2ts = dir.path().join("bluray.m2ts");
+    let out = run(
+        Command::new("ffmpeg")
+            .args(["-nostdin", "-v", "error", "-i"])
+            .arg(&mp4)
+            .args([
+                "-c",
+                "copy",
+                "-bsf:v",
+                "h264_mp4toannexb",
+                "-f",
+                "mpegts",
+                "-mpegts_m2ts_mode",
+                "1",
+                "-y",
+            ])
+            .arg(&m2ts),
+        60,
+    );
+    assert!(out.status.success(), "ffmpeg m2ts: {}", String::from_utf8_lossy(&out.stderr));
+    let m2ts_bytes = std::fs::read(&m2ts).unwrap();
+    assert_eq!(m2ts_bytes.len() % 192, 0);
+    assert_eq!(m2ts_bytes[4], 0x47);
+    let ts: Vec<u8> = m2ts_bytes.chunks(192).flat_map(|p| p[4..].to_vec()).collect();
+    let (dir2, server) = serve_media(&[&mp4, &mkv, &m2ts]);
+    for (file, kind) in [(&mp4, "video/mp4"), (&mkv, "video/x-matroska")] {
+        let url = format!("http://{}/objects/{}", server.http, stem(file));
+        let (code, headers, body) = http_get(&url, None);
+        assert_eq!(code, 200, "{url}");
+        assert!(headers.contains(&format!("content-type: {kind}")), "{headers}");
+        assert_same_bytes(&body, &std::fs::read(file).unwrap(), "HTTP");
+        let (code, _, body) = http_get(&url, Some("1000-4999"));
+        assert_eq!(code, 206);
+        assert_same_bytes(&body, &std::fs::read(file).unwrap()[1000..5000], "range");
+    }
+    server.stop();
+    for (name, want) in [(stem(&mp4), std::fs::read(&mp4).unwrap()), ("bluray".into(), ts)] {
+        let out = dir2.path().join(format!("{name}.cat"));
+        let o = run(
+            Command::new(bin())
+                .args(["cat", "--data"])
+                .arg(dir2.path().join("store"))
+                .arg(&name)
+                .arg("-o")
+                .arg(&out),
+            60,
+        );
+        assert!(o.status.success(), "cat {name}: {}", String::from_utf8_lossy(&o.stderr));
+        assert_same_bytes(&std::fs::read(&out).unwrap(), &want, &format!("cat {name}"));
+    }
+    let _ = dir;
+}
+
+/// Bad input is refused with the file and the reason, and the store is left as it was: a
+/// truncated MP4 (`moov` first or last), an MP4 of a codec that cannot be sent (MJPEG), random
+/// bytes. A file with one supported track and one not is stored with the supported one and a
+/// warning naming the other.
+#[test]
+fn bad_media_is_refused_by_name_and_leaves_the_store_unchanged() {
+    let first = std::fs::read(media_fixture("h264_aac.mp4")).unwrap();
+    let last = std::fs::read(media_fixture("h264_aac_moov_last.mp4")).unwrap();
+    let dir = tempdir();
+    let data = dir.path().join("store");
+    let ok = run(
+        Command::new(bin())
+            .arg("ingest")
+            .arg("--data")
+            .arg(&data)
+            .arg(media_fixture("hevc_aac.mp4")),
+        60,
+    );
+    assert!(ok.status.success());
+    let snapshot = || {
+        let mut v = Vec::new();
+        for e in walk(&data) {
+            v.push((e.clone(), std::fs::read(&e).unwrap_or_default().len()));
+        }
+        v.sort();
+        v
+    };
+    let before = snapshot();
+    let write = |name: &str, bytes: &[u8]| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p
+    };
+    let mut g = isochron_base::mix::SplitMix64::new(11);
+    let random: Vec<u8> = (0..200_000).map(|_| g.next_u64() as u8).collect();
+    let mjpeg = dir.path().join("mjpeg.mp4");
+    let o = run(
+        Command::new("ffmpeg")
+            .args([
+                "-nostdin",
+                "-v",
+                "error",
+                "-f",
+                "lavfi",
+                "-i",
+                "testsrc=s=160x120:d=2",
+                "-c:v",
+                "mjpeg",
+                "-y",
+            ])
+            .arg(&mjpeg),
+        60,
+    );
+    assert!(o.status.success());
+    let cases = [
+        (write("cut_first.mp4", &first[..first.len() / 2]), "beyond the end of the file"),
+        (write("cut_last.mp4", &last[..last.len() / 2]), "moov"),
+        (mjpeg, "mjpeg is not supported"),
+        (write("noise.mp4", &random), "not a media file"),
+    ];
+    for (file, why) in &cases {
+        let out = run(Command::new(bin()).arg("ingest").arg("--data").arg(&data).arg(file), 60);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{} was accepted", file.display());
+        assert!(err.contains(file.to_str().unwrap()), "the message does not name the file: {err}");
+        assert!(err.contains(why), "the message does not say why ({why}): {err}");
+    }
+    assert_eq!(snapshot(), before, "the store changed");
+
+    // H.264 with an MJPEG second video track: served with H.264, a warning for the other.
+    let mixed = dir.path().join("mixed.mkv");
+    let o = run(
+        Command::new("ffmpeg")
+            .args(["-nostdin", "-v", "error", "-i"])
+            .arg(media_fixture("h264_aac.mp4"))
+            .args([
+                "-f",
+                "lavfi",
+                "-i",
+                "testsrc=s=160x120:d=10",
+                "-map",
+                "0:v",
+                "-map",
+                "1:v",
+                "-c:v:0",
+                "copy",
+                "-c:v:1",
+                "mjpeg",
+                "-y",
+            ])
+            .arg(&mixed),
+        60,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = run(Command::new(bin()).arg("ingest").arg("--data").arg(&data).arg(&mixed), 60);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("mixed.mkv") && err.contains("mjpeg"), "no warning: {err}");
+    let ls = run(Command::new(bin()).args(["ls", "--json", "--data"]).arg(&data), 30);
+    assert!(String::from_utf8_lossy(&ls.stdout).contains("\"mixed\""));
+}
+
+/// `curl` GET of `url` (optionally a byte range): status, headers, body.
+fn http_get(url: &str, range: Option<&str>) -> (u16, String, Vec<u8>) {
+    let dir = tempdir();
+    let (head, body) = (dir.path().join("h"), dir.path().join("b"));
+    let mut cmd = Command::new("curl");
+    cmd.args(["-sS", "--max-time", "30", "-D"]).arg(&head).arg("-o").arg(&body);
+    if let Some(r) = range {
+        cmd.args(["-r", r]);
+    }
+    let out = run(cmd.args(["-w", "%{http_code}", url]), 40);
+    let code = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0);
+    let headers = std::fs::read_to_string(&head).unwrap_or_default().to_ascii_lowercase();
+    (code, headers, std::fs::read(&body).unwrap_or_default())
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else { return out };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
