@@ -60,6 +60,7 @@ use isochron_dataplane::sched_thread::SchedCommand;
 use isochron_dataplane::sender::SharedBlock;
 use isochron_diskio::AlignedBuf;
 use isochron_media::TS_PACKET_SIZE;
+use isochron_media::fmp4::{Fmp4Codec, Fmp4Track, Reassembler, init_segment, media_segment};
 use isochron_server::library::ObjectEntry;
 use isochron_store::Block;
 use isochron_store::catalog::ObjectRecord;
@@ -138,7 +139,16 @@ fn request_block(
     obj: &Obj,
     index: usize,
 ) -> Result<oneshot::Receiver<Result<SharedBlock, String>>, String> {
-    let index = obj.first + index;
+    request_block_at(s, obj, obj.first + index)
+}
+
+/// Asks the scheduler thread for block `index` of `obj`'s object (a packet block or a source
+/// block).
+fn request_block_at(
+    s: &ApiState,
+    obj: &Obj,
+    index: usize,
+) -> Result<oneshot::Receiver<Result<SharedBlock, String>>, String> {
     let name = &obj.record().name;
     // The current plan: a reorganisation may have moved the block since the request began.
     let entry = s
@@ -549,16 +559,26 @@ pub(crate) fn plan_segments(record: &ObjectRecord, target: Duration) -> Vec<Segm
 
 /// The media playlist of `segments` (RFC 8216 §4.3: version 3 for decimal `EXTINF`).
 pub(crate) fn playlist(segments: &[Segment]) -> String {
+    playlist_of(segments, "ts", None)
+}
+
+/// A media playlist of segments named `N.{ext}`, with `EXT-X-MAP` naming `map` when the
+/// segments need an initialization segment (fragmented MP4: version 7, RFC 8216 §4.3.2.5).
+fn playlist_of(segments: &[Segment], ext: &str, map: Option<&str>) -> String {
     let target =
         segments.iter().map(|s| s.duration.as_secs_f64().round() as u64).max().unwrap_or(1).max(1);
+    let version = if map.is_some() { 7 } else { 3 };
     let mut out = String::new();
     let _ = write!(
         out,
-        "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:{target}\n#EXT-X-MEDIA-SEQUENCE:0\n\
+        "#EXTM3U\n#EXT-X-VERSION:{version}\n#EXT-X-TARGETDURATION:{target}\n#EXT-X-MEDIA-SEQUENCE:0\n\
          #EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-INDEPENDENT-SEGMENTS\n"
     );
+    if let Some(m) = map {
+        let _ = writeln!(out, "#EXT-X-MAP:URI=\"{m}\"");
+    }
     for (i, s) in segments.iter().enumerate() {
-        let _ = write!(out, "#EXTINF:{:.3},\n{i}.ts\n", s.duration.as_secs_f64());
+        let _ = write!(out, "#EXTINF:{:.3},\n{i}.{ext}\n", s.duration.as_secs_f64());
     }
     out.push_str("#EXT-X-ENDLIST\n");
     out
@@ -576,6 +596,9 @@ pub(crate) async fn hls(
     Path((name, file)): Path<(String, String)>,
 ) -> Response {
     let Some(obj) = lookup(&s, &name) else { return not_found(&name) };
+    if obj.record().media.is_some() {
+        return native_hls(&s, &obj, &file, method == Method::HEAD).await;
+    }
     if !is_ts(obj.record()) {
         return text(
             StatusCode::NOT_FOUND,
@@ -609,6 +632,151 @@ pub(crate) async fn hls(
             text(StatusCode::INTERNAL_SERVER_ERROR, format!("segment {n} of {name:?}: {e}\n"))
         }
     }
+}
+
+/// The fMP4 tracks of a native object's HLS (H.264, H.265, AAC, Opus; others left out), each
+/// with its index in the object.
+fn hls_tracks(record: &ObjectRecord) -> Vec<(usize, Fmp4Track)> {
+    let Some(media) = &record.media else { return Vec::new() };
+    let mut out = Vec::new();
+    for (i, t) in media.tracks.iter().enumerate() {
+        let codec = match t.codec.as_str() {
+            "h264" => Fmp4Codec::H264 { avcc: t.config.clone() },
+            "hevc" => {
+                let (vps, sps, pps) = hevc_parameter_sets(&t.config);
+                Fmp4Codec::H265 { vps, sps, pps }
+            }
+            "aac" => Fmp4Codec::Aac { asc: t.config.clone() },
+            "opus" => Fmp4Codec::Opus { head: t.config.clone() },
+            _ => continue,
+        };
+        let opus_channels = t.config.get(9).copied().unwrap_or(2);
+        let channels = if t.codec == "opus" { opus_channels } else { t.channels };
+        out.push((
+            i,
+            Fmp4Track {
+                codec,
+                timescale: t.clock_rate,
+                width: t.width,
+                height: t.height,
+                channels,
+                sample_rate: if t.kind == "audio" { t.clock_rate } else { 0 },
+            },
+        ));
+    }
+    out
+}
+
+/// The HEVC parameter sets as ingest keeps them (`isochron_media::native`): the NAL length
+/// size, then VPS, SPS and PPS lists, each a count and length-prefixed units.
+fn hevc_parameter_sets(b: &[u8]) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let mut lists = [Vec::new(), Vec::new(), Vec::new()];
+    let mut at = 1;
+    for list in &mut lists {
+        let Some(&n) = b.get(at) else { break };
+        at += 1;
+        for _ in 0..n {
+            let Some(len) =
+                b.get(at..at + 2).map(|l| usize::from(u16::from_be_bytes([l[0], l[1]])))
+            else {
+                break;
+            };
+            let Some(nal) = b.get(at + 2..at + 2 + len) else { break };
+            list.push(nal.to_vec());
+            at += 2 + len;
+        }
+    }
+    let [v, s, p] = lists;
+    (v, s, p)
+}
+
+/// HLS of a native object (RFC 8216 §3.3, fragmented MP4): `index.m3u8` with `EXT-X-MAP`,
+/// `init.mp4`, and segments `N.m4s` cut at the object's seek points (its key frames).
+async fn native_hls(s: &ApiState, obj: &Arc<Obj>, file: &str, head: bool) -> Response {
+    let name = &obj.record().name;
+    let tracks = hls_tracks(obj.record());
+    if tracks.is_empty() {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("object {name:?} has no track HLS can carry (H.264, H.265, AAC, Opus)\n"),
+        );
+    }
+    let segments = plan_segments(obj.record(), s.media.hls_segment);
+    let fmp4: Vec<Fmp4Track> = tracks.iter().map(|(_, t)| t.clone()).collect();
+    let body = |bytes: Vec<u8>, kind: &str| {
+        let len = bytes.len();
+        let mut r = Response::new(if head { Body::empty() } else { Body::from(bytes) });
+        set(&mut r, header::CONTENT_TYPE, kind);
+        set(&mut r, header::CONTENT_LENGTH, &len.to_string());
+        set(&mut r, header::CACHE_CONTROL, "no-cache");
+        cors(r.headers_mut());
+        r
+    };
+    if file == "index.m3u8" {
+        let list = playlist_of(&segments, "m4s", Some("init.mp4"));
+        return body(list.into_bytes(), "application/vnd.apple.mpegurl");
+    }
+    if file == "init.mp4" {
+        return body(init_segment(&fmp4), "video/mp4");
+    }
+    let Some(n) = file.strip_suffix(".m4s").and_then(|n| n.parse::<usize>().ok()) else {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("{file:?} is none of index.m3u8, init.mp4 or a segment N.m4s of {name:?}\n"),
+        );
+    };
+    let Some(seg) = segments.get(n).copied() else {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("{name:?} has {} HLS segments; there is no segment {n}\n", segments.len()),
+        );
+    };
+    match native_segment(s, obj, &tracks, seg).await {
+        Ok(samples) => {
+            let fallback: Vec<u32> = fmp4.iter().map(|t| t.timescale / 25).collect();
+            body(media_segment(n as u32 + 1, &samples, &fallback), "video/mp4")
+        }
+        Err(e) => {
+            warn!(object = %name, segment = n, error = %e, "HLS segment failed");
+            text(StatusCode::INTERNAL_SERVER_ERROR, format!("segment {n} of {name:?}: {e}\n"))
+        }
+    }
+}
+
+/// The samples of each HLS track in segment `seg`: its packets (GSNs `seg.start` up to
+/// `seg.end`) read through the scheduler and reassembled.
+async fn native_segment(
+    s: &ApiState,
+    obj: &Obj,
+    tracks: &[(usize, Fmp4Track)],
+    seg: Segment,
+) -> Result<Vec<Vec<isochron_media::fmp4::Fmp4Sample>>, String> {
+    let record = obj.record();
+    let end = seg.end.unwrap_or(Gsn(record.packets));
+    let mut samples = vec![Vec::new(); tracks.len()];
+    let mut asm: Vec<Option<Reassembler>> =
+        tracks.iter().map(|(_, t)| Reassembler::new(t)).collect();
+    let slot = |track: u8| tracks.iter().position(|(i, _)| *i == usize::from(track));
+    let (Some(first), Some(last)) =
+        (record.block_of(seg.start), record.block_of(Gsn(end.0.saturating_sub(1))))
+    else {
+        return Ok(samples);
+    };
+    for i in first.0..=last.0 {
+        let block = await_block(request_block_at(s, obj, i as usize)?).await?;
+        for p in block.packets().filter(|p| p.gsn >= seg.start && p.gsn < end) {
+            let (Some(k), Some(rtp)) = (slot(p.track), p.rtp_time) else { continue };
+            if let Some(a) = asm[k].as_mut() {
+                a.push(p.payload, p.marker, rtp, p.send_time.as_nanos(), &mut samples[k]);
+            }
+        }
+    }
+    for (k, a) in asm.iter_mut().enumerate() {
+        if let Some(a) = a {
+            a.finish(&mut samples[k]);
+        }
+    }
+    Ok(samples)
 }
 
 /// The object byte where unit `gsn` starts, with the block read to find it.

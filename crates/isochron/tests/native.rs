@@ -836,3 +836,40 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// HLS of MP4 and Matroska sources (fragmented MP4 segments cut at key frames, `EXT-X-MAP`):
+/// ffmpeg decodes the source's frames from it, frame for frame, and its audio packets are the
+/// source's; headless Chromium plays it with hls.js on the `/watch` page.
+#[test]
+fn hls_of_a_native_object_decodes_to_the_source_and_plays_in_chromium() {
+    require("ffmpeg");
+    let mp4 = media_fixture("h264_aac.mp4");
+    let hevc = media_fixture("hevc_aac.mp4");
+    let mkv = media_fixture("h264_opus.mkv");
+    let (_dir, server) = serve_media(&[&mp4, &hevc, &mkv]);
+    for src in [&mp4, &hevc, &mkv] {
+        let url = format!("http://{}/hls/{}/index.m3u8", server.http, stem(src));
+        let (code, _, list) = http_get(&url, None);
+        assert_eq!(code, 200);
+        let list = String::from_utf8(list).unwrap();
+        assert!(list.contains("#EXT-X-MAP:URI=\"init.mp4\"") && list.contains("0.m4s"), "{list}");
+        // ffmpeg reads the playlist as a player does (every segment in turn).
+        let hls = Path::new(&url);
+        assert_frames(&decoded_video(hls), &decoded_video(src), &format!("HLS of {}", stem(src)));
+        assert_eq!(audio_packets(hls), audio_packets(src), "HLS of {}: audio packets", stem(src));
+    }
+
+    let beacon = Beacon::new();
+    let page = format!("http://{}/watch/{}?report={}", server.http, stem(&mp4), beacon.url());
+    let child = chromium(&page, &[], 90);
+    let report = beacon.wait(std::time::Duration::from_secs(60));
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let out = child.wait_with_output().expect("chromium output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let Some(report) = report else {
+        panic!("no report from the page within 60 s; chromium's stderr:\n{stderr}");
+    };
+    let v: serde_json::Value = serde_json::from_str(&report).unwrap();
+    assert_eq!(v["ok"], true, "{report}; chromium's stderr:\n{stderr}");
+    assert!(v["time"].as_f64().unwrap() >= 5.0, "{report}");
+}

@@ -45,6 +45,7 @@
 
 pub mod container;
 pub mod error;
+pub mod fmp4;
 pub mod native;
 pub mod packet;
 pub mod psi;
