@@ -873,3 +873,32 @@ fn hls_of_a_native_object_decodes_to_the_source_and_plays_in_chromium() {
     assert_eq!(v["ok"], true, "{report}; chromium's stderr:\n{stderr}");
     assert!(v["time"].as_f64().unwrap() >= 5.0, "{report}");
 }
+
+/// VLC plays an MP4-sourced stream to the end: the HLS of an H.264 + AAC MP4 (Debian's VLC
+/// has no live555, so its `rtsp://` is the SAT>IP module, which takes MPEG-TS only; its HLS
+/// module takes fragmented MP4).
+#[test]
+fn vlc_plays_an_mp4_source_to_the_end() {
+    require("cvlc");
+    require("runuser");
+    let src = media_fixture("h264_aac.mp4");
+    let (_dir, server) = serve_media(&[&src]);
+    let home = tempfile::Builder::new().prefix("isochron-vlc-").tempdir().unwrap();
+    let _ = Command::new("chmod").arg("777").arg(home.path()).status();
+    let url = format!("http://{}/hls/{}/index.m3u8", server.http, stem(&src));
+    let t = std::time::Instant::now();
+    let out = run(
+        Command::new("runuser")
+            .args(["-u", "nobody", "--", "env"])
+            .arg(format!("HOME={}", home.path().display()))
+            .args(["cvlc", "-I", "dummy", "--play-and-exit", "--vout", "dummy", "--aout", "dummy"])
+            .args(["-v", &url]),
+        60,
+    );
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "vlc: {:?}\n{log}", out.status);
+    let played = t.elapsed().as_secs_f64();
+    assert!(played > 9.0, "VLC stopped after {played:.1} s of a 10 s clip:\n{log}");
+    assert!(log.contains("end of playlist"), "{log}");
+    assert!(!log.contains("mp4 demux error") && !log.contains("decoder error"), "{log}");
+}
