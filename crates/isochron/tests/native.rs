@@ -624,6 +624,42 @@ impl Rtsp {
         }
     }
 
+    /// The next interleaved frame on any channel.
+    fn next_any(&mut self) -> (u8, Vec<u8>) {
+        loop {
+            if let Some(f) = self.take_frame() {
+                return f;
+            }
+            self.fill();
+        }
+    }
+
+    /// The next interleaved frame, or `None` when none comes within the read timeout.
+    fn try_next_any(&mut self) -> Option<(u8, Vec<u8>)> {
+        use std::io::Read as _;
+        loop {
+            if let Some(f) = self.take_frame() {
+                return Some(f);
+            }
+            let mut b = [0u8; 65536];
+            match self.s.read(&mut b) {
+                Ok(n) if n > 0 => self.buf.extend_from_slice(&b[..n]),
+                _ => return None,
+            }
+        }
+    }
+
+    fn take_frame(&mut self) -> Option<(u8, Vec<u8>)> {
+        if self.buf.len() >= 4 && self.buf[0] == b'$' {
+            let n = 4 + usize::from(u16::from_be_bytes([self.buf[2], self.buf[3]]));
+            if self.buf.len() >= n {
+                let frame: Vec<u8> = self.buf.drain(..n).collect();
+                return Some((frame[1], frame[4..].to_vec()));
+            }
+        }
+        None
+    }
+
     /// The next interleaved packet on `channel` (frames on other channels are skipped).
     fn next_frame(&mut self, channel: u8) -> Vec<u8> {
         loop {
@@ -901,4 +937,80 @@ fn vlc_plays_an_mp4_source_to_the_end() {
     assert!(played > 9.0, "VLC stopped after {played:.1} s of a 10 s clip:\n{log}");
     assert!(log.contains("end of playlist"), "{log}");
     assert!(!log.contains("mp4 demux error") && !log.contains("decoder error"), "{log}");
+}
+
+/// PAUSE and a PLAY without `Range` resume every track where it stopped: `RTP-Info` names each
+/// track's next sequence number, and the packets go on from there, none missing, none repeated.
+#[test]
+fn pause_and_resume_continue_every_track() {
+    let src = media_fixture("h264_aac.mp4");
+    let (_dir, server) = serve_media(&[&src]);
+    let url = server.url(&stem(&src));
+    let mut c = Rtsp::connect(server.rtsp);
+    c.request("DESCRIBE", &url, &[]);
+    let t0 = [("Transport", "RTP/AVP/TCP;unicast;interleaved=0-1")];
+    let (_, h, _) = c.request("SETUP", &format!("{url}/trackID=0"), &t0);
+    let session = h["session"].split(';').next().unwrap().to_owned();
+    let t1 = [("Transport", "RTP/AVP/TCP;unicast;interleaved=2-3"), ("Session", &session)];
+    c.request("SETUP", &format!("{url}/trackID=1"), &t1);
+    let rtp_info = |h: &BTreeMap<String, String>| -> Vec<u16> {
+        h["rtp-info"]
+            .split(',')
+            .map(|e| {
+                e.split(';').find_map(|p| p.trim().strip_prefix("seq=")).unwrap().parse().unwrap()
+            })
+            .collect()
+    };
+    let (status, h, _) = c.request("PLAY", &url, &[("Session", &session), ("Range", "npt=0-")]);
+    assert_eq!(status, 200);
+    let first = rtp_info(&h);
+    // About two seconds of packets of both tracks.
+    let mut last = [None::<u16>; 2];
+    let start = std::time::Instant::now();
+    while start.elapsed() < std::time::Duration::from_secs(2) {
+        let (ch, pkt) = c.next_any();
+        if ch == 0 || ch == 2 {
+            let seq = u16::from_be_bytes([pkt[2], pkt[3]]);
+            let t = usize::from(ch / 2);
+            let want = last[t].map_or(first[t], |l| l.wrapping_add(1));
+            assert_eq!(seq, want, "track {t}: a gap or a repeat before the pause");
+            last[t] = Some(seq);
+        }
+    }
+    let (status, _, _) = c.request("PAUSE", &url, &[("Session", &session)]);
+    assert_eq!(status, 200);
+    // Packets sent before the PAUSE was handled are still on their way: take them.
+    let mut settle = std::time::Instant::now();
+    c.s.set_read_timeout(Some(std::time::Duration::from_millis(300))).unwrap();
+    while settle.elapsed() < std::time::Duration::from_millis(600) {
+        let Some((ch, pkt)) = c.try_next_any() else { break };
+        if ch == 0 || ch == 2 {
+            last[usize::from(ch / 2)] = Some(u16::from_be_bytes([pkt[2], pkt[3]]));
+            settle = std::time::Instant::now();
+        }
+    }
+    c.s.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+    let (status, h, _) = c.request("PLAY", &url, &[("Session", &session)]);
+    assert_eq!(status, 200);
+    let resumed = rtp_info(&h);
+    for t in 0..2 {
+        assert_eq!(
+            resumed[t],
+            last[t].unwrap().wrapping_add(1),
+            "track {t}: RTP-Info after resume"
+        );
+    }
+    let mut seen = [false; 2];
+    while !(seen[0] && seen[1]) {
+        let (ch, pkt) = c.next_any();
+        if (ch == 0 || ch == 2) && !seen[usize::from(ch / 2)] {
+            let t = usize::from(ch / 2);
+            assert_eq!(
+                u16::from_be_bytes([pkt[2], pkt[3]]),
+                resumed[t],
+                "track {t}: first after resume"
+            );
+            seen[t] = true;
+        }
+    }
 }
