@@ -7,9 +7,9 @@
 #![no_main]
 
 use isochron_rtp::payload::{
-    AacDepacketizer, AacPacketizer, Ac3Depacketizer, Ac3Packetizer, Depacketizer,
-    H264Depacketizer, H264Packetizer, H265Depacketizer, H265Packetizer, MpaDepacketizer,
-    MpaPacketizer, OpusDepacketizer, OpusPacketizer, Packetizer, Payload,
+    AacDepacketizer, AacPacketizer, Ac3Depacketizer, Ac3Packetizer, Depacketizer, H264Depacketizer,
+    H264Packetizer, H265Depacketizer, H265Packetizer, MpaDepacketizer, MpaPacketizer,
+    OpusDepacketizer, OpusPacketizer, Packetizer, Payload,
 };
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {

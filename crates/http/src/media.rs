@@ -643,8 +643,8 @@ fn hls_tracks(record: &ObjectRecord) -> Vec<(usize, Fmp4Track)> {
         let codec = match t.codec.as_str() {
             "h264" => Fmp4Codec::H264 { avcc: t.config.clone() },
             "hevc" => {
-                let (vps, sps, pps) = hevc_parameter_sets(&t.config);
-                Fmp4Codec::H265 { vps, sps, pps }
+                let p = isochron_media::HevcParameterSets::decode(&t.config);
+                Fmp4Codec::H265 { vps: p.vps, sps: p.sps, pps: p.pps }
             }
             "aac" => Fmp4Codec::Aac { asc: t.config.clone() },
             "opus" => Fmp4Codec::Opus { head: t.config.clone() },
@@ -665,29 +665,6 @@ fn hls_tracks(record: &ObjectRecord) -> Vec<(usize, Fmp4Track)> {
         ));
     }
     out
-}
-
-/// The HEVC parameter sets as ingest keeps them (`isochron_media::native`): the NAL length
-/// size, then VPS, SPS and PPS lists, each a count and length-prefixed units.
-fn hevc_parameter_sets(b: &[u8]) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, Vec<Vec<u8>>) {
-    let mut lists = [Vec::new(), Vec::new(), Vec::new()];
-    let mut at = 1;
-    for list in &mut lists {
-        let Some(&n) = b.get(at) else { break };
-        at += 1;
-        for _ in 0..n {
-            let Some(len) =
-                b.get(at..at + 2).map(|l| usize::from(u16::from_be_bytes([l[0], l[1]])))
-            else {
-                break;
-            };
-            let Some(nal) = b.get(at + 2..at + 2 + len) else { break };
-            list.push(nal.to_vec());
-            at += 2 + len;
-        }
-    }
-    let [v, s, p] = lists;
-    (v, s, p)
 }
 
 /// HLS of a native object (RFC 8216 §3.3, fragmented MP4): `index.m3u8` with `EXT-X-MAP`,

@@ -62,7 +62,7 @@ pub use container::{
     SkippedTrack, Track, demux_bytes, sniff,
 };
 pub use error::TsError;
-pub use native::{NativeAssembler, NativeError, NativeTrack, NativeUnit};
+pub use native::{HevcParameterSets, NativeAssembler, NativeError, NativeTrack, NativeUnit};
 pub use psi::{StreamInfo, StreamKind};
 pub use scan::{TsIndex, TsScanner};
 pub use stream::{StreamUnit, UnitStream};

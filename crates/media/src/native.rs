@@ -215,7 +215,13 @@ impl NativeAssembler {
                             (Some(v), Some(s), Some(p)) => h265_fmtp(v, s, p),
                             _ => String::new(),
                         };
-                        let config = parameter_sets(*nal_length_size, &[vps, sps, pps]);
+                        let config = HevcParameterSets {
+                            nal_length_size: *nal_length_size,
+                            vps: vps.clone(),
+                            sps: sps.clone(),
+                            pps: pps.clone(),
+                        }
+                        .encode();
                         (RtpCodec::H265, Box::new(p), fmtp, config)
                     }
                     CodecConfig::Aac { audio_specific_config } => {
@@ -407,18 +413,55 @@ fn avcc(nal_length_size: u8, sps: &[Vec<u8>], pps: &[Vec<u8>]) -> Vec<u8> {
     out
 }
 
-/// The HEVC parameter sets as `nal_length_size`, then for each of VPS, SPS and PPS a count and
-/// length-prefixed NAL units (enough to rebuild an `hvcC`; not itself one).
-fn parameter_sets(nal_length_size: u8, sets: &[&Vec<Vec<u8>>]) -> Vec<u8> {
-    let mut out = vec![nal_length_size];
-    for list in sets {
-        out.push(list.len().min(255) as u8);
-        for n in list.iter().take(255) {
-            out.extend_from_slice(&(n.len().min(0xFFFF) as u16).to_be_bytes());
-            out.extend_from_slice(&n[..n.len().min(0xFFFF)]);
+/// An H.265 track's parameter sets as the catalog keeps them ([`NativeTrack::config`]): the
+/// NAL length size, then the VPS, SPS and PPS lists, each a count and 16-bit length-prefixed
+/// NAL units (what an `hvcC` is rebuilt from).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HevcParameterSets {
+    /// The size of the sample's NAL length prefixes.
+    pub nal_length_size: u8,
+    /// Video parameter sets.
+    pub vps: Vec<Vec<u8>>,
+    /// Sequence parameter sets.
+    pub sps: Vec<Vec<u8>>,
+    /// Picture parameter sets.
+    pub pps: Vec<Vec<u8>>,
+}
+
+impl HevcParameterSets {
+    /// The catalog's bytes.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![self.nal_length_size];
+        for list in [&self.vps, &self.sps, &self.pps] {
+            out.push(list.len().min(255) as u8);
+            for n in list.iter().take(255) {
+                out.extend_from_slice(&(n.len().min(0xFFFF) as u16).to_be_bytes());
+                out.extend_from_slice(&n[..n.len().min(0xFFFF)]);
+            }
         }
+        out
     }
-    out
+
+    /// Reads [`HevcParameterSets::encode`]'s bytes; what does not parse is left out.
+    #[must_use]
+    pub fn decode(b: &[u8]) -> Self {
+        let mut lists = [Vec::new(), Vec::new(), Vec::new()];
+        let mut at = 1;
+        for list in &mut lists {
+            let Some(&n) = b.get(at) else { break };
+            at += 1;
+            for _ in 0..n {
+                let Some(l) = b.get(at..at + 2) else { break };
+                let len = usize::from(u16::from_be_bytes([l[0], l[1]]));
+                let Some(nal) = b.get(at + 2..at + 2 + len) else { break };
+                list.push(nal.to_vec());
+                at += 2 + len;
+            }
+        }
+        let [vps, sps, pps] = lists;
+        Self { nal_length_size: b.first().copied().unwrap_or(4), vps, sps, pps }
+    }
 }
 
 #[cfg(test)]
@@ -509,10 +552,10 @@ mod tests {
                 for (i, ((rtp, au), s)) in aus.iter().zip(&samples).enumerate() {
                     let src = &file[s.offset as usize..s.offset as usize + s.size as usize];
                     if h264 || h265 {
-                        let len = match index.tracks[t].config {
-                            CodecConfig::Avc { nal_length_size, .. }
-                            | CodecConfig::Hevc { nal_length_size, .. } => nal_length_size,
-                            _ => unreachable!(),
+                        let (CodecConfig::Avc { nal_length_size: len, .. }
+                        | CodecConfig::Hevc { nal_length_size: len, .. }) = index.tracks[t].config
+                        else {
+                            unreachable!()
                         };
                         assert_eq!(
                             slices(au, 4, h265),
@@ -569,6 +612,22 @@ mod tests {
             let span = first.last().unwrap().send_time.as_nanos() - first[0].send_time.as_nanos();
             assert!(span > 0 && span < dur as u64, "span {span} of {dur}");
         }
+    }
+
+    #[test]
+    fn hevc_parameter_sets_round_trip() {
+        let p = HevcParameterSets {
+            nal_length_size: 4,
+            vps: vec![vec![0x40, 1, 2]],
+            sps: vec![vec![0x42, 1], vec![0x42, 2, 3]],
+            pps: vec![],
+        };
+        assert_eq!(HevcParameterSets::decode(&p.encode()), p);
+        assert_eq!(HevcParameterSets::decode(&[]).vps.len(), 0);
+        let (_, tracks, _) = assemble(FIXTURES[3].1);
+        let h = HevcParameterSets::decode(&tracks[0].config);
+        assert_eq!((h.vps.len(), h.sps.len(), h.pps.len()), (1, 1, 1));
+        assert_eq!((h.sps[0][0] >> 1) & 0x3f, 33);
     }
 
     #[test]
