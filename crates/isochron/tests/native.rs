@@ -1014,3 +1014,49 @@ fn pause_and_resume_continue_every_track() {
         }
     }
 }
+
+/// An MP4 sent to the HTTP recording endpoint (or `PUT /api/v1/objects`) is stored as
+/// `isochron ingest` stores it and plays at once; an MPEG-TS body is still a paced recording.
+#[test]
+fn an_mp4_recorded_over_http_is_stored_and_plays() {
+    require("curl");
+    let src = media_fixture("hevc_aac.mp4");
+    let dir = tempdir();
+    let server = Server::start(&dir.path().join("store"), ServeOptions::default());
+    let put = |path: &str| {
+        let out = run(
+            Command::new("curl")
+                .args(["-sS", "--max-time", "60", "-o", "-", "-w", "\n%{http_code}", "-T"])
+                .arg(&src)
+                .arg(format!("http://{}{path}", server.http)),
+            70,
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or_default();
+        (code.trim().to_owned(), body.to_owned())
+    };
+    let (code, body) = put("/api/v1/record/rec?rate=2M");
+    assert_eq!(code, "201", "{body}");
+    assert!(body.contains("\"hevc video\"") || body.contains("hevc"), "{body}");
+    let (code, body) = put("/api/v1/objects/up");
+    assert_eq!(code, "201", "{body}");
+    for name in ["rec", "up"] {
+        let out = run(
+            Command::new("timeout").args(["-k", "5", "30", "ffprobe", "-v", "error"]).args([
+                "-show_entries",
+                "stream=codec_name",
+                "-of",
+                "csv=p=0",
+                &server.url(name),
+            ]),
+            40,
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).split_whitespace().collect::<Vec<_>>(),
+            ["hevc", "aac"]
+        );
+        let (code, _, bytes) = http_get(&format!("http://{}/objects/{name}", server.http), None);
+        assert_eq!(code, 200);
+        assert_same_bytes(&bytes, &std::fs::read(&src).unwrap(), name);
+    }
+}
