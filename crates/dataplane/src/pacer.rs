@@ -1192,27 +1192,27 @@ mod tests {
         }
     }
 
+    /// Adds the stream of [`native_setup`], plays it from the start with `offsets`, and hands it
+    /// its first block on a clock pinned at 0.
+    fn native_play(p: &mut Pacer<Vec<u8>>, audio: bool, offsets: SeqOffsets) {
+        p.handle_add(native_setup(audio));
+        let start = Position { tracks: TrackSeqs::zeros(2), ..Position::START };
+        let (from, end, anchor) = (BlockIndex(0), None, None);
+        let run = PlayRun { run: 1, start, from, end, seq_offsets: offsets, anchor };
+        p.handle_play(Instant::ZERO, StreamId(1), run);
+        let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
+        p.handle_block(StreamId(1), 1, BlockIndex(0), native_block(0, 0, 6), Some(anchor));
+    }
+
     /// Each track is its own RTP stream: numbered by its own index plus its own offset, stamped
     /// with its stored timestamp plus its own offset, its own payload type, its own SRs and
     /// BYE; where the run stopped says each track's next packet.
     #[test]
     fn native_tracks_are_stamped_and_reported_apart() {
         let mut p = Pacer::new(PacerConfig::default());
-        p.handle_add(native_setup(true));
         let mut offsets = single_offset(100);
         offsets[1] = 65_535;
-        let start = Position { tracks: TrackSeqs::zeros(2), ..Position::START };
-        let run = PlayRun {
-            run: 1,
-            start,
-            from: BlockIndex(0),
-            end: None,
-            seq_offsets: offsets,
-            anchor: None,
-        };
-        p.handle_play(Instant::ZERO, StreamId(1), run);
-        let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
-        p.handle_block(StreamId(1), 1, BlockIndex(0), native_block(0, 0, 6), Some(anchor));
+        native_play(&mut p, true, offsets);
         p.handle_block(StreamId(1), 1, BlockIndex(1), native_block(1, 6, 4), None);
         let mut rtp = Vec::new();
         let mut rtcp = Vec::new();
@@ -1256,19 +1256,7 @@ mod tests {
     #[test]
     fn a_track_not_set_up_is_passed_over() {
         let mut p = Pacer::new(PacerConfig::default());
-        p.handle_add(native_setup(false));
-        let start = Position { tracks: TrackSeqs::zeros(2), ..Position::START };
-        let run = PlayRun {
-            run: 1,
-            start,
-            from: BlockIndex(0),
-            end: None,
-            seq_offsets: single_offset(0),
-            anchor: None,
-        };
-        p.handle_play(Instant::ZERO, StreamId(1), run);
-        let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
-        p.handle_block(StreamId(1), 1, BlockIndex(0), native_block(0, 0, 6), Some(anchor));
+        native_play(&mut p, false, single_offset(0));
         let mut tracks = Vec::new();
         let mut now = Instant::ZERO;
         while now <= ms(35) {

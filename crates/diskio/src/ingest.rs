@@ -750,14 +750,7 @@ impl BlockPacker {
         }
         self.window.1 += len;
         totals.peak_bytes_per_s = totals.peak_bytes_per_s.max(self.window.1);
-        let mut full = None;
-        if !self.builder.as_ref().is_some_and(|b| b.fits(unit.payload.len())) {
-            if let Some(b) = self.builder.take() {
-                full = Some(self.seal(b)?);
-            }
-            let key = BlockKey::new(self.id, BlockIndex(self.next_index));
-            self.builder = Some(BlockBuilder::new_native(key, gsn, self.block_size));
-        }
+        let full = self.make_room(unit.payload.len(), gsn)?;
         let meta = NativeMeta {
             send_time: unit.send_time,
             track: unit.track,
@@ -780,14 +773,7 @@ impl BlockPacker {
         if unit.random_access {
             self.packed.seek_points.push(SeekPoint { time: unit.send_time, gsn });
         }
-        let mut full = None;
-        if !self.builder.as_ref().is_some_and(|b| b.fits(bytes.len())) {
-            if let Some(b) = self.builder.take() {
-                full = Some(self.seal(b)?);
-            }
-            let key = BlockKey::new(self.id, BlockIndex(self.next_index));
-            self.builder = Some(BlockBuilder::new(key, gsn, self.block_size));
-        }
+        let full = self.make_room(bytes.len(), gsn)?;
         let meta = PacketMeta {
             send_time: unit.send_time,
             ts_packets: unit.ts_packets,
@@ -840,6 +826,25 @@ impl BlockPacker {
             packed.track_packets.resize(self.track_next.len(), 0);
         }
         Ok((last, packed))
+    }
+
+    /// When a packet of `len` bytes does not fit in the block being filled, seals that block
+    /// (returned) and starts the next at `gsn`, of this packer's version.
+    fn make_room(&mut self, len: usize, gsn: Gsn) -> Result<Option<PackedBlock>, StoreError> {
+        if self.builder.as_ref().is_some_and(|b| b.fits(len)) {
+            return Ok(None);
+        }
+        let full = match self.builder.take() {
+            Some(b) => Some(self.seal(b)?),
+            None => None,
+        };
+        let key = BlockKey::new(self.id, BlockIndex(self.next_index));
+        self.builder = Some(if self.native {
+            BlockBuilder::new_native(key, gsn, self.block_size)
+        } else {
+            BlockBuilder::new(key, gsn, self.block_size)
+        });
+        Ok(full)
     }
 
     fn seal(&mut self, builder: BlockBuilder) -> Result<PackedBlock, StoreError> {

@@ -516,12 +516,7 @@ fn ffprobe_sees_the_source_and_a_seek_lands_on_the_key_frame_before() {
         .fold(f64::MIN, f64::max);
     assert!(key > 2.0, "key frame {key}");
     let mut c = Rtsp::connect(server.rtsp);
-    c.request("DESCRIBE", &url, &[]);
-    let t0 = [("Transport", "RTP/AVP/TCP;unicast;interleaved=0-1")];
-    let (_, h, _) = c.request("SETUP", &format!("{url}/trackID=0"), &t0);
-    let session = h["session"].split(';').next().unwrap().to_owned();
-    let t1 = [("Transport", "RTP/AVP/TCP;unicast;interleaved=2-3"), ("Session", &session)];
-    c.request("SETUP", &format!("{url}/trackID=1"), &t1);
+    let session = c.setup_two_tracks(&url);
     let (status, h, _) = c.request("PLAY", &url, &[("Session", &session), ("Range", "npt=3.5-")]);
     assert_eq!(status, 200);
     let range = h["range"].trim_start_matches("npt=");
@@ -530,14 +525,7 @@ fn ffprobe_sees_the_source_and_a_seek_lands_on_the_key_frame_before() {
         (start - key).abs() < 1e-3,
         "the PLAY starts at {start} s, the key frame is at {key} s"
     );
-    // RTP-Info: each track's first sequence number and timestamp.
-    let info: Vec<(u16, u32)> = h["rtp-info"]
-        .split(',')
-        .map(|e| {
-            let f = |k: &str| e.split(';').find_map(|p| p.trim().strip_prefix(k)).unwrap();
-            (f("seq=").parse().unwrap(), f("rtptime=").parse().unwrap())
-        })
-        .collect();
+    let info = rtp_info(&h);
     assert_eq!(info.len(), 2);
     let pkt = c.next_frame(0);
     let seq = u16::from_be_bytes([pkt[2], pkt[3]]);
@@ -549,6 +537,17 @@ fn ffprobe_sees_the_source_and_a_seek_lands_on_the_key_frame_before() {
     assert_eq!((pkt[12] >> 1) & 0x3f, 32, "the first video packet is the key frame's VPS");
     let pkt = c.next_frame(2);
     assert_eq!(u16::from_be_bytes([pkt[2], pkt[3]]), info[1].0, "the first audio packet");
+}
+
+/// Each track's first sequence number and timestamp, from a PLAY response's `RTP-Info`.
+fn rtp_info(h: &BTreeMap<String, String>) -> Vec<(u16, u32)> {
+    h["rtp-info"]
+        .split(',')
+        .map(|e| {
+            let f = |k: &str| e.split(';').find_map(|p| p.trim().strip_prefix(k)).unwrap();
+            (f("seq=").parse().unwrap(), f("rtptime=").parse().unwrap())
+        })
+        .collect()
 }
 
 /// A minimal RTSP client over one TCP connection, for what players do not expose: the
@@ -572,6 +571,18 @@ impl Rtsp {
         let n = self.s.read(&mut b).expect("read");
         assert!(n > 0, "connection closed");
         self.buf.extend_from_slice(&b[..n]);
+    }
+
+    /// DESCRIBE, then SETUP of tracks 0 and 1 interleaved on channels 0-1 and 2-3 in one
+    /// session: its id.
+    fn setup_two_tracks(&mut self, url: &str) -> String {
+        self.request("DESCRIBE", url, &[]);
+        let t0 = [("Transport", "RTP/AVP/TCP;unicast;interleaved=0-1")];
+        let (_, h, _) = self.request("SETUP", &format!("{url}/trackID=0"), &t0);
+        let session = h["session"].split(';').next().unwrap().to_owned();
+        let t1 = [("Transport", "RTP/AVP/TCP;unicast;interleaved=2-3"), ("Session", &session)];
+        self.request("SETUP", &format!("{url}/trackID=1"), &t1);
+        session
     }
 
     /// Drops whole interleaved frames at the front of the buffer.
@@ -947,19 +958,9 @@ fn pause_and_resume_continue_every_track() {
     let (_dir, server) = serve_media(&[&src]);
     let url = server.url(&stem(&src));
     let mut c = Rtsp::connect(server.rtsp);
-    c.request("DESCRIBE", &url, &[]);
-    let t0 = [("Transport", "RTP/AVP/TCP;unicast;interleaved=0-1")];
-    let (_, h, _) = c.request("SETUP", &format!("{url}/trackID=0"), &t0);
-    let session = h["session"].split(';').next().unwrap().to_owned();
-    let t1 = [("Transport", "RTP/AVP/TCP;unicast;interleaved=2-3"), ("Session", &session)];
-    c.request("SETUP", &format!("{url}/trackID=1"), &t1);
+    let session = c.setup_two_tracks(&url);
     let rtp_info = |h: &BTreeMap<String, String>| -> Vec<u16> {
-        h["rtp-info"]
-            .split(',')
-            .map(|e| {
-                e.split(';').find_map(|p| p.trim().strip_prefix("seq=")).unwrap().parse().unwrap()
-            })
-            .collect()
+        rtp_info(h).into_iter().map(|(seq, _)| seq).collect()
     };
     let (status, h, _) = c.request("PLAY", &url, &[("Session", &session), ("Range", "npt=0-")]);
     assert_eq!(status, 200);
