@@ -1061,3 +1061,27 @@ fn an_mp4_recorded_over_http_is_stored_and_plays() {
         assert_same_bytes(&bytes, &std::fs::read(&src).unwrap(), name);
     }
 }
+
+/// MP3 (RFC 2250 §3.5, static payload type 14) and AC-3 (RFC 4184) tracks play too: ffmpeg
+/// records both streams of a Matroska file of the two, every audio packet equal to the source's.
+#[test]
+fn mp3_and_ac3_tracks_play_in_ffmpeg() {
+    require("ffmpeg");
+    let src = repo().join("crates/media/testdata/mp3_ac3.mkv");
+    let (dir, server) = serve_media(&[&src]);
+    let rec = dir.path().join("rec.mka");
+    ffmpeg_record(&server.url(&stem(&src)), "tcp", &rec);
+    for stream in ["0:a:0", "0:a:1"] {
+        let packets = |p: &Path| -> Vec<String> {
+            let out = run(
+                Command::new("ffmpeg")
+                    .args(["-nostdin", "-v", "error", "-i"])
+                    .arg(p)
+                    .args(["-map", stream, "-c", "copy", "-f", "framemd5", "-"]),
+                60,
+            );
+            framemd5_packets(&String::from_utf8_lossy(&out.stdout)).into_iter().map(|p| p.2).collect()
+        };
+        assert_frames(&packets(&rec), &packets(&src), &format!("stream {stream}"));
+    }
+}
