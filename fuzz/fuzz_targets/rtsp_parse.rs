@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use isochron_base::{BitRate, Gsn, Instant, MediaTime, ObjectId};
 use isochron_rtsp::codec::{self, Decoded, Frame, Limits};
+use isochron_rtsp::sdp::MediaTrack;
 use isochron_rtsp::server::{
     ConnId, ConnInfo, Handled, Library, PlayOutcome, PlayStart, Position, Presentation,
     ServerConfig, ServerCore,
@@ -22,17 +23,31 @@ struct FakeLibrary;
 
 impl Library for FakeLibrary {
     fn lookup(&self, name: &str) -> Option<Presentation> {
-        matches!(name, "test.ts" | "a").then(|| Presentation {
+        // Two native tracks for "m.mp4" (a SETUP per track), one MP2T stream otherwise.
+        let track = |kind: &str, pt, clock_rate| MediaTrack {
+            kind: kind.into(),
+            payload_type: pt,
+            encoding: "H264".into(),
+            clock_rate,
+            channels: 0,
+            fmtp: String::new(),
+        };
+        let tracks = match name {
+            "m.mp4" => vec![track("video", 96, 90_000), track("audio", 97, 48_000)],
+            _ => Vec::new(),
+        };
+        matches!(name, "test.ts" | "a" | "m.mp4").then(|| Presentation {
             object: ObjectId(7),
             name: name.to_owned(),
             duration: DURATION,
             avg_bitrate: BitRate(2_000_000),
+            tracks,
         })
     }
 }
 
 fn position(t: MediaTime) -> Position {
-    Position { gsn: Gsn(t.as_nanos() / 10_000_000), time: t }
+    Position::at(Gsn(t.as_nanos() / 10_000_000), t)
 }
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| run(data));
@@ -79,7 +94,7 @@ fn run(data: &[u8]) {
                                     _ => PlayOutcome::Started {
                                         first,
                                         end: action.end.filter(|e| *e < DURATION),
-                                        seq_offset: step as u16,
+                                        seq_offsets: vec![step as u16, !step as u16],
                                     },
                                 };
                                 core.finish_play(now, action, outcome)

@@ -38,14 +38,15 @@
 //! Not here: sockets, etcd, the clock, and what a share does with its blocks.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use isochron_base::{BitRate, Instant, MediaTime, NodeId, ObjectId, Pace, StreamId};
+use isochron_base::{BitRate, Instant, MediaTime, NodeId, ObjectId, Pace, StreamId, TrackSeqs};
 use isochron_rtsp::server::Position;
 
 use crate::clock::ClockSync;
-use crate::message::{Dest, Message, Refusal, Role, RunSpec, ShareKey, ShareReport, WallAnchor};
+use crate::message::{
+    Dest, Message, Refusal, Role, RunSpec, RunTracks, ShareKey, ShareReport, WallAnchor,
+};
 
 /// Settings of a [`ClusterCore`].
 #[derive(Clone, Debug)]
@@ -185,14 +186,21 @@ pub struct StartSpec {
     pub start: Position,
     /// The last media time to send, if the range had an end.
     pub end: Option<MediaTime>,
-    /// RTP sequence-number offset.
-    pub seq_offset: u16,
-    /// RTP timestamp offset.
-    pub rtp_ts_offset: u32,
-    /// The SSRC.
-    pub ssrc: u32,
-    /// The client's UDP addresses (RTP, RTCP), or `None` for interleaved transport.
-    pub client: Option<(SocketAddr, SocketAddr)>,
+    /// Its tracks: each one's stamps, and its destination: the client's UDP addresses
+    /// ([`Dest::Udp`]) or [`Dest::Origin`] for interleaved transport.
+    pub tracks: RunTracks,
+}
+
+impl StartSpec {
+    /// Whether every set-up track goes to the client over UDP (what bipartite delivery needs).
+    #[must_use]
+    pub fn all_udp(&self) -> bool {
+        self.tracks
+            .as_slice()
+            .iter()
+            .filter(|t| t.enabled)
+            .all(|t| matches!(t.dest, Dest::Udp { .. }))
+    }
 }
 
 /// Stop now (a seek) or at a synchronised cutoff (a pause).
@@ -214,6 +222,8 @@ pub struct LocalAnchor {
 }
 
 /// What this node's scheduler and sender must do for a share.
+// A run's tracks make starts a few hundred bytes: one per PLAY, no cost worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LocalAction {
     /// Admit the share at the scheduler (its own disks' part of the object at `epoch`), then
@@ -610,10 +620,7 @@ impl ClusterCore {
             .then(|| LocalAnchor { wall: now + self.config.start_delay, media: spec.start.time });
         let wall = anchor.map(|a| WallAnchor { unix_ns: self.unix_ns(a.wall), media: a.media });
         let Some(session) = self.sessions.get_mut(&stream) else { return };
-        let delivery = match spec.client {
-            Some(_) => session.open.delivery,
-            None => Delivery::Relay,
-        };
+        let delivery = if spec.all_udp() { session.open.delivery } else { Delivery::Relay };
         // Every member sends its own packets: to the client, or (relay) to the origin, which
         // sends them on from its own address.
         let senders: BTreeSet<NodeId> = session.members.clone();
@@ -634,10 +641,7 @@ impl ClusterCore {
             end: spec.end,
             anchor: wall,
             pace,
-            seq_offset: spec.seq_offset,
-            rtp_ts_offset: spec.rtp_ts_offset,
-            ssrc: spec.ssrc,
-            dest: Dest::Origin,
+            tracks: spec.tracks.with_dest(Dest::Origin),
             role: Role::Whole,
             // Yima's LSN lets a client tell the nodes' packets apart, and the block end next to
             // it which node owes a lost tail (RBEC): for players that take bipartite delivery,
@@ -647,15 +651,13 @@ impl ClusterCore {
         };
         let members: Vec<NodeId> = session.members.iter().copied().collect();
         for to in members {
-            let spec = match (cluster, delivery, spec.client) {
-                (false, _, _) => base,
-                (true, Delivery::Bipartite, Some((rtp, rtcp))) => RunSpec {
-                    dest: Dest::Udp { rtp, rtcp },
-                    role: Role::Share { rtcp: to == me },
-                    ..base
-                },
-                (true, _, _) if to == me => RunSpec { role: Role::Share { rtcp: true }, ..base },
-                (true, _, _) => RunSpec { role: Role::Feeder, ..base },
+            let spec = match (cluster, delivery) {
+                (false, _) => base,
+                (true, Delivery::Bipartite) => {
+                    RunSpec { tracks: spec.tracks, role: Role::Share { rtcp: to == me }, ..base }
+                }
+                (true, _) if to == me => RunSpec { role: Role::Share { rtcp: true }, ..base },
+                (true, _) => RunSpec { role: Role::Feeder, ..base },
             };
             self.send(now, to, Message::Start { key, run, spec });
         }
@@ -1270,9 +1272,14 @@ fn media_at(anchor: LocalAnchor, pace: Pace, wall: Instant) -> MediaTime {
 }
 
 /// Where a session stands from its senders' reports: the first packet no node sent, and the
-/// furthest packet any node sent.
+/// furthest packet any node sent. Each track's next packet is the furthest any node counted:
+/// every node started the run at the same vector and moved each track past the packets it
+/// sent, so together they are past every packet sent.
 fn combine(reports: &[ShareReport]) -> (Option<Position>, Option<Position>) {
-    let next = reports.iter().filter_map(|r| r.next).min_by_key(|p| p.gsn);
-    let last = reports.iter().filter_map(|r| r.last_sent).max_by_key(|p| p.gsn);
+    let all = reports.iter().flat_map(|r| [r.next, r.last_sent]).flatten();
+    let tracks = all.map(|p| p.tracks).reduce(TrackSeqs::max);
+    let with = |p: Position| Position { tracks: tracks.unwrap_or(p.tracks), ..p };
+    let next = reports.iter().filter_map(|r| r.next).min_by_key(|p| p.gsn).map(with);
+    let last = reports.iter().filter_map(|r| r.last_sent).max_by_key(|p| p.gsn).map(with);
     (next, last)
 }

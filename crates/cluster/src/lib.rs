@@ -26,5 +26,5 @@ pub use crate::core::{
     MemberView, OpenSpec, SessionEvent, StartSpec, StopKind,
 };
 pub use crate::message::{
-    Dest, Message, Refusal, Role, RunSpec, ShareKey, ShareReport, WallAnchor,
+    Dest, Message, Refusal, Role, RunSpec, RunTracks, ShareKey, ShareReport, TrackSpec, WallAnchor,
 };

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::net::SocketAddr;
 
-use isochron_base::{BitRate, DiskId, MediaTime, NodeId, ObjectId, Pace, StreamId};
+use isochron_base::{BitRate, DiskId, MAX_TRACKS, MediaTime, NodeId, ObjectId, Pace, StreamId};
 use isochron_rtsp::server::Position;
 
 /// One node's part in one session: the session's node (`origin`) and its stream id there.
@@ -59,6 +59,97 @@ pub enum Dest {
     Origin,
 }
 
+/// One track of a run: how every sending node stamps its packets, where they go, and whether
+/// the client set it up (an object ingested from MP4 or Matroska sends each track as its own
+/// RTP stream; an MPEG-TS object has one track).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrackSpec {
+    /// The track's SSRC, shared by every sending node.
+    pub ssrc: u32,
+    /// RTP sequence-number offset (seq = offset + the packet's `track_seq`, the GSN for MP2T).
+    pub seq_offset: u16,
+    /// RTP timestamp offset.
+    pub rtp_ts_offset: u32,
+    /// The RTP clock rate (90 kHz for MP2T).
+    pub clock_rate: u32,
+    /// The RTP payload type.
+    pub payload_type: u8,
+    /// Where its packets go.
+    pub dest: Dest,
+    /// The client set it up; packets of other tracks are not sent.
+    pub enabled: bool,
+}
+
+impl TrackSpec {
+    /// The one MP2T track of an MPEG-TS object (PT 33, 90 kHz).
+    #[must_use]
+    pub fn mp2t(ssrc: u32, seq_offset: u16, rtp_ts_offset: u32, dest: Dest) -> Self {
+        Self {
+            ssrc,
+            seq_offset,
+            rtp_ts_offset,
+            clock_rate: 90_000,
+            payload_type: 33,
+            dest,
+            enabled: true,
+        }
+    }
+
+    /// Whether this is exactly that MP2T track (what wire version 1 can carry).
+    #[must_use]
+    pub fn is_mp2t(&self) -> bool {
+        self.clock_rate == 90_000 && self.payload_type == 33 && self.enabled
+    }
+}
+
+/// A run's tracks, by index (at most [`MAX_TRACKS`]); `Copy`, so that specs stay plain values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunTracks {
+    len: u8,
+    tracks: [TrackSpec; MAX_TRACKS],
+}
+
+impl RunTracks {
+    /// The tracks `tracks` (those past [`MAX_TRACKS`] dropped; objects never have more).
+    #[must_use]
+    pub fn new(tracks: &[TrackSpec]) -> Self {
+        let filler = TrackSpec::mp2t(0, 0, 0, Dest::Origin);
+        let mut out = Self { len: 0, tracks: [filler; MAX_TRACKS] };
+        for (i, t) in tracks.iter().take(MAX_TRACKS).enumerate() {
+            out.tracks[i] = *t;
+        }
+        out.len = tracks.len().min(MAX_TRACKS) as u8;
+        out
+    }
+
+    /// One MP2T track.
+    #[must_use]
+    pub fn one(track: TrackSpec) -> Self {
+        Self::new(&[track])
+    }
+
+    /// The tracks, by index.
+    #[must_use]
+    pub fn as_slice(&self) -> &[TrackSpec] {
+        &self.tracks[..usize::from(self.len)]
+    }
+
+    /// The same tracks with every destination set to `dest`.
+    #[must_use]
+    pub fn with_dest(mut self, dest: Dest) -> Self {
+        for t in &mut self.tracks {
+            t.dest = dest;
+        }
+        self
+    }
+
+    /// The first track (a run always has one).
+    #[must_use]
+    pub fn first(&self) -> TrackSpec {
+        self.tracks[0]
+    }
+}
+
 /// What a node does with its share of a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -94,14 +185,8 @@ pub struct RunSpec {
     pub anchor: Option<WallAnchor>,
     /// The session's pace (MTFC).
     pub pace: Pace,
-    /// RTP sequence-number offset (seq = offset + GSN).
-    pub seq_offset: u16,
-    /// RTP timestamp offset.
-    pub rtp_ts_offset: u32,
-    /// The session's SSRC, shared by every sending node.
-    pub ssrc: u32,
-    /// Where the packets go.
-    pub dest: Dest,
+    /// Its tracks: stamps and destinations.
+    pub tracks: RunTracks,
     /// This node's role.
     pub role: Role,
     /// Whether packets carry the node's local sequence number (Yima's LSN, RFC 8285).
@@ -138,6 +223,8 @@ pub struct ShareReport {
 }
 
 /// A control message between nodes.
+// A run's tracks make starts a few hundred bytes: one per PLAY, no cost worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Message {
     /// First message on a control connection.

@@ -8,9 +8,11 @@
 //! (a node talking to a node of another build learns why at once instead of misreading).
 //!
 //! Versions: 1 is every message of the first cluster build. 2 adds one variant, a reserve that
-//! names members lost before the session opened ([`Message::Reserve`]'s `lost`). A frame is
-//! written at the lowest version that expresses its message, so a version-1 node still reads
-//! everything but a degraded open, which it refuses by version.
+//! names members lost before the session opened ([`Message::Reserve`]'s `lost`). 3 adds runs of
+//! objects with native tracks: a start with several tracks ([`RunSpec::tracks`]) and reports
+//! whose positions carry each track's next packet. A frame is written at the lowest version that
+//! expresses its message, so a version-1 node still reads everything but a degraded open and
+//! native tracks, which it refuses by version.
 //!
 //! [`FrameReader`] reassembles frames from a byte stream in any chunking (sans-IO: the glue feeds
 //! it what its socket read).
@@ -18,14 +20,16 @@
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
-use isochron_base::{BitRate, DiskId, Gsn, MediaTime, NodeId, ObjectId, Pace, StreamId};
+use isochron_base::{BitRate, DiskId, Gsn, MediaTime, NodeId, ObjectId, Pace, StreamId, TrackSeqs};
 use isochron_rtsp::server::Position;
 use serde::{Deserialize, Serialize};
 
-use crate::message::{Dest, Message, Refusal, Role, RunSpec, ShareKey, ShareReport, WallAnchor};
+use crate::message::{
+    Dest, Message, Refusal, Role, RunSpec, RunTracks, ShareKey, ShareReport, TrackSpec, WallAnchor,
+};
 
 /// The format version this build writes and the newest it reads.
-pub const WIRE_VERSION: u8 = 2;
+pub const WIRE_VERSION: u8 = 3;
 
 /// The largest frame body accepted (control messages are tens of bytes; a refusal's text is
 /// the largest part).
@@ -58,7 +62,7 @@ pub enum WireError {
 #[must_use]
 pub fn encode_frame(msg: &Message) -> Vec<u8> {
     let w = W::from(msg);
-    let version = if matches!(w, W::ReserveLost { .. }) { 2 } else { 1 };
+    let version = w.version();
     let mut out = vec![0, 0, 0, 0, version];
     // Serialising plain structs into a growable Vec cannot fail (postcard fails only on buffer
     // exhaustion and unsupported types).
@@ -76,8 +80,11 @@ pub fn decode_body(body: &[u8]) -> Result<Message, WireError> {
     }
     let (w, trailing): (W, _) =
         postcard::take_from_bytes(rest).map_err(|e| WireError::Decode(e.to_string()))?;
-    if version < 2 && matches!(w, W::ReserveLost { .. }) {
-        return Err(WireError::Decode("a version-2 message in a version-1 frame".into()));
+    if version < w.version() {
+        return Err(WireError::Decode(format!(
+            "a version-{} message in a version-{version} frame",
+            w.version()
+        )));
     }
     if !trailing.is_empty() {
         return Err(WireError::Trailing(trailing.len()));
@@ -132,6 +139,184 @@ enum W {
     Close { key: WKey },
     // Version 2.
     ReserveLost { key: WKey, object: u64, epoch: u32, avg: u64, peak: u64, lost: Vec<u16> },
+    // Version 3.
+    StartTracks { key: WKey, run: u64, spec: WSpec3 },
+    StoppedTracks { key: WKey, run: u64, report: WReport3 },
+    EndedTracks { key: WKey, run: u64, report: WReport3 },
+}
+
+impl W {
+    /// The first version with this variant.
+    fn version(&self) -> u8 {
+        match self {
+            Self::ReserveLost { .. } => 2,
+            Self::StartTracks { .. } | Self::StoppedTracks { .. } | Self::EndedTracks { .. } => 3,
+            _ => 1,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone)]
+struct WPos3 {
+    gsn: u64,
+    time_ns: u64,
+    tracks: Vec<u32>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct WReport3 {
+    next: Option<WPos3>,
+    last_sent: Option<WPos3>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct WTrack {
+    ssrc: u32,
+    seq_offset: u16,
+    rtp_ts_offset: u32,
+    clock_rate: u32,
+    payload_type: u8,
+    dest: WDest,
+    enabled: bool,
+}
+
+#[derive(Serialize, Deserialize)]
+struct WSpec3 {
+    object: u64,
+    epoch: u32,
+    start: WPos3,
+    end_ns: Option<u64>,
+    anchor: Option<WAnchor>,
+    pace_ppm: u32,
+    tracks: Vec<WTrack>,
+    role: WRole,
+    lsn: bool,
+}
+
+impl From<Position> for WPos3 {
+    fn from(p: Position) -> Self {
+        Self { gsn: p.gsn.0, time_ns: p.time.as_nanos(), tracks: p.tracks.as_slice().to_vec() }
+    }
+}
+
+impl From<WPos3> for Position {
+    fn from(p: WPos3) -> Self {
+        Self {
+            gsn: Gsn(p.gsn),
+            time: MediaTime::from_nanos(p.time_ns),
+            tracks: TrackSeqs::new(&p.tracks),
+        }
+    }
+}
+
+impl From<ShareReport> for WReport3 {
+    fn from(r: ShareReport) -> Self {
+        Self { next: r.next.map(Into::into), last_sent: r.last_sent.map(Into::into) }
+    }
+}
+
+impl From<WReport3> for ShareReport {
+    fn from(r: WReport3) -> Self {
+        Self { next: r.next.map(Into::into), last_sent: r.last_sent.map(Into::into) }
+    }
+}
+
+fn dest_to_wire(d: Dest) -> WDest {
+    match d {
+        Dest::Udp { rtp, rtcp } => WDest::Udp { rtp, rtcp },
+        Dest::Origin => WDest::Origin,
+    }
+}
+
+fn dest_from_wire(d: WDest) -> Dest {
+    match d {
+        WDest::Udp { rtp, rtcp } => Dest::Udp { rtp, rtcp },
+        WDest::Origin => Dest::Origin,
+    }
+}
+
+fn role_to_wire(r: Role) -> WRole {
+    match r {
+        Role::Whole => WRole::Whole,
+        Role::Share { rtcp } => WRole::Share { rtcp },
+        Role::Feeder => WRole::Feeder,
+    }
+}
+
+fn role_from_wire(r: WRole) -> Role {
+    match r {
+        WRole::Whole => Role::Whole,
+        WRole::Share { rtcp } => Role::Share { rtcp },
+        WRole::Feeder => Role::Feeder,
+    }
+}
+
+/// Whether version 1's single-track spec says all of `s`: one MP2T track, no track positions.
+fn fits_v1(s: &RunSpec) -> bool {
+    matches!(s.tracks.as_slice(), [t] if t.is_mp2t()) && s.start.tracks.is_empty()
+}
+
+/// Whether version 1's report says all of `r`: no track positions.
+fn report_fits_v1(r: &ShareReport) -> bool {
+    [r.next, r.last_sent].iter().flatten().all(|p| p.tracks.is_empty())
+}
+
+impl From<&RunSpec> for WSpec3 {
+    fn from(s: &RunSpec) -> Self {
+        Self {
+            object: s.object.0,
+            epoch: s.epoch,
+            start: s.start.into(),
+            end_ns: s.end.map(MediaTime::as_nanos),
+            anchor: s.anchor.map(Into::into),
+            pace_ppm: s.pace.ppm(),
+            tracks: s
+                .tracks
+                .as_slice()
+                .iter()
+                .map(|t| WTrack {
+                    ssrc: t.ssrc,
+                    seq_offset: t.seq_offset,
+                    rtp_ts_offset: t.rtp_ts_offset,
+                    clock_rate: t.clock_rate,
+                    payload_type: t.payload_type,
+                    dest: dest_to_wire(t.dest),
+                    enabled: t.enabled,
+                })
+                .collect(),
+            role: role_to_wire(s.role),
+            lsn: s.lsn,
+        }
+    }
+}
+
+impl From<WSpec3> for RunSpec {
+    fn from(s: WSpec3) -> Self {
+        let tracks: Vec<TrackSpec> = s
+            .tracks
+            .into_iter()
+            .map(|t| TrackSpec {
+                ssrc: t.ssrc,
+                seq_offset: t.seq_offset,
+                rtp_ts_offset: t.rtp_ts_offset,
+                clock_rate: t.clock_rate,
+                payload_type: t.payload_type,
+                dest: dest_from_wire(t.dest),
+                enabled: t.enabled,
+            })
+            .collect();
+        Self {
+            object: ObjectId(s.object),
+            epoch: s.epoch,
+            start: s.start.into(),
+            end: s.end_ns.map(MediaTime::from_nanos),
+            anchor: s.anchor.map(Into::into),
+            pace: Pace::from_ppm(s.pace_ppm),
+            tracks: RunTracks::new(&tracks),
+            role: role_from_wire(s.role),
+            lsn: s.lsn,
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy)]
@@ -226,7 +411,7 @@ impl From<Position> for WPos {
 
 impl From<WPos> for Position {
     fn from(p: WPos) -> Self {
-        Self { gsn: Gsn(p.gsn), time: MediaTime::from_nanos(p.time_ns) }
+        Self::at(Gsn(p.gsn), MediaTime::from_nanos(p.time_ns))
     }
 }
 
@@ -251,18 +436,11 @@ impl From<&RunSpec> for WSpec {
             end_ns: s.end.map(MediaTime::as_nanos),
             anchor: s.anchor.map(Into::into),
             pace_ppm: s.pace.ppm(),
-            seq_offset: s.seq_offset,
-            rtp_ts_offset: s.rtp_ts_offset,
-            ssrc: s.ssrc,
-            dest: match s.dest {
-                Dest::Udp { rtp, rtcp } => WDest::Udp { rtp, rtcp },
-                Dest::Origin => WDest::Origin,
-            },
-            role: match s.role {
-                Role::Whole => WRole::Whole,
-                Role::Share { rtcp } => WRole::Share { rtcp },
-                Role::Feeder => WRole::Feeder,
-            },
+            seq_offset: s.tracks.first().seq_offset,
+            rtp_ts_offset: s.tracks.first().rtp_ts_offset,
+            ssrc: s.tracks.first().ssrc,
+            dest: dest_to_wire(s.tracks.first().dest),
+            role: role_to_wire(s.role),
             lsn: s.lsn,
         }
     }
@@ -277,18 +455,13 @@ impl From<WSpec> for RunSpec {
             end: s.end_ns.map(MediaTime::from_nanos),
             anchor: s.anchor.map(Into::into),
             pace: Pace::from_ppm(s.pace_ppm),
-            seq_offset: s.seq_offset,
-            rtp_ts_offset: s.rtp_ts_offset,
-            ssrc: s.ssrc,
-            dest: match s.dest {
-                WDest::Udp { rtp, rtcp } => Dest::Udp { rtp, rtcp },
-                WDest::Origin => Dest::Origin,
-            },
-            role: match s.role {
-                WRole::Whole => Role::Whole,
-                WRole::Share { rtcp } => Role::Share { rtcp },
-                WRole::Feeder => Role::Feeder,
-            },
+            tracks: RunTracks::one(TrackSpec::mp2t(
+                s.ssrc,
+                s.seq_offset,
+                s.rtp_ts_offset,
+                dest_from_wire(s.dest),
+            )),
+            role: role_from_wire(s.role),
             lsn: s.lsn,
         }
     }
@@ -338,16 +511,22 @@ impl From<&Message> for W {
                     reason: r.reason.clone(),
                 }),
             },
-            Message::Start { key, run, spec } => {
+            Message::Start { key, run, spec } if fits_v1(spec) => {
                 Self::Start { key: (*key).into(), run: *run, spec: spec.into() }
+            }
+            Message::Start { key, run, spec } => {
+                Self::StartTracks { key: (*key).into(), run: *run, spec: spec.into() }
             }
             Message::Stop { key, run, cutoff } => Self::Stop {
                 key: (*key).into(),
                 run: *run,
                 cutoff_ns: cutoff.map(MediaTime::as_nanos),
             },
-            Message::Stopped { key, run, report } => {
+            Message::Stopped { key, run, report } if report_fits_v1(report) => {
                 Self::Stopped { key: (*key).into(), run: *run, report: (*report).into() }
+            }
+            Message::Stopped { key, run, report } => {
+                Self::StoppedTracks { key: (*key).into(), run: *run, report: (*report).into() }
             }
             Message::Pace { key, run, anchor, pace } => Self::Pace {
                 key: (*key).into(),
@@ -355,8 +534,11 @@ impl From<&Message> for W {
                 anchor: (*anchor).into(),
                 pace_ppm: pace.ppm(),
             },
-            Message::Ended { key, run, report } => {
+            Message::Ended { key, run, report } if report_fits_v1(report) => {
                 Self::Ended { key: (*key).into(), run: *run, report: (*report).into() }
+            }
+            Message::Ended { key, run, report } => {
+                Self::EndedTracks { key: (*key).into(), run: *run, report: (*report).into() }
             }
             Message::Failed { key, run, error } => {
                 Self::Failed { key: (*key).into(), run: *run, error: error.clone() }
@@ -405,6 +587,15 @@ impl From<W> for Message {
                 },
             },
             W::Start { key, run, spec } => Self::Start { key: key.into(), run, spec: spec.into() },
+            W::StartTracks { key, run, spec } => {
+                Self::Start { key: key.into(), run, spec: spec.into() }
+            }
+            W::StoppedTracks { key, run, report } => {
+                Self::Stopped { key: key.into(), run, report: report.into() }
+            }
+            W::EndedTracks { key, run, report } => {
+                Self::Ended { key: key.into(), run, report: report.into() }
+            }
             W::Stop { key, run, cutoff_ns } => {
                 Self::Stop { key: key.into(), run, cutoff: cutoff_ns.map(MediaTime::from_nanos) }
             }
@@ -438,23 +629,56 @@ mod tests {
         RunSpec {
             object: ObjectId(5),
             epoch: 3,
-            start: Position { gsn: Gsn(1000), time: MediaTime::from_nanos(2_000_000_000) },
+            start: Position::at(Gsn(1000), MediaTime::from_nanos(2_000_000_000)),
             end: Some(MediaTime::from_nanos(9_000_000_000)),
             anchor: Some(WallAnchor {
                 unix_ns: 1_700_000_000_000_000_000,
                 media: MediaTime::from_nanos(2_000_000_000),
             }),
             pace: Pace::from_ppm(1_050_000),
-            seq_offset: 4242,
-            rtp_ts_offset: 0xdead_beef,
-            ssrc: 0x1234_5678,
-            dest: Dest::Udp {
-                rtp: "10.0.0.9:5000".parse().unwrap(),
-                rtcp: "10.0.0.9:5001".parse().unwrap(),
-            },
+            tracks: RunTracks::one(TrackSpec::mp2t(
+                0x1234_5678,
+                4242,
+                0xdead_beef,
+                Dest::Udp {
+                    rtp: "10.0.0.9:5000".parse().unwrap(),
+                    rtcp: "10.0.0.9:5001".parse().unwrap(),
+                },
+            )),
             role: Role::Share { rtcp: true },
             lsn: true,
         }
+    }
+
+    /// A run of an object with two native tracks, the second not set up.
+    fn native_spec() -> RunSpec {
+        let video = TrackSpec {
+            ssrc: 7,
+            seq_offset: 1,
+            rtp_ts_offset: 2,
+            clock_rate: 90_000,
+            payload_type: 96,
+            dest: Dest::Origin,
+            enabled: true,
+        };
+        let audio =
+            TrackSpec { ssrc: 8, clock_rate: 48_000, payload_type: 97, enabled: false, ..video };
+        RunSpec {
+            start: Position {
+                tracks: TrackSeqs::new(&[40, 17]),
+                ..Position::at(Gsn(60), MediaTime::from_nanos(9))
+            },
+            tracks: RunTracks::new(&[video, audio]),
+            ..spec()
+        }
+    }
+
+    fn native_report() -> ShareReport {
+        let at = |g: u64| Position {
+            tracks: TrackSeqs::new(&[5, 6]),
+            ..Position::at(Gsn(g), MediaTime::from_nanos(g))
+        };
+        ShareReport { next: Some(at(11)), last_sent: Some(at(10)) }
     }
 
     /// The pinned tests' reserve, naming `lost`.
@@ -471,8 +695,8 @@ mod tests {
 
     fn every_message() -> Vec<Message> {
         let report = ShareReport {
-            next: Some(Position { gsn: Gsn(9), time: MediaTime::from_nanos(5) }),
-            last_sent: Some(Position { gsn: Gsn(8), time: MediaTime::from_nanos(4) }),
+            next: Some(Position::at(Gsn(9), MediaTime::from_nanos(5))),
+            last_sent: Some(Position::at(Gsn(8), MediaTime::from_nanos(4))),
         };
         vec![
             Message::Hello { node: NodeId(1), name: "n1".into(), incarnation: 99 },
@@ -510,11 +734,14 @@ mod tests {
                 spec: RunSpec {
                     anchor: None,
                     end: None,
-                    dest: Dest::Origin,
+                    tracks: spec().tracks.with_dest(Dest::Origin),
                     role: Role::Feeder,
                     ..spec()
                 },
             },
+            Message::Start { key: key(), run: 5, spec: native_spec() },
+            Message::Stopped { key: key(), run: 5, report: native_report() },
+            Message::Ended { key: key(), run: 5, report: native_report() },
             Message::Stop { key: key(), run: 3, cutoff: Some(MediaTime::from_nanos(7)) },
             Message::Stop { key: key(), run: 3, cutoff: None },
             Message::Stopped { key: key(), run: 3, report },
@@ -557,12 +784,23 @@ mod tests {
         // Version 2: a reserve naming lost members; everything else is still written as 1.
         let f = encode_frame(&reserve([NodeId(3)].into()));
         assert_eq!(f, [0, 0, 0, 12, 2, 12, 2, 77, 5, 1, 232, 7, 208, 15, 1, 3]);
+        // Version 3: runs of native tracks and reports of track positions; an MP2T run and its
+        // reports are still written as 1.
+        let v = |m: &Message| encode_frame(m)[4];
+        assert_eq!(v(&Message::Start { key: key(), run: 1, spec: native_spec() }), 3);
+        assert_eq!(v(&Message::Ended { key: key(), run: 1, report: native_report() }), 3);
+        assert_eq!(v(&Message::Start { key: key(), run: 1, spec: spec() }), 1);
+        assert_eq!(v(&Message::Ended { key: key(), run: 1, report: ShareReport::default() }), 1);
+        // A version-3 message in a frame that says 2 is refused.
+        let mut f = encode_frame(&Message::Start { key: key(), run: 1, spec: native_spec() });
+        f[4] = 2;
+        assert!(matches!(decode_body(&f[4..]), Err(WireError::Decode(_))));
     }
 
     #[test]
     fn bad_frames_are_named() {
         assert_eq!(decode_body(&[]), Err(WireError::Empty));
-        assert_eq!(decode_body(&[3, 0]), Err(WireError::Version { found: 3 }));
+        assert_eq!(decode_body(&[4, 0]), Err(WireError::Version { found: 4 }));
         // A version-2 variant in a version-1 frame.
         let f = encode_frame(&reserve([NodeId(3)].into()));
         let mut v1 = f[4..].to_vec();

@@ -39,18 +39,25 @@
 //! for the origin of a cluster session whose packets come from several nodes, SRs every
 //! `rtcp_interval` from the anchor on a timer and the BYE when told; for other shares, none.
 //!
+//! **Tracks.** An object ingested from MP4 or Matroska holds the RTP payloads of several tracks
+//! interleaved in send order (block format version 2). A stream then sends each track as its own
+//! RTP stream (RFC 3550 §5.2): its own SSRC, sequence offset, timestamp offset and clock
+//! ([`TrackStamp`]), and its own SRs with that track's counts; a packet of a track the client
+//! did not set up is passed over. An MPEG-TS object is one track.
+//!
 //! Not here: sockets, the clock, and how a packet is framed on the wire (the sender thread).
 //! Sequence numbers and timestamps follow the contract of [`isochron_rtsp::server::rtp_seq`] and
-//! [`isochron_rtsp::server::rtp_timestamp`]: both derive from the packet's GSN and send time, so a
-//! seek or a resume needs no renumbering and RTP-Info can be computed before the first packet.
+//! [`isochron_rtsp::server::rtp_timestamp_at`]: both derive from what the packet stores (its
+//! track's index, GSN for MPEG-TS; its timestamp, the send time for MPEG-TS), so a seek or a
+//! resume needs no renumbering and RTP-Info can be computed before the first packet.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use isochron_base::{BlockIndex, Gsn, Instant, MediaTime, Pace, StreamId};
-use isochron_rtsp::server::{Position, rtp_seq, rtp_timestamp};
+use isochron_base::{BlockIndex, Gsn, Instant, MAX_TRACKS, MediaTime, Pace, StreamId, TrackSeqs};
+use isochron_rtsp::server::{Position, rtp_seq, rtp_timestamp_at};
 use isochron_sched::Anchor;
 use isochron_store::block::Block;
 
@@ -99,17 +106,49 @@ pub enum RtcpMode {
     None,
 }
 
+/// How the packets of one track are stamped, and whether they are sent at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrackStamp {
+    /// Its RTP SSRC.
+    pub ssrc: u32,
+    /// Its RTP timestamp offset.
+    pub rtp_ts_offset: u32,
+    /// Its RTP clock rate (90 kHz for MP2T).
+    pub clock_rate: u32,
+    /// Its RTP payload type.
+    pub payload_type: u8,
+    /// The client set it up: packets of a track not set up are passed over.
+    pub enabled: bool,
+}
+
+impl TrackStamp {
+    /// The one MP2T track of an MPEG-TS object (payload type 33, 90 kHz).
+    #[must_use]
+    pub fn mp2t(ssrc: u32, rtp_ts_offset: u32) -> Self {
+        Self { ssrc, rtp_ts_offset, clock_rate: 90_000, payload_type: 33, enabled: true }
+    }
+}
+
+/// The sequence-number offset of each track for a run (seq = offset + the packet's `track_seq`).
+pub type SeqOffsets = [u16; MAX_TRACKS];
+
+/// Offsets for an object of one track.
+#[must_use]
+pub fn single_offset(seq_offset: u16) -> SeqOffsets {
+    let mut o = [0; MAX_TRACKS];
+    o[0] = seq_offset;
+    o
+}
+
 /// What the pacer needs to know about a stream once, when its session is set up.
 #[derive(Clone, Debug)]
 pub struct StreamSetup {
     /// The stream.
     pub stream: StreamId,
-    /// Its RTP SSRC.
-    pub ssrc: u32,
-    /// Its RTP sequence-number offset.
-    pub seq_offset: u16,
-    /// Its RTP timestamp offset.
-    pub rtp_ts_offset: u32,
+    /// Its tracks, by index (one for MP2T).
+    pub tracks: Vec<TrackStamp>,
+    /// Each track's RTP sequence-number offset (changed by every run).
+    pub seq_offsets: SeqOffsets,
     /// The object's last block: after it the stream ends.
     pub last_block: BlockIndex,
     /// A cluster share: the blocks this node sends, in index order. `None`: every block.
@@ -121,7 +160,7 @@ pub struct StreamSetup {
 }
 
 impl StreamSetup {
-    /// A stream that sends every block of an object with its own RTCP (a single node).
+    /// A stream of an MPEG-TS object that sends every block with its own RTCP (a single node).
     #[must_use]
     pub fn whole(
         stream: StreamId,
@@ -132,9 +171,8 @@ impl StreamSetup {
     ) -> Self {
         Self {
             stream,
-            ssrc,
-            seq_offset,
-            rtp_ts_offset,
+            tracks: vec![TrackStamp::mp2t(ssrc, rtp_ts_offset)],
+            seq_offsets: single_offset(seq_offset),
             last_block,
             share: None,
             rtcp: RtcpMode::AfterPackets,
@@ -154,8 +192,9 @@ pub struct PlayRun {
     pub from: BlockIndex,
     /// The last media time to send, if the range had an end.
     pub end: Option<MediaTime>,
-    /// RTP sequence-number offset of this run (seq = offset + GSN).
-    pub seq_offset: u16,
+    /// Each track's RTP sequence-number offset in this run (seq = offset + `track_seq`, the
+    /// GSN for MP2T).
+    pub seq_offsets: SeqOffsets,
     /// The clock, when the session's origin pinned it; otherwise the scheduler's anchor on the
     /// first block pins it.
     pub anchor: Option<Anchor>,
@@ -168,6 +207,10 @@ pub enum Transmit<B> {
     Rtp {
         /// The stream.
         stream: StreamId,
+        /// The track (0 for MP2T).
+        track: u8,
+        /// The track's RTP payload type.
+        payload_type: u8,
         /// The block holding the payload.
         block: Arc<Block<B>>,
         /// The packet's index within the block.
@@ -176,22 +219,25 @@ pub enum Transmit<B> {
         seq: u16,
         /// RTP timestamp.
         timestamp: u32,
-        /// RTP marker bit (a timestamp discontinuity, RFC 2250 §2).
+        /// RTP marker bit (MP2T: a timestamp discontinuity, RFC 2250 §2; video: the last packet
+        /// of an access unit).
         marker: bool,
         /// This node's local sequence number for the stream, when it stamps one.
         lsn: Option<u16>,
-        /// The RTP sequence number of the block's last packet (sent with the LSN).
+        /// The RTP sequence number of the block's last packet of this track (sent with the LSN).
         block_end: u16,
     },
-    /// An RTCP compound packet: SR + SDES, plus BYE when `bye`.
+    /// An RTCP compound packet of one track: SR + SDES, plus BYE when `bye`.
     Rtcp {
         /// The stream.
         stream: StreamId,
-        /// The RTP timestamp of "now" on the stream's clock.
+        /// The track.
+        track: u8,
+        /// The RTP timestamp of "now" on the track's clock.
         rtp_timestamp: u32,
-        /// Packets sent so far.
+        /// The track's packets sent so far.
         packets: u32,
-        /// Payload octets sent so far.
+        /// The track's payload octets sent so far.
         octets: u32,
         /// Append a BYE: the media has ended.
         bye: bool,
@@ -205,7 +251,8 @@ pub enum Transmit<B> {
 pub struct RunReport {
     /// The first packet of the stream's share that it did not send; `None` after the run's end.
     pub next: Option<Position>,
-    /// The last packet it sent in the run.
+    /// The last packet it sent in the run; its `tracks` are each track's next packet *after*
+    /// it (so the position after it is this one's with the next GSN).
     pub last_sent: Option<Position>,
 }
 
@@ -214,7 +261,7 @@ impl RunReport {
     #[must_use]
     pub fn resume_at(&self, start: Position) -> Position {
         self.next.unwrap_or_else(|| {
-            self.last_sent.map_or(start, |p| Position { gsn: p.gsn.next(), time: p.time })
+            self.last_sent.map_or(start, |p| Position { gsn: p.gsn.next(), ..p })
         })
     }
 }
@@ -320,10 +367,17 @@ struct Paced<B> {
     blocks: BTreeMap<BlockIndex, Arc<Block<B>>>,
     generation: u64,
     scheduled: bool,
-    /// Packets and payload bytes sent since the stream was added: the API's counts, and the
-    /// SR's sender counts modulo 2^32 (RFC 3550 §6.4.1).
+    /// Packets and payload bytes sent since the stream was added: the API's counts.
     sent_packets: u64,
     sent_bytes: u64,
+    /// The same per track: the SR's sender counts modulo 2^32 (RFC 3550 §6.4.1).
+    track_packets: [u64; MAX_TRACKS],
+    track_bytes: [u64; MAX_TRACKS],
+    /// Each track's next packet (`track_seq`) in the run: from the run's start, moved past
+    /// every packet this stream sent or passed over.
+    next_tracks: TrackSeqs,
+    /// The block whose per-track last sequence numbers `block_ends` holds (LSN streams).
+    block_ends: Option<(BlockIndex, [u16; MAX_TRACKS])>,
     next_sr: Option<Instant>,
     last_sent: Option<Position>,
     lsn: u16,
@@ -382,7 +436,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 setup,
                 run: 0,
                 playing: false,
-                start: Position { gsn: Gsn(0), time: MediaTime::ZERO },
+                start: Position::at(Gsn(0), MediaTime::ZERO),
                 from: BlockIndex(0),
                 end: None,
                 stop_at: None,
@@ -396,6 +450,10 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 scheduled: false,
                 sent_packets: 0,
                 sent_bytes: 0,
+                track_packets: [0; MAX_TRACKS],
+                track_bytes: [0; MAX_TRACKS],
+                next_tracks: TrackSeqs::NONE,
+                block_ends: None,
                 next_sr: None,
                 last_sent: None,
                 lsn: 0,
@@ -450,12 +508,14 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         true
     }
 
-    /// Starts a run of a stream (a seek, resume or first play), numbering packets
-    /// `seq_offset + GSN` from now on; blocks of earlier runs still in flight are ignored when
-    /// they arrive. A share with nothing to send in the run ends at once.
+    /// Starts a run of a stream (a seek, resume or first play), numbering each track's packets
+    /// `seq_offset + track_seq` from now on; blocks of earlier runs still in flight are ignored
+    /// when they arrive. A share with nothing to send in the run ends at once.
     pub fn handle_play(&mut self, now: Instant, stream: StreamId, play: PlayRun) {
         let Some(s) = self.streams.get_mut(&stream) else { return };
-        s.setup.seq_offset = play.seq_offset;
+        s.setup.seq_offsets = play.seq_offsets;
+        s.next_tracks = play.start.tracks;
+        s.block_ends = None;
         s.run = play.run;
         s.playing = true;
         s.start = play.start;
@@ -623,8 +683,9 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         let Some(s) = self.streams.get_mut(&stream) else { return };
         s.next_sr = None;
         let due = now + self.config.bye_delay;
-        let bye = Self::rtcp(s, due, true, reason);
-        self.byes.push_back((due, bye));
+        for bye in Self::rtcp(s, due, true, reason) {
+            self.byes.push_back((due, bye));
+        }
     }
 
     /// A stream's pace (nominal unless changed by [`Self::handle_pace`]).
@@ -672,7 +733,13 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 self.heap.push(Reverse((now + self.config.retry_delay, s.generation, stream)));
                 continue;
             }
-            return self.take_packet(now, stream, due);
+            // `None`: a packet of a track not set up was passed over, or the run ended.
+            if let Some(t) = self.take_packet(now, stream, due) {
+                return Some(t);
+            }
+            if let Some(t) = self.pending.pop_front() {
+                return Some(t);
+            }
         }
         None
     }
@@ -734,7 +801,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 Timer::Sr(run) if s.run == run && s.next_sr == Some(due) => {
                     let next = due + self.config.rtcp_interval;
                     s.next_sr = Some(next);
-                    self.pending.push_back(Self::rtcp(s, now, false, None));
+                    self.pending.extend(Self::rtcp(s, now, false, None));
                     self.timers.push(Reverse((next, stream, Timer::Sr(run))));
                 }
                 Timer::Stop(run) if s.run == run && s.playing && s.stop_at.is_some() => {
@@ -765,7 +832,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             && s.cursor < b.packet_count()
         {
             let p = b.packet(s.cursor);
-            return Some(Position { gsn: p.gsn, time: p.send_time });
+            return Some(Position { gsn: p.gsn, time: p.send_time, tracks: s.next_tracks });
         }
         let started = s.last_sent.is_some_and(|l| next <= s.from || l.gsn >= s.start.gsn);
         let position = match &s.setup.share {
@@ -773,7 +840,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             _ if next == s.from && !started => s.start,
             Some(share) => share.iter().find(|b| b.index == next).map_or(s.start, |b| b.first),
             // Every block: the packet after the last sent (GSNs are contiguous).
-            None => s.last_sent.map_or(s.start, |p| Position { gsn: p.gsn.next(), time: p.time }),
+            None => s.last_sent.map_or(s.start, |p| Position { gsn: p.gsn.next(), ..p }),
         };
         Some(position)
     }
@@ -817,39 +884,61 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         let cursor = s.cursor;
         let pkt = block.packet(cursor);
         let (gsn, time, marker, len) =
-            (pkt.gsn, pkt.send_time, pkt.discontinuity, pkt.payload.len() as u64);
+            (pkt.gsn, pkt.send_time, pkt.marker, pkt.payload.len() as u64);
+        let (track, track_seq, rtp_time) = (usize::from(pkt.track), pkt.track_seq, pkt.rtp_time);
         if s.end.is_some_and(|end| time > end) {
             let stopped = s.stop_at.is_some();
             self.finish(now, stream, stopped);
-            return self.pending.pop_front();
+            return None;
         }
         if let Some((a, p)) = s.pending.filter(|(a, _)| time >= a.media) {
             s.anchor = Some(a);
             s.pace = p;
             s.pending = None;
         }
-        let lsn = s.setup.lsn.then(|| {
-            s.lsn = s.lsn.wrapping_add(1);
-            s.lsn
-        });
-        let transmit = Transmit::Rtp {
-            stream,
-            block: Arc::clone(&block),
-            packet: cursor,
-            seq: rtp_seq(s.setup.seq_offset, gsn),
-            timestamp: rtp_timestamp(s.setup.rtp_ts_offset, time),
-            marker,
-            lsn,
-            block_end: rtp_seq(s.setup.seq_offset, block.packet(block.packet_count() - 1).gsn),
+        s.next_tracks.set(track, (track_seq as u32).wrapping_add(1));
+        let stamp = s.setup.tracks.get(track).copied().filter(|t| t.enabled);
+        let transmit = match stamp {
+            Some(stamp) => {
+                let lsn = s.setup.lsn.then(|| {
+                    s.lsn = s.lsn.wrapping_add(1);
+                    s.lsn
+                });
+                let offset = s.setup.seq_offsets[track];
+                let block_end = if s.setup.lsn {
+                    block_end(&mut s.block_ends, index, &block, &s.setup.seq_offsets)[track]
+                } else {
+                    0
+                };
+                s.sent_packets += 1;
+                s.sent_bytes += len;
+                s.track_packets[track] += 1;
+                s.track_bytes[track] += len;
+                s.last_sent = Some(Position { gsn, time, tracks: s.next_tracks });
+                let late = now.saturating_duration_since(due).as_micros() as u64;
+                self.stats.packets += 1;
+                self.stats.payload_bytes += len;
+                self.stats.lateness_us_sum += late;
+                self.stats.lateness_us_max = self.stats.lateness_us_max.max(late);
+                Some(Transmit::Rtp {
+                    stream,
+                    track: track as u8,
+                    payload_type: stamp.payload_type,
+                    block: Arc::clone(&block),
+                    packet: cursor,
+                    seq: rtp_seq(offset, Gsn(track_seq)),
+                    timestamp: match rtp_time {
+                        Some(t) => stamp.rtp_ts_offset.wrapping_add(t),
+                        None => rtp_timestamp_at(stamp.rtp_ts_offset, time, stamp.clock_rate),
+                    },
+                    marker,
+                    lsn,
+                    block_end,
+                })
+            }
+            // A track the client did not set up: passed over.
+            None => None,
         };
-        s.sent_packets += 1;
-        s.sent_bytes += len;
-        s.last_sent = Some(Position { gsn, time });
-        let late = now.saturating_duration_since(due).as_micros() as u64;
-        self.stats.packets += 1;
-        self.stats.payload_bytes += len;
-        self.stats.lateness_us_sum += late;
-        self.stats.lateness_us_max = self.stats.lateness_us_max.max(late);
 
         // Advance.
         let mut ended = false;
@@ -878,11 +967,11 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             ended = s.next.is_none();
         }
         // RTCP: an SR right after the first packet of a run, then every interval.
-        if s.setup.rtcp == RtcpMode::AfterPackets {
+        if s.setup.rtcp == RtcpMode::AfterPackets && transmit.is_some() {
             let sr_due = s.next_sr.is_none_or(|t| now >= t);
             if sr_due && !ended {
                 s.next_sr = Some(now + interval);
-                self.pending.push_back(Self::rtcp(s, now, false, None));
+                self.pending.extend(Self::rtcp(s, now, false, None));
             }
         }
         if ended {
@@ -890,7 +979,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         } else if let Some(s) = self.streams.get_mut(&stream) {
             Self::schedule(&mut self.heap, s, &mut self.stats);
         }
-        Some(transmit)
+        transmit
     }
 
     /// Ends the run: at a stop (`stopped`), or at its end, with the BYE of a stream that sends
@@ -903,7 +992,9 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         };
         if !stopped && s.setup.rtcp == RtcpMode::AfterPackets {
             let due = now + self.config.bye_delay;
-            self.byes.push_back((due, Self::rtcp(s, due, true, None)));
+            for bye in Self::rtcp(s, due, true, None) {
+                self.byes.push_back((due, bye));
+            }
         }
         s.playing = false;
         s.blocks.clear();
@@ -919,20 +1010,54 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         });
     }
 
-    fn rtcp(s: &Paced<B>, now: Instant, bye: bool, reason: Option<Arc<str>>) -> Transmit<B> {
+    /// The RTCP of every set-up track: an SR on each track's clock at the same media time, so
+    /// that players keep the tracks in sync (RFC 3550 §6.4.1).
+    fn rtcp(
+        s: &Paced<B>,
+        now: Instant,
+        bye: bool,
+        reason: Option<Arc<str>>,
+    ) -> impl Iterator<Item = Transmit<B>> + use<B> {
         let media = s.anchor.map_or(s.start.time, |a| {
             a.media + s.pace.media_span(now.saturating_duration_since(a.wall))
         });
-        Transmit::Rtcp {
-            stream: s.setup.stream,
-            rtp_timestamp: rtp_timestamp(s.setup.rtp_ts_offset, media),
-            // The SR's counts wrap at 32 bits (RFC 3550 §6.4.1): the low bits of the totals.
-            packets: s.sent_packets as u32,
-            octets: s.sent_bytes as u32,
-            bye,
-            reason,
-        }
+        let stream = s.setup.stream;
+        let (packets, bytes) = (s.track_packets, s.track_bytes);
+        let tracks = s.setup.tracks.clone();
+        tracks.into_iter().enumerate().filter(|(_, t)| t.enabled).map(move |(i, t)| {
+            Transmit::Rtcp {
+                stream,
+                track: i as u8,
+                rtp_timestamp: rtp_timestamp_at(t.rtp_ts_offset, media, t.clock_rate),
+                // The SR's counts wrap at 32 bits (RFC 3550 §6.4.1): the low bits of the totals.
+                packets: packets[i] as u32,
+                octets: bytes[i] as u32,
+                bye,
+                reason: reason.clone(),
+            }
+        })
     }
+}
+
+/// Each track's RTP sequence number of its last packet in block `index` (the block end a
+/// packet carries with its LSN, so a player knows which node to ask for a lost number), cached
+/// for the block being sent.
+fn block_end<'c, B: AsRef<[u8]>>(
+    cache: &'c mut Option<(BlockIndex, [u16; MAX_TRACKS])>,
+    index: BlockIndex,
+    block: &Block<B>,
+    offsets: &SeqOffsets,
+) -> &'c [u16; MAX_TRACKS] {
+    if cache.is_none_or(|(i, _)| i != index) {
+        let mut ends = [0u16; MAX_TRACKS];
+        for p in block.packets() {
+            let t = usize::from(p.track);
+            ends[t] = rtp_seq(offsets[t], Gsn(p.track_seq));
+        }
+        *cache = Some((index, ends));
+    }
+    // Set just above.
+    &cache.as_ref().expect("cached").1
 }
 
 /// The first block a run starting at block `from` sends: `from` itself, or for a share its first
@@ -962,7 +1087,7 @@ fn next_block(setup: &StreamSetup, index: BlockIndex) -> Option<BlockIndex> {
 mod tests {
     use super::*;
     use isochron_base::{BlockKey, Bytes, ObjectId};
-    use isochron_store::block::{BlockBuilder, PacketMeta};
+    use isochron_store::block::{BlockBuilder, NativeMeta, PacketMeta};
 
     /// A block of `n` one-TS-packet units, 10 ms apart, starting at GSN `first`.
     fn block(index: u32, first: u64, n: u64) -> Arc<Block<Vec<u8>>> {
@@ -987,7 +1112,14 @@ mod tests {
     }
 
     fn play(p: &mut Pacer<Vec<u8>>, run: u64, start: Position, end: Option<MediaTime>, seq: u16) {
-        let play = PlayRun { run, start, from: BlockIndex(0), end, seq_offset: seq, anchor: None };
+        let play = PlayRun {
+            run,
+            start,
+            from: BlockIndex(0),
+            end,
+            seq_offsets: single_offset(seq),
+            anchor: None,
+        };
         p.handle_play(Instant::ZERO, StreamId(1), play);
     }
 
@@ -1017,11 +1149,138 @@ mod tests {
         (rtp, sr, bye)
     }
 
+    /// A native block: packets alternating video (track 0, 90 kHz) and audio (track 1,
+    /// 48 kHz), 10 ms apart, starting at GSN `first` (video track_seq = GSN / 2).
+    fn native_block(index: u32, first: u64, n: u64) -> Arc<Block<Vec<u8>>> {
+        let key = BlockKey::new(ObjectId(1), BlockIndex(index));
+        let mut b = BlockBuilder::new_native(key, Gsn(first), Bytes::kib(64));
+        for g in first..first + n {
+            let track = (g % 2) as u8;
+            let meta = NativeMeta {
+                send_time: MediaTime::from_nanos(g * 10_000_000),
+                track,
+                rtp_time: if track == 0 { g as u32 * 900 } else { g as u32 * 480 + 7 },
+                track_seq: (g / 2) as u32,
+                marker: track == 0,
+                random_access: g == 0,
+            };
+            b.push_native(meta, &[g as u8; 100]);
+        }
+        Arc::new(Block::parse(b.finish(), Some(key)).unwrap())
+    }
+
+    fn native_setup(audio: bool) -> StreamSetup {
+        let audio_track = TrackStamp {
+            ssrc: 22,
+            rtp_ts_offset: 1_000,
+            clock_rate: 48_000,
+            payload_type: 97,
+            enabled: audio,
+        };
+        StreamSetup {
+            tracks: vec![
+                TrackStamp {
+                    ssrc: 11,
+                    rtp_ts_offset: 5,
+                    clock_rate: 90_000,
+                    payload_type: 96,
+                    enabled: true,
+                },
+                audio_track,
+            ],
+            ..StreamSetup::whole(StreamId(1), 0, 0, 0, BlockIndex(1))
+        }
+    }
+
+    /// Adds the stream of [`native_setup`], plays it from the start with `offsets`, and hands it
+    /// its first block on a clock pinned at 0.
+    fn native_play(p: &mut Pacer<Vec<u8>>, audio: bool, offsets: SeqOffsets) {
+        p.handle_add(native_setup(audio));
+        let start = Position { tracks: TrackSeqs::zeros(2), ..Position::START };
+        let (from, end, anchor) = (BlockIndex(0), None, None);
+        let run = PlayRun { run: 1, start, from, end, seq_offsets: offsets, anchor };
+        p.handle_play(Instant::ZERO, StreamId(1), run);
+        let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
+        p.handle_block(StreamId(1), 1, BlockIndex(0), native_block(0, 0, 6), Some(anchor));
+    }
+
+    /// Each track is its own RTP stream: numbered by its own index plus its own offset, stamped
+    /// with its stored timestamp plus its own offset, its own payload type, its own SRs and
+    /// BYE; where the run stopped says each track's next packet.
+    #[test]
+    fn native_tracks_are_stamped_and_reported_apart() {
+        let mut p = Pacer::new(PacerConfig::default());
+        let mut offsets = single_offset(100);
+        offsets[1] = 65_535;
+        native_play(&mut p, true, offsets);
+        p.handle_block(StreamId(1), 1, BlockIndex(1), native_block(1, 6, 4), None);
+        let mut rtp = Vec::new();
+        let mut rtcp = Vec::new();
+        let mut now = Instant::ZERO;
+        while now <= ms(2_000) {
+            while let Some(t) = p.poll_transmit(now, |_| true) {
+                match t {
+                    Transmit::Rtp { track, payload_type, seq, timestamp, marker, .. } => {
+                        rtp.push((track, payload_type, seq, timestamp, marker));
+                    }
+                    Transmit::Rtcp { track, packets, bye, .. } => rtcp.push((track, packets, bye)),
+                }
+            }
+            match p.poll_timeout() {
+                Some(t) if t > now => now = t,
+                _ => break,
+            }
+        }
+        assert_eq!(rtp.len(), 10);
+        assert_eq!(rtp[0], (0, 96, 100, 5, true));
+        assert_eq!(rtp[1], (1, 97, 65_535, 1_000 + 480 + 7, false));
+        assert_eq!(rtp[2], (0, 96, 101, 5 + 1_800, true));
+        assert_eq!(rtp[3].2, 0, "the audio numbers wrap on their own");
+        // An SR per track after the first packet, a BYE per track after the last.
+        assert_eq!(rtcp.iter().filter(|r| !r.2).map(|r| r.0).collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(
+            rtcp.iter().filter(|r| r.2).map(|r| (r.0, r.1)).collect::<Vec<_>>(),
+            [(0, 5), (1, 5)]
+        );
+        let ended = std::iter::from_fn(|| p.poll_event())
+            .find_map(|e| match e {
+                PacerEvent::Ended { report, .. } => Some(report),
+                _ => None,
+            })
+            .unwrap();
+        let last = ended.last_sent.unwrap();
+        assert_eq!((last.gsn, last.tracks.as_slice()), (Gsn(9), &[5, 5][..]));
+    }
+
+    /// A track the client did not set up is passed over, but counted in the positions.
+    #[test]
+    fn a_track_not_set_up_is_passed_over() {
+        let mut p = Pacer::new(PacerConfig::default());
+        native_play(&mut p, false, single_offset(0));
+        let mut tracks = Vec::new();
+        let mut now = Instant::ZERO;
+        while now <= ms(35) {
+            while let Some(t) = p.poll_transmit(now, |_| true) {
+                if let Transmit::Rtp { track, seq, .. } = t {
+                    tracks.push((track, seq));
+                }
+            }
+            match p.poll_timeout() {
+                Some(t) if t > now => now = t,
+                _ => break,
+            }
+        }
+        assert_eq!(tracks, [(0, 0), (0, 1)]);
+        let report = p.handle_stop(now, StreamId(1), 1, None).unwrap();
+        let next = report.next.unwrap();
+        assert_eq!((next.gsn, next.tracks.as_slice()), (Gsn(4), &[2, 2][..]));
+    }
+
     #[test]
     fn paces_by_send_time_and_ends_with_bye() {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 1);
-        play(&mut p, 1, Position { gsn: Gsn(0), time: MediaTime::ZERO }, None, 65_530);
+        play(&mut p, 1, Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
         let anchor = Anchor { wall: ms(100), media: MediaTime::ZERO };
         p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), Some(anchor));
         p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
@@ -1044,10 +1303,7 @@ mod tests {
                     run: 1,
                     report: RunReport {
                         next: None,
-                        last_sent: Some(Position {
-                            gsn: Gsn(9),
-                            time: MediaTime::from_nanos(90_000_000)
-                        }),
+                        last_sent: Some(Position::at(Gsn(9), MediaTime::from_nanos(90_000_000))),
                     },
                 },
             ]
@@ -1058,7 +1314,7 @@ mod tests {
     fn progress_counts_packets_and_bytes_across_runs() {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 1);
-        let start = Position { gsn: Gsn(0), time: MediaTime::ZERO };
+        let start = Position::at(Gsn(0), MediaTime::ZERO);
         play(&mut p, 1, start, None, 0);
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
         p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), Some(anchor));
@@ -1081,9 +1337,9 @@ mod tests {
     fn seek_start_inside_a_block_and_stale_runs_ignored() {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 0);
-        play(&mut p, 1, Position { gsn: Gsn(0), time: MediaTime::ZERO }, None, 65_530);
+        play(&mut p, 1, Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
         // Run 2 starts at GSN 3; a block delivered for run 1 arrives late and is dropped.
-        let start = Position { gsn: Gsn(3), time: MediaTime::from_nanos(30_000_000) };
+        let start = Position::at(Gsn(3), MediaTime::from_nanos(30_000_000));
         play(&mut p, 2, start, None, 65_530);
         let anchor = Anchor { wall: ms(0), media: start.time };
         p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), Some(anchor));
@@ -1097,7 +1353,7 @@ mod tests {
     fn pause_reports_the_next_packet_and_resume_has_no_gap() {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 0);
-        play(&mut p, 1, Position { gsn: Gsn(0), time: MediaTime::ZERO }, None, 65_530);
+        play(&mut p, 1, Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
         p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), Some(anchor));
         let mut sent = Vec::new();
@@ -1109,7 +1365,7 @@ mod tests {
         assert_eq!(sent, vec![65_530, 65_531]);
         let report = p.handle_stop(ms(15), StreamId(1), 1, None).unwrap();
         let at = report.next.unwrap();
-        assert_eq!(at, Position { gsn: Gsn(2), time: MediaTime::from_nanos(20_000_000) });
+        assert_eq!(at, Position::at(Gsn(2), MediaTime::from_nanos(20_000_000)));
         assert_eq!(rtp_seq(65_530, at.gsn), 65_532, "the next packet's sequence number");
         assert!(p.poll_transmit(ms(1_000), |_| true).is_none());
         play(&mut p, 2, at, None, 65_530);
@@ -1124,7 +1380,7 @@ mod tests {
     fn backpressure_keeps_the_packet() {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 0);
-        play(&mut p, 1, Position { gsn: Gsn(0), time: MediaTime::ZERO }, None, 65_530);
+        play(&mut p, 1, Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
         p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 2), Some(anchor));
         assert!(p.poll_transmit(ms(0), |_| false).is_none());
@@ -1139,7 +1395,7 @@ mod tests {
     fn pace_change_reanchors_at_the_current_packet() {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 1);
-        play(&mut p, 1, Position { gsn: Gsn(0), time: MediaTime::ZERO }, None, 65_530);
+        play(&mut p, 1, Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
         let anchor = Anchor { wall: ms(100), media: MediaTime::ZERO };
         p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), Some(anchor));
         p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
@@ -1181,7 +1437,7 @@ mod tests {
         setup(&mut p, 0);
         let half = Pace::from_multiplier(0.5).unwrap();
         p.handle_pace(StreamId(1), half);
-        play(&mut p, 1, Position { gsn: Gsn(0), time: MediaTime::ZERO }, None, 65_530);
+        play(&mut p, 1, Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
         p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 3), Some(anchor));
         assert!(
@@ -1197,7 +1453,7 @@ mod tests {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 5);
         let end = Some(MediaTime::from_nanos(25_000_000));
-        play(&mut p, 1, Position { gsn: Gsn(0), time: MediaTime::ZERO }, end, 65_530);
+        play(&mut p, 1, Position::at(Gsn(0), MediaTime::ZERO), end, 65_530);
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
         p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 2), Some(anchor));
         let (rtp, ..) = drive(&mut p, ms(100));
@@ -1211,8 +1467,7 @@ mod tests {
 
     /// A share of blocks 1 and 3 of 0..=3 (5 packets each), anchored by the origin at 100 ms.
     fn share(p: &mut Pacer<Vec<u8>>, rtcp: RtcpMode) {
-        let first =
-            |i: u64| Position { gsn: Gsn(5 * i), time: MediaTime::from_nanos(i * 50_000_000) };
+        let first = |i: u64| Position::at(Gsn(5 * i), MediaTime::from_nanos(i * 50_000_000));
         let blocks: Arc<[ShareBlock]> = [1, 3]
             .into_iter()
             .map(|i| ShareBlock { index: BlockIndex(i as u32), first: first(i) })
@@ -1230,7 +1485,7 @@ mod tests {
             start: first(0),
             from: BlockIndex(0),
             end: None,
-            seq_offset: 0,
+            seq_offsets: single_offset(0),
             anchor: Some(anchor),
         };
         p.handle_play(Instant::ZERO, StreamId(1), play);
@@ -1304,8 +1559,7 @@ mod tests {
         let now = drive_from(&mut p, Instant::ZERO, ms(265), &mut got);
         assert_eq!(got.iter().map(|g| g.1).collect::<Vec<_>>(), vec![5, 6, 7, 8, 9, 15, 16]);
         // Blocks 0 and 2 are taken over (block 1 is its own already: ignored).
-        let first =
-            |i: u64| Position { gsn: Gsn(5 * i), time: MediaTime::from_nanos(i * 50_000_000) };
+        let first = |i: u64| Position::at(Gsn(5 * i), MediaTime::from_nanos(i * 50_000_000));
         let added: Vec<ShareBlock> = [2, 0, 1]
             .iter()
             .map(|&i| ShareBlock { index: BlockIndex(i), first: first(i.into()) })
@@ -1335,8 +1589,7 @@ mod tests {
     fn a_share_gains_later_blocks_in_its_walk() {
         let mut p = Pacer::new(PacerConfig::default());
         share(&mut p, RtcpMode::None);
-        let first =
-            |i: u64| Position { gsn: Gsn(5 * i), time: MediaTime::from_nanos(i * 50_000_000) };
+        let first = |i: u64| Position::at(Gsn(5 * i), MediaTime::from_nanos(i * 50_000_000));
         p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
         let mut got = Vec::new();
         let now = drive_from(&mut p, Instant::ZERO, ms(170), &mut got);
@@ -1420,13 +1673,13 @@ mod tests {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 1);
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
-        let start = Position { gsn: Gsn(0), time: MediaTime::ZERO };
+        let start = Position::at(Gsn(0), MediaTime::ZERO);
         let run = PlayRun {
             run: 1,
             start,
             from: BlockIndex(0),
             end: None,
-            seq_offset: 0,
+            seq_offsets: single_offset(0),
             anchor: Some(anchor),
         };
         p.handle_play(Instant::ZERO, StreamId(1), run);

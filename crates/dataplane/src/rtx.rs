@@ -101,11 +101,12 @@ impl<B> Ring<B> {
     }
 }
 
-/// Per stream, the packets sent during the last `window` (see the module docs).
+/// Per stream and track (each track is its own RTP stream, with its own sequence numbers), the
+/// packets sent during the last `window` (see the module docs).
 #[derive(Debug)]
 pub struct RetransmitBuffer<B> {
     window: Duration,
-    streams: HashMap<StreamId, Ring<B>>,
+    streams: HashMap<StreamId, Vec<Ring<B>>>,
     stats: RetransmitStats,
 }
 
@@ -118,8 +119,7 @@ impl<B> RetransmitBuffer<B> {
 
     /// Keep what `stream` sends from now on.
     pub fn handle_add(&mut self, stream: StreamId) {
-        self.streams
-            .insert(stream, Ring { entries: VecDeque::new(), by_seq: HashMap::new(), first: 0 });
+        self.streams.insert(stream, Vec::new());
     }
 
     /// Forget `stream`.
@@ -133,24 +133,49 @@ impl<B> RetransmitBuffer<B> {
         self.streams.contains_key(&stream)
     }
 
-    /// `stream` sent packet `seq` at `now` (ignored for a stream not added).
-    pub fn handle_sent(&mut self, now: Instant, stream: StreamId, seq: u16, sent: Sent<B>) {
-        let Some(ring) = self.streams.get_mut(&stream) else { return };
+    /// `stream` sent packet `seq` of `track` at `now` (ignored for a stream not added).
+    pub fn handle_sent(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        track: u8,
+        seq: u16,
+        sent: Sent<B>,
+    ) {
+        let Some(rings) = self.streams.get_mut(&stream) else { return };
+        let t = usize::from(track);
+        if rings.len() <= t {
+            rings.resize_with(t + 1, || Ring {
+                entries: VecDeque::new(),
+                by_seq: HashMap::new(),
+                first: 0,
+            });
+        }
+        let ring = &mut rings[t];
         ring.expire(now.saturating_sub(self.window));
         let index = ring.first + ring.entries.len() as u64;
         ring.entries.push_back((now, seq, sent));
         ring.by_seq.insert(seq, index);
     }
 
-    /// A NACK for `stream` at `now` asking for `seqs`: the packets found, in the order asked.
+    /// A NACK for `stream`'s `track` at `now` asking for `seqs`: the packets found, in the
+    /// order asked.
     pub fn handle_nack(
         &mut self,
         now: Instant,
         stream: StreamId,
+        track: u8,
         seqs: impl IntoIterator<Item = u16>,
     ) -> Vec<Sent<B>> {
-        let Some(ring) = self.streams.get_mut(&stream) else {
+        let Some(rings) = self.streams.get_mut(&stream) else {
             self.stats.unknown_stream += 1;
+            return Vec::new();
+        };
+        let Some(ring) = rings.get_mut(usize::from(track)) else {
+            let n = seqs.into_iter().count() as u64;
+            self.stats.nacks += 1;
+            self.stats.requested += n;
+            self.stats.missed += n;
             return Vec::new();
         };
         ring.expire(now.saturating_sub(self.window));
@@ -215,15 +240,15 @@ mod tests {
         b.handle_add(s);
         // Sequence numbers wrap on the way; 10 ms apart.
         for (i, seq) in (65_530u16..=65_535).chain(0..4).enumerate() {
-            b.handle_sent(ms(i as u64 * 10), s, seq, datagram(seq));
+            b.handle_sent(ms(i as u64 * 10), s, 0, seq, datagram(seq));
         }
-        b.handle_sent(ms(5), other, 1, datagram(1)); // not added: not kept
-        let found = b.handle_nack(ms(95), s, [65_535, 2, 7]);
+        b.handle_sent(ms(5), other, 0, 1, datagram(1)); // not added: not kept
+        let found = b.handle_nack(ms(95), s, 0, [65_535, 2, 7]);
         assert_eq!(seqs_of(&found), [65_535, 2]);
         // At 125 ms the packets sent before 25 ms (the first three) are gone.
-        let found = b.handle_nack(ms(125), s, [65_530, 65_532, 65_533, 3]);
+        let found = b.handle_nack(ms(125), s, 0, [65_530, 65_532, 65_533, 3]);
         assert_eq!(seqs_of(&found), [65_533, 3]);
-        assert!(b.handle_nack(ms(125), other, [1]).is_empty());
+        assert!(b.handle_nack(ms(125), other, 0, [1]).is_empty());
         let st = b.stats();
         assert_eq!(
             (st.nacks, st.requested, st.resent, st.missed, st.unknown_stream),
@@ -238,10 +263,24 @@ mod tests {
         let s = StreamId(1);
         let mut b: RetransmitBuffer<Vec<u8>> = RetransmitBuffer::new(Duration::from_millis(100));
         b.handle_add(s);
-        b.handle_sent(ms(0), s, 9, Sent::Datagram(Arc::from(vec![0u8, 1])));
-        b.handle_sent(ms(60), s, 9, Sent::Datagram(Arc::from(vec![0u8, 2])));
+        b.handle_sent(ms(0), s, 0, 9, Sent::Datagram(Arc::from(vec![0u8, 1])));
+        b.handle_sent(ms(60), s, 0, 9, Sent::Datagram(Arc::from(vec![0u8, 2])));
         // The first copy expires; the newer one stays findable.
-        let found = b.handle_nack(ms(120), s, [9]);
+        let found = b.handle_nack(ms(120), s, 0, [9]);
         assert!(matches!(&found[..], [Sent::Datagram(d)] if d[1] == 2));
+    }
+
+    /// Each track keeps its own numbers: a NACK names one track's.
+    #[test]
+    fn tracks_are_kept_apart() {
+        let s = StreamId(1);
+        let mut b = RetransmitBuffer::new(Duration::from_millis(100));
+        b.handle_add(s);
+        b.handle_sent(ms(0), s, 0, 7, datagram(7));
+        b.handle_sent(ms(1), s, 1, 7, Sent::Datagram(Arc::from(vec![1u8, 7])));
+        let found = b.handle_nack(ms(2), s, 1, [7]);
+        assert!(matches!(&found[..], [Sent::Datagram(d)] if d[0] == 1));
+        assert!(b.handle_nack(ms(2), s, 2, [7, 8]).is_empty());
+        assert_eq!(b.stats().missed, 2);
     }
 }

@@ -28,8 +28,8 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use isochron_base::{BlockIndex, MediaTime, Pace, StreamId};
 use isochron_diskio::AlignedBuf;
 use isochron_rtp::{
-    NtpTimestamp, PT_MP2T, RTP_HEADER_LEN, RTP_HEADER_LSN_LEN, RtpHeader, SenderReport,
-    interleaved_prefix, rtcp,
+    NtpTimestamp, RTP_HEADER_LEN, RTP_HEADER_LSN_LEN, RtpHeader, SenderReport, interleaved_prefix,
+    rtcp,
 };
 use isochron_sched::Anchor;
 use isochron_store::block::Block;
@@ -111,8 +111,8 @@ pub enum SenderCommand {
     Add {
         /// Pacing parameters.
         setup: StreamSetup,
-        /// Its transport.
-        transport: StreamTransport,
+        /// Each track's transport, by track index (`None`: the client did not set it up).
+        transports: Vec<Option<StreamTransport>>,
         /// The RTCP CNAME to announce.
         cname: String,
         /// The RFC 4588 RTX stream its player negotiated: retransmissions go out in it (else
@@ -239,11 +239,23 @@ pub struct SenderStats {
 }
 
 struct StreamOut {
+    /// By track index; `None` for a track not set up.
+    tracks: Vec<Option<TrackOut>>,
+    cname: String,
+    /// The RTX stream of track 0 (MP2T) and its next sequence number.
+    rtx: Option<(RtxSetup, u16)>,
+}
+
+/// Where one track's packets go.
+struct TrackOut {
     transport: StreamTransport,
     ssrc: u32,
-    cname: String,
-    /// The RTX stream and its next sequence number.
-    rtx: Option<(RtxSetup, u16)>,
+}
+
+impl StreamOut {
+    fn track(&self, track: u8) -> Option<&TrackOut> {
+        self.tracks.get(usize::from(track)).and_then(Option::as_ref)
+    }
 }
 
 /// Everything the thread needs.
@@ -273,7 +285,7 @@ impl SenderThread {
         let mut pacer: Pacer<AlignedBuf> =
             Pacer::new(PacerConfig { rtcp_interval: self.rtcp_interval, ..PacerConfig::default() });
         let mut outs: HashMap<StreamId, StreamOut> = HashMap::new();
-        let mut by_ssrc: HashMap<u32, StreamId> = HashMap::new();
+        let mut by_ssrc: HashMap<u32, (StreamId, u8)> = HashMap::new();
         let mut batch = Batch::with_capacity(self.batch_packets);
         // Blocks referenced by the batch stay alive until it is sent.
         let mut held: Vec<SharedBlock> = Vec::with_capacity(self.batch_packets);
@@ -300,25 +312,37 @@ impl SenderThread {
             };
             for cmd in first.into_iter().chain(std::iter::from_fn(|| self.rx.try_recv().ok())) {
                 match cmd {
-                    SenderCommand::Add { setup, transport, cname, rtx } => {
-                        let (stream, ssrc) = (setup.stream, setup.ssrc);
-                        pacer.handle_add(setup);
-                        by_ssrc.insert(ssrc, stream);
-                        if matches!(transport, StreamTransport::Udp { .. }) {
+                    SenderCommand::Add { setup, transports, cname, rtx } => {
+                        let stream = setup.stream;
+                        let mut tracks = Vec::with_capacity(transports.len());
+                        for (i, transport) in transports.into_iter().enumerate() {
+                            let ssrc = setup.tracks.get(i).map_or(0, |t| t.ssrc);
+                            tracks.push(transport.map(|transport| {
+                                by_ssrc.insert(ssrc, (stream, i as u8));
+                                TrackOut { transport, ssrc }
+                            }));
+                        }
+                        let udp = tracks
+                            .iter()
+                            .flatten()
+                            .any(|t| matches!(t.transport, StreamTransport::Udp { .. }));
+                        if udp {
                             kept.handle_add(stream);
                         }
-                        let rtx = rtx.map(|r| (r, rand_seq(ssrc)));
-                        outs.insert(stream, StreamOut { transport, ssrc, cname, rtx });
+                        let first_ssrc = setup.tracks.first().map_or(0, |t| t.ssrc);
+                        let rtx = rtx.map(|r| (r, rand_seq(first_ssrc)));
+                        pacer.handle_add(setup);
+                        outs.insert(stream, StreamOut { tracks, cname, rtx });
                     }
                     SenderCommand::Nack { ssrc, seqs } => {
-                        let Some(&stream) = by_ssrc.get(&ssrc) else {
+                        let Some(&(stream, track)) = by_ssrc.get(&ssrc) else {
                             kept.handle_unknown();
                             continue;
                         };
-                        let found = kept.handle_nack(self.clock.now(), stream, seqs);
+                        let found = kept.handle_nack(self.clock.now(), stream, track, seqs);
                         if let Some(out) = outs.get_mut(&stream) {
                             for sent in found {
-                                resend(&self.udp.rtp, out, &sent, &mut resend_buf);
+                                resend(&self.udp.rtp, out, track, &sent, &mut resend_buf);
                             }
                         }
                     }
@@ -344,22 +368,24 @@ impl SenderThread {
                         pacer.handle_bye(self.clock.now(), stream, reason);
                     }
                     SenderCommand::Relayed { datagram } => {
-                        let out = datagram
+                        let target = datagram
                             .get(8..12)
                             .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-                            .and_then(|ssrc| by_ssrc.get(&ssrc))
-                            .and_then(|s| outs.get(s));
-                        match out {
-                            Some(out) => {
+                            .and_then(|ssrc| by_ssrc.get(&ssrc).copied());
+                        let found = target.and_then(|(stream, track)| {
+                            outs.get(&stream)?.track(track).map(|t| (stream, track, t))
+                        });
+                        match found {
+                            Some((stream, track, out)) => {
                                 stats.relayed += 1;
-                                let stream = by_ssrc[&out.ssrc];
                                 if kept.keeps(stream)
                                     && let Ok((h, _)) = RtpHeader::parse(&datagram)
                                 {
                                     let now = self.clock.now();
                                     let d: Arc<[u8]> = Arc::from(datagram);
                                     relay(&self.udp.rtp, out, &d);
-                                    kept.handle_sent(now, stream, h.sequence, Sent::Datagram(d));
+                                    let sent = Sent::Datagram(d);
+                                    kept.handle_sent(now, stream, track, h.sequence, sent);
                                 } else {
                                     relay(&self.udp.rtp, out, &datagram);
                                 }
@@ -374,7 +400,9 @@ impl SenderThread {
                         pacer.handle_remove(stream);
                         kept.handle_remove(stream);
                         if let Some(out) = outs.remove(&stream) {
-                            by_ssrc.remove(&out.ssrc);
+                            for t in out.tracks.iter().flatten() {
+                                by_ssrc.remove(&t.ssrc);
+                            }
                         }
                     }
                     SenderCommand::Stats { reply } => {
@@ -394,14 +422,22 @@ impl SenderThread {
             let now = self.clock.now();
             last_pass = now;
             loop {
-                let can_send = |s: StreamId| match outs.get(&s).map(|o| &o.transport) {
-                    Some(StreamTransport::Interleaved { frames, .. }) => frames.capacity() > 1,
-                    _ => true,
-                };
+                // Every track of a stream goes the same way (one connection when interleaved).
+                let can_send =
+                    |s: StreamId| match outs.get(&s).and_then(|o| o.tracks.iter().flatten().next())
+                    {
+                        Some(TrackOut {
+                            transport: StreamTransport::Interleaved { frames, .. },
+                            ..
+                        }) => frames.capacity() > 1,
+                        _ => true,
+                    };
                 let Some(t) = pacer.poll_transmit(now, can_send) else { break };
                 match t {
                     Transmit::Rtp {
                         stream,
+                        track,
+                        payload_type,
                         block,
                         packet,
                         seq,
@@ -410,10 +446,12 @@ impl SenderThread {
                         lsn,
                         block_end,
                     } => {
-                        let Some(out) = outs.get(&stream) else { continue };
+                        let Some(out) = outs.get(&stream).and_then(|o| o.track(track)) else {
+                            continue;
+                        };
                         let rtp_header = RtpHeader {
                             marker,
-                            payload_type: PT_MP2T,
+                            payload_type,
                             sequence: seq,
                             timestamp,
                             ssrc: out.ssrc,
@@ -439,7 +477,7 @@ impl SenderThread {
                                     packet,
                                     header: rtp_header,
                                 };
-                                kept.handle_sent(now, stream, seq, sent);
+                                kept.handle_sent(now, stream, track, seq, sent);
                                 held.push(block);
                                 if batch.len() >= self.batch_packets {
                                     flush(&mut batch, &mut held, &self.udp.rtp, &mut stats);
@@ -459,15 +497,25 @@ impl SenderThread {
                             }
                         }
                     }
-                    Transmit::Rtcp { stream, rtp_timestamp, packets, octets, bye, reason } => {
+                    Transmit::Rtcp {
+                        stream,
+                        track,
+                        rtp_timestamp,
+                        packets,
+                        octets,
+                        bye,
+                        reason,
+                    } => {
                         let Some(out) = outs.get(&stream) else { continue };
+                        let Some(t) = out.track(track) else { continue };
                         // RTP queued in the batch goes first: a BYE must not overtake the last
                         // packets (GStreamer ends the stream on BYE and drops what follows).
                         flush(&mut batch, &mut held, &self.udp.rtp, &mut stats);
                         rtcp_buf.clear();
                         let bye = bye.then_some(reason.as_deref());
-                        build_rtcp(&mut rtcp_buf, out, rtp_timestamp, packets, octets, bye);
-                        send_rtcp(&self.udp.rtcp, out, &rtcp_buf);
+                        let cname = &out.cname;
+                        build_rtcp(&mut rtcp_buf, t, cname, rtp_timestamp, packets, octets, bye);
+                        send_rtcp(&self.udp.rtcp, t, &rtcp_buf);
                     }
                 }
             }
@@ -506,7 +554,8 @@ fn flush(
 
 fn build_rtcp(
     out: &mut Vec<u8>,
-    s: &StreamOut,
+    s: &TrackOut,
+    cname: &str,
     rtp_timestamp: u32,
     packets: u32,
     octets: u32,
@@ -521,13 +570,14 @@ fn build_rtcp(
         octet_count: octets,
     };
     rtcp::write_sender_report(out, &sr);
-    rtcp::write_sdes_cname(out, s.ssrc, &s.cname);
+    // One CNAME for every track of the session: players sync tracks by it (RFC 3550 §6.5.1).
+    rtcp::write_sdes_cname(out, s.ssrc, cname);
     if let Some(reason) = bye {
         rtcp::write_bye(out, s.ssrc, reason);
     }
 }
 
-fn send_rtcp(socket: &UdpSocket, s: &StreamOut, pkt: &[u8]) {
+fn send_rtcp(socket: &UdpSocket, s: &TrackOut, pkt: &[u8]) {
     match &s.transport {
         StreamTransport::Udp { rtcp, .. } => {
             if let Err(e) = socket.send_to(pkt, rtcp) {
@@ -551,8 +601,18 @@ fn send_rtcp(socket: &UdpSocket, s: &StreamOut, pkt: &[u8]) {
 /// negotiated one (RFC 4588 §4: the original sequence number, then the payload), else as it was
 /// first sent but without header extension (a repair is not a new packet of this node: it
 /// takes no LSN).
-fn resend(socket: &UdpSocket, out: &mut StreamOut, sent: &Sent<AlignedBuf>, buf: &mut Vec<u8>) {
-    let StreamTransport::Udp { rtp, .. } = &out.transport else { return };
+fn resend(
+    socket: &UdpSocket,
+    out: &mut StreamOut,
+    track: u8,
+    sent: &Sent<AlignedBuf>,
+    buf: &mut Vec<u8>,
+) {
+    let Some(TrackOut { transport: StreamTransport::Udp { rtp, .. }, .. }) = out.track(track)
+    else {
+        return;
+    };
+    let rtp = *rtp;
     let (header, payload): (RtpHeader, &[u8]) = match sent {
         Sent::Block { block, packet, header } => (*header, block.packet(*packet).payload),
         Sent::Datagram(d) => match RtpHeader::parse(d) {
@@ -561,7 +621,7 @@ fn resend(socket: &UdpSocket, out: &mut StreamOut, sent: &Sent<AlignedBuf>, buf:
         },
     };
     buf.clear();
-    match &mut out.rtx {
+    match out.rtx.as_mut().filter(|_| track == 0) {
         Some((setup, seq)) => {
             isochron_rtp::rtx_packet(buf, &header, payload, setup.payload_type, setup.ssrc, *seq);
             *seq = seq.wrapping_add(1);
@@ -584,7 +644,7 @@ fn rand_seq(ssrc: u32) -> u16 {
 
 /// Sends a relayed RTP packet on to the stream's client, from this node's RTP socket or on its
 /// RTSP connection.
-fn relay(socket: &UdpSocket, out: &StreamOut, datagram: &[u8]) {
+fn relay(socket: &UdpSocket, out: &TrackOut, datagram: &[u8]) {
     match &out.transport {
         StreamTransport::Udp { rtp, .. } => {
             if let Err(e) = socket.send_to(datagram, rtp) {

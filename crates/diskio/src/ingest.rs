@@ -1,4 +1,11 @@
-//! Ingest: an MPEG-TS file becomes blocks on the store's disks and one catalog entry.
+//! Ingest: a media file becomes blocks on the store's disks and one catalog entry.
+//!
+//! What a file is decides how it is cut ([`isochron_media::sniff`]): MPEG-TS (and 192-byte
+//! M2TS, read as the TS it carries) becomes RTP payload units of whole TS packets timed by the
+//! PCR (RFC 2250), stored in version-1 blocks; MP4 and Matroska/WebM become the native RTP
+//! payloads of their tracks ([`isochron_media::native`]: H.264, H.265, AAC, Opus, AC-3, MP3),
+//! stored in version-2 blocks, with a track description per stream in the catalog. Both go
+//! through the same two passes:
 //!
 //! Two passes over the source (DESIGN §1, "parsed once" at ingest, never at play time):
 //!
@@ -32,12 +39,18 @@ use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use isochron_base::{BlockIndex, BlockKey, Bytes, DiskId, Gsn, ObjectId, Replicas};
-use isochron_media::{TS_PACKET_SIZE, TsError, TsIndex, TsScanner, Unit};
+use isochron_base::{
+    BitRate, BlockIndex, BlockKey, Bytes, DiskId, Gsn, MediaTime, ObjectId, Replicas,
+};
+use isochron_media::{
+    ContainerError, ContainerKind, Demuxer, M2tsToTs, NativeAssembler, NativeError, NativeTrack,
+    NativeUnit, StreamKind, TS_PACKET_SIZE, TsError, TsIndex, TsScanner, Unit, sniff,
+};
 use isochron_store::Epoch;
-use isochron_store::block::{Block, BlockBuilder, PacketMeta};
+use isochron_store::block::{Block, BlockBuilder, NativeMeta, PacketMeta};
 use isochron_store::catalog::{
-    BlockEntry, CatalogError, ObjectRecord, SeekPoint, StreamDesc, validate_name,
+    BlockEntry, CatalogError, NativeMedia, ObjectRecord, SeekPoint, StreamDesc, TrackDesc,
+    validate_name,
 };
 use thiserror::Error;
 
@@ -47,7 +60,8 @@ use crate::store::{Store, StoreError, new_seed};
 /// Progress of an ingest, reported as it goes.
 #[derive(Clone, Copy, Debug)]
 pub struct IngestProgress {
-    /// 1 while scanning, 2 while storing.
+    /// 1 while scanning, 2 while storing the packets, 3 while storing a native object's source
+    /// file.
     pub pass: u8,
     /// Source bytes processed in this pass.
     pub bytes_done: u64,
@@ -62,7 +76,14 @@ pub struct IngestReport {
     pub record: ObjectRecord,
     /// Bytes of a partial packet at the end of the source that were left out (0 normally).
     pub trailing_bytes: u64,
+    /// Tracks of the file that are not stored, each with why (an unsupported codec): the
+    /// object is served with the others.
+    pub skipped: Vec<String>,
 }
+
+/// The largest native RTP payload: the size of a full MP2T payload (7 × 188 bytes), so a
+/// packet with its RTP header and extension fits a 1500-byte MTU with room to spare.
+pub const MAX_NATIVE_PAYLOAD: usize = 1316;
 
 /// Why an ingest failed. Messages say what is wrong with the input; callers add the file name.
 #[derive(Debug, Error)]
@@ -71,6 +92,15 @@ pub enum IngestError {
     /// The source is not usable MPEG-TS.
     #[error("{0}")]
     Media(#[from] TsError),
+    /// The source is no media file isochron reads.
+    #[error("not a media file isochron reads (MPEG-TS, M2TS, MP4 or Matroska/WebM expected): {0}")]
+    NotMedia(TsError),
+    /// The source is MP4 or Matroska that cannot be indexed, or has no track to serve.
+    #[error("{0}")]
+    Container(#[from] ContainerError),
+    /// A track's samples cannot be cut into RTP payloads.
+    #[error("{0}")]
+    Native(#[from] NativeError),
     /// Reading the source failed.
     #[error("cannot read: {0}")]
     Read(#[source] io::Error),
@@ -123,6 +153,37 @@ pub fn ingest<R: Read + Seek>(
         return Err(IngestError::Exists { name: name.to_string() });
     }
     let total_bytes = src.seek(SeekFrom::End(0)).map_err(IngestError::Read)?;
+    src.seek(SeekFrom::Start(0)).map_err(IngestError::Read)?;
+    let mut head = vec![0u8; 512];
+    let n = read_full(src, &mut head)?;
+    head.truncate(n);
+    match sniff(&head) {
+        Some(kind @ (ContainerKind::Mp4 | ContainerKind::Matroska)) => {
+            ingest_native(store, src, kind, total_bytes, source_name, name, progress)
+        }
+        Some(ContainerKind::M2ts) => {
+            let mut ts = M2tsRead::new(src, total_bytes);
+            ingest_ts(store, &mut ts, source_name, name, progress)
+        }
+        Some(ContainerKind::MpegTs) => ingest_ts(store, src, source_name, name, progress),
+        // Not recognised: the TS scanner says what is wrong at which byte.
+        None => ingest_ts(store, src, source_name, name, progress).map_err(|e| match e {
+            IngestError::Media(e @ TsError::NotTransportStream { .. }) => IngestError::NotMedia(e),
+            other => other,
+        }),
+    }
+}
+
+/// Ingests an MPEG-TS byte stream (see the module docs).
+fn ingest_ts<R: Read + Seek>(
+    store: &Store,
+    src: &mut R,
+    source_name: &str,
+    name: &str,
+    progress: &mut dyn FnMut(IngestProgress),
+) -> Result<IngestReport, IngestError> {
+    let catalog = store.catalog();
+    let total_bytes = src.seek(SeekFrom::End(0)).map_err(IngestError::Read)?;
 
     // Pass 1: scan and validate.
     src.seek(SeekFrom::Start(0)).map_err(IngestError::Read)?;
@@ -161,10 +222,233 @@ pub fn ingest<R: Read + Seek>(
         Ok(rec)
     });
     match record {
-        Ok(record) => Ok(IngestReport { record, trailing_bytes: index.trailing_bytes() }),
+        Ok(record) => {
+            Ok(IngestReport { record, trailing_bytes: index.trailing_bytes(), skipped: Vec::new() })
+        }
         Err(e) => {
             remove_blocks(store, &written);
             Err(e)
+        }
+    }
+}
+
+/// Ingests an MP4 or Matroska file as native RTP payloads (see the module docs).
+fn ingest_native<R: Read + Seek>(
+    store: &Store,
+    src: &mut R,
+    kind: ContainerKind,
+    total_bytes: u64,
+    source_name: &str,
+    name: &str,
+    progress: &mut dyn FnMut(IngestProgress),
+) -> Result<IngestReport, IngestError> {
+    // Pass 1: the tracks and every sample's place, reading only what the demuxer asks for
+    // (box and element headers, `moov`/`moof`, cluster headers; never the media data).
+    let mut demuxer = Demuxer::new(kind, total_bytes);
+    let mut buf = Vec::new();
+    while let Some(need) = demuxer.poll_need() {
+        let len = need.len.min(total_bytes.saturating_sub(need.offset));
+        buf.resize(usize::try_from(len).unwrap_or(usize::MAX), 0);
+        src.seek(SeekFrom::Start(need.offset)).map_err(IngestError::Read)?;
+        let n = read_full(src, &mut buf)?;
+        demuxer.handle_data(need.offset, &buf[..n])?;
+        progress(IngestProgress { pass: 1, bytes_done: need.offset + n as u64, total_bytes });
+    }
+    let index = demuxer.finish()?;
+    let skipped: Vec<String> = index.skipped.iter().map(ToString::to_string).collect();
+    for s in &skipped {
+        tracing::warn!(file = source_name, "{s}: not stored; the other tracks are");
+    }
+    let mut assembler = NativeAssembler::new(&index, MAX_NATIVE_PAYLOAD)?;
+
+    // Pass 2: every sample in decode order, cut into payloads, packed into blocks.
+    let _lock = store.ingest_lock();
+    let catalog = store.catalog();
+    let object = NewObject::begin(store)?;
+    let mut written: Vec<(DiskId, BlockKey)> = Vec::new();
+    let result = (|| {
+        let mut packer = BlockPacker::new_native(&object, index.tracks.len());
+        let mut write = |b: PackedBlock| {
+            let (id, seed, epoch) = (object.id, object.seed, object.first_epoch);
+            let disks = store.write_block(id, seed, epoch, b.index, b.block.as_bytes())?;
+            written.extend(disks.iter().map(|d| (d, b.key())));
+            Ok::<_, IngestError>(())
+        };
+        let mut window = Window::default();
+        let mut done = 0u64;
+        for s in &index.samples {
+            let bytes = window.read(src, s.offset, s.size, total_bytes)?;
+            assembler.push(s, bytes)?;
+            while let Some(u) = assembler.poll_unit() {
+                if let Some(b) = packer.push_native(&u)? {
+                    write(b)?;
+                }
+            }
+            done += u64::from(s.size);
+            if done >= 4 << 20 {
+                progress(IngestProgress { pass: 2, bytes_done: s.offset, total_bytes });
+                done = 0;
+            }
+        }
+        assembler.finish();
+        while let Some(u) = assembler.poll_unit() {
+            if let Some(b) = packer.push_native(&u)? {
+                write(b)?;
+            }
+        }
+        let next_index = packer.blocks_sealed() + u32::from(packer.has_open_block());
+        let (last, mut packed) = packer.finish()?;
+        if let Some(b) = last {
+            write(b)?;
+        }
+        // Pass 3: the file itself, after the packets, for HTTP to serve as the original.
+        let first_gsn = Gsn(packed.track_packets.iter().sum());
+        src.seek(SeekFrom::Start(0)).map_err(IngestError::Read)?;
+        let mut index = next_index;
+        let mut chunk = vec![0u8; object.block_size.as_usize()];
+        let mut source_bytes = 0u64;
+        let mut source_blocks = 0u32;
+        loop {
+            let key = BlockKey::new(object.id, BlockIndex(index));
+            let mut builder = BlockBuilder::new_raw(key, first_gsn, object.block_size);
+            let room = builder.raw_room();
+            let n = read_full(src, &mut chunk[..room])?;
+            if n == 0 {
+                break;
+            }
+            builder.push_raw(&chunk[..n]);
+            let block = Block::parse(AlignedBuf::copy_from(&builder.finish()), Some(key))
+                .map_err(|source| StoreError::InvalidBlock { key, source })?;
+            packed.blocks.push(BlockEntry::from(block.header()));
+            write(PackedBlock { index: BlockIndex(index), block })?;
+            source_bytes += n as u64;
+            source_blocks += 1;
+            index += 1;
+            progress(IngestProgress { pass: 3, bytes_done: source_bytes, total_bytes });
+        }
+        if source_bytes != total_bytes {
+            return Err(IngestError::Changed { offset: source_bytes });
+        }
+        let source = SourceFile { blocks: source_blocks, bytes: source_bytes, kind };
+        let rec = object.record_native(name, source_name, packed, source, assembler.tracks());
+        catalog.insert_object(&rec)?;
+        Ok(rec)
+    })();
+    match result {
+        Ok(record) => Ok(IngestReport { record, trailing_bytes: 0, skipped }),
+        Err(e) => {
+            remove_blocks(store, &written);
+            Err(e)
+        }
+    }
+}
+
+/// Reads samples by file offset through a window of the file, so that the samples of an
+/// interleaved file (in decode order, mostly in file order) cost one large read per window.
+#[derive(Default)]
+struct Window {
+    buf: Vec<u8>,
+    start: u64,
+}
+
+impl Window {
+    const SIZE: usize = 4 << 20;
+
+    fn read<R: Read + Seek>(
+        &mut self,
+        src: &mut R,
+        offset: u64,
+        size: u32,
+        total: u64,
+    ) -> Result<&[u8], IngestError> {
+        let end = offset + u64::from(size);
+        if end > total {
+            return Err(IngestError::Changed { offset });
+        }
+        let have = offset >= self.start && end <= self.start + self.buf.len() as u64;
+        if !have {
+            let len = (Self::SIZE as u64).max(u64::from(size)).min(total - offset);
+            self.buf.resize(len as usize, 0);
+            src.seek(SeekFrom::Start(offset)).map_err(IngestError::Read)?;
+            let n = read_full(src, &mut self.buf)?;
+            if (n as u64) < u64::from(size) {
+                return Err(IngestError::Changed { offset: offset + n as u64 });
+            }
+            self.buf.truncate(n);
+            self.start = offset;
+        }
+        let at = (offset - self.start) as usize;
+        Ok(&self.buf[at..at + size as usize])
+    }
+}
+
+/// Reads until `buf` is full or the source ends; the bytes read.
+fn read_full<R: Read>(src: &mut R, buf: &mut [u8]) -> Result<usize, IngestError> {
+    let mut n = 0;
+    while n < buf.len() {
+        match read_some(src, &mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+/// A 192-byte M2TS file read as the 188-byte transport stream it carries: each packet's 4-byte
+/// `TP_extra_header` (a timestamp Blu-ray players use) is dropped. Seeks only to the start
+/// or the end (what ingest's two passes do).
+struct M2tsRead<'a, R> {
+    src: &'a mut R,
+    len: u64,
+    conv: M2tsToTs,
+    out: Vec<u8>,
+    at: usize,
+    chunk: Vec<u8>,
+}
+
+impl<'a, R: Read + Seek> M2tsRead<'a, R> {
+    fn new(src: &'a mut R, total: u64) -> Self {
+        Self {
+            src,
+            len: total / 192 * 188,
+            conv: M2tsToTs::new(),
+            out: Vec::new(),
+            at: 0,
+            chunk: vec![0; 1 << 20],
+        }
+    }
+}
+
+impl<R: Read + Seek> Read for M2tsRead<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.at == self.out.len() {
+            let n = self.src.read(&mut self.chunk)?;
+            if n == 0 {
+                return Ok(0);
+            }
+            self.out.clear();
+            self.at = 0;
+            self.conv.push(&self.chunk[..n], &mut self.out);
+        }
+        let n = buf.len().min(self.out.len() - self.at);
+        buf[..n].copy_from_slice(&self.out[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+impl<R: Read + Seek> Seek for M2tsRead<'_, R> {
+    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        match pos {
+            SeekFrom::Start(0) => {
+                self.src.seek(SeekFrom::Start(0))?;
+                self.conv = M2tsToTs::new();
+                self.out.clear();
+                self.at = 0;
+                Ok(0)
+            }
+            SeekFrom::End(0) => Ok(self.len),
+            _ => Err(io::Error::new(io::ErrorKind::Unsupported, "M2TS is read from its start")),
         }
     }
 }
@@ -242,7 +526,107 @@ impl NewObject {
                 .collect(),
             source_file: source.to_string(),
             created_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            media: None,
         }
+    }
+}
+
+/// The source file of a native object, as stored after its packets.
+#[derive(Clone, Copy, Debug)]
+pub struct SourceFile {
+    /// Its blocks (the last of the object).
+    pub blocks: u32,
+    /// Its length.
+    pub bytes: u64,
+    /// Its container.
+    pub kind: ContainerKind,
+}
+
+impl NewObject {
+    /// The catalog entry of a native object (MP4, Matroska) once every block is written:
+    /// `packed` from its [`BlockPacker::new_native`] with the source file's blocks appended,
+    /// `tracks` from its assembler; `source` names the file.
+    #[must_use]
+    pub fn record_native(
+        &self,
+        name: &str,
+        source: &str,
+        packed: PackedObject,
+        file: SourceFile,
+        tracks: &[NativeTrack],
+    ) -> ObjectRecord {
+        let totals = packed.native_totals;
+        let duration = totals.last_send.max(totals.last_npt);
+        let nanos = u128::from(duration.as_nanos().max(1));
+        let avg = u128::from(totals.bytes) * 8 * 1_000_000_000 / nanos;
+        let packets: u64 = packed.track_packets.iter().sum();
+        let kind = |k: StreamKind| if k == StreamKind::Video { "video" } else { "audio" };
+        ObjectRecord {
+            id: self.id,
+            name: name.to_string(),
+            seed: self.seed,
+            first_epoch: self.first_epoch,
+            block_size: self.block_size,
+            blocks: packed.blocks,
+            packets,
+            ts_bytes: Bytes(totals.bytes),
+            duration,
+            avg_bitrate: BitRate(u64::try_from(avg).unwrap_or(u64::MAX)),
+            peak_bitrate: BitRate(totals.peak_bytes_per_s.saturating_mul(8)),
+            seek_points: packed.seek_points,
+            streams: tracks
+                .iter()
+                .enumerate()
+                .map(|(i, t)| StreamDesc {
+                    pid: i as u16,
+                    kind: kind(t.kind).to_owned(),
+                    codec: t.codec.name().to_owned(),
+                })
+                .collect(),
+            source_file: source.to_string(),
+            created_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            media: Some(NativeMedia {
+                container: match file.kind {
+                    ContainerKind::Matroska => "matroska",
+                    _ => "mp4",
+                }
+                .to_owned(),
+                source_blocks: file.blocks,
+                source_bytes: file.bytes,
+                source_type: source_type(file.kind, source).to_owned(),
+                tracks: tracks
+                    .iter()
+                    .zip(&packed.track_packets)
+                    .map(|(t, &packets)| TrackDesc {
+                        kind: kind(t.kind).to_owned(),
+                        codec: t.codec.name().to_owned(),
+                        encoding: t.encoding.to_owned(),
+                        clock_rate: t.clock_rate,
+                        channels: t.channels,
+                        payload_type: t.payload_type,
+                        fmtp: t.fmtp.clone(),
+                        config: t.config.clone(),
+                        packets,
+                        width: t.width,
+                        height: t.height,
+                        language: t.language.clone().unwrap_or_default(),
+                    })
+                    .collect(),
+                seek_track_seqs: packed.seek_track_seqs,
+            }),
+        }
+    }
+}
+
+/// The media type HTTP gives a source file: by its container, and for Matroska by its name
+/// (`.webm` is WebM).
+fn source_type(kind: ContainerKind, name: &str) -> &'static str {
+    let webm = name.rsplit('.').next().is_some_and(|e| e.eq_ignore_ascii_case("webm"));
+    match kind {
+        ContainerKind::Matroska if webm => "video/webm",
+        ContainerKind::Matroska => "video/x-matroska",
+        ContainerKind::Mp4 => "video/mp4",
+        ContainerKind::M2ts | ContainerKind::MpegTs => "video/mp2t",
     }
 }
 
@@ -270,6 +654,26 @@ pub struct PackedObject {
     pub blocks: Vec<BlockEntry>,
     /// The random-access points (the first unit's always among them).
     pub seek_points: Vec<SeekPoint>,
+    /// Native objects: for each seek point, each track's next `track_seq` there.
+    pub seek_track_seqs: Vec<u32>,
+    /// Native objects: each track's packets.
+    pub track_packets: Vec<u64>,
+    /// Native objects: the payload bytes, the last send time and presentation end, and the
+    /// most payload bits in any one-second window of send times.
+    pub native_totals: NativeTotals,
+}
+
+/// What a native object's packets add up to (see [`PackedObject`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NativeTotals {
+    /// Payload bytes.
+    pub bytes: u64,
+    /// The latest send time.
+    pub last_send: MediaTime,
+    /// The latest presentation time of a packet's access unit.
+    pub last_npt: MediaTime,
+    /// The most payload bytes whose send times fall in one window `[k, k+1)` s.
+    pub peak_bytes_per_s: u64,
 }
 
 /// Packs an object's payload units, in GSN order, into blocks of whole units (DESIGN §2.2) and
@@ -284,6 +688,11 @@ pub struct BlockPacker {
     next_index: u32,
     next_gsn: u64,
     packed: PackedObject,
+    /// Native objects: each track's next `track_seq`.
+    track_next: Vec<u32>,
+    native: bool,
+    /// The current one-second window of send times and its bytes.
+    window: (u64, u64),
 }
 
 impl BlockPacker {
@@ -297,7 +706,63 @@ impl BlockPacker {
             next_index: 0,
             next_gsn: 0,
             packed: PackedObject::default(),
+            track_next: Vec::new(),
+            native: false,
+            window: (0, 0),
         }
+    }
+
+    /// A packer for the native RTP payloads of `object`'s `tracks` tracks (version-2 blocks).
+    #[must_use]
+    pub fn new_native(object: &NewObject, tracks: usize) -> Self {
+        Self { track_next: vec![0; tracks], native: true, ..Self::new(object) }
+    }
+
+    /// Adds the next native payload (send order). When it does not fit in the block being
+    /// filled, that block is finished and returned, and the payload starts the next one.
+    pub fn push_native(&mut self, unit: &NativeUnit) -> Result<Option<PackedBlock>, StoreError> {
+        debug_assert!(self.native);
+        let gsn = Gsn(self.next_gsn);
+        self.next_gsn += 1;
+        if unit.random_access {
+            // Seek points are sorted by time: a key frame presented before the previous one
+            // (a broken file) takes its time.
+            let last = self.packed.seek_points.last().map_or(MediaTime::ZERO, |s| s.time);
+            self.packed.seek_points.push(SeekPoint { time: unit.npt.max(last), gsn });
+            self.packed.seek_track_seqs.extend_from_slice(&self.track_next);
+        }
+        let t = usize::from(unit.track);
+        if let Some(n) = self.track_next.get_mut(t) {
+            *n = unit.track_seq.wrapping_add(1);
+        }
+        if self.packed.track_packets.len() <= t {
+            self.packed.track_packets.resize(t + 1, 0);
+        }
+        self.packed.track_packets[t] += 1;
+        let len = unit.payload.len() as u64;
+        let totals = &mut self.packed.native_totals;
+        totals.bytes += len;
+        totals.last_send = totals.last_send.max(unit.send_time);
+        totals.last_npt = totals.last_npt.max(unit.npt);
+        let second = unit.send_time.as_nanos() / 1_000_000_000;
+        if second != self.window.0 {
+            self.window = (second, 0);
+        }
+        self.window.1 += len;
+        totals.peak_bytes_per_s = totals.peak_bytes_per_s.max(self.window.1);
+        let full = self.make_room(unit.payload.len(), gsn)?;
+        let meta = NativeMeta {
+            send_time: unit.send_time,
+            track: unit.track,
+            rtp_time: unit.rtp_time,
+            track_seq: unit.track_seq,
+            marker: unit.marker,
+            random_access: unit.random_access,
+        };
+        if let Some(b) = self.builder.as_mut() {
+            b.push_native(meta, &unit.payload);
+        }
+        Ok(full)
     }
 
     /// Adds the next unit (GSN order) and its bytes. When it does not fit in the block being
@@ -308,14 +773,7 @@ impl BlockPacker {
         if unit.random_access {
             self.packed.seek_points.push(SeekPoint { time: unit.send_time, gsn });
         }
-        let mut full = None;
-        if !self.builder.as_ref().is_some_and(|b| b.fits(bytes.len())) {
-            if let Some(b) = self.builder.take() {
-                full = Some(self.seal(b)?);
-            }
-            let key = BlockKey::new(self.id, BlockIndex(self.next_index));
-            self.builder = Some(BlockBuilder::new(key, gsn, self.block_size));
-        }
+        let full = self.make_room(bytes.len(), gsn)?;
         let meta = PacketMeta {
             send_time: unit.send_time,
             ts_packets: unit.ts_packets,
@@ -334,6 +792,18 @@ impl BlockPacker {
         self.next_gsn
     }
 
+    /// Blocks finished so far (the index of the block being filled).
+    #[must_use]
+    pub fn blocks_sealed(&self) -> u32 {
+        self.next_index
+    }
+
+    /// Whether a block is being filled (it becomes the last block at [`BlockPacker::finish`]).
+    #[must_use]
+    pub fn has_open_block(&self) -> bool {
+        self.builder.as_ref().is_some_and(|b| !b.is_empty())
+    }
+
     /// Ends the object: the last block (if a unit went into it) and the catalog's view of all.
     pub fn finish(mut self) -> Result<(Option<PackedBlock>, PackedObject), StoreError> {
         let last = match self.builder.take() {
@@ -342,10 +812,39 @@ impl BlockPacker {
         };
         let mut packed = self.packed;
         if packed.seek_points.first().is_none_or(|s| s.gsn != Gsn(0)) {
-            let t = packed.blocks.first().map(|b| b.first_send_time).unwrap_or_default();
-            packed.seek_points.insert(0, SeekPoint { time: t, gsn: Gsn(0) });
+            if self.native {
+                // The object's start: every track at its first packet, at time zero.
+                packed.seek_points.insert(0, SeekPoint { time: MediaTime::ZERO, gsn: Gsn(0) });
+                let zeros = vec![0; self.track_next.len()];
+                packed.seek_track_seqs.splice(0..0, zeros);
+            } else {
+                let t = packed.blocks.first().map(|b| b.first_send_time).unwrap_or_default();
+                packed.seek_points.insert(0, SeekPoint { time: t, gsn: Gsn(0) });
+            }
+        }
+        if self.native {
+            packed.track_packets.resize(self.track_next.len(), 0);
         }
         Ok((last, packed))
+    }
+
+    /// When a packet of `len` bytes does not fit in the block being filled, seals that block
+    /// (returned) and starts the next at `gsn`, of this packer's version.
+    fn make_room(&mut self, len: usize, gsn: Gsn) -> Result<Option<PackedBlock>, StoreError> {
+        if self.builder.as_ref().is_some_and(|b| b.fits(len)) {
+            return Ok(None);
+        }
+        let full = match self.builder.take() {
+            Some(b) => Some(self.seal(b)?),
+            None => None,
+        };
+        let key = BlockKey::new(self.id, BlockIndex(self.next_index));
+        self.builder = Some(if self.native {
+            BlockBuilder::new_native(key, gsn, self.block_size)
+        } else {
+            BlockBuilder::new(key, gsn, self.block_size)
+        });
+        Ok(full)
     }
 
     fn seal(&mut self, builder: BlockBuilder) -> Result<PackedBlock, StoreError> {

@@ -84,6 +84,7 @@ mod testutil {
             streams: vec![],
             source_file: String::new(),
             created_unix_s: 0,
+            media: None,
         };
         store.catalog().insert_object(&rec).unwrap();
         rec

@@ -22,9 +22,11 @@ use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{delete, get, post, put};
+use futures_util::StreamExt as _;
 use isochron_base::DiskId;
 use isochron_dataplane::admission_log::{AdmissionEntry, DEFAULT_CAPACITY};
 use isochron_dataplane::sched_thread::{SchedCommand, SchedSnapshot};
+use isochron_media::ContainerKind;
 use isochron_server::library::ObjectSummary;
 use isochron_server::recorder::{RecordError, RecordParams};
 use isochron_server::reorg::{ReorgCommand, ReorgStatus};
@@ -639,6 +641,29 @@ async fn record(
         Ok(p) => p,
         Err(e) => return record_error(&e),
     };
+    // A file of another container (MP4, Matroska, M2TS) is not a live stream to pace: it is
+    // spooled and ingested whole, as `PUT /api/v1/objects/NAME` does. Its first bytes say.
+    let mut stream = body.into_data_stream();
+    let mut head = Vec::new();
+    while head.len() < SNIFF_BYTES {
+        match futures_util::StreamExt::next(&mut stream).await {
+            Some(Ok(chunk)) => head.extend_from_slice(&chunk),
+            Some(Err(e)) => {
+                return record_error(&RecordError::BadRequest(format!("reading the body: {e}")));
+            }
+            None => break,
+        }
+    }
+    let file = matches!(
+        isochron_media::sniff(&head),
+        Some(ContainerKind::Mp4 | ContainerKind::Matroska | ContainerKind::M2ts)
+    );
+    if file {
+        let rest = Body::from_stream(stream);
+        return crate::cluster::spool_and_ingest(&s, name, head.into(), rest).await;
+    }
+    let head = futures_util::stream::iter([Ok(axum::body::Bytes::from(head))]);
+    let body = Body::from_stream(head.chain(stream));
     // Its own task: it sees the body through and cleans up even if the client goes away and
     // this exchange is dropped.
     let task = tokio::spawn(Arc::clone(&s.recorders).record(name, params, body));
@@ -654,6 +679,10 @@ async fn record(
             .into_response(),
     }
 }
+
+/// How many bytes of a recording's body decide what it is (`isochron_media::sniff` needs 200 for
+/// M2TS: two packets of 192 bytes would be 384; one packet and the next sync byte suffice).
+const SNIFF_BYTES: usize = 400;
 
 fn record_error(e: &RecordError) -> Response {
     (e.status(), Json(serde_json::json!({ "error": e.to_string() }))).into_response()

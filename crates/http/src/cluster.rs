@@ -133,20 +133,35 @@ pub(crate) async fn remove_node(State(s): State<ApiState>, Path(name): Path<Stri
     }
 }
 
-/// `PUT /api/v1/objects/{name}`: ingests the body (an MPEG-TS file) as object `name`, its
-/// blocks written to their owners' disks on every node (`isochron ingest --server`).
+/// `PUT /api/v1/objects/{name}`: ingests the body (a media file: MPEG-TS, M2TS, MP4,
+/// Matroska/WebM) as object `name`, its blocks written to their owners' disks on every node
+/// (`isochron ingest --server`).
 pub(crate) async fn ingest(
     State(s): State<ApiState>,
     Path(name): Path<String>,
     body: Body,
 ) -> Response {
-    // Spooled to a file first: the cutter needs to seek (it reads the file twice).
+    spool_and_ingest(&s, name, Bytes::new(), body).await
+}
+
+/// Spools `head` then the rest of `body` to a file in the store (the cutter seeks: it reads a
+/// file more than once) and ingests it as object `name`: `201` with the object's summary,
+/// `422` naming what is wrong with the input.
+pub(crate) async fn spool_and_ingest(
+    s: &ApiState,
+    name: String,
+    head: Bytes,
+    body: Body,
+) -> Response {
     let spool = match tempfile::NamedTempFile::new_in(s.store.root()) {
         Ok(f) => f,
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, format!("spool file: {e}")),
     };
     let (file, path) = spool.into_parts();
     let mut file = std::io::BufWriter::new(file);
+    if let Err(e) = file.write_all(&head) {
+        return error(StatusCode::INTERNAL_SERVER_ERROR, format!("spool file: {e}"));
+    }
     let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = match chunk {
@@ -165,6 +180,9 @@ pub(crate) async fn ingest(
     let task = tokio::task::spawn_blocking(move || {
         let report = isochron_diskio::ingest::ingest_file(&store, &path, &name, &mut |_| {})
             .map_err(|e| (StatusCode::UNPROCESSABLE_ENTITY, format!("object {name}: {e}")))?;
+        for skipped in &report.skipped {
+            tracing::warn!(object = %name, "{skipped}; stored the other tracks");
+        }
         library.insert(Arc::new(ObjectEntry::new(&store, report.record.clone())));
         drop(path);
         Ok::<_, (StatusCode, String)>(ObjectSummary::from(&report.record))

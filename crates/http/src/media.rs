@@ -4,7 +4,9 @@
 //! stored objects are offered three ways on the HTTP port:
 //!
 //! - `GET`/`HEAD /objects/{name}`: the object's original bytes (what `isochron cat` writes:
-//!   the payloads of its blocks in order), `video/mp2t`, with a strong `ETag` and byte ranges
+//!   for MPEG-TS the payloads of its blocks in order, `video/mp2t`; for an object ingested from
+//!   MP4 or Matroska the file itself, kept in its source blocks, `video/mp4`,
+//!   `video/x-matroska` or `video/webm`, so `<video src>` and progressive download work), with a strong `ETag` and byte ranges
 //!   (RFC 9110 §14: [`crate::range`]): one range is a `206` with `Content-Range` (§14.4),
 //!   several a `multipart/byteranges` body (§14.6), an unsatisfiable set a `416` with
 //!   `Content-Range: bytes */LEN` (§15.5.17). `If-Range` (§13.1.5) is honoured with the ETag;
@@ -58,6 +60,7 @@ use isochron_dataplane::sched_thread::SchedCommand;
 use isochron_dataplane::sender::SharedBlock;
 use isochron_diskio::AlignedBuf;
 use isochron_media::TS_PACKET_SIZE;
+use isochron_media::fmp4::{Fmp4Codec, Fmp4Track, Reassembler, init_segment, media_segment};
 use isochron_server::library::ObjectEntry;
 use isochron_store::Block;
 use isochron_store::catalog::ObjectRecord;
@@ -84,27 +87,35 @@ const PACKET: usize = TS_PACKET_SIZE;
 /// An object as HTTP delivery sees it: its record and where each block's payload starts.
 struct Obj {
     entry: Arc<ObjectEntry>,
-    /// `offsets[i]`: the byte of the object where block `i`'s payload starts; one more entry
-    /// for the end.
+    /// The index of the first block whose payload is served (a native object's first source
+    /// block; 0 for MPEG-TS).
+    first: usize,
+    /// `offsets[i]`: the byte of the object where block `first + i`'s payload starts; one
+    /// more entry for the end.
     offsets: Vec<u64>,
     etag: String,
+    /// The served bytes' media type.
+    content_type: String,
 }
 
 impl Obj {
     fn new(entry: Arc<ObjectEntry>) -> Self {
-        let mut offsets = Vec::with_capacity(entry.record.blocks.len() + 1);
+        let (first, blocks) = entry.record.source_blocks();
+        let mut offsets = Vec::with_capacity(blocks.len() + 1);
         let mut at = 0u64;
         offsets.push(0);
-        for b in &entry.record.blocks {
+        for b in blocks {
             at += u64::from(b.payload_bytes);
             offsets.push(at);
         }
         // Strong: the object's id and every block's checksum, so a replaced object (same name,
         // new id) or different bytes never share a tag.
         let mut words: Vec<u64> = vec![entry.record.id.0, at];
-        words.extend(entry.record.blocks.iter().map(|b| b.checksum));
+        words.extend(blocks.iter().map(|b| b.checksum));
         let etag = format!("\"{:x}-{:016x}\"", entry.record.id.0, hash_words(&words));
-        Self { entry, offsets, etag }
+        let content_type =
+            entry.record.media.as_ref().map_or(TS_TYPE, |m| m.source_type.as_str()).to_owned();
+        Self { entry, first, offsets, etag, content_type }
     }
 
     fn record(&self) -> &ObjectRecord {
@@ -121,8 +132,19 @@ impl Obj {
     }
 }
 
-/// Asks the scheduler thread for block `index` of `obj`; the reply comes on the receiver.
+/// Asks the scheduler thread for the `index`th block `obj` serves; the reply comes on the
+/// receiver.
 fn request_block(
+    s: &ApiState,
+    obj: &Obj,
+    index: usize,
+) -> Result<oneshot::Receiver<Result<SharedBlock, String>>, String> {
+    request_block_at(s, obj, obj.first + index)
+}
+
+/// Asks the scheduler thread for block `index` of `obj`'s object (a packet block or a source
+/// block).
+fn request_block_at(
     s: &ApiState,
     obj: &Obj,
     index: usize,
@@ -134,11 +156,8 @@ fn request_block(
         .get(name)
         .filter(|e| e.record.id == obj.record().id)
         .ok_or_else(|| format!("object {name:?} was removed or replaced"))?;
-    let planned = entry
-        .plan
-        .blocks
-        .get(index)
-        .ok_or_else(|| format!("object {name:?} has no block {index}"))?;
+    let planned =
+        entry.planned(index).ok_or_else(|| format!("object {name:?} has no block {index}"))?;
     let key = BlockKey { object: obj.record().id, index: BlockIndex(index as u32) };
     let (tx, rx) = oneshot::channel();
     // The copies this node holds, replica 0 first (every copy on a single node).
@@ -374,7 +393,7 @@ pub(crate) async fn object(
                 } else {
                     Vec::new()
                 },
-                vec![(header::CONTENT_TYPE, TS_TYPE.into())],
+                vec![(header::CONTENT_TYPE, obj.content_type.clone())],
             ),
             Some(Err(e)) => {
                 let mut r = text(
@@ -405,7 +424,7 @@ pub(crate) async fn object(
                         StatusCode::PARTIAL_CONTENT,
                         vec![Piece::Object(*one)],
                         vec![
-                            (header::CONTENT_TYPE, TS_TYPE.into()),
+                            (header::CONTENT_TYPE, obj.content_type.clone()),
                             (header::CONTENT_RANGE, one.content_range(len)),
                         ],
                     ),
@@ -414,7 +433,8 @@ pub(crate) async fn object(
                         let mut pieces = Vec::with_capacity(many.len() * 2 + 1);
                         for r in many {
                             let head = format!(
-                                "\r\n--{boundary}\r\nContent-Type: {TS_TYPE}\r\nContent-Range: {}\r\n\r\n",
+                                "\r\n--{boundary}\r\nContent-Type: {}\r\nContent-Range: {}\r\n\r\n",
+                                obj.content_type,
                                 r.content_range(len)
                             );
                             pieces.push(Piece::Static(head.into()));
@@ -539,25 +559,34 @@ pub(crate) fn plan_segments(record: &ObjectRecord, target: Duration) -> Vec<Segm
 
 /// The media playlist of `segments` (RFC 8216 §4.3: version 3 for decimal `EXTINF`).
 pub(crate) fn playlist(segments: &[Segment]) -> String {
+    playlist_of(segments, "ts", None)
+}
+
+/// A media playlist of segments named `N.{ext}`, with `EXT-X-MAP` naming `map` when the
+/// segments need an initialization segment (fragmented MP4: version 7, RFC 8216 §4.3.2.5).
+fn playlist_of(segments: &[Segment], ext: &str, map: Option<&str>) -> String {
     let target =
         segments.iter().map(|s| s.duration.as_secs_f64().round() as u64).max().unwrap_or(1).max(1);
+    let version = if map.is_some() { 7 } else { 3 };
     let mut out = String::new();
     let _ = write!(
         out,
-        "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:{target}\n#EXT-X-MEDIA-SEQUENCE:0\n\
+        "#EXTM3U\n#EXT-X-VERSION:{version}\n#EXT-X-TARGETDURATION:{target}\n#EXT-X-MEDIA-SEQUENCE:0\n\
          #EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-INDEPENDENT-SEGMENTS\n"
     );
+    if let Some(m) = map {
+        let _ = writeln!(out, "#EXT-X-MAP:URI=\"{m}\"");
+    }
     for (i, s) in segments.iter().enumerate() {
-        let _ = write!(out, "#EXTINF:{:.3},\n{i}.ts\n", s.duration.as_secs_f64());
+        let _ = write!(out, "#EXTINF:{:.3},\n{i}.{ext}\n", s.duration.as_secs_f64());
     }
     out.push_str("#EXT-X-ENDLIST\n");
     out
 }
 
 fn is_ts(record: &ObjectRecord) -> bool {
-    // Every stored object is a transport stream today; one without elementary streams is not
-    // worth an HLS playlist.
-    !record.streams.is_empty()
+    // A transport stream without elementary streams is not worth an HLS playlist.
+    record.media.is_none() && !record.streams.is_empty()
 }
 
 /// `GET /hls/{name}/{file}`: `index.m3u8` or `{n}.ts`.
@@ -567,6 +596,9 @@ pub(crate) async fn hls(
     Path((name, file)): Path<(String, String)>,
 ) -> Response {
     let Some(obj) = lookup(&s, &name) else { return not_found(&name) };
+    if obj.record().media.is_some() {
+        return native_hls(&s, &obj, &file, method == Method::HEAD).await;
+    }
     if !is_ts(obj.record()) {
         return text(
             StatusCode::NOT_FOUND,
@@ -600,6 +632,128 @@ pub(crate) async fn hls(
             text(StatusCode::INTERNAL_SERVER_ERROR, format!("segment {n} of {name:?}: {e}\n"))
         }
     }
+}
+
+/// The fMP4 tracks of a native object's HLS (H.264, H.265, AAC, Opus; others left out), each
+/// with its index in the object.
+fn hls_tracks(record: &ObjectRecord) -> Vec<(usize, Fmp4Track)> {
+    let Some(media) = &record.media else { return Vec::new() };
+    let mut out = Vec::new();
+    for (i, t) in media.tracks.iter().enumerate() {
+        let codec = match t.codec.as_str() {
+            "h264" => Fmp4Codec::H264 { avcc: t.config.clone() },
+            "hevc" => {
+                let p = isochron_media::HevcParameterSets::decode(&t.config);
+                Fmp4Codec::H265 { vps: p.vps, sps: p.sps, pps: p.pps }
+            }
+            "aac" => Fmp4Codec::Aac { asc: t.config.clone() },
+            "opus" => Fmp4Codec::Opus { head: t.config.clone() },
+            _ => continue,
+        };
+        let opus_channels = t.config.get(9).copied().unwrap_or(2);
+        let channels = if t.codec == "opus" { opus_channels } else { t.channels };
+        out.push((
+            i,
+            Fmp4Track {
+                codec,
+                timescale: t.clock_rate,
+                width: t.width,
+                height: t.height,
+                channels,
+                sample_rate: if t.kind == "audio" { t.clock_rate } else { 0 },
+            },
+        ));
+    }
+    out
+}
+
+/// HLS of a native object (RFC 8216 §3.3, fragmented MP4): `index.m3u8` with `EXT-X-MAP`,
+/// `init.mp4`, and segments `N.m4s` cut at the object's seek points (its key frames).
+async fn native_hls(s: &ApiState, obj: &Arc<Obj>, file: &str, head: bool) -> Response {
+    let name = &obj.record().name;
+    let tracks = hls_tracks(obj.record());
+    if tracks.is_empty() {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("object {name:?} has no track HLS can carry (H.264, H.265, AAC, Opus)\n"),
+        );
+    }
+    let segments = plan_segments(obj.record(), s.media.hls_segment);
+    let fmp4: Vec<Fmp4Track> = tracks.iter().map(|(_, t)| t.clone()).collect();
+    let body = |bytes: Vec<u8>, kind: &str| {
+        let len = bytes.len();
+        let mut r = Response::new(if head { Body::empty() } else { Body::from(bytes) });
+        set(&mut r, header::CONTENT_TYPE, kind);
+        set(&mut r, header::CONTENT_LENGTH, &len.to_string());
+        set(&mut r, header::CACHE_CONTROL, "no-cache");
+        cors(r.headers_mut());
+        r
+    };
+    if file == "index.m3u8" {
+        let list = playlist_of(&segments, "m4s", Some("init.mp4"));
+        return body(list.into_bytes(), "application/vnd.apple.mpegurl");
+    }
+    if file == "init.mp4" {
+        return body(init_segment(&fmp4), "video/mp4");
+    }
+    let Some(n) = file.strip_suffix(".m4s").and_then(|n| n.parse::<usize>().ok()) else {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("{file:?} is none of index.m3u8, init.mp4 or a segment N.m4s of {name:?}\n"),
+        );
+    };
+    let Some(seg) = segments.get(n).copied() else {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("{name:?} has {} HLS segments; there is no segment {n}\n", segments.len()),
+        );
+    };
+    match native_segment(s, obj, &tracks, seg).await {
+        Ok(samples) => {
+            let fallback: Vec<u32> = fmp4.iter().map(|t| t.timescale / 25).collect();
+            body(media_segment(n as u32 + 1, &samples, &fallback), "video/mp4")
+        }
+        Err(e) => {
+            warn!(object = %name, segment = n, error = %e, "HLS segment failed");
+            text(StatusCode::INTERNAL_SERVER_ERROR, format!("segment {n} of {name:?}: {e}\n"))
+        }
+    }
+}
+
+/// The samples of each HLS track in segment `seg`: its packets (GSNs `seg.start` up to
+/// `seg.end`) read through the scheduler and reassembled.
+async fn native_segment(
+    s: &ApiState,
+    obj: &Obj,
+    tracks: &[(usize, Fmp4Track)],
+    seg: Segment,
+) -> Result<Vec<Vec<isochron_media::fmp4::Fmp4Sample>>, String> {
+    let record = obj.record();
+    let end = seg.end.unwrap_or(Gsn(record.packets));
+    let mut samples = vec![Vec::new(); tracks.len()];
+    let mut asm: Vec<Option<Reassembler>> =
+        tracks.iter().map(|(_, t)| Reassembler::new(t)).collect();
+    let slot = |track: u8| tracks.iter().position(|(i, _)| *i == usize::from(track));
+    let (Some(first), Some(last)) =
+        (record.block_of(seg.start), record.block_of(Gsn(end.0.saturating_sub(1))))
+    else {
+        return Ok(samples);
+    };
+    for i in first.0..=last.0 {
+        let block = await_block(request_block_at(s, obj, i as usize)?).await?;
+        for p in block.packets().filter(|p| p.gsn >= seg.start && p.gsn < end) {
+            let (Some(k), Some(rtp)) = (slot(p.track), p.rtp_time) else { continue };
+            if let Some(a) = asm[k].as_mut() {
+                a.push(p.payload, p.marker, rtp, p.send_time.as_nanos(), &mut samples[k]);
+            }
+        }
+    }
+    for (k, a) in asm.iter_mut().enumerate() {
+        if let Some(a) = a {
+            a.finish(&mut samples[k]);
+        }
+    }
+    Ok(samples)
 }
 
 /// The object byte where unit `gsn` starts, with the block read to find it.
@@ -812,6 +966,7 @@ mod tests {
             streams: Vec::new(),
             source_file: String::new(),
             created_unix_s: 0,
+            media: None,
         }
     }
 

@@ -366,6 +366,20 @@ impl Client {
         ensure!(u16::from(r.status()) == 200, "DESCRIBE: {}", status_line(&r));
         self.base = header(&r, "Content-Base");
         let sdp = String::from_utf8_lossy(r.body()).into_owned();
+        // This client plays MP2T (RFC 2250): an object served as native RTP streams (one per
+        // track, from MP4 or Matroska) is for other players.
+        let media: Vec<&str> = sdp.lines().filter(|l| l.starts_with("m=")).collect();
+        let mp2t = media.first().is_some_and(|m| m.split_whitespace().nth(3) == Some("33"));
+        ensure!(
+            mp2t,
+            "{url} is served as native RTP ({}), not MP2T: this client plays MPEG-TS objects \
+             only; use ffplay, gst-play-1.0 or retina, or its HLS",
+            sdp.lines()
+                .filter_map(|l| l.strip_prefix("a=rtpmap:"))
+                .filter_map(|l| l.split_whitespace().nth(1))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         if let Some(c) = sdp
             .lines()
             .skip_while(|l| !l.starts_with("m="))

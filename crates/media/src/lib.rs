@@ -1,4 +1,5 @@
-//! MPEG-TS analysis for isochron: packets, PCR timing, RTP payload units, random-access points.
+//! Media parsing for isochron: MPEG-TS analysis (packets, PCR timing, RTP payload units,
+//! random-access points) and, in [`container`], MP4 and Matroska demuxing.
 //!
 //! Why this crate exists: isochron stores a media file as a stream of ready-to-send RTP payload
 //! units, each with its send time, so that any node can pace its blocks with no help from the
@@ -15,10 +16,15 @@
 //! - the elementary streams from PAT and PMT (§2.4.4), for the catalog and the SDP
 //!   ([`TsIndex::streams`]).
 //!
+//! Files in other containers — MP4, MKV/WebM — are indexed by [`container`] into tracks and
+//! samples (codec configuration, offsets, decode and presentation times) that isochron's own
+//! packetizers turn into payload units; see that module.
+//!
 //! The crate is sans-IO: callers push byte chunks into a [`TsScanner`] and get a [`TsIndex`]
 //! back. It does not read files, decode PES payloads, or remultiplex; it accepts only 188-byte
-//! packets (no 192-byte M2TS or 204-byte FEC variants). Any input, however malformed, gives an
-//! index or a [`TsError`], never a panic (`fuzz/fuzz_targets/ts_scan.rs` checks this).
+//! packets (192-byte M2TS goes through [`M2tsToTs`] first; there is no 204-byte FEC variant).
+//! Any input, however malformed, gives an index or a [`TsError`], never a panic
+//! (`fuzz/fuzz_targets/ts_scan.rs` checks this).
 //!
 //! ```
 //! # fn ingest(file_chunks: &[&[u8]]) -> Result<(), isochron_media::TsError> {
@@ -37,7 +43,10 @@
 //! # }
 //! ```
 
+pub mod container;
 pub mod error;
+pub mod fmp4;
+pub mod native;
 pub mod packet;
 pub mod psi;
 pub mod scan;
@@ -48,7 +57,12 @@ pub mod units;
 #[cfg(test)]
 mod testutil;
 
+pub use container::{
+    Codec, CodecConfig, ContainerError, ContainerKind, Demuxer, M2tsToTs, MediaIndex, Need, Sample,
+    SkippedTrack, Track, demux_bytes, sniff,
+};
 pub use error::TsError;
+pub use native::{HevcParameterSets, NativeAssembler, NativeError, NativeTrack, NativeUnit};
 pub use psi::{StreamInfo, StreamKind};
 pub use scan::{TsIndex, TsScanner};
 pub use stream::{StreamUnit, UnitStream};

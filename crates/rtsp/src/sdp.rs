@@ -9,6 +9,11 @@
 //! under `m=video` (GStreamer's `rtpmp2tdepay` expects video). Other codecs are not described
 //! yet (H.264 and AAC come later, interop §2.4).
 //!
+//! An object stored as native RTP payloads (from MP4 or Matroska) is described by
+//! [`native_sdp`]: one `m=` line per track (RFC 8866 §5.14) with its dynamic payload type, its
+//! `rtpmap` and `fmtp` (H.264 RFC 6184 §8.1, H.265 RFC 7798 §7.1, AAC RFC 3640 §4.1, Opus
+//! RFC 7587 §7) and `a=control:trackID=N`, under the same session-level lines.
+//!
 //! With feedback ([`SdpParams::rtx_time`]) the media line offers the AVPF profile (RFC 4585 §7.1)
 //! with generic NACK (`a=rtcp-fb:33 nack`, §4.2) and an RFC 4588 retransmission payload type
 //! (`a=rtpmap:97 rtx/90000`, `a=fmtp:97 apt=33;rtx-time=…`, §8.6): how a standard player that
@@ -45,6 +50,85 @@ pub struct SdpParams<'a> {
 /// The RTP payload type of the RFC 4588 retransmission stream offered with feedback.
 pub const RTX_PAYLOAD_TYPE: u8 = 97;
 
+/// One native track of a presentation, as its `m=` section describes it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct MediaTrack {
+    /// The media type: `video` or `audio`.
+    pub kind: String,
+    /// The RTP payload type.
+    pub payload_type: u8,
+    /// The `rtpmap` encoding name (`H264`, `H265`, `mpeg4-generic`, `opus`, …).
+    pub encoding: String,
+    /// The RTP clock rate, Hz.
+    pub clock_rate: u32,
+    /// The `rtpmap` encoding parameters (audio channels); 0 for none.
+    pub channels: u8,
+    /// The `fmtp` parameters; empty for none.
+    pub fmtp: String,
+}
+
+/// The SDP body for a presentation of native tracks: the session-level lines of [`mp2t_sdp`]
+/// (without feedback), then for each track `i`:
+///
+/// ```text
+/// m=<kind> 0 RTP/AVP <pt>
+/// a=rtpmap:<pt> <encoding>/<clock_rate>[/<channels>]
+/// a=fmtp:<pt> <fmtp>            (when there are parameters)
+/// a=control:trackID=<i>
+/// ```
+///
+/// `b=AS:` (the whole presentation's rate) goes at session level.
+#[must_use]
+pub fn native_sdp(p: &SdpParams<'_>, tracks: &[MediaTrack]) -> String {
+    let mut s = session_lines(p, true);
+    for (i, t) in tracks.iter().enumerate() {
+        let kind = if t.kind == "audio" { "audio" } else { "video" };
+        let _ = write!(s, "m={kind} 0 RTP/AVP {}\r\n", t.payload_type);
+        let _ = write!(s, "a=rtpmap:{} {}/{}", t.payload_type, t.encoding, t.clock_rate);
+        if t.channels > 0 {
+            let _ = write!(s, "/{}", t.channels);
+        }
+        s.push_str("\r\n");
+        // Parameters never carry line breaks (they come from our own packetizers).
+        let fmtp: String = t.fmtp.chars().filter(|c| !c.is_control()).collect();
+        if !fmtp.is_empty() {
+            let _ = write!(s, "a=fmtp:{} {fmtp}\r\n", t.payload_type);
+        }
+        let _ = write!(s, "a=control:trackID={i}\r\n");
+    }
+    s
+}
+
+/// The session-level lines, with `b=AS` among them when `with_bitrate`.
+fn session_lines(p: &SdpParams<'_>, with_bitrate: bool) -> String {
+    let family = if p.origin.is_ipv4() { "IP4" } else { "IP6" };
+    let name: String =
+        p.name.chars().map(|c| if c.is_control() { ' ' } else { c }).collect::<String>();
+    let name = if name.trim().is_empty() { "-" } else { name.as_str() };
+    let mut s = String::with_capacity(512);
+    // Writing into a String cannot fail.
+    let _ = write!(
+        s,
+        "v=0\r\n\
+         o=- {} {} IN {family} {}\r\n\
+         s={name}\r\n\
+         c=IN IP4 0.0.0.0\r\n\
+         t=0 0\r\n",
+        p.session_id, p.session_version, p.origin,
+    );
+    if with_bitrate && p.bitrate.0 > 0 {
+        let _ = write!(s, "b=AS:{}\r\n", p.bitrate.0.div_ceil(1000));
+    }
+    let _ = write!(
+        s,
+        "a=tool:isochron\r\n\
+         a=control:*\r\n\
+         a=range:npt=0-{}\r\n",
+        npt_ceil(p.duration),
+    );
+    s
+}
+
 /// The SDP body for one MP2T track, CRLF line endings, in the line order of interop §2.4:
 ///
 /// ```text
@@ -63,27 +147,7 @@ pub const RTX_PAYLOAD_TYPE: u8 = 97;
 /// ```
 #[must_use]
 pub fn mp2t_sdp(p: &SdpParams<'_>) -> String {
-    let family = if p.origin.is_ipv4() { "IP4" } else { "IP6" };
-    let name: String =
-        p.name.chars().map(|c| if c.is_control() { ' ' } else { c }).collect::<String>();
-    let name = if name.trim().is_empty() { "-" } else { name.as_str() };
-    let mut s = String::with_capacity(256);
-    // Writing into a String cannot fail.
-    let _ = write!(
-        s,
-        "v=0\r\n\
-         o=- {} {} IN {family} {}\r\n\
-         s={name}\r\n\
-         c=IN IP4 0.0.0.0\r\n\
-         t=0 0\r\n\
-         a=tool:isochron\r\n\
-         a=control:*\r\n\
-         a=range:npt=0-{}\r\n",
-        p.session_id,
-        p.session_version,
-        p.origin,
-        npt_ceil(p.duration),
-    );
+    let mut s = session_lines(p, false);
     match p.rtx_time {
         None => s.push_str("m=video 0 RTP/AVP 33\r\n"),
         Some(_) => {
@@ -191,6 +255,71 @@ mod tests {
                  a=control:trackID=0\r\n"
             ),
             "{sdp}"
+        );
+    }
+
+    #[test]
+    fn native_tracks_one_media_section_each() {
+        let tracks = [
+            MediaTrack {
+                kind: "video".into(),
+                payload_type: 96,
+                encoding: "H264".into(),
+                clock_rate: 90_000,
+                channels: 0,
+                fmtp: "packetization-mode=1;profile-level-id=64001f".into(),
+            },
+            MediaTrack {
+                kind: "audio".into(),
+                payload_type: 97,
+                encoding: "mpeg4-generic".into(),
+                clock_rate: 48_000,
+                channels: 2,
+                fmtp: "streamtype=5;config=1190".into(),
+            },
+            MediaTrack {
+                kind: "audio".into(),
+                payload_type: 98,
+                encoding: "opus".into(),
+                clock_rate: 48_000,
+                channels: 2,
+                fmtp: String::new(),
+            },
+        ];
+        let sdp = native_sdp(
+            &SdpParams {
+                session_id: 9,
+                session_version: 1,
+                origin: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+                name: "movie",
+                duration: MediaTime::from_secs_f64(90.5),
+                bitrate: BitRate(4_000_000),
+                rtx_time: None,
+            },
+            &tracks,
+        );
+        assert_eq!(
+            sdp,
+            "v=0\r\n\
+             o=- 9 1 IN IP4 10.0.0.1\r\n\
+             s=movie\r\n\
+             c=IN IP4 0.0.0.0\r\n\
+             t=0 0\r\n\
+             b=AS:4000\r\n\
+             a=tool:isochron\r\n\
+             a=control:*\r\n\
+             a=range:npt=0-90.500\r\n\
+             m=video 0 RTP/AVP 96\r\n\
+             a=rtpmap:96 H264/90000\r\n\
+             a=fmtp:96 packetization-mode=1;profile-level-id=64001f\r\n\
+             a=control:trackID=0\r\n\
+             m=audio 0 RTP/AVP 97\r\n\
+             a=rtpmap:97 mpeg4-generic/48000/2\r\n\
+             a=fmtp:97 streamtype=5;config=1190\r\n\
+             a=control:trackID=1\r\n\
+             m=audio 0 RTP/AVP 98\r\n\
+             a=rtpmap:98 opus/48000/2\r\n\
+             a=control:trackID=2\r\n"
         );
     }
 }

@@ -558,7 +558,7 @@ async fn read_peer(
             match (&msg, from) {
                 (Message::Hello { node, .. }, _) => from = Some(*node),
                 (_, Some(node)) => {
-                    let _ = sessions.send(SessionCommand::Peer { from: node, msg });
+                    let _ = sessions.send(SessionCommand::Peer { from: node, msg: Box::new(msg) });
                 }
                 (_, None) => anyhow::bail!("a peer sent {} before its hello", msg.kind()),
             }

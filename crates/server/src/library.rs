@@ -10,6 +10,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use isochron_base::{BlockIndex, Bytes, ObjectId};
 use isochron_diskio::Store;
+use isochron_rtsp::sdp::MediaTrack;
 use isochron_rtsp::server::Presentation;
 use isochron_sched::{ObjectPlan, PlannedBlock};
 use isochron_store::Epoch;
@@ -21,8 +22,11 @@ use isochron_store::catalog::ObjectRecord;
 pub struct ObjectEntry {
     /// The catalog record.
     pub record: ObjectRecord,
-    /// Where its blocks are.
+    /// Where its packet blocks are (what streams read).
     pub plan: Arc<ObjectPlan>,
+    /// Where a native object's source-file blocks are (what HTTP serves; they follow the
+    /// packet blocks in index order). Empty for MPEG-TS.
+    pub source: Vec<PlannedBlock>,
     /// The placement epoch of the plan. A stream keeps the plan it started with; in a cluster,
     /// every node of a session plans it at the epoch of the node that opened it.
     pub epoch: Epoch,
@@ -39,7 +43,7 @@ impl ObjectEntry {
     /// The entry for `record`, placing its blocks as of placement epoch `epoch`.
     #[must_use]
     pub fn at_epoch(store: &Store, record: ObjectRecord, epoch: Epoch) -> Self {
-        let blocks = record
+        let mut blocks: Vec<PlannedBlock> = record
             .blocks
             .iter()
             .enumerate()
@@ -54,8 +58,19 @@ impl ObjectEntry {
                 }
             })
             .collect();
+        let source = blocks.split_off(record.media_blocks().len());
         let plan = Arc::new(ObjectPlan { object: record.id, blocks });
-        Self { record, plan, epoch }
+        Self { record, plan, source, epoch }
+    }
+
+    /// Where block `index` is: a packet block or a source-file block.
+    #[must_use]
+    pub fn planned(&self, index: usize) -> Option<&PlannedBlock> {
+        let media = self.plan.blocks.len();
+        match index.checked_sub(media) {
+            None => self.plan.blocks.get(index),
+            Some(i) => self.source.get(i),
+        }
     }
 }
 
@@ -163,11 +178,22 @@ impl Library {
 impl isochron_rtsp::server::Library for Library {
     fn lookup(&self, name: &str) -> Option<Presentation> {
         let e = self.get(name)?;
+        let tracks = e.record.media.iter().flat_map(|m| &m.tracks);
         Some(Presentation {
             object: e.record.id,
             name: e.record.name.clone(),
             duration: e.record.duration,
             avg_bitrate: e.record.avg_bitrate,
+            tracks: tracks
+                .map(|t| MediaTrack {
+                    kind: t.kind.clone(),
+                    payload_type: t.payload_type,
+                    encoding: t.encoding.clone(),
+                    clock_rate: t.clock_rate,
+                    channels: t.channels,
+                    fmtp: t.fmtp.clone(),
+                })
+                .collect(),
         })
     }
 }

@@ -1,5 +1,6 @@
-//! The watched media directory: `serve --media DIR` ingests and serves every `.ts` file in it,
-//! including files that appear while the server runs ("drop a file in, it streams").
+//! The watched media directory: `serve --media DIR` ingests and serves every media file in it
+//! (`.ts`, `.m2ts`, `.mts`, `.mp4`, `.m4v`, `.m4a`, `.mov`, `.mkv`, `.mka`, `.webm`), including files that
+//! appear while the server runs ("drop a file in, it streams").
 //!
 //! The directory is scanned every `scan_interval`. A new file is ingested once its size and
 //! modification time have not changed between two scans, so a file still being copied in is not
@@ -40,12 +41,12 @@ pub fn object_name(path: &Path) -> Option<String> {
     (!name.is_empty() && name != "." && name != "..").then_some(name)
 }
 
-fn ts_files(dir: &Path) -> Vec<(PathBuf, Stamp)> {
+fn media_files(dir: &Path) -> Vec<(PathBuf, Stamp)> {
     let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
     let mut v: Vec<_> = rd
         .filter_map(Result::ok)
         .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e.eq_ignore_ascii_case("ts")))
+        .filter(|p| p.extension().is_some_and(is_media_extension))
         .filter_map(|p| {
             let m = std::fs::metadata(&p).ok()?;
             m.is_file().then(|| (p, Stamp { len: m.len(), modified: m.modified().ok() }))
@@ -55,6 +56,14 @@ fn ts_files(dir: &Path) -> Vec<(PathBuf, Stamp)> {
     v
 }
 
+/// The file extensions of media the directory ingests: MPEG-TS, M2TS, MP4 and Matroska/WebM.
+const MEDIA_EXTENSIONS: &[&str] =
+    &["ts", "m2ts", "mts", "mp4", "m4v", "m4a", "mov", "mkv", "mka", "webm"];
+
+fn is_media_extension(e: &std::ffi::OsStr) -> bool {
+    MEDIA_EXTENSIONS.iter().any(|m| e.eq_ignore_ascii_case(m))
+}
+
 /// Ingests one file into the store and the library; logs the outcome.
 fn ingest_one(store: &Store, library: &Library, path: &Path, name: &str) -> bool {
     match isochron_diskio::ingest::ingest_file(store, path, name, &mut |_| {}) {
@@ -62,6 +71,9 @@ fn ingest_one(store: &Store, library: &Library, path: &Path, name: &str) -> bool
             if report.trailing_bytes > 0 {
                 warn!(file = %path.display(), bytes = report.trailing_bytes,
                     "file ends in a partial MPEG-TS packet; ingested the whole packets only");
+            }
+            for s in &report.skipped {
+                warn!(file = %path.display(), "{s}; ingested the other tracks");
             }
             let rec = report.record;
             info!(file = %path.display(), object = %rec.name, duration_s = rec.duration.as_secs_f64(),
@@ -79,7 +91,7 @@ fn ingest_one(store: &Store, library: &Library, path: &Path, name: &str) -> bool
 /// Ingests every `.ts` in `dir` that is not stored yet (at startup: files already there are
 /// taken as complete).
 pub(crate) fn ingest_existing(store: &Store, library: &Library, dir: &Path) {
-    for (path, _) in ts_files(dir) {
+    for (path, _) in media_files(dir) {
         let Some(name) = object_name(&path) else { continue };
         if !library.contains(&name) {
             ingest_one(store, library, &path, &name);
@@ -99,7 +111,7 @@ pub(crate) async fn watch(
     loop {
         tick.tick().await;
         let d = dir.clone();
-        let files = tokio::task::spawn_blocking(move || ts_files(&d)).await.unwrap_or_default();
+        let files = tokio::task::spawn_blocking(move || media_files(&d)).await.unwrap_or_default();
         for (path, stamp) in files {
             let Some(name) = object_name(&path) else { continue };
             if library.contains(&name) {

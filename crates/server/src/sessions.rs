@@ -25,14 +25,17 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::Sender;
-use isochron_base::{BlockIndex, DiskId, Instant, MediaTime, NodeId, Pace, StreamId};
+use isochron_base::{BlockIndex, DiskId, Instant, MediaTime, NodeId, Pace, StreamId, TrackSeqs};
 use isochron_cluster::message::{Dest, Role};
 use isochron_cluster::{
     ClusterConfig, ClusterCore, Delivery, LocalAction, LocalAnchor, MemberInfo, Message, OpenSpec,
-    Refusal, RunSpec, SessionEvent, ShareKey, ShareReport, StartSpec, StopKind,
+    Refusal, RunSpec, RunTracks, SessionEvent, ShareKey, ShareReport, StartSpec, StopKind,
+    TrackSpec,
 };
 use isochron_dataplane::clock::Clock;
-use isochron_dataplane::pacer::{PlayRun, RtcpMode, RunReport, ShareBlock, StreamSetup};
+use isochron_dataplane::pacer::{
+    PlayRun, RtcpMode, RunReport, SeqOffsets, ShareBlock, StreamSetup, TrackStamp,
+};
 use isochron_dataplane::rtx::RtxSetup;
 use isochron_dataplane::sched_thread::SchedCommand;
 use isochron_dataplane::sender::{OutFrame, SenderCommand, StreamTransport};
@@ -40,7 +43,7 @@ use isochron_rtsp::rtsp_types::{HeaderName, Method, Request, Response};
 use isochron_rtsp::sdp::RTX_PAYLOAD_TYPE;
 use isochron_rtsp::server::{
     ConnId, ConnInfo, Event, Handled, PauseAction, PlayAction, PlayOutcome, PlayStart, Position,
-    RateAction, ServerCore, SessionTransport, rtp_seq,
+    RateAction, ServerCore, SessionTransport,
 };
 use isochron_sched::{Anchor, Decision, OpenStream};
 use isochron_store::Epoch;
@@ -122,8 +125,8 @@ pub enum SessionCommand {
     Peer {
         /// The node.
         from: NodeId,
-        /// The message.
-        msg: Message,
+        /// The message (boxed: a run's start is a few hundred bytes).
+        msg: Box<Message>,
     },
     /// A node's record or liveness changed (from etcd).
     Member {
@@ -251,9 +254,10 @@ struct Origin {
     run: u64,
     running: bool,
     run_start: Position,
-    seq_offset: u16,
-    /// The sequence number the next packet gets; `None` before the first PLAY.
-    next_seq: Option<u16>,
+    /// Each track's sequence offset in the current run.
+    seq_offsets: Vec<u16>,
+    /// The sequence number each track's next packet gets; `None` before the first PLAY.
+    next_seqs: Option<Vec<u16>>,
     pace: Pace,
     waiting: Option<Waiting>,
 }
@@ -273,8 +277,8 @@ impl Origin {
             run: 0,
             running: false,
             run_start: Position::START,
-            seq_offset: 0,
-            next_seq: None,
+            seq_offsets: Vec::new(),
+            next_seqs: None,
             pace,
             waiting,
         }
@@ -455,7 +459,7 @@ impl Manager {
                     self.cluster.handle_share_failed(now, key, run, error);
                 }
             }
-            SessionCommand::Peer { from, msg } => self.cluster.handle_message(now, from, msg),
+            SessionCommand::Peer { from, msg } => self.cluster.handle_message(now, from, *msg),
             SessionCommand::Member { info, relay } => {
                 if let Some(addr) = relay {
                     self.relays.insert(info.id, addr);
@@ -593,14 +597,18 @@ impl Manager {
             let outcome = PlayOutcome::Failed { reason: "session vanished".into() };
             return self.core.finish_play(now, action, outcome);
         };
-        let client = match view.transport() {
-            SessionTransport::Udp { client_rtp, client_rtcp, .. } => {
-                Some((*client_rtp, *client_rtcp))
-            }
-            SessionTransport::Interleaved { .. } => None,
-        };
-        let (ssrc, rtp_ts_offset, first_offset) =
-            (view.ssrc(), view.rtp_ts_offset(), view.seq_offset());
+        // Each track as the client set it up (all of them go the same way).
+        let n = view.track_count();
+        let mut set_up: Vec<Option<(u32, u16, u32, Dest)>> = vec![None; n];
+        for t in view.tracks() {
+            let dest = match t.transport() {
+                SessionTransport::Udp { client_rtp, client_rtcp, .. } => {
+                    Dest::Udp { rtp: *client_rtp, rtcp: *client_rtcp }
+                }
+                SessionTransport::Interleaved { .. } => Dest::Origin,
+            };
+            set_up[t.index()] = Some((t.ssrc(), t.seq_offset(), t.rtp_ts_offset(), dest));
+        }
         let Some(o) = self.origins.get_mut(&stream) else {
             let outcome = PlayOutcome::Failed { reason: "session vanished".into() };
             return self.core.finish_play(now, action, outcome);
@@ -611,23 +619,47 @@ impl Manager {
             PlayStart::Resume(pos) => pos,
             PlayStart::Beginning => seek_position(rec, MediaTime::ZERO),
         };
-        // Numbering continues across seeks: the start packet gets the next sequence number.
-        let seq_offset = match o.next_seq {
-            Some(next) => next.wrapping_sub(start.gsn.0 as u16),
-            None => first_offset,
-        };
+        // Numbering continues across seeks: each track's first packet gets its next number.
+        let seq_offsets: Vec<u16> = (0..n)
+            .map(|t| match (&o.next_seqs, set_up[t]) {
+                (Some(next), _) => {
+                    next.get(t).copied().unwrap_or(0).wrapping_sub(start.track_seq(t) as u16)
+                }
+                (None, Some((_, first, _, _))) => first,
+                (None, None) => 0,
+            })
+            .collect();
+        let tracks: Vec<TrackSpec> = (0..n)
+            .map(|t| {
+                let (clock_rate, payload_type) = rec
+                    .media
+                    .as_ref()
+                    .and_then(|m| m.tracks.get(t))
+                    .map_or((90_000, 33), |d| (d.clock_rate, d.payload_type));
+                let (ssrc, _, rtp_ts_offset, dest) = set_up[t].unwrap_or((0, 0, 0, Dest::Origin));
+                TrackSpec {
+                    ssrc,
+                    seq_offset: seq_offsets[t],
+                    rtp_ts_offset,
+                    clock_rate,
+                    payload_type,
+                    dest,
+                    enabled: set_up[t].is_some(),
+                }
+            })
+            .collect();
         o.run += 1;
         o.running = true;
         o.run_start = start;
-        o.seq_offset = seq_offset;
+        o.seq_offsets.clone_from(&seq_offsets);
         let (run, pace) = (o.run, o.pace);
         let end = action.end;
-        let spec = StartSpec { start, end, seq_offset, rtp_ts_offset, ssrc, client };
-        debug!(%stream, run, gsn = %start.gsn, npt = %start.time, seq_offset, "play");
+        let spec = StartSpec { start, end, tracks: RunTracks::new(&tracks) };
+        debug!(%stream, run, gsn = %start.gsn, npt = %start.time, ?seq_offsets, "play");
         // An open range unless the client asked to stop early (see PlayOutcome::Started).
         let end = end.filter(|e| *e < rec.duration);
         self.cluster.start(now, stream, run, spec, pace);
-        self.core.finish_play(now, action, PlayOutcome::Started { first: start, end, seq_offset })
+        self.core.finish_play(now, action, PlayOutcome::Started { first: start, end, seq_offsets })
     }
 
     fn pause(&mut self, now: Instant, action: PauseAction, reply: Reply) {
@@ -638,7 +670,7 @@ impl Manager {
             return;
         };
         if o.waiting.is_some() || !o.running {
-            let at = match o.next_seq {
+            let at = match o.next_seqs {
                 Some(_) => self.core.session_by_stream(stream).and_then(|v| v.position()),
                 None => None,
             }
@@ -702,7 +734,7 @@ impl Manager {
                 }
                 o.running = false;
                 let at = RunReport { next, last_sent }.resume_at(o.run_start);
-                o.next_seq = Some(rtp_seq(o.seq_offset, at.gsn));
+                o.next_seqs = Some(next_seqs(&o.seq_offsets, &at));
                 match o.waiting.take() {
                     Some(Waiting::StopForPlay(action, reply)) => {
                         let resp = self.start(now, action);
@@ -731,7 +763,7 @@ impl Manager {
                 }
                 o.running = false;
                 let at = RunReport { next: None, last_sent }.resume_at(o.run_start);
-                o.next_seq = Some(rtp_seq(o.seq_offset, at.gsn));
+                o.next_seqs = Some(next_seqs(&o.seq_offsets, &at));
                 debug!(%stream, run, gsn = %at.gsn, "end of stream");
                 self.core.handle_end_of_stream(now, stream, at);
             }
@@ -871,38 +903,53 @@ impl Manager {
         share.run = run;
         if !share.added {
             let mut rtx = None;
-            let transport = match spec.dest {
-                Dest::Udp { rtp, rtcp } => Some(StreamTransport::Udp { rtp, rtcp }),
-                Dest::Origin if key.origin == me => {
-                    self.core.session_by_stream(key.stream).and_then(|v| match v.transport() {
-                        SessionTransport::Udp { client_rtp, client_rtcp, feedback } => {
-                            // A player that chose AVPF took the RTX stream DESCRIBE offered.
-                            rtx = feedback.then(|| RtxSetup {
-                                payload_type: RTX_PAYLOAD_TYPE,
-                                ssrc: spec.ssrc ^ RTX_SSRC_MASK,
-                            });
-                            Some(StreamTransport::Udp { rtp: *client_rtp, rtcp: *client_rtcp })
-                        }
-                        SessionTransport::Interleaved { conn, rtp_channel, rtcp_channel } => {
-                            self.conns.get(conn).map(|frames| StreamTransport::Interleaved {
-                                frames: frames.clone(),
-                                rtp_channel: *rtp_channel,
-                                rtcp_channel: *rtcp_channel,
-                            })
-                        }
-                    })
+            let origin_view = (key.origin == me).then(|| self.core.session_by_stream(key.stream));
+            let relay = self.relays.get(&key.origin).copied();
+            let mut transports: Vec<Option<StreamTransport>> = Vec::new();
+            let mut missing = false;
+            for (i, t) in spec.tracks.as_slice().iter().enumerate() {
+                if !t.enabled {
+                    transports.push(None);
+                    continue;
                 }
-                // A feeder: RTP to the origin's relay port, RTCP nowhere that matters.
-                Dest::Origin => {
-                    self.relays.get(&key.origin).map(|a| StreamTransport::Udp { rtp: *a, rtcp: *a })
-                }
-            };
-            let Some(transport) = transport else {
+                let transport = match t.dest {
+                    Dest::Udp { rtp, rtcp } => Some(StreamTransport::Udp { rtp, rtcp }),
+                    Dest::Origin if key.origin == me => {
+                        let view = origin_view.flatten();
+                        let track = view.and_then(|v| v.tracks().find(|tv| tv.index() == i));
+                        track.and_then(|tv| match tv.transport() {
+                            SessionTransport::Udp { client_rtp, client_rtcp, feedback } => {
+                                // A player that chose AVPF took the RTX stream DESCRIBE offered
+                                // (MP2T objects only: their one track).
+                                if i == 0 {
+                                    rtx = feedback.then(|| RtxSetup {
+                                        payload_type: RTX_PAYLOAD_TYPE,
+                                        ssrc: t.ssrc ^ RTX_SSRC_MASK,
+                                    });
+                                }
+                                Some(StreamTransport::Udp { rtp: *client_rtp, rtcp: *client_rtcp })
+                            }
+                            SessionTransport::Interleaved { conn, rtp_channel, rtcp_channel } => {
+                                self.conns.get(conn).map(|frames| StreamTransport::Interleaved {
+                                    frames: frames.clone(),
+                                    rtp_channel: *rtp_channel,
+                                    rtcp_channel: *rtcp_channel,
+                                })
+                            }
+                        })
+                    }
+                    // A feeder: RTP to the origin's relay port, RTCP nowhere that matters.
+                    Dest::Origin => relay.map(|a| StreamTransport::Udp { rtp: a, rtcp: a }),
+                };
+                missing |= transport.is_none();
+                transports.push(transport);
+            }
+            if missing || transports.iter().all(Option::is_none) {
                 let now = self.clock.now();
                 let error = "no transport to the client (connection closed or origin unknown)";
                 self.cluster.handle_share_failed(now, key, run, error.into());
                 return;
-            };
+            }
             let plan = &share.entry.plan;
             let last_block = BlockIndex(plan.blocks.len().saturating_sub(1) as u32);
             let local = self.link.as_ref().map(|l| &l.local_disks);
@@ -916,7 +963,7 @@ impl Manager {
                         .filter(|(_, b)| disks.contains(&b.disk))
                         .map(|(i, b)| ShareBlock {
                             index: BlockIndex(i as u32),
-                            first: Position { gsn: b.first_gsn, time: b.first_send_time },
+                            first: Position::at(b.first_gsn, b.first_send_time),
                         })
                         .collect();
                     let rtcp = match role {
@@ -927,20 +974,27 @@ impl Manager {
                 }
             };
             let setup = StreamSetup {
+                tracks: spec
+                    .tracks
+                    .as_slice()
+                    .iter()
+                    .map(|t| TrackStamp {
+                        ssrc: t.ssrc,
+                        rtp_ts_offset: t.rtp_ts_offset,
+                        clock_rate: t.clock_rate,
+                        payload_type: t.payload_type,
+                        enabled: t.enabled,
+                    })
+                    .collect(),
+                seq_offsets: seq_offsets(&spec.tracks),
                 share: blocks,
                 rtcp,
                 lsn: spec.lsn,
-                ..StreamSetup::whole(
-                    stream,
-                    spec.ssrc,
-                    spec.seq_offset,
-                    spec.rtp_ts_offset,
-                    last_block,
-                )
+                ..StreamSetup::whole(stream, 0, 0, 0, last_block)
             };
             let _ = self.sender.send(SenderCommand::Add {
                 setup,
-                transport,
+                transports,
                 cname: self.cname.clone(),
                 rtx,
             });
@@ -958,7 +1012,7 @@ impl Manager {
             start: spec.start,
             from,
             end: spec.end,
-            seq_offset: spec.seq_offset,
+            seq_offsets: seq_offsets(&spec.tracks),
             anchor,
         };
         let _ = self.sender.send(SenderCommand::Play { stream, play });
@@ -1008,6 +1062,7 @@ impl Manager {
             Ok(plan) => Ok(Arc::new(ObjectEntry {
                 record: entry.record.clone(),
                 plan: Arc::new(plan),
+                source: entry.source.clone(),
                 epoch: entry.epoch,
             })),
             Err(block) => {
@@ -1133,8 +1188,29 @@ fn auto_delivery(user_agent: &str) -> Delivery {
 
 /// Where playing from `t` starts: the object's seek point for `t` (rtsp-interop §3.2).
 fn seek_position(rec: &isochron_store::catalog::ObjectRecord, t: MediaTime) -> Position {
+    let i = rec.seek_index(t);
     let sp = rec.seek(t);
-    Position { gsn: sp.gsn, time: sp.time }
+    let tracks = match &rec.media {
+        Some(m) => {
+            m.track_seqs_at(i).map_or_else(|| TrackSeqs::zeros(m.tracks.len()), TrackSeqs::new)
+        }
+        None => TrackSeqs::NONE,
+    };
+    Position { gsn: sp.gsn, time: sp.time, tracks }
+}
+
+/// Each track's sequence number for its next packet at `at`, under `offsets`.
+fn next_seqs(offsets: &[u16], at: &Position) -> Vec<u16> {
+    offsets.iter().enumerate().map(|(t, o)| o.wrapping_add(at.track_seq(t) as u16)).collect()
+}
+
+/// A run's per-track sequence offsets, as the pacer takes them.
+fn seq_offsets(tracks: &RunTracks) -> SeqOffsets {
+    let mut o = SeqOffsets::default();
+    for (i, t) in tracks.as_slice().iter().enumerate() {
+        o[i] = t.seq_offset;
+    }
+    o
 }
 
 /// The blocks of `plan` a share on `local` disks takes over (`docs/design/takeover.md`): from
@@ -1156,7 +1232,7 @@ fn taken_blocks(
         .filter(|(_, b)| b.copies.iter().find(|d| !is_dead(*d)).is_some_and(|d| local.contains(&d)))
         .map(|(i, b)| ShareBlock {
             index: BlockIndex(i as u32),
-            first: Position { gsn: b.first_gsn, time: b.first_send_time },
+            first: Position::at(b.first_gsn, b.first_send_time),
         })
         .collect()
 }

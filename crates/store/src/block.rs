@@ -40,6 +40,35 @@
 //! Payloads are contiguous: entry 0 starts at offset 0 and each entry starts where the previous
 //! one ends, so `payload_len` is the sum of the packets' sizes. The parser checks this once, after
 //! which [`Block::packet`] is O(1) and cannot go out of bounds.
+//!
+//! # Version 2: native RTP payloads of several tracks
+//!
+//! An object ingested from MP4 or Matroska is stored as the RTP payloads of its tracks (H.264
+//! RFC 6184, H.265 RFC 7798, AAC RFC 3640, Opus RFC 7587), interleaved in send order. Such a
+//! block is written as version 2: the same header (`version` 2, `entry_len` 24), and entries that
+//! say which track a packet belongs to, its RTP timestamp and its place in its track:
+//!
+//! ```text
+//!  0 u64 send_ns      absolute MediaTime of the packet
+//!  8 u32 payload_off  offset in the payload
+//! 12 u16 payload_len  the packet's bytes (1..=65535)
+//! 14 u8  track        the track's index in the object (0..MAX_TRACKS)
+//! 15 u8  flags        bit0 random_access, bit1 discontinuity, bit2 marker
+//! 16 u32 rtp_time     RTP timestamp on the track's clock, before the session's offset
+//! 20 u32 track_seq    the packet's index among its track's packets (mod 2^32)
+//! ```
+//!
+//! # Version 3: the source file's bytes
+//!
+//! An object ingested from MP4 or Matroska also keeps the file it came from, byte for byte, so
+//! that HTTP serves the original (`<video src>`, progressive download with byte ranges). Those
+//! bytes go in version-3 blocks after the object's packet blocks: the same header with no
+//! entries (`packet_count` 0, `entry_len` 24) and the bytes as the payload. They are placed,
+//! replicated, checked and moved like any block, and never streamed.
+//!
+//! Version-1 blocks (MPEG-TS objects) keep being written and read as they were: their packets are
+//! track 0, their `track_seq` is the GSN, their RTP timestamp derives from the send time (RFC 2250
+//! §2) and their marker is the discontinuity flag.
 
 use std::fmt;
 
@@ -50,8 +79,16 @@ use xxhash_rust::xxh3::Xxh3Default;
 pub const BLOCK_ALIGN: usize = 4096;
 /// The block file magic.
 pub const BLOCK_MAGIC: [u8; 8] = *b"ISOCHBLK";
-/// The version of the layout written by [`BlockBuilder`].
+/// The version of the layout written by [`BlockBuilder::new`] (MPEG-TS packets).
 pub const BLOCK_FORMAT_VERSION: u16 = 1;
+/// The version of the layout written by [`BlockBuilder::new_native`] (RTP payloads of tracks).
+pub const BLOCK_FORMAT_VERSION_NATIVE: u16 = 2;
+/// The version of the layout written by [`BlockBuilder::new_raw`] (a source file's bytes).
+pub const BLOCK_FORMAT_VERSION_RAW: u16 = 3;
+/// Length of a version-2 packet entry.
+pub const ENTRY_LEN_NATIVE: usize = 24;
+/// The most tracks an object may have (a track index is below it).
+pub use isochron_base::MAX_TRACKS;
 /// Length of the version-1 header.
 pub const HEADER_LEN: usize = 64;
 /// Length of a version-1 packet entry.
@@ -67,6 +104,7 @@ pub const MAX_BLOCK_SIZE: Bytes = Bytes(1 << 31);
 
 const ENTRY_RANDOM_ACCESS: u8 = 1 << 0;
 const ENTRY_DISCONTINUITY: u8 = 1 << 1;
+const ENTRY_MARKER: u8 = 1 << 2;
 const CHECKSUM_OFF: usize = 56;
 
 /// Why a block size is unusable.
@@ -100,12 +138,31 @@ pub struct PacketMeta {
     pub discontinuity: bool,
 }
 
+/// What the ingest pipeline knows about one native RTP payload (block version 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NativeMeta {
+    /// When the packet is due on the wire, on the object's timeline.
+    pub send_time: MediaTime,
+    /// The track it belongs to (below [`MAX_TRACKS`]).
+    pub track: u8,
+    /// Its RTP timestamp on the track's clock, before the session's random offset.
+    pub rtp_time: u32,
+    /// Its index among its track's packets: the RTP sequence number before the session's offset.
+    pub track_seq: u32,
+    /// The RTP marker bit (the last packet of an access unit, for video).
+    pub marker: bool,
+    /// The packet starts a random-access point of the object (a seek can start here).
+    pub random_access: bool,
+}
+
 /// Assembles one block from packets; [`BlockBuilder::finish`] gives the encoded, padded bytes.
 #[derive(Clone, Debug)]
 pub struct BlockBuilder {
     key: BlockKey,
     first_gsn: Gsn,
     block_size: usize,
+    version: u16,
+    entry_len: usize,
     first_send: MediaTime,
     entries: Vec<u8>,
     payload: Vec<u8>,
@@ -127,6 +184,8 @@ impl BlockBuilder {
             key,
             first_gsn,
             block_size: block_size.as_usize(),
+            version: BLOCK_FORMAT_VERSION,
+            entry_len: ENTRY_LEN,
             first_send: MediaTime::ZERO,
             entries: Vec::new(),
             payload: Vec::new(),
@@ -134,16 +193,85 @@ impl BlockBuilder {
         }
     }
 
+    /// An empty version-2 block (native RTP payloads, [`BlockBuilder::push_native`]).
+    ///
+    /// # Panics
+    ///
+    /// As [`BlockBuilder::new`].
+    #[must_use]
+    pub fn new_native(key: BlockKey, first_gsn: Gsn, block_size: Bytes) -> Self {
+        Self {
+            version: BLOCK_FORMAT_VERSION_NATIVE,
+            entry_len: ENTRY_LEN_NATIVE,
+            ..Self::new(key, first_gsn, block_size)
+        }
+    }
+
+    /// An empty version-3 block of raw bytes ([`BlockBuilder::push_raw`]). `first_gsn` is where
+    /// the object's packets end (the block holds none, so the blocks' GSN ranges still tile).
+    ///
+    /// # Panics
+    ///
+    /// As [`BlockBuilder::new`].
+    #[must_use]
+    pub fn new_raw(key: BlockKey, first_gsn: Gsn, block_size: Bytes) -> Self {
+        Self {
+            version: BLOCK_FORMAT_VERSION_RAW,
+            entry_len: ENTRY_LEN_NATIVE,
+            ..Self::new(key, first_gsn, block_size)
+        }
+    }
+
+    /// How many more raw bytes fit in a block made by [`BlockBuilder::new_raw`].
+    #[must_use]
+    pub fn raw_room(&self) -> usize {
+        self.block_size.saturating_sub(self.encoded_len())
+    }
+
+    /// Appends raw bytes to a block made by [`BlockBuilder::new_raw`]; the caller keeps within
+    /// [`BlockBuilder::raw_room`] (debug-asserted).
+    pub fn push_raw(&mut self, bytes: &[u8]) {
+        debug_assert_eq!(self.version, BLOCK_FORMAT_VERSION_RAW);
+        debug_assert!(bytes.len() <= self.raw_room());
+        self.payload.extend_from_slice(bytes);
+    }
+
     /// Whether one more packet of `payload_len` bytes fits in the block.
     #[must_use]
     pub fn fits(&self, payload_len: usize) -> bool {
-        self.encoded_len() + ENTRY_LEN + payload_len <= self.block_size
+        self.encoded_len() + self.entry_len + payload_len <= self.block_size
+    }
+
+    /// Appends a native RTP payload to a block made by [`BlockBuilder::new_native`]. The caller
+    /// checks [`BlockBuilder::fits`] first; `payload` is 1..=65535 bytes and `meta.track` below
+    /// [`MAX_TRACKS`] (debug-asserted: the packetizers guarantee both).
+    pub fn push_native(&mut self, meta: NativeMeta, payload: &[u8]) {
+        debug_assert_eq!(self.version, BLOCK_FORMAT_VERSION_NATIVE);
+        debug_assert!(self.fits(payload.len()), "packet of {} bytes does not fit", payload.len());
+        debug_assert!((1..=usize::from(u16::MAX)).contains(&payload.len()));
+        debug_assert!(usize::from(meta.track) < MAX_TRACKS);
+        if self.count == 0 {
+            self.first_send = meta.send_time;
+        }
+        let flags = if meta.random_access { ENTRY_RANDOM_ACCESS } else { 0 }
+            | if meta.marker { ENTRY_MARKER } else { 0 };
+        self.entries.extend_from_slice(&meta.send_time.as_nanos().to_le_bytes());
+        // The block size bounds the payload below `MAX_BLOCK_SIZE` < 2^32.
+        self.entries.extend_from_slice(&(self.payload.len() as u32).to_le_bytes());
+        // Checked by the caller (debug-asserted above).
+        self.entries.extend_from_slice(&(payload.len() as u16).to_le_bytes());
+        self.entries.extend_from_slice(&[meta.track, flags]);
+        self.entries.extend_from_slice(&meta.rtp_time.to_le_bytes());
+        self.entries.extend_from_slice(&meta.track_seq.to_le_bytes());
+        self.payload.extend_from_slice(payload);
+        self.count += 1;
     }
 
     /// Appends a packet. The caller checks [`BlockBuilder::fits`] first.
     ///
     /// `payload` must be `meta.ts_packets` whole TS packets (debug-asserted).
     pub fn push(&mut self, meta: PacketMeta, payload: &[u8]) {
+        debug_assert_eq!(self.version, BLOCK_FORMAT_VERSION);
         debug_assert!(self.fits(payload.len()), "packet of {} bytes does not fit", payload.len());
         debug_assert!((1..=MAX_TS_PER_PACKET).contains(&meta.ts_packets));
         debug_assert_eq!(payload.len(), usize::from(meta.ts_packets) * TS_PACKET_LEN);
@@ -166,10 +294,10 @@ impl BlockBuilder {
         self.count
     }
 
-    /// Whether no packet was pushed.
+    /// Whether no packet (or, in a raw block, no byte) was pushed.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.count == 0
+        self.count == 0 && self.payload.is_empty()
     }
 
     /// The encoded block: header, entries, payload, zero padding to a multiple of
@@ -180,9 +308,9 @@ impl BlockBuilder {
         let padded = Bytes(encoded_len as u64).align_up(BLOCK_ALIGN as u64).as_usize();
         let mut out = Vec::with_capacity(padded);
         out.extend_from_slice(&BLOCK_MAGIC);
-        out.extend_from_slice(&BLOCK_FORMAT_VERSION.to_le_bytes());
+        out.extend_from_slice(&self.version.to_le_bytes());
         out.extend_from_slice(&(HEADER_LEN as u16).to_le_bytes());
-        out.extend_from_slice(&(ENTRY_LEN as u16).to_le_bytes());
+        out.extend_from_slice(&(self.entry_len as u16).to_le_bytes());
         out.extend_from_slice(&0u16.to_le_bytes());
         out.extend_from_slice(&self.key.object.0.to_le_bytes());
         out.extend_from_slice(&self.key.index.0.to_le_bytes());
@@ -242,7 +370,9 @@ pub enum BlockError {
         found: [u8; 8],
     },
     /// Written by a newer isochron.
-    #[error("unsupported block format version {version} (this build reads {BLOCK_FORMAT_VERSION})")]
+    #[error(
+        "unsupported block format version {version} (this build reads {BLOCK_FORMAT_VERSION} to {BLOCK_FORMAT_VERSION_RAW})"
+    )]
     UnsupportedVersion {
         /// The version found.
         version: u16,
@@ -292,6 +422,7 @@ pub enum BlockError {
 pub struct Block<B> {
     buf: B,
     header: BlockHeader,
+    version: u16,
     entries_off: usize,
     entry_len: usize,
     payload_off: usize,
@@ -308,7 +439,17 @@ pub struct PacketRef<'a> {
     pub random_access: bool,
     /// The packet follows a timing discontinuity.
     pub discontinuity: bool,
-    /// The packet's bytes (whole TS packets).
+    /// The track it belongs to (0 in a version-1 block).
+    pub track: u8,
+    /// The RTP marker bit (version 1: the discontinuity flag, RFC 2250 §2).
+    pub marker: bool,
+    /// Its RTP timestamp before the session's offset (version 2); `None` in a version-1 block,
+    /// whose timestamp is the send time on the 90 kHz clock.
+    pub rtp_time: Option<u32>,
+    /// Its index among its track's packets, the RTP sequence number before the session's
+    /// offset: the GSN in a version-1 block.
+    pub track_seq: u64,
+    /// The packet's bytes (whole TS packets in version 1, one RTP payload in version 2).
     pub payload: &'a [u8],
 }
 
@@ -326,9 +467,13 @@ impl<B: AsRef<[u8]>> Block<B> {
             return Err(BlockError::BadMagic { found: magic });
         }
         let version = u16::from_le_bytes(read_array(bytes, 8));
-        if version != BLOCK_FORMAT_VERSION {
+        if !matches!(
+            version,
+            BLOCK_FORMAT_VERSION | BLOCK_FORMAT_VERSION_NATIVE | BLOCK_FORMAT_VERSION_RAW
+        ) {
             return Err(BlockError::UnsupportedVersion { version });
         }
+        let min_entry = if version == BLOCK_FORMAT_VERSION { ENTRY_LEN } else { ENTRY_LEN_NATIVE };
         let header_len = usize::from(u16::from_le_bytes(read_array(bytes, 10)));
         let entry_len = usize::from(u16::from_le_bytes(read_array(bytes, 12)));
         let flags = u16::from_le_bytes(read_array(bytes, 14));
@@ -336,7 +481,7 @@ impl<B: AsRef<[u8]>> Block<B> {
         if header_len < HEADER_LEN {
             return Err(bad("header_len", header_len));
         }
-        if entry_len < ENTRY_LEN {
+        if entry_len < min_entry {
             return Err(bad("entry_len", entry_len));
         }
         if flags != 0 {
@@ -381,7 +526,7 @@ impl<B: AsRef<[u8]>> Block<B> {
         }
         let entries_off = header_len;
         let payload_off = encoded_len - header.payload_len as usize;
-        let block = Self { buf, header, entries_off, entry_len, payload_off };
+        let block = Self { buf, header, version, entries_off, entry_len, payload_off };
         block.check_entries()?;
         Ok(block)
     }
@@ -408,12 +553,18 @@ impl<B: AsRef<[u8]>> Block<B> {
         assert!(i < self.packet_count(), "packet {i} of a {}-packet block", self.packet_count());
         let e = self.raw_entry(i);
         let start = e.payload_off as usize;
-        let end = start + usize::from(e.ts_packets) * TS_PACKET_LEN;
+        let end = start + e.len;
+        let gsn = Gsn(self.header.first_gsn.0 + i as u64);
+        let discontinuity = e.flags & ENTRY_DISCONTINUITY != 0;
         PacketRef {
-            gsn: Gsn(self.header.first_gsn.0 + i as u64),
+            gsn,
             send_time: MediaTime::from_nanos(e.send_ns),
             random_access: e.flags & ENTRY_RANDOM_ACCESS != 0,
-            discontinuity: e.flags & ENTRY_DISCONTINUITY != 0,
+            discontinuity,
+            track: e.track,
+            marker: if e.native { e.flags & ENTRY_MARKER != 0 } else { discontinuity },
+            rtp_time: e.native.then_some(e.rtp_time),
+            track_seq: if e.native { u64::from(e.track_seq) } else { gsn.0 },
             // In bounds: `check_entries` verified every entry at parse time.
             payload: &self.payload()[start..end],
         }
@@ -429,6 +580,19 @@ impl<B: AsRef<[u8]>> Block<B> {
     pub fn find_gsn(&self, gsn: Gsn) -> Option<usize> {
         let off = gsn.0.checked_sub(self.header.first_gsn.0)?;
         (off < u64::from(self.header.packet_count)).then_some(off as usize)
+    }
+
+    /// Whether the block holds native RTP payloads of tracks (version 2) rather than MPEG-TS.
+    #[must_use]
+    pub fn is_native(&self) -> bool {
+        self.version == BLOCK_FORMAT_VERSION_NATIVE
+    }
+
+    /// Whether the block holds a source file's raw bytes (version 3): no packets, the bytes
+    /// in [`Block::payload`].
+    #[must_use]
+    pub fn is_raw(&self) -> bool {
+        self.version == BLOCK_FORMAT_VERSION_RAW
     }
 
     /// All packets' bytes, back to back.
@@ -452,21 +616,62 @@ impl<B: AsRef<[u8]>> Block<B> {
     fn raw_entry(&self, i: usize) -> RawEntry {
         let bytes = self.buf.as_ref();
         let off = self.entries_off + i * self.entry_len;
-        RawEntry {
-            send_ns: u64::from_le_bytes(read_array(bytes, off)),
-            payload_off: u32::from_le_bytes(read_array(bytes, off + 8)),
-            ts_packets: bytes[off + 12],
-            flags: bytes[off + 13],
+        let send_ns = u64::from_le_bytes(read_array(bytes, off));
+        let payload_off = u32::from_le_bytes(read_array(bytes, off + 8));
+        if self.version == BLOCK_FORMAT_VERSION {
+            let ts_packets = bytes[off + 12];
+            RawEntry {
+                send_ns,
+                payload_off,
+                native: false,
+                ts_packets,
+                len: usize::from(ts_packets) * TS_PACKET_LEN,
+                track: 0,
+                flags: bytes[off + 13],
+                rtp_time: 0,
+                track_seq: 0,
+            }
+        } else {
+            RawEntry {
+                send_ns,
+                payload_off,
+                native: true,
+                ts_packets: 0,
+                len: usize::from(u16::from_le_bytes(read_array(bytes, off + 12))),
+                track: bytes[off + 14],
+                flags: bytes[off + 15],
+                rtp_time: u32::from_le_bytes(read_array(bytes, off + 16)),
+                track_seq: u32::from_le_bytes(read_array(bytes, off + 20)),
+            }
         }
     }
 
     /// Checks that the entries tile the payload exactly, so that `packet` is infallible.
     fn check_entries(&self) -> Result<(), BlockError> {
+        if self.version == BLOCK_FORMAT_VERSION_RAW {
+            if self.header.packet_count != 0 {
+                return Err(BlockError::BadHeader {
+                    field: "packet_count",
+                    value: u64::from(self.header.packet_count),
+                });
+            }
+            return Ok(());
+        }
         let mut expected_off = 0u64;
         for i in 0..self.header.packet_count {
             let e = self.raw_entry(i as usize);
             let bad = |reason: String| BlockError::BadEntry { entry: i, reason };
-            if !(1..=MAX_TS_PER_PACKET).contains(&e.ts_packets) {
+            if e.native {
+                if e.len == 0 {
+                    return Err(bad("empty payload".into()));
+                }
+                if usize::from(e.track) >= MAX_TRACKS {
+                    return Err(bad(format!("track {} not below {MAX_TRACKS}", e.track)));
+                }
+                if e.flags & !(ENTRY_RANDOM_ACCESS | ENTRY_DISCONTINUITY | ENTRY_MARKER) != 0 {
+                    return Err(bad(format!("unknown flags {:#04x}", e.flags)));
+                }
+            } else if !(1..=MAX_TS_PER_PACKET).contains(&e.ts_packets) {
                 return Err(bad(format!("ts_packets {} not in 1..=7", e.ts_packets)));
             }
             if u64::from(e.payload_off) != expected_off {
@@ -482,7 +687,7 @@ impl<B: AsRef<[u8]>> Block<B> {
                     self.header.first_send_time.as_nanos()
                 )));
             }
-            expected_off += u64::from(e.ts_packets) * TS_PACKET_LEN as u64;
+            expected_off += e.len as u64;
         }
         if expected_off != u64::from(self.header.payload_len) {
             return Err(BlockError::Bounds {
@@ -505,8 +710,14 @@ impl<B> fmt::Debug for Block<B> {
 struct RawEntry {
     send_ns: u64,
     payload_off: u32,
+    native: bool,
     ts_packets: u8,
+    /// The payload's length in bytes.
+    len: usize,
+    track: u8,
     flags: u8,
+    rtp_time: u32,
+    track_seq: u32,
 }
 
 /// xxh3-64 of `encoded` (at least a header long) with the checksum field zeroed.
@@ -655,10 +866,10 @@ mod tests {
         bad[0] = b'X';
         assert!(matches!(Block::parse(&bad[..], None), Err(BlockError::BadMagic { .. })));
         let mut newer = bytes.clone();
-        newer[8] = 2;
+        newer[8] = 4;
         assert_eq!(
             Block::parse(&newer[..], None).unwrap_err(),
-            BlockError::UnsupportedVersion { version: 2 }
+            BlockError::UnsupportedVersion { version: 4 }
         );
         let other = BlockKey::new(ObjectId(7), BlockIndex(13));
         assert_eq!(
@@ -716,6 +927,131 @@ mod tests {
                 assert_eq!(total, block.payload().len());
             }
         }
+    }
+
+    fn native_sample() -> (Vec<u8>, Vec<(NativeMeta, Vec<u8>)>) {
+        let mut b = BlockBuilder::new_native(key(), Gsn(40), Bytes::kib(8));
+        let mut packets = Vec::new();
+        for i in 0..6u32 {
+            let payload: Vec<u8> = (0..(1 + i * 97) % 1400).map(|j| (j + i) as u8).collect();
+            let payload = if payload.is_empty() { vec![9] } else { payload };
+            let meta = NativeMeta {
+                send_time: MediaTime::from_nanos(5_000 + u64::from(i) * 7),
+                track: (i % 2) as u8,
+                rtp_time: 90_000 * i + 3,
+                track_seq: u32::MAX - 2 + i / 2,
+                marker: i % 3 == 2,
+                random_access: i == 0,
+            };
+            assert!(b.fits(payload.len()));
+            b.push_native(meta, &payload);
+            packets.push((meta, payload));
+        }
+        (b.finish(), packets)
+    }
+
+    #[test]
+    fn native_round_trip() {
+        let (bytes, packets) = native_sample();
+        assert_eq!(u16::from_le_bytes(read_array(&bytes, 8)), BLOCK_FORMAT_VERSION_NATIVE);
+        let block = Block::parse(&bytes[..], Some(key())).unwrap();
+        assert!(block.is_native());
+        assert_eq!(block.header().first_gsn, Gsn(40));
+        assert_eq!(block.header().first_send_time, MediaTime::from_nanos(5_000));
+        for (i, p) in block.packets().enumerate() {
+            let (meta, payload) = &packets[i];
+            assert_eq!(p.gsn, Gsn(40 + i as u64));
+            assert_eq!(p.payload, &payload[..]);
+            assert_eq!(p.send_time, meta.send_time);
+            assert_eq!(p.track, meta.track);
+            assert_eq!(p.rtp_time, Some(meta.rtp_time));
+            assert_eq!(p.track_seq, u64::from(meta.track_seq));
+            assert_eq!(p.marker, meta.marker);
+            assert_eq!(p.random_access, meta.random_access);
+            assert!(!p.discontinuity);
+        }
+        // Every byte of the encoded region is covered by some check.
+        let encoded = block.header().encoded_len as usize;
+        for i in 0..encoded {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x01;
+            assert!(Block::parse(&bad[..], None).is_err(), "flip at {i} went unnoticed");
+        }
+    }
+
+    /// A version-1 block reads as one track numbered by GSN, timed by its send time.
+    #[test]
+    fn version_1_packets_are_track_0() {
+        let (bytes, _) = sample();
+        let block = Block::parse(&bytes[..], None).unwrap();
+        assert!(!block.is_native());
+        for p in block.packets() {
+            assert_eq!((p.track, p.rtp_time, p.track_seq), (0, None, p.gsn.0));
+            assert_eq!(p.marker, p.discontinuity);
+        }
+    }
+
+    /// Re-checksummed native entries that break the format are refused by name.
+    #[test]
+    fn native_entries_are_checked() {
+        let (good, _) = native_sample();
+        let encoded = Block::parse(&good[..], None).unwrap().header().encoded_len as usize;
+        let resum = |b: &mut Vec<u8>| {
+            let sum = checksum(&b[..encoded]);
+            b[CHECKSUM_OFF..CHECKSUM_OFF + 8].copy_from_slice(&sum.to_le_bytes());
+        };
+        let entry = |i: usize| HEADER_LEN + i * ENTRY_LEN_NATIVE;
+        let mut bad = good.clone();
+        bad[entry(1) + 14] = MAX_TRACKS as u8;
+        resum(&mut bad);
+        let err = Block::parse(&bad[..], None).unwrap_err();
+        assert!(matches!(err, BlockError::BadEntry { entry: 1, .. }), "{err}");
+        let mut bad = good.clone();
+        bad[entry(2) + 15] |= 0x80;
+        resum(&mut bad);
+        assert!(err_entry(&bad, 2));
+        let mut bad = good.clone();
+        bad[entry(3) + 12] ^= 1;
+        resum(&mut bad);
+        assert!(Block::parse(&bad[..], None).is_err());
+        let mut rng = isochron_base::mix::SplitMix64::new(9);
+        for _ in 0..5_000 {
+            let mut buf = good.clone();
+            for _ in 0..1 + rng.next_u64() % 3 {
+                let at = (rng.next_u64() % encoded as u64) as usize;
+                buf[at] = rng.next_u64() as u8;
+            }
+            resum(&mut buf);
+            if let Ok(block) = Block::parse(&buf[..], None) {
+                let total: usize = block.packets().map(|p| p.payload.len()).sum();
+                assert_eq!(total, block.payload().len());
+            }
+        }
+    }
+
+    /// A raw block holds bytes and no packet; a raw header claiming packets is refused.
+    #[test]
+    fn raw_round_trip() {
+        let mut b = BlockBuilder::new_raw(key(), Gsn(9), Bytes::kib(8));
+        assert_eq!(b.raw_room(), 8192 - HEADER_LEN);
+        let data: Vec<u8> = (0..b.raw_room()).map(|i| (i * 7) as u8).collect();
+        b.push_raw(&data);
+        assert_eq!(b.raw_room(), 0);
+        let bytes = b.finish();
+        assert_eq!(bytes.len(), 8192);
+        let block = Block::parse(&bytes[..], Some(key())).unwrap();
+        assert!(block.is_raw() && !block.is_native());
+        assert_eq!(block.packet_count(), 0);
+        assert_eq!(block.payload(), &data[..]);
+        let mut bad = bytes.clone();
+        bad[28] = 1; // packet_count
+        let sum = checksum(&bad[..8192]);
+        bad[CHECKSUM_OFF..CHECKSUM_OFF + 8].copy_from_slice(&sum.to_le_bytes());
+        assert!(Block::parse(&bad[..], None).is_err());
+    }
+
+    fn err_entry(bytes: &[u8], n: u32) -> bool {
+        matches!(Block::parse(bytes, None), Err(BlockError::BadEntry { entry, .. }) if entry == n)
     }
 
     #[test]

@@ -29,8 +29,9 @@ use serde::{Deserialize, Serialize};
 use crate::block::BlockHeader;
 use crate::placement::{Epoch, PlacementError, PlacementLog, PlacementVariant, ScaleOp};
 
-/// Version byte of [`ObjectRecord`] encodings written by this build.
-pub const OBJECT_RECORD_VERSION: u8 = 1;
+/// Version byte of [`ObjectRecord`] encodings written by this build: 1 for MPEG-TS objects
+/// (unchanged), 2 for objects with native tracks ([`ObjectRecord::media`]).
+pub const OBJECT_RECORD_VERSION: u8 = 2;
 /// Version byte of [`StoreMeta`] encodings written by this build.
 pub const STORE_META_VERSION: u8 = 4;
 /// The store layout version this build writes into [`StoreMeta::format_version`].
@@ -207,6 +208,66 @@ pub struct StreamDesc {
     pub codec: String,
 }
 
+/// One track of an object stored as native RTP payloads (from MP4 or Matroska): what SDP and
+/// the muxers need.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TrackDesc {
+    /// `video` or `audio`.
+    pub kind: String,
+    /// The codec, as ffmpeg names it (`h264`, `hevc`, `aac`, `opus`, `ac3`, `mp3`).
+    pub codec: String,
+    /// The `rtpmap` encoding name (`H264`, `H265`, `mpeg4-generic`, `opus`, `AC3`, `MPA`).
+    pub encoding: String,
+    /// The RTP clock rate, Hz.
+    pub clock_rate: u32,
+    /// The `rtpmap` encoding parameters (audio channels); 0 for none.
+    pub channels: u8,
+    /// The RTP payload type (dynamic 96.., or a static one such as 14 for MPA).
+    pub payload_type: u8,
+    /// The SDP `fmtp` parameters, without the payload type; empty for none.
+    pub fmtp: String,
+    /// The codec's configuration record as the container had it (avcC, hvcC,
+    /// AudioSpecificConfig, OpusHead), for muxing the track again.
+    pub config: Vec<u8>,
+    /// The track's RTP packets.
+    pub packets: u64,
+    /// Video width and height in pixels; 0 for audio.
+    pub width: u16,
+    /// See `width`.
+    pub height: u16,
+    /// The language tag, if the container gave one.
+    pub language: String,
+}
+
+/// What an object stored as native RTP payloads adds to its record: its container and tracks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NativeMedia {
+    /// The container it was ingested from (`mp4`, `matroska`).
+    pub container: String,
+    /// Its tracks, in index order (a packet's `track` indexes this).
+    pub tracks: Vec<TrackDesc>,
+    /// For seek point `i` and track `t`, at `i × tracks + t`: the `track_seq` of the track's first
+    /// packet at or after the seek point (its count of packets before it), so that a run starting
+    /// there knows each track's next RTP sequence number without reading a block.
+    pub seek_track_seqs: Vec<u32>,
+    /// How many of the object's blocks, at the end, hold the source file's bytes (version-3
+    /// blocks, not streamed): what HTTP serves as the object.
+    pub source_blocks: u32,
+    /// The source file's length in bytes.
+    pub source_bytes: u64,
+    /// The source file's media type (`video/mp4`, `video/x-matroska`, `video/webm`).
+    pub source_type: String,
+}
+
+impl NativeMedia {
+    /// Each track's next `track_seq` at seek point `i`, or `None` past the seek points.
+    #[must_use]
+    pub fn track_seqs_at(&self, i: usize) -> Option<&[u32]> {
+        let n = self.tracks.len();
+        self.seek_track_seqs.get(i * n..(i + 1) * n)
+    }
+}
+
 /// Everything the catalog keeps about one stored object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObjectRecord {
@@ -240,9 +301,51 @@ pub struct ObjectRecord {
     pub source_file: String,
     /// When the object was ingested, in seconds since the Unix epoch.
     pub created_unix_s: u64,
+    /// Native tracks (an object ingested from MP4 or Matroska, stored in version-2 blocks);
+    /// `None` for an MPEG-TS object (one MP2T stream, version-1 blocks).
+    pub media: Option<NativeMedia>,
 }
 
 impl ObjectRecord {
+    /// The index of the seek point [`ObjectRecord::seek`] picks for `t`.
+    #[must_use]
+    pub fn seek_index(&self, t: MediaTime) -> usize {
+        match self.seek_points.partition_point(|s| s.time <= t) {
+            0 => 0,
+            i => {
+                let time = self.seek_points[i - 1].time;
+                self.seek_points[..i].partition_point(|s| s.time < time)
+            }
+        }
+    }
+
+    /// The blocks that hold packets, in order: every block of an MPEG-TS object; a native
+    /// object's blocks before its source blocks.
+    #[must_use]
+    pub fn media_blocks(&self) -> &[BlockEntry] {
+        let source = self.media.as_ref().map_or(0, |m| m.source_blocks as usize);
+        &self.blocks[..self.blocks.len().saturating_sub(source)]
+    }
+
+    /// The blocks whose payloads, in order, are the bytes HTTP serves as the object (the file
+    /// it was ingested from): every block of an MPEG-TS object (its packets are the file's TS
+    /// packets); a native object's source blocks. Their indices start at the returned offset.
+    #[must_use]
+    pub fn source_blocks(&self) -> (usize, &[BlockEntry]) {
+        let first = self.media_blocks().len();
+        match &self.media {
+            Some(_) => (first, &self.blocks[first..]),
+            None => (0, &self.blocks),
+        }
+    }
+
+    /// The number of RTP streams a session of this object carries: its native tracks, or the
+    /// one MP2T stream.
+    #[must_use]
+    pub fn track_count(&self) -> usize {
+        self.media.as_ref().map_or(1, |m| m.tracks.len())
+    }
+
     /// The block holding packet `gsn`, or `None` past the end.
     #[must_use]
     pub fn block_of(&self, gsn: Gsn) -> Option<BlockIndex> {
@@ -260,14 +363,7 @@ impl ObjectRecord {
     /// precedes all; the start of the object if there is none.
     #[must_use]
     pub fn seek(&self, t: MediaTime) -> SeekPoint {
-        match self.seek_points.partition_point(|s| s.time <= t) {
-            0 => self.seek_points.first().copied().unwrap_or_default(),
-            i => {
-                let time = self.seek_points[i - 1].time;
-                let first = self.seek_points[..i].partition_point(|s| s.time < time);
-                self.seek_points[first]
-            }
-        }
+        self.seek_points.get(self.seek_index(t)).copied().unwrap_or_default()
     }
 
     /// The number of blocks, as the type block indices use.
@@ -320,21 +416,70 @@ impl ObjectRecord {
         if let Some(s) = self.seek_points.iter().find(|s| s.gsn.0 >= self.packets.max(1)) {
             return Err(invalid(format!("seek point at GSN {} is past the end", s.gsn)));
         }
+        if let Some(m) = &self.media {
+            if m.tracks.is_empty() || m.tracks.len() > crate::block::MAX_TRACKS {
+                return Err(invalid(format!(
+                    "{} tracks (1 to {} are allowed)",
+                    m.tracks.len(),
+                    crate::block::MAX_TRACKS
+                )));
+            }
+            if m.seek_track_seqs.len() != self.seek_points.len() * m.tracks.len() {
+                return Err(invalid(format!(
+                    "{} seek track positions for {} seek points of {} tracks",
+                    m.seek_track_seqs.len(),
+                    self.seek_points.len(),
+                    m.tracks.len()
+                )));
+            }
+            let total: u64 = m.tracks.iter().map(|t| t.packets).sum();
+            if total != self.packets {
+                return Err(invalid(format!(
+                    "tracks hold {total} packets, the record says {}",
+                    self.packets
+                )));
+            }
+            let source = m.source_blocks as usize;
+            if source > self.blocks.len() {
+                return Err(invalid(format!(
+                    "{source} source blocks, {} blocks in all",
+                    self.blocks.len()
+                )));
+            }
+            let tail = &self.blocks[self.blocks.len() - source..];
+            if let Some(i) = tail.iter().position(|b| b.packets != 0) {
+                return Err(invalid(format!("source block {i} holds packets")));
+            }
+            let bytes: u64 = tail.iter().map(|b| u64::from(b.payload_bytes)).sum();
+            if bytes != m.source_bytes {
+                return Err(invalid(format!(
+                    "source blocks hold {bytes} bytes, the record says {}",
+                    m.source_bytes
+                )));
+            }
+        }
         Ok(())
     }
 
     /// The versioned encoding: [`OBJECT_RECORD_VERSION`] then postcard.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
-        encode_versioned(OBJECT_RECORD_VERSION, &wire::ObjectRecordV1::from(self))
+        match &self.media {
+            // MPEG-TS objects keep the version-1 encoding, byte for byte.
+            None => encode_versioned(1, &wire::ObjectRecordV1::from(self)),
+            Some(_) => encode_versioned(OBJECT_RECORD_VERSION, &wire::ObjectRecordV2::from(self)),
+        }
     }
 
     /// Decodes and validates an encoding from [`ObjectRecord::encode`] (any version up to this
     /// build's).
     pub fn decode(bytes: &[u8]) -> Result<Self, CatalogError> {
         const WHAT: &str = "object record";
-        let (_, body) = split_version(WHAT, OBJECT_RECORD_VERSION, bytes)?;
-        let rec = Self::from(decode_exact::<wire::ObjectRecordV1>(WHAT, body)?);
+        let (version, body) = split_version(WHAT, OBJECT_RECORD_VERSION, bytes)?;
+        let rec = match version {
+            1 => Self::from(decode_exact::<wire::ObjectRecordV1>(WHAT, body)?),
+            _ => Self::from(decode_exact::<wire::ObjectRecordV2>(WHAT, body)?),
+        };
         rec.validate()?;
         Ok(rec)
     }
@@ -983,6 +1128,104 @@ mod wire {
         created_unix_s: u64,
     }
 
+    /// Version 2 (native tracks): version 1 followed by the container and tracks.
+    #[derive(Serialize, Deserialize)]
+    pub(super) struct ObjectRecordV2 {
+        v1: ObjectRecordV1,
+        media: Option<NativeMediaV2>,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct NativeMediaV2 {
+        container: String,
+        tracks: Vec<TrackDescV2>,
+        seek_track_seqs: Vec<u32>,
+        source_blocks: u32,
+        source_bytes: u64,
+        source_type: String,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct TrackDescV2 {
+        kind: String,
+        codec: String,
+        encoding: String,
+        clock_rate: u32,
+        channels: u8,
+        payload_type: u8,
+        fmtp: String,
+        config: Vec<u8>,
+        packets: u64,
+        width: u16,
+        height: u16,
+        language: String,
+    }
+
+    impl From<&ObjectRecord> for ObjectRecordV2 {
+        fn from(r: &ObjectRecord) -> Self {
+            Self {
+                v1: ObjectRecordV1::from(r),
+                media: r.media.as_ref().map(|m| NativeMediaV2 {
+                    container: m.container.clone(),
+                    tracks: m
+                        .tracks
+                        .iter()
+                        .map(|t| TrackDescV2 {
+                            kind: t.kind.clone(),
+                            codec: t.codec.clone(),
+                            encoding: t.encoding.clone(),
+                            clock_rate: t.clock_rate,
+                            channels: t.channels,
+                            payload_type: t.payload_type,
+                            fmtp: t.fmtp.clone(),
+                            config: t.config.clone(),
+                            packets: t.packets,
+                            width: t.width,
+                            height: t.height,
+                            language: t.language.clone(),
+                        })
+                        .collect(),
+                    seek_track_seqs: m.seek_track_seqs.clone(),
+                    source_blocks: m.source_blocks,
+                    source_bytes: m.source_bytes,
+                    source_type: m.source_type.clone(),
+                }),
+            }
+        }
+    }
+
+    impl From<ObjectRecordV2> for ObjectRecord {
+        fn from(w: ObjectRecordV2) -> Self {
+            let mut r = Self::from(w.v1);
+            r.media = w.media.map(|m| NativeMedia {
+                container: m.container,
+                tracks: m
+                    .tracks
+                    .into_iter()
+                    .map(|t| TrackDesc {
+                        kind: t.kind,
+                        codec: t.codec,
+                        encoding: t.encoding,
+                        clock_rate: t.clock_rate,
+                        channels: t.channels,
+                        payload_type: t.payload_type,
+                        fmtp: t.fmtp,
+                        config: t.config,
+                        packets: t.packets,
+                        width: t.width,
+                        height: t.height,
+                        language: t.language,
+                    })
+                    .collect(),
+                seek_track_seqs: m.seek_track_seqs,
+                source_blocks: m.source_blocks,
+                source_bytes: m.source_bytes,
+                source_type: m.source_type,
+            });
+            r
+        }
+    }
+
     #[derive(Serialize, Deserialize)]
     struct BlockEntryV1 {
         first_gsn: u64,
@@ -1220,6 +1463,7 @@ mod wire {
                     .collect(),
                 source_file: w.source_file,
                 created_unix_s: w.created_unix_s,
+                media: None,
             }
         }
     }
@@ -1517,6 +1761,7 @@ mod tests {
             ],
             source_file: "/media/bbb.ts".into(),
             created_unix_s: 1_700_000_000,
+            media: None,
         }
     }
 
@@ -1559,8 +1804,82 @@ mod tests {
     fn object_round_trip() {
         let rec = sample_record();
         let bytes = rec.encode();
-        assert_eq!(bytes[0], OBJECT_RECORD_VERSION);
+        assert_eq!(bytes[0], 1, "MPEG-TS objects keep the version-1 encoding");
         assert_eq!(ObjectRecord::decode(&bytes).unwrap(), rec);
+    }
+
+    fn native_record() -> ObjectRecord {
+        let mut rec = sample_record();
+        let track = |kind: &str, codec: &str, packets| TrackDesc {
+            kind: kind.into(),
+            codec: codec.into(),
+            encoding: "H264".into(),
+            clock_rate: 90_000,
+            channels: 0,
+            payload_type: 96,
+            fmtp: "packetization-mode=1".into(),
+            config: vec![1, 0x64, 0, 0x1f],
+            packets,
+            width: 1920,
+            height: 1080,
+            language: "und".into(),
+        };
+        rec.media = Some(NativeMedia {
+            container: "mp4".into(),
+            tracks: vec![track("video", "h264", 2000), track("audio", "aac", 800)],
+            seek_track_seqs: vec![0, 0, 500, 190, 1000, 400],
+            source_blocks: 1,
+            source_bytes: 1000,
+            source_type: "video/mp4".into(),
+        });
+        // The source's block after the packets' (which tile GSNs 0..2800).
+        rec.blocks.push(BlockEntry {
+            first_gsn: Gsn(2800),
+            first_send_time: MediaTime::ZERO,
+            packets: 0,
+            payload_bytes: 1000,
+            encoded_len: 1064,
+            checksum: 7,
+        });
+        rec
+    }
+
+    /// A native object's record (version 2) round-trips, begins with version 1's fields, and
+    /// refuses track tables that do not fit its packets and seek points.
+    #[test]
+    fn native_record_round_trip_and_validation() {
+        let rec = native_record();
+        let bytes = rec.encode();
+        assert_eq!(bytes[0], 2);
+        let v1 = ObjectRecord { media: None, ..native_record() };
+        let v1 = encode_versioned(1, &wire::ObjectRecordV1::from(&v1));
+        assert_eq!(&bytes[1..v1.len()], &v1[1..], "version 1's fields come first");
+        let back = ObjectRecord::decode(&bytes).unwrap();
+        assert_eq!(back, rec);
+        assert_eq!(back.track_count(), 2);
+        assert_eq!(back.media.as_ref().unwrap().track_seqs_at(1), Some(&[500, 190][..]));
+        assert_eq!(back.media.as_ref().unwrap().track_seqs_at(3), None);
+        assert_eq!(sample_record().track_count(), 1);
+        assert_eq!(back.media_blocks().len(), 4);
+        assert_eq!(back.source_blocks(), (4, &back.blocks[4..]));
+        assert_eq!(sample_record().source_blocks(), (0, &sample_record().blocks[..]));
+        let mut bad = native_record();
+        bad.media.as_mut().unwrap().source_bytes = 999;
+        let err = ObjectRecord::decode(&bad.encode()).unwrap_err().to_string();
+        assert!(err.contains("source blocks hold 1000 bytes"), "{err}");
+
+        let mut bad = native_record();
+        bad.media.as_mut().unwrap().seek_track_seqs.pop();
+        let err = ObjectRecord::decode(&bad.encode()).unwrap_err().to_string();
+        assert!(err.contains("seek track positions"), "{err}");
+        let mut bad = native_record();
+        bad.media.as_mut().unwrap().tracks[0].packets += 1;
+        let err = ObjectRecord::decode(&bad.encode()).unwrap_err().to_string();
+        assert!(err.contains("tracks hold 2801 packets"), "{err}");
+        let mut bad = native_record();
+        bad.media.as_mut().unwrap().tracks.clear();
+        bad.media.as_mut().unwrap().seek_track_seqs.clear();
+        assert!(ObjectRecord::decode(&bad.encode()).is_err());
     }
 
     #[test]
@@ -1857,7 +2176,7 @@ mod tests {
         let mut newer = bytes.clone();
         newer[0] = OBJECT_RECORD_VERSION + 1;
         let err = ObjectRecord::decode(&newer).unwrap_err();
-        assert!(matches!(err, CatalogError::UnsupportedVersion { found: 2, supported: 1, .. }));
+        assert!(matches!(err, CatalogError::UnsupportedVersion { found: 3, supported: 2, .. }));
         assert!(err.to_string().contains("upgrade"), "{err}");
         let mut trailing = bytes;
         trailing.push(0);

@@ -107,6 +107,7 @@ mod tests {
             streams: vec![],
             source_file: String::new(),
             created_unix_s: 0,
+            media: None,
         }
     }
 

@@ -39,6 +39,7 @@ pub fn object_record(id: ObjectId, name: &str) -> ObjectRecord {
         streams: vec![],
         source_file: format!("/src/{name}"),
         created_unix_s: 1,
+        media: None,
     }
 }
 

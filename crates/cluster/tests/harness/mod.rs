@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use isochron_base::{BitRate, DiskId, Gsn, Instant, MediaTime, NodeId, ObjectId, Pace, StreamId};
 use isochron_cluster::{
-    ClusterConfig, ClusterCore, Delivery, LocalAction, LocalAnchor, MemberInfo, Message, OpenSpec,
-    Refusal, Role, RunSpec, SessionEvent, ShareKey, ShareReport, StartSpec, StopKind,
+    ClusterConfig, ClusterCore, Delivery, Dest, LocalAction, LocalAnchor, MemberInfo, Message,
+    OpenSpec, Refusal, Role, RunSpec, RunTracks, SessionEvent, ShareKey, ShareReport, StartSpec,
+    StopKind, TrackSpec,
 };
 use isochron_rtsp::server::Position;
 
@@ -75,7 +76,7 @@ impl Object {
     }
 
     pub fn position(gsn: u64) -> Position {
-        Position { gsn: Gsn(gsn), time: Self::time(gsn) }
+        Position::at(Gsn(gsn), Self::time(gsn))
     }
 }
 
@@ -261,8 +262,14 @@ impl Harness {
 
     pub fn start(&mut self, origin: u16, stream: u64, run: u64, from_gsn: u64, udp: bool) {
         let now = self.now;
-        let client =
-            udp.then(|| ("10.0.0.9:5000".parse().unwrap(), "10.0.0.9:5001".parse().unwrap()));
+        let dest = if udp {
+            Dest::Udp {
+                rtp: "10.0.0.9:5000".parse().unwrap(),
+                rtcp: "10.0.0.9:5001".parse().unwrap(),
+            }
+        } else {
+            Dest::Origin
+        };
         self.node(origin).core.start(
             now,
             StreamId(stream),
@@ -270,10 +277,7 @@ impl Harness {
             StartSpec {
                 start: Object::position(from_gsn),
                 end: None,
-                seq_offset: 0,
-                rtp_ts_offset: 0,
-                ssrc: 1,
-                client,
+                tracks: RunTracks::one(TrackSpec::mp2t(1, 0, 0, dest)),
             },
             Pace::NOMINAL,
         );

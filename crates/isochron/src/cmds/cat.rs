@@ -2,7 +2,8 @@
 //!
 //! For MPEG-TS the payloads of an object's packets concatenated are the original file (DESIGN
 //! §2.2), so this is the byte-exact read-back the crash and scaling tests compare with the source.
-//! Every block is checksum-verified on the way.
+//! An object ingested from MP4 or Matroska keeps its file in source blocks after its packets:
+//! those are written. Every block is checksum-verified on the way.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -38,7 +39,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
-    for i in 0..rec.blocks.len() {
+    let (first, blocks) = rec.source_blocks();
+    for i in first..first + blocks.len() {
         let index = BlockIndex(i as u32);
         let block = store
             .read_block_sync(&rec, index)

@@ -37,7 +37,8 @@ pub(crate) struct Args {
     /// streamed to it, and it cuts it and writes each block on its owner's disk.
     #[arg(long, value_name = "URL")]
     server: Option<String>,
-    /// MPEG-TS files to ingest.
+    /// Media files to ingest: MPEG-TS, M2TS (Blu-ray, AVCHD), MP4 (progressive, `moov` first or
+    /// last, or fragmented) or Matroska/WebM with H.264, H.265, AAC, Opus, AC-3 or MP3 tracks.
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
 }
@@ -109,6 +110,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                          ingested the whole packets only",
                         file.display(),
                         report.trailing_bytes
+                    );
+                }
+                for s in &report.skipped {
+                    eprintln!(
+                        "isochron: warning: {}: {s}; ingested the other tracks",
+                        file.display()
                     );
                 }
                 let r = report.record;

@@ -169,6 +169,77 @@ pub fn fixture(name: &str) -> PathBuf {
     path
 }
 
+/// A generated media file of another container (MP4, Matroska), made once per target dir:
+/// `name` is its file name. The variants of one encode (`moov` first or last, fragmented) are
+/// remuxed from it with `-c copy`, so their samples are the same.
+pub fn media_fixture(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fixtures");
+    std::fs::create_dir_all(&dir).expect("fixture dir");
+    let path = dir.join(name);
+    let lock = std::fs::File::create(dir.join(format!("{name}.lock"))).expect("lock file");
+    lock.lock().expect("lock");
+    if path.exists() {
+        return path;
+    }
+    require("ffmpeg");
+    let split = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<String>>();
+    // 10 s of 640×360 H.264 (x264's default B-frames, 1 s GOP) and 48 kHz stereo AAC.
+    let h264_aac = "-f lavfi -i testsrc2=size=640x360:rate=25 \
+        -f lavfi -i sine=frequency=440:sample_rate=48000 -ac 2 -t 10 \
+        -c:v libx264 -preset veryfast -g 25 -pix_fmt yuv420p -c:a aac -b:a 128k";
+    let (input, args): (Option<PathBuf>, Vec<String>) = match name {
+        "h264_aac.mp4" => (None, split(&format!("{h264_aac} -movflags +faststart"))),
+        "h264_aac_moov_last.mp4" => {
+            (Some(media_fixture("h264_aac.mp4")), split("-map 0 -c copy -f mp4"))
+        }
+        "h264_aac_fragmented.mp4" => (
+            Some(media_fixture("h264_aac.mp4")),
+            split("-map 0 -c copy -movflags +frag_keyframe+empty_moov+default_base_moof -f mp4"),
+        ),
+        // The same without B-frames (decode order is presentation order).
+        "h264_aac_nobf.mp4" => (None, split(&format!("{h264_aac} -bf 0 -movflags +faststart"))),
+        "hevc_aac.mp4" => (
+            None,
+            split(
+                "-f lavfi -i testsrc2=size=640x360:rate=25 \
+                 -f lavfi -i sine=frequency=550:sample_rate=48000 -ac 2 -t 8 \
+                 -c:v libx265 -preset ultrafast -x265-params keyint=25:log-level=error \
+                 -tag:v hvc1 -pix_fmt yuv420p -c:a aac -b:a 96k -movflags +faststart",
+            ),
+        ),
+        "h264_opus.mkv" => (
+            None,
+            split(
+                "-f lavfi -i testsrc2=size=640x360:rate=25 \
+                 -f lavfi -i sine=frequency=660:sample_rate=48000 -ac 2 -t 8 \
+                 -c:v libx264 -preset veryfast -g 25 -pix_fmt yuv420p -c:a libopus -b:a 64k \
+                 -f matroska",
+            ),
+        ),
+        // ≥ 90 s of 1080p H.264 + AAC: the GStreamer frame-for-frame test.
+        "h264_1080p_90s.mp4" => (
+            None,
+            split(
+                "-f lavfi -i testsrc2=size=1920x1080:rate=25 \
+                 -f lavfi -i sine=frequency=330:sample_rate=48000 -ac 2 -t 92 \
+                 -c:v libx264 -preset ultrafast -g 50 -b:v 5M -maxrate 8M -bufsize 8M \
+                 -pix_fmt yuv420p -c:a aac -b:a 128k -movflags +faststart",
+            ),
+        ),
+        other => panic!("unknown media fixture {other}"),
+    };
+    let tmp = dir.join(format!("tmp.{name}"));
+    let mut cmd = Command::new("ffmpeg");
+    cmd.args(["-nostdin", "-v", "error", "-y"]);
+    if let Some(i) = &input {
+        cmd.arg("-i").arg(i);
+    }
+    let out = run(cmd.args(&args).arg(&tmp), 600);
+    assert!(out.status.success(), "ffmpeg {name}: {}", String::from_utf8_lossy(&out.stderr));
+    std::fs::rename(&tmp, &path).expect("rename fixture");
+    path
+}
+
 /// A running `isochron serve` on loopback ports chosen by the kernel.
 pub struct Server {
     child: Child,

@@ -279,6 +279,7 @@ fn write_pool_blocks(store: &Store, blocks: u64, seed: u64) -> anyhow::Result<Ob
         streams: vec![],
         source_file: "random payload (isochron bench-disk --prepare)".into(),
         created_unix_s: 0,
+        media: None,
     })
 }
 

@@ -26,6 +26,12 @@ pub enum TransportError {
     /// (RFC 2326 §10.12) → 461.
     #[error("interleaved channels {0}-{1} already in use on this connection")]
     ChannelsInUse(u8, u8),
+    /// The tracks of one session would go different ways (UDP and interleaved, or interleaved
+    /// on two connections) → 461.
+    #[error(
+        "every track of a session must use the same transport (all UDP, or all interleaved on one connection)"
+    )]
+    MixedTracks,
 }
 
 /// The RTP profile string of a UDP spec, kept so that the reply repeats the client's spelling.

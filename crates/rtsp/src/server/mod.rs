@@ -101,13 +101,16 @@ use rtsp_types::headers::{
 use rtsp_types::{HeaderName, Method, Request, Response, StatusCode, Version};
 
 use self::session::Session;
-pub use self::session::{Position, SessionId, SessionState, SessionTransport, SessionView};
+use self::session::TrackSession;
+pub use self::session::{
+    Position, SessionId, SessionState, SessionTransport, SessionView, TrackView,
+};
 use crate::codec::ParseError;
 use crate::headers::range::{NptRange, NptTime, RangeError, format_npt_range};
 use crate::headers::rtp_info::{RtpInfo, format_rtp_info};
 use crate::headers::session::format_session;
 use crate::headers::transport::{Transport, TransportError, negotiate};
-use crate::sdp::{SdpParams, mp2t_sdp};
+use crate::sdp::{MediaTrack, SdpParams, mp2t_sdp, native_sdp};
 use crate::status::{Refusal, reason_phrase};
 use crate::url::{Target, parse_target, presentation_base};
 
@@ -130,6 +133,17 @@ pub const COM_SES_STREAM_ID: &str = "com.ses.streamID";
 pub fn rtp_seq(seq_offset: u16, gsn: Gsn) -> u16 {
     // Truncation is the reduction mod 2^16.
     seq_offset.wrapping_add(gsn.0 as u16)
+}
+
+/// The RTP timestamp on a `clock_rate` Hz clock of media time `t`:
+/// `(ts_offset + t in ticks, rounded to the nearest tick) mod 2^32`. For a native track this is
+/// the timestamp that `RTP-Info` pairs with the `Range` start (RFC 2326 §12.33), on the same
+/// scale as its packets' stored timestamps (presentation times from the object's zero).
+#[must_use]
+pub fn rtp_timestamp_at(ts_offset: u32, t: MediaTime, clock_rate: u32) -> u32 {
+    let ticks = (u128::from(t.as_nanos()) * u128::from(clock_rate) + 500_000_000) / 1_000_000_000;
+    // Truncation is the reduction mod 2^32.
+    ts_offset.wrapping_add(ticks as u32)
 }
 
 /// The RTP timestamp of a packet sent at media time `t`:
@@ -229,6 +243,22 @@ pub struct Presentation {
     pub duration: MediaTime,
     /// Its average bit rate; zero if unknown.
     pub avg_bitrate: BitRate,
+    /// Its native tracks (MP4, Matroska), each its own RTP stream; empty for one MP2T stream.
+    pub tracks: Vec<MediaTrack>,
+}
+
+impl Presentation {
+    /// The number of RTP streams: its native tracks, or the one MP2T stream.
+    #[must_use]
+    pub fn track_count(&self) -> usize {
+        self.tracks.len().max(1)
+    }
+
+    /// The clock rate of track `i`'s RTP timestamps (90 kHz for MP2T).
+    #[must_use]
+    pub fn clock_rate(&self, i: usize) -> u32 {
+        self.tracks.get(i).map_or(90_000, |t| t.clock_rate)
+    }
 }
 
 /// The catalog as the core sees it.
@@ -308,10 +338,11 @@ pub enum PlayOutcome {
         /// (GStreamer's jitterbuffer fires that timer from arrival-time estimates and can cut
         /// the last packets).
         end: Option<MediaTime>,
-        /// The session's sequence-number offset from now on: RTP seq = offset + GSN. The data
-        /// plane chooses it so numbering continues across seeks (rtsp-interop §2.7: one counter
-        /// per track for the whole session).
-        seq_offset: u16,
+        /// Each track's sequence-number offset from now on, by track index: RTP seq = offset +
+        /// the packet's `track_seq` (the GSN for MPEG-TS). The data plane chooses them so
+        /// numbering continues across seeks (rtsp-interop §2.7: one counter per track for the
+        /// whole session).
+        seq_offsets: Vec<u16>,
     },
     /// Admission control refused the stream → 453 Not Enough Bandwidth.
     Rejected {
@@ -449,7 +480,7 @@ impl ServerCore {
     ) -> Response<Vec<u8>> {
         self.touch(now, &play.session);
         let refusal = match outcome {
-            PlayOutcome::Started { first, end, seq_offset } => {
+            PlayOutcome::Started { first, end, seq_offsets } => {
                 let Some(s) = self.sessions.get_mut(&play.session) else {
                     let refusal = Refusal::SessionNotFound(play.session.to_string());
                     return self.refuse(&play.cseq, None, &refusal);
@@ -457,19 +488,28 @@ impl ServerCore {
                 s.state = SessionState::Playing;
                 s.ended = false;
                 s.position = None;
-                s.seq_offset = seq_offset;
-                let url = s.track_url.clone();
-                let info = RtpInfo {
-                    url: &url,
-                    seq: rtp_seq(s.seq_offset, first.gsn),
-                    rtptime: rtp_timestamp(s.rtp_ts_offset, first.time),
-                };
+                let mut entries = Vec::with_capacity(s.tracks.len());
+                for (i, t) in s.tracks.iter_mut().enumerate() {
+                    let Some(t) = t else { continue };
+                    if let Some(&o) = seq_offsets.get(i) {
+                        t.seq_offset = o;
+                    }
+                    let clock = s.presentation.clock_rate(i);
+                    let seq = t.seq_offset.wrapping_add(first.track_seq(i) as u16);
+                    let rtptime = rtp_timestamp_at(t.rtp_ts_offset, first.time, clock);
+                    entries.push((t.url.clone(), seq, rtptime));
+                }
+                let info: Vec<RtpInfo<'_>> = entries
+                    .iter()
+                    .map(|(url, seq, rtptime)| RtpInfo { url, seq: *seq, rtptime: *rtptime })
+                    .collect();
+                let rtp_info = format_rtp_info(&info);
                 self.rearm(&play.session);
                 let mut b = self
                     .ok(&play.cseq)
                     .header(SESSION, self.session_header(&play.session))
                     .header(RANGE, format_npt_range(first.time, end))
-                    .header(RTP_INFO, format_rtp_info(&[info]));
+                    .header(RTP_INFO, rtp_info);
                 if play.scale {
                     b = b.header(SCALE, "1");
                 }
@@ -540,11 +580,13 @@ impl ServerCore {
             .into_iter()
             .flatten()
             .filter(|id| {
-                self.sessions.get(*id).is_some_and(|s| match s.transport {
-                    SessionTransport::Interleaved { rtp_channel, rtcp_channel, .. } => {
-                        channel == rtp_channel || channel == rtcp_channel
-                    }
-                    SessionTransport::Udp { .. } => false,
+                self.sessions.get(*id).is_some_and(|s| {
+                    s.set_up().any(|t| match t.transport {
+                        SessionTransport::Interleaved { rtp_channel, rtcp_channel, .. } => {
+                            channel == rtp_channel || channel == rtcp_channel
+                        }
+                        SessionTransport::Udp { .. } => false,
+                    })
                 })
             })
             .cloned()
@@ -739,7 +781,7 @@ impl ServerCore {
     ) -> Result<Response<Vec<u8>>, Refusal> {
         let (url, name, p) = resolve_presentation(req, lib)?;
         let rtx_time = self.config.retransmit.filter(|t| !t.is_zero() && offers_feedback(req));
-        let sdp = mp2t_sdp(&SdpParams {
+        let params = SdpParams {
             session_id: p.object.0,
             session_version: 1,
             // A dual-stack socket reports IPv4 peers as ::ffff:a.b.c.d; the SDP says IP4 then.
@@ -748,7 +790,12 @@ impl ServerCore {
             duration: p.duration,
             bitrate: p.avg_bitrate,
             rtx_time,
-        });
+        };
+        let sdp = if p.tracks.is_empty() {
+            mp2t_sdp(&params)
+        } else {
+            native_sdp(&SdpParams { rtx_time: None, ..params }, &p.tracks)
+        };
         let b = self
             .ok(cseq)
             .header(CONTENT_TYPE, "application/sdp")
@@ -768,7 +815,7 @@ impl ServerCore {
     ) -> Result<Response<Vec<u8>>, Refusal> {
         let target = parse_target(req.request_uri());
         let offer = req.header(&TRANSPORT).ok_or(Refusal::Transport(TransportError::Missing))?;
-        let id = match session {
+        let (id, track) = match session {
             Some(id) => {
                 let s = self
                     .sessions
@@ -780,8 +827,9 @@ impl ServerCore {
                         state: s.state.as_str(),
                     });
                 }
-                // A nameless target (`rtsp://h/stream=N`, `*`) re-SETUPs the session's own track.
-                let track_url = match target.as_ref().ok().and_then(|t| Some((t, t.name()?))) {
+                // A nameless target (`rtsp://h/stream=N`, `*`) re-SETUPs the primary track.
+                let primary = s.tracks.iter().position(Option::is_some).unwrap_or(0);
+                let (track, url) = match target.as_ref().ok().and_then(|t| Some((t, t.name()?))) {
                     Some((t, name)) => {
                         if name != s.name {
                             return Err(Refusal::AggregateNotAllowed {
@@ -789,19 +837,28 @@ impl ServerCore {
                                 requested: name.to_owned(),
                             });
                         }
-                        check_track(t)?;
-                        req.request_uri().map_or_else(|| s.track_url.clone(), |u| u.to_string())
+                        let track = track_index(t, &s.presentation)?;
+                        let url = match (req.request_uri(), &s.tracks[track]) {
+                            (Some(u), _) => u.to_string(),
+                            (None, Some(t)) => t.url.clone(),
+                            (None, None) => s.primary().url.clone(),
+                        };
+                        (track, url)
                     }
-                    _ => s.track_url.clone(),
+                    _ => (primary, s.primary().url.clone()),
                 };
                 let negotiated =
                     negotiate(offer.as_str(), conn.secure).map_err(Refusal::Transport)?;
-                let transport = self.resolve_transport(conn, negotiated, Some(id))?;
-                self.set_transport(now, id, transport, negotiated, track_url);
-                id.clone()
+                let transport = self.resolve_transport(conn, negotiated, Some((id, track)))?;
+                self.set_track(now, id, track, transport, negotiated, url)?;
+                (id.clone(), track)
             }
             None => {
                 let (url, name, p) = resolve_presentation(req, lib)?;
+                let track = match &target {
+                    Ok(t) => track_index(t, &p)?,
+                    Err(_) => 0,
+                };
                 let negotiated =
                     negotiate(offer.as_str(), conn.secure).map_err(Refusal::Transport)?;
                 let transport = self.resolve_transport(conn, negotiated, None)?;
@@ -815,25 +872,27 @@ impl ServerCore {
                 {
                     return Err(Refusal::TooManyFromClient { client, limit });
                 }
-                let id = self.create(now, name, p, transport, negotiated, url.to_string());
+                let url = url.to_string();
+                let id = self.create(now, name, p, track, transport, negotiated, url);
                 if let Some(s) = self.sessions.get_mut(&id) {
                     s.client = client;
                     s.conn = Some((conn.id, true));
                 }
-                id
+                (id, track)
             }
         };
-        let Some(s) = self.sessions.get(&id) else {
+        let Some(t) = self.sessions.get(&id).and_then(|s| s.tracks[track].as_ref()) else {
             return Err(Refusal::Internal("session vanished during SETUP".to_owned()));
         };
         let mut b = self
             .ok(cseq)
-            .header(TRANSPORT, s.negotiated.to_reply(self.config.server_ports, s.ssrc))
+            .header(TRANSPORT, t.negotiated.to_reply(self.config.server_ports, t.ssrc))
             .header(SESSION, self.session_header(&id));
         // SETUP on the bare presentation URL, as SAT>IP-style clients do (interop §4.3).
         if let (Ok(Target::Presentation(name)), Some(url)) = (&target, req.request_uri()) {
+            let stream = self.sessions.get(&id).map_or(0, |s| s.stream.0);
             b = b
-                .header(stream_id_header(), s.stream.0.to_string())
+                .header(stream_id_header(), stream.to_string())
                 .header(CONTENT_BASE, presentation_base(url, name));
         }
         Ok(b.build(Vec::new()))
@@ -931,13 +990,14 @@ impl ServerCore {
     }
 
     /// The session transport for `negotiated` on `conn`: UDP goes to the peer's IP (never to a
-    /// `destination=`); interleaved channels must not collide with another session's on the
-    /// same connection.
+    /// `destination=`); interleaved channels must not collide with another session's, or
+    /// another track's of the same session, on the same connection (`except`: the session and
+    /// track being set up again).
     fn resolve_transport(
         &self,
         conn: &ConnInfo,
         negotiated: Transport,
-        except: Option<&SessionId>,
+        except: Option<(&SessionId, usize)>,
     ) -> Result<SessionTransport, Refusal> {
         match negotiated {
             Transport::Udp { client_rtp, client_rtcp, profile } => Ok(SessionTransport::Udp {
@@ -952,9 +1012,14 @@ impl ServerCore {
                     .get(&conn.id)
                     .into_iter()
                     .flatten()
-                    .filter(|id| Some(*id) != except)
                     .filter_map(|id| self.sessions.get(id))
-                    .any(|s| match s.transport {
+                    .flat_map(|s| {
+                        s.tracks.iter().enumerate().filter_map(move |(i, t)| {
+                            let same = except.is_some_and(|(id, track)| *id == s.id && track == i);
+                            t.as_ref().filter(|_| !same)
+                        })
+                    })
+                    .any(|t| match t.transport {
                         SessionTransport::Interleaved {
                             rtp_channel: a, rtcp_channel: b, ..
                         } => mine.contains(&a) || mine.contains(&b),
@@ -971,14 +1036,16 @@ impl ServerCore {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn create(
         &mut self,
         now: Instant,
         name: String,
         presentation: Presentation,
+        track: usize,
         transport: SessionTransport,
         negotiated: Transport,
-        track_url: String,
+        url: String,
     ) -> SessionId {
         // SplitMix64 never repeats an output within 2^64 draws, so ids are unique; the loop is
         // a guard, not an expected path.
@@ -988,6 +1055,41 @@ impl ServerCore {
                 break id;
             }
         };
+        let stream = self.allocate_stream();
+        let mut tracks = vec![None; presentation.track_count()];
+        tracks[track] = Some(self.new_track(transport, negotiated, url));
+        let session = Session {
+            id: id.clone(),
+            stream,
+            name,
+            presentation,
+            tracks,
+            state: SessionState::Ready,
+            position: None,
+            last_seen: now,
+            deadline: None,
+            // Set by the SETUP that creates it.
+            client: std::net::Ipv4Addr::UNSPECIFIED.into(),
+            conn: None,
+            ended: false,
+            rtcp_seen: false,
+        };
+        if let Some(t) = &session.tracks[track] {
+            self.by_ssrc.insert(t.ssrc, id.clone());
+        }
+        self.sessions.insert(id.clone(), session);
+        self.by_stream.insert(stream, id.clone());
+        self.index_transport(&id, now);
+        id
+    }
+
+    /// A track's random SSRC and offsets, with its transport.
+    fn new_track(
+        &mut self,
+        transport: SessionTransport,
+        negotiated: Transport,
+        url: String,
+    ) -> TrackSession {
         // SSRC 0 is what ffmpeg's punch packets carry (interop §4.1); avoid it and duplicates.
         let ssrc = loop {
             let ssrc = (self.rng.next_u64() >> 32) as u32;
@@ -997,51 +1099,58 @@ impl ServerCore {
         };
         let seq_offset = (self.rng.next_u64() >> 48) as u16;
         let rtp_ts_offset = (self.rng.next_u64() >> 32) as u32;
-        let stream = self.allocate_stream();
-        let session = Session {
-            id: id.clone(),
-            stream,
-            name,
-            presentation,
-            transport,
-            negotiated,
-            ssrc,
-            seq_offset,
-            rtp_ts_offset,
-            state: SessionState::Ready,
-            position: None,
-            track_url,
-            last_seen: now,
-            deadline: None,
-            // Set by the SETUP that creates it.
-            client: std::net::Ipv4Addr::UNSPECIFIED.into(),
-            conn: None,
-            ended: false,
-            rtcp_seen: false,
-        };
-        self.sessions.insert(id.clone(), session);
-        self.by_stream.insert(stream, id.clone());
-        self.by_ssrc.insert(ssrc, id.clone());
-        self.index_transport(&id, now);
-        id
+        TrackSession { transport, negotiated, ssrc, seq_offset, rtp_ts_offset, url }
     }
 
-    /// Re-SETUP: a new transport for an existing session.
-    fn set_transport(
+    /// SETUP of one track of an existing session: a new transport for a set-up track, or a
+    /// track set up for the first time. Every track of a session goes the same way: all UDP,
+    /// or all interleaved on one connection (461 otherwise).
+    fn set_track(
         &mut self,
         now: Instant,
         id: &SessionId,
+        track: usize,
         transport: SessionTransport,
         negotiated: Transport,
-        track_url: String,
-    ) {
+        url: String,
+    ) -> Result<(), Refusal> {
+        let Some(s) = self.sessions.get(id) else {
+            return Err(Refusal::SessionNotFound(id.to_string()));
+        };
+        let others = s.tracks.iter().enumerate().filter(|(i, _)| *i != track);
+        let mixed =
+            others.filter_map(|(_, t)| t.as_ref()).any(|t| match (&t.transport, &transport) {
+                (SessionTransport::Udp { .. }, SessionTransport::Udp { .. }) => false,
+                (
+                    SessionTransport::Interleaved { conn: a, .. },
+                    SessionTransport::Interleaved { conn: b, .. },
+                ) => a != b,
+                _ => true,
+            });
+        if mixed {
+            return Err(Refusal::Transport(TransportError::MixedTracks));
+        }
         self.unindex_transport(id);
+        let fresh = match self.sessions.get(id).and_then(|s| s.tracks[track].as_ref()) {
+            Some(_) => None,
+            None => Some(self.new_track(transport, negotiated, url.clone())),
+        };
         if let Some(s) = self.sessions.get_mut(id) {
-            s.transport = transport;
-            s.negotiated = negotiated;
-            s.track_url = track_url;
+            match (&mut s.tracks[track], fresh) {
+                (slot, Some(new)) => {
+                    self.by_ssrc.insert(new.ssrc, id.clone());
+                    *slot = Some(new);
+                }
+                (Some(t), None) => {
+                    t.transport = transport;
+                    t.negotiated = negotiated;
+                    t.url = url;
+                }
+                (None, None) => {}
+            }
         }
         self.index_transport(id, now);
+        Ok(())
     }
 
     /// Adds `id` to the connection index (interleaved) or the deadline set (UDP).
@@ -1115,7 +1224,9 @@ impl ServerCore {
         self.unindex_transport(id);
         let Some(s) = self.sessions.remove(id) else { return };
         self.by_stream.remove(&s.stream);
-        self.by_ssrc.remove(&s.ssrc);
+        for t in s.set_up() {
+            self.by_ssrc.remove(&t.ssrc);
+        }
         self.events.push_back(Event::Closed { session: s.id, stream: s.stream, reason });
     }
 
@@ -1217,11 +1328,16 @@ fn cseq_of(req: &Request<Vec<u8>>) -> Option<String> {
     ok.then(|| v.to_owned())
 }
 
-/// Track numbers other than 0 do not exist (one MP2T track per presentation).
-fn check_track(target: &Target) -> Result<(), Refusal> {
+/// The track a SETUP target names in `p`: `trackID=N` below its track count, or the bare
+/// presentation URL, which means track 0 (the one MP2T track; for native tracks, the first,
+/// as SAT>IP-style clients that SETUP the presentation itself expect one stream).
+fn track_index(target: &Target, p: &Presentation) -> Result<usize, Refusal> {
     match target {
-        Target::Track(name, n) if *n != 0 => Err(Refusal::NotFound(format!("{name}/trackID={n}"))),
-        _ => Ok(()),
+        Target::Track(name, n) if *n as usize >= p.track_count() => {
+            Err(Refusal::NotFound(format!("{name}/trackID={n}")))
+        }
+        Target::Track(_, n) => Ok(*n as usize),
+        _ => Ok(0),
     }
 }
 
@@ -1236,8 +1352,8 @@ fn resolve_presentation<'r>(
     let (Some(url), Some(name)) = (req.request_uri(), target.name()) else {
         return Err(Refusal::NotFound(uri()));
     };
-    check_track(&target)?;
     let p = lib.lookup(name).ok_or_else(|| Refusal::NotFound(uri()))?;
+    track_index(&target, &p)?;
     Ok((url, name.to_owned(), p))
 }
 

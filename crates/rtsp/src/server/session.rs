@@ -11,7 +11,7 @@ use std::fmt;
 use std::net::SocketAddr;
 
 use isochron_base::mix::SplitMix64;
-use isochron_base::{Gsn, Instant, MediaTime, ObjectId, StreamId};
+use isochron_base::{Gsn, Instant, MediaTime, ObjectId, StreamId, TrackSeqs};
 
 use super::{ConnId, Presentation};
 use crate::headers::session::parse_session_id;
@@ -95,18 +95,85 @@ impl SessionState {
     }
 }
 
-/// A point in a presentation as the sender sees it: the next packet to send and its send time.
+/// A point in a presentation as the sender sees it: the next packet to send and its send time,
+/// and, for an object of several tracks, each track's next packet ([`TrackSeqs`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Position {
     /// The packet's global sequence number within the object.
     pub gsn: Gsn,
     /// The packet's send time on the object's timeline.
     pub time: MediaTime,
+    /// Each track's `track_seq` of its next packet at or after `gsn`; empty for an object
+    /// numbered by GSN (MPEG-TS).
+    pub tracks: TrackSeqs,
 }
 
 impl Position {
-    /// The first packet of an object.
-    pub const START: Self = Self { gsn: Gsn(0), time: MediaTime::ZERO };
+    /// The first packet of an object numbered by GSN.
+    pub const START: Self = Self { gsn: Gsn(0), time: MediaTime::ZERO, tracks: TrackSeqs::NONE };
+
+    /// A position in an object numbered by GSN (no per-track vector).
+    #[must_use]
+    pub const fn at(gsn: Gsn, time: MediaTime) -> Self {
+        Self { gsn, time, tracks: TrackSeqs::NONE }
+    }
+
+    /// The first packet of an object of `tracks` native tracks (0: numbered by GSN).
+    #[must_use]
+    pub fn start_of(tracks: usize) -> Self {
+        Self { tracks: TrackSeqs::zeros(tracks), ..Self::START }
+    }
+
+    /// Track `track`'s next packet's `track_seq` here (the GSN for an object numbered by it).
+    #[must_use]
+    pub fn track_seq(&self, track: usize) -> u64 {
+        self.tracks.seq_of(track, self.gsn)
+    }
+}
+
+/// One set-up track of a session, for the glue.
+#[derive(Debug, Clone, Copy)]
+pub struct TrackView<'a> {
+    index: usize,
+    track: &'a TrackSession,
+}
+
+impl<'a> TrackView<'a> {
+    /// The track's index in the presentation (`trackID=N`).
+    #[must_use]
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Where its media goes.
+    #[must_use]
+    pub fn transport(&self) -> &'a SessionTransport {
+        &self.track.transport
+    }
+
+    /// Its SSRC (random, never 0, unique among sessions and tracks).
+    #[must_use]
+    pub fn ssrc(&self) -> u32 {
+        self.track.ssrc
+    }
+
+    /// Added to a packet's `track_seq` to give its RTP sequence number ([`super::rtp_seq`]).
+    #[must_use]
+    pub fn seq_offset(&self) -> u16 {
+        self.track.seq_offset
+    }
+
+    /// Added to a packet's timestamp on the track's clock to give its RTP timestamp.
+    #[must_use]
+    pub fn rtp_ts_offset(&self) -> u32 {
+        self.track.rtp_ts_offset
+    }
+
+    /// The track URL as the client used it in SETUP (the `url=` of `RTP-Info`).
+    #[must_use]
+    pub fn url(&self) -> &'a str {
+        &self.track.url
+    }
 }
 
 /// A read-only view of a session, for the glue and for tests.
@@ -138,28 +205,47 @@ impl<'a> SessionView<'a> {
         &self.0.name
     }
 
-    /// Where media goes.
+    /// Where media goes (the first set-up track's transport; every track of a session uses
+    /// the same kind, over the same connection when interleaved).
     #[must_use]
     pub fn transport(&self) -> &'a SessionTransport {
-        &self.0.transport
+        &self.0.primary().transport
     }
 
-    /// The SSRC announced in `Transport: …;ssrc=` (random, never 0, unique among sessions).
+    /// The SSRC of the first set-up track, announced in `Transport: …;ssrc=` (random, never 0,
+    /// unique among sessions).
     #[must_use]
     pub fn ssrc(&self) -> u32 {
-        self.0.ssrc
+        self.0.primary().ssrc
     }
 
-    /// Added to the GSN to give the RTP sequence number ([`super::rtp_seq`]).
+    /// The first set-up track's sequence offset: added to the GSN (MPEG-TS) to give the RTP
+    /// sequence number ([`super::rtp_seq`]).
     #[must_use]
     pub fn seq_offset(&self) -> u16 {
-        self.0.seq_offset
+        self.0.primary().seq_offset
     }
 
-    /// Added to the 90 kHz media time to give the RTP timestamp ([`super::rtp_timestamp`]).
+    /// The first set-up track's timestamp offset: added to the 90 kHz media time (MPEG-TS) to
+    /// give the RTP timestamp ([`super::rtp_timestamp`]).
     #[must_use]
     pub fn rtp_ts_offset(&self) -> u32 {
-        self.0.rtp_ts_offset
+        self.0.primary().rtp_ts_offset
+    }
+
+    /// The number of tracks of the presentation (1 for MPEG-TS), set up or not.
+    #[must_use]
+    pub fn track_count(&self) -> usize {
+        self.0.tracks.len()
+    }
+
+    /// The set-up tracks, in index order.
+    pub fn tracks(&self) -> impl Iterator<Item = TrackView<'a>> + 'a {
+        let tracks: &'a [Option<TrackSession>] = &self.0.tracks;
+        tracks
+            .iter()
+            .enumerate()
+            .filter_map(|(index, t)| t.as_ref().map(|track| TrackView { index, track }))
     }
 
     /// The session's state.
@@ -174,10 +260,10 @@ impl<'a> SessionView<'a> {
         self.0.position
     }
 
-    /// The track URL as the client used it in SETUP (the `url=` of `RTP-Info`).
+    /// The first set-up track's URL as the client used it in SETUP (the `url=` of `RTP-Info`).
     #[must_use]
     pub fn track_url(&self) -> &'a str {
-        &self.0.track_url
+        &self.0.primary().url
     }
 
     /// When the client last showed liveness.
@@ -202,15 +288,11 @@ pub(crate) struct Session {
     /// The name the client asked for (the library may spell its own differently).
     pub(crate) name: String,
     pub(crate) presentation: Presentation,
-    pub(crate) transport: SessionTransport,
-    /// The negotiated transport, kept for re-SETUP replies.
-    pub(crate) negotiated: Transport,
-    pub(crate) ssrc: u32,
-    pub(crate) seq_offset: u16,
-    pub(crate) rtp_ts_offset: u32,
+    /// One slot per track of the presentation (one for MPEG-TS); at least one is set up (the
+    /// SETUP that created the session), and its first is the *primary* track.
+    pub(crate) tracks: Vec<Option<TrackSession>>,
     pub(crate) state: SessionState,
     pub(crate) position: Option<Position>,
-    pub(crate) track_url: String,
     pub(crate) last_seen: Instant,
     /// When a UDP session expires without liveness; `None` for interleaved sessions.
     pub(crate) deadline: Option<Instant>,
@@ -224,14 +306,38 @@ pub(crate) struct Session {
     pub(crate) rtcp_seen: bool,
 }
 
+/// One set-up track of a session.
+#[derive(Debug, Clone)]
+pub(crate) struct TrackSession {
+    pub(crate) transport: SessionTransport,
+    /// The negotiated transport, kept for re-SETUP replies.
+    pub(crate) negotiated: Transport,
+    pub(crate) ssrc: u32,
+    pub(crate) seq_offset: u16,
+    pub(crate) rtp_ts_offset: u32,
+    pub(crate) url: String,
+}
+
 impl Session {
     pub(crate) fn view(&self) -> SessionView<'_> {
         SessionView(self)
     }
 
+    /// The first set-up track. A session is created by the SETUP of one of its tracks and never
+    /// loses it, so there is one.
+    pub(crate) fn primary(&self) -> &TrackSession {
+        // Invariant: `create` sets up one track and nothing clears a track slot.
+        self.tracks.iter().flatten().next().expect("a session has a set-up track")
+    }
+
+    /// The set-up tracks.
+    pub(crate) fn set_up(&self) -> impl Iterator<Item = &TrackSession> {
+        self.tracks.iter().flatten()
+    }
+
     /// The connection whose lifetime bounds this session, if interleaved.
     pub(crate) fn interleaved_conn(&self) -> Option<ConnId> {
-        match self.transport {
+        match self.primary().transport {
             SessionTransport::Interleaved { conn, .. } => Some(conn),
             SessionTransport::Udp { .. } => None,
         }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use isochron_base::{BitRate, Gsn, Instant, MediaTime, ObjectId, StreamId};
+use isochron_base::{BitRate, Gsn, Instant, MediaTime, ObjectId, StreamId, TrackSeqs};
 use rtsp_types::headers::CONTENT_LENGTH;
 use rtsp_types::{HeaderName, Method, Request, Response, Url, Version};
 
@@ -18,6 +18,26 @@ struct FakeLibrary;
 
 impl Library for FakeLibrary {
     fn lookup(&self, name: &str) -> Option<Presentation> {
+        if name == "movie.mp4" {
+            let track = |kind: &str, pt, encoding: &str, clock_rate| MediaTrack {
+                kind: kind.into(),
+                payload_type: pt,
+                encoding: encoding.into(),
+                clock_rate,
+                channels: 0,
+                fmtp: String::new(),
+            };
+            return Some(Presentation {
+                object: ObjectId(9),
+                name: name.to_owned(),
+                duration: MediaTime::from_nanos(60 * SECOND),
+                avg_bitrate: BitRate(3_000_000),
+                tracks: vec![
+                    track("video", 96, "H264", 90_000),
+                    track("audio", 97, "mpeg4-generic", 48_000),
+                ],
+            });
+        }
         let (object, secs_ms, bps) = match name {
             "test.ts" => (7, 10_000, 2_000_000),
             "movie.ts" => (8, 5_400_120, 4_000_000),
@@ -28,13 +48,14 @@ impl Library for FakeLibrary {
             name: name.to_owned(),
             duration: MediaTime::from_nanos(secs_ms * 1_000_000),
             avg_bitrate: BitRate(bps),
+            tracks: Vec::new(),
         })
     }
 }
 
 /// A position at 100 packets per second.
 fn pos(t: MediaTime) -> Position {
-    Position { gsn: Gsn(t.as_nanos() / (SECOND / 100)), time: t }
+    Position::at(Gsn(t.as_nanos() / (SECOND / 100)), t)
 }
 
 /// The fake data plane: seeks to the whole second at or before the target, sends in real
@@ -71,7 +92,11 @@ impl FakeGlue {
         // Like the server: an open range unless the client asked to stop early; the sequence
         // offset unchanged.
         let seq_offset = core.session(&action.session).unwrap().seq_offset();
-        PlayOutcome::Started { first, end: action.end.filter(|e| *e < duration), seq_offset }
+        PlayOutcome::Started {
+            first,
+            end: action.end.filter(|e| *e < duration),
+            seq_offsets: vec![seq_offset],
+        }
     }
 
     fn pause(&mut self, now: Instant, action: &PauseAction) -> Position {
@@ -471,6 +496,118 @@ fn setup(core: &mut ServerCore, now: Instant, c: u64, transport: &str) -> Sessio
     SessionId::from_header(resp.header(&SESSION).unwrap().as_str())
 }
 
+/// A presentation of two native tracks: one `m=` each, a SETUP per track into one session
+/// (each its own SSRC), `RTP-Info` for every set-up track from its own offsets, per-track
+/// positions and clocks; no third track; one transport kind per session.
+#[test]
+fn native_tracks_are_set_up_and_played_together() {
+    let mut core = ServerCore::new(ServerConfig::default(), 11);
+    let now = Instant::from_nanos(SECOND);
+    let base = "rtsp://127.0.0.1:8554/movie.mp4";
+    let req = request(Method::Describe, Some(base), &[("CSeq", "1")]);
+    let resp = respond(core.handle_request(now, &conn(1), &req, &FakeLibrary));
+    let sdp = String::from_utf8(resp.body().clone()).unwrap();
+    assert!(sdp.contains("m=video 0 RTP/AVP 96\r\na=rtpmap:96 H264/90000\r\n"), "{sdp}");
+    assert!(sdp.contains("m=audio 0 RTP/AVP 97\r\na=rtpmap:97 mpeg4-generic/48000\r\n"));
+    assert!(sdp.contains("a=control:trackID=1\r\n"));
+
+    let setup_track = |core: &mut ServerCore, n: u32, session: Option<&str>, t: &str| {
+        let url = format!("{base}/trackID={n}");
+        let mut headers = vec![("CSeq", "2"), ("Transport", t)];
+        if let Some(s) = session {
+            headers.push(("Session", s));
+        }
+        respond(core.handle_request(
+            now,
+            &conn(1),
+            &request(Method::Setup, Some(&url), &headers),
+            &FakeLibrary,
+        ))
+    };
+    let resp = setup_track(&mut core, 0, None, "RTP/AVP;unicast;client_port=6000-6001");
+    assert_eq!(resp.status(), StatusCode::Ok);
+    let id = SessionId::from_header(resp.header(&SESSION).unwrap().as_str());
+    let resp =
+        setup_track(&mut core, 2, Some(id.as_str()), "RTP/AVP;unicast;client_port=6002-6003");
+    assert_eq!(resp.status(), StatusCode::NotFound, "there is no third track");
+    let resp = setup_track(&mut core, 1, Some(id.as_str()), "RTP/AVP/TCP;interleaved=2-3");
+    assert_eq!(resp.status(), StatusCode::UnsupportedTransport, "one transport kind a session");
+    let resp =
+        setup_track(&mut core, 1, Some(id.as_str()), "RTP/AVP;unicast;client_port=6002-6003");
+    assert_eq!(resp.status(), StatusCode::Ok);
+    let view = core.session(&id).unwrap();
+    let tracks: Vec<_> = view.tracks().map(|t| (t.index(), t.ssrc(), *t.transport())).collect();
+    assert_eq!(tracks.len(), 2);
+    assert_ne!(tracks[0].1, tracks[1].1, "an SSRC per track");
+    assert!(
+        matches!(tracks[1].2, SessionTransport::Udp { client_rtp, .. } if client_rtp.port() == 6002)
+    );
+    let (ts0, ts1) = {
+        let v: Vec<_> = view.tracks().map(|t| t.rtp_ts_offset()).collect();
+        (v[0], v[1])
+    };
+    let (ssrc0, ssrc1) = (tracks[0].1, tracks[1].1);
+
+    let req = request(Method::Play, Some(base), &[("CSeq", "3"), ("Session", id.as_str())]);
+    let Handled::Play(a) = core.handle_request(now, &conn(1), &req, &FakeLibrary) else {
+        panic!("PLAY not handed to the glue")
+    };
+    let first = Position {
+        gsn: Gsn(500),
+        time: MediaTime::from_nanos(2 * SECOND),
+        tracks: TrackSeqs::new(&[300, 200]),
+    };
+    let outcome = PlayOutcome::Started { first, end: None, seq_offsets: vec![10, 65_535] };
+    let resp = core.finish_play(now, a, outcome);
+    let info = resp.header(&RTP_INFO).unwrap().as_str().to_owned();
+    let expect = format!(
+        "url={base}/trackID=0;seq=310;rtptime={},url={base}/trackID=1;seq=199;rtptime={}",
+        ts0.wrapping_add(180_000),
+        ts1.wrapping_add(96_000)
+    );
+    assert_eq!(info, expect);
+    assert_eq!(
+        core.session(&id).unwrap().tracks().map(|t| t.seq_offset()).collect::<Vec<_>>(),
+        [10, 65_535]
+    );
+    // RTCP naming either track's SSRC is a sign of life; a TEARDOWN forgets both.
+    assert!(core.handle_rtcp(now, ssrc1));
+    let req = request(Method::Teardown, Some(base), &[("CSeq", "4"), ("Session", id.as_str())]);
+    respond(core.handle_request(now, &conn(1), &req, &FakeLibrary));
+    assert!(!core.handle_rtcp(now, ssrc0) && !core.handle_rtcp(now, ssrc1));
+}
+
+/// Interleaved channels may not collide between the tracks of one session either.
+#[test]
+fn native_tracks_need_their_own_channels() {
+    let mut core = ServerCore::new(ServerConfig::default(), 12);
+    let now = Instant::from_nanos(SECOND);
+    let setup = |core: &mut ServerCore, n: u32, session: Option<&SessionId>, t: &str| {
+        let url = format!("rtsp://h/movie.mp4/trackID={n}");
+        let mut headers = vec![("CSeq", "2"), ("Transport", t)];
+        let sid = session.map(|s| s.as_str().to_owned());
+        if let Some(s) = &sid {
+            headers.push(("Session", s));
+        }
+        respond(core.handle_request(
+            now,
+            &conn(1),
+            &request(Method::Setup, Some(&url), &headers),
+            &FakeLibrary,
+        ))
+    };
+    let resp = setup(&mut core, 0, None, "RTP/AVP/TCP;interleaved=0-1");
+    let id = SessionId::from_header(resp.header(&SESSION).unwrap().as_str());
+    let resp = setup(&mut core, 1, Some(&id), "RTP/AVP/TCP;interleaved=0-1");
+    assert_eq!(resp.status(), StatusCode::UnsupportedTransport);
+    let resp = setup(&mut core, 1, Some(&id), "RTP/AVP/TCP;interleaved=2-3");
+    assert_eq!(resp.status(), StatusCode::Ok);
+    // A re-SETUP of track 0 keeps its own channels.
+    let resp = setup(&mut core, 0, Some(&id), "RTP/AVP/TCP;interleaved=0-1");
+    assert_eq!(resp.status(), StatusCode::Ok);
+    assert_eq!(core.session(&id).unwrap().tracks().count(), 2);
+}
+
 #[test]
 fn sender_contract_wraps() {
     assert_eq!(rtp_seq(0xFFFF, Gsn(1)), 0);
@@ -598,7 +735,8 @@ fn paused_udp_sessions_live_longer() {
         let Handled::Play(a) = core.handle_request(at, &conn(1), &req, &FakeLibrary) else {
             panic!("PLAY not handed to the glue")
         };
-        let started = PlayOutcome::Started { first: Position::START, end: None, seq_offset: 0 };
+        let started =
+            PlayOutcome::Started { first: Position::START, end: None, seq_offsets: vec![0] };
         core.finish_play(at, a, started);
     };
     play(&mut core, t0, "3");
@@ -647,7 +785,7 @@ fn a_playing_session_whose_client_reported_then_fell_silent_stops_early() {
     let Handled::Play(a) = core.handle_request(t0, &conn(1), &req, &FakeLibrary) else {
         panic!("PLAY not handed to the glue")
     };
-    let started = PlayOutcome::Started { first: Position::START, end: None, seq_offset: 0 };
+    let started = PlayOutcome::Started { first: Position::START, end: None, seq_offsets: vec![0] };
     core.finish_play(t0, a, started);
     // Never a report: the plain timeout (a client that only sends keep-alive requests).
     assert_eq!(core.poll_timeout(), Some(secs(60)));
@@ -699,7 +837,7 @@ fn actions_on_vanished_sessions_answer_454() {
     assert_eq!(action.end, None);
     assert_eq!(action.object, ObjectId(7));
     core.handle_conn_closed(Instant::ZERO, ConnId(1));
-    let outcome = PlayOutcome::Started { first: Position::START, end: None, seq_offset: 0 };
+    let outcome = PlayOutcome::Started { first: Position::START, end: None, seq_offsets: vec![0] };
     let resp = core.finish_play(Instant::ZERO, action, outcome);
     assert_eq!(resp.status(), StatusCode::SessionNotFound);
     assert_eq!(resp.header(&CSEQ).unwrap().as_str(), "2");
@@ -718,7 +856,7 @@ fn pause_and_end_of_stream_save_the_position() {
     };
     let stream = a.stream;
     let end = MediaTime::from_nanos(10 * SECOND);
-    let started = PlayOutcome::Started { first: Position::START, end: None, seq_offset: 0 };
+    let started = PlayOutcome::Started { first: Position::START, end: None, seq_offsets: vec![0] };
     let r = core.finish_play(Instant::ZERO, a, started);
     assert_eq!(r.status(), StatusCode::Ok);
     let pause = request(Method::Pause, Some("rtsp://h/x"), &session);
@@ -737,7 +875,7 @@ fn pause_and_end_of_stream_save_the_position() {
     core.finish_play(
         Instant::ZERO,
         a,
-        PlayOutcome::Started { first: at, end: None, seq_offset: 0 },
+        PlayOutcome::Started { first: at, end: None, seq_offsets: vec![0] },
     );
     // end of stream: paused at the end; a PLAY without Range resumes there
     let last = pos(end);
@@ -914,7 +1052,8 @@ mod random_dialogs {
                         PlayStart::Beginning => Position::START,
                     };
                     let seq_offset = core.session(&a.session).map_or(0, |v| v.seq_offset());
-                    let started = PlayOutcome::Started { first, end: a.end, seq_offset };
+                    let started =
+                        PlayOutcome::Started { first, end: a.end, seq_offsets: vec![seq_offset] };
                     core.finish_play(now, a, started)
                 }
                 Handled::Pause(a) => core.finish_pause(now, a, pos(MediaTime::ZERO)),

@@ -1,0 +1,11 @@
+//! Fuzzes the Matroska demuxer: any bytes give a clean error or an index whose samples lie
+//! inside the file and point at real tracks, in decode order, with video decode times never
+//! after presentation times; the sans-IO driver fed reads of any size (the first byte picks it)
+//! gives the same result as the in-memory path.
+#![no_main]
+
+mod common;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    common::check(isochron_media::ContainerKind::Matroska, data);
+});
