@@ -13,7 +13,7 @@ use isochron_base::{BitRate, Gsn, Instant, MediaTime, ObjectId};
 use isochron_rtsp::codec::{self, Decoded, Frame, Limits};
 use isochron_rtsp::sdp::MediaTrack;
 use isochron_rtsp::server::{
-    ConnId, ConnInfo, Handled, Library, PlayOutcome, PlayStart, Position, Presentation,
+    ConnId, ConnInfo, Handled, Library, PlayOutcome, PlayStart, Position, Presentation, Rates,
     ServerConfig, ServerCore,
 };
 
@@ -94,8 +94,7 @@ fn run(data: &[u8]) {
                                     _ => PlayOutcome::Started {
                                         first,
                                         end: action.end.filter(|e| *e < DURATION),
-                                        seq_offsets: vec![step as u16, !step as u16],
-                                    },
+                                        seq_offsets: vec![step as u16, !step as u16], rates: Rates::NORMAL },
                                 };
                                 core.finish_play(now, action, outcome)
                             }

@@ -189,6 +189,8 @@ pub struct StartSpec {
     /// Its tracks: each one's stamps, and its destination: the client's UDP addresses
     /// ([`Dest::Udp`]) or [`Dest::Origin`] for interleaved transport.
     pub tracks: RunTracks,
+    /// Trick play at this scale (a single node's runs only).
+    pub trick: Option<Pace>,
 }
 
 impl StartSpec {
@@ -642,6 +644,7 @@ impl ClusterCore {
             anchor: wall,
             pace,
             tracks: spec.tracks.with_dest(Dest::Origin),
+            trick: spec.trick,
             role: Role::Whole,
             // Yima's LSN lets a client tell the nodes' packets apart, and the block end next to
             // it which node owes a lost tail (RBEC): for players that take bipartite delivery,

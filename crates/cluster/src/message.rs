@@ -187,6 +187,8 @@ pub struct RunSpec {
     pub pace: Pace,
     /// Its tracks: stamps and destinations.
     pub tracks: RunTracks,
+    /// Trick play at this scale (key frames only, RFC 2326 §12.34; a single node's runs only).
+    pub trick: Option<Pace>,
     /// This node's role.
     pub role: Role,
     /// Whether packets carry the node's local sequence number (Yima's LSN, RFC 8285).

@@ -189,6 +189,7 @@ struct WSpec3 {
     anchor: Option<WAnchor>,
     pace_ppm: u32,
     tracks: Vec<WTrack>,
+    trick_ppm: Option<u32>,
     role: WRole,
     lsn: bool,
 }
@@ -251,9 +252,12 @@ fn role_from_wire(r: WRole) -> Role {
     }
 }
 
-/// Whether version 1's single-track spec says all of `s`: one MP2T track, no track positions.
+/// Whether version 1's single-track spec says all of `s`: one MP2T track, no track positions,
+/// no trick play.
 fn fits_v1(s: &RunSpec) -> bool {
-    matches!(s.tracks.as_slice(), [t] if t.is_mp2t()) && s.start.tracks.is_empty()
+    matches!(s.tracks.as_slice(), [t] if t.is_mp2t())
+        && s.start.tracks.is_empty()
+        && s.trick.is_none()
 }
 
 /// Whether version 1's report says all of `r`: no track positions.
@@ -284,6 +288,7 @@ impl From<&RunSpec> for WSpec3 {
                     enabled: t.enabled,
                 })
                 .collect(),
+            trick_ppm: s.trick.map(Pace::ppm),
             role: role_to_wire(s.role),
             lsn: s.lsn,
         }
@@ -313,6 +318,7 @@ impl From<WSpec3> for RunSpec {
             anchor: s.anchor.map(Into::into),
             pace: Pace::from_ppm(s.pace_ppm),
             tracks: RunTracks::new(&tracks),
+            trick: s.trick_ppm.map(Pace::from_ppm),
             role: role_from_wire(s.role),
             lsn: s.lsn,
         }
@@ -461,6 +467,7 @@ impl From<WSpec> for RunSpec {
                 s.rtp_ts_offset,
                 dest_from_wire(s.dest),
             )),
+            trick: None,
             role: role_from_wire(s.role),
             lsn: s.lsn,
         }
@@ -645,6 +652,7 @@ mod tests {
                     rtcp: "10.0.0.9:5001".parse().unwrap(),
                 },
             )),
+            trick: None,
             role: Role::Share { rtcp: true },
             lsn: true,
         }
@@ -669,6 +677,7 @@ mod tests {
                 ..Position::at(Gsn(60), MediaTime::from_nanos(9))
             },
             tracks: RunTracks::new(&[video, audio]),
+            trick: Some(Pace::from_ppm(4_000_000)),
             ..spec()
         }
     }

@@ -45,6 +45,13 @@
 //! ([`TrackStamp`]), and its own SRs with that track's counts; a packet of a track the client
 //! did not set up is passed over. An MPEG-TS object is one track.
 //!
+//! **Trick play.** A run with a scale (RFC 2326 §12.34, `Scale: 2`) is paced that much faster
+//! and sends only key frames: from each seek point's first packet to the end of that access
+//! unit (its marker), on the seek point's track; every other packet is passed over. Its packets
+//! are numbered one after the other from the run's start (the player sees no gap), and their RTP
+//! timestamps are scaled around the run's start so that they advance at the wall clock's rate,
+//! as a player that asked for the scale expects (its NPT is `Range` start + scale × elapsed).
+//!
 //! Not here: sockets, the clock, and how a packet is framed on the wire (the sender thread).
 //! Sequence numbers and timestamps follow the contract of [`isochron_rtsp::server::rtp_seq`] and
 //! [`isochron_rtsp::server::rtp_timestamp_at`]: both derive from what the packet stores (its
@@ -198,6 +205,9 @@ pub struct PlayRun {
     /// The clock, when the session's origin pinned it; otherwise the scheduler's anchor on the
     /// first block pins it.
     pub anchor: Option<Anchor>,
+    /// Trick play at this scale: key frames only, timestamps scaled (see the module docs); the
+    /// stream's pace is set to the scale too.
+    pub trick: Option<Pace>,
 }
 
 /// Something to put on the wire now.
@@ -378,6 +388,12 @@ struct Paced<B> {
     next_tracks: TrackSeqs,
     /// The block whose per-track last sequence numbers `block_ends` holds (LSN streams).
     block_ends: Option<(BlockIndex, [u16; MAX_TRACKS])>,
+    /// The run's trick-play scale, if any.
+    trick: Option<Pace>,
+    /// In trick play: the track of the key frame being sent (until its marker).
+    in_key: Option<u8>,
+    /// In trick play: the packets of each track sent in the run.
+    trick_sent: [u32; MAX_TRACKS],
     next_sr: Option<Instant>,
     last_sent: Option<Position>,
     lsn: u16,
@@ -454,6 +470,9 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 track_bytes: [0; MAX_TRACKS],
                 next_tracks: TrackSeqs::NONE,
                 block_ends: None,
+                trick: None,
+                in_key: None,
+                trick_sent: [0; MAX_TRACKS],
                 next_sr: None,
                 last_sent: None,
                 lsn: 0,
@@ -516,6 +535,12 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         s.setup.seq_offsets = play.seq_offsets;
         s.next_tracks = play.start.tracks;
         s.block_ends = None;
+        s.trick = play.trick;
+        s.in_key = None;
+        s.trick_sent = [0; MAX_TRACKS];
+        if let Some(scale) = play.trick {
+            s.pace = scale;
+        }
         s.run = play.run;
         s.playing = true;
         s.start = play.start;
@@ -885,6 +910,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         let pkt = block.packet(cursor);
         let (gsn, time, marker, len) =
             (pkt.gsn, pkt.send_time, pkt.marker, pkt.payload.len() as u64);
+        let pkt_random_access = pkt.random_access;
         let (track, track_seq, rtp_time) = (usize::from(pkt.track), pkt.track_seq, pkt.rtp_time);
         if s.end.is_some_and(|end| time > end) {
             let stopped = s.stop_at.is_some();
@@ -896,8 +922,32 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             s.pace = p;
             s.pending = None;
         }
-        s.next_tracks.set(track, (track_seq as u32).wrapping_add(1));
-        let stamp = s.setup.tracks.get(track).copied().filter(|t| t.enabled);
+        let mut stamp = s.setup.tracks.get(track).copied().filter(|t| t.enabled);
+        // The packet's place in its track's numbering: its own, or in trick play the count of
+        // the run's packets sent before it.
+        let mut seq_index = track_seq;
+        match s.trick {
+            None => s.next_tracks.set(track, (track_seq as u32).wrapping_add(1)),
+            Some(_) => {
+                // A key frame runs from its seek point's packet to its track's next marker;
+                // packets of other tracks in between are passed over and change nothing.
+                let key = pkt_random_access || s.in_key == Some(track as u8);
+                if key {
+                    s.in_key = (!marker).then_some(track as u8);
+                }
+                if !key {
+                    stamp = None;
+                }
+                if stamp.is_some() {
+                    let first = s.start.track_seq(track) as u32;
+                    seq_index = u64::from(first.wrapping_add(s.trick_sent[track]));
+                    s.trick_sent[track] += 1;
+                    s.next_tracks.set(track, first.wrapping_add(s.trick_sent[track]));
+                }
+            }
+        }
+        let start_time = s.start.time;
+        let trick = s.trick;
         let transmit = match stamp {
             Some(stamp) => {
                 let lsn = s.setup.lsn.then(|| {
@@ -926,10 +976,12 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                     payload_type: stamp.payload_type,
                     block: Arc::clone(&block),
                     packet: cursor,
-                    seq: rtp_seq(offset, Gsn(track_seq)),
-                    timestamp: match rtp_time {
-                        Some(t) => stamp.rtp_ts_offset.wrapping_add(t),
-                        None => rtp_timestamp_at(stamp.rtp_ts_offset, time, stamp.clock_rate),
+                    seq: rtp_seq(offset, Gsn(seq_index)),
+                    timestamp: {
+                        let raw =
+                            rtp_time.unwrap_or_else(|| rtp_timestamp_at(0, time, stamp.clock_rate));
+                        let scaled = trick_time(trick, start_time, stamp.clock_rate, raw);
+                        stamp.rtp_ts_offset.wrapping_add(scaled)
                     },
                     marker,
                     lsn,
@@ -1023,12 +1075,18 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         });
         let stream = s.setup.stream;
         let (packets, bytes) = (s.track_packets, s.track_bytes);
+        let (trick, start) = (s.trick, s.start.time);
         let tracks = s.setup.tracks.clone();
         tracks.into_iter().enumerate().filter(|(_, t)| t.enabled).map(move |(i, t)| {
             Transmit::Rtcp {
                 stream,
                 track: i as u8,
-                rtp_timestamp: rtp_timestamp_at(t.rtp_ts_offset, media, t.clock_rate),
+                rtp_timestamp: t.rtp_ts_offset.wrapping_add(trick_time(
+                    trick,
+                    start,
+                    t.clock_rate,
+                    rtp_timestamp_at(0, media, t.clock_rate),
+                )),
                 // The SR's counts wrap at 32 bits (RFC 3550 §6.4.1): the low bits of the totals.
                 packets: packets[i] as u32,
                 octets: bytes[i] as u32,
@@ -1037,6 +1095,18 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             }
         })
     }
+}
+
+/// A packet's RTP timestamp `raw` (before the session's offset) in a run of trick play at
+/// `scale` from media time `start`: scaled around the start's timestamp so that it advances at
+/// the wall clock's rate; unchanged without trick play.
+fn trick_time(scale: Option<Pace>, start: MediaTime, clock: u32, raw: u32) -> u32 {
+    let Some(scale) = scale else { return raw };
+    let base = rtp_timestamp_at(0, start, clock);
+    // Signed distance from the start (the stored timestamps wrap at 2^32).
+    let d = i64::from(raw.wrapping_sub(base) as i32);
+    let scaled = d * 1_000_000 / i64::from(scale.ppm().max(1));
+    base.wrapping_add(scaled as u32)
 }
 
 /// Each track's RTP sequence number of its last packet in block `index` (the block end a
@@ -1119,6 +1189,7 @@ mod tests {
             end,
             seq_offsets: single_offset(seq),
             anchor: None,
+            trick: None,
         };
         p.handle_play(Instant::ZERO, StreamId(1), play);
     }
@@ -1198,7 +1269,7 @@ mod tests {
         p.handle_add(native_setup(audio));
         let start = Position { tracks: TrackSeqs::zeros(2), ..Position::START };
         let (from, end, anchor) = (BlockIndex(0), None, None);
-        let run = PlayRun { run: 1, start, from, end, seq_offsets: offsets, anchor };
+        let run = PlayRun { run: 1, start, from, end, seq_offsets: offsets, anchor, trick: None };
         p.handle_play(Instant::ZERO, StreamId(1), run);
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
         p.handle_block(StreamId(1), 1, BlockIndex(0), native_block(0, 0, 6), Some(anchor));
@@ -1250,6 +1321,71 @@ mod tests {
             .unwrap();
         let last = ended.last_sent.unwrap();
         assert_eq!((last.gsn, last.tracks.as_slice()), (Gsn(9), &[5, 5][..]));
+    }
+
+    /// Trick play: only the key frame's packets (from its seek point to its track's marker,
+    /// whatever other tracks interleave), numbered one after the other, timestamps scaled to
+    /// wall-clock rate around the start, paced at the scale.
+    #[test]
+    fn trick_play_sends_key_frames_numbered_without_gaps() {
+        // Video key frames of 3 packets at 0 and 1 s, a P frame of 2 between, audio between all.
+        let key = BlockKey::new(ObjectId(1), BlockIndex(0));
+        let mut b = BlockBuilder::new_native(key, Gsn(0), Bytes::kib(64));
+        let mut vseq = 0;
+        let mut aseq = 0;
+        let mut push = |b: &mut BlockBuilder, ms: u64, track: u8, marker: bool, rap: bool| {
+            let seq = if track == 0 { &mut vseq } else { &mut aseq };
+            let meta = NativeMeta {
+                send_time: MediaTime::from_nanos(ms * 1_000_000),
+                track,
+                rtp_time: (ms * 90) as u32,
+                track_seq: *seq,
+                marker,
+                random_access: rap,
+            };
+            *seq += 1;
+            b.push_native(meta, &[track; 50]);
+        };
+        for base in [0, 1000] {
+            push(&mut b, base, 0, false, true);
+            push(&mut b, base + 1, 1, true, false); // audio inside the key frame
+            push(&mut b, base + 2, 0, false, false);
+            push(&mut b, base + 3, 0, true, false);
+            push(&mut b, base + 500, 0, false, false); // a P frame
+            push(&mut b, base + 501, 0, true, false);
+            push(&mut b, base + 502, 1, true, false);
+        }
+        let block = Arc::new(Block::parse(b.finish(), Some(key)).unwrap());
+        let mut p = Pacer::new(PacerConfig::default());
+        p.handle_add(StreamSetup { last_block: BlockIndex(0), ..native_setup(true) });
+        let start = Position { tracks: TrackSeqs::zeros(2), ..Position::START };
+        let (from, end, anchor) = (BlockIndex(0), None, None);
+        let trick = Some(Pace::from_ppm(2_000_000));
+        let run =
+            PlayRun { run: 1, start, from, end, seq_offsets: single_offset(10), anchor, trick };
+        p.handle_play(Instant::ZERO, StreamId(1), run);
+        let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
+        p.handle_block(StreamId(1), 1, BlockIndex(0), block, Some(anchor));
+        let mut rtp = Vec::new();
+        let mut now = Instant::ZERO;
+        while now <= ms(3_000) {
+            while let Some(t) = p.poll_transmit(now, |_| true) {
+                if let Transmit::Rtp { track, seq, timestamp, .. } = t {
+                    rtp.push((now.as_nanos() / 1_000_000, track, seq, timestamp));
+                }
+            }
+            match p.poll_timeout() {
+                Some(t) if t > now => now = t,
+                _ => break,
+            }
+        }
+        // Six video packets (two key frames of three), numbered 10..16; the second key frame
+        // at 1 s of media is sent at 0.5 s and stamped 0.5 s after the first (scaled by 2).
+        let video: Vec<_> = rtp.iter().map(|r| (r.0, r.1, r.2, r.3)).collect();
+        assert_eq!(video.iter().map(|r| r.2).collect::<Vec<_>>(), [10, 11, 12, 13, 14, 15]);
+        assert!(video.iter().all(|r| r.1 == 0), "only video: {video:?}");
+        assert_eq!(video[3].0, 500, "paced at twice the speed");
+        assert_eq!(video[3].3.wrapping_sub(video[0].3), 45_000, "timestamps at wall rate");
     }
 
     /// A track the client did not set up is passed over, but counted in the positions.
@@ -1487,6 +1623,7 @@ mod tests {
             end: None,
             seq_offsets: single_offset(0),
             anchor: Some(anchor),
+            trick: None,
         };
         p.handle_play(Instant::ZERO, StreamId(1), play);
     }
@@ -1681,6 +1818,7 @@ mod tests {
             end: None,
             seq_offsets: single_offset(0),
             anchor: Some(anchor),
+            trick: None,
         };
         p.handle_play(Instant::ZERO, StreamId(1), run);
         p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), None);

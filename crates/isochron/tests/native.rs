@@ -1088,3 +1088,44 @@ fn mp3_and_ac3_tracks_play_in_ffmpeg() {
         assert_frames(&packets(&rec), &packets(&src), &format!("stream {stream}"));
     }
 }
+
+/// Trick play and fast delivery, as GStreamer asks for them: a seek at rate 2 with the
+/// trick-mode flags sends `Scale: 2` and gets the key frames only (one a second in this clip),
+/// at half a second apart on the client's clock, the 10 s clip over in about 5 s; without them
+/// it sends `Speed: 2` and gets every frame, twice as fast.
+#[test]
+fn gstreamer_trick_play_gets_key_frames_and_speed_gets_every_frame_faster() {
+    require("gst-launch-1.0");
+    let src = media_fixture("h264_aac.mp4");
+    let probe = Probe::of(&src);
+    let keys = probe.stream(0).iter().filter(|p| p.key).count();
+    let frames = probe.stream(0).len();
+    let (_dir, server) = serve_media(&[&src]);
+    let tool = repo().join("crates/isochron/tests/tools/gst_rate.py");
+    let play = |mode: &str| -> serde_json::Value {
+        let out = run(
+            Command::new("/usr/bin/python3")
+                .arg(&tool)
+                .arg(server.url(&stem(&src)))
+                .args(["2", mode]),
+            90,
+        );
+        assert!(out.status.success(), "gst {mode}: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let trick = play("trick");
+    assert_eq!(trick["keys"], keys, "{trick}");
+    assert_eq!(trick["frames"], keys, "only key frames: {trick}");
+    let pts: Vec<f64> =
+        trick["pts"].as_array().unwrap().iter().map(|t| t.as_f64().unwrap()).collect();
+    for w in pts.windows(2) {
+        assert!((w[1] - w[0] - 0.5).abs() < 0.05, "key frames 1 s apart are 0.5 s apart: {pts:?}");
+    }
+    let took = trick["eos_after"].as_f64().unwrap();
+    assert!((4.0..7.5).contains(&took), "10 s at scale 2 took {took:.2} s");
+
+    let speed = play("speed");
+    assert_eq!(speed["frames"], frames, "every frame: {}", speed["frames"]);
+    let took = speed["eos_after"].as_f64().unwrap();
+    assert!((4.0..7.5).contains(&took), "10 s at speed 2 took {took:.2} s");
+}

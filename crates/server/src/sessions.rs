@@ -43,7 +43,7 @@ use isochron_rtsp::rtsp_types::{HeaderName, Method, Request, Response};
 use isochron_rtsp::sdp::RTX_PAYLOAD_TYPE;
 use isochron_rtsp::server::{
     ConnId, ConnInfo, Event, Handled, PauseAction, PlayAction, PlayOutcome, PlayStart, Position,
-    RateAction, ServerCore, SessionTransport,
+    RateAction, Rates, ServerCore, SessionTransport,
 };
 use isochron_sched::{Anchor, Decision, OpenStream};
 use isochron_store::Epoch;
@@ -258,6 +258,8 @@ struct Origin {
     seq_offsets: Vec<u16>,
     /// The sequence number each track's next packet gets; `None` before the first PLAY.
     next_seqs: Option<Vec<u16>>,
+    /// The current (or last) run is trick play.
+    trick: bool,
     pace: Pace,
     waiting: Option<Waiting>,
 }
@@ -279,6 +281,7 @@ impl Origin {
             run_start: Position::START,
             seq_offsets: Vec::new(),
             next_seqs: None,
+            trick: false,
             pace,
             waiting,
         }
@@ -613,12 +616,23 @@ impl Manager {
             let outcome = PlayOutcome::Failed { reason: "session vanished".into() };
             return self.core.finish_play(now, action, outcome);
         };
+        let single = self.link.is_none();
         let rec = &o.entry.record;
+        // Trick play (Scale, RFC 2326 §12.34): key frames of native objects on a single node
+        // (its packets are numbered by the one sender that sends them all). Speed (§12.35):
+        // the run paced that much faster or slower.
+        let trick = action.scale.filter(|_| single && rec.media.is_some());
+        let speed = action.speed.filter(|_| trick.is_none());
+        let run_pace = trick.or(speed).unwrap_or(o.pace);
+        // A trick run starts at a key frame; the run after one restarts at the key frame at or
+        // before where it stopped (its positions count the packets it sent, not the track's).
         let start = match action.start {
             PlayStart::Seek(t) => seek_position(rec, t),
+            PlayStart::Resume(pos) if trick.is_some() || o.trick => seek_position(rec, pos.time),
             PlayStart::Resume(pos) => pos,
             PlayStart::Beginning => seek_position(rec, MediaTime::ZERO),
         };
+        o.trick = trick.is_some();
         // Numbering continues across seeks: each track's first packet gets its next number.
         let seq_offsets: Vec<u16> = (0..n)
             .map(|t| match (&o.next_seqs, set_up[t]) {
@@ -652,14 +666,19 @@ impl Manager {
         o.running = true;
         o.run_start = start;
         o.seq_offsets.clone_from(&seq_offsets);
-        let (run, pace) = (o.run, o.pace);
+        let run = o.run;
         let end = action.end;
-        let spec = StartSpec { start, end, tracks: RunTracks::new(&tracks) };
-        debug!(%stream, run, gsn = %start.gsn, npt = %start.time, ?seq_offsets, "play");
+        let spec = StartSpec { start, end, tracks: RunTracks::new(&tracks), trick };
+        debug!(%stream, run, gsn = %start.gsn, npt = %start.time, ?seq_offsets, ?trick, ?speed, "play");
         // An open range unless the client asked to stop early (see PlayOutcome::Started).
         let end = end.filter(|e| *e < rec.duration);
-        self.cluster.start(now, stream, run, spec, pace);
-        self.core.finish_play(now, action, PlayOutcome::Started { first: start, end, seq_offsets })
+        self.cluster.start(now, stream, run, spec, run_pace);
+        let rates = Rates { scale: trick, speed };
+        self.core.finish_play(
+            now,
+            action,
+            PlayOutcome::Started { first: start, end, seq_offsets, rates },
+        )
     }
 
     fn pause(&mut self, now: Instant, action: PauseAction, reply: Reply) {
@@ -1001,8 +1020,9 @@ impl Manager {
             share.added = true;
         }
         let anchor = anchor.map(|a| Anchor { wall: a.wall, media: a.media });
-        if anchor.is_none() && spec.pace != Pace::NOMINAL {
-            // The scheduler pins the clock: the pacer reports the pace with the anchor.
+        if anchor.is_none() {
+            // The scheduler pins the clock: the pacer reports the pace with the anchor. Every
+            // run sets it (a trick or Speed run leaves its own behind).
             let (reply, _) = oneshot::channel();
             let _ = self.sender.send(SenderCommand::Pace { stream, pace: spec.pace, reply });
         }
@@ -1014,6 +1034,7 @@ impl Manager {
             end: spec.end,
             seq_offsets: seq_offsets(&spec.tracks),
             anchor,
+            trick: spec.trick,
         };
         let _ = self.sender.send(SenderCommand::Play { stream, play });
         let pinned = anchor.map(|a| (a, spec.pace));

@@ -278,6 +278,7 @@ impl Harness {
                 start: Object::position(from_gsn),
                 end: None,
                 tracks: RunTracks::one(TrackSpec::mp2t(1, 0, 0, dest)),
+                trick: None,
             },
             Pace::NOMINAL,
         );

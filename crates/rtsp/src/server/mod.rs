@@ -50,8 +50,12 @@
 //!   while playing (an immediate seek); without a start it resumes when paused
 //!   ([`PlayStart::Resume`]) and begins when ready ([`PlayStart::Beginning`]); `npt=now-` is
 //!   "no start". While playing without a new start → 200 and nothing to do. Bad `Range`, or a
-//!   start beyond the duration → 457. `Scale` is answered with `Scale: 1` (no trick play yet,
-//!   RFC 2326 §12.34); `Speed` is ignored.
+//!   start beyond the duration → 457. `Scale` (RFC 2326 §12.34, trick play) above 1 and up to
+//!   10 and `Speed` (§12.35, faster or slower delivery) from 0.1 to 10 are handed to the data
+//!   plane ([`PlayAction::scale`], [`PlayAction::speed`]), which says what it applied
+//!   ([`PlayOutcome::Started`]'s `rates`); the response carries the applied `Scale` (1 for
+//!   normal play, e.g. for a reverse scale) and `Speed` whenever the request had one. A value
+//!   that is not a number → 400.
 //! - PAUSE (RFC 2326 §10.6): while playing the data plane stops and reports the position; in
 //!   Ready or Paused → 200 at once.
 //! - TEARDOWN (RFC 2326 §10.7) → 200, the session is gone and [`Event::Closed`] is queued.
@@ -96,7 +100,7 @@ use isochron_base::mix::SplitMix64;
 use isochron_base::{BitRate, Gsn, Instant, MediaTime, ObjectId, Pace, StreamId};
 use rtsp_types::headers::{
     CONNECTION, CONTENT_BASE, CONTENT_TYPE, CSEQ, PUBLIC, RANGE, REQUIRE, RETRY_AFTER, RTP_INFO,
-    SCALE, SERVER, SESSION, TRANSPORT, UNSUPPORTED, USER_AGENT,
+    SCALE, SERVER, SESSION, SPEED, TRANSPORT, UNSUPPORTED, USER_AGENT,
 };
 use rtsp_types::{HeaderName, Method, Request, Response, StatusCode, Version};
 
@@ -321,8 +325,34 @@ pub struct PlayAction {
     pub start: PlayStart,
     /// Where to stop (a `Range` end, clipped to the duration); `None` means the end of media.
     pub end: Option<MediaTime>,
+    /// A `Scale` above 1 (at most 10): fast forward by key frames (RFC 2326 §12.34). A scale
+    /// of 1 or below (reverse, slow motion) is answered with normal play.
+    pub scale: Option<Pace>,
+    /// A `Speed` (RFC 2326 §12.35): deliver the data this much faster (or slower).
+    pub speed: Option<Pace>,
     cseq: String,
+    asked: AskedRates,
+}
+
+/// Which rate headers a PLAY carried (each is answered with what was applied).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct AskedRates {
     scale: bool,
+    speed: bool,
+}
+
+/// The trick play and delivery speed a PLAY was carried out with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rates {
+    /// Fast forward by key frames at this scale; `None`: normal play (`Scale: 1`).
+    pub scale: Option<Pace>,
+    /// Delivery this much faster; `None`: nominal (`Speed: 1`).
+    pub speed: Option<Pace>,
+}
+
+impl Rates {
+    /// Normal play at nominal speed.
+    pub const NORMAL: Self = Self { scale: None, speed: None };
 }
 
 /// How the data plane carried out a [`PlayAction`].
@@ -343,6 +373,8 @@ pub enum PlayOutcome {
         /// numbering continues across seeks (rtsp-interop §2.7: one counter per track for the
         /// whole session).
         seq_offsets: Vec<u16>,
+        /// The trick play and speed applied (answered in `Scale` and `Speed`).
+        rates: Rates,
     },
     /// Admission control refused the stream → 453 Not Enough Bandwidth.
     Rejected {
@@ -480,7 +512,7 @@ impl ServerCore {
     ) -> Response<Vec<u8>> {
         self.touch(now, &play.session);
         let refusal = match outcome {
-            PlayOutcome::Started { first, end, seq_offsets } => {
+            PlayOutcome::Started { first, end, seq_offsets, rates } => {
                 let Some(s) = self.sessions.get_mut(&play.session) else {
                     let refusal = Refusal::SessionNotFound(play.session.to_string());
                     return self.refuse(&play.cseq, None, &refusal);
@@ -510,8 +542,11 @@ impl ServerCore {
                     .header(SESSION, self.session_header(&play.session))
                     .header(RANGE, format_npt_range(first.time, end))
                     .header(RTP_INFO, rtp_info);
-                if play.scale {
-                    b = b.header(SCALE, "1");
+                if play.asked.scale {
+                    b = b.header(SCALE, rates.scale.unwrap_or(Pace::NOMINAL).to_string());
+                }
+                if play.asked.speed {
+                    b = b.header(SPEED, rates.speed.unwrap_or(Pace::NOMINAL).to_string());
                 }
                 return b.build(Vec::new());
             }
@@ -907,7 +942,18 @@ impl ServerCore {
     ) -> Result<Handled, Refusal> {
         let id = self.require_session(session, "PLAY")?;
         let s = self.sessions.get(id).ok_or_else(|| Refusal::SessionNotFound(id.to_string()))?;
-        let scale = req.header(&SCALE).is_some();
+        let number = |v: &str, what: &str| {
+            v.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite() && *x != 0.0)
+                .ok_or_else(|| Refusal::BadRequest(format!("{what}: {v:?} is not a number")))
+        };
+        let scale = req.header(&SCALE).map(|v| number(v.as_str(), "Scale")).transpose()?;
+        let speed = req.header(&SPEED).map(|v| number(v.as_str(), "Speed")).transpose()?;
+        let asked = AskedRates { scale: scale.is_some(), speed: speed.is_some() };
+        let scale = scale.filter(|x| *x > 1.0).and_then(Pace::from_multiplier);
+        let speed = speed.and_then(Pace::from_multiplier);
         let range = match req.header(&RANGE) {
             Some(v) => Some(NptRange::parse(v.as_str()).map_err(Refusal::InvalidRange)?),
             None => None,
@@ -924,7 +970,7 @@ impl ServerCore {
             (Some(NptTime::At(t)), _) => PlayStart::Seek(t),
             (_, SessionState::Playing) => {
                 let mut b = self.ok(cseq).header(SESSION, self.session_header(id));
-                if scale {
+                if asked.scale {
                     b = b.header(SCALE, "1");
                 }
                 return Ok(Handled::Respond(b.build(Vec::new())));
@@ -948,8 +994,10 @@ impl ServerCore {
             object: s.presentation.object,
             start,
             end,
-            cseq: cseq.to_owned(),
             scale,
+            speed,
+            cseq: cseq.to_owned(),
+            asked,
         }))
     }
 

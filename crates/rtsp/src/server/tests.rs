@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use isochron_base::{BitRate, Gsn, Instant, MediaTime, ObjectId, StreamId, TrackSeqs};
+use isochron_base::{BitRate, Gsn, Instant, MediaTime, ObjectId, Pace, StreamId, TrackSeqs};
 use rtsp_types::headers::CONTENT_LENGTH;
 use rtsp_types::{HeaderName, Method, Request, Response, Url, Version};
 
@@ -96,6 +96,7 @@ impl FakeGlue {
             first,
             end: action.end.filter(|e| *e < duration),
             seq_offsets: vec![seq_offset],
+            rates: Rates::NORMAL,
         }
     }
 
@@ -557,7 +558,12 @@ fn native_tracks_are_set_up_and_played_together() {
         time: MediaTime::from_nanos(2 * SECOND),
         tracks: TrackSeqs::new(&[300, 200]),
     };
-    let outcome = PlayOutcome::Started { first, end: None, seq_offsets: vec![10, 65_535] };
+    let outcome = PlayOutcome::Started {
+        first,
+        end: None,
+        seq_offsets: vec![10, 65_535],
+        rates: Rates::NORMAL,
+    };
     let resp = core.finish_play(now, a, outcome);
     let info = resp.header(&RTP_INFO).unwrap().as_str().to_owned();
     let expect = format!(
@@ -735,8 +741,12 @@ fn paused_udp_sessions_live_longer() {
         let Handled::Play(a) = core.handle_request(at, &conn(1), &req, &FakeLibrary) else {
             panic!("PLAY not handed to the glue")
         };
-        let started =
-            PlayOutcome::Started { first: Position::START, end: None, seq_offsets: vec![0] };
+        let started = PlayOutcome::Started {
+            first: Position::START,
+            end: None,
+            seq_offsets: vec![0],
+            rates: Rates::NORMAL,
+        };
         core.finish_play(at, a, started);
     };
     play(&mut core, t0, "3");
@@ -785,7 +795,12 @@ fn a_playing_session_whose_client_reported_then_fell_silent_stops_early() {
     let Handled::Play(a) = core.handle_request(t0, &conn(1), &req, &FakeLibrary) else {
         panic!("PLAY not handed to the glue")
     };
-    let started = PlayOutcome::Started { first: Position::START, end: None, seq_offsets: vec![0] };
+    let started = PlayOutcome::Started {
+        first: Position::START,
+        end: None,
+        seq_offsets: vec![0],
+        rates: Rates::NORMAL,
+    };
     core.finish_play(t0, a, started);
     // Never a report: the plain timeout (a client that only sends keep-alive requests).
     assert_eq!(core.poll_timeout(), Some(secs(60)));
@@ -837,7 +852,12 @@ fn actions_on_vanished_sessions_answer_454() {
     assert_eq!(action.end, None);
     assert_eq!(action.object, ObjectId(7));
     core.handle_conn_closed(Instant::ZERO, ConnId(1));
-    let outcome = PlayOutcome::Started { first: Position::START, end: None, seq_offsets: vec![0] };
+    let outcome = PlayOutcome::Started {
+        first: Position::START,
+        end: None,
+        seq_offsets: vec![0],
+        rates: Rates::NORMAL,
+    };
     let resp = core.finish_play(Instant::ZERO, action, outcome);
     assert_eq!(resp.status(), StatusCode::SessionNotFound);
     assert_eq!(resp.header(&CSEQ).unwrap().as_str(), "2");
@@ -856,7 +876,12 @@ fn pause_and_end_of_stream_save_the_position() {
     };
     let stream = a.stream;
     let end = MediaTime::from_nanos(10 * SECOND);
-    let started = PlayOutcome::Started { first: Position::START, end: None, seq_offsets: vec![0] };
+    let started = PlayOutcome::Started {
+        first: Position::START,
+        end: None,
+        seq_offsets: vec![0],
+        rates: Rates::NORMAL,
+    };
     let r = core.finish_play(Instant::ZERO, a, started);
     assert_eq!(r.status(), StatusCode::Ok);
     let pause = request(Method::Pause, Some("rtsp://h/x"), &session);
@@ -875,7 +900,7 @@ fn pause_and_end_of_stream_save_the_position() {
     core.finish_play(
         Instant::ZERO,
         a,
-        PlayOutcome::Started { first: at, end: None, seq_offsets: vec![0] },
+        PlayOutcome::Started { first: at, end: None, seq_offsets: vec![0], rates: Rates::NORMAL },
     );
     // end of stream: paused at the end; a PLAY without Range resumes there
     let last = pos(end);
@@ -1052,8 +1077,12 @@ mod random_dialogs {
                         PlayStart::Beginning => Position::START,
                     };
                     let seq_offset = core.session(&a.session).map_or(0, |v| v.seq_offset());
-                    let started =
-                        PlayOutcome::Started { first, end: a.end, seq_offsets: vec![seq_offset] };
+                    let started = PlayOutcome::Started {
+                        first,
+                        end: a.end,
+                        seq_offsets: vec![seq_offset],
+                        rates: Rates::NORMAL,
+                    };
                     core.finish_play(now, a, started)
                 }
                 Handled::Pause(a) => core.finish_pause(now, a, pos(MediaTime::ZERO)),
@@ -1145,4 +1174,49 @@ fn one_client_cannot_fill_the_session_table() {
     for n in 10..15 {
         assert_eq!(status(from([127, 0, 0, 1], n)).status(), StatusCode::Ok);
     }
+}
+
+/// `Scale` above 1 and `Speed` are handed to the data plane and answered with what it applied;
+/// a reverse scale asks for nothing and is answered `Scale: 1`; a bad value is a 400.
+#[test]
+fn scale_and_speed_are_asked_of_the_data_plane_and_answered() {
+    let mut core = ServerCore::new(ServerConfig::default(), 21);
+    let now = Instant::from_nanos(SECOND);
+    let udp = setup(&mut core, now, 1, "RTP/AVP;unicast;client_port=5000-5001");
+    let play = |core: &mut ServerCore, headers: &[(&str, &str)]| {
+        let mut h = vec![("CSeq", "3"), ("Session", udp.as_str())];
+        h.extend_from_slice(headers);
+        let req = request(Method::Play, Some("rtsp://h/test.ts/"), &h);
+        core.handle_request(now, &conn(1), &req, &FakeLibrary)
+    };
+    let Handled::Play(a) = play(&mut core, &[("Scale", "2.0"), ("Range", "npt=1-")]) else {
+        panic!("PLAY not handed to the glue")
+    };
+    assert_eq!((a.scale, a.speed), (Pace::from_multiplier(2.0), None));
+    let rates = Rates { scale: a.scale, speed: None };
+    let resp = core.finish_play(
+        now,
+        a,
+        PlayOutcome::Started { first: Position::START, end: None, seq_offsets: vec![0], rates },
+    );
+    assert_eq!(resp.header(&SCALE).unwrap().as_str(), "2");
+    assert!(resp.header(&SPEED).is_none());
+    let Handled::Play(a) =
+        play(&mut core, &[("Scale", "-4"), ("Speed", "1.5"), ("Range", "npt=0-")])
+    else {
+        panic!("PLAY not handed to the glue")
+    };
+    assert_eq!((a.scale, a.speed), (None, Pace::from_multiplier(1.5)));
+    let rates = Rates { scale: None, speed: a.speed };
+    let resp = core.finish_play(
+        now,
+        a,
+        PlayOutcome::Started { first: Position::START, end: None, seq_offsets: vec![0], rates },
+    );
+    assert_eq!(resp.header(&SCALE).unwrap().as_str(), "1");
+    assert_eq!(resp.header(&SPEED).unwrap().as_str(), "1.5");
+    let Handled::Respond(resp) = play(&mut core, &[("Scale", "fast")]) else {
+        panic!("a bad Scale is answered at once")
+    };
+    assert_eq!(resp.status(), StatusCode::BadRequest);
 }
