@@ -941,7 +941,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 if stamp.is_some() {
                     let first = s.start.track_seq(track) as u32;
                     seq_index = u64::from(first.wrapping_add(s.trick_sent[track]));
-                    s.trick_sent[track] += 1;
+                    s.trick_sent[track] = s.trick_sent[track].wrapping_add(1);
                     s.next_tracks.set(track, first.wrapping_add(s.trick_sent[track]));
                 }
             }
