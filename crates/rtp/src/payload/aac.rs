@@ -18,8 +18,8 @@
 
 use super::frame::{Frames, Framing, frame_packetizer};
 use super::{
-    Depacketizer, Packetizer, Payload, PayloadError, check_max_payload, depacketizer_methods,
-    fragment, hex, impl_depacketizer, impl_packetizer, non_empty, split_header,
+    Depacketizer, Packetizer, Payload, PayloadError, check_max_payload, depacketizer, fragment,
+    hex, impl_depacketizer, impl_packetizer, non_empty, split_header,
 };
 
 /// The largest AU AAC-hbr's 13-bit AU-size can describe.
@@ -28,7 +28,7 @@ const MAX_AU: usize = (1 << 13) - 1;
 frame_packetizer! {
     /// AAC in RFC 3640 mpeg4-generic mode AAC-hbr (sizelength=13, indexlength=3,
     /// indexdeltalength=3), one AU a packet, fragmented when larger than a payload.
-    packetizer AacPacketizer("AAC", at least 5 bytes);
+    packetizer AacPacketizer("AAC", 4-byte header, at least 5 bytes);
     /// A packetizer sending payloads of at most `max_payload` bytes (at least 5: the 4 bytes of
     /// AU-headers-length and AU header, and one byte of the AU).
     fn new;
@@ -37,31 +37,39 @@ frame_packetizer! {
     /// size. The marker bit is set on the last (or only) payload.
     ///
     /// Errors (and nothing appended): an empty frame, or one over 8191 bytes.
-    fn packetize;
+    fn packetize = cut;
 }
 
-impl AacPacketizer {
-    /// [`Self::packetize`] of a frame that is not empty.
-    fn cut(&self, frame: &[u8], out: &mut Vec<Payload>) -> Result<(), PayloadError> {
-        if frame.len() > MAX_AU {
-            return Err(PayloadError::TooLarge { format: "AAC", len: frame.len(), max: MAX_AU });
-        }
-        // AU-headers-length 16 bits; AU-size << 3 | AU-Index 0.
-        let size = frame.len() as u16;
-        let header = [0x00, 0x10, (size >> 5) as u8, ((size & 0x1f) << 3) as u8];
-        fragment(out, frame, self.max_payload, true, |_, _| header);
-        Ok(())
+/// [`AacPacketizer::packetize`] of a frame that is not empty, `chunk` bytes of it a payload.
+fn cut(frame: &[u8], chunk: usize, out: &mut Vec<Payload>) -> Result<(), PayloadError> {
+    if frame.len() > MAX_AU {
+        return Err(PayloadError::TooLarge { format: "AAC", len: frame.len(), max: MAX_AU });
     }
+    // AU-headers-length 16 bits; AU-size << 3 | AU-Index 0.
+    let size = frame.len() as u16;
+    let header = [0x00, 0x10, (size >> 5) as u8, ((size & 0x1f) << 3) as u8];
+    fragment(out, frame, chunk, true, |_, _| header);
+    Ok(())
 }
 
-/// Reassembles raw AAC frames (no ADTS header) from RFC 3640 payloads: several AUs a packet, or
-/// one AU in fragments.
-#[derive(Clone, Debug)]
-pub struct AacDepacketizer {
-    /// The fragmented AU being reassembled has its whole size `expected`. After a loss,
-    /// fragments are dropped until one with the marker bit (the end of an AU whose start may be
-    /// lost), since a continuation looks like a start.
-    inner: Frames<AuHeaderLengths>,
+depacketizer! {
+    /// Reassembles raw AAC frames (no ADTS header) from RFC 3640 payloads: several AUs a packet,
+    /// or one AU in fragments.
+    pub struct AacDepacketizer(Frames<AuHeaderLengths>) -> Vec<Vec<u8>>, push_into;
+    /// A depacketizer for AAC-hbr: sizelength=13, indexlength=3, indexdeltalength=3.
+    pub const fn new() = Frames::new(AuHeaderLengths { size: 13, index: 3, index_delta: 3 });
+    /// Feeds the next payload and its marker bit; returns the AUs it completes, in order.
+    ///
+    /// Errors: a payload cut short, AU headers that do not add up, a non-zero AU-Index-delta
+    /// (interleaving), or fragments that disagree on the AU size or overrun it. A fragment being
+    /// reassembled is then dropped.
+    fn push;
+    /// Packets were lost before the next payload: drops a fragmented AU being reassembled, and
+    /// fragments up to the next one with the marker bit.
+    fn lost;
+    /// A new RTP timestamp began: drops a fragmented AU whose end never came. AUs are complete
+    /// when their packet arrives, so this never returns one.
+    fn flush;
 }
 
 /// The bit lengths of an AU header's fields (RFC 3640 §3.2.1): `sizelength`, `indexlength` and
@@ -73,19 +81,7 @@ struct AuHeaderLengths {
     index_delta: u32,
 }
 
-impl Default for AacDepacketizer {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl AacDepacketizer {
-    /// A depacketizer for AAC-hbr: sizelength=13, indexlength=3, indexdeltalength=3.
-    #[must_use]
-    pub const fn new() -> Self {
-        Self { inner: Frames::new(AuHeaderLengths { size: 13, index: 3, index_delta: 3 }) }
-    }
-
     /// A depacketizer for the `sizelength`, `indexlength` and `indexdeltalength` an SDP gives
     /// (AAC-lbr: 6, 2, 2). Errors unless `size_length` is 1..=16 and the others 0..=16.
     pub fn with_lengths(
@@ -107,23 +103,6 @@ impl AacDepacketizer {
         };
         Ok(Self { inner: Frames::new(lengths) })
     }
-}
-
-depacketizer_methods! {
-    AacDepacketizer => Vec<Vec<u8>>;
-    /// Feeds the next payload and its marker bit; returns the AUs it completes, in order.
-    ///
-    /// Errors: a payload cut short, AU headers that do not add up, a non-zero AU-Index-delta
-    /// (interleaving), or fragments that disagree on the AU size or overrun it. A fragment being
-    /// reassembled is then dropped.
-    fn push;
-    fn push_into;
-    /// Packets were lost before the next payload: drops a fragmented AU being reassembled, and
-    /// fragments up to the next one with the marker bit.
-    fn lost;
-    /// A new RTP timestamp began: drops a fragmented AU whose end never came. AUs are complete
-    /// when their packet arrives, so this never returns one.
-    fn flush;
 }
 
 impl AuHeaderLengths {
@@ -158,6 +137,9 @@ impl AuHeaderLengths {
     }
 }
 
+/// The fragmented AU being reassembled has its whole size `expected`. After a loss, fragments are
+/// dropped until one with the marker bit (the end of an AU whose start may be lost), since a
+/// continuation looks like a start.
 impl Framing for Frames<AuHeaderLengths> {
     const RESYNC_AT_MARKER: bool = true;
 

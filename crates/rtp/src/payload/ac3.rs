@@ -10,15 +10,15 @@
 //! takes several frames a packet, splitting them by the frame size in each frame's `syncinfo`
 //! (ATSC A/52 §5.4.1, Table 5.18); E-AC-3 (RFC 4598) is another format and is not taken.
 
-use super::frame::{Frames, Framing, frame_packetizer};
+use super::frame::{Frames, Framing, frame_depacketizer, frame_packetizer};
 use super::{
     Depacketizer, MAX_ACCESS_UNIT_BYTES, Packetizer, Payload, PayloadError, check_max_payload,
-    depacketizer_methods, fragment, impl_depacketizer, impl_packetizer, non_empty, split_header,
+    depacketizer, fragment, impl_depacketizer, impl_packetizer, non_empty, split_header,
 };
 
 frame_packetizer! {
     /// AC-3, RFC 4184: one frame a packet, fragmented if larger than a payload.
-    packetizer Ac3Packetizer("AC-3", at least 3 bytes);
+    packetizer Ac3Packetizer("AC-3", 2-byte header, at least 3 bytes);
     /// A packetizer sending payloads of at most `max_payload` bytes (at least 3).
     fn new;
     /// Appends the payloads of one AC-3 frame (a syncframe) to `out`: FT 0 and NF 1 if it fits,
@@ -26,32 +26,25 @@ frame_packetizer! {
     /// the others FT 3. The marker bit is set on the last (or only) payload.
     ///
     /// Errors (and nothing appended): an empty frame, or one needing more than 255 fragments.
-    fn packetize;
+    fn packetize = cut;
 }
 
-impl Ac3Packetizer {
-    /// [`Self::packetize`] of a frame that is not empty.
-    fn cut(&self, frame: &[u8], out: &mut Vec<Payload>) -> Result<(), PayloadError> {
-        let chunk = self.max_payload - 2;
-        let Ok(nf) = u8::try_from(frame.len().div_ceil(chunk)) else {
-            return Err(PayloadError::TooLarge {
-                format: "AC-3",
-                len: frame.len(),
-                max: 255 * chunk,
-            });
+/// [`Ac3Packetizer::packetize`] of a frame that is not empty, `chunk` bytes of it a payload.
+fn cut(frame: &[u8], chunk: usize, out: &mut Vec<Payload>) -> Result<(), PayloadError> {
+    let Ok(nf) = u8::try_from(frame.len().div_ceil(chunk)) else {
+        return Err(PayloadError::TooLarge { format: "AC-3", len: frame.len(), max: 255 * chunk });
+    };
+    fragment(out, frame, chunk, true, |i, n| {
+        // With several fragments, every one but the last holds `chunk` bytes.
+        let ft = match (n, i) {
+            (1, _) => 0,
+            (_, 0) if chunk * 8 >= frame.len() * 5 => 1,
+            (_, 0) => 2,
+            _ => 3,
         };
-        fragment(out, frame, self.max_payload, true, |i, n| {
-            // With several fragments, every one but the last holds `chunk` bytes.
-            let ft = match (n, i) {
-                (1, _) => 0,
-                (_, 0) if chunk * 8 >= frame.len() * 5 => 1,
-                (_, 0) => 2,
-                _ => 3,
-            };
-            [ft, nf]
-        });
-        Ok(())
-    }
+        [ft, nf]
+    });
+    Ok(())
 }
 
 /// The size in bytes of the AC-3 syncframe starting at `frame`, from its sample rate code and
@@ -78,44 +71,20 @@ pub fn ac3_frame_len(frame: &[u8]) -> Option<usize> {
     Some(2 * words)
 }
 
-/// AC-3 frames from RFC 4184 payloads: several whole frames a packet, or one in fragments.
-#[derive(Clone, Debug, Default)]
-pub struct Ac3Depacketizer {
-    /// The fragmented frame being reassembled has NF `expected`. After a loss, later fragments
-    /// without their first are dropped silently.
-    inner: Frames<Ac3>,
-}
-
-/// The AC-3 payload format, for [`Framing`].
-#[derive(Clone, Copy, Debug, Default)]
-struct Ac3;
-
-impl Ac3Depacketizer {
-    /// An empty depacketizer.
-    #[must_use]
-    pub const fn new() -> Self {
-        Self { inner: Frames::new(Ac3) }
-    }
-}
-
-depacketizer_methods! {
-    Ac3Depacketizer => Vec<Vec<u8>>;
+frame_depacketizer! {
+    /// AC-3 frames from RFC 4184 payloads: several whole frames a packet, or one in fragments.
+    pub struct Ac3Depacketizer(Ac3);
     /// Feeds the next payload and its marker bit; returns the frames it completes, in order.
     ///
     /// Errors: a payload cut short, whole frames that do not split by their sizes or number
     /// other than NF, fragments out of order or disagreeing on NF. A frame being reassembled is
     /// then dropped.
     fn push;
-    fn push_into;
-    /// Packets were lost: drops a frame being reassembled, and its later fragments.
-    fn lost;
-    /// A new RTP timestamp began: drops a frame whose last fragment never came.
-    fn flush;
 }
 
+/// The fragmented frame being reassembled has NF `expected` and counts its fragments. After a
+/// loss, later fragments without their first are dropped silently.
 impl Framing for Frames<Ac3> {
-    const RESYNC_AT_MARKER: bool = false;
-
     fn take(&mut self, payload: &[u8], _marker: bool) -> Result<Vec<Vec<u8>>, PayloadError> {
         let (&[ft, nf], data) = split_header("AC-3", "the payload header", payload)?;
         let ft = ft & 3;

@@ -14,7 +14,7 @@
 use super::PayloadError;
 
 /// A frame being reassembled from fragments, and the damage a loss leaves.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(super) struct Partial {
     /// The fragments of the frame so far, in order.
     pub(super) bytes: Vec<u8>,
@@ -71,7 +71,7 @@ impl Partial {
 
 /// The state of an audio depacketizer: the format `F` (its settings, if it has any) and the frame
 /// being reassembled.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(super) struct Frames<F> {
     /// The format.
     pub(super) format: F,
@@ -85,7 +85,7 @@ pub(super) trait Framing {
     /// fragments look like first ones; an error in a payload without the marker bit starts it
     /// too, and a new timestamp ends it) rather than at the next first fragment or whole frame
     /// (AC-3, MPEG audio).
-    const RESYNC_AT_MARKER: bool;
+    const RESYNC_AT_MARKER: bool = false;
 
     /// Reads one payload: returns the frames it completes, or keeps a fragment in the
     /// [`Partial`].
@@ -138,17 +138,20 @@ where
 
 /// Writes an audio format's packetizer with the docs given: the type, which holds the largest
 /// payload; `new`, which refuses one below the format's `$min` bytes; `packetize`, which refuses
-/// an empty frame and leaves the rest to the type's own `cut`; and its
+/// an empty frame and leaves the rest to `$cut` (a function of the frame, the piece of it that a
+/// payload holds after the `$header`-byte payload header, and `out`); and its
 /// [`super::Packetizer`] impl. It names `Payload`, `PayloadError`, `check_max_payload`,
 /// `non_empty` and `impl_packetizer` as the invoking module imports them.
 macro_rules! frame_packetizer {
     (
         $(#[$doc:meta])*
-        packetizer $ty:ident($format:literal, at least $min:literal bytes);
+        packetizer $ty:ident(
+            $format:literal, $header:literal-byte header, at least $min:literal bytes
+        );
         $(#[$new_doc:meta])*
         fn new;
         $(#[$packetize_doc:meta])*
-        fn packetize;
+        fn packetize = $cut:path;
     ) => {
         $(#[$doc])*
         #[derive(Clone, Debug)]
@@ -162,17 +165,51 @@ macro_rules! frame_packetizer {
                 Ok(Self { max_payload: check_max_payload($format, max_payload, $min)? })
             }
 
-            $(#[$packetize_doc])*
-            pub fn packetize(
-                &mut self,
-                frame: &[u8],
-                out: &mut Vec<Payload>,
-            ) -> Result<(), PayloadError> {
-                self.cut(non_empty($format, "frame", frame)?, out)
+            /// The payloads of a frame (see [`Self::packetize`]).
+            fn payloads(&self, frame: &[u8], out: &mut Vec<Payload>) -> Result<(), PayloadError> {
+                // `new` saw to it that a payload holds the header and at least a byte.
+                $cut(non_empty($format, "frame", frame)?, self.max_payload - $header, out)
             }
         }
 
-        impl_packetizer!($ty);
+        impl_packetizer! {
+            $ty;
+            $(#[$packetize_doc])*
+            fn packetize(frame);
+        }
     };
 }
 pub(super) use frame_packetizer;
+
+/// Writes the depacketizer of an audio format without settings (AC-3, MPEG audio), with the docs
+/// given for the type and `push`: through `depacketizer`, the type over the [`Frames`] of the
+/// unit type `$format` that it declares to name the format (for its [`Framing`] impl), `new`,
+/// `Default`, `push`, `push_into`, `lost` and `flush`, whose other docs such formats share, and
+/// the [`super::Depacketizer`] impl. It names [`Frames`], `Depacketizer`, `PayloadError`,
+/// `depacketizer` and `impl_depacketizer` as the invoking module imports them.
+macro_rules! frame_depacketizer {
+    (
+        $(#[$doc:meta])*
+        pub struct $ty:ident($format:ident);
+        $(#[$push_doc:meta])*
+        fn push;
+    ) => {
+        /// The payload format, for [`Framing`].
+        #[derive(Clone, Copy, Debug)]
+        struct $format;
+
+        depacketizer! {
+            $(#[$doc])*
+            pub struct $ty(Frames<$format>) -> Vec<Vec<u8>>, push_into;
+            /// An empty depacketizer.
+            pub const fn new() = Frames::new($format);
+            $(#[$push_doc])*
+            fn push;
+            /// Packets were lost: drops a frame being reassembled, and its later fragments.
+            fn lost;
+            /// A new RTP timestamp began: drops a frame whose last fragment never came.
+            fn flush;
+        }
+    };
+}
+pub(super) use frame_depacketizer;

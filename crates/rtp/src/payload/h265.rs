@@ -16,8 +16,8 @@
 
 use super::nal::{NalDepacketizer, NalPacketizer, Syntax, nal_format};
 use super::{
-    Depacketizer, Packetizer, Payload, PayloadError, base64, depacketizer_methods,
-    impl_depacketizer, impl_packetizer, unescape_prefix,
+    Depacketizer, Packetizer, Payload, PayloadError, base64, depacketizer, impl_depacketizer,
+    impl_packetizer, unescape_prefix,
 };
 
 nal_format! {

@@ -259,12 +259,28 @@ pub trait Depacketizer {
     fn flush(&mut self) -> Option<Vec<u8>>;
 }
 
-/// Implements [`Packetizer`] for a format's packetizer by calling its inherent `packetize`.
+/// Writes a format's packetizer's `packetize`, with the docs given and its argument named as
+/// given, over the type's own `payloads` (of the same arguments), and its [`Packetizer`] impl.
 ///
 /// Like the other macros of the formats, it names the crate's items (here [`Packetizer`],
 /// [`Payload`], [`PayloadError`]) as the module that invokes it imports them.
 macro_rules! impl_packetizer {
-    ($ty:ty) => {
+    (
+        $ty:ty;
+        $(#[$doc:meta])*
+        fn packetize($arg:ident);
+    ) => {
+        impl $ty {
+            $(#[$doc])*
+            pub fn packetize(
+                &mut self,
+                $arg: &[u8],
+                out: &mut Vec<Payload>,
+            ) -> Result<(), PayloadError> {
+                self.payloads($arg, out)
+            }
+        }
+
         impl Packetizer for $ty {
             fn packetize(&mut self, au: &[u8], out: &mut Vec<Payload>) -> Result<(), PayloadError> {
                 Self::packetize(self, au, out)
@@ -320,23 +336,44 @@ macro_rules! impl_depacketizer {
 }
 use impl_depacketizer;
 
-/// Writes the inherent methods of a depacketizer that keeps state in a field `inner` (which has
-/// methods `push`, `lost` and `flush` of its own), with the docs given: `push` returning `$out`
-/// (at most one access unit, or all it completes), `lost` and `flush`, with `push_into` too if
-/// asked for; and the [`Depacketizer`] impl. It names [`Depacketizer`], [`PayloadError`] and
-/// `impl_depacketizer` as the invoking module imports them.
-macro_rules! depacketizer_methods {
+/// Writes a public depacketizer over a private state (in a field `inner`, of a type with
+/// methods `push`, `lost` and `flush` of its own), with the docs given: the type; `new`, which
+/// starts from `$init`, and `Default`; `push` returning `$out` (at most one access unit, or all
+/// it completes), `push_into` too if named, `lost` and `flush`; and its [`Depacketizer`] impl.
+/// It names [`Depacketizer`], [`PayloadError`] and `impl_depacketizer` as the invoking module
+/// imports them.
+macro_rules! depacketizer {
     (
-        $ty:ty => $out:ty;
+        $(#[$doc:meta])*
+        pub struct $ty:ident($state:ty) -> $out:ty $(, $push_into:ident)?;
+        $(#[$new_doc:meta])*
+        pub const fn new() = $init:expr;
         $(#[$push_doc:meta])*
         fn push;
-        $(fn $push_into:ident;)?
         $(#[$lost_doc:meta])*
         fn lost;
         $(#[$flush_doc:meta])*
         fn flush;
     ) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug)]
+        pub struct $ty {
+            inner: $state,
+        }
+
+        impl Default for $ty {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+
         impl $ty {
+            $(#[$new_doc])*
+            #[must_use]
+            pub const fn new() -> Self {
+                Self { inner: $init }
+            }
+
             $(#[$push_doc])*
             pub fn push(&mut self, payload: &[u8], marker: bool) -> Result<$out, PayloadError> {
                 self.inner.push(payload, marker)
@@ -368,7 +405,7 @@ macro_rules! depacketizer_methods {
         impl_depacketizer!($ty: push, lost, flush);
     };
 }
-use depacketizer_methods;
+use depacketizer;
 
 /// A codec as the SDP names it, for [`Codec::rtpmap`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -478,20 +515,19 @@ fn split_header<'a, const N: usize>(
     })
 }
 
-/// Appends `data` to `out` in the fewest payloads of at most `max_payload` bytes: each is the
-/// `N`-byte payload header that `header(i, n)` gives for piece `i` of `n`, then that piece of
-/// `data`. The marker bit is set on the last payload if `mark_last`, else on none.
-///
-/// The packetizers' constructors see to it that `max_payload` exceeds `N`.
+/// Appends `data` to `out` cut into pieces of `chunk` bytes (the last may be shorter), each
+/// after the `N`-byte payload header that `header(i, n)` gives for piece `i` of `n`: payloads of
+/// at most `N + chunk` bytes. The marker bit is set on the last payload if `mark_last`, else on
+/// none.
 fn fragment<const N: usize>(
     out: &mut Vec<Payload>,
     data: &[u8],
-    max_payload: usize,
+    chunk: usize,
     mark_last: bool,
     header: impl Fn(usize, usize) -> [u8; N],
 ) {
-    // At least one byte a piece, so that a smaller `max_payload` cannot panic `chunks`.
-    let chunk = max_payload.saturating_sub(N).max(1);
+    // The packetizers' constructors leave room for a byte; `chunks` would panic on 0.
+    let chunk = chunk.max(1);
     let n = data.len().div_ceil(chunk);
     for (i, piece) in data.chunks(chunk).enumerate() {
         let mut bytes = Vec::with_capacity(N + piece.len());

@@ -11,10 +11,10 @@
 //! (ISO/IEC 11172-3 §2.4.2.3, 13818-3 §2.4.2.3); a free-format frame (no bit rate in its
 //! header) can only come one to a packet and unfragmented.
 
-use super::frame::{Frames, Framing, frame_packetizer};
+use super::frame::{Frames, Framing, frame_depacketizer, frame_packetizer};
 use super::{
     Depacketizer, MAX_ACCESS_UNIT_BYTES, Packetizer, Payload, PayloadError, check_max_payload,
-    depacketizer_methods, fragment, impl_depacketizer, impl_packetizer, non_empty, split_header,
+    depacketizer, fragment, impl_depacketizer, impl_packetizer, non_empty, split_header,
 };
 
 /// The static RTP payload type of MPEG audio (RFC 3551 §6, Table 4).
@@ -22,7 +22,7 @@ pub const PT_MPA: u8 = 14;
 
 frame_packetizer! {
     /// MPEG audio, RFC 2250 §3.5: one frame a packet, fragmented if larger than a payload.
-    packetizer MpaPacketizer("MPA", at least 8 bytes);
+    packetizer MpaPacketizer("MPA", 4-byte header, at least 8 bytes);
     /// A packetizer sending payloads of at most `max_payload` bytes (at least 8, so that a
     /// first fragment holds the whole frame header, which tells the frame's length).
     fn new;
@@ -30,24 +30,21 @@ frame_packetizer! {
     /// else fragments with increasing Frag_offset. The marker bit is clear.
     ///
     /// Errors (and nothing appended): an empty frame, or one too long for a 16-bit offset.
-    fn packetize;
+    fn packetize = cut;
 }
 
-impl MpaPacketizer {
-    /// [`Self::packetize`] of a frame that is not empty.
-    fn cut(&self, frame: &[u8], out: &mut Vec<Payload>) -> Result<(), PayloadError> {
-        let chunk = self.max_payload - 4;
-        // The last fragment's offset must fit 16 bits.
-        let max = usize::from(u16::MAX) / chunk * chunk + chunk;
-        if frame.len() > max {
-            return Err(PayloadError::TooLarge { format: "MPA", len: frame.len(), max });
-        }
-        fragment(out, frame, self.max_payload, false, |i, _| {
-            let [hi, lo] = ((i * chunk) as u16).to_be_bytes();
-            [0, 0, hi, lo]
-        });
-        Ok(())
+/// [`MpaPacketizer::packetize`] of a frame that is not empty, `chunk` bytes of it a payload.
+fn cut(frame: &[u8], chunk: usize, out: &mut Vec<Payload>) -> Result<(), PayloadError> {
+    // The last fragment's offset must fit 16 bits.
+    let max = usize::from(u16::MAX) / chunk * chunk + chunk;
+    if frame.len() > max {
+        return Err(PayloadError::TooLarge { format: "MPA", len: frame.len(), max });
     }
+    fragment(out, frame, chunk, false, |i, _| {
+        let [hi, lo] = ((i * chunk) as u16).to_be_bytes();
+        [0, 0, hi, lo]
+    });
+    Ok(())
 }
 
 /// The length in bytes of the MPEG audio frame whose 4-byte header starts `frame`, or `None`
@@ -87,44 +84,20 @@ pub fn mpa_frame_len(frame: &[u8]) -> Option<usize> {
     })
 }
 
-/// MPEG audio frames from RFC 2250 §3.5 payloads: several whole frames a packet, or one in
-/// fragments.
-#[derive(Clone, Debug, Default)]
-pub struct MpaDepacketizer {
-    /// The fragmented frame being reassembled has length `expected`. After a loss, fragments
-    /// without their first are dropped silently.
-    inner: Frames<Mpa>,
-}
-
-/// The MPEG audio payload format, for [`Framing`].
-#[derive(Clone, Copy, Debug, Default)]
-struct Mpa;
-
-impl MpaDepacketizer {
-    /// An empty depacketizer.
-    #[must_use]
-    pub const fn new() -> Self {
-        Self { inner: Frames::new(Mpa) }
-    }
-}
-
-depacketizer_methods! {
-    MpaDepacketizer => Vec<Vec<u8>>;
+frame_depacketizer! {
+    /// MPEG audio frames from RFC 2250 §3.5 payloads: several whole frames a packet, or one in
+    /// fragments.
+    pub struct MpaDepacketizer(Mpa);
     /// Feeds the next payload (the marker bit does not matter); returns the frames it completes.
     ///
     /// Errors: a payload cut short, data after whole frames that is no whole frame, a fragment
     /// whose offset does not follow on. A frame being reassembled is then dropped.
     fn push;
-    fn push_into;
-    /// Packets were lost: drops a frame being reassembled, and its later fragments.
-    fn lost;
-    /// A new RTP timestamp began: drops a frame whose last fragment never came.
-    fn flush;
 }
 
+/// The fragmented frame being reassembled has length `expected`. After a loss, fragments
+/// without their first are dropped silently.
 impl Framing for Frames<Mpa> {
-    const RESYNC_AT_MARKER: bool = false;
-
     fn take(&mut self, payload: &[u8], _marker: bool) -> Result<Vec<Vec<u8>>, PayloadError> {
         let (&[_, _, hi, lo], data) =
             split_header("MPA", "the MPEG audio-specific header", payload)?;

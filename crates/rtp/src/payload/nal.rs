@@ -113,7 +113,7 @@ impl Syntax {
 /// Writes the public packetizer and depacketizer of one NAL unit format over [`NalPacketizer`]
 /// and [`NalDepacketizer`] with the docs given: the types, their constructors and methods, and
 /// their `Default`, [`super::Packetizer`] and [`super::Depacketizer`] impls (the depacketizer's
-/// through `depacketizer_methods`). H.264 and H.265 differ in the [`Syntax`] and in the lists of
+/// through `depacketizer`). H.264 and H.265 differ in the [`Syntax`] and in the lists of
 /// parameter sets their packetizers take, in the order [`Syntax::param_kinds`] gives. It names
 /// these items and the payload traits and types as the invoking module imports them.
 macro_rules! nal_format {
@@ -130,12 +130,6 @@ macro_rules! nal_format {
         $(#[$push_doc:meta])*
         fn push;
     ) => {
-        $(#[$packetizer_doc])*
-        #[derive(Clone, Debug)]
-        pub struct $packetizer {
-            inner: NalPacketizer,
-        }
-
         impl $packetizer {
             $(#[$new_doc])*
             pub fn new(
@@ -144,49 +138,33 @@ macro_rules! nal_format {
                 max_payload: usize,
             ) -> Result<Self, PayloadError> {
                 let params = vec![$($sets),+];
-                let inner = NalPacketizer::new(
-                    $syntax,
-                    nal_length_size,
-                    params,
-                    max_payload,
-                )?;
+                let inner = NalPacketizer::new($syntax, nal_length_size, params, max_payload)?;
                 Ok(Self { inner })
             }
 
-            $(#[$packetize_doc])*
-            pub fn packetize(
-                &mut self,
-                au: &[u8],
-                out: &mut Vec<Payload>,
-            ) -> Result<(), PayloadError> {
+            /// The payloads of an access unit (see [`Self::packetize`]).
+            fn payloads(&self, au: &[u8], out: &mut Vec<Payload>) -> Result<(), PayloadError> {
                 self.inner.packetize(au, out)
             }
         }
 
-        impl_packetizer!($packetizer);
+        impl_packetizer! {
+            $packetizer;
+            $(#[$packetize_doc])*
+            fn packetize(au);
+        }
 
-        $(#[$depacketizer_doc])*
+        $(#[$packetizer_doc])*
         #[derive(Clone, Debug)]
-        pub struct $depacketizer {
-            inner: NalDepacketizer,
+        pub struct $packetizer {
+            inner: NalPacketizer,
         }
 
-        impl Default for $depacketizer {
-            fn default() -> Self {
-                Self::new()
-            }
-        }
-
-        impl $depacketizer {
+        depacketizer! {
+            $(#[$depacketizer_doc])*
+            pub struct $depacketizer(NalDepacketizer) -> Option<Vec<u8>>;
             /// An empty depacketizer.
-            #[must_use]
-            pub const fn new() -> Self {
-                Self { inner: NalDepacketizer::new($syntax) }
-            }
-        }
-
-        depacketizer_methods! {
-            $depacketizer => Option<Vec<u8>>;
+            pub const fn new() = NalDepacketizer::new($syntax);
             $(#[$push_doc])*
             fn push;
             /// Packets were lost before the next payload: drops the access unit being assembled
@@ -338,19 +316,22 @@ impl NalPacketizer {
             out.push(Payload { bytes: nal.to_vec(), marker: false });
             return;
         }
-        let (header, body) = nal.split_at(self.syntax.header_len());
+        let h = self.syntax.header_len();
+        let (header, body) = nal.split_at(h);
         let t = self.syntax.nal_type(header[0]);
+        // Each fragment repeats the payload header (or FU indicator) and adds the FU header.
+        let chunk = self.max_payload - (h + 1);
         // FU header: S, E (and R = 0 in H.264), then the NAL unit type.
         let fu_header =
             |i, n| t | if i == 0 { 0x80 } else { 0 } | if i + 1 == n { 0x40 } else { 0 };
         let fu = self.syntax.fu_type();
         match self.syntax {
             // FU indicator: F and NRI of the NAL unit, type 28 (RFC 6184 §5.8).
-            Syntax::H264 => fragment(out, body, self.max_payload, false, |i, n| {
-                [(header[0] & 0xe0) | fu, fu_header(i, n)]
-            }),
+            Syntax::H264 => {
+                fragment(out, body, chunk, false, |i, n| [(header[0] & 0xe0) | fu, fu_header(i, n)])
+            }
             // Payload header: F, LayerId and TID of the NAL unit, type 49 (RFC 7798 §4.4.3).
-            Syntax::H265 => fragment(out, body, self.max_payload, false, |i, n| {
+            Syntax::H265 => fragment(out, body, chunk, false, |i, n| {
                 [(header[0] & 0x81) | (fu << 1), header[1], fu_header(i, n)]
             }),
         }

@@ -37,10 +37,8 @@ impl OpusPacketizer {
         Self { max_payload }
     }
 
-    /// Appends the one payload of an Opus packet to `out`.
-    ///
-    /// Errors (and nothing appended): an empty packet, or one over the size limit.
-    pub fn packetize(&mut self, packet: &[u8], out: &mut Vec<Payload>) -> Result<(), PayloadError> {
+    /// The payload of an Opus packet (see [`Self::packetize`]).
+    fn payloads(&self, packet: &[u8], out: &mut Vec<Payload>) -> Result<(), PayloadError> {
         let packet = non_empty("Opus", "packet", packet)?;
         if packet.len() > self.max_payload {
             return Err(PayloadError::TooLarge {
@@ -54,7 +52,13 @@ impl OpusPacketizer {
     }
 }
 
-impl_packetizer!(OpusPacketizer);
+impl_packetizer! {
+    OpusPacketizer;
+    /// Appends the one payload of an Opus packet to `out`.
+    ///
+    /// Errors (and nothing appended): an empty packet, or one over the size limit.
+    fn packetize(packet);
+}
 
 /// Opus packets from RFC 7587 payloads: each payload is one packet.
 #[derive(Clone, Debug, Default)]
