@@ -16,96 +16,72 @@
 //! The RTP timestamp of a packet is that of its first AU; with several AUs a packet, the i-th
 //! AU's is that plus i frame durations (1024 samples for AAC-LC).
 
-use super::{Depacketizer, Packetizer, Payload, PayloadError, hex};
+use super::frame::{Frames, Framing, frame_packetizer};
+use super::{
+    Depacketizer, Packetizer, Payload, PayloadError, check_max_payload, depacketizer, fragment,
+    hex, impl_depacketizer, impl_packetizer, non_empty, split_header,
+};
 
 /// The largest AU AAC-hbr's 13-bit AU-size can describe.
 const MAX_AU: usize = (1 << 13) - 1;
 
-/// AAC in RFC 3640 mpeg4-generic mode AAC-hbr (sizelength=13, indexlength=3,
-/// indexdeltalength=3), one AU a packet, fragmented when larger than a payload.
-#[derive(Clone, Debug)]
-pub struct AacPacketizer {
-    max_payload: usize,
-}
-
-impl AacPacketizer {
+frame_packetizer! {
+    /// AAC in RFC 3640 mpeg4-generic mode AAC-hbr (sizelength=13, indexlength=3,
+    /// indexdeltalength=3), one AU a packet, fragmented when larger than a payload.
+    packetizer AacPacketizer("AAC", 4-byte header, at least 5 bytes);
     /// A packetizer sending payloads of at most `max_payload` bytes (at least 5: the 4 bytes of
     /// AU-headers-length and AU header, and one byte of the AU).
-    pub fn new(max_payload: usize) -> Result<Self, PayloadError> {
-        if max_payload < 5 {
-            return Err(PayloadError::MaxPayloadTooSmall { format: "AAC", max_payload, min: 5 });
-        }
-        Ok(Self { max_payload })
-    }
-
+    fn new;
     /// Appends the payloads of one raw AAC frame (no ADTS header) to `out`: one payload if it
     /// fits, else fragments (RFC 3640 §3.2.3) each with the AU header giving the frame's whole
     /// size. The marker bit is set on the last (or only) payload.
     ///
     /// Errors (and nothing appended): an empty frame, or one over 8191 bytes.
-    pub fn packetize(&mut self, frame: &[u8], out: &mut Vec<Payload>) -> Result<(), PayloadError> {
-        if frame.is_empty() {
-            return Err(PayloadError::Empty { format: "AAC", what: "frame" });
-        }
-        if frame.len() > MAX_AU {
-            return Err(PayloadError::TooLarge { format: "AAC", len: frame.len(), max: MAX_AU });
-        }
-        // AU-headers-length 16 bits; AU-size << 3 | AU-Index 0.
-        let size = frame.len() as u16;
-        let header = [0x00, 0x10, (size >> 5) as u8, ((size & 0x1f) << 3) as u8];
-        let chunk = self.max_payload - header.len();
-        let n = frame.len().div_ceil(chunk);
-        for (i, piece) in frame.chunks(chunk).enumerate() {
-            let mut bytes = Vec::with_capacity(header.len() + piece.len());
-            bytes.extend_from_slice(&header);
-            bytes.extend_from_slice(piece);
-            out.push(Payload { bytes, marker: i + 1 == n });
-        }
-        Ok(())
-    }
+    fn packetize = cut;
 }
 
-impl Packetizer for AacPacketizer {
-    fn packetize(&mut self, au: &[u8], out: &mut Vec<Payload>) -> Result<(), PayloadError> {
-        Self::packetize(self, au, out)
+/// [`AacPacketizer::packetize`] of a frame that is not empty, `chunk` bytes of it a payload.
+fn cut(frame: &[u8], chunk: usize, out: &mut Vec<Payload>) -> Result<(), PayloadError> {
+    if frame.len() > MAX_AU {
+        return Err(PayloadError::TooLarge { format: "AAC", len: frame.len(), max: MAX_AU });
     }
+    // AU-headers-length 16 bits; AU-size << 3 | AU-Index 0.
+    let size = frame.len() as u16;
+    let header = [0x00, 0x10, (size >> 5) as u8, ((size & 0x1f) << 3) as u8];
+    fragment(out, frame, chunk, true, |_, _| header);
+    Ok(())
 }
 
-/// Reassembles raw AAC frames (no ADTS header) from RFC 3640 payloads: several AUs a packet, or
-/// one AU in fragments.
-#[derive(Clone, Debug)]
-pub struct AacDepacketizer {
-    size_length: u32,
-    index_length: u32,
-    index_delta_length: u32,
-    /// The fragmented AU being reassembled, and its whole size (0: none).
-    fragment: Vec<u8>,
-    fragment_size: usize,
-    /// After a loss: fragments are dropped until one with the marker bit (the end of an AU
-    /// whose start may be lost), since a continuation looks like a start.
-    resync: bool,
+depacketizer! {
+    /// Reassembles raw AAC frames (no ADTS header) from RFC 3640 payloads: several AUs a packet,
+    /// or one AU in fragments.
+    pub struct AacDepacketizer(Frames<AuHeaderLengths>) -> Vec<Vec<u8>>, push_into;
+    /// A depacketizer for AAC-hbr: sizelength=13, indexlength=3, indexdeltalength=3.
+    pub const fn new() = Frames::new(AuHeaderLengths { size: 13, index: 3, index_delta: 3 });
+    /// Feeds the next payload and its marker bit; returns the AUs it completes, in order.
+    ///
+    /// Errors: a payload cut short, AU headers that do not add up, a non-zero AU-Index-delta
+    /// (interleaving), or fragments that disagree on the AU size or overrun it. A fragment being
+    /// reassembled is then dropped.
+    fn push;
+    /// Packets were lost before the next payload: drops a fragmented AU being reassembled, and
+    /// fragments up to the next one with the marker bit.
+    fn lost;
+    /// A new RTP timestamp began: drops a fragmented AU whose end never came. AUs are complete
+    /// when their packet arrives, so this never returns one.
+    fn flush;
 }
 
-impl Default for AacDepacketizer {
-    fn default() -> Self {
-        Self::new()
-    }
+/// The bit lengths of an AU header's fields (RFC 3640 §3.2.1): `sizelength`, `indexlength` and
+/// `indexdeltalength`.
+#[derive(Clone, Copy, Debug)]
+struct AuHeaderLengths {
+    size: u32,
+    index: u32,
+    index_delta: u32,
 }
 
 impl AacDepacketizer {
-    /// A depacketizer for AAC-hbr: sizelength=13, indexlength=3, indexdeltalength=3.
-    #[must_use]
-    pub const fn new() -> Self {
-        Self {
-            size_length: 13,
-            index_length: 3,
-            index_delta_length: 3,
-            fragment: Vec::new(),
-            fragment_size: 0,
-            resync: false,
-        }
-    }
-
     /// A depacketizer for the `sizelength`, `indexlength` and `indexdeltalength` an SDP gives
     /// (AAC-lbr: 6, 2, 2). Errors unless `size_length` is 1..=16 and the others 0..=16.
     pub fn with_lengths(
@@ -120,136 +96,28 @@ impl AacDepacketizer {
         if index_length > 16 || index_delta_length > 16 {
             return bad("indexlength and indexdeltalength must be 0..=16");
         }
-        Ok(Self {
-            size_length: u32::from(size_length),
-            index_length: u32::from(index_length),
-            index_delta_length: u32::from(index_delta_length),
-            ..Self::new()
-        })
-    }
-
-    /// Feeds the next payload and its marker bit; returns the AUs it completes, in order.
-    ///
-    /// Errors: a payload cut short, AU headers that do not add up, a non-zero AU-Index-delta
-    /// (interleaving), or fragments that disagree on the AU size or overrun it. A fragment being
-    /// reassembled is then dropped.
-    pub fn push(&mut self, payload: &[u8], marker: bool) -> Result<Vec<Vec<u8>>, PayloadError> {
-        let mut out = Vec::new();
-        self.push_into(payload, marker, &mut out)?;
-        Ok(out)
-    }
-
-    /// [`Self::push`] appending to `out`.
-    pub fn push_into(
-        &mut self,
-        payload: &[u8],
-        marker: bool,
-        out: &mut Vec<Vec<u8>>,
-    ) -> Result<(), PayloadError> {
-        let r = self.take(payload, marker, out);
-        if r.is_err() {
-            self.clear();
-            self.resync = !marker;
-        }
-        r
-    }
-
-    /// Packets were lost before the next payload: drops a fragmented AU being reassembled, and
-    /// fragments up to the next one with the marker bit.
-    pub fn lost(&mut self) {
-        self.clear();
-        self.resync = true;
-    }
-
-    /// A new RTP timestamp began: drops a fragmented AU whose end never came. AUs are complete
-    /// when their packet arrives, so this never returns one.
-    pub fn flush(&mut self) -> Option<Vec<u8>> {
-        self.clear();
-        self.resync = false;
-        None
-    }
-
-    fn clear(&mut self) {
-        self.fragment.clear();
-        self.fragment_size = 0;
-    }
-
-    fn take(
-        &mut self,
-        payload: &[u8],
-        marker: bool,
-        out: &mut Vec<Vec<u8>>,
-    ) -> Result<(), PayloadError> {
-        let truncated =
-            |what, need| PayloadError::Truncated { format: "AAC", what, len: payload.len(), need };
-        let Some(&[hi, lo]) = payload.first_chunk::<2>() else {
-            return Err(truncated("the AU-headers-length", 2));
+        let lengths = AuHeaderLengths {
+            size: u32::from(size_length),
+            index: u32::from(index_length),
+            index_delta: u32::from(index_delta_length),
         };
-        let bits = usize::from(u16::from_be_bytes([hi, lo]));
-        let data_start = 2 + bits.div_ceil(8);
-        let Some(data) = payload.get(data_start..) else {
-            return Err(truncated("the AU headers", data_start));
-        };
-        let sizes = self.au_sizes(&payload[2..data_start], bits)?;
-        let malformed = |what| PayloadError::Malformed { format: "AAC", offset: data_start, what };
-        let fragment = |what| PayloadError::Fragment { format: "AAC", what };
-        if self.fragment_size > 0 {
-            if sizes != [self.fragment_size] {
-                return Err(fragment("a fragment's AU header differs from its first fragment's"));
-            }
-            if self.fragment.len() + data.len() > self.fragment_size {
-                return Err(fragment("fragments overrun the AU size"));
-            }
-            self.fragment.extend_from_slice(data);
-            if self.fragment.len() == self.fragment_size {
-                out.push(std::mem::take(&mut self.fragment));
-                self.fragment_size = 0;
-            } else if marker {
-                return Err(fragment("the marker bit came before the AU was whole"));
-            }
-            return Ok(());
-        }
-        if let [size] = sizes[..]
-            && size > data.len()
-        {
-            // The first fragment of an AU, or after a loss maybe a later one.
-            if self.resync {
-                self.resync = !marker;
-                return Ok(());
-            }
-            if marker {
-                return Err(fragment("an AU cut short in a packet with the marker bit"));
-            }
-            self.fragment.extend_from_slice(data);
-            self.fragment_size = size;
-            return Ok(());
-        }
-        self.resync = false;
-        if sizes.iter().sum::<usize>() != data.len() {
-            return Err(malformed("the AU sizes do not add up to the data"));
-        }
-        let mut rest = data;
-        for size in sizes {
-            let (au, tail) = rest.split_at(size);
-            out.push(au.to_vec());
-            rest = tail;
-        }
-        Ok(())
+        Ok(Self { inner: Frames::new(lengths) })
     }
+}
 
+impl AuHeaderLengths {
     /// The AU sizes in `bits` bits of AU headers.
-    fn au_sizes(&self, headers: &[u8], bits: usize) -> Result<Vec<usize>, PayloadError> {
+    fn au_sizes(self, headers: &[u8], bits: usize) -> Result<Vec<usize>, PayloadError> {
         let malformed = |offset, what| PayloadError::Malformed { format: "AAC", offset, what };
         let mut r = BitReader { bytes: headers, pos: 0 };
         let mut sizes = Vec::new();
         while r.pos < bits {
-            let index_bits =
-                if sizes.is_empty() { self.index_length } else { self.index_delta_length };
-            let need = (self.size_length + index_bits) as usize;
+            let index_bits = if sizes.is_empty() { self.index } else { self.index_delta };
+            let need = (self.size + index_bits) as usize;
             if bits - r.pos < need {
                 return Err(malformed(2 + r.pos / 8, "AU-headers-length is not whole AU headers"));
             }
-            let size = r.read(self.size_length) as usize;
+            let size = r.read(self.size) as usize;
             let index = r.read(index_bits);
             if size == 0 {
                 return Err(malformed(2 + r.pos / 8, "an AU-size of 0"));
@@ -269,22 +137,68 @@ impl AacDepacketizer {
     }
 }
 
-impl Depacketizer for AacDepacketizer {
-    fn push_into(
-        &mut self,
-        payload: &[u8],
-        marker: bool,
-        out: &mut Vec<Vec<u8>>,
-    ) -> Result<(), PayloadError> {
-        Self::push_into(self, payload, marker, out)
-    }
+/// The fragmented AU being reassembled has its whole size `expected`. After a loss, fragments are
+/// dropped until one with the marker bit (the end of an AU whose start may be lost), since a
+/// continuation looks like a start.
+impl Framing for Frames<AuHeaderLengths> {
+    const RESYNC_AT_MARKER: bool = true;
 
-    fn lost(&mut self) {
-        Self::lost(self);
-    }
-
-    fn flush(&mut self) -> Option<Vec<u8>> {
-        Self::flush(self)
+    fn take(&mut self, payload: &[u8], marker: bool) -> Result<Vec<Vec<u8>>, PayloadError> {
+        let (&[hi, lo], _) = split_header("AAC", "the AU-headers-length", payload)?;
+        let bits = usize::from(u16::from_be_bytes([hi, lo]));
+        let data_start = 2 + bits.div_ceil(8);
+        let Some(data) = payload.get(data_start..) else {
+            return Err(PayloadError::Truncated {
+                format: "AAC",
+                what: "the AU headers",
+                len: payload.len(),
+                need: data_start,
+            });
+        };
+        let sizes = self.format.au_sizes(&payload[2..data_start], bits)?;
+        let malformed = |what| PayloadError::Malformed { format: "AAC", offset: data_start, what };
+        let fragment = |what| PayloadError::Fragment { format: "AAC", what };
+        let partial = &mut self.partial;
+        if partial.active() {
+            if sizes != [partial.expected] {
+                return Err(fragment("a fragment's AU header differs from its first fragment's"));
+            }
+            if partial.bytes.len() + data.len() > partial.expected {
+                return Err(fragment("fragments overrun the AU size"));
+            }
+            partial.bytes.extend_from_slice(data);
+            let whole = partial.bytes.len() == partial.expected;
+            if !whole && marker {
+                return Err(fragment("the marker bit came before the AU was whole"));
+            }
+            return Ok(partial.finish_if(whole));
+        }
+        if let [size] = sizes[..]
+            && size > data.len()
+        {
+            // The first fragment of an AU, or after a loss maybe a later one.
+            if partial.resync {
+                partial.resync = !marker;
+                return Ok(Vec::new());
+            }
+            if marker {
+                return Err(fragment("an AU cut short in a packet with the marker bit"));
+            }
+            partial.begin(data, size);
+            return Ok(Vec::new());
+        }
+        partial.resync = false;
+        if sizes.iter().sum::<usize>() != data.len() {
+            return Err(malformed("the AU sizes do not add up to the data"));
+        }
+        let mut rest = data;
+        let mut aus = Vec::with_capacity(sizes.len());
+        for size in sizes {
+            let (au, tail) = rest.split_at(size);
+            aus.push(au.to_vec());
+            rest = tail;
+        }
+        Ok(aus)
     }
 }
 

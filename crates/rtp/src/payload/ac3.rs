@@ -10,61 +10,41 @@
 //! takes several frames a packet, splitting them by the frame size in each frame's `syncinfo`
 //! (ATSC A/52 §5.4.1, Table 5.18); E-AC-3 (RFC 4598) is another format and is not taken.
 
-use super::{Depacketizer, MAX_ACCESS_UNIT_BYTES, Packetizer, Payload, PayloadError};
+use super::frame::{Frames, Framing, frame_depacketizer, frame_packetizer};
+use super::{
+    Depacketizer, MAX_ACCESS_UNIT_BYTES, Packetizer, Payload, PayloadError, check_max_payload,
+    depacketizer, fragment, impl_depacketizer, impl_packetizer, non_empty, split_header,
+};
 
-/// AC-3, RFC 4184: one frame a packet, fragmented if larger than a payload.
-#[derive(Clone, Debug)]
-pub struct Ac3Packetizer {
-    max_payload: usize,
-}
-
-impl Ac3Packetizer {
+frame_packetizer! {
+    /// AC-3, RFC 4184: one frame a packet, fragmented if larger than a payload.
+    packetizer Ac3Packetizer("AC-3", 2-byte header, at least 3 bytes);
     /// A packetizer sending payloads of at most `max_payload` bytes (at least 3).
-    pub fn new(max_payload: usize) -> Result<Self, PayloadError> {
-        if max_payload < 3 {
-            return Err(PayloadError::MaxPayloadTooSmall { format: "AC-3", max_payload, min: 3 });
-        }
-        Ok(Self { max_payload })
-    }
-
+    fn new;
     /// Appends the payloads of one AC-3 frame (a syncframe) to `out`: FT 0 and NF 1 if it fits,
     /// else NF fragments, the first with FT 1 (or 2 if it holds less than 5/8 of the frame),
     /// the others FT 3. The marker bit is set on the last (or only) payload.
     ///
     /// Errors (and nothing appended): an empty frame, or one needing more than 255 fragments.
-    pub fn packetize(&mut self, frame: &[u8], out: &mut Vec<Payload>) -> Result<(), PayloadError> {
-        if frame.is_empty() {
-            return Err(PayloadError::Empty { format: "AC-3", what: "frame" });
-        }
-        let chunk = self.max_payload - 2;
-        let n = frame.len().div_ceil(chunk);
-        let Ok(nf) = u8::try_from(n) else {
-            return Err(PayloadError::TooLarge {
-                format: "AC-3",
-                len: frame.len(),
-                max: 255 * chunk,
-            });
-        };
-        for (i, piece) in frame.chunks(chunk).enumerate() {
-            let ft = match (n, i) {
-                (1, _) => 0,
-                (_, 0) if piece.len() * 8 >= frame.len() * 5 => 1,
-                (_, 0) => 2,
-                _ => 3,
-            };
-            let mut bytes = Vec::with_capacity(2 + piece.len());
-            bytes.extend_from_slice(&[ft, nf]);
-            bytes.extend_from_slice(piece);
-            out.push(Payload { bytes, marker: i + 1 == n });
-        }
-        Ok(())
-    }
+    fn packetize = cut;
 }
 
-impl Packetizer for Ac3Packetizer {
-    fn packetize(&mut self, au: &[u8], out: &mut Vec<Payload>) -> Result<(), PayloadError> {
-        Self::packetize(self, au, out)
-    }
+/// [`Ac3Packetizer::packetize`] of a frame that is not empty, `chunk` bytes of it a payload.
+fn cut(frame: &[u8], chunk: usize, out: &mut Vec<Payload>) -> Result<(), PayloadError> {
+    let Ok(nf) = u8::try_from(frame.len().div_ceil(chunk)) else {
+        return Err(PayloadError::TooLarge { format: "AC-3", len: frame.len(), max: 255 * chunk });
+    };
+    fragment(out, frame, chunk, true, |i, n| {
+        // With several fragments, every one but the last holds `chunk` bytes.
+        let ft = match (n, i) {
+            (1, _) => 0,
+            (_, 0) if chunk * 8 >= frame.len() * 5 => 1,
+            (_, 0) => 2,
+            _ => 3,
+        };
+        [ft, nf]
+    });
+    Ok(())
 }
 
 /// The size in bytes of the AC-3 syncframe starting at `frame`, from its sample rate code and
@@ -91,95 +71,38 @@ pub fn ac3_frame_len(frame: &[u8]) -> Option<usize> {
     Some(2 * words)
 }
 
-/// AC-3 frames from RFC 4184 payloads: several whole frames a packet, or one in fragments.
-#[derive(Clone, Debug, Default)]
-pub struct Ac3Depacketizer {
-    fragment: Vec<u8>,
-    /// Fragments received of the frame being reassembled, and how many it has (0: none).
-    fragments: u8,
-    expected: u8,
-    /// After a loss, later fragments without their first are dropped silently.
-    resync: bool,
-}
-
-impl Ac3Depacketizer {
-    /// An empty depacketizer.
-    #[must_use]
-    pub const fn new() -> Self {
-        Self { fragment: Vec::new(), fragments: 0, expected: 0, resync: false }
-    }
-
+frame_depacketizer! {
+    /// AC-3 frames from RFC 4184 payloads: several whole frames a packet, or one in fragments.
+    pub struct Ac3Depacketizer(Ac3);
     /// Feeds the next payload and its marker bit; returns the frames it completes, in order.
     ///
     /// Errors: a payload cut short, whole frames that do not split by their sizes or number
     /// other than NF, fragments out of order or disagreeing on NF. A frame being reassembled is
     /// then dropped.
-    pub fn push(&mut self, payload: &[u8], marker: bool) -> Result<Vec<Vec<u8>>, PayloadError> {
-        let mut out = Vec::new();
-        self.push_into(payload, marker, &mut out)?;
-        Ok(out)
-    }
+    fn push;
+}
 
-    /// [`Self::push`] appending to `out`.
-    pub fn push_into(
-        &mut self,
-        payload: &[u8],
-        _marker: bool,
-        out: &mut Vec<Vec<u8>>,
-    ) -> Result<(), PayloadError> {
-        let r = self.take(payload, out);
-        if r.is_err() {
-            self.clear();
-        }
-        r
-    }
-
-    /// Packets were lost: drops a frame being reassembled, and its later fragments.
-    pub fn lost(&mut self) {
-        self.clear();
-        self.resync = true;
-    }
-
-    /// A new RTP timestamp began: drops a frame whose last fragment never came.
-    pub fn flush(&mut self) -> Option<Vec<u8>> {
-        self.clear();
-        None
-    }
-
-    fn clear(&mut self) {
-        self.fragment.clear();
-        self.fragments = 0;
-        self.expected = 0;
-    }
-
-    fn take(&mut self, payload: &[u8], out: &mut Vec<Vec<u8>>) -> Result<(), PayloadError> {
-        let Some(&[ft, nf]) = payload.first_chunk::<2>() else {
-            return Err(PayloadError::Truncated {
-                format: "AC-3",
-                what: "the payload header",
-                len: payload.len(),
-                need: 2,
-            });
-        };
+/// The fragmented frame being reassembled has NF `expected` and counts its fragments. After a
+/// loss, later fragments without their first are dropped silently.
+impl Framing for Frames<Ac3> {
+    fn take(&mut self, payload: &[u8], _marker: bool) -> Result<Vec<Vec<u8>>, PayloadError> {
+        let (&[ft, nf], data) = split_header("AC-3", "the payload header", payload)?;
         let ft = ft & 3;
-        let data = &payload[2..];
         let malformed = |offset, what| PayloadError::Malformed { format: "AC-3", offset, what };
         let fragment = |what| PayloadError::Fragment { format: "AC-3", what };
         if nf == 0 {
             return Err(malformed(1, "NF is 0"));
         }
-        if data.is_empty() {
-            return Err(PayloadError::Empty { format: "AC-3", what: "payload" });
-        }
+        let data = non_empty("AC-3", "payload", data)?;
+        let partial = &mut self.partial;
         match ft {
-            0..=2 if self.expected > 0 => {
+            0..=2 if partial.active() => {
                 Err(fragment("a new frame before the fragmented one's last fragment"))
             }
             0 => {
-                self.resync = false;
+                partial.resync = false;
                 if nf == 1 {
-                    out.push(data.to_vec());
-                    return Ok(());
+                    return Ok(vec![data.to_vec()]);
                 }
                 let mut frames = Vec::with_capacity(usize::from(nf));
                 let mut rest = data;
@@ -195,67 +118,32 @@ impl Ac3Depacketizer {
                 if frames.len() != usize::from(nf) {
                     return Err(malformed(1, "NF differs from the frames in the payload"));
                 }
-                out.extend(frames);
-                Ok(())
+                Ok(frames)
             }
             1 | 2 => {
-                self.resync = false;
-                self.fragment.extend_from_slice(data);
-                (self.fragments, self.expected) = (1, nf);
-                self.finish(out);
-                Ok(())
+                partial.resync = false;
+                partial.begin(data, usize::from(nf));
+                Ok(partial.finish_if(partial.fragments >= partial.expected))
             }
             _ => {
-                if self.expected == 0 {
-                    return if self.resync {
-                        Ok(())
-                    } else {
-                        Err(fragment("a later fragment without the first (a lost packet)"))
-                    };
+                if !partial.active() {
+                    return partial.orphan("AC-3");
                 }
-                if nf != self.expected {
+                if usize::from(nf) != partial.expected {
                     return Err(fragment("NF changed between fragments of a frame"));
                 }
-                if self.fragment.len() + data.len() > MAX_ACCESS_UNIT_BYTES {
+                if partial.bytes.len() + data.len() > MAX_ACCESS_UNIT_BYTES {
                     return Err(PayloadError::TooLarge {
                         format: "AC-3",
-                        len: self.fragment.len() + data.len(),
+                        len: partial.bytes.len() + data.len(),
                         max: MAX_ACCESS_UNIT_BYTES,
                     });
                 }
-                self.fragment.extend_from_slice(data);
-                self.fragments += 1;
-                self.finish(out);
-                Ok(())
+                partial.bytes.extend_from_slice(data);
+                partial.fragments += 1;
+                Ok(partial.finish_if(partial.fragments >= partial.expected))
             }
         }
-    }
-
-    /// Emits the fragmented frame once all NF fragments are in.
-    fn finish(&mut self, out: &mut Vec<Vec<u8>>) {
-        if self.fragments >= self.expected {
-            out.push(std::mem::take(&mut self.fragment));
-            self.clear();
-        }
-    }
-}
-
-impl Depacketizer for Ac3Depacketizer {
-    fn push_into(
-        &mut self,
-        payload: &[u8],
-        marker: bool,
-        out: &mut Vec<Vec<u8>>,
-    ) -> Result<(), PayloadError> {
-        Self::push_into(self, payload, marker, out)
-    }
-
-    fn lost(&mut self) {
-        Self::lost(self);
-    }
-
-    fn flush(&mut self) -> Option<Vec<u8>> {
-        Self::flush(self)
     }
 }
 

@@ -14,17 +14,17 @@
 //! [`h264_fmtp`] writes the `a=fmtp` parameters (§8.1): `packetization-mode`,
 //! `profile-level-id` and `sprop-parameter-sets`.
 
-use super::nal::{NalDepacketizer, NalPacketizer, Syntax};
-use super::{Depacketizer, Packetizer, Payload, PayloadError, base64, unescape_prefix};
+use super::nal::{NalDepacketizer, NalPacketizer, Syntax, nal_format};
+use super::{
+    Depacketizer, Packetizer, Payload, PayloadError, base64, depacketizer, impl_depacketizer,
+    impl_packetizer, unescape_prefix,
+};
 
-/// H.264, RFC 6184 packetization-mode=1: Single NAL Unit packets and FU-A (no STAP-A, no
-/// interleaving).
-#[derive(Clone, Debug)]
-pub struct H264Packetizer {
-    inner: NalPacketizer,
-}
-
-impl H264Packetizer {
+nal_format! {
+    Syntax::H264;
+    /// H.264, RFC 6184 packetization-mode=1: Single NAL Unit packets and FU-A (no STAP-A, no
+    /// interleaving).
+    packetizer H264Packetizer;
     /// A packetizer for access units whose NAL units carry `nal_length_size`-byte lengths
     /// (avcC's lengthSizeMinusOne + 1: 1, 2 or 4), with the SPS and PPS from the avcC (either
     /// list may be empty: then nothing of that kind is sent in-band), sending payloads of at
@@ -32,16 +32,7 @@ impl H264Packetizer {
     ///
     /// Errors: another length size, a `max_payload` below 3, or a parameter set that is not an
     /// SPS (type 7) or PPS (type 8) NAL unit with forbidden_zero_bit clear.
-    pub fn new(
-        nal_length_size: u8,
-        sps: Vec<Vec<u8>>,
-        pps: Vec<Vec<u8>>,
-        max_payload: usize,
-    ) -> Result<Self, PayloadError> {
-        let inner = NalPacketizer::new(Syntax::H264, nal_length_size, vec![sps, pps], max_payload)?;
-        Ok(Self { inner })
-    }
-
+    fn new(sps, pps);
     /// Appends the payloads of one access unit in AVCC form (length-prefixed NAL units, as MP4
     /// and Matroska store them) to `out`, in order.
     ///
@@ -60,40 +51,13 @@ impl H264Packetizer {
     ///
     /// Errors (and nothing appended): a length prefix cut off or running past the end, a
     /// zero-length NAL unit, or one with forbidden_zero_bit set, naming the byte offset.
-    pub fn packetize(&mut self, au: &[u8], out: &mut Vec<Payload>) -> Result<(), PayloadError> {
-        self.inner.packetize(au, out)
-    }
-}
-
-impl Packetizer for H264Packetizer {
-    fn packetize(&mut self, au: &[u8], out: &mut Vec<Payload>) -> Result<(), PayloadError> {
-        self.inner.packetize(au, out)
-    }
-}
-
-/// Reassembles H.264 access units from RFC 6184 payloads (Single NAL Unit, STAP-A, FU-A).
-///
-/// What comes out is every NAL unit received for the access unit, in order, each prefixed with
-/// its 4-byte big-endian length (AVCC with lengthSizeMinusOne = 3) — including the in-band
-/// SPS and PPS that [`H264Packetizer`] sends before an IDR; nothing is added or dropped.
-#[derive(Clone, Debug)]
-pub struct H264Depacketizer {
-    inner: NalDepacketizer,
-}
-
-impl Default for H264Depacketizer {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl H264Depacketizer {
-    /// An empty depacketizer.
-    #[must_use]
-    pub const fn new() -> Self {
-        Self { inner: NalDepacketizer::new(Syntax::H264) }
-    }
-
+    fn packetize;
+    /// Reassembles H.264 access units from RFC 6184 payloads (Single NAL Unit, STAP-A, FU-A).
+    ///
+    /// What comes out is every NAL unit received for the access unit, in order, each prefixed with
+    /// its 4-byte big-endian length (AVCC with lengthSizeMinusOne = 3) — including the in-band
+    /// SPS and PPS that [`H264Packetizer`] sends before an IDR; nothing is added or dropped.
+    depacketizer H264Depacketizer;
     /// Feeds the next payload of the track and its marker bit; returns the access unit the
     /// marker bit ends, if it holds any NAL unit.
     ///
@@ -101,42 +65,7 @@ impl H264Depacketizer {
     /// without its start, a start or another packet before the end), STAP-B/MTAP/FU-B, or an
     /// access unit beyond [`super::MAX_ACCESS_UNIT_BYTES`]. The access unit being assembled is
     /// then dropped, and so is the rest of it up to the next marker bit.
-    pub fn push(&mut self, payload: &[u8], marker: bool) -> Result<Option<Vec<u8>>, PayloadError> {
-        self.inner.push(payload, marker)
-    }
-
-    /// Packets were lost before the next payload: drops the access unit being assembled and
-    /// what follows of it up to and including the next marker-bit packet (unless [`Self::flush`]
-    /// is called first because a new timestamp began).
-    pub fn lost(&mut self) {
-        self.inner.lost();
-    }
-
-    /// Ends the access unit being assembled without a marker bit (call it when the RTP
-    /// timestamp changes): returns it if whole, and stops dropping after a loss.
-    pub fn flush(&mut self) -> Option<Vec<u8>> {
-        self.inner.flush()
-    }
-}
-
-impl Depacketizer for H264Depacketizer {
-    fn push_into(
-        &mut self,
-        payload: &[u8],
-        marker: bool,
-        out: &mut Vec<Vec<u8>>,
-    ) -> Result<(), PayloadError> {
-        out.extend(self.push(payload, marker)?);
-        Ok(())
-    }
-
-    fn lost(&mut self) {
-        self.inner.lost();
-    }
-
-    fn flush(&mut self) -> Option<Vec<u8>> {
-        self.inner.flush()
-    }
+    fn push;
 }
 
 /// The `profile-level-id` of an SPS NAL unit (RFC 6184 §8.1): profile_idc, the constraint flags

@@ -14,17 +14,17 @@
 //! (ExoPlayer needs all three), and `profile-id`, `tier-flag` and `level-id` read from the
 //! fixed-size head of the `profile_tier_level()` syntax (H.265 §7.3.3).
 
-use super::nal::{NalDepacketizer, NalPacketizer, Syntax};
-use super::{Depacketizer, Packetizer, Payload, PayloadError, base64, unescape_prefix};
+use super::nal::{NalDepacketizer, NalPacketizer, Syntax, nal_format};
+use super::{
+    Depacketizer, Packetizer, Payload, PayloadError, base64, depacketizer, impl_depacketizer,
+    impl_packetizer, unescape_prefix,
+};
 
-/// H.265, RFC 7798: single NAL unit packets and FUs (type 49), no APs; VPS, SPS and PPS in-band
-/// before IRAP pictures; access unit delimiters dropped.
-#[derive(Clone, Debug)]
-pub struct H265Packetizer {
-    inner: NalPacketizer,
-}
-
-impl H265Packetizer {
+nal_format! {
+    Syntax::H265;
+    /// H.265, RFC 7798: single NAL unit packets and FUs (type 49), no APs; VPS, SPS and PPS in-band
+    /// before IRAP pictures; access unit delimiters dropped.
+    packetizer H265Packetizer;
     /// A packetizer for access units whose NAL units carry `nal_length_size`-byte lengths
     /// (hvcC's lengthSizeMinusOne + 1: 1, 2 or 4), with the parameter sets from the hvcC (any
     /// list may be empty), sending payloads of at most `max_payload` bytes (at least 4).
@@ -32,18 +32,7 @@ impl H265Packetizer {
     /// Errors: another length size, a `max_payload` below 4, or a parameter set that is not a
     /// VPS (type 32), SPS (33) or PPS (34) NAL unit of at least two bytes with
     /// forbidden_zero_bit clear.
-    pub fn new(
-        nal_length_size: u8,
-        vps: Vec<Vec<u8>>,
-        sps: Vec<Vec<u8>>,
-        pps: Vec<Vec<u8>>,
-        max_payload: usize,
-    ) -> Result<Self, PayloadError> {
-        let params = vec![vps, sps, pps];
-        let inner = NalPacketizer::new(Syntax::H265, nal_length_size, params, max_payload)?;
-        Ok(Self { inner })
-    }
-
+    fn new(vps, sps, pps);
     /// Appends the payloads of one access unit in hvcC form (length-prefixed NAL units, as MP4
     /// and Matroska store them) to `out`, in order.
     ///
@@ -61,84 +50,22 @@ impl H265Packetizer {
     /// Errors (and nothing appended): a length prefix cut off or running past the end, a
     /// zero-length NAL unit, one shorter than its two-byte header, or one with
     /// forbidden_zero_bit set, naming the byte offset.
-    pub fn packetize(&mut self, au: &[u8], out: &mut Vec<Payload>) -> Result<(), PayloadError> {
-        self.inner.packetize(au, out)
-    }
-}
-
-impl Packetizer for H265Packetizer {
-    fn packetize(&mut self, au: &[u8], out: &mut Vec<Payload>) -> Result<(), PayloadError> {
-        self.inner.packetize(au, out)
-    }
-}
-
-/// Reassembles H.265 access units from RFC 7798 payloads (single NAL unit, AP and FU, without
-/// DONL).
-///
-/// What comes out is every NAL unit received for the access unit, in order, each prefixed with
-/// its 4-byte big-endian length (hvcC with lengthSizeMinusOne = 3) — including the in-band
-/// VPS, SPS and PPS that [`H265Packetizer`] sends before an IRAP picture; nothing is added or
-/// dropped.
-#[derive(Clone, Debug)]
-pub struct H265Depacketizer {
-    inner: NalDepacketizer,
-}
-
-impl Default for H265Depacketizer {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl H265Depacketizer {
-    /// An empty depacketizer.
-    #[must_use]
-    pub const fn new() -> Self {
-        Self { inner: NalDepacketizer::new(Syntax::H265) }
-    }
-
+    fn packetize;
+    /// Reassembles H.265 access units from RFC 7798 payloads (single NAL unit, AP and FU, without
+    /// DONL).
+    ///
+    /// What comes out is every NAL unit received for the access unit, in order, each prefixed with
+    /// its 4-byte big-endian length (hvcC with lengthSizeMinusOne = 3) — including the in-band
+    /// VPS, SPS and PPS that [`H265Packetizer`] sends before an IRAP picture; nothing is added or
+    /// dropped.
+    depacketizer H265Depacketizer;
     /// Feeds the next payload of the track and its marker bit; returns the access unit the
     /// marker bit ends, if it holds any NAL unit.
     ///
     /// Errors: a payload cut short, a malformed AP, fragments out of order, a PACI packet, or
     /// an access unit beyond [`super::MAX_ACCESS_UNIT_BYTES`]. The access unit being assembled
     /// is then dropped, and so is the rest of it up to the next marker bit.
-    pub fn push(&mut self, payload: &[u8], marker: bool) -> Result<Option<Vec<u8>>, PayloadError> {
-        self.inner.push(payload, marker)
-    }
-
-    /// Packets were lost before the next payload: drops the access unit being assembled and
-    /// what follows of it up to and including the next marker-bit packet (unless [`Self::flush`]
-    /// is called first because a new timestamp began).
-    pub fn lost(&mut self) {
-        self.inner.lost();
-    }
-
-    /// Ends the access unit being assembled without a marker bit (call it when the RTP
-    /// timestamp changes): returns it if whole, and stops dropping after a loss.
-    pub fn flush(&mut self) -> Option<Vec<u8>> {
-        self.inner.flush()
-    }
-}
-
-impl Depacketizer for H265Depacketizer {
-    fn push_into(
-        &mut self,
-        payload: &[u8],
-        marker: bool,
-        out: &mut Vec<Vec<u8>>,
-    ) -> Result<(), PayloadError> {
-        out.extend(self.push(payload, marker)?);
-        Ok(())
-    }
-
-    fn lost(&mut self) {
-        self.inner.lost();
-    }
-
-    fn flush(&mut self) -> Option<Vec<u8>> {
-        self.inner.flush()
-    }
+    fn push;
 }
 
 /// The general profile, tier and level of an H.265 stream, from the head of its

@@ -28,9 +28,15 @@
 //!
 //! Every function here is total: malformed input gives a [`PayloadError`], never a panic, and a
 //! depacketizer never buffers more than [`MAX_ACCESS_UNIT_BYTES`] of one AU.
+//!
+//! H.264 and H.265 share one NAL unit packetizer and depacketizer (`nal`), and AAC, AC-3 and
+//! MPEG audio their fragmentation and reassembly (`frame` and `fragment`); each format's module
+//! keeps its own headers and rules, and the macros here and there write the public types'
+//! forwarding methods and trait impls once for all.
 
 pub mod aac;
 pub mod ac3;
+mod frame;
 pub mod h264;
 pub mod h265;
 pub mod mpa;
@@ -253,6 +259,154 @@ pub trait Depacketizer {
     fn flush(&mut self) -> Option<Vec<u8>>;
 }
 
+/// Writes a format's packetizer's `packetize`, with the docs given and its argument named as
+/// given, over the type's own `payloads` (of the same arguments), and its [`Packetizer`] impl.
+///
+/// Like the other macros of the formats, it names the crate's items (here [`Packetizer`],
+/// [`Payload`], [`PayloadError`]) as the module that invokes it imports them.
+macro_rules! impl_packetizer {
+    (
+        $ty:ty;
+        $(#[$doc:meta])*
+        fn packetize($arg:ident);
+    ) => {
+        impl $ty {
+            $(#[$doc])*
+            pub fn packetize(
+                &mut self,
+                $arg: &[u8],
+                out: &mut Vec<Payload>,
+            ) -> Result<(), PayloadError> {
+                self.payloads($arg, out)
+            }
+        }
+
+        impl Packetizer for $ty {
+            fn packetize(&mut self, au: &[u8], out: &mut Vec<Payload>) -> Result<(), PayloadError> {
+                Self::packetize(self, au, out)
+            }
+        }
+    };
+}
+use impl_packetizer;
+
+/// Implements [`Depacketizer`] for a format's depacketizer from its inherent methods: `push`
+/// gives what a payload completes (an `Option` or a `Vec` of access units), which `push_into`
+/// appends; `lost` and `flush` are the type's own (`$ty: push, lost, flush`), or do nothing for
+/// a format that keeps nothing between payloads (`$ty: push`). It names [`Depacketizer`] and
+/// [`PayloadError`] as the invoking module imports them.
+macro_rules! impl_depacketizer {
+    ($ty:ty: push, lost, flush) => {
+        $crate::payload::impl_depacketizer!(@impl $ty, forward);
+    };
+    ($ty:ty: push) => {
+        $crate::payload::impl_depacketizer!(@impl $ty, stateless);
+    };
+    (@impl $ty:ty, $kind:ident) => {
+        impl Depacketizer for $ty {
+            fn push_into(
+                &mut self,
+                payload: &[u8],
+                marker: bool,
+                out: &mut Vec<Vec<u8>>,
+            ) -> Result<(), PayloadError> {
+                out.extend(Self::push(self, payload, marker)?);
+                Ok(())
+            }
+
+            $crate::payload::impl_depacketizer!(@$kind);
+        }
+    };
+    (@forward) => {
+        fn lost(&mut self) {
+            Self::lost(self);
+        }
+
+        fn flush(&mut self) -> Option<Vec<u8>> {
+            Self::flush(self)
+        }
+    };
+    (@stateless) => {
+        fn lost(&mut self) {}
+
+        fn flush(&mut self) -> Option<Vec<u8>> {
+            None
+        }
+    };
+}
+use impl_depacketizer;
+
+/// Writes a public depacketizer over a private state (in a field `inner`, of a type with
+/// methods `push`, `lost` and `flush` of its own), with the docs given: the type; `new`, which
+/// starts from `$init`, and `Default`; `push` returning `$out` (at most one access unit, or all
+/// it completes), `push_into` too if named, `lost` and `flush`; and its [`Depacketizer`] impl.
+/// It names [`Depacketizer`], [`PayloadError`] and `impl_depacketizer` as the invoking module
+/// imports them.
+macro_rules! depacketizer {
+    (
+        $(#[$doc:meta])*
+        pub struct $ty:ident($state:ty) -> $out:ty $(, $push_into:ident)?;
+        $(#[$new_doc:meta])*
+        pub const fn new() = $init:expr;
+        $(#[$push_doc:meta])*
+        fn push;
+        $(#[$lost_doc:meta])*
+        fn lost;
+        $(#[$flush_doc:meta])*
+        fn flush;
+    ) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug)]
+        pub struct $ty {
+            inner: $state,
+        }
+
+        impl Default for $ty {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+
+        impl $ty {
+            $(#[$new_doc])*
+            #[must_use]
+            pub const fn new() -> Self {
+                Self { inner: $init }
+            }
+
+            $(#[$push_doc])*
+            pub fn push(&mut self, payload: &[u8], marker: bool) -> Result<$out, PayloadError> {
+                self.inner.push(payload, marker)
+            }
+
+            $(
+                /// [`Self::push`] appending to `out`.
+                pub fn $push_into(
+                    &mut self,
+                    payload: &[u8],
+                    marker: bool,
+                    out: &mut Vec<Vec<u8>>,
+                ) -> Result<(), PayloadError> {
+                    Depacketizer::push_into(self, payload, marker, out)
+                }
+            )?
+
+            $(#[$lost_doc])*
+            pub fn lost(&mut self) {
+                self.inner.lost();
+            }
+
+            $(#[$flush_doc])*
+            pub fn flush(&mut self) -> Option<Vec<u8>> {
+                self.inner.flush()
+            }
+        }
+
+        impl_depacketizer!($ty: push, lost, flush);
+    };
+}
+use depacketizer;
+
 /// A codec as the SDP names it, for [`Codec::rtpmap`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -320,6 +474,67 @@ impl Codec {
 #[must_use]
 pub fn rtpmap(codec: Codec) -> (&'static str, u32, Option<u8>) {
     codec.rtpmap()
+}
+
+/// `max_payload` if it is at least `min`, the smallest payload in which `format` carries a byte
+/// of media; else [`PayloadError::MaxPayloadTooSmall`].
+fn check_max_payload(
+    format: &'static str,
+    max_payload: usize,
+    min: usize,
+) -> Result<usize, PayloadError> {
+    if max_payload < min {
+        return Err(PayloadError::MaxPayloadTooSmall { format, max_payload, min });
+    }
+    Ok(max_payload)
+}
+
+/// `bytes`, or [`PayloadError::Empty`] naming `what` they are if there are none.
+fn non_empty<'a>(
+    format: &'static str,
+    what: &'static str,
+    bytes: &'a [u8],
+) -> Result<&'a [u8], PayloadError> {
+    if bytes.is_empty() {
+        return Err(PayloadError::Empty { format, what });
+    }
+    Ok(bytes)
+}
+
+/// Splits the `N`-byte header named `what` off `payload`, or says the payload is too short.
+fn split_header<'a, const N: usize>(
+    format: &'static str,
+    what: &'static str,
+    payload: &'a [u8],
+) -> Result<(&'a [u8; N], &'a [u8]), PayloadError> {
+    payload.split_first_chunk::<N>().ok_or(PayloadError::Truncated {
+        format,
+        what,
+        len: payload.len(),
+        need: N,
+    })
+}
+
+/// Appends `data` to `out` cut into pieces of `chunk` bytes (the last may be shorter), each
+/// after the `N`-byte payload header that `header(i, n)` gives for piece `i` of `n`: payloads of
+/// at most `N + chunk` bytes. The marker bit is set on the last payload if `mark_last`, else on
+/// none.
+fn fragment<const N: usize>(
+    out: &mut Vec<Payload>,
+    data: &[u8],
+    chunk: usize,
+    mark_last: bool,
+    header: impl Fn(usize, usize) -> [u8; N],
+) {
+    // The packetizers' constructors leave room for a byte; `chunks` would panic on 0.
+    let chunk = chunk.max(1);
+    let n = data.len().div_ceil(chunk);
+    for (i, piece) in data.chunks(chunk).enumerate() {
+        let mut bytes = Vec::with_capacity(N + piece.len());
+        bytes.extend_from_slice(&header(i, n));
+        bytes.extend_from_slice(piece);
+        out.push(Payload { bytes, marker: mark_last && i + 1 == n });
+    }
 }
 
 /// Standard base64 with padding (RFC 4648 §4), as `sprop-*` parameters use it.

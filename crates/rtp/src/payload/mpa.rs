@@ -11,57 +11,40 @@
 //! (ISO/IEC 11172-3 §2.4.2.3, 13818-3 §2.4.2.3); a free-format frame (no bit rate in its
 //! header) can only come one to a packet and unfragmented.
 
-use super::{Depacketizer, MAX_ACCESS_UNIT_BYTES, Packetizer, Payload, PayloadError};
+use super::frame::{Frames, Framing, frame_depacketizer, frame_packetizer};
+use super::{
+    Depacketizer, MAX_ACCESS_UNIT_BYTES, Packetizer, Payload, PayloadError, check_max_payload,
+    depacketizer, fragment, impl_depacketizer, impl_packetizer, non_empty, split_header,
+};
 
 /// The static RTP payload type of MPEG audio (RFC 3551 §6, Table 4).
 pub const PT_MPA: u8 = 14;
 
-/// MPEG audio, RFC 2250 §3.5: one frame a packet, fragmented if larger than a payload.
-#[derive(Clone, Debug)]
-pub struct MpaPacketizer {
-    max_payload: usize,
-}
-
-impl MpaPacketizer {
+frame_packetizer! {
+    /// MPEG audio, RFC 2250 §3.5: one frame a packet, fragmented if larger than a payload.
+    packetizer MpaPacketizer("MPA", 4-byte header, at least 8 bytes);
     /// A packetizer sending payloads of at most `max_payload` bytes (at least 8, so that a
     /// first fragment holds the whole frame header, which tells the frame's length).
-    pub fn new(max_payload: usize) -> Result<Self, PayloadError> {
-        if max_payload < 8 {
-            return Err(PayloadError::MaxPayloadTooSmall { format: "MPA", max_payload, min: 8 });
-        }
-        Ok(Self { max_payload })
-    }
-
+    fn new;
     /// Appends the payloads of one MPEG audio frame (header included) to `out`: one if it fits,
     /// else fragments with increasing Frag_offset. The marker bit is clear.
     ///
     /// Errors (and nothing appended): an empty frame, or one too long for a 16-bit offset.
-    pub fn packetize(&mut self, frame: &[u8], out: &mut Vec<Payload>) -> Result<(), PayloadError> {
-        if frame.is_empty() {
-            return Err(PayloadError::Empty { format: "MPA", what: "frame" });
-        }
-        let chunk = self.max_payload - 4;
-        // The last fragment's offset must fit 16 bits.
-        let max = usize::from(u16::MAX) / chunk * chunk + chunk;
-        if frame.len() > max {
-            return Err(PayloadError::TooLarge { format: "MPA", len: frame.len(), max });
-        }
-        for (i, piece) in frame.chunks(chunk).enumerate() {
-            let offset = (i * chunk) as u16;
-            let mut bytes = Vec::with_capacity(4 + piece.len());
-            bytes.extend_from_slice(&[0, 0]);
-            bytes.extend_from_slice(&offset.to_be_bytes());
-            bytes.extend_from_slice(piece);
-            out.push(Payload { bytes, marker: false });
-        }
-        Ok(())
-    }
+    fn packetize = cut;
 }
 
-impl Packetizer for MpaPacketizer {
-    fn packetize(&mut self, au: &[u8], out: &mut Vec<Payload>) -> Result<(), PayloadError> {
-        Self::packetize(self, au, out)
+/// [`MpaPacketizer::packetize`] of a frame that is not empty, `chunk` bytes of it a payload.
+fn cut(frame: &[u8], chunk: usize, out: &mut Vec<Payload>) -> Result<(), PayloadError> {
+    // The last fragment's offset must fit 16 bits.
+    let max = usize::from(u16::MAX) / chunk * chunk + chunk;
+    if frame.len() > max {
+        return Err(PayloadError::TooLarge { format: "MPA", len: frame.len(), max });
     }
+    fragment(out, frame, chunk, false, |i, _| {
+        let [hi, lo] = ((i * chunk) as u16).to_be_bytes();
+        [0, 0, hi, lo]
+    });
+    Ok(())
 }
 
 /// The length in bytes of the MPEG audio frame whose 4-byte header starts `frame`, or `None`
@@ -101,105 +84,44 @@ pub fn mpa_frame_len(frame: &[u8]) -> Option<usize> {
     })
 }
 
-/// MPEG audio frames from RFC 2250 §3.5 payloads: several whole frames a packet, or one in
-/// fragments.
-#[derive(Clone, Debug, Default)]
-pub struct MpaDepacketizer {
-    fragment: Vec<u8>,
-    /// The length of the frame being reassembled (0: none).
-    expected: usize,
-    /// After a loss, fragments without their first are dropped silently.
-    resync: bool,
-}
-
-impl MpaDepacketizer {
-    /// An empty depacketizer.
-    #[must_use]
-    pub const fn new() -> Self {
-        Self { fragment: Vec::new(), expected: 0, resync: false }
-    }
-
+frame_depacketizer! {
+    /// MPEG audio frames from RFC 2250 §3.5 payloads: several whole frames a packet, or one in
+    /// fragments.
+    pub struct MpaDepacketizer(Mpa);
     /// Feeds the next payload (the marker bit does not matter); returns the frames it completes.
     ///
     /// Errors: a payload cut short, data after whole frames that is no whole frame, a fragment
     /// whose offset does not follow on. A frame being reassembled is then dropped.
-    pub fn push(&mut self, payload: &[u8], marker: bool) -> Result<Vec<Vec<u8>>, PayloadError> {
-        let mut out = Vec::new();
-        self.push_into(payload, marker, &mut out)?;
-        Ok(out)
-    }
+    fn push;
+}
 
-    /// [`Self::push`] appending to `out`.
-    pub fn push_into(
-        &mut self,
-        payload: &[u8],
-        _marker: bool,
-        out: &mut Vec<Vec<u8>>,
-    ) -> Result<(), PayloadError> {
-        let r = self.take(payload, out);
-        if r.is_err() {
-            self.clear();
-        }
-        r
-    }
-
-    /// Packets were lost: drops a frame being reassembled, and its later fragments.
-    pub fn lost(&mut self) {
-        self.clear();
-        self.resync = true;
-    }
-
-    /// A new RTP timestamp began: drops a frame whose last fragment never came.
-    pub fn flush(&mut self) -> Option<Vec<u8>> {
-        self.clear();
-        None
-    }
-
-    fn clear(&mut self) {
-        self.fragment.clear();
-        self.expected = 0;
-    }
-
-    fn take(&mut self, payload: &[u8], out: &mut Vec<Vec<u8>>) -> Result<(), PayloadError> {
-        let Some(&[_, _, hi, lo]) = payload.first_chunk::<4>() else {
-            return Err(PayloadError::Truncated {
-                format: "MPA",
-                what: "the MPEG audio-specific header",
-                len: payload.len(),
-                need: 4,
-            });
-        };
+/// The fragmented frame being reassembled has length `expected`. After a loss, fragments
+/// without their first are dropped silently.
+impl Framing for Frames<Mpa> {
+    fn take(&mut self, payload: &[u8], _marker: bool) -> Result<Vec<Vec<u8>>, PayloadError> {
+        let (&[_, _, hi, lo], data) =
+            split_header("MPA", "the MPEG audio-specific header", payload)?;
         let offset = usize::from(u16::from_be_bytes([hi, lo]));
-        let data = &payload[4..];
         let fragment = |what| PayloadError::Fragment { format: "MPA", what };
-        if data.is_empty() {
-            return Err(PayloadError::Empty { format: "MPA", what: "payload" });
-        }
+        let data = non_empty("MPA", "payload", data)?;
+        let partial = &mut self.partial;
         if offset > 0 {
-            if self.expected == 0 {
-                return if self.resync {
-                    Ok(())
-                } else {
-                    Err(fragment("a later fragment without the first (a lost packet)"))
-                };
+            if !partial.active() {
+                return partial.orphan("MPA");
             }
-            if offset != self.fragment.len() {
+            if offset != partial.bytes.len() {
                 return Err(fragment("Frag_offset does not follow on from the fragments so far"));
             }
-            if offset + data.len() > self.expected {
+            if offset + data.len() > partial.expected {
                 return Err(fragment("fragments overrun the frame length"));
             }
-            self.fragment.extend_from_slice(data);
-            if self.fragment.len() == self.expected {
-                out.push(std::mem::take(&mut self.fragment));
-                self.clear();
-            }
-            return Ok(());
+            partial.bytes.extend_from_slice(data);
+            return Ok(partial.finish_if(partial.bytes.len() == partial.expected));
         }
-        if self.expected > 0 {
+        if partial.active() {
             return Err(fragment("a new frame before the fragmented one ended"));
         }
-        self.resync = false;
+        partial.resync = false;
         let mut frames = Vec::new();
         let mut rest = data;
         while !rest.is_empty() {
@@ -210,8 +132,7 @@ impl MpaDepacketizer {
                     rest = tail;
                 }
                 Some(len) if frames.is_empty() && len <= MAX_ACCESS_UNIT_BYTES => {
-                    self.fragment.extend_from_slice(rest);
-                    self.expected = len;
+                    partial.begin(rest, len);
                     break;
                 }
                 // Free format, or something else: only as the whole payload.
@@ -228,27 +149,7 @@ impl MpaDepacketizer {
                 }
             }
         }
-        out.extend(frames);
-        Ok(())
-    }
-}
-
-impl Depacketizer for MpaDepacketizer {
-    fn push_into(
-        &mut self,
-        payload: &[u8],
-        marker: bool,
-        out: &mut Vec<Vec<u8>>,
-    ) -> Result<(), PayloadError> {
-        Self::push_into(self, payload, marker, out)
-    }
-
-    fn lost(&mut self) {
-        Self::lost(self);
-    }
-
-    fn flush(&mut self) -> Option<Vec<u8>> {
-        Self::flush(self)
+        Ok(frames)
     }
 }
 

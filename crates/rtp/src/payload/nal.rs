@@ -7,7 +7,7 @@
 //! sets or random access points, which [`Syntax`] captures. The packetizer here sends single NAL
 //! unit packets and fragments, never aggregates; the depacketizer takes all three.
 
-use super::{MAX_ACCESS_UNIT_BYTES, Payload, PayloadError};
+use super::{MAX_ACCESS_UNIT_BYTES, Payload, PayloadError, check_max_payload, fragment};
 
 /// The NAL unit syntax of one codec.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,6 +110,75 @@ impl Syntax {
     }
 }
 
+/// Writes the public packetizer and depacketizer of one NAL unit format over [`NalPacketizer`]
+/// and [`NalDepacketizer`] with the docs given: the types, their constructors and methods, and
+/// their `Default`, [`super::Packetizer`] and [`super::Depacketizer`] impls (the depacketizer's
+/// through `depacketizer`). H.264 and H.265 differ in the [`Syntax`] and in the lists of
+/// parameter sets their packetizers take, in the order [`Syntax::param_kinds`] gives. It names
+/// these items and the payload traits and types as the invoking module imports them.
+macro_rules! nal_format {
+    (
+        $syntax:expr;
+        $(#[$packetizer_doc:meta])*
+        packetizer $packetizer:ident;
+        $(#[$new_doc:meta])*
+        fn new($($sets:ident),+);
+        $(#[$packetize_doc:meta])*
+        fn packetize;
+        $(#[$depacketizer_doc:meta])*
+        depacketizer $depacketizer:ident;
+        $(#[$push_doc:meta])*
+        fn push;
+    ) => {
+        impl $packetizer {
+            $(#[$new_doc])*
+            pub fn new(
+                nal_length_size: u8,
+                $($sets: Vec<Vec<u8>>,)+
+                max_payload: usize,
+            ) -> Result<Self, PayloadError> {
+                let params = vec![$($sets),+];
+                let inner = NalPacketizer::new($syntax, nal_length_size, params, max_payload)?;
+                Ok(Self { inner })
+            }
+
+            /// The payloads of an access unit (see [`Self::packetize`]).
+            fn payloads(&self, au: &[u8], out: &mut Vec<Payload>) -> Result<(), PayloadError> {
+                self.inner.packetize(au, out)
+            }
+        }
+
+        impl_packetizer! {
+            $packetizer;
+            $(#[$packetize_doc])*
+            fn packetize(au);
+        }
+
+        $(#[$packetizer_doc])*
+        #[derive(Clone, Debug)]
+        pub struct $packetizer {
+            inner: NalPacketizer,
+        }
+
+        depacketizer! {
+            $(#[$depacketizer_doc])*
+            pub struct $depacketizer(NalDepacketizer) -> Option<Vec<u8>>;
+            /// An empty depacketizer.
+            pub const fn new() = NalDepacketizer::new($syntax);
+            $(#[$push_doc])*
+            fn push;
+            /// Packets were lost before the next payload: drops the access unit being assembled
+            /// and what follows of it up to and including the next marker-bit packet (unless
+            /// [`Self::flush`] is called first because a new timestamp began).
+            fn lost;
+            /// Ends the access unit being assembled without a marker bit (call it when the RTP
+            /// timestamp changes): returns it if whole, and stops dropping after a loss.
+            fn flush;
+        }
+    };
+}
+pub(super) use nal_format;
+
 /// Splits an access unit of NAL units prefixed with `len_size`-byte big-endian lengths (the
 /// MP4 and Matroska form, ISO/IEC 14496-15), checking each NAL unit.
 pub(super) fn split_au(
@@ -177,14 +246,7 @@ impl NalPacketizer {
             return Err(PayloadError::NalLengthSize(nal_length_size));
         }
         // A fragment: the payload header, the FU header and at least one byte of the NAL unit.
-        let min = syntax.header_len() + 2;
-        if max_payload < min {
-            return Err(PayloadError::MaxPayloadTooSmall {
-                format: syntax.name(),
-                max_payload,
-                min,
-            });
-        }
+        let max_payload = check_max_payload(syntax.name(), max_payload, syntax.header_len() + 2)?;
         for (&(kind, want), sets) in syntax.param_kinds().iter().zip(&params) {
             for (index, set) in sets.iter().enumerate() {
                 let bad = |reason| PayloadError::ParameterSet {
@@ -254,34 +316,24 @@ impl NalPacketizer {
             out.push(Payload { bytes: nal.to_vec(), marker: false });
             return;
         }
-        let (header, body) = nal.split_at(self.syntax.header_len());
+        let h = self.syntax.header_len();
+        let (header, body) = nal.split_at(h);
         let t = self.syntax.nal_type(header[0]);
-        let mut prefix = [0u8; 3];
-        let prefix = match self.syntax {
+        // Each fragment repeats the payload header (or FU indicator) and adds the FU header.
+        let chunk = self.max_payload - (h + 1);
+        // FU header: S, E (and R = 0 in H.264), then the NAL unit type.
+        let fu_header =
+            |i, n| t | if i == 0 { 0x80 } else { 0 } | if i + 1 == n { 0x40 } else { 0 };
+        let fu = self.syntax.fu_type();
+        match self.syntax {
+            // FU indicator: F and NRI of the NAL unit, type 28 (RFC 6184 §5.8).
             Syntax::H264 => {
-                // FU indicator: F and NRI of the NAL unit, type 28 (RFC 6184 §5.8).
-                prefix[0] = (header[0] & 0xe0) | self.syntax.fu_type();
-                &mut prefix[..2]
+                fragment(out, body, chunk, false, |i, n| [(header[0] & 0xe0) | fu, fu_header(i, n)])
             }
-            Syntax::H265 => {
-                // Payload header: F, LayerId and TID of the NAL unit, type 49 (RFC 7798 §4.4.3).
-                prefix[0] = (header[0] & 0x81) | (self.syntax.fu_type() << 1);
-                prefix[1] = header[1];
-                &mut prefix[..3]
-            }
-        };
-        let chunk = self.max_payload - prefix.len();
-        let n = body.len().div_ceil(chunk);
-        for (i, piece) in body.chunks(chunk).enumerate() {
-            // FU header: S, E (and R = 0 in H.264), then the NAL unit type.
-            let fu_header = t | if i == 0 { 0x80 } else { 0 } | if i + 1 == n { 0x40 } else { 0 };
-            if let Some(last) = prefix.last_mut() {
-                *last = fu_header;
-            }
-            let mut bytes = Vec::with_capacity(prefix.len() + piece.len());
-            bytes.extend_from_slice(prefix);
-            bytes.extend_from_slice(piece);
-            out.push(Payload { bytes, marker: false });
+            // Payload header: F, LayerId and TID of the NAL unit, type 49 (RFC 7798 §4.4.3).
+            Syntax::H265 => fragment(out, body, chunk, false, |i, n| {
+                [(header[0] & 0x81) | (fu << 1), header[1], fu_header(i, n)]
+            }),
         }
     }
 }

@@ -6,7 +6,10 @@
 //! replaying stored packets cannot tell). The RTP clock is always 48 kHz and the `a=rtpmap`
 //! always `opus/48000/2`, mono or stereo (§7); [`opus_fmtp`] tells which.
 
-use super::{DEFAULT_MAX_PAYLOAD, Depacketizer, Packetizer, Payload, PayloadError};
+use super::{
+    DEFAULT_MAX_PAYLOAD, Depacketizer, Packetizer, Payload, PayloadError, impl_depacketizer,
+    impl_packetizer, non_empty,
+};
 
 /// Opus, RFC 7587: one Opus packet a payload, marker bit clear.
 #[derive(Clone, Debug)]
@@ -34,13 +37,9 @@ impl OpusPacketizer {
         Self { max_payload }
     }
 
-    /// Appends the one payload of an Opus packet to `out`.
-    ///
-    /// Errors (and nothing appended): an empty packet, or one over the size limit.
-    pub fn packetize(&mut self, packet: &[u8], out: &mut Vec<Payload>) -> Result<(), PayloadError> {
-        if packet.is_empty() {
-            return Err(PayloadError::Empty { format: "Opus", what: "packet" });
-        }
+    /// The payload of an Opus packet (see [`Self::packetize`]).
+    fn payloads(&self, packet: &[u8], out: &mut Vec<Payload>) -> Result<(), PayloadError> {
+        let packet = non_empty("Opus", "packet", packet)?;
         if packet.len() > self.max_payload {
             return Err(PayloadError::TooLarge {
                 format: "Opus",
@@ -53,10 +52,12 @@ impl OpusPacketizer {
     }
 }
 
-impl Packetizer for OpusPacketizer {
-    fn packetize(&mut self, au: &[u8], out: &mut Vec<Payload>) -> Result<(), PayloadError> {
-        Self::packetize(self, au, out)
-    }
+impl_packetizer! {
+    OpusPacketizer;
+    /// Appends the one payload of an Opus packet to `out`.
+    ///
+    /// Errors (and nothing appended): an empty packet, or one over the size limit.
+    fn packetize(packet);
 }
 
 /// Opus packets from RFC 7587 payloads: each payload is one packet.
@@ -73,30 +74,11 @@ impl OpusDepacketizer {
     /// The Opus packet in `payload`; the marker bit does not matter. Errors on an empty
     /// payload (RFC 6716 §3.1: every packet has a TOC byte).
     pub fn push(&mut self, payload: &[u8], _marker: bool) -> Result<Option<Vec<u8>>, PayloadError> {
-        if payload.is_empty() {
-            return Err(PayloadError::Empty { format: "Opus", what: "payload" });
-        }
-        Ok(Some(payload.to_vec()))
+        Ok(Some(non_empty("Opus", "payload", payload)?.to_vec()))
     }
 }
 
-impl Depacketizer for OpusDepacketizer {
-    fn push_into(
-        &mut self,
-        payload: &[u8],
-        marker: bool,
-        out: &mut Vec<Vec<u8>>,
-    ) -> Result<(), PayloadError> {
-        out.extend(self.push(payload, marker)?);
-        Ok(())
-    }
-
-    fn lost(&mut self) {}
-
-    fn flush(&mut self) -> Option<Vec<u8>> {
-        None
-    }
-}
+impl_depacketizer!(OpusDepacketizer: push);
 
 /// The `a=fmtp` value (what follows `a=fmtp:<pt> `) for an Opus stream of `channels`
 /// channels: `sprop-stereo=1` for two, `sprop-stereo=0` otherwise (RFC 7587 §6.1). RFC 7587
