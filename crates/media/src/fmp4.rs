@@ -13,6 +13,7 @@
 
 use isochron_rtp::payload::{
     AacDepacketizer, Depacketizer, H264Depacketizer, H265Depacketizer, OpusDepacketizer,
+    unescape_prefix,
 };
 
 /// A track's codec as fMP4 describes it.
@@ -449,7 +450,7 @@ fn hvcc(c: &mut Vec<u8>, vps: &[Vec<u8>], sps: &[Vec<u8>], pps: &[Vec<u8>]) {
     // emulation prevention removed.
     let mut ptl = [0u8; 12];
     if let Some(s) = sps.first() {
-        let rbsp = unescape(s.get(2..).unwrap_or_default());
+        let rbsp = unescape_prefix(s.get(2..).unwrap_or_default(), 13);
         for (i, b) in rbsp.iter().skip(1).take(12).enumerate() {
             ptl[i] = *b;
         }
@@ -496,21 +497,6 @@ fn esds(d: &mut Vec<u8>, asc: &[u8]) {
     descr(0x03, &es, d);
 }
 
-/// Removes emulation prevention bytes (`00 00 03`).
-fn unescape(b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(b.len());
-    let mut zeros = 0;
-    for &x in b {
-        if zeros >= 2 && x == 3 {
-            zeros = 0;
-            continue;
-        }
-        zeros = if x == 0 { zeros + 1 } else { 0 };
-        out.push(x);
-    }
-    out
-}
-
 fn matrix(b: &mut Vec<u8>) {
     for v in [0x0001_0000u32, 0, 0, 0, 0x0001_0000, 0, 0, 0, 0x4000_0000] {
         b.extend_from_slice(&v.to_be_bytes());
@@ -540,4 +526,108 @@ fn full(
         b.extend_from_slice(&flags.to_be_bytes()[1..]);
         body(b);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::container::{Codec, CodecConfig, demux_bytes};
+    use crate::native::NativeAssembler;
+
+    /// A fixture's packets back into a fragmented MP4 (two segments), which the container
+    /// demuxer reads as the fixture's tracks and samples: every H.264 access unit's slices and
+    /// every AAC frame, with their presentation times.
+    #[test]
+    fn packets_become_a_fragmented_mp4_of_the_same_samples() {
+        let file: &[u8] = include_bytes!("../testdata/h264_aac_faststart.mp4");
+        let index = demux_bytes(file).unwrap();
+        let mut asm = NativeAssembler::new(&index, 1316).unwrap();
+        let mut units = Vec::new();
+        for s in &index.samples {
+            asm.push(s, &file[s.offset as usize..s.offset as usize + s.size as usize]).unwrap();
+            units.extend(std::iter::from_fn(|| asm.poll_unit()));
+        }
+        asm.finish();
+        units.extend(std::iter::from_fn(|| asm.poll_unit()));
+        let tracks: Vec<Fmp4Track> = asm
+            .tracks()
+            .iter()
+            .map(|t| Fmp4Track {
+                codec: match t.codec {
+                    Codec::H264 => Fmp4Codec::H264 { avcc: t.config.clone() },
+                    _ => Fmp4Codec::Aac { asc: t.config.clone() },
+                },
+                timescale: t.clock_rate,
+                width: t.width,
+                height: t.height,
+                channels: t.channels,
+                sample_rate: if t.width == 0 { t.clock_rate } else { 0 },
+            })
+            .collect();
+        // Two segments, cut at the second seek point.
+        let cut = units.iter().enumerate().filter(|(_, u)| u.random_access).nth(1).unwrap().0;
+        let mut out = init_segment(&tracks);
+        for (n, part) in [&units[..cut], &units[cut..]].into_iter().enumerate() {
+            let mut asms: Vec<Reassembler> =
+                tracks.iter().map(|t| Reassembler::new(t).unwrap()).collect();
+            let mut samples = vec![Vec::new(); tracks.len()];
+            for u in part {
+                let t = usize::from(u.track);
+                asms[t].push(
+                    &u.payload,
+                    u.marker,
+                    u.rtp_time,
+                    u.send_time.as_nanos(),
+                    &mut samples[t],
+                );
+            }
+            for (t, a) in asms.iter_mut().enumerate() {
+                a.finish(&mut samples[t]);
+            }
+            out.extend(media_segment(n as u32 + 1, &samples, &[3600, 1024]));
+        }
+        let back = demux_bytes(&out).unwrap();
+        assert_eq!(back.tracks.len(), 2);
+        assert!(matches!(back.tracks[0].config, CodecConfig::Avc { nal_length_size: 4, .. }));
+        assert_eq!(back.tracks[1].codec, Codec::Aac);
+        for t in 0..2u16 {
+            let want: Vec<&crate::container::Sample> = index.track_samples(t).collect();
+            let got: Vec<&crate::container::Sample> = back.track_samples(t).collect();
+            assert_eq!(got.len(), want.len(), "track {t}");
+            let ts = i128::from(index.tracks[usize::from(t)].timescale);
+            let clock = i128::from(back.tracks[usize::from(t)].timescale);
+            let first = (i128::from(want[0].pts) * clock / ts, i128::from(got[0].pts));
+            for (w, g) in want.iter().zip(&got) {
+                // Presentation times agree up to the one shift of the object's zero.
+                let wp = i128::from(w.pts) * clock / ts - first.0;
+                let gp = i128::from(g.pts) - first.1;
+                assert!((wp - gp).abs() <= 1, "track {t}: pts {wp} vs {gp}");
+                let src = &file[w.offset as usize..w.offset as usize + w.size as usize];
+                let data = &out[g.offset as usize..g.offset as usize + g.size as usize];
+                if t == 0 {
+                    // The stored AU carries in-band parameter sets before key frames.
+                    assert_eq!(slices(data), slices(src), "track 0 sample");
+                    assert_eq!(g.keyframe, w.keyframe, "key flags");
+                } else {
+                    assert_eq!(data, src, "AAC frame");
+                }
+            }
+        }
+    }
+
+    /// The NAL units of a 4-byte length-prefixed access unit, parameter sets and delimiters
+    /// left out.
+    fn slices(au: &[u8]) -> Vec<&[u8]> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at + 4 <= au.len() {
+            let n = u32::from_be_bytes([au[at], au[at + 1], au[at + 2], au[at + 3]]) as usize;
+            let nal = &au[at + 4..(at + 4 + n).min(au.len())];
+            if nal.first().is_some_and(|b| !matches!(b & 0x1f, 7..=9)) {
+                out.push(nal);
+            }
+            at += 4 + n;
+        }
+        out
+    }
 }

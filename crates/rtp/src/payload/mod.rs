@@ -554,7 +554,8 @@ fn hex(bytes: &[u8]) -> String {
 
 /// The first `n` bytes of a NAL unit's payload with emulation prevention bytes removed
 /// (H.264 §7.4.1, H.265 §7.4.2: a 0x03 after two zero bytes), or fewer if it is shorter.
-fn unescape_prefix(nal: &[u8], n: usize) -> Vec<u8> {
+#[must_use]
+pub fn unescape_prefix(nal: &[u8], n: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(n);
     let mut zeros = 0;
     for &b in nal {
