@@ -211,32 +211,32 @@ fn native_objects_play_every_track_over_udp_and_tcp() {
     assert!(size > 100_000 && packets > 100, "{object:#}");
     // Both transports at once: three clients each play the 10 s clip whole, then start again
     // and are stopped.
-    let reports: Vec<(&str, Value)> = std::thread::scope(|s| {
-        let runs: Vec<_> = ["udp", "tcp"]
-            .into_iter()
-            .map(|transport| {
-                let (server, url) = (&server, url.as_str());
-                let out = dir.path().join(format!("report-{transport}"));
-                s.spawn(move || {
-                    let extra = ["--clients", "3", "--duration", "13", "--buffer-ms", "1000"];
-                    let r = bench_url(server, url, &out, &[&extra[..], &["--transport", transport]].concat(), 60);
-                    (transport, r)
-                })
-            })
-            .collect();
-        runs.into_iter().map(|h| h.join().expect("bench thread")).collect()
+    let play = |transport: &'static str| {
+        let out = dir.path().join(format!("report-{transport}"));
+        let extra = ["--clients", "3", "--duration", "13", "--buffer-ms", "1000"];
+        let args = [&extra[..], &["--transport", transport]].concat();
+        (transport, bench_url(&server, &url, &out, &args, 60))
+    };
+    let reports: [(&str, Value); 2] = std::thread::scope(|s| {
+        let udp = s.spawn(|| play("udp"));
+        let tcp = s.spawn(|| play("tcp"));
+        [udp.join().expect("udp bench"), tcp.join().expect("tcp bench")]
     });
     for (transport, r) in &reports {
         assert_eq!(r["parameters"]["transport"], *transport);
         let sessions = r["sessions"].as_array().unwrap();
-        let complete: Vec<&Value> = sessions.iter().filter(|s| s["outcome"] == "complete").collect();
+        let complete: Vec<&Value> =
+            sessions.iter().filter(|s| s["outcome"] == "complete").collect();
         assert!(complete.len() >= 3, "{transport}: {:#}", r["sessions_summary"]);
         for s in &complete {
             // Both tracks, every packet of each, on time.
             let tracks = s["tracks"].as_array().unwrap();
             assert_eq!(tracks.len(), 2, "{transport}: {s:#}");
             for t in tracks {
-                assert!(t["packets"].as_u64().unwrap() > 50, "{transport}: a track unplayed: {s:#}");
+                assert!(
+                    t["packets"].as_u64().unwrap() > 50,
+                    "{transport}: a track unplayed: {s:#}"
+                );
                 assert_eq!(t["lost"], 0, "{transport}: {s:#}");
             }
             let by_track: u64 = tracks.iter().map(|t| t["bytes"].as_u64().unwrap()).sum();

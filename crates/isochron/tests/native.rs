@@ -1080,7 +1080,10 @@ fn mp3_and_ac3_tracks_play_in_ffmpeg() {
                     .args(["-map", stream, "-c", "copy", "-f", "framemd5", "-"]),
                 60,
             );
-            framemd5_packets(&String::from_utf8_lossy(&out.stdout)).into_iter().map(|p| p.2).collect()
+            framemd5_packets(&String::from_utf8_lossy(&out.stdout))
+                .into_iter()
+                .map(|p| p.2)
+                .collect()
         };
         assert_frames(&packets(&rec), &packets(&src), &format!("stream {stream}"));
     }

@@ -159,10 +159,7 @@ impl PlayInfo {
     /// that URL, else the `i`-th entry.
     #[must_use]
     pub fn entry_for(&self, url: &str, i: usize) -> Option<&RtpInfoEntry> {
-        self.entries
-            .iter()
-            .find(|e| e.url.as_deref() == Some(url))
-            .or_else(|| self.entries.get(i))
+        self.entries.iter().find(|e| e.url.as_deref() == Some(url)).or_else(|| self.entries.get(i))
     }
 }
 

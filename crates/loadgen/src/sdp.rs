@@ -87,12 +87,19 @@ impl Presentation {
             if let Some(rest) = l.strip_prefix("m=") {
                 let mut f = rest.split_whitespace();
                 let kind = f.next().unwrap_or_default().to_string();
-                let pt = f.nth(2).and_then(|p| p.parse::<u8>().ok()).ok_or_else(|| {
-                    SdpError::BadMediaLine { line: i + 1, text: l.to_string() }
-                })?;
+                let pt = f
+                    .nth(2)
+                    .and_then(|p| p.parse::<u8>().ok())
+                    .ok_or_else(|| SdpError::BadMediaLine { line: i + 1, text: l.to_string() })?;
                 let (encoding, clock_rate) =
                     if pt == 33 { ("MP2T".to_string(), 90_000) } else { (String::new(), 0) };
-                media.push(MediaDesc { kind, payload_type: pt, encoding, clock_rate, control: None });
+                media.push(MediaDesc {
+                    kind,
+                    payload_type: pt,
+                    encoding,
+                    clock_rate,
+                    control: None,
+                });
             } else if let Some(rest) = l.strip_prefix("a=rtpmap:") {
                 let Some(m) = media.last_mut() else { continue };
                 let (pt, map) = rest.split_once(' ').unwrap_or((rest, ""));

@@ -291,11 +291,9 @@ impl NativePlayout {
                     self.start(at);
                 }
                 PlayState::Buffering | PlayState::Stalled { .. } => {
-                    let refilled = self
-                        .tracks
-                        .iter()
-                        .filter(|t| t.active())
-                        .all(|t| t.newest.unwrap_or(0).saturating_sub(self.position) >= self.depth_ns());
+                    let refilled = self.tracks.iter().filter(|t| t.active()).all(|t| {
+                        t.newest.unwrap_or(0).saturating_sub(self.position) >= self.depth_ns()
+                    });
                     let any = self.tracks.iter().any(|t| t.newest.is_some());
                     if !((any && refilled) || self.input_ended()) {
                         return;
@@ -325,9 +323,8 @@ impl NativePlayout {
                         let h = h.max(media0);
                         self.position = h;
                         self.stats.starvations += 1;
-                        self.state = PlayState::Stalled {
-                            since: wall0 + Duration::from_nanos(h - media0),
-                        };
+                        self.state =
+                            PlayState::Stalled { since: wall0 + Duration::from_nanos(h - media0) };
                     }
                     return;
                 }

@@ -347,7 +347,15 @@ impl BenchSink {
         events: mpsc::UnboundedSender<SinkEvent>,
         control: mpsc::UnboundedReceiver<SinkControl>,
     ) -> Self {
-        Self::with_player(Player::Ts(Playout::new(depth)), 1, epoch, mtfc, counters, events, control)
+        Self::with_player(
+            Player::Ts(Playout::new(depth)),
+            1,
+            epoch,
+            mtfc,
+            counters,
+            events,
+            control,
+        )
     }
 
     /// A sink of a native session of tracks with these RTP clock rates (Hz, in the order set
