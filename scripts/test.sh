@@ -45,5 +45,5 @@ echo "== clippy"; cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== doc";    RUSTDOCFLAGS=-Dwarnings cargo doc --workspace --no-deps --locked --quiet
 echo "== arch";   scripts/check-arch.sh
 echo "== fuzz targets build"; cargo build --manifest-path fuzz/Cargo.toml --locked --quiet
-echo "== test";   cargo test --workspace --release --locked -- --test-threads 12
+echo "== test";   cargo test --workspace --release --locked --no-fail-fast -- --test-threads 12
 echo "== all checks passed"

@@ -1,8 +1,9 @@
 //! `isochron bench` end to end against a real `isochron serve` (issue 5): a fixed load whose
 //! report, samples, plots and verdict agree with each other and with the file served; a player
 //! starved on purpose (the server paced slower with SET_PARAMETER) whose starvations are
-//! counted; SET_PARAMETER `x-isochron-rate` measured on the wire; and a ramp that stops at the
-//! first N the server does not serve.
+//! counted; SET_PARAMETER `x-isochron-rate` measured on the wire; a ramp that stops at the
+//! first N the server does not serve; and an MP4 object played as native RTP, every track set
+//! up, over UDP and TCP.
 
 mod common;
 
@@ -15,11 +16,17 @@ use isochron_loadgen::{Client, Incoming, Transport};
 use serde_json::Value;
 
 fn bench(server: &Server, out: &Path, extra: &[&str], secs: u64) -> Value {
+    bench_url(server, &server.url("demo"), out, extra, secs)
+}
+
+/// `isochron bench URL --out OUT EXTRA…` against `server` (its metrics and PID given), bounded
+/// by `secs`; the report.
+fn bench_url(server: &Server, url: &str, out: &Path, extra: &[&str], secs: u64) -> Value {
     let metrics = format!("http://{}/metrics", server.http);
     let pid = server.pid().to_string();
     let res = run(
         Command::new(bin())
-            .args(["bench", &server.url("demo"), "--out"])
+            .args(["bench", url, "--out"])
             .arg(out)
             .args(["--metrics", &metrics, "--server-pid", &pid, "--seed", "5"])
             .args(extra)
@@ -181,6 +188,80 @@ fn a_server_paced_too_slow_starves_the_players() {
         "{changes} pace changes, {} sessions",
         sessions.len()
     );
+}
+
+/// An object ingested from an MP4 (H.264 + AAC) is served as two RTP streams: every emulation
+/// client sets up both tracks (over UDP a port pair each, over TCP channels 0-1 and 2-3), plays
+/// each by its RTP timestamps from RTP-Info's start, and gets every packet of the object on
+/// time, with MTFC rate requests accepted for the session as a whole.
+#[test]
+fn native_objects_play_every_track_over_udp_and_tcp() {
+    let mp4 = media_fixture("h264_aac.mp4");
+    let (dir, server) = serve_fixtures(&[&mp4], None);
+    let url = server.url("h264_aac");
+    // The object's RTP payload bytes and packets (both tracks), from the catalog.
+    let objects: Value = serde_json::from_str(&server.http_get("/api/v1/objects")).unwrap();
+    let object = objects
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["name"] == "h264_aac")
+        .unwrap_or_else(|| panic!("no h264_aac in {objects:#}"));
+    let (size, packets) = (object["bytes"].as_u64().unwrap(), object["packets"].as_u64().unwrap());
+    assert!(size > 100_000 && packets > 100, "{object:#}");
+    // Both transports at once: three clients each play the 10 s clip whole, then start again
+    // and are stopped.
+    let play = |transport: &'static str| {
+        let out = dir.path().join(format!("report-{transport}"));
+        let extra = ["--clients", "3", "--duration", "13", "--buffer-ms", "1000"];
+        let args = [&extra[..], &["--transport", transport]].concat();
+        (transport, bench_url(&server, &url, &out, &args, 60))
+    };
+    let reports: [(&str, Value); 2] = std::thread::scope(|s| {
+        let udp = s.spawn(|| play("udp"));
+        let tcp = s.spawn(|| play("tcp"));
+        [udp.join().expect("udp bench"), tcp.join().expect("tcp bench")]
+    });
+    for (transport, r) in &reports {
+        assert_eq!(r["parameters"]["transport"], *transport);
+        let sessions = r["sessions"].as_array().unwrap();
+        let complete: Vec<&Value> =
+            sessions.iter().filter(|s| s["outcome"] == "complete").collect();
+        assert!(complete.len() >= 3, "{transport}: {:#}", r["sessions_summary"]);
+        for s in &complete {
+            // Both tracks, every packet of each, on time.
+            let tracks = s["tracks"].as_array().unwrap();
+            assert_eq!(tracks.len(), 2, "{transport}: {s:#}");
+            for t in tracks {
+                assert!(
+                    t["packets"].as_u64().unwrap() > 50,
+                    "{transport}: a track unplayed: {s:#}"
+                );
+                assert_eq!(t["lost"], 0, "{transport}: {s:#}");
+            }
+            let by_track: u64 = tracks.iter().map(|t| t["bytes"].as_u64().unwrap()).sum();
+            assert_eq!(by_track, s["bytes"].as_u64().unwrap());
+            assert_eq!(s["bytes"].as_u64(), Some(size), "{transport}: {s:#}");
+            assert_eq!(s["packets"].as_u64(), Some(packets), "{transport}: {s:#}");
+            assert_eq!(s["starvations"], 0, "{transport}: {s:#}");
+            assert_eq!(s["late"], 0, "{transport}: {s:#}");
+            assert_eq!(s["rate_refused"], false, "{transport}: {s:#}");
+            let media = s["media_s"].as_f64().unwrap();
+            assert!((9.5..10.5).contains(&media), "{transport}: media {media} s: {s:#}");
+            let ratio =
+                s["received_bits_s"].as_f64().unwrap() / s["content_bits_s"].as_f64().unwrap();
+            assert!((0.9..1.15).contains(&ratio), "{transport}: received / content {ratio}: {s:#}");
+        }
+        let summary = &r["sessions_summary"];
+        assert_eq!(summary["error"], 0, "{transport}: {:#}", r["sessions"]);
+        assert_eq!(summary["starvations"], 0, "{transport}: {summary:#}");
+        assert_eq!(summary["lost"], 0, "{transport}: {summary:#}");
+        // Steady samples at N = 3, and N = 3 served.
+        let per_n = r["per_n"].as_array().unwrap();
+        let at3 = per_n.iter().find(|p| p["n"] == 3).unwrap_or_else(|| panic!("{per_n:#?}"));
+        assert_eq!(at3["pass"], true, "{transport}: {at3:#}");
+        assert_eq!(r["n_max"], 3, "{transport}: {:#}", r["verdict"]);
+    }
 }
 
 /// Pace measured on the wire: RTP timestamps (90 kHz send times) per second of arrival, as the

@@ -16,6 +16,13 @@
 //! the connection's reader, which then parses `$` frames without copying them. The sink is also
 //! ticked every [`SINK_TICK`] so it can notice that data it expects has not come.
 //!
+//! A presentation of native tracks (from MP4 or Matroska: one RTP stream per track, each with
+//! its own `m=` line and control URL) is set up as a standard player does it
+//! ([`Client::setup_sink_tracks`]): one SETUP per track into one session (RFC 2326 §10.4,
+//! aggregate control), over UDP a local RTP/RTCP port pair per track, over TCP the channels
+//! 2k/2k+1 for track k on the session's connection; the sink hears every packet with its
+//! track's index, and each track's RTCP receiver reports go to the server under its own SSRC.
+//!
 //! Every RTP packet comes with its source address: in a cluster each node sends its own blocks
 //! from its own address under the session's one SSRC (Yima §2.2), so a session has several
 //! sources over UDP; over TCP the source is the RTSP server.
@@ -34,17 +41,20 @@ use tokio::net::{TcpStream, UdpSocket};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use crate::sdp::Presentation;
+
 /// How often a [`MediaSink`] is ticked when no packet arrives.
 pub const SINK_TICK: Duration = Duration::from_millis(20);
 
 /// Where a session's packets go when received in place (see the module docs). Called from one
 /// task only, in arrival order.
 pub trait MediaSink: Send + 'static {
-    /// An RTP packet (header included) arrived at `at` from `from` (over TCP, the RTSP server's
-    /// address; over UDP, the sender's, which in a cluster is the node that sent it).
-    fn on_rtp(&mut self, at: Instant, from: SocketAddr, packet: &[u8]);
-    /// An RTCP compound packet arrived at `at`.
-    fn on_rtcp(&mut self, at: Instant, packet: &[u8]);
+    /// An RTP packet (header included) of track `track` (its index among the tracks set up; 0
+    /// for an MP2T session) arrived at `at` from `from` (over TCP, the RTSP server's address;
+    /// over UDP, the sender's, which in a cluster is the node that sent it).
+    fn on_rtp(&mut self, at: Instant, from: SocketAddr, track: usize, packet: &[u8]);
+    /// An RTCP compound packet of track `track` arrived at `at`.
+    fn on_rtcp(&mut self, at: Instant, track: usize, packet: &[u8]);
     /// Time passed (every [`SINK_TICK`]).
     fn on_tick(&mut self, at: Instant);
 }
@@ -121,14 +131,36 @@ pub enum Incoming {
 /// What a PLAY response said.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PlayInfo {
-    /// `seq` from RTP-Info.
+    /// `seq` from RTP-Info's first entry.
     pub seq: Option<u16>,
-    /// `rtptime` from RTP-Info.
+    /// `rtptime` from RTP-Info's first entry.
     pub rtptime: Option<u32>,
     /// The `Range` header.
     pub range: Option<String>,
-    /// The `url` of the RTP-Info entry.
+    /// The `url` of RTP-Info's first entry.
     pub url: Option<String>,
+    /// Every RTP-Info entry, in order (one per track set up, RFC 2326 §12.33).
+    pub entries: Vec<RtpInfoEntry>,
+}
+
+/// One entry of an `RTP-Info` header (RFC 2326 §12.33).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RtpInfoEntry {
+    /// The track's URL, as the client sent it in SETUP.
+    pub url: Option<String>,
+    /// The sequence number of the track's first packet.
+    pub seq: Option<u16>,
+    /// That packet's RTP timestamp.
+    pub rtptime: Option<u32>,
+}
+
+impl PlayInfo {
+    /// The entry of the track set up on `url` (the `i`-th track set up): the entry naming
+    /// that URL, else the `i`-th entry.
+    #[must_use]
+    pub fn entry_for(&self, url: &str, i: usize) -> Option<&RtpInfoEntry> {
+        self.entries.iter().find(|e| e.url.as_deref() == Some(url)).or_else(|| self.entries.get(i))
+    }
 }
 
 /// An RTSP client session.
@@ -232,11 +264,12 @@ impl Client {
                         if avail.len() < 4 + len {
                             break;
                         }
-                        let at = Instant::now();
+                        // Track k is on channels 2k (RTP) and 2k + 1 (RTCP).
+                        let (at, track) = (Instant::now(), usize::from(avail[1] / 2));
                         if avail[1] % 2 == 0 {
-                            sink.on_rtp(at, peer, &avail[4..4 + len]);
+                            sink.on_rtp(at, peer, track, &avail[4..4 + len]);
                         } else {
-                            sink.on_rtcp(at, &avail[4..4 + len]);
+                            sink.on_rtcp(at, track, &avail[4..4 + len]);
                         }
                         start += 4 + len;
                         continue;
@@ -359,48 +392,56 @@ impl Client {
         Ok(resp)
     }
 
-    /// DESCRIBE; returns the SDP and remembers Content-Base and the track control.
+    /// DESCRIBE of an MP2T presentation; returns the SDP and remembers Content-Base and the
+    /// track control. A presentation of native tracks is refused by name: the session paths of
+    /// this client other than [`Self::setup_sink_tracks`] play MP2T only.
     pub async fn describe(&mut self) -> anyhow::Result<String> {
+        let p = self.describe_presentation().await?;
+        // This client's collecting and player paths take MP2T (RFC 2250): an object served as
+        // native RTP streams (one per track, from MP4 or Matroska) is for other players.
+        ensure!(
+            p.is_mp2t(),
+            "{} is served as native RTP ({}), not MP2T: this client plays MPEG-TS objects \
+             only; use ffplay, gst-play-1.0 or retina, or its HLS",
+            self.url,
+            p.encodings()
+        );
+        Ok(p.sdp)
+    }
+
+    /// DESCRIBE; returns the parsed description (MP2T or native tracks) and remembers
+    /// Content-Base and the first track's control.
+    pub async fn describe_presentation(&mut self) -> anyhow::Result<Presentation> {
         let url = self.url.clone();
         let r = self.request("DESCRIBE", &url, &[("Accept", "application/sdp")]).await?;
         ensure!(u16::from(r.status()) == 200, "DESCRIBE: {}", status_line(&r));
         self.base = header(&r, "Content-Base");
         let sdp = String::from_utf8_lossy(r.body()).into_owned();
-        // This client plays MP2T (RFC 2250): an object served as native RTP streams (one per
-        // track, from MP4 or Matroska) is for other players.
-        let media: Vec<&str> = sdp.lines().filter(|l| l.starts_with("m=")).collect();
-        let mp2t = media.first().is_some_and(|m| m.split_whitespace().nth(3) == Some("33"));
-        ensure!(
-            mp2t,
-            "{url} is served as native RTP ({}), not MP2T: this client plays MPEG-TS objects \
-             only; use ffplay, gst-play-1.0 or retina, or its HLS",
-            sdp.lines()
-                .filter_map(|l| l.strip_prefix("a=rtpmap:"))
-                .filter_map(|l| l.split_whitespace().nth(1))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        if let Some(c) = sdp
-            .lines()
-            .skip_while(|l| !l.starts_with("m="))
-            .find_map(|l| l.strip_prefix("a=control:"))
-        {
-            self.control = c.trim().to_string();
+        let p = Presentation::parse(&sdp).with_context(|| format!("DESCRIBE {url}"))?;
+        if let Some(c) = p.media.first().and_then(|m| m.control.clone()) {
+            self.control = c;
         }
-        Ok(sdp)
+        Ok(p)
     }
 
     /// The track URL SETUP uses: Content-Base (or the URL) + control.
     #[must_use]
     pub fn track_url(&self) -> String {
-        if self.control.starts_with("rtsp://") {
-            return self.control.clone();
+        self.control_url(&self.control)
+    }
+
+    /// The URL of a media section with `a=control:control`: the control itself if absolute,
+    /// else Content-Base (or the URL) + control (RFC 2326 §C.1.1).
+    #[must_use]
+    pub fn control_url(&self, control: &str) -> String {
+        if control.starts_with("rtsp://") || control.starts_with("rtsps://") {
+            return control.to_string();
         }
         let mut base = self.base.clone().unwrap_or_else(|| self.url.clone());
         if !base.ends_with('/') {
             base.push('/');
         }
-        base + &self.control
+        base + control
     }
 
     /// The aggregate URL PLAY/PAUSE/TEARDOWN use.
@@ -428,24 +469,27 @@ impl Client {
                 format!("RTP/AVP;unicast;client_port={}-{}", port, port + 1)
             }
         };
-        self.finish_setup(transport, &spec).await
+        let url = self.track_url();
+        let rtcp = self.rtcp_socket.clone();
+        self.finish_setup(&url, transport, &spec, rtcp.as_ref()).await
     }
 
-    /// Sends the SETUP and, for UDP, starts the receiver reports.
+    /// Sends the SETUP of `url` and, for UDP, starts the receiver reports from `rtcp`.
     async fn finish_setup(
         &mut self,
+        url: &str,
         transport: Transport,
         spec: &str,
+        rtcp: Option<&std::sync::Arc<UdpSocket>>,
     ) -> anyhow::Result<Response<Vec<u8>>> {
-        let url = self.track_url();
-        let r = self.request("SETUP", &url, &[("Transport", spec)]).await?;
+        let r = self.request("SETUP", url, &[("Transport", spec)]).await?;
         if u16::from(r.status()) == 200 {
             let s = header(&r, "Session").ok_or_else(|| anyhow!("SETUP: no Session header"))?;
             self.session = Some(s.split(';').next().unwrap_or(&s).trim().to_string());
             let reply = header(&r, "Transport").unwrap_or_default();
             let udp = transport == Transport::Udp;
             if let (true, Some(sock), Some(ports)) =
-                (self.send_rtcp && udp, &self.rtcp_socket, transport_param(&reply, "server_port"))
+                (self.send_rtcp && udp, rtcp, transport_param(&reply, "server_port"))
             {
                 // RTCP goes to the server's second port (RFC 2326 §12.39).
                 let rtcp_port = match ports.split_once('-') {
@@ -475,25 +519,59 @@ impl Client {
         transport: Transport,
         sink: Box<dyn MediaSink>,
     ) -> anyhow::Result<Response<Vec<u8>>> {
-        let spec = match transport {
-            Transport::Tcp => {
-                self.sink_tx.send(sink).map_err(|_| anyhow!("SETUP: connection closed"))?;
-                "RTP/AVP/TCP;unicast;interleaved=0-1".to_string()
+        let url = self.track_url();
+        self.setup_sink_tracks(transport, sink, &[url]).await
+    }
+
+    /// SETUP of every track in `urls` (in order, track k = `urls[k]`) into one session, as a
+    /// player of a native presentation does: over UDP a local RTP/RTCP port pair per track,
+    /// over TCP channels 2k/2k+1; the packets of all tracks go to `sink` with their track's
+    /// index, and each track sends its own receiver reports. Returns the first response that
+    /// is not 200, else the last one.
+    pub async fn setup_sink_tracks(
+        &mut self,
+        transport: Transport,
+        sink: Box<dyn MediaSink>,
+        urls: &[String],
+    ) -> anyhow::Result<Response<Vec<u8>>> {
+        ensure!(!urls.is_empty(), "SETUP: no track to set up");
+        ensure!(urls.len() <= 127, "SETUP: {} tracks: at most 127 fit the channels", urls.len());
+        let mut sink = Some(sink);
+        let mut sockets = Vec::with_capacity(urls.len());
+        let mut last = None;
+        for (k, url) in urls.iter().enumerate() {
+            let (spec, rtcp) = match transport {
+                Transport::Tcp => {
+                    if let Some(s) = sink.take() {
+                        self.sink_tx.send(s).map_err(|_| anyhow!("SETUP: connection closed"))?;
+                    }
+                    (format!("RTP/AVP/TCP;unicast;interleaved={}-{}", 2 * k, 2 * k + 1), None)
+                }
+                Transport::Udp => {
+                    let local = match self.peer.ip() {
+                        IpAddr::V4(_) => IpAddr::from([0u8, 0, 0, 0]),
+                        IpAddr::V6(_) => IpAddr::from([0u16; 8]),
+                    };
+                    let (rtp_sock, rtcp_sock) = udp_pair(local).await?;
+                    let port = rtp_sock.local_addr()?.port();
+                    let rtcp_sock = std::sync::Arc::new(rtcp_sock);
+                    if k == 0 {
+                        self.rtcp_socket = Some(std::sync::Arc::clone(&rtcp_sock));
+                    }
+                    sockets.push((rtp_sock, std::sync::Arc::clone(&rtcp_sock)));
+                    (format!("RTP/AVP;unicast;client_port={}-{}", port, port + 1), Some(rtcp_sock))
+                }
+            };
+            let r = self.finish_setup(url, transport, &spec, rtcp.as_ref()).await?;
+            if u16::from(r.status()) != 200 {
+                return Ok(r);
             }
-            Transport::Udp => {
-                let local = match self.peer.ip() {
-                    IpAddr::V4(_) => IpAddr::from([0u8, 0, 0, 0]),
-                    IpAddr::V6(_) => IpAddr::from([0u16; 8]),
-                };
-                let (rtp_sock, rtcp_sock) = udp_pair(local).await?;
-                let port = rtp_sock.local_addr()?.port();
-                let rtcp_sock = std::sync::Arc::new(rtcp_sock);
-                self.rtcp_socket = Some(std::sync::Arc::clone(&rtcp_sock));
-                self.tasks.push(tokio::spawn(udp_sink_loop(rtp_sock, rtcp_sock, sink)));
-                format!("RTP/AVP;unicast;client_port={}-{}", port, port + 1)
-            }
-        };
-        self.finish_setup(transport, &spec).await
+            last = Some(r);
+        }
+        if let Some(s) = sink.take() {
+            self.tasks.push(tokio::spawn(udp_sink_loop(sockets, s)));
+        }
+        last.ok_or_else(|| anyhow!("SETUP: no track to set up"))
     }
 
     /// PLAY, optionally with a `Range` value such as `npt=5-`.
@@ -504,15 +582,11 @@ impl Client {
         ensure!(u16::from(r.status()) == 200, "PLAY: {}", status_line(&r));
         let mut info = PlayInfo { range: header(&r, "Range"), ..PlayInfo::default() };
         if let Some(ri) = header(&r, "RTP-Info") {
-            for part in ri.split(',').next().unwrap_or("").split(';') {
-                let part = part.trim();
-                if let Some(v) = part.strip_prefix("seq=") {
-                    info.seq = v.parse().ok();
-                } else if let Some(v) = part.strip_prefix("rtptime=") {
-                    info.rtptime = v.parse().ok();
-                } else if let Some(v) = part.strip_prefix("url=") {
-                    info.url = Some(v.to_string());
-                }
+            info.entries = parse_rtp_info(&ri);
+            if let Some(first) = info.entries.first() {
+                info.seq = first.seq;
+                info.rtptime = first.rtptime;
+                info.url.clone_from(&first.url);
             }
         }
         Ok(info)
@@ -618,6 +692,30 @@ pub fn status_line(r: &Response<Vec<u8>>) -> String {
     line
 }
 
+/// The entries of an `RTP-Info` value (RFC 2326 §12.33): `url=…;seq=…;rtptime=…` joined by
+/// commas. A URL may itself hold a comma only percent-encoded, so commas separate entries.
+#[must_use]
+pub fn parse_rtp_info(value: &str) -> Vec<RtpInfoEntry> {
+    value
+        .split(',')
+        .filter(|e| !e.trim().is_empty())
+        .map(|e| {
+            let mut entry = RtpInfoEntry::default();
+            for part in e.split(';') {
+                let part = part.trim();
+                if let Some(v) = part.strip_prefix("seq=") {
+                    entry.seq = v.parse().ok();
+                } else if let Some(v) = part.strip_prefix("rtptime=") {
+                    entry.rtptime = v.parse().ok();
+                } else if let Some(v) = part.strip_prefix("url=") {
+                    entry.url = Some(v.to_string());
+                }
+            }
+            entry
+        })
+        .collect()
+}
+
 fn header(r: &Response<Vec<u8>>, name: &str) -> Option<String> {
     let name = isochron_rtsp::rtsp_types::HeaderName::try_from(name).ok()?;
     r.header(&name).map(|v| v.as_str().to_string())
@@ -652,32 +750,59 @@ fn rtcp(at: Instant, pkt: &[u8]) -> Incoming {
     Incoming::Rtcp { at, bye, bye_reason, sr }
 }
 
-/// A UDP session's receive path in sink mode: RTP in `recvmmsg` batches (each datagram dated by
-/// the kernel), RTCP one datagram at a time, and the sink's tick.
+/// What a UDP sink loop woke up for.
+enum UdpReady {
+    /// Track k's RTP socket is readable.
+    Rtp(usize),
+    /// Track k's RTCP socket is readable.
+    Rtcp(usize),
+    /// The sink's tick.
+    Tick,
+}
+
+/// A UDP session's receive path in sink mode, for its tracks' socket pairs (track k =
+/// `tracks[k]`): RTP in `recvmmsg` batches (each datagram dated by the kernel), RTCP one
+/// datagram at a time, and the sink's tick. One task for all the tracks, so the sink has one
+/// owner.
 async fn udp_sink_loop(
-    rtp: UdpSocket,
-    rtcp: std::sync::Arc<UdpSocket>,
+    tracks: Vec<(UdpSocket, std::sync::Arc<UdpSocket>)>,
     mut sink: Box<dyn MediaSink>,
 ) {
     use std::os::fd::AsRawFd as _;
-    let fd = rtp.as_raw_fd();
+    use std::task::Poll;
+    let Some(unknown) = tracks.first().map(|(rtp, _)| unspecified(rtp)) else { return };
     let mut batch = crate::recv::RecvBatch::new();
-    let unknown = unspecified(&rtp);
     let mut rtcp_buf = vec![0u8; 2048];
     let mut tick = tokio::time::interval(SINK_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
-            r = rtp.readable() => {
-                if r.is_err() {
-                    return;
+        let ready = std::future::poll_fn(|cx| {
+            if tick.poll_tick(cx).is_ready() {
+                return Poll::Ready(Ok(UdpReady::Tick));
+            }
+            for (k, (rtp, rtcp)) in tracks.iter().enumerate() {
+                if let Poll::Ready(r) = rtp.poll_recv_ready(cx) {
+                    return Poll::Ready(r.map(|()| UdpReady::Rtp(k)));
                 }
+                if let Poll::Ready(r) = rtcp.poll_recv_ready(cx) {
+                    return Poll::Ready(r.map(|()| UdpReady::Rtcp(k)));
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+        match ready {
+            Err(_) => return,
+            Ok(UdpReady::Tick) => sink.on_tick(Instant::now()),
+            Ok(UdpReady::Rtp(k)) => {
+                let rtp = &tracks[k].0;
+                let fd = rtp.as_raw_fd();
                 loop {
                     match rtp.try_io(Interest::READABLE, || batch.recv(fd)) {
                         Ok(n) => {
                             for i in 0..n {
                                 let from = batch.source(i).unwrap_or(unknown);
-                                sink.on_rtp(batch.arrival(i), from, batch.packet(i));
+                                sink.on_rtp(batch.arrival(i), from, k, batch.packet(i));
                             }
                         }
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -685,11 +810,13 @@ async fn udp_sink_loop(
                     }
                 }
             }
-            r = rtcp.recv(&mut rtcp_buf) => match r {
-                Ok(n) => sink.on_rtcp(Instant::now(), &rtcp_buf[..n]),
-                Err(_) => return,
+            Ok(UdpReady::Rtcp(k)) => loop {
+                match tracks[k].1.try_recv(&mut rtcp_buf) {
+                    Ok(n) => sink.on_rtcp(Instant::now(), k, &rtcp_buf[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(_) => return,
+                }
             },
-            _ = tick.tick() => sink.on_tick(Instant::now()),
         }
     }
 }

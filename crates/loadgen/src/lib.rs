@@ -2,7 +2,8 @@
 //!
 //! [`client::Client`] is one RTSP session over UDP or interleaved TCP that records every packet
 //! with its arrival time. The integration tests use it as an independent oracle of what the
-//! server sends; `isochron bench` (Yima §3.1's emulation clients) builds on it.
+//! server sends; `isochron bench` (Yima §3.1's emulation clients) builds on it, for MP2T
+//! objects and for native ones (one RTP stream per track, described by [`sdp`]).
 //!
 //! [`player::Player`] is the sans-IO core of `isochron play`: a jitter buffer that restores the
 //! global order of a session received from several cluster nodes, the PCR playout clock, and
@@ -20,7 +21,11 @@ pub mod diskbench;
 pub mod latency;
 pub mod player;
 pub mod recv;
+pub mod sdp;
 pub mod sources;
 pub mod testbed;
 
-pub use client::{Client, Collected, Incoming, MediaSink, PlayInfo, RtpPacket, Transport};
+pub use client::{
+    Client, Collected, Incoming, MediaSink, PlayInfo, RtpInfoEntry, RtpPacket, Transport,
+};
+pub use sdp::Presentation;

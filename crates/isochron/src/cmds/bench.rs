@@ -1,6 +1,7 @@
 //! `isochron bench`: Yima §3's measurement against any RTSP server. Emulation clients (real RTSP
-//! sessions whose players consume the MPEG-TS by its PCR behind a playout buffer, with MTFC rate
-//! requests) under a load shape; a sample every second of the clients (B_net, B_avgNet, R_Δr,
+//! sessions whose players consume the MPEG-TS by its PCR behind a playout buffer, or a native
+//! presentation's tracks, every one set up, by their RTP timestamps; with MTFC rate requests)
+//! under a load shape; a sample every second of the clients (B_net, B_avgNet, R_Δr,
 //! starvations) and of the server (`/proc`, and isochron's `/metrics`); N_max; the bottleneck
 //! named with its evidence (He et al.); Yima's Figure 3 panels. The work is
 //! `isochron_loadgen::bench`; this file parses the flags, runs it and writes the report.

@@ -7,6 +7,8 @@
 //!
 //! * [`playout`]: the player of an emulation client, consuming the MPEG-TS by its PCR clock
 //!   behind a playout buffer and counting starvations;
+//! * [`native_playout`]: the same player for a native presentation (one RTP stream per track,
+//!   from MP4 or Matroska), consuming each track by its RTP timestamps from `RTP-Info`'s start;
 //! * [`mtfc`]: multi-threshold rate requests (Yima §2.5), sent with SET_PARAMETER;
 //! * [`session`]: one client (the receive-path sink and the RTSP controller);
 //! * [`procfs`] and [`prom`]: the server side, from `/proc` and from the server's metrics;
@@ -18,6 +20,7 @@
 //! Not here: the server, and the network namespaces of `--shape` (the binary).
 
 pub mod mtfc;
+pub mod native_playout;
 pub mod playout;
 pub mod plot;
 pub mod procfs;

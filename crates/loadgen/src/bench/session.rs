@@ -9,6 +9,13 @@
 //! the load shape says so, tears down at the end, and starts the next session. They talk over
 //! two channels: [`SinkEvent`] up, [`SinkControl`] down.
 //!
+//! A session plays an MP2T object (one RTP stream, consumed by its PCR: [`Playout`]) or a native
+//! one (one RTP stream per track, all SET UP into the session and consumed by their RTP
+//! timestamps from `RTP-Info`'s start: [`NativePlayout`]); the sink checks each track's
+//! sequence numbers on its own (a gap is loss on that track) and counts each track's packets
+//! and bytes ([`SessionCounters::tracks`]). MTFC, seeks, pauses and loops work alike: the
+//! server paces the session as a whole.
+//!
 //! The sink also counts packets and payload bytes per source IP ([`SessionCounters::sources`]):
 //! a cluster's nodes each send their own blocks from their own address (Yima §2.2), and the
 //! bench reports each node's share of the bandwidth (Yima Figure 4). The table is fixed-size
@@ -34,8 +41,9 @@ use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
 use super::mtfc::{Mtfc, MtfcConfig};
-use super::playout::{PlayState, Playout};
-use crate::client::{Client, MediaSink, Transport};
+use super::native_playout::NativePlayout;
+use super::playout::{PlayState, Playout, PlayoutStats};
+use crate::client::{Client, MediaSink, PlayInfo, Transport};
 use crate::sources::{MAX_SOURCES, SourceTable, Traffic};
 
 /// How often the sink gives MTFC a buffer sample.
@@ -66,10 +74,14 @@ pub mod state {
     pub const DRAINING: u8 = 6;
 }
 
+/// Tracks of a session counted one by one in [`SessionCounters::tracks`]; further tracks are
+/// in the totals only.
+pub const MAX_TRACKS: usize = 8;
+
 /// A session's counts, written by its sink and controller, read by the sampler.
 #[derive(Debug, Default)]
 pub struct SessionCounters {
-    /// TS bytes received.
+    /// RTP payload bytes received (the TS bytes of an MP2T session), all tracks.
     pub bytes: AtomicU64,
     /// RTP packets received.
     pub packets: AtomicU64,
@@ -110,6 +122,21 @@ pub struct SessionCounters {
     /// Packets and payload bytes per source IP, in the order first heard from (sources past
     /// [`MAX_SOURCES`] are in the totals only).
     pub sources: [SourceCounter; MAX_SOURCES],
+    /// Tracks set up (1 for MP2T), written by the sink.
+    pub track_count: AtomicU8,
+    /// Per track, in the order set up (the first [`MAX_TRACKS`]).
+    pub tracks: [TrackCounter; MAX_TRACKS],
+}
+
+/// What one track (RTP stream) of a session received, as published by its sink.
+#[derive(Debug, Default)]
+pub struct TrackCounter {
+    /// RTP packets received.
+    pub packets: AtomicU64,
+    /// Payload bytes received.
+    pub bytes: AtomicU64,
+    /// Packets missing from its sequence (gaps not filled later).
+    pub lost: AtomicU64,
 }
 
 /// What one source IP sent a session, as published by its sink.
@@ -154,8 +181,17 @@ pub enum SinkEvent {
     InputEnded,
 }
 
+/// One track's start, from a PLAY response's `RTP-Info` (RFC 2326 §12.33).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrackStart {
+    /// The sequence number of the track's first packet.
+    pub seq: Option<u16>,
+    /// Its RTP timestamp: media time 0 of the play range on the track's clock.
+    pub rtptime: Option<u32>,
+}
+
 /// From the controller to its sink.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SinkControl {
     /// PAUSE is being sent.
     Pause,
@@ -166,24 +202,122 @@ pub enum SinkControl {
     /// The seek's PLAY response: its first packet has this RTP sequence number (RTP-Info), if
     /// the server said; packets before it (in flight from the old position) are dropped.
     SeekStart(Option<u16>),
+    /// A native session's PLAY response (the first, or a seek's): each track's start, in the
+    /// order set up. It gives the player its timeline; after a [`Self::Seek`] it also plays
+    /// [`Self::SeekStart`]'s part for every track.
+    Tracks(Vec<TrackStart>),
     /// The PLAY response announced this much media.
     Length(Duration),
     /// The server refused a rate request: stop asking.
     MtfcOff,
 }
 
+/// The player a sink drives.
+#[derive(Clone, Debug)]
+enum Player {
+    /// One MP2T stream, by its PCR.
+    Ts(Playout),
+    /// Native tracks, by their RTP timestamps.
+    Native(NativePlayout),
+}
+
+impl Player {
+    fn stats(&self) -> PlayoutStats {
+        match self {
+            Self::Ts(p) => p.stats(),
+            Self::Native(p) => p.stats(),
+        }
+    }
+
+    fn state(&self) -> PlayState {
+        match self {
+            Self::Ts(p) => p.state(),
+            Self::Native(p) => p.state(),
+        }
+    }
+
+    fn input_ended(&self) -> bool {
+        match self {
+            Self::Ts(p) => p.input_ended(),
+            Self::Native(p) => p.input_ended(),
+        }
+    }
+
+    fn level(&self, now: Instant) -> Duration {
+        match self {
+            Self::Ts(p) => p.level(now),
+            Self::Native(p) => p.level(now),
+        }
+    }
+
+    fn stall_ns(&self, now: Instant) -> u64 {
+        match self {
+            Self::Ts(p) => p.stall_ns(now),
+            Self::Native(p) => p.stall_ns(now),
+        }
+    }
+
+    fn advance(&mut self, now: Instant) {
+        match self {
+            Self::Ts(p) => p.advance(now),
+            Self::Native(p) => p.advance(now),
+        }
+    }
+
+    fn handle_pause(&mut self, now: Instant) {
+        match self {
+            Self::Ts(p) => p.handle_pause(now),
+            Self::Native(p) => p.handle_pause(now),
+        }
+    }
+
+    fn handle_resume(&mut self, now: Instant) {
+        match self {
+            Self::Ts(p) => p.handle_resume(now),
+            Self::Native(p) => p.handle_resume(now),
+        }
+    }
+
+    fn handle_seek(&mut self, now: Instant) {
+        match self {
+            Self::Ts(p) => p.handle_seek(now),
+            Self::Native(p) => p.handle_seek(now),
+        }
+    }
+
+    fn handle_length(&mut self, length: Duration) {
+        match self {
+            Self::Ts(p) => p.handle_length(length),
+            Self::Native(p) => p.handle_length(length),
+        }
+    }
+}
+
+/// One track's sequence check and counts (RFC 3550 §A.1: a gap is loss until the packet comes).
+#[derive(Clone, Copy, Debug, Default)]
+struct TrackCheck {
+    expected: Option<u16>,
+    /// After a seek: drop packets numbered before this one (`Some(None)`: every packet until the
+    /// PLAY response), for at most [`SEEK_WAIT`] after the response.
+    awaiting: Option<Option<u16>>,
+    /// An RTCP BYE came for this track (since the last seek).
+    bye: bool,
+    packets: u64,
+    bytes: u64,
+    lost: u64,
+    reordered: u64,
+}
+
 /// The receive-path half of an emulation client.
 pub struct BenchSink {
     epoch: Instant,
-    player: Playout,
+    player: Player,
     mtfc: Option<Mtfc>,
     counters: Arc<SessionCounters>,
     events: mpsc::UnboundedSender<SinkEvent>,
     control: mpsc::UnboundedReceiver<SinkControl>,
-    expected_seq: Option<u16>,
-    /// After a seek: drop packets numbered before this one (`Some(None)`: every packet until the
-    /// PLAY response), for at most [`SEEK_WAIT`] after the response.
-    awaiting: Option<Option<u16>>,
+    /// Per track (one for MP2T).
+    tracks: Vec<TrackCheck>,
     awaiting_since: Option<Instant>,
     next_mtfc: Option<Instant>,
     finished_sent: bool,
@@ -198,15 +332,12 @@ pub struct BenchSink {
 
 #[derive(Default)]
 struct LocalCounts {
-    packets: u64,
-    lost: u64,
-    reordered: u64,
     first_ns: u64,
     last_ns: u64,
 }
 
 impl BenchSink {
-    /// A sink whose player buffers `depth`, with MTFC if `mtfc` is given.
+    /// A sink of an MP2T session whose player buffers `depth`, with MTFC if `mtfc` is given.
     #[must_use]
     pub fn new(
         epoch: Instant,
@@ -216,15 +347,51 @@ impl BenchSink {
         events: mpsc::UnboundedSender<SinkEvent>,
         control: mpsc::UnboundedReceiver<SinkControl>,
     ) -> Self {
+        Self::with_player(
+            Player::Ts(Playout::new(depth)),
+            1,
+            epoch,
+            mtfc,
+            counters,
+            events,
+            control,
+        )
+    }
+
+    /// A sink of a native session of tracks with these RTP clock rates (Hz, in the order set
+    /// up), whose player buffers `depth`, with MTFC if `mtfc` is given.
+    #[must_use]
+    pub fn native(
+        epoch: Instant,
+        depth: Duration,
+        clocks: &[u32],
+        mtfc: Option<MtfcConfig>,
+        counters: Arc<SessionCounters>,
+        events: mpsc::UnboundedSender<SinkEvent>,
+        control: mpsc::UnboundedReceiver<SinkControl>,
+    ) -> Self {
+        let player = Player::Native(NativePlayout::new(depth, clocks));
+        Self::with_player(player, clocks.len(), epoch, mtfc, counters, events, control)
+    }
+
+    fn with_player(
+        player: Player,
+        tracks: usize,
+        epoch: Instant,
+        mtfc: Option<MtfcConfig>,
+        counters: Arc<SessionCounters>,
+        events: mpsc::UnboundedSender<SinkEvent>,
+        control: mpsc::UnboundedReceiver<SinkControl>,
+    ) -> Self {
+        counters.track_count.store(u8::try_from(tracks).unwrap_or(u8::MAX), Ordering::Relaxed);
         Self {
             epoch,
-            player: Playout::new(depth),
+            player,
             mtfc: mtfc.map(Mtfc::new),
             counters,
             events,
             control,
-            expected_seq: None,
-            awaiting: None,
+            tracks: vec![TrackCheck::default(); tracks.max(1)],
             awaiting_since: None,
             next_mtfc: None,
             finished_sent: false,
@@ -243,13 +410,32 @@ impl BenchSink {
                 SinkControl::Seek => {
                     self.loop_asked = false;
                     self.player.handle_seek(now);
-                    self.awaiting = Some(None);
+                    for t in &mut self.tracks {
+                        t.awaiting = Some(None);
+                        t.bye = false;
+                    }
                 }
                 SinkControl::SeekStart(seq) => {
                     // Other servers may renumber after a seek: learn the sequence anew.
-                    self.expected_seq = None;
-                    self.awaiting = seq.map(Some);
+                    if let Some(t) = self.tracks.first_mut() {
+                        t.expected = None;
+                        t.awaiting = seq.map(Some);
+                    }
                     self.awaiting_since = Some(now);
+                }
+                SinkControl::Tracks(starts) => {
+                    if let Player::Native(p) = &mut self.player {
+                        let rtptimes: Vec<Option<u32>> = starts.iter().map(|s| s.rtptime).collect();
+                        p.handle_start(now, &rtptimes);
+                    }
+                    if self.tracks.iter().any(|t| t.awaiting.is_some()) {
+                        // A seek's response: each track from its own first packet.
+                        for (i, t) in self.tracks.iter_mut().enumerate() {
+                            t.expected = None;
+                            t.awaiting = starts.get(i).and_then(|s| s.seq).map(Some);
+                        }
+                        self.awaiting_since = Some(now);
+                    }
                 }
                 SinkControl::Length(d) => self.player.handle_length(d),
                 SinkControl::MtfcOff => self.mtfc = None,
@@ -261,10 +447,16 @@ impl BenchSink {
         let c = &self.counters;
         let st = self.player.stats();
         let r = Ordering::Relaxed;
+        let sum = |f: fn(&TrackCheck) -> u64| self.tracks.iter().map(f).sum::<u64>();
         c.bytes.store(st.bytes, r);
-        c.packets.store(self.counts.packets, r);
-        c.lost.store(self.counts.lost, r);
-        c.reordered.store(self.counts.reordered, r);
+        c.packets.store(sum(|t| t.packets), r);
+        c.lost.store(sum(|t| t.lost), r);
+        c.reordered.store(sum(|t| t.reordered), r);
+        for (t, slot) in self.tracks.iter().zip(&c.tracks) {
+            slot.packets.store(t.packets, r);
+            slot.bytes.store(t.bytes, r);
+            slot.lost.store(t.lost, r);
+        }
         c.late.store(st.late_packets, r);
         c.starvations.store(st.starvations, r);
         c.stall_ns.store(self.player.stall_ns(now), r);
@@ -293,35 +485,38 @@ impl BenchSink {
 }
 
 impl MediaSink for BenchSink {
-    fn on_rtp(&mut self, at: Instant, from: SocketAddr, packet: &[u8]) {
+    fn on_rtp(&mut self, at: Instant, from: SocketAddr, track: usize, packet: &[u8]) {
         self.apply_controls(at);
         let Ok((header, range)) = RtpHeader::parse(packet) else { return };
+        let waited =
+            self.awaiting_since.is_some_and(|t| at.saturating_duration_since(t) > SEEK_WAIT);
+        // A channel or socket of no track set up: not this session's.
+        let Some(t) = self.tracks.get_mut(track) else { return };
         let seq = header.sequence;
-        if let Some(first) = self.awaiting {
-            let waited =
-                self.awaiting_since.is_some_and(|t| at.saturating_duration_since(t) > SEEK_WAIT);
+        if let Some(first) = t.awaiting {
             match first {
                 // Numbered before the seek's first packet: still from the old position.
                 Some(f) if (seq.wrapping_sub(f) as i16) < 0 && !waited => return,
                 None => return,
-                Some(_) => self.awaiting = None,
+                Some(_) => t.awaiting = None,
             }
         }
-        match self.expected_seq {
-            None => self.expected_seq = Some(seq.wrapping_add(1)),
+        match t.expected {
+            None => t.expected = Some(seq.wrapping_add(1)),
             Some(exp) => {
                 let d = seq.wrapping_sub(exp) as i16;
                 if d >= 0 {
-                    self.counts.lost += d as u64;
-                    self.expected_seq = Some(seq.wrapping_add(1));
+                    t.lost += d as u64;
+                    t.expected = Some(seq.wrapping_add(1));
                 } else {
                     // A packet counted lost came after all (or a duplicate).
-                    self.counts.reordered += 1;
-                    self.counts.lost = self.counts.lost.saturating_sub(1);
+                    t.reordered += 1;
+                    t.lost = t.lost.saturating_sub(1);
                 }
             }
         }
-        self.counts.packets += 1;
+        t.packets += 1;
+        t.bytes += range.len() as u64;
         let ns = at.saturating_duration_since(self.epoch).as_nanos() as u64;
         if self.counts.first_ns == 0 {
             self.counts.first_ns = ns.max(1);
@@ -330,19 +525,31 @@ impl MediaSink for BenchSink {
         if let Some((_, t)) = self.sources.entry(from.ip()) {
             t.add(range.len());
         }
-        self.player.handle_payload(at, &packet[range]);
+        match &mut self.player {
+            Player::Ts(p) => p.handle_payload(at, &packet[range]),
+            Player::Native(p) => p.handle_packet(at, track, header.timestamp, range.len()),
+        }
     }
 
-    fn on_rtcp(&mut self, at: Instant, packet: &[u8]) {
-        if parse_compound(packet).flatten().any(|p| matches!(p, RtcpPacket::Bye { .. })) {
-            if self.looping {
-                if !self.loop_asked {
-                    self.loop_asked = true;
-                    let _ = self.events.send(SinkEvent::InputEnded);
-                }
-            } else {
-                self.player.handle_end(at);
+    fn on_rtcp(&mut self, at: Instant, track: usize, packet: &[u8]) {
+        if !parse_compound(packet).flatten().any(|p| matches!(p, RtcpPacket::Bye { .. })) {
+            return;
+        }
+        if let Some(t) = self.tracks.get_mut(track) {
+            t.bye = true;
+        }
+        // The input has ended when every track has said so (ffmpeg waits for each BYE too).
+        let all = self.tracks.iter().all(|t| t.bye);
+        if self.looping {
+            if all && !self.loop_asked {
+                self.loop_asked = true;
+                let _ = self.events.send(SinkEvent::InputEnded);
             }
+            return;
+        }
+        match &mut self.player {
+            Player::Ts(p) => p.handle_end(at),
+            Player::Native(p) => p.handle_track_end(at, track),
         }
     }
 
@@ -484,11 +691,11 @@ pub struct SessionRecord {
     pub outcome: Outcome,
     /// What went wrong, if anything.
     pub error: Option<String>,
-    /// TS bytes received.
+    /// RTP payload bytes received (TS bytes for MP2T), all tracks.
     pub bytes: u64,
-    /// RTP packets received.
+    /// RTP packets received, all tracks.
     pub packets: u64,
-    /// Packets lost.
+    /// Packets lost, all tracks.
     pub lost: u64,
     /// Packets late.
     pub late: u64,
@@ -519,6 +726,19 @@ pub struct SessionRecord {
     pub content_bits_s: f64,
     /// Packets and payload bytes per source IP (per node of a cluster).
     pub per_source: BTreeMap<IpAddr, Traffic>,
+    /// Per track, in the order set up (one for an MP2T session).
+    pub tracks: Vec<TrackRecord>,
+}
+
+/// What one track of a session received, for the report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct TrackRecord {
+    /// RTP packets received.
+    pub packets: u64,
+    /// Payload bytes received.
+    pub bytes: u64,
+    /// Packets lost (sequence gaps not filled later).
+    pub lost: u64,
 }
 
 /// Runs client `id`: sessions one after another until `stop` (or, without `repeat`, after
@@ -613,6 +833,16 @@ fn record(
         media_s,
         content_bits_s: if media_s > 0.0 { bytes as f64 * 8.0 / media_s } else { 0.0 },
         per_source: c.source_traffic().collect(),
+        tracks: c
+            .tracks
+            .iter()
+            .take(usize::from(c.track_count.load(r)))
+            .map(|t| TrackRecord {
+                packets: t.packets.load(r),
+                bytes: t.bytes.load(r),
+                lost: t.lost.load(r),
+            })
+            .collect(),
     }
 }
 
@@ -653,18 +883,50 @@ async fn session(
     rate_refused: &mut bool,
 ) -> anyhow::Result<Outcome> {
     let mut client = Client::connect(url).await?;
-    let sdp = client.describe().await?;
+    let presentation = client.describe_presentation().await?;
+    let sdp = presentation.sdp.clone();
     let (ev_tx, mut events) = mpsc::unbounded_channel();
     let (ctl, ctl_rx) = mpsc::unbounded_channel();
     let mtfc = if settings.force_pace.is_some() { None } else { settings.mtfc };
-    let mut sink =
-        BenchSink::new(settings.epoch, settings.buffer, mtfc, Arc::clone(counters), ev_tx, ctl_rx);
+    let (epoch, buffer, counters_rc) = (settings.epoch, settings.buffer, Arc::clone(counters));
+    // Native tracks: every one SET UP on its own control URL (aggregate control).
+    let track_urls: Vec<String> = if presentation.is_mp2t() {
+        Vec::new()
+    } else {
+        presentation
+            .media
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                client.control_url(m.control.as_deref().unwrap_or(&format!("trackID={i}")))
+            })
+            .collect()
+    };
+    let native = !track_urls.is_empty();
+    let mut sink = if native {
+        let clocks: Vec<u32> = presentation.media.iter().map(|m| m.clock_rate).collect();
+        BenchSink::native(epoch, buffer, &clocks, mtfc, counters_rc, ev_tx, ctl_rx)
+    } else {
+        BenchSink::new(epoch, buffer, mtfc, counters_rc, ev_tx, ctl_rx)
+    };
     sink.looping = settings.stagger;
-    let r = client.setup_sink(settings.transport, Box::new(sink)).await?;
+    let r = if native {
+        client.setup_sink_tracks(settings.transport, Box::new(sink), &track_urls).await?
+    } else {
+        client.setup_sink(settings.transport, Box::new(sink)).await?
+    };
     let status = u16::from(r.status());
     if status != 200 {
         bail!("SETUP: {status}");
     }
+    // What a seek's (or the first) PLAY response tells the sink about where the stream starts.
+    let started = |info: &PlayInfo| {
+        if native {
+            SinkControl::Tracks(track_starts(&track_urls, info))
+        } else {
+            SinkControl::SeekStart(info.seq)
+        }
+    };
     counters.open.store(true, Ordering::Relaxed);
     if let Some(p) = settings.force_pace
         && !client.set_rate(p).await?
@@ -675,6 +937,9 @@ async fn session(
     let start =
         phase.zip(sdp_duration(&sdp)).map(|(f, len)| format!("npt={:.3}-", f * len.as_secs_f64()));
     let info = client.play(start.as_deref()).await?;
+    if native {
+        let _ = ctl.send(started(&info));
+    }
     if let Some(len) = info.range.as_deref().and_then(range_length) {
         let _ = ctl.send(SinkControl::Length(len));
     }
@@ -715,7 +980,7 @@ async fn session(
                     // Looping: the same session again from the start, at once.
                     let _ = ctl.send(SinkControl::Seek);
                     let info = client.play(Some("npt=0-")).await?;
-                    let _ = ctl.send(SinkControl::SeekStart(info.seq));
+                    let _ = ctl.send(started(&info));
                     if let Some(len) = info.range.as_deref().and_then(range_length) {
                         let _ = ctl.send(SinkControl::Length(len));
                     }
@@ -728,7 +993,7 @@ async fn session(
                     * ((rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64);
                 let _ = ctl.send(SinkControl::Seek);
                 let info = client.play(Some(&format!("npt={to:.3}-"))).await?;
-                let _ = ctl.send(SinkControl::SeekStart(info.seq));
+                let _ = ctl.send(started(&info));
                 if let Some(len) = info.range.as_deref().and_then(range_length) {
                     let _ = ctl.send(SinkControl::Length(len));
                 }
@@ -759,6 +1024,20 @@ async fn session(
     };
     let _ = tokio::time::timeout(TEARDOWN_WAIT, client.teardown()).await;
     Ok(outcome)
+}
+
+/// Each track's start from a PLAY response, for the tracks set up on `urls` in that order (the
+/// `RTP-Info` entry naming the track's URL, else the entry in the track's position).
+#[must_use]
+pub fn track_starts(urls: &[String], info: &PlayInfo) -> Vec<TrackStart> {
+    urls.iter()
+        .enumerate()
+        .map(|(i, url)| {
+            info.entry_for(url, i)
+                .map(|e| TrackStart { seq: e.seq, rtptime: e.rtptime })
+                .unwrap_or_default()
+        })
+        .collect()
 }
 
 /// The span of an NPT range `npt=A-B` (RFC 2326 §3.6), if both ends are given.
@@ -820,7 +1099,7 @@ mod tests {
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         let node = |i: u8| SocketAddr::from(([10, 0, 0, i], 6970));
         for (i, seq) in [10u16, 11, 13, 12, 16].into_iter().enumerate() {
-            sink.on_rtp(at(i as u64 + 1), node(1 + seq as u8 % 2), &rtp(seq));
+            sink.on_rtp(at(i as u64 + 1), node(1 + seq as u8 % 2), 0, &rtp(seq));
         }
         sink.on_tick(at(10));
         let r = Ordering::Relaxed;
@@ -839,11 +1118,11 @@ mod tests {
         );
         // A seek: packets of the old position (17) are dropped until RTP-Info's seq (100).
         ctl.send(SinkControl::Seek).unwrap();
-        sink.on_rtp(at(20), node(1), &rtp(17));
+        sink.on_rtp(at(20), node(1), 0, &rtp(17));
         ctl.send(SinkControl::SeekStart(Some(100))).unwrap();
-        sink.on_rtp(at(21), node(1), &rtp(18));
-        sink.on_rtp(at(22), node(1), &rtp(100));
-        sink.on_rtp(at(23), node(1), &rtp(101));
+        sink.on_rtp(at(21), node(1), 0, &rtp(18));
+        sink.on_rtp(at(22), node(1), 0, &rtp(100));
+        sink.on_rtp(at(23), node(1), 0, &rtp(101));
         sink.on_tick(at(30));
         assert_eq!(counters.packets.load(r), 7);
         assert_eq!(counters.lost.load(r), 2, "no gap counted across the seek");
@@ -851,9 +1130,120 @@ mod tests {
         // RTCP BYE ends the input; the (never started) player finishes.
         let mut bye = Vec::new();
         isochron_rtp::rtcp::write_bye(&mut bye, 7, None);
-        sink.on_rtcp(at(40), &bye);
+        sink.on_rtcp(at(40), 0, &bye);
         sink.on_tick(at(41));
         assert_eq!(counters.state.load(r), state::FINISHED);
+    }
+
+    /// A native packet: payload type 96, `len` bytes of payload.
+    fn native_rtp(seq: u16, timestamp: u32, len: usize) -> Vec<u8> {
+        let h = RtpHeader { marker: false, payload_type: 96, sequence: seq, timestamp, ssrc: 9 };
+        let mut p = h.to_bytes().to_vec();
+        p.resize(p.len() + len, 0);
+        p
+    }
+
+    #[test]
+    fn a_native_sink_checks_each_track_and_ends_after_every_bye() {
+        let (ev_tx, _ev_rx) = mpsc::unbounded_channel();
+        let (ctl, ctl_rx) = mpsc::unbounded_channel();
+        let counters = Arc::new(SessionCounters::default());
+        let t0 = Instant::now();
+        let depth = Duration::from_millis(200);
+        let mut sink = BenchSink::native(
+            t0,
+            depth,
+            &[90_000, 48_000],
+            None,
+            Arc::clone(&counters),
+            ev_tx,
+            ctl_rx,
+        );
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let server = SocketAddr::from(([127, 0, 0, 1], 8554));
+        let (v0, a0) = (9_000u32, u32::MAX - 10_000);
+        // Two seconds of both tracks in real time; the PLAY response comes after the first
+        // packet; video packet 510 is lost.
+        for ms in (0..2_000u64).step_by(20) {
+            if ms % 40 == 0 && ms != 400 {
+                let seq = 500 + (ms / 40) as u16;
+                sink.on_rtp(at(ms + 1), server, 0, &native_rtp(seq, v0 + ms as u32 * 90, 1000));
+            }
+            sink.on_rtp(
+                at(ms + 1),
+                server,
+                1,
+                &native_rtp(70 + (ms / 20) as u16, a0.wrapping_add(ms as u32 * 48), 200),
+            );
+            if ms == 0 {
+                let starts = vec![
+                    TrackStart { seq: Some(500), rtptime: Some(v0) },
+                    TrackStart { seq: Some(70), rtptime: Some(a0) },
+                ];
+                ctl.send(SinkControl::Tracks(starts)).unwrap();
+            }
+            sink.on_tick(at(ms + 10));
+        }
+        let r = Ordering::Relaxed;
+        assert_eq!(counters.track_count.load(r), 2);
+        let track = |i: usize| {
+            let t = &counters.tracks[i];
+            (t.packets.load(r), t.bytes.load(r), t.lost.load(r))
+        };
+        assert_eq!(track(0), (49, 49_000, 1));
+        assert_eq!(track(1), (100, 20_000, 0));
+        assert_eq!(counters.packets.load(r), 149);
+        assert_eq!(counters.lost.load(r), 1);
+        assert_eq!(counters.bytes.load(r), 69_000);
+        assert_eq!(counters.starvations.load(r), 0);
+        assert_eq!(counters.late.load(r), 0);
+        assert_eq!(counters.state.load(r), state::PLAYING);
+        assert_eq!(counters.media_ns.load(r), 1_980_000_000);
+        // A packet on a channel of no track is not counted.
+        sink.on_rtp(at(2_001), server, 5, &native_rtp(1, 0, 10));
+        // One track's BYE is not the end; the second is, and the buffer plays out.
+        let bye = |ssrc| {
+            let mut b = Vec::new();
+            isochron_rtp::rtcp::write_bye(&mut b, ssrc, None);
+            b
+        };
+        sink.on_rtcp(at(2_005), 0, &bye(1));
+        sink.on_tick(at(2_010));
+        assert_eq!(counters.state.load(r), state::PLAYING);
+        sink.on_rtcp(at(2_010), 1, &bye(2));
+        sink.on_tick(at(2_020));
+        assert_eq!(counters.state.load(r), state::DRAINING);
+        sink.on_tick(at(2_500));
+        assert_eq!(counters.state.load(r), state::FINISHED);
+        assert_eq!(counters.packets.load(r), 149);
+        assert_eq!(counters.starvations.load(r), 0);
+    }
+
+    #[test]
+    fn rtp_info_entries_go_to_the_tracks_by_url_else_by_position() {
+        let info = PlayInfo {
+            entries: crate::client::parse_rtp_info(
+                "url=rtsp://h/m/trackID=1;seq=7;rtptime=70,url=rtsp://h/m/trackID=0;seq=5;rtptime=50",
+            ),
+            ..PlayInfo::default()
+        };
+        let urls = ["rtsp://h/m/trackID=0".to_string(), "rtsp://h/m/trackID=1".to_string()];
+        assert_eq!(
+            track_starts(&urls, &info),
+            [
+                TrackStart { seq: Some(5), rtptime: Some(50) },
+                TrackStart { seq: Some(7), rtptime: Some(70) },
+            ]
+        );
+        let other = ["rtsp://x/0".to_string(), "rtsp://x/1".to_string(), "rtsp://x/2".to_string()];
+        assert_eq!(
+            track_starts(&other, &info),
+            [
+                TrackStart { seq: Some(7), rtptime: Some(70) },
+                TrackStart { seq: Some(5), rtptime: Some(50) },
+                TrackStart::default(),
+            ]
+        );
     }
 
     #[test]
