@@ -8,7 +8,8 @@
 #
 # Usage: scripts/loopback-nmax.sh OUT_DIR
 # Environment: BIN (default target/release/isochron), STORE (a store holding the object, default
-# /work/bench-media/D), OBJECT (default fig3), MAX_CLIENTS (default 800), TRIAL_S (default 20).
+# /work/bench-media/D), OBJECT (default fig3), MAX_CLIENTS (default 800), TRIAL_S (default: the
+# object's length + the buffer + 3 s, so every trial plays the whole clip).
 # Needs perf and iperf3 (Debian: linux-perf, iperf3) and root for perf on another process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +18,7 @@ BIN=${BIN:-$PWD/target/release/isochron}
 STORE=${STORE:-/work/bench-media/D}
 OBJECT=${OBJECT:-fig3}
 MAX_CLIENTS=${MAX_CLIENTS:-800}
-TRIAL_S=${TRIAL_S:-20}
+TRIAL_S=${TRIAL_S:-}
 RTSP=127.0.0.1:19554
 HTTP=127.0.0.1:19080
 DGRAM=1328
@@ -32,8 +33,10 @@ for _ in $(seq 50); do curl -fsS "http://$HTTP/metrics" > /dev/null 2>&1 && brea
 url=rtsp://$RTSP/$OBJECT
 common=(--buffer-ms 2000 --server-pid "$pid" --metrics "http://$HTTP/metrics" --seed 5 --iface lo)
 
-log "N_max search (doubling, then bisection; $TRIAL_S s trials, up to $MAX_CLIENTS clients)"
-"$BIN" bench "$url" --out "$OUT/nmax" --find-nmax --trial "$TRIAL_S" --max-clients "$MAX_CLIENTS" \
+trial=()
+[ -n "$TRIAL_S" ] && trial=(--trial "$TRIAL_S")
+log "N_max search (doubling, then bisection; whole-clip trials, up to $MAX_CLIENTS clients)"
+"$BIN" bench "$url" --out "$OUT/nmax" --find-nmax "${trial[@]}" --max-clients "$MAX_CLIENTS" \
   --duration 2400 "${common[@]}" | tee "$OUT/nmax.txt"
 nmax=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['n_max'] or 1)" "$OUT/nmax/report.json")
 

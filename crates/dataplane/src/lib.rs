@@ -1,4 +1,5 @@
-//! isochron's data plane: blocks from the disks to the wire, on two OS threads.
+//! isochron's data plane: blocks from the disks to the wire, on a scheduler thread and K sender
+//! threads.
 //!
 //! ```text
 //!  session manager, recorders, reorganiser, HTTP          (isochron-server, isochron-http)
@@ -6,19 +7,21 @@
 //!     ▼                                      │
 //!  scheduler thread (CycleScheduler + BlockCache) ──IoCommand──▶ per-disk IO threads
 //!     │ SenderCommand::Block   ▲ BlockDone, Pace   ◀──ReadDone──┘  (isochron-diskio)
-//!     ▼                        │ PacerEvent through the SenderSink (wired by the server)
-//!  sender thread (Pacer, sendmmsg) ──▶ UDP, or OutFrames to an RTSP connection's writer
+//!     ▼ (Senders: by stream)   │ PacerEvent through the SenderSink (wired by the server)
+//!  K sender threads (each a Pacer, sendmmsg, its own socket) ──▶ UDP, or OutFrames to an RTSP
+//!                                                                connection's writer
 //! ```
 //!
 //! Why a crate of its own: this is the hot path, where a stream keeps or misses its deadlines,
 //! and it has two owners that must stay separable from the control plane around them (RTSP
 //! sessions, recordings, reorganisation, HTTP in `isochron-server` and `isochron-http`). The
 //! scheduler thread ([`sched_thread`]) is the one owner of the XTREAM cycle scheduler and its
-//! block cache; the sender thread ([`sender`]) is the one owner of the [`pacer`] and the
-//! transports. Each is fed a closed command enum over one channel.
+//! block cache; each sender thread ([`sender`]) is the one owner of a [`pacer`] and the
+//! transports of the streams hashed to it ([`shards`]). Each is fed a closed command enum over
+//! one channel.
 //!
 //! The modules depend downward only: [`clock`] ← [`pacer`], [`rtx`] ← [`net`] ← [`sender`] ←
-//! [`sched_thread`] (which also keeps the [`admission_log`]). The scheduler thread hands blocks
+//! [`shards`] ← [`sched_thread`] (which also keeps the [`admission_log`]). The scheduler thread hands blocks
 //! down to the sender ([`sender::SenderCommand::Block`]); nothing here names a command type of a
 //! higher owner. What goes up — a block sent, a pace change, the end of a stream from the sender;
 //! a failed read from the scheduler thread — is an event of the lower module
@@ -36,3 +39,4 @@ pub mod pacer;
 pub mod rtx;
 pub mod sched_thread;
 pub mod sender;
+pub mod shards;

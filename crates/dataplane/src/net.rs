@@ -9,6 +9,7 @@
 //! payload stays where the disk read put it (the block buffer, shared by every session playing
 //! that block), so no payload is copied per session and nothing is allocated per packet.
 
+use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 
@@ -49,6 +50,70 @@ impl UdpPair {
     pub fn rtp_port(&self) -> io::Result<u16> {
         Ok(self.rtp.local_addr()?.port())
     }
+
+    /// `k` pairs on the same two ports, one per sender shard, each with its own send buffer:
+    /// bound with `SO_REUSEPORT`, and a one-instruction classic BPF program
+    /// (`SO_ATTACH_REUSEPORT_CBPF`) steers every datagram that arrives to the first pair, the
+    /// one the server reads RTCP from — without it the kernel would spread the clients' RTCP
+    /// over sockets nobody reads. The first pair is `[0]`. Where the kernel refuses any of
+    /// this, the shards share one pair (a warning says so). `port == 0` finds a free pair.
+    pub fn bind_shards(
+        ip: IpAddr,
+        port: u16,
+        send_buffer: usize,
+        k: usize,
+    ) -> io::Result<Vec<Self>> {
+        if k <= 1 {
+            return Ok(vec![Self::bind(ip, port, send_buffer)?]);
+        }
+        let ports: Vec<u16> = if port != 0 { vec![port] } else { (0..64).map(|_| 0).collect() };
+        let mut last_error = None;
+        for p in ports {
+            match bind_group(ip, p, send_buffer, k) {
+                Ok(pairs) => return Ok(pairs),
+                Err(e) => last_error = Some(e),
+            }
+        }
+        let e = last_error.unwrap_or_else(|| io::Error::other("no port tried"));
+        tracing::warn!(
+            error = %e,
+            shards = k,
+            "SO_REUSEPORT sockets for the sender shards refused: the shards share one socket pair"
+        );
+        let first = Self::bind(ip, port, send_buffer)?;
+        let mut pairs = Vec::with_capacity(k);
+        for _ in 1..k {
+            pairs.push(Self { rtp: first.rtp.try_clone()?, rtcp: first.rtcp.try_clone()? });
+        }
+        pairs.insert(0, first);
+        Ok(pairs)
+    }
+}
+
+/// `k` pairs sharing `port` and `port + 1` (a free even port when 0), the group's arrivals
+/// steered to the first.
+fn bind_group(ip: IpAddr, port: u16, send_buffer: usize, k: usize) -> io::Result<Vec<UdpPair>> {
+    let port = if port != 0 {
+        port
+    } else {
+        let probe = udp_socket(SocketAddr::new(ip, 0), send_buffer)?;
+        let p = probe.local_addr()?.port() & !1;
+        if p == 0 || p == u16::MAX - 1 {
+            return Err(io::Error::new(io::ErrorKind::AddrInUse, "probed an unusable port"));
+        }
+        p
+    };
+    let mut pairs = Vec::with_capacity(k);
+    for i in 0..k {
+        let rtp = reuse_port_socket(SocketAddr::new(ip, port), send_buffer)?;
+        let rtcp = reuse_port_socket(SocketAddr::new(ip, port + 1), send_buffer)?;
+        if i == 0 {
+            steer_to_first(&rtp)?;
+            steer_to_first(&rtcp)?;
+        }
+        pairs.push(UdpPair { rtp, rtcp });
+    }
+    Ok(pairs)
 }
 
 fn udp_socket(addr: SocketAddr, send_buffer: usize) -> io::Result<UdpSocket> {
@@ -60,35 +125,131 @@ fn udp_socket(addr: SocketAddr, send_buffer: usize) -> io::Result<UdpSocket> {
     Ok(s.into())
 }
 
+fn reuse_port_socket(addr: SocketAddr, send_buffer: usize) -> io::Result<UdpSocket> {
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    let _ = s.set_send_buffer_size(send_buffer);
+    let _ = s.set_recv_buffer_size(1 << 20);
+    s.set_reuse_port(true)?;
+    s.bind(&addr.into())?;
+    Ok(s.into())
+}
+
+/// Attaches to `socket`'s `SO_REUSEPORT` group a classic BPF program that answers 0 for every
+/// datagram: the group's first socket receives all of them.
+fn steer_to_first(socket: &UdpSocket) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut program =
+        [libc::sock_filter { code: (libc::BPF_RET | libc::BPF_K) as u16, jt: 0, jf: 0, k: 0 }];
+    let fprog = libc::sock_fprog { len: 1, filter: program.as_mut_ptr() };
+    // SAFETY: `fprog` and the program it points to live on this stack for the call; the kernel
+    // copies the program.
+    let r = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            std::ptr::addr_of!(fprog).cast(),
+            size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
 /// The longest header a [`Batch`] datagram has: RTP's 12 bytes and the LSN extension's 8.
 pub const MAX_HEADER: usize = isochron_rtp::RTP_HEADER_LSN_LEN;
 
+/// Most datagrams in one UDP GSO send (the kernel's `UDP_MAX_SEGMENTS` is 64 or more).
+const MAX_SEGMENTS: u32 = 64;
+/// Most bytes in one UDP GSO send (a UDP payload over IPv4 is at most 65 507 bytes).
+const MAX_GSO_BYTES: usize = 65_000;
+/// Control buffer of one message: a `cmsghdr` and the `u16` segment size, 8-byte aligned.
+type Cmsg = [u64; 4];
+
+/// Whether this kernel takes UDP generic segmentation offload (`UDP_SEGMENT`, Linux 4.18): set
+/// on a throw-away socket.
+#[must_use]
+pub fn gso_supported() -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(s) = UdpSocket::bind((std::net::Ipv4Addr::LOCALHOST, 0)) else { return false };
+    let size: libc::c_int = 1200;
+    // SAFETY: a valid socket and a c_int option value that lives across the call.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_SEGMENT,
+            std::ptr::addr_of!(size).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    }
+}
+
+/// The datagrams of one message: one, or several of `seg_len` bytes (the last may be
+/// shorter) sent as one UDP GSO buffer.
+#[derive(Clone, Copy, Debug)]
+struct Message {
+    count: u32,
+    seg_len: usize,
+    total: usize,
+    /// Whether another datagram of `seg_len` or less may join (not after a shorter one).
+    open: bool,
+}
+
 /// A reusable batch of datagrams for one `sendmmsg(2)` call. Lives on one thread: it holds raw
 /// pointers into the headers and payloads it was given until [`Batch::send`] returns.
+///
+/// With UDP GSO on, datagrams to the same address whose sizes allow it (equal, the last of a
+/// run possibly shorter) travel as one message with a `UDP_SEGMENT` control message: the
+/// kernel walks its stack once for the lot and cuts them into datagrams at the end (a
+/// high-bit-rate stream has several packets due in each quantum). Nothing is copied or
+/// allocated per datagram: the vectors are reused from batch to batch.
 pub struct Batch {
+    /// Per datagram: its header, payload and message.
     headers: Vec<([u8; MAX_HEADER], usize)>,
-    addrs: Vec<SockAddr>,
     payloads: Vec<(*const u8, usize)>,
-    iovecs: Vec<[libc::iovec; 2]>,
+    message_of: Vec<u32>,
+    /// Per message: the destination and its datagrams.
+    addrs: Vec<SockAddr>,
+    messages: Vec<Message>,
+    /// The message still open to more datagrams, per destination.
+    open_to: HashMap<SocketAddr, u32>,
+    gso: bool,
+    // Scratch for `send`.
+    ends: Vec<usize>,
+    order: Vec<u32>,
+    iovecs: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
+    cmsgs: Vec<Cmsg>,
 }
 
 impl std::fmt::Debug for Batch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Batch").field("len", &self.headers.len()).finish()
+        f.debug_struct("Batch")
+            .field("len", &self.headers.len())
+            .field("messages", &self.messages.len())
+            .field("gso", &self.gso)
+            .finish()
     }
 }
 
 impl Batch {
-    /// An empty batch with room for `capacity` datagrams.
+    /// An empty batch with room for `capacity` datagrams, coalescing them with UDP GSO when
+    /// `gso` (see [`gso_supported`]).
     #[must_use]
-    pub fn with_capacity(capacity: usize) -> Self {
+    pub fn with_capacity(capacity: usize, gso: bool) -> Self {
         Self {
             headers: Vec::with_capacity(capacity),
-            addrs: Vec::with_capacity(capacity),
             payloads: Vec::with_capacity(capacity),
-            iovecs: Vec::with_capacity(capacity),
+            message_of: Vec::with_capacity(capacity),
+            addrs: Vec::with_capacity(capacity),
+            messages: Vec::with_capacity(capacity),
+            open_to: HashMap::with_capacity(capacity),
+            gso,
+            ends: Vec::with_capacity(capacity),
+            order: Vec::with_capacity(capacity),
+            iovecs: Vec::with_capacity(2 * capacity),
             msgs: Vec::with_capacity(capacity),
+            cmsgs: vec![[0; 4]; capacity],
         }
     }
 
@@ -104,6 +265,12 @@ impl Batch {
         self.headers.is_empty()
     }
 
+    /// Whether datagrams are coalesced with UDP GSO (off after the kernel refused it).
+    #[must_use]
+    pub fn gso(&self) -> bool {
+        self.gso
+    }
+
     /// Queues a datagram of `header` (at most [`MAX_HEADER`] bytes: an RTP header, with the LSN
     /// extension when it has one) followed by `payload`.
     ///
@@ -113,45 +280,110 @@ impl Batch {
         let mut h = [0u8; MAX_HEADER];
         h[..header.len()].copy_from_slice(header);
         self.headers.push((h, header.len()));
-        self.addrs.push(to.into());
         self.payloads.push((payload.as_ptr(), payload.len()));
+        let len = header.len() + payload.len();
+        if self.gso
+            && let Some(&m) = self.open_to.get(&to)
+        {
+            let msg = &mut self.messages[m as usize];
+            if msg.open
+                && len <= msg.seg_len
+                && msg.count < MAX_SEGMENTS
+                && msg.total + len <= MAX_GSO_BYTES
+            {
+                msg.count += 1;
+                msg.total += len;
+                msg.open = len == msg.seg_len;
+                self.message_of.push(m);
+                return;
+            }
+        }
+        let m = self.messages.len() as u32;
+        self.messages.push(Message { count: 1, seg_len: len, total: len, open: true });
+        self.addrs.push(to.into());
+        self.message_of.push(m);
+        if self.gso {
+            self.open_to.insert(to, m);
+        }
     }
 
     /// Sends everything queued on `socket`, then empties the batch. Returns how many datagrams
-    /// the kernel accepted; a datagram it refuses (e.g. no route) is skipped, not retried.
+    /// the kernel accepted; a datagram it refuses (e.g. no route) is skipped, not retried. A
+    /// GSO message the kernel refuses is sent again as single datagrams, and GSO is turned off
+    /// for good if the device cannot do it (`EIO`).
     pub fn send(&mut self, socket: &UdpSocket) -> io::Result<usize> {
+        let result = self.send_all(socket);
+        self.headers.clear();
+        self.payloads.clear();
+        self.message_of.clear();
+        self.addrs.clear();
+        self.messages.clear();
+        self.open_to.clear();
+        result
+    }
+
+    fn send_all(&mut self, socket: &UdpSocket) -> io::Result<usize> {
         use std::os::fd::AsRawFd;
         let n = self.headers.len();
+        let n_msgs = self.messages.len();
+        if n == 0 {
+            return Ok(0);
+        }
+        // The datagrams in message order, by a counting sort: `ends[m]` walks message m's
+        // slots and ends one past its last.
+        self.ends.clear();
+        let mut at = 0;
+        for m in &self.messages {
+            self.ends.push(at);
+            at += m.count as usize;
+        }
+        self.order.clear();
+        self.order.resize(n, 0);
+        for (i, &m) in self.message_of.iter().enumerate() {
+            let slot = &mut self.ends[m as usize];
+            self.order[*slot] = i as u32;
+            *slot += 1;
+        }
         self.iovecs.clear();
-        self.msgs.clear();
-        for i in 0..n {
+        for &i in &self.order {
+            let i = i as usize;
             let (ptr, len) = self.payloads[i];
-            self.iovecs.push([
-                libc::iovec {
-                    iov_base: self.headers[i].0.as_mut_ptr().cast(),
-                    iov_len: self.headers[i].1,
-                },
-                libc::iovec { iov_base: ptr.cast_mut().cast(), iov_len: len },
-            ]);
+            self.iovecs.push(libc::iovec {
+                iov_base: self.headers[i].0.as_mut_ptr().cast(),
+                iov_len: self.headers[i].1,
+            });
+            self.iovecs.push(libc::iovec { iov_base: ptr.cast_mut().cast(), iov_len: len });
         }
-        for i in 0..n {
+        if self.cmsgs.len() < n_msgs {
+            self.cmsgs.resize(n_msgs, [0; 4]);
+        }
+        self.msgs.clear();
+        for (m, msg) in self.messages.iter().enumerate() {
+            let start = self.ends[m] - msg.count as usize;
             // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
-            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            m.msg_hdr.msg_name = self.addrs[i].as_ptr().cast_mut().cast();
-            m.msg_hdr.msg_namelen = self.addrs[i].len();
-            m.msg_hdr.msg_iov = self.iovecs[i].as_mut_ptr();
-            m.msg_hdr.msg_iovlen = 2;
-            self.msgs.push(m);
+            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            h.msg_hdr.msg_name = self.addrs[m].as_ptr().cast_mut().cast();
+            h.msg_hdr.msg_namelen = self.addrs[m].len();
+            h.msg_hdr.msg_iov = self.iovecs[2 * start..].as_mut_ptr();
+            h.msg_hdr.msg_iovlen = 2 * msg.count as usize;
+            if msg.count > 1 {
+                let c = &mut self.cmsgs[m];
+                segment_cmsg(c, msg.seg_len as u16);
+                h.msg_hdr.msg_control = c.as_mut_ptr().cast();
+                // SAFETY: CMSG_SPACE only computes a size.
+                h.msg_hdr.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as usize;
+            }
+            self.msgs.push(h);
         }
-        let mut sent = 0;
-        let mut result = Ok(0);
-        while sent < n {
-            let remaining = (n - sent) as libc::c_uint;
-            // SAFETY: `msgs[sent..]` are initialised mmsghdrs whose name, iovec and payload
-            // pointers stay valid for the call: addresses and headers are owned by `self`, and
-            // the caller guarantees the payloads outlive this call (see `push`).
+        let (mut done, mut datagrams, mut result) = (0, 0, Ok(()));
+        while done < n_msgs {
+            let remaining = (n_msgs - done) as libc::c_uint;
+            // SAFETY: `msgs[done..]` are initialised mmsghdrs whose name, iovec, control and
+            // payload pointers stay valid for the call: addresses, headers, iovecs and control
+            // buffers are owned by `self` and not touched until it returns, and the caller
+            // guarantees the payloads outlive this call (see `push`).
             let r = unsafe {
-                libc::sendmmsg(socket.as_raw_fd(), self.msgs[sent..].as_mut_ptr(), remaining, 0)
+                libc::sendmmsg(socket.as_raw_fd(), self.msgs[done..].as_mut_ptr(), remaining, 0)
             };
             if r < 0 {
                 let e = io::Error::last_os_error();
@@ -161,24 +393,69 @@ impl Batch {
                         result = Err(e);
                         break;
                     }
-                    // This datagram is refused (bad address, no route …): skip it.
+                    // This message is refused: a GSO buffer goes again datagram by datagram
+                    // (`EIO`: the device cannot segment, so GSO stays off); a single datagram
+                    // (bad address, no route …) is skipped.
                     _ => {
-                        sent += 1;
-                        result = Err(e);
+                        if self.messages[done].count > 1 {
+                            if e.raw_os_error() == Some(libc::EIO) && self.gso {
+                                self.gso = false;
+                                tracing::warn!(error = %e, "UDP GSO refused: sending datagrams singly");
+                            }
+                            datagrams += self.send_singly(socket, done);
+                        } else {
+                            result = Err(e);
+                        }
+                        done += 1;
                         continue;
                     }
                 }
             }
-            sent += r as usize;
+            let r = r as usize;
+            datagrams +=
+                self.messages[done..done + r].iter().map(|m| m.count as usize).sum::<usize>();
+            done += r;
         }
-        self.headers.clear();
-        self.addrs.clear();
-        self.payloads.clear();
         match result {
-            Ok(_) => Ok(sent),
-            Err(e) if sent == 0 => Err(e),
-            Err(_) => Ok(sent),
+            Ok(()) => Ok(datagrams),
+            Err(e) if datagrams == 0 => Err(e),
+            Err(_) => Ok(datagrams),
         }
+    }
+
+    /// Sends message `m`'s datagrams one `sendmsg(2)` each; returns how many the kernel took.
+    fn send_singly(&mut self, socket: &UdpSocket, m: usize) -> usize {
+        use std::os::fd::AsRawFd;
+        let count = self.messages[m].count as usize;
+        let start = self.ends[m] - count;
+        let mut sent = 0;
+        for k in start..start + count {
+            // SAFETY: msghdr is plain old data; all-zero is a valid value.
+            let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+            h.msg_name = self.addrs[m].as_ptr().cast_mut().cast();
+            h.msg_namelen = self.addrs[m].len();
+            h.msg_iov = self.iovecs[2 * k..].as_mut_ptr();
+            h.msg_iovlen = 2;
+            // SAFETY: as in `send_all`: every pointer in `h` is valid for the call.
+            if unsafe { libc::sendmsg(socket.as_raw_fd(), &h, 0) } >= 0 {
+                sent += 1;
+            }
+        }
+        sent
+    }
+}
+
+/// Writes into `buf` a `UDP_SEGMENT` control message: cut the buffer into datagrams of
+/// `seg_len` bytes.
+fn segment_cmsg(buf: &mut Cmsg, seg_len: u16) {
+    let c = buf.as_mut_ptr().cast::<libc::cmsghdr>();
+    // SAFETY: `buf` is 32 bytes, 8-byte aligned: room for a cmsghdr and its 2 data bytes
+    // (CMSG_SPACE(2) is 24 on 64-bit Linux); the data may be unaligned, so it is written so.
+    unsafe {
+        (*c).cmsg_level = libc::SOL_UDP;
+        (*c).cmsg_type = libc::UDP_SEGMENT;
+        (*c).cmsg_len = libc::CMSG_LEN(2) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg_len);
     }
 }
 
@@ -219,6 +496,72 @@ mod tests {
     use std::net::Ipv4Addr;
 
     #[test]
+    fn shard_sockets_send_from_one_port_and_every_arrival_reaches_the_first() {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let pairs = UdpPair::bind_shards(lo, 0, 1 << 20, 3).unwrap();
+        assert_eq!(pairs.len(), 3);
+        let port = pairs[0].rtp_port().unwrap();
+        let rx = UdpSocket::bind((lo, 0)).unwrap();
+        for p in &pairs {
+            assert_eq!(p.rtp_port().unwrap(), port);
+            assert_eq!(p.rtcp.local_addr().unwrap().port(), port + 1);
+            p.rtp.send_to(b"x", rx.local_addr().unwrap()).unwrap();
+            let (_, from) = rx.recv_from(&mut [0u8; 8]).unwrap();
+            assert_eq!(from.port(), port, "sent from the advertised port");
+        }
+        // Datagrams from many source ports (the kernel's hash would spread them over the
+        // group) all reach the first pair's RTCP socket.
+        pairs[0].rtcp.set_read_timeout(Some(std::time::Duration::from_secs(2))).unwrap();
+        for i in 0..32u8 {
+            let client = UdpSocket::bind((lo, 0)).unwrap();
+            client.send_to(&[i], (lo, port + 1)).unwrap();
+            let mut b = [0u8; 8];
+            let (n, _) = pairs[0].rtcp.recv_from(&mut b).unwrap();
+            assert_eq!(&b[..n], &[i]);
+        }
+    }
+
+    #[test]
+    fn gso_coalesces_equal_datagrams_per_destination_and_the_kernel_cuts_them() {
+        if !gso_supported() {
+            eprintln!("no UDP GSO on this kernel: nothing to check");
+            return;
+        }
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let pair = UdpPair::bind(lo, 0, 1 << 20).unwrap();
+        let (rx1, rx2) = (UdpSocket::bind((lo, 0)).unwrap(), UdpSocket::bind((lo, 0)).unwrap());
+        let (to1, to2) = (rx1.local_addr().unwrap(), rx2.local_addr().unwrap());
+        // Ten 1328-byte datagrams to each, interleaved, the last to rx1 shorter; then one more
+        // to rx1 that cannot join (after the short one).
+        let big: Vec<Vec<u8>> = (0..21u8).map(|i| vec![i; 1316]).collect();
+        let mut b = Batch::with_capacity(64, true);
+        for i in 0..10 {
+            b.push(to1, &[i as u8; 12], &big[i]);
+            b.push(to2, &[100 + i as u8; 12], &big[10 + i]);
+        }
+        b.push(to1, &[10; 12], &big[20][..500]);
+        b.push(to1, &[11; 12], &big[20]);
+        assert_eq!(b.messages.len(), 3, "{b:?}");
+        assert_eq!(b.send(&pair.rtp).unwrap(), 22);
+        assert!(b.gso(), "loopback segments");
+        let mut buf = [0u8; 2048];
+        for i in 0..12u8 {
+            let (n, _) = rx1.recv_from(&mut buf).unwrap();
+            let want = match i {
+                10 => 512,
+                _ => 1328,
+            };
+            assert_eq!((n, &buf[..12]), (want, &[i; 12][..]), "datagram {i} to rx1");
+            let body = if i < 10 { i } else { 20 };
+            assert!(buf[12..n].iter().all(|&x| x == body));
+        }
+        for i in 0..10u8 {
+            let (n, _) = rx2.recv_from(&mut buf).unwrap();
+            assert_eq!((n, buf[0], buf[12]), (1328, 100 + i, 10 + i));
+        }
+    }
+
+    #[test]
     fn batch_sends_header_and_payload_in_order() {
         let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
         let pair = UdpPair::bind(lo, 0, 1 << 20).unwrap();
@@ -228,7 +571,7 @@ mod tests {
         let rx = UdpSocket::bind((lo, 0)).unwrap();
         let to = rx.local_addr().unwrap();
         let payloads: Vec<Vec<u8>> = (0..100u8).map(|i| vec![i; 188]).collect();
-        let mut b = Batch::with_capacity(100);
+        let mut b = Batch::with_capacity(100, false);
         for (i, p) in payloads.iter().enumerate() {
             b.push(to, &[i as u8; 12], p);
         }

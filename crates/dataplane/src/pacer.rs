@@ -321,6 +321,10 @@ pub enum PacerEvent {
     },
 }
 
+/// Upper bounds of [`PacerStats::lateness_buckets`], µs: 1 ms to 2 s.
+pub const LATENESS_BUCKETS_US: [u64; 8] =
+    [1_000, 5_000, 10_000, 50_000, 100_000, 500_000, 1_000_000, 2_000_000];
+
 /// Counters, monotonic.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PacerStats {
@@ -334,8 +338,26 @@ pub struct PacerStats {
     pub lateness_us_sum: u64,
     /// Largest lateness of a packet, in µs.
     pub lateness_us_max: u64,
+    /// Packets by lateness: `[i]` counts those at most [`LATENESS_BUCKETS_US`]`[i]` late and
+    /// more than the bucket below (the later ones are in `packets` only).
+    pub lateness_buckets: [u64; LATENESS_BUCKETS_US.len()],
     /// Changes of a stream's pace (MTFC rate requests carried out).
     pub pace_changes: u64,
+}
+
+impl PacerStats {
+    /// Adds another pacer's counters to these (the largest lateness is the larger of the two).
+    pub fn add(&mut self, o: &Self) {
+        self.packets += o.packets;
+        self.payload_bytes += o.payload_bytes;
+        self.underruns += o.underruns;
+        self.lateness_us_sum += o.lateness_us_sum;
+        self.lateness_us_max = self.lateness_us_max.max(o.lateness_us_max);
+        for (a, b) in self.lateness_buckets.iter_mut().zip(o.lateness_buckets) {
+            *a += b;
+        }
+        self.pace_changes += o.pace_changes;
+    }
 }
 
 /// One stream's progress, for the API ([`Pacer::progress`]).
@@ -970,6 +992,9 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 self.stats.payload_bytes += len;
                 self.stats.lateness_us_sum += late;
                 self.stats.lateness_us_max = self.stats.lateness_us_max.max(late);
+                if let Some(i) = LATENESS_BUCKETS_US.iter().position(|&b| late <= b) {
+                    self.stats.lateness_buckets[i] += 1;
+                }
                 Some(Transmit::Rtp {
                     stream,
                     track: track as u8,

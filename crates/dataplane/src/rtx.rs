@@ -76,6 +76,17 @@ pub struct RetransmitStats {
     pub unknown_stream: u64,
 }
 
+impl RetransmitStats {
+    /// Adds another buffer's counters to these.
+    pub fn add(&mut self, o: &Self) {
+        self.nacks += o.nacks;
+        self.requested += o.requested;
+        self.resent += o.resent;
+        self.missed += o.missed;
+        self.unknown_stream += o.unknown_stream;
+    }
+}
+
 #[derive(Debug)]
 struct Ring<B> {
     /// `(sent at, seq, packet)`, oldest first.

@@ -28,7 +28,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError};
 use isochron_base::{BlockIndex, BlockKey, DiskId, MediaTime, ObjectId, Pace, Replicas, StreamId};
 use isochron_diskio::{
     IoCommand, IoStats, IoWorker, ReadDone as DiskReadDone, WriteDone as DiskWriteDone,
@@ -380,7 +380,7 @@ pub struct SchedThread {
     /// Each disk's IO thread.
     pub workers: HashMap<DiskId, IoWorker>,
     /// The sender thread, which gets the blocks read.
-    pub sender: Sender<SenderCommand>,
+    pub sender: crate::shards::Senders,
     /// Where failed reads of playing streams are reported.
     pub on_event: SchedSink,
     /// A cluster node's reads of copies on other nodes' disks (`None`: every disk is local).

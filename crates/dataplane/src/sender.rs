@@ -238,6 +238,19 @@ pub struct SenderStats {
     pub retransmit: RetransmitStats,
 }
 
+impl SenderStats {
+    /// Adds another shard's counters to these (the largest lateness is the larger of the two).
+    pub fn add(&mut self, o: &Self) {
+        self.pacer.add(&o.pacer);
+        self.syscalls += o.syscalls;
+        self.send_errors += o.send_errors;
+        self.streams += o.streams;
+        self.relayed += o.relayed;
+        self.relay_unknown += o.relay_unknown;
+        self.retransmit.add(&o.retransmit);
+    }
+}
+
 struct StreamOut {
     /// By track index; `None` for a track not set up.
     tracks: Vec<Option<TrackOut>>,
@@ -277,6 +290,9 @@ pub struct SenderThread {
     pub quantum: Duration,
     /// How long a UDP stream's packets are kept for retransmission (`[sender] retransmit_ms`).
     pub retransmit_window: Duration,
+    /// Coalesce a stream's packets due together with UDP GSO (`[sender] gso`, where the
+    /// kernel has it: [`crate::net::gso_supported`]).
+    pub gso: bool,
 }
 
 impl SenderThread {
@@ -286,7 +302,7 @@ impl SenderThread {
             Pacer::new(PacerConfig { rtcp_interval: self.rtcp_interval, ..PacerConfig::default() });
         let mut outs: HashMap<StreamId, StreamOut> = HashMap::new();
         let mut by_ssrc: HashMap<u32, (StreamId, u8)> = HashMap::new();
-        let mut batch = Batch::with_capacity(self.batch_packets);
+        let mut batch = Batch::with_capacity(self.batch_packets, self.gso);
         // Blocks referenced by the batch stay alive until it is sent.
         let mut held: Vec<SharedBlock> = Vec::with_capacity(self.batch_packets);
         let mut rtcp_buf = Vec::with_capacity(256);

@@ -12,6 +12,7 @@
 
 use std::fmt::Write as _;
 
+use isochron_dataplane::pacer::LATENESS_BUCKETS_US;
 use isochron_sched::admission::Refusal;
 
 use crate::state::Gathered;
@@ -23,6 +24,8 @@ pub(crate) enum Kind {
     Counter,
     /// Goes up and down.
     Gauge,
+    /// Cumulative buckets (`_bucket{le=…}`), `_sum` and `_count`.
+    Histogram,
 }
 
 impl Kind {
@@ -30,6 +33,7 @@ impl Kind {
         match self {
             Self::Counter => "counter",
             Self::Gauge => "gauge",
+            Self::Histogram => "histogram",
         }
     }
 }
@@ -92,7 +96,7 @@ fn format_value(v: f64) -> String {
 /// Renders every metric of `g`.
 #[allow(clippy::too_many_lines)] // one flat list of metrics reads better than pieces
 pub(crate) fn render(g: &Gathered) -> String {
-    use Kind::{Counter, Gauge};
+    use Kind::{Counter, Gauge, Histogram};
     let mut e = Exposition::default();
     let (send, sched) = (&g.send, &g.sched);
     let c = sched.stats.cache;
@@ -173,6 +177,20 @@ pub(crate) fn render(g: &Gathered) -> String {
         "Largest delay of a packet past its send time.",
         send.pacer.lateness_us_max as f64 / 1e6,
     );
+    e.family(
+        "packet_lateness_seconds",
+        Histogram,
+        "Delay of packets past their send times (every sender shard).",
+    );
+    let mut below = 0;
+    for (bound, n) in LATENESS_BUCKETS_US.iter().zip(send.pacer.lateness_buckets) {
+        below += n;
+        let le = format!("{}", *bound as f64 / 1e6);
+        e.sample("packet_lateness_seconds_bucket", &[("le", &le)], below as f64);
+    }
+    e.sample("packet_lateness_seconds_bucket", &[("le", "+Inf")], send.pacer.packets as f64);
+    e.sample("packet_lateness_seconds_sum", &[], send.pacer.lateness_us_sum as f64 / 1e6);
+    e.sample("packet_lateness_seconds_count", &[], send.pacer.packets as f64);
 
     e.single(
         "disk_bytes_total",
@@ -537,7 +555,11 @@ mod tests {
             if !is_name(name) {
                 return Err(format!("bad metric name {name:?}"));
             }
-            if current.as_deref() != Some(name) {
+            let of_histogram = current.as_deref().is_some_and(|f| {
+                p.types.get(f).is_some_and(|t| t == "histogram")
+                    && ["_bucket", "_sum", "_count"].iter().any(|s| name == format!("{f}{s}"))
+            });
+            if current.as_deref() != Some(name) && !of_histogram {
                 return Err(format!("sample {name} outside its family (no TYPE before it?)"));
             }
             let (labels, rest) = if line[name_end..].starts_with('{') {

@@ -16,6 +16,7 @@ use crossbeam_channel::Sender;
 use isochron_base::{BlockKey, StreamId};
 use isochron_dataplane::sched_thread::{SchedCommand, SchedSnapshot};
 use isochron_dataplane::sender::{SenderCommand, SenderStats};
+use isochron_dataplane::shards::Senders;
 use isochron_diskio::Store;
 use isochron_server::NodeIdentity;
 use isochron_server::library::Library;
@@ -34,7 +35,7 @@ pub(crate) struct ApiState {
     pub(crate) library: Arc<Library>,
     pub(crate) sessions: mpsc::UnboundedSender<SessionCommand>,
     pub(crate) sched: Sender<SchedCommand>,
-    pub(crate) sender: Sender<SenderCommand>,
+    pub(crate) sender: Senders,
     pub(crate) reorg: mpsc::UnboundedSender<ReorgCommand>,
     pub(crate) store: Arc<Store>,
     pub(crate) media: Arc<MediaState>,

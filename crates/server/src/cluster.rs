@@ -569,7 +569,7 @@ async fn read_peer(
 /// Receives relayed RTP on `socket` and hands it to the sender thread. Runs until `stop`.
 pub fn receive_relay(
     socket: UdpSocket,
-    sender: crossbeam_channel::Sender<SenderCommand>,
+    sender: isochron_dataplane::shards::Senders,
     view: Arc<ClusterView>,
     stop: Arc<AtomicBool>,
 ) {

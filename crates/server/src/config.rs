@@ -165,6 +165,12 @@ pub struct SenderSection {
     /// requests (RTCP generic NACK, RFC 4585 §6.2.1), in ms; also the `rtx-time` offered to
     /// players that negotiate RFC 4588 RTX. Default 1000; 0 answers none.
     pub retransmit_ms: u64,
+    /// Sender threads (shards): sessions are hashed to them, each with its own pacer, batches
+    /// and socket on the one RTP port. Default 0: one per core.
+    pub threads: usize,
+    /// Send a stream's packets due in the same quantum as one UDP GSO buffer (`UDP_SEGMENT`)
+    /// where the kernel has it. Default true.
+    pub gso: bool,
 }
 
 impl Default for SenderSection {
@@ -176,6 +182,8 @@ impl Default for SenderSection {
             udp_send_buffer_kib: 8192,
             tcp_queue_frames: 512,
             retransmit_ms: 1000,
+            threads: 0,
+            gso: true,
         }
     }
 }
@@ -389,6 +397,10 @@ pub struct Settings {
     pub send_quantum: Duration,
     /// How long sent packets are kept for retransmission.
     pub retransmit_window: Duration,
+    /// Sender threads (`sender.threads`, resolved: at least 1).
+    pub sender_threads: usize,
+    /// UDP GSO asked for (`sender.gso`).
+    pub gso: bool,
     /// UDP send buffer.
     pub udp_send_buffer: Bytes,
     /// Interleaved frames queued per connection.
@@ -522,6 +534,9 @@ impl ConfigFile {
         if self.sender.retransmit_ms > 10_000 {
             return Err(invalid("sender.retransmit_ms", "must be at most 10000 (10 s)"));
         }
+        if self.sender.threads > 256 {
+            return Err(invalid("sender.threads", "must be at most 256 (0: one per core)"));
+        }
         if self.sender.tcp_queue_frames < 16 {
             return Err(invalid("sender.tcp_queue_frames", "must be at least 16"));
         }
@@ -587,6 +602,11 @@ impl ConfigFile {
             batch_packets: self.sender.batch_packets,
             send_quantum: Duration::from_micros(self.sender.quantum_us),
             retransmit_window: Duration::from_millis(self.sender.retransmit_ms),
+            gso: self.sender.gso,
+            sender_threads: match self.sender.threads {
+                0 => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+                n => n,
+            },
             udp_send_buffer: Bytes::kib(self.sender.udp_send_buffer_kib),
             tcp_queue_frames: self.sender.tcp_queue_frames,
             cycle: CycleConfig {
@@ -713,6 +733,7 @@ mod tests {
             ("[sender]\nretransmit_ms = 60000", "sender.retransmit_ms"),
             ("[sched]\nlookahead_cycles = 0", "sched.lookahead_cycles"),
             ("[sched]\nadmission = \"lenient\"", "sched.admission"),
+            ("[sender]\nthreads = 1000", "sender.threads"),
             ("[sched]\ncycle_ms = 1", "sched.cycle_ms"),
             ("[http]\nhls_segment_s = 0", "http.hls_segment_s"),
             ("[store]\ndisks = [\"d0,seek_ms=x\"]", "store.disks"),

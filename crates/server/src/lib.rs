@@ -52,6 +52,7 @@ use isochron_dataplane::net::UdpPair;
 use isochron_dataplane::pacer::PacerEvent;
 use isochron_dataplane::sched_thread::{SchedCommand, SchedEvent, SchedSink, SchedThread};
 use isochron_dataplane::sender::{SenderCommand, SenderSink, SenderThread};
+use isochron_dataplane::shards::Senders;
 use isochron_diskio::{IoDone, IoWorker, Store};
 use isochron_rtsp::codec::Limits;
 use isochron_rtsp::server::{ServerConfig, ServerCore};
@@ -145,7 +146,7 @@ pub struct Handles {
     /// The scheduler thread's command channel.
     pub sched: crossbeam_channel::Sender<SchedCommand>,
     /// The sender thread's command channel.
-    pub sender: crossbeam_channel::Sender<SenderCommand>,
+    pub sender: Senders,
     /// The reorganiser's command channel.
     pub reorg: tokio::sync::mpsc::UnboundedSender<ReorgCommand>,
     /// The store.
@@ -180,7 +181,7 @@ pub struct RunningServer {
     /// The objects served.
     pub library: Arc<Library>,
     sched: crossbeam_channel::Sender<SchedCommand>,
-    sender: crossbeam_channel::Sender<SenderCommand>,
+    sender: Senders,
     /// The reorganiser's command channel.
     pub reorg: tokio::sync::mpsc::UnboundedSender<ReorgCommand>,
     http: Option<(TcpListener, Handles)>,
@@ -252,7 +253,10 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
     }
 
     let (sched_tx, sched_rx) = crossbeam_channel::unbounded::<SchedCommand>();
-    let (sender_tx, sender_rx) = crossbeam_channel::unbounded::<SenderCommand>();
+    let (shard_txs, shard_rxs): (Vec<_>, Vec<_>) = (0..settings.sender_threads)
+        .map(|_| crossbeam_channel::unbounded::<SenderCommand>())
+        .unzip();
+    let sender_tx = Senders::new(shard_txs);
     let (sessions_tx, sessions_rx) = tokio::sync::mpsc::unbounded_channel::<SessionCommand>();
     let (reorg_tx, reorg_rx) = tokio::sync::mpsc::unbounded_channel::<ReorgCommand>();
 
@@ -320,13 +324,17 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
     let rtsp_limits =
         conn_limits::ConnLimits::new(max_connections, settings.max_connections_per_client);
     let http_max_connections = settings.http_max_connections.min(max_connections);
-    let udp = UdpPair::bind(rtsp_addr.ip(), settings.rtp_port, settings.udp_send_buffer.as_usize())
-        .with_context(|| {
-            format!("binding UDP ports {} and +1 (config key rtsp.rtp_port)", settings.rtp_port)
-        })?;
-    let rtp_port = udp.rtp_port()?;
-    let rtcp_socket = udp.rtcp.try_clone()?;
-    let udp = Arc::new(udp);
+    let udp = UdpPair::bind_shards(
+        rtsp_addr.ip(),
+        settings.rtp_port,
+        settings.udp_send_buffer.as_usize(),
+        settings.sender_threads,
+    )
+    .with_context(|| {
+        format!("binding UDP ports {} and +1 (config key rtsp.rtp_port)", settings.rtp_port)
+    })?;
+    let rtp_port = udp[0].rtp_port()?;
+    let rtcp_socket = udp[0].rtcp.try_clone()?;
 
     let mut threads = Vec::new();
     let sched = SchedThread {
@@ -342,18 +350,23 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         remote: settings.cluster.as_ref().map(|_| remote_reads(&store, sched_tx.clone())),
     };
     threads.push(std::thread::Builder::new().name("isochron-sched".into()).spawn(|| sched.run())?);
-    let sender = SenderThread {
-        clock,
-        rx: sender_rx,
-        udp: Arc::clone(&udp),
-        on_event: sender_events(sched_tx.clone(), sessions_tx.clone()),
-        rtcp_interval: settings.rtcp_interval,
-        batch_packets: settings.batch_packets,
-        quantum: settings.send_quantum,
-        retransmit_window: settings.retransmit_window,
-    };
-    threads
-        .push(std::thread::Builder::new().name("isochron-sender".into()).spawn(|| sender.run())?);
+    let gso = settings.gso && isochron_dataplane::net::gso_supported();
+    for (i, (rx, udp)) in shard_rxs.into_iter().zip(udp).enumerate() {
+        let sender = SenderThread {
+            clock,
+            rx,
+            udp: Arc::new(udp),
+            on_event: sender_events(sched_tx.clone(), sessions_tx.clone()),
+            rtcp_interval: settings.rtcp_interval,
+            batch_packets: settings.batch_packets,
+            quantum: settings.send_quantum,
+            retransmit_window: settings.retransmit_window,
+            gso,
+        };
+        let name = format!("isochron-sender-{i}");
+        threads.push(std::thread::Builder::new().name(name).spawn(|| sender.run())?);
+    }
+    info!(threads = settings.sender_threads, gso, "sender shards");
     let stop = Arc::new(AtomicBool::new(false));
     {
         let (stop, tx, nacks) = (Arc::clone(&stop), sessions_tx.clone(), sender_tx.clone());

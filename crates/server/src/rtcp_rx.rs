@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crossbeam_channel::Sender;
 use isochron_dataplane::sender::SenderCommand;
+use isochron_dataplane::shards::Senders;
 use isochron_rtp::rtcp::{RtcpPacket, nack_seqs, parse_compound};
 use tokio::sync::mpsc;
 use tracing::trace;
@@ -28,7 +28,7 @@ pub(crate) fn run(
     socket: UdpSocket,
     stop: Arc<AtomicBool>,
     sessions: mpsc::UnboundedSender<SessionCommand>,
-    sender: Sender<SenderCommand>,
+    sender: Senders,
 ) {
     let _ = socket.set_read_timeout(Some(Duration::from_millis(500)));
     let mut buf = vec![0u8; 2048];

@@ -39,6 +39,7 @@ use isochron_dataplane::pacer::{
 use isochron_dataplane::rtx::RtxSetup;
 use isochron_dataplane::sched_thread::SchedCommand;
 use isochron_dataplane::sender::{OutFrame, SenderCommand, StreamTransport};
+use isochron_dataplane::shards::Senders;
 use isochron_rtsp::rtsp_types::{HeaderName, Method, Request, Response};
 use isochron_rtsp::sdp::RTX_PAYLOAD_TYPE;
 use isochron_rtsp::server::{
@@ -308,7 +309,7 @@ pub(crate) struct Manager {
     pub(crate) library: Arc<Library>,
     pub(crate) clock: Clock,
     pub(crate) sched: Sender<SchedCommand>,
-    pub(crate) sender: Sender<SenderCommand>,
+    pub(crate) sender: Senders,
     pub(crate) cname: String,
     /// The manager's own channel, for answers from spawned waits.
     me: mpsc::UnboundedSender<SessionCommand>,
@@ -332,7 +333,7 @@ impl Manager {
         library: Arc<Library>,
         clock: Clock,
         sched: Sender<SchedCommand>,
-        sender: Sender<SenderCommand>,
+        sender: Senders,
         cname: String,
         me: mpsc::UnboundedSender<SessionCommand>,
         node: (NodeId, String),

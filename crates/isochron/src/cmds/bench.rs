@@ -54,7 +54,8 @@ pub(crate) struct Args {
     /// Ramp: add --ramp-step clients every --ramp-interval seconds until N fails.
     #[arg(long, group = "shape_of_load")]
     ramp: bool,
-    /// Find N_max by trials of fixed N (doubling, then bisection), --trial seconds each.
+    /// Find N_max by trials of fixed N (doubling, then bisection), each playing the whole
+    /// object (--trial).
     #[arg(long, group = "shape_of_load")]
     find_nmax: bool,
     /// Clients added per ramp step.
@@ -63,9 +64,10 @@ pub(crate) struct Args {
     /// Seconds per ramp step.
     #[arg(long, value_name = "S", default_value_t = 10)]
     ramp_interval: u64,
-    /// Seconds per N_max trial.
-    #[arg(long, value_name = "S", default_value_t = 20)]
-    trial: u64,
+    /// Seconds per N_max trial: at least the longest object's length, so every session is
+    /// served the heaviest part of a VBR clip [default: that length + the playout buffer + 3 s].
+    #[arg(long, value_name = "S")]
+    trial: Option<u64>,
     /// The first N_max trial's N: doubling up from it while trials pass, halving down while
     /// they fail, then bisection (a guess saves the trials below it).
     #[arg(long, value_name = "N", default_value_t = 1)]
@@ -91,8 +93,13 @@ pub(crate) struct Args {
     /// Length of a pause.
     #[arg(long, value_name = "MS", default_value_t = 2000)]
     pause_ms: u64,
-    /// No MTFC rate requests (nominal pacing).
-    #[arg(long)]
+    /// Clients ask for a faster or slower pace when their buffer runs low or high (MTFC,
+    /// Yima's client-driven rate smoothing; isochron only). Standard players never do: without
+    /// this flag the bench loads a server as they do (nominal pacing).
+    #[arg(long, conflicts_with = "no_mtfc")]
+    mtfc: bool,
+    /// Nominal pacing, no MTFC rate requests (the default; kept for scripts).
+    #[arg(long, hide = true)]
     no_mtfc: bool,
     /// MTFC's intermediate thresholds K.
     #[arg(long, value_name = "K", default_value_t = 8)]
@@ -233,7 +240,7 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
     } else if a.find_nmax {
         Load::Bisect {
-            trial: Duration::from_secs(a.trial.max(2)),
+            trial: trial_length(&a.urls, a.trial, Duration::from_millis(a.buffer_ms))?,
             max: a.max_clients,
             from: a.nmax_from.max(1),
         }
@@ -252,7 +259,7 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
         urls: a.urls.clone(),
         transport: a.transport,
         buffer,
-        mtfc: (!a.no_mtfc).then(|| MtfcConfig::for_depth(buffer, a.mtfc_thresholds)),
+        mtfc: a.mtfc.then(|| MtfcConfig::for_depth(buffer, a.mtfc_thresholds)),
         force_pace,
         popularity: a.popularity,
         seek_every: a.seek_every.map(Duration::from_secs_f64),
@@ -286,8 +293,13 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
     let start = start_latency(s).map_or_else(String::new, |l| {
         format!(", PLAY → first RTP p50 {:.1} ms p99 {:.1} ms", l.p50_ms, l.p99_ms)
     });
+    let late = lateness(s).map_or_else(String::new, |l| {
+        format!(", session lateness p99 {:.0} ms max {:.0} ms", l.p99_ms, l.max_ms)
+    });
     println!(
-        "isochron bench: {} sessions, N_max = {}, bottleneck: {}{start}; report in {} ({} files)",
+        "isochron bench ({}): {} sessions, N_max = {}, bottleneck: {}{start}{late}; report in {} \
+         ({} files)",
+        pacing(&a),
         s.sessions.len(),
         s.n_max.map_or_else(|| "none".into(), |n| n.to_string()),
         files.0,
@@ -355,6 +367,59 @@ fn start_latency(r: &RunResult) -> Option<LatencySummary> {
     LatencySummary::of(r.sessions.iter().filter_map(|s| s.start_latency_ms))
 }
 
+/// The sessions' lateness: how far behind its stream's own schedule each one's latest packet
+/// came.
+fn lateness(r: &RunResult) -> Option<LatencySummary> {
+    LatencySummary::of(r.sessions.iter().filter(|s| s.packets > 0).map(|s| s.lateness_max_ms))
+}
+
+/// How the clients pace, for the report.
+fn pacing(a: &Args) -> &'static str {
+    match (a.force_rate, a.mtfc) {
+        (Some(_), _) => "forced rate",
+        (None, true) => "MTFC: clients ask for rate changes, which standard players do not",
+        (None, false) => "nominal pacing, as standard players",
+    }
+}
+
+/// An N_max trial's length: `--trial` if it covers the longest object, else an error naming
+/// it; without `--trial`, that object's length (from DESCRIBE) + the playout buffer + 3 s.
+fn trial_length(urls: &[String], trial: Option<u64>, buffer: Duration) -> anyhow::Result<Duration> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let mut longest: Option<(&str, Duration)> = None;
+    for url in urls {
+        let length = rt.block_on(async {
+            let mut c = isochron_loadgen::Client::connect(url).await?;
+            let p = c.describe_presentation().await?;
+            let _ = c.teardown().await;
+            Ok::<_, anyhow::Error>(p.duration)
+        });
+        let length = length.with_context(|| format!("DESCRIBE {url} (to size the trials)"))?;
+        if let Some(d) = length
+            && longest.is_none_or(|(_, l)| d > l)
+        {
+            longest = Some((url, d));
+        }
+    }
+    match (trial, longest) {
+        (Some(t), Some((url, d))) if Duration::from_secs(t) < d => bail!(
+            "--trial {t} s is shorter than {url} ({:.1} s): an N_max trial plays the whole \
+             object, so that every session is served its heaviest part (leave --trial out for \
+             the object's length + the playout buffer + 3 s)",
+            d.as_secs_f64()
+        ),
+        (Some(t), _) => Ok(Duration::from_secs(t.max(2))),
+        (None, Some((_, d))) => Ok(d + buffer + Duration::from_secs(3)),
+        (None, None) => bail!(
+            "the objects' length is unknown (their SDP has no a=range): give --trial, at least \
+             the longest object's length"
+        ),
+    }
+}
+
 /// Writes report.json, samples.csv, the plots and verdict.txt; returns the bottleneck's name
 /// and the number of files.
 fn write_report(
@@ -396,7 +461,9 @@ fn write_report(
             "seek_every_s": a.seek_every,
             "pause_every_s": a.pause_every,
             "pause_ms": a.pause_ms,
-            "mtfc_thresholds": (!a.no_mtfc && a.force_rate.is_none()).then_some(a.mtfc_thresholds),
+            "pacing": pacing(a),
+            "mtfc": a.mtfc && a.force_rate.is_none(),
+            "mtfc_thresholds": (a.mtfc && a.force_rate.is_none()).then_some(a.mtfc_thresholds),
             "force_rate": a.force_rate,
             "server_pid": a.server_pid,
             "iface": a.iface,
@@ -433,6 +500,11 @@ fn write_report(
             "rate_changes": sum(&|s| s.rate_changes),
             "bytes": sum(&|s| s.bytes),
             "start_latency_ms": start_latency(r),
+            "lateness_max_ms": lateness(r),
+            "sessions_later_than_buffer": r.sessions.iter()
+                .filter(|s| s.lateness_max_ms > a.buffer_ms as f64).count(),
+            "server_late_packets": r.samples.iter()
+                .map(|s| s.server_late_packets).sum::<Option<f64>>(),
         },
         "sessions": r.sessions,
         "samples": r.samples.len(),

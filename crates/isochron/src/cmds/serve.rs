@@ -65,6 +65,17 @@ pub(crate) struct Args {
     /// TCP (control) and UDP (relay) port between nodes [config: cluster.control_port].
     #[arg(long, value_name = "PORT")]
     control_port: Option<u16>,
+    /// Admission control: conservative (min curve, peak rates), aggressive (mean curve, peak
+    /// rates), aggressive-avg (mean curve, average rates) or off [config: sched.admission].
+    #[arg(
+        long,
+        value_name = "MODE",
+        value_parser = ["conservative", "aggressive", "aggressive-avg", "off"]
+    )]
+    admission: Option<String>,
+    /// Sender threads, sessions hashed to them; 0 = one per core [config: sender.threads].
+    #[arg(long, value_name = "K")]
+    sender_threads: Option<usize>,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -116,6 +127,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     if let Some(p) = args.control_port {
         file.cluster.control_port = p;
+    }
+    if let Some(a) = args.admission {
+        file.sched.admission = a;
+    }
+    if let Some(k) = args.sender_threads {
+        file.sender.threads = k;
     }
     let settings = file.validate()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

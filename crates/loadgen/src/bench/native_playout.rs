@@ -39,7 +39,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::playout::{PlayState, PlayoutStats};
+use super::playout::{LatenessMeter, PlayState, PlayoutStats};
 
 /// How close to the announced length a track's newest media time must come for its input to
 /// count as ended (as [`super::playout`]).
@@ -127,6 +127,7 @@ pub struct NativePlayout {
     pending: VecDeque<Pending>,
     /// `RTP-Info` has been applied to the current timeline.
     info: bool,
+    lateness: LatenessMeter,
     stats: PlayoutStats,
 }
 
@@ -147,6 +148,7 @@ impl NativePlayout {
             length: None,
             pending: VecDeque::new(),
             info: false,
+            lateness: LatenessMeter::default(),
             stats: PlayoutStats::default(),
         }
     }
@@ -232,6 +234,7 @@ impl NativePlayout {
     /// The user paused (the player freezes its clock).
     pub fn handle_pause(&mut self, now: Instant) {
         self.advance(now);
+        self.lateness.reset();
         if let PlayState::Playing { .. } | PlayState::Buffering | PlayState::Stalled { .. } =
             self.state
         {
@@ -255,6 +258,7 @@ impl NativePlayout {
     /// and the next [`Self::handle_start`].
     pub fn handle_seek(&mut self, now: Instant) {
         self.advance(now);
+        self.lateness.reset();
         self.close_stall(now);
         for t in &mut self.tracks {
             *t = Track::new(t.clock);
@@ -386,6 +390,8 @@ impl NativePlayout {
         if late {
             self.stats.late_packets += 1;
         }
+        let behind = self.lateness.handle(at, m);
+        self.stats.lateness_max_ns = self.stats.lateness_max_ns.max(behind);
         if t.newest.is_none_or(|n| m > n) {
             t.newest = Some(m);
         }

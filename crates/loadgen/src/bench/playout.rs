@@ -110,6 +110,11 @@ pub struct PlayoutStats {
     pub stall_ns: u64,
     /// Packets that arrived while the player was stalled for want of them.
     pub late_packets: u64,
+    /// The most a packet carrying a PCR arrived behind the stream's own schedule (ns): its
+    /// arrival minus its media time, less the least such difference of the run (the
+    /// best-served packet sets the schedule, so a late first packet does not hide lateness).
+    /// A player whose buffer is shallower than this starves. Reset by a pause or a seek.
+    pub lateness_max_ns: u64,
     /// TS bytes received.
     pub bytes: u64,
     /// Media time (ns) spanned by the PCRs received.
@@ -131,7 +136,36 @@ pub struct Playout {
     input_ended: bool,
     /// Media length announced by the server (PLAY `Range`), for servers that send no BYE.
     length: Option<u64>,
+    lateness: LatenessMeter,
     stats: PlayoutStats,
+}
+
+/// How late packets arrive behind their stream's own schedule ([`PlayoutStats::lateness_max_ns`]):
+/// the schedule is the least (arrival − media time) seen since the last reset.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct LatenessMeter {
+    schedule: Option<i128>,
+}
+
+impl LatenessMeter {
+    /// A packet of media time `media_ns` arrived at `at`: how late it is, ns.
+    pub(crate) fn handle(&mut self, at: Instant, media_ns: u64) -> u64 {
+        static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        let epoch = *EPOCH.get_or_init(Instant::now);
+        let at_ns = match at.checked_duration_since(epoch) {
+            Some(d) => d.as_nanos() as i128,
+            None => -(epoch.duration_since(at).as_nanos() as i128),
+        };
+        let off = at_ns - i128::from(media_ns);
+        let schedule = self.schedule.map_or(off, |s| s.min(off));
+        self.schedule = Some(schedule);
+        u64::try_from(off - schedule).unwrap_or(u64::MAX)
+    }
+
+    /// The stream's timing restarts (a pause, a seek): forget the schedule.
+    pub(crate) fn reset(&mut self) {
+        self.schedule = None;
+    }
 }
 
 /// How close to the announced length the newest PCR must come for the input to count as ended.
@@ -149,6 +183,7 @@ impl Playout {
             received: None,
             input_ended: false,
             length: None,
+            lateness: LatenessMeter::default(),
             stats: PlayoutStats::default(),
         }
     }
@@ -186,7 +221,12 @@ impl Playout {
         }
         self.stats.bytes += payload.len() as u64;
         for p in payload.chunks_exact(TS_PACKET) {
-            match (self.timeline.handle_packet(p), self.received) {
+            let media = self.timeline.handle_packet(p);
+            if let Some(t) = media {
+                let late = self.lateness.handle(now, t);
+                self.stats.lateness_max_ns = self.stats.lateness_max_ns.max(late);
+            }
+            match (media, self.received) {
                 (Some(t), None) => self.received = Some(t),
                 (Some(t), Some(r)) if t > r => {
                     self.stats.media_ns += t - r;
@@ -208,6 +248,7 @@ impl Playout {
     /// The user paused (the player freezes its clock).
     pub fn handle_pause(&mut self, now: Instant) {
         self.advance(now);
+        self.lateness.reset();
         if let PlayState::Playing { .. } | PlayState::Buffering | PlayState::Stalled { .. } =
             self.state
         {
@@ -229,6 +270,7 @@ impl Playout {
         self.advance(now);
         self.close_stall(now);
         self.timeline = PcrTimeline::default();
+        self.lateness.reset();
         self.received = None;
         self.position = 0;
         self.input_ended = false;
@@ -416,6 +458,26 @@ mod tests {
         p.advance(at(t0, 5_000));
         assert_eq!(p.state(), PlayState::Finished);
         assert_eq!(p.stats().starvations, 0);
+    }
+
+    #[test]
+    fn lateness_is_measured_against_the_best_served_packet() {
+        let t0 = Instant::now();
+        let mut p = Playout::new(Duration::from_secs(2));
+        // PCR every 100 ms of media; the packet of 1.0 s arrives 1.5 s late, the rest on time
+        // (the first one 200 ms late: the schedule follows the best-served packet).
+        for i in 0..30u64 {
+            let mut at = t0 + Duration::from_millis(100 * i);
+            if i == 0 {
+                at += Duration::from_millis(200);
+            }
+            if i == 10 {
+                at += Duration::from_millis(1500);
+            }
+            p.handle_payload(at, &unit(i * 100));
+        }
+        let late = p.stats().lateness_max_ns;
+        assert!((1_499_000_000..=1_501_000_000).contains(&late), "{late}");
     }
 
     #[test]

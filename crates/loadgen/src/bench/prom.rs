@@ -7,8 +7,9 @@
 
 use std::collections::HashMap;
 
-/// Parses Prometheus text: each metric's value, summed over its label sets. Comments, blank
-/// lines and malformed lines are skipped.
+/// Parses Prometheus text: each metric's value, summed over its label sets — except a
+/// histogram's buckets, kept apart by their bound (`name{le="0.05"}`). Comments, blank lines
+/// and malformed lines are skipped.
 #[must_use]
 pub fn parse(text: &str) -> HashMap<String, f64> {
     let mut out: HashMap<String, f64> = HashMap::new();
@@ -19,7 +20,23 @@ pub fn parse(text: &str) -> HashMap<String, f64> {
         // `name{labels} value [timestamp]`; label values may hold spaces.
         let (name, rest) = match line.find('{') {
             Some(i) => match line[i..].find('}') {
-                Some(j) => (&line[..i], &line[i + j + 1..]),
+                Some(j) => {
+                    let le =
+                        line[i + 1..i + j].split(',').find_map(|l| l.trim().strip_prefix("le="));
+                    let value = &line[i + j + 1..];
+                    match le.filter(|_| line[..i].ends_with("_bucket")) {
+                        Some(le) => {
+                            let key = format!("{}{{le={}}}", line[..i].trim(), le);
+                            if let Some(v) =
+                                value.split_whitespace().next().and_then(|v| v.parse::<f64>().ok())
+                            {
+                                *out.entry(key).or_default() += v;
+                            }
+                            continue;
+                        }
+                        None => (&line[..i], value),
+                    }
+                }
                 None => continue,
             },
             None => match line.split_once(char::is_whitespace) {
@@ -36,7 +53,7 @@ pub fn parse(text: &str) -> HashMap<String, f64> {
 }
 
 /// The isochron counters the bench samples, in the order of the samples' columns.
-pub const ISOCHRON_COUNTERS: [&str; 7] = [
+pub const ISOCHRON_COUNTERS: [&str; 9] = [
     "isochron_disk_bytes_total",
     "isochron_cache_bytes_total",
     "isochron_admission_rejects_total",
@@ -44,7 +61,14 @@ pub const ISOCHRON_COUNTERS: [&str; 7] = [
     "isochron_packets_sent_total",
     "isochron_pace_changes_total",
     "isochron_underruns_total",
+    LATENESS_COUNT,
+    LATENESS_WITHIN_50MS,
 ];
+
+/// Packets the server sent (its lateness histogram's count).
+pub const LATENESS_COUNT: &str = "isochron_packet_lateness_seconds_count";
+/// Packets the server sent at most 50 ms past their send times.
+pub const LATENESS_WITHIN_50MS: &str = "isochron_packet_lateness_seconds_bucket{le=\"0.05\"}";
 
 #[cfg(test)]
 mod tests {
@@ -58,12 +82,16 @@ mod tests {
                     isochron_sessions 3\n\
                     isochron_disk_queue_depth{disk=\"d 0\"} 2\n\
                     isochron_disk_queue_depth{disk=\"d1\"} 5 1700000000\n\
+                    isochron_packet_lateness_seconds_bucket{le=\"0.05\"} 90\n\
+                    isochron_packet_lateness_seconds_bucket{le=\"+Inf\"} 100\n\
                     broken_line\n\
                     bad_value{a=\"b\"} x\n\n";
         let m = parse(text);
         assert_eq!(m["isochron_disk_bytes_total"], 1_048_576.0);
         assert_eq!(m["isochron_sessions"], 3.0);
         assert_eq!(m["isochron_disk_queue_depth"], 7.0);
-        assert_eq!(m.len(), 3);
+        assert_eq!(m[LATENESS_WITHIN_50MS], 90.0);
+        assert_eq!(m["isochron_packet_lateness_seconds_bucket{le=\"+Inf\"}"], 100.0);
+        assert_eq!(m.len(), 5);
     }
 }

@@ -110,6 +110,9 @@ pub struct Sample {
     pub pace_changes_s: Option<f64>,
     /// Server: packets due whose block was not in memory, in this second.
     pub underruns: Option<f64>,
+    /// Server: packets it sent more than 50 ms past their send times, in this second (its
+    /// `isochron_packet_lateness_seconds` histogram).
+    pub server_late_packets: Option<f64>,
     /// What each source IP sent in this second, all sessions (`samples.csv`: a
     /// `b_net_bits_s[IP]` column each, after the fixed ones).
     #[serde(skip)]
@@ -185,6 +188,8 @@ pub struct PerN {
     pub b_cache_bytes_s: Option<f64>,
     /// Missed deadlines (sum).
     pub missed_deadlines: Option<f64>,
+    /// Packets the server sent more than 50 ms late (sum).
+    pub server_late_packets: Option<f64>,
     /// Admission rejects (sum).
     pub admission_rejects: Option<f64>,
     /// Per source IP (per node of a cluster): its mean bandwidth and share.
@@ -239,6 +244,7 @@ pub fn aggregate(samples: &[Sample], tolerance: f64) -> Vec<PerN> {
                 b_disk_bytes_s: opt_mean(&|s| s.b_disk_bytes_s),
                 b_cache_bytes_s: opt_mean(&|s| s.b_cache_bytes_s),
                 missed_deadlines: opt_sum(&|s| s.missed_deadlines),
+                server_late_packets: opt_sum(&|s| s.server_late_packets),
                 admission_rejects: opt_sum(&|s| s.admission_rejects),
                 per_source: per_source(&g, n),
                 pass: false,

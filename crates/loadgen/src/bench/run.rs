@@ -551,6 +551,9 @@ impl Runner {
             packets_sent_s: per_s("isochron_packets_sent_total"),
             pace_changes_s: per_s("isochron_pace_changes_total"),
             underruns: m("isochron_underruns_total"),
+            server_late_packets: m(prom::LATENESS_COUNT)
+                .zip(m(prom::LATENESS_WITHIN_50MS))
+                .map(|(all, on_time)| (all - on_time).max(0.0)),
             sources,
         };
         debug!(t = s.t_s, n = sessions, b_net = s.b_net_bits_s, "sample");

@@ -95,6 +95,9 @@ pub struct SessionCounters {
     pub starvations: AtomicU64,
     /// Time stalled, ns.
     pub stall_ns: AtomicU64,
+    /// The most a packet arrived behind the stream's schedule, ns
+    /// ([`PlayoutStats::lateness_max_ns`]).
+    pub lateness_max_ns: AtomicU64,
     /// Media time received, ns.
     pub media_ns: AtomicU64,
     /// Rate changes the server accepted.
@@ -458,6 +461,7 @@ impl BenchSink {
             slot.lost.store(t.lost, r);
         }
         c.late.store(st.late_packets, r);
+        c.lateness_max_ns.store(st.lateness_max_ns, r);
         c.starvations.store(st.starvations, r);
         c.stall_ns.store(self.player.stall_ns(now), r);
         c.media_ns.store(st.media_ns, r);
@@ -705,6 +709,9 @@ pub struct SessionRecord {
     pub starvations: u64,
     /// Time stalled, ms.
     pub stall_ms: u64,
+    /// The most a packet arrived behind the stream's own schedule, ms (against the
+    /// best-served packet; a player with a shallower buffer starves).
+    pub lateness_max_ms: f64,
     /// Rate changes accepted by the server.
     pub rate_changes: u64,
     /// Whether the server refused a rate request (no MTFC there).
@@ -823,6 +830,7 @@ fn record(
         reordered: c.reordered.load(r),
         starvations: c.starvations.load(r),
         stall_ms: c.stall_ns.load(r) / 1_000_000,
+        lateness_max_ms: c.lateness_max_ns.load(r) as f64 / 1e6,
         rate_changes: c.rate_changes.load(r),
         rate_refused,
         seeks: c.seeks.load(r),
