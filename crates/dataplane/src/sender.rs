@@ -293,6 +293,10 @@ pub struct SenderThread {
     /// Coalesce a stream's packets due together with UDP GSO (`[sender] gso`, where the
     /// kernel has it: [`crate::net::gso_supported`]).
     pub gso: bool,
+    /// How many sender threads there are: the RTP frames of an RTSP connection's sessions may
+    /// come from that many at once, so a connection's queue is written only while it has more
+    /// free slots than that.
+    pub shards: usize,
 }
 
 impl SenderThread {
@@ -445,7 +449,7 @@ impl SenderThread {
                         Some(TrackOut {
                             transport: StreamTransport::Interleaved { frames, .. },
                             ..
-                        }) => frames.capacity() > 1,
+                        }) => frames.capacity() > self.shards,
                         _ => true,
                     };
                 let Some(t) = pacer.poll_transmit(now, can_send) else { break };
@@ -506,8 +510,10 @@ impl SenderThread {
                                     .copy_from_slice(&interleaved_prefix(*rtp_channel, len as u16));
                                 head[4..4 + header.len()].copy_from_slice(header);
                                 let head_len = 4 + header.len();
-                                // `can_send` saw room and this thread is the queue's only
-                                // RTP producer, so this does not fail for lack of room.
+                                // `can_send` saw more room than there are sender threads, each
+                                // of which (one per session on this connection) may push one
+                                // frame at the same instant: this does not fail for lack of
+                                // room, and a slot is still left for RTCP.
                                 let frame = OutFrame::Rtp { head, head_len, block, packet };
                                 let _ = frames.try_send(frame);
                             }
@@ -604,7 +610,7 @@ fn send_rtcp(socket: &UdpSocket, s: &TrackOut, pkt: &[u8]) {
             let mut b = Vec::with_capacity(4 + pkt.len());
             b.extend_from_slice(&interleaved_prefix(*rtcp_channel, pkt.len() as u16));
             b.extend_from_slice(pkt);
-            // RTP leaves the last slot of the queue free (see `can_send`), so a report finds room
+            // RTP leaves the last slots of the queue free (see `can_send`), so a report finds room
             // unless the client stopped reading; then dropping it is harmless (RFC 3550 §6).
             if frames.try_send(OutFrame::Owned(b)).is_err() {
                 debug!("interleaved RTCP dropped: connection queue full or closed");

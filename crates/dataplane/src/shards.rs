@@ -165,41 +165,51 @@ impl Senders {
         }
         match cmd {
             SenderCommand::Stats { reply } => {
-                let mut answers = Vec::with_capacity(self.shards.len());
-                for s in self.shards.iter() {
-                    let (tx, rx) = oneshot::channel();
-                    s.send(SenderCommand::Stats { reply: tx }).map_err(|_| Disconnected)?;
-                    answers.push(rx);
-                }
-                spawn_gatherer(move || {
+                let answers = self.ask_all(|reply| SenderCommand::Stats { reply })?;
+                gather_then(answers, reply, |all| {
                     let mut total = SenderStats::default();
-                    for rx in answers {
-                        total.add(&rx.blocking_recv().ok()?);
+                    for s in &all {
+                        total.add(s);
                     }
-                    let _ = reply.send(total);
-                    Some(())
+                    total
                 });
             }
             SenderCommand::Progress { reply } => {
-                let mut answers = Vec::with_capacity(self.shards.len());
-                for s in self.shards.iter() {
-                    let (tx, rx) = oneshot::channel();
-                    s.send(SenderCommand::Progress { reply: tx }).map_err(|_| Disconnected)?;
-                    answers.push(rx);
-                }
-                spawn_gatherer(move || {
-                    let mut all = Vec::new();
-                    for rx in answers {
-                        all.extend(rx.blocking_recv().ok()?);
-                    }
-                    let _ = reply.send(all);
-                    Some(())
-                });
+                let answers = self.ask_all(|reply| SenderCommand::Progress { reply })?;
+                gather_then(answers, reply, |all| all.into_iter().flatten().collect());
             }
             other => return self.shards[0].send(other).map_err(|_| Disconnected),
         }
         Ok(())
     }
+
+    /// Sends every shard the command `ask` makes with a reply channel; the replies' receivers.
+    fn ask_all<T>(
+        &self,
+        ask: impl Fn(oneshot::Sender<T>) -> SenderCommand,
+    ) -> Result<Vec<oneshot::Receiver<T>>, Disconnected> {
+        let mut answers = Vec::with_capacity(self.shards.len());
+        for s in self.shards.iter() {
+            let (tx, rx) = oneshot::channel();
+            s.send(ask(tx)).map_err(|_| Disconnected)?;
+            answers.push(rx);
+        }
+        Ok(answers)
+    }
+}
+
+/// On a short-lived thread: waits for every answer and sends `reply` their merge (nothing if a
+/// shard exited meanwhile).
+fn gather_then<T: Send + 'static, R: Send + 'static>(
+    answers: Vec<oneshot::Receiver<T>>,
+    reply: oneshot::Sender<R>,
+    merge: impl FnOnce(Vec<T>) -> R + Send + 'static,
+) {
+    spawn_gatherer(move || {
+        let all = answers.into_iter().map(|rx| rx.blocking_recv().ok()).collect::<Option<_>>()?;
+        let _ = reply.send(merge(all));
+        Some(())
+    });
 }
 
 fn spawn_gatherer(f: impl FnOnce() -> Option<()> + Send + 'static) {

@@ -106,6 +106,7 @@ fn run(gso: bool) -> (u64, u64) {
         quantum: Duration::from_micros(500),
         retransmit_window: Duration::from_secs(1),
         gso,
+        shards: 1,
     };
     let blocks: Vec<SharedBlock> = (0..BLOCKS).map(block).collect();
     let before = ALLOCATIONS.load(Ordering::Relaxed);

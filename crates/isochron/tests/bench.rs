@@ -3,7 +3,9 @@
 //! starved on purpose (the server paced slower with SET_PARAMETER) whose starvations are
 //! counted; SET_PARAMETER `x-isochron-rate` measured on the wire; a ramp that stops at the
 //! first N the server does not serve; and an MP4 object played as native RTP, every track set
-//! up, over UDP and TCP.
+//! up, over UDP and TCP; an N_max search of whole-object trials checked by an independent client.
+
+#![allow(clippy::print_stderr)] // the independent client's report is shown on stderr
 
 mod common;
 
@@ -534,4 +536,69 @@ fn cluster_bench_with_a_node_killed_measures_the_survivors_serving_its_copies() 
     }
     let per_n = r["per_n"].as_array().unwrap();
     assert!(per_n.iter().any(|p| p["per_source"].as_object().is_some_and(|m| m.len() == 2)));
+}
+
+/// Builds `tools/rtsp-probe.c` (an RTSP load client sharing no code with isochron) once.
+fn rtsp_probe() -> std::path::PathBuf {
+    require("cc");
+    let out = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rtsp-probe");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/rtsp-probe.c");
+    let res = run(Command::new("cc").args(["-O2", "-Wall", "-o"]).arg(&out).arg(&src), 120);
+    assert!(res.status.success(), "cc: {}", String::from_utf8_lossy(&res.stderr));
+    out
+}
+
+/// An N_max search as a standard player loads a server: nominal pacing unless `--mtfc`, each
+/// trial the whole object (a shorter `--trial` refused, naming the object), every session's
+/// lateness and the server's late packets in the report; and an independent client (C, epoll +
+/// recvmmsg, lateness from RTP timestamps) agrees that those sessions were served on time, for
+/// an MP2T object and a native one.
+#[test]
+fn an_nmax_search_plays_whole_objects_and_an_independent_client_agrees() {
+    let mp4 = media_fixture("h264_aac.mp4");
+    let (dir, server) = serve_fixtures(&[&mp4], None);
+    let out = dir.path().join("nmax");
+    let args = ["--find-nmax", "--nmax-from", "2", "--max-clients", "2", "--buffer-ms", "1000"];
+    let r = bench(&server, &out, &[&args[..], &["--duration", "60"]].concat(), 120);
+    let p = &r["parameters"];
+    assert_eq!(p["mtfc"], false, "{p:#}");
+    assert!(p["pacing"].as_str().unwrap().starts_with("nominal"), "{p:#}");
+    // The demo clip is 12 s: one trial of 12 + 1 + 3 s at N = 2, which passes, and the search
+    // ends at --max-clients.
+    let trial = &r["parameters"]["load"];
+    assert_eq!(trial["trial"]["secs"], 16, "{trial:#}");
+    assert_eq!(r["trials"].as_array().unwrap().len(), 1, "{:#}", r["trials"]);
+    assert_eq!(r["n_max"], 2, "{:#}", r["per_n"]);
+    let summary = &r["sessions_summary"];
+    assert_eq!(summary["server_late_packets"], 0.0, "{summary:#}");
+    assert_eq!(summary["sessions_later_than_buffer"], 0, "{summary:#}");
+    for s in r["sessions"].as_array().unwrap().iter().filter(|s| s["outcome"] == "complete") {
+        let late = s["lateness_max_ms"].as_f64().unwrap();
+        assert!((0.0..500.0).contains(&late), "{s:#}");
+    }
+
+    // A trial shorter than the object is refused, naming it.
+    let short = run(
+        Command::new(bin())
+            .args(["bench", &server.url("demo"), "--find-nmax", "--trial", "5", "--out"])
+            .arg(dir.path().join("short")),
+        30,
+    );
+    let err = String::from_utf8_lossy(&short.stderr);
+    assert!(!short.status.success(), "{err}");
+    assert!(err.contains("--trial 5 s is shorter than") && err.contains("/demo (12.0 s)"), "{err}");
+
+    // The independent client: three sessions of each object, every packet within 500 ms of
+    // its stream's schedule.
+    let probe = rtsp_probe();
+    for url in [server.url("demo"), server.url("h264_aac")] {
+        let res = run(Command::new(&probe).args([&url, "3", "6", "500"]), 30);
+        let text = String::from_utf8_lossy(&res.stdout);
+        eprintln!("{url}:\n{text}{}", String::from_utf8_lossy(&res.stderr));
+        assert!(res.status.success(), "{url}: {text}");
+        assert!(
+            text.contains("rtsp-probe: 3 sessions") && text.contains(" 0 over 500 ms"),
+            "{text}"
+        );
+    }
 }

@@ -362,6 +362,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
             quantum: settings.send_quantum,
             retransmit_window: settings.retransmit_window,
             gso,
+            shards: settings.sender_threads,
         };
         let name = format!("isochron-sender-{i}");
         threads.push(std::thread::Builder::new().name(name).spawn(|| sender.run())?);
