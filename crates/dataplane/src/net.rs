@@ -522,6 +522,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::print_stderr)] // says why it checked nothing
     fn gso_coalesces_equal_datagrams_per_destination_and_the_kernel_cuts_them() {
         if !gso_supported() {
             eprintln!("no UDP GSO on this kernel: nothing to check");

@@ -5,6 +5,8 @@
 //! is per command and per block (the pacer's and the retransmission buffer's tables), not per
 //! packet.
 
+#![allow(clippy::print_stderr)] // the counts are reported on stderr
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::net::{Ipv4Addr, UdpSocket};
