@@ -313,12 +313,19 @@ impl SenderThread {
         let mut stats = SenderStats::default();
         let mut kept: RetransmitBuffer<AlignedBuf> = RetransmitBuffer::new(self.retransmit_window);
         let mut resend_buf = Vec::with_capacity(2048);
+        let mut held_relays = HeldRelays::default();
         let mut last_pass = self.clock.now();
         loop {
             // Wait for a command, or for the next due packet but no sooner than a quantum after
             // the last send pass.
             let now = self.clock.now();
-            let first = match pacer.poll_timeout().map(|t| t.max(last_pass + self.quantum)) {
+            // Held relayed frames are retried every quantum.
+            let wake = match (pacer.poll_timeout(), held_relays.is_empty()) {
+                (t, true) => t,
+                (Some(t), false) => Some(t.min(last_pass + self.quantum)),
+                (None, false) => Some(last_pass + self.quantum),
+            };
+            let first = match wake.map(|t| t.max(last_pass + self.quantum)) {
                 Some(t) if t <= now => self.rx.try_recv().ok(),
                 Some(t) => match self.rx.recv_timeout(t - now) {
                     Ok(c) => Some(c),
@@ -403,11 +410,11 @@ impl SenderThread {
                                 {
                                     let now = self.clock.now();
                                     let d: Arc<[u8]> = Arc::from(datagram);
-                                    relay(&self.udp.rtp, out, &d);
+                                    relay(&self.udp.rtp, out, &d, &mut held_relays);
                                     let sent = Sent::Datagram(d);
                                     kept.handle_sent(now, stream, track, h.sequence, sent);
                                 } else {
-                                    relay(&self.udp.rtp, out, &datagram);
+                                    relay(&self.udp.rtp, out, &datagram, &mut held_relays);
                                 }
                             }
                             None => stats.relay_unknown += 1,
@@ -438,9 +445,10 @@ impl SenderThread {
                 }
             }
 
-            // Send everything due, in batches.
+            // Send everything due, in batches; relayed frames held for want of room first.
             let now = self.clock.now();
             last_pass = now;
+            held_relays.retry();
             loop {
                 // Every track of a stream goes the same way (one connection when interleaved).
                 let can_send =
@@ -666,7 +674,7 @@ fn rand_seq(ssrc: u32) -> u16 {
 
 /// Sends a relayed RTP packet on to the stream's client, from this node's RTP socket or on its
 /// RTSP connection.
-fn relay(socket: &UdpSocket, out: &TrackOut, datagram: &[u8]) {
+fn relay(socket: &UdpSocket, out: &TrackOut, datagram: &[u8], held: &mut HeldRelays) {
     match &out.transport {
         StreamTransport::Udp { rtp, .. } => {
             if let Err(e) = socket.send_to(datagram, rtp) {
@@ -677,9 +685,68 @@ fn relay(socket: &UdpSocket, out: &TrackOut, datagram: &[u8]) {
             let mut b = Vec::with_capacity(4 + datagram.len());
             b.extend_from_slice(&interleaved_prefix(*rtp_channel, datagram.len() as u16));
             b.extend_from_slice(datagram);
-            if frames.try_send(OutFrame::Owned(b)).is_err() {
-                debug!("relayed RTP dropped: connection queue full or closed");
+            held.send(frames, OutFrame::Owned(b));
+        }
+    }
+}
+
+/// Relayed packets for interleaved clients whose connection queue was full, oldest first. A
+/// relayed packet has no pacer to wait in (it arrived from another node when that node sent
+/// it), so it waits here and goes before anything else at the next passes, in order per
+/// connection, instead of being dropped; a client that stops reading loses them beyond
+/// [`HeldRelays::MAX`].
+#[derive(Default)]
+struct HeldRelays {
+    frames: std::collections::VecDeque<(mpsc::Sender<OutFrame>, OutFrame)>,
+}
+
+impl HeldRelays {
+    /// Most frames held for every connection together.
+    const MAX: usize = 4096;
+
+    /// Queues `frame` on `to`, behind any frame held for it.
+    fn send(&mut self, to: &mpsc::Sender<OutFrame>, frame: OutFrame) {
+        let behind = self.frames.iter().any(|(c, _)| c.same_channel(to));
+        let frame = if behind {
+            frame
+        } else {
+            match to.try_send(frame) {
+                Ok(()) => return,
+                Err(mpsc::error::TrySendError::Full(f)) => f,
+                Err(mpsc::error::TrySendError::Closed(_)) => return,
+            }
+        };
+        if self.frames.len() < Self::MAX {
+            self.frames.push_back((to.clone(), frame));
+        } else {
+            debug!("relayed RTP dropped: a connection queue stayed full");
+        }
+    }
+
+    /// Sends what the connections now have room for, oldest first; a connection still full
+    /// keeps the rest of its frames in order.
+    fn retry(&mut self) {
+        let mut still: Vec<mpsc::Sender<OutFrame>> = Vec::new();
+        let mut i = 0;
+        while i < self.frames.len() {
+            let (to, _) = &self.frames[i];
+            if still.iter().any(|c| c.same_channel(to)) {
+                i += 1;
+                continue;
+            }
+            let Some((to, frame)) = self.frames.remove(i) else { break };
+            match to.try_send(frame) {
+                Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+                Err(mpsc::error::TrySendError::Full(frame)) => {
+                    self.frames.insert(i, (to.clone(), frame));
+                    still.push(to);
+                    i += 1;
+                }
             }
         }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.frames.is_empty()
     }
 }
