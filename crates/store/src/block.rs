@@ -511,6 +511,10 @@ impl<B: AsRef<[u8]>> Block<B> {
                 ),
             });
         }
+        if header.first_gsn.0.checked_add(u64::from(header.packet_count)).is_none() {
+            // Every packet's sequence number (first_gsn + i) must exist.
+            return Err(BlockError::BadHeader { field: "first_gsn", value: header.first_gsn.0 });
+        }
         let encoded_len = header.encoded_len as usize;
         if encoded_len > bytes.len() {
             return Err(BlockError::Bounds {
@@ -720,6 +724,23 @@ struct RawEntry {
     track_seq: u32,
 }
 
+/// Writes into `encoded`'s header the checksum of its first `encoded_len` bytes (as the header
+/// says), when it is long enough to hold them: what a block writer does last. For tools that
+/// make blocks by hand, and for fuzzing past the checksum into the checks behind it. Returns
+/// whether it did.
+pub fn reseal(encoded: &mut [u8]) -> bool {
+    if encoded.len() < HEADER_LEN {
+        return false;
+    }
+    let len = u32::from_le_bytes(read_array(encoded, 52)) as usize;
+    if !(HEADER_LEN..=encoded.len()).contains(&len) {
+        return false;
+    }
+    let sum = checksum(&encoded[..len]);
+    encoded[CHECKSUM_OFF..CHECKSUM_OFF + 8].copy_from_slice(&sum.to_le_bytes());
+    true
+}
+
 /// xxh3-64 of `encoded` (at least a header long) with the checksum field zeroed.
 fn checksum(encoded: &[u8]) -> u64 {
     let mut h = Xxh3Default::new();
@@ -888,11 +909,27 @@ mod tests {
         let (mut bytes, _) = sample();
         let encoded = Block::parse(&bytes[..], None).unwrap().header().encoded_len as usize;
         bytes[HEADER_LEN + ENTRY_LEN + 8] ^= 4; // entry 1's payload_off
+        assert!(matches!(Block::parse(&bytes[..], None), Err(BlockError::ChecksumMismatch { .. })));
+        assert!(reseal(&mut bytes));
         let sum = checksum(&bytes[..encoded]);
-        bytes[CHECKSUM_OFF..CHECKSUM_OFF + 8].copy_from_slice(&sum.to_le_bytes());
+        assert_eq!(bytes[CHECKSUM_OFF..CHECKSUM_OFF + 8], sum.to_le_bytes());
+        assert!(!reseal(&mut bytes[..encoded - 1]), "shorter than its encoded_len");
         assert!(matches!(
             Block::parse(&bytes[..], None),
             Err(BlockError::BadEntry { entry: 1, .. })
+        ));
+    }
+
+    /// Found by fuzzing: a first sequence number so large that the last packet's would not
+    /// exist (it overflowed when the packet was read).
+    #[test]
+    fn rejects_sequence_numbers_past_the_largest() {
+        let (mut bytes, _) = sample();
+        bytes[32..40].copy_from_slice(&(u64::MAX - 1).to_le_bytes());
+        assert!(reseal(&mut bytes));
+        assert!(matches!(
+            Block::parse(&bytes[..], None),
+            Err(BlockError::BadHeader { field: "first_gsn", .. })
         ));
     }
 
