@@ -953,11 +953,9 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             Some(_) => {
                 // A key frame runs from its seek point's packet to its track's next marker;
                 // packets of other tracks in between are passed over and change nothing.
-                let key = pkt_random_access || s.in_key == Some(track as u8);
-                if key {
+                if pkt_random_access || s.in_key == Some(track as u8) {
                     s.in_key = (!marker).then_some(track as u8);
-                }
-                if !key {
+                } else {
                     stamp = None;
                 }
                 if stamp.is_some() {

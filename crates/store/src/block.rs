@@ -106,6 +106,8 @@ const ENTRY_RANDOM_ACCESS: u8 = 1 << 0;
 const ENTRY_DISCONTINUITY: u8 = 1 << 1;
 const ENTRY_MARKER: u8 = 1 << 2;
 const CHECKSUM_OFF: usize = 56;
+/// Where the header keeps `encoded_len`.
+const ENCODED_LEN_OFF: usize = 52;
 
 /// Why a block size is unusable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -496,7 +498,7 @@ impl<B: AsRef<[u8]>> Block<B> {
             first_gsn: Gsn(u64::from_le_bytes(read_array(bytes, 32))),
             first_send_time: MediaTime::from_nanos(u64::from_le_bytes(read_array(bytes, 40))),
             payload_len: u32::from_le_bytes(read_array(bytes, 48)),
-            encoded_len: u32::from_le_bytes(read_array(bytes, 52)),
+            encoded_len: u32::from_le_bytes(read_array(bytes, ENCODED_LEN_OFF)),
             checksum: u64::from_le_bytes(read_array(bytes, CHECKSUM_OFF)),
         };
         // All in u64: cannot overflow (2^16 + 2^32 * 2^16 + 2^32 < 2^64).
@@ -732,7 +734,7 @@ pub fn reseal(encoded: &mut [u8]) -> bool {
     if encoded.len() < HEADER_LEN {
         return false;
     }
-    let len = u32::from_le_bytes(read_array(encoded, 52)) as usize;
+    let len = u32::from_le_bytes(read_array(encoded, ENCODED_LEN_OFF)) as usize;
     if !(HEADER_LEN..=encoded.len()).contains(&len) {
         return false;
     }
@@ -954,11 +956,7 @@ mod tests {
                 let at = (rng.next_u64() % encoded as u64) as usize;
                 buf[at] = rng.next_u64() as u8;
             }
-            let claimed = u32::from_le_bytes(read_array(&buf, 52)) as usize;
-            if (HEADER_LEN..=buf.len()).contains(&claimed) {
-                let sum = checksum(&buf[..claimed]);
-                buf[CHECKSUM_OFF..CHECKSUM_OFF + 8].copy_from_slice(&sum.to_le_bytes());
-            }
+            reseal(&mut buf);
             if let Ok(block) = Block::parse(&buf[..], None) {
                 let total: usize = block.packets().map(|p| p.payload.len()).sum();
                 assert_eq!(total, block.payload().len());
