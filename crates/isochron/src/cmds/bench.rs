@@ -297,12 +297,14 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
         format!(", session lateness p99 {:.0} ms max {:.0} ms", l.p99_ms, l.max_ms)
     });
     println!(
-        "isochron bench ({}): {} sessions, N_max = {}, bottleneck: {}{start}{late}; report in {} \
-         ({} files)",
+        "isochron bench ({}): {} sessions, N_max = {}, bottleneck: {}{start}{late}; the bench \
+         {:.0} % of a CPU ({} threads); report in {} ({} files)",
         pacing(&a),
         s.sessions.len(),
         s.n_max.map_or_else(|| "none".into(), |n| n.to_string()),
         files.0,
+        s.bench_cpu_pct,
+        a.threads.max(1),
         a.out.display(),
         files.1
     );
@@ -504,7 +506,8 @@ fn write_report(
             "sessions_later_than_buffer": r.sessions.iter()
                 .filter(|s| s.lateness_max_ms > a.buffer_ms as f64).count(),
             "server_late_packets": r.samples.iter()
-                .map(|s| s.server_late_packets).sum::<Option<f64>>(),
+                .filter_map(|s| s.server_late_packets)
+                .fold(None, |a: Option<f64>, v| Some(a.unwrap_or(0.0) + v)),
         },
         "sessions": r.sessions,
         "samples": r.samples.len(),

@@ -213,10 +213,19 @@ pub fn aggregate(samples: &[Sample], tolerance: f64) -> Vec<PerN> {
         .map(|(n, g)| {
             let k = g.len() as f64;
             let mean = |f: &dyn Fn(&Sample) -> f64| g.iter().map(|s| f(s)).sum::<f64>() / k;
+            // A second without a scrape (the first, or a timed-out one) has no server counters:
+            // means are over the seconds that have them, and the next scrape's difference
+            // covers the gap in sums.
             let opt_mean = |f: &dyn Fn(&Sample) -> Option<f64>| {
-                g.iter().map(|s| f(s)).sum::<Option<f64>>().map(|v| v / k)
+                let (sum, n) =
+                    g.iter().filter_map(|s| f(s)).fold((0.0, 0u32), |(a, n), v| (a + v, n + 1));
+                (n > 0).then(|| sum / f64::from(n))
             };
-            let opt_sum = |f: &dyn Fn(&Sample) -> Option<f64>| g.iter().map(|s| f(s)).sum();
+            let opt_sum = |f: &dyn Fn(&Sample) -> Option<f64>| {
+                g.iter()
+                    .filter_map(|s| f(s))
+                    .fold(None, |a: Option<f64>, v| Some(a.unwrap_or(0.0) + v))
+            };
             let mut p = PerN {
                 n,
                 samples: g.len(),
