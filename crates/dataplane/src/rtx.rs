@@ -87,28 +87,59 @@ impl RetransmitStats {
     }
 }
 
+/// How many of the newest packets a lookup walks when the binary search misses (a stream whose
+/// numbers did not only go forward, e.g. relayed datagrams that arrived out of order).
+const SCAN: usize = 256;
+
+/// One track's packets in the order sent. Each carries its sequence number extended past the
+/// 16-bit wrap (`ext`, relative to the previous packet's), so that a track numbered forward
+/// (as RTP is: a seek or a resumed play continues the numbering, RFC 2326 §C.1.1) is sorted by
+/// `ext` and found by binary search: no index to update per packet sent.
 #[derive(Debug)]
 struct Ring<B> {
-    /// `(sent at, seq, packet)`, oldest first.
-    entries: VecDeque<(Instant, u16, Sent<B>)>,
-    /// Sequence number → absolute index of its newest entry.
-    by_seq: HashMap<u16, u64>,
-    /// The absolute index of `entries[0]`.
-    first: u64,
+    /// `(sent at, extended sequence number, packet)`, oldest first.
+    entries: VecDeque<(Instant, u64, Sent<B>)>,
 }
 
 impl<B> Ring<B> {
     fn expire(&mut self, horizon: Instant) {
-        while let Some((at, seq, _)) = self.entries.front() {
-            if *at >= horizon {
-                break;
-            }
-            if self.by_seq.get(seq) == Some(&self.first) {
-                self.by_seq.remove(seq);
-            }
+        while self.entries.front().is_some_and(|(at, _, _)| *at < horizon) {
             self.entries.pop_front();
-            self.first += 1;
         }
+    }
+
+    /// `seq` extended relative to the newest packet (within ±32 767 of it).
+    fn extend(&self, seq: u16) -> u64 {
+        match self.entries.back() {
+            Some(&(_, ext, _)) => {
+                let delta = i64::from(seq.wrapping_sub(ext as u16) as i16);
+                ext.wrapping_add_signed(delta)
+            }
+            // Far from 0 both ways, so extension never wraps.
+            None => (1 << 32) + u64::from(seq),
+        }
+    }
+
+    fn push(&mut self, now: Instant, seq: u16, sent: Sent<B>) {
+        let ext = self.extend(seq);
+        self.entries.push_back((now, ext, sent));
+    }
+
+    /// The newest packet numbered `seq`: within the 65 535 packets before the newest (a number
+    /// past the newest was sent before it, a wrap earlier).
+    fn find(&self, seq: u16) -> Option<&Sent<B>> {
+        let newest = self.entries.back()?.1;
+        let mut ext = self.extend(seq);
+        if ext > newest {
+            ext -= 1 << 16;
+        }
+        let after = self.entries.partition_point(|(_, e, _)| *e <= ext);
+        if let Some((_, e, sent)) = after.checked_sub(1).and_then(|i| self.entries.get(i))
+            && *e == ext
+        {
+            return Some(sent);
+        }
+        self.entries.iter().rev().take(SCAN).find(|(_, e, _)| *e as u16 == seq).map(|(_, _, s)| s)
     }
 }
 
@@ -156,17 +187,11 @@ impl<B> RetransmitBuffer<B> {
         let Some(rings) = self.streams.get_mut(&stream) else { return };
         let t = usize::from(track);
         if rings.len() <= t {
-            rings.resize_with(t + 1, || Ring {
-                entries: VecDeque::new(),
-                by_seq: HashMap::new(),
-                first: 0,
-            });
+            rings.resize_with(t + 1, || Ring { entries: VecDeque::new() });
         }
         let ring = &mut rings[t];
         ring.expire(now.saturating_sub(self.window));
-        let index = ring.first + ring.entries.len() as u64;
-        ring.entries.push_back((now, seq, sent));
-        ring.by_seq.insert(seq, index);
+        ring.push(now, seq, sent);
     }
 
     /// A NACK for `stream`'s `track` at `now` asking for `seqs`: the packets found, in the
@@ -194,12 +219,7 @@ impl<B> RetransmitBuffer<B> {
         let mut found = Vec::new();
         for seq in seqs {
             self.stats.requested += 1;
-            let entry = ring
-                .by_seq
-                .get(&seq)
-                .and_then(|i| ring.entries.get((i - ring.first) as usize))
-                .map(|(_, _, sent)| sent.clone());
-            match entry {
+            match ring.find(seq).cloned() {
                 Some(sent) => {
                     self.stats.resent += 1;
                     found.push(sent);
@@ -293,5 +313,31 @@ mod tests {
         assert!(matches!(&found[..], [Sent::Datagram(d)] if d[0] == 1));
         assert!(b.handle_nack(ms(2), s, 2, [7, 8]).is_empty());
         assert_eq!(b.stats().missed, 2);
+    }
+
+    /// Numbers found across several wraps of the 16-bit space (binary search over the extended
+    /// numbers), and numbers that went backwards (datagrams relayed out of order) still found.
+    #[test]
+    fn finds_numbers_across_wraps_and_out_of_order() {
+        let s = StreamId(1);
+        let mut b = RetransmitBuffer::new(Duration::from_secs(10));
+        b.handle_add(s);
+        let mut seq = 65_000u16;
+        for i in 0..150_000u64 {
+            b.handle_sent(Instant::from_nanos(i), s, 0, seq, datagram(seq));
+            seq = seq.wrapping_add(1);
+        }
+        // The newest 65 536 are unambiguous; an older copy of a number is shadowed by the newest.
+        let newest = seq.wrapping_sub(1);
+        let found = b.handle_nack(ms(1), s, 0, [newest, newest.wrapping_sub(40_000), 7]);
+        assert_eq!(seqs_of(&found), [newest, newest.wrapping_sub(40_000), 7]);
+        // Out of order: 5, 3, 4, 6.
+        let o = StreamId(2);
+        b.handle_add(o);
+        for (i, q) in [5u16, 3, 4, 6].into_iter().enumerate() {
+            b.handle_sent(ms(i as u64), o, 0, q, datagram(q));
+        }
+        assert_eq!(seqs_of(&b.handle_nack(ms(5), o, 0, [3, 4, 5, 6, 9])), [3, 4, 5, 6]);
+        assert_eq!(b.stats().missed, 1);
     }
 }
