@@ -26,7 +26,7 @@ RTSP=127.0.0.1:19654
 HTTP=127.0.0.1:19680
 log() { echo "[$(date +%T)] $*" >&2; }
 # The first N_max trial and the largest N tried, per clip (near the answer: fewer trials).
-declare -A FROM=([vbr60]=320 [hdtv40]=64 [uhd400]=4) MAX=([vbr60]=400 [hdtv40]=96 [uhd400]=8)
+declare -A FROM=([vbr60]=340 [hdtv40]=64 [uhd400]=4) MAX=([vbr60]=440 [hdtv40]=96 [uhd400]=16)
 
 for o in $OBJECTS; do
   [ -s "$CLIPS/$o.ts" ] || scripts/make-clips.sh "$CLIPS" "$o"
