@@ -93,7 +93,7 @@ const SCAN: usize = 256;
 
 /// One track's packets in the order sent. Each carries its sequence number extended past the
 /// 16-bit wrap (`ext`, relative to the previous packet's), so that a track numbered forward
-/// (as RTP is: a seek or a resumed play continues the numbering, RFC 2326 §C.1.1) is sorted by
+/// (as RTP is: "increments by one for each RTP data packet sent", RFC 3550 §5.1) is sorted by
 /// `ext` and found by binary search: no index to update per packet sent.
 #[derive(Debug)]
 struct Ring<B> {
