@@ -505,9 +505,8 @@ fn write_report(
             "lateness_max_ms": lateness(r),
             "sessions_later_than_buffer": r.sessions.iter()
                 .filter(|s| s.lateness_max_ms > a.buffer_ms as f64).count(),
-            "server_late_packets": r.samples.iter()
-                .filter_map(|s| s.server_late_packets)
-                .fold(None, |a: Option<f64>, v| Some(a.unwrap_or(0.0) + v)),
+            "server_late_packets": report::sum_present(
+                r.samples.iter().filter_map(|s| s.server_late_packets)),
         },
         "sessions": r.sessions,
         "samples": r.samples.len(),

@@ -221,11 +221,8 @@ pub fn aggregate(samples: &[Sample], tolerance: f64) -> Vec<PerN> {
                     g.iter().filter_map(|s| f(s)).fold((0.0, 0u32), |(a, n), v| (a + v, n + 1));
                 (n > 0).then(|| sum / f64::from(n))
             };
-            let opt_sum = |f: &dyn Fn(&Sample) -> Option<f64>| {
-                g.iter()
-                    .filter_map(|s| f(s))
-                    .fold(None, |a: Option<f64>, v| Some(a.unwrap_or(0.0) + v))
-            };
+            let opt_sum =
+                |f: &dyn Fn(&Sample) -> Option<f64>| sum_present(g.iter().filter_map(|s| f(s)));
             let mut p = PerN {
                 n,
                 samples: g.len(),
@@ -349,6 +346,13 @@ fn sample_columns() -> Result<csv::StringRecord, csv::Error> {
     w.serialize(Sample::default())?;
     let bytes = w.into_inner().map_err(|e| csv::Error::from(e.into_error()))?;
     Ok(csv::Reader::from_reader(bytes.as_slice()).headers()?.clone())
+}
+
+/// The sum of the values present, `None` when there are none: a server counter summed over the
+/// seconds that have it (a second without a scrape, always the first, has none; the next
+/// scrape's difference covers it).
+pub fn sum_present(values: impl IntoIterator<Item = f64>) -> Option<f64> {
+    values.into_iter().fold(None, |a, v| Some(a.unwrap_or(0.0) + v))
 }
 
 #[cfg(test)]
