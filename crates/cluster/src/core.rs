@@ -62,6 +62,12 @@ pub struct ClusterConfig {
     pub start_delay: Duration,
     /// How far ahead a pause's cutoff and a pace change's new anchor are set. Default 100 ms.
     pub control_margin: Duration,
+    /// How far before a lost node's last sign of life the takeover of its blocks starts.
+    /// Default 1 s: a node on a busy machine sends its packets late (hundreds of milliseconds
+    /// were measured with both cores taken), so "heard at t" does not mean "had sent everything
+    /// due before t"; what it did send after the start is sent twice (a relayed session's origin
+    /// drops the duplicates; players drop them by sequence number).
+    pub takeover_margin: Duration,
     /// How long the origin waits for a node's answer (reserve, stop). Default 2 s.
     pub reply_timeout: Duration,
     /// Heartbeat (ping) interval. Default 250 ms.
@@ -86,6 +92,7 @@ impl ClusterConfig {
             unix_base_ns,
             start_delay: Duration::from_millis(250),
             control_margin: Duration::from_millis(100),
+            takeover_margin: Duration::from_secs(1),
             reply_timeout: Duration::from_secs(2),
             heartbeat: Duration::from_millis(250),
             suspect_after: Duration::from_secs(1),
@@ -1227,7 +1234,7 @@ impl ClusterCore {
             }
         }
         // This node's shares.
-        let margin = self.config.control_margin;
+        let margin = self.config.takeover_margin;
         let keys: Vec<ShareKey> = self.shares.keys().copied().collect();
         for key in keys {
             let Some(share) = self.shares.get_mut(&key) else { continue };
@@ -1252,7 +1259,8 @@ impl ClusterCore {
             }
             let (Some(run), Some(spec)) = (share.run, share.spec) else { continue };
             // From the dead node's last sign of life, minus the margin: what it sent after that
-            // is sent twice, and the client drops the duplicates by sequence number.
+            // is sent twice, and the client (or a relayed session's origin) drops the duplicates
+            // by sequence number.
             let from = match (last_heard, share.clock) {
                 (Some(t), Some((anchor, pace))) => {
                     let wall = t.saturating_sub(margin);

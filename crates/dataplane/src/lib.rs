@@ -36,6 +36,7 @@ pub mod admission_log;
 pub mod clock;
 pub mod net;
 pub mod pacer;
+pub mod reseq;
 pub mod rtx;
 pub mod sched_thread;
 pub mod sender;

@@ -25,12 +25,13 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use isochron_base::{BlockIndex, MediaTime, Pace, StreamId};
+use isochron_base::{BlockIndex, Gsn, Instant, MAX_TRACKS, MediaTime, Pace, StreamId};
 use isochron_diskio::AlignedBuf;
 use isochron_rtp::{
     NtpTimestamp, RTP_HEADER_LEN, RTP_HEADER_LSN_LEN, RtpHeader, SenderReport, interleaved_prefix,
     rtcp,
 };
+use isochron_rtsp::server::rtp_seq;
 use isochron_sched::Anchor;
 use isochron_store::block::Block;
 use tokio::sync::{mpsc, oneshot};
@@ -41,6 +42,7 @@ use crate::net::{Batch, MAX_HEADER, UdpPair};
 use crate::pacer::{
     Pacer, PacerConfig, PacerEvent, PacerStats, PlayRun, StreamProgress, StreamSetup, Transmit,
 };
+use crate::reseq::{Reseq, ReseqConfig, ReseqStats};
 use crate::rtx::{RetransmitBuffer, RetransmitStats, RtxSetup, Sent};
 
 /// Where the sender thread's events go. It is called on the sender thread between send passes, so
@@ -68,6 +70,9 @@ pub enum OutFrame {
     /// A whole frame with its interleave prefix: an RTCP compound packet, or an RTP packet
     /// relayed from another node.
     Owned(Vec<u8>),
+    /// Close the connection once what is queued before this is written: a stream on it cannot
+    /// go on without a hole (RTP over TCP is never cut silently; the player sees the close).
+    Close,
 }
 
 impl OutFrame {
@@ -79,6 +84,7 @@ impl OutFrame {
                 (&head[..*head_len], block.packet(*packet).payload)
             }
             Self::Owned(b) => (b, &[]),
+            Self::Close => (&[], &[]),
         }
     }
 }
@@ -118,6 +124,10 @@ pub enum SenderCommand {
         /// The RFC 4588 RTX stream its player negotiated: retransmissions go out in it (else
         /// as the packets were first sent).
         rtx: Option<RtxSetup>,
+        /// This node is the origin of a relayed session (relay delivery): the stream's packets
+        /// come from its own pacer and from the other nodes, and leave resequenced
+        /// ([`crate::reseq`]). The nodes' relay addresses, where requests for the holes go.
+        relay: Option<Vec<SocketAddr>>,
     },
     /// A client's generic NACK (RFC 4585 §6.2.1) for the stream with SSRC `ssrc`: resend the
     /// packets numbered `seqs` that this node sent within the retransmission window.
@@ -236,6 +246,12 @@ pub struct SenderStats {
     pub relay_unknown: u64,
     /// Retransmission (RBEC) counters.
     pub retransmit: RetransmitStats,
+    /// The relay resequencers' counters (relayed sessions' origins).
+    pub reseq: ReseqStats,
+    /// Relayed streams ended because a hole could not be filled and the client is on TCP.
+    pub relay_cut: u64,
+    /// RTP frames a connection's queue refused (never expected: `has_room` reserves for them).
+    pub interleaved_lost: u64,
 }
 
 impl SenderStats {
@@ -248,6 +264,9 @@ impl SenderStats {
         self.relayed += o.relayed;
         self.relay_unknown += o.relay_unknown;
         self.retransmit.add(&o.retransmit);
+        self.reseq.add(&o.reseq);
+        self.relay_cut += o.relay_cut;
+        self.interleaved_lost += o.interleaved_lost;
     }
 }
 
@@ -257,6 +276,8 @@ struct StreamOut {
     cname: String,
     /// The RTX stream of track 0 (MP2T) and its next sequence number.
     rtx: Option<(RtxSetup, u16)>,
+    /// The origin's resequencers of a relayed session.
+    relay: Option<RelayIn>,
 }
 
 /// Where one track's packets go.
@@ -313,17 +334,21 @@ impl SenderThread {
         let mut stats = SenderStats::default();
         let mut kept: RetransmitBuffer<AlignedBuf> = RetransmitBuffer::new(self.retransmit_window);
         let mut resend_buf = Vec::with_capacity(2048);
-        let mut held_relays = HeldRelays::default();
+        // The streams of relayed sessions this node is the origin of.
+        let mut relayed: Vec<StreamId> = Vec::new();
         let mut last_pass = self.clock.now();
         loop {
             // Wait for a command, or for the next due packet but no sooner than a quantum after
             // the last send pass.
             let now = self.clock.now();
-            // Held relayed frames are retried every quantum.
-            let wake = match (pacer.poll_timeout(), held_relays.is_empty()) {
-                (t, true) => t,
-                (Some(t), false) => Some(t.min(last_pass + self.quantum)),
-                (None, false) => Some(last_pass + self.quantum),
+            // Resequenced packets waiting for room are retried every quantum.
+            let relay_wake = relayed
+                .iter()
+                .filter_map(|s| outs.get(s)?.relay.as_ref()?.poll_timeout(last_pass + self.quantum))
+                .min();
+            let wake = match (pacer.poll_timeout(), relay_wake) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
             };
             let first = match wake.map(|t| t.max(last_pass + self.quantum)) {
                 Some(t) if t <= now => self.rx.try_recv().ok(),
@@ -339,7 +364,7 @@ impl SenderThread {
             };
             for cmd in first.into_iter().chain(std::iter::from_fn(|| self.rx.try_recv().ok())) {
                 match cmd {
-                    SenderCommand::Add { setup, transports, cname, rtx } => {
+                    SenderCommand::Add { setup, transports, cname, rtx, relay } => {
                         let stream = setup.stream;
                         let mut tracks = Vec::with_capacity(transports.len());
                         for (i, transport) in transports.into_iter().enumerate() {
@@ -359,7 +384,11 @@ impl SenderThread {
                         let first_ssrc = setup.tracks.first().map_or(0, |t| t.ssrc);
                         let rtx = rtx.map(|r| (r, rand_seq(first_ssrc)));
                         pacer.handle_add(setup);
-                        outs.insert(stream, StreamOut { tracks, cname, rtx });
+                        let relay = relay.map(|feeders| {
+                            relayed.push(stream);
+                            RelayIn::new(&tracks, feeders)
+                        });
+                        outs.insert(stream, StreamOut { tracks, cname, rtx, relay });
                     }
                     SenderCommand::Nack { ssrc, seqs } => {
                         let Some(&(stream, track)) = by_ssrc.get(&ssrc) else {
@@ -374,6 +403,9 @@ impl SenderThread {
                         }
                     }
                     SenderCommand::Play { stream, play } => {
+                        if let Some(r) = outs.get_mut(&stream).and_then(|o| o.relay.as_mut()) {
+                            r.handle_play(&play);
+                        }
                         pacer.handle_play(self.clock.now(), stream, play);
                     }
                     SenderCommand::Block { stream, run, index, block, anchor } => {
@@ -392,30 +424,24 @@ impl SenderThread {
                         pacer.handle_extend(stream, run, &blocks);
                     }
                     SenderCommand::Bye { stream, reason } => {
-                        pacer.handle_bye(self.clock.now(), stream, reason);
+                        let now = self.clock.now();
+                        if let Some(r) = outs.get_mut(&stream).and_then(|o| o.relay.as_mut()) {
+                            r.handle_end(now);
+                        }
+                        pacer.handle_bye(now, stream, reason);
                     }
                     SenderCommand::Relayed { datagram } => {
-                        let target = datagram
-                            .get(8..12)
-                            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-                            .and_then(|ssrc| by_ssrc.get(&ssrc).copied());
-                        let found = target.and_then(|(stream, track)| {
-                            outs.get(&stream)?.track(track).map(|t| (stream, track, t))
+                        // Into the origin's resequencer of the track whose SSRC it carries.
+                        let reseq = RtpHeader::parse(&datagram).ok().and_then(|(h, _)| {
+                            let &(stream, track) = by_ssrc.get(&h.ssrc)?;
+                            let relay = outs.get_mut(&stream)?.relay.as_mut()?;
+                            Some((relay.track_mut(track)?, h.sequence))
                         });
-                        match found {
-                            Some((stream, track, out)) => {
+                        match reseq {
+                            Some((reseq, seq)) => {
                                 stats.relayed += 1;
-                                if kept.keeps(stream)
-                                    && let Ok((h, _)) = RtpHeader::parse(&datagram)
-                                {
-                                    let now = self.clock.now();
-                                    let d: Arc<[u8]> = Arc::from(datagram);
-                                    relay(&self.udp.rtp, out, &d, &mut held_relays);
-                                    let sent = Sent::Datagram(d);
-                                    kept.handle_sent(now, stream, track, h.sequence, sent);
-                                } else {
-                                    relay(&self.udp.rtp, out, &datagram, &mut held_relays);
-                                }
+                                let d = Queued::Relayed(Arc::from(datagram));
+                                let _ = reseq.handle_packet(self.clock.now(), seq, d);
                             }
                             None => stats.relay_unknown += 1,
                         }
@@ -430,13 +456,21 @@ impl SenderThread {
                             for t in out.tracks.iter().flatten() {
                                 by_ssrc.remove(&t.ssrc);
                             }
+                            if let Some(r) = out.relay {
+                                stats.reseq.add(&r.stats());
+                                relayed.retain(|s| *s != stream);
+                            }
                         }
                     }
                     SenderCommand::Stats { reply } => {
                         stats.pacer = pacer.stats();
                         stats.streams = pacer.stream_count();
                         stats.retransmit = kept.stats();
-                        let _ = reply.send(stats);
+                        let mut now_stats = stats;
+                        for r in outs.values().filter_map(|o| o.relay.as_ref()) {
+                            now_stats.reseq.add(&r.stats());
+                        }
+                        let _ = reply.send(now_stats);
                     }
                     SenderCommand::Progress { reply } => {
                         let _ = reply.send(pacer.progress().collect());
@@ -445,20 +479,16 @@ impl SenderThread {
                 }
             }
 
-            // Send everything due, in batches; relayed frames held for want of room first.
+            // Send everything due, in batches.
             let now = self.clock.now();
             last_pass = now;
-            held_relays.retry();
             loop {
                 // Every track of a stream goes the same way (one connection when interleaved).
                 let can_send =
                     |s: StreamId| match outs.get(&s).and_then(|o| o.tracks.iter().flatten().next())
                     {
-                        Some(TrackOut {
-                            transport: StreamTransport::Interleaved { frames, .. },
-                            ..
-                        }) => frames.capacity() > self.shards,
-                        _ => true,
+                        Some(t) => has_room(&t.transport, self.shards),
+                        None => true,
                     };
                 let Some(t) = pacer.poll_transmit(now, can_send) else { break };
                 match t {
@@ -474,7 +504,17 @@ impl SenderThread {
                         lsn,
                         block_end,
                     } => {
-                        let Some(out) = outs.get(&stream).and_then(|o| o.track(track)) else {
+                        let Some(o) = outs.get_mut(&stream) else { continue };
+                        let ssrc = o.track(track).map_or(0, |t| t.ssrc);
+                        if let Some(reseq) = o.relay.as_mut().and_then(|r| r.track_mut(track)) {
+                            // A relayed session's own packets join the others' in order.
+                            let header =
+                                RtpHeader { marker, payload_type, sequence: seq, timestamp, ssrc };
+                            let own = Queued::Own { header, block, packet };
+                            let _ = reseq.handle_packet(now, seq, own);
+                            continue;
+                        }
+                        let Some(out) = o.track(track) else {
                             continue;
                         };
                         let rtp_header = RtpHeader {
@@ -518,12 +558,13 @@ impl SenderThread {
                                     .copy_from_slice(&interleaved_prefix(*rtp_channel, len as u16));
                                 head[4..4 + header.len()].copy_from_slice(header);
                                 let head_len = 4 + header.len();
-                                // `can_send` saw more room than there are sender threads, each
-                                // of which (one per session on this connection) may push one
-                                // frame at the same instant: this does not fail for lack of
-                                // room, and a slot is still left for RTCP.
+                                // `can_send` saw room for what every sender thread may push
+                                // at the same instant (`has_room`): this does not fail for lack
+                                // of room.
                                 let frame = OutFrame::Rtp { head, head_len, block, packet };
-                                let _ = frames.try_send(frame);
+                                if frames.try_send(frame).is_err() {
+                                    stats.interleaved_lost += 1;
+                                }
                             }
                         }
                     }
@@ -536,18 +577,36 @@ impl SenderThread {
                         bye,
                         reason,
                     } => {
-                        let Some(out) = outs.get(&stream) else { continue };
-                        let Some(t) = out.track(track) else { continue };
+                        let Some(out) = outs.get_mut(&stream) else { continue };
+                        let StreamOut { tracks, cname, relay, .. } = out;
+                        let Some(Some(t)) = tracks.get(usize::from(track)) else { continue };
                         // RTP queued in the batch goes first: a BYE must not overtake the last
                         // packets (GStreamer ends the stream on BYE and drops what follows).
                         flush(&mut batch, &mut held, &self.udp.rtp, &mut stats);
                         rtcp_buf.clear();
+                        let is_bye = bye;
                         let bye = bye.then_some(reason.as_deref());
-                        let cname = &out.cname;
                         build_rtcp(&mut rtcp_buf, t, cname, rtp_timestamp, packets, octets, bye);
-                        send_rtcp(&self.udp.rtcp, t, &rtcp_buf);
+                        match relay.as_mut() {
+                            // Nothing more will be relayed: what is held leaves before the BYE.
+                            Some(r) if is_bye => r.defer_bye(track, rtcp_buf.clone()),
+                            _ => send_rtcp(&self.udp.rtcp, t, &rtcp_buf),
+                        }
                     }
                 }
+            }
+            // Relayed sessions: what is in order leaves, holes are asked for or given up.
+            for stream in &relayed {
+                let Some(out) = outs.get_mut(stream) else { continue };
+                let io = RelayIo {
+                    udp: &self.udp,
+                    shards: self.shards,
+                    batch_packets: self.batch_packets,
+                    kept: &mut kept,
+                    stats: &mut stats,
+                    scratch: &mut resend_buf,
+                };
+                out.service_relay(now, *stream, io, &mut batch, &mut held);
             }
             flush(&mut batch, &mut held, &self.udp.rtp, &mut stats);
 
@@ -672,81 +731,224 @@ fn rand_seq(ssrc: u32) -> u16 {
     (isochron_base::mix::hash_words(&[u64::from(ssrc), 0x0072_7478]) >> 48) as u16
 }
 
-/// Sends a relayed RTP packet on to the stream's client, from this node's RTP socket or on its
-/// RTSP connection.
-fn relay(socket: &UdpSocket, out: &TrackOut, datagram: &[u8], held: &mut HeldRelays) {
-    match &out.transport {
-        StreamTransport::Udp { rtp, .. } => {
-            if let Err(e) = socket.send_to(datagram, rtp) {
-                debug!(error = %e, to = %rtp, "relayed RTP send failed");
+/// Most numbers one relay NACK asks for (a hole longer than that is asked for in parts).
+const MAX_NACK: usize = 128;
+
+/// A packet of a relayed session waiting in its origin's resequencer.
+#[derive(Debug)]
+enum Queued {
+    /// This node's own, from its pacer.
+    Own {
+        /// Its RTP header.
+        header: RtpHeader,
+        /// The block holding the payload.
+        block: SharedBlock,
+        /// The packet's index in the block.
+        packet: usize,
+    },
+    /// Another node's, the datagram as it came.
+    Relayed(Arc<[u8]>),
+}
+
+/// The origin's side of a relayed session's stream (relay delivery, [`crate::reseq`]): a
+/// resequencer per set-up track, the other nodes' relay addresses for its NACKs, and the BYEs
+/// waiting for what is held.
+struct RelayIn {
+    tracks: Vec<Option<Reseq<Queued>>>,
+    feeders: Vec<SocketAddr>,
+    byes: Vec<(u8, Vec<u8>)>,
+    /// Numbers given up so far (logged as they grow).
+    lost: u64,
+    /// The stream was cut (a hole on an interleaved client): nothing more goes out.
+    cut: bool,
+}
+
+impl RelayIn {
+    fn new(tracks: &[Option<TrackOut>], feeders: Vec<SocketAddr>) -> Self {
+        let tracks =
+            tracks.iter().map(|t| t.as_ref().map(|_| Reseq::new(ReseqConfig::default()))).collect();
+        Self { tracks, feeders, byes: Vec::new(), lost: 0, cut: false }
+    }
+
+    fn track_mut(&mut self, track: u8) -> Option<&mut Reseq<Queued>> {
+        self.tracks.get_mut(usize::from(track))?.as_mut()
+    }
+
+    /// A run starts: each track's first number is its start's.
+    fn handle_play(&mut self, play: &PlayRun) {
+        for (i, r) in self.tracks.iter_mut().enumerate() {
+            if let Some(r) = r {
+                r.handle_start(rtp_seq(play.seq_offsets[i], Gsn(play.start.track_seq(i))));
             }
         }
-        StreamTransport::Interleaved { frames, rtp_channel, .. } => {
-            let mut b = Vec::with_capacity(4 + datagram.len());
-            b.extend_from_slice(&interleaved_prefix(*rtp_channel, datagram.len() as u16));
-            b.extend_from_slice(datagram);
-            held.send(frames, OutFrame::Owned(b));
+        self.byes.clear();
+    }
+
+    /// Every node sent its last packet: what is still held or on its way leaves first.
+    fn handle_end(&mut self, now: Instant) {
+        for r in self.tracks.iter_mut().flatten() {
+            r.handle_end(now);
+        }
+    }
+
+    /// A BYE waits until every track's packets are out ([`Reseq::is_finished`]).
+    fn defer_bye(&mut self, track: u8, rtcp: Vec<u8>) {
+        self.byes.push((track, rtcp));
+    }
+
+    fn stats(&self) -> ReseqStats {
+        let mut s = ReseqStats::default();
+        for r in self.tracks.iter().flatten() {
+            s.add(&r.stats());
+        }
+        s
+    }
+
+    /// When the sender must wake for this stream: at `retry` when a packet waits for room (or
+    /// a BYE for the release), else when a hole is to be asked for or given up.
+    fn poll_timeout(&self, retry: Instant) -> Option<Instant> {
+        if self.cut {
+            return None;
+        }
+        let waiting = self.tracks.iter().flatten().any(Reseq::ready);
+        let holes = self.tracks.iter().flatten().filter_map(Reseq::poll_timeout).min();
+        match (waiting.then_some(retry), holes) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 }
 
-/// Relayed packets for interleaved clients whose connection queue was full, oldest first. A
-/// relayed packet has no pacer to wait in (it arrived from another node when that node sent
-/// it), so it waits here and goes before anything else at the next passes, in order per
-/// connection, instead of being dropped; a client that stops reading loses them beyond
-/// [`HeldRelays::MAX`].
-#[derive(Default)]
-struct HeldRelays {
-    frames: std::collections::VecDeque<(mpsc::Sender<OutFrame>, OutFrame)>,
+/// What servicing a relayed stream needs of the sender thread.
+struct RelayIo<'a> {
+    udp: &'a UdpPair,
+    shards: usize,
+    batch_packets: usize,
+    kept: &'a mut RetransmitBuffer<AlignedBuf>,
+    stats: &'a mut SenderStats,
+    scratch: &'a mut Vec<u8>,
 }
 
-impl HeldRelays {
-    /// Most frames held for every connection together.
-    const MAX: usize = 4096;
-
-    /// Queues `frame` on `to`, behind any frame held for it.
-    fn send(&mut self, to: &mpsc::Sender<OutFrame>, frame: OutFrame) {
-        let behind = self.frames.iter().any(|(c, _)| c.same_channel(to));
-        let frame = if behind {
-            frame
-        } else {
-            match to.try_send(frame) {
-                Ok(()) => return,
-                Err(mpsc::error::TrySendError::Full(f)) => f,
-                Err(mpsc::error::TrySendError::Closed(_)) => return,
-            }
-        };
-        if self.frames.len() < Self::MAX {
-            self.frames.push_back((to.clone(), frame));
-        } else {
-            debug!("relayed RTP dropped: a connection queue stayed full");
+impl StreamOut {
+    /// A relayed session's stream at its origin: asks for its holes (a NACK to every other
+    /// node), gives up the holes too old to be filled, sends what is in order while its
+    /// transport has room, then the deferred BYEs once every packet is out. A hole given up on an
+    /// interleaved client ends the connection (`OutFrame::Close`): RTP over TCP is never cut
+    /// silently.
+    fn service_relay(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        io: RelayIo<'_>,
+        batch: &mut Batch,
+        held: &mut Vec<SharedBlock>,
+    ) {
+        let Some(relay) = self.relay.as_mut() else { return };
+        if relay.cut {
+            return;
         }
-    }
-
-    /// Sends what the connections now have room for, oldest first; a connection still full
-    /// keeps the rest of its frames in order.
-    fn retry(&mut self) {
-        let mut still: Vec<mpsc::Sender<OutFrame>> = Vec::new();
-        let mut i = 0;
-        while i < self.frames.len() {
-            let (to, _) = &self.frames[i];
-            if still.iter().any(|c| c.same_channel(to)) {
-                i += 1;
+        for (i, reseq) in relay.tracks.iter_mut().enumerate() {
+            let (Some(reseq), Some(Some(out))) = (reseq.as_mut(), self.tracks.get(i)) else {
                 continue;
+            };
+            reseq.handle_timeout(now);
+            if let Some(missing) = reseq.poll_nack(now, MAX_NACK) {
+                io.scratch.clear();
+                rtcp::write_nack(io.scratch, out.ssrc ^ NACK_SSRC_MASK, out.ssrc, &missing);
+                for f in &relay.feeders {
+                    if let Err(e) = io.udp.rtp.send_to(io.scratch, f) {
+                        debug!(error = %e, to = %f, "relay NACK send failed");
+                    }
+                }
             }
-            let Some((to, frame)) = self.frames.remove(i) else { break };
-            match to.try_send(frame) {
-                Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
-                Err(mpsc::error::TrySendError::Full(frame)) => {
-                    self.frames.insert(i, (to.clone(), frame));
-                    still.push(to);
-                    i += 1;
+            while reseq.ready() && has_room(&out.transport, io.shards) {
+                let Some((seq, q)) = reseq.poll_release() else { break };
+                let track = i as u8;
+                match (&out.transport, q) {
+                    (StreamTransport::Udp { rtp, .. }, Queued::Own { header, block, packet }) => {
+                        batch.push(*rtp, &header.to_bytes(), block.packet(packet).payload);
+                        let sent = Sent::Block { block: Arc::clone(&block), packet, header };
+                        io.kept.handle_sent(now, stream, track, seq, sent);
+                        held.push(block);
+                        if batch.len() >= io.batch_packets {
+                            flush(batch, held, &io.udp.rtp, io.stats);
+                        }
+                    }
+                    (StreamTransport::Udp { rtp, .. }, Queued::Relayed(d)) => {
+                        // After the own packets batched before it.
+                        flush(batch, held, &io.udp.rtp, io.stats);
+                        if let Err(e) = io.udp.rtp.send_to(&d, rtp) {
+                            debug!(error = %e, to = %rtp, "relayed RTP send failed");
+                        }
+                        io.kept.handle_sent(now, stream, track, seq, Sent::Datagram(d));
+                    }
+                    (StreamTransport::Interleaved { frames, rtp_channel, .. }, q) => {
+                        let frame = match q {
+                            Queued::Own { header, block, packet } => {
+                                let len = RTP_HEADER_LEN + block.packet(packet).payload.len();
+                                let mut head = [0u8; 4 + MAX_HEADER];
+                                head[..4]
+                                    .copy_from_slice(&interleaved_prefix(*rtp_channel, len as u16));
+                                head[4..4 + RTP_HEADER_LEN].copy_from_slice(&header.to_bytes());
+                                OutFrame::Rtp { head, head_len: 4 + RTP_HEADER_LEN, block, packet }
+                            }
+                            Queued::Relayed(d) => {
+                                let mut b = Vec::with_capacity(4 + d.len());
+                                b.extend_from_slice(&interleaved_prefix(
+                                    *rtp_channel,
+                                    d.len() as u16,
+                                ));
+                                b.extend_from_slice(&d);
+                                OutFrame::Owned(b)
+                            }
+                        };
+                        // `has_room` left room for it.
+                        if frames.try_send(frame).is_err() {
+                            io.stats.interleaved_lost += 1;
+                        }
+                    }
+                }
+            }
+        }
+        let lost = relay.stats().lost;
+        if lost > relay.lost {
+            warn!(%stream, lost = lost - relay.lost, "relayed packets no node could resend were given up");
+            relay.lost = lost;
+            if let Some(Some(TrackOut {
+                transport: StreamTransport::Interleaved { frames, .. },
+                ..
+            })) = self.tracks.iter().find(|t| t.is_some())
+            {
+                // RTP over TCP is never cut silently: the player sees the connection end.
+                warn!(%stream, "a relayed TCP stream lost packets: closing its connection");
+                relay.cut = frames.try_send(OutFrame::Close).is_ok() || frames.is_closed();
+                io.stats.relay_cut += 1;
+                return;
+            }
+        }
+        if !relay.byes.is_empty() && relay.tracks.iter().flatten().all(|r| r.is_finished(now)) {
+            flush(batch, held, &io.udp.rtp, io.stats);
+            for (track, rtcp) in std::mem::take(&mut relay.byes) {
+                if let Some(t) = self.track(track) {
+                    send_rtcp(&io.udp.rtcp, t, &rtcp);
                 }
             }
         }
     }
+}
 
-    fn is_empty(&self) -> bool {
-        self.frames.is_empty()
+/// Whether `transport` can take a packet now: UDP always; a connection while its queue has room
+/// for what every sender thread may push at the same instant (one RTP packet and an SR for each
+/// track of a stream of that connection each): an RTP frame is never refused for lack of room.
+fn has_room(transport: &StreamTransport, shards: usize) -> bool {
+    match transport {
+        StreamTransport::Udp { .. } => true,
+        StreamTransport::Interleaved { frames, .. } => {
+            frames.capacity() > shards * (1 + MAX_TRACKS)
+        }
     }
 }
+
+/// Mixed into a track's SSRC for the sender SSRC of the origin's relay NACKs (RFC 4585 §6.1
+/// wants one; the other nodes match NACKs by the media SSRC).
+const NACK_SSRC_MASK: u32 = 0x4e41_434b;

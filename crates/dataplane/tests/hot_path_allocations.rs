@@ -125,6 +125,7 @@ fn run(gso: bool) -> (u64, u64) {
         transports: vec![Some(transport)],
         cname: "t".into(),
         rtx: None,
+        relay: None,
     })
     .unwrap();
     let start = Position { gsn: Gsn(0), time: MediaTime::ZERO, tracks: TrackSeqs::default() };

@@ -308,6 +308,9 @@ pub(crate) fn render_metrics(out: &mut String, view: &ClusterView) {
          # HELP isochron_cluster_relay_bytes_total Their bytes.\n\
          # TYPE isochron_cluster_relay_bytes_total counter\n\
          isochron_cluster_relay_bytes_total {}\n\
+         # HELP isochron_cluster_relay_nacks_total NACKs from relayed sessions' origins for packets this node relayed there.\n\
+         # TYPE isochron_cluster_relay_nacks_total counter\n\
+         isochron_cluster_relay_nacks_total {}\n\
          # HELP isochron_cluster_block_bytes_out_total Block bytes written to other nodes' disks.\n\
          # TYPE isochron_cluster_block_bytes_out_total counter\n\
          isochron_cluster_block_bytes_out_total {}\n\
@@ -322,6 +325,7 @@ pub(crate) fn render_metrics(out: &mut String, view: &ClusterView) {
         get(&view.control_messages_out),
         get(&view.relay_packets_in),
         get(&view.relay_bytes_in),
+        get(&view.relay_nacks_in),
         get(&view.block_bytes_out),
         get(&view.block_bytes_in),
         view.live.lock().map_or(0, |l| l.len()),

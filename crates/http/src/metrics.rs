@@ -159,6 +159,50 @@ pub(crate) fn render(g: &Gathered) -> String {
         "NACKs for an SSRC none of this node's streams has.",
         rtx.unknown_stream as f64,
     );
+    let reseq = send.reseq;
+    e.single(
+        "relay_reordered_total",
+        Counter,
+        "Relayed sessions' packets that reached their origin after a later one (sent in order).",
+        reseq.reordered as f64,
+    );
+    e.single(
+        "relay_duplicates_total",
+        Counter,
+        "Relayed sessions' packets that reached their origin twice (the second dropped).",
+        reseq.duplicates as f64,
+    );
+    e.single(
+        "relay_nacked_total",
+        Counter,
+        "Sequence numbers the origins of relayed sessions asked the other nodes for again.",
+        reseq.nacked as f64,
+    );
+    e.single(
+        "relay_lost_packets_total",
+        Counter,
+        "Relayed sessions' packets that never reached their origin, even when asked for again \
+         (the client never got them).",
+        reseq.lost as f64,
+    );
+    e.single(
+        "relay_stale_total",
+        Counter,
+        "Relayed packets that came after their number was given up or before their run (dropped).",
+        reseq.stale as f64,
+    );
+    e.single(
+        "interleaved_lost_total",
+        Counter,
+        "RTP frames an RTSP connection's queue refused (a defect: room is reserved for them).",
+        send.interleaved_lost as f64,
+    );
+    e.single(
+        "relay_cut_streams_total",
+        Counter,
+        "Relayed TCP streams whose connection was closed because packets were lost on the way.",
+        send.relay_cut as f64,
+    );
     e.single(
         "underruns_total",
         Counter,

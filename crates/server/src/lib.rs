@@ -417,8 +417,15 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
             let listener = TcpListener::bind(addr).await.with_context(|| {
                 format!("binding the control port {addr} (config key cluster.control_port)")
             })?;
-            let relay = std::net::UdpSocket::bind(addr)
+            let (relay, relay_buffer) = isochron_dataplane::net::relay_socket(addr)
                 .with_context(|| format!("binding the relay port {addr} (UDP)"))?;
+            if relay_buffer < isochron_dataplane::net::RELAY_RECV_BUFFER {
+                warn!(
+                    bytes = relay_buffer,
+                    "the relay port's receive buffer is small (net.core.rmem_max): relayed packets \
+                     may be lost on a busy node and asked for again"
+                );
+            }
             {
                 let (sender, view, stop) = (sender_tx.clone(), Arc::clone(view), Arc::clone(&stop));
                 threads.push(

@@ -260,6 +260,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
                 None => break,
             },
             f = frames.recv() => match f {
+                Some(OutFrame::Close) => break,
                 Some(frame) => {
                     let (a, b) = frame.parts();
                     out.extend_from_slice(a);

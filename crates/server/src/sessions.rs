@@ -927,6 +927,8 @@ impl Manager {
             let relay = self.relays.get(&key.origin).copied();
             let mut transports: Vec<Option<StreamTransport>> = Vec::new();
             let mut missing = false;
+            // The origin of a relayed session: the other nodes' packets come through here.
+            let mut relay_origin = false;
             for (i, t) in spec.tracks.as_slice().iter().enumerate() {
                 if !t.enabled {
                     transports.push(None);
@@ -935,6 +937,7 @@ impl Manager {
                 let transport = match t.dest {
                     Dest::Udp { rtp, rtcp } => Some(StreamTransport::Udp { rtp, rtcp }),
                     Dest::Origin if key.origin == me => {
+                        relay_origin = true;
                         let view = origin_view.flatten();
                         let track = view.and_then(|v| v.tracks().find(|tv| tv.index() == i));
                         track.and_then(|tv| match tv.transport() {
@@ -1012,11 +1015,16 @@ impl Manager {
                 lsn: spec.lsn,
                 ..StreamSetup::whole(stream, 0, 0, 0, last_block)
             };
+            // Where the origin asks for relayed packets that did not come (every other node's
+            // relay port: only the one that sent a number has it).
+            let relay = relay_origin
+                .then(|| self.relays.iter().filter(|(n, _)| **n != me).map(|(_, a)| *a).collect());
             let _ = self.sender.send(SenderCommand::Add {
                 setup,
                 transports,
                 cname: self.cname.clone(),
                 rtx,
+                relay,
             });
             share.added = true;
         }
