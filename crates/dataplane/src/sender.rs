@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use isochron_base::{BlockIndex, Gsn, Instant, MAX_TRACKS, MediaTime, Pace, StreamId};
+use isochron_base::{BlockIndex, Gsn, Instant, MediaTime, Pace, StreamId};
 use isochron_diskio::AlignedBuf;
 use isochron_rtp::{
     NtpTimestamp, RTP_HEADER_LEN, RTP_HEADER_LSN_LEN, RtpHeader, SenderReport, interleaved_prefix,
@@ -484,12 +484,15 @@ impl SenderThread {
             last_pass = now;
             loop {
                 // Every track of a stream goes the same way (one connection when interleaved).
-                let can_send =
-                    |s: StreamId| match outs.get(&s).and_then(|o| o.tracks.iter().flatten().next())
-                    {
-                        Some(t) => has_room(&t.transport, self.shards),
-                        None => true,
-                    };
+                let can_send = |s: StreamId| {
+                    let Some(o) = outs.get(&s) else { return true };
+                    let tracks = o.tracks.iter().flatten().count();
+                    o.tracks
+                        .iter()
+                        .flatten()
+                        .next()
+                        .is_none_or(|t| has_room(&t.transport, self.shards, tracks))
+                };
                 let Some(t) = pacer.poll_transmit(now, can_send) else { break };
                 match t {
                     Transmit::Rtp {
@@ -589,7 +592,7 @@ impl SenderThread {
                         build_rtcp(&mut rtcp_buf, t, cname, rtp_timestamp, packets, octets, bye);
                         match relay.as_mut() {
                             // Nothing more will be relayed: what is held leaves before the BYE.
-                            Some(r) if is_bye => r.defer_bye(track, rtcp_buf.clone()),
+                            Some(r) if is_bye => r.defer_bye(now, track, rtcp_buf.clone()),
                             _ => send_rtcp(&self.udp.rtcp, t, &rtcp_buf),
                         }
                     }
@@ -791,8 +794,10 @@ impl RelayIn {
         }
     }
 
-    /// A BYE waits until every track's packets are out ([`Reseq::is_finished`]).
-    fn defer_bye(&mut self, track: u8, rtcp: Vec<u8>) {
+    /// A BYE waits until every track's packets are out ([`Reseq::is_finished`]); it is itself a
+    /// sign that every node sent its last packet.
+    fn defer_bye(&mut self, now: Instant, track: u8, rtcp: Vec<u8>) {
+        self.handle_end(now);
         self.byes.push((track, rtcp));
     }
 
@@ -847,6 +852,7 @@ impl StreamOut {
         if relay.cut {
             return;
         }
+        let tracks = self.tracks.iter().flatten().count();
         for (i, reseq) in relay.tracks.iter_mut().enumerate() {
             let (Some(reseq), Some(Some(out))) = (reseq.as_mut(), self.tracks.get(i)) else {
                 continue;
@@ -861,7 +867,7 @@ impl StreamOut {
                     }
                 }
             }
-            while reseq.ready() && has_room(&out.transport, io.shards) {
+            while reseq.ready() && has_room(&out.transport, io.shards, tracks) {
                 let Some((seq, q)) = reseq.poll_release() else { break };
                 let track = i as u8;
                 match (&out.transport, q) {
@@ -937,14 +943,18 @@ impl StreamOut {
     }
 }
 
-/// Whether `transport` can take a packet now: UDP always; a connection while its queue has room
-/// for what every sender thread may push at the same instant (one RTP packet and an SR for each
-/// track of a stream of that connection each): an RTP frame is never refused for lack of room.
-fn has_room(transport: &StreamTransport, shards: usize) -> bool {
+/// Whether `transport` can take a packet of a stream of `tracks` set-up tracks now: UDP always; a
+/// connection while its queue has room for what every sender thread may push at the same instant
+/// (one RTP packet and an SR for each track, each): an RTP frame is never refused for lack of
+/// room.
+fn has_room(transport: &StreamTransport, shards: usize, tracks: usize) -> bool {
     match transport {
         StreamTransport::Udp { .. } => true,
         StreamTransport::Interleaved { frames, .. } => {
-            frames.capacity() > shards * (1 + MAX_TRACKS)
+            // Bounded by half the queue, so a small queue (`tcp_queue_frames` ≥ 16) on a
+            // machine of many cores still moves; a refusal is then counted, not silent.
+            let reserve = (shards * (1 + tracks)).min(frames.max_capacity() / 2);
+            frames.capacity() > reserve
         }
     }
 }

@@ -1017,7 +1017,8 @@ impl Manager {
             };
             // Where the origin asks for relayed packets that did not come (every other node's
             // relay port: only the one that sent a number has it).
-            let relay = relay_origin
+            // (A node that paces every block itself, a single node among them, relays nothing.)
+            let relay = (relay_origin && spec.role != Role::Whole)
                 .then(|| self.relays.iter().filter(|(n, _)| **n != me).map(|(_, a)| *a).collect());
             let _ = self.sender.send(SenderCommand::Add {
                 setup,

@@ -2,7 +2,7 @@
 //! fixtures, and external players (ffmpeg, GStreamer, VLC) run with hard time limits.
 //!
 //! Fixtures are generated once per target directory (under `CARGO_TARGET_TMPDIR`, behind a file
-//! lock, since test binaries run in parallel) with ffmpeg's synthetic sources, so the tests carry
+//! lock, since tests run in parallel) with ffmpeg's synthetic sources, so the tests carry
 //! no media files beyond the bundled demo clip.
 
 #![allow(dead_code, unreachable_pub, clippy::print_stderr)]
@@ -749,5 +749,74 @@ impl Beacon {
                 Err(e) => panic!("beacon: {e}"),
             }
         }
+    }
+}
+
+/// How much of the machine a test takes while it runs, in units of [`LOAD_UNITS`]: the
+/// integration tests run side by side in one binary (`tests/it`), and [`load`] lets a test start
+/// only when its units are free, in the order the tests asked, so a heavier test is never starved
+/// by lighter ones. The weights are what each test needs to keep its own timing on a two-core
+/// machine. Tests that measure capacity or timing need the machine to themselves: they are
+/// binaries of their own (`tests/bench.rs`, `pacing.rs`, `cinegrid.rs`, `admission.rs`,
+/// `diskbench.rs`), which `cargo test` runs one at a time after this one.
+pub mod weight {
+    /// An exchange with one server: requests, short clips, ingest, the CLI.
+    pub const LIGHT: u32 = 1;
+    /// A server and real players, or a long stream.
+    pub const PLAYER: u32 = 2;
+    /// A cluster of nodes, hundreds of sessions, a 1080p decode, a browser.
+    pub const HEAVY: u32 = 4;
+}
+
+/// The units [`load`] shares out.
+pub const LOAD_UNITS: u32 = 8;
+
+/// Held while a test runs: its share of the machine, given back on drop.
+#[must_use = "the share is given back when this is dropped"]
+pub struct Load(u32);
+
+#[derive(Default)]
+struct Loads {
+    used: u32,
+    /// Who waits, in the order they are to start: (lane, ticket).
+    waiting: std::collections::BTreeSet<(u8, u64)>,
+    next: u64,
+}
+
+static LOADS: std::sync::Mutex<Loads> =
+    std::sync::Mutex::new(Loads { used: 0, waiting: std::collections::BTreeSet::new(), next: 0 });
+static LOADS_FREED: std::sync::Condvar = std::sync::Condvar::new();
+
+/// Waits for `units` of the machine (see [`weight`]) and holds them until the guard drops.
+pub fn load(units: u32) -> Load {
+    load_in_lane(1, units)
+}
+
+/// [`load`] ahead of every test that asked with [`load`]: for the tests of the longest chain
+/// (the cluster tests, one cluster at a time), whose waits would otherwise add up.
+pub fn load_first(units: u32) -> Load {
+    load_in_lane(0, units)
+}
+
+fn load_in_lane(lane: u8, units: u32) -> Load {
+    let units = units.min(LOAD_UNITS);
+    let mut l = LOADS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let me = (lane, l.next);
+    l.next += 1;
+    l.waiting.insert(me);
+    while l.waiting.first() != Some(&me) || l.used + units > LOAD_UNITS {
+        l = LOADS_FREED.wait(l).unwrap_or_else(std::sync::PoisonError::into_inner);
+    }
+    l.waiting.remove(&me);
+    l.used += units;
+    LOADS_FREED.notify_all();
+    Load(units)
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        let mut l = LOADS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        l.used -= self.0;
+        LOADS_FREED.notify_all();
     }
 }

@@ -9,7 +9,7 @@
 //! over TCP, each on a fresh server (an empty block cache); HTTP delivery (`/objects`) fails over
 //! too. And the refusals: more copies than disks, and a `--replication` other than the store's.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -174,6 +174,7 @@ fn play_through_faults(
 /// byte-exact; an HTTP download through a deleted block, byte-exact; fsck clean afterwards.
 #[test]
 fn a_stream_survives_a_corrupted_and_a_deleted_block_with_two_copies() {
+    let _load = load(weight::PLAYER);
     let dir = tempdir();
     let (data, blocks) = replicated_demo(dir.path());
     let want = std::fs::read(demo()).unwrap();
@@ -215,6 +216,7 @@ fn a_stream_survives_a_corrupted_and_a_deleted_block_with_two_copies() {
 /// corrupted; `isochron play` receives the BYE with the block named, and less than the source.
 #[test]
 fn a_block_with_no_good_copy_ends_the_stream_with_a_bye_saying_why() {
+    let _load = load(weight::PLAYER);
     let dir = tempdir();
     let (data, blocks) = replicated_demo(dir.path());
     let server = Server::start(&data, ServeOptions::default());
@@ -245,6 +247,7 @@ fn a_block_with_no_good_copy_ends_the_stream_with_a_bye_saying_why() {
 /// The same faults under GStreamer over TCP, on a fresh server.
 #[test]
 fn gstreamer_plays_byte_exact_through_bad_copies() {
+    let _load = load(weight::PLAYER);
     require("gst-launch-1.0");
     let dir = tempdir();
     let (data, blocks) = replicated_demo(dir.path());
@@ -269,6 +272,7 @@ fn gstreamer_plays_byte_exact_through_bad_copies() {
 /// `--repair` re-creates it.
 #[test]
 fn replication_refusals_and_offline_repair() {
+    let _load = load(weight::PLAYER);
     let dir = tempdir();
     let serve = |data: &Path, extra: &[&str]| {
         run(
@@ -339,6 +343,7 @@ fn assert_exact_copies(data: &Path) -> usize {
 /// files are exactly the placement's.
 #[test]
 fn online_scaling_and_recording_keep_two_copies() {
+    let _load = load(weight::PLAYER);
     require("curl");
     let dir = tempdir();
     let (data, _) = replicated_demo(dir.path());

@@ -4,7 +4,7 @@
 //! transport stream untouched (GStreamer `rtpmp2tdepay ! filesink`, ffmpeg `satip_raw`, VLC's
 //! demux dump), per-packet hashes through ffmpeg's normal (remuxing) path, and decoding.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;
@@ -37,6 +37,7 @@ fn ffprobe(input: &str, extra: &[&str]) -> (f64, Vec<String>) {
 
 #[test]
 fn ffprobe_reports_the_source_duration_and_streams() {
+    let _load = load(weight::LIGHT);
     require("ffprobe");
     let vbr = fixture("vbr60");
     let (_d, server) = serve(&[&vbr]);
@@ -57,6 +58,7 @@ fn ffprobe_reports_the_source_duration_and_streams() {
 
 #[test]
 fn ffmpeg_reads_to_the_end_over_tcp_and_udp_without_decode_errors() {
+    let _load = load(weight::PLAYER);
     require("ffmpeg");
     let vbr = fixture("vbr60");
     let (dir, server) = serve(&[&vbr]);
@@ -117,6 +119,7 @@ fn ffmpeg_reads_to_the_end_over_tcp_and_udp_without_decode_errors() {
 
 #[test]
 fn gstreamer_receives_the_exact_bytes_over_tcp_and_udp() {
+    let _load = load(weight::PLAYER);
     require("gst-launch-1.0");
     let vbr = fixture("vbr60");
     let (dir, server) = serve(&[&vbr]);
@@ -140,6 +143,7 @@ fn gstreamer_receives_the_exact_bytes_over_tcp_and_udp() {
 
 #[test]
 fn gstreamer_decodes_the_stream_to_eos() {
+    let _load = load(weight::PLAYER);
     require("gst-launch-1.0");
     let (_d, server) = serve(&[]);
     let url = server.url("demo");
@@ -183,6 +187,7 @@ fn gstreamer_decodes_the_stream_to_eos() {
 
 #[test]
 fn vlc_plays_to_the_end() {
+    let _load = load(weight::PLAYER);
     require("cvlc");
     require("runuser");
     let (_d, server) = serve(&[]);
@@ -207,6 +212,7 @@ fn vlc_plays_to_the_end() {
 
 #[test]
 fn ffmpeg_satip_raw_is_byte_exact() {
+    let _load = load(weight::PLAYER);
     require("ffmpeg");
     let (dir, server) = serve(&[]);
     let out_ts = dir.path().join("sat.ts");
@@ -229,6 +235,7 @@ fn ffmpeg_satip_raw_is_byte_exact() {
 
 #[test]
 fn gstreamer_seeks_with_pause_and_a_play_range() {
+    let _load = load(weight::PLAYER);
     require("gst-launch-1.0");
     let (dir, server) = serve(&[]);
     let out_ts = dir.path().join("seek.ts");

@@ -7,7 +7,7 @@
 
 #![allow(clippy::print_stderr)] // tests report what they did on stderr
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -60,6 +60,7 @@ fn kill9(child: &mut std::process::Child) {
 
 #[test]
 fn sigkill_during_ingest_leaves_a_store_that_recovers() {
+    let _load = load(weight::PLAYER);
     let vbr = fixture("vbr60");
     let dir = tempdir();
     let data = dir.path().join("store");
@@ -145,6 +146,7 @@ fn api(server: &Server, method: &str, path: &str, body: Option<&str>) -> (u16, S
 
 #[test]
 fn sigkill_during_reorganisation_resumes_and_loses_nothing() {
+    let _load = load(weight::PLAYER);
     let vbr = fixture("vbr60");
     let clip = fixture("rate5m");
     let dir = tempdir();

@@ -5,7 +5,7 @@
 
 #![allow(clippy::print_stderr)] // tests report measurements on stderr
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -120,6 +120,7 @@ fn multipart(content_type: &str, body: &[u8]) -> Vec<(String, Vec<u8>)> {
 
 #[test]
 fn objects_serve_exact_bytes_and_ranges() {
+    let _load = load(weight::LIGHT);
     require("curl");
     let clip = fixture("vbr60");
     let (dir, server) = serve_fixtures(&[&clip], None);
@@ -344,6 +345,7 @@ fn ffmpeg_reads(addr: SocketAddr, name: &str) {
 
 #[test]
 fn hls_segments_concatenate_to_the_source_and_ffmpeg_reads_them() {
+    let _load = load(weight::LIGHT);
     require("ffmpeg");
     let clip = fixture("vbr60");
     let (_dir, server) = serve_fixtures(&[&clip], None);
@@ -366,6 +368,7 @@ fn hls_segments_concatenate_to_the_source_and_ffmpeg_reads_them() {
 /// A source with one PAT and PMT at its head only: later segments get copies of them.
 #[test]
 fn hls_inserts_pat_and_pmt_where_the_source_has_none() {
+    let _load = load(weight::LIGHT);
     require("ffmpeg");
     let dir = tempdir();
     let src = std::fs::read(demo()).unwrap();
@@ -405,6 +408,7 @@ fn hls_inserts_pat_and_pmt_where_the_source_has_none() {
 
 #[test]
 fn chromium_plays_the_watch_page() {
+    let _load = load(weight::HEAVY);
     let (_dir, server) = serve_fixtures(&[], None);
     let js = get(server.http, "/assets/vendor/hls.light.min.js", &[]);
     assert_eq!(js.status, 200);
@@ -436,6 +440,7 @@ fn chromium_plays_the_watch_page() {
 
 #[test]
 fn rtsp_stays_byte_exact_during_http_downloads() {
+    let _load = load(weight::HEAVY);
     let (long, rtsp_clip) = (fixture("vbr60"), fixture("rate5m"));
     let (_dir, server) = serve_fixtures(&[&long, &rtsp_clip], None);
     let src = std::fs::read(&rtsp_clip).unwrap();

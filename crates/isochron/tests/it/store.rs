@@ -1,7 +1,7 @@
 //! The store through the CLI and the server: ingest, ls, rm, bad input, restarts, and the watched
 //! media directory.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -35,6 +35,7 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, u64, std::time::SystemTime)> {
 
 #[test]
 fn bad_input_is_refused_naming_the_file_and_the_store_is_unchanged() {
+    let _load = load(weight::LIGHT);
     let dir = tempdir();
     let data = dir.path().join("store");
     let ok = isochron(&["ingest", demo().to_str().unwrap()], &data);
@@ -80,6 +81,7 @@ fn bad_input_is_refused_naming_the_file_and_the_store_is_unchanged() {
 
 #[test]
 fn a_file_cut_mid_packet_is_ingested_up_to_the_last_whole_packet_with_a_warning() {
+    let _load = load(weight::LIGHT);
     require("gst-launch-1.0");
     let dir = tempdir();
     let data = dir.path().join("store");
@@ -98,6 +100,7 @@ fn a_file_cut_mid_packet_is_ingested_up_to_the_last_whole_packet_with_a_warning(
 
 #[test]
 fn ingest_ls_rm_round_trip_over_several_disks() {
+    let _load = load(weight::LIGHT);
     let dir = tempdir();
     let data = dir.path().join("store");
     let d0 = dir.path().join("d0");
@@ -154,6 +157,7 @@ fn ingest_ls_rm_round_trip_over_several_disks() {
 
 #[test]
 fn objects_still_play_byte_exact_after_a_restart() {
+    let _load = load(weight::PLAYER);
     require("gst-launch-1.0");
     let dir = tempdir();
     let data = dir.path().join("store");
@@ -177,6 +181,7 @@ fn objects_still_play_byte_exact_after_a_restart() {
 
 #[test]
 fn a_file_dropped_into_the_media_directory_starts_streaming() {
+    let _load = load(weight::PLAYER);
     require("gst-launch-1.0");
     let dir = tempdir();
     let data = dir.path().join("store");

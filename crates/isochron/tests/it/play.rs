@@ -5,7 +5,7 @@
 //! `--timeout` exit non-zero with the status line or the reason. The UDP runs smooth the rate
 //! with MTFC (`--mtfc`): their rate requests reach the server and the bytes stay exact.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -95,6 +95,7 @@ fn plays_byte_exact(server: &Server, name: &str, src: &Path, secs: u64) {
 
 #[test]
 fn the_demo_plays_byte_exact_over_udp_and_tcp() {
+    let _load = load(weight::PLAYER);
     let dir = tempdir();
     let server = Server::start(&dir.path().join("store"), ServeOptions::default());
     // The 12 s clip, a 2 s grace after the BYE.
@@ -103,6 +104,7 @@ fn the_demo_plays_byte_exact_over_udp_and_tcp() {
 
 #[test]
 fn the_long_clip_plays_byte_exact_over_udp_and_tcp() {
+    let _load = load(weight::PLAYER);
     let vbr = fixture("vbr60");
     let (_dir, server) = serve_fixtures(&[&vbr], None);
     // 62 s of VBR at several Mb/s.
@@ -111,6 +113,7 @@ fn the_long_clip_plays_byte_exact_over_udp_and_tcp() {
 
 #[test]
 fn refusals_and_timeouts_exit_non_zero_with_the_reason() {
+    let _load = load(weight::LIGHT);
     // One slow emulated disk under aggressive admission (as in admission.rs): a handful of
     // streams fill it, and the next PLAY gets 453.
     let dir = tempdir();

@@ -10,7 +10,7 @@
 
 #![allow(clippy::print_stderr)] // a report of what was measured
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
@@ -114,6 +114,7 @@ fn request_to(
 
 #[test]
 fn one_client_cannot_fill_the_session_table() {
+    let _load = common::load(common::weight::HEAVY);
     if !common::namespaces_or_skip("limits") {
         return;
     }
@@ -217,6 +218,7 @@ fn one_client_cannot_fill_the_session_table() {
 /// of two, two such clients and then a third that finds room once their streams ended.
 #[test]
 fn clients_that_vanish_after_the_end_free_their_slots_by_liveness() {
+    let _load = common::load(common::weight::PLAYER);
     common::require("ffprobe");
     let dir = tempdir();
     let config =
@@ -265,6 +267,7 @@ fn clients_that_vanish_after_the_end_free_their_slots_by_liveness() {
 /// the very port named, receives nothing.
 #[test]
 fn a_setup_cannot_send_the_stream_to_another_host() {
+    let _load = common::load(common::weight::LIGHT);
     if !common::namespaces_or_skip("destination=") {
         return;
     }
@@ -322,6 +325,7 @@ fn a_setup_cannot_send_the_stream_to_another_host() {
 /// slot is free.
 #[test]
 fn a_playing_udp_client_that_falls_silent_is_stopped_early() {
+    let _load = common::load(common::weight::PLAYER);
     let vbr = common::fixture("vbr60");
     let config = "[rtsp]\nsession_timeout_s = 60\nsilence_timeout_s = 5\n";
     let (_dir, server) = common::serve_fixtures(&[&vbr], Some(config));
@@ -391,6 +395,7 @@ time.sleep(3600)
 /// server's resident memory is back within 20 % of where it was before (60 s later).
 #[test]
 fn twenty_thousand_idle_connections_lock_nobody_out_and_leave_no_memory_behind() {
+    let _load = common::load(common::weight::HEAVY);
     if !common::namespaces_or_skip("20,000 connections") {
         return;
     }

@@ -5,7 +5,7 @@
 
 #![allow(clippy::print_stderr)] // tests report measurements on stderr
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;
@@ -28,6 +28,7 @@ fn reorg_status(server: &Server) -> serde_json::Value {
 
 #[test]
 fn disks_join_and_leave_while_streams_play() {
+    let _load = load(weight::PLAYER);
     let vbr = fixture("vbr60");
     let clip = fixture("rate5m");
     let dir = tempdir();

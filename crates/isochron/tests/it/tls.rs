@@ -3,7 +3,7 @@
 //! credentials from a client elsewhere on the network (in a namespace of its own) that plain
 //! HTTP refuses it, plus the CLI over HTTPS trusting the pair through `ISOCHRON_CA_FILE`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;
@@ -56,6 +56,7 @@ permissions = ["read", "record", "admin"]
 
 #[test]
 fn ffmpeg_and_gstreamer_play_rtsps_with_digest() {
+    let _load = common::load(common::weight::PLAYER);
     require("ffmpeg");
     require("gst-launch-1.0");
     let dir = tempdir();
@@ -109,6 +110,7 @@ fn ffmpeg_and_gstreamer_play_rtsps_with_digest() {
 
 #[test]
 fn https_takes_basic_from_the_network_and_plain_http_does_not() {
+    let _load = common::load(common::weight::LIGHT);
     require("curl");
     if !common::namespaces_or_skip("HTTPS from another host") {
         return;

@@ -8,7 +8,7 @@
 
 #![allow(clippy::print_stderr)] // tests report what they observed on stderr
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -55,6 +55,7 @@ fn dump_dom(url: &str, budget_ms: u32) -> String {
 
 #[test]
 fn the_dashboard_shows_live_sessions_and_moving_numbers() {
+    let _load = load(weight::HEAVY);
     require("chromium");
     let vbr = fixture("vbr60");
     let (_dir, server) = serve_fixtures(&[&vbr], None);

@@ -12,7 +12,7 @@
 
 #![allow(clippy::print_stderr)] // a report of what was measured
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::sync::Arc;
@@ -80,6 +80,7 @@ async fn player(url: String, want: u64, limit: Duration, round: Arc<Round>) {
 
 #[test]
 fn rounds_of_players_that_vanish_at_the_end_are_all_served() {
+    let _load = common::load(common::weight::PLAYER);
     let full = std::env::var_os("ISOCHRON_CHURN_FULL").is_some_and(|v| v == "1");
     let (clip, period, config) = if full {
         (fixture("low60"), Duration::from_secs(60), String::new())

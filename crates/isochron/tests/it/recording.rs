@@ -6,7 +6,7 @@
 
 #![allow(clippy::print_stderr)] // tests report measurements on stderr
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;
@@ -107,6 +107,7 @@ fn layout(r: &ObjectRecord) -> impl PartialEq + std::fmt::Debug {
 
 #[test]
 fn a_clip_pushed_at_its_rate_plays_at_once_and_is_stored_as_ingest_stores_it() {
+    let _load = load(weight::PLAYER);
     require("curl");
     require("ffprobe");
     let vbr = fixture("vbr60");
@@ -160,6 +161,7 @@ fn a_clip_pushed_at_its_rate_plays_at_once_and_is_stored_as_ingest_stores_it() {
 
 #[test]
 fn a_client_pushing_faster_than_declared_is_paced_by_the_server() {
+    let _load = load(weight::PLAYER);
     require("curl");
     let clip = fixture("rate5m");
     let idx = ts_index(&clip);
@@ -190,6 +192,7 @@ fn a_client_pushing_faster_than_declared_is_paced_by_the_server() {
 
 #[test]
 fn refused_and_broken_recordings_leave_playing_streams_alone() {
+    let _load = load(weight::PLAYER);
     require("curl");
     let dir = tempdir();
     let data = dir.path().join("store");

@@ -7,7 +7,7 @@
 //! 403 for a user without the permission or the object, and the CLI's `http://user:pass@` and
 //! `ISOCHRON_TOKEN`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;
@@ -33,6 +33,7 @@ fn disk_count(server: &Server) -> usize {
 
 #[test]
 fn with_no_users_only_loopback_may_write() {
+    let _load = common::load(common::weight::LIGHT);
     let Some((bed, client)) = testbed() else { return };
     let dir = tempdir();
     let server = Server::start(
@@ -164,6 +165,7 @@ fn ingest(
 
 #[test]
 fn with_users_everyone_needs_credentials_and_basic_stays_off_the_wire() {
+    let _load = common::load(common::weight::LIGHT);
     let Some((bed, client)) = testbed() else { return };
     let dir = tempdir();
     let server = Server::start(
@@ -238,6 +240,7 @@ fn with_users_everyone_needs_credentials_and_basic_stays_off_the_wire() {
 /// without the object gets 403.
 #[test]
 fn rtsp_players_authenticate_with_digest_from_the_url() {
+    let _load = common::load(common::weight::PLAYER);
     common::require("ffmpeg");
     common::require("gst-launch-1.0");
     let dir = tempdir();

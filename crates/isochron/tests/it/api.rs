@@ -4,7 +4,7 @@
 
 #![allow(clippy::print_stderr)] // tests report what they observed on stderr
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -50,6 +50,7 @@ fn json(server: &Server, path: &str) -> serde_json::Value {
 
 #[test]
 fn metrics_and_json_move_while_streams_play() {
+    let _load = load(weight::LIGHT);
     let vbr = fixture("vbr60");
     let (_dir, server) = serve_fixtures(&[&vbr], None);
     let rt = runtime();
@@ -186,6 +187,7 @@ fn metrics_and_json_move_while_streams_play() {
 
 #[test]
 fn the_cli_reports_the_servers_json_errors() {
+    let _load = load(weight::LIGHT);
     let (_dir, server) = serve_fixtures(&[], None);
     let out = run(
         std::process::Command::new(bin())

@@ -3,7 +3,7 @@
 //! RTSP client), ffmpeg and GStreamer. The oracle is ffprobe's own reading of the source file
 //! (every packet's bytes and timestamps), never isochron's demuxer.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -215,6 +215,7 @@ async fn retina_play(url: &str, transport: &str) -> (Vec<String>, Received) {
 /// timestamp is the source's presentation time on the object's timeline.
 #[test]
 fn retina_receives_every_access_unit_with_its_source_timestamp() {
+    let _load = load(weight::PLAYER);
     require("ffprobe");
     let src = media_fixture("h264_aac.mp4");
     let probe = Probe::of(&src);
@@ -318,6 +319,7 @@ fn assert_frames(got: &[String], want: &[String], what: &str) {
 /// from Matroska).
 #[test]
 fn ffmpeg_records_every_frame_of_each_kind_of_source() {
+    let _load = load(weight::HEAVY);
     require("ffmpeg");
     let cases = [
         ("h264_aac.mp4", "tcp"),
@@ -379,6 +381,7 @@ fn shifts(src: &Probe, got: &Probe) -> Vec<f64> {
 /// docs/design/native-rtp.md), within 30 ms.
 #[test]
 fn audio_and_video_keep_the_source_offset() {
+    let _load = load(weight::HEAVY);
     require("ffprobe");
     let bf = media_fixture("h264_aac.mp4");
     let nobf = media_fixture("h264_aac_nobf.mp4");
@@ -415,6 +418,7 @@ fn audio_and_video_keep_the_source_offset() {
 /// over TCP and UDP: the frames it writes decode to the source's, frame for frame.
 #[test]
 fn gstreamer_receives_a_long_1080p_clip_frame_for_frame() {
+    let _load = load(weight::HEAVY);
     require("gst-launch-1.0");
     let src = media_fixture("h264_1080p_90s.mp4");
     let (dir, server) = serve_media(&[&src]);
@@ -470,6 +474,7 @@ fn gstreamer_receives_a_long_1080p_clip_frame_for_frame() {
 /// (GStreamer's PAUSE + PLAY Range) starts every track at the last key frame at or before t.
 #[test]
 fn ffprobe_sees_the_source_and_a_seek_lands_on_the_key_frame_before() {
+    let _load = load(weight::LIGHT);
     require("ffprobe");
     let src = media_fixture("hevc_aac.mp4");
     let (_dir, server) = serve_media(&[&src]);
@@ -692,6 +697,7 @@ impl Rtsp {
 /// carries and plays over RTSP.
 #[test]
 fn the_source_file_comes_back_over_http_and_cat() {
+    let _load = load(weight::LIGHT);
     require("curl");
     let mp4 = media_fixture("h264_aac_moov_last.mp4");
     let mkv = media_fixture("h264_opus.mkv");
@@ -756,6 +762,7 @@ fn the_source_file_comes_back_over_http_and_cat() {
 /// warning naming the other.
 #[test]
 fn bad_media_is_refused_by_name_and_leaves_the_store_unchanged() {
+    let _load = load(weight::LIGHT);
     let first = std::fs::read(media_fixture("h264_aac.mp4")).unwrap();
     let last = std::fs::read(media_fixture("h264_aac_moov_last.mp4")).unwrap();
     let dir = tempdir();
@@ -887,6 +894,7 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
 /// source's; headless Chromium plays it with hls.js on the `/watch` page.
 #[test]
 fn hls_of_a_native_object_decodes_to_the_source_and_plays_in_chromium() {
+    let _load = load(weight::HEAVY);
     require("ffmpeg");
     let mp4 = media_fixture("h264_aac.mp4");
     let hevc = media_fixture("hevc_aac.mp4");
@@ -924,6 +932,7 @@ fn hls_of_a_native_object_decodes_to_the_source_and_plays_in_chromium() {
 /// module takes fragmented MP4).
 #[test]
 fn vlc_plays_an_mp4_source_to_the_end() {
+    let _load = load(weight::PLAYER);
     require("cvlc");
     require("runuser");
     let src = media_fixture("h264_aac.mp4");
@@ -952,6 +961,7 @@ fn vlc_plays_an_mp4_source_to_the_end() {
 /// track's next sequence number, and the packets go on from there, none missing, none repeated.
 #[test]
 fn pause_and_resume_continue_every_track() {
+    let _load = load(weight::PLAYER);
     let src = media_fixture("h264_aac.mp4");
     let (_dir, server) = serve_media(&[&src]);
     let url = server.url(&stem(&src));
@@ -1045,6 +1055,7 @@ fn pause_and_resume_continue_every_track() {
 /// `isochron ingest` stores it and plays at once; an MPEG-TS body is still a paced recording.
 #[test]
 fn an_mp4_recorded_over_http_is_stored_and_plays() {
+    let _load = load(weight::LIGHT);
     require("curl");
     let src = media_fixture("hevc_aac.mp4");
     let dir = tempdir();
@@ -1091,6 +1102,7 @@ fn an_mp4_recorded_over_http_is_stored_and_plays() {
 /// records both streams of a Matroska file of the two, every audio packet equal to the source's.
 #[test]
 fn mp3_and_ac3_tracks_play_in_ffmpeg() {
+    let _load = load(weight::HEAVY);
     require("ffmpeg");
     let src = repo().join("crates/media/testdata/mp3_ac3.mkv");
     let (dir, server) = serve_media(&[&src]);
@@ -1120,6 +1132,7 @@ fn mp3_and_ac3_tracks_play_in_ffmpeg() {
 /// it sends `Speed: 2` and gets every frame, twice as fast.
 #[test]
 fn gstreamer_trick_play_gets_key_frames_and_speed_gets_every_frame_faster() {
+    let _load = load(weight::PLAYER);
     require("gst-launch-1.0");
     let src = media_fixture("h264_aac.mp4");
     let probe = Probe::of(&src);

@@ -4,7 +4,7 @@
 
 #![allow(clippy::print_stderr)] // tests report measurements on stderr
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -67,6 +67,7 @@ async fn play_with(
 
 #[test]
 fn seek_starts_within_a_second_of_the_requested_time() {
+    let _load = load(weight::PLAYER);
     let vbr = fixture("vbr60");
     let (_d, server) = serve(&[&vbr], None);
     let src = std::fs::read(&vbr).unwrap();
@@ -124,6 +125,7 @@ async fn drain(c: &mut Client, all: &mut Collected, d: Duration) {
 
 #[test]
 fn sequence_numbers_continue_across_seeks() {
+    let _load = load(weight::PLAYER);
     let vbr = fixture("vbr60");
     let (_d, server) = serve(&[&vbr], None);
     let url = server.url("vbr60");
@@ -152,6 +154,7 @@ fn sequence_numbers_continue_across_seeks() {
 
 #[test]
 fn pause_then_play_resumes_with_no_missing_or_repeated_packet() {
+    let _load = load(weight::PLAYER);
     let (_d, server) = serve(&[], None);
     let src = std::fs::read(demo()).unwrap();
     let rt = runtime();
@@ -190,6 +193,7 @@ fn pause_then_play_resumes_with_no_missing_or_repeated_packet() {
 
 #[test]
 fn a_hundred_concurrent_sessions_are_all_byte_exact() {
+    let _load = load(weight::HEAVY);
     let clip = fixture("rate5m");
     let (_d, server) = serve(&[&clip], None);
     let src = std::fs::read(&clip).unwrap();
@@ -301,6 +305,7 @@ fn hostile_requests(n: usize) -> Vec<Vec<u8>> {
 
 #[test]
 fn hostile_requests_get_4xx_or_a_closed_connection_and_a_playing_session_stays_exact() {
+    let _load = load(weight::PLAYER);
     require("gst-launch-1.0");
     let (dir, server) = serve(&[], None);
     let out_ts = dir.path().join("gst.ts");
@@ -367,6 +372,7 @@ fn hostile_requests_get_4xx_or_a_closed_connection_and_a_playing_session_stays_e
 
 #[test]
 fn udp_sessions_are_reaped_without_liveness_and_kept_alive_by_requests() {
+    let _load = load(weight::PLAYER);
     let vbr = fixture("vbr60");
     let (_d, server) = serve(&[&vbr], Some("[rtsp]\nsession_timeout_s = 5\n"));
     let url = server.url("vbr60");

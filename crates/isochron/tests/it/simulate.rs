@@ -2,6 +2,7 @@
 //! the documented JSON form, the shipped scenario file, rejected keys, the files `--out` writes,
 //! the CineGrid format table, and a plan from a profile file as `profile-disk` writes it.
 
+use crate::common;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -30,6 +31,7 @@ fn repo_file(rel: &str) -> PathBuf {
 
 #[test]
 fn same_scenario_and_seed_give_identical_bytes() {
+    let _load = common::load(common::weight::LIGHT);
     for (arch, op) in [("p2p", "read"), ("shared-bus", "resample")] {
         let args = ["simulate", "--arch", arch, "--op", op, "--nodes", "1-16", "--json"];
         let a = ok(&args).stdout;
@@ -51,6 +53,7 @@ fn same_scenario_and_seed_give_identical_bytes() {
 
 #[test]
 fn json_has_exactly_the_documented_form() {
+    let _load = common::load(common::weight::LIGHT);
     let out = ok(&["simulate", "--arch", "p2p", "--op", "read", "--nodes", "15-16", "--json"]);
     // Keys in the documented order.
     let text = String::from_utf8(out.stdout.clone()).unwrap();
@@ -100,6 +103,7 @@ fn json_has_exactly_the_documented_form() {
 
 #[test]
 fn unknown_keys_and_bad_arguments_are_named() {
+    let _load = common::load(common::weight::LIGHT);
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "[disk]\nseek_ms = 3\n").unwrap();
@@ -119,6 +123,7 @@ fn unknown_keys_and_bad_arguments_are_named() {
 
 #[test]
 fn overrides_change_the_result() {
+    let _load = common::load(common::weight::LIGHT);
     let dir = tempfile::tempdir().unwrap();
     let fast = dir.path().join("fast-links.toml");
     std::fs::write(&fast, "[link]\nrate_mb_s = 16.0\n").unwrap();
@@ -142,6 +147,7 @@ fn overrides_change_the_result() {
 
 #[test]
 fn out_writes_json_csv_and_svg() {
+    let _load = common::load(common::weight::LIGHT);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
     let json = ok(&[
@@ -178,6 +184,7 @@ fn out_writes_json_csv_and_svg() {
 
 #[test]
 fn formats_print_the_cinegrid_table() {
+    let _load = common::load(common::weight::LIGHT);
     let out = ok(&["plan", "--formats"]);
     let text = String::from_utf8(out.stdout).unwrap();
     // name, X, Y, fps, bpp, pixels, frame MB, MB/s, Gb/s (CineGrid Table 1, from its formulas).
@@ -212,6 +219,7 @@ fn formats_print_the_cinegrid_table() {
 
 #[test]
 fn plan_from_a_profile_file_and_a_model() {
+    let _load = common::load(common::weight::LIGHT);
     let dir = tempfile::tempdir().unwrap();
     // A profile as `isochron profile-disk` writes it: a disk of 8 ms seeks and 100 MiB/s.
     let sizes: Vec<u64> = (12..=23).map(|k| 1u64 << k).collect();
@@ -294,6 +302,7 @@ fn fig3_100m() -> (String, serde_json::Value) {
 
 #[test]
 fn the_planner_predicts_the_measured_100_mb_s_n_max_within_15_percent() {
+    let _load = common::load(common::weight::LIGHT);
     // Issue 6: the planner's N_max for the single-node 100 Mb/s bench set-up against the bench's.
     let (_, r) = fig3_100m();
     let measured = r["n_max"].as_u64().unwrap();
@@ -321,6 +330,7 @@ fn the_planner_predicts_the_measured_100_mb_s_n_max_within_15_percent() {
 
 #[test]
 fn a_bench_report_is_a_node_profile() {
+    let _load = common::load(common::weight::LIGHT);
     let (path, r) = fig3_100m();
     let n_max = r["n_max"].as_u64().unwrap();
     let bits = r["content_mean_bits_s"].as_f64().unwrap().round() as u64;
