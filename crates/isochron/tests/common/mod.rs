@@ -113,15 +113,19 @@ pub fn fixture(name: &str) -> PathBuf {
         require("ffmpeg");
         let tmp = dir.join(format!("{name}.tmp.ts"));
         let args: Vec<String> = match name {
-            // ≥ 60 s of VBR H.264 + AAC at several Mb/s (1 s GOP): the long clip of the
-            // byte-exact, pacing and ffmpeg tests.
-            "vbr60" => "-f lavfi -i testsrc2=size=960x540:rate=25 \
-                -f lavfi -i sine=frequency=330:sample_rate=48000 -t 62 \
-                -c:v libx264 -preset ultrafast -g 25 -b:v 4M -maxrate 7M -bufsize 4M \
-                -pix_fmt yuv420p -c:a aac -b:a 128k -f mpegts"
-                .split_whitespace()
-                .map(String::from)
-                .collect(),
+            // ≥ 60 s (vbr60) or 20 s (vbr20) of VBR H.264 + AAC at several Mb/s (1 s GOP):
+            // the byte-exact, player and protocol tests play the short one (its length proves
+            // nothing more); pacing, the crash tests and HTTP downloads want the long one.
+            "vbr60" | "vbr20" => format!(
+                "-f lavfi -i testsrc2=size=960x540:rate=25 \
+                 -f lavfi -i sine=frequency=330:sample_rate=48000 -t {} \
+                 -c:v libx264 -preset ultrafast -g 25 -b:v 4M -maxrate 7M -bufsize 4M \
+                 -pix_fmt yuv420p -c:a aac -b:a 128k -f mpegts",
+                if name == "vbr60" { 62 } else { 20 }
+            )
+            .split_whitespace()
+            .map(String::from)
+            .collect(),
             // 15 s at about 5 Mb/s: the 100-session test.
             "rate5m" => "-f lavfi -i testsrc2=size=960x540:rate=25 \
                 -f lavfi -i sine=frequency=550:sample_rate=48000 -t 15 \

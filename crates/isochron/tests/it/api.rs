@@ -51,11 +51,11 @@ fn json(server: &Server, path: &str) -> serde_json::Value {
 #[test]
 fn metrics_and_json_move_while_streams_play() {
     let _load = load(weight::LIGHT);
-    let vbr = fixture("vbr60");
+    let vbr = fixture("vbr20");
     let (_dir, server) = serve_fixtures(&[&vbr], None);
     let rt = runtime();
-    let url = server.url("vbr60");
-    // Three sessions of the 62 s clip (about 4 Mb/s: a 1 MiB block every 2 s), over both
+    let url = server.url("vbr20");
+    // Three sessions of the 20 s clip (about 4 Mb/s: a 1 MiB block every 2 s), over both
     // transports, received in the background.
     let clients = rt.block_on(async {
         let mut tasks = Vec::new();
@@ -116,7 +116,7 @@ fn metrics_and_json_move_while_streams_play() {
     let sessions = sessions.as_array().expect("sessions array");
     assert_eq!(sessions.len(), 3);
     for s in sessions {
-        assert_eq!(s["object"], "vbr60");
+        assert_eq!(s["object"], "vbr20");
         assert_eq!(s["state"], "playing");
         assert!(s["client"].as_str().is_some_and(|c| c.starts_with("127.0.0.1:")), "{s}");
         assert!(s["bitrate_bps"].as_u64().is_some_and(|b| b > 0));
@@ -143,7 +143,7 @@ fn metrics_and_json_move_while_streams_play() {
     assert_eq!(decisions.len(), 2, "limit");
     assert!(decisions[0]["seq"].as_u64() > decisions[1]["seq"].as_u64(), "newest first");
     for d in decisions {
-        assert_eq!((d["verdict"].as_str(), d["object"].as_str()), (Some("admit"), Some("vbr60")));
+        assert_eq!((d["verdict"].as_str(), d["object"].as_str()), (Some("admit"), Some("vbr20")));
         assert!(d["rate_bps"].as_u64().unwrap() > 0);
     }
     assert_eq!(adm["accepts_total"], 3);

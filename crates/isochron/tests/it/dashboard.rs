@@ -57,11 +57,11 @@ fn dump_dom(url: &str, budget_ms: u32) -> String {
 fn the_dashboard_shows_live_sessions_and_moving_numbers() {
     let _load = load(weight::HEAVY);
     require("chromium");
-    let vbr = fixture("vbr60");
+    let vbr = fixture("vbr20");
     let (_dir, server) = serve_fixtures(&[&vbr], None);
     let rt = runtime();
-    let url = server.url("vbr60");
-    // Four sessions of the 62 s clip, UDP and TCP, received in the background; one more of the
+    let url = server.url("vbr20");
+    // Four sessions of the 20 s clip, UDP and TCP, received in the background; one more of the
     // demo clip.
     let clients = rt.block_on(async {
         let mut tasks = Vec::new();
@@ -109,7 +109,7 @@ fn the_dashboard_shows_live_sessions_and_moving_numbers() {
             assert!(shown.contains(&id.as_str()), "dump {n}: session {id} not shown: {shown:?}");
         }
         let objects = attrs(dom, "data-object");
-        assert_eq!(objects.iter().filter(|o| **o == "vbr60").count(), 4, "dump {n}: {objects:?}");
+        assert_eq!(objects.iter().filter(|o| **o == "vbr20").count(), 4, "dump {n}: {objects:?}");
         assert!(objects.contains(&"demo"), "dump {n}");
         assert!(dom.contains("Mb/s"), "dump {n}: rates have units");
         eprintln!(

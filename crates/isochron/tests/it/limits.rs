@@ -326,7 +326,7 @@ fn a_setup_cannot_send_the_stream_to_another_host() {
 #[test]
 fn a_playing_udp_client_that_falls_silent_is_stopped_early() {
     let _load = common::load(common::weight::PLAYER);
-    let vbr = common::fixture("vbr60");
+    let vbr = common::fixture("vbr20");
     let config = "[rtsp]\nsession_timeout_s = 60\nsilence_timeout_s = 5\n";
     let (_dir, server) = common::serve_fixtures(&[&vbr], Some(config));
     let addr = server.rtsp;

@@ -39,9 +39,9 @@ fn ffprobe(input: &str, extra: &[&str]) -> (f64, Vec<String>) {
 fn ffprobe_reports_the_source_duration_and_streams() {
     let _load = load(weight::LIGHT);
     require("ffprobe");
-    let vbr = fixture("vbr60");
+    let vbr = fixture("vbr20");
     let (_d, server) = serve(&[&vbr]);
-    for (name, file) in [("demo", demo()), ("vbr60", vbr)] {
+    for (name, file) in [("demo", demo()), ("vbr20", vbr)] {
         let (want_d, want_c) = ffprobe(file.to_str().unwrap(), &[]);
         for transport in ["tcp", "udp"] {
             let (got_d, got_c) = ffprobe(&server.url(name), &["-rtsp_transport", transport]);
@@ -60,10 +60,10 @@ fn ffprobe_reports_the_source_duration_and_streams() {
 fn ffmpeg_reads_to_the_end_over_tcp_and_udp_without_decode_errors() {
     let _load = load(weight::PLAYER);
     require("ffmpeg");
-    let vbr = fixture("vbr60");
+    let vbr = fixture("vbr20");
     let (dir, server) = serve(&[&vbr]);
     let mut jobs = Vec::new();
-    for (name, file) in [("demo", demo()), ("vbr60", vbr)] {
+    for (name, file) in [("demo", demo()), ("vbr20", vbr)] {
         for transport in ["tcp", "udp"] {
             let url = server.url(name);
             let md5 = dir.path().join(format!("{name}-{transport}.md5"));
@@ -121,10 +121,10 @@ fn ffmpeg_reads_to_the_end_over_tcp_and_udp_without_decode_errors() {
 fn gstreamer_receives_the_exact_bytes_over_tcp_and_udp() {
     let _load = load(weight::PLAYER);
     require("gst-launch-1.0");
-    let vbr = fixture("vbr60");
+    let vbr = fixture("vbr20");
     let (dir, server) = serve(&[&vbr]);
     let mut jobs = Vec::new();
-    for (name, file) in [("demo", demo()), ("vbr60", vbr)] {
+    for (name, file) in [("demo", demo()), ("vbr20", vbr)] {
         for transport in ["tcp", "udp"] {
             let url = server.url(name);
             let out_ts = dir.path().join(format!("{name}-{transport}.ts"));

@@ -110,7 +110,7 @@ fn a_clip_pushed_at_its_rate_plays_at_once_and_is_stored_as_ingest_stores_it() {
     let _load = load(weight::PLAYER);
     require("curl");
     require("ffprobe");
-    let vbr = fixture("vbr60");
+    let vbr = fixture("vbr20");
     let idx = ts_index(&vbr);
     let src = std::fs::read(&vbr).unwrap();
     let dir = tempdir();
@@ -154,7 +154,7 @@ fn a_clip_pushed_at_its_rate_plays_at_once_and_is_stored_as_ingest_stores_it() {
     // The same blocks, units and timing as an ingest of the same file.
     let other = dir.path().join("ingested");
     cli(&["ingest", vbr.to_str().unwrap()], &other);
-    let (recorded, ingested) = (record_of(&data, "rec"), record_of(&other, "vbr60"));
+    let (recorded, ingested) = (record_of(&data, "rec"), record_of(&other, "vbr20"));
     assert_eq!(recorded.blocks.len(), report["blocks"].as_u64().unwrap() as usize);
     assert_eq!(layout(&recorded), layout(&ingested));
 }

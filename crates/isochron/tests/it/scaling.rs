@@ -29,7 +29,7 @@ fn reorg_status(server: &Server) -> serde_json::Value {
 #[test]
 fn disks_join_and_leave_while_streams_play() {
     let _load = load(weight::PLAYER);
-    let vbr = fixture("vbr60");
+    let vbr = fixture("vbr20");
     let clip = fixture("rate5m");
     let dir = tempdir();
     let data = dir.path().join("store");
@@ -52,7 +52,7 @@ fn disks_join_and_leave_while_streams_play() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let server = Server::start(&data, ServeOptions::default());
     let api = format!("http://{}", server.http);
-    let url = server.url("vbr60");
+    let url = server.url("vbr20");
     let src = std::fs::read(&vbr).unwrap();
     let idx = ts_index(&vbr);
 
