@@ -15,7 +15,9 @@
 //! is dropped; a packet after a hole waits. A hole still open after `nack_after` is asked for
 //! again with an RTCP generic NACK (RFC 4585 §6.2.1) sent to the other nodes, which keep what they
 //! sent for `[sender] retransmit_ms` (RBEC, Yima §2.3) and resend it; the request is repeated every
-//! `nack_every`. A hole that stays open for `give_up` is abandoned: the numbers are counted as
+//! `nack_every`. A dead node's packets come again from the node that takes its blocks over
+//! (`docs/design/takeover.md`), so a hole may wait for that. A hole that stays open for `give_up`
+//! is abandoned: the numbers are counted as
 //! lost (`isochron_relay_lost_packets_total`) and what follows is released. Numbers are extended
 //! past the 16-bit wrap from the next one due (RFC 3550 §A.1): a packet more than half the space
 //! behind it is old.
@@ -36,8 +38,10 @@ pub struct ReseqConfig {
     pub nack_after: Duration,
     /// The NACK is repeated this often while the hole stays open.
     pub nack_every: Duration,
-    /// A hole open this long is given up: its numbers are lost. At most the other nodes'
-    /// retransmission window, beyond which nobody can repair it.
+    /// A hole open this long is given up: its numbers are lost. Longer than a dead node takes
+    /// to be found and taken over (suspected after 1 s of silence, checked every 250 ms, then
+    /// one read: `docs/design/takeover.md`), since the node taking over sends the dead one's
+    /// packets again; shorter than a player's 2 s buffer.
     pub give_up: Duration,
     /// After the stream's end (every node sent its last packet), how long no packet may come
     /// before the end is taken as complete. The numbers just past the last one released are
@@ -54,7 +58,7 @@ impl Default for ReseqConfig {
         Self {
             nack_after: Duration::from_millis(30),
             nack_every: Duration::from_millis(120),
-            give_up: Duration::from_millis(900),
+            give_up: Duration::from_millis(1800),
             end_quiet: Duration::from_millis(250),
             max_held: 16_384,
         }

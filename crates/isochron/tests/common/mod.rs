@@ -134,13 +134,13 @@ pub fn fixture(name: &str) -> PathBuf {
                 .split_whitespace()
                 .map(String::from)
                 .collect(),
-            // 15 s and 60 s at about 300 kb/s: the churn test's clips (250 players a round).
-            "low15" | "low60" => format!(
+            // 8 s and 60 s at about 300 kb/s: the churn test's clips (250 players a round).
+            "low8" | "low60" => format!(
                 "-f lavfi -i testsrc2=size=320x180:rate=25 \
                  -f lavfi -i sine=frequency=660:sample_rate=48000 -t {} \
                  -c:v libx264 -preset ultrafast -g 25 -b:v 250k -maxrate 400k -bufsize 400k \
                  -pix_fmt yuv420p -c:a aac -b:a 48k -f mpegts",
-                if name == "low15" { 15 } else { 60 }
+                if name == "low8" { 8 } else { 60 }
             )
             .split_whitespace()
             .map(String::from)
@@ -150,6 +150,17 @@ pub fn fixture(name: &str) -> PathBuf {
                 -f lavfi -i sine=frequency=440:sample_rate=48000 -t 30 \
                 -c:v libx264 -preset ultrafast -g 25 -b:v 1800k -maxrate 2500k -bufsize 2M \
                 -pix_fmt yuv420p -c:a aac -b:a 96k -f mpegts"
+                .split_whitespace()
+                .map(String::from)
+                .collect(),
+            // 60 s of 1280×720 H.264 + AAC, about 6 Mb/s, with 20 s of film grain in the middle
+            // at 10 Mb/s or more: the relay-under-load run (a heavy part that a loaded relay
+            // must keep up with).
+            "grain60" => "-f lavfi -i testsrc2=size=1280x720:rate=25 \
+                -f lavfi -i sine=frequency=500:sample_rate=48000 -t 60 \
+                -vf noise=alls=24:allf=t:enable='between(t,20,40)' \
+                -c:v libx264 -preset ultrafast -g 50 -b:v 6M -maxrate 14M -bufsize 8M \
+                -pix_fmt yuv420p -c:a aac -b:a 128k -f mpegts"
                 .split_whitespace()
                 .map(String::from)
                 .collect(),

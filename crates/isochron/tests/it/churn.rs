@@ -5,10 +5,11 @@
 //! `paused_session_timeout` (five times `session_timeout`) and the fifth round found the
 //! 1,000-session table full.
 //!
-//! CI runs the rounds at a quarter of the time scale: a 15 s clip, a round every 15 s,
-//! `session_timeout_s = 15`, `paused_session_timeout_s = 75` (the defaults' ratio),
-//! `silence_timeout_s = 5`. `ISOCHRON_CHURN_FULL=1` runs the issue's scale: a 60 s clip, a round
-//! a minute, the default timeouts (about 11 minutes).
+//! CI runs six rounds at an eighth of the time scale: an 8 s clip, a round every 8 s,
+//! `session_timeout_s = 8`, `paused_session_timeout_s = 40` (the defaults' ratio),
+//! `silence_timeout_s = 5` — without liveness the fifth round would find four rounds' sessions
+//! still paused and the table full. `ISOCHRON_CHURN_FULL=1` runs the issue's scale: ten rounds of
+//! a 60 s clip, a round a minute, the default timeouts (about 11 minutes).
 
 #![allow(clippy::print_stderr)] // a report of what was measured
 
@@ -22,7 +23,6 @@ use std::time::{Duration, Instant};
 use common::{ServeOptions, Server, bin, fixture, run, tempdir};
 use isochron_loadgen::client::{Client, Incoming, Transport};
 
-const ROUNDS: usize = 10;
 const PLAYERS: usize = 250;
 
 /// What a round's players got.
@@ -82,13 +82,14 @@ async fn player(url: String, want: u64, limit: Duration, round: Arc<Round>) {
 fn rounds_of_players_that_vanish_at_the_end_are_all_served() {
     let _load = common::load(common::weight::PLAYER);
     let full = std::env::var_os("ISOCHRON_CHURN_FULL").is_some_and(|v| v == "1");
-    let (clip, period, config) = if full {
-        (fixture("low60"), Duration::from_secs(60), String::new())
+    let (clip, period, n_rounds, config) = if full {
+        (fixture("low60"), Duration::from_secs(60), 10, String::new())
     } else {
         (
-            fixture("low15"),
-            Duration::from_secs(15),
-            "[rtsp]\nsession_timeout_s = 15\npaused_session_timeout_s = 75\n\
+            fixture("low8"),
+            Duration::from_secs(8),
+            6,
+            "[rtsp]\nsession_timeout_s = 8\npaused_session_timeout_s = 40\n\
              silence_timeout_s = 5\n"
                 .to_owned(),
         )
@@ -108,7 +109,7 @@ fn rounds_of_players_that_vanish_at_the_end_are_all_served() {
     let start = Instant::now();
     let mut rounds = Vec::new();
     let mut tasks = Vec::new();
-    for r in 0..ROUNDS {
+    for r in 0..n_rounds {
         let at = start + period * r as u32;
         std::thread::sleep(at.saturating_duration_since(Instant::now()));
         let round = Arc::new(Round::default());

@@ -15,7 +15,7 @@ use crate::common;
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{ServeOptions, Server, assert_same_bytes, demo, run, tempdir};
 use isochron_loadgen::testbed::Testbed;
@@ -153,7 +153,7 @@ fn one_client_cannot_fill_the_session_table() {
             let mut slow = TcpStream::connect(addr).unwrap();
             slow.write_all(b"OPTIONS rtsp://x/ RTSP/1.0\r\nCSeq: 1\r\n").unwrap();
             slow.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-            let t = std::time::Instant::now();
+            let t = Instant::now();
             let mut answer = String::new();
             let _ = slow.read_to_string(&mut answer);
             (got, (answer, t.elapsed()))
@@ -180,7 +180,7 @@ fn one_client_cannot_fill_the_session_table() {
             let mut slow = TcpStream::connect(http).unwrap();
             slow.write_all(b"GET /api/v1/objects HTTP/1.1\r\nHost: x\r\n").unwrap();
             slow.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-            let t = std::time::Instant::now();
+            let t = Instant::now();
             let _ = slow.read_to_string(&mut String::new());
             (got, t.elapsed())
         })
@@ -255,7 +255,7 @@ fn clients_that_vanish_after_the_end_free_their_slots_by_liveness() {
     assert!(!probe(), "the table is full while the two streams play");
     // The demo lasts 12 s: the sessions end before their liveness runs out (20 s after the
     // PLAY, their last sign of life), and are reaped then, not 300 s after it.
-    let t = std::time::Instant::now();
+    let t = Instant::now();
     while !probe() {
         assert!(t.elapsed() < Duration::from_secs(60), "the vanished clients' slots never freed");
         std::thread::sleep(Duration::from_secs(1));
@@ -287,7 +287,7 @@ fn a_setup_cannot_send_the_stream_to_another_host() {
     };
     let target = victim.in_namespace(listen).unwrap();
     let count = |s: &std::net::UdpSocket, for_: Duration| {
-        let (t, mut n, mut buf) = (std::time::Instant::now(), 0, [0u8; 2048]);
+        let (t, mut n, mut buf) = (Instant::now(), 0, [0u8; 2048]);
         while t.elapsed() < for_ {
             if s.recv(&mut buf).is_ok() {
                 n += 1;
@@ -337,7 +337,7 @@ fn a_playing_udp_client_that_falls_silent_is_stopped_early() {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut r = BufReader::new(s.try_clone().unwrap());
-    let url = format!("rtsp://{addr}/vbr60");
+    let url = format!("rtsp://{addr}/vbr20");
     let transport = format!("RTP/AVP;unicast;client_port={port}-{}", port + 1);
     let (status, session, head) =
         request_to(&mut s, &mut r, "SETUP", &url, &[("Transport", &transport)]);
@@ -353,13 +353,13 @@ fn a_playing_udp_client_that_falls_silent_is_stopped_early() {
     let mut rr = vec![0x81, 201, 0, 7, 0, 0, 0, 9];
     rr.extend_from_slice(&ssrc.to_be_bytes());
     rr.extend_from_slice(&[0; 20]);
-    let reported = std::time::Instant::now();
+    let reported = Instant::now();
     rtcp.send_to(&rr, ("127.0.0.1", server.rtp_port + 1)).unwrap();
     let (mut last, mut buf, mut n) = (reported, [0u8; 2048], 0u64);
     while reported.elapsed() < Duration::from_secs(20) {
         if rtp.recv(&mut buf).is_ok() {
             n += 1;
-            last = std::time::Instant::now();
+            last = Instant::now();
         }
     }
     let stopped = last.duration_since(reported);
@@ -392,7 +392,7 @@ time.sleep(3600)
 /// The hostile client at full size: 10,000 idle RTSP and 10,000 idle HTTP connections
 /// and 1,000 SETUPs from one address. It holds its caps (the rest are refused with 503), a
 /// player on another address plays byte-exact meanwhile, and once the hostile client lets go the
-/// server's resident memory is back within 20 % of where it was before (60 s later).
+/// server's resident memory is back within 20 % of where it was before (within 60 s).
 #[test]
 fn twenty_thousand_idle_connections_lock_nobody_out_and_leave_no_memory_behind() {
     let _load = common::load(common::weight::HEAVY);
@@ -478,12 +478,18 @@ fn twenty_thousand_idle_connections_lock_nobody_out_and_leave_no_memory_behind()
         let _ = c.wait();
     }
     drop(conn);
-    std::thread::sleep(Duration::from_secs(60));
-    let after = common::rss_kib(server.pid());
-    eprintln!("RSS 60 s after the release: {after} KiB");
+    // The server gives memory back within its trim interval (30 s): wait for that, at most 60 s.
+    let released = Instant::now();
+    let mut after = common::rss_kib(server.pid());
+    while after * 5 > before * 6 && released.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_secs(1));
+        after = common::rss_kib(server.pid());
+    }
+    let waited = released.elapsed().as_secs();
+    eprintln!("RSS {waited} s after the release: {after} KiB");
     assert!(
         after * 5 <= before * 6,
-        "RSS {after} KiB 60 s after the release, {before} KiB before (during: {during} KiB)"
+        "RSS {after} KiB {waited} s after the release, {before} KiB before (during: {during} KiB)"
     );
     drop(server);
     drop(bed);
