@@ -30,9 +30,15 @@ home=$(mktemp -d); chmod 777 "$home"
 : >"$out/results.txt"
 for i in $(seq 1 "$n"); do
   (
-    timeout -k 5 150 gst-launch-1.0 -q -e rtspsrc location=$url protocols=udp latency=2000 \
+    timeout -k 5 150 gst-launch-1.0 -e rtspsrc location=$url protocols=udp latency=2000 \
       ! rtpmp2tdepay ! filesink location="$out/gst-$i.ts" >"$out/gst-$i.log" 2>&1
     rc=$?; cmp -s "$clip" "$out/gst-$i.ts" && same=exact || same=differs
+    # GStreamer 1.22's own race while it shuts down after EOS (tests/common gst_ended_cleanly):
+    # counted apart, with its log kept.
+    if [ $rc -ne 0 ] && grep -q "Got EOS from element" "$out/gst-$i.log" \
+       && grep -q "Could not send message. (Received end-of-file)" "$out/gst-$i.log"; then
+      same="$same shutdown-race"
+    fi
     echo "gstreamer $i rc=$rc $same" >>"$out/results.txt"
   ) &
   (

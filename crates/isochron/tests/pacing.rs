@@ -27,7 +27,7 @@ struct Run {
 fn play_once(server: &Server, vbr: &Path) -> Run {
     let idx = ts_index(vbr);
     let src = std::fs::read(vbr).unwrap();
-    let url = server.url("vbr60");
+    let url = server.url("vbr20");
     let control = MachineJitter::start();
     let (c, info) = runtime().block_on(async move {
         let (mut c, info) = start_play(&url, Transport::Udp).await;
@@ -80,7 +80,7 @@ fn play_once(server: &Server, vbr: &Path) -> Run {
 /// when one run meets the bar (a pacer that is late fails every run).
 #[test]
 fn packets_leave_within_50ms_of_their_send_times_and_rtcp_brackets_the_stream() {
-    let vbr = fixture("vbr60");
+    let vbr = fixture("vbr20");
     let (_d, server) = serve_fixtures(&[&vbr], None);
     let mut runs = Vec::new();
     for _ in 0..3 {

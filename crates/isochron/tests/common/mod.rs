@@ -558,6 +558,35 @@ pub fn gst_fetch(url: &str, out: &Path, transport: &str) -> (Vec<u8>, String) {
     gst_fetch_in(None, url, out, transport)
 }
 
+/// Whether `gst-launch-1.0 -e` (run without `-q`) ended as a player that played to its end:
+/// exit 0, or the one error GStreamer 1.22's `rtspsrc` raises on its own while it shuts down
+/// after EOS. gst-launch sets the pipeline to PAUSED and at once to READY; `rtspsrc` queues a
+/// PAUSE for its RTSP thread, then the READY transition flushes the connection to send TEARDOWN
+/// (`gst_rtspsrc_loop_send_cmd`, `gstrtspsrc.c` 1.22 l. 6319-6322, "connection flush busy
+/// PAUSE"). When the flush lands while that thread is writing the PAUSE, the write is cancelled
+/// with nothing written, which `gstrtspconnection.c` reports as `GST_RTSP_EEOF`: "Could not send
+/// message. (Received end-of-file)" — whatever the server did (`GST_DEBUG=rtspsrc:5` shows the
+/// PAUSE's "sending message" and the flush a few hundred microseconds apart; the server is not
+/// involved before the PAUSE reaches it, and keeps the connection open: docs/design/closing.md).
+/// Anything else is an error.
+pub fn gst_ended_cleanly(out: &Output) -> Result<(), String> {
+    if out.status.success() {
+        return Ok(());
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let errors = stderr.matches("ERROR: from element").count();
+    let race = stdout.contains("Got EOS from element")
+        && errors == 1
+        && stderr.contains("Could not send message. (Received end-of-file)");
+    if race {
+        eprintln!("GStreamer's own shutdown race after EOS (tolerated): {stderr}");
+        Ok(())
+    } else {
+        Err(format!("{}\n{stdout}\n{stderr}", out.status))
+    }
+}
+
 /// [`gst_fetch`] from `host`'s network namespace (`None`: this one).
 pub fn gst_fetch_in(
     host: Option<&isochron_loadgen::testbed::Host>,
@@ -784,7 +813,7 @@ pub mod weight {
 }
 
 /// The units [`load`] shares out.
-pub const LOAD_UNITS: u32 = 8;
+pub const LOAD_UNITS: u32 = 10;
 
 /// Held while a test runs: its share of the machine, given back on drop.
 #[must_use = "the share is given back when this is dropped"]
