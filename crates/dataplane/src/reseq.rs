@@ -413,6 +413,35 @@ mod tests {
         assert_eq!(r.poll_timeout(), None);
     }
 
+    /// A node dies mid-block: its last packets never come until the node that takes its blocks
+    /// over sends them again, once the death is detected (suspected after 1 s of silence,
+    /// checked every 250 ms, then a read). The hole must outlast that (it was 900 ms, and a
+    /// loaded cluster test lost the packets a takeover 1.1 s later brought back).
+    #[test]
+    fn a_dead_nodes_hole_waits_for_its_takeover() {
+        let c = ReseqConfig::default();
+        let mut r = Reseq::new(c);
+        r.handle_start(0);
+        r.handle_packet(ms(0), 0, 0);
+        // 1..=4 died with their node; the next node's block goes on from 5.
+        for s in 5..=20 {
+            r.handle_packet(ms(u64::from(s)), s, s);
+        }
+        assert_eq!(drain(&mut r), vec![0]);
+        // Asked for (nobody answers: the node is dead) ...
+        assert!(r.poll_nack(ms(5) + c.nack_after, 64).is_some());
+        // ... taken over 1.35 s after the death, the packets sent again (with duplicates).
+        let takeover = ms(5) + Duration::from_millis(1350);
+        r.handle_timeout(takeover);
+        for s in 1..=8 {
+            r.handle_packet(takeover, s, s);
+        }
+        r.handle_timeout(takeover);
+        assert_eq!(drain(&mut r), (1..=20).collect::<Vec<u16>>());
+        assert_eq!(r.stats().lost, 0);
+        assert_eq!(r.stats().duplicates, 4);
+    }
+
     #[test]
     fn numbers_wrap() {
         let mut r = Reseq::new(ReseqConfig::default());

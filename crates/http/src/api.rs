@@ -641,6 +641,10 @@ async fn record(
         Ok(p) => p,
         Err(e) => return record_error(&e),
     };
+    // Refused before a byte of the body is read: the answer to `Expect: 100-continue`.
+    if let Err(e) = s.recorders.check(&name) {
+        return record_error(&e);
+    }
     // A file of another container (MP4, Matroska, M2TS) is not a live stream to pace: it is
     // spooled and ingested whole, as `PUT /api/v1/objects/NAME` does. Its first bytes say.
     let mut stream = body.into_data_stream();
@@ -662,12 +666,48 @@ async fn record(
         let rest = Body::from_stream(stream);
         return crate::cluster::spool_and_ingest(&s, name, head.into(), rest).await;
     }
+    // The recorder reads the body through a channel fed here, so that what it leaves unread when
+    // it refuses the stream mid-body can be drained before the answer.
+    // `None` is the body's end: a channel closed without it (this exchange dropped as its client
+    // went away) is a failed body, never a short recording.
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let fed = futures_util::stream::unfold(Some(rx), |rx| async move {
+        let mut rx = rx?;
+        match rx.recv().await {
+            Some(Some(chunk)) => Some((chunk, Some(rx))),
+            Some(None) => None,
+            None => Some((Err(axum::Error::new("the upload was abandoned")), None)),
+        }
+    });
     let head = futures_util::stream::iter([Ok(axum::body::Bytes::from(head))]);
-    let body = Body::from_stream(head.chain(stream));
+    let body = Body::from_stream(head.chain(fed));
     // Its own task: it sees the body through and cleans up even if the client goes away and
     // this exchange is dropped.
-    let task = tokio::spawn(Arc::clone(&s.recorders).record(name, params, body));
-    match task.await {
+    let mut task = tokio::spawn(Arc::clone(&s.recorders).record(name, params, body));
+    let mut feed = Some(tx);
+    let result = loop {
+        tokio::select! {
+            done = &mut task => break done,
+            chunk = stream.next(), if feed.is_some() => {
+                // The end or a failure of the body is the last thing fed (the recorder sees which).
+                let last = !matches!(chunk, Some(Ok(_)));
+                let taken = match &feed {
+                    Some(tx) => tx.send(chunk).await.is_ok(),
+                    None => true,
+                };
+                if last {
+                    feed = None;
+                } else if !taken {
+                    // The recorder stopped reading: its answer is coming.
+                    break task.await;
+                }
+            }
+        }
+    };
+    if !matches!(result, Ok(Ok(_))) {
+        drain(&mut stream).await;
+    }
+    match result {
         Ok(Ok(report)) => (StatusCode::CREATED, Json(report)).into_response(),
         Ok(Err(e)) => record_error(&e),
         Err(e) => (
@@ -679,6 +719,31 @@ async fn record(
             .into_response(),
     }
 }
+
+/// Reads and discards what is left of a refused upload, for at most [`DRAIN_TIME`] and
+/// [`DRAIN_BYTES`], before the answer is sent and the connection closed. A server that closes with
+/// request data unread makes its TCP send a reset, which can erase the answer before the client
+/// reads it (RFC 9112 §9.6): the client would see a broken connection instead of the reason.
+async fn drain<S>(stream: &mut S)
+where
+    S: futures_util::Stream<Item = Result<axum::body::Bytes, axum::Error>> + Unpin,
+{
+    let mut left = DRAIN_BYTES;
+    let _ = tokio::time::timeout(DRAIN_TIME, async {
+        while let Some(Ok(chunk)) = stream.next().await {
+            left = left.saturating_sub(chunk.len());
+            if left == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
+/// The longest a refused upload is drained ([`drain`]).
+const DRAIN_TIME: Duration = Duration::from_secs(5);
+/// The most bytes of a refused upload drained ([`drain`]).
+const DRAIN_BYTES: usize = 64 << 20;
 
 /// How many bytes of a recording's body decide what it is (`isochron_media::sniff` needs 200 for
 /// M2TS: two packets of 192 bytes would be 384; one packet and the next sync byte suffice).

@@ -273,6 +273,23 @@ impl Recorders {
         }
     }
 
+    /// Whether a recording named `name` may start now: a valid name, no object and no recording
+    /// in progress of that name. The API asks before it reads a byte of the body, so that the
+    /// refusal is the answer to the client's `Expect: 100-continue` (RFC 9110 §10.1.1) and no
+    /// body is sent for nothing; [`Recorders::record`] asks again, atomically with its claim.
+    pub fn check(&self, name: &str) -> Result<(), RecordError> {
+        validate_name(name).map_err(|e| RecordError::BadRequest(e.to_string()))?;
+        if self.library.contains(name) {
+            return Err(RecordError::Conflict(format!("an object named {name:?} already exists")));
+        }
+        if self.names().contains(name) {
+            return Err(RecordError::Conflict(format!(
+                "a recording named {name:?} is already in progress"
+            )));
+        }
+        Ok(())
+    }
+
     /// Records `body` as object `name` at the declared rates (see the module docs). Run it as its
     /// own task: it must see the body to its end (or its failure) to clean up, even if the HTTP
     /// exchange is dropped.
@@ -282,10 +299,7 @@ impl Recorders {
         params: RecordParams,
         body: Body,
     ) -> Result<RecordReport, RecordError> {
-        validate_name(&name).map_err(|e| RecordError::BadRequest(e.to_string()))?;
-        if self.library.contains(&name) {
-            return Err(RecordError::Conflict(format!("an object named {name:?} already exists")));
-        }
+        self.check(&name)?;
         let _claim = self.claim(&name)?;
         let stream = self.allocate_stream().await?;
         let slot = Slot::open(Arc::clone(&self.store)).await?;

@@ -459,7 +459,21 @@ fn gstreamer_receives_a_long_1080p_clip_frame_for_frame() {
                     200,
                 );
                 if let Err(e) = gst_ended_cleanly(&res) {
-                    panic!("gst {transport}: {e}");
+                    let written = std::fs::metadata(&out).map_or(0, |m| m.len());
+                    let metrics = server.http_get("/metrics");
+                    let sender: Vec<&str> = metrics
+                        .lines()
+                        .filter(|l| {
+                            ["isochron_sessions", "isochron_packets_sent", "isochron_interleaved"]
+                                .iter()
+                                .any(|p| l.starts_with(p))
+                        })
+                        .collect();
+                    panic!(
+                        "gst {transport}: {e}\n{written} bytes written\n{}\n{}",
+                        sender.join("\n"),
+                        server.log()
+                    );
                 }
                 assert_frames(&decoded_video(&out), want, &format!("GStreamer over {transport}"));
             });

@@ -25,6 +25,8 @@ struct Put {
     code: u16,
     body: String,
     wall: Duration,
+    /// How many bytes of the body curl sent.
+    uploaded: u64,
 }
 
 impl Put {
@@ -39,7 +41,7 @@ fn put(server: &Server, target: &str, file: &Path, extra: &[&str]) -> Put {
     let t = Instant::now();
     let out = run(
         Command::new("curl")
-            .args(["-sS", "-o", "-", "-w", "\n%{http_code}", "-T"])
+            .args(["-sS", "-o", "-", "-w", "\n%{size_upload} %{http_code}", "-T"])
             .arg(file)
             .args(extra)
             .arg(&url),
@@ -47,8 +49,14 @@ fn put(server: &Server, target: &str, file: &Path, extra: &[&str]) -> Put {
     );
     let wall = t.elapsed();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
-    Put { code: code.trim().parse().unwrap_or(0), body: body.to_string(), wall }
+    let (body, tail) = text.rsplit_once('\n').unwrap_or(("", &text));
+    let (uploaded, code) = tail.trim().split_once(' ').unwrap_or(("0", "0"));
+    Put {
+        code: code.parse().unwrap_or(0),
+        body: body.to_string(),
+        wall,
+        uploaded: uploaded.parse().unwrap_or(0),
+    }
 }
 
 /// Fetches `url` over interleaved TCP with the loadgen client: the payloads of every packet.
@@ -263,7 +271,11 @@ fn refused_and_broken_recordings_leave_playing_streams_alone() {
         assert_eq!(put.code, code, "{target}: {}", put.body);
         let error = put.json()["error"].as_str().unwrap().to_string();
         assert!(error.contains(needle), "{target}: {error}");
-        eprintln!("{target} -> {code} {error}");
+        if code == 400 || code == 409 {
+            // Refused before the body was read: the answer to `Expect: 100-continue`.
+            assert_eq!(put.uploaded, 0, "{target}: the body was sent before its refusal");
+        }
+        eprintln!("{target} -> {code} {error} ({} bytes sent)", put.uploaded);
     }
     assert_eq!(server.metric("isochron_admission_rejects_total"), rejects + 1.0);
 
