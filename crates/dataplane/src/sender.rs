@@ -336,15 +336,18 @@ impl SenderThread {
         let mut resend_buf = Vec::with_capacity(2048);
         // The streams of relayed sessions this node is the origin of.
         let mut relayed: Vec<StreamId> = Vec::new();
+        // Interleaved BYEs that found their connection's queue full, retried every quantum.
+        let mut late_byes: Vec<LateBye> = Vec::new();
         let mut last_pass = self.clock.now();
         loop {
             // Wait for a command, or for the next due packet but no sooner than a quantum after
             // the last send pass.
             let now = self.clock.now();
-            // Resequenced packets waiting for room are retried every quantum.
+            // Resequenced packets waiting for room, and BYEs, are retried every quantum.
             let relay_wake = relayed
                 .iter()
                 .filter_map(|s| outs.get(s)?.relay.as_ref()?.poll_timeout(last_pass + self.quantum))
+                .chain((!late_byes.is_empty()).then_some(last_pass + self.quantum))
                 .min();
             let wake = match (pacer.poll_timeout(), relay_wake) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -593,7 +596,10 @@ impl SenderThread {
                         match relay.as_mut() {
                             // Nothing more will be relayed: what is held leaves before the BYE.
                             Some(r) if is_bye => r.defer_bye(now, track, rtcp_buf.clone()),
-                            _ => send_rtcp(&self.udp.rtcp, t, &rtcp_buf),
+                            _ => {
+                                let unsent = send_rtcp(&self.udp.rtcp, t, &rtcp_buf);
+                                late_byes.extend(unsent.filter(|_| is_bye));
+                            }
                         }
                     }
                 }
@@ -608,10 +614,14 @@ impl SenderThread {
                     kept: &mut kept,
                     stats: &mut stats,
                     scratch: &mut resend_buf,
+                    late_byes: &mut late_byes,
                 };
                 out.service_relay(now, *stream, io, &mut batch, &mut held);
             }
             flush(&mut batch, &mut held, &self.udp.rtp, &mut stats);
+            // A BYE waits for room, however long the player takes to read: it is how the
+            // player learns the stream ended (RFC 3550 §6.6; GStreamer's rtspsrc ends on it).
+            late_byes.retain_mut(LateBye::retry);
 
             while let Some(ev) = pacer.poll_event() {
                 if let PacerEvent::Ended { stream, run, report } = ev {
@@ -669,21 +679,50 @@ fn build_rtcp(
     }
 }
 
-fn send_rtcp(socket: &UdpSocket, s: &TrackOut, pkt: &[u8]) {
+/// Sends an RTCP packet to `s`'s client. Over UDP it is sent or lost like any datagram. On an
+/// interleaved connection RTP leaves the last slots of the queue free (see `has_room`), so a
+/// report finds room unless the client has not read for a while: the frame is then given back
+/// (a sender report may be dropped, RFC 3550 §6; a BYE is retried, [`LateBye`]).
+fn send_rtcp(socket: &UdpSocket, s: &TrackOut, pkt: &[u8]) -> Option<LateBye> {
     match &s.transport {
         StreamTransport::Udp { rtcp, .. } => {
             if let Err(e) = socket.send_to(pkt, rtcp) {
                 debug!(error = %e, to = %rtcp, "RTCP send failed");
             }
+            None
         }
         StreamTransport::Interleaved { frames, rtcp_channel, .. } => {
             let mut b = Vec::with_capacity(4 + pkt.len());
             b.extend_from_slice(&interleaved_prefix(*rtcp_channel, pkt.len() as u16));
             b.extend_from_slice(pkt);
-            // RTP leaves the last slots of the queue free (see `can_send`), so a report finds room
-            // unless the client stopped reading; then dropping it is harmless (RFC 3550 §6).
-            if frames.try_send(OutFrame::Owned(b)).is_err() {
-                debug!("interleaved RTCP dropped: connection queue full or closed");
+            match frames.try_send(OutFrame::Owned(b)) {
+                Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => None,
+                Err(mpsc::error::TrySendError::Full(frame)) => {
+                    debug!("interleaved RTCP found the connection's queue full");
+                    Some(LateBye { frames: frames.clone(), frame: Some(frame) })
+                }
+            }
+        }
+    }
+}
+
+/// An interleaved BYE that found its connection's queue full: queued as soon as there is room,
+/// dropped only when the connection is gone. A player that reads slowly (a busy machine) still
+/// learns that the stream ended instead of waiting for it forever.
+struct LateBye {
+    frames: mpsc::Sender<OutFrame>,
+    frame: Option<OutFrame>,
+}
+
+impl LateBye {
+    /// Tries again: `true` while it still waits.
+    fn retry(&mut self) -> bool {
+        let Some(frame) = self.frame.take() else { return false };
+        match self.frames.try_send(frame) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => false,
+            Err(mpsc::error::TrySendError::Full(frame)) => {
+                self.frame = Some(frame);
+                true
             }
         }
     }
@@ -832,6 +871,7 @@ struct RelayIo<'a> {
     kept: &'a mut RetransmitBuffer<AlignedBuf>,
     stats: &'a mut SenderStats,
     scratch: &'a mut Vec<u8>,
+    late_byes: &'a mut Vec<LateBye>,
 }
 
 impl StreamOut {
@@ -936,7 +976,7 @@ impl StreamOut {
             flush(batch, held, &io.udp.rtp, io.stats);
             for (track, rtcp) in std::mem::take(&mut relay.byes) {
                 if let Some(t) = self.track(track) {
-                    send_rtcp(&io.udp.rtcp, t, &rtcp);
+                    io.late_byes.extend(send_rtcp(&io.udp.rtcp, t, &rtcp));
                 }
             }
         }
@@ -962,3 +1002,42 @@ fn has_room(transport: &StreamTransport, shards: usize, tracks: usize) -> bool {
 /// Mixed into a track's SSRC for the sender SSRC of the origin's relay NACKs (RFC 4585 §6.1
 /// wants one; the other nodes match NACKs by the media SSRC).
 const NACK_SSRC_MASK: u32 = 0x4e41_434b;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A BYE that finds a slow reader's queue full is not lost: it is given back, retried, and
+    /// queued as soon as the player reads (a player that never gets it waits forever).
+    #[test]
+    fn an_interleaved_bye_waits_for_room() {
+        let socket = UdpSocket::bind((std::net::Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let (frames, mut client) = mpsc::channel::<OutFrame>(2);
+        let track = TrackOut {
+            transport: StreamTransport::Interleaved { frames, rtp_channel: 0, rtcp_channel: 1 },
+            ssrc: 7,
+        };
+        let mut bye = Vec::new();
+        rtcp::write_bye(&mut bye, 7, None);
+        // Two sender reports fill the queue; the player reads nothing for now.
+        assert!(send_rtcp(&socket, &track, b"sr-1").is_none());
+        assert!(send_rtcp(&socket, &track, b"sr-2").is_none());
+        let mut late = send_rtcp(&socket, &track, &bye).expect("a full queue gives the BYE back");
+        assert!(late.retry(), "still waiting while the queue is full");
+        // The player reads one frame: the BYE goes next, once.
+        assert!(client.try_recv().is_ok());
+        assert!(!late.retry(), "queued");
+        assert!(!late.retry(), "and only once");
+        let _ = client.try_recv().unwrap();
+        let OutFrame::Owned(got) = client.try_recv().unwrap() else { panic!("an owned frame") };
+        assert_eq!(&got[..4], &interleaved_prefix(1, bye.len() as u16)[..]);
+        assert_eq!(&got[4..], &bye[..]);
+        // A BYE for a connection that closed while it waited is dropped.
+        let (frames, client) = mpsc::channel::<OutFrame>(1);
+        frames.try_send(OutFrame::Owned(b"sr".to_vec())).unwrap();
+        let mut late = LateBye { frames, frame: Some(OutFrame::Owned(bye)) };
+        assert!(late.retry());
+        drop(client);
+        assert!(!late.retry());
+    }
+}

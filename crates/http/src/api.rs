@@ -90,9 +90,34 @@ async fn objects(State(s): State<ApiState>) -> Json<Vec<ObjectSummary>> {
     Json(s.library.list().iter().map(|e| ObjectSummary::from(&e.record)).collect())
 }
 
-/// `GET /api/v1/sessions`: every RTSP session with its scheduler and sender counters.
-async fn sessions(State(s): State<ApiState>) -> Result<Json<Vec<SessionInfo>>, ApiError> {
-    Ok(Json(gather(&s).await?.sessions))
+/// `GET /api/v1/sessions`: every RTSP session with its scheduler and sender counters; session
+/// ids and client addresses only to those with the `admin` permission ([`redacted`]).
+async fn sessions(
+    State(s): State<ApiState>,
+    sees: Option<axum::Extension<SeesClients>>,
+) -> Result<Json<Vec<SessionInfo>>, ApiError> {
+    Ok(Json(redacted(gather(&s).await?.sessions, sees)))
+}
+
+/// Whether the requester may see session ids and client addresses (it has `admin`), set by
+/// [`crate::auth::guard`] on the requests that list sessions.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SeesClients(pub(crate) bool);
+
+/// `sessions` as `sees` may see them: without `admin`, each id is replaced by its stream's
+/// number and the client address is blank. A session id is all it takes to act on a session from
+/// its client's address, and an address says who watches what (RFC 2326 §16).
+fn redacted(
+    mut sessions: Vec<SessionInfo>,
+    sees: Option<axum::Extension<SeesClients>>,
+) -> Vec<SessionInfo> {
+    if !sees.is_some_and(|axum::Extension(SeesClients(yes))| yes) {
+        for s in &mut sessions {
+            s.id = format!("stream-{}", s.stream);
+            s.client.clear();
+        }
+    }
+    sessions
 }
 
 /// One disk in `GET /api/v1/disks`, `/api/v1/nodes` and the overview.
@@ -464,6 +489,7 @@ const MAX_OVERVIEW_WAIT: Duration = Duration::from_secs(5);
 /// timers do (a background tab, a headless browser's virtual time).
 async fn overview(
     State(s): State<ApiState>,
+    sees: Option<axum::Extension<SeesClients>>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<Overview>, ApiError> {
     if let Some(v) = query.get("after") {
@@ -510,7 +536,7 @@ async fn overview(
         disks: disk_list(&s, &g.sched, None),
         admission,
         reorg: reorg_json(&g.reorg, &s.store),
-        sessions: g.sessions,
+        sessions: redacted(g.sessions, sees),
     }))
 }
 

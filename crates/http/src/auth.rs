@@ -50,6 +50,10 @@ pub(crate) fn needs<'a>(method: &Method, path: &'a str, query: Option<&str>) -> 
     Needs::Permission(Permission::Admin, None)
 }
 
+/// The endpoints that list sessions: their ids and client addresses are shown to `admin` only
+/// ([`crate::api::SeesClients`]).
+const LISTS_SESSIONS: [&str; 2] = ["/api/v1/sessions", "/api/v1/overview"];
+
 /// Requests refused, by status (`isochron_http_auth_refusals_total`).
 #[derive(Debug, Default)]
 pub(crate) struct Refusals {
@@ -119,8 +123,19 @@ pub(crate) async fn guard(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
     };
-    match s.auth.check(&access) {
-        Decision::Allow { .. } => next.run(req).await,
+    let decision = s.auth.check(&access);
+    let sees = matches!(decision, Decision::Allow { .. })
+        && LISTS_SESSIONS.contains(&path.as_str())
+        && matches!(
+            s.auth.check(&Access { permission: Permission::Admin, object: None, ..access }),
+            Decision::Allow { .. }
+        );
+    match decision {
+        Decision::Allow { .. } => {
+            let mut req = req;
+            req.extensions_mut().insert(crate::api::SeesClients(sees));
+            next.run(req).await
+        }
         Decision::Unauthorized(why) => {
             s.auth_refusals.unauthorized.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tracing::info!(%peer, %path, %why, "HTTP request refused (401)");

@@ -46,7 +46,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use isochron_base::DiskId;
-use isochron_base::mix::SplitMix64;
 use isochron_dataplane::clock::Clock;
 use isochron_dataplane::net::UdpPair;
 use isochron_dataplane::pacer::PacerEvent;
@@ -378,13 +377,9 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         );
     }
 
-    let seed = SplitMix64::new(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-            ^ u64::from(std::process::id()),
-    )
-    .next_u64();
+    // From the operating system's generator: SSRCs and offsets from the seed, session ids from
+    // a key of their own, so that no id can be guessed (RFC 2326 §16).
+    let seed: u64 = rand::random();
     let core = ServerCore::new(
         ServerConfig {
             session_timeout: settings.session_timeout,
@@ -397,7 +392,8 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
             max_sessions_per_client: settings.max_sessions_per_client,
         },
         seed,
-    );
+    )
+    .with_id_key(rand::random());
     // The cluster: control connections and relay on the control port, the link the session
     // manager talks to peers through, and blocks for other nodes' disks written over HTTP.
     let mut tasks = Vec::new();

@@ -85,7 +85,7 @@ pub(crate) async fn listen(
         let Ok(local) = stream.local_addr() else { continue };
         let _ = stream.set_nodelay(true);
         let id = ConnId(shared.next_id.fetch_add(1, Ordering::Relaxed));
-        let conn = ConnInfo { id, peer, local, secure: tls.is_some() };
+        let conn = ConnInfo { id, peer, local, secure: tls.is_some(), user: None };
         let shared = Arc::clone(&shared);
         let tls = tls.clone();
         tokio::spawn(async move {
@@ -163,6 +163,9 @@ pub(crate) async fn serve<R, W>(
     // Buffers grow with use: an idle connection costs little (thousands may be open).
     let mut buf: Vec<u8> = Vec::new();
     let mut answered_any = false;
+    // When the request under way must have arrived whole (set when it starts, cleared when a
+    // frame completes): one deadline per request, however its bytes trickle in.
+    let mut deadline: Option<tokio::time::Instant> = None;
     'conn: loop {
         // Handle every complete frame in the buffer.
         loop {
@@ -175,17 +178,22 @@ pub(crate) async fn serve<R, W>(
                 }
                 Decoded::Frame(frame, used) => {
                     buf.drain(..used);
+                    deadline = None;
                     match frame {
                         Frame::Request(req) => {
                             answered_any = true;
-                            if let Some(refusal) = authorize(&auth, &req, peer, conn.secure) {
-                                if resp_tx.send(refusal).await.is_err() {
-                                    break 'conn;
+                            let user = match authorize(&auth, &req, peer, conn.secure) {
+                                Ok(user) => user,
+                                Err(refusal) => {
+                                    if resp_tx.send(refusal).await.is_err() {
+                                        break 'conn;
+                                    }
+                                    continue;
                                 }
-                                continue;
-                            }
+                            };
                             let (tx, rx) = oneshot::channel();
                             let method = String::from(<&str>::from(req.method()));
+                            let conn = ConnInfo { user: user.map(Arc::from), ..conn.clone() };
                             let cmd =
                                 SessionCommand::Request { conn, req: Box::new(req), reply: tx };
                             if sessions.send(cmd).is_err() {
@@ -215,14 +223,18 @@ pub(crate) async fn serve<R, W>(
                 }
             }
         }
-        // A request under way (or the first one) must arrive whole within the timeout; between
-        // requests a connection may be quiet as long as it likes (its sessions live on RTCP).
+        // A request under way (or the first one) must arrive whole within the timeout of its
+        // first byte (the connection's opening, for the first), bytes trickling in or not;
+        // between requests a connection may be quiet as long as it likes (its sessions live on
+        // RTCP).
         let waiting = !buf.is_empty() || !answered_any;
         if buf.capacity() - buf.len() < 1024 {
             buf.reserve(4096);
         }
         let read = if waiting {
-            match tokio::time::timeout(config.request_timeout, rd.read_buf(&mut buf)).await {
+            let deadline = *deadline
+                .get_or_insert_with(|| tokio::time::Instant::now() + config.request_timeout);
+            match tokio::time::timeout_at(deadline, rd.read_buf(&mut buf)).await {
                 Ok(r) => r,
                 Err(_) => {
                     debug!(%peer, "no whole request within the timeout; closing");
@@ -296,19 +308,17 @@ async fn write_out<W: AsyncWrite + Unpin>(wr: &mut W, out: &mut Vec<u8>) -> std:
     r
 }
 
-/// The access policy's answer to `req`: `None` to go ahead, else the encoded 401 or 403.
-/// `secure`: the connection is TLS (Basic is then offered and accepted).
+/// The access policy's answer to `req`: the user it authenticated as (`None`: no credentials)
+/// to go ahead, else the encoded 401 or 403. `secure`: the connection is TLS (Basic is then
+/// offered and accepted).
 fn authorize(
     auth: &Authority,
     req: &isochron_rtsp::rtsp_types::Request<Vec<u8>>,
     peer: SocketAddr,
     secure: bool,
-) -> Option<Vec<u8>> {
+) -> Result<Option<String>, Vec<u8>> {
     use isochron_rtsp::rtsp_types::Method;
     use isochron_rtsp::url::{Target, parse_target};
-    if *req.method() == Method::Options {
-        return None;
-    }
     let object = match parse_target(req.request_uri()) {
         Ok(Target::Presentation(name) | Target::Track(name, _)) => Some(name),
         _ => None,
@@ -333,9 +343,16 @@ fn authorize(
         }),
         Err(e) => Decision::Unauthorized(e.to_string()),
     };
+    if *req.method() == Method::Options {
+        // Open to all; good credentials still say who asks (a keep-alive on a user's session).
+        return Ok(match decision {
+            Decision::Allow { user } => user,
+            _ => None,
+        });
+    }
     let cseq = req.header(&headers::CSEQ).map_or("0", |v| v.as_str());
     let (status, challenges) = match decision {
-        Decision::Allow { .. } => return None,
+        Decision::Allow { user } => return Ok(user),
         Decision::Unauthorized(why) => {
             debug!(%peer, %why, "RTSP request refused (401)");
             let stale = auth.is_stale(credentials.ok().flatten().as_ref(), now_unix_s);
@@ -357,7 +374,7 @@ fn authorize(
         out.push_str(&format!("WWW-Authenticate: {c}\r\n"));
     }
     out.push_str("Content-Length: 0\r\n\r\n");
-    Some(out.into_bytes())
+    Err(out.into_bytes())
 }
 
 /// A response without CSeq (none was read): `408` for a request that never arrived whole, `503`

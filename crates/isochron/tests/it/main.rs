@@ -33,6 +33,7 @@ mod protocol;
 mod recording;
 mod replication;
 mod scaling;
+mod security;
 mod simulate;
 mod store;
 mod tls;

@@ -71,7 +71,11 @@
 //! - PLAY, PAUSE and TEARDOWN without `Session` → 455 (Appendix A.2: not valid in Init). With
 //!   a `Session` that is not live → 454 (OPTIONS and GET/SET_PARAMETER included, so a
 //!   keep-alive on an expired session is told so).
-//! - Requests in a session are routed by `Session` alone; the request-URI is not checked for
+//! - A request naming a session that is not its own → 454, as if the session did not exist,
+//!   and nothing changes (its liveness included): an interleaved session is its connection's,
+//!   a UDP one its client address's and its user's ([`ConnInfo::user`]) (RFC 2326 §16, session
+//!   hijacking). Session ids are 64 bits of a ChaCha20 stream ([`ServerCore::with_id_key`]).
+//! - Requests in a session are routed by `Session`; the request-URI is not checked for
 //!   PLAY, PAUSE, TEARDOWN, GET/SET_PARAMETER (interop §2.2), which is what makes
 //!   `rtsp://h/stream=0`, `rtsp://h/name`, `rtsp://h/name/` and track URLs all work.
 //! - Liveness (interop §2.6, RFC 7826 §10.5): any request naming the session, RTCP naming its
@@ -98,6 +102,8 @@ use std::time::Duration;
 
 use isochron_base::mix::SplitMix64;
 use isochron_base::{BitRate, Gsn, Instant, MediaTime, ObjectId, Pace, StreamId};
+use rand_chacha::ChaCha20Rng;
+use rand_chacha::rand_core::SeedableRng as _;
 use rtsp_types::headers::{
     CONNECTION, CONTENT_BASE, CONTENT_TYPE, CSEQ, PUBLIC, RANGE, REQUIRE, RETRY_AFTER, RTP_INFO,
     SCALE, SERVER, SESSION, SPEED, TRANSPORT, UNSUPPORTED, USER_AGENT,
@@ -222,8 +228,8 @@ impl Default for ServerConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnId(pub u64);
 
-/// The connection a request arrived on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The connection a request arrived on, and who sent the request.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ConnInfo {
     /// The connection.
     pub id: ConnId,
@@ -234,6 +240,9 @@ pub struct ConnInfo {
     /// The connection is TLS (RTSPS): its media may only be interleaved on it, never plain UDP
     /// beside it, so a SETUP offering only UDP gets 461.
     pub secure: bool,
+    /// The user the request authenticated as (`[auth]`), if it carried credentials: a session
+    /// created by a user answers only that user's requests.
+    pub user: Option<std::sync::Arc<str>>,
 }
 
 /// What the library knows about a presentation.
@@ -435,6 +444,9 @@ pub enum Event {
 pub struct ServerCore {
     config: ServerConfig,
     rng: SplitMix64,
+    /// Session ids: a cipher stream, so that ids seen reveal nothing of the next ones
+    /// (SplitMix64's state is its last output).
+    ids: ChaCha20Rng,
     last_stream: u64,
     sessions: BTreeMap<SessionId, Session>,
     by_stream: HashMap<StreamId, SessionId>,
@@ -461,6 +473,7 @@ impl ServerCore {
         Self {
             config,
             rng: SplitMix64::new(seed),
+            ids: ChaCha20Rng::seed_from_u64(seed),
             last_stream: 0,
             sessions: BTreeMap::new(),
             by_stream: HashMap::new(),
@@ -469,6 +482,15 @@ impl ServerCore {
             deadlines: BTreeSet::new(),
             events: VecDeque::new(),
         }
+    }
+
+    /// Session ids drawn from `key` rather than from the seed: give it 32 bytes of the
+    /// operating system's randomness and ids cannot be guessed, even by someone who knows the
+    /// seed and has seen other ids (64 bits of a ChaCha20 key stream each).
+    #[must_use]
+    pub fn with_id_key(mut self, key: [u8; 32]) -> Self {
+        self.ids = ChaCha20Rng::from_seed(key);
+        self
     }
 
     /// The configuration in force.
@@ -490,8 +512,15 @@ impl ServerCore {
         };
         let session = req.header(&SESSION).map(|v| SessionId::from_header(v.as_str()));
         if let Some(id) = &session {
-            if let Some(s) = self.sessions.get_mut(id) {
-                s.conn = Some((conn.id, true));
+            match self.sessions.get_mut(id) {
+                // Someone else's session is, to this client, a session that does not exist: it
+                // is neither refreshed nor changed, and its existence is not confirmed.
+                Some(s) if !s.belongs_to(conn) => {
+                    let refusal = Refusal::SessionNotFound(id.to_string());
+                    return Handled::Respond(self.refuse(&cseq, None, &refusal));
+                }
+                Some(s) => s.conn = Some((conn.id, true)),
+                None => {}
             }
             self.touch(now, id);
         }
@@ -911,6 +940,7 @@ impl ServerCore {
                 let id = self.create(now, name, p, track, transport, negotiated, url);
                 if let Some(s) = self.sessions.get_mut(&id) {
                     s.client = client;
+                    s.user.clone_from(&conn.user);
                     s.conn = Some((conn.id, true));
                 }
                 (id, track)
@@ -1095,10 +1125,9 @@ impl ServerCore {
         negotiated: Transport,
         url: String,
     ) -> SessionId {
-        // SplitMix64 never repeats an output within 2^64 draws, so ids are unique; the loop is
-        // a guard, not an expected path.
+        // Unique with overwhelming probability; the loop is a guard, not an expected path.
         let id = loop {
-            let id = SessionId::generate(&mut self.rng);
+            let id = SessionId::generate(&mut self.ids);
             if !self.sessions.contains_key(&id) {
                 break id;
             }
@@ -1118,6 +1147,7 @@ impl ServerCore {
             deadline: None,
             // Set by the SETUP that creates it.
             client: std::net::Ipv4Addr::UNSPECIFIED.into(),
+            user: None,
             conn: None,
             ended: false,
             rtcp_seen: false,

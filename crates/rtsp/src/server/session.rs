@@ -10,21 +10,23 @@
 use std::fmt;
 use std::net::SocketAddr;
 
-use isochron_base::mix::SplitMix64;
 use isochron_base::{Gsn, Instant, MediaTime, ObjectId, StreamId, TrackSeqs};
+use rand_chacha::ChaCha20Rng;
+use rand_chacha::rand_core::RngCore as _;
 
-use super::{ConnId, Presentation};
+use super::{ConnId, ConnInfo, Presentation};
 use crate::headers::session::parse_session_id;
 use crate::headers::transport::Transport;
 
-/// A session identifier: 16 upper-case hex digits drawn from the core's seeded generator
-/// (opaque and at least 8 characters, interop §2.6).
+/// A session identifier: 16 upper-case hex digits, 64 bits of the core's ChaCha20 id stream
+/// (opaque and at least 8 characters, interop §2.6; unguessable when the core has an id key,
+/// [`super::ServerCore::with_id_key`]).
 #[derive(Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
 pub struct SessionId(String);
 
 impl SessionId {
     /// A fresh id from `rng`.
-    pub(crate) fn generate(rng: &mut SplitMix64) -> Self {
+    pub(crate) fn generate(rng: &mut ChaCha20Rng) -> Self {
         Self(format!("{:016X}", rng.next_u64()))
     }
 
@@ -298,6 +300,8 @@ pub(crate) struct Session {
     pub(crate) deadline: Option<Instant>,
     /// The address of the client that created it (`max_sessions_per_client`).
     pub(crate) client: std::net::IpAddr,
+    /// The user that created it, when its SETUP carried credentials.
+    pub(crate) user: Option<std::sync::Arc<str>>,
     /// The connection its last request came over, and whether that connection is still open.
     pub(crate) conn: Option<(ConnId, bool)>,
     /// Paused because its stream reached the end, not by the client.
@@ -321,6 +325,22 @@ pub(crate) struct TrackSession {
 impl Session {
     pub(crate) fn view(&self) -> SessionView<'_> {
         SessionView(self)
+    }
+
+    /// Whether a request that came over `conn` may act on this session: an interleaved
+    /// session answers only the connection that carries it; a UDP one only its client's
+    /// address, with the same credentials (a user's session only that user's). Knowing a
+    /// session's id is not enough (RFC 2326 §16, "Session hijacking": sessions are not tied to
+    /// connections, so the server must bind them itself).
+    pub(crate) fn belongs_to(&self, conn: &ConnInfo) -> bool {
+        let carried_by = self.set_up().find_map(|t| match t.transport {
+            SessionTransport::Interleaved { conn, .. } => Some(conn),
+            SessionTransport::Udp { .. } => None,
+        });
+        match carried_by {
+            Some(carrier) => carrier == conn.id,
+            None => conn.peer.ip() == self.client && self.user == conn.user,
+        }
     }
 
     /// The first set-up track. A session is created by the SETUP of one of its tracks and never
@@ -350,7 +370,8 @@ mod tests {
 
     #[test]
     fn ids_are_16_hex_digits_and_parse_back() {
-        let mut rng = SplitMix64::new(1);
+        use rand_chacha::rand_core::SeedableRng as _;
+        let mut rng = ChaCha20Rng::seed_from_u64(1);
         let id = SessionId::generate(&mut rng);
         assert_eq!(id.as_str().len(), 16);
         assert!(id.as_str().bytes().all(|b| b.is_ascii_hexdigit()));

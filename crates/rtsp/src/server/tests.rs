@@ -132,6 +132,7 @@ fn conn(n: u64) -> ConnInfo {
         peer: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 40_000 + n as u16),
         local: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8554),
         secure: false,
+        user: None,
     }
 }
 
@@ -1219,4 +1220,111 @@ fn scale_and_speed_are_asked_of_the_data_plane_and_answered() {
         panic!("a bad Scale is answered at once")
     };
     assert_eq!(resp.status(), StatusCode::BadRequest);
+}
+
+/// A request naming someone else's session (TEARDOWN, PAUSE, PLAY, SET_PARAMETER, a
+/// keep-alive) from another address, another connection for an interleaved session, or another
+/// user is 454 and leaves the session as it was, its liveness included; its owner still acts on it.
+#[test]
+fn a_session_answers_only_its_owner() {
+    let config =
+        ServerConfig { session_timeout: Duration::from_secs(60), ..ServerConfig::default() };
+    let mut core = ServerCore::new(config, 11).with_id_key([7; 32]);
+    let t0 = Instant::from_nanos(5 * SECOND);
+    let user = |name: &str| Some(std::sync::Arc::<str>::from(name));
+    let at = |ip: [u8; 4], n: u64, who: Option<std::sync::Arc<str>>| ConnInfo {
+        peer: SocketAddr::new(IpAddr::V4(Ipv4Addr::from(ip)), 40_000 + n as u16),
+        user: who,
+        ..conn(n)
+    };
+    let setup_as = |core: &mut ServerCore, c: &ConnInfo, transport: &str| {
+        let req = request(
+            Method::Setup,
+            Some("rtsp://h/test.ts/trackID=0"),
+            &[("CSeq", "1"), ("Transport", transport)],
+        );
+        let resp = respond(core.handle_request(t0, c, &req, &FakeLibrary));
+        assert_eq!(resp.status(), StatusCode::Ok);
+        SessionId::from_header(resp.header(&SESSION).unwrap().as_str())
+    };
+    let udp_owner = at([10, 0, 0, 1], 1, None);
+    let tcp_owner = at([10, 0, 0, 1], 2, None);
+    let admin = at([10, 0, 0, 3], 3, user("admin"));
+    let udp = setup_as(&mut core, &udp_owner, "RTP/AVP;unicast;client_port=5000-5001");
+    let tcp = setup_as(&mut core, &tcp_owner, "RTP/AVP/TCP;unicast;interleaved=0-1");
+    let admins = setup_as(&mut core, &admin, "RTP/AVP;unicast;client_port=5002-5003");
+    let attempts = |id: &SessionId| {
+        let with = |method, extra: &[(&str, &str)], body: &str| {
+            let mut b = Request::builder(method, Version::V1_0)
+                .request_uri(Url::parse("rtsp://h/test.ts/").unwrap())
+                .header(CSEQ, "3")
+                .header(SESSION, id.as_str());
+            for (n, v) in extra {
+                b = b.header(HeaderName::try_from(*n).unwrap(), *v);
+            }
+            b.build(body.as_bytes().to_vec())
+        };
+        [
+            with(Method::Play, &[("Range", "npt=5-")], ""),
+            with(Method::Pause, &[], ""),
+            with(
+                Method::SetParameter,
+                &[("Content-Type", "text/parameters")],
+                &format!("{RATE_PARAMETER}: 10\r\n"),
+            ),
+            with(Method::GetParameter, &[], ""),
+            with(Method::Teardown, &[], ""),
+        ]
+    };
+    let later = t0 + Duration::from_secs(30);
+    let strangers = [
+        (&udp, at([10, 0, 0, 2], 4, None)),
+        (&udp, at([10, 0, 0, 1], 5, user("someone"))),
+        (&tcp, at([10, 0, 0, 1], 6, None)),
+        (&admins, at([10, 0, 0, 3], 7, user("reader"))),
+        (&admins, at([10, 0, 0, 4], 8, user("admin"))),
+    ];
+    for (id, stranger) in &strangers {
+        for req in attempts(id) {
+            let resp = respond(core.handle_request(later, stranger, &req, &FakeLibrary));
+            assert_eq!(
+                resp.status(),
+                StatusCode::SessionNotFound,
+                "{} on {id} from {stranger:?}",
+                <&str>::from(req.method())
+            );
+            assert!(resp.header(&SESSION).is_none(), "a refusal does not confirm the id");
+        }
+        let s = core.session(id).expect("the session is still there");
+        assert_eq!(s.state(), SessionState::Ready);
+        assert_eq!(s.last_seen(), t0, "a stranger's request does not keep it alive");
+    }
+    assert_eq!(core.poll_event(), None);
+    // The owners still can: the address (any connection) for UDP, the connection for TCP, the
+    // user for a user's session.
+    for (id, owner) in [(&udp, at([10, 0, 0, 1], 9, None)), (&tcp, tcp_owner), (&admins, admin)] {
+        let keepalive = request(
+            Method::GetParameter,
+            Some("rtsp://h/test.ts/"),
+            &[("CSeq", "4"), ("Session", id.as_str())],
+        );
+        let resp = respond(core.handle_request(later, &owner, &keepalive, &FakeLibrary));
+        assert_eq!(resp.status(), StatusCode::Ok, "{id}");
+        assert_eq!(core.session(id).unwrap().last_seen(), later);
+    }
+}
+
+/// Ids come from the id key: the same key gives the same ids (replay), another key others, and
+/// the seed alone does not give them.
+#[test]
+fn session_ids_follow_the_id_key_not_the_seed() {
+    let first = |core: ServerCore| {
+        let mut core = core;
+        setup(&mut core, Instant::ZERO, 1, "RTP/AVP;unicast;client_port=5000-5001")
+    };
+    let config = ServerConfig::default;
+    let a = first(ServerCore::new(config(), 1).with_id_key([1; 32]));
+    assert_eq!(a, first(ServerCore::new(config(), 2).with_id_key([1; 32])));
+    assert_ne!(a, first(ServerCore::new(config(), 1).with_id_key([2; 32])));
+    assert_ne!(a, first(ServerCore::new(config(), 1)));
 }
