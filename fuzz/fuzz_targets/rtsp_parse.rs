@@ -60,10 +60,12 @@ fn run(data: &[u8]) {
     let conns: Vec<ConnInfo> = (0..2u16)
         .map(|i| ConnInfo {
             id: ConnId(u64::from(i)),
-            peer: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 40_000 + i),
+            // two clients: one anonymous on a plain connection, one a user on TLS
+            // (interleaved only), each holding the other's sessions in its requests at times
+            peer: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1 + i as u8)), 40_000 + i),
             local,
-            // one plain connection and one TLS (interleaved only)
             secure: i == 1,
+            user: (i == 1).then(|| "u".into()),
         })
         .collect();
     let mut now = Instant::from_nanos(1);
@@ -94,7 +96,9 @@ fn run(data: &[u8]) {
                                     _ => PlayOutcome::Started {
                                         first,
                                         end: action.end.filter(|e| *e < DURATION),
-                                        seq_offsets: vec![step as u16, !step as u16], rates: Rates::NORMAL },
+                                        seq_offsets: vec![step as u16, !step as u16],
+                                        rates: Rates::NORMAL,
+                                    },
                                 };
                                 core.finish_play(now, action, outcome)
                             }

@@ -25,16 +25,21 @@
 //! (RFC 6750) are accepted from anywhere. RTSP clients answer Digest challenges ([`digest`],
 //! RFC 7616), which never send the password. Secrets are compared in constant time.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use argon2::password_hash::{PasswordHash, PasswordVerifier};
 use base64::Engine as _;
+use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
+use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
 pub mod digest;
 mod glob;
+pub mod throttle;
 
 pub use digest::{DigestResponse, NonceState, Nonces};
 pub use glob::Glob;
@@ -250,7 +255,19 @@ pub struct Authority {
     anonymous: BTreeSet<Permission>,
     users: Vec<User>,
     nonces: Nonces,
+    /// Basic credentials verified against an argon2 hash lately: an HMAC of the user and
+    /// password under `cache_key`, to when they stay good (unix s). argon2 costs about 20 ms of
+    /// CPU a check, which a client sending Basic on every request would pay each time.
+    verified: Arc<Mutex<HashMap<[u8; 32], u64>>>,
+    cache_key: [u8; 32],
+    /// Wrong answers, per client address and per user ([`throttle::Throttle`]).
+    failures: Arc<Mutex<throttle::Throttle>>,
 }
+
+/// How long verified Basic credentials are taken without hashing again, seconds.
+pub const BASIC_CACHE_S: u64 = 60;
+/// The most verified Basic credentials remembered (expired ones go first, then all).
+const BASIC_CACHE_ENTRIES: usize = 4096;
 
 /// The realm of every challenge.
 pub const REALM: &str = "isochron";
@@ -330,11 +347,76 @@ impl Authority {
                 objects,
             });
         }
+        // The cache's key: derived from the nonce secret, never equal to it.
+        let cache_key = {
+            let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&nonce_secret)
+                .expect("HMAC takes a key of any length");
+            mac.update(b"isochron basic cache");
+            mac.finalize().into_bytes().into()
+        };
         Ok(Self {
             anonymous: section.anonymous.iter().copied().collect(),
             users,
             nonces: Nonces::new(nonce_secret, NONCE_LIFETIME_S),
+            verified: Arc::default(),
+            cache_key,
+            failures: Arc::default(),
         })
+    }
+
+    /// How long a request with credentials from `client` (as `user`) must wait before it is
+    /// checked, at `now_ms` (unix ms): nothing until a few wrong answers, then exponentially
+    /// longer (capped); each call takes its turn ([`throttle::Throttle::admit`]).
+    #[must_use]
+    pub fn wait_before_check(&self, client: IpAddr, user: Option<&str>, now_ms: u64) -> u64 {
+        let mut t = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        t.admit(&throttle::keys(client, user), now_ms)
+    }
+
+    /// Credentials from `client` (as `user`) were wrong at `now_ms`: returns how many wrong
+    /// answers in a row that address has now sent.
+    pub fn wrong_answer(&self, client: IpAddr, user: Option<&str>, now_ms: u64) -> u32 {
+        let mut t = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        t.failed(&throttle::keys(client, user), now_ms)
+    }
+
+    /// Credentials from `client` as `user` were right: that address and user start afresh.
+    pub fn right_answer(&self, client: IpAddr, user: Option<&str>) {
+        let mut t = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        t.succeeded(&throttle::keys(client, user));
+    }
+
+    /// Whether `password` is `user`'s `secret`; a hash verified in the last [`BASIC_CACHE_S`]
+    /// for the same user and password is not hashed again.
+    fn verify_basic(&self, secret: &Secret, user: &str, password: &str, now_unix_s: u64) -> bool {
+        let Secret::Hash(_) = secret else { return verify(secret, password) };
+        let key: [u8; 32] = {
+            let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.cache_key)
+                .expect("HMAC takes a key of any length");
+            mac.update(user.as_bytes());
+            mac.update(&[0]);
+            mac.update(password.as_bytes());
+            mac.finalize().into_bytes().into()
+        };
+        let cached = {
+            let cache = self.verified.lock().unwrap_or_else(PoisonError::into_inner);
+            cache.get(&key).is_some_and(|&until| until > now_unix_s)
+        };
+        if cached {
+            return true;
+        }
+        let good = verify(secret, password);
+        if good {
+            let mut cache = self.verified.lock().unwrap_or_else(PoisonError::into_inner);
+            if cache.len() >= BASIC_CACHE_ENTRIES {
+                cache.retain(|_, until| *until > now_unix_s);
+                if cache.len() >= BASIC_CACHE_ENTRIES {
+                    cache.clear();
+                }
+            }
+            cache.insert(key, now_unix_s + BASIC_CACHE_S);
+        }
+        good
     }
 
     /// The Digest challenges for a 401 at `now_unix_s` (`WWW-Authenticate` values, MD5 first),
@@ -408,7 +490,10 @@ impl Authority {
                 );
             }
             Credentials::Basic { user, password } => self.users.iter().find(|u| {
-                u.name == *user && u.secret.as_ref().is_some_and(|s| verify(s, password))
+                u.name == *user
+                    && u.secret
+                        .as_ref()
+                        .is_some_and(|s| self.verify_basic(s, user, password, access.now_unix_s))
             }),
             Credentials::Bearer(t) => self.users.iter().find(|u| {
                 u.token.as_ref().is_some_and(|k| bool::from(k.as_bytes().ct_eq(t.as_bytes())))

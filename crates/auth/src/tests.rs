@@ -138,6 +138,18 @@ fn a_password_hash_verifies_and_a_bad_one_is_named() {
         a.check(&access(Permission::Admin, Some(&no), true)),
         Decision::Unauthorized(_)
     ));
+    // The right password is remembered (an HMAC of it), the wrong one never; a remembered one
+    // is hashed again after BASIC_CACHE_S.
+    let cached = || a.verified.lock().unwrap().values().copied().collect::<Vec<u64>>();
+    assert_eq!(cached(), [1_000_000 + BASIC_CACHE_S]);
+    assert!(matches!(a.check(&access(Permission::Admin, Some(&ok), true)), Decision::Allow { .. }));
+    assert_eq!(cached().len(), 1);
+    let later = Access {
+        now_unix_s: 1_000_000 + BASIC_CACHE_S,
+        ..access(Permission::Admin, Some(&ok), true)
+    };
+    assert!(matches!(a.check(&later), Decision::Allow { .. }));
+    assert_eq!(cached(), [1_000_000 + 2 * BASIC_CACHE_S]);
     let s: AuthSection = toml::from_str(
         "[[users]]\nname = \"h\"\npassword_hash = \"md5:abc\"\npermissions = [\"admin\"]\n",
     )

@@ -182,7 +182,7 @@ pub(crate) async fn serve<R, W>(
                     match frame {
                         Frame::Request(req) => {
                             answered_any = true;
-                            let user = match authorize(&auth, &req, peer, conn.secure) {
+                            let user = match authorize(&auth, &req, peer, conn.secure).await {
                                 Ok(user) => user,
                                 Err(refusal) => {
                                     if resp_tx.send(refusal).await.is_err() {
@@ -311,7 +311,7 @@ async fn write_out<W: AsyncWrite + Unpin>(wr: &mut W, out: &mut Vec<u8>) -> std:
 /// The access policy's answer to `req`: the user it authenticated as (`None`: no credentials)
 /// to go ahead, else the encoded 401 or 403. `secure`: the connection is TLS (Basic is then
 /// offered and accepted).
-fn authorize(
+async fn authorize(
     auth: &Authority,
     req: &isochron_rtsp::rtsp_types::Request<Vec<u8>>,
     peer: SocketAddr,
@@ -330,8 +330,26 @@ fn authorize(
         None => Ok(None),
         Some(v) => Credentials::from_authorization(v).map(Some),
     };
+    // Who the credentials name: wrong answers slow down their address and that user.
+    let named = match &credentials {
+        Ok(Some(Credentials::Basic { user, .. })) => Some(Some(user.as_str())),
+        Ok(Some(Credentials::Digest(d))) => Some(Some(d.username.as_str())),
+        Ok(Some(Credentials::Bearer(_))) | Err(_) => Some(None),
+        Ok(None) => None,
+    };
+    if let Some(user) = named {
+        let wait = auth.wait_before_check(peer.ip(), user, unix_ms());
+        if wait > 0 {
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+        }
+    }
     let method: &str = req.method().into();
     let decision = match &credentials {
+        // A Digest answer is for one Request-URI (RFC 7616 §3.4.6): one captured for another
+        // object opens nothing here.
+        Ok(Some(Credentials::Digest(d))) if !same_uri(&d.uri, req.request_uri()) => {
+            Decision::Unauthorized(format!("Digest uri {:?} is not the request's", d.uri))
+        }
         Ok(credentials) => auth.check(&Access {
             permission: Permission::Read,
             object: object.as_deref(),
@@ -343,6 +361,20 @@ fn authorize(
         }),
         Err(e) => Decision::Unauthorized(e.to_string()),
     };
+    if let Some(user) = named {
+        let stale = auth.is_stale(credentials.as_ref().ok().and_then(Option::as_ref), now_unix_s);
+        match &decision {
+            Decision::Unauthorized(why) if !stale => {
+                let n = auth.wrong_answer(peer.ip(), user, unix_ms());
+                if n > isochron_auth::throttle::FREE {
+                    warn!(%peer, user = user.unwrap_or("-"), %why, wrong_in_a_row = n,
+                        "RTSP credentials refused; answers from this address and user are slowed");
+                }
+            }
+            Decision::Allow { .. } => auth.right_answer(peer.ip(), user),
+            _ => {}
+        }
+    }
     if *req.method() == Method::Options {
         // Open to all; good credentials still say who asks (a keep-alive on a user's session).
         return Ok(match decision {
@@ -375,6 +407,23 @@ fn authorize(
     }
     out.push_str("Content-Length: 0\r\n\r\n");
     Err(out.into_bytes())
+}
+
+/// Whether a Digest answer's `uri` names `request` (both parsed, so that spelling differences a
+/// URL parser removes do not matter); `*` (OPTIONS) and relative forms compare as written.
+fn same_uri(digest_uri: &str, request: Option<&isochron_rtsp::rtsp_types::Url>) -> bool {
+    match (isochron_rtsp::rtsp_types::Url::parse(digest_uri), request) {
+        (Ok(u), Some(r)) => u == *r,
+        (_, None) => true,
+        (Err(_), Some(r)) => r.as_str() == digest_uri || r.path() == digest_uri,
+    }
+}
+
+/// Unix time now, ms.
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// A response without CSeq (none was read): `408` for a request that never arrived whole, `503`

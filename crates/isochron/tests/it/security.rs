@@ -15,18 +15,50 @@ use isochron_loadgen::testbed::Testbed;
 
 /// Sends `request` (CRLF line ends, `CSeq` included) on `conn` and returns the response's status.
 fn status_of(conn: &mut TcpStream, request: &str) -> u16 {
+    let text = response_head(conn, request);
+    let line = text.lines().next().unwrap_or_default();
+    line.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("{text}"))
+}
+
+/// Sends `request` on `conn` and returns the response's head (its body, if any, is left unread:
+/// the caller's next request goes on another connection).
+fn response_head(conn: &mut TcpStream, request: &str) -> String {
     conn.write_all(request.as_bytes()).unwrap();
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
-    // The response's head, then its body (Content-Length), if any.
     while !got.windows(4).any(|w| w == b"\r\n\r\n") {
         let n = conn.read(&mut buf).expect("a response");
         assert!(n > 0, "the server closed the connection: {}", String::from_utf8_lossy(&got));
         got.extend_from_slice(&buf[..n]);
     }
-    let text = String::from_utf8_lossy(&got).into_owned();
-    let line = text.lines().next().unwrap_or_default();
-    line.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("{text}"))
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// An RFC 2069 Digest `Authorization` (MD5, no qop) for `method uri` as `user:password`.
+fn digest(user: &str, password: &str, nonce: &str, method: &str, uri: &str) -> String {
+    let md5 = |s: String| format!("{:x}", <md5::Md5 as md5::Digest>::digest(s.as_bytes()));
+    let ha1 = md5(format!("{user}:isochron:{password}"));
+    let ha2 = md5(format!("{method}:{uri}"));
+    let response = md5(format!("{ha1}:{nonce}:{ha2}"));
+    format!(
+        "Digest username=\"{user}\", realm=\"isochron\", nonce=\"{nonce}\", uri=\"{uri}\", \
+         response=\"{response}\""
+    )
+}
+
+/// A fresh nonce from the server's MD5 challenge to a DESCRIBE without credentials.
+fn nonce(rtsp: SocketAddr) -> String {
+    let mut conn = TcpStream::connect(rtsp).unwrap();
+    let head = response_head(
+        &mut conn,
+        &format!("DESCRIBE rtsp://{rtsp}/demo RTSP/1.0\r\nCSeq: 1\r\n\r\n"),
+    );
+    let md5 = head
+        .lines()
+        .find(|l| l.starts_with("WWW-Authenticate: Digest") && !l.contains("SHA-256"))
+        .unwrap_or_else(|| panic!("an MD5 challenge: {head}"));
+    let start = md5.find("nonce=\"").expect("a nonce") + 7;
+    md5[start..start + md5[start..].find('"').unwrap()].to_owned()
 }
 
 /// The sessions `GET /api/v1/sessions` lists, as `(id, client, state)`.
@@ -229,5 +261,65 @@ fn a_trickled_request_is_answered_408_at_the_request_timeout() {
     assert!(
         waited >= Duration::from_secs(4) && waited < Duration::from_secs(7),
         "408 after {waited:?}"
+    );
+}
+
+/// A Digest answer is good for its own Request-URI only, and wrong answers from one address slow
+/// down (exponentially, capped) and are logged.
+#[test]
+fn digest_answers_are_for_one_uri_and_guessing_slows_down() {
+    let _load = common::load(common::weight::LIGHT);
+    let dir = tempdir();
+    let config = "[auth]\nanonymous = []\n\n[[auth.users]]\nname = \"ops\"\npassword = \"right\"\n\
+                  permissions = [\"read\"]\n";
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions { config: Some(config), ..ServeOptions::default() },
+    );
+    let rtsp = server.rtsp;
+    let describe = |uri: &str, authorization: &str| {
+        let mut conn = TcpStream::connect(rtsp).unwrap();
+        status_of(
+            &mut conn,
+            &format!(
+                "DESCRIBE {uri} RTSP/1.0\r\nCSeq: 2\r\nAuthorization: {authorization}\r\n\r\n"
+            ),
+        )
+    };
+    // A right answer opens the URI it was made for, and no other.
+    let demo = format!("rtsp://{rtsp}/demo");
+    let n = nonce(rtsp);
+    let answer = digest("ops", "right", &n, "DESCRIBE", &demo);
+    assert_eq!(describe(&demo, &answer), 200);
+    assert_eq!(describe(&format!("{demo}/"), &answer), 401, "an answer for {demo} used elsewhere");
+    assert_eq!(
+        describe(&format!("{demo}/"), &digest("ops", "right", &n, "DESCRIBE", &format!("{demo}/"))),
+        200
+    );
+
+    // Ten wrong answers: the first few cost nothing, then each waits longer (0.1 s, 0.2 s, …,
+    // capped at 1 s): 3.5 s in all.
+    let start = Instant::now();
+    for _ in 0..10 {
+        let n = nonce(rtsp);
+        assert_eq!(describe(&demo, &digest("ops", "guess", &n, "DESCRIBE", &demo)), 401);
+    }
+    let took = start.elapsed();
+    assert!(took >= Duration::from_secs(3), "ten wrong answers took {took:?}");
+    assert!(
+        server.log().contains("answers from this address and user are slowed"),
+        "{}",
+        server.log()
+    );
+    // The right answer still opens (after its turn), and clears the count.
+    let n = nonce(rtsp);
+    assert_eq!(describe(&demo, &digest("ops", "right", &n, "DESCRIBE", &demo)), 200);
+    let t = Instant::now();
+    let n = nonce(rtsp);
+    assert_eq!(describe(&demo, &digest("ops", "right", &n, "DESCRIBE", &demo)), 200);
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "a right answer after a right one waits {:?}",
+        t.elapsed()
     );
 }
