@@ -343,6 +343,10 @@ pub struct PacerStats {
     pub lateness_buckets: [u64; LATENESS_BUCKETS_US.len()],
     /// Changes of a stream's pace (MTFC rate requests carried out).
     pub pace_changes: u64,
+    /// Packets of streams whose transport held them back in this run (a TCP client that reads
+    /// slower than the stream): their lateness is the client's doing and is not in the lateness
+    /// counters above, which time what the sender was free to send.
+    pub held_packets: u64,
 }
 
 impl PacerStats {
@@ -357,6 +361,7 @@ impl PacerStats {
             *a += b;
         }
         self.pace_changes += o.pace_changes;
+        self.held_packets += o.held_packets;
     }
 }
 
@@ -418,6 +423,9 @@ struct Paced<B> {
     trick_sent: [u32; MAX_TRACKS],
     next_sr: Option<Instant>,
     last_sent: Option<Position>,
+    /// Its transport refused a packet in this run (a client reading slower than the stream):
+    /// from then on its timing is the client's ([`PacerStats::held_packets`]).
+    held: bool,
     lsn: u16,
     /// Blocks gained by a takeover that come before the block the share was at, in index order:
     /// sent before it resumes.
@@ -497,6 +505,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 trick_sent: [0; MAX_TRACKS],
                 next_sr: None,
                 last_sent: None,
+                held: false,
                 lsn: 0,
                 catch_up: BTreeSet::new(),
                 resume: None,
@@ -580,6 +589,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         s.scheduled = false;
         s.next_sr = None;
         s.last_sent = None;
+        s.held = false;
         if let (Some(a), RtcpMode::Timer) = (play.anchor, s.setup.rtcp) {
             s.next_sr = Some(a.wall);
             self.timers.push(Reverse((a.wall, stream, Timer::Sr(play.run))));
@@ -775,6 +785,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             }
             s.scheduled = false;
             if !can_send(stream) {
+                s.held = true;
                 s.generation += 1;
                 s.scheduled = true;
                 self.heap.push(Reverse((now + self.config.retry_delay, s.generation, stream)));
@@ -988,10 +999,14 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 let late = now.saturating_duration_since(due).as_micros() as u64;
                 self.stats.packets += 1;
                 self.stats.payload_bytes += len;
-                self.stats.lateness_us_sum += late;
-                self.stats.lateness_us_max = self.stats.lateness_us_max.max(late);
-                if let Some(i) = LATENESS_BUCKETS_US.iter().position(|&b| late <= b) {
-                    self.stats.lateness_buckets[i] += 1;
+                if s.held {
+                    self.stats.held_packets += 1;
+                } else {
+                    self.stats.lateness_us_sum += late;
+                    self.stats.lateness_us_max = self.stats.lateness_us_max.max(late);
+                    if let Some(i) = LATENESS_BUCKETS_US.iter().position(|&b| late <= b) {
+                        self.stats.lateness_buckets[i] += 1;
+                    }
                 }
                 Some(Transmit::Rtp {
                     stream,
@@ -1548,6 +1563,20 @@ mod tests {
             Some(Transmit::Rtp { seq, .. }) => assert_eq!(seq, 65_530),
             other => panic!("{other:?}"),
         }
+        // Held back by its client, the stream's timing is the client's: counted as held, not
+        // in the lateness the sender is judged by (a reader that never reads made it 48 s).
+        while p.poll_transmit(ms(60_000), |_| true).is_some() {}
+        let st = p.stats();
+        assert_eq!((st.packets, st.held_packets), (2, 2));
+        assert_eq!((st.lateness_us_max, st.lateness_us_sum), (0, 0));
+        // A new run starts unheld.
+        play(&mut p, 2, Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
+        let anchor = Anchor { wall: ms(70_000), media: MediaTime::ZERO };
+        p.handle_block(StreamId(1), 2, BlockIndex(0), block(0, 0, 2), Some(anchor));
+        while p.poll_transmit(ms(70_003), |_| true).is_some() {}
+        let st = p.stats();
+        assert_eq!((st.packets, st.held_packets), (3, 2));
+        assert_eq!(st.lateness_us_max, 3_000);
     }
 
     #[test]

@@ -599,6 +599,16 @@ fn check_disk_path(
         if disks.iter().any(|d| full.starts_with(d) || d.starts_with(&full)) {
             return Err(format!("{shown}: inside or above another disk"));
         }
+        // What exists of it is resolved: a symbolic link on the way may point anywhere.
+        for a in full.ancestors().take_while(|a| *a != root) {
+            if std::fs::symlink_metadata(a).is_ok_and(|m| m.file_type().is_symlink()) {
+                return Err(format!(
+                    "{shown}: {} is a symbolic link; a relative disk path must stay inside the \
+                     store",
+                    a.display()
+                ));
+            }
+        }
         return Ok(());
     }
     let real = std::fs::canonicalize(path)
@@ -837,5 +847,12 @@ mod tests {
         let file = dir.path().join("f");
         std::fs::write(&file, b"x").unwrap();
         assert!(check(&file).unwrap_err().contains("not a directory"));
+        // A relative path through a link out of the store is refused, the link left alone.
+        std::os::unix::fs::symlink(&other, root.join("out")).unwrap();
+        for p in ["out", "out/sub"] {
+            let e = check(std::path::Path::new(p)).unwrap_err();
+            assert!(e.contains("symbolic link"), "{p}: {e}");
+        }
+        assert!(std::fs::read_dir(&other).unwrap().next().is_none(), "nothing written there");
     }
 }

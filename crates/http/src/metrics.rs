@@ -218,7 +218,7 @@ pub(crate) fn render(g: &Gathered) -> String {
     e.single(
         "packet_lateness_max_seconds",
         Gauge,
-        "Largest delay of a packet past its send time.",
+        "Largest delay of a packet past its send time (of streams no client held back).",
         send.pacer.lateness_us_max as f64 / 1e6,
     );
     e.family(
@@ -232,9 +232,17 @@ pub(crate) fn render(g: &Gathered) -> String {
         let le = format!("{}", *bound as f64 / 1e6);
         e.sample("packet_lateness_seconds_bucket", &[("le", &le)], below as f64);
     }
-    e.sample("packet_lateness_seconds_bucket", &[("le", "+Inf")], send.pacer.packets as f64);
+    // Packets a slow TCP client held back are not timed (`PacerStats::held_packets`).
+    let timed = send.pacer.packets.saturating_sub(send.pacer.held_packets) as f64;
+    e.sample("packet_lateness_seconds_bucket", &[("le", "+Inf")], timed);
     e.sample("packet_lateness_seconds_sum", &[], send.pacer.lateness_us_sum as f64 / 1e6);
-    e.sample("packet_lateness_seconds_count", &[], send.pacer.packets as f64);
+    e.sample("packet_lateness_seconds_count", &[], timed);
+    e.single(
+        "packets_held_by_clients_total",
+        Counter,
+        "RTP packets of streams a slow TCP client held back (not in packet_lateness_seconds).",
+        send.pacer.held_packets as f64,
+    );
 
     e.single(
         "disk_bytes_total",

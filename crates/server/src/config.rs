@@ -124,6 +124,18 @@ pub struct RtspSection {
     /// Largest RTSP message accepted, in KiB; larger ones get 400 and the connection closes.
     /// Default 64.
     pub max_message_kib: u64,
+    /// Seconds a session may stay set up without being played; then it ends and frees its
+    /// slot (players PLAY right after SETUP). Default 20.
+    pub setup_timeout_s: u64,
+    /// Seconds a connection that has set up no session may stay quiet between requests; then
+    /// it is closed. Default 30.
+    pub idle_timeout_s: u64,
+    /// Prefix length by which IPv4 clients are counted against the per-client caps (sessions
+    /// and connections, RTSP and HTTP): 32 counts each address, 24 a /24. Default 32.
+    pub client_prefix_v4: u8,
+    /// Prefix length by which IPv6 clients are counted (one client usually holds a /64, and
+    /// could otherwise take millions of addresses). Default 64.
+    pub client_prefix_v6: u8,
 }
 
 impl Default for RtspSection {
@@ -141,6 +153,10 @@ impl Default for RtspSection {
             max_connections_per_client: 300,
             request_timeout_s: 10,
             max_message_kib: 64,
+            setup_timeout_s: 20,
+            idle_timeout_s: 30,
+            client_prefix_v4: 32,
+            client_prefix_v6: 64,
         }
     }
 }
@@ -383,6 +399,12 @@ pub struct Settings {
     pub max_connections_per_client: usize,
     /// Time to send a whole RTSP request.
     pub request_timeout: Duration,
+    /// Life of a session set up and never played.
+    pub setup_timeout: Duration,
+    /// Quiet allowed to a connection that set up no session.
+    pub idle_timeout: Duration,
+    /// Prefix lengths (IPv4, IPv6) by which clients are counted against per-client caps.
+    pub client_prefix: (u8, u8),
     /// HTTP connection limit.
     pub http_max_connections: usize,
     /// HTTP connection limit per client address.
@@ -522,6 +544,18 @@ impl ConfigFile {
         if !(1..=600).contains(&self.rtsp.request_timeout_s) {
             return Err(invalid("rtsp.request_timeout_s", "must be between 1 and 600"));
         }
+        if !(1..=3600).contains(&self.rtsp.setup_timeout_s) {
+            return Err(invalid("rtsp.setup_timeout_s", "must be between 1 and 3600"));
+        }
+        if !(1..=3600).contains(&self.rtsp.idle_timeout_s) {
+            return Err(invalid("rtsp.idle_timeout_s", "must be between 1 and 3600"));
+        }
+        if !(8..=32).contains(&self.rtsp.client_prefix_v4) {
+            return Err(invalid("rtsp.client_prefix_v4", "must be between 8 and 32"));
+        }
+        if !(16..=128).contains(&self.rtsp.client_prefix_v6) {
+            return Err(invalid("rtsp.client_prefix_v6", "must be between 16 and 128"));
+        }
         if self.sender.rtcp_interval_ms < 100 {
             return Err(invalid("sender.rtcp_interval_ms", "must be at least 100"));
         }
@@ -595,6 +629,9 @@ impl ConfigFile {
             max_connections: self.rtsp.max_connections,
             max_connections_per_client: self.rtsp.max_connections_per_client,
             request_timeout: Duration::from_secs(self.rtsp.request_timeout_s),
+            setup_timeout: Duration::from_secs(self.rtsp.setup_timeout_s),
+            idle_timeout: Duration::from_secs(self.rtsp.idle_timeout_s),
+            client_prefix: (self.rtsp.client_prefix_v4, self.rtsp.client_prefix_v6),
             http_max_connections: self.http.max_connections,
             http_max_connections_per_client: self.http.max_connections_per_client,
             max_message: Bytes::kib(self.rtsp.max_message_kib),

@@ -19,6 +19,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 pub struct ConnLimits {
     max_total: usize,
     max_per_client: usize,
+    /// The prefix lengths (IPv4, IPv6) by which clients are counted: an IPv6 client holds a /64.
+    prefix: (u8, u8),
     open: Mutex<(usize, HashMap<IpAddr, usize>)>,
     /// Connections refused because the server held `max_total`.
     pub refused_total: AtomicU64,
@@ -43,12 +45,14 @@ pub struct ConnPermit {
 }
 
 impl ConnLimits {
-    /// Caps of `max_total` connections, and `max_per_client` per address.
+    /// Caps of `max_total` connections, and `max_per_client` per client network (an address
+    /// at `prefix` lengths, [`isochron_rtsp::server::client_network`]).
     #[must_use]
-    pub fn new(max_total: usize, max_per_client: usize) -> Arc<Self> {
+    pub fn new(max_total: usize, max_per_client: usize, prefix: (u8, u8)) -> Arc<Self> {
         Arc::new(Self {
             max_total,
             max_per_client,
+            prefix,
             open: Mutex::new((0, HashMap::new())),
             refused_total: AtomicU64::new(0),
             refused_per_client: AtomicU64::new(0),
@@ -67,6 +71,7 @@ impl ConnLimits {
         client: IpAddr,
         capped: bool,
     ) -> Result<ConnPermit, ConnRefusal> {
+        let client = isochron_rtsp::server::client_network(client, self.prefix);
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         if open.0 >= self.max_total {
             self.refused_total.fetch_add(1, Ordering::Relaxed);
@@ -108,7 +113,7 @@ mod tests {
 
     #[test]
     fn caps_hold_and_slots_come_back() {
-        let l = ConnLimits::new(3, 2);
+        let l = ConnLimits::new(3, 2, (32, 64));
         let a: IpAddr = [10, 0, 0, 1].into();
         let b: IpAddr = [10, 0, 0, 2].into();
         let p1 = l.admit(a).unwrap();
@@ -122,7 +127,7 @@ mod tests {
         assert_eq!(l.refused_per_client.load(Ordering::Relaxed), 1);
         assert_eq!(l.refused_total.load(Ordering::Relaxed), 1);
         // Loopback is not capped per client, only in total.
-        let l = ConnLimits::new(10, 1);
+        let l = ConnLimits::new(10, 1, (32, 64));
         let lo: IpAddr = [127, 0, 0, 1].into();
         let _held: Vec<ConnPermit> = (0..5).map(|_| l.admit(lo).unwrap()).collect();
     }

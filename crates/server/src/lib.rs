@@ -320,8 +320,11 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
             settings.max_connections
         }
     };
-    let rtsp_limits =
-        conn_limits::ConnLimits::new(max_connections, settings.max_connections_per_client);
+    let rtsp_limits = conn_limits::ConnLimits::new(
+        max_connections,
+        settings.max_connections_per_client,
+        settings.client_prefix,
+    );
     let http_max_connections = settings.http_max_connections.min(max_connections);
     let udp = UdpPair::bind_shards(
         rtsp_addr.ip(),
@@ -390,6 +393,8 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
             server_ports: (rtp_port, rtp_port + 1),
             max_sessions: settings.max_sessions,
             max_sessions_per_client: settings.max_sessions_per_client,
+            setup_timeout: Some(settings.setup_timeout),
+            client_prefix: settings.client_prefix,
         },
         seed,
     )
@@ -489,6 +494,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         limits: Limits { max_message_bytes: settings.max_message.as_usize() },
         queue_frames: settings.tcp_queue_frames,
         request_timeout: settings.request_timeout,
+        idle_timeout: settings.idle_timeout,
     };
     let listening = Arc::new(rtsp_conn::Listening {
         config: conn_config,
@@ -552,6 +558,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
             http_limits: conn_limits::ConnLimits::new(
                 http_max_connections,
                 settings.http_max_connections_per_client,
+                settings.client_prefix,
             ),
         };
         info!("{}", settings.auth.notice());

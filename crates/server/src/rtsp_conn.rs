@@ -45,6 +45,8 @@ pub(crate) struct ConnConfig {
     pub(crate) queue_frames: usize,
     /// How long a whole request (the first one included) may take to arrive.
     pub(crate) request_timeout: Duration,
+    /// How long a connection that has set up no session may stay quiet between requests.
+    pub(crate) idle_timeout: Duration,
 }
 
 /// What every connection of the RTSP listeners shares.
@@ -163,6 +165,9 @@ pub(crate) async fn serve<R, W>(
     // Buffers grow with use: an idle connection costs little (thousands may be open).
     let mut buf: Vec<u8> = Vec::new();
     let mut answered_any = false;
+    // Whether a SETUP on this connection succeeded: a connection that never set up a session
+    // holds a slot for nothing once it falls quiet, and is closed after `idle_timeout`.
+    let mut set_up_any = false;
     // When the request under way must have arrived whole (set when it starts, cleared when a
     // frame completes): one deadline per request, however its bytes trickle in.
     let mut deadline: Option<tokio::time::Instant> = None;
@@ -203,6 +208,9 @@ pub(crate) async fn serve<R, W>(
                                 warn!(%peer, %method, "request dropped without an answer; closing");
                                 break 'conn;
                             };
+                            if method == "SETUP" && resp.status() == StatusCode::Ok {
+                                set_up_any = true;
+                            }
                             if u16::from(resp.status()) >= 400 {
                                 debug!(%peer, status = u16::from(resp.status()), "RTSP request refused");
                             }
@@ -225,8 +233,8 @@ pub(crate) async fn serve<R, W>(
         }
         // A request under way (or the first one) must arrive whole within the timeout of its
         // first byte (the connection's opening, for the first), bytes trickling in or not;
-        // between requests a connection may be quiet as long as it likes (its sessions live on
-        // RTCP).
+        // between requests a connection that set up a session may be quiet as long as it likes
+        // (its sessions live on RTCP), one that did not for `idle_timeout`.
         let waiting = !buf.is_empty() || !answered_any;
         if buf.capacity() - buf.len() < 1024 {
             buf.reserve(4096);
@@ -239,6 +247,14 @@ pub(crate) async fn serve<R, W>(
                 Err(_) => {
                     debug!(%peer, "no whole request within the timeout; closing");
                     let _ = resp_tx.send(simple_response("408 Request Time-out")).await;
+                    break;
+                }
+            }
+        } else if !set_up_any {
+            match tokio::time::timeout(config.idle_timeout, rd.read_buf(&mut buf)).await {
+                Ok(r) => r,
+                Err(_) => {
+                    debug!(%peer, "quiet with no session for the idle timeout; closing");
                     break;
                 }
             }

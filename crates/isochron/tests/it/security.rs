@@ -323,3 +323,197 @@ fn digest_answers_are_for_one_uri_and_guessing_slows_down() {
         t.elapsed()
     );
 }
+
+/// Slots are not held for nothing: a connection that set up no session is closed after
+/// `idle_timeout_s` of quiet, one that did may stay quiet; a session set up and never played
+/// ends at `setup_timeout_s`.
+#[test]
+fn idle_connections_and_sessions_never_played_free_their_slots() {
+    let _load = common::load(common::weight::LIGHT);
+    let dir = tempdir();
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions {
+            config: Some("[rtsp]\nidle_timeout_s = 2\nsetup_timeout_s = 3\n"),
+            ..ServeOptions::default()
+        },
+    );
+    let rtsp = server.rtsp;
+    let url = format!("rtsp://{rtsp}/demo");
+    let connect = || {
+        let c = TcpStream::connect(rtsp).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c
+    };
+    let session_of = |head: &str| {
+        let line = head.lines().find(|l| l.starts_with("Session: ")).expect("a Session header");
+        line["Session: ".len()..].split(';').next().unwrap().to_owned()
+    };
+    // A connection that asked for the options, and one that set up a session over TCP.
+    let mut asked = connect();
+    assert_eq!(status_of(&mut asked, &format!("OPTIONS {url} RTSP/1.0\r\nCSeq: 1\r\n\r\n")), 200);
+    let mut holder = connect();
+    let head = response_head(
+        &mut holder,
+        &format!(
+            "SETUP {url}/trackID=0 RTSP/1.0\r\nCSeq: 1\r\n\
+             Transport: RTP/AVP/TCP;unicast;interleaved=0-1\r\n\r\n"
+        ),
+    );
+    assert!(head.starts_with("RTSP/1.0 200"), "{head}");
+    let session = session_of(&head);
+    // The quiet connection without a session is closed at about 2 s.
+    let t = Instant::now();
+    let mut buf = [0u8; 64];
+    assert_eq!(asked.read(&mut buf).unwrap_or(0), 0, "closed");
+    let closed_after = t.elapsed();
+    assert!(closed_after < Duration::from_secs(4), "closed after {closed_after:?}");
+    // The session, never played, ends at 3 s; its connection stays open and is told so.
+    std::thread::sleep(Duration::from_millis(1500));
+    let play = format!("PLAY {url} RTSP/1.0\r\nCSeq: 2\r\nSession: {session}\r\n\r\n");
+    assert_eq!(status_of(&mut holder, &play), 454, "a session never played lives 3 s");
+    // A session played in time is not ended.
+    let mut player = connect();
+    let head = response_head(
+        &mut player,
+        &format!(
+            "SETUP {url}/trackID=0 RTSP/1.0\r\nCSeq: 1\r\n\
+             Transport: RTP/AVP/TCP;unicast;interleaved=0-1\r\n\r\n"
+        ),
+    );
+    let session = session_of(&head);
+    let play = format!("PLAY {url} RTSP/1.0\r\nCSeq: 2\r\nSession: {session}\r\n\r\n");
+    player.write_all(play.as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    let listed = sessions(&server.http_get("/api/v1/sessions"));
+    assert!(listed.iter().any(|s| s.0 == session), "the played session lives: {listed:?}");
+}
+
+/// The crowd of [`a_crowd_of_addresses_in_one_network_cannot_fill_the_tables`]: from each source
+/// address given, `idle` connections that say nothing and one that sends `setups` SETUPs and
+/// never plays; prints how many SETUPs got 200, then holds everything open until killed.
+const CROWD: &str = r#"
+import socket, sys, time
+server, port, addrs = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(",")
+idle, setups = int(sys.argv[4]), int(sys.argv[5])
+held, ok = [], 0
+def conn(a):
+    s = socket.socket()
+    s.bind((a, 0))
+    s.settimeout(5)
+    try:
+        s.connect((server, port))
+    except OSError:
+        pass
+    return s
+for a in addrs:
+    for _ in range(idle):
+        held.append(conn(a))
+    s = conn(a)
+    for i in range(setups):
+        req = ("SETUP rtsp://%s:%d/demo RTSP/1.0\r\nCSeq: %d\r\n"
+               "Transport: RTP/AVP;unicast;client_port=%d-%d\r\n\r\n"
+               % (server, port, i, 20000 + 2 * i, 20001 + 2 * i))
+        try:
+            s.sendall(req.encode())
+            line = s.recv(4096).decode(errors="replace").split("\r\n")[0]
+        except OSError:
+            line = ""
+        if line.startswith("RTSP/1.0 200"):
+            ok += 1
+    held.append(s)
+print(ok, flush=True)
+time.sleep(3600)
+"#;
+
+/// With clients counted by /24 (`rtsp.client_prefix_v4 = 24`), 4 and then 64 addresses of one
+/// network that set up sessions they never play and hold idle connections get one network's
+/// share: a GStreamer player on another network starts and plays byte-exact meanwhile, and the
+/// one already playing never notices.
+#[test]
+fn a_crowd_of_addresses_in_one_network_cannot_fill_the_tables() {
+    let _load = common::load(common::weight::PLAYER);
+    common::require("gst-launch-1.0");
+    common::require("python3");
+    if !common::namespaces_or_skip("a crowd of addresses") {
+        return;
+    }
+    let crowd_bed = Testbed::new("isochron_crowd").expect("testbed");
+    let crowd = crowd_bed.add_host("crowd").expect("crowd namespace");
+    let mut addrs = vec![crowd.ip];
+    for k in 100..163u8 {
+        let a = std::net::Ipv4Addr::new(
+            crowd_bed.subnet().octets()[0],
+            crowd_bed.subnet().octets()[1],
+            crowd_bed.subnet().octets()[2],
+            k,
+        );
+        crowd_bed.add_alias(&crowd, a).expect("an alias");
+        addrs.push(a);
+    }
+    let player_bed = Testbed::new("isochron_viewers").expect("testbed");
+    let player = player_bed.add_host("player").expect("player namespace");
+    let dir = tempdir();
+    let config = "[rtsp]\nclient_prefix_v4 = 24\nmax_sessions = 200\nmax_sessions_per_client = 64\n\
+                  max_connections_per_client = 40\n";
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions {
+            rtsp: Some("0.0.0.0:0"),
+            http: Some("0.0.0.0:0"),
+            config: Some(config),
+            ..ServeOptions::default()
+        },
+    );
+    let want = std::fs::read(demo()).unwrap();
+    let url = format!("rtsp://{}:{}/demo", player_bed.host_ip(), server.rtsp.port());
+    let fetch = |name: &str, transport: &str| {
+        let out = dir.path().join(name);
+        let (got, stderr) = common::gst_fetch_in(Some(&player), &url, &out, transport);
+        common::assert_same_bytes(&got, &want, &format!("{name} ({stderr})"));
+    };
+    std::thread::scope(|s| {
+        // A player already playing when the crowd comes.
+        let early = s.spawn(|| fetch("early.ts", "udp"));
+        std::thread::sleep(Duration::from_secs(2));
+        let run_crowd = |addrs: &[std::net::Ipv4Addr]| {
+            let list: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+            let mut child = crowd
+                .command("python3")
+                .args(["-c", CROWD, &crowd_bed.host_ip().to_string()])
+                .arg(server.rtsp.port().to_string())
+                .arg(list.join(","))
+                .args(["2", "8"])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("python3");
+            let mut line = String::new();
+            std::io::BufRead::read_line(
+                &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+                &mut line,
+            )
+            .unwrap();
+            (child, line.trim().parse::<usize>().unwrap_or(usize::MAX))
+        };
+        // Four addresses, then sixty-four: one network's share of sessions, whatever the count.
+        let (mut four, ok4) = run_crowd(&addrs[..4]);
+        assert_eq!(ok4, 32, "four addresses, eight sessions each, within the network's 64");
+        let (mut many, ok64) = run_crowd(&addrs[4..]);
+        assert_eq!(ok4 + ok64, 64, "sixty-four addresses of one /24 hold its 64 sessions");
+        // A new player on another network starts and plays to the end meanwhile.
+        fetch("late.ts", "tcp");
+        early.join().unwrap();
+        let metrics = server.http_get("/metrics");
+        assert!(
+            !metrics.contains("isochron_rtsp_connections_refused_total{cap=\"per_client\"} 0"),
+            "the crowd's connections were capped: {metrics}"
+        );
+        for c in [&mut four, &mut many] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    });
+    drop(server);
+    drop(player_bed);
+    drop(crowd_bed);
+}

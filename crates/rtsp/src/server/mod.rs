@@ -38,8 +38,9 @@
 //!   `Content-Base` with exactly one trailing slash (interop §2.2); unknown name → 404.
 //! - SETUP (RFC 2326 §10.4) on a track URL, the aggregate URL, or the bare presentation URL
 //!   without DESCRIBE (ffmpeg `satip://`, Debian VLC; RFC 2326 §C.3). Without `Session` it
-//!   creates a session; when `max_sessions` are live, or the client's address already holds
-//!   `max_sessions_per_client`, it refuses with 503 (the latter with `Retry-After`; the session table is
+//!   creates a session; when `max_sessions` are live, or the client's network (its address,
+//!   an IPv6 /64: `client_prefix`) already holds `max_sessions_per_client` sessions whose
+//!   streams have not ended, it refuses with 503 (the latter with `Retry-After`; the session table is
 //!   a server limit, not bandwidth: 453 is kept for the data plane's admission decision at PLAY,
 //!   so the two causes stay apart in logs). With an unknown `Session` → 454; on a playing
 //!   session → 455; naming another presentation → 459. Transport per
@@ -88,7 +89,8 @@
 //!   expires after `silence_timeout` (20 s), well before `session_timeout`: a client that
 //!   reported and stopped is gone (RFC 3550 §6.3.5 times a member out after five reporting
 //!   intervals), and the server stops sending to it ([`CloseReason::Silence`]). Clients that
-//!   never send RTCP keep the plain timeout. Interleaved
+//!   never send RTCP keep the plain timeout. A session of any transport set up and never played
+//!   ends `setup_timeout` (20 s) after its SETUP ([`CloseReason::Timeout`]). Interleaved
 //!   sessions never expire while their connection is open and close with it. UDP sessions
 //!   outlive their RTSP connection (RFC 2326 §1.3: sessions are not tied to connections), which
 //!   also lets the session that ffmpeg abandons on UDP→TCP fallback (PAUSE, then a new SETUP
@@ -207,6 +209,34 @@ pub struct ServerConfig {
     /// ([`crate::sdp::SdpParams::rtx_time`]) to players known to use it (GStreamer), or to any
     /// that asks with `?rtx=1` on the URL (`?rtx=0` never). Default 1 s.
     pub retransmit: Option<Duration>,
+    /// How long a session may stay set up but never played: then it ends
+    /// ([`CloseReason::Timeout`]) and frees its slot, whatever its transport. Players send PLAY
+    /// right after SETUP; a crowd of SETUPs that never play is an attempt to fill the table.
+    /// Default `None` (no limit); the server sets `rtsp.setup_timeout_s` (20).
+    pub setup_timeout: Option<Duration>,
+    /// The prefix lengths by which clients are counted against `max_sessions_per_client`
+    /// (IPv4, IPv6): one IPv6 client holds a /64 and could otherwise take millions of
+    /// addresses. Default (32, 64): an IPv4 address, an IPv6 /64.
+    pub client_prefix: (u8, u8),
+}
+
+/// The network `ip` counts in, at prefix lengths `(v4, v6)`: its address with the host bits
+/// cleared (an IPv4-mapped IPv6 address counts as the IPv4 one).
+#[must_use]
+pub fn client_network(ip: std::net::IpAddr, (v4, v6): (u8, u8)) -> std::net::IpAddr {
+    use std::net::IpAddr;
+    match ip.to_canonical() {
+        IpAddr::V4(a) => {
+            let bits = u32::from(a);
+            let mask = u32::MAX.checked_shl(32 - u32::from(v4.min(32))).unwrap_or(0);
+            IpAddr::V4((bits & mask).into())
+        }
+        IpAddr::V6(a) => {
+            let bits = u128::from(a);
+            let mask = u128::MAX.checked_shl(128 - u32::from(v6.min(128))).unwrap_or(0);
+            IpAddr::V6((bits & mask).into())
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -220,6 +250,8 @@ impl Default for ServerConfig {
             paused_session_timeout: Duration::from_secs(300),
             silence_timeout: Duration::from_secs(20),
             retransmit: Some(Duration::from_secs(1)),
+            setup_timeout: None,
+            client_prefix: (32, 64),
         }
     }
 }
@@ -455,6 +487,9 @@ pub struct ServerCore {
     by_conn: BTreeMap<ConnId, BTreeSet<SessionId>>,
     /// UDP session expiry times.
     deadlines: BTreeSet<(Instant, SessionId)>,
+    /// When each session set up but not yet played ends (`setup_timeout`); a session leaves
+    /// it when it first plays or ends.
+    unplayed: BTreeSet<(Instant, SessionId)>,
     events: VecDeque<Event>,
 }
 
@@ -480,6 +515,7 @@ impl ServerCore {
             by_ssrc: HashMap::new(),
             by_conn: BTreeMap::new(),
             deadlines: BTreeSet::new(),
+            unplayed: BTreeSet::new(),
             events: VecDeque::new(),
         }
     }
@@ -549,6 +585,9 @@ impl ServerCore {
                 s.state = SessionState::Playing;
                 s.ended = false;
                 s.position = None;
+                if let Some(until) = s.unplayed_until.take() {
+                    self.unplayed.remove(&(until, play.session.clone()));
+                }
                 let mut entries = Vec::with_capacity(s.tracks.len());
                 for (i, t) in s.tracks.iter_mut().enumerate() {
                     let Some(t) = t else { continue };
@@ -719,6 +758,11 @@ impl ServerCore {
                 self.close(&id, reason);
             }
         }
+        while self.unplayed.first().is_some_and(|(deadline, _)| *deadline <= now) {
+            if let Some((_, id)) = self.unplayed.pop_first() {
+                self.close(&id, CloseReason::Timeout);
+            }
+        }
     }
 
     /// A fresh stream id for a stream no session owns (a recording). Sessions and such streams
@@ -729,10 +773,16 @@ impl ServerCore {
         StreamId(self.last_stream)
     }
 
-    /// When [`ServerCore::handle_timeout`] next has work: the earliest UDP session expiry.
+    /// When [`ServerCore::handle_timeout`] next has work: the earliest UDP session expiry, or
+    /// the end of a session never played.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.deadlines.first().map(|(t, _)| *t)
+        let udp = self.deadlines.first().map(|(t, _)| *t);
+        let unplayed = self.unplayed.first().map(|(t, _)| *t);
+        match (udp, unplayed) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The next queued event.
@@ -929,11 +979,20 @@ impl ServerCore {
                 if self.sessions.len() >= self.config.max_sessions {
                     return Err(Refusal::TooManySessions(self.config.max_sessions));
                 }
+                // Counted by network (`client_prefix`); a session whose stream ended no longer
+                // counts (a crowd behind one address that played to the end and vanished frees
+                // its share at once, not at its timeout).
                 let client = conn.peer.ip();
                 let limit = self.config.max_sessions_per_client;
-                if !client.is_loopback()
-                    && self.sessions.values().filter(|s| s.client == client).count() >= limit
-                {
+                let network = client_network(client, self.config.client_prefix);
+                let held = self
+                    .sessions
+                    .values()
+                    .filter(|s| {
+                        !s.ended && client_network(s.client, self.config.client_prefix) == network
+                    })
+                    .count();
+                if !client.is_loopback() && held >= limit {
                     return Err(Refusal::TooManyFromClient { client, limit });
                 }
                 let url = url.to_string();
@@ -1148,6 +1207,7 @@ impl ServerCore {
             // Set by the SETUP that creates it.
             client: std::net::Ipv4Addr::UNSPECIFIED.into(),
             user: None,
+            unplayed_until: None,
             conn: None,
             ended: false,
             rtcp_seen: false,
@@ -1158,6 +1218,12 @@ impl ServerCore {
         self.sessions.insert(id.clone(), session);
         self.by_stream.insert(stream, id.clone());
         self.index_transport(&id, now);
+        if let Some(limit) = self.config.setup_timeout
+            && let Some(s) = self.sessions.get_mut(&id)
+        {
+            s.unplayed_until = Some(now + limit);
+            self.unplayed.insert((now + limit, id.clone()));
+        }
         id
     }
 
@@ -1301,6 +1367,9 @@ impl ServerCore {
     fn close(&mut self, id: &SessionId, reason: CloseReason) {
         self.unindex_transport(id);
         let Some(s) = self.sessions.remove(id) else { return };
+        if let Some(until) = s.unplayed_until {
+            self.unplayed.remove(&(until, id.clone()));
+        }
         self.by_stream.remove(&s.stream);
         for t in s.set_up() {
             self.by_ssrc.remove(&t.ssrc);

@@ -302,6 +302,8 @@ pub(crate) struct Session {
     pub(crate) client: std::net::IpAddr,
     /// The user that created it, when its SETUP carried credentials.
     pub(crate) user: Option<std::sync::Arc<str>>,
+    /// When it ends if it has not played by then (`setup_timeout`).
+    pub(crate) unplayed_until: Option<Instant>,
     /// The connection its last request came over, and whether that connection is still open.
     pub(crate) conn: Option<(ConnId, bool)>,
     /// Paused because its stream reached the end, not by the client.

@@ -1328,3 +1328,110 @@ fn session_ids_follow_the_id_key_not_the_seed() {
     assert_ne!(a, first(ServerCore::new(config(), 1).with_id_key([2; 32])));
     assert_ne!(a, first(ServerCore::new(config(), 1)));
 }
+
+/// A session set up and never played ends at `setup_timeout`, over UDP or TCP; a played one
+/// does not.
+#[test]
+fn a_session_never_played_ends_at_the_setup_timeout() {
+    let config =
+        ServerConfig { setup_timeout: Some(Duration::from_secs(20)), ..ServerConfig::default() };
+    let mut core = ServerCore::new(config, 5);
+    let t0 = Instant::from_nanos(SECOND);
+    let udp = setup(&mut core, t0, 1, "RTP/AVP;unicast;client_port=5000-5001");
+    let tcp = setup(&mut core, t0, 2, "RTP/AVP/TCP;unicast;interleaved=0-1");
+    let played = setup(&mut core, t0, 3, "RTP/AVP/TCP;unicast;interleaved=0-1");
+    let play = request(
+        Method::Play,
+        Some("rtsp://h/test.ts/"),
+        &[("CSeq", "2"), ("Session", played.as_str())],
+    );
+    let Handled::Play(action) = core.handle_request(t0, &conn(3), &play, &FakeLibrary) else {
+        panic!("a play action")
+    };
+    let mut glue = FakeGlue::default();
+    let outcome = glue.play(t0, &core, &action);
+    assert_eq!(core.finish_play(t0, action, outcome).status(), StatusCode::Ok);
+    assert_eq!(core.poll_timeout(), Some(t0 + Duration::from_secs(20)));
+    core.handle_timeout(t0 + Duration::from_secs(19));
+    assert_eq!(core.session_count(), 3);
+    core.handle_timeout(t0 + Duration::from_secs(20));
+    let mut closed: Vec<SessionId> = std::iter::from_fn(|| core.poll_event())
+        .map(|e| match e {
+            Event::Closed { session, reason: CloseReason::Timeout, .. } => session,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    closed.sort();
+    let mut want = vec![udp, tcp];
+    want.sort();
+    assert_eq!(closed, want);
+    assert!(core.session(&played).is_some());
+}
+
+/// Sessions count against `max_sessions_per_client` by network (an IPv6 /64 here), and a
+/// session whose stream ended counts no more.
+#[test]
+fn sessions_count_by_network_until_their_stream_ends() {
+    let config = ServerConfig {
+        max_sessions_per_client: 2,
+        client_prefix: (24, 64),
+        ..ServerConfig::default()
+    };
+    let mut core = ServerCore::new(config, 6);
+    let at = |ip: IpAddr, n: u64| ConnInfo { peer: SocketAddr::new(ip, 40_000), ..conn(n) };
+    let req = request(
+        Method::Setup,
+        Some("rtsp://h/test.ts/trackID=0"),
+        &[("CSeq", "1"), ("Transport", "RTP/AVP;unicast;client_port=5000-5001")],
+    );
+    let setup_from = |core: &mut ServerCore, ip: &str, n: u64| {
+        let resp = respond(core.handle_request(
+            Instant::ZERO,
+            &at(ip.parse().unwrap(), n),
+            &req,
+            &FakeLibrary,
+        ));
+        (resp.status(), resp.header(&SESSION).map(|v| SessionId::from_header(v.as_str())))
+    };
+    // Two addresses of one /64, then a third: refused; another /64 is not.
+    let (ok, first) = setup_from(&mut core, "2001:db8:0:1::1", 1);
+    assert_eq!(ok, StatusCode::Ok);
+    assert_eq!(setup_from(&mut core, "2001:db8:0:1::2", 2).0, StatusCode::Ok);
+    assert_eq!(setup_from(&mut core, "2001:db8:0:1:ffff::3", 3).0, StatusCode::ServiceUnavailable);
+    assert_eq!(setup_from(&mut core, "2001:db8:0:2::1", 4).0, StatusCode::Ok);
+    // The same for IPv4 at /24.
+    assert_eq!(setup_from(&mut core, "10.1.2.3", 5).0, StatusCode::Ok);
+    assert_eq!(setup_from(&mut core, "10.1.2.4", 6).0, StatusCode::Ok);
+    assert_eq!(setup_from(&mut core, "10.1.2.5", 7).0, StatusCode::ServiceUnavailable);
+    assert_eq!(setup_from(&mut core, "10.1.3.5", 8).0, StatusCode::Ok);
+    // The first /64 session plays to its end: its slot is free at once.
+    let first = first.unwrap();
+    let play = request(
+        Method::Play,
+        Some("rtsp://h/test.ts/"),
+        &[("CSeq", "2"), ("Session", first.as_str())],
+    );
+    let owner = at("2001:db8:0:1::1".parse().unwrap(), 1);
+    let Handled::Play(action) = core.handle_request(Instant::ZERO, &owner, &play, &FakeLibrary)
+    else {
+        panic!("a play action")
+    };
+    let stream = action.stream;
+    let mut glue = FakeGlue::default();
+    let outcome = glue.play(Instant::ZERO, &core, &action);
+    assert_eq!(core.finish_play(Instant::ZERO, action, outcome).status(), StatusCode::Ok);
+    let end = glue.end_of_stream(stream);
+    core.handle_end_of_stream(Instant::from_nanos(10 * SECOND), stream, end);
+    assert_eq!(setup_from(&mut core, "2001:db8:0:1::9", 9).0, StatusCode::Ok);
+}
+
+#[test]
+fn client_networks_clear_the_host_bits() {
+    let net = |ip: &str, p| client_network(ip.parse().unwrap(), p).to_string();
+    assert_eq!(net("10.1.2.3", (24, 64)), "10.1.2.0");
+    assert_eq!(net("10.1.2.3", (32, 64)), "10.1.2.3");
+    assert_eq!(net("10.1.2.3", (0, 64)), "0.0.0.0");
+    assert_eq!(net("::ffff:10.1.2.3", (24, 64)), "10.1.2.0");
+    assert_eq!(net("2001:db8:1:2:3:4:5:6", (32, 64)), "2001:db8:1:2::");
+    assert_eq!(net("2001:db8:1:2:3:4:5:6", (32, 128)), "2001:db8:1:2:3:4:5:6");
+}
