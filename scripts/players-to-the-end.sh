@@ -41,18 +41,22 @@ for i in $(seq 1 "$n"); do
     fi
     echo "gstreamer $i rc=$rc $same" >>"$out/results.txt"
   ) &
+  players=($!)
   (
     timeout -k 5 150 ffmpeg -nostdin -v error -rtsp_transport udp -i $url -map 0 -c copy \
       -f mpegts -y "$out/ffmpeg-$i.ts" >"$out/ffmpeg-$i.log" 2>&1
     rc=$?; echo "ffmpeg $i rc=$rc $(wc -c <"$out/ffmpeg-$i.ts") bytes" >>"$out/results.txt"
   ) &
+  players+=($!)
   (
     timeout -k 5 150 runuser -u nobody -- env HOME="$home" cvlc -I dummy --play-and-exit \
       --demux dump --demuxdump-file "$home/vlc-$i.ts" $url >"$out/vlc-$i.log" 2>&1
     rc=$?; cmp -s "$clip" "$home/vlc-$i.ts" && same=exact || same=differs
     echo "vlc $i rc=$rc $same" >>"$out/results.txt"
   ) &
-  wait
+  players+=($!)
+  # The three players only: a bare `wait` would wait for the server too, for ever.
+  wait "${players[@]}"
 done
 sort "$out/results.txt" >"$out/results.sorted"
 for p in gstreamer ffmpeg vlc; do
