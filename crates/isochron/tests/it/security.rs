@@ -345,7 +345,16 @@ fn idle_connections_and_sessions_never_played_free_their_slots() {
         c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         c
     };
-    let session_of = |head: &str| {
+    // SETUP over TCP on `conn`: the session's id.
+    let setup = |conn: &mut TcpStream| {
+        let head = response_head(
+            conn,
+            &format!(
+                "SETUP {url}/trackID=0 RTSP/1.0\r\nCSeq: 1\r\n\
+                 Transport: RTP/AVP/TCP;unicast;interleaved=0-1\r\n\r\n"
+            ),
+        );
+        assert!(head.starts_with("RTSP/1.0 200"), "{head}");
         let line = head.lines().find(|l| l.starts_with("Session: ")).expect("a Session header");
         line["Session: ".len()..].split(';').next().unwrap().to_owned()
     };
@@ -353,15 +362,7 @@ fn idle_connections_and_sessions_never_played_free_their_slots() {
     let mut asked = connect();
     assert_eq!(status_of(&mut asked, &format!("OPTIONS {url} RTSP/1.0\r\nCSeq: 1\r\n\r\n")), 200);
     let mut holder = connect();
-    let head = response_head(
-        &mut holder,
-        &format!(
-            "SETUP {url}/trackID=0 RTSP/1.0\r\nCSeq: 1\r\n\
-             Transport: RTP/AVP/TCP;unicast;interleaved=0-1\r\n\r\n"
-        ),
-    );
-    assert!(head.starts_with("RTSP/1.0 200"), "{head}");
-    let session = session_of(&head);
+    let session = setup(&mut holder);
     // The quiet connection without a session is closed at about 2 s.
     let t = Instant::now();
     let mut buf = [0u8; 64];
@@ -374,14 +375,7 @@ fn idle_connections_and_sessions_never_played_free_their_slots() {
     assert_eq!(status_of(&mut holder, &play), 454, "a session never played lives 3 s");
     // A session played in time is not ended.
     let mut player = connect();
-    let head = response_head(
-        &mut player,
-        &format!(
-            "SETUP {url}/trackID=0 RTSP/1.0\r\nCSeq: 1\r\n\
-             Transport: RTP/AVP/TCP;unicast;interleaved=0-1\r\n\r\n"
-        ),
-    );
-    let session = session_of(&head);
+    let session = setup(&mut player);
     let play = format!("PLAY {url} RTSP/1.0\r\nCSeq: 2\r\nSession: {session}\r\n\r\n");
     player.write_all(play.as_bytes()).unwrap();
     std::thread::sleep(Duration::from_secs(4));
