@@ -806,13 +806,16 @@ async fn metrics(State(s): State<ApiState>) -> Result<Response, ApiError> {
              # TYPE isochron_{proto}_connections_open gauge\n\
              isochron_{proto}_connections_open {}\n\
              # HELP isochron_{proto}_connections_refused_total {proto} connections refused by a \
-             cap ({proto}.max_connections, {proto}.max_connections_per_client).\n\
+             cap ({proto}.max_connections, {proto}.max_connections_per_client), or closed on a \
+             reserved slot after a first request that proved nothing ({proto}.reserved_connections).\n\
              # TYPE isochron_{proto}_connections_refused_total counter\n\
              isochron_{proto}_connections_refused_total{{cap=\"total\"}} {}\n\
-             isochron_{proto}_connections_refused_total{{cap=\"per_client\"}} {}",
+             isochron_{proto}_connections_refused_total{{cap=\"per_client\"}} {}\n\
+             isochron_{proto}_connections_refused_total{{cap=\"reserve\"}} {}",
             l.open(),
             l.refused_total.load(Relaxed),
-            l.refused_per_client.load(Relaxed)
+            l.refused_per_client.load(Relaxed),
+            l.refused_on_probation.load(Relaxed)
         );
     }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())

@@ -121,6 +121,17 @@ pub struct RtspSection {
     /// Most RTSP sessions one client (IP address) may hold; further SETUPs from it get 503 with
     /// `Retry-After`. Loopback clients are exempt. Default 256.
     pub max_sessions_per_client: usize,
+    /// The last slots of `max_sessions`, kept for authenticated users and loopback clients: an
+    /// anonymous SETUP is refused (503) once `max_sessions - reserved_sessions` are alive.
+    /// Less than `max_sessions`. Default: a tenth of `max_sessions`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_sessions: Option<usize>,
+    /// The last slots of `max_connections`, kept for clients that prove something: a connection
+    /// that takes one must send credentials that verify, or a request on a session of its own,
+    /// first; anything else gets 503 and the connection closes. Less than `max_connections`.
+    /// Default: a sixteenth of `max_connections`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_connections: Option<usize>,
     /// Largest RTSP message accepted, in KiB; larger ones get 400 and the connection closes.
     /// Default 64.
     pub max_message_kib: u64,
@@ -149,6 +160,8 @@ impl Default for RtspSection {
             silence_timeout_s: 20,
             max_sessions: 1000,
             max_sessions_per_client: 256,
+            reserved_sessions: None,
+            reserved_connections: None,
             max_connections: 4096,
             max_connections_per_client: 300,
             request_timeout_s: 10,
@@ -393,6 +406,10 @@ pub struct Settings {
     pub max_sessions: usize,
     /// Session limit per client address.
     pub max_sessions_per_client: usize,
+    /// Sessions kept for authenticated and loopback clients.
+    pub reserved_sessions: usize,
+    /// Connections given only on probation.
+    pub reserved_connections: usize,
     /// RTSP connection limit.
     pub max_connections: usize,
     /// RTSP connection limit per client address.
@@ -541,6 +558,15 @@ impl ConfigFile {
                 return Err(invalid(key, "must be at least 1"));
             }
         }
+        if self.rtsp.reserved_sessions.is_some_and(|r| r >= self.rtsp.max_sessions) {
+            return Err(invalid("rtsp.reserved_sessions", "must be less than rtsp.max_sessions"));
+        }
+        if self.rtsp.reserved_connections.is_some_and(|r| r >= self.rtsp.max_connections) {
+            return Err(invalid(
+                "rtsp.reserved_connections",
+                "must be less than rtsp.max_connections",
+            ));
+        }
         if !(1..=600).contains(&self.rtsp.request_timeout_s) {
             return Err(invalid("rtsp.request_timeout_s", "must be between 1 and 600"));
         }
@@ -626,6 +652,11 @@ impl ConfigFile {
             silence_timeout: Duration::from_secs(self.rtsp.silence_timeout_s),
             max_sessions: self.rtsp.max_sessions,
             max_sessions_per_client: self.rtsp.max_sessions_per_client,
+            reserved_sessions: self.rtsp.reserved_sessions.unwrap_or(self.rtsp.max_sessions / 10),
+            reserved_connections: self
+                .rtsp
+                .reserved_connections
+                .unwrap_or(self.rtsp.max_connections / 16),
             max_connections: self.rtsp.max_connections,
             max_connections_per_client: self.rtsp.max_connections_per_client,
             request_timeout: Duration::from_secs(self.rtsp.request_timeout_s),
@@ -763,6 +794,8 @@ mod tests {
             ("[tls]\ncert_file = \"/nonexistent/c.pem\"\nkey_file = \"k.pem\"", "tls.cert_file"),
             ("[http]\nlisten = \"1.2.3.4\"", "http.listen"),
             ("[rtsp]\nsession_timeout_s = 1", "rtsp.session_timeout_s"),
+            ("[rtsp]\nmax_sessions = 10\nreserved_sessions = 10", "rtsp.reserved_sessions"),
+            ("[rtsp]\nreserved_connections = 4096", "rtsp.reserved_connections"),
             ("[rtsp]\npaused_session_timeout_s = 10", "rtsp.paused_session_timeout_s"),
             ("[rtsp]\nsilence_timeout_s = 4", "rtsp.silence_timeout_s"),
             ("[sender]\nbatch_packets = 0", "sender.batch_packets"),

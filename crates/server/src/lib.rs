@@ -320,8 +320,10 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
             settings.max_connections
         }
     };
-    let rtsp_limits = conn_limits::ConnLimits::new(
+    // The reserve shrinks with a cap the open-files limit lowered: never more than half.
+    let rtsp_limits = conn_limits::ConnLimits::with_reserve(
         max_connections,
+        settings.reserved_connections.min(max_connections / 2),
         settings.max_connections_per_client,
         settings.client_prefix,
     );
@@ -393,6 +395,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
             server_ports: (rtp_port, rtp_port + 1),
             max_sessions: settings.max_sessions,
             max_sessions_per_client: settings.max_sessions_per_client,
+            reserved_sessions: settings.reserved_sessions,
             setup_timeout: Some(settings.setup_timeout),
             client_prefix: settings.client_prefix,
         },

@@ -85,6 +85,7 @@ pub(crate) async fn listen(
             }
         };
         let Ok(local) = stream.local_addr() else { continue };
+        let socket = socket2::SockRef::from(&stream).try_clone().ok();
         let _ = stream.set_nodelay(true);
         let id = ConnId(shared.next_id.fetch_add(1, Ordering::Relaxed));
         let conn = ConnInfo { id, peer, local, secure: tls.is_some(), user: None };
@@ -96,7 +97,7 @@ pub(crate) async fn listen(
             match tls {
                 None => {
                     let (rd, wr) = stream.into_split();
-                    serve(Accepted { rd, wr, conn, permit }, config, sessions, auth).await;
+                    serve(Accepted { rd, wr, conn, permit, socket }, config, sessions, auth).await;
                 }
                 Some(tls) => {
                     let handshake =
@@ -104,7 +105,13 @@ pub(crate) async fn listen(
                     match handshake.await {
                         Ok(Ok(stream)) => {
                             let (rd, wr) = tokio::io::split(stream);
-                            serve(Accepted { rd, wr, conn, permit }, config, sessions, auth).await;
+                            serve(
+                                Accepted { rd, wr, conn, permit, socket },
+                                config,
+                                sessions,
+                                auth,
+                            )
+                            .await;
                         }
                         Ok(Err(e)) => debug!(%peer, error = %e, "RTSPS handshake failed"),
                         Err(_) => debug!(%peer, "RTSPS handshake timed out"),
@@ -143,6 +150,9 @@ pub(crate) struct Accepted<R, W> {
     pub(crate) conn: ConnInfo,
     /// The connection's slot, given back when it ends.
     pub(crate) permit: crate::conn_limits::ConnPermit,
+    /// The TCP socket under `rd` and `wr` (another descriptor of it), to end the connection
+    /// with a reset ([`OutFrame::Close`]); `None` where it could not be had.
+    pub(crate) socket: Option<socket2::Socket>,
 }
 
 /// Serves one accepted connection (plain TCP or TLS) until it closes.
@@ -155,12 +165,19 @@ pub(crate) async fn serve<R, W>(
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let Accepted { mut rd, wr, conn, permit: _permit } = accepted;
+    let Accepted { mut rd, wr, conn, permit, socket } = accepted;
+    // A slot of the reserve: the first request must show credentials that verify, or be one
+    // on a session of this client's own (a player already playing); anything else is answered
+    // 503 and the connection closed (conn_limits, docs/design/security.md).
+    // It must do so within `request_timeout` of its opening (a player answers a 401 challenge
+    // at once), or the slot is given back.
+    let mut probation = permit.on_probation;
+    let probation_ends = tokio::time::Instant::now() + config.request_timeout;
     let (id, peer) = (conn.id, conn.peer);
     let (resp_tx, resp_rx) = mpsc::channel::<Vec<u8>>(64);
     let (frame_tx, frame_rx) = mpsc::channel::<OutFrame>(config.queue_frames);
     let _ = sessions.send(SessionCommand::ConnOpened { conn: id, frames: frame_tx });
-    let writer = tokio::spawn(write_loop(wr, resp_rx, frame_rx));
+    let writer = tokio::spawn(write_loop(wr, resp_rx, frame_rx, socket));
 
     // Buffers grow with use: an idle connection costs little (thousands may be open).
     let mut buf: Vec<u8> = Vec::new();
@@ -187,17 +204,28 @@ pub(crate) async fn serve<R, W>(
                     match frame {
                         Frame::Request(req) => {
                             answered_any = true;
-                            let user = match authorize(&auth, &req, peer, conn.secure).await {
-                                Ok(user) => user,
-                                Err(refusal) => {
-                                    if resp_tx.send(refusal).await.is_err() {
-                                        break 'conn;
+                            // On probation, a request on no session must authenticate.
+                            let on_a_session = req.header(&headers::SESSION).is_some();
+                            let must_prove = probation && !on_a_session;
+                            if must_prove && !auth.has_users() {
+                                debug!(%peer, "a reserved slot for a request that proves nothing");
+                                permit.refuse_on_probation();
+                                let _ = resp_tx.send(reserved_for_others(&req)).await;
+                                break 'conn;
+                            }
+                            let user =
+                                match authorize(&auth, &req, peer, conn.secure, must_prove).await {
+                                    Ok(user) => user,
+                                    Err(refusal) => {
+                                        if resp_tx.send(refusal).await.is_err() {
+                                            break 'conn;
+                                        }
+                                        continue;
                                     }
-                                    continue;
-                                }
-                            };
+                                };
                             let (tx, rx) = oneshot::channel();
                             let method = String::from(<&str>::from(req.method()));
+                            let user_less = user.is_none();
                             let conn = ConnInfo { user: user.map(Arc::from), ..conn.clone() };
                             let cmd =
                                 SessionCommand::Request { conn, req: Box::new(req), reply: tx };
@@ -208,6 +236,9 @@ pub(crate) async fn serve<R, W>(
                                 warn!(%peer, %method, "request dropped without an answer; closing");
                                 break 'conn;
                             };
+                            // On probation without credentials, the session must be ours.
+                            let refused = probation && user_less && !resp.status().is_success();
+                            probation = false;
                             if method == "SETUP" && resp.status() == StatusCode::Ok {
                                 set_up_any = true;
                             }
@@ -216,7 +247,10 @@ pub(crate) async fn serve<R, W>(
                             }
                             let mut out = Vec::with_capacity(512);
                             codec::encode_response(&resp, &mut out);
-                            if resp_tx.send(out).await.is_err() {
+                            if resp_tx.send(out).await.is_err() || refused {
+                                if refused {
+                                    permit.refuse_on_probation();
+                                }
                                 break 'conn;
                             }
                         }
@@ -239,7 +273,17 @@ pub(crate) async fn serve<R, W>(
         if buf.capacity() - buf.len() < 1024 {
             buf.reserve(4096);
         }
-        let read = if waiting {
+        let read = if probation {
+            match tokio::time::timeout_at(probation_ends, rd.read_buf(&mut buf)).await {
+                Ok(r) => r,
+                Err(_) => {
+                    debug!(%peer, "a reserved slot not proven within the request timeout; closing");
+                    permit.refuse_on_probation();
+                    let _ = resp_tx.send(simple_response("503 Service Unavailable")).await;
+                    break;
+                }
+            }
+        } else if waiting {
             let deadline = *deadline
                 .get_or_insert_with(|| tokio::time::Instant::now() + config.request_timeout);
             match tokio::time::timeout_at(deadline, rd.read_buf(&mut buf)).await {
@@ -272,10 +316,16 @@ pub(crate) async fn serve<R, W>(
     let _ = writer.await;
 }
 
+/// Writes responses and interleaved frames until the responses' queue closes, or until an
+/// [`OutFrame::Close`]: then what was queued before it is written and the connection is reset
+/// (`SO_LINGER` 0, RFC 9293 §3.10.7.1's abort): a stream that cannot go on without a hole ends
+/// with an error the player reports (GStreamer: "Could not receive message"), where a plain
+/// close or a BYE reads as a normal end.
 async fn write_loop<W: AsyncWrite + Unpin>(
     mut wr: W,
     mut responses: mpsc::Receiver<Vec<u8>>,
     mut frames: mpsc::Receiver<OutFrame>,
+    socket: Option<socket2::Socket>,
 ) {
     // What is queued for the socket; it grows to a burst's size only on connections that stream
     // (an idle connection holds no buffer).
@@ -288,7 +338,17 @@ async fn write_loop<W: AsyncWrite + Unpin>(
                 None => break,
             },
             f = frames.recv() => match f {
-                Some(OutFrame::Close) => break,
+                Some(OutFrame::Close) => {
+                    let _ = write_out(&mut wr, &mut out).await;
+                    if let Some(socket) = &socket {
+                        // The reset goes out when the last descriptor closes; the read half
+                        // sees the end at once and closes its side.
+                        let _ = socket.set_linger(Some(Duration::ZERO));
+                        let _ = socket.shutdown(std::net::Shutdown::Read);
+                        return;
+                    }
+                    break;
+                }
                 Some(frame) => {
                     let (a, b) = frame.parts();
                     out.extend_from_slice(a);
@@ -332,6 +392,7 @@ async fn authorize(
     req: &isochron_rtsp::rtsp_types::Request<Vec<u8>>,
     peer: SocketAddr,
     secure: bool,
+    must_prove: bool,
 ) -> Result<Option<String>, Vec<u8>> {
     use isochron_rtsp::rtsp_types::Method;
     use isochron_rtsp::url::{Target, parse_target};
@@ -391,7 +452,14 @@ async fn authorize(
             _ => {}
         }
     }
-    if *req.method() == Method::Options {
+    // A connection on a reserved slot must say who it is, even where anonymous access is open.
+    let decision = match decision {
+        Decision::Allow { user: None } if must_prove => {
+            Decision::Unauthorized("a reserved connection slot needs credentials".to_owned())
+        }
+        d => d,
+    };
+    if *req.method() == Method::Options && !must_prove {
         // Open to all; good credentials still say who asks (a keep-alive on a user's session).
         return Ok(match decision {
             Decision::Allow { user } => user,
@@ -450,6 +518,21 @@ pub(crate) fn simple_response(status: &str) -> Vec<u8> {
         "RTSP/1.0 {status}\r\nServer: isochron\r\nConnection: close\r\n{retry}Content-Length: 0\r\n\r\n"
     )
     .into_bytes()
+}
+
+/// `503` with `Retry-After` and the request's CSeq, closing the connection: a slot of the
+/// reserve taken by a request without credentials and without a session.
+fn reserved_for_others(req: &isochron_rtsp::rtsp_types::Request<Vec<u8>>) -> Vec<u8> {
+    let mut b = Response::builder(Version::V1_0, StatusCode::ServiceUnavailable)
+        .header(headers::SERVER, "isochron")
+        .header(headers::CONNECTION, "close")
+        .header(headers::RETRY_AFTER, "5");
+    if let Some(cseq) = req.header(&headers::CSEQ) {
+        b = b.header(headers::CSEQ, cseq.as_str());
+    }
+    let mut out = Vec::new();
+    codec::encode_response(&b.build(Vec::new()), &mut out);
+    out
 }
 
 fn bad_request() -> Vec<u8> {

@@ -764,12 +764,23 @@ impl Manager {
                         let _ = reply.send(self.core.finish_pause(now, action, at));
                     }
                     Some(Waiting::Fail(reason)) => {
-                        // The client is told why (RFC 3550 §6.6) by the RTCP of this node's share.
+                        // The client is told why (RFC 3550 §6.6) by the RTCP of this node's share,
+                        // and its RTSP connection is reset: to players a BYE reads as a normal
+                        // end, a reset at least as a warning (docs/design/closing.md).
                         let key = ShareKey { origin: self.cluster.config().node, stream };
                         if let Some(share) = self.shares.get(&key) {
                             let bye =
                                 SenderCommand::Bye { stream: share.stream, reason: Some(reason) };
                             let _ = self.sender.send(bye);
+                        }
+                        let conn = self.core.session_by_stream(stream).and_then(|s| s.conn());
+                        if let Some(frames) = conn.and_then(|c| self.conns.get(&c)) {
+                            let frames = frames.clone();
+                            tokio::spawn(async move {
+                                // After the BYE the sender queues, if it comes within a moment.
+                                tokio::time::sleep(Duration::from_millis(100)).await;
+                                frames.send(OutFrame::Close).await
+                            });
                         }
                         self.core.handle_end_of_stream(now, stream, at);
                     }

@@ -427,3 +427,47 @@ fn walk_files(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+/// What players make of a block with no good copy: the server sends its BYE and then resets the
+/// RTSP connection (no RTSP 1.0 message tells a player of an error mid-stream). GStreamer over
+/// UDP ends with an error (exit 1), over TCP with a warning that the server closed the
+/// connection; both with less than the source. (ffmpeg ends either as a normal end, exit 0:
+/// docs/design/closing.md.)
+#[test]
+fn gstreamer_is_told_when_a_block_has_no_good_copy() {
+    let _load = load(weight::PLAYER);
+    require("gst-launch-1.0");
+    for transport in ["udp", "tcp"] {
+        let dir = tempdir();
+        let (data, blocks) = replicated_demo(dir.path());
+        let server = Server::start(&data, ServeOptions::default());
+        let bad = block_at(&blocks, 7.0);
+        let out = dir.path().join("played.ts");
+        let (url, out2) = (server.url("demo"), out.clone());
+        let play = std::thread::spawn(move || {
+            run(
+                Command::new("gst-launch-1.0")
+                    .args(["-e", "rtspsrc", &format!("location={url}")])
+                    .args([&format!("protocols={transport}"), "latency=500"])
+                    .args(["!", "rtpmp2tdepay", "!", "filesink"])
+                    .arg(format!("location={}", out2.display())),
+                60,
+            )
+        });
+        // The scheduler reads two cycles (2 s) ahead: at 1.5 s it has read up to about 4 s.
+        std::thread::sleep(Duration::from_millis(1500));
+        for copy in &bad.copies {
+            corrupt(copy);
+        }
+        let o = play.join().unwrap();
+        let said =
+            format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(said.contains("The server closed the connection"), "{transport}: {said}");
+        if transport == "udp" {
+            assert!(!o.status.success(), "GStreamer over UDP: {said}");
+        }
+        let got = std::fs::metadata(&out).map_or(0, |m| m.len());
+        assert!(got < std::fs::metadata(demo()).unwrap().len(), "{transport}: {got} bytes");
+        assert!(server.log().contains("block read failed on every copy"), "{}", server.log());
+    }
+}

@@ -511,3 +511,238 @@ fn a_crowd_of_addresses_in_one_network_cannot_fill_the_tables() {
     drop(player_bed);
     drop(crowd_bed);
 }
+
+/// The crowd of [`the_reserved_slots_are_for_players_that_prove_themselves`]: opens connections
+/// from `addr` and asks each for OPTIONS until one is not answered 200, SETUPs `setups` sessions
+/// on the first and never plays them; prints `<connections answered 200> <status of the next>
+/// <SETUPs answered 200>`, then holds everything open until killed.
+const RESERVE_CROWD: &str = r#"
+import socket, sys, time
+server, port, addr, setups = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+held, ok, refused = [], 0, ""
+def ask(s, req):
+    try:
+        s.sendall(req.encode())
+        return s.recv(4096).decode(errors="replace").split("\r\n")[0]
+    except OSError:
+        return "closed"
+while len(held) < 200:
+    s = socket.socket()
+    s.bind((addr, 0))
+    s.settimeout(5)
+    s.connect((server, port))
+    line = ask(s, "OPTIONS rtsp://%s:%d/demo RTSP/1.0\r\nCSeq: 1\r\n\r\n" % (server, port))
+    if not line.startswith("RTSP/1.0 200"):
+        refused = line.split(" ")[1] if " " in line else line
+        break
+    held.append(s)
+set_up = 0
+for i in range(setups):
+    line = ask(held[0], "SETUP rtsp://%s:%d/demo RTSP/1.0\r\nCSeq: %d\r\n"
+               "Transport: RTP/AVP;unicast;client_port=%d-%d\r\n\r\n"
+               % (server, port, i + 2, 20000 + 2 * i, 20001 + 2 * i))
+    if line.startswith("RTSP/1.0 200"):
+        set_up += 1
+print(len(held), refused, set_up, flush=True)
+time.sleep(3600)
+"#;
+
+/// The last slots of both tables are kept (`rtsp.reserved_connections`,
+/// `rtsp.reserved_sessions`): an anonymous crowd fills them up to the reserve and no further (a
+/// connection on a reserved slot is challenged, and closed if it proves nothing), and a
+/// GStreamer player with credentials, from another network, still starts and plays byte-exact.
+#[test]
+fn the_reserved_slots_are_for_players_that_prove_themselves() {
+    let _load = common::load(common::weight::PLAYER);
+    common::require("gst-launch-1.0");
+    common::require("python3");
+    if !common::namespaces_or_skip("the reserved slots") {
+        return;
+    }
+    let crowd_bed = Testbed::new("isochron_resv").expect("testbed");
+    let crowd = crowd_bed.add_host("crowd").expect("crowd namespace");
+    let player_bed = Testbed::new("isochron_resp").expect("testbed");
+    let player = player_bed.add_host("player").expect("player namespace");
+    let dir = tempdir();
+    let config = "[rtsp]\nmax_connections = 30\nreserved_connections = 10\n\
+                  max_connections_per_client = 100\nmax_sessions = 30\nreserved_sessions = 10\n\
+                  setup_timeout_s = 120\n\n[auth]\nanonymous = [\"read\"]\n\n[[auth.users]]\n\
+                  name = \"viewer\"\npassword = \"pw\"\npermissions = [\"read\"]\n";
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions {
+            rtsp: Some("0.0.0.0:0"),
+            http: Some("0.0.0.0:0"),
+            config: Some(config),
+            ..ServeOptions::default()
+        },
+    );
+    let host = crowd_bed.host_ip().to_string();
+    let mut child = crowd
+        .command("python3")
+        .args(["-c", RESERVE_CROWD, &host, &server.rtsp.port().to_string()])
+        .arg(crowd.ip.to_string())
+        .arg("25")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let mut words = line.split_whitespace();
+    let (held, refused, set_up) = (words.next(), words.next(), words.next());
+    assert_eq!(
+        (held, refused, set_up),
+        (Some("20"), Some("401"), Some("20")),
+        "the crowd holds 30 - 10 connections, is challenged on the 21st, and sets up 30 - 10 \
+         sessions: {line:?}"
+    );
+    // Anonymous from another network: challenged on a reserved slot.
+    let url = format!("rtsp://{}:{}/demo", player_bed.host_ip(), server.rtsp.port());
+    let out = dir.path().join("anonymous.ts");
+    let (got, stderr) = common::gst_fetch_in(Some(&player), &url, &out, "tcp");
+    assert!(got.is_empty(), "an anonymous player took a reserved slot: {stderr}");
+    // With credentials: a reserved connection and a reserved session, byte-exact.
+    let want = std::fs::read(demo()).unwrap();
+    let url = format!("rtsp://viewer:pw@{}:{}/demo", player_bed.host_ip(), server.rtsp.port());
+    let out = dir.path().join("viewer.ts");
+    let (got, stderr) = common::gst_fetch_in(Some(&player), &url, &out, "tcp");
+    common::assert_same_bytes(&got, &want, &format!("the viewer ({stderr})"));
+    let metrics = server.http_get("/metrics");
+    assert!(
+        !metrics.contains("isochron_rtsp_connections_refused_total{cap=\"reserve\"} 0"),
+        "no connection was refused on a reserved slot: {metrics}"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(server);
+    drop(player_bed);
+    drop(crowd_bed);
+}
+
+/// A wave of players behind one address (a NAT): each sets up and plays a UDP session, waits
+/// for the server's BYE at the end, and vanishes without TEARDOWN. Prints `<served> <refused>
+/// <cut>` (served: every step 200 and the BYE seen).
+const NAT_WAVE: &str = r#"
+import socket, sys, threading, time
+server, port, addr, name, n = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
+counts = {"served": 0, "refused": 0, "cut": 0}
+lock = threading.Lock()
+def count(k):
+    with lock:
+        counts[k] += 1
+def pair():
+    while True:
+        rtp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        rtp.bind((addr, 0))
+        p = rtp.getsockname()[1]
+        if p % 2:
+            rtp.close()
+            continue
+        rtcp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            rtcp.bind((addr, p + 1))
+        except OSError:
+            rtp.close()
+            continue
+        return rtp, rtcp, p
+def player(i):
+    url = "rtsp://%s:%d/%s" % (server, port, name)
+    rtp, rtcp, p = pair()
+    rtp.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
+    c = socket.socket()
+    c.bind((addr, 0))
+    c.settimeout(10)
+    try:
+        c.connect((server, port))
+        c.sendall(("SETUP %s/trackID=0 RTSP/1.0\r\nCSeq: 1\r\n"
+                   "Transport: RTP/AVP;unicast;client_port=%d-%d\r\n\r\n" % (url, p, p + 1)).encode())
+        head = c.recv(4096).decode(errors="replace")
+        if not head.startswith("RTSP/1.0 200"):
+            count("refused")
+            return
+        session = [l for l in head.split("\r\n") if l.startswith("Session:")][0][8:].split(";")[0].strip()
+        c.sendall(("PLAY %s RTSP/1.0\r\nCSeq: 2\r\nSession: %s\r\n\r\n" % (url, session)).encode())
+        if not c.recv(4096).decode(errors="replace").startswith("RTSP/1.0 200"):
+            count("refused")
+            return
+    except OSError:
+        count("refused")
+        return
+    rtcp.settimeout(1)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            data = rtcp.recv(2048)
+        except socket.timeout:
+            continue
+        # A compound packet: walk it for a BYE (packet type 203).
+        o = 0
+        while o + 4 <= len(data):
+            if data[o + 1] == 203:
+                count("served")
+                for s in (rtp, rtcp, c):
+                    s.close()
+                return
+            o += 4 * ((data[o + 2] << 8 | data[o + 3]) + 1)
+    count("cut")
+threads = [threading.Thread(target=player, args=(i,)) for i in range(n)]
+for t in threads:
+    t.start()
+    time.sleep(0.01)
+for t in threads:
+    t.join()
+print(counts["served"], counts["refused"], counts["cut"], flush=True)
+"#;
+
+/// 200 players behind one address play an 8 s clip to the end and vanish without TEARDOWN; 5 s
+/// later 200 more start from the same address: none is refused (a session whose stream ended
+/// frees its client's slot at once, not at its timeout; the cap is 256 a client).
+#[test]
+fn two_waves_of_players_behind_one_address_are_all_served() {
+    let _load = common::load(common::weight::PLAYER);
+    common::require("python3");
+    if !common::namespaces_or_skip("players behind one address") {
+        return;
+    }
+    let bed = Testbed::new("isochron_nat").expect("testbed");
+    let nat = bed.add_host("nat").expect("a namespace");
+    let clip = common::fixture("low8");
+    let dir = tempdir();
+    let data = dir.path().join("store");
+    let out = common::run(
+        std::process::Command::new(common::bin()).arg("ingest").arg("--data").arg(&data).arg(&clip),
+        120,
+    );
+    assert!(out.status.success(), "ingest: {}", String::from_utf8_lossy(&out.stderr));
+    let server = Server::start(
+        &data,
+        ServeOptions {
+            rtsp: Some("0.0.0.0:0"),
+            http: Some("0.0.0.0:0"),
+            ..ServeOptions::default()
+        },
+    );
+    let wave = || {
+        let out = nat
+            .command("python3")
+            .args(["-c", NAT_WAVE, &bed.host_ip().to_string()])
+            .arg(server.rtsp.port().to_string())
+            .args([&nat.ip.to_string(), "low8", "200"])
+            .output()
+            .expect("python3");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let first = wave();
+    std::thread::sleep(Duration::from_secs(5));
+    let second = wave();
+    assert_eq!(
+        (first.as_str(), second.as_str()),
+        ("200 0 0", "200 0 0"),
+        "served refused cut, per wave\n{}",
+        server.log().lines().rev().take(40).collect::<Vec<_>>().join("\n")
+    );
+}

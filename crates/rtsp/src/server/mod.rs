@@ -188,8 +188,14 @@ pub struct ServerConfig {
     /// The advertised UDP `server_port` pair (RTP, RTCP); the sender must send from the first
     /// (ffmpeg `filter_src`, interop §2.5). Default (6970, 6971).
     pub server_ports: (u16, u16),
-    /// The most sessions alive at once; SETUP beyond it → 503. Default 1024.
+    /// The most sessions alive at once (a session whose stream ended no longer counts); SETUP
+    /// beyond it → 503. Default 1024.
     pub max_sessions: usize,
+    /// The last slots of `max_sessions`, kept for clients that proved something: a new session
+    /// from an authenticated user ([`ConnInfo::user`]) or a loopback client may take them, an
+    /// anonymous one only while fewer than `max_sessions - reserved_sessions` are alive. A crowd
+    /// of anonymous SETUPs then cannot lock the operator and the subscribers out. Default 0.
+    pub reserved_sessions: usize,
     /// The most sessions one client (IP address) may hold; SETUP beyond it → 503 with
     /// `Retry-After`, so one client cannot fill the table for the others. Loopback clients (local
     /// tools and benches) are exempt. Default 256.
@@ -246,6 +252,7 @@ impl Default for ServerConfig {
             server_name: "isochron/0.1".to_owned(),
             server_ports: (6970, 6971),
             max_sessions: 1024,
+            reserved_sessions: 0,
             max_sessions_per_client: 256,
             paused_session_timeout: Duration::from_secs(300),
             silence_timeout: Duration::from_secs(20),
@@ -976,13 +983,20 @@ impl ServerCore {
                 let negotiated =
                     negotiate(offer.as_str(), conn.secure).map_err(Refusal::Transport)?;
                 let transport = self.resolve_transport(conn, negotiated, None)?;
-                if self.sessions.len() >= self.config.max_sessions {
-                    return Err(Refusal::TooManySessions(self.config.max_sessions));
+                let client = conn.peer.ip();
+                let alive = self.sessions.values().filter(|s| !s.ended).count();
+                let trusted = conn.user.is_some() || client.is_loopback();
+                let room = if trusted {
+                    self.config.max_sessions
+                } else {
+                    self.config.max_sessions.saturating_sub(self.config.reserved_sessions)
+                };
+                if alive >= room {
+                    return Err(Refusal::TooManySessions(room));
                 }
                 // Counted by network (`client_prefix`); a session whose stream ended no longer
                 // counts (a crowd behind one address that played to the end and vanished frees
                 // its share at once, not at its timeout).
-                let client = conn.peer.ip();
                 let limit = self.config.max_sessions_per_client;
                 let network = client_network(client, self.config.client_prefix);
                 let held = self

@@ -195,6 +195,13 @@ impl<'a> SessionView<'a> {
         self.0.stream
     }
 
+    /// The RTSP connection the session was last asked on (for an interleaved session, the one
+    /// that carries it), if still open.
+    #[must_use]
+    pub fn conn(&self) -> Option<ConnId> {
+        self.0.conn.map(|(c, _)| c)
+    }
+
     /// The object being served.
     #[must_use]
     pub fn object(&self) -> ObjectId {

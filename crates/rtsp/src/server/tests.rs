@@ -1425,6 +1425,33 @@ fn sessions_count_by_network_until_their_stream_ends() {
     assert_eq!(setup_from(&mut core, "2001:db8:0:1::9", 9).0, StatusCode::Ok);
 }
 
+/// The last `reserved_sessions` slots are for authenticated users and loopback clients: an
+/// anonymous crowd fills the table up to them and no further.
+#[test]
+fn the_reserved_sessions_are_for_authenticated_and_local_clients() {
+    let config = ServerConfig { max_sessions: 4, reserved_sessions: 2, ..ServerConfig::default() };
+    let mut core = ServerCore::new(config, 7);
+    let req = request(
+        Method::Setup,
+        Some("rtsp://h/test.ts/trackID=0"),
+        &[("CSeq", "1"), ("Transport", "RTP/AVP;unicast;client_port=5000-5001")],
+    );
+    let mut setup = |ip: &str, user: Option<&str>, n: u64| {
+        let c = ConnInfo {
+            peer: SocketAddr::new(ip.parse().unwrap(), 40_000),
+            user: user.map(std::sync::Arc::from),
+            ..conn(n)
+        };
+        respond(core.handle_request(Instant::ZERO, &c, &req, &FakeLibrary)).status()
+    };
+    assert_eq!(setup("10.0.0.1", None, 1), StatusCode::Ok);
+    assert_eq!(setup("10.0.0.2", None, 2), StatusCode::Ok);
+    assert_eq!(setup("10.0.0.3", None, 3), StatusCode::ServiceUnavailable, "the reserve");
+    assert_eq!(setup("10.0.0.3", Some("ops"), 4), StatusCode::Ok);
+    assert_eq!(setup("127.0.0.1", None, 5), StatusCode::Ok);
+    assert_eq!(setup("10.0.0.4", Some("ops"), 6), StatusCode::ServiceUnavailable, "full");
+}
+
 #[test]
 fn client_networks_clear_the_host_bits() {
     let net = |ip: &str, p| client_network(ip.parse().unwrap(), p).to_string();
