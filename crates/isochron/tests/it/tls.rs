@@ -190,3 +190,59 @@ fn https_takes_basic_from_the_network_and_plain_http_does_not() {
     drop(server);
     drop(bed);
 }
+
+/// Over RTSPS too, a request trickled one byte every 2 s (each its own TLS record) is answered
+/// 408 at `request_timeout_s` (4 s here) from its first byte, not kept open by its bytes.
+#[test]
+fn a_trickled_rtsps_request_is_answered_408_at_the_request_timeout() {
+    let _load = common::load(common::weight::LIGHT);
+    require("python3");
+    let dir = tempdir();
+    let (cert, key) = self_signed(&dir.path().join("tls"));
+    let config = config(&cert, &key).replace("[rtsp]\n", "[rtsp]\nrequest_timeout_s = 4\n");
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions { config: Some(&config), ..ServeOptions::default() },
+    );
+    let rtsps = server.rtsps.expect("an RTSPS listener");
+    const TRICKLE: &str = r#"
+import socket, ssl, sys, time
+port = int(sys.argv[1])
+ctx = ssl.create_default_context()
+ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)))
+s.settimeout(0.1)
+req = b"OPTIONS rtsps://127.0.0.1:%d/demo RTSP/1.0\r\nCSeq: 1\r\n\r\n" % port
+start, answer = time.time(), b""
+for b in req[:-1]:
+    try:
+        s.sendall(bytes([b]))
+    except OSError:
+        break
+    until = time.time() + 2
+    while time.time() < until and not answer:
+        try:
+            answer += s.recv(512)
+        except (socket.timeout, ssl.SSLWantReadError):
+            pass
+        except OSError:
+            break
+    if answer or time.time() - start > 20:
+        break
+print("%.1f" % (time.time() - start), answer.split(b"\r\n")[0].decode(errors="replace"), flush=True)
+"#;
+    let out = Command::new("python3")
+        .args(["-c", TRICKLE, &rtsps.port().to_string()])
+        .output()
+        .expect("python3");
+    let said = String::from_utf8_lossy(&out.stdout);
+    let (waited, status) = said.trim().split_once(' ').unwrap_or(("0", ""));
+    let waited: f64 = waited.parse().unwrap_or(0.0);
+    assert_eq!(
+        status,
+        "RTSP/1.0 408 Request Time-out",
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!((4.0..7.0).contains(&waited), "408 after {waited} s");
+}
