@@ -8,8 +8,9 @@
 //! stdout as one JSON object with `--json`.
 //!
 //! The session ends on RTCP BYE (after a grace of the buffer for packets still on their way) or
-//! once the media the PLAY `Range` announced has arrived; `--timeout`, a long silence or Ctrl-C
-//! cut it short (exit status 1, with the summary). RTSP refusals exit 1 with the status line.
+//! once the media the PLAY `Range` announced has arrived; `--timeout`, a long silence, Ctrl-C
+//! or a BYE giving a reason (the server cut the stream) end it with exit status 1, after the
+//! summary, as does a packet lost for good. RTSP refusals exit 1 with the status line.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -99,6 +100,16 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
         eprintln!("isochron play {} over {}", a.url, a.transport.as_str());
         eprint!("{summary}");
     }
+    // A BYE that gives a reason (RFC 3550 §6.6) is the server's word that the stream was cut (a
+    // block with no good copy, a node down): not a normal end, whatever arrived before it.
+    // Packets never received, not even by retransmission, are a hole in what was written.
+    let cut_short = cut_short
+        .or_else(|| {
+            summary.bye_reason.as_ref().map(|r| anyhow!("the server ended the stream: {r}"))
+        })
+        .or_else(|| {
+            (summary.lost > 0).then(|| anyhow!("{} packets lost and not repaired", summary.lost))
+        });
     match cut_short {
         None => Ok(ExitCode::SUCCESS),
         Some(why) => Err(why),

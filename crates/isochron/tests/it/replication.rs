@@ -236,6 +236,12 @@ fn a_block_with_no_good_copy_ends_the_stream_with_a_bye_saying_why() {
     let stdout = String::from_utf8_lossy(&o.stdout);
     let s: serde_json::Value = serde_json::from_str(stdout.trim())
         .unwrap_or_else(|e| panic!("{e}: {stdout}{}", String::from_utf8_lossy(&o.stderr)));
+    assert!(!o.status.success(), "a cut stream is a failure: {s:#}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("the server ended the stream") && err.contains("could not be read"),
+        "{err}"
+    );
     assert_eq!(s["ended"], "bye", "{s:#}\n{}", server.log());
     let reason = s["bye_reason"].as_str().unwrap_or_default();
     assert!(reason.contains("could not be read"), "BYE reason {reason:?}: {s:#}");

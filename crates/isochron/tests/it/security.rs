@@ -181,7 +181,9 @@ fn a_stranger_holding_a_session_id_can_do_nothing_with_it() {
     drop(bed);
 }
 
-/// With users: the sessions API shows ids and addresses to a user with `admin`, not to a reader.
+/// With users: the sessions API shows ids and addresses to a user with `admin`, not to a reader;
+/// and a reader holding the admin's session id (from the same address) gets 454 for every
+/// request on it, while the admin's GStreamer plays on byte-exact.
 #[test]
 fn only_admins_see_session_ids_and_clients() {
     let _load = common::load(common::weight::PLAYER);
@@ -194,9 +196,9 @@ fn only_admins_see_session_ids_and_clients() {
         &dir.path().join("store"),
         ServeOptions { config: Some(config), ..ServeOptions::default() },
     );
-    // A session to list: a reader's GStreamer, playing.
-    let url = server.url("demo").replace("rtsp://", "rtsp://viewer:viewer@");
-    let out = dir.path().join("viewer.ts");
+    // A session to list: the admin's GStreamer, playing.
+    let url = server.url("demo").replace("rtsp://", "rtsp://ops:ops@");
+    let out = dir.path().join("admin.ts");
     let player = std::thread::spawn(move || common::gst_fetch(&url, &out, "udp"));
     let api = format!("http://{}/api/v1/sessions", server.http);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -219,8 +221,26 @@ fn only_admins_see_session_ids_and_clients() {
     assert_eq!(seen.len(), 1, "{body}");
     assert_ne!(seen[0].0, full[0].0);
     assert!(seen[0].1.is_empty(), "{body}");
+    // The reader, told the id, from the same address with its own good credentials.
+    let rtsp = server.rtsp;
+    let uri = format!("rtsp://{rtsp}/demo");
+    for (method, extra) in [
+        ("PAUSE", ""),
+        ("PLAY", "Range: npt=5-\r\n"),
+        ("SET_PARAMETER", "Content-Type: text/parameters\r\nContent-Length: 0\r\n"),
+        ("TEARDOWN", ""),
+    ] {
+        let mut conn = TcpStream::connect(rtsp).unwrap();
+        let answer = digest("viewer", "viewer", &nonce(rtsp), method, &uri);
+        let request = format!(
+            "{method} {uri} RTSP/1.0\r\nCSeq: 3\r\nSession: {}\r\nAuthorization: {answer}\r\n\
+             {extra}\r\n",
+            full[0].0
+        );
+        assert_eq!(status_of(&mut conn, &request), 454, "the reader's {method} on the admin's");
+    }
     let (got, stderr) = player.join().unwrap();
-    common::assert_same_bytes(&got, &std::fs::read(demo()).unwrap(), &format!("viewer ({stderr})"));
+    common::assert_same_bytes(&got, &std::fs::read(demo()).unwrap(), &format!("admin ({stderr})"));
 }
 
 /// One byte every 2 s does not keep a request open: 408 at `request_timeout_s` (4 s here),
