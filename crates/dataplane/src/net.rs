@@ -552,6 +552,34 @@ pub fn raise_open_files_limit() -> io::Result<(u64, u64)> {
     Ok((lim.rlim_cur, lim.rlim_max))
 }
 
+/// Makes the coming close of TCP socket `fd` an abort (RFC 9293 §3.10.7.1: a reset, the
+/// unsent data dropped) and ends its receiving side now, so that a task blocked reading it wakes
+/// to the end and lets go: a stream that cannot go on ends with an error its player sees, where
+/// a FIN reads as a normal end. `fd` must be the open descriptor of a TCP socket the caller
+/// holds (the owner of the stream, or one of its halves, is alive across the call).
+pub fn abort_on_close(fd: std::os::fd::RawFd) -> io::Result<()> {
+    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: `fd` is an open socket (the caller's contract); the option value lives on this
+    // stack across the call, and the kernel copies it.
+    let set = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            std::ptr::addr_of!(linger).cast(),
+            size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    if set != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above; shutdown only changes the socket's state.
+    if unsafe { libc::shutdown(fd, libc::SHUT_RD) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Gives the allocator's free memory back to the system (glibc `malloc_trim`, which releases the
 /// free pages of every arena). A burst of connections or sessions (a flood, a crowd that left)
 /// otherwise keeps the process's resident size at its peak: glibc returns memory only from the
@@ -568,6 +596,24 @@ pub fn release_free_memory() {
 mod tests {
     use super::*;
     use std::net::Ipv4Addr;
+
+    #[test]
+    fn an_aborted_close_resets_the_connection() {
+        use std::io::{Read, Write};
+        use std::os::fd::AsRawFd;
+        let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        server.write_all(b"before").unwrap();
+        let mut buf = [0u8; 6];
+        client.read_exact(&mut buf).unwrap();
+        abort_on_close(server.as_raw_fd()).unwrap();
+        // The receiving side has ended: a read sees the end at once.
+        assert_eq!(server.read(&mut buf).unwrap(), 0);
+        drop(server);
+        let err = client.read(&mut buf).expect_err("a reset, not an end");
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionReset);
+    }
 
     #[test]
     fn shard_sockets_send_from_one_port_and_every_arrival_reaches_the_first() {

@@ -85,7 +85,7 @@ pub(crate) async fn listen(
             }
         };
         let Ok(local) = stream.local_addr() else { continue };
-        let socket = socket2::SockRef::from(&stream).try_clone().ok();
+        let socket = std::os::fd::AsRawFd::as_raw_fd(&stream);
         let _ = stream.set_nodelay(true);
         let id = ConnId(shared.next_id.fetch_add(1, Ordering::Relaxed));
         let conn = ConnInfo { id, peer, local, secure: tls.is_some(), user: None };
@@ -150,9 +150,9 @@ pub(crate) struct Accepted<R, W> {
     pub(crate) conn: ConnInfo,
     /// The connection's slot, given back when it ends.
     pub(crate) permit: crate::conn_limits::ConnPermit,
-    /// The TCP socket under `rd` and `wr` (another descriptor of it), to end the connection
-    /// with a reset ([`OutFrame::Close`]); `None` where it could not be had.
-    pub(crate) socket: Option<socket2::Socket>,
+    /// The descriptor of the TCP socket under `rd` and `wr`, to end the connection with a reset
+    /// ([`OutFrame::Close`]); open as long as either half is.
+    pub(crate) socket: std::os::fd::RawFd,
 }
 
 /// Serves one accepted connection (plain TCP or TLS) until it closes.
@@ -318,14 +318,14 @@ pub(crate) async fn serve<R, W>(
 
 /// Writes responses and interleaved frames until the responses' queue closes, or until an
 /// [`OutFrame::Close`]: then what was queued before it is written and the connection is reset
-/// (`SO_LINGER` 0, RFC 9293 §3.10.7.1's abort): a stream that cannot go on without a hole ends
-/// with an error the player reports (GStreamer: "Could not receive message"), where a plain
-/// close or a BYE reads as a normal end.
+/// ([`isochron_dataplane::net::abort_on_close`]): a stream that cannot go on without a hole ends
+/// in a way the player reports (GStreamer: "Could not read from resource. The server closed the
+/// connection"; over UDP an error), where a BYE alone reads as a normal end.
 async fn write_loop<W: AsyncWrite + Unpin>(
     mut wr: W,
     mut responses: mpsc::Receiver<Vec<u8>>,
     mut frames: mpsc::Receiver<OutFrame>,
-    socket: Option<socket2::Socket>,
+    socket: std::os::fd::RawFd,
 ) {
     // What is queued for the socket; it grows to a burst's size only on connections that stream
     // (an idle connection holds no buffer).
@@ -340,11 +340,9 @@ async fn write_loop<W: AsyncWrite + Unpin>(
             f = frames.recv() => match f {
                 Some(OutFrame::Close) => {
                     let _ = write_out(&mut wr, &mut out).await;
-                    if let Some(socket) = &socket {
-                        // The reset goes out when the last descriptor closes; the read half
-                        // sees the end at once and closes its side.
-                        let _ = socket.set_linger(Some(Duration::ZERO));
-                        let _ = socket.shutdown(std::net::Shutdown::Read);
+                    // `wr` holds the socket open here. The reset goes out when the reader lets
+                    // go too, which the end of its receiving side makes it do at once.
+                    if isochron_dataplane::net::abort_on_close(socket).is_ok() {
                         return;
                     }
                     break;
