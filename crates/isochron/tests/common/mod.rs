@@ -287,6 +287,15 @@ pub struct ServeOptions<'a> {
     pub rtsp: Option<&'a str>,
 }
 
+impl<'a> ServeOptions<'a> {
+    /// RTSP and HTTP on every address (`0.0.0.0:0`), for clients in other network namespaces,
+    /// with `config`.
+    #[must_use]
+    pub fn everywhere(config: Option<&'a str>) -> Self {
+        Self { rtsp: Some("0.0.0.0:0"), http: Some("0.0.0.0:0"), config, ..Self::default() }
+    }
+}
+
 impl Server {
     /// Starts a server on the store at `data` (created with the demo clip unless it exists).
     pub fn start(data: &Path, opts: ServeOptions<'_>) -> Self {

@@ -126,15 +126,7 @@ fn one_client_cannot_fill_the_session_table() {
     let config = "[rtsp]\nmax_sessions = 40\nmax_sessions_per_client = 30\n\
                   max_connections_per_client = 4\nrequest_timeout_s = 2\n\n\
                   [http]\nmax_connections_per_client = 3\n";
-    let server = Server::start(
-        &dir.path().join("store"),
-        ServeOptions {
-            rtsp: Some("0.0.0.0:0"),
-            http: Some("0.0.0.0:0"),
-            config: Some(config),
-            ..ServeOptions::default()
-        },
-    );
+    let server = Server::start(&dir.path().join("store"), ServeOptions::everywhere(Some(config)));
     let addr = SocketAddr::new(bed.host_ip().into(), server.rtsp.port());
     let (statuses, retry_after, conn) =
         hostile.in_namespace(move || setups(addr, 35)).expect("the hostile client ran");
@@ -405,14 +397,7 @@ fn twenty_thousand_idle_connections_lock_nobody_out_and_leave_no_memory_behind()
     let hostile = bed.add_host("hostile").unwrap();
     let player = bed.add_host("player").unwrap();
     let dir = tempdir();
-    let server = Server::start(
-        &dir.path().join("store"),
-        ServeOptions {
-            rtsp: Some("0.0.0.0:0"),
-            http: Some("0.0.0.0:0"),
-            ..ServeOptions::default()
-        },
-    );
+    let server = Server::start(&dir.path().join("store"), ServeOptions::everywhere(None));
     let rtsp = SocketAddr::new(bed.host_ip().into(), server.rtsp.port());
     let http = SocketAddr::new(bed.host_ip().into(), server.http.port());
     let want = std::fs::read(demo()).unwrap();

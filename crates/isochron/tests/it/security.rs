@@ -84,14 +84,7 @@ fn a_stranger_holding_a_session_id_can_do_nothing_with_it() {
     let bed = Testbed::new("isochron_hijack").expect("testbed");
     let stranger = bed.add_host("stranger").expect("stranger namespace");
     let dir = tempdir();
-    let server = Server::start(
-        &dir.path().join("store"),
-        ServeOptions {
-            rtsp: Some("0.0.0.0:0"),
-            http: Some("0.0.0.0:0"),
-            ..ServeOptions::default()
-        },
-    );
+    let server = Server::start(&dir.path().join("store"), ServeOptions::everywhere(None));
     let want = std::fs::read(demo()).unwrap();
     let rtsp = SocketAddr::from((bed.host_ip(), server.rtsp.port()));
     let api = format!("http://{}:{}/api/v1/sessions", bed.host_ip(), server.http.port());
@@ -470,15 +463,7 @@ fn a_crowd_of_addresses_in_one_network_cannot_fill_the_tables() {
     let dir = tempdir();
     let config = "[rtsp]\nclient_prefix_v4 = 24\nmax_sessions = 200\nmax_sessions_per_client = 64\n\
                   max_connections_per_client = 40\n";
-    let server = Server::start(
-        &dir.path().join("store"),
-        ServeOptions {
-            rtsp: Some("0.0.0.0:0"),
-            http: Some("0.0.0.0:0"),
-            config: Some(config),
-            ..ServeOptions::default()
-        },
-    );
+    let server = Server::start(&dir.path().join("store"), ServeOptions::everywhere(Some(config)));
     let want = std::fs::read(demo()).unwrap();
     let url = format!("rtsp://{}:{}/demo", player_bed.host_ip(), server.rtsp.port());
     let fetch = |name: &str, transport: &str| {
@@ -588,15 +573,7 @@ fn the_reserved_slots_are_for_players_that_prove_themselves() {
                   max_connections_per_client = 100\nmax_sessions = 30\nreserved_sessions = 10\n\
                   setup_timeout_s = 120\n\n[auth]\nanonymous = [\"read\"]\n\n[[auth.users]]\n\
                   name = \"viewer\"\npassword = \"pw\"\npermissions = [\"read\"]\n";
-    let server = Server::start(
-        &dir.path().join("store"),
-        ServeOptions {
-            rtsp: Some("0.0.0.0:0"),
-            http: Some("0.0.0.0:0"),
-            config: Some(config),
-            ..ServeOptions::default()
-        },
-    );
+    let server = Server::start(&dir.path().join("store"), ServeOptions::everywhere(Some(config)));
     let host = crowd_bed.host_ip().to_string();
     let mut child = crowd
         .command("python3")
@@ -738,14 +715,7 @@ fn two_waves_of_players_behind_one_address_are_all_served() {
         120,
     );
     assert!(out.status.success(), "ingest: {}", String::from_utf8_lossy(&out.stderr));
-    let server = Server::start(
-        &data,
-        ServeOptions {
-            rtsp: Some("0.0.0.0:0"),
-            http: Some("0.0.0.0:0"),
-            ..ServeOptions::default()
-        },
-    );
+    let server = Server::start(&data, ServeOptions::everywhere(None));
     let wave = || {
         let out = nat
             .command("python3")
