@@ -11,7 +11,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::{ServeOptions, Server, curl, demo, tempdir};
-use isochron_loadgen::testbed::Testbed;
+use isochron_loadgen::testbed::{Host, Testbed};
 
 /// Sends `request` (CRLF line ends, `CSeq` included) on `conn` and returns the response's status.
 fn status_of(conn: &mut TcpStream, request: &str) -> u16 {
@@ -396,6 +396,21 @@ fn idle_connections_and_sessions_never_played_free_their_slots() {
     assert!(listed.iter().any(|s| s.0 == session), "the played session lives: {listed:?}");
 }
 
+/// The namespaces of a crowd test: the crowd's, and a player's on another network (named
+/// `beds`); `None` where namespaces cannot be made here (the test is skipped).
+fn crowd_and_player(what: &str, beds: (&str, &str)) -> Option<(Testbed, Host, Testbed, Host)> {
+    common::require("gst-launch-1.0");
+    common::require("python3");
+    if !common::namespaces_or_skip(what) {
+        return None;
+    }
+    let crowd_bed = Testbed::new(beds.0).expect("testbed");
+    let crowd = crowd_bed.add_host("crowd").expect("crowd namespace");
+    let player_bed = Testbed::new(beds.1).expect("testbed");
+    let player = player_bed.add_host("player").expect("player namespace");
+    Some((crowd_bed, crowd, player_bed, player))
+}
+
 /// The crowd of [`a_crowd_of_addresses_in_one_network_cannot_fill_the_tables`]: from each source
 /// address given, `idle` connections that say nothing and one that sends `setups` SETUPs and
 /// never plays; prints how many SETUPs got 200, then holds everything open until killed.
@@ -440,13 +455,11 @@ time.sleep(3600)
 #[test]
 fn a_crowd_of_addresses_in_one_network_cannot_fill_the_tables() {
     let _load = common::load(common::weight::PLAYER);
-    common::require("gst-launch-1.0");
-    common::require("python3");
-    if !common::namespaces_or_skip("a crowd of addresses") {
+    let Some((crowd_bed, crowd, player_bed, player)) =
+        crowd_and_player("a crowd of addresses", ("isochron_crowd", "isochron_viewers"))
+    else {
         return;
-    }
-    let crowd_bed = Testbed::new("isochron_crowd").expect("testbed");
-    let crowd = crowd_bed.add_host("crowd").expect("crowd namespace");
+    };
     let mut addrs = vec![crowd.ip];
     for k in 100..163u8 {
         let a = std::net::Ipv4Addr::new(
@@ -458,8 +471,6 @@ fn a_crowd_of_addresses_in_one_network_cannot_fill_the_tables() {
         crowd_bed.add_alias(&crowd, a).expect("an alias");
         addrs.push(a);
     }
-    let player_bed = Testbed::new("isochron_viewers").expect("testbed");
-    let player = player_bed.add_host("player").expect("player namespace");
     let dir = tempdir();
     let config = "[rtsp]\nclient_prefix_v4 = 24\nmax_sessions = 200\nmax_sessions_per_client = 64\n\
                   max_connections_per_client = 40\n";
@@ -559,15 +570,11 @@ time.sleep(3600)
 #[test]
 fn the_reserved_slots_are_for_players_that_prove_themselves() {
     let _load = common::load(common::weight::PLAYER);
-    common::require("gst-launch-1.0");
-    common::require("python3");
-    if !common::namespaces_or_skip("the reserved slots") {
+    let Some((crowd_bed, crowd, player_bed, player)) =
+        crowd_and_player("the reserved slots", ("isochron_resv", "isochron_resp"))
+    else {
         return;
-    }
-    let crowd_bed = Testbed::new("isochron_resv").expect("testbed");
-    let crowd = crowd_bed.add_host("crowd").expect("crowd namespace");
-    let player_bed = Testbed::new("isochron_resp").expect("testbed");
-    let player = player_bed.add_host("player").expect("player namespace");
+    };
     let dir = tempdir();
     let config = "[rtsp]\nmax_connections = 30\nreserved_connections = 10\n\
                   max_connections_per_client = 100\nmax_sessions = 30\nreserved_sessions = 10\n\
