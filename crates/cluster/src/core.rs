@@ -76,6 +76,15 @@ pub struct ClusterConfig {
     /// peer's share is taken over at once, and that must happen well inside a client's 2 s
     /// buffer (`docs/design/takeover.md`).
     pub suspect_after: Duration,
+    /// A gap this long between two calls into the core means this node itself stood still (a
+    /// SIGSTOP, a GC or VM pause, a machine too busy to run it): the heartbeat timer fires every
+    /// `heartbeat`, so a longer gap is the node's own stall, not its peers' silence. Peers are
+    /// judged only on time this node was awake: after a stall each gets a full `suspect_after`
+    /// to be heard again before it is suspected. Default 500 ms.
+    pub stall: Duration,
+    /// How far ahead a member that speaks again takes its part back ([`Message::Rejoin`]):
+    /// time for the word to reach every member before the blocks change hands. Default 500 ms.
+    pub rejoin_margin: Duration,
     /// The store's number of copies of every block (`store.replication`). With 2 or more, a
     /// lost member's part of every session is taken over by the holders of the other copies
     /// ([`LocalAction::TakeOver`]) instead of failing the session. Default 1.
@@ -96,6 +105,8 @@ impl ClusterConfig {
             reply_timeout: Duration::from_secs(2),
             heartbeat: Duration::from_millis(250),
             suspect_after: Duration::from_secs(1),
+            stall: Duration::from_millis(500),
+            rejoin_margin: Duration::from_millis(500),
             replication: 1,
         }
     }
@@ -157,6 +168,9 @@ struct Member {
     clock: ClockSync,
     /// Whether its loss was acted on already (suspicion, then the lease lapse, act once).
     lost: bool,
+    /// Its process's incarnation ([`Message::Hello`]): another one is a restarted process,
+    /// which runs none of the shares the last one did.
+    incarnation: Option<u64>,
 }
 
 /// How a session's packets reach its client.
@@ -312,6 +326,23 @@ pub enum LocalAction {
         /// What told us.
         cause: LossCause,
     },
+    /// A member lost to the session speaks again and takes its part back
+    /// ([`Message::Rejoin`]): of the blocks after the one holding media time `at`, stop sending
+    /// those this node sends only because `node` was lost (its first copy on a node not in
+    /// `dead ∪ {node}` is here, and not on a node not in `dead`). `dead` is the dead set
+    /// without `node`.
+    GiveBack {
+        /// The share.
+        key: ShareKey,
+        /// The run.
+        run: u64,
+        /// Every member of the session still lost.
+        dead: BTreeSet<NodeId>,
+        /// The member back.
+        node: NodeId,
+        /// The media time after whose block it sends its own blocks alone.
+        at: MediaTime,
+    },
 }
 
 /// What became of a session this node is the origin of.
@@ -367,8 +398,11 @@ struct Session {
     reserving: Option<Reserving>,
     reserved: BTreeSet<NodeId>,
     run: Option<RunState>,
-    /// Members lost while the session ran, whose parts the others took over.
+    /// Members lost (before it opened, or while it ran), whose parts the others took over.
     lost: BTreeSet<NodeId>,
+    /// Those lost while it ran with their share reserved: one that speaks again (it only stood
+    /// still, or its link healed) still runs that share, and takes its part back.
+    rejoinable: BTreeSet<NodeId>,
 }
 
 #[derive(Debug)]
@@ -422,6 +456,12 @@ pub struct ClusterCore {
     out: VecDeque<(NodeId, Message)>,
     local: VecDeque<LocalAction>,
     events: VecDeque<SessionEvent>,
+    /// The last instant the driver called in (timers and messages).
+    last_call: Option<Instant>,
+    /// The end of this node's last stall: silence before it says nothing about a peer.
+    awake_since: Instant,
+    /// Stalls seen.
+    stalls: u64,
 }
 
 impl ClusterCore {
@@ -439,6 +479,7 @@ impl ClusterCore {
                 ping_seq: 0,
                 clock: ClockSync::default(),
                 lost: false,
+                incarnation: None,
             },
         );
         Self {
@@ -449,7 +490,33 @@ impl ClusterCore {
             out: VecDeque::new(),
             local: VecDeque::new(),
             events: VecDeque::new(),
+            last_call: None,
+            awake_since: Instant::ZERO,
+            stalls: 0,
         }
+    }
+
+    /// How many times this node found it had stood still for longer than `stall`.
+    #[must_use]
+    pub fn stalls(&self) -> u64 {
+        self.stalls
+    }
+
+    /// Notes a call at `now`: a gap longer than `stall` since the last one was this node's own
+    /// stall, and the silence of its peers during it is not held against them.
+    fn wake(&mut self, now: Instant) {
+        if let Some(last) = self.last_call
+            && now.saturating_duration_since(last) > self.config.stall
+        {
+            self.awake_since = self.awake_since.max(now);
+            self.stalls += 1;
+        }
+        self.last_call = Some(self.last_call.map_or(now, |l| l.max(now)));
+    }
+
+    /// When `m` was last heard, as far as this node can tell: never before this node woke.
+    fn heard(&self, m: &Member) -> Option<Instant> {
+        m.last_heard.map(|t| t.max(self.awake_since))
     }
 
     /// This node.
@@ -469,6 +536,7 @@ impl ClusterCore {
     /// A node's record or liveness changed in etcd. A member that goes down ends its part in
     /// every session (see [`Self::handle_timeout`] for the consequences).
     pub fn handle_member(&mut self, now: Instant, info: MemberInfo) {
+        self.wake(now);
         if info.id == self.config.node {
             return;
         }
@@ -481,6 +549,7 @@ impl ClusterCore {
             ping_seq: 0,
             clock: ClockSync::default(),
             lost: false,
+            incarnation: None,
         });
         m.name = info.name;
         m.live = info.live;
@@ -522,7 +591,7 @@ impl ClusterCore {
             None => Health::Down,
             Some(_) if id == self.config.node => Health::Up,
             Some(m) if !m.live => Health::Down,
-            Some(m) => match m.last_heard {
+            Some(m) => match self.heard(m) {
                 Some(t) if now.saturating_duration_since(t) > self.config.suspect_after => {
                     Health::Suspect
                 }
@@ -596,6 +665,7 @@ impl ClusterCore {
                 reserved: BTreeSet::new(),
                 run: None,
                 lost: lost.clone(),
+                rejoinable: BTreeSet::new(),
             },
         );
         for to in members {
@@ -781,9 +851,11 @@ impl ClusterCore {
     ) {
         match self.shares.get(&key) {
             Some(s) if s.run == Some(run) && s.orphan => {
-                // Nobody will close it: release it now.
+                // Nobody will close it: release it now. The origin is told all the same: one
+                // that only stood still ends its session with the others' reports.
                 self.shares.remove(&key);
                 self.local.push_back(LocalAction::Close { key });
+                self.send(now, key.origin, Message::Ended { key, run, report });
             }
             Some(s) if s.run == Some(run) => {
                 self.send(now, key.origin, Message::Ended { key, run, report });
@@ -795,11 +867,11 @@ impl ClusterCore {
     /// This node's part of a run cannot go on.
     pub fn handle_share_failed(&mut self, now: Instant, key: ShareKey, run: u64, error: String) {
         match self.shares.get(&key) {
-            Some(s) if s.run == Some(run) && s.orphan => {
-                self.shares.remove(&key);
-                self.local.push_back(LocalAction::Close { key });
-            }
             Some(s) if s.run == Some(run) => {
+                if s.orphan {
+                    self.shares.remove(&key);
+                    self.local.push_back(LocalAction::Close { key });
+                }
                 let error = format!("node {}: {error}", self.config.name);
                 self.send(now, key.origin, Message::Failed { key, run, error });
             }
@@ -823,15 +895,55 @@ impl ClusterCore {
 
     /// A message from `from` (over its control connection).
     pub fn handle_message(&mut self, now: Instant, from: NodeId, msg: Message) {
+        if from != self.config.node {
+            self.wake(now);
+        }
+        if let Message::Hello { incarnation, .. } = msg {
+            let restarted = self.members.get_mut(&from).is_some_and(|m| {
+                let was = m.incarnation.replace(incarnation);
+                was.is_some_and(|w| w != incarnation)
+            });
+            if restarted {
+                // A new process runs none of the old one's shares: nothing to take back.
+                for session in self.sessions.values_mut() {
+                    session.rejoinable.remove(&from);
+                }
+            }
+        }
         if from != self.config.node
             && let Some(m) = self.members.get_mut(&from)
         {
             m.last_heard = Some(now);
             // A suspected peer speaks again: its parts stay taken over (the sessions it was
             // in go on without it; the client drops the duplicates), but it may be suspected
-            // again in later sessions.
-            if m.live {
+            // again in later sessions. The sessions it is the origin of have it back.
+            if m.live && m.lost {
                 m.lost = false;
+                // The sessions it is the origin of have it back, and its blocks: it never
+                // stopped sending them, so this node gives back what it took over of them on
+                // its own word, a margin ahead.
+                let margin = self.config.rejoin_margin;
+                for (key, share) in &mut self.shares {
+                    if key.origin != from {
+                        continue;
+                    }
+                    share.orphan = false;
+                    let (Some(run), Some((anchor, pace))) = (share.run, share.clock) else {
+                        continue;
+                    };
+                    if share.dead.remove(&from) {
+                        let at = media_at(anchor, pace, now + margin);
+                        let dead = share.dead.clone();
+                        self.local.push_back(LocalAction::GiveBack {
+                            key: *key,
+                            run,
+                            dead,
+                            node: from,
+                            at,
+                        });
+                    }
+                }
+                self.rejoin(now, from);
             }
         }
         match msg {
@@ -920,6 +1032,25 @@ impl ClusterCore {
                     });
                 }
             }
+            Message::Lost { key, run, node, from } => {
+                // The origin's word: take `node`'s part over if this node has not already.
+                let Some(share) = self.shares.get_mut(&key) else { return };
+                if share.run != Some(run) || node == self.config.node || !share.dead.insert(node) {
+                    return;
+                }
+                let dead = share.dead.clone();
+                let from = share.spec.map_or(from, |s| from.max(s.start.time));
+                let cause = LossCause::Suspected;
+                self.local.push_back(LocalAction::TakeOver { key, run, dead, from, cause });
+            }
+            Message::Rejoin { key, run, node, at } => {
+                let Some(share) = self.shares.get_mut(&key) else { return };
+                if share.run != Some(run) || !share.dead.remove(&node) {
+                    return;
+                }
+                let dead = share.dead.clone();
+                self.local.push_back(LocalAction::GiveBack { key, run, dead, node, at });
+            }
             Message::Close { key } => {
                 if self.shares.remove(&key).is_some() {
                     self.local.push_back(LocalAction::Close { key });
@@ -940,6 +1071,7 @@ impl ClusterCore {
 
     /// Expires answers not given in time, sends heartbeats, suspects silent peers.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.wake(now);
         // Heartbeats to every live peer.
         let unix = self.unix_ns(now);
         let me = self.config.node;
@@ -1018,7 +1150,7 @@ impl ClusterCore {
             .members
             .iter()
             .filter(|(id, m)| **id != me && m.live && !m.lost && self.config.replication >= 2)
-            .filter_map(|(_, m)| m.last_heard.map(|t| t + self.config.suspect_after + NANO));
+            .filter_map(|(_, m)| self.heard(m).map(|t| t + self.config.suspect_after + NANO));
         pings.chain(reserves).chain(stops).chain(suspicions).min()
     }
 
@@ -1177,6 +1309,44 @@ impl ClusterCore {
         }
     }
 
+    /// A member this node had lost speaks again. In the sessions this node is the origin of
+    /// that it was lost to while running its share, it takes its part back at a media time
+    /// `rejoin_margin` ahead: every member that took a block of it over sends the blocks after
+    /// that time's block no more ([`LocalAction::GiveBack`]), while it never stopped sending its
+    /// own. It counts as a member again (stops, pace changes, the end), and no longer as lost:
+    /// a second loss is then one of K, not two. During a synchronised stop it is told to close
+    /// its share instead (it would not stop with the others).
+    fn rejoin(&mut self, now: Instant, node: NodeId) {
+        let me = self.config.node;
+        let margin = self.config.rejoin_margin;
+        let streams: Vec<StreamId> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.rejoinable.contains(&node))
+            .map(|(stream, _)| *stream)
+            .collect();
+        for stream in streams {
+            let Some(s) = self.sessions.get_mut(&stream) else { continue };
+            s.rejoinable.remove(&node);
+            let key = ShareKey { origin: me, stream };
+            let Some(run) = s.run.as_mut() else { continue };
+            let (Some((anchor, pace)), None) = (run.clock, run.stopping.as_ref()) else {
+                self.out.push_back((node, Message::Close { key }));
+                continue;
+            };
+            let at = media_at(anchor, pace, now + margin);
+            let r = run.run;
+            run.senders.insert(node);
+            s.lost.remove(&node);
+            s.members.insert(node);
+            s.reserved.insert(node);
+            let tell: Vec<NodeId> = s.members.iter().copied().filter(|n| *n != node).collect();
+            for to in tell {
+                self.send(now, to, Message::Rejoin { key, run: r, node, at });
+            }
+        }
+    }
+
     /// A member is gone (or suspected so): its answers will never come, and the sessions it
     /// served lose its part. With one copy of every block that ends them; with K ≥ 2 the holders
     /// of the other copies take its part over (`docs/design/takeover.md`), each deciding for
@@ -1211,6 +1381,9 @@ impl ClusterCore {
                 continue;
             }
             session.lost.insert(id);
+            if session.run.is_some() && session.reserved.contains(&id) {
+                session.rejoinable.insert(id);
+            }
             let lost = session.lost.len();
             if let Some(r) = session.run.as_ref().map(|run| run.run) {
                 if !takeover || lost >= k {
@@ -1228,9 +1401,24 @@ impl ClusterCore {
                 }
                 self.check_ended(stream);
             }
-            if let Some(s) = self.sessions.get_mut(&stream) {
-                s.members.remove(&id);
-                s.reserved.remove(&id);
+            let Some(s) = self.sessions.get_mut(&stream) else { continue };
+            s.members.remove(&id);
+            s.reserved.remove(&id);
+            // Tell the other members, so that every one takes its part over (one that still
+            // hears the lost node would not by itself).
+            let Some(run) = s.run.as_ref().filter(|_| takeover && s.lost.len() < k) else {
+                continue;
+            };
+            let from = match (last_heard, run.clock) {
+                (Some(t), Some((anchor, pace))) => {
+                    media_at(anchor, pace, t.saturating_sub(self.config.takeover_margin))
+                }
+                _ => MediaTime::ZERO,
+            };
+            let r = run.run;
+            let tell: Vec<NodeId> = s.members.iter().copied().filter(|n| *n != me).collect();
+            for to in tell {
+                self.send(now, to, Message::Lost { key, run: r, node: id, from });
             }
         }
         // This node's shares.
@@ -1238,19 +1426,18 @@ impl ClusterCore {
         let keys: Vec<ShareKey> = self.shares.keys().copied().collect();
         for key in keys {
             let Some(share) = self.shares.get_mut(&key) else { continue };
-            if share.dead.contains(&id) {
-                continue;
-            }
-            let relayed_through_dead_origin =
-                key.origin == id && share.spec.is_some_and(|s| s.role == Role::Feeder);
-            if key.origin == id && (!takeover || share.run.is_none() || relayed_through_dead_origin)
+            let feeder = share.spec.is_some_and(|s| s.role == Role::Feeder);
+            // A suspected origin may only have stood still: its shares wait for its lease.
+            // Once it is down, nobody will start or close a share it has not started, and a
+            // feeder's packets went through it.
+            if key.origin == id
+                && (!takeover || (cause == LossCause::Down && (share.run.is_none() || feeder)))
             {
-                // Nobody will start or close it, or its packets went through the dead origin.
                 self.shares.remove(&key);
                 self.local.push_back(LocalAction::Close { key });
                 continue;
             }
-            if !takeover {
+            if !takeover || share.dead.contains(&id) {
                 continue;
             }
             share.dead.insert(id);

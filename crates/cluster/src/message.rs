@@ -337,6 +337,34 @@ pub enum Message {
         /// Why.
         error: String,
     },
+    /// From the session's origin to its other members: `node` is lost to run `run` (silent
+    /// past `suspect_after`, or down); from media time `from` on, send the blocks whose first
+    /// copy on a node not lost is yours. The origin's word makes the members' dead sets agree
+    /// even where one of them still hears `node` (a partition), so that a lost node that speaks
+    /// again can be told to stop (`docs/design/takeover.md`).
+    Lost {
+        /// The share.
+        key: ShareKey,
+        /// The run.
+        run: u64,
+        /// The lost member.
+        node: NodeId,
+        /// The media time to take over from.
+        from: MediaTime,
+    },
+    /// From the session's origin to its other members: `node`, lost to run `run`, speaks again
+    /// and sends its own blocks; of those after the block holding media time `at`, send no more
+    /// the ones you took over from it (`docs/design/takeover.md`, *A node that stood still*).
+    Rejoin {
+        /// The share.
+        key: ShareKey,
+        /// The run.
+        run: u64,
+        /// The member back.
+        node: NodeId,
+        /// The media time after whose block it sends its part alone again.
+        at: MediaTime,
+    },
     /// The session is over: release everything.
     Close {
         /// The share.
@@ -360,6 +388,8 @@ impl Message {
             Self::Pace { .. } => "pace",
             Self::Ended { .. } => "ended",
             Self::Failed { .. } => "failed",
+            Self::Lost { .. } => "lost",
+            Self::Rejoin { .. } => "rejoin",
             Self::Close { .. } => "close",
         }
     }

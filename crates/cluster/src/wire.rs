@@ -10,7 +10,8 @@
 //! Versions: 1 is every message of the first cluster build. 2 adds one variant, a reserve that
 //! names members lost before the session opened ([`Message::Reserve`]'s `lost`). 3 adds runs of
 //! objects with native tracks: a start with several tracks ([`RunSpec::tracks`]) and reports
-//! whose positions carry each track's next packet. A frame is written at the lowest version that
+//! whose positions carry each track's next packet. 4 adds the origin's word that a member is
+//! lost to a run ([`Message::Lost`]) and that it is back ([`Message::Rejoin`]). A frame is written at the lowest version that
 //! expresses its message, so a version-1 node still reads everything but a degraded open and
 //! native tracks, which it refuses by version.
 //!
@@ -29,7 +30,7 @@ use crate::message::{
 };
 
 /// The format version this build writes and the newest it reads.
-pub const WIRE_VERSION: u8 = 3;
+pub const WIRE_VERSION: u8 = 4;
 
 /// The largest frame body accepted (control messages are tens of bytes; a refusal's text is
 /// the largest part).
@@ -143,6 +144,9 @@ enum W {
     StartTracks { key: WKey, run: u64, spec: WSpec3 },
     StoppedTracks { key: WKey, run: u64, report: WReport3 },
     EndedTracks { key: WKey, run: u64, report: WReport3 },
+    // Version 4.
+    Lost { key: WKey, run: u64, node: u16, from_ns: u64 },
+    Rejoin { key: WKey, run: u64, node: u16, at_ns: u64 },
 }
 
 impl W {
@@ -151,6 +155,7 @@ impl W {
         match self {
             Self::ReserveLost { .. } => 2,
             Self::StartTracks { .. } | Self::StoppedTracks { .. } | Self::EndedTracks { .. } => 3,
+            Self::Lost { .. } | Self::Rejoin { .. } => 4,
             _ => 1,
         }
     }
@@ -550,6 +555,12 @@ impl From<&Message> for W {
             Message::Failed { key, run, error } => {
                 Self::Failed { key: (*key).into(), run: *run, error: error.clone() }
             }
+            Message::Lost { key, run, node, from } => {
+                Self::Lost { key: (*key).into(), run: *run, node: node.0, from_ns: from.as_nanos() }
+            }
+            Message::Rejoin { key, run, node, at } => {
+                Self::Rejoin { key: (*key).into(), run: *run, node: node.0, at_ns: at.as_nanos() }
+            }
             Message::Close { key } => Self::Close { key: (*key).into() },
         }
     }
@@ -619,6 +630,18 @@ impl From<W> for Message {
                 Self::Ended { key: key.into(), run, report: report.into() }
             }
             W::Failed { key, run, error } => Self::Failed { key: key.into(), run, error },
+            W::Lost { key, run, node, from_ns } => Self::Lost {
+                key: key.into(),
+                run,
+                node: NodeId(node),
+                from: MediaTime::from_nanos(from_ns),
+            },
+            W::Rejoin { key, run, node, at_ns } => Self::Rejoin {
+                key: key.into(),
+                run,
+                node: NodeId(node),
+                at: MediaTime::from_nanos(at_ns),
+            },
             W::Close { key } => Self::Close { key: key.into() },
         }
     }
@@ -762,6 +785,18 @@ mod tests {
             },
             Message::Ended { key: key(), run: 3, report: ShareReport::default() },
             Message::Failed { key: key(), run: 3, error: "block 5/3: checksum".into() },
+            Message::Lost {
+                key: key(),
+                run: 3,
+                node: NodeId(4),
+                from: MediaTime::from_nanos(1_500_000_000),
+            },
+            Message::Rejoin {
+                key: key(),
+                run: 3,
+                node: NodeId(4),
+                at: MediaTime::from_nanos(2_500_000_000),
+            },
             Message::Close { key: key() },
         ]
     }
@@ -800,6 +835,9 @@ mod tests {
         assert_eq!(v(&Message::Ended { key: key(), run: 1, report: native_report() }), 3);
         assert_eq!(v(&Message::Start { key: key(), run: 1, spec: spec() }), 1);
         assert_eq!(v(&Message::Ended { key: key(), run: 1, report: ShareReport::default() }), 1);
+        // Version 4: the origin's word that a member is lost.
+        let lost = Message::Lost { key: key(), run: 1, node: NodeId(3), from: MediaTime::ZERO };
+        assert_eq!(encode_frame(&lost), [0, 0, 0, 7, 4, 16, 2, 77, 1, 3, 0]);
         // A version-3 message in a frame that says 2 is refused.
         let mut f = encode_frame(&Message::Start { key: key(), run: 1, spec: native_spec() });
         f[4] = 2;
@@ -809,7 +847,7 @@ mod tests {
     #[test]
     fn bad_frames_are_named() {
         assert_eq!(decode_body(&[]), Err(WireError::Empty));
-        assert_eq!(decode_body(&[4, 0]), Err(WireError::Version { found: 4 }));
+        assert_eq!(decode_body(&[5, 0]), Err(WireError::Version { found: 5 }));
         // A version-2 variant in a version-1 frame.
         let f = encode_frame(&reserve([NodeId(3)].into()));
         let mut v1 = f[4..].to_vec();

@@ -413,7 +413,9 @@ fn takeover_a_relayed_session_survives_a_feeder_and_ends_with_its_origin() {
     assert!(h.sent.iter().all(|s| s.node == NodeId(1)), "everything relayed by the origin");
     assert!(ended(&h, 1, 10));
 
-    // The origin dies: the feeders' packets have nowhere to go; they close their shares.
+    // The origin dies: the feeders' packets have nowhere to go. While it is only suspected
+    // they go on (it may only stand still, `a_paused_node_…`); they close their shares when
+    // its lease lapses.
     let mut h = Harness::with_replication(3, 40, 2);
     h.open(1, 10, Delivery::Relay);
     h.run_for(Duration::from_millis(5));
@@ -421,6 +423,10 @@ fn takeover_a_relayed_session_survives_a_feeder_and_ends_with_its_origin() {
     h.run_for(Duration::from_secs(4));
     h.crash(1);
     h.run_for(Duration::from_millis(1500));
+    for n in 2..=3 {
+        assert_eq!(h.node(n).core.share_count(), 1, "node {n}");
+    }
+    h.lease_lapsed(1);
     for n in 2..=3 {
         assert_eq!(h.node(n).admitted(), 0, "node {n}");
         assert_eq!(h.node(n).core.share_count(), 0, "node {n}");
@@ -532,4 +538,144 @@ fn a_session_is_refused_when_as_many_members_are_down_as_there_are_copies() {
         e => panic!("{e:?}"),
     }
     assert_eq!(h.node(2).admitted(), 0);
+}
+
+#[test]
+fn a_paused_node_declares_nobody_dead_and_every_session_goes_on() {
+    // n3 stands still for 3 s (SIGSTOP, a VM or GC pause): shorter than its lease, longer than
+    // the others' suspicion. It is the origin of a bipartite and a relayed session and a share
+    // of n1's. On resuming it finds its peers silent for 3 s; that silence was its own.
+    let mut h = Harness::with_replication(3, 40, 2);
+    h.open(1, 10, Delivery::Bipartite);
+    h.open(3, 11, Delivery::Bipartite);
+    h.open(3, 12, Delivery::Relay);
+    h.run_for(Duration::from_millis(5));
+    h.start(1, 10, 1, 0, true);
+    h.start(3, 11, 1, 0, true);
+    h.start(3, 12, 1, 0, false);
+    h.run_for(Duration::from_secs(5));
+    h.pause(3, Duration::from_secs(3));
+    h.run_for(Duration::from_secs(3));
+    h.run_for(Duration::from_millis(1));
+    let now = h.now;
+    let resumed = now;
+    for n in [1, 2] {
+        assert_eq!(h.node(3).core.health(now, NodeId(n)), Health::Up, "n{n} as n3 sees it");
+    }
+    // Then n2 stands still: with n3 back, one loss of two copies again.
+    h.run_for(Duration::from_secs(4));
+    let second = h.now;
+    h.pause(2, Duration::from_secs(3));
+    h.run_for(Duration::from_secs(30));
+    for n in 1..=3 {
+        assert!(!failed(&h, n), "node {n}: {:?}", h.node(n).events);
+    }
+    assert_eq!(h.node(3).core.stalls(), 1);
+    assert_eq!(h.node(2).core.stalls(), 1);
+    // The others took n3's part over while it stood still: the client has every packet of
+    // n1's session in time; n3's own sessions have every packet (its relayed client waited
+    // for it) and end, with the BYE, though n1 and n2 ran their shares as orphans meanwhile.
+    let dups = h.assert_delivered_in_time(10, 0, CLIENT_BUFFER);
+    // Each pause: the takeover's margin, the stall, the word's way back and a block, of one
+    // node's third of the packets, sent twice.
+    let block = PACKET_INTERVAL * PACKETS_PER_BLOCK as u32;
+    let each = Duration::from_millis(1000 + 250 + 3000 + 500) + 2 * block;
+    let most = 2 * each.as_millis() as usize / PACKET_INTERVAL.as_millis() as usize;
+    assert!(dups <= most, "{dups} duplicates (at most {most})");
+    // n3's own blocks too: n1 and n2 give them back when it speaks again (a margin and a
+    // block later), and only n3 sends them until n2's pause.
+    let back = resumed + h.node(1).core.config().rejoin_margin + 2 * block;
+    for s in h.sent.iter().filter(|s| s.stream == StreamId(11) && s.at > back && s.at < second) {
+        if h.object.copies((s.gsn / PACKETS_PER_BLOCK) as usize)[0] == NodeId(3) {
+            assert_eq!(s.node, NodeId(3), "gsn {} at {:?}", s.gsn, s.at);
+        }
+    }
+    for stream in [11, 12] {
+        let dups = h.assert_every_packet(stream, 0);
+        assert!(dups <= most, "stream {stream}: {dups} duplicates (at most {most})");
+        assert!(ended(&h, 3, stream), "stream {stream}: {:?}", h.node(3).events);
+    }
+    assert!(ended(&h, 1, 10));
+    let byes = &h.node(3).byes;
+    assert_eq!(byes.len(), 2, "{byes:?}");
+    for stream in [11, 12] {
+        h.close(3, stream);
+    }
+    h.close(1, 10);
+    h.run_for(Duration::from_millis(5));
+    for n in 1..=3 {
+        assert_eq!(h.node(n).admitted(), 0, "node {n} released its shares");
+        assert_eq!(h.node(n).core.share_count(), 0, "node {n}");
+    }
+}
+
+#[test]
+fn a_node_that_only_stood_still_is_suspected_from_when_it_woke() {
+    // n1 stalls for 3 s; n2 crashed during it. n1 must not suspect n2 on waking (it has no
+    // evidence yet), but must a full `suspect_after` later.
+    let mut h = Harness::with_replication(3, 40, 2);
+    h.run_for(Duration::from_secs(1));
+    h.pause(1, Duration::from_secs(3));
+    h.run_for(Duration::from_millis(500));
+    h.crash(2);
+    h.run_for(Duration::from_millis(2500));
+    h.run_for(Duration::from_millis(1));
+    let now = h.now;
+    let woke = now;
+    assert_eq!(h.node(1).core.health(now, NodeId(2)), Health::Up);
+    assert_eq!(h.node(1).core.health(now, NodeId(3)), Health::Up);
+    let after = h.node(1).core.config().suspect_after;
+    h.run_until(woke + after + Duration::from_millis(10));
+    let now = h.now;
+    assert_eq!(h.node(1).core.health(now, NodeId(2)), Health::Suspect);
+    assert_eq!(h.node(1).core.health(now, NodeId(3)), Health::Up);
+}
+
+#[test]
+fn a_member_lost_to_the_origin_alone_is_taken_over_on_its_word_and_takes_its_part_back() {
+    // Only the link between the origin n1 and n3 fails, for 1.5 s: n2 still hears n3 and would
+    // not take its part over by itself; the origin's word makes it. When n3 speaks to n1 again
+    // it takes its part back: from a block ahead the others send its blocks no more, and a
+    // second loss later is one of K = 2 again, not two.
+    let mut h = Harness::with_replication(3, 60, 2);
+    h.open(1, 10, Delivery::Bipartite);
+    h.run_for(Duration::from_millis(5));
+    h.start(1, 10, 1, 0, true);
+    h.run_for(Duration::from_secs(5));
+    h.cut.insert((NodeId(3), NodeId(1)));
+    h.cut.insert((NodeId(1), NodeId(3)));
+    h.run_for(Duration::from_millis(1500));
+    assert_eq!(h.node(2).takeovers.len(), 1, "n2 took over on the origin's word");
+    h.cut.clear();
+    h.run_for(Duration::from_millis(300));
+    for n in [1, 2] {
+        let gb = &h.node(n).givebacks;
+        assert_eq!(gb.len(), 1, "node {n}: {gb:?}");
+        assert_eq!(gb[0].1, NodeId(3));
+    }
+    let back = h.now + h.node(1).core.config().rejoin_margin;
+    h.run_for(Duration::from_secs(8));
+    // n2 is lost now: with n3 back, that is one loss of two copies.
+    h.crash(2);
+    h.run_for(Duration::from_secs(40));
+    assert!(!failed(&h, 1), "{:?}", h.node(1).events);
+    let dups = h.assert_delivered_in_time(10, 0, CLIENT_BUFFER);
+    // Sent twice: n3's blocks from the first takeover's start until they were given back (a
+    // block past the word), and n2's from its last heartbeat minus the margin.
+    let margin = h.node(1).core.config().takeover_margin;
+    let block = PACKET_INTERVAL * PACKETS_PER_BLOCK as u32;
+    let span = (margin + Duration::from_millis(1500 + 300 + 250) + 2 * block)
+        + (margin + Duration::from_millis(250) + block);
+    let most = (span.as_millis() / PACKET_INTERVAL.as_millis()) as usize;
+    assert!(dups <= most, "{dups} duplicates (at most {most})");
+    // After the give-back (and its block), n3's blocks come from n3 alone until n2's death.
+    for s in h.sent.iter().filter(|s| s.stream == StreamId(10)) {
+        if s.at > back + block
+            && h.object.copies((s.gsn / PACKETS_PER_BLOCK) as usize)[0] == NodeId(3)
+        {
+            assert_eq!(s.node, NodeId(3), "gsn {} at {:?}", s.gsn, s.at);
+        }
+    }
+    assert!(ended(&h, 1, 10), "{:?}", h.node(1).events);
+    assert_eq!(h.node(1).byes.len(), 1);
 }

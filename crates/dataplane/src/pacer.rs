@@ -558,6 +558,30 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         true
     }
 
+    /// A running share gives back `blocks` it had taken over (their node is back, and the
+    /// scheduler will not deliver them: `CycleEvent::GivenBack`): they leave its list. The
+    /// block being sent, the one it resumes at and those it holds or must catch up on stay
+    /// (the scheduler gives back only blocks its walk has not reached). Returns `false` for an
+    /// unknown stream, another run, or a stream that is not a share.
+    pub fn handle_give_back(&mut self, stream: StreamId, run: u64, blocks: &[BlockIndex]) -> bool {
+        let Some(s) = self.streams.get_mut(&stream) else { return false };
+        if s.run != run {
+            return false;
+        }
+        let Some(share) = s.setup.share.as_ref() else { return false };
+        let keep = |i: BlockIndex| {
+            s.next == Some(i)
+                || s.resume.is_some_and(|(r, _)| r == i)
+                || s.blocks.contains_key(&i)
+                || s.catch_up.contains(&i)
+        };
+        let gone: BTreeSet<BlockIndex> = blocks.iter().copied().filter(|i| !keep(*i)).collect();
+        let left: Vec<ShareBlock> =
+            share.iter().copied().filter(|b| !gone.contains(&b.index)).collect();
+        s.setup.share = Some(left.into());
+        true
+    }
+
     /// Starts a run of a stream (a seek, resume or first play), numbering each track's packets
     /// `seq_offset + track_seq` from now on; blocks of earlier runs still in flight are ignored
     /// when they arrive. A share with nothing to send in the run ends at once.
@@ -1772,6 +1796,31 @@ mod tests {
         let events: Vec<_> = std::iter::from_fn(|| p.poll_event()).collect();
         assert!(events.iter().any(|e| matches!(e, PacerEvent::Ended { .. })), "{events:?}");
         assert!(!p.handle_extend(StreamId(1), 1, &added), "the run is over");
+    }
+
+    #[test]
+    fn a_share_gives_back_blocks_it_has_not_received_and_sends_the_rest() {
+        let mut p = Pacer::new(PacerConfig::default());
+        share(&mut p, RtcpMode::None);
+        let first = |i: u64| Position::at(Gsn(5 * i), MediaTime::from_nanos(i * 50_000_000));
+        let taken: Vec<ShareBlock> = [2, 4]
+            .iter()
+            .map(|&i| ShareBlock { index: BlockIndex(i), first: first(i.into()) })
+            .collect();
+        assert!(p.handle_extend(StreamId(1), 1, &taken));
+        p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
+        p.handle_block(StreamId(1), 1, BlockIndex(2), block(2, 10, 5), None);
+        let mut got = Vec::new();
+        let now = drive_from(&mut p, Instant::ZERO, ms(170), &mut got);
+        // Block 2 is held (delivered): it stays; block 4 goes; block 3 is its own.
+        assert!(!p.handle_give_back(StreamId(1), 2, &[BlockIndex(2), BlockIndex(4)]));
+        assert!(p.handle_give_back(StreamId(1), 1, &[BlockIndex(2), BlockIndex(4)]));
+        p.handle_block(StreamId(1), 1, BlockIndex(3), block(3, 15, 5), None);
+        drive_from(&mut p, now, ms(1_000), &mut got);
+        let seqs: Vec<u16> = got.iter().map(|g| g.1).collect();
+        assert_eq!(seqs, (5..20).collect::<Vec<u16>>(), "blocks 1, 2 and 3, not 4");
+        let events: Vec<_> = std::iter::from_fn(|| p.poll_event()).collect();
+        assert!(events.iter().any(|e| matches!(e, PacerEvent::Ended { .. })), "{events:?}");
     }
 
     #[test]

@@ -51,6 +51,12 @@ pub struct ReseqConfig {
     /// ahead), or, with no hole, the packet is refused ([`Accepted::Overflow`]: nothing drains
     /// the resequencer).
     pub max_held: usize,
+    /// A gap this long between two calls is this node's own stall (a stopped process, a thread
+    /// starved of CPU), not the other nodes' lateness: every timer is moved on by it, so a
+    /// hole gets its `give_up` of awake time after the stall, while what arrived meanwhile
+    /// (waiting in the relay socket) and the NACKed packets come in. A hole's timers fire
+    /// every `nack_every` at most, so a longer gap with a hole open is a stall.
+    pub stall: Duration,
 }
 
 impl Default for ReseqConfig {
@@ -61,6 +67,7 @@ impl Default for ReseqConfig {
             give_up: Duration::from_millis(1800),
             end_quiet: Duration::from_millis(250),
             max_held: 16_384,
+            stall: Duration::from_millis(500),
         }
     }
 }
@@ -123,6 +130,8 @@ pub struct Reseq<P> {
     /// After the stream's end: when the last packet came (or the end, if none came since), and
     /// whether the numbers past the last one were asked for.
     end: Option<End>,
+    /// The last instant it was called with.
+    last_call: Option<Instant>,
     stats: ReseqStats,
 }
 
@@ -143,7 +152,28 @@ impl<P> Reseq<P> {
             held: BTreeMap::new(),
             nack_at: None,
             end: None,
+            last_call: None,
             stats: ReseqStats::default(),
+        }
+    }
+
+    /// Notes a call at `now`; after a stall (a gap over `stall`) moves every timer on by it.
+    fn wake(&mut self, now: Instant) {
+        let Some(last) = self.last_call.replace(now.max(self.last_call.unwrap_or(now))) else {
+            return;
+        };
+        let gap = now.saturating_duration_since(last);
+        if gap <= self.config.stall {
+            return;
+        }
+        for (t, _) in self.held.values_mut() {
+            *t = *t + gap;
+        }
+        if let Some((_, at)) = self.nack_at.as_mut() {
+            *at = *at + gap;
+        }
+        if let Some(end) = self.end.as_mut() {
+            end.quiet_since = end.quiet_since + gap;
         }
     }
 
@@ -160,6 +190,7 @@ impl<P> Reseq<P> {
 
     /// A packet numbered `seq`, from this node's pacer or relayed by another node.
     pub fn handle_packet(&mut self, now: Instant, seq: u16, packet: P) -> Accepted {
+        self.wake(now);
         let Some(next) = self.next else {
             self.stats.stale += 1;
             return Accepted::Stale;
@@ -210,6 +241,7 @@ impl<P> Reseq<P> {
     /// Advances time: a hole open for `give_up` (since the first packet behind it came) is given
     /// up.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.wake(now);
         while self.hole_since().is_some_and(|since| now >= since + self.config.give_up) {
             self.skip_hole();
         }
@@ -218,6 +250,7 @@ impl<P> Reseq<P> {
     /// The numbers of the open hole, when it is time to ask for them (at most `max` of them);
     /// after the end, once, the `max` numbers past the last one released.
     pub fn poll_nack(&mut self, now: Instant, max: usize) -> Option<Vec<u16>> {
+        self.wake(now);
         let next = self.next?;
         if let Some(end) = self.end.as_mut()
             && !end.probed
@@ -338,6 +371,16 @@ fn extend(next: u64, seq: u16) -> u64 {
 mod tests {
     use super::*;
 
+    /// Runs `r`'s timer every 100 ms up to `t`, as the sender thread does while a hole is open
+    /// (a longer gap is a stall).
+    fn awake_until<P>(r: &mut Reseq<P>, t: Instant) {
+        let mut now = r.last_call.unwrap_or(Instant::ZERO);
+        while now < t {
+            now = (now + Duration::from_millis(100)).min(t);
+            r.handle_timeout(now);
+        }
+    }
+
     fn ms(n: u64) -> Instant {
         Instant::ZERO + Duration::from_millis(n)
     }
@@ -400,13 +443,13 @@ mod tests {
         // 11 comes back; 12 never does.
         r.handle_packet(at, 11, 11);
         assert_eq!(drain(&mut r), vec![11]);
-        r.handle_timeout(ms(4) + c.give_up);
+        awake_until(&mut r, ms(4) + c.give_up);
         assert_eq!(drain(&mut r), Vec::<u16>::new());
-        r.handle_timeout(ms(5) + c.give_up);
+        awake_until(&mut r, ms(5) + c.give_up);
         // 12 given up; 14's hole was found when 15 came (6 ms), so it waits a little longer.
         assert_eq!(drain(&mut r), vec![13]);
         assert_eq!(r.stats().lost, 1);
-        r.handle_timeout(ms(6) + c.give_up);
+        awake_until(&mut r, ms(6) + c.give_up);
         assert_eq!(drain(&mut r), vec![15]);
         assert_eq!(r.stats().lost, 2);
         assert_eq!(r.handle_packet(ms(7), 12, 12), Accepted::Stale, "too late");
@@ -503,5 +546,30 @@ mod tests {
         assert_eq!(drain(&mut r), vec![1, 2, 3]);
         assert_eq!(r.handle_packet(ms(0), 4, 4), Accepted::Held);
         assert_eq!(drain(&mut r), vec![4]);
+    }
+
+    #[test]
+    fn a_stall_of_this_node_does_not_give_a_hole_up() {
+        // A hole at 3 (4 came at 0 ms); then the process stands still for 3 s. On resuming it
+        // runs its timer before reading the packets that waited in its socket: the hole is
+        // given its `give_up` from the resume, and 3, arriving then, fills it.
+        let mut r: Reseq<u16> = Reseq::new(ReseqConfig::default());
+        r.handle_start(0);
+        for seq in [0, 1, 2, 4] {
+            assert_eq!(r.handle_packet(ms(0), seq, seq), Accepted::Held);
+        }
+        while r.poll_release().is_some() {}
+        r.handle_timeout(ms(40));
+        assert_eq!(r.poll_nack(ms(40), 8), Some(vec![3]));
+        let resumed = ms(3_040);
+        r.handle_timeout(resumed);
+        assert_eq!(r.stats().lost, 0, "the stall is not the hole's age");
+        assert_eq!(r.handle_packet(resumed, 3, 3), Accepted::Held);
+        let out: Vec<u16> = std::iter::from_fn(|| r.poll_release()).map(|(s, _)| s).collect();
+        assert_eq!(out, vec![3, 4]);
+        // Awake, a hole is still given up in time.
+        assert_eq!(r.handle_packet(resumed, 6, 6), Accepted::Held);
+        awake_until(&mut r, resumed + Duration::from_millis(1_800));
+        assert_eq!(r.stats().lost, 1);
     }
 }

@@ -159,6 +159,16 @@ pub enum SchedCommand {
         /// The blocks.
         blocks: Vec<BlockIndex>,
     },
+    /// A cluster share's run gives back blocks it took over
+    /// ([`isochron_sched::CycleScheduler::handle_give_back`]).
+    GiveBack {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: u64,
+        /// The blocks.
+        blocks: Vec<BlockIndex>,
+    },
     /// A stream's clock was re-anchored at a new pace (MTFC): read ahead on the same clock.
     Pace {
         /// The stream.
@@ -477,6 +487,9 @@ impl SchedThread {
                 Some(SchedCommand::TakeOver { stream, run, blocks }) => {
                     s.handle_take_over(now, stream, run, &blocks);
                 }
+                Some(SchedCommand::GiveBack { stream, run, blocks }) => {
+                    s.handle_give_back(now, stream, run, &blocks);
+                }
                 Some(SchedCommand::Pace { stream, run, anchor, pace }) => {
                     s.handle_pace(now, stream, run, anchor, pace);
                 }
@@ -697,6 +710,9 @@ impl SchedThread {
                         if let Some(tx) = recorders.get(&stream) {
                             let _ = tx.send(RecordEvent::Failed(key, error));
                         }
+                    }
+                    CycleEvent::GivenBack { stream, run, blocks } => {
+                        let _ = self.sender.send(SenderCommand::GiveBack { stream, run, blocks });
                     }
                     CycleEvent::NrtDone { .. } => {}
                     CycleEvent::CycleEnd(report) => last_cycle = report,

@@ -187,6 +187,15 @@ pub enum SenderCommand {
         /// The blocks gained.
         blocks: Vec<crate::pacer::ShareBlock>,
     },
+    /// A running share gives back blocks it had taken over ([`Pacer::handle_give_back`]).
+    GiveBack {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: u64,
+        /// The blocks given back.
+        blocks: Vec<BlockIndex>,
+    },
     /// Send the session's BYE ([`Pacer::handle_bye`]).
     Bye {
         /// The stream.
@@ -425,6 +434,9 @@ impl SenderThread {
                     }
                     SenderCommand::Extend { stream, run, blocks } => {
                         pacer.handle_extend(stream, run, &blocks);
+                    }
+                    SenderCommand::GiveBack { stream, run, blocks } => {
+                        pacer.handle_give_back(stream, run, &blocks);
                     }
                     SenderCommand::Bye { stream, reason } => {
                         let now = self.clock.now();

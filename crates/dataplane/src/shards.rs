@@ -119,6 +119,7 @@ impl Senders {
             | SenderCommand::Stop { stream, .. }
             | SenderCommand::Reanchor { stream, .. }
             | SenderCommand::Extend { stream, .. }
+            | SenderCommand::GiveBack { stream, .. }
             | SenderCommand::Bye { stream, .. }
             | SenderCommand::Pace { stream, .. } => self.shard_of(*stream),
             SenderCommand::Stats { .. } | SenderCommand::Progress { .. } => {

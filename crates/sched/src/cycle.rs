@@ -336,6 +336,16 @@ pub enum CycleEvent<V> {
         /// The first failure, if any.
         result: Result<(), String>,
     },
+    /// Blocks a cluster share had taken over and gives back
+    /// ([`CycleScheduler::handle_give_back`]): they will not be delivered.
+    GivenBack {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: u64,
+        /// The blocks, ascending.
+        blocks: Vec<BlockIndex>,
+    },
     /// A cycle ended.
     CycleEnd(CycleReport),
 }
@@ -707,6 +717,35 @@ impl<V: Clone> CycleScheduler<V> {
         });
         self.refill(now, stream);
         self.dispatch(now);
+    }
+
+    /// A cluster share's run `run` gives back `blocks` it took over: their node is back
+    /// (`docs/design/takeover.md`, *A node that stood still*). Those the walk has not reached
+    /// are read no more, and [`CycleEvent::GivenBack`] names them, after every delivery before
+    /// it, so that the pacer drops them from its list; those already queued or delivered are
+    /// sent as they are (the node back sends them too: duplicates for the lookahead's span).
+    pub fn handle_give_back(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        run: u64,
+        blocks: &[BlockIndex],
+    ) {
+        self.catch_up(now);
+        let Some(StreamEntry { state: StreamState::Play { running: Some(r), .. }, .. }) =
+            self.streams.get_mut(&stream)
+        else {
+            return;
+        };
+        if r.run != run {
+            return;
+        }
+        let mut given: Vec<BlockIndex> =
+            blocks.iter().copied().filter(|i| i.0 >= r.next_request && r.taken.remove(i)).collect();
+        given.sort_unstable();
+        if !given.is_empty() {
+            self.events.push_back(CycleEvent::GivenBack { stream, run, blocks: given });
+        }
     }
 
     /// A cluster share's run `run` takes over `blocks` (another node's, lost): they are read
@@ -1908,6 +1947,59 @@ mod tests {
         // 2 and 4 are overdue or nearly (due at 1300 and 2300 ms): read at once; 5 (due at
         // 2800 ms, on the same disk as 4) one cycle later, in time.
         assert!(got.contains(&(4, 2)) && got.contains(&(4, 4)) && got.contains(&(5, 5)), "{got:?}");
+    }
+
+    #[test]
+    fn a_cluster_share_gives_back_the_blocks_it_has_not_reached() {
+        // As above; the lost node's blocks are taken over at the start, and given back at
+        // 550 ms: the walk has reached block 6 (read ahead); 7 is read no more.
+        let mut s = sched(AdmissionPolicy::Aggressive, 2, CycleConfig::default());
+        let other = |d: u16| DiskId([2, 3, 0, 1][usize::from(d)]);
+        let mut p = (*plan(1, &[2, 0, 3, 1, 2, 2, 0, 3], 500)).clone();
+        for b in &mut p.blocks {
+            b.copies.push(other(b.disk.0));
+        }
+        let p = Arc::new(p);
+        let local: Arc<BTreeSet<DiskId>> = Arc::new([DiskId(0), DiskId(1)].into());
+        let req = OpenStream {
+            stream: StreamId(1),
+            plan: Arc::clone(&p),
+            avg_bitrate: BitRate(8_000_000),
+            peak_bitrate: BitRate(8_000_000),
+            local: Some(local),
+        };
+        assert_eq!(s.handle_open(Instant::ZERO, req), Decision::Admit);
+        let anchor = Anchor { wall: at(300), media: MediaTime::ZERO };
+        s.handle_start_pinned(at(50), StreamId(1), 1, BlockIndex(0), anchor, Pace::NOMINAL);
+        let lost = [0, 2, 4, 5, 7].map(BlockIndex);
+        s.handle_take_over(at(50), StreamId(1), 1, &lost);
+        let mut got = Vec::new();
+        let mut given = Vec::new();
+        let mut now = at(50);
+        for step in 0..20 {
+            if step == 1 {
+                s.handle_give_back(now, StreamId(1), 2, &lost); // another run: ignored
+                s.handle_give_back(now, StreamId(1), 1, &lost);
+            }
+            for io in ios(&mut s) {
+                read_done(&mut s, now, io);
+            }
+            for e in events(&mut s) {
+                match e {
+                    CycleEvent::Deliver { index, .. } => {
+                        got.push(index.0);
+                        s.handle_block_done(now, StreamId(1), 1, index);
+                    }
+                    CycleEvent::GivenBack { run, blocks, .. } => given.push((run, blocks)),
+                    _ => {}
+                }
+            }
+            now = now + Duration::from_millis(500);
+            s.handle_timeout(now);
+        }
+        assert_eq!(given, vec![(1, vec![BlockIndex(7)])]);
+        got.sort_unstable();
+        assert_eq!(got, vec![0, 1, 2, 3, 4, 5, 6], "every block the walk reached, not 7");
     }
 
     fn io_index(io: &CycleIo) -> u32 {

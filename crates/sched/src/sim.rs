@@ -501,7 +501,8 @@ impl Sim<'_> {
             CycleEvent::CycleEnd(r) => self.report.cycles.push(r),
             CycleEvent::ReadFailed { .. }
             | CycleEvent::WriteFailed { .. }
-            | CycleEvent::Failover { .. } => {}
+            | CycleEvent::Failover { .. }
+            | CycleEvent::GivenBack { .. } => {}
         }
     }
 

@@ -203,6 +203,8 @@ pub struct ClusterInfo {
     pub shares: usize,
     /// Every member: name, health, clock offset.
     pub members: Vec<MemberSummary>,
+    /// Times this node found it had stood still (`cluster::ClusterConfig::stall`).
+    pub stalls: u64,
 }
 
 /// One member, as the cluster core sees it.
@@ -380,8 +382,15 @@ impl Manager {
                 },
                 _ = tick.tick() => {
                     let now = self.clock.now();
+                    let stalls = self.cluster.stalls();
                     self.core.handle_timeout(now);
                     self.cluster.handle_timeout(now);
+                    if self.cluster.stalls() > stalls && self.cluster.session_count() + self.cluster.share_count() > 0 {
+                        warn!(
+                            "this node stood still (stopped, or starved of CPU): its peers are \
+                             judged only on the time it was awake"
+                        );
+                    }
                 }
             }
             self.drive();
@@ -891,7 +900,59 @@ impl Manager {
                 self.take_over(key, run, &dead, from);
                 info!(%key, run, ?dead, ?from, ?cause, "taking over a lost node's part of a session");
             }
+            LocalAction::GiveBack { key, run, dead, node, at } => {
+                let given = self.give_back(key, run, &dead, node, at);
+                info!(%key, run, %node, ?at, given, "a lost node is back: giving its part of a session back");
+            }
         }
+    }
+
+    /// Carries out [`LocalAction::GiveBack`]: the blocks after the one holding `at` that this
+    /// node took over only because `node` was lost go back to the scheduler, which stops
+    /// reading those it has not reached and tells the pacer. Returns how many were named.
+    fn give_back(
+        &mut self,
+        key: ShareKey,
+        run: u64,
+        dead: &BTreeSet<NodeId>,
+        node: NodeId,
+        at: MediaTime,
+    ) -> usize {
+        let (Some(link), Some(share)) = (self.link.as_ref(), self.shares.get(&key)) else {
+            return 0;
+        };
+        if share.run != run {
+            return 0;
+        }
+        let now = self.clock.now();
+        let names = |set: &dyn Fn(NodeId) -> bool| -> BTreeSet<String> {
+            self.cluster.members(now).filter(|m| set(m.id)).map(|m| m.name).collect()
+        };
+        let still = names(&|id| dead.contains(&id));
+        let before = names(&|id| dead.contains(&id) || id == node);
+        let meta = link.store.meta();
+        let owned_by = |d: DiskId, set: &BTreeSet<String>| {
+            meta.disk(d).and_then(|r| r.owner.as_deref()).is_some_and(|o| set.contains(o))
+        };
+        let plan = &share.entry.plan;
+        let holding = plan.blocks.partition_point(|b| b.first_send_time <= at).saturating_sub(1);
+        let now_mine: BTreeSet<BlockIndex> =
+            taken_blocks(plan, &link.local_disks, |d| owned_by(d, &still), at)
+                .iter()
+                .map(|b| b.index)
+                .collect();
+        let blocks: Vec<BlockIndex> =
+            taken_blocks(plan, &link.local_disks, |d| owned_by(d, &before), at)
+                .iter()
+                .map(|b| b.index)
+                .filter(|i| i.0 as usize > holding && !now_mine.contains(i))
+                .collect();
+        if blocks.is_empty() {
+            return 0;
+        }
+        let n = blocks.len();
+        let _ = self.sched.send(SchedCommand::GiveBack { stream: share.stream, run, blocks });
+        n
     }
 
     /// Carries out [`LocalAction::TakeOver`]: the blocks of the share's plan from `from` on
@@ -1193,6 +1254,7 @@ impl Manager {
                     round_trip_us: m.round_trip.map(|d| d.as_micros() as u64),
                 })
                 .collect(),
+            stalls: self.cluster.stalls(),
         }
     }
 }

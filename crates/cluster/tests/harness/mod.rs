@@ -135,7 +135,11 @@ pub struct SimNode {
     pub byes: Vec<ShareKey>,
     /// Every takeover asked of this node: share, dead set, from.
     pub takeovers: Vec<(ShareKey, BTreeSet<NodeId>, MediaTime)>,
+    /// Every give-back asked of this node: share, the member back, from.
+    pub givebacks: Vec<(ShareKey, NodeId, MediaTime)>,
     pub crashed: bool,
+    /// Stopped (SIGSTOP) until then: nothing runs, messages to it wait in its sockets.
+    pub paused_until: Option<Instant>,
 }
 
 impl SimNode {
@@ -219,7 +223,9 @@ impl Harness {
                     events: Vec::new(),
                     byes: Vec::new(),
                     takeovers: Vec::new(),
+                    givebacks: Vec::new(),
                     crashed: false,
+                    paused_until: None,
                 },
             );
         }
@@ -309,6 +315,14 @@ impl Harness {
         self.node(id).crashed = true;
     }
 
+    /// Stops a node for `d` (SIGSTOP, then SIGCONT): none of its timers, messages or packets
+    /// run meanwhile; messages to it wait, and on resuming it handles them, its timers, and
+    /// sends every packet that fell due at once, as a resumed process does.
+    pub fn pause(&mut self, id: u16, d: Duration) {
+        let until = self.now + d;
+        self.node(id).paused_until = Some(until);
+    }
+
     /// etcd reports `id` down to every live node.
     pub fn lease_lapsed(&mut self, id: u16) {
         let now = self.now;
@@ -345,7 +359,8 @@ impl Harness {
         let nodes = self.nodes.values().filter(|n| !n.crashed).flat_map(|n| {
             let core = n.core.poll_timeout().map(|l| n.true_time(l));
             let runs = n.runs.values().filter_map(|r| Self::run_wakeup(r).map(|l| n.true_time(l)));
-            core.into_iter().chain(runs)
+            let paused = n.paused_until.unwrap_or(Instant::ZERO);
+            core.into_iter().chain(runs).map(move |t| t.max(paused))
         });
         net.into_iter().chain(nodes).min()
     }
@@ -369,8 +384,16 @@ impl Harness {
                 break;
             }
             self.net.pop();
-            let msg = self.in_flight.remove(&id).expect("message");
             let node = self.nodes.get_mut(&NodeId(to)).expect("node");
+            if let Some(until) = node.paused_until.filter(|u| *u > now) {
+                // Waits in the stopped node's socket; order kept (same instant, later seq).
+                self.seq += 1;
+                let msg = self.in_flight.remove(&id).expect("message");
+                self.in_flight.insert(self.seq, msg);
+                self.net.push(Reverse((until, self.seq, from, to)));
+                continue;
+            }
+            let msg = self.in_flight.remove(&id).expect("message");
             if node.crashed {
                 continue;
             }
@@ -381,9 +404,10 @@ impl Harness {
         let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
         for id in ids {
             let node = self.nodes.get_mut(&id).expect("node");
-            if node.crashed {
+            if node.crashed || node.paused_until.is_some_and(|u| u > now) {
                 continue;
             }
+            node.paused_until = None;
             let local = node.local_now(now);
             if node.core.poll_timeout().is_some_and(|t| t <= local) {
                 node.core.handle_timeout(local);
@@ -440,6 +464,9 @@ impl Harness {
                 let node = self.nodes.get_mut(&id).expect("node");
                 if node.crashed {
                     while node.core.poll_transmit().is_some() {}
+                    continue;
+                }
+                if node.paused_until.is_some_and(|u| u > now) {
                     continue;
                 }
                 let local = node.local_now(now);
@@ -575,6 +602,26 @@ impl Harness {
                 r.todo.extend(rest);
                 r.ended = r.todo.len() == r.next;
             }
+            LocalAction::GiveBack { key, run, dead, node: back, at } => {
+                node.givebacks.push((key, back, at));
+                let Some(r) = node.runs.get_mut(&key).filter(|r| r.run == run && !r.ended) else {
+                    return;
+                };
+                // Blocks after the one holding `at` that are this node's only with `back` lost.
+                let mut old = dead.clone();
+                old.insert(back);
+                let holding = at.as_nanos() / PACKET_INTERVAL.as_nanos() as u64 / PACKETS_PER_BLOCK;
+                let none = node.admitted.get(&key).cloned().unwrap_or_default();
+                let keep = |g: &u64| {
+                    g / PACKETS_PER_BLOCK <= holding
+                        || object.sender(*g, &dead) == Some(id)
+                        || object.sender(*g, &none) == Some(id)
+                        || object.sender(*g, &old) != Some(id)
+                };
+                let rest: Vec<u64> = r.todo[r.next..].iter().copied().filter(keep).collect();
+                r.todo.truncate(r.next);
+                r.todo.extend(rest);
+            }
             LocalAction::Bye { key } => node.byes.push(key),
             LocalAction::Close { key } => {
                 node.admitted.remove(&key);
@@ -606,6 +653,22 @@ impl Harness {
         for g in from..self.object.packets() {
             assert!(seen.contains(&g), "gsn {g} never sent");
         }
+    }
+
+    /// Asserts that every packet of `stream` from `from` to the end was sent at least once;
+    /// returns how many were sent more than once.
+    pub fn assert_every_packet(&self, stream: u64, from: u64) -> usize {
+        let mut seen = HashSet::new();
+        let mut dups = 0;
+        for s in self.sent.iter().filter(|s| s.stream == StreamId(stream)) {
+            if !seen.insert(s.gsn) {
+                dups += 1;
+            }
+        }
+        for g in from..self.object.packets() {
+            assert!(seen.contains(&g), "gsn {g} never sent");
+        }
+        dups
     }
 
     /// Asserts that every packet of `stream` from `from` to the end was sent at least once, the

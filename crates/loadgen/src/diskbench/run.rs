@@ -716,7 +716,7 @@ impl Driver<'_> {
                 }
                 self.report.max_missed_per_cycle = self.report.max_missed_per_cycle.max(r.missed);
             }
-            CycleEvent::NrtDone { .. } => {}
+            CycleEvent::NrtDone { .. } | CycleEvent::GivenBack { .. } => {}
         }
     }
 
