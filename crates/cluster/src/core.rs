@@ -562,7 +562,10 @@ impl ClusterCore {
         }
     }
 
-    /// Forgets a node that left the cluster for good.
+    /// Forgets a node that left the cluster for good (`isochron node remove`, then stopped: it
+    /// owns no disk in use). Its part of running sessions stays with those who took it over,
+    /// but it leaves their count of lost members: a later loss is one of K, not two, and new
+    /// sessions are not refused for it.
     pub fn remove_member(&mut self, now: Instant, id: NodeId) {
         if id == self.config.node {
             return;
@@ -570,6 +573,10 @@ impl ClusterCore {
         if self.members.contains_key(&id) {
             self.member_lost(now, id, LossCause::Down);
             self.members.remove(&id);
+        }
+        for session in self.sessions.values_mut() {
+            session.lost.remove(&id);
+            session.rejoinable.remove(&id);
         }
     }
 

@@ -16,6 +16,13 @@ fn opened(h: &Harness, origin: u16, stream: u64) -> bool {
         .any(|e| matches!(e, SessionEvent::Opened { stream: s } if *s == StreamId(stream)))
 }
 
+/// Opens `stream` on `origin` and starts its first run from the object's start.
+fn playing(h: &mut Harness, origin: u16, stream: u64, delivery: Delivery, udp: bool) {
+    h.open(origin, stream, delivery);
+    h.run_for(Duration::from_millis(5));
+    h.start(origin, stream, 1, 0, udp);
+}
+
 fn last_event(h: &Harness, origin: u16) -> SessionEvent {
     h.nodes[&NodeId(origin)].events.last().cloned().expect("an event")
 }
@@ -59,9 +66,7 @@ fn a_bipartite_session_is_sent_once_by_every_owner_in_order() {
 #[test]
 fn control_traffic_is_tiny_next_to_the_media() {
     let mut h = Harness::new(4, 40);
-    h.open(2, 1, Delivery::Bipartite);
-    h.run_for(Duration::from_millis(5));
-    h.start(2, 1, 1, 0, true);
+    playing(&mut h, 2, 1, Delivery::Bipartite, true);
     h.run_for(Duration::from_secs(25));
     h.assert_complete(1, 0, None);
     // The session's own messages against its 2000 packets of 1316 bytes; the heartbeats are per
@@ -124,9 +129,7 @@ fn a_node_that_does_not_answer_is_refused_in_time_and_its_late_reservation_relea
 #[test]
 fn a_pause_stops_every_node_at_one_cutoff_and_the_resume_skips_and_repeats_nothing() {
     let mut h = Harness::new(3, 40);
-    h.open(1, 10, Delivery::Bipartite);
-    h.run_for(Duration::from_millis(5));
-    h.start(1, 10, 1, 0, true);
+    playing(&mut h, 1, 10, Delivery::Bipartite, true);
     h.run_for(Duration::from_millis(3_333));
     h.stop(1, 10, StopKind::Pause);
     h.run_for(Duration::from_millis(300));
@@ -156,9 +159,7 @@ fn a_pause_stops_every_node_at_one_cutoff_and_the_resume_skips_and_repeats_nothi
 #[test]
 fn a_pace_change_repins_every_node_on_one_clock() {
     let mut h = Harness::new(3, 40);
-    h.open(1, 10, Delivery::Bipartite);
-    h.run_for(Duration::from_millis(5));
-    h.start(1, 10, 1, 0, true);
+    playing(&mut h, 1, 10, Delivery::Bipartite, true);
     h.run_for(Duration::from_secs(3));
     h.pace(1, 10, Pace::from_multiplier(2.0).unwrap());
     h.run_for(Duration::from_secs(12));
@@ -181,9 +182,7 @@ fn skewed_clocks_are_corrected_by_the_heartbeats() {
     let view: Vec<_> = h.node(1).core.members(Instant::ZERO + Duration::from_secs(2)).collect();
     let n2 = view.iter().find(|m| m.id == NodeId(2)).unwrap();
     assert!((n2.clock_offset_ns - 40_000_000).abs() < 1_000, "{}", n2.clock_offset_ns);
-    h.open(1, 10, Delivery::Bipartite);
-    h.run_for(Duration::from_millis(5));
-    h.start(1, 10, 1, 0, true);
+    playing(&mut h, 1, 10, Delivery::Bipartite, true);
     h.run_for(Duration::from_secs(25));
     h.assert_complete(10, 0, None);
     h.assert_ordered(10, Duration::from_millis(1));
@@ -192,9 +191,7 @@ fn skewed_clocks_are_corrected_by_the_heartbeats() {
 #[test]
 fn relay_has_every_packet_reach_the_client_from_the_origin() {
     let mut h = Harness::new(3, 20);
-    h.open(2, 3, Delivery::Relay);
-    h.run_for(Duration::from_millis(5));
-    h.start(2, 3, 1, 0, true);
+    playing(&mut h, 2, 3, Delivery::Relay, true);
     h.run_for(Duration::from_secs(15));
     h.assert_complete(3, 0, Some(2));
     assert!(matches!(last_event(&h, 2), SessionEvent::Ended { .. }));
@@ -205,9 +202,7 @@ fn relay_has_every_packet_reach_the_client_from_the_origin() {
 #[test]
 fn interleaved_transport_is_relayed() {
     let mut h = Harness::new(3, 20);
-    h.open(1, 3, Delivery::Bipartite);
-    h.run_for(Duration::from_millis(5));
-    h.start(1, 3, 1, 0, false);
+    playing(&mut h, 1, 3, Delivery::Bipartite, false);
     h.run_for(Duration::from_secs(15));
     h.assert_complete(3, 0, Some(1));
 }
@@ -239,9 +234,7 @@ fn a_single_node_pins_its_own_clock_and_pauses_exactly() {
 #[test]
 fn a_node_lost_mid_stream_fails_its_sessions_and_stops_complete_without_it() {
     let mut h = Harness::new(3, 40);
-    h.open(1, 10, Delivery::Bipartite);
-    h.run_for(Duration::from_millis(5));
-    h.start(1, 10, 1, 0, true);
+    playing(&mut h, 1, 10, Delivery::Bipartite, true);
     h.run_for(Duration::from_secs(2));
     h.crash(3);
     h.run_for(Duration::from_secs(4));
@@ -267,9 +260,7 @@ fn a_node_lost_mid_stream_fails_its_sessions_and_stops_complete_without_it() {
 #[test]
 fn shares_of_a_lost_origin_are_released() {
     let mut h = Harness::new(3, 40);
-    h.open(1, 10, Delivery::Bipartite);
-    h.run_for(Duration::from_millis(5));
-    h.start(1, 10, 1, 0, true);
+    playing(&mut h, 1, 10, Delivery::Bipartite, true);
     h.run_for(Duration::from_secs(1));
     h.crash(1);
     h.lease_lapsed(1);
@@ -313,9 +304,7 @@ fn ended(h: &Harness, origin: u16, stream: u64) -> bool {
 #[test]
 fn takeover_a_crashed_member_s_blocks_come_from_their_other_copy_in_time() {
     let mut h = Harness::with_replication(3, 40, 2);
-    h.open(1, 10, Delivery::Bipartite);
-    h.run_for(Duration::from_millis(5));
-    h.start(1, 10, 1, 0, true);
+    playing(&mut h, 1, 10, Delivery::Bipartite, true);
     h.run_for(Duration::from_secs(5));
     let crash = h.now;
     h.crash(3);
@@ -378,9 +367,7 @@ fn takeover_with_four_nodes_and_several_sessions() {
 #[test]
 fn takeover_when_the_origin_dies_the_bipartite_shares_run_to_their_end_and_release_themselves() {
     let mut h = Harness::with_replication(3, 40, 2);
-    h.open(1, 10, Delivery::Bipartite);
-    h.run_for(Duration::from_millis(5));
-    h.start(1, 10, 1, 0, true);
+    playing(&mut h, 1, 10, Delivery::Bipartite, true);
     h.run_for(Duration::from_secs(6));
     h.crash(1);
     h.run_for(Duration::from_secs(3));
@@ -402,9 +389,7 @@ fn takeover_when_the_origin_dies_the_bipartite_shares_run_to_their_end_and_relea
 fn takeover_a_relayed_session_survives_a_feeder_and_ends_with_its_origin() {
     // A feeder dies: the origin and the other feeder take its blocks over, still relayed.
     let mut h = Harness::with_replication(3, 40, 2);
-    h.open(1, 10, Delivery::Relay);
-    h.run_for(Duration::from_millis(5));
-    h.start(1, 10, 1, 0, false);
+    playing(&mut h, 1, 10, Delivery::Relay, false);
     h.run_for(Duration::from_secs(4));
     h.crash(2);
     h.run_for(Duration::from_secs(25));
@@ -417,9 +402,7 @@ fn takeover_a_relayed_session_survives_a_feeder_and_ends_with_its_origin() {
     // they go on (it may only stand still, `a_paused_node_…`); they close their shares when
     // its lease lapses.
     let mut h = Harness::with_replication(3, 40, 2);
-    h.open(1, 10, Delivery::Relay);
-    h.run_for(Duration::from_millis(5));
-    h.start(1, 10, 1, 0, false);
+    playing(&mut h, 1, 10, Delivery::Relay, false);
     h.run_for(Duration::from_secs(4));
     h.crash(1);
     h.run_for(Duration::from_millis(1500));
@@ -436,9 +419,7 @@ fn takeover_a_relayed_session_survives_a_feeder_and_ends_with_its_origin() {
 #[test]
 fn takeover_a_false_suspicion_costs_duplicates_only() {
     let mut h = Harness::with_replication(3, 40, 2);
-    h.open(1, 10, Delivery::Bipartite);
-    h.run_for(Duration::from_millis(5));
-    h.start(1, 10, 1, 0, true);
+    playing(&mut h, 1, 10, Delivery::Bipartite, true);
     h.run_for(Duration::from_secs(5));
     // n3's control links are cut for 1.5 s; it keeps sending its packets meanwhile.
     for n in [1, 2] {
@@ -459,17 +440,18 @@ fn takeover_a_false_suspicion_costs_duplicates_only() {
 #[test]
 fn takeover_more_dead_nodes_than_copies_fails_the_session() {
     let mut h = Harness::with_replication(4, 40, 2);
-    h.open(1, 10, Delivery::Bipartite);
-    h.run_for(Duration::from_millis(5));
-    h.start(1, 10, 1, 0, true);
+    playing(&mut h, 1, 10, Delivery::Bipartite, true);
     h.run_for(Duration::from_secs(3));
     h.crash(3);
     h.run_for(Duration::from_secs(2));
     assert!(!failed(&h, 1));
     h.crash(4);
     h.run_for(Duration::from_secs(2));
+    let first = h.node(1).events.iter().find(|e| matches!(e, SessionEvent::Failed { .. }));
     assert!(
-        matches!(last_event(&h, 1), SessionEvent::Failed { ref error, .. } if error == "node n4 is down")
+        matches!(first, Some(SessionEvent::Failed { error, .. }) if error == "node n4 is down"),
+        "{:?}",
+        h.node(1).events
     );
 }
 
@@ -638,9 +620,7 @@ fn a_member_lost_to_the_origin_alone_is_taken_over_on_its_word_and_takes_its_par
     // it takes its part back: from a block ahead the others send its blocks no more, and a
     // second loss later is one of K = 2 again, not two.
     let mut h = Harness::with_replication(3, 60, 2);
-    h.open(1, 10, Delivery::Bipartite);
-    h.run_for(Duration::from_millis(5));
-    h.start(1, 10, 1, 0, true);
+    playing(&mut h, 1, 10, Delivery::Bipartite, true);
     h.run_for(Duration::from_secs(5));
     h.cut.insert((NodeId(3), NodeId(1)));
     h.cut.insert((NodeId(1), NodeId(3)));
@@ -678,4 +658,56 @@ fn a_member_lost_to_the_origin_alone_is_taken_over_on_its_word_and_takes_its_par
     }
     assert!(ended(&h, 1, 10), "{:?}", h.node(1).events);
     assert_eq!(h.node(1).byes.len(), 1);
+}
+
+#[test]
+fn a_removed_node_leaves_the_count_of_lost_members() {
+    // n4 was removed (`node remove`): the object's blocks are on n1 to n3 only, two copies
+    // each. It still had an (empty) share of the running session when it was stopped; the
+    // cluster then forgets it. n3 dies later: one loss of two copies, the session goes on, and
+    // a new session opens.
+    let mut h = Harness::with_replication(4, 40, 2);
+    h.object = Object { replication: 2, ..Object::new(40, 3, 42) };
+    playing(&mut h, 1, 10, Delivery::Bipartite, true);
+    h.run_for(Duration::from_secs(3));
+    h.crash(4);
+    h.run_for(Duration::from_millis(1500));
+    h.lease_lapsed(4);
+    h.removed(4);
+    h.run_for(Duration::from_secs(2));
+    h.crash(3);
+    h.run_for(Duration::from_millis(1500));
+    h.open(2, 11, Delivery::Bipartite);
+    h.run_for(Duration::from_millis(5));
+    assert!(opened(&h, 2, 11), "{:?}", h.node(2).events);
+    h.start(2, 11, 1, 0, true);
+    h.run_for(Duration::from_secs(30));
+    assert!(!failed(&h, 1), "{:?}", h.node(1).events);
+    assert!(!failed(&h, 2), "{:?}", h.node(2).events);
+    h.assert_delivered_in_time(10, 0, CLIENT_BUFFER);
+    assert_eq!(h.assert_delivered_in_time(11, 0, CLIENT_BUFFER), 0);
+    assert!(ended(&h, 1, 10) && ended(&h, 2, 11));
+}
+
+#[test]
+fn a_block_whose_copies_are_all_lost_fails_the_session_even_with_a_removed_node_forgotten() {
+    // The session was planned while n4 held blocks (before its removal): forgetting n4 takes it
+    // out of the count, not out of the plan. n3 dies too: the blocks whose two copies were on
+    // n3 and n4 have none left, and the shares say so rather than leave a hole.
+    let mut h = Harness::with_replication(4, 40, 2);
+    playing(&mut h, 1, 10, Delivery::Bipartite, true);
+    h.run_for(Duration::from_secs(3));
+    h.crash(4);
+    h.run_for(Duration::from_millis(1500));
+    h.lease_lapsed(4);
+    h.removed(4);
+    h.run_for(Duration::from_secs(2));
+    h.crash(3);
+    h.run_for(Duration::from_millis(1500));
+    match h.node(1).events.iter().find(|e| matches!(e, SessionEvent::Failed { .. })) {
+        Some(SessionEvent::Failed { error, .. }) => {
+            assert!(error.contains("has no copy on a live node"), "{error}");
+        }
+        _ => panic!("{:?}", h.node(1).events),
+    }
 }

@@ -1893,21 +1893,20 @@ mod tests {
         assert_eq!(s.stats().missed_deadlines, 0);
     }
 
-    #[test]
-    fn a_cluster_share_takes_over_a_lost_node_s_blocks_from_its_local_copies() {
-        // Disks 0 and 1 are this node's; 2 and 3 a node now lost. Every block has a second
-        // copy on the other node's disks.
+    /// A cluster share on this node's disks 0 and 1 (2 and 3 another node's, every block with a
+    /// second copy on the other node's disks) of an 8-block object, started at 50 ms with its
+    /// clock pinned at 300 ms.
+    fn cluster_share_started() -> CycleScheduler<u32> {
         let mut s = sched(AdmissionPolicy::Aggressive, 2, CycleConfig::default());
         let other = |d: u16| DiskId([2, 3, 0, 1][usize::from(d)]);
         let mut p = (*plan(1, &[2, 0, 3, 1, 2, 2, 0, 3], 500)).clone();
         for b in &mut p.blocks {
             b.copies.push(other(b.disk.0));
         }
-        let p = Arc::new(p);
         let local: Arc<BTreeSet<DiskId>> = Arc::new([DiskId(0), DiskId(1)].into());
         let req = OpenStream {
             stream: StreamId(1),
-            plan: Arc::clone(&p),
+            plan: Arc::new(p),
             avg_bitrate: BitRate(8_000_000),
             peak_bitrate: BitRate(8_000_000),
             local: Some(local),
@@ -1915,6 +1914,13 @@ mod tests {
         assert_eq!(s.handle_open(Instant::ZERO, req), Decision::Admit);
         let anchor = Anchor { wall: at(300), media: MediaTime::ZERO };
         s.handle_start_pinned(at(50), StreamId(1), 1, BlockIndex(0), anchor, Pace::NOMINAL);
+        s
+    }
+
+    #[test]
+    fn a_cluster_share_takes_over_a_lost_node_s_blocks_from_its_local_copies() {
+        // Disks 2 and 3 are a node now lost.
+        let mut s = cluster_share_started();
         let mut got = Vec::new();
         let mut now = at(50);
         for step in 0..20 {
@@ -1953,24 +1959,7 @@ mod tests {
     fn a_cluster_share_gives_back_the_blocks_it_has_not_reached() {
         // As above; the lost node's blocks are taken over at the start, and given back at
         // 550 ms: the walk has reached block 6 (read ahead); 7 is read no more.
-        let mut s = sched(AdmissionPolicy::Aggressive, 2, CycleConfig::default());
-        let other = |d: u16| DiskId([2, 3, 0, 1][usize::from(d)]);
-        let mut p = (*plan(1, &[2, 0, 3, 1, 2, 2, 0, 3], 500)).clone();
-        for b in &mut p.blocks {
-            b.copies.push(other(b.disk.0));
-        }
-        let p = Arc::new(p);
-        let local: Arc<BTreeSet<DiskId>> = Arc::new([DiskId(0), DiskId(1)].into());
-        let req = OpenStream {
-            stream: StreamId(1),
-            plan: Arc::clone(&p),
-            avg_bitrate: BitRate(8_000_000),
-            peak_bitrate: BitRate(8_000_000),
-            local: Some(local),
-        };
-        assert_eq!(s.handle_open(Instant::ZERO, req), Decision::Admit);
-        let anchor = Anchor { wall: at(300), media: MediaTime::ZERO };
-        s.handle_start_pinned(at(50), StreamId(1), 1, BlockIndex(0), anchor, Pace::NOMINAL);
+        let mut s = cluster_share_started();
         let lost = [0, 2, 4, 5, 7].map(BlockIndex);
         s.handle_take_over(at(50), StreamId(1), 1, &lost);
         let mut got = Vec::new();

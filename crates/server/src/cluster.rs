@@ -254,6 +254,7 @@ impl Poller {
         let nodes_prefix = isochron_etcd::membership::nodes_prefix(&settings.prefix);
         let mut was: BTreeMap<String, NodeRecord> = BTreeMap::new();
         let mut dead = DeadNodes::default();
+        let mut forgotten: BTreeSet<String> = BTreeSet::new();
         let mut watch: Option<isochron_etcd::Watch> = None;
         while !stop.load(Ordering::Relaxed) {
             match client.get_prefix(live_prefix.as_bytes()) {
@@ -317,6 +318,7 @@ impl Poller {
                     .map(|rec| (rec.name.clone(), rec))
                     .collect();
             }
+            forget_departed(&store, &view, &sessions, &mut forgotten);
             sync_library(&store, &library);
             if view.etcd_ok.load(Ordering::Relaxed) {
                 let live: BTreeSet<String> = lock(&view.live).keys().cloned().collect();
@@ -345,6 +347,31 @@ impl Poller {
         if let Some(w) = watch {
             w.cancel();
         }
+    }
+}
+
+/// Tells the session manager, once, of every known node that is not live and owns no disk in
+/// use (removed, or dead with its disks retired): the cluster core forgets it, so that it no
+/// longer counts among a session's lost members (`docs/design/takeover.md`).
+fn forget_departed(
+    store: &Store,
+    view: &ClusterView,
+    sessions: &mpsc::UnboundedSender<SessionCommand>,
+    forgotten: &mut BTreeSet<String>,
+) {
+    let meta = store.meta();
+    let live = lock(&view.live).clone();
+    let known = lock(&view.known).clone();
+    forgotten.retain(|n| !live.contains_key(n));
+    for (name, rec) in &known {
+        let owns = meta
+            .disks
+            .iter()
+            .any(|d| d.state != DiskState::Retired && d.owner.as_deref() == Some(name.as_str()));
+        if live.contains_key(name) || owns || !forgotten.insert(name.clone()) {
+            continue;
+        }
+        let _ = sessions.send(SessionCommand::Forget { id: NodeId(rec.id) });
     }
 }
 

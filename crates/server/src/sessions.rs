@@ -136,6 +136,12 @@ pub enum SessionCommand {
         /// Where it takes relayed RTP.
         relay: Option<SocketAddr>,
     },
+    /// A node left the cluster for good: not live, and no disk in use is its own (removed with
+    /// `isochron node remove`, or dead and its disks retired) ([`ClusterCore::remove_member`]).
+    Forget {
+        /// The node.
+        id: NodeId,
+    },
     /// Allocate a stream id for a recording, from the sequence the RTSP sessions' streams use.
     AllocateStream {
         /// The id.
@@ -478,6 +484,10 @@ impl Manager {
                     self.relays.insert(info.id, addr);
                 }
                 self.cluster.handle_member(now, info);
+            }
+            SessionCommand::Forget { id } => {
+                info!(node = %id, "a node that left the cluster is forgotten");
+                self.cluster.remove_member(now, id);
             }
             SessionCommand::AllocateStream { reply } => {
                 let _ = reply.send(self.core.allocate_stream());
@@ -925,24 +935,23 @@ impl Manager {
             return 0;
         }
         let now = self.clock.now();
-        let names = |set: &dyn Fn(NodeId) -> bool| -> BTreeSet<String> {
-            self.cluster.members(now).filter(|m| set(m.id)).map(|m| m.name).collect()
-        };
-        let still = names(&|id| dead.contains(&id));
-        let before = names(&|id| dead.contains(&id) || id == node);
+        let still = self.alive_names(now, dead);
+        let mut with_node = dead.clone();
+        with_node.insert(node);
+        let before = self.alive_names(now, &with_node);
         let meta = link.store.meta();
-        let owned_by = |d: DiskId, set: &BTreeSet<String>| {
-            meta.disk(d).and_then(|r| r.owner.as_deref()).is_some_and(|o| set.contains(o))
+        let is_out = |d: DiskId, alive: &BTreeSet<String>| {
+            meta.disk(d).and_then(|r| r.owner.as_deref()).is_some_and(|o| !alive.contains(o))
         };
         let plan = &share.entry.plan;
         let holding = plan.blocks.partition_point(|b| b.first_send_time <= at).saturating_sub(1);
         let now_mine: BTreeSet<BlockIndex> =
-            taken_blocks(plan, &link.local_disks, |d| owned_by(d, &still), at)
+            taken_blocks(plan, &link.local_disks, |d| is_out(d, &still), at)
                 .iter()
                 .map(|b| b.index)
                 .collect();
         let blocks: Vec<BlockIndex> =
-            taken_blocks(plan, &link.local_disks, |d| owned_by(d, &before), at)
+            taken_blocks(plan, &link.local_disks, |d| is_out(d, &before), at)
                 .iter()
                 .map(|b| b.index)
                 .filter(|i| i.0 as usize > holding && !now_mine.contains(i))
@@ -966,13 +975,23 @@ impl Manager {
             return;
         }
         let now = self.clock.now();
-        let names: BTreeSet<String> =
-            self.cluster.members(now).filter(|m| dead.contains(&m.id)).map(|m| m.name).collect();
+        // Out of the session: its lost members, and nodes no longer members at all (removed).
+        let alive = self.alive_names(now, dead);
         let meta = link.store.meta();
         let is_dead = |d: DiskId| {
-            meta.disk(d).and_then(|r| r.owner.as_deref()).is_some_and(|o| names.contains(o))
+            meta.disk(d).and_then(|r| r.owner.as_deref()).is_some_and(|o| !alive.contains(o))
         };
-        let blocks = taken_blocks(&share.entry.plan, &link.local_disks, is_dead, from);
+        let plan = &share.entry.plan;
+        // A block from here on with no copy left: nobody can send it, and the session must
+        // not go on with a hole (every member finds the same block and says so).
+        let first = plan.blocks.partition_point(|b| b.first_send_time <= from).saturating_sub(1);
+        let orphan = plan.blocks[first..].iter().position(|b| b.copies.iter().all(is_dead));
+        if let Some(i) = orphan {
+            let error = format!("block {} has no copy on a live node", first + i);
+            self.cluster.handle_share_failed(now, key, run, error);
+            return;
+        }
+        let blocks = taken_blocks(plan, &link.local_disks, is_dead, from);
         if blocks.is_empty() {
             return;
         }
@@ -980,6 +999,12 @@ impl Manager {
         let indices: Vec<BlockIndex> = blocks.iter().map(|b| b.index).collect();
         let _ = self.sender.send(SenderCommand::Extend { stream, run, blocks });
         let _ = self.sched.send(SchedCommand::TakeOver { stream, run, blocks: indices });
+    }
+
+    /// The names of the members not in `dead`: a disk whose owner is not among them is out of
+    /// a session whose lost members are `dead` (lost, or removed from the cluster).
+    fn alive_names(&self, now: Instant, dead: &BTreeSet<NodeId>) -> BTreeSet<String> {
+        self.cluster.members(now).filter(|m| !dead.contains(&m.id)).map(|m| m.name).collect()
     }
 
     fn start_share(

@@ -323,6 +323,17 @@ impl Harness {
         self.node(id).paused_until = Some(until);
     }
 
+    /// `id` left the cluster for good (removed, its disks retired): every live node forgets it.
+    pub fn removed(&mut self, id: u16) {
+        let now = self.now;
+        for (nid, n) in &mut self.nodes {
+            if nid.0 != id && !n.crashed {
+                n.core.remove_member(now, NodeId(id));
+            }
+        }
+        self.flush();
+    }
+
     /// etcd reports `id` down to every live node.
     pub fn lease_lapsed(&mut self, id: u16) {
         let now = self.now;
@@ -589,6 +600,16 @@ impl Harness {
                     return;
                 };
                 let first = from.as_nanos() / PACKET_INTERVAL.as_nanos() as u64;
+                // On the origin, a block with no copy left fails the session (the server's
+                // `take_over`).
+                let start = first.max(r.spec.start.gsn.0);
+                let orphan = (start..object.packets()).find(|g| object.sender(*g, &dead).is_none());
+                if let Some(g) = orphan.filter(|_| key.origin == id) {
+                    let error =
+                        format!("block {} has no copy on a live node", g / PACKETS_PER_BLOCK);
+                    node.core.handle_share_failed(local, key, run, error);
+                    return;
+                }
                 // Its own blocks: by its plan, which left out the members lost before it opened.
                 let none = node.admitted.get(&key).cloned().unwrap_or_default();
                 let mut rest: BTreeSet<u64> = r.todo[r.next..].iter().copied().collect();

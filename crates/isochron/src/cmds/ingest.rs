@@ -182,7 +182,7 @@ fn ingest_remote(url: &str, args: &Args) -> anyhow::Result<ExitCode> {
             }
             Ok(v)
         })();
-        match result {
+        match result.and_then(|v| wait_listed(url, &name).map(|()| v)) {
             Ok(v) => println!(
                 "ingested {}: {:.1} s, {} bytes, {} blocks (through {})",
                 v["name"].as_str().unwrap_or(&name),
@@ -198,6 +198,53 @@ fn ingest_remote(url: &str, args: &Args) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// How long an ingest through a cluster node waits for every node to list the object.
+const LISTED_WITHIN: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// After an ingest through `url`: waits until every node that is up (the cluster's
+/// `/api/v1/nodes`; a single server has none) lists `name` in its `/api/v1/objects`, so that
+/// the object plays through any node once this returns. An error names the nodes that do not.
+fn wait_listed(url: &str, name: &str) -> anyhow::Result<()> {
+    let agent = super::api_agent(ureq::Agent::config_builder())?;
+    let get = |u: &str| -> Option<serde_json::Value> {
+        let body = agent.get(u).call().ok()?.into_body().read_to_string().ok()?;
+        serde_json::from_str(&body).ok()
+    };
+    let base = url.trim_end_matches('/');
+    let scheme = if base.starts_with("https://") { "https" } else { "http" };
+    let Some(nodes) = get(&format!("{base}/api/v1/nodes")) else { return Ok(()) };
+    let up: Vec<(String, String)> = nodes
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| n["state"] == "up")
+        .filter_map(|n| Some((n["name"].as_str()?.to_owned(), n["http"].as_str()?.to_owned())))
+        .collect();
+    let deadline = std::time::Instant::now() + LISTED_WITHIN;
+    let mut missing = up;
+    loop {
+        missing.retain(|(_, http)| {
+            let objects = get(&format!("{scheme}://{http}/api/v1/objects"));
+            !objects
+                .as_ref()
+                .and_then(|o| o.as_array())
+                .is_some_and(|a| a.iter().any(|o| o["name"].as_str() == Some(name)))
+        });
+        if missing.is_empty() {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            let names: Vec<&str> = missing.iter().map(|(n, _)| n.as_str()).collect();
+            anyhow::bail!(
+                "stored, but not listed by node(s) {} within {} s",
+                names.join(", "),
+                LISTED_WITHIN.as_secs()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 /// A reader that moves a progress bar.

@@ -237,7 +237,8 @@ fn only_admins_see_session_ids_and_clients() {
 }
 
 /// One byte every 2 s does not keep a request open: 408 at `request_timeout_s` (4 s here),
-/// counted from the request's first byte.
+/// counted from the connection's opening for its first request (from a later request's first
+/// byte).
 #[test]
 fn a_trickled_request_is_answered_408_at_the_request_timeout() {
     let _load = common::load(common::weight::LIGHT);
@@ -246,10 +247,12 @@ fn a_trickled_request_is_answered_408_at_the_request_timeout() {
         &dir.path().join("store"),
         ServeOptions { config: Some("[rtsp]\nrequest_timeout_s = 4\n"), ..ServeOptions::default() },
     );
+    // Before the connection opens: the server's clock starts at its accept, which is earlier
+    // than any instant taken after `connect` returns.
+    let start = Instant::now();
     let mut conn = TcpStream::connect(server.rtsp).unwrap();
     conn.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
     let request = format!("OPTIONS rtsp://{}/demo RTSP/1.0\r\nCSeq: 1\r\n\r\n", server.rtsp);
-    let start = Instant::now();
     let mut answer = Vec::new();
     for byte in request.bytes().take(request.len() - 1) {
         if conn.write_all(&[byte]).is_err() {
