@@ -921,9 +921,7 @@ impl ClusterCore {
             && let Some(m) = self.members.get_mut(&from)
         {
             m.last_heard = Some(now);
-            // A suspected peer speaks again: its parts stay taken over (the sessions it was
-            // in go on without it; the client drops the duplicates), but it may be suspected
-            // again in later sessions. The sessions it is the origin of have it back.
+            // A lost peer speaks again (it stood still, or its link healed).
             if m.live && m.lost {
                 m.lost = false;
                 // The sessions it is the origin of have it back, and its blocks: it never
@@ -1402,9 +1400,10 @@ impl ClusterCore {
                 }
                 // A pending stop completes without it; a run that waited only for it has ended.
                 self.on_stopped(now, id, key, r, None);
+                // Its end, if it reported one, stays on record: should it speak again and be
+                // taken back (`rejoin`), the run does not wait for an end it sent already.
                 if let Some(run) = self.sessions.get_mut(&stream).and_then(|s| s.run.as_mut()) {
                     run.senders.remove(&id);
-                    run.ended.remove(&id);
                 }
                 self.check_ended(stream);
             }

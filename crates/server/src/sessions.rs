@@ -982,11 +982,13 @@ impl Manager {
             meta.disk(d).and_then(|r| r.owner.as_deref()).is_some_and(|o| !alive.contains(o))
         };
         let plan = &share.entry.plan;
-        // A block from here on with no copy left: nobody can send it, and the session must
-        // not go on with a hole (every member finds the same block and says so).
+        // On the session's origin, a block from here on with no copy left: nobody can send
+        // it, and the session must not go on with a hole. Only the origin says so: a member
+        // cut off from the others would find every block without a copy, and its share (an
+        // orphan then) would close, though the others still send.
         let first = plan.blocks.partition_point(|b| b.first_send_time <= from).saturating_sub(1);
         let orphan = plan.blocks[first..].iter().position(|b| b.copies.iter().all(is_dead));
-        if let Some(i) = orphan {
+        if let Some(i) = orphan.filter(|_| key.origin == self.cluster.node()) {
             let error = format!("block {} has no copy on a live node", first + i);
             self.cluster.handle_share_failed(now, key, run, error);
             return;
