@@ -400,9 +400,10 @@ struct Session {
     run: Option<RunState>,
     /// Members lost (before it opened, or while it ran), whose parts the others took over.
     lost: BTreeSet<NodeId>,
-    /// Those lost while it ran with their share reserved: one that speaks again (it only stood
-    /// still, or its link healed) still runs that share, and takes its part back.
-    rejoinable: BTreeSet<NodeId>,
+    /// Those lost while it ran with their share reserved, and the run they were lost in: one
+    /// that speaks again (it only stood still, or its link healed) still runs that share, and
+    /// takes its part back if the session is still in that run.
+    rejoinable: BTreeMap<NodeId, u64>,
 }
 
 #[derive(Debug)]
@@ -672,7 +673,7 @@ impl ClusterCore {
                 reserved: BTreeSet::new(),
                 run: None,
                 lost: lost.clone(),
-                rejoinable: BTreeSet::new(),
+                rejoinable: BTreeMap::new(),
             },
         );
         for to in members {
@@ -1327,15 +1328,19 @@ impl ClusterCore {
         let streams: Vec<StreamId> = self
             .sessions
             .iter()
-            .filter(|(_, s)| s.rejoinable.contains(&node))
+            .filter(|(_, s)| s.rejoinable.contains_key(&node))
             .map(|(stream, _)| *stream)
             .collect();
         for stream in streams {
             let Some(s) = self.sessions.get_mut(&stream) else { continue };
-            s.rejoinable.remove(&node);
+            let lost_in = s.rejoinable.remove(&node);
             let key = ShareKey { origin: me, stream };
             let Some(run) = s.run.as_mut() else { continue };
-            let (Some((anchor, pace)), None) = (run.clock, run.stopping.as_ref()) else {
+            // A run started since (a seek, a resume) was not started on it: its share still
+            // runs the old one. So is a run being stopped. It stays out, its share closed.
+            let (Some((anchor, pace)), None, true) =
+                (run.clock, run.stopping.as_ref(), lost_in == Some(run.run))
+            else {
                 self.out.push_back((node, Message::Close { key }));
                 continue;
             };
@@ -1386,8 +1391,8 @@ impl ClusterCore {
                 continue;
             }
             session.lost.insert(id);
-            if session.run.is_some() && session.reserved.contains(&id) {
-                session.rejoinable.insert(id);
+            if let Some(run) = session.run.as_ref().filter(|_| session.reserved.contains(&id)) {
+                session.rejoinable.insert(id, run.run);
             }
             let lost = session.lost.len();
             if let Some(r) = session.run.as_ref().map(|run| run.run) {

@@ -5,7 +5,7 @@ mod harness;
 
 use std::time::Duration;
 
-use harness::{Harness, Object, PACKET_INTERVAL, PACKETS_PER_BLOCK};
+use harness::{Harness, Object, PACKET_INTERVAL, PACKETS_PER_BLOCK, Sent};
 use isochron_base::{Instant, NodeId, Pace, StreamId};
 use isochron_cluster::{Delivery, Health, SessionEvent, ShareKey, StopKind};
 
@@ -710,4 +710,41 @@ fn a_block_whose_copies_are_all_lost_fails_the_session_even_with_a_removed_node_
         }
         _ => panic!("{:?}", h.node(1).events),
     }
+}
+
+#[test]
+fn a_member_lost_across_a_seek_is_not_taken_back_into_a_run_it_never_started() {
+    // n3 is cut off for 1.5 s; meanwhile the origin seeks (a new run, started without n3). When
+    // n3 speaks again its share still runs the old run: it is told to close it, and the new run
+    // keeps sending its blocks from the other copies, on the new run's clock.
+    let mut h = Harness::with_replication(3, 60, 2);
+    playing(&mut h, 1, 10, Delivery::Bipartite, true);
+    h.run_for(Duration::from_secs(3));
+    for n in [1, 2] {
+        h.cut.insert((NodeId(3), NodeId(n)));
+        h.cut.insert((NodeId(n), NodeId(3)));
+    }
+    h.run_for(Duration::from_millis(1300));
+    h.stop(1, 10, StopKind::Now);
+    h.run_for(Duration::from_millis(5));
+    let seek = 2000;
+    h.start(1, 10, 2, seek, true);
+    h.run_for(Duration::from_millis(200));
+    h.cut.clear();
+    h.run_for(Duration::from_millis(300));
+    assert_eq!(h.node(3).core.share_count(), 0, "n3 closed its stale share");
+    h.run_for(Duration::from_secs(15));
+    assert!(!failed(&h, 1), "{:?}", h.node(1).events);
+    // Run 2's packets, from the seek on, each in time on its clock.
+    let sent: Vec<Sent> = h.sent.iter().copied().filter(|s| s.stream == StreamId(10)).collect();
+    let zero = sent.iter().find(|s| s.gsn == seek).expect("the seek's first packet").at;
+    for g in seek..h.object.packets() {
+        let first = sent.iter().filter(|s| s.gsn == g).map(|s| s.at).min();
+        let due = zero + PACKET_INTERVAL * u32::try_from(g - seek).unwrap();
+        assert!(
+            first.is_some_and(|at| at <= due + CLIENT_BUFFER),
+            "gsn {g}: {first:?}, due {due:?}"
+        );
+    }
+    assert!(ended(&h, 1, 10), "{:?}", h.node(1).events);
 }
