@@ -1373,6 +1373,7 @@ impl ClusterCore {
             None => None,
         };
         let takeover = k >= 2;
+        let margin = self.config.takeover_margin;
         if !takeover && cause == LossCause::Suspected {
             return;
         }
@@ -1420,12 +1421,7 @@ impl ClusterCore {
             let Some(run) = s.run.as_ref().filter(|_| takeover && s.lost.len() < k) else {
                 continue;
             };
-            let from = match (last_heard, run.clock) {
-                (Some(t), Some((anchor, pace))) => {
-                    media_at(anchor, pace, t.saturating_sub(self.config.takeover_margin))
-                }
-                _ => MediaTime::ZERO,
-            };
+            let from = takeover_from(last_heard, run.clock, margin).unwrap_or(MediaTime::ZERO);
             let r = run.run;
             let tell: Vec<NodeId> = s.members.iter().copied().filter(|n| *n != me).collect();
             for to in tell {
@@ -1433,7 +1429,6 @@ impl ClusterCore {
             }
         }
         // This node's shares.
-        let margin = self.config.takeover_margin;
         let keys: Vec<ShareKey> = self.shares.keys().copied().collect();
         for key in keys {
             let Some(share) = self.shares.get_mut(&key) else { continue };
@@ -1459,13 +1454,8 @@ impl ClusterCore {
             // From the dead node's last sign of life, minus the margin: what it sent after that
             // is sent twice, and the client (or a relayed session's origin) drops the duplicates
             // by sequence number.
-            let from = match (last_heard, share.clock) {
-                (Some(t), Some((anchor, pace))) => {
-                    let wall = t.saturating_sub(margin);
-                    media_at(anchor, pace, wall).max(spec.start.time)
-                }
-                _ => spec.start.time,
-            };
+            let from = takeover_from(last_heard, share.clock, margin)
+                .map_or(spec.start.time, |t| t.max(spec.start.time));
             let dead = share.dead.clone();
             self.local.push_back(LocalAction::TakeOver { key, run, dead, from, cause });
         }
@@ -1474,6 +1464,17 @@ impl ClusterCore {
 
 /// One nanosecond: health turns suspect strictly after `suspect_after`.
 const NANO: Duration = Duration::from_nanos(1);
+
+/// Where a takeover of a node last heard at `last_heard` starts on the clock `clock`: that
+/// instant less `margin` (what the node sent after it is sent twice; `takeover_margin`).
+fn takeover_from(
+    last_heard: Option<Instant>,
+    clock: Option<(LocalAnchor, Pace)>,
+    margin: Duration,
+) -> Option<MediaTime> {
+    let (t, (anchor, pace)) = (last_heard?, clock?);
+    Some(media_at(anchor, pace, t.saturating_sub(margin)))
+}
 
 /// The media time the clock `(anchor, pace)` shows at `wall`.
 fn media_at(anchor: LocalAnchor, pace: Pace, wall: Instant) -> MediaTime {

@@ -422,10 +422,7 @@ fn takeover_a_false_suspicion_costs_duplicates_only() {
     playing(&mut h, 1, 10, Delivery::Bipartite, true);
     h.run_for(Duration::from_secs(5));
     // n3's control links are cut for 1.5 s; it keeps sending its packets meanwhile.
-    for n in [1, 2] {
-        h.cut.insert((NodeId(3), NodeId(n)));
-        h.cut.insert((NodeId(n), NodeId(3)));
-    }
+    h.isolate(3);
     h.run_for(Duration::from_millis(1500));
     h.cut.clear();
     h.run_for(Duration::from_secs(25));
@@ -720,10 +717,7 @@ fn a_member_lost_across_a_seek_is_not_taken_back_into_a_run_it_never_started() {
     let mut h = Harness::with_replication(3, 60, 2);
     playing(&mut h, 1, 10, Delivery::Bipartite, true);
     h.run_for(Duration::from_secs(3));
-    for n in [1, 2] {
-        h.cut.insert((NodeId(3), NodeId(n)));
-        h.cut.insert((NodeId(n), NodeId(3)));
-    }
+    h.isolate(3);
     h.run_for(Duration::from_millis(1300));
     h.stop(1, 10, StopKind::Now);
     h.run_for(Duration::from_millis(5));

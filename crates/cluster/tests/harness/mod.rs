@@ -323,6 +323,16 @@ impl Harness {
         self.node(id).paused_until = Some(until);
     }
 
+    /// Cuts every control link between `id` and the other nodes, both ways (its packets to
+    /// clients still flow); `self.cut.clear()` heals them.
+    pub fn isolate(&mut self, id: u16) {
+        let others: Vec<NodeId> = self.nodes.keys().copied().filter(|n| n.0 != id).collect();
+        for n in others {
+            self.cut.insert((NodeId(id), n));
+            self.cut.insert((n, NodeId(id)));
+        }
+    }
+
     /// `id` left the cluster for good (removed, its disks retired): every live node forgets it.
     pub fn removed(&mut self, id: u16) {
         let now = self.now;
