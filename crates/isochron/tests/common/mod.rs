@@ -443,6 +443,32 @@ pub fn framemd5_packets(text: &str) -> Vec<PacketHash> {
         .collect()
 }
 
+/// Checks an ffmpeg `-c copy` packet listing of a stream against its source's: every packet, in
+/// order, but for the source's last video packet, which ffmpeg does not flush at the BYE (the
+/// RTP demuxer sees no next PES start). A swapped, lost or repeated packet anywhere else fails.
+pub fn check_ffmpeg_copy(got: &[PacketHash], want: &[PacketHash]) -> Result<(), String> {
+    if got == want {
+        return Ok(());
+    }
+    let last_video = want.iter().rposition(|p| p.0 == "0");
+    let mut without = want.to_vec();
+    if let Some(i) = last_video {
+        without.remove(i);
+    }
+    if got == without.as_slice() {
+        return Ok(());
+    }
+    let first =
+        got.iter().zip(&without).position(|(a, b)| a != b).unwrap_or(got.len().min(without.len()));
+    Err(format!(
+        "{} of {} packets; the first that differs is packet {first}: {:?} instead of {:?}",
+        got.len(),
+        want.len(),
+        got.get(first),
+        without.get(first)
+    ))
+}
+
 /// The source's packet listing, computed once per file.
 pub fn source_framemd5(path: &Path) -> Vec<PacketHash> {
     type Cache = std::sync::Mutex<std::collections::HashMap<PathBuf, Vec<PacketHash>>>;
