@@ -458,8 +458,11 @@ pub fn check_ffmpeg_copy(got: &[PacketHash], want: &[PacketHash]) -> Result<(), 
     if got == without.as_slice() {
         return Ok(());
     }
-    let first =
-        got.iter().zip(&without).position(|(a, b)| a != b).unwrap_or(got.len().min(without.len()));
+    let first = got
+        .iter()
+        .zip(&without)
+        .position(|(a, b)| a != b)
+        .unwrap_or_else(|| got.len().min(without.len()));
     Err(format!(
         "{} of {} packets; the first that differs is packet {first}: {:?} instead of {:?}",
         got.len(),
