@@ -404,6 +404,9 @@ struct Session {
     /// that speaks again (it only stood still, or its link healed) still runs that share, and
     /// takes its part back if the session is still in that run.
     rejoinable: BTreeMap<NodeId, u64>,
+    /// Those the members' shares were planned without (the `lost` of `Reserve`): a member lost
+    /// after that and before the first run is announced to the others with the run's `Start`.
+    planned_without: BTreeSet<NodeId>,
 }
 
 #[derive(Debug)]
@@ -674,6 +677,7 @@ impl ClusterCore {
                 run: None,
                 lost: lost.clone(),
                 rejoinable: BTreeMap::new(),
+                planned_without: lost.clone(),
             },
         );
         for to in members {
@@ -748,6 +752,19 @@ impl ClusterCore {
                 (true, _) => RunSpec { role: Role::Feeder, ..base },
             };
             self.send(now, to, Message::Start { key, run, spec });
+        }
+        // Members lost since the shares were planned and before any run: every member takes
+        // their part over from the first packet (one that still hears them would not by itself).
+        let Some(session) = self.sessions.get_mut(&stream) else { return };
+        let unplanned: Vec<NodeId> =
+            session.lost.difference(&session.planned_without).copied().collect();
+        session.planned_without.extend(unplanned.iter().copied());
+        let tell: Vec<NodeId> = session.members.iter().copied().filter(|n| *n != me).collect();
+        for to in tell {
+            for node in &unplanned {
+                let lost = Message::Lost { key, run, node: *node, from: spec.start.time };
+                self.send(now, to, lost);
+            }
         }
     }
 
@@ -1215,10 +1232,15 @@ impl ClusterCore {
             }
             return;
         };
-        let Some(reserving) = session.reserving.as_mut() else { return };
-        if !reserving.pending.remove(&from) {
+        let pending = session.reserving.as_mut().is_some_and(|r| r.pending.remove(&from));
+        if !pending {
+            // A member lost before it answered, answering now: the session opened without it.
+            if result.is_ok() && !session.members.contains(&from) {
+                self.send(now, from, Message::Close { key });
+            }
             return;
         }
+        let Some(reserving) = session.reserving.as_mut() else { return };
         match result {
             Ok(()) => {
                 session.reserved.insert(from);
@@ -1385,13 +1407,24 @@ impl ClusterCore {
             if !session.members.contains(&id) {
                 continue;
             }
-            if session.reserving.as_ref().is_some_and(|r| r.pending.contains(&id)) {
-                let refusal =
-                    Refusal { node: name.clone(), disk: None, reason: "node is down".into() };
-                self.refuse(now, stream, refusal);
+            session.lost.insert(id);
+            if let Some(r) = session.reserving.as_mut().filter(|r| r.pending.contains(&id)) {
+                // Lost before it answered: with K ≥ 2 and fewer than K lost the session opens
+                // on the others (its part is taken over from the first run on), as if it had
+                // been lost before the session opened; otherwise some block has no copy left.
+                if !takeover || session.lost.len() >= k {
+                    let reason = "node is down".to_owned();
+                    self.refuse(now, stream, Refusal { node: name.clone(), disk: None, reason });
+                    continue;
+                }
+                r.pending.remove(&id);
+                session.members.remove(&id);
+                if r.pending.is_empty() {
+                    session.reserving = None;
+                    self.events.push_back(SessionEvent::Opened { stream });
+                }
                 continue;
             }
-            session.lost.insert(id);
             if let Some(run) = session.run.as_ref().filter(|_| session.reserved.contains(&id)) {
                 session.rejoinable.insert(id, run.run);
             }

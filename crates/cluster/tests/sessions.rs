@@ -742,3 +742,62 @@ fn a_member_lost_across_a_seek_is_not_taken_back_into_a_run_it_never_started() {
     }
     assert!(ended(&h, 1, 10), "{:?}", h.node(1).events);
 }
+
+#[test]
+fn a_member_lost_before_it_answers_the_reservation_leaves_the_session_to_the_others() {
+    // n3 dies just before a session opens on n1, which has not noticed yet: its Reserve goes
+    // unanswered. With K = 2 the session opens on n1 and n2 once n3 is suspected (not refused:
+    // every block still has a copy), and the first run carries n3's part from its first packet.
+    let mut h = Harness::with_replication(3, 40, 2);
+    h.run_for(Duration::from_secs(2));
+    h.crash(3);
+    h.open(1, 10, Delivery::Bipartite);
+    h.run_for(Duration::from_millis(500));
+    assert!(!opened(&h, 1, 10), "not before n3 is suspected");
+    h.run_for(Duration::from_millis(1000));
+    assert!(opened(&h, 1, 10), "{:?}", h.node(1).events);
+    h.start(1, 10, 1, 0, true);
+    h.run_for(Duration::from_secs(30));
+    assert!(!failed(&h, 1), "{:?}", h.node(1).events);
+    let dups = h.assert_delivered_in_time(10, 0, CLIENT_BUFFER);
+    assert_eq!(dups, 0);
+    assert!(ended(&h, 1, 10), "{:?}", h.node(1).events);
+    // With K = 1 the same loss refuses the session: n3's blocks have no other copy.
+    let mut h = Harness::new(3, 40);
+    h.run_for(Duration::from_secs(2));
+    h.crash(3);
+    h.open(1, 11, Delivery::Bipartite);
+    h.run_for(Duration::from_millis(500));
+    h.lease_lapsed(3);
+    h.run_for(Duration::from_millis(10));
+    match last_event(&h, 1) {
+        SessionEvent::Refused { refusal, .. } => {
+            assert_eq!(refusal.to_string(), "node n3: node is down")
+        }
+        e => panic!("{e:?}"),
+    }
+    h.run_for(Duration::from_millis(10));
+    for n in 1..=2 {
+        assert_eq!(h.node(n).admitted(), 0, "node {n} released its reservation");
+    }
+}
+
+#[test]
+fn a_member_lost_to_the_origin_alone_before_the_first_run_is_taken_over_on_its_word() {
+    // The link n1–n2 fails while n1 opens a session: n2 reserves nothing n1 hears of, and n3,
+    // which holds the second copies of n2's blocks and still hears n2, takes n2's part over
+    // only because the first run's Start says so.
+    let mut h = Harness::with_replication(3, 40, 2);
+    h.run_for(Duration::from_secs(2));
+    h.cut.insert((NodeId(2), NodeId(1)));
+    h.cut.insert((NodeId(1), NodeId(2)));
+    h.open(1, 10, Delivery::Bipartite);
+    h.run_for(Duration::from_millis(1500));
+    assert!(opened(&h, 1, 10), "{:?}", h.node(1).events);
+    h.start(1, 10, 1, 0, true);
+    h.run_for(Duration::from_secs(30));
+    assert!(!failed(&h, 1), "{:?}", h.node(1).events);
+    assert_eq!(h.node(3).takeovers.len(), 1, "n3 took n2's part over on the origin's word");
+    h.assert_delivered_in_time(10, 0, CLIENT_BUFFER);
+    assert!(ended(&h, 1, 10), "{:?}", h.node(1).events);
+}

@@ -606,7 +606,10 @@ pub fn gst_fetch(url: &str, out: &Path, transport: &str) -> (Vec<u8>, String) {
 /// message. (Received end-of-file)" — whatever the server did (`GST_DEBUG=rtspsrc:5` shows the
 /// PAUSE's "sending message" and the flush a few hundred microseconds apart; the server is not
 /// involved before the PAUSE reaches it, and keeps the connection open: docs/design/closing.md).
-/// Anything else is an error.
+/// One failed send may be reported twice: by `gst_rtspsrc_try_send` and again by
+/// `gst_rtspsrc_pause`, its caller (both "Could not send message" — a send error, where a
+/// connection the server had closed reads as "Could not receive message" or "The server closed
+/// the connection"). Anything else is an error.
 pub fn gst_ended_cleanly(out: &Output) -> Result<(), String> {
     if out.status.success() {
         return Ok(());
@@ -614,9 +617,12 @@ pub fn gst_ended_cleanly(out: &Output) -> Result<(), String> {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let errors = stderr.matches("ERROR: from element").count();
+    let sends = stderr.matches("Could not send message. (Received end-of-file)").count();
     let race = stdout.contains("Got EOS from element")
-        && errors == 1
-        && stderr.contains("Could not send message. (Received end-of-file)");
+        && (1..=2).contains(&errors)
+        && sends == errors
+        && !stderr.contains("Could not receive message")
+        && !stderr.contains("closed the connection");
     if race {
         eprintln!("GStreamer's own shutdown race after EOS (tolerated): {stderr}");
         Ok(())

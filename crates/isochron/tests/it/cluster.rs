@@ -606,6 +606,22 @@ fn source_ips(summary: &serde_json::Value) -> Vec<String> {
     ips
 }
 
+/// Waits (30 s at most) until the reorganisation `node` coordinates (its joining) is done and
+/// moved something; returns its status.
+fn wait_for_reorg(c: &Cluster, node: &Node) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = get_json(&format!("{}/api/v1/reorg", node.http()));
+        if r["state"] == "idle" && r["moved"].as_u64() > Some(0) && r.get("pending_epoch").is_none()
+        {
+            return r;
+        }
+        assert!(r["state"] != "failed", "reorganisation failed: {r}\n{}", c.logs());
+        assert!(Instant::now() < deadline, "reorganisation not done: {r}\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Yima §2.1 with SCADDAR: a node is a group of disks. A fourth node joins while ten streams of
 /// a VBR clip play (its two disks are one SCADDAR addition; blocks move to it from every node in
 /// the disks' non-real-time share), then is removed the same way (`isochron node remove`) while
@@ -648,17 +664,7 @@ fn a_fourth_node_joins_and_leaves_while_streams_play(replication: usize) {
 
     // n4 joins: its disks are a SCADDAR addition, pending until the blocks that move are on it.
     let n4 = c.start_node("n4");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let reorg = loop {
-        let r = get_json(&format!("{}/api/v1/reorg", n4.http()));
-        if r["state"] == "idle" && r["moved"].as_u64() > Some(0) && r.get("pending_epoch").is_none()
-        {
-            break r;
-        }
-        assert!(r["state"] != "failed", "reorganisation failed: {r}\n{}", c.logs());
-        assert!(Instant::now() < deadline, "reorganisation not done: {r}\n{}", c.logs());
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let reorg = wait_for_reorg(&c, &n4);
     let moved = reorg["moved"].as_u64().unwrap();
     let mut plays = plays;
     let playing =
@@ -1203,11 +1209,13 @@ fn dummy_child() -> Child {
     c
 }
 
-/// `docs/design/takeover.md`: three nodes, `store.replication = 2`; isochron's client plays
-/// bipartite through n1 and n2, GStreamer relayed through n1; n3 (no session's origin) is
-/// killed (SIGKILL) partway. The holders of the second copies of n3's blocks take its part of
-/// every session over within the clients' buffers: every stream ends byte-exact and no
-/// client's buffer runs dry.
+/// `docs/design/takeover.md`: three nodes, `store.replication = 2`. A fourth node joined and
+/// was removed again (`node remove`, then stopped): it has left for good and counts for
+/// nothing. isochron's client plays bipartite through n1 and n2, GStreamer relayed through n1;
+/// n3 (no session's origin) is killed (SIGKILL) partway. The holders of the second copies of
+/// n3's blocks take its part of every session over within the clients' buffers: every stream
+/// ends byte-exact and no client's buffer runs dry; a new session is accepted after the kill
+/// (one copy of every block lives) and plays byte-exact.
 #[test]
 fn a_node_killed_mid_stream_is_taken_over_by_the_other_copies() {
     require("gst-launch-1.0");
@@ -1216,7 +1224,31 @@ fn a_node_killed_mid_stream_is_taken_over_by_the_other_copies() {
         start_cluster_with("[store]\nblock_size_kib = 64\nseed_demo = false\nreplication = 2\n");
     let d = c.dir.path().to_owned();
     c.ingest(0, &clip);
+    c.ingest_demo(1);
     let want = std::fs::read(&clip).unwrap();
+
+    // n4 joins (blocks move to it), is removed (they move back) and stops.
+    let mut n4 = c.start_node("n4");
+    wait_for_reorg(&c, &n4);
+    let res = run(
+        c.nodes[0].host.command(bin()).args(["node", "remove", "n4", "--server"]).args([
+            &c.nodes[0].http(),
+            "--wait",
+            "60",
+        ]),
+        90,
+    );
+    let err = String::from_utf8_lossy(&res.stderr);
+    assert!(res.status.success(), "node remove: {err}\n{}", c.logs());
+    assert!(Command::new("kill").arg(n4.child.id().to_string()).status().unwrap().success());
+    let (stopped, _) =
+        exit_within(std::mem::replace(&mut n4.child, dummy_child()), Duration::from_secs(10));
+    assert!(stopped, "n4 did not stop on SIGTERM\n{}", c.log("n4"));
+    wait_body(
+        &format!("{}/api/v1/nodes", c.nodes[0].http()),
+        |b| b.matches("\"state\":\"up\"").count() == 3,
+        "n4 gone",
+    );
 
     let gst_out = tmp(&d, "gst-takeover.ts");
     let gst = spawn_gst(&c, 0, "clip30", &gst_out);
@@ -1230,11 +1262,16 @@ fn a_node_killed_mid_stream_is_taken_over_by_the_other_copies() {
     let n3 = &mut c.nodes[2];
     n3.child.kill().expect("SIGKILL n3");
     let _ = n3.child.wait();
+    // A new session, once n1 knows n3 is gone: n3 is the only node lost (n4 left for good).
+    let after_out = tmp(&d, "after-kill.ts");
+    let after = spawn_play(&c, &c.nodes[1].rtsp("demo"), &after_out);
     for (i, (child, out)) in plays.into_iter().enumerate() {
         let summary =
             check_play(&c, child, &out, &want, &format!("isochron play {i} past n3's death"));
         eprintln!("isochron play {i}: {summary}");
     }
+    let demo_bytes = std::fs::read(demo()).unwrap();
+    check_play(&c, after, &after_out, &demo_bytes, "a new session after n3's death");
     let gst = c.child_output_within(gst, Duration::from_secs(90));
     assert_same_bytes(
         &std::fs::read(&gst_out).unwrap_or_default(),
@@ -1312,15 +1349,16 @@ fn pause(c: &Cluster, i: usize, d: Duration) {
     assert!(Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
 }
 
-/// `docs/design/takeover.md`, *A node that stood still*: K = 2 on three nodes; four isochron
-/// plays (bipartite, two through n1 and two through n3) and GStreamer over RTSP/TCP through n1
-/// and through n3 (relayed). n3, the origin of half of them, stands still for 3 s (SIGSTOP,
-/// shorter than its lease, longer than the others' suspicion), then n2, the origin of none.
-/// Nobody's stream ends: every client exits 0 with every byte, none starved, and the packets
-/// sent twice (the takeover's margin, and what the resumed node sent before it was told to
-/// stop) stay a small share of the stream.
+/// `docs/design/takeover.md`, *A node that stood still*: K = 2 on three nodes; eight isochron
+/// plays (bipartite, four through n1 and four through n3), GStreamer and ffmpeg over RTSP/TCP
+/// through n1 and through n3 (relayed). n3, the origin of half of them, stands still for 3 s
+/// (SIGSTOP, shorter than its lease, longer than the others' suspicion), then n2, the origin of
+/// none, for 15 s (its lease lapses: it is down, taken over, and taken back when it speaks).
+/// Nobody's stream ends: every client exits 0 with every byte (ffmpeg: every packet, in order),
+/// none starved, and the packets sent twice (the takeover's margin, and what a resumed node
+/// sent before it was told to stop) stay a small share of the stream.
 #[test]
-fn a_node_that_stands_still_for_three_seconds_ends_no_stream() {
+fn a_node_that_stands_still_ends_no_stream() {
     require("gst-launch-1.0");
     let clip = common::fixture("clip30");
     let c =
@@ -1339,7 +1377,24 @@ fn a_node_that_stands_still_for_three_seconds_ends_no_stream() {
             (spawn_gst_with(&c, node, "clip30", &props, &out), out, node)
         })
         .collect();
-    let plays: Vec<(Child, PathBuf, usize)> = [0, 0, 2, 2]
+    let ffmpegs: Vec<(Child, PathBuf, usize)> = [0, 2]
+        .into_iter()
+        .map(|node| {
+            let md5 = tmp(&d, &format!("ffmpeg-paused-{node}.md5"));
+            let child = c
+                .client_cmd("timeout")
+                .args(["-k", "5", "90", "ffmpeg", "-nostdin", "-v", "error"])
+                .args(["-rtsp_transport", "tcp", "-i", &c.nodes[node].rtsp("clip30")])
+                .args(["-map", "0", "-c", "copy", "-f", "framemd5", "-y"])
+                .arg(&md5)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("ffmpeg");
+            (child, md5, node)
+        })
+        .collect();
+    let plays: Vec<(Child, PathBuf, usize)> = [0, 0, 0, 0, 2, 2, 2, 2]
         .into_iter()
         .enumerate()
         .map(|(i, node)| {
@@ -1349,8 +1404,8 @@ fn a_node_that_stands_still_for_three_seconds_ends_no_stream() {
         .collect();
     std::thread::sleep(Duration::from_secs(6));
     pause(&c, 2, Duration::from_secs(3));
-    std::thread::sleep(Duration::from_secs(5));
-    pause(&c, 1, Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(3));
+    pause(&c, 1, Duration::from_secs(15));
     let (mut received, mut duplicates) = (0.0, 0.0);
     for (i, (child, out, node)) in plays.into_iter().enumerate() {
         let what = format!("isochron play {i} through n{} past the pauses", node + 1);
@@ -1360,31 +1415,49 @@ fn a_node_that_stands_still_for_three_seconds_ends_no_stream() {
         received += summary["packets"].as_f64().unwrap();
         duplicates += summary["duplicates"].as_f64().unwrap();
     }
-    for (child, out, node) in gsts {
-        let gst = c.child_output_within(child, Duration::from_secs(60));
+    let relay_counts = |node: usize| {
         let metrics = get_text(&format!("{}/metrics", c.nodes[node].http()));
-        let counts: Vec<&str> = metrics
+        let counts: Vec<String> = metrics
             .lines()
             .filter(|l| !l.starts_with('#') && (l.contains("lost") || l.contains("relay")))
+            .map(str::to_owned)
             .collect();
+        counts.join("\n")
+    };
+    for (child, out, node) in gsts {
+        let gst = c.child_output_within(child, Duration::from_secs(60));
         assert_same_bytes(
             &std::fs::read(&out).unwrap_or_default(),
             &want,
             &format!(
                 "GStreamer relayed through n{} past the pauses: {gst}\n{}\n{}",
                 node + 1,
-                counts.join("\n"),
+                relay_counts(node),
                 c.logs()
             ),
         );
     }
+    let src = common::source_framemd5(&clip);
+    for (child, md5, node) in ffmpegs {
+        let err = c.child_output_within(child, Duration::from_secs(60));
+        let got = framemd5_packets(&std::fs::read_to_string(&md5).unwrap_or_default());
+        if let Err(e) = common::check_ffmpeg_copy(&got, &src) {
+            panic!(
+                "ffmpeg relayed through n{} past the pauses: {e}\n{err}\n{}\n{}",
+                node + 1,
+                relay_counts(node),
+                c.logs()
+            );
+        }
+    }
     // Sent twice per pause: the stopped node's third of the packets from the takeover's start
     // (its last heartbeat less the 1 s margin) to the give-back (0.5 s after it speaks again,
     // less what was read ahead), which includes the stall's packets it sends on resuming:
-    // about 2 s of the stream each, 4 s of 30 s for the two (measured 12-14 %). Before, a
-    // node that stood still sent every packet of its part twice to the end of the stream.
+    // about 1.5 s of the stream for the 3 s pause, 5.5 s for the 15 s one, of 30 s (measured
+    // 12-14 % for two 3 s pauses, 7 % for one of 15 s). Before, a node that stood still sent
+    // every packet of its part twice to the end of the stream.
     eprintln!("duplicates: {duplicates} of {received} packets received");
-    assert!(duplicates <= 0.2 * received, "{duplicates} of {received} packets were duplicates");
+    assert!(duplicates <= 0.25 * received, "{duplicates} of {received} packets were duplicates");
     // The object reads back whole through any node (`isochron cat --server`).
     let back = tmp(&d, "cat-paused.ts");
     let res = run(
@@ -1396,8 +1469,8 @@ fn a_node_that_stands_still_for_three_seconds_ends_no_stream() {
     assert!(res.status.success(), "cat --server: {}", String::from_utf8_lossy(&res.stderr));
     assert_same_bytes(&std::fs::read(&back).unwrap(), &want, "cat --server through n2");
     let logs = c.logs();
-    assert!(!logs.contains("is down"), "a node was declared down:\n{logs}");
     assert!(c.log("n3").contains("stood still"), "{logs}");
+    assert!(c.log("n2").contains("stood still"), "{logs}");
 }
 
 /// GStreamer playing `node`'s `object` relayed over RTSP/TCP into `out`, in the client namespace.
