@@ -801,3 +801,28 @@ fn a_member_lost_to_the_origin_alone_before_the_first_run_is_taken_over_on_its_w
     h.assert_delivered_in_time(10, 0, CLIENT_BUFFER);
     assert!(ended(&h, 1, 10), "{:?}", h.node(1).events);
 }
+
+#[test]
+fn a_node_killed_while_its_part_is_being_given_back_is_taken_over_again() {
+    // n3 stands still 3 s and is taken over; it speaks again and the others give its part back
+    // from `rejoin_margin` ahead; it dies before that point (and again, later, after it). Each
+    // time the others take its part over once more: every packet reaches the client in time.
+    for dies_after in [Duration::from_millis(200), Duration::from_millis(2000)] {
+        let mut h = Harness::with_replication(3, 40, 2);
+        playing(&mut h, 1, 10, Delivery::Bipartite, true);
+        h.run_for(Duration::from_secs(5));
+        h.pause(3, Duration::from_secs(3));
+        h.run_for(Duration::from_secs(3));
+        h.run_for(dies_after);
+        for n in [1, 2] {
+            assert_eq!(h.node(n).givebacks.len(), 1, "node {n}: {:?}", h.node(n).givebacks);
+        }
+        h.crash(3);
+        h.run_for(Duration::from_secs(3));
+        h.lease_lapsed(3);
+        h.run_for(Duration::from_secs(30));
+        assert!(!failed(&h, 1), "{dies_after:?}: {:?}", h.node(1).events);
+        h.assert_delivered_in_time(10, 0, CLIENT_BUFFER);
+        assert!(ended(&h, 1, 10), "{dies_after:?}: {:?}", h.node(1).events);
+    }
+}
