@@ -626,7 +626,8 @@ fn wait_for_reorg(c: &Cluster, node: &Node) -> serde_json::Value {
 /// a VBR clip play (its two disks are one SCADDAR addition; blocks move to it from every node in
 /// the disks' non-real-time share), then is removed the same way (`isochron node remove`) while
 /// ten more play. Every stream is byte-exact to its last byte and ended by the server's BYE:
-/// blocks that moved under a running session are still sent, by someone, on time.
+/// blocks that moved under a running session are still sent, by someone, on time. With one
+/// copy, a node killed then cuts a stream: `isochron play` exits non-zero with the reason.
 fn a_fourth_node_joins_and_leaves_while_streams_play(replication: usize) {
     let clip = common::fixture("vbr20");
     let config =
@@ -739,6 +740,23 @@ fn a_fourth_node_joins_and_leaves_while_streams_play(replication: usize) {
     let s =
         check_play(&c, spawn_play(&c, &c.nodes[0].rtsp("demo"), &out), &out, &demo_bytes, "after");
     assert!(!source_ips(&s).contains(&c.nodes[3].host.ip.to_string()), "{s}");
+
+    // With one copy, a node's death cuts the streams it holds blocks of: the server ends them
+    // with a BYE that says why, and the client exits non-zero with the reason.
+    if replication == 1 {
+        let out = d.join("cut.ts");
+        let play = spawn_play(&c, &c.nodes[0].rtsp("demo"), &out);
+        std::thread::sleep(Duration::from_secs(2));
+        let n3 = &mut c.nodes[2];
+        n3.child.kill().expect("SIGKILL n3");
+        let _ = n3.child.wait();
+        let res = play.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&res.stderr);
+        assert!(!res.status.success(), "a cut stream exited 0: {err}");
+        assert!(err.contains("the server ended the stream: node n3 is down"), "{err}");
+        let summary: serde_json::Value = serde_json::from_slice(&res.stdout).expect("play --json");
+        assert_eq!(summary["bye_reason"], "node n3 is down", "{summary}");
+    }
 }
 
 #[test]
