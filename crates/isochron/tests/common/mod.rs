@@ -113,15 +113,20 @@ pub fn fixture(name: &str) -> PathBuf {
         require("ffmpeg");
         let tmp = dir.join(format!("{name}.tmp.ts"));
         let args: Vec<String> = match name {
-            // ≥ 60 s (vbr60) or 20 s (vbr20) of VBR H.264 + AAC at several Mb/s (1 s GOP):
-            // the byte-exact, player and protocol tests play the short one (its length proves
-            // nothing more); pacing, the crash tests and HTTP downloads want the long one.
-            "vbr60" | "vbr20" => format!(
+            // ≥ 60 s (vbr60), 20 s (vbr20) or 12 s (vbr12) of VBR H.264 + AAC at several Mb/s
+            // (1 s GOP): the byte-exact, player and protocol tests play the 20 s one (its length
+            // proves nothing more); pacing, the crash tests and HTTP downloads want the long
+            // one; the cluster's join and removal, over in a few seconds, the short one.
+            "vbr60" | "vbr20" | "vbr12" => format!(
                 "-f lavfi -i testsrc2=size=960x540:rate=25 \
                  -f lavfi -i sine=frequency=330:sample_rate=48000 -t {} \
                  -c:v libx264 -preset ultrafast -g 25 -b:v 4M -maxrate 7M -bufsize 4M \
                  -pix_fmt yuv420p -c:a aac -b:a 128k -f mpegts",
-                if name == "vbr60" { 62 } else { 20 }
+                match name {
+                    "vbr60" => 62,
+                    "vbr20" => 20,
+                    _ => 12,
+                }
             )
             .split_whitespace()
             .map(String::from)

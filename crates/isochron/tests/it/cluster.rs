@@ -629,7 +629,7 @@ fn wait_for_reorg(c: &Cluster, node: &Node) -> serde_json::Value {
 /// blocks that moved under a running session are still sent, by someone, on time. With one
 /// copy, a node killed then cuts a stream: `isochron play` exits non-zero with the reason.
 fn a_fourth_node_joins_and_leaves_while_streams_play(replication: usize) {
-    let clip = common::fixture("vbr20");
+    let clip = common::fixture("vbr12");
     let config =
         format!("[store]\nblock_size_kib = 64\nseed_demo = false\nreplication = {replication}\n");
     let mut c = start_cluster_on(&config, 2);
@@ -658,7 +658,7 @@ fn a_fourth_node_joins_and_leaves_while_streams_play(replication: usize) {
     let plays: Vec<(Child, PathBuf)> = (0..10)
         .map(|k| {
             let out = d.join(format!("join-{k}.ts"));
-            (spawn_play(&c, &c.nodes[k % 3].rtsp("vbr20"), &out), out)
+            (spawn_play(&c, &c.nodes[k % 3].rtsp("vbr12"), &out), out)
         })
         .collect();
     std::thread::sleep(Duration::from_secs(2));
@@ -694,7 +694,7 @@ fn a_fourth_node_joins_and_leaves_while_streams_play(replication: usize) {
     let plays: Vec<(Child, PathBuf)> = (0..10)
         .map(|k| {
             let out = d.join(format!("remove-{k}.ts"));
-            (spawn_play(&c, &c.nodes[k % 4].rtsp("vbr20"), &out), out)
+            (spawn_play(&c, &c.nodes[k % 4].rtsp("vbr12"), &out), out)
         })
         .collect();
     std::thread::sleep(Duration::from_secs(2));
