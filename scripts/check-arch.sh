@@ -47,5 +47,20 @@ if grep -rnE '(Mutex|RwLock)<[^>]*(ServerCore|Scheduler|Pacer|BlockCache)' crate
   echo "invariant broken: a core state machine is shared behind a lock"; fail=1
 fi
 
+# 6. Comments and docs cite only what a reader can open: the repository's own files, papers and
+#    their sections, RFCs, public trackers. Never the team's private notes kept outside the
+#    repository (the design draft, the research notes, the seed files): a newcomer cannot follow
+#    them. Cite the paper, the RFC or the repository's doc instead, or say in the comment what the
+#    player does. (The brackets keep these patterns from matching this file.)
+notes='research[/]|algorithms\.md|\bDESIGN\b|interop[ ]§|[(]interop\b|interop[ ]notes'
+notes+='|rtsp[-]interop|shared[/]seeds|seeds/0[0-9]{2}|seed 00[0-9]|next[-]round|round3\.md'
+notes+='|aesthetics\.md|peers\.md'
+cites=$(git ls-files -z -- '*.rs' '*.md' '*.toml' '*.sh' '*.py' '*.dialog' \
+          ':!scripts/check-arch.sh' | xargs -0 -r grep -sHnE -e "$notes" -- || true)
+if [ -n "$cites" ]; then
+  echo "$cites"
+  echo "invariant broken: the lines above cite notes that are not in the repository"; fail=1
+fi
+
 [ $fail -eq 0 ] && echo "architecture invariants hold"
 exit $fail

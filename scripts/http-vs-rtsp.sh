@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# He et al. §5 (seed 003), "the difference between HTTP and RTSP": the same clip delivered to the
+# He et al. §5, "the difference between HTTP and RTSP": the same clip delivered to the
 # same N clients over RTSP/RTP (isochron's emulation clients, `isochron bench`) and over HTTP
 # (`curl` fetching /objects/NAME at the clip's own rate, as a progressive-download player does),
 # one after the other against one `isochron serve`; the server's CPU time over each phase, from

@@ -134,7 +134,7 @@ fn duration_nanos(d: Duration) -> u64 {
 /// A pacing speed: how fast a stream's media clock runs against the wall clock, in parts per
 /// million (1 000 000 = the stream's own timing).
 ///
-/// MTFC rate smoothing (Yima §2.5, `research/algorithms.md` §3) lets a client ask the server to
+/// MTFC rate smoothing (Yima §2.5; `docs/design/mtfc.md`) lets a client ask the server to
 /// send a session faster or slower than its nominal rate; the pacer then maps a media span `m` to
 /// the wall span `m / pace`. An integer ratio keeps that mapping exact: re-anchoring at a packet
 /// and scaling again never accumulates rounding drift.

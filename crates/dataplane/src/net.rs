@@ -2,7 +2,7 @@
 //!
 //! Why one socket pair for every session: the advertised `server_port` is the same in every SETUP
 //! reply (players filter on it: `ffmpeg -rtsp_flags filter_src`), and one `sendmmsg(2)` call can
-//! then carry the due packets of many sessions at once (DESIGN §2.8). RTCP from clients arrives on
+//! then carry the due packets of many sessions at once. RTCP from clients arrives on
 //! the RTCP socket and is demultiplexed by the SSRC it reports on.
 //!
 //! Why `sendmmsg` with two iovecs per packet: the 12-byte RTP header lives in a small array, the

@@ -10,7 +10,7 @@
 //! batches the answers of many streams into one `sendmmsg`.
 //!
 //! A stream can be paced faster or slower than its own timing (MTFC rate smoothing, Yima §2.5,
-//! `research/algorithms.md` §3.3: the client asks, the server only paces): at pace `r` packet `p`
+//! `docs/design/mtfc.md`: the client asks, the server only paces): at pace `r` packet `p`
 //! is due at `anchor.wall + (p.send_time − anchor.media) / r`. A change of pace re-anchors at the
 //! current packet (the next one to send, else the last one sent): the new anchor is that
 //! packet's due time under the old pace, so the schedule stays continuous and, the division

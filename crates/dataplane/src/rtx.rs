@@ -1,6 +1,6 @@
 //! The retransmission buffer: what this node sent lately, by RTP sequence number (sans-IO).
 //!
-//! Why: Yima's retransmission-based error control (RBEC, Yima §2.3; `research/algorithms.md` §4)
+//! Why: Yima's retransmission-based error control (RBEC, Yima §2.6; Zimmermann et al., MMCN 2003)
 //! has the client ask the node that *sent* a lost packet for it again, because that node still
 //! holds it. A client names the lost packets by their RTP sequence numbers in an RTCP generic NACK
 //! (RFC 4585 §6.2.1); each node keeps, per UDP stream, the packets it sent during the last

@@ -1,4 +1,4 @@
-//! A heap buffer aligned for `O_DIRECT` (algorithms.md §5.5).
+//! A heap buffer aligned for `O_DIRECT` (open(2)).
 //!
 //! Why: direct IO bypasses the page cache, so the kernel DMAs straight into the caller's memory,
 //! which must then be aligned to the device's logical block size (we use 4096, which covers

@@ -1,4 +1,4 @@
-//! The embedded catalog: [`Catalog`] on a redb database file (DESIGN §2.5).
+//! The embedded catalog: [`Catalog`] on a redb database file.
 //!
 //! Why redb: a single-node store needs a crash-safe, transactional key-value file with no server
 //! to run; redb is pure Rust, ACID with durable commits by default, and takes an exclusive file

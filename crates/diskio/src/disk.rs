@@ -1,10 +1,9 @@
-//! One disk of the store: a directory holding an identity file and one file per block
-//! (DESIGN §2.4).
+//! One disk of the store: a directory holding an identity file and one file per block.
 //!
 //! Why a directory per disk and a file per block: it works on any filesystem and mount point,
 //! needs no allocator of our own, and lets an operator inspect a disk with `ls`. Yima's placement
 //! decides *which* disk holds a block; where the block sits *within* the disk is the filesystem's
-//! business (algorithms.md §1).
+//! business.
 //!
 //! # Layout
 //!
@@ -29,7 +28,7 @@
 //!
 //! # Reads
 //!
-//! [`DiskDir::read_block`] opens the block file with `O_DIRECT` (algorithms.md §5.5): reads then
+//! [`DiskDir::read_block`] opens the block file with `O_DIRECT` (open(2)): reads then
 //! cost what the disk costs, so the disk profile and the admission test stay honest, and the
 //! kernel page cache does not compete with our own block cache. Filesystems that refuse
 //! `O_DIRECT` (tmpfs, some overlays) answer `EINVAL`; the disk then falls back, once and with a

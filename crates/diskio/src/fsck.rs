@@ -11,8 +11,8 @@
 //!   disks the active epoch puts them on, [`replicas_active`]; Yima §2.1's fault tolerance) is
 //!   read and verified: the block's own checksum and key, and its checksum against the
 //!   catalog's;
-//! - with a reorganisation pending (SCADDAR, Goel et al. ICDE 2002; `research/algorithms.md`
-//!   §2.7), the copies already made at the pending epoch's disks are counted (they are progress,
+//! - with a reorganisation pending (SCADDAR, Goel et al. ICDE 2002; `docs/design/scaling.md`),
+//!   the copies already made at the pending epoch's disks are counted (they are progress,
 //!   not orphans);
 //! - every block file on every open disk is classified: it belongs (the active or pending
 //!   placement puts it there) or it is an orphan (unknown object, index past the object's end,

@@ -7,16 +7,16 @@
 //! stored in version-2 blocks, with a track description per stream in the catalog. Both go
 //! through the same two passes:
 //!
-//! Two passes over the source (DESIGN §1, "parsed once" at ingest, never at play time):
+//! Two passes over the source (it is parsed once, at ingest, never at play time):
 //!
 //! 1. **Scan.** [`TsScanner`] validates every packet and builds the timing index: PCR anchors,
 //!    cut points, random-access points. Nothing is written, so a file that is not MPEG-TS (or has
 //!    no PCR to pace it by) is refused with the store unchanged.
 //! 2. **Store.** The payload units ([`TsIndex::units`]: ≤ 7 TS packets, each with its send time)
-//!    are packed into blocks of whole units (DESIGN §2.2); each block goes to the disk Yima's
-//!    placement picks for `(seed, index)`, and with replication (`store.replication` K) to the
-//!    K−1 other disks its copies are placed on (`isochron_store::replica`), each copy written
-//!    durably (temp file, fsync, rename).
+//!    are packed into blocks of whole units (`docs/design/block-format.md`); each block goes to the
+//!    disk Yima's placement picks for `(seed, index)`, and with replication (`store.replication` K)
+//!    to the K−1 other disks its copies are placed on (`isochron_store::replica`), each copy
+//!    written durably (temp file, fsync, rename).
 //!
 //! Only when every copy of every block is durable is the catalog entry committed, in one redb
 //! transaction. A
@@ -676,10 +676,11 @@ pub struct NativeTotals {
     pub peak_bytes_per_s: u64,
 }
 
-/// Packs an object's payload units, in GSN order, into blocks of whole units (DESIGN §2.2) and
-/// collects what the catalog records of them. Ingest feeds it [`TsIndex::units`]; the recorder
-/// feeds it the units [`UnitStream`](isochron_media::UnitStream) yields, which are the same, so a
-/// recorded object's blocks are byte for byte those an ingest of the same bytes makes.
+/// Packs an object's payload units, in GSN order, into blocks of whole units
+/// (`docs/design/block-format.md`) and collects what the catalog records of them. Ingest feeds it
+/// [`TsIndex::units`]; the recorder feeds it the units [`UnitStream`](isochron_media::UnitStream)
+/// yields, which are the same, so a recorded object's blocks are byte for byte those an ingest of
+/// the same bytes makes.
 #[derive(Debug)]
 pub struct BlockPacker {
     id: ObjectId,

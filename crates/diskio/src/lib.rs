@@ -4,13 +4,13 @@
 //! Why a crate of its own: the cores (`store`, `sched`, …) are sans-IO (`CONTRIBUTING.md`), so
 //! every file the project touches for storage is touched here, behind a small API:
 //!
-//! - [`AlignedBuf`]: the 4 KiB-aligned buffers direct reads need (algorithms.md §5.5).
-//! - [`DiskDir`]: one disk = one directory of block files with an identity file (DESIGN §2.4);
+//! - [`AlignedBuf`]: the 4 KiB-aligned buffers direct reads need (`O_DIRECT`, open(2)).
+//! - [`DiskDir`]: one disk = one directory of block files with an identity file;
 //!   crash-safe writes, verified `O_DIRECT` reads.
 //!   A disk may be emulated (a latency and transfer model after Gennart et al., §3.2).
-//! - [`IoWorker`]: one OS thread per disk, fed over a channel (DESIGN §2.6), with a real-time
+//! - [`IoWorker`]: one OS thread per disk, fed over a channel (XTREAM §2.1), with a real-time
 //!   and a non-real-time class sharing the disk (XTREAM's reserved share).
-//! - [`RedbCatalog`]: the embedded [`Catalog`](isochron_store::Catalog) (DESIGN §2.5).
+//! - [`RedbCatalog`]: the embedded [`Catalog`](isochron_store::Catalog).
 //! - [`Store`]: the catalog plus its disks, used by the CLI and the server; online disk scaling
 //!   (SCADDAR, Goel et al. ICDE 2002) with crash-ordered steps (`docs/design/scaling.md`).
 //! - [`fsck`](fsck::fsck): checks every block and every file, repairs what it can.

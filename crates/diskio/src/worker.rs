@@ -1,4 +1,5 @@
-//! One IO thread per disk, with a real-time and a non-real-time class (DESIGN §2.6; XTREAM).
+//! One IO thread per disk, with a real-time and a non-real-time class (XTREAM §2.1;
+//! `docs/design/scheduler.md`).
 //!
 //! Why a thread per disk: a disk does one thing at a time, so a thread that owns it gives natural
 //! per-disk queueing and a per-disk service time to measure; blocking `O_DIRECT` reads there never

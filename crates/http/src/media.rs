@@ -469,8 +469,8 @@ pub(crate) async fn object(
     r
 }
 
-/// Lets players on other origins read media (rtsp-interop notes §7.2): these are public,
-/// read-only resources.
+/// Lets players on other origins read media (hls.js in a page served elsewhere fetches the
+/// playlist and segments cross-origin, with `Range`): these are public, read-only resources.
 fn cors(h: &mut HeaderMap) {
     h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
     h.insert(

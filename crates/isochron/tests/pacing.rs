@@ -1,7 +1,7 @@
 //! The server's pacing, measured alone: this binary holds one test so that cargo runs nothing
 //! else beside it, and the client dates each datagram with the kernel's receive time, so what is
-//! measured is when the server sent it (DESIGN §2.4: the sender paces each packet by its
-//! PCR-derived send time). A control thread measures the machine's own wake-up lateness in the
+//! measured is when the server sent it (the sender paces each packet by its PCR-derived send
+//! time). A control thread measures the machine's own wake-up lateness in the
 //! same run, and the bar is 50 ms on top of it: a VM with CPU steal delays every thread.
 
 #![allow(clippy::print_stderr)] // tests report measurements on stderr

@@ -1,9 +1,9 @@
 //! An RTSP/RTP client: one session, over UDP or interleaved TCP.
 //!
-//! Used by the integration tests as an independent oracle (rtsp-interop §6.3: contiguous
-//! sequence numbers, RTP-Info matching the first packet, SR and BYE present, payloads of whole TS
-//! packets), and by `isochron bench` as the emulation client. It speaks to any RTSP server, not
-//! just isochron.
+//! Used by the integration tests as an independent oracle (contiguous sequence numbers, RTP-Info
+//! matching the first packet (RFC 2326 §12.33), SR and BYE present (RFC 3550 §6.4.1, §6.6),
+//! payloads of whole TS packets (RFC 2250 §2)), and by `isochron bench` as the emulation client. It
+//! speaks to any RTSP server, not just isochron.
 //!
 //! Responses and interleaved frames share the TCP connection: a reader task demultiplexes them
 //! with the same codec the server uses (`isochron_rtsp::codec`), sending responses to the request
@@ -871,8 +871,8 @@ async fn recv_loop_shared(sock: std::sync::Arc<UdpSocket>, tx: mpsc::UnboundedSe
 }
 
 /// Sends an RTCP receiver report naming `media_ssrc` every 2 s, as players do (ffmpeg every
-/// ~2 s, GStreamer every ~5 s): it keeps a UDP session alive on the server (RFC 2326 §12.37 and
-/// rtsp-interop §2.6).
+/// ~2 s, GStreamer every ~5 s): it keeps a UDP session alive on the server (RFC 2326 §12.37;
+/// RFC 7826 §10.5 counts RTCP as a sign of life).
 async fn send_receiver_reports(sock: std::sync::Arc<UdpSocket>, to: SocketAddr, media_ssrc: u32) {
     let own_ssrc = own_ssrc(media_ssrc);
     let mut tick = tokio::time::interval(Duration::from_secs(2));

@@ -1,6 +1,6 @@
 //! Batched UDP receive with `recvmmsg(2)`: one system call takes up to [`BATCH`] datagrams into
 //! buffers allocated once, so an emulation client costs no allocation and few syscalls per
-//! packet (DESIGN §2.10: the bench must be cheaper than the server it measures).
+//! packet: the bench must be cheaper than the server it measures.
 //!
 //! Each datagram carries the kernel's receive time (`SO_TIMESTAMPNS`, socket(7)) when the socket
 //! asks for it with [`enable_timestamps`]: a measurement of the server's pacing must not include

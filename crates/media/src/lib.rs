@@ -3,7 +3,8 @@
 //!
 //! Why this crate exists: isochron stores a media file as a stream of ready-to-send RTP payload
 //! units, each with its send time, so that any node can pace its blocks with no help from the
-//! others (DESIGN §2.2). For MPEG-TS that means reading the file once at ingest and deriving
+//! others (`docs/design/block-format.md`). For MPEG-TS that means reading the file once at
+//! ingest and deriving
 //!
 //! - each TS packet's **send time** from the program clock reference, interpolated linearly
 //!   between PCRs (ISO/IEC 13818-1 §2.4.2.2, §2.4.3.5), with wrap-around and discontinuities

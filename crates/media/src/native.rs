@@ -1,11 +1,12 @@
 //! The RTP packet stream of an object ingested from MP4 or Matroska (sans-IO).
 //!
 //! Why: isochron stores every object as the packets it sends, each with its send time, so that
-//! any node paces its own blocks without help (DESIGN §2.2). For MPEG-TS those packets are runs
-//! of TS packets timed by the PCR ([`crate::TsIndex::units`]). For a file of elementary streams
-//! they are the native RTP payloads of each track — H.264 (RFC 6184), H.265 (RFC 7798), AAC
-//! (RFC 3640), Opus (RFC 7587), AC-3 (RFC 4184), MPEG audio (RFC 2250 §3.5) — cut once at ingest
-//! by [`isochron_rtp::payload`]'s packetizers, and this module decides their timing and order:
+//! any node paces its own blocks without help (`docs/design/block-format.md`). For MPEG-TS those
+//! packets are runs of TS packets timed by the PCR ([`crate::TsIndex::units`]). For a file of
+//! elementary streams they are the native RTP payloads of each track — H.264 (RFC 6184), H.265
+//! (RFC 7798), AAC (RFC 3640), Opus (RFC 7587), AC-3 (RFC 4184), MPEG audio (RFC 2250 §3.5) — cut
+//! once at ingest by [`isochron_rtp::payload`]'s packetizers, and this module decides their timing
+//! and order:
 //!
 //! - **Zero.** The object's timeline starts at the earliest decode time of any sample (B-frame
 //!   delay and audio priming make some times negative in the container); every time below is

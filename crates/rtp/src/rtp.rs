@@ -25,8 +25,8 @@ pub const LSN_EXT_URI: &str = "urn:x-isochron:rtp-hdrext:lsn";
 /// The one-byte header-extension element id of the block end: the RTP sequence number of the
 /// last packet of the block this packet belongs to (`a=extmap:2
 /// urn:x-isochron:rtp-hdrext:block-end`). A client that lost the last packets of a block knows
-/// from any packet of that block that they exist, and which node sent them (RBEC's tail losses,
-/// `research/algorithms.md` §4.2).
+/// from any packet of that block that they exist, and which node sent them (RBEC's tail losses:
+/// without it, that node's next LSN may only come with its next block, seconds later).
 pub const BLOCK_END_EXT_ID: u8 = 2;
 
 /// The URI naming the block-end extension in SDP.

@@ -3,7 +3,7 @@
 //! One connection carries RTSP requests (pipelined, RFC 2326 §9.1), the odd response, and
 //! interleaved binary frames (`$`, channel, 16-bit length, payload; RFC 2326 §10.12) in any
 //! order: ffmpeg sends keep-alives between RTP frames and GStreamer sends RTCP on the odd
-//! channel (interop §2.1). [`decode`] takes the unconsumed bytes of the connection and returns
+//! channel. [`decode`] takes the unconsumed bytes of the connection and returns
 //! one [`Frame`] with the number of bytes it used, [`Decoded::Incomplete`] ("read more"), or
 //! [`Decoded::Invalid`] for bytes that can never become a message (the caller answers with
 //! [`ParseError::status`], usually 400, and closes).
@@ -13,9 +13,9 @@
 //! robustness), a size limit so that `Incomplete` can never wait forever, an early refusal of a
 //! `Content-Length` that cannot fit, and a diagnosis with a byte position and the request's
 //! `CSeq` when rtsp-types only says "error". A request whose version is RTSP/2.0 is returned as
-//! a normal frame so that the session core can answer 505 (interop §2.10); other versions are
-//! `Invalid` with [`ParseErrorKind::UnsupportedVersion`] (status 505). Lines must end in CRLF
-//! as RFC 2326 §4 requires; every client in the interop notes does so.
+//! a normal frame so that the session core can answer 505 (GStreamer then retries with 1.0);
+//! other versions are `Invalid` with [`ParseErrorKind::UnsupportedVersion`] (status 505). Lines
+//! must end in CRLF as RFC 2326 §4 requires; ffmpeg, GStreamer, VLC and live555 all do so.
 //!
 //! It does no IO and keeps no state: the caller owns the buffer and drops the consumed prefix.
 

@@ -5,15 +5,16 @@
 //! ([`headers`], RFC 2326 §12), the MPEG-TS session description ([`sdp`], Appendix C),
 //! lenient request-URI matching ([`url`], §3.2, Appendix C.1.1) and the session core
 //! ([`server`], §10 and Appendix A) that turns requests into responses and data-plane actions.
-//! Every rule follows `shared/research/rtsp-interop.md`, which records what ffmpeg, GStreamer,
-//! VLC and live555 actually need; the docs cite it as "interop §N".
+//! Beyond the RFCs, the rules follow what ffmpeg, GStreamer, VLC and live555 actually need; each
+//! such rule names the player it is for, and the dialogs in `src/server/testdata/` pin them.
 //!
 //! What does not live here: sockets, clocks, threads and tokio (the `server` crate owns the
 //! connections and calls [`server::ServerCore`]), RTP/RTCP packets (`isochron-rtp`), and the
 //! client side beyond message encoding (`loadgen`). Message parsing and serialization are
 //! rtsp-types', re-exported as [`rtsp_types`] so that callers use the same types.
 //!
-//! RTSP 2.0 (RFC 7826) is recognised only to be refused with 505 (interop §2.10).
+//! RTSP 2.0 (RFC 7826) is recognised only to be refused with 505 (GStreamer then retries with
+//! RTSP 1.0).
 
 pub use rtsp_types;
 

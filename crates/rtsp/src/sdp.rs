@@ -1,13 +1,12 @@
 //! The session description for a stored MPEG-TS presentation (RFC 8866 syntax; RFC 2326
-//! Appendix C; interop §2.4).
+//! Appendix C).
 //!
 //! One fixed template, checked against ffmpeg, GStreamer, VLC/live555 and gst-rtsp-server:
 //! session-level `a=control:*` and a relative `a=control:trackID=0` (resolved against the
-//! `Content-Base` with its trailing slash, interop §2.2), a finite `a=range:npt=0-<duration>`
+//! `Content-Base` with its trailing slash, RFC 3986 §5.2), a finite `a=range:npt=0-<duration>`
 //! starting at 0 (clients echo the start back), `c=IN IP4 0.0.0.0` (a multicast address would
 //! make VLC/live555 ask for multicast), and static payload type 33 `MP2T/90000` (RFC 3551 §6)
-//! under `m=video` (GStreamer's `rtpmp2tdepay` expects video). Other codecs are not described
-//! yet (H.264 and AAC come later, interop §2.4).
+//! under `m=video` (GStreamer's `rtpmp2tdepay` expects video).
 //!
 //! An object stored as native RTP payloads (from MP4 or Matroska) is described by
 //! [`native_sdp`]: one `m=` line per track (RFC 8866 §5.14) with its dynamic payload type, its
@@ -129,7 +128,7 @@ fn session_lines(p: &SdpParams<'_>, with_bitrate: bool) -> String {
     s
 }
 
-/// The SDP body for one MP2T track, CRLF line endings, in the line order of interop §2.4:
+/// The SDP body for one MP2T track, CRLF line endings, in RFC 8866 §5's line order:
 ///
 /// ```text
 /// v=0

@@ -75,7 +75,7 @@ pub enum Refusal {
     /// A header the method needs is missing or unparsable → 400.
     #[error("bad request: {0}")]
     BadRequest(String),
-    /// The request line names a version other than RTSP/1.0 (interop §2.10) → 505.
+    /// The request line names a version other than RTSP/1.0 → 505.
     #[error("RTSP version {0} not supported")]
     VersionNotSupported(String),
     /// `Require:` lists feature tags we do not implement (RFC 2326 §12.32) → 551, with the tags
@@ -83,7 +83,7 @@ pub enum Refusal {
     #[error("unsupported feature tags: {0}")]
     OptionNotSupported(String),
     /// A method we do not implement (ANNOUNCE, RECORD, REDIRECT, extensions) → 501, with
-    /// `Public:` (RFC 2326 §10, interop §2.3).
+    /// `Public:` (RFC 2326 §10, §12.28).
     #[error("method {0} not implemented")]
     NotImplemented(String),
     /// The request-URI names no presentation or track we serve → 404.

@@ -1,4 +1,4 @@
-//! Lenient request-URI handling (RFC 2326 §3.2, §C.1.1, §C.3; RFC 3986 §5.2; interop §2.2).
+//! Lenient request-URI handling (RFC 2326 §3.2, §C.1.1, §C.3; RFC 3986 §5.2).
 //!
 //! Clients build control URLs differently: ffmpeg and live555 concatenate `Content-Base` and
 //! the relative `a=control`, GStreamer resolves per RFC 3986, Debian's VLC (SAT>IP module)
@@ -9,8 +9,8 @@
 //!
 //! Object names are a single path segment of `[A-Za-z0-9._-]+`. Percent-encoding is not
 //! decoded; since `%` is not a name character, any escape (notably `%2F`, a smuggled slash) is
-//! refused. In-session requests are routed by their `Session` header, not by this target
-//! (interop §2.2); this module does not know about sessions.
+//! refused. In-session requests are routed by their `Session` header, not by this target; this
+//! module does not know about sessions.
 
 use rtsp_types::Url;
 
@@ -25,7 +25,7 @@ pub enum Target {
     /// `rtsp://h/NAME/trackID=N?q` (GStreamer with a query).
     Track(String, u32),
     /// The SAT>IP form `rtsp://h/stream=N` that Debian's VLC sends after a SETUP without
-    /// `Content-Base` (interop §4.3).
+    /// `Content-Base`.
     SatIpStream(u32),
     /// `*` (RFC 2326 §10.1, OPTIONS).
     Star,
@@ -100,7 +100,7 @@ pub fn parse_target(uri: Option<&Url>) -> Result<Target, UrlError> {
 
 /// The aggregate URL of presentation `name` as reached through `url`, with exactly one
 /// trailing slash and no query or credentials: `rtsp://host:port/NAME/`. This is the
-/// `Content-Base` we send (interop §2.2): against it ffmpeg, GStreamer and live555 all resolve
+/// `Content-Base` we send (RFC 2326 §12.11): against it ffmpeg, GStreamer and live555 all resolve
 /// `trackID=0` to the same `rtsp://host:port/NAME/trackID=0`.
 #[must_use]
 pub fn presentation_base(url: &Url, name: &str) -> String {

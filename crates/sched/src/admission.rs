@@ -1,5 +1,5 @@
 //! Admission control from disk profiles (XTREAM §2.3, Eq. 1–3), generalised to blocks placed
-//! pseudo-randomly over many disks (`research/algorithms.md` §5.3 and §7; DESIGN §2.6–2.7).
+//! pseudo-randomly over many disks (`docs/design/scheduler.md`, *Admission*).
 //!
 //! # XTREAM's test
 //! With `n` streams each reading `BR_i · T` bytes per cycle of length `T`, the average IO size is
@@ -36,11 +36,11 @@
 //! [`AdmissionConfig::overflow_probability`]; `w` is [`AdmissionConfig::window_cycles`] (default
 //! 2): because every block is read at least a cycle before it is due, one cycle's overflow spills
 //! into the next without a miss, so what must fit with probability `1 − ε` is the work of `w`
-//! consecutive cycles in `w·(1 − f)·T` (mean `w·μ`, variance `w·σ²`). `w = 1` is §7's strict
+//! consecutive cycles in `w·(1 − f)·T` (mean `w·μ`, variance `w·σ²`). `w = 1` is the strict
 //! per-cycle test. On one disk (`p = 1`, `σ = 0`) this is exactly
 //! Eq. 3 with `S_avg = B` (every IO is one block): `ΣBR ≤ (1 − f)·P(B)`. Writes (recording,
 //! issue 4 part 5) add their own terms with the disk's *write* profile, which is the mixed
-//! condition `ΣBR_r / P_r + ΣBR_w / P_w ≤ 1 − f` of algorithms.md §5.3 in time form.
+//! condition `ΣBR_r / P_r + ΣBR_w / P_w ≤ 1 − f` in time form.
 //!
 //! The variance term covers the imbalance of random placement only. Two other sources of
 //! variation are not in the test: which cycle a slow stream's next block falls in (a 250 kb/s
@@ -146,7 +146,7 @@ pub struct AdmissionConfig {
     /// reads every block at least one cycle early, so a cycle that overflows spills into the
     /// next without a miss, and what must fit is the work of `w` cycles in `w·(1 − f)·T`. The
     /// variance of that sum is `w·σ²`, so the test is `μ + z·σ/√w ≤ (1 − f)·T`. Default 2;
-    /// 1 is the strict per-cycle test of algorithms.md §7.
+    /// 1 is the strict per-cycle test.
     pub window_cycles: u32,
 }
 

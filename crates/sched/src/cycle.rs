@@ -1,4 +1,4 @@
-//! The XTREAM time-cycle scheduler (XTREAM §2.1–2.2; `research/algorithms.md` §5.2; DESIGN §2.6).
+//! The XTREAM time-cycle scheduler (XTREAM §2.1–2.2; `docs/design/scheduler.md`).
 //!
 //! Time is cut into cycles of length `T` (`cycle_ms`, default 1 s), aligned on multiples of `T`
 //! from the driver's clock epoch. At the start of each cycle, every playing stream queues, on

@@ -7,7 +7,7 @@
 //! `log(size)`, the axis Diskbench plots on); [`DiskModel`] produces the profile of an emulated
 //! disk from Gennart's model (a seek-time distribution plus `size / rate`), so experiments run
 //! on any machine and admission can be tested against a model whose answer is known
-//! (`research/algorithms.md` §5.3–5.5).
+//! (`docs/design/scheduler.md`).
 //!
 //! Units: sizes are [`Bytes`], throughputs are bytes per second (`f64`). The profiler's file
 //! form (`{"sizes":[…],"min_mib_s":[…],"mean_mib_s":[…],"max_mib_s":[…]}`) is in MiB/s:
@@ -27,7 +27,7 @@ const MIB: f64 = 1_048_576.0;
 
 /// Quantile of the seek-time distribution that the model's **min** curve uses: a read is this
 /// slow or faster 99 % of the time (Diskbench's min throughput is a low percentile of the
-/// measured throughputs; algorithms.md §5.4 suggests S / p99.9(t) for measurements).
+/// measured throughputs; the disk profiler's min curve uses the same quantile by default).
 pub const MIN_CURVE_SEEK_QUANTILE: f64 = 0.99;
 
 /// Quantile of the seek-time distribution that the model's **max** curve uses (the fast end).

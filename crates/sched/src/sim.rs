@@ -1,5 +1,5 @@
 //! A deterministic virtual-time harness for the [`CycleScheduler`]: modelled disks, dummy
-//! consumers, missed deadlines (XTREAM §3's dummy streams, in virtual time; DESIGN §2.11).
+//! consumers, missed deadlines (XTREAM §3's dummy streams, in virtual time).
 //!
 //! Disks follow Gennart's model ([`DiskModel`]: a seek drawn from its distribution plus
 //! `size / rate`), one IO at a time in the order the scheduler hands them over. A playing stream

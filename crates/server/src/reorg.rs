@@ -1,8 +1,8 @@
 //! The online reorganiser: SCADDAR disk additions and removals while streams play.
 //!
 //! SCADDAR (Goel, Shahabi, Yao, Zimmermann, ICDE 2002) moves only the blocks whose disk changes
-//! between the active placement epoch and the pending one (algorithms.md §2.7). Here that is one
-//! task, sole owner of the reorganisation's state, fed [`ReorgCommand`]s:
+//! between the active placement epoch and the pending one (`docs/design/scaling.md`). Here that is
+//! one task, sole owner of the reorganisation's state, fed [`ReorgCommand`]s:
 //!
 //! 1. `AddDisk`/`RemoveDisk` record the operation in the store (the disk joins or starts
 //!    draining; the placement log gains a pending epoch) and attach an IO thread for a new disk.

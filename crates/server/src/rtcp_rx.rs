@@ -2,7 +2,7 @@
 //!
 //! RTCP from every UDP session arrives on the one shared RTCP socket. Receiver reports name the
 //! SSRC of the stream they report on (RFC 3550 §6.4.2), which is how a report is matched to its
-//! session and keeps it alive (rtsp-interop §2.6). Clients' NAT "punch" packets (ffmpeg's empty
+//! session and keeps it alive (RFC 7826 §10.5). Clients' NAT "punch" packets (ffmpeg's empty
 //! RR, live555's 4-byte dummies) parse to nothing useful and are dropped silently.
 //!
 //! A generic NACK (RFC 4585 §6.2.1) goes straight to the sender thread, which holds what this

@@ -14,7 +14,7 @@
 //!
 //! A PLAY is answered once the cluster has admitted the session (reserve everywhere, then start:
 //! a refusal is a 453 naming the node and disk) and, for a seek while playing, once every node
-//! has stopped the previous run. PLAY order matters (rtsp-interop §1.8): the response (with
+//! has stopped the previous run. PLAY order matters (RFC 2326 §12.33): the response (with
 //! RTP-Info computed from the start packet's GSN and send time) goes back before the first
 //! packet can leave: a single node's scheduler anchors the clock `startup_delay` after its first
 //! block is in memory; a cluster's origin pins it `start_delay` ahead.
@@ -1317,7 +1317,8 @@ fn auto_delivery(user_agent: &str) -> Delivery {
     }
 }
 
-/// Where playing from `t` starts: the object's seek point for `t` (rtsp-interop §3.2).
+/// Where playing from `t` starts: the object's seek point for `t` (the last random-access point
+/// at or before it).
 fn seek_position(rec: &isochron_store::catalog::ObjectRecord, t: MediaTime) -> Position {
     let i = rec.seek_index(t);
     let sp = rec.seek(t);

@@ -1,6 +1,6 @@
 //! isochron's discrete-event architecture simulator and capacity planner, as a pure library.
 //!
-//! Why a crate of its own: DESIGN §2.11 asks for a deterministic discrete-event engine that
+//! Why a crate of its own: isochron needs a deterministic discrete-event engine that
 //! models the architectures of Gennart, Messerli and Hersch (*Performances of multiprocessor
 //! multidisk architectures for continuous media storage*): components with measured
 //! elementary-operation costs (disks, SCSI buses, backplane bus, processors, compression

@@ -1,8 +1,8 @@
 //! Capacity planning: the CineGrid format table, and streams per node and nodes needed.
 //!
 //! Why: before buying disks and nodes for an audience, an operator needs to know which resource
-//! of a node runs out first and how many nodes that means. The CineGrid report (seed 004, §2,
-//! Table 1) gives the uncompressed bandwidth of the formats that matter for very high bit-rate
+//! of a node runs out first and how many nodes that means. The CineGrid report (§2, Table 1)
+//! gives the uncompressed bandwidth of the formats that matter for very high bit-rate
 //! streaming (`Frame (MB) = X · Y · bpp / 8`, `Flow (MB/s) = Frame · fps`,
 //! `Stream (Gb/s) = Flow · 8`); Gennart et al. (§5) reduce a stream to what the client's network
 //! takes by resampling and compressing; Yima's scale-up shows nodes running out of network or

@@ -1,5 +1,5 @@
 //! `PlacementLog::locate` throughput with 50 scaling operations in the log
-//! (`research/algorithms.md` §2.8 P9: ≥ 10^6 lookups/s on one core).
+//! (the target: ≥ 10^6 lookups/s on one core; results in `docs/results/scaling.md`).
 //!
 //! Each iteration looks up 1024 blocks of objects created in epoch 0 as of the last epoch, so
 //! every lookup walks all 50 REMAP steps (the worst case). Criterion reports elements/s =

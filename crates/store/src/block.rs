@@ -1,4 +1,4 @@
-//! The on-disk block format (DESIGN §2.2; `docs/design/block-format.md`).
+//! The on-disk block format (`docs/design/block-format.md`).
 //!
 //! Why: a block is the unit of placement, IO and caching. It carries whole RTP payload units
 //! ("packets": runs of 1..=7 MPEG-TS packets) of one object plus everything needed to send them —

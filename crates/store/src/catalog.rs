@@ -1,4 +1,4 @@
-//! Catalog records and the [`Catalog`] trait (DESIGN §2.5).
+//! Catalog records and the [`Catalog`] trait.
 //!
 //! Why: the catalog is what survives between runs besides the blocks themselves: for each object
 //! its placement seed and epoch (Yima §2.2: the seed is all placement needs), its per-block GSN and
@@ -820,8 +820,8 @@ pub struct StoreMeta {
     /// The SCADDAR operation log.
     pub placement: PlacementLog,
     /// The epoch readers use. The log is at most one operation ahead of it while a reorganisation
-    /// is pending (`algorithms.md` §2.7): blocks are being copied to where the pending epoch puts
-    /// them, and the epoch flips (this field becomes the log's current epoch) when all are.
+    /// is pending (`docs/design/scaling.md`): blocks are being copied to where the pending epoch
+    /// puts them, and the epoch flips (this field becomes the log's current epoch) when all are.
     pub active_epoch: Epoch,
     /// The next object id to hand out. Catalogs never let it go down.
     pub next_object_id: u64,

@@ -6,12 +6,12 @@
 //! clock, no threads; see `CONTRIBUTING.md`) lets all of them use it and lets tests pin it with
 //! golden vectors.
 //!
-//! - [`block`]: the self-describing block format (DESIGN §2.2).
+//! - [`block`]: the self-describing block format (`docs/design/block-format.md`).
 //! - [`placement`]: Yima pseudo-random placement (Yima §2.2) and SCADDAR epochs (ICDE 2002).
 //! - [`catalog`]: versioned catalog records and the [`Catalog`] trait.
 //! - [`replica`]: where the K copies of a block are (`store.replication`; Yima §2.1's fault
 //!   tolerance).
-//! - [`reorg`]: which blocks a pending SCADDAR operation moves (`research/algorithms.md` §2.7).
+//! - [`reorg`]: which blocks a pending SCADDAR operation moves (`docs/design/scaling.md`).
 //! - `testing` (feature `testing`): the behaviour every [`Catalog`] implementation is checked
 //!   against.
 //!

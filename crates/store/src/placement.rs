@@ -18,13 +18,14 @@
 //!
 //! Two REMAP variants, chosen per store and recorded in the log ([`PlacementVariant`]):
 //!
-//! - [`PlacementVariant::Hashed`] (the default; `research/algorithms.md` §2.6): each step draws an
+//! - [`PlacementVariant::Hashed`] (the default; our variant, not the paper's): each step draws an
 //!   independent hash of `(seed, block, epoch)` instead of consuming the bits of one random number,
 //!   so it never degrades however many operations are logged.
-//! - [`PlacementVariant::Faithful`] (`algorithms.md` §2.3, the paper's quotient/remainder REMAPs):
+//! - [`PlacementVariant::Faithful`] (the paper's quotient/remainder REMAPs; the exact algebra is
+//!   our reconstruction, which meets every property the paper states):
 //!   one 128-bit random number `X0` per block, from which every operation consumes randomness
 //!   (`X_j = REMAP_j(X_{j-1})`, disk `X_j mod N_j`). After enough operations `X` becomes small
-//!   next to `N` and the placement stops being uniform (§2.5), so [`PlacementLog::push`] refuses an
+//!   next to `N` and the placement stops being uniform, so [`PlacementLog::push`] refuses an
 //!   operation once the worst-case remaining randomness would drop below `log2(N_new) + 16` bits
 //!   ([`PlacementError::RandomnessExhausted`]). The guard is computed in exact integer arithmetic
 //!   (a product of disk counts against `2^112`), so it answers the same on every machine and a
@@ -39,7 +40,7 @@
 //! word) when an operation is pushed.
 //!
 //! This module does not move data: it answers "where is block *i* of this object in epoch *j*".
-//! Migration between epochs (`algorithms.md` §2.7) is planned by `crate::reorg` and executed by
+//! Migration between epochs (`docs/design/scaling.md`) is planned by `crate::reorg` and executed by
 //! `isochron-diskio`.
 
 use std::fmt;
@@ -80,11 +81,11 @@ pub enum ScaleOp {
 #[non_exhaustive]
 pub enum PlacementVariant {
     /// Fresh randomness per operation: `hash_words(&[seed, block, epoch])` reduced onto the
-    /// epoch's disk count (`algorithms.md` §2.6). No limit on the number of operations.
+    /// epoch's disk count. No limit on the number of operations.
     #[default]
     Hashed,
-    /// The paper's REMAP functions on one 128-bit random number per block (`algorithms.md` §2.3),
-    /// with the randomness-budget guard of §2.5. For fidelity experiments: the number of
+    /// The paper's REMAP functions on one 128-bit random number per block (as reconstructed), with
+    /// a randomness-budget guard ([`BUDGET_MARGIN_BITS`]). For fidelity experiments: the number of
     /// operations it accepts is bounded (about 27 at 16 disks).
     Faithful,
 }
@@ -92,7 +93,8 @@ pub enum PlacementVariant {
 /// Bits of the Faithful variant's random number `X0`.
 pub const FAITHFUL_BITS: u32 = 128;
 /// Safety margin of the Faithful budget guard: an operation is refused when fewer than
-/// `log2(N_new) + BUDGET_MARGIN_BITS` bits of randomness would remain (`algorithms.md` §2.5).
+/// `log2(N_new) + BUDGET_MARGIN_BITS` bits of randomness would remain: below that, placement
+/// stops being uniform.
 pub const BUDGET_MARGIN_BITS: u32 = 16;
 
 /// Why a placement log or a scaling operation was rejected.
@@ -136,7 +138,7 @@ pub enum PlacementError {
         max: u32,
     },
     /// A [`PlacementVariant::Faithful`] log has too little randomness left for the operation:
-    /// placement would stop being uniform (`algorithms.md` §2.5). The remedy is a complete
+    /// placement would stop being uniform. The remedy is a complete
     /// reorganisation into a new store (or the Hashed variant).
     #[error(
         "the faithful SCADDAR placement has used up its randomness: {remaining_bits:.1} bits would \
@@ -445,8 +447,7 @@ fn hashed_draw(prefix: u64, t: &EpochTable) -> u32 {
     reduce(splitmix64(prefix ^ t.mix), t.n)
 }
 
-/// Hashed REMAP into epoch `t` of a block on logical disk `d` of the previous epoch
-/// (`algorithms.md` §2.6).
+/// Hashed REMAP into epoch `t` of a block on logical disk `d` of the previous epoch.
 fn hashed_step(prefix: u64, t: &EpochTable, d: u32) -> u32 {
     match &t.step {
         Step::Initial => d,
@@ -468,7 +469,7 @@ fn faithful_x0(prefix: u64) -> u128 {
     (u128::from(hi) << 64) | u128::from(lo)
 }
 
-/// The paper's REMAP into epoch `t` (`algorithms.md` §2.3):
+/// The paper's REMAP into epoch `t`, as we reconstruct it:
 ///
 /// ```text
 /// add:    q = X div N_prev, r = X mod N_prev, c = q mod N_new, q2 = q div N_new
@@ -895,7 +896,7 @@ mod tests {
 
     #[test]
     fn wilson_hilferty_matches_table() {
-        // algorithms.md §1 quotes ≈ 24.5, 37.8, 61.2, 103.5 for df 7, 15, 31, 63.
+        // The 0.999 quantiles of χ² for df 7, 15, 31, 63, from the tables.
         for (df, q) in [(7.0, 24.3), (15.0, 37.7), (31.0, 61.1), (63.0, 103.4)] {
             assert!((chi2_999(df) - q).abs() < 0.3, "df {df}: {}", chi2_999(df));
         }
@@ -932,10 +933,13 @@ mod tests {
         independence_checks: usize,
     }
 
-    /// P1, P3–P7 of algorithms.md §2.8 over random scaling operations on `blocks` blocks of one
-    /// object, until `max_ops` operations or the log refuses one. Blocks are advanced one REMAP
-    /// step per operation (so the test stays fast), and `locate` is checked against that
-    /// incremental state on a sample.
+    /// SCADDAR's properties over random scaling operations on `blocks` blocks of one object, until
+    /// `max_ops` operations or the log refuses one: P1 every disk in range, P3 an addition moves
+    /// blocks only onto the added disks, P4 a removal only off the removed ones, P5 the moved
+    /// fraction within 4σ of its expectation, P6 χ² balance after every operation, P7 the blocks
+    /// moved by consecutive additions independent (`docs/design/scaling.md`, *Testing*). Blocks are
+    /// advanced one REMAP step per operation (so the test stays fast), and `locate` is checked
+    /// against that incremental state on a sample.
     ///
     /// The operations are drawn from `ops_seed`. Each χ² check is at the 0.999 level, so about one
     /// check in a thousand fails by chance: over 52 seeds × ~31 Faithful operations, 2 of 1634
@@ -1069,14 +1073,14 @@ mod tests {
         assert!(out.independence_checks >= 3, "{} P7 checks", out.independence_checks);
     }
 
-    /// P8: with a 32-bit `X0` the faithful REMAPs degrade as algorithms.md §2.6's simulation
-    /// shows; a guard sized for 32 bits refuses before they do. A regression test of the guard's
-    /// formula: the 128-bit guard is the same rule with 96 more bits.
+    /// P8: with a 32-bit `X0` the faithful REMAPs degrade (balance breaks before the end of the
+    /// twelve operations below); a guard sized for 32 bits refuses before they do. A regression
+    /// test of the guard's formula: the 128-bit guard is the same rule with 96 more bits.
     #[test]
     fn faithful_32_bit_degrades_after_the_guard_would_refuse() {
         const BLOCKS: u32 = if cfg!(debug_assertions) { 50_000 } else { 200_000 };
         let seed = 99;
-        // The simulation's sequence, N0 = 8. A Hashed log builds the tables without a guard.
+        // Twelve fixed operations from N0 = 8. A Hashed log builds the tables without a guard.
         let mut log = PlacementLog::new((0..8).map(DiskId).collect()).unwrap();
         let mut next = 8u16;
         let mut add = |log: &mut PlacementLog, k: u16| {

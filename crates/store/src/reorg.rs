@@ -2,7 +2,7 @@
 //!
 //! Why: SCADDAR (Goel, Shahabi, Yao, Zimmermann, ICDE 2002) keeps data movement minimal because a
 //! block's disk changes between two epochs only when the REMAP step says so — onto an added disk,
-//! or off a removed one. Online scaling (`research/algorithms.md` §2.7) therefore copies exactly
+//! or off a removed one. Online scaling (`docs/design/scaling.md`) therefore copies exactly
 //! the blocks whose disk differs between the **active** epoch (what readers use) and the
 //! **pending** one (the operation just logged), then flips the active epoch atomically.
 //!

@@ -2,10 +2,10 @@
 //! (`--server URL`) from a running server's `GET /objects/{name}` (a cluster's: any node reads
 //! every block, its own and through their owners).
 //!
-//! For MPEG-TS the payloads of an object's packets concatenated are the original file (DESIGN
-//! §2.2), so this is the byte-exact read-back the crash and scaling tests compare with the source.
-//! An object ingested from MP4 or Matroska keeps its file in source blocks after its packets:
-//! those are written. Every block is checksum-verified on the way.
+//! For MPEG-TS the payloads of an object's packets concatenated are the original file
+//! (`docs/design/block-format.md`), so this is the byte-exact read-back the crash and scaling tests
+//! compare with the source. An object ingested from MP4 or Matroska keeps its file in source blocks
+//! after its packets: those are written. Every block is checksum-verified on the way.
 
 use std::io::Write;
 use std::path::PathBuf;

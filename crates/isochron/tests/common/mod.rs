@@ -590,7 +590,8 @@ pub fn curl(host: Option<&isochron_loadgen::testbed::Host>, args: &[&str]) -> (u
 
 /// Receives `url` with GStreamer (`rtspsrc ! rtpmp2tdepay ! filesink`) over `transport` and
 /// returns the transport stream it wrote, with gst-launch's stderr for messages. The exit code is
-/// not checked: it is unreliable at EOS over TCP (rtsp-interop §4.2); callers check the bytes.
+/// not checked: over TCP gst-launch sometimes exits 1 at EOS ("Could not write to resource")
+/// with its output complete; callers check the bytes.
 ///
 /// Over UDP the socket's receive buffer is the only slack when udpsrc's thread is starved on a
 /// loaded 2-core CI machine (four ffmpeg decodes, VLC and GStreamer share it): rtspsrc's default

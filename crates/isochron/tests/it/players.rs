@@ -1,6 +1,6 @@
 //! Real players against a real server: ffprobe, ffmpeg, GStreamer and VLC, over TCP and UDP.
 //!
-//! The checks follow rtsp-interop §6: exact bytes through the three clients that can write the
+//! The checks: exact bytes through the three clients that can write the
 //! transport stream untouched (GStreamer `rtpmp2tdepay ! filesink`, ffmpeg `satip_raw`, VLC's
 //! demux dump), per-packet hashes through ffmpeg's normal (remuxing) path, and decoding.
 
@@ -179,7 +179,7 @@ fn vlc_plays_to_the_end() {
     require("runuser");
     let (_d, server) = serve(&[]);
     // Debian's VLC refuses to run as root and has no live555: rtsp:// goes through its SAT>IP
-    // module (rtsp-interop §4.3). It needs a writable HOME and output directory.
+    // module. It needs a writable HOME and output directory.
     let home = tempfile::Builder::new().prefix("isochron-vlc-").tempdir().unwrap();
     let _ = Command::new("chmod").arg("777").arg(home.path()).status();
     let dump = home.path().join("vlc.ts");
@@ -227,7 +227,7 @@ fn gstreamer_seeks_with_pause_and_a_play_range() {
     let (dir, server) = serve(&[]);
     let out_ts = dir.path().join("seek.ts");
     let target = 8.0;
-    // rtspsrc turns a seek into PAUSE + PLAY Range: npt=8- (rtsp-interop §6.2, test 13).
+    // rtspsrc turns a seek into PAUSE + PLAY Range: npt=8-.
     let script = repo().join("crates/isochron/tests/tools/gst_seek.py");
     let out = run(
         Command::new("/usr/bin/python3")

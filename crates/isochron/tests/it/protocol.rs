@@ -1,6 +1,6 @@
 //! Protocol behaviour seen from the wire, with isochron's own RTSP/RTP client as an independent
-//! oracle (rtsp-interop §6.3): seek accuracy, pause/resume continuity, pacing, RTCP, concurrency,
-//! hostile input and session lifetimes.
+//! oracle (`isochron_loadgen::Client`): seek accuracy, pause/resume continuity, pacing, RTCP,
+//! concurrency, hostile input and session lifetimes.
 
 #![allow(clippy::print_stderr)] // tests report measurements on stderr
 

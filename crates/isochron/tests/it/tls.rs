@@ -82,7 +82,7 @@ fn ffmpeg_and_gstreamer_play_rtsps_with_digest() {
     assert!(!res.status.success());
     assert!(String::from_utf8_lossy(&res.stderr).contains("401"));
     // ffmpeg (rtsps: interleaved on the TLS connection): every packet of the source but at most
-    // the last video one (ffmpeg does not flush it at BYE, rtsp-interop §6.3).
+    // the last video one (ffmpeg does not flush the last PES at BYE).
     let res = ffmpeg(&url("viewer:view-secret@"), &md5);
     assert!(res.status.success(), "ffmpeg: {}", String::from_utf8_lossy(&res.stderr));
     let got = common::framemd5_packets(&std::fs::read_to_string(&md5).unwrap());

@@ -3,7 +3,7 @@
 
 Usage: gst_seek.py URL SEEK_AFTER_S TARGET_S OUT_FILE
 
-rtspsrc turns the seek into PAUSE + PLAY with `Range: npt=TARGET-` (rtsp-interop §6.2 test 13).
+rtspsrc turns the seek into PAUSE + PLAY with `Range: npt=TARGET-`.
 The output holds the bytes received before the seek followed by those after it; the test finds
 the join and checks where the second part starts. Exits 0 on EOS, 1 on error or timeout.
 """

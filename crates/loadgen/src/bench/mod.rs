@@ -1,5 +1,5 @@
 //! `isochron bench`: emulation clients, resource sampling, N_max and the bottleneck (Yima §3;
-//! He et al.; DESIGN §2.10).
+//! He et al.).
 //!
 //! Why: the seed papers judge a media server by how many concurrent streams it serves without a
 //! hiccup (Yima's N_max, Figure 3) and by which resource runs out first (He et al.). This module

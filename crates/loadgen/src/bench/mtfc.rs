@@ -1,5 +1,5 @@
 //! MTFC: multi-threshold flow control, the client side of Yima's rate smoothing (Yima §2.5;
-//! patent US 6,910,079; `research/algorithms.md` §3.2).
+//! patent US 6,910,079; the rate rule and its parameters are ours: `docs/design/mtfc.md`).
 //!
 //! The client samples its buffer level; the thresholds are an underflow one, an overflow one and
 //! `K` equally spaced in between. When the level crosses one between two samples, the client
@@ -8,13 +8,13 @@
 //! underflow threshold downwards asks for the maximum rate; crossing the overflow threshold
 //! upwards asks for the minimum.
 //!
-//! Our choice of units: the level is *media time* buffered (see [`super::playout`]), and a rate
-//! is a multiplier of the stream's own pace ([`Pace`]), because isochron paces by the PCR. The
-//! predicted consumption `Ĉ` of algorithms.md is then exactly one media second per second while
-//! playing, for VBR as for CBR, so `R = clamp(1 + (b* − b)/τ, R_min, R_max)`. Hysteresis: a
-//! threshold that fired is re-armed only once the level has moved half a threshold spacing away
-//! from it; a change smaller than `ε` of the current rate, or sooner than `g` after the last
-//! one, is not sent (the crossing is then kept pending).
+//! Our choice of units: the level is *media time* buffered (see [`super::playout`]), and a rate is
+//! a multiplier of the stream's own pace ([`Pace`]), because isochron paces by the PCR. The
+//! predicted consumption `Ĉ` in the rule `R = Ĉ + (b* − b)/τ` is then exactly one media second per
+//! second while playing, for VBR as for CBR, so `R = clamp(1 + (b* − b)/τ, R_min, R_max)`.
+//! Hysteresis: a threshold that fired is re-armed only once the level has moved half a threshold
+//! spacing away from it; a change smaller than `ε` of the current rate, or sooner than `g` after
+//! the last one, is not sent (the crossing is then kept pending).
 //!
 //! Not here: sending, and noticing a server that refuses (the session controller).
 
@@ -44,7 +44,7 @@ pub struct MtfcConfig {
 }
 
 impl MtfcConfig {
-    /// algorithms.md §3.2's typical values for a player whose playout depth is `depth`: target
+    /// The values of `docs/design/mtfc.md` for a player whose playout depth is `depth`: target
     /// = depth, capacity = 2 × depth, `K` thresholds, τ = 3 s, ε = 3 %, g = 200 ms, pace 0.5–1.5.
     #[must_use]
     pub fn for_depth(depth: Duration, thresholds: u32) -> Self {

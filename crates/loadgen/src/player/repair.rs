@@ -1,6 +1,6 @@
 //! Retransmission requests: which packets are missing, which node to ask, and when (sans-IO).
 //!
-//! Why: Yima's retransmission-based error control (RBEC, Yima §2.3; `research/algorithms.md` §4)
+//! Why: Yima's retransmission-based error control (RBEC, Yima §2.6; Zimmermann et al., MMCN 2003)
 //! repairs a loss by asking the node that sent the packet, because that node still holds it
 //! (`isochron_dataplane::rtx`). In a cluster each node sends its own blocks, so the client must
 //! find, for every missing packet, the node that sent it:

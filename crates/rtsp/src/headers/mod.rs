@@ -1,9 +1,9 @@
 //! RTSP header helpers with the leniency real clients need (RFC 2326 §12).
 //!
-//! rtsp-types parses and writes messages, but its typed headers follow RFC 7826 strictly. Here
-//! are the RTSP 1.0 headers whose exact spelling matters to ffmpeg, GStreamer, VLC and live555
-//! (interop §2.5–§2.7): what we accept from them and the precise form we answer with.
-//! Nothing here knows about sessions or addresses; `server` combines these.
+//! rtsp-types parses and writes messages, but its typed headers follow RFC 7826 strictly. Here are
+//! the RTSP 1.0 headers whose exact spelling matters to ffmpeg, GStreamer, VLC and live555 (RFC
+//! 2326 §12.29, §12.33, §12.37, §12.39): what we accept from them and the precise form we answer
+//! with. Nothing here knows about sessions or addresses; `server` combines these.
 
 pub mod range;
 pub mod rtp_info;

@@ -1,6 +1,6 @@
 //! The `Range` header in Normal Play Time (RFC 2326 §3.6, §12.29).
 //!
-//! Parses the forms the clients send (interop §2.7): `npt=0.000-` (ffmpeg), `npt=0-9.991`
+//! Parses the forms the clients send: `npt=0.000-` (ffmpeg), `npt=0-9.991`
 //! (GStreamer, end included), `npt=5-` (live555), `npt=now-`, `npt=-Y`, and `hh:mm:ss.frac`.
 //! Times are kept in integer nanoseconds ([`MediaTime`]), never through `f64`, so that a value we
 //! format and a client echoes back parses to exactly the same instant.
@@ -9,7 +9,7 @@
 //! object has no SMPTE or wall-clock timeline, and silently starting at 0 would make a client's
 //! seek look like success. Formatting writes three decimals, flooring start times and ceiling end
 //! times, so that the advertised interval always contains the media (GStreamer ends the stream at
-//! the `Range` end, interop §2.7).
+//! the `Range` end).
 
 use isochron_base::MediaTime;
 
@@ -186,7 +186,7 @@ pub fn npt_ceil(t: MediaTime) -> String {
     format!("{}.{:03}", ms / 1000, ms % 1000)
 }
 
-/// The `Range` value of a PLAY response (RFC 2326 §12.29, interop §2.7):
+/// The `Range` value of a PLAY response (RFC 2326 §12.29):
 /// `npt=<start floored>-<end ceiled>`, or `npt=<start>-` without an end.
 #[must_use]
 pub fn format_npt_range(start: MediaTime, end: Option<MediaTime>) -> String {

@@ -1,4 +1,4 @@
-//! The `RTP-Info` header of a PLAY response (RFC 2326 §12.33; interop §2.7).
+//! The `RTP-Info` header of a PLAY response (RFC 2326 §12.33).
 //!
 //! One entry per set-up track, in SDP order (live555 reads them by position), each with an
 //! absolute `url` that string-equals the URL the client used in SETUP (ffmpeg compares it

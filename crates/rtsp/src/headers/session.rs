@@ -1,4 +1,4 @@
-//! The `Session` header (RFC 2326 §12.37; interop §2.6).
+//! The `Session` header (RFC 2326 §12.37).
 //!
 //! We write `Session: <id>;timeout=<secs>` with no space before `;timeout=`: ffmpeg matches that
 //! string literally, live555 accepts it with or without spaces. Reading a request's `Session`

@@ -4,14 +4,14 @@
 //! Why our own parser rather than rtsp-types' typed header: the choice needs leniency the RFC
 //! grammar does not give (a single `client_port`, a missing `interleaved`, `mode="PLAY"`, unknown
 //! parameters) and the reply must keep the exact profile string the client used, because ffmpeg
-//! rejects a reply whose lower transport differs from its request (interop §2.5, mediamtx#1105).
+//! rejects a reply whose lower transport differs from its request (mediamtx#1105).
 //!
-//! What we offer (interop §2.5): `RTP/AVP` or `RTP/AVP/UDP` unicast with `client_port`, and
+//! What we offer: `RTP/AVP` or `RTP/AVP/UDP` unicast with `client_port`, and
 //! `RTP/AVP/TCP` interleaved; the same with `RTP/AVPF` (RFC 4585 §7.1), which a player asks for
 //! when the description offered feedback (retransmission requests, RFC 4588 RTX). Multicast is refused (461) because every VOD viewer has its own
 //! timeline; every client then falls back on its own. `destination=` is ignored: media always
 //! goes to the RTSP peer's address, so the server can never be used as a traffic reflector
-//! (interop §2.9, 462). This module does not know addresses; the session core adds them.
+//! (RFC 2326 §12.39, §16). This module does not know addresses; the session core adds them.
 
 /// Why no transport spec could be chosen.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -92,7 +92,7 @@ pub enum Transport {
 impl Transport {
     /// The `Transport` value of the SETUP reply: exactly one spec, the same lower transport as
     /// requested, `unicast` (live555 assumes multicast without it), `ssrc` as 8 hex digits and
-    /// `mode=play` (interop §2.5).
+    /// `mode=play` (RFC 2326 §12.39).
     ///
     /// UDP: `RTP/AVP;unicast;client_port=C-D;server_port=S-T;ssrc=XXXXXXXX;mode=play`, with the
     /// profile string as the client wrote it and `server_ports` the advertised RTP/RTCP pair.
@@ -136,7 +136,8 @@ pub struct TransportSpec {
     /// `RAW/RAW/UDP`, ...).
     pub lower: Option<Lower>,
     /// `multicast` was given. Neither keyword means unicast here: RFC 2326's default is
-    /// multicast, but no client in interop §2.5 omits the keyword when it wants multicast.
+    /// multicast, but none of ffmpeg, GStreamer, VLC or live555 omits the keyword when it wants
+    /// multicast.
     pub multicast: bool,
     /// `client_port=a-b`, or `a` alone meaning `a, a+1`. `None` if absent or invalid.
     pub client_port: Option<(u16, u16)>,
@@ -290,7 +291,8 @@ mod tests {
         Transport::Interleaved { rtp_channel, rtcp_channel, avpf: false }
     }
 
-    /// The offers of interop §2.5 and the edge cases of the task, with the expected choice.
+    /// The offers ffmpeg, GStreamer, live555 and VLC send, and the edge cases of the task, with
+    /// the expected choice.
     #[test]
     fn negotiation_table() {
         use UdpProfile::{Avp, AvpUdp, Avpf, AvpfUdp};

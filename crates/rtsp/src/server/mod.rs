@@ -1,5 +1,5 @@
 //! The RTSP session core: a sans-IO state machine for a VOD server (RFC 2326 §10, Appendix A.2;
-//! interop §1–§2).
+//! the players' dialogs it is checked against are in `src/server/testdata/`).
 //!
 //! Shaped like quinn-proto: the glue (crate `server`) owns sockets and clocks and feeds events
 //! in with `handle_*(now, …)`; the core answers with values and queues outputs for `poll_*()`.
@@ -13,7 +13,7 @@
 //! plane must act first, hands the glue a [`PlayAction`] or [`PauseAction`]. The glue starts,
 //! seeks or stops the sender and reports back with [`ServerCore::finish_play`] /
 //! [`ServerCore::finish_pause`], which produce the response. The glue must send that response
-//! before the first RTP packet of the new play (interop §1.8), and must finish an action before
+//! before the first RTP packet of the new play (RFC 2326 §12.33), and must finish an action before
 //! handling the next request of the same connection (answers go out in order, RFC 2326 §9.1).
 //!
 //! # The sender contract
@@ -25,17 +25,18 @@
 //!
 //! # Behaviour, by rule
 //!
-//! - `CSeq` is echoed verbatim, `0` included; missing or not `1*DIGIT` → 400 (RFC 2326 §12.17,
-//!   interop §2.1). Every response carries `CSeq` and `Server`, `Session` when the request is
-//!   in a live session, and `Content-Length` with a body. `Date` is left to the glue (the core
-//!   has no clock): it may `insert_header(DATE, …)` before encoding.
-//! - RTSP/2.0 → 505 (interop §2.10; GStreamer then retries with 1.0). A non-empty `Require` →
+//! - `CSeq` is echoed verbatim, `0` included; missing or not `1*DIGIT` → 400 (RFC 2326 §12.17;
+//!   Debian's VLC starts at 0). Every response carries `CSeq` and `Server`, `Session` when the
+//!   request is in a live session, and `Content-Length` with a body. `Date` is left to the glue
+//!   (the core has no clock): it may `insert_header(DATE, …)` before encoding.
+//! - RTSP/2.0 → 505 (GStreamer then retries with 1.0). A non-empty `Require` →
 //!   551 with `Unsupported` (RFC 2326 §12.32). Methods other than the eight in `Public` → 501
-//!   with `Public` (interop §2.3).
+//!   with `Public` (RFC 2326 §12.28).
 //! - OPTIONS (`*` or any URL) → 200 with `Public`, which lists GET_PARAMETER and
-//!   SET_PARAMETER because clients pick their keep-alive from it (interop §2.3).
+//!   SET_PARAMETER because clients pick their keep-alive from it (mediamtx#1066).
 //! - DESCRIBE → the SDP of [`crate::sdp`], `Content-Type: application/sdp`, and a
-//!   `Content-Base` with exactly one trailing slash (interop §2.2); unknown name → 404.
+//!   `Content-Base` with exactly one trailing slash ([`crate::url::presentation_base`]); unknown
+//!   name → 404.
 //! - SETUP (RFC 2326 §10.4) on a track URL, the aggregate URL, or the bare presentation URL
 //!   without DESCRIBE (ffmpeg `satip://`, Debian VLC; RFC 2326 §C.3). Without `Session` it
 //!   creates a session; when `max_sessions` are live, or the client's network (its address,
@@ -46,8 +47,9 @@
 //!   session → 455; naming another presentation → 459. Transport per
 //!   [`crate::headers::transport`]; 461 when nothing offered is served (on a TLS connection,
 //!   [`ConnInfo::secure`], only interleaved transports are served). A SETUP on the bare
-//!   presentation URL also gets `com.ses.streamID` and `Content-Base` (interop §4.3).
-//! - PLAY (RFC 2326 §10.5, interop §2.7): a `Range` start seeks ([`PlayStart::Seek`]), also
+//!   presentation URL also gets `com.ses.streamID` and `Content-Base`, from which Debian's VLC
+//!   builds its PLAY URL.
+//! - PLAY (RFC 2326 §10.5, §12.29): a `Range` start seeks ([`PlayStart::Seek`]), also
 //!   while playing (an immediate seek); without a start it resumes when paused
 //!   ([`PlayStart::Resume`]) and begins when ready ([`PlayStart::Beginning`]); `npt=now-` is
 //!   "no start". While playing without a new start → 200 and nothing to do. Bad `Range`, or a
@@ -60,11 +62,11 @@
 //! - PAUSE (RFC 2326 §10.6): while playing the data plane stops and reports the position; in
 //!   Ready or Paused → 200 at once.
 //! - TEARDOWN (RFC 2326 §10.7) → 200, the session is gone and [`Event::Closed`] is queued.
-//!   The connection stays open (interop §1.11).
+//!   The connection stays open: the client closes it.
 //! - GET_PARAMETER → 200 whatever its body: it is a keep-alive ping for every client we know,
 //!   and answering a ping with an error breaks clients (mediamtx#842). SET_PARAMETER → 200 with
 //!   an empty body; 451 with parameters we do not know (RFC 2326 §10.9). The one parameter we
-//!   know is isochron's MTFC rate request (Yima §2.5, `research/algorithms.md` §3.3):
+//!   know is isochron's MTFC rate request (Yima §2.5; `docs/design/mtfc.md`):
 //!   `Content-Type: text/parameters` with the line `x-isochron-rate: 1.05` (a multiplier of the
 //!   session's nominal pace, 0.1 to 10) → [`Handled::Rate`], answered by
 //!   [`ServerCore::finish_rate`] with 200 and the pace applied, echoed in the same form. A value
@@ -77,9 +79,9 @@
 //!   a UDP one its client address's and its user's ([`ConnInfo::user`]) (RFC 2326 §16, session
 //!   hijacking). Session ids are 64 bits of a ChaCha20 stream ([`ServerCore::with_id_key`]).
 //! - Requests in a session are routed by `Session`; the request-URI is not checked for
-//!   PLAY, PAUSE, TEARDOWN, GET/SET_PARAMETER (interop §2.2), which is what makes
-//!   `rtsp://h/stream=0`, `rtsp://h/name`, `rtsp://h/name/` and track URLs all work.
-//! - Liveness (interop §2.6, RFC 7826 §10.5): any request naming the session, RTCP naming its
+//!   PLAY, PAUSE, TEARDOWN, GET/SET_PARAMETER (clients build those URLs differently), which is
+//!   what makes `rtsp://h/stream=0`, `rtsp://h/name`, `rtsp://h/name/` and track URLs all work.
+//! - Liveness (RFC 7826 §10.5): any request naming the session, RTCP naming its
 //!   SSRC ([`ServerCore::handle_rtcp`]), or interleaved RTCP on its channels refreshes it. UDP
 //!   sessions expire `session_timeout` after the last sign of life, or
 //!   `paused_session_timeout` while paused (ffmpeg sends nothing while paused), except a session
@@ -126,21 +128,22 @@ use crate::sdp::{MediaTrack, SdpParams, mp2t_sdp, native_sdp};
 use crate::status::{Refusal, reason_phrase};
 use crate::url::{Target, parse_target, presentation_base};
 
-/// The methods we implement, as advertised in `Public` (interop §2.3).
+/// The methods we implement, as advertised in `Public` (RFC 2326 §12.28).
 pub const PUBLIC_METHODS: &str =
     "OPTIONS, DESCRIBE, SETUP, PLAY, PAUSE, TEARDOWN, GET_PARAMETER, SET_PARAMETER";
 
 /// Seconds a 503 asks the client to wait before it tries again (`Retry-After`).
 const RETRY_AFTER_S: &str = "5";
 
-/// The SAT>IP stream id header of a SETUP reply (interop §4.3).
+/// The SAT>IP stream id header of a SETUP reply: Debian's VLC (SAT>IP module) sends PLAY and
+/// TEARDOWN to `stream=<id>`.
 pub const COM_SES_STREAM_ID: &str = "com.ses.streamID";
 
 /// The RTP sequence number of the packet with global sequence number `gsn`:
 /// `(seq_offset + gsn) mod 2^16`.
 ///
 /// **Contract with the sender.** The `seq` of `RTP-Info` is computed with this function, so the
-/// sender must stamp every RTP packet with exactly this value (RFC 2326 §12.33, interop §2.7).
+/// sender must stamp every RTP packet with exactly this value (RFC 2326 §12.33).
 #[must_use]
 pub fn rtp_seq(seq_offset: u16, gsn: Gsn) -> u16 {
     // Truncation is the reduction mod 2^16.
@@ -179,14 +182,14 @@ pub fn rtp_timestamp(ts_offset: u32, t: MediaTime) -> u32 {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerConfig {
     /// How long a UDP session lives without a sign of life; advertised as `;timeout=` (whole
-    /// seconds, at least 1). Default 60 s (interop §2.6).
+    /// seconds, at least 1). Default 60 s, RFC 2326 §12.37's default.
     pub session_timeout: Duration,
     /// The `Server` header. Must not start with `WMServer` (ffmpeg then switches to a Windows
-    /// Media dialect, interop §1.14) nor contain control characters; [`ServerCore::new`] uses
+    /// Media dialect) nor contain control characters; [`ServerCore::new`] uses
     /// the default instead of such a name. Default `isochron/0.1`.
     pub server_name: String,
     /// The advertised UDP `server_port` pair (RTP, RTCP); the sender must send from the first
-    /// (ffmpeg `filter_src`, interop §2.5). Default (6970, 6971).
+    /// (`ffmpeg -rtsp_flags filter_src` drops packets from any other port). Default (6970, 6971).
     pub server_ports: (u16, u16),
     /// The most sessions alive at once (a session whose stream ended no longer counts); SETUP
     /// beyond it → 503. Default 1024.
@@ -201,9 +204,9 @@ pub struct ServerConfig {
     /// tools and benches) are exempt. Default 256.
     pub max_sessions_per_client: usize,
     /// How long a *paused* UDP session lives without a sign of life. ffmpeg sends nothing while
-    /// paused (no keep-alive, no RTCP: interop §2.6), so a paused ffplay would find its session
-    /// gone on resume after `session_timeout`; the interop notes recommend keeping paused
-    /// sessions longer. Never less than `session_timeout`. Default 300 s.
+    /// paused (no keep-alive, no RTCP), so a paused ffplay would find its session gone on resume
+    /// after `session_timeout`: paused sessions are kept longer. Never less than `session_timeout`.
+    /// Default 300 s.
     pub paused_session_timeout: Duration,
     /// How long a *playing* UDP session whose client has sent RTCP lives after its last sign of
     /// life: a client that reported and fell silent is gone, so its stream stops well before
@@ -352,7 +355,7 @@ pub struct RateAction {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PlayStart {
     /// A `Range` start was given: start at the last random-access point at or before it
-    /// (interop §3.2) and report that in [`PlayOutcome::Started`].
+    /// and report that in [`PlayOutcome::Started`].
     Seek(MediaTime),
     /// No `Range` start while paused: continue exactly at the saved position.
     Resume(Position),
@@ -418,8 +421,8 @@ pub enum PlayOutcome {
         end: Option<MediaTime>,
         /// Each track's sequence-number offset from now on, by track index: RTP seq = offset +
         /// the packet's `track_seq` (the GSN for MPEG-TS). The data plane chooses them so
-        /// numbering continues across seeks (rtsp-interop §2.7: one counter per track for the
-        /// whole session).
+        /// numbering continues across seeks (one counter per track for the whole session; the
+        /// `seq` of `RTP-Info` after a seek is simply the next value).
         seq_offsets: Vec<u16>,
         /// The trick play and speed applied (answered in `Scale` and `Speed`).
         rates: Rates,
@@ -671,7 +674,7 @@ impl ServerCore {
     }
 
     /// An RTCP packet (a receiver report, or any RTCP) named our SSRC `ssrc_of_media`: the
-    /// session is alive (interop §2.6). Returns `false` if no session has that SSRC.
+    /// session is alive (RFC 7826 §10.5). Returns `false` if no session has that SSRC.
     pub fn handle_rtcp(&mut self, now: Instant, ssrc_of_media: u32) -> bool {
         let Some(id) = self.by_ssrc.get(&ssrc_of_media).cloned() else { return false };
         if let Some(s) = self.sessions.get_mut(&id) {
@@ -682,7 +685,7 @@ impl ServerCore {
     }
 
     /// An interleaved frame arrived on `channel` of `conn` (GStreamer sends RTCP receiver
-    /// reports on the odd channel, interop §2.1): the session using that channel is alive.
+    /// reports on the odd channel): the session using that channel is alive.
     pub fn handle_interleaved_rtcp(&mut self, now: Instant, conn: ConnId, channel: u8) {
         let ids: Vec<SessionId> = self
             .by_conn
@@ -707,7 +710,7 @@ impl ServerCore {
     }
 
     /// Connection `conn` closed: its interleaved sessions end with
-    /// [`CloseReason::ConnectionClosed`] (interop §2.6, mediamtx#149). UDP sessions set up on it
+    /// [`CloseReason::ConnectionClosed`] (as in MediaMTX, mediamtx#149). UDP sessions set up on it
     /// live on until they time out.
     pub fn handle_conn_closed(&mut self, now: Instant, conn: ConnId) {
         let _ = now;
@@ -735,7 +738,7 @@ impl ServerCore {
 
     /// The sender of `stream` reached the end (or the PLAY's `Range` end): the session is
     /// `Paused` at `at`, the position after the last packet. The session stays: clients send
-    /// PAUSE and/or TEARDOWN afterwards (interop §1.11), and a PLAY with a `Range` may seek
+    /// PAUSE and/or TEARDOWN afterwards, and a PLAY with a `Range` may seek
     /// back.
     pub fn handle_end_of_stream(&mut self, now: Instant, stream: StreamId, at: Position) {
         let _ = now;
@@ -891,7 +894,7 @@ impl ServerCore {
         }
     }
 
-    /// DESCRIBE (RFC 2326 §10.2, interop §2.2, §2.4).
+    /// DESCRIBE (RFC 2326 §10.2, §12.11, Appendix C).
     fn describe(
         &self,
         conn: &ConnInfo,
@@ -924,7 +927,7 @@ impl ServerCore {
         Ok(self.with_session(b, session).build(sdp.into_bytes()))
     }
 
-    /// SETUP (RFC 2326 §10.4, §12.39; interop §2.2, §2.5, §4.3).
+    /// SETUP (RFC 2326 §10.4, §12.39, §C.3).
     fn setup(
         &mut self,
         now: Instant,
@@ -1026,7 +1029,8 @@ impl ServerCore {
             .ok(cseq)
             .header(TRANSPORT, t.negotiated.to_reply(self.config.server_ports, t.ssrc))
             .header(SESSION, self.session_header(&id));
-        // SETUP on the bare presentation URL, as SAT>IP-style clients do (interop §4.3).
+        // SETUP on the bare presentation URL, as SAT>IP-style clients do (ffmpeg `satip://`,
+        // Debian's VLC).
         if let (Ok(Target::Presentation(name)), Some(url)) = (&target, req.request_uri()) {
             let stream = self.sessions.get(&id).map_or(0, |s| s.stream.0);
             b = b
@@ -1036,7 +1040,7 @@ impl ServerCore {
         Ok(b.build(Vec::new()))
     }
 
-    /// PLAY (RFC 2326 §10.5, §12.29, §12.34; interop §2.7).
+    /// PLAY (RFC 2326 §10.5, §12.29, §12.33, §12.34).
     fn play(
         &mut self,
         req: &Request<Vec<u8>>,
@@ -1104,7 +1108,7 @@ impl ServerCore {
         }))
     }
 
-    /// PAUSE (RFC 2326 §10.6, interop §2.8).
+    /// PAUSE (RFC 2326 §10.6).
     fn pause(&self, cseq: &str, session: Option<&SessionId>) -> Result<Handled, Refusal> {
         let id = self.require_session(session, "PAUSE")?;
         let s = self.sessions.get(id).ok_or_else(|| Refusal::SessionNotFound(id.to_string()))?;
@@ -1248,7 +1252,7 @@ impl ServerCore {
         negotiated: Transport,
         url: String,
     ) -> TrackSession {
-        // SSRC 0 is what ffmpeg's punch packets carry (interop §4.1); avoid it and duplicates.
+        // SSRC 0 is what ffmpeg's punch packets carry; avoid it and duplicates.
         let ssrc = loop {
             let ssrc = (self.rng.next_u64() >> 32) as u32;
             if ssrc != 0 && !self.by_ssrc.contains_key(&ssrc) {
@@ -1463,7 +1467,7 @@ pub fn invalid_response(err: &ParseError, server_name: &str) -> Response<Vec<u8>
 /// `rtx=1` or `rtx=0` in the URL's query decides; otherwise players shown to repair loss with it
 /// get it (GStreamer's `rtspsrc`, which asks for AVPF and RTX when offered). Others get the plain
 /// description: ffmpeg would ask for AVPF and send NACKs but has no RTX receiver, and live555
-/// knows neither (rtsp-interop §3.4).
+/// knows neither.
 fn offers_feedback(req: &Request<Vec<u8>>) -> bool {
     let query = req.request_uri().and_then(|u| u.query()).unwrap_or_default();
     for kv in query.split('&') {

@@ -19,7 +19,7 @@ use crate::headers::session::parse_session_id;
 use crate::headers::transport::Transport;
 
 /// A session identifier: 16 upper-case hex digits, 64 bits of the core's ChaCha20 id stream
-/// (opaque and at least 8 characters, interop §2.6; unguessable when the core has an id key,
+/// (opaque and at least 8 characters, RFC 2326 §3.4; unguessable when the core has an id key,
 /// [`super::ServerCore::with_id_key`]).
 #[derive(Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
 pub struct SessionId(String);
@@ -53,7 +53,7 @@ impl fmt::Display for SessionId {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SessionTransport {
     /// RTP/RTCP over UDP to the RTSP peer's IP and the client's ports (never to a
-    /// `destination=`, interop §2.9).
+    /// `destination=`, RFC 2326 §12.39, §16).
     Udp {
         /// Where RTP goes.
         client_rtp: SocketAddr,
