@@ -30,9 +30,11 @@ home=$(mktemp -d); chmod 777 "$home"
 : >"$out/results.txt"
 for i in $(seq 1 "$n"); do
   (
+    # `|| rc=$?`: under `set -e` a failing player would end the subshell before its line.
+    rc=0
     timeout -k 5 150 gst-launch-1.0 -e rtspsrc location=$url protocols=udp latency=2000 \
-      ! rtpmp2tdepay ! filesink location="$out/gst-$i.ts" >"$out/gst-$i.log" 2>&1
-    rc=$?; cmp -s "$clip" "$out/gst-$i.ts" && same=exact || same=differs
+      ! rtpmp2tdepay ! filesink location="$out/gst-$i.ts" >"$out/gst-$i.log" 2>&1 || rc=$?
+    cmp -s "$clip" "$out/gst-$i.ts" && same=exact || same=differs
     # GStreamer 1.22's own race while it shuts down after EOS (tests/common gst_ended_cleanly):
     # counted apart, with its log kept.
     if [ $rc -ne 0 ] && grep -q "Got EOS from element" "$out/gst-$i.log" \
@@ -43,15 +45,17 @@ for i in $(seq 1 "$n"); do
   ) &
   players=($!)
   (
+    rc=0
     timeout -k 5 150 ffmpeg -nostdin -v error -rtsp_transport udp -i $url -map 0 -c copy \
-      -f mpegts -y "$out/ffmpeg-$i.ts" >"$out/ffmpeg-$i.log" 2>&1
-    rc=$?; echo "ffmpeg $i rc=$rc $(wc -c <"$out/ffmpeg-$i.ts") bytes" >>"$out/results.txt"
+      -f mpegts -y "$out/ffmpeg-$i.ts" >"$out/ffmpeg-$i.log" 2>&1 || rc=$?
+    echo "ffmpeg $i rc=$rc $(wc -c <"$out/ffmpeg-$i.ts") bytes" >>"$out/results.txt"
   ) &
   players+=($!)
   (
+    rc=0
     timeout -k 5 150 runuser -u nobody -- env HOME="$home" cvlc -I dummy --play-and-exit \
-      --demux dump --demuxdump-file "$home/vlc-$i.ts" $url >"$out/vlc-$i.log" 2>&1
-    rc=$?; cmp -s "$clip" "$home/vlc-$i.ts" && same=exact || same=differs
+      --demux dump --demuxdump-file "$home/vlc-$i.ts" $url >"$out/vlc-$i.log" 2>&1 || rc=$?
+    cmp -s "$clip" "$home/vlc-$i.ts" && same=exact || same=differs
     echo "vlc $i rc=$rc $same" >>"$out/results.txt"
   ) &
   players+=($!)
