@@ -1240,14 +1240,10 @@ impl ClusterCore {
             }
             return;
         }
-        let Some(reserving) = session.reserving.as_mut() else { return };
         match result {
             Ok(()) => {
                 session.reserved.insert(from);
-                if reserving.pending.is_empty() {
-                    session.reserving = None;
-                    self.events.push_back(SessionEvent::Opened { stream: key.stream });
-                }
+                open_once_reserved(session, key.stream, &mut self.events);
             }
             Err(refusal) => self.refuse(now, key.stream, refusal),
         }
@@ -1419,10 +1415,7 @@ impl ClusterCore {
                 }
                 r.pending.remove(&id);
                 session.members.remove(&id);
-                if r.pending.is_empty() {
-                    session.reserving = None;
-                    self.events.push_back(SessionEvent::Opened { stream });
-                }
+                open_once_reserved(session, stream, &mut self.events);
                 continue;
             }
             if let Some(run) = session.run.as_ref().filter(|_| session.reserved.contains(&id)) {
@@ -1497,6 +1490,18 @@ impl ClusterCore {
 
 /// One nanosecond: health turns suspect strictly after `suspect_after`.
 const NANO: Duration = Duration::from_nanos(1);
+
+/// Ends `session`'s reservation once no member is left to answer: it is open.
+fn open_once_reserved(
+    session: &mut Session,
+    stream: StreamId,
+    events: &mut VecDeque<SessionEvent>,
+) {
+    if session.reserving.as_ref().is_some_and(|r| r.pending.is_empty()) {
+        session.reserving = None;
+        events.push_back(SessionEvent::Opened { stream });
+    }
+}
 
 /// Where a takeover of a node last heard at `last_heard` starts on the clock `clock`: that
 /// instant less `margin` (what the node sent after it is sent twice; `takeover_margin`).

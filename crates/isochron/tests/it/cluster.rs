@@ -258,22 +258,9 @@ fn three_nodes_serve_bipartite_to_isochron_and_relay_to_standard_players() {
     std::thread::scope(|s| {
         s.spawn(|| {
             let out_ts = tmp(d, "play.ts");
-            let out = run(
-                c.client_cmd(bin())
-                    .args(["play", &c.nodes[0].rtsp("demo"), "--json", "--timeout", "60", "--out"])
-                    .arg(&out_ts),
-                90,
-            );
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert!(out.status.success(), "play: {err}\n{}", c.logs());
-            let summary: serde_json::Value =
-                serde_json::from_slice(&out.stdout).expect("play --json");
-            let sources: Vec<String> = summary["sources"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|s| s["address"].as_str().unwrap().split(':').next().unwrap().to_owned())
-                .collect();
+            let summary =
+                play_summary(&c, spawn_play(&c, &c.nodes[0].rtsp("demo"), &out_ts), "play");
+            let sources = source_ips(&summary);
             for n in &c.nodes {
                 assert!(
                     sources.contains(&n.host.ip.to_string()),
@@ -349,17 +336,9 @@ fn three_nodes_serve_bipartite_to_isochron_and_relay_to_standard_players() {
             let (c, want) = (&c, &want);
             s.spawn(move || {
                 let out_ts = tmp(d, &format!("tcp-{k}.ts"));
-                let out = run(
-                    c.client_cmd(bin())
-                        .args(["play", &c.nodes[1].rtsp("demo"), "--transport", "tcp"])
-                        .args(["--json", "--timeout", "60", "--out"])
-                        .arg(&out_ts),
-                    90,
-                );
-                let err = String::from_utf8_lossy(&out.stderr);
-                assert!(out.status.success(), "play over TCP {k}: {err}\n{}", c.logs());
-                let summary: serde_json::Value =
-                    serde_json::from_slice(&out.stdout).expect("play --json");
+                let tcp = ["--transport", "tcp"];
+                let child = spawn_play_with(c, &c.nodes[1].rtsp("demo"), &tcp, &out_ts);
+                let summary = play_summary(c, child, &format!("play over TCP {k}"));
                 for key in ["reordered", "duplicates", "lost", "late"] {
                     assert_eq!(summary[key], 0, "play over TCP {k}: {key}: {summary}");
                 }
@@ -575,8 +554,15 @@ fn blocks_on(c: &Cluster, node: &str) -> usize {
 
 /// Plays `url` with isochron's client in the client namespace, writing `out`.
 fn spawn_play(c: &Cluster, url: &str, out: &Path) -> Child {
+    spawn_play_with(c, url, &[], out)
+}
+
+/// [`spawn_play`] with more `isochron play` options (`--transport tcp`).
+fn spawn_play_with(c: &Cluster, url: &str, options: &[&str], out: &Path) -> Child {
     c.client_cmd(bin())
-        .args(["play", url, "--json", "--timeout", "90", "--out"])
+        .args(["play", url, "--json", "--timeout", "90"])
+        .args(options)
+        .arg("--out")
         .arg(out)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -584,11 +570,16 @@ fn spawn_play(c: &Cluster, url: &str, out: &Path) -> Child {
         .expect("isochron play")
 }
 
-/// Waits for a play: its summary, checked clean (no loss, no starvation) and byte-exact.
-fn check_play(c: &Cluster, child: Child, out: &Path, want: &[u8], what: &str) -> serde_json::Value {
+/// Waits for a play that must exit 0: its summary.
+fn play_summary(c: &Cluster, child: Child, what: &str) -> serde_json::Value {
     let res = child.wait_with_output().unwrap();
     assert!(res.status.success(), "{what}: {}\n{}", String::from_utf8_lossy(&res.stderr), c.logs());
-    let summary: serde_json::Value = serde_json::from_slice(&res.stdout).expect("play --json");
+    serde_json::from_slice(&res.stdout).expect("play --json")
+}
+
+/// Waits for a play: its summary, checked clean (no loss, no starvation) and byte-exact.
+fn check_play(c: &Cluster, child: Child, out: &Path, want: &[u8], what: &str) -> serde_json::Value {
+    let summary = play_summary(c, child, what);
     assert_eq!(summary["lost"], 0, "{what}: {summary}");
     assert_eq!(summary["starvations"], 0, "{what}: the buffer ran dry: {summary}");
     assert_same_bytes(&std::fs::read(out).unwrap(), want, what);
