@@ -62,12 +62,18 @@ pub struct ClusterConfig {
     pub start_delay: Duration,
     /// How far ahead a pause's cutoff and a pace change's new anchor are set. Default 100 ms.
     pub control_margin: Duration,
-    /// How far before a lost node's last sign of life the takeover of its blocks starts.
-    /// Default 1 s: a node on a busy machine sends its packets late (hundreds of milliseconds
-    /// were measured with both cores taken), so "heard at t" does not mean "had sent everything
-    /// due before t"; what it did send after the start is sent twice (a relayed session's origin
-    /// drops the duplicates; players drop them by sequence number).
+    /// How far before a lost node's last sign of life the takeover of its blocks starts when
+    /// the node never said how far it had got (a driver that does not report its senders'
+    /// progress). Default 1 s: a node on a busy machine sends its packets late (hundreds of
+    /// milliseconds were measured with both cores taken), so "heard at t" does not mean "had
+    /// sent everything due before t"; what it did send after the start is sent twice (a
+    /// relayed session's origin drops the duplicates; players drop them by sequence number).
     pub takeover_margin: Duration,
+    /// How far before a lost node's last reported progress ([`Message::Ping`]'s
+    /// `sent_through_unix_ns`: every packet due before it was handed out) the takeover starts:
+    /// the error of the clock-offset estimate that maps the node's clock onto ours, and packets
+    /// handed out but still in the node's socket. Default 100 ms.
+    pub progress_margin: Duration,
     /// How long the origin waits for a node's answer (reserve, stop). Default 2 s.
     pub reply_timeout: Duration,
     /// Heartbeat (ping) interval. Default 250 ms.
@@ -102,6 +108,7 @@ impl ClusterConfig {
             start_delay: Duration::from_millis(250),
             control_margin: Duration::from_millis(100),
             takeover_margin: Duration::from_secs(1),
+            progress_margin: Duration::from_millis(100),
             reply_timeout: Duration::from_secs(2),
             heartbeat: Duration::from_millis(250),
             suspect_after: Duration::from_secs(1),
@@ -163,6 +170,9 @@ struct Member {
     name: String,
     live: bool,
     last_heard: Option<Instant>,
+    /// How far its senders had got by its last heartbeat, on our clock (every packet due
+    /// before it was handed out), if it says.
+    sent_through: Option<Instant>,
     next_ping: Instant,
     ping_seq: u64,
     clock: ClockSync,
@@ -466,6 +476,8 @@ pub struct ClusterCore {
     awake_since: Instant,
     /// Stalls seen.
     stalls: u64,
+    /// How far this node's senders had got, as the driver last said.
+    sent_through: Option<Instant>,
 }
 
 impl ClusterCore {
@@ -479,6 +491,7 @@ impl ClusterCore {
                 name: config.name.clone(),
                 live: true,
                 last_heard: None,
+                sent_through: None,
                 next_ping: Instant::ZERO,
                 ping_seq: 0,
                 clock: ClockSync::default(),
@@ -497,7 +510,17 @@ impl ClusterCore {
             last_call: None,
             awake_since: Instant::ZERO,
             stalls: 0,
+            sent_through: None,
         }
+    }
+
+    /// The driver's word on how far this node's senders have got: every packet of its shares
+    /// due before `t` has been handed out. Carried in every heartbeat from now on, so that a
+    /// peer that loses this node takes its part over from there rather than a fixed margin
+    /// before its last sign of life (`docs/design/takeover.md`). A sender that lags behind
+    /// (a busy machine) reports an earlier `t`; a stale word is only cautious.
+    pub fn handle_sent_through(&mut self, t: Instant) {
+        self.sent_through = Some(t);
     }
 
     /// How many times this node found it had stood still for longer than `stall`.
@@ -549,6 +572,7 @@ impl ClusterCore {
             name: info.name.clone(),
             live: false,
             last_heard: None,
+            sent_through: None,
             next_ping: now,
             ping_seq: 0,
             clock: ClockSync::default(),
@@ -559,6 +583,7 @@ impl ClusterCore {
         m.live = info.live;
         if info.live && !was_live {
             m.last_heard = None;
+            m.sent_through = None;
             m.next_ping = now;
         }
         if was_live && !info.live {
@@ -971,7 +996,13 @@ impl ClusterCore {
         }
         match msg {
             Message::Hello { .. } => {}
-            Message::Ping { seq, sent_unix_ns } => {
+            Message::Ping { seq, sent_unix_ns, sent_through_unix_ns } => {
+                if let Some(through) = sent_through_unix_ns {
+                    let t = self.local_instant(from, through);
+                    if let Some(m) = self.members.get_mut(&from) {
+                        m.sent_through = Some(t);
+                    }
+                }
                 let t = self.unix_ns(now);
                 self.out.push_back((
                     from,
@@ -1097,6 +1128,7 @@ impl ClusterCore {
         self.wake(now);
         // Heartbeats to every live peer.
         let unix = self.unix_ns(now);
+        let through = self.sent_through.map(|t| self.unix_ns(t.min(now)));
         let me = self.config.node;
         for (id, m) in &mut self.members {
             if *id == me || !m.live || m.next_ping > now {
@@ -1104,7 +1136,14 @@ impl ClusterCore {
             }
             m.ping_seq += 1;
             m.next_ping = now + self.config.heartbeat;
-            self.out.push_back((*id, Message::Ping { seq: m.ping_seq, sent_unix_ns: unix }));
+            self.out.push_back((
+                *id,
+                Message::Ping {
+                    seq: m.ping_seq,
+                    sent_unix_ns: unix,
+                    sent_through_unix_ns: through,
+                },
+            ));
         }
         // Peers silent for `suspect_after`: with copies elsewhere, take their parts over now
         // rather than when their lease lapses (`docs/design/takeover.md`).
@@ -1383,15 +1422,19 @@ impl ClusterCore {
         let me = self.config.node;
         let k = usize::from(self.config.replication.max(1));
         let name = self.member_name(id);
-        let last_heard = match self.members.get_mut(&id) {
+        // Where its part is taken over from: a margin before how far it said its senders had
+        // got, else a wider one before its last sign of life.
+        let progress = match self.members.get_mut(&id) {
             Some(m) => {
                 m.lost = true;
-                m.last_heard
+                match m.sent_through {
+                    Some(t) => Some(t.saturating_sub(self.config.progress_margin)),
+                    None => m.last_heard.map(|t| t.saturating_sub(self.config.takeover_margin)),
+                }
             }
             None => None,
         };
         let takeover = k >= 2;
-        let margin = self.config.takeover_margin;
         if !takeover && cause == LossCause::Suspected {
             return;
         }
@@ -1447,7 +1490,7 @@ impl ClusterCore {
             let Some(run) = s.run.as_ref().filter(|_| takeover && s.lost.len() < k) else {
                 continue;
             };
-            let from = takeover_from(last_heard, run.clock, margin).unwrap_or(MediaTime::ZERO);
+            let from = takeover_from(progress, run.clock).unwrap_or(MediaTime::ZERO);
             let r = run.run;
             let tell: Vec<NodeId> = s.members.iter().copied().filter(|n| *n != me).collect();
             for to in tell {
@@ -1477,10 +1520,10 @@ impl ClusterCore {
                 share.orphan = true;
             }
             let (Some(run), Some(spec)) = (share.run, share.spec) else { continue };
-            // From the dead node's last sign of life, minus the margin: what it sent after that
-            // is sent twice, and the client (or a relayed session's origin) drops the duplicates
+            // From how far the dead node had got, less a margin: what it sent after that is
+            // sent twice, and the client (or a relayed session's origin) drops the duplicates
             // by sequence number.
-            let from = takeover_from(last_heard, share.clock, margin)
+            let from = takeover_from(progress, share.clock)
                 .map_or(spec.start.time, |t| t.max(spec.start.time));
             let dead = share.dead.clone();
             self.local.push_back(LocalAction::TakeOver { key, run, dead, from, cause });
@@ -1503,15 +1546,11 @@ fn open_once_reserved(
     }
 }
 
-/// Where a takeover of a node last heard at `last_heard` starts on the clock `clock`: that
-/// instant less `margin` (what the node sent after it is sent twice; `takeover_margin`).
-fn takeover_from(
-    last_heard: Option<Instant>,
-    clock: Option<(LocalAnchor, Pace)>,
-    margin: Duration,
-) -> Option<MediaTime> {
-    let (t, (anchor, pace)) = (last_heard?, clock?);
-    Some(media_at(anchor, pace, t.saturating_sub(margin)))
+/// Where a takeover from the instant `t` (a lost node's progress less a margin) starts on the
+/// clock `clock`.
+fn takeover_from(t: Option<Instant>, clock: Option<(LocalAnchor, Pace)>) -> Option<MediaTime> {
+    let (t, (anchor, pace)) = (t?, clock?);
+    Some(media_at(anchor, pace, t))
 }
 
 /// The media time the clock `(anchor, pace)` shows at `wall`.

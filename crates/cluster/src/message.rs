@@ -244,6 +244,12 @@ pub enum Message {
         seq: u64,
         /// Unix ns on the sender's clock when sent.
         sent_unix_ns: u64,
+        /// How far the sender's senders had got (Unix ns on its clock): every packet of its
+        /// shares due before it had been handed out. A peer that loses the sender takes its
+        /// part over from there ([`crate::ClusterConfig::progress_margin`]); `None` from a
+        /// driver that does not report it (the takeover then starts a fixed margin before the
+        /// sender's last sign of life).
+        sent_through_unix_ns: Option<u64>,
     },
     /// Answer to [`Message::Ping`] (NTP's four timestamps, RFC 5905 §8).
     Pong {

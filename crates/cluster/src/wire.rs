@@ -11,7 +11,9 @@
 //! names members lost before the session opened ([`Message::Reserve`]'s `lost`). 3 adds runs of
 //! objects with native tracks: a start with several tracks ([`RunSpec::tracks`]) and reports
 //! whose positions carry each track's next packet. 4 adds the origin's word that a member is
-//! lost to a run ([`Message::Lost`]) and that it is back ([`Message::Rejoin`]). A frame is written at the lowest version that
+//! lost to a run ([`Message::Lost`]) and that it is back ([`Message::Rejoin`]). 5 adds a
+//! heartbeat that carries how far the sender's senders had got ([`Message::Ping`]'s
+//! `sent_through_unix_ns`). A frame is written at the lowest version that
 //! expresses its message, so a version-1 node still reads everything but a degraded open and
 //! native tracks, which it refuses by version.
 //!
@@ -30,7 +32,7 @@ use crate::message::{
 };
 
 /// The format version this build writes and the newest it reads.
-pub const WIRE_VERSION: u8 = 4;
+pub const WIRE_VERSION: u8 = 5;
 
 /// The largest frame body accepted (control messages are tens of bytes; a refusal's text is
 /// the largest part).
@@ -147,6 +149,8 @@ enum W {
     // Version 4.
     Lost { key: WKey, run: u64, node: u16, from_ns: u64 },
     Rejoin { key: WKey, run: u64, node: u16, at_ns: u64 },
+    // Version 5.
+    PingProgress { seq: u64, sent: u64, through: u64 },
 }
 
 impl W {
@@ -156,6 +160,7 @@ impl W {
             Self::ReserveLost { .. } => 2,
             Self::StartTracks { .. } | Self::StoppedTracks { .. } | Self::EndedTracks { .. } => 3,
             Self::Lost { .. } | Self::Rejoin { .. } => 4,
+            Self::PingProgress { .. } => 5,
             _ => 1,
         }
     }
@@ -485,7 +490,12 @@ impl From<&Message> for W {
             Message::Hello { node, name, incarnation } => {
                 Self::Hello { node: node.0, name: name.clone(), incarnation: *incarnation }
             }
-            Message::Ping { seq, sent_unix_ns } => Self::Ping { seq: *seq, sent: *sent_unix_ns },
+            Message::Ping { seq, sent_unix_ns, sent_through_unix_ns: None } => {
+                Self::Ping { seq: *seq, sent: *sent_unix_ns }
+            }
+            Message::Ping { seq, sent_unix_ns, sent_through_unix_ns: Some(through) } => {
+                Self::PingProgress { seq: *seq, sent: *sent_unix_ns, through: *through }
+            }
             Message::Pong { seq, ping_sent_unix_ns, received_unix_ns, sent_unix_ns } => {
                 Self::Pong {
                     seq: *seq,
@@ -572,7 +582,12 @@ impl From<W> for Message {
             W::Hello { node, name, incarnation } => {
                 Self::Hello { node: NodeId(node), name, incarnation }
             }
-            W::Ping { seq, sent } => Self::Ping { seq, sent_unix_ns: sent },
+            W::Ping { seq, sent } => {
+                Self::Ping { seq, sent_unix_ns: sent, sent_through_unix_ns: None }
+            }
+            W::PingProgress { seq, sent, through } => {
+                Self::Ping { seq, sent_unix_ns: sent, sent_through_unix_ns: Some(through) }
+            }
             W::Pong { seq, ping_sent, received, sent } => Self::Pong {
                 seq,
                 ping_sent_unix_ns: ping_sent,
@@ -732,7 +747,8 @@ mod tests {
         };
         vec![
             Message::Hello { node: NodeId(1), name: "n1".into(), incarnation: 99 },
-            Message::Ping { seq: 1, sent_unix_ns: 2 },
+            Message::Ping { seq: 1, sent_unix_ns: 2, sent_through_unix_ns: None },
+            Message::Ping { seq: 1, sent_unix_ns: 2, sent_through_unix_ns: Some(1) },
             Message::Pong { seq: 1, ping_sent_unix_ns: 2, received_unix_ns: 3, sent_unix_ns: 4 },
             Message::Reserve {
                 key: key(),
@@ -838,6 +854,11 @@ mod tests {
         // Version 4: the origin's word that a member is lost.
         let lost = Message::Lost { key: key(), run: 1, node: NodeId(3), from: MediaTime::ZERO };
         assert_eq!(encode_frame(&lost), [0, 0, 0, 7, 4, 16, 2, 77, 1, 3, 0]);
+        // Version 5: a heartbeat that carries the sender's progress; one without is still 1.
+        let ping =
+            |through| Message::Ping { seq: 1, sent_unix_ns: 2, sent_through_unix_ns: through };
+        assert_eq!(encode_frame(&ping(Some(1))), [0, 0, 0, 5, 5, 18, 1, 2, 1]);
+        assert_eq!(encode_frame(&ping(None)), [0, 0, 0, 4, 1, 1, 1, 2]);
         // A version-3 message in a frame that says 2 is refused.
         let mut f = encode_frame(&Message::Start { key: key(), run: 1, spec: native_spec() });
         f[4] = 2;
@@ -847,7 +868,7 @@ mod tests {
     #[test]
     fn bad_frames_are_named() {
         assert_eq!(decode_body(&[]), Err(WireError::Empty));
-        assert_eq!(decode_body(&[5, 0]), Err(WireError::Version { found: 5 }));
+        assert_eq!(decode_body(&[6, 0]), Err(WireError::Version { found: 6 }));
         // A version-2 variant in a version-1 frame.
         let f = encode_frame(&reserve([NodeId(3)].into()));
         let mut v1 = f[4..].to_vec();

@@ -308,15 +308,15 @@ fn takeover_a_crashed_member_s_blocks_come_from_their_other_copy_in_time() {
     h.run_for(Duration::from_secs(5));
     let crash = h.now;
     h.crash(3);
-    // Suspected after 1 s of silence: the others take its part over from its last sign of life.
+    // Suspected after 1 s of silence: the others take its part over from where its senders
+    // had got by its last heartbeat (≤ 250 ms before the crash), less the progress margin.
     h.run_for(Duration::from_millis(1300));
-    let margin = h.node(1).core.config().takeover_margin;
+    let margin = h.node(1).core.config().progress_margin;
     for n in [1, 2] {
         let takeovers = &h.node(n).takeovers;
         assert_eq!(takeovers.len(), 1, "node {n}: {takeovers:?}");
         let (_, dead, from) = &takeovers[0];
         assert_eq!(dead.iter().copied().collect::<Vec<_>>(), vec![NodeId(3)]);
-        // From n3's last heartbeat (≤ 250 ms before the crash) minus the takeover margin.
         let at = Instant::ZERO + Duration::from_nanos(from.as_nanos());
         let earliest = margin + Duration::from_millis(350);
         assert!(at + earliest >= crash && at <= crash, "{from:?}");
@@ -326,8 +326,9 @@ fn takeover_a_crashed_member_s_blocks_come_from_their_other_copy_in_time() {
     h.run_for(Duration::from_secs(25));
     assert!(!failed(&h, 1), "{:?}", h.node(1).events);
     let dups = h.assert_delivered_in_time(10, 0, CLIENT_BUFFER);
-    // What n3 sent between the takeover's start (its last heartbeat minus the margin, from the
-    // start of that block) and the crash is sent twice, nothing more.
+    // What n3 sent between the takeover's start (its progress at its last heartbeat minus the
+    // margin, from the start of that block) and the crash is sent twice, nothing more: about
+    // half a second of its share, where a fixed second before its last sign of life cost 1.5.
     let span = margin + Duration::from_millis(250) + PACKET_INTERVAL * PACKETS_PER_BLOCK as u32;
     let most = (span.as_millis() / PACKET_INTERVAL.as_millis()) as usize;
     assert!(dups <= most, "{dups} duplicates (at most {most})");
@@ -342,6 +343,36 @@ fn takeover_a_crashed_member_s_blocks_come_from_their_other_copy_in_time() {
     for n in 1..=2 {
         assert_eq!(h.node(n).admitted(), 0, "node {n} released its share");
     }
+}
+
+#[test]
+fn takeover_of_a_node_whose_sender_lagged_starts_where_it_had_got() {
+    // n3's machine is so busy that its sender hands every packet out 1.5 s late (its control
+    // connection still answers in time). Killed, its part is taken over from where its sender
+    // had got, which its heartbeats said: a fixed margin before its last heartbeat (1 s) would
+    // start after packets it never sent, and they would be lost.
+    let mut h = Harness::with_replication(3, 40, 2);
+    h.node(3).lag = Duration::from_millis(1500);
+    playing(&mut h, 1, 10, Delivery::Bipartite, true);
+    h.run_for(Duration::from_secs(5));
+    let crash = h.now;
+    h.crash(3);
+    h.run_for(Duration::from_millis(1300));
+    for n in [1, 2] {
+        let (_, _, from) = &h.node(n).takeovers[0];
+        let at = Instant::ZERO + Duration::from_nanos(from.as_nanos());
+        assert!(at + Duration::from_millis(1500) <= crash, "node {n} from {from:?}");
+    }
+    h.lease_lapsed(3);
+    h.run_for(Duration::from_secs(25));
+    assert!(!failed(&h, 1), "{:?}", h.node(1).events);
+    let dups = h.assert_every_packet(10, 0);
+    // Duplicates as for a node on time: what it sent after its last heartbeat's progress less
+    // the margin.
+    let span = Duration::from_millis(350) + PACKET_INTERVAL * PACKETS_PER_BLOCK as u32;
+    let most = (span.as_millis() / PACKET_INTERVAL.as_millis()) as usize;
+    assert!(dups <= most, "{dups} duplicates (at most {most})");
+    assert!(ended(&h, 1, 10), "{:?}", h.node(1).events);
 }
 
 #[test]
@@ -638,8 +669,8 @@ fn a_member_lost_to_the_origin_alone_is_taken_over_on_its_word_and_takes_its_par
     assert!(!failed(&h, 1), "{:?}", h.node(1).events);
     let dups = h.assert_delivered_in_time(10, 0, CLIENT_BUFFER);
     // Sent twice: n3's blocks from the first takeover's start until they were given back (a
-    // block past the word), and n2's from its last heartbeat minus the margin.
-    let margin = h.node(1).core.config().takeover_margin;
+    // block past the word), and n2's from the progress of its last heartbeat minus the margin.
+    let margin = h.node(1).core.config().progress_margin;
     let block = PACKET_INTERVAL * PACKETS_PER_BLOCK as u32;
     let span = (margin + Duration::from_millis(1500 + 300 + 250) + 2 * block)
         + (margin + Duration::from_millis(250) + block);

@@ -432,6 +432,9 @@ struct Paced<B> {
     catch_up: BTreeSet<BlockIndex>,
     /// Where the share resumes after `catch_up` (block, packet).
     resume: Option<(BlockIndex, usize)>,
+    /// Blocks gained by a takeover that are sent from a media time inside them (the lost
+    /// node had sent the packets before it): those packets are passed over.
+    skip_before: BTreeMap<BlockIndex, MediaTime>,
 }
 
 /// The pacing core, generic over the block buffer type.
@@ -509,6 +512,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 lsn: 0,
                 catch_up: BTreeSet::new(),
                 resume: None,
+                skip_before: BTreeMap::new(),
             },
         );
     }
@@ -516,10 +520,17 @@ impl<B: AsRef<[u8]>> Pacer<B> {
     /// A running share gains `added` (blocks another node was sending, taken over): they are
     /// sent in index order with its own, from the run's first block on; added blocks before the
     /// share's current one are sent first (they are overdue), then it resumes where it was.
-    /// Blocks the share already has are ignored, and nothing already sent is sent again.
-    /// Returns `false` (nothing changed) for an unknown stream, another run, a stream that is
-    /// not a share, or a run that is over.
-    pub fn handle_extend(&mut self, stream: StreamId, run: u64, added: &[ShareBlock]) -> bool {
+    /// Packets before `from` (how far the other node had got) are passed over: the block that
+    /// holds `from` is sent from there, not from its start. Blocks the share already has are
+    /// ignored, and nothing already sent is sent again. Returns `false` (nothing changed) for
+    /// an unknown stream, another run, a stream that is not a share, or a run that is over.
+    pub fn handle_extend(
+        &mut self,
+        stream: StreamId,
+        run: u64,
+        added: &[ShareBlock],
+        from: MediaTime,
+    ) -> bool {
         let Some(s) = self.streams.get_mut(&stream) else { return false };
         let Some(next) = s.next.filter(|_| s.playing && s.run == run) else { return false };
         let Some(share) = s.setup.share.as_ref() else { return false };
@@ -531,6 +542,9 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         let mut behind = BTreeSet::new();
         for b in added.iter().filter(|b| !have.contains(&b.index) && b.index >= s.from) {
             merged.insert(b.index, *b);
+            if b.first.time < from {
+                s.skip_before.insert(b.index, from);
+            }
             if b.index < walk {
                 behind.insert(b.index);
             }
@@ -607,6 +621,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         s.blocks.clear();
         s.catch_up.clear();
         s.resume = None;
+        s.skip_before.clear();
         s.next = first_block(&s.setup, play.from);
         s.cursor = 0;
         s.generation += 1;
@@ -847,6 +862,20 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         .min()
     }
 
+    /// How far the pacer has got at `now`: every packet of a playing stream due before the
+    /// returned instant has been handed out (it is `now` when nothing is overdue; `None` when
+    /// no stream plays on a clock). A stream waiting for its next block, or held back by its
+    /// transport, holds it back: a peer that takes this node's part over starts there
+    /// (`docs/design/takeover.md`), so it must never be later than a packet not yet sent.
+    #[must_use]
+    pub fn sent_through(&self, now: Instant) -> Option<Instant> {
+        let mut playing =
+            self.streams.values().filter(|s| s.playing && s.anchor.is_some()).peekable();
+        playing.peek()?;
+        let due = playing.filter_map(|s| Self::next_position(s).map(|p| Self::due(s, p.time)));
+        Some(due.fold(now, Instant::min))
+    }
+
     /// Counters.
     #[must_use]
     pub fn stats(&self) -> PacerStats {
@@ -1001,6 +1030,10 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 }
             }
         }
+        // Sent already by the node whose block this was, before it was lost.
+        if s.skip_before.get(&index).is_some_and(|t| time < *t) {
+            stamp = None;
+        }
         let start_time = s.start.time;
         let trick = s.trick;
         let transmit = match stamp {
@@ -1060,6 +1093,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             s.cursor = cursor + 1;
         } else {
             s.blocks.remove(&index);
+            s.skip_before.remove(&index);
             self.events.push_back(PacerEvent::BlockDone { stream, run: s.run, index });
             s.cursor = 0;
             // Overdue blocks of a takeover first, then back to where the share was.
@@ -1575,6 +1609,31 @@ mod tests {
     }
 
     #[test]
+    fn sent_through_is_the_first_packet_not_handed_out() {
+        let mut p = Pacer::new(PacerConfig::default());
+        setup(&mut p, 1);
+        // Nothing playing, or not yet on a clock: nothing to say.
+        assert_eq!(p.sent_through(ms(5)), None);
+        play(&mut p, 1, Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
+        assert_eq!(p.sent_through(ms(5)), None);
+        let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
+        p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), Some(anchor));
+        // Packets due at 0, 10, 20 … ms: at 15 the first two are out, the next is not due.
+        while p.poll_transmit(ms(15), |_| true).is_some() {}
+        assert_eq!(p.sent_through(ms(15)), Some(ms(15)));
+        // Held back by its transport: the packet due at 20 is not out at 25.
+        assert!(p.poll_transmit(ms(25), |_| false).is_none());
+        assert_eq!(p.sent_through(ms(25)), Some(ms(20)));
+        // Block 0 out, block 1 not read: its first packet (due at 50) is not out at 60. Its
+        // time is unknown until it is read; the last one sent (40) bounds it.
+        while p.poll_transmit(ms(60), |_| true).is_some() {}
+        assert_eq!(p.sent_through(ms(60)), Some(ms(40)));
+        // Paused: nothing of it is due.
+        p.handle_stop(ms(60), StreamId(1), 1, None);
+        assert_eq!(p.sent_through(ms(70)), None);
+    }
+
+    #[test]
     fn backpressure_keeps_the_packet() {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 0);
@@ -1777,8 +1836,8 @@ mod tests {
             .iter()
             .map(|&i| ShareBlock { index: BlockIndex(i), first: first(i.into()) })
             .collect();
-        assert!(p.handle_extend(StreamId(1), 1, &added));
-        assert!(!p.handle_extend(StreamId(1), 2, &added), "another run");
+        assert!(p.handle_extend(StreamId(1), 1, &added, MediaTime::ZERO));
+        assert!(!p.handle_extend(StreamId(1), 2, &added, MediaTime::ZERO), "another run");
         // They arrive out of order, after a while.
         let now = drive_from(&mut p, now, ms(280), &mut got);
         p.handle_block(StreamId(1), 1, BlockIndex(2), block(2, 10, 5), None);
@@ -1795,7 +1854,28 @@ mod tests {
         assert_eq!(got[19].0, 290, "then on the session's clock again");
         let events: Vec<_> = std::iter::from_fn(|| p.poll_event()).collect();
         assert!(events.iter().any(|e| matches!(e, PacerEvent::Ended { .. })), "{events:?}");
-        assert!(!p.handle_extend(StreamId(1), 1, &added), "the run is over");
+        assert!(!p.handle_extend(StreamId(1), 1, &added, MediaTime::ZERO), "the run is over");
+    }
+
+    #[test]
+    fn a_block_taken_over_is_sent_from_where_the_lost_node_had_got() {
+        let mut p = Pacer::new(PacerConfig::default());
+        share(&mut p, RtcpMode::None);
+        p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
+        let mut got = Vec::new();
+        let now = drive_from(&mut p, Instant::ZERO, ms(130), &mut got);
+        // Block 2 (packets 10–14, due 100–140 ms) is taken over from 125 ms: the lost node
+        // had sent packets 10, 11 and 12.
+        let first = Position::at(Gsn(10), MediaTime::from_nanos(100_000_000));
+        let taken = [ShareBlock { index: BlockIndex(2), first }];
+        assert!(p.handle_extend(StreamId(1), 1, &taken, MediaTime::from_nanos(125_000_000)));
+        for (i, g) in [(2, 10), (3, 15)] {
+            p.handle_block(StreamId(1), 1, BlockIndex(i), block(i, g, 5), None);
+        }
+        drive_from(&mut p, now, ms(1_000), &mut got);
+        let seqs: Vec<u16> = got.iter().map(|g| g.1).collect();
+        let want: Vec<u16> = (5..10).chain(13..20).collect();
+        assert_eq!(seqs, want, "block 2 from packet 13 on, then block 3");
     }
 
     #[test]
@@ -1807,7 +1887,7 @@ mod tests {
             .iter()
             .map(|&i| ShareBlock { index: BlockIndex(i), first: first(i.into()) })
             .collect();
-        assert!(p.handle_extend(StreamId(1), 1, &taken));
+        assert!(p.handle_extend(StreamId(1), 1, &taken, MediaTime::ZERO));
         p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
         p.handle_block(StreamId(1), 1, BlockIndex(2), block(2, 10, 5), None);
         let mut got = Vec::new();
@@ -1835,7 +1915,8 @@ mod tests {
         assert!(p.handle_extend(
             StreamId(1),
             1,
-            &[ShareBlock { index: BlockIndex(2), first: first(2) }]
+            &[ShareBlock { index: BlockIndex(2), first: first(2) }],
+            MediaTime::ZERO
         ));
         p.handle_block(StreamId(1), 1, BlockIndex(3), block(3, 15, 5), None);
         p.handle_block(StreamId(1), 1, BlockIndex(2), block(2, 10, 5), None);

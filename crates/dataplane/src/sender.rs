@@ -22,6 +22,7 @@
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
@@ -186,6 +187,8 @@ pub enum SenderCommand {
         run: u64,
         /// The blocks gained.
         blocks: Vec<crate::pacer::ShareBlock>,
+        /// How far the lost node had got: earlier packets of these blocks are not sent.
+        from: MediaTime,
     },
     /// A running share gives back blocks it had taken over ([`Pacer::handle_give_back`]).
     GiveBack {
@@ -301,6 +304,44 @@ impl StreamOut {
     }
 }
 
+/// How far one sender thread has got ([`Pacer::sent_through`]), published for the cluster's
+/// heartbeats: a peer that loses this node takes its part over from there
+/// (`docs/design/takeover.md`). Written by the thread at most every [`PROGRESS_EVERY`], read
+/// by anyone; a value read late is only cautious (it was true when written).
+#[derive(Debug)]
+pub struct SentThrough(AtomicU64);
+
+/// How often a sender thread publishes its [`SentThrough`]: a pass over its streams, cheap
+/// next to the packets sent meanwhile.
+pub const PROGRESS_EVERY: Duration = Duration::from_millis(10);
+
+impl SentThrough {
+    /// Nothing published yet.
+    #[must_use]
+    pub fn new() -> Self {
+        Self(AtomicU64::new(u64::MAX))
+    }
+
+    /// Publishes `t` (on the server's clock), or that no stream plays (`None`).
+    pub fn publish(&self, t: Option<Instant>) {
+        self.0.store(t.map_or(u64::MAX, Instant::as_nanos), Ordering::Relaxed);
+    }
+
+    /// What was last published, if anything: `None` before the first word, and while no
+    /// stream plays (the thread then has nothing a peer could take over).
+    #[must_use]
+    pub fn read(&self) -> Option<Instant> {
+        let v = self.0.load(Ordering::Relaxed);
+        (v != u64::MAX).then(|| Instant::from_nanos(v))
+    }
+}
+
+impl Default for SentThrough {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// Everything the thread needs.
 pub struct SenderThread {
     /// The server's clock.
@@ -327,6 +368,8 @@ pub struct SenderThread {
     /// come from that many at once, so a connection's queue is written only while it has more
     /// free slots than that.
     pub shards: usize,
+    /// Where the thread publishes how far it has got.
+    pub sent_through: Arc<SentThrough>,
 }
 
 impl SenderThread {
@@ -348,6 +391,7 @@ impl SenderThread {
         // Interleaved BYEs that found their connection's queue full, retried every quantum.
         let mut late_byes: Vec<LateBye> = Vec::new();
         let mut last_pass = self.clock.now();
+        let mut published = Instant::ZERO;
         loop {
             // Wait for a command, or for the next due packet but no sooner than a quantum after
             // the last send pass.
@@ -432,8 +476,8 @@ impl SenderThread {
                     SenderCommand::Reanchor { stream, run, anchor, pace } => {
                         pacer.handle_reanchor(stream, run, anchor, pace);
                     }
-                    SenderCommand::Extend { stream, run, blocks } => {
-                        pacer.handle_extend(stream, run, &blocks);
+                    SenderCommand::Extend { stream, run, blocks, from } => {
+                        pacer.handle_extend(stream, run, &blocks, from);
                     }
                     SenderCommand::GiveBack { stream, run, blocks } => {
                         pacer.handle_give_back(stream, run, &blocks);
@@ -497,6 +541,10 @@ impl SenderThread {
             // Send everything due, in batches.
             let now = self.clock.now();
             last_pass = now;
+            if now.saturating_duration_since(published) >= PROGRESS_EVERY {
+                self.sent_through.publish(pacer.sent_through(now));
+                published = now;
+            }
             loop {
                 // Every track of a stream goes the same way (one connection when interleaved).
                 let can_send = |s: StreamId| {

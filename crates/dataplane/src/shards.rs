@@ -19,11 +19,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crossbeam_channel::Sender;
-use isochron_base::StreamId;
+use isochron_base::{Instant, StreamId};
 use tokio::sync::oneshot;
 
 use crate::pacer::StreamProgress;
-use crate::sender::{SenderCommand, SenderStats};
+use crate::sender::{SenderCommand, SenderStats, SentThrough};
 
 /// A sender shard's thread has exited (the server is shutting down).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +42,8 @@ impl std::error::Error for Disconnected {}
 pub struct Senders {
     shards: Arc<[Sender<SenderCommand>]>,
     routes: Arc<Mutex<SsrcRoutes>>,
+    /// Each shard's published progress, by shard.
+    progress: Arc<[Arc<SentThrough>]>,
 }
 
 /// Which shard serves each SSRC, and which SSRCs each stream added.
@@ -59,7 +61,24 @@ impl Senders {
     #[must_use]
     pub fn new(shards: Vec<Sender<SenderCommand>>) -> Self {
         assert!(!shards.is_empty(), "a sender needs at least one shard");
-        Self { shards: shards.into(), routes: Arc::default() }
+        let progress = shards.iter().map(|_| Arc::new(SentThrough::new())).collect();
+        Self { shards: shards.into(), routes: Arc::default(), progress }
+    }
+
+    /// Where shard `i` publishes how far it has got (`SenderThread::sent_through`).
+    ///
+    /// # Panics
+    /// If there is no shard `i`.
+    #[must_use]
+    pub fn sent_through_of(&self, i: usize) -> Arc<SentThrough> {
+        Arc::clone(&self.progress[i])
+    }
+
+    /// How far every shard has got: the earliest of their words (every packet due before it
+    /// has been handed out), `None` while no shard plays a stream.
+    #[must_use]
+    pub fn sent_through(&self) -> Option<Instant> {
+        self.progress.iter().filter_map(|p| p.read()).min()
     }
 
     /// How many shards.

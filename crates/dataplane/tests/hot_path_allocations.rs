@@ -109,6 +109,7 @@ fn run(gso: bool) -> (u64, u64) {
         retransmit_window: Duration::from_secs(1),
         gso,
         shards: 1,
+        sent_through: Arc::default(),
     };
     let blocks: Vec<SharedBlock> = (0..BLOCKS).map(block).collect();
     let before = ALLOCATIONS.load(Ordering::Relaxed);

@@ -84,6 +84,7 @@ fn a_relayed_session_reaches_a_tcp_client_in_order_once_and_whole() {
         retransmit_window: Duration::from_secs(1),
         gso: false,
         shards: 1,
+        sent_through: Arc::default(),
     };
     let thread = std::thread::spawn(move || sender.run());
 

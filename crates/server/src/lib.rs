@@ -367,6 +367,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
             retransmit_window: settings.retransmit_window,
             gso,
             shards: settings.sender_threads,
+            sent_through: sender_tx.sent_through_of(i),
         };
         let name = format!("isochron-sender-{i}");
         threads.push(std::thread::Builder::new().name(name).spawn(|| sender.run())?);

@@ -389,6 +389,8 @@ impl Manager {
                 _ = tick.tick() => {
                     let now = self.clock.now();
                     let stalls = self.cluster.stalls();
+                    // No shard playing a stream: nothing due is unsent.
+                    self.cluster.handle_sent_through(self.sender.sent_through().unwrap_or(now));
                     self.core.handle_timeout(now);
                     self.cluster.handle_timeout(now);
                     if self.cluster.stalls() > stalls && self.cluster.session_count() + self.cluster.share_count() > 0 {
@@ -999,7 +1001,7 @@ impl Manager {
         }
         let stream = share.stream;
         let indices: Vec<BlockIndex> = blocks.iter().map(|b| b.index).collect();
-        let _ = self.sender.send(SenderCommand::Extend { stream, run, blocks });
+        let _ = self.sender.send(SenderCommand::Extend { stream, run, blocks, from });
         let _ = self.sched.send(SchedCommand::TakeOver { stream, run, blocks: indices });
     }
 

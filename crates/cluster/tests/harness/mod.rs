@@ -140,6 +140,8 @@ pub struct SimNode {
     pub crashed: bool,
     /// Stopped (SIGSTOP) until then: nothing runs, messages to it wait in its sockets.
     pub paused_until: Option<Instant>,
+    /// How late its sender hands out every packet (a busy machine).
+    pub lag: Duration,
 }
 
 impl SimNode {
@@ -226,6 +228,7 @@ impl Harness {
                     givebacks: Vec::new(),
                     crashed: false,
                     paused_until: None,
+                    lag: Duration::ZERO,
                 },
             );
         }
@@ -379,18 +382,19 @@ impl Harness {
         let net = self.net.peek().map(|Reverse((t, ..))| *t);
         let nodes = self.nodes.values().filter(|n| !n.crashed).flat_map(|n| {
             let core = n.core.poll_timeout().map(|l| n.true_time(l));
-            let runs = n.runs.values().filter_map(|r| Self::run_wakeup(r).map(|l| n.true_time(l)));
+            let runs =
+                n.runs.values().filter_map(|r| Self::run_wakeup(r, n.lag).map(|l| n.true_time(l)));
             let paused = n.paused_until.unwrap_or(Instant::ZERO);
             core.into_iter().chain(runs).map(move |t| t.max(paused))
         });
         net.into_iter().chain(nodes).min()
     }
 
-    fn run_wakeup(r: &Run) -> Option<Instant> {
+    fn run_wakeup(r: &Run, lag: Duration) -> Option<Instant> {
         if r.ended {
             return None;
         }
-        let packet = r.todo.get(r.next).map(|g| r.due(Object::time(*g)));
+        let packet = r.todo.get(r.next).map(|g| r.due(Object::time(*g)) + lag);
         match (packet, r.stop_at) {
             (Some(p), Some(s)) => Some(p.min(s)),
             (p, s) => p.or(s),
@@ -430,10 +434,20 @@ impl Harness {
             }
             node.paused_until = None;
             let local = node.local_now(now);
+            // How far its sender has got, as the server's sender threads report it: the due
+            // time of the earliest packet not yet handed out.
+            let through = node
+                .runs
+                .values()
+                .filter(|r| !r.ended)
+                .filter_map(|r| r.todo.get(r.next).map(|g| r.due(Object::time(*g))))
+                .fold(local, Instant::min);
+            node.core.handle_sent_through(through);
             if node.core.poll_timeout().is_some_and(|t| t <= local) {
                 node.core.handle_timeout(local);
             }
             // Packets due.
+            let lag = node.lag;
             let mut finished = Vec::new();
             for (key, r) in &mut node.runs {
                 if r.ended {
@@ -441,7 +455,7 @@ impl Harness {
                 }
                 while let Some(&g) = r.todo.get(r.next) {
                     let t = Object::time(g);
-                    if r.end.is_some_and(|e| t > e) || r.due(t) > local {
+                    if r.end.is_some_and(|e| t > e) || r.due(t) + lag > local {
                         break;
                     }
                     // A feeder's packets reach the client from the origin (relay).
