@@ -6,9 +6,10 @@
 //! reads it from memory instead of from disk — interval caching. Concurrent requests for a block
 //! that is being read coalesce onto the one read.
 //!
-//! Accounting follows Yima §5 (Table 32.2): `B_disk` counts the bytes handed to streams that came
-//! from a disk read, `B_cache` the bytes handed to streams from memory (a ready hit, or a request
-//! that joined a read already in flight). `B_disk + B_cache` is every block byte delivered.
+//! Accounting follows Yima §3 (Table I) and §3.2.2 (the shared block list): `B_disk` counts the
+//! bytes handed to streams that came from a disk read, `B_cache` the bytes handed to streams from
+//! memory (a ready hit, or a request that joined a read already in flight). `B_disk + B_cache` is
+//! every block byte delivered.
 //!
 //! The cache stores values of any type `V` (the server stores `Arc` handles to block buffers; tests
 //! store integers): it performs no IO and never reads a clock.
