@@ -570,10 +570,17 @@ fn spawn_play_with(c: &Cluster, url: &str, options: &[&str], out: &Path) -> Chil
         .expect("isochron play")
 }
 
-/// Waits for a play that must exit 0: its summary.
+/// Waits for a play that must exit 0: its summary. A play that fails prints its summary all
+/// the same (what it received, from which nodes): the failure shows it.
 fn play_summary(c: &Cluster, child: Child, what: &str) -> serde_json::Value {
     let res = child.wait_with_output().unwrap();
-    assert!(res.status.success(), "{what}: {}\n{}", String::from_utf8_lossy(&res.stderr), c.logs());
+    assert!(
+        res.status.success(),
+        "{what}: {}\nits summary: {}\n{}",
+        String::from_utf8_lossy(&res.stderr),
+        String::from_utf8_lossy(&res.stdout),
+        c.logs()
+    );
     serde_json::from_slice(&res.stdout).expect("play --json")
 }
 
