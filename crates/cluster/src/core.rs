@@ -76,7 +76,9 @@ pub struct ClusterConfig {
     pub progress_margin: Duration,
     /// How long the origin waits for a node's answer (reserve, stop). Default 2 s.
     pub reply_timeout: Duration,
-    /// Heartbeat (ping) interval. Default 250 ms.
+    /// Heartbeat (ping) interval. Default 100 ms: every ping says how far the node's senders
+    /// had got, and a takeover of its part starts from the last one heard, so the interval
+    /// bounds what the node sent after it and a taker sends again (`docs/design/takeover.md`).
     pub heartbeat: Duration,
     /// Silence after which a peer is suspected down. Default 1 s: with K ≥ 2 copies a suspected
     /// peer's share is taken over at once, and that must happen well inside a client's 2 s
@@ -91,6 +93,12 @@ pub struct ClusterConfig {
     /// How far ahead a member that speaks again takes its part back ([`Message::Rejoin`]):
     /// time for the word to reach every member before the blocks change hands. Default 500 ms.
     pub rejoin_margin: Duration,
+    /// How long a sender holds a stream it finds overdue by more than [`Self::hold_after`]
+    /// (this node stood still so long that its peers may have taken its part over) before it
+    /// sends what fell due: time for their word ([`LocalAction::Withhold`]), waiting in this
+    /// node's control sockets, to be read. Default 300 ms (`docs/design/takeover.md`, *A node
+    /// that stood still*).
+    pub hold_window: Duration,
     /// The store's number of copies of every block (`store.replication`). With 2 or more, a
     /// lost member's part of every session is taken over by the holders of the other copies
     /// ([`LocalAction::TakeOver`]) instead of failing the session. Default 1.
@@ -110,12 +118,22 @@ impl ClusterConfig {
             takeover_margin: Duration::from_secs(1),
             progress_margin: Duration::from_millis(100),
             reply_timeout: Duration::from_secs(2),
-            heartbeat: Duration::from_millis(250),
+            heartbeat: Duration::from_millis(100),
             suspect_after: Duration::from_secs(1),
             stall: Duration::from_millis(500),
             rejoin_margin: Duration::from_millis(500),
+            hold_window: Duration::from_millis(300),
             replication: 1,
         }
+    }
+
+    /// How overdue a stream's next packet must be for its sender to hold it
+    /// ([`Self::hold_window`]): `suspect_after` less a heartbeat, the shortest silence after
+    /// which a peer may have been suspected (its last heartbeat went up to one interval before
+    /// the stall). A shorter stall is nobody's business: what fell due is sent at once.
+    #[must_use]
+    pub fn hold_after(&self) -> Duration {
+        self.suspect_after.saturating_sub(self.heartbeat)
     }
 }
 
@@ -353,6 +371,39 @@ pub enum LocalAction {
         /// The media time after whose block it sends its own blocks alone.
         at: MediaTime,
     },
+    /// This node was lost to the share's session (it stood still, or its link failed) and its
+    /// part was taken over from media time `from`: send none of the packets of the blocks
+    /// taken over from `from` on, neither those that fell due while it stood still nor later
+    /// ones, until the give-back point `until` (or, while `None`, [`LocalAction::Release`])
+    /// says from where they are its own again. Packets before `from`, and blocks nobody took,
+    /// are still its own. Replaces what an earlier withhold of the run said.
+    /// `docs/design/takeover.md`, *A node that stood still*.
+    Withhold {
+        /// The share.
+        key: ShareKey,
+        /// The run.
+        run: u64,
+        /// The media time its part was taken over from.
+        from: MediaTime,
+        /// Who took it over: every block of its part whose next copy (the first on another
+        /// node) is on one of these nodes. `None`: every block of its part (the origin's word,
+        /// which every member heard).
+        takers: Option<BTreeSet<NodeId>>,
+        /// The media time after whose block its blocks are its own again, when known already.
+        until: Option<MediaTime>,
+    },
+    /// The session's members give this node's part back after the block holding media time
+    /// `at` ([`Message::Rejoin`]): of the packets held back by [`LocalAction::Withhold`], pass
+    /// over those of blocks up to that one (the takers send them) and send from the next block
+    /// on.
+    Release {
+        /// The share.
+        key: ShareKey,
+        /// The run.
+        run: u64,
+        /// The media time after whose block the share's blocks are its own again.
+        at: MediaTime,
+    },
 }
 
 /// What became of a session this node is the origin of.
@@ -414,9 +465,22 @@ struct Session {
     /// that speaks again (it only stood still, or its link healed) still runs that share, and
     /// takes its part back if the session is still in that run.
     rejoinable: BTreeMap<NodeId, u64>,
+    /// Where this node, the origin, takes its own part back after members took it over (it
+    /// stood still, or its links to them failed): the run, the media time after whose block
+    /// its blocks are its own again ([`Message::Rejoin`], told to every member that says it
+    /// took over), and those members.
+    taken_back: Option<TakenBack>,
     /// Those the members' shares were planned without (the `lost` of `Reserve`): a member lost
     /// after that and before the first run is announced to the others with the run's `Start`.
     planned_without: BTreeSet<NodeId>,
+}
+
+#[derive(Debug)]
+struct TakenBack {
+    run: u64,
+    at: MediaTime,
+    from: MediaTime,
+    takers: BTreeSet<NodeId>,
 }
 
 #[derive(Debug)]
@@ -458,6 +522,10 @@ struct Share {
     /// The origin is lost: nobody will stop or close the share; it runs to its end and then
     /// releases itself.
     orphan: bool,
+    /// The media time this node took the lost origin's own part over from, as it told the
+    /// origin ([`Message::Lost`]): it gives that part back at the origin's word
+    /// ([`Message::Rejoin`]), and says it again when the origin speaks again.
+    told_origin: Option<MediaTime>,
 }
 
 /// The cluster core of one node. See the module docs.
@@ -702,6 +770,7 @@ impl ClusterCore {
                 run: None,
                 lost: lost.clone(),
                 rejoinable: BTreeMap::new(),
+                taken_back: None,
                 planned_without: lost.clone(),
             },
         );
@@ -967,29 +1036,32 @@ impl ClusterCore {
             // A lost peer speaks again (it stood still, or its link healed).
             if m.live && m.lost {
                 m.lost = false;
-                // The sessions it is the origin of have it back, and its blocks: it never
-                // stopped sending them, so this node gives back what it took over of them on
-                // its own word, a margin ahead.
-                let margin = self.config.rejoin_margin;
+                // The sessions it is the origin of have it back, and its blocks: it says from
+                // where it takes its part back ([`Message::Rejoin`], one point for every
+                // member and itself). It was told this node took its part over when it was
+                // lost; the word is said again, in case that one was lost with a connection.
+                let mut tell = Vec::new();
                 for (key, share) in &mut self.shares {
                     if key.origin != from {
                         continue;
                     }
                     share.orphan = false;
-                    let (Some(run), Some((anchor, pace))) = (share.run, share.clock) else {
+                    if !share.dead.contains(&from) {
                         continue;
-                    };
-                    if share.dead.remove(&from) {
-                        let at = media_at(anchor, pace, now + margin);
-                        let dead = share.dead.clone();
-                        self.local.push_back(LocalAction::GiveBack {
-                            key: *key,
-                            run,
-                            dead,
-                            node: from,
-                            at,
-                        });
                     }
+                    match (share.run, share.told_origin) {
+                        (Some(run), Some(at)) => {
+                            tell.push(Message::Lost { key: *key, run, node: from, from: at });
+                        }
+                        // Lost before its share ran: nothing was taken over, nothing to give
+                        // back (a run started later has it back in full).
+                        _ => {
+                            share.dead.remove(&from);
+                        }
+                    }
+                }
+                for msg in tell {
+                    self.send(now, from, msg);
                 }
                 self.rejoin(now, from);
             }
@@ -1086,6 +1158,9 @@ impl ClusterCore {
                     });
                 }
             }
+            Message::Lost { key, run, node, from: at } if node == self.config.node => {
+                self.taken_over(now, from, key, run, at);
+            }
             Message::Lost { key, run, node, from } => {
                 // The origin's word: take `node`'s part over if this node has not already.
                 let Some(share) = self.shares.get_mut(&key) else { return };
@@ -1096,6 +1171,12 @@ impl ClusterCore {
                 let from = share.spec.map_or(from, |s| from.max(s.start.time));
                 let cause = LossCause::Suspected;
                 self.local.push_back(LocalAction::TakeOver { key, run, dead, from, cause });
+            }
+            Message::Rejoin { key, run, node, at } if node == self.config.node => {
+                // This node's part is its own again after `at`'s block.
+                if self.shares.get(&key).is_some_and(|s| s.run == Some(run)) {
+                    self.local.push_back(LocalAction::Release { key, run, at });
+                }
             }
             Message::Rejoin { key, run, node, at } => {
                 let Some(share) = self.shares.get_mut(&key) else { return };
@@ -1372,6 +1453,52 @@ impl ClusterCore {
         }
     }
 
+    /// `by` took this node's part of the share `key` over from media time `from`: this node was
+    /// lost to it (it stood still, or a link failed). The share holds its packets back from
+    /// there on ([`LocalAction::Withhold`]) until it is told where its blocks are its own again:
+    /// by the origin's [`Message::Rejoin`], or, when this node is the origin, at a point it
+    /// chooses now, `rejoin_margin` ahead (one point per run and stall, told to every member
+    /// that took over).
+    fn taken_over(&mut self, now: Instant, by: NodeId, key: ShareKey, run: u64, from: MediaTime) {
+        let me = self.config.node;
+        if self.shares.get(&key).is_none_or(|s| s.run != Some(run)) {
+            return;
+        }
+        if key.origin != me {
+            if by != key.origin {
+                return;
+            }
+            // The origin's word: every member was told to take this node's part over.
+            let action = LocalAction::Withhold { key, run, from, takers: None, until: None };
+            self.local.push_back(action);
+            return;
+        }
+        // A member's word: it took over the blocks whose next copy is on it, and the other
+        // members those whose next copy is on them only if they lost this node too (a link
+        // may have failed between this node and that member alone). Only the blocks of the
+        // members that said so are held back.
+        let margin = self.config.rejoin_margin;
+        let Some(session) = self.sessions.get_mut(&key.stream) else { return };
+        let clock = session.run.as_ref().filter(|r| r.run == run).and_then(|r| r.clock);
+        let Some((anchor, pace)) = clock else { return };
+        let t = match session.taken_back.as_mut() {
+            // Another member that took over in the same stall (or the same one saying it
+            // again): the same point, given to it too; its blocks are held back as well.
+            Some(t) if t.run == run && from <= t.at => t,
+            _ => session.taken_back.insert(TakenBack {
+                run,
+                at: media_at(anchor, pace, now + margin),
+                from,
+                takers: BTreeSet::new(),
+            }),
+        };
+        t.takers.insert(by);
+        t.from = t.from.min(from);
+        let (at, from, takers) = (t.at, t.from, Some(t.takers.clone()));
+        self.local.push_back(LocalAction::Withhold { key, run, from, takers, until: Some(at) });
+        self.send(now, by, Message::Rejoin { key, run, node: me, at });
+    }
+
     /// A member this node had lost speaks again. In the sessions this node is the origin of
     /// that it was lost to while running its share, it takes its part back at a media time
     /// `rejoin_margin` ahead: every member that took a block of it over sends the blocks after
@@ -1407,7 +1534,10 @@ impl ClusterCore {
             s.lost.remove(&node);
             s.members.insert(node);
             s.reserved.insert(node);
-            let tell: Vec<NodeId> = s.members.iter().copied().filter(|n| *n != node).collect();
+            // Every member, this node's own share too, and the node itself: it held its part
+            // back from where it was taken over (`LocalAction::Withhold`), and sends its
+            // blocks after `at`'s from now on.
+            let tell: Vec<NodeId> = s.members.iter().copied().collect();
             for to in tell {
                 self.send(now, to, Message::Rejoin { key, run: r, node, at });
             }
@@ -1492,7 +1622,11 @@ impl ClusterCore {
             };
             let from = takeover_from(progress, run.clock).unwrap_or(MediaTime::ZERO);
             let r = run.run;
-            let tell: Vec<NodeId> = s.members.iter().copied().filter(|n| *n != me).collect();
+            // The lost node too: if it only stood still, the word waits in its socket, and it
+            // holds back its part from there on instead of sending it twice when it resumes
+            // (`LocalAction::Withhold`).
+            let tell: Vec<NodeId> =
+                s.members.iter().copied().filter(|n| *n != me).chain([id]).collect();
             for to in tell {
                 self.send(now, to, Message::Lost { key, run: r, node: id, from });
             }
@@ -1527,6 +1661,12 @@ impl ClusterCore {
                 .map_or(spec.start.time, |t| t.max(spec.start.time));
             let dead = share.dead.clone();
             self.local.push_back(LocalAction::TakeOver { key, run, dead, from, cause });
+            // A lost origin is told too, for its own part: should it only have stood still, it
+            // holds that part back on resuming and says where it takes it back.
+            if key.origin == id {
+                share.told_origin = Some(from);
+                self.send(now, id, Message::Lost { key, run, node: id, from });
+            }
         }
     }
 }

@@ -347,7 +347,9 @@ pub enum Message {
     /// past `suspect_after`, or down); from media time `from` on, send the blocks whose first
     /// copy on a node not lost is yours. The origin's word makes the members' dead sets agree
     /// even where one of them still hears `node` (a partition), so that a lost node that speaks
-    /// again can be told to stop (`docs/design/takeover.md`).
+    /// again can be told to stop (`docs/design/takeover.md`). Also to `node` itself, and from a
+    /// member to a lost origin (`node` the origin): your part was taken over from `from`; if
+    /// you only stood still, hold it back until the give-back point ([`Message::Rejoin`]).
     Lost {
         /// The share.
         key: ShareKey,
@@ -361,6 +363,9 @@ pub enum Message {
     /// From the session's origin to its other members: `node`, lost to run `run`, speaks again
     /// and sends its own blocks; of those after the block holding media time `at`, send no more
     /// the ones you took over from it (`docs/design/takeover.md`, *A node that stood still*).
+    /// To `node` itself: send your blocks after that one again. From an origin that stood
+    /// still (`node` the origin), in answer to a member's `Lost`: the point it takes its own
+    /// part back at.
     Rejoin {
         /// The share.
         key: ShareKey,

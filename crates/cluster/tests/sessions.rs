@@ -80,8 +80,9 @@ fn control_traffic_is_tiny_next_to_the_media() {
         .sum();
     assert!(session * 1000 < media, "{session} control bytes for {media} media bytes");
     let heartbeats = h.message_bytes["ping"] + h.message_bytes["pong"];
-    // 4 nodes, 12 directed pairs, a ping and a pong every 250 ms for 25 s.
-    assert!(heartbeats < 12 * 2 * 100 * 40, "{heartbeats} heartbeat bytes");
+    // 4 nodes, 12 directed pairs, a ping and a pong every 100 ms for 25 s: under 40 bytes each
+    // (about 600 bytes a second per pair, against megabits of media).
+    assert!(heartbeats < 12 * 2 * 250 * 40, "{heartbeats} heartbeat bytes");
 }
 
 #[test]
@@ -309,7 +310,7 @@ fn takeover_a_crashed_member_s_blocks_come_from_their_other_copy_in_time() {
     let crash = h.now;
     h.crash(3);
     // Suspected after 1 s of silence: the others take its part over from where its senders
-    // had got by its last heartbeat (≤ 250 ms before the crash), less the progress margin.
+    // had got by its last heartbeat (≤ 100 ms before the crash), less the progress margin.
     h.run_for(Duration::from_millis(1300));
     let margin = h.node(1).core.config().progress_margin;
     for n in [1, 2] {
@@ -586,12 +587,22 @@ fn a_paused_node_declares_nobody_dead_and_every_session_goes_on() {
     // n1's session in time; n3's own sessions have every packet (its relayed client waited
     // for it) and end, with the BYE, though n1 and n2 ran their shares as orphans meanwhile.
     let dups = h.assert_delivered_in_time(10, 0, CLIENT_BUFFER);
-    // Each pause: the takeover's margin, the stall, the word's way back and a block, of one
-    // node's third of the packets, sent twice.
-    let block = PACKET_INTERVAL * PACKETS_PER_BLOCK as u32;
-    let each = Duration::from_millis(1000 + 250 + 3000 + 500) + 2 * block;
+    // Each pause: the packets between the stopped node's last reported progress and where the
+    // others took over (the progress margin, and the age of its last heartbeat), of its share,
+    // sent twice. Not those that fell due while it stood still: told it was taken over, it
+    // held them back (`LocalAction::Withhold`), and took its part back where the takers gave
+    // it back. Under 1 % of the packets (the bound, against 9 % without the word).
+    let config = h.node(1).core.config().clone();
+    let each = config.progress_margin + config.heartbeat;
     let most = 2 * each.as_millis() as usize / PACKET_INTERVAL.as_millis() as usize;
-    assert!(dups <= most, "{dups} duplicates (at most {most})");
+    let one_percent = h.object.packets() as usize / 100;
+    assert!(dups <= most.min(one_percent), "{dups} duplicates (at most {most}, 1 %)");
+    for n in [2, 3] {
+        let node = h.node(n);
+        let (w, r) = (&node.withholds, &node.releases);
+        assert!(!w.is_empty() && !r.is_empty(), "n{n} held back and took back: {w:?} {r:?}");
+    }
+    let block = PACKET_INTERVAL * PACKETS_PER_BLOCK as u32;
     // n3's own blocks too: n1 and n2 give them back when it speaks again (a margin and a
     // block later), and only n3 sends them until n2's pause.
     let back = resumed + h.node(1).core.config().rejoin_margin + 2 * block;
@@ -602,7 +613,7 @@ fn a_paused_node_declares_nobody_dead_and_every_session_goes_on() {
     }
     for stream in [11, 12] {
         let dups = h.assert_every_packet(stream, 0);
-        assert!(dups <= most, "stream {stream}: {dups} duplicates (at most {most})");
+        assert!(dups <= most.min(one_percent), "stream {stream}: {dups} duplicates");
         assert!(ended(&h, 3, stream), "stream {stream}: {:?}", h.node(3).events);
     }
     assert!(ended(&h, 1, 10));
@@ -617,6 +628,23 @@ fn a_paused_node_declares_nobody_dead_and_every_session_goes_on() {
         assert_eq!(h.node(n).admitted(), 0, "node {n} released its shares");
         assert_eq!(h.node(n).core.share_count(), 0, "node {n}");
     }
+}
+
+#[test]
+fn a_stall_nobody_took_over_is_sent_after_a_short_hold() {
+    // n3 stands still for 900 ms: its packets are overdue past `hold_after` on resuming, so its
+    // sender holds them for `hold_window` in case it was taken over; nobody suspected it (1 s),
+    // nobody says so, and it sends them: every packet once, in a client's buffer.
+    let mut h = Harness::with_replication(3, 20, 2);
+    playing(&mut h, 1, 10, Delivery::Bipartite, true);
+    h.run_for(Duration::from_secs(3));
+    h.pause(3, Duration::from_millis(900));
+    h.run_for(Duration::from_secs(20));
+    assert!(!failed(&h, 1));
+    assert_eq!(h.assert_delivered_in_time(10, 0, CLIENT_BUFFER), 0);
+    assert!(h.node(3).withholds.is_empty(), "{:?}", h.node(3).withholds);
+    assert!(h.node(1).takeovers.is_empty() && h.node(2).takeovers.is_empty());
+    assert!(ended(&h, 1, 10));
 }
 
 #[test]

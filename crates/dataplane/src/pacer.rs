@@ -79,6 +79,13 @@ pub struct PacerConfig {
     /// How long after its last packet a stream's BYE goes out. ffmpeg stops reading at the
     /// first BYE even with RTP still queued on its other socket; the grace lets those arrive.
     pub bye_delay: Duration,
+    /// A share (cluster) whose next packet is overdue by more than this is held for
+    /// `hold_window` before it is sent, once per stretch of lateness: the node stood still so
+    /// long that its peers may have taken its part over, and their word
+    /// ([`Pacer::handle_withhold`]) is on its way. `None` (a single node): never held.
+    pub hold_after: Option<Duration>,
+    /// How long such a share is held when no word comes (a stall nobody acted on).
+    pub hold_window: Duration,
 }
 
 impl Default for PacerConfig {
@@ -87,6 +94,8 @@ impl Default for PacerConfig {
             rtcp_interval: Duration::from_secs(5),
             retry_delay: Duration::from_millis(2),
             bye_delay: Duration::from_millis(500),
+            hold_after: None,
+            hold_window: Duration::from_millis(300),
         }
     }
 }
@@ -435,6 +444,49 @@ struct Paced<B> {
     /// Blocks gained by a takeover that are sent from a media time inside them (the lost
     /// node had sent the packets before it): those packets are passed over.
     skip_before: BTreeMap<BlockIndex, MediaTime>,
+    /// Blocks given back that are sent by their node again ([`Pacer::handle_pass_over`]):
+    /// their packets are passed over, those delivered already too.
+    passed_over: BTreeSet<BlockIndex>,
+    /// Its part taken over by others from a media time on ([`Pacer::handle_withhold`]).
+    withheld: Option<Withheld>,
+    /// Held until then: its next packet was overdue past [`PacerConfig::hold_after`].
+    hold_until: Option<Instant>,
+    /// The hold of this stretch of lateness was used (cleared by a packet sent in time).
+    hold_used: bool,
+}
+
+/// A share's part taken over by other nodes while this one was lost
+/// ([`Pacer::handle_withhold`]).
+#[derive(Clone, Debug)]
+struct Withheld {
+    /// Its packets from this media time on are not its own.
+    from: MediaTime,
+    /// Of these blocks (`None`: all).
+    blocks: Option<BTreeSet<BlockIndex>>,
+    /// Released ([`Pacer::handle_release`]): its blocks whose first packet is after this media
+    /// time are its own again; `None`: not yet, the stream waits.
+    until: Option<MediaTime>,
+}
+
+impl Withheld {
+    /// Whether the packet at `time`, in a block whose first packet is at `first`, is someone
+    /// else's to send (passed over), and whether the stream must wait for a release before it.
+    fn verdict(&self, index: BlockIndex, time: MediaTime, first: MediaTime) -> Verdict {
+        match self.until {
+            _ if time < self.from => Verdict::Send,
+            _ if self.blocks.as_ref().is_some_and(|b| !b.contains(&index)) => Verdict::Send,
+            None => Verdict::Wait,
+            Some(until) if first <= until => Verdict::PassOver,
+            Some(_) => Verdict::Send,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    Send,
+    PassOver,
+    Wait,
 }
 
 /// The pacing core, generic over the block buffer type.
@@ -513,8 +565,75 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 catch_up: BTreeSet::new(),
                 resume: None,
                 skip_before: BTreeMap::new(),
+                passed_over: BTreeSet::new(),
+                withheld: None,
+                hold_until: None,
+                hold_used: false,
             },
         );
+    }
+
+    /// A running share gives back `blocks` it had taken over, and their node sends them whole
+    /// (`docs/design/takeover.md`): none of their packets is sent from now on, not even those
+    /// of a block already read and delivered (the scheduler's lookahead) or being sent. They
+    /// still pass through in order, so that the scheduler is told each is done. Returns
+    /// `false` for an unknown stream or another run.
+    pub fn handle_pass_over(&mut self, stream: StreamId, run: u64, blocks: &[BlockIndex]) -> bool {
+        let Some(s) = self.streams.get_mut(&stream).filter(|s| s.run == run) else {
+            return false;
+        };
+        s.passed_over.extend(blocks.iter().copied());
+        true
+    }
+
+    /// This node was lost to the share's session and others took its part over from media
+    /// time `from` (`docs/design/takeover.md`, *A node that stood still*): the packets of
+    /// `blocks` (`None`: every block) from there on, those overdue from a stall included, are
+    /// not sent. Until the give-back point is known (`until`, else [`Self::handle_release`])
+    /// the stream waits at the first of them; then those of blocks whose first packet is at or
+    /// before it are passed over (the others send them) and the rest are sent. Earlier
+    /// packets and other blocks are still its own. Replaces an earlier withhold; ends a hold.
+    /// Returns `false` for an unknown stream, another run, or a stream that is not playing.
+    pub fn handle_withhold(
+        &mut self,
+        stream: StreamId,
+        run: u64,
+        from: MediaTime,
+        blocks: Option<&[BlockIndex]>,
+        until: Option<MediaTime>,
+    ) -> bool {
+        let Some(s) = self.streams.get_mut(&stream) else { return false };
+        if s.run != run || !s.playing {
+            return false;
+        }
+        let blocks = blocks.map(|b| b.iter().copied().collect());
+        s.withheld = Some(Withheld { from, blocks, until });
+        // The word came: no hold for this stretch of lateness.
+        s.hold_until = None;
+        s.hold_used = true;
+        s.generation += 1;
+        s.scheduled = false;
+        Self::schedule(&mut self.heap, s, &mut self.stats);
+        true
+    }
+
+    /// The share's part is its own again after the block holding media time `at` (the origin's
+    /// give-back point, the same for the nodes that took it over): of the packets withheld,
+    /// those of blocks whose first packet is at or before `at` are passed over (the others
+    /// send them), and the rest are sent, the overdue ones at once. Returns `false` for an
+    /// unknown stream, another run, or a stream not withheld.
+    pub fn handle_release(&mut self, stream: StreamId, run: u64, at: MediaTime) -> bool {
+        let Some(s) = self.streams.get_mut(&stream) else { return false };
+        let Some(w) = s.withheld.as_mut().filter(|_| s.run == run && s.playing) else {
+            return false;
+        };
+        w.until = Some(at);
+        s.hold_until = None;
+        s.hold_used = true;
+        s.generation += 1;
+        s.scheduled = false;
+        Self::schedule(&mut self.heap, s, &mut self.stats);
+        true
     }
 
     /// A running share gains `added` (blocks another node was sending, taken over): they are
@@ -622,6 +741,10 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         s.catch_up.clear();
         s.resume = None;
         s.skip_before.clear();
+        s.passed_over.clear();
+        s.withheld = None;
+        s.hold_until = None;
+        s.hold_used = false;
         s.next = first_block(&s.setup, play.from);
         s.cursor = 0;
         s.generation += 1;
@@ -830,6 +953,12 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 self.heap.push(Reverse((now + self.config.retry_delay, s.generation, stream)));
                 continue;
             }
+            if let Some(until) = Self::hold(&self.config, s, now) {
+                s.generation += 1;
+                s.scheduled = true;
+                self.heap.push(Reverse((until, s.generation, stream)));
+                continue;
+            }
             // `None`: a packet of a track not set up was passed over, or the run ended.
             if let Some(t) = self.take_packet(now, stream, due) {
                 return Some(t);
@@ -872,7 +1001,17 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         let mut playing =
             self.streams.values().filter(|s| s.playing && s.anchor.is_some()).peekable();
         playing.peek()?;
-        let due = playing.filter_map(|s| Self::next_position(s).map(|p| Self::due(s, p.time)));
+        // A stream waiting for its release sends nothing of its own meanwhile: the others do.
+        let waiting = |s: &Paced<B>, t: MediaTime| {
+            s.withheld.as_ref().is_some_and(|w| {
+                w.until.is_none()
+                    && t >= w.from
+                    && s.next.is_some_and(|b| w.blocks.as_ref().is_none_or(|set| set.contains(&b)))
+            })
+        };
+        let due = playing.filter_map(|s| {
+            Self::next_position(s).filter(|p| !waiting(s, p.time)).map(|p| Self::due(s, p.time))
+        });
         Some(due.fold(now, Instant::min))
     }
 
@@ -898,6 +1037,34 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             packets: s.sent_packets,
             bytes: s.sent_bytes,
         })
+    }
+
+    /// Whether the stream's next packet, found due at `now`, must wait (until the returned
+    /// instant): a share overdue past `hold_after` is held for `hold_window`, once per stretch
+    /// of lateness; not one held back by its client (its timing is the client's) nor one
+    /// catching up on blocks it took over (their lateness is the lost node's).
+    fn hold(config: &PacerConfig, s: &mut Paced<B>, now: Instant) -> Option<Instant> {
+        let after = config.hold_after.filter(|_| s.setup.share.is_some())?;
+        if let Some(until) = s.hold_until {
+            if now < until {
+                return Some(until);
+            }
+            s.hold_until = None;
+            return None;
+        }
+        let next = s.next.and_then(|n| s.blocks.get(&n)).filter(|b| s.cursor < b.packet_count())?;
+        let late = now.saturating_duration_since(Self::due(s, next.packet(s.cursor).send_time));
+        if late <= after {
+            s.hold_used = false;
+            return None;
+        }
+        if s.hold_used || s.held || s.resume.is_some() {
+            return None;
+        }
+        s.hold_used = true;
+        let until = now + config.hold_window;
+        s.hold_until = Some(until);
+        Some(until)
     }
 
     /// Carries out the timers due at `now`: timed SRs and cutoff stops.
@@ -980,7 +1147,13 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             }
             return;
         };
+        let first = block.packet(0).send_time;
         let t = block.packet(s.cursor).send_time;
+        let index = s.next.unwrap_or(BlockIndex(0));
+        if s.withheld.as_ref().is_some_and(|w| w.verdict(index, t, first) == Verdict::Wait) {
+            // Until its release (`handle_release` schedules it again).
+            return;
+        }
         let due = Self::due(s, t);
         s.generation += 1;
         s.scheduled = true;
@@ -1032,6 +1205,15 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         }
         // Sent already by the node whose block this was, before it was lost.
         if s.skip_before.get(&index).is_some_and(|t| time < *t) {
+            stamp = None;
+        }
+        // Given back to its node, which sends it.
+        if s.passed_over.contains(&index) {
+            stamp = None;
+        }
+        // Sent by the nodes that took this one's part over while it was lost.
+        let first = block.packet(0).send_time;
+        if s.withheld.as_ref().is_some_and(|w| w.verdict(index, time, first) == Verdict::PassOver) {
             stamp = None;
         }
         let start_time = s.start.time;
@@ -1094,6 +1276,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         } else {
             s.blocks.remove(&index);
             s.skip_before.remove(&index);
+            s.passed_over.remove(&index);
             self.events.push_back(PacerEvent::BlockDone { stream, run: s.run, index });
             s.cursor = 0;
             // Overdue blocks of a takeover first, then back to where the share was.
@@ -1855,6 +2038,141 @@ mod tests {
         let events: Vec<_> = std::iter::from_fn(|| p.poll_event()).collect();
         assert!(events.iter().any(|e| matches!(e, PacerEvent::Ended { .. })), "{events:?}");
         assert!(!p.handle_extend(StreamId(1), 1, &added, MediaTime::ZERO), "the run is over");
+    }
+
+    /// A share of blocks 1, 3, 5 and 7 (block `i`: GSNs 5i..5i+4, 10 ms apart from media time
+    /// 50i ms; packet `g` due at 100 + 10g ms), every block delivered, held past 750 ms of
+    /// lateness for 300 ms.
+    fn held_share() -> Pacer<Vec<u8>> {
+        let config = PacerConfig {
+            hold_after: Some(Duration::from_millis(750)),
+            hold_window: Duration::from_millis(300),
+            ..PacerConfig::default()
+        };
+        let mut p = Pacer::new(config);
+        let first = |i: u64| Position::at(Gsn(5 * i), MediaTime::from_nanos(i * 50_000_000));
+        let blocks: Arc<[ShareBlock]> = [1, 3, 5, 7]
+            .into_iter()
+            .map(|i| ShareBlock { index: BlockIndex(i as u32), first: first(i) })
+            .collect();
+        let setup = StreamSetup {
+            share: Some(blocks),
+            rtcp: RtcpMode::None,
+            ..StreamSetup::whole(StreamId(1), 9, 0, 0, BlockIndex(7))
+        };
+        p.handle_add(setup);
+        let play = PlayRun {
+            run: 1,
+            start: first(0),
+            from: BlockIndex(0),
+            end: None,
+            seq_offsets: single_offset(0),
+            anchor: Some(Anchor { wall: ms(100), media: MediaTime::ZERO }),
+            trick: None,
+        };
+        p.handle_play(Instant::ZERO, StreamId(1), play);
+        for i in [1, 3, 5, 7] {
+            p.handle_block(StreamId(1), 1, BlockIndex(i), block(i, 5 * u64::from(i), 5), None);
+        }
+        p
+    }
+
+    fn seqs(got: &[(u64, u16)]) -> Vec<u16> {
+        got.iter().map(|g| g.1).collect()
+    }
+
+    #[test]
+    fn a_share_that_stood_still_holds_its_overdue_packets_and_sends_them_if_nobody_took_over() {
+        let mut p = held_share();
+        let mut got = Vec::new();
+        drive_from(&mut p, Instant::ZERO, ms(165), &mut got);
+        assert_eq!(seqs(&got), [5, 6]);
+        // Stood still until 2 s: packet 7, due at 170 ms, is 1.83 s late. Held, not sent.
+        got.clear();
+        drive_from(&mut p, ms(2_000), ms(2_000), &mut got);
+        assert!(got.is_empty(), "{got:?}");
+        assert_eq!(p.poll_timeout(), Some(ms(2_300)));
+        // Nobody said it was taken over: at the window's end, everything overdue goes.
+        drive_from(&mut p, ms(2_300), ms(2_300), &mut got);
+        assert_eq!(
+            seqs(&got),
+            [7, 8, 9, 15, 16, 17, 18, 19, 25, 26, 27, 28, 29, 35, 36, 37, 38, 39]
+        );
+        assert!(got.iter().all(|g| g.0 == 2_300));
+    }
+
+    #[test]
+    fn a_share_late_by_less_than_a_suspicion_is_not_held() {
+        let mut p = held_share();
+        let mut got = Vec::new();
+        drive_from(&mut p, Instant::ZERO, ms(165), &mut got);
+        // 630 ms late: nobody can have taken over yet; sent at once.
+        got.clear();
+        drive_from(&mut p, ms(800), ms(800), &mut got);
+        assert_eq!(
+            seqs(&got),
+            [7, 8, 9, 15, 16, 17, 18, 19, 25, 26, 27, 28, 29, 35, 36, 37, 38, 39]
+        );
+    }
+
+    #[test]
+    fn a_share_taken_over_while_it_stood_still_sends_only_its_part_outside_the_takeover() {
+        let mut p = held_share();
+        let mut got = Vec::new();
+        drive_from(&mut p, Instant::ZERO, ms(165), &mut got);
+        drive_from(&mut p, ms(2_000), ms(2_000), &mut got);
+        got.clear();
+        // The others took over from media time 80 ms (packet 8): packet 7 is still its own.
+        assert!(p.handle_withhold(StreamId(1), 1, MediaTime::from_nanos(80_000_000), None, None));
+        drive_from(&mut p, ms(2_000), ms(2_000), &mut got);
+        assert_eq!(seqs(&got), [7]);
+        // It waits for the word: nothing more, whenever asked.
+        drive_from(&mut p, ms(2_001), ms(5_000), &mut got);
+        assert_eq!(seqs(&got), [7]);
+        assert_eq!(p.sent_through(ms(5_000)), Some(ms(5_000)), "waiting holds nothing back");
+        // Given back after the block holding 260 ms (block 5): blocks up to 5 are the takers',
+        // block 7 its own again, overdue, sent at once.
+        assert!(p.handle_release(StreamId(1), 1, MediaTime::from_nanos(260_000_000)));
+        got.clear();
+        drive_from(&mut p, ms(5_000), ms(5_000), &mut got);
+        assert_eq!(seqs(&got), [35, 36, 37, 38, 39]);
+        // Another run forgets it.
+        assert!(!p.handle_release(StreamId(1), 2, MediaTime::ZERO));
+    }
+
+    #[test]
+    fn a_share_holds_back_only_the_blocks_its_takers_took() {
+        let mut p = held_share();
+        let mut got = Vec::new();
+        drive_from(&mut p, Instant::ZERO, ms(165), &mut got);
+        got.clear();
+        // One node took blocks 3 and 7 over from 80 ms, given back after block 5's (260 ms):
+        // block 3 is passed over, the rest is this node's (overdue, sent at once).
+        let taken = [BlockIndex(3), BlockIndex(7)];
+        let from = MediaTime::from_nanos(80_000_000);
+        let until = Some(MediaTime::from_nanos(260_000_000));
+        assert!(p.handle_withhold(StreamId(1), 1, from, Some(&taken), until));
+        drive_from(&mut p, ms(2_000), ms(2_000), &mut got);
+        assert_eq!(seqs(&got), [7, 8, 9, 25, 26, 27, 28, 29, 35, 36, 37, 38, 39]);
+        assert!(got.iter().all(|g| g.0 == 2_000), "the word ends the hold: {got:?}");
+    }
+
+    #[test]
+    fn blocks_given_back_after_they_were_read_are_passed_over_and_reported_done() {
+        let mut p = held_share();
+        let mut got = Vec::new();
+        drive_from(&mut p, Instant::ZERO, ms(160), &mut got);
+        // Blocks 3 and 7 go back to their node, read already: not sent, but done.
+        assert!(p.handle_pass_over(StreamId(1), 1, &[BlockIndex(3), BlockIndex(7)]));
+        drive_from(&mut p, ms(161), ms(1_000), &mut got);
+        assert_eq!(seqs(&got), [5, 6, 7, 8, 9, 25, 26, 27, 28, 29]);
+        let done: Vec<BlockIndex> = std::iter::from_fn(|| p.poll_event())
+            .filter_map(|e| match e {
+                PacerEvent::BlockDone { index, .. } => Some(index),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(done, [1, 3, 5, 7].map(BlockIndex));
     }
 
     #[test]

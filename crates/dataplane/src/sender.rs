@@ -190,6 +190,40 @@ pub enum SenderCommand {
         /// How far the lost node had got: earlier packets of these blocks are not sent.
         from: MediaTime,
     },
+    /// This node's part of a share was taken over from `from` while it was lost
+    /// ([`Pacer::handle_withhold`]).
+    Withhold {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: u64,
+        /// The media time its part was taken over from.
+        from: MediaTime,
+        /// The blocks taken over (`None`: every block of the share).
+        blocks: Option<Vec<BlockIndex>>,
+        /// The give-back point, when known already.
+        until: Option<MediaTime>,
+    },
+    /// The share's part is its own again after the block holding `at`
+    /// ([`Pacer::handle_release`]).
+    Release {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: u64,
+        /// The give-back point.
+        at: MediaTime,
+    },
+    /// A running share gives back blocks it had taken over, their node sending them whole:
+    /// none of their packets is sent any more ([`Pacer::handle_pass_over`]).
+    PassOver {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: u64,
+        /// The blocks given back.
+        blocks: Vec<BlockIndex>,
+    },
     /// A running share gives back blocks it had taken over ([`Pacer::handle_give_back`]).
     GiveBack {
         /// The stream.
@@ -370,13 +404,22 @@ pub struct SenderThread {
     pub shards: usize,
     /// Where the thread publishes how far it has got.
     pub sent_through: Arc<SentThrough>,
+    /// In a cluster, a share overdue by more than this is held a moment before it is sent
+    /// ([`PacerConfig::hold_after`]); `None` on a single node.
+    pub hold_after: Option<Duration>,
+    /// How long such a share is held ([`PacerConfig::hold_window`]).
+    pub hold_window: Duration,
 }
 
 impl SenderThread {
     /// Runs until `Shutdown` or until every command sender is gone.
     pub fn run(self) {
-        let mut pacer: Pacer<AlignedBuf> =
-            Pacer::new(PacerConfig { rtcp_interval: self.rtcp_interval, ..PacerConfig::default() });
+        let mut pacer: Pacer<AlignedBuf> = Pacer::new(PacerConfig {
+            rtcp_interval: self.rtcp_interval,
+            hold_after: self.hold_after,
+            hold_window: self.hold_window,
+            ..PacerConfig::default()
+        });
         let mut outs: HashMap<StreamId, StreamOut> = HashMap::new();
         let mut by_ssrc: HashMap<u32, (StreamId, u8)> = HashMap::new();
         let mut batch = Batch::with_capacity(self.batch_packets, self.gso);
@@ -481,6 +524,15 @@ impl SenderThread {
                     }
                     SenderCommand::GiveBack { stream, run, blocks } => {
                         pacer.handle_give_back(stream, run, &blocks);
+                    }
+                    SenderCommand::PassOver { stream, run, blocks } => {
+                        pacer.handle_pass_over(stream, run, &blocks);
+                    }
+                    SenderCommand::Withhold { stream, run, from, blocks, until } => {
+                        pacer.handle_withhold(stream, run, from, blocks.as_deref(), until);
+                    }
+                    SenderCommand::Release { stream, run, at } => {
+                        pacer.handle_release(stream, run, at);
                     }
                     SenderCommand::Bye { stream, reason } => {
                         let now = self.clock.now();

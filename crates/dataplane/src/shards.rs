@@ -139,6 +139,9 @@ impl Senders {
             | SenderCommand::Reanchor { stream, .. }
             | SenderCommand::Extend { stream, .. }
             | SenderCommand::GiveBack { stream, .. }
+            | SenderCommand::Withhold { stream, .. }
+            | SenderCommand::PassOver { stream, .. }
+            | SenderCommand::Release { stream, .. }
             | SenderCommand::Bye { stream, .. }
             | SenderCommand::Pace { stream, .. } => self.shard_of(*stream),
             SenderCommand::Stats { .. } | SenderCommand::Progress { .. } => {

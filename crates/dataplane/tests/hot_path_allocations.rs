@@ -110,6 +110,8 @@ fn run(gso: bool) -> (u64, u64) {
         gso,
         shards: 1,
         sent_through: Arc::default(),
+        hold_after: None,
+        hold_window: Duration::from_millis(300),
     };
     let blocks: Vec<SharedBlock> = (0..BLOCKS).map(block).collect();
     let before = ALLOCATIONS.load(Ordering::Relaxed);

@@ -85,6 +85,8 @@ fn a_relayed_session_reaches_a_tcp_client_in_order_once_and_whole() {
         gso: false,
         shards: 1,
         sent_through: Arc::default(),
+        hold_after: None,
+        hold_window: Duration::from_millis(300),
     };
     let thread = std::thread::spawn(move || sender.run());
 

@@ -723,7 +723,8 @@ impl<V: Clone> CycleScheduler<V> {
     /// (`docs/design/takeover.md`, *A node that stood still*). Those the walk has not reached
     /// are read no more, and [`CycleEvent::GivenBack`] names them, after every delivery before
     /// it, so that the pacer drops them from its list; those already queued or delivered are
-    /// sent as they are (the node back sends them too: duplicates for the lookahead's span).
+    /// delivered as they are, and the pacer passes over their packets (the node back sends
+    /// them: the session manager tells the pacer so directly).
     pub fn handle_give_back(
         &mut self,
         now: Instant,

@@ -355,6 +355,10 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
     };
     threads.push(std::thread::Builder::new().name("isochron-sched".into()).spawn(|| sched.run())?);
     let gso = settings.gso && isochron_dataplane::net::gso_supported();
+    // In a cluster a share overdue past a peer's suspicion is held a moment: its part may have
+    // been taken over, and the word is on its way (docs/design/takeover.md).
+    let timing = isochron_cluster::ClusterConfig::new(isochron_base::NodeId(0), "", 0);
+    let hold_after = settings.cluster.as_ref().map(|_| timing.hold_after());
     for (i, (rx, udp)) in shard_rxs.into_iter().zip(udp).enumerate() {
         let sender = SenderThread {
             clock,
@@ -368,6 +372,8 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
             gso,
             shards: settings.sender_threads,
             sent_through: sender_tx.sent_through_of(i),
+            hold_after,
+            hold_window: timing.hold_window,
         };
         let name = format!("isochron-sender-{i}");
         threads.push(std::thread::Builder::new().name(name).spawn(|| sender.run())?);

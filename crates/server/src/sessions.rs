@@ -916,12 +916,56 @@ impl Manager {
                 let given = self.give_back(key, run, &dead, node, at);
                 info!(%key, run, %node, ?at, given, "a lost node is back: giving its part of a session back");
             }
+            LocalAction::Withhold { key, run, from, takers, until } => {
+                let Some(blocks) = self.withheld_blocks(key, run, from, takers.as_ref()) else {
+                    return;
+                };
+                let Some(share) = self.shares.get(&key) else { return };
+                let stream = share.stream;
+                let n = blocks.as_ref().map(Vec::len);
+                let cmd = SenderCommand::Withhold { stream, run, from, blocks, until };
+                let _ = self.sender.send(cmd);
+                info!(%key, run, ?from, ?takers, ?until, blocks = ?n, "this node's part of a session was taken over: holding it back");
+            }
+            LocalAction::Release { key, run, at } => {
+                let Some(share) = self.shares.get(&key).filter(|s| s.run == run) else { return };
+                let stream = share.stream;
+                let _ = self.sender.send(SenderCommand::Release { stream, run, at });
+                info!(%key, run, ?at, "taking this node's part of a session back");
+            }
         }
+    }
+
+    /// The blocks of the share's plan from `from` on whose next copy (the first on another
+    /// node) is on one of `takers` (`None`: every block, `Some(None)`); `None` for a share not
+    /// running `run`.
+    fn withheld_blocks(
+        &self,
+        key: ShareKey,
+        run: u64,
+        from: MediaTime,
+        takers: Option<&BTreeSet<NodeId>>,
+    ) -> Option<Option<Vec<BlockIndex>>> {
+        let share = self.shares.get(&key).filter(|s| s.run == run)?;
+        let (Some(takers), Some(link)) = (takers, self.link.as_ref()) else { return Some(None) };
+        let now = self.clock.now();
+        let names: BTreeSet<String> =
+            self.cluster.members(now).filter(|m| takers.contains(&m.id)).map(|m| m.name).collect();
+        let meta = link.store.meta();
+        let plan = &share.entry.plan;
+        let first = plan.blocks.partition_point(|b| b.first_send_time <= from).saturating_sub(1);
+        let blocks = plan.blocks.iter().enumerate().skip(first).filter(|(_, b)| {
+            let next = b.copies.iter().find(|d| !link.local_disks.contains(d));
+            let owner = next.and_then(|d| meta.disk(d)).and_then(|r| r.owner.as_deref());
+            owner.is_some_and(|o| names.contains(o))
+        });
+        Some(Some(blocks.map(|(i, _)| BlockIndex(i as u32)).collect()))
     }
 
     /// Carries out [`LocalAction::GiveBack`]: the blocks after the one holding `at` that this
     /// node took over only because `node` was lost go back to the scheduler, which stops
-    /// reading those it has not reached and tells the pacer. Returns how many were named.
+    /// reading those it has not reached, and the pacer passes over every packet of them, those
+    /// read ahead too (`node` sends them whole). Returns how many were named.
     fn give_back(
         &mut self,
         key: ShareKey,
@@ -962,7 +1006,10 @@ impl Manager {
             return 0;
         }
         let n = blocks.len();
-        let _ = self.sched.send(SchedCommand::GiveBack { stream: share.stream, run, blocks });
+        // Those read already (the lookahead) are not sent either: their node sends them whole.
+        let stream = share.stream;
+        let _ = self.sender.send(SenderCommand::PassOver { stream, run, blocks: blocks.clone() });
+        let _ = self.sched.send(SchedCommand::GiveBack { stream, run, blocks });
         n
     }
 

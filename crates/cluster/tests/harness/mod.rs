@@ -104,9 +104,33 @@ struct Run {
     /// Pending stop: report when the cutoff's due time passes.
     stop_at: Option<Instant>,
     ended: bool,
+    /// Its part taken over while it was lost (`LocalAction::Withhold`): its packets from this
+    /// media time on, of the blocks taken over (`None`: all), are not sent until released;
+    /// then those of blocks up to the give-back point's (a block index) are passed over, and
+    /// the rest sent.
+    withhold: Option<(MediaTime, Option<BTreeSet<u64>>, Option<u64>)>,
+    /// Held on finding its next packet overdue by more than `hold_after` (the server's
+    /// pacer): nothing is sent until then, unless a withhold or release comes first.
+    hold_until: Option<Instant>,
+    /// Whether the hold of this stretch of lateness was used already.
+    hold_used: bool,
 }
 
 impl Run {
+    /// The next packet, unless a withhold not yet released stops it.
+    fn next_packet(&self) -> Option<u64> {
+        let g = *self.todo.get(self.next)?;
+        match &self.withhold {
+            Some((from, blocks, None))
+                if Object::time(g) >= *from
+                    && blocks.as_ref().is_none_or(|b| b.contains(&(g / PACKETS_PER_BLOCK))) =>
+            {
+                None
+            }
+            _ => Some(g),
+        }
+    }
+
     fn due(&self, t: MediaTime) -> Instant {
         let (_, a, p) =
             self.clock.iter().rev().find(|(from, _, _)| *from <= t).unwrap_or(&self.clock[0]);
@@ -137,6 +161,10 @@ pub struct SimNode {
     pub takeovers: Vec<(ShareKey, BTreeSet<NodeId>, MediaTime)>,
     /// Every give-back asked of this node: share, the member back, from.
     pub givebacks: Vec<(ShareKey, NodeId, MediaTime)>,
+    /// Every withhold asked of this node: share, from.
+    pub withholds: Vec<(ShareKey, MediaTime)>,
+    /// Every release asked of this node: share, at.
+    pub releases: Vec<(ShareKey, MediaTime)>,
     pub crashed: bool,
     /// Stopped (SIGSTOP) until then: nothing runs, messages to it wait in its sockets.
     pub paused_until: Option<Instant>,
@@ -226,6 +254,8 @@ impl Harness {
                     byes: Vec::new(),
                     takeovers: Vec::new(),
                     givebacks: Vec::new(),
+                    withholds: Vec::new(),
+                    releases: Vec::new(),
                     crashed: false,
                     paused_until: None,
                     lag: Duration::ZERO,
@@ -394,7 +424,10 @@ impl Harness {
         if r.ended {
             return None;
         }
-        let packet = r.todo.get(r.next).map(|g| r.due(Object::time(*g)) + lag);
+        let packet = r.next_packet().map(|g| {
+            let due = r.due(Object::time(g)) + lag;
+            r.hold_until.map_or(due, |h| due.max(h))
+        });
         match (packet, r.stop_at) {
             (Some(p), Some(s)) => Some(p.min(s)),
             (p, s) => p.or(s),
@@ -440,7 +473,7 @@ impl Harness {
                 .runs
                 .values()
                 .filter(|r| !r.ended)
-                .filter_map(|r| r.todo.get(r.next).map(|g| r.due(Object::time(*g))))
+                .filter_map(|r| r.next_packet().map(|g| r.due(Object::time(g))))
                 .fold(local, Instant::min);
             node.core.handle_sent_through(through);
             if node.core.poll_timeout().is_some_and(|t| t <= local) {
@@ -448,15 +481,41 @@ impl Harness {
             }
             // Packets due.
             let lag = node.lag;
+            let (hold_after, hold_window) =
+                (node.core.config().hold_after(), node.core.config().hold_window);
             let mut finished = Vec::new();
             for (key, r) in &mut node.runs {
                 if r.ended {
                     continue;
                 }
-                while let Some(&g) = r.todo.get(r.next) {
+                while let Some(g) = r.next_packet() {
                     let t = Object::time(g);
-                    if r.end.is_some_and(|e| t > e) || r.due(t) + lag > local {
+                    let due = r.due(t) + lag;
+                    if r.end.is_some_and(|e| t > e) || due > local {
                         break;
+                    }
+                    // Released after a withhold: its blocks up to the give-back point are the
+                    // takers'.
+                    if let Some((from, blocks, Some(until))) = &r.withhold
+                        && t >= *from
+                        && g / PACKETS_PER_BLOCK <= *until
+                        && blocks.as_ref().is_none_or(|b| b.contains(&(g / PACKETS_PER_BLOCK)))
+                    {
+                        r.next += 1;
+                        continue;
+                    }
+                    // The server's pacer holds a stream overdue past `hold_after`, once.
+                    let late = local.saturating_duration_since(due);
+                    if late > hold_after && !r.hold_used {
+                        r.hold_used = true;
+                        r.hold_until = Some(local + hold_window);
+                        break;
+                    }
+                    if r.hold_until.is_some_and(|h| h > local) {
+                        break;
+                    }
+                    if late <= hold_after {
+                        r.hold_used = false;
                     }
                     // A feeder's packets reach the client from the origin (relay).
                     let node = if r.spec.role == Role::Feeder { key.origin } else { id };
@@ -589,6 +648,9 @@ impl Harness {
                         last_sent: None,
                         stop_at: None,
                         ended: false,
+                        withhold: None,
+                        hold_until: None,
+                        hold_used: false,
                     },
                 );
             }
@@ -666,6 +728,36 @@ impl Harness {
                 let rest: Vec<u64> = r.todo[r.next..].iter().copied().filter(keep).collect();
                 r.todo.truncate(r.next);
                 r.todo.extend(rest);
+            }
+            LocalAction::Withhold { key, run, from, takers, until } => {
+                node.withholds.push((key, from));
+                let holding = |at: MediaTime| {
+                    at.as_nanos() / PACKET_INTERVAL.as_nanos() as u64 / PACKETS_PER_BLOCK
+                };
+                // The blocks whose next copy (the first on another node) is on a taker.
+                let blocks = takers.map(|takers| {
+                    (0..object.owners.len() as u64)
+                        .filter(|b| {
+                            let next = object.copies(*b as usize).into_iter().find(|n| *n != id);
+                            next.is_some_and(|n| takers.contains(&n))
+                        })
+                        .collect()
+                });
+                if let Some(r) = node.runs.get_mut(&key).filter(|r| r.run == run && !r.ended) {
+                    r.withhold = Some((from, blocks, until.map(holding)));
+                    r.hold_until = None;
+                }
+            }
+            LocalAction::Release { key, run, at } => {
+                node.releases.push((key, at));
+                if let Some(r) = node.runs.get_mut(&key).filter(|r| r.run == run && !r.ended)
+                    && let Some((_, _, until)) = r.withhold.as_mut()
+                {
+                    let holding =
+                        at.as_nanos() / PACKET_INTERVAL.as_nanos() as u64 / PACKETS_PER_BLOCK;
+                    *until = Some(holding);
+                    r.hold_until = None;
+                }
             }
             LocalAction::Bye { key } => node.byes.push(key),
             LocalAction::Close { key } => {

@@ -1371,8 +1371,7 @@ fn pause(c: &Cluster, i: usize, d: Duration) {
 /// (SIGSTOP, shorter than its lease, longer than the others' suspicion), then n2, the origin of
 /// none, for 15 s (its lease lapses: it is down, taken over, and taken back when it speaks).
 /// Nobody's stream ends: every client exits 0 with every byte (ffmpeg: every packet, in order),
-/// none starved, and the packets sent twice (the takeover's margin, and what a resumed node
-/// sent before it was told to stop) stay a small share of the stream.
+/// none starved, and at most 1 % of the packets the isochron clients receive are sent twice.
 #[test]
 fn a_node_that_stands_still_ends_no_stream() {
     require("gst-launch-1.0");
@@ -1466,14 +1465,15 @@ fn a_node_that_stands_still_ends_no_stream() {
             );
         }
     }
-    // Sent twice per pause: the stopped node's third of the packets from the takeover's start
-    // (its last heartbeat less the 1 s margin) to the give-back (0.5 s after it speaks again,
-    // less what was read ahead), which includes the stall's packets it sends on resuming:
-    // about 1.5 s of the stream for the 3 s pause, 5.5 s for the 15 s one, of 30 s (measured
-    // 12-14 % for two 3 s pauses, 7 % for one of 15 s). Before, a node that stood still sent
-    // every packet of its part twice to the end of the stream.
+    // Sent twice per pause: the stopped node's part between how far its last heartbeat said it
+    // had got, less the progress margin, and where it stopped (about 0.1 to 0.2 s of its
+    // third of the stream). Not what fell due while it stood still: told on resuming that it
+    // was taken over, it held that back and took its part back where the others gave it back
+    // (`docs/design/takeover.md`), and the others sent none of what they had read ahead past
+    // that point. Measured 0.7 % (13.3 % when the resumed node sent what fell due, and
+    // the takers their lookahead).
     eprintln!("duplicates: {duplicates} of {received} packets received");
-    assert!(duplicates <= 0.25 * received, "{duplicates} of {received} packets were duplicates");
+    assert!(duplicates <= 0.01 * received, "{duplicates} of {received} packets were duplicates");
     // The object reads back whole through any node (`isochron cat --server`).
     let back = tmp(&d, "cat-paused.ts");
     let res = run(
