@@ -36,9 +36,14 @@ pub async fn start_play(
     (c, info)
 }
 
-/// The `isochron` binary under test.
+/// The `isochron` binary under test: the one cargo built, or `ISOCHRON_TEST_BIN` (a copy kept
+/// for repeated runs while the tree is rebuilt).
 pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_isochron")
+    static BIN: OnceLock<String> = OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var("ISOCHRON_TEST_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_isochron").to_owned())
+    })
 }
 
 /// The repository root.
