@@ -573,7 +573,11 @@ fn spawn_play_with(c: &Cluster, url: &str, options: &[&str], out: &Path) -> Chil
 /// Waits for a play that must exit 0: its summary. A play that fails prints its summary all
 /// the same (what it received, from which nodes): the failure shows it.
 fn play_summary(c: &Cluster, child: Child, what: &str) -> serde_json::Value {
-    let res = child.wait_with_output().unwrap();
+    output_summary(c, &child.wait_with_output().unwrap(), what)
+}
+
+/// [`play_summary`] of a play already waited for.
+fn output_summary(c: &Cluster, res: &std::process::Output, what: &str) -> serde_json::Value {
     assert!(
         res.status.success(),
         "{what}: {}\nits summary: {}\n{}",
@@ -586,7 +590,18 @@ fn play_summary(c: &Cluster, child: Child, what: &str) -> serde_json::Value {
 
 /// Waits for a play: its summary, checked clean (no loss, no starvation) and byte-exact.
 fn check_play(c: &Cluster, child: Child, out: &Path, want: &[u8], what: &str) -> serde_json::Value {
-    let summary = play_summary(c, child, what);
+    check_output(c, &child.wait_with_output().unwrap(), out, want, what)
+}
+
+/// [`check_play`] of a play already waited for.
+fn check_output(
+    c: &Cluster,
+    res: &std::process::Output,
+    out: &Path,
+    want: &[u8],
+    what: &str,
+) -> serde_json::Value {
+    let summary = output_summary(c, res, what);
     assert_eq!(summary["lost"], 0, "{what}: {summary}");
     assert_eq!(summary["starvations"], 0, "{what}: the buffer ran dry: {summary}");
     assert_same_bytes(&std::fs::read(out).unwrap(), want, what);
@@ -1549,9 +1564,19 @@ fn a_dead_nodes_copies_are_re_created_from_the_other_replicas() {
     let n3 = &mut c.nodes[2];
     n3.child.kill().expect("SIGKILL n3");
     let _ = n3.child.wait();
-    for (i, (child, out)) in plays.into_iter().enumerate() {
-        let summary =
-            check_play(&c, child, &out, &want, &format!("isochron play {i} past n3's death"));
+    // Every play's outcome first, then the checks: a failure shows the others beside it.
+    let outcomes: Vec<_> = plays
+        .into_iter()
+        .map(|(child, out)| (child.wait_with_output().expect("isochron play"), out))
+        .collect();
+    for (i, (res, _)) in outcomes.iter().enumerate() {
+        let how = if res.status.success() { "ok" } else { "FAILED" };
+        let err = String::from_utf8_lossy(&res.stderr);
+        eprintln!("isochron play {i} via n{}: {how} {}", i % 2 + 1, err.trim());
+    }
+    for (i, (res, out)) in outcomes.into_iter().enumerate() {
+        let what = format!("isochron play {i} via n{} past n3's death", i % 2 + 1);
+        let summary = check_output(&c, &res, &out, &want, &what);
         eprintln!("isochron play {i}: {summary}");
     }
     for (i, (gst, out)) in gsts.into_iter().enumerate() {
