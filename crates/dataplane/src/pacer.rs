@@ -86,6 +86,11 @@ pub struct PacerConfig {
     pub hold_after: Option<Duration>,
     /// How long such a share is held when no word comes (a stall nobody acted on).
     pub hold_window: Duration,
+    /// How long a withheld share waits for its release ([`Pacer::handle_release`]) before it
+    /// sends what it held back: a give-back point lost with a broken connection would
+    /// otherwise leave a hole once the takers give the part back; duplicates are the lesser
+    /// harm.
+    pub release_wait: Duration,
 }
 
 impl Default for PacerConfig {
@@ -96,6 +101,7 @@ impl Default for PacerConfig {
             bye_delay: Duration::from_millis(500),
             hold_after: None,
             hold_window: Duration::from_millis(300),
+            release_wait: Duration::from_secs(2),
         }
     }
 }
@@ -356,6 +362,9 @@ pub struct PacerStats {
     /// slower than the stream): their lateness is the client's doing and is not in the lateness
     /// counters above, which time what the sender was free to send.
     pub held_packets: u64,
+    /// Withheld shares that sent what they held back because their release did not come within
+    /// [`PacerConfig::release_wait`] (`docs/design/takeover.md`): each a lost give-back point.
+    pub release_timeouts: u64,
 }
 
 impl PacerStats {
@@ -364,6 +373,7 @@ impl PacerStats {
         self.packets += o.packets;
         self.payload_bytes += o.payload_bytes;
         self.underruns += o.underruns;
+        self.release_timeouts += o.release_timeouts;
         self.lateness_us_sum += o.lateness_us_sum;
         self.lateness_us_max = self.lateness_us_max.max(o.lateness_us_max);
         for (a, b) in self.lateness_buckets.iter_mut().zip(o.lateness_buckets) {
@@ -466,6 +476,8 @@ struct Withheld {
     /// Released ([`Pacer::handle_release`]): its blocks whose first packet is after this media
     /// time are its own again; `None`: not yet, the stream waits.
     until: Option<MediaTime>,
+    /// Until then at most ([`PacerConfig::release_wait`]).
+    wait_until: Instant,
 }
 
 impl Withheld {
@@ -596,6 +608,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
     /// Returns `false` for an unknown stream, another run, or a stream that is not playing.
     pub fn handle_withhold(
         &mut self,
+        now: Instant,
         stream: StreamId,
         run: u64,
         from: MediaTime,
@@ -607,7 +620,8 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             return false;
         }
         let blocks = blocks.map(|b| b.iter().copied().collect());
-        s.withheld = Some(Withheld { from, blocks, until });
+        let wait_until = now + self.config.release_wait;
+        s.withheld = Some(Withheld { from, blocks, until, wait_until });
         // The word came: no hold for this stretch of lateness.
         s.hold_until = None;
         s.hold_used = true;
@@ -953,6 +967,11 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 self.heap.push(Reverse((now + self.config.retry_delay, s.generation, stream)));
                 continue;
             }
+            // A release that did not come in time: what was held back goes (see `release_wait`).
+            if s.withheld.as_ref().is_some_and(|w| w.until.is_none() && now >= w.wait_until) {
+                s.withheld = None;
+                self.stats.release_timeouts += 1;
+            }
             if let Some(until) = Self::hold(&self.config, s, now) {
                 s.generation += 1;
                 s.scheduled = true;
@@ -1150,11 +1169,12 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         let first = block.packet(0).send_time;
         let t = block.packet(s.cursor).send_time;
         let index = s.next.unwrap_or(BlockIndex(0));
-        if s.withheld.as_ref().is_some_and(|w| w.verdict(index, t, first) == Verdict::Wait) {
-            // Until its release (`handle_release` schedules it again).
-            return;
+        let mut due = Self::due(s, t);
+        if let Some(w) = s.withheld.as_ref().filter(|w| w.verdict(index, t, first) == Verdict::Wait)
+        {
+            // Until its release (`handle_release` schedules it again), at most `release_wait`.
+            due = due.max(w.wait_until);
         }
-        let due = Self::due(s, t);
         s.generation += 1;
         s.scheduled = true;
         heap.push(Reverse((due, s.generation, s.setup.stream)));
@@ -2123,21 +2143,41 @@ mod tests {
         drive_from(&mut p, ms(2_000), ms(2_000), &mut got);
         got.clear();
         // The others took over from media time 80 ms (packet 8): packet 7 is still its own.
-        assert!(p.handle_withhold(StreamId(1), 1, MediaTime::from_nanos(80_000_000), None, None));
+        let from = MediaTime::from_nanos(80_000_000);
+        assert!(p.handle_withhold(ms(2_000), StreamId(1), 1, from, None, None));
         drive_from(&mut p, ms(2_000), ms(2_000), &mut got);
         assert_eq!(seqs(&got), [7]);
-        // It waits for the word: nothing more, whenever asked.
-        drive_from(&mut p, ms(2_001), ms(5_000), &mut got);
+        // It waits for the word: nothing more, whenever asked (within `release_wait`).
+        drive_from(&mut p, ms(2_001), ms(3_900), &mut got);
         assert_eq!(seqs(&got), [7]);
-        assert_eq!(p.sent_through(ms(5_000)), Some(ms(5_000)), "waiting holds nothing back");
+        assert_eq!(p.sent_through(ms(3_900)), Some(ms(3_900)), "waiting holds nothing back");
         // Given back after the block holding 260 ms (block 5): blocks up to 5 are the takers',
         // block 7 its own again, overdue, sent at once.
         assert!(p.handle_release(StreamId(1), 1, MediaTime::from_nanos(260_000_000)));
         got.clear();
-        drive_from(&mut p, ms(5_000), ms(5_000), &mut got);
+        drive_from(&mut p, ms(3_900), ms(3_900), &mut got);
         assert_eq!(seqs(&got), [35, 36, 37, 38, 39]);
+        assert_eq!(p.stats().release_timeouts, 0);
         // Another run forgets it.
         assert!(!p.handle_release(StreamId(1), 2, MediaTime::ZERO));
+    }
+
+    #[test]
+    fn a_withheld_share_whose_release_never_comes_sends_what_it_held_back() {
+        let mut p = held_share();
+        let mut got = Vec::new();
+        drive_from(&mut p, Instant::ZERO, ms(165), &mut got);
+        got.clear();
+        let from = MediaTime::from_nanos(80_000_000);
+        assert!(p.handle_withhold(ms(2_000), StreamId(1), 1, from, None, None));
+        drive_from(&mut p, ms(2_000), ms(3_999), &mut got);
+        assert_eq!(seqs(&got), [7]);
+        // The give-back point was lost (a broken connection): after `release_wait` the part is
+        // sent, twice perhaps, rather than left a hole once the takers give it back.
+        got.clear();
+        drive_from(&mut p, ms(4_000), ms(4_000), &mut got);
+        assert_eq!(seqs(&got), [8, 9, 15, 16, 17, 18, 19, 25, 26, 27, 28, 29, 35, 36, 37, 38, 39]);
+        assert_eq!(p.stats().release_timeouts, 1);
     }
 
     #[test]
@@ -2151,7 +2191,7 @@ mod tests {
         let taken = [BlockIndex(3), BlockIndex(7)];
         let from = MediaTime::from_nanos(80_000_000);
         let until = Some(MediaTime::from_nanos(260_000_000));
-        assert!(p.handle_withhold(StreamId(1), 1, from, Some(&taken), until));
+        assert!(p.handle_withhold(ms(2_000), StreamId(1), 1, from, Some(&taken), until));
         drive_from(&mut p, ms(2_000), ms(2_000), &mut got);
         assert_eq!(seqs(&got), [7, 8, 9, 25, 26, 27, 28, 29, 35, 36, 37, 38, 39]);
         assert!(got.iter().all(|g| g.0 == 2_000), "the word ends the hold: {got:?}");

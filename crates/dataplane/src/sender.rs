@@ -529,7 +529,8 @@ impl SenderThread {
                         pacer.handle_pass_over(stream, run, &blocks);
                     }
                     SenderCommand::Withhold { stream, run, from, blocks, until } => {
-                        pacer.handle_withhold(stream, run, from, blocks.as_deref(), until);
+                        let now = self.clock.now();
+                        pacer.handle_withhold(now, stream, run, from, blocks.as_deref(), until);
                     }
                     SenderCommand::Release { stream, run, at } => {
                         pacer.handle_release(stream, run, at);

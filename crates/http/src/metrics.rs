@@ -243,6 +243,13 @@ pub(crate) fn render(g: &Gathered) -> String {
         "RTP packets of streams a slow TCP client held back (not in packet_lateness_seconds).",
         send.pacer.held_packets as f64,
     );
+    e.single(
+        "release_timeouts_total",
+        Counter,
+        "Shares of a node that stood still that sent what they held back because the point to take \
+         their part back at did not come in time (docs/design/takeover.md).",
+        send.pacer.release_timeouts as f64,
+    );
 
     e.single(
         "disk_bytes_total",
