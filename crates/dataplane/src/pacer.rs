@@ -2101,47 +2101,48 @@ mod tests {
         got.iter().map(|g| g.1).collect()
     }
 
-    #[test]
-    fn a_share_that_stood_still_holds_its_overdue_packets_and_sends_them_if_nobody_took_over() {
+    /// [`held_share`] driven to 165 ms: packets 5 and 6 sent, 7 due at 170 ms.
+    fn held_share_under_way() -> Pacer<Vec<u8>> {
         let mut p = held_share();
         let mut got = Vec::new();
         drive_from(&mut p, Instant::ZERO, ms(165), &mut got);
         assert_eq!(seqs(&got), [5, 6]);
+        p
+    }
+
+    /// Every packet of [`held_share`] after packet 6.
+    const AFTER_6: [u16; 18] =
+        [7, 8, 9, 15, 16, 17, 18, 19, 25, 26, 27, 28, 29, 35, 36, 37, 38, 39];
+
+    #[test]
+    fn a_share_that_stood_still_holds_its_overdue_packets_and_sends_them_if_nobody_took_over() {
+        let mut p = held_share_under_way();
+        let mut got = Vec::new();
         // Stood still until 2 s: packet 7, due at 170 ms, is 1.83 s late. Held, not sent.
-        got.clear();
         drive_from(&mut p, ms(2_000), ms(2_000), &mut got);
         assert!(got.is_empty(), "{got:?}");
         assert_eq!(p.poll_timeout(), Some(ms(2_300)));
         // Nobody said it was taken over: at the window's end, everything overdue goes.
         drive_from(&mut p, ms(2_300), ms(2_300), &mut got);
-        assert_eq!(
-            seqs(&got),
-            [7, 8, 9, 15, 16, 17, 18, 19, 25, 26, 27, 28, 29, 35, 36, 37, 38, 39]
-        );
+        assert_eq!(seqs(&got), AFTER_6);
         assert!(got.iter().all(|g| g.0 == 2_300));
     }
 
     #[test]
     fn a_share_late_by_less_than_a_suspicion_is_not_held() {
-        let mut p = held_share();
+        let mut p = held_share_under_way();
         let mut got = Vec::new();
-        drive_from(&mut p, Instant::ZERO, ms(165), &mut got);
         // 630 ms late: nobody can have taken over yet; sent at once.
-        got.clear();
         drive_from(&mut p, ms(800), ms(800), &mut got);
-        assert_eq!(
-            seqs(&got),
-            [7, 8, 9, 15, 16, 17, 18, 19, 25, 26, 27, 28, 29, 35, 36, 37, 38, 39]
-        );
+        assert_eq!(seqs(&got), AFTER_6);
     }
 
     #[test]
     fn a_share_taken_over_while_it_stood_still_sends_only_its_part_outside_the_takeover() {
-        let mut p = held_share();
+        let mut p = held_share_under_way();
         let mut got = Vec::new();
-        drive_from(&mut p, Instant::ZERO, ms(165), &mut got);
         drive_from(&mut p, ms(2_000), ms(2_000), &mut got);
-        got.clear();
+        assert!(got.is_empty(), "held: {got:?}");
         // The others took over from media time 80 ms (packet 8): packet 7 is still its own.
         let from = MediaTime::from_nanos(80_000_000);
         assert!(p.handle_withhold(ms(2_000), StreamId(1), 1, from, None, None));
@@ -2164,10 +2165,8 @@ mod tests {
 
     #[test]
     fn a_withheld_share_whose_release_never_comes_sends_what_it_held_back() {
-        let mut p = held_share();
+        let mut p = held_share_under_way();
         let mut got = Vec::new();
-        drive_from(&mut p, Instant::ZERO, ms(165), &mut got);
-        got.clear();
         let from = MediaTime::from_nanos(80_000_000);
         assert!(p.handle_withhold(ms(2_000), StreamId(1), 1, from, None, None));
         drive_from(&mut p, ms(2_000), ms(3_999), &mut got);
@@ -2182,10 +2181,8 @@ mod tests {
 
     #[test]
     fn a_share_holds_back_only_the_blocks_its_takers_took() {
-        let mut p = held_share();
+        let mut p = held_share_under_way();
         let mut got = Vec::new();
-        drive_from(&mut p, Instant::ZERO, ms(165), &mut got);
-        got.clear();
         // One node took blocks 3 and 7 over from 80 ms, given back after block 5's (260 ms):
         // block 3 is passed over, the rest is this node's (overdue, sent at once).
         let taken = [BlockIndex(3), BlockIndex(7)];
