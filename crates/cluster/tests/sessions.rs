@@ -631,6 +631,29 @@ fn a_paused_node_declares_nobody_dead_and_every_session_goes_on() {
 }
 
 #[test]
+fn an_origin_that_stood_still_learns_it_was_taken_over_when_the_first_word_was_lost() {
+    // n1, the origin, stands still 3 s; the members' words that they took its part over are
+    // lost on the way (their links to n1 fail meanwhile). When n1 speaks again they say it
+    // again: n1 holds back what they took, and the blocks change hands at one point.
+    let mut h = Harness::with_replication(3, 40, 2);
+    playing(&mut h, 1, 10, Delivery::Bipartite, true);
+    h.run_for(Duration::from_secs(5));
+    h.pause(1, Duration::from_secs(3));
+    for n in [2, 3] {
+        h.cut.insert((NodeId(n), NodeId(1)));
+    }
+    h.run_for(Duration::from_secs(2));
+    h.cut.clear();
+    h.run_for(Duration::from_secs(30));
+    assert!(!failed(&h, 1));
+    assert!(!h.node(1).withholds.is_empty(), "n1 never learned it was taken over");
+    let dups = h.assert_delivered_in_time(10, 0, CLIENT_BUFFER);
+    let one_percent = h.object.packets() as usize / 100;
+    assert!(dups <= one_percent, "{dups} duplicates");
+    assert!(ended(&h, 1, 10));
+}
+
+#[test]
 fn a_stall_nobody_took_over_is_sent_after_a_short_hold() {
     // n3 stands still for 900 ms: its packets are overdue past `hold_after` on resuming, so its
     // sender holds them for `hold_window` in case it was taken over; nobody suspected it (1 s),
