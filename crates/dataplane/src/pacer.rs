@@ -87,9 +87,11 @@ pub struct PacerConfig {
     /// How long such a share is held when no word comes (a stall nobody acted on).
     pub hold_window: Duration,
     /// How long a withheld share waits for its release ([`Pacer::handle_release`]) before it
-    /// sends what it held back: a give-back point lost with a broken connection would
-    /// otherwise leave a hole once the takers give the part back; duplicates are the lesser
-    /// harm.
+    /// takes its part back on its own word: a give-back point lost with a broken connection
+    /// would otherwise leave a hole once the takers give the part back. It then passes over
+    /// what fell due before it was told (the takers sent that: they give back only after a
+    /// point the origin chooses later) and sends the rest, perhaps twice; duplicates are the
+    /// lesser harm.
     pub release_wait: Duration,
 }
 
@@ -478,6 +480,8 @@ struct Withheld {
     until: Option<MediaTime>,
     /// Until then at most ([`PacerConfig::release_wait`]).
     wait_until: Instant,
+    /// The media time due when it was told: released there if `wait_until` passes.
+    told_at: MediaTime,
 }
 
 impl Withheld {
@@ -621,7 +625,10 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         }
         let blocks = blocks.map(|b| b.iter().copied().collect());
         let wait_until = now + self.config.release_wait;
-        s.withheld = Some(Withheld { from, blocks, until, wait_until });
+        let told_at = s
+            .anchor
+            .map_or(from, |a| a.media + s.pace.media_span(now.saturating_duration_since(a.wall)));
+        s.withheld = Some(Withheld { from, blocks, until, wait_until, told_at });
         // The word came: no hold for this stretch of lateness.
         s.hold_until = None;
         s.hold_used = true;
@@ -967,9 +974,12 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 self.heap.push(Reverse((now + self.config.retry_delay, s.generation, stream)));
                 continue;
             }
-            // A release that did not come in time: what was held back goes (see `release_wait`).
-            if s.withheld.as_ref().is_some_and(|w| w.until.is_none() && now >= w.wait_until) {
-                s.withheld = None;
+            // A release that did not come in time: it takes its part back on its own word,
+            // after what fell due before it was told (see `release_wait`).
+            if let Some(w) = s.withheld.as_mut().filter(|w| w.until.is_none())
+                && now >= w.wait_until
+            {
+                w.until = Some(w.told_at);
                 self.stats.release_timeouts += 1;
             }
             if let Some(until) = Self::hold(&self.config, s, now) {
@@ -1060,8 +1070,9 @@ impl<B: AsRef<[u8]>> Pacer<B> {
 
     /// Whether the stream's next packet, found due at `now`, must wait (until the returned
     /// instant): a share overdue past `hold_after` is held for `hold_window`, once per stretch
-    /// of lateness; not one held back by its client (its timing is the client's) nor one
-    /// catching up on blocks it took over (their lateness is the lost node's).
+    /// of lateness; not one held back by its client (its timing is the client's), one
+    /// catching up on blocks it took over (their lateness is the lost node's), nor one told
+    /// already that its part was taken over (withheld).
     fn hold(config: &PacerConfig, s: &mut Paced<B>, now: Instant) -> Option<Instant> {
         let after = config.hold_after.filter(|_| s.setup.share.is_some())?;
         if let Some(until) = s.hold_until {
@@ -1077,7 +1088,9 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             s.hold_used = false;
             return None;
         }
-        if s.hold_used || s.held || s.resume.is_some() {
+        // Not a second time, nor when the word came already (withheld), nor for a client's
+        // timing or a takeover's catch-up.
+        if s.hold_used || s.withheld.is_some() || s.held || s.resume.is_some() {
             return None;
         }
         s.hold_used = true;
@@ -2164,18 +2177,20 @@ mod tests {
     }
 
     #[test]
-    fn a_withheld_share_whose_release_never_comes_sends_what_it_held_back() {
+    fn a_withheld_share_whose_release_never_comes_takes_its_part_back_on_its_own_word() {
         let mut p = held_share_under_way();
         let mut got = Vec::new();
+        // Told at 260 ms (media 160 ms, in block 3) that its part was taken over from 80 ms.
         let from = MediaTime::from_nanos(80_000_000);
-        assert!(p.handle_withhold(ms(2_000), StreamId(1), 1, from, None, None));
-        drive_from(&mut p, ms(2_000), ms(3_999), &mut got);
+        assert!(p.handle_withhold(ms(260), StreamId(1), 1, from, None, None));
+        drive_from(&mut p, ms(260), ms(2_259), &mut got);
         assert_eq!(seqs(&got), [7]);
-        // The give-back point was lost (a broken connection): after `release_wait` the part is
-        // sent, twice perhaps, rather than left a hole once the takers give it back.
+        // The give-back point was lost (a broken connection): after `release_wait` it passes
+        // over what fell due before it was told (blocks 1 and 3: the takers sent them) and
+        // sends the rest, late and perhaps twice, rather than leave a hole.
         got.clear();
-        drive_from(&mut p, ms(4_000), ms(4_000), &mut got);
-        assert_eq!(seqs(&got), [8, 9, 15, 16, 17, 18, 19, 25, 26, 27, 28, 29, 35, 36, 37, 38, 39]);
+        drive_from(&mut p, ms(2_260), ms(2_260), &mut got);
+        assert_eq!(seqs(&got), [25, 26, 27, 28, 29, 35, 36, 37, 38, 39]);
         assert_eq!(p.stats().release_timeouts, 1);
     }
 

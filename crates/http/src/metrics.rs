@@ -246,8 +246,8 @@ pub(crate) fn render(g: &Gathered) -> String {
     e.single(
         "release_timeouts_total",
         Counter,
-        "Shares of a node that stood still that sent what they held back because the point to take \
-         their part back at did not come in time (docs/design/takeover.md).",
+        "Shares of a node that stood still that took their part back on their own word because the \
+         point to take it back at did not come in time (docs/design/takeover.md).",
         send.pacer.release_timeouts as f64,
     );
 
