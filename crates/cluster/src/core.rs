@@ -1216,7 +1216,12 @@ impl ClusterCore {
                 continue;
             }
             m.ping_seq += 1;
-            m.next_ping = now + self.config.heartbeat;
+            // On the heartbeat's own schedule, not from when this call came: a driver that
+            // calls every `heartbeat` (the server's tick) a little late each time would
+            // otherwise find the next ping not yet due and send one every other call. After a
+            // stall, from now.
+            let next = m.next_ping + self.config.heartbeat;
+            m.next_ping = if next > now { next } else { now + self.config.heartbeat };
             self.out.push_back((
                 *id,
                 Message::Ping {
@@ -1709,4 +1714,29 @@ fn combine(reports: &[ShareReport]) -> (Option<Position>, Option<Position>) {
     let next = reports.iter().filter_map(|r| r.next).min_by_key(|p| p.gsn).map(with);
     let last = reports.iter().filter_map(|r| r.last_sent).max_by_key(|p| p.gsn).map(with);
     (next, last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_driver_calling_every_heartbeat_a_little_late_pings_on_every_call() {
+        let mut core = ClusterCore::new(ClusterConfig::new(NodeId(1), "n1", 0));
+        for id in [1, 2] {
+            let info = MemberInfo { id: NodeId(id), name: format!("n{id}"), live: true };
+            core.handle_member(Instant::ZERO, info);
+        }
+        // The server's tick: every 100 ms, each call a few milliseconds late, some less late
+        // than the one before (a ping due at the last call + 100 ms would not be due yet).
+        let mut pings = 0;
+        for k in 0..50u64 {
+            let late = if k % 2 == 0 { 5 } else { 1 };
+            core.handle_timeout(Instant::from_nanos((k * 100 + late) * 1_000_000));
+            while let Some((_, msg)) = core.poll_transmit() {
+                pings += usize::from(matches!(msg, Message::Ping { .. }));
+            }
+        }
+        assert_eq!(pings, 50);
+    }
 }
