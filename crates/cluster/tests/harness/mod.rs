@@ -504,9 +504,10 @@ impl Harness {
                         r.next += 1;
                         continue;
                     }
-                    // The server's pacer holds a stream overdue past `hold_after`, once.
+                    // The server's pacer holds a stream overdue past `hold_after`, once, unless
+                    // the word came already (withheld).
                     let late = local.saturating_duration_since(due);
-                    if late > hold_after && !r.hold_used {
+                    if late > hold_after && !r.hold_used && r.withhold.is_none() {
                         r.hold_used = true;
                         r.hold_until = Some(local + hold_window);
                         break;
@@ -746,6 +747,7 @@ impl Harness {
                 if let Some(r) = node.runs.get_mut(&key).filter(|r| r.run == run && !r.ended) {
                     r.withhold = Some((from, blocks, until.map(holding)));
                     r.hold_until = None;
+                    r.hold_used = true;
                 }
             }
             LocalAction::Release { key, run, at } => {
