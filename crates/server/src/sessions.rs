@@ -380,6 +380,7 @@ impl Manager {
     pub(crate) async fn run(mut self, mut rx: mpsc::UnboundedReceiver<SessionCommand>) {
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut stalls_seen = self.cluster.stalls();
         loop {
             tokio::select! {
                 cmd = rx.recv() => match cmd {
@@ -388,17 +389,23 @@ impl Manager {
                 },
                 _ = tick.tick() => {
                     let now = self.clock.now();
-                    let stalls = self.cluster.stalls();
                     // No shard playing a stream: nothing due is unsent.
                     self.cluster.handle_sent_through(self.sender.sent_through().unwrap_or(now));
                     self.core.handle_timeout(now);
                     self.cluster.handle_timeout(now);
-                    if self.cluster.stalls() > stalls && self.cluster.session_count() + self.cluster.share_count() > 0 {
-                        warn!(
-                            "this node stood still (stopped, or starved of CPU): its peers are \
-                             judged only on the time it was awake"
-                        );
-                    }
+                }
+            }
+            // A stall is seen by whichever call into the core comes first after it: a tick, or
+            // a message that waited in a socket (a peer's word that it took this node's part
+            // over, say).
+            let stalls = self.cluster.stalls();
+            if stalls > stalls_seen {
+                stalls_seen = stalls;
+                if self.cluster.session_count() + self.cluster.share_count() > 0 {
+                    warn!(
+                        "this node stood still (stopped, or starved of CPU): its peers are \
+                         judged only on the time it was awake"
+                    );
                 }
             }
             self.drive();
