@@ -2123,17 +2123,24 @@ mod tests {
         p
     }
 
+    /// [`held_share_under_way`] that stood still until 2 s: packet 7, due at 170 ms, is 1.83 s
+    /// late; held, nothing sent.
+    fn held_share_resumed() -> Pacer<Vec<u8>> {
+        let mut p = held_share_under_way();
+        let mut got = Vec::new();
+        drive_from(&mut p, ms(2_000), ms(2_000), &mut got);
+        assert!(got.is_empty(), "held: {got:?}");
+        p
+    }
+
     /// Every packet of [`held_share`] after packet 6.
     const AFTER_6: [u16; 18] =
         [7, 8, 9, 15, 16, 17, 18, 19, 25, 26, 27, 28, 29, 35, 36, 37, 38, 39];
 
     #[test]
     fn a_share_that_stood_still_holds_its_overdue_packets_and_sends_them_if_nobody_took_over() {
-        let mut p = held_share_under_way();
+        let mut p = held_share_resumed();
         let mut got = Vec::new();
-        // Stood still until 2 s: packet 7, due at 170 ms, is 1.83 s late. Held, not sent.
-        drive_from(&mut p, ms(2_000), ms(2_000), &mut got);
-        assert!(got.is_empty(), "{got:?}");
         assert_eq!(p.poll_timeout(), Some(ms(2_300)));
         // Nobody said it was taken over: at the window's end, everything overdue goes.
         drive_from(&mut p, ms(2_300), ms(2_300), &mut got);
@@ -2152,10 +2159,8 @@ mod tests {
 
     #[test]
     fn a_share_taken_over_while_it_stood_still_sends_only_its_part_outside_the_takeover() {
-        let mut p = held_share_under_way();
+        let mut p = held_share_resumed();
         let mut got = Vec::new();
-        drive_from(&mut p, ms(2_000), ms(2_000), &mut got);
-        assert!(got.is_empty(), "held: {got:?}");
         // The others took over from media time 80 ms (packet 8): packet 7 is still its own.
         let from = MediaTime::from_nanos(80_000_000);
         assert!(p.handle_withhold(ms(2_000), StreamId(1), 1, from, None, None));
