@@ -99,6 +99,14 @@ pub struct ClusterConfig {
     /// node's control sockets, to be read. Default 300 ms (`docs/design/takeover.md`, *A node
     /// that stood still*).
     pub hold_window: Duration,
+    /// How long a relayed session's feeders wait, frozen ([`LocalAction::Freeze`]), for their
+    /// origin once it falls silent: every packet of the session goes through it, so while it
+    /// is silent theirs would only fill its socket. An origin that only stood still (longer
+    /// than its lease, even) speaks again and re-pins the session's clock; one that died never
+    /// does, and its feeders close their shares after this. Default 30 s: longer than a
+    /// lapsed lease and a re-registration, shorter than an RTSP session's timeout
+    /// (`docs/design/takeover.md`, *A relaying origin that stood still*).
+    pub origin_wait: Duration,
     /// The store's number of copies of every block (`store.replication`). With 2 or more, a
     /// lost member's part of every session is taken over by the holders of the other copies
     /// ([`LocalAction::TakeOver`]) instead of failing the session. Default 1.
@@ -123,6 +131,7 @@ impl ClusterConfig {
             stall: Duration::from_millis(500),
             rejoin_margin: Duration::from_millis(500),
             hold_window: Duration::from_millis(300),
+            origin_wait: Duration::from_secs(30),
             replication: 1,
         }
     }
@@ -392,6 +401,23 @@ pub enum LocalAction {
         /// The media time after whose block its blocks are its own again, when known already.
         until: Option<MediaTime>,
     },
+    /// The share feeds a relayed session whose origin fell silent: send nothing until
+    /// [`LocalAction::Thaw`] (or [`LocalAction::Close`]). Its packets would only wait in the
+    /// silent origin's socket, and overflow it; the origin, once it speaks again, re-pins the
+    /// session's clock ([`LocalAction::Pace`]) so that everyone goes on from where it stopped.
+    Freeze {
+        /// The share.
+        key: ShareKey,
+        /// The run.
+        run: u64,
+    },
+    /// The origin of a frozen share speaks again: send on, on the share's clock.
+    Thaw {
+        /// The share.
+        key: ShareKey,
+        /// The run.
+        run: u64,
+    },
     /// The session's members give this node's part back after the block holding media time
     /// `at` ([`Message::Rejoin`]): of the packets held back by [`LocalAction::Withhold`], pass
     /// over those of blocks up to that one (the takers send them) and send from the next block
@@ -526,6 +552,8 @@ struct Share {
     /// origin ([`Message::Lost`]): it gives that part back at the origin's word
     /// ([`Message::Rejoin`]), and says it again when the origin speaks again.
     told_origin: Option<MediaTime>,
+    /// A feeder frozen since then: its origin fell silent ([`LocalAction::Freeze`]).
+    frozen_since: Option<Instant>,
 }
 
 /// The cluster core of one node. See the module docs.
@@ -600,13 +628,50 @@ impl ClusterCore {
     /// Notes a call at `now`: a gap longer than `stall` since the last one was this node's own
     /// stall, and the silence of its peers during it is not held against them.
     fn wake(&mut self, now: Instant) {
-        if let Some(last) = self.last_call
-            && now.saturating_duration_since(last) > self.config.stall
-        {
+        let gap = self.last_call.map_or(Duration::ZERO, |last| now.saturating_duration_since(last));
+        if gap > self.config.stall {
             self.awake_since = self.awake_since.max(now);
             self.stalls += 1;
         }
         self.last_call = Some(self.last_call.map_or(now, |l| l.max(now)));
+        // How far this node's senders fell behind in the stall: no further than they say.
+        let lag = self.sent_through.map_or(gap, |t| gap.min(now.saturating_duration_since(t)));
+        if lag > self.config.hold_after() {
+            self.repin_relayed(now, lag);
+        }
+    }
+
+    /// This node stood still for `lag`, long enough for its peers to have suspected it: the
+    /// feeders of the relayed sessions it is the origin of froze (or will, a moment from now)
+    /// and its own senders are `lag` behind. Every such session's clock moves on by `lag`
+    /// ([`Message::Pace`], to every member and this node's own share, before anything else it
+    /// says to them): the client's stream goes on from where it stopped, late by the stall,
+    /// and every node from where it was, nothing sent twice and nothing at once
+    /// (`docs/design/takeover.md`, *A relaying origin that stood still*). The feeders thaw on
+    /// hearing it. A bipartite session is not moved: its members took this node's part over
+    /// and their packets reached the client meanwhile.
+    fn repin_relayed(&mut self, now: Instant, lag: Duration) {
+        let me = self.config.node;
+        let mut tell = Vec::new();
+        for (stream, session) in &mut self.sessions {
+            if session.open.delivery != Delivery::Relay {
+                continue;
+            }
+            let Some(run) = session.run.as_mut().filter(|r| r.stopping.is_none()) else {
+                continue;
+            };
+            let Some((anchor, pace)) = run.clock else { continue };
+            let new = LocalAnchor { wall: anchor.wall + lag, media: anchor.media };
+            run.clock = Some((new, pace));
+            let key = ShareKey { origin: me, stream: *stream };
+            for to in &session.members {
+                tell.push((*to, key, run.run, new, pace));
+            }
+        }
+        for (to, key, run, new, pace) in tell {
+            let anchor = WallAnchor { unix_ns: self.unix_ns(new.wall), media: new.media };
+            self.send(now, to, Message::Pace { key, run, anchor, pace });
+        }
     }
 
     /// When `m` was last heard, as far as this node can tell: never before this node woke.
@@ -1014,6 +1079,23 @@ impl ClusterCore {
 
     /// A message from `from` (over its control connection).
     pub fn handle_message(&mut self, now: Instant, from: NodeId, msg: Message) {
+        self.on_message(now, from, msg);
+        // The origin of frozen feeders speaks: they go on, on the clock it re-pinned (its
+        // first word after a stall, [`Self::repin_relayed`], this one or an earlier one).
+        if from == self.config.node {
+            return;
+        }
+        for (key, share) in &mut self.shares {
+            if key.origin != from {
+                continue;
+            }
+            if let (Some(_), Some(run)) = (share.frozen_since.take(), share.run) {
+                self.local.push_back(LocalAction::Thaw { key: *key, run });
+            }
+        }
+    }
+
+    fn on_message(&mut self, now: Instant, from: NodeId, msg: Message) {
         if from != self.config.node {
             self.wake(now);
         }
@@ -1023,9 +1105,21 @@ impl ClusterCore {
                 was.is_some_and(|w| w != incarnation)
             });
             if restarted {
-                // A new process runs none of the old one's shares: nothing to take back.
+                // A new process runs none of the old one's shares: nothing to take back. Nor
+                // does it know the sessions the old one was the origin of: their frozen
+                // feeders have nobody to feed.
                 for session in self.sessions.values_mut() {
                     session.rejoinable.remove(&from);
+                }
+                let stale: Vec<ShareKey> = self
+                    .shares
+                    .iter()
+                    .filter(|(k, s)| k.origin == from && s.frozen_since.is_some())
+                    .map(|(k, _)| *k)
+                    .collect();
+                for key in stale {
+                    self.shares.remove(&key);
+                    self.local.push_back(LocalAction::Close { key });
                 }
             }
         }
@@ -1245,6 +1339,18 @@ impl ClusterCore {
                 self.member_lost(now, id, LossCause::Suspected);
             }
         }
+        // Feeders whose origin stayed silent for `origin_wait`: it died.
+        let wait = self.config.origin_wait;
+        let gone: Vec<ShareKey> = self
+            .shares
+            .iter()
+            .filter(|(_, s)| s.frozen_since.is_some_and(|t| now >= t + wait))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in gone {
+            self.shares.remove(&key);
+            self.local.push_back(LocalAction::Close { key });
+        }
         // Answers not given in time.
         let late: Vec<(StreamId, Vec<NodeId>)> = self
             .sessions
@@ -1299,7 +1405,11 @@ impl ClusterCore {
             .iter()
             .filter(|(id, m)| **id != me && m.live && !m.lost && self.config.replication >= 2)
             .filter_map(|(_, m)| self.heard(m).map(|t| t + self.config.suspect_after + NANO));
-        pings.chain(reserves).chain(stops).chain(suspicions).min()
+        let frozen = self
+            .shares
+            .values()
+            .filter_map(|s| s.frozen_since.map(|t| t + self.config.origin_wait));
+        pings.chain(reserves).chain(stops).chain(suspicions).chain(frozen).min()
     }
 
     /// The next message for a peer.
@@ -1641,11 +1751,19 @@ impl ClusterCore {
         for key in keys {
             let Some(share) = self.shares.get_mut(&key) else { continue };
             let feeder = share.spec.is_some_and(|s| s.role == Role::Feeder);
+            // A relayed session's packets all go through its origin: with it silent, the
+            // feeders' would only fill its socket. They wait, frozen, for it to speak again
+            // (it may only stand still, longer than its lease even), `origin_wait` at most.
+            if let (true, true, Some(run)) = (key.origin == id, feeder, share.run) {
+                if share.frozen_since.is_none() {
+                    share.frozen_since = Some(now);
+                    self.local.push_back(LocalAction::Freeze { key, run });
+                }
+                continue;
+            }
             // A suspected origin may only have stood still: its shares wait for its lease.
-            // Once it is down, nobody will start or close a share it has not started, and a
-            // feeder's packets went through it.
-            if key.origin == id
-                && (!takeover || (cause == LossCause::Down && (share.run.is_none() || feeder)))
+            // Once it is down, nobody will start or close a share it has not started.
+            if key.origin == id && (!takeover || (cause == LossCause::Down && share.run.is_none()))
             {
                 self.shares.remove(&key);
                 self.local.push_back(LocalAction::Close { key });

@@ -430,9 +430,9 @@ fn takeover_a_relayed_session_survives_a_feeder_and_ends_with_its_origin() {
     assert!(h.sent.iter().all(|s| s.node == NodeId(1)), "everything relayed by the origin");
     assert!(ended(&h, 1, 10));
 
-    // The origin dies: the feeders' packets have nowhere to go. While it is only suspected
-    // they go on (it may only stand still, `a_paused_node_…`); they close their shares when
-    // its lease lapses.
+    // The origin dies: the feeders' packets have nowhere to go. Once it is suspected they
+    // freeze (it may only stand still, `a_relaying_origin_that_stands_still_…`), past its
+    // lease too, and close their shares after `origin_wait`.
     let mut h = Harness::with_replication(3, 40, 2);
     playing(&mut h, 1, 10, Delivery::Relay, false);
     h.run_for(Duration::from_secs(4));
@@ -440,12 +440,73 @@ fn takeover_a_relayed_session_survives_a_feeder_and_ends_with_its_origin() {
     h.run_for(Duration::from_millis(1500));
     for n in 2..=3 {
         assert_eq!(h.node(n).core.share_count(), 1, "node {n}");
+        assert_eq!(h.node(n).freezes.len(), 1, "node {n}");
     }
     h.lease_lapsed(1);
+    let wait = h.node(2).core.config().origin_wait;
+    h.run_for(wait - Duration::from_secs(2));
+    for n in 2..=3 {
+        assert_eq!(h.node(n).core.share_count(), 1, "node {n} waits for its origin");
+    }
+    h.run_for(Duration::from_secs(2));
     for n in 2..=3 {
         assert_eq!(h.node(n).admitted(), 0, "node {n}");
         assert_eq!(h.node(n).core.share_count(), 0, "node {n}");
     }
+}
+
+#[test]
+fn a_relaying_origin_that_stands_still_past_its_lease_resumes_its_relayed_sessions() {
+    // n1 is the origin of a relayed and a bipartite session and stands still for 15 s: its
+    // lease lapses, and it registers again on resuming. Its relayed client has only its
+    // connection to n1; the feeders freeze when they suspect n1, n1 re-pins the session's
+    // clock by its stall on resuming, and the stream goes on from where it stopped: every
+    // packet once, none at once, late by the stall. The bipartite session's client hears the
+    // others meanwhile, as when a node stands still for 3 s.
+    let mut h = Harness::with_replication(3, 40, 2);
+    h.open(1, 10, Delivery::Relay);
+    h.open(1, 11, Delivery::Bipartite);
+    h.run_for(Duration::from_millis(5));
+    h.start(1, 10, 1, 0, false);
+    h.start(1, 11, 1, 0, true);
+    h.run_for(Duration::from_secs(5));
+    let stop = h.now;
+    h.pause(1, Duration::from_secs(15));
+    h.run_for(Duration::from_secs(6));
+    h.lease_lapsed(1);
+    h.run_for(Duration::from_secs(9));
+    h.run_for(Duration::from_millis(300));
+    h.lease_renewed(1);
+    h.run_for(Duration::from_secs(30));
+    for n in 1..=3 {
+        assert!(!failed(&h, n), "node {n}: {:?}", h.node(n).events);
+    }
+    for n in 2..=3 {
+        assert_eq!(h.node(n).freezes.len(), 1, "n{n} froze its feeder once");
+    }
+    // Every packet once, from n1, in order within what its resequencer holds (its own packets
+    // after the stall come on the re-pinned clock; the feeders' from just before they froze
+    // waited in its socket).
+    h.assert_complete(10, 0, Some(1));
+    h.assert_ordered(10, Duration::from_millis(1500));
+    // Nothing at once: after the stall the packets come at the stream's pace, the whole
+    // stream late by the stall.
+    let sent: Vec<&Sent> = h.sent.iter().filter(|s| s.stream == StreamId(10)).collect();
+    let last = sent.iter().map(|s| s.at).max().unwrap();
+    let stream = PACKET_INTERVAL * h.object.packets() as u32;
+    assert!(
+        last >= Instant::ZERO + stream + Duration::from_secs(14),
+        "the stream ended at {last:?}: sent what fell due at once"
+    );
+    let after: Vec<&&Sent> = sent.iter().filter(|s| s.at > stop).collect();
+    let burst = after.iter().filter(|s| s.at <= stop + Duration::from_secs(16)).count();
+    assert!(burst < 200, "{burst} packets in the first second after the stall");
+    assert!(ended(&h, 1, 10), "{:?}", h.node(1).events);
+    // The bipartite session: in time, few duplicates.
+    let dups = h.assert_delivered_in_time(11, 0, CLIENT_BUFFER);
+    let one_percent = h.object.packets() as usize / 100;
+    assert!(dups <= one_percent, "{dups} duplicates");
+    assert!(ended(&h, 1, 11), "{:?}", h.node(1).events);
 }
 
 #[test]

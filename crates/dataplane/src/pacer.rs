@@ -465,6 +465,8 @@ struct Paced<B> {
     hold_until: Option<Instant>,
     /// The hold of this stretch of lateness was used (cleared by a packet sent in time).
     hold_used: bool,
+    /// Frozen ([`Pacer::handle_freeze`]): a relayed session's feeder whose origin is silent.
+    frozen: bool,
 }
 
 /// A share's part taken over by other nodes while this one was lost
@@ -585,6 +587,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 withheld: None,
                 hold_until: None,
                 hold_used: false,
+                frozen: false,
             },
         );
     }
@@ -635,6 +638,28 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         s.generation += 1;
         s.scheduled = false;
         Self::schedule(&mut self.heap, s, &mut self.stats);
+        true
+    }
+
+    /// Freezes (`frozen`) or thaws a share of run `run`: a frozen share sends nothing, its
+    /// blocks kept; thawed, it goes on on its clock (`docs/design/takeover.md`, *A relaying
+    /// origin that stood still*: the feeders of a relayed session wait for their silent origin,
+    /// which re-pins the session's clock, [`Self::handle_reanchor`], before they thaw). A
+    /// frozen share does not hold back [`Self::sent_through`]. Returns `false` for an unknown
+    /// stream or another run.
+    pub fn handle_freeze(&mut self, stream: StreamId, run: u64, frozen: bool) -> bool {
+        let Some(s) = self.streams.get_mut(&stream).filter(|s| s.run == run) else {
+            return false;
+        };
+        if s.frozen == frozen {
+            return true;
+        }
+        s.frozen = frozen;
+        s.generation += 1;
+        s.scheduled = false;
+        if !frozen && s.playing {
+            Self::schedule(&mut self.heap, s, &mut self.stats);
+        }
         true
     }
 
@@ -907,6 +932,9 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             s.anchor = Some(anchor);
             s.pace = pace;
             s.pending = None;
+            // Lateness on the old clock is no reason to wait on the new one (a relaying
+            // origin re-pins its session's clock after a stall).
+            s.hold_until = None;
         } else {
             s.pending = Some((anchor, pace));
         }
@@ -967,6 +995,9 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 continue;
             }
             s.scheduled = false;
+            if s.frozen {
+                continue;
+            }
             if !can_send(stream) {
                 s.held = true;
                 s.generation += 1;
@@ -1027,8 +1058,11 @@ impl<B: AsRef<[u8]>> Pacer<B> {
     /// (`docs/design/takeover.md`), so it must never be later than a packet not yet sent.
     #[must_use]
     pub fn sent_through(&self, now: Instant) -> Option<Instant> {
-        let mut playing =
-            self.streams.values().filter(|s| s.playing && s.anchor.is_some()).peekable();
+        let mut playing = self
+            .streams
+            .values()
+            .filter(|s| s.playing && !s.frozen && s.anchor.is_some())
+            .peekable();
         playing.peek()?;
         // A stream waiting for its release sends nothing of its own meanwhile: the others do.
         let waiting = |s: &Paced<B>, t: MediaTime| {
@@ -2360,6 +2394,37 @@ mod tests {
             }
         }
         assert_eq!(byes, 1);
+    }
+
+    #[test]
+    fn a_frozen_share_sends_nothing_and_thawed_on_a_repinned_clock_goes_on_at_its_pace() {
+        // A relayed session's feeder whose origin fell silent at 165 ms: frozen, nothing goes
+        // and it does not hold back how far this node's senders have got.
+        let mut p = held_share_under_way();
+        assert!(p.handle_freeze(StreamId(1), 1, true));
+        assert!(!p.handle_freeze(StreamId(1), 2, true), "another run");
+        let mut got = Vec::new();
+        drive_from(&mut p, ms(165), ms(2_000), &mut got);
+        assert!(got.is_empty(), "frozen: {got:?}");
+        assert_eq!(p.sent_through(ms(2_000)), None);
+        // The origin speaks again, its clock re-pinned 1.9 s later: packet 7 (170 ms) is due at
+        // 2070 ms, and the rest at their pace after it; nothing at once, nothing held.
+        let repinned = Anchor { wall: ms(2_000), media: MediaTime::ZERO };
+        p.handle_reanchor(StreamId(1), 1, repinned, Pace::NOMINAL);
+        assert!(p.handle_freeze(StreamId(1), 1, false));
+        drive_from(&mut p, ms(2_000), ms(3_000), &mut got);
+        assert_eq!(seqs(&got), AFTER_6);
+        let at: Vec<u64> = got.iter().map(|g| g.0).collect();
+        assert_eq!(&at[..3], [2_070, 2_080, 2_090]);
+        assert!(got.iter().all(|&(t, g)| t == 2_000 + 10 * u64::from(g)), "{got:?}");
+
+        // A share held on resuming from its own stall (the origin's): the re-pin ends the hold.
+        let mut p = held_share_resumed();
+        let repinned = Anchor { wall: ms(1_930), media: MediaTime::ZERO };
+        p.handle_reanchor(StreamId(1), 1, repinned, Pace::NOMINAL);
+        let mut got = Vec::new();
+        drive_from(&mut p, ms(2_000), ms(2_020), &mut got);
+        assert_eq!(got.first(), Some(&(2_000, 7)), "due at 2000 ms on the new clock: {got:?}");
     }
 
     #[test]

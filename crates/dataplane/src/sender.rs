@@ -214,6 +214,15 @@ pub enum SenderCommand {
         /// The give-back point.
         at: MediaTime,
     },
+    /// Freeze or thaw a relayed session's feeder ([`Pacer::handle_freeze`]).
+    Freeze {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: u64,
+        /// Frozen (`true`) or thawed.
+        frozen: bool,
+    },
     /// A running share gives back blocks it had taken over, their node sending them whole:
     /// none of their packets is sent any more ([`Pacer::handle_pass_over`]).
     PassOver {
@@ -534,6 +543,9 @@ impl SenderThread {
                     }
                     SenderCommand::Release { stream, run, at } => {
                         pacer.handle_release(stream, run, at);
+                    }
+                    SenderCommand::Freeze { stream, run, frozen } => {
+                        pacer.handle_freeze(stream, run, frozen);
                     }
                     SenderCommand::Bye { stream, reason } => {
                         let now = self.clock.now();

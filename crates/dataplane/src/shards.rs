@@ -137,6 +137,7 @@ impl Senders {
             | SenderCommand::Block { stream, .. }
             | SenderCommand::Stop { stream, .. }
             | SenderCommand::Reanchor { stream, .. }
+            | SenderCommand::Freeze { stream, .. }
             | SenderCommand::Extend { stream, .. }
             | SenderCommand::GiveBack { stream, .. }
             | SenderCommand::Withhold { stream, .. }

@@ -934,6 +934,17 @@ impl Manager {
                 let _ = self.sender.send(cmd);
                 info!(%key, run, ?from, ?takers, ?until, blocks = ?n, "this node's part of a session was taken over: holding it back");
             }
+            LocalAction::Freeze { key, run } | LocalAction::Thaw { key, run } => {
+                let frozen = matches!(action, LocalAction::Freeze { .. });
+                let Some(share) = self.shares.get(&key).filter(|s| s.run == run) else { return };
+                let stream = share.stream;
+                let _ = self.sender.send(SenderCommand::Freeze { stream, run, frozen });
+                if frozen {
+                    info!(%key, run, "the origin of a relayed session is silent: waiting for it");
+                } else {
+                    info!(%key, run, "the origin of a relayed session speaks again: going on");
+                }
+            }
             LocalAction::Release { key, run, at } => {
                 let Some(share) = self.shares.get(&key).filter(|s| s.run == run) else { return };
                 let stream = share.stream;

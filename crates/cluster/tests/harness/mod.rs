@@ -114,6 +114,8 @@ struct Run {
     hold_until: Option<Instant>,
     /// Whether the hold of this stretch of lateness was used already.
     hold_used: bool,
+    /// Frozen (`LocalAction::Freeze`): a relayed session's feeder whose origin is silent.
+    frozen: bool,
 }
 
 impl Run {
@@ -165,6 +167,8 @@ pub struct SimNode {
     pub withholds: Vec<(ShareKey, MediaTime)>,
     /// Every release asked of this node: share, at.
     pub releases: Vec<(ShareKey, MediaTime)>,
+    /// Every freeze asked of this node.
+    pub freezes: Vec<ShareKey>,
     pub crashed: bool,
     /// Stopped (SIGSTOP) until then: nothing runs, messages to it wait in its sockets.
     pub paused_until: Option<Instant>,
@@ -256,6 +260,7 @@ impl Harness {
                     givebacks: Vec::new(),
                     withholds: Vec::new(),
                     releases: Vec::new(),
+                    freezes: Vec::new(),
                     crashed: false,
                     paused_until: None,
                     lag: Duration::ZERO,
@@ -391,6 +396,20 @@ impl Harness {
         self.flush();
     }
 
+    /// etcd reports `id` live again (it registered under a new lease) to every live node.
+    pub fn lease_renewed(&mut self, id: u16) {
+        let now = self.now;
+        for (nid, n) in &mut self.nodes {
+            if nid.0 != id && !n.crashed {
+                n.core.handle_member(
+                    now,
+                    MemberInfo { id: NodeId(id), name: format!("n{id}"), live: true },
+                );
+            }
+        }
+        self.flush();
+    }
+
     // ----- time ------------------------------------------------------------------------------
 
     /// Runs until `t` (true time).
@@ -424,7 +443,7 @@ impl Harness {
         if r.ended {
             return None;
         }
-        let packet = r.next_packet().map(|g| {
+        let packet = r.next_packet().filter(|_| !r.frozen).map(|g| {
             let due = r.due(Object::time(g)) + lag;
             r.hold_until.map_or(due, |h| due.max(h))
         });
@@ -460,6 +479,13 @@ impl Harness {
             node.core.handle_message(local, NodeId(from), msg);
         }
         let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+        // Where a relayed packet reaches the client from: its origin, once that runs (a stopped
+        // one reads what waited in its socket on resuming), never a dead one.
+        let relays: HashMap<NodeId, Option<Instant>> = self
+            .nodes
+            .iter()
+            .map(|(id, n)| (*id, (!n.crashed).then(|| n.paused_until.unwrap_or(now).max(now))))
+            .collect();
         for id in ids {
             let node = self.nodes.get_mut(&id).expect("node");
             if node.crashed || node.paused_until.is_some_and(|u| u > now) {
@@ -485,7 +511,7 @@ impl Harness {
                 (node.core.config().hold_after(), node.core.config().hold_window);
             let mut finished = Vec::new();
             for (key, r) in &mut node.runs {
-                if r.ended {
+                if r.ended || r.frozen {
                     continue;
                 }
                 while let Some(g) = r.next_packet() {
@@ -519,8 +545,18 @@ impl Harness {
                         r.hold_used = false;
                     }
                     // A feeder's packets reach the client from the origin (relay).
-                    let node = if r.spec.role == Role::Feeder { key.origin } else { id };
-                    self.sent.push(Sent { node, stream: key.stream, gsn: g, at: now });
+                    if r.spec.role == Role::Feeder {
+                        if let Some(at) = relays[&key.origin] {
+                            self.sent.push(Sent {
+                                node: key.origin,
+                                stream: key.stream,
+                                gsn: g,
+                                at,
+                            });
+                        }
+                    } else {
+                        self.sent.push(Sent { node: id, stream: key.stream, gsn: g, at: now });
+                    }
                     r.last_sent = Some(g);
                     r.next += 1;
                 }
@@ -652,6 +688,7 @@ impl Harness {
                         withhold: None,
                         hold_until: None,
                         hold_used: false,
+                        frozen: false,
                     },
                 );
             }
@@ -677,6 +714,16 @@ impl Harness {
                     LocalAnchor { wall: r.due(t), media: t }
                 });
                 r.clock.push((anchor.media, anchor, pace));
+                r.hold_until = None;
+            }
+            LocalAction::Freeze { key, run } | LocalAction::Thaw { key, run } => {
+                let frozen = matches!(action, LocalAction::Freeze { .. });
+                if frozen {
+                    node.freezes.push(key);
+                }
+                if let Some(r) = node.runs.get_mut(&key).filter(|r| r.run == run) {
+                    r.frozen = frozen;
+                }
             }
             LocalAction::TakeOver { key, run, dead, from, .. } => {
                 node.takeovers.push((key, dead.clone(), from));

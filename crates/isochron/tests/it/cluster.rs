@@ -1446,15 +1446,7 @@ fn a_node_that_stands_still_ends_no_stream() {
         received += summary["packets"].as_f64().unwrap();
         duplicates += summary["duplicates"].as_f64().unwrap();
     }
-    let relay_counts = |node: usize| {
-        let metrics = get_text(&format!("{}/metrics", c.nodes[node].http()));
-        let counts: Vec<String> = metrics
-            .lines()
-            .filter(|l| !l.starts_with('#') && (l.contains("lost") || l.contains("relay")))
-            .map(str::to_owned)
-            .collect();
-        counts.join("\n")
-    };
+    let relay_counts = |node: usize| relay_counts(&c, node);
     for (child, out, node) in gsts {
         let gst = c.child_output_within(child, Duration::from_secs(60));
         assert_same_bytes(
@@ -1506,6 +1498,80 @@ fn a_node_that_stands_still_ends_no_stream() {
     let logs = c.logs();
     assert!(c.log("n3").contains("stood still"), "{logs}");
     assert!(c.log("n2").contains("stood still"), "{logs}");
+}
+
+/// `node`'s relay and loss counters (`/metrics`), for a failure's message.
+fn relay_counts(c: &Cluster, node: usize) -> String {
+    let metrics = get_text(&format!("{}/metrics", c.nodes[node].http()));
+    let counts: Vec<String> = metrics
+        .lines()
+        .filter(|l| !l.starts_with('#') && (l.contains("lost") || l.contains("relay")))
+        .map(str::to_owned)
+        .collect();
+    counts.join("\n")
+}
+
+/// `docs/design/takeover.md`, *A relaying origin that stood still*: K = 2 on three nodes; four
+/// isochron plays (bipartite), GStreamer and ffmpeg over RTSP/TCP (relayed), all through n1.
+/// n2, the origin of none, stands still for 3 s; then n1, the entry node of every one, for
+/// 15 s: its lease lapses, and it registers again on resuming. The relayed streams stop with
+/// it and go on from where they stopped (its feeders froze, and it re-pinned their sessions'
+/// clocks by its stall); the bipartite ones never stop (the others took n1's part over).
+/// Every client exits 0 with every byte (ffmpeg: every packet, in order), none starved.
+#[test]
+fn an_entry_node_that_stands_still_past_its_lease_ends_no_stream() {
+    require("gst-launch-1.0");
+    let clip = common::fixture("clip30");
+    let c =
+        start_cluster_with("[store]\nblock_size_kib = 64\nseed_demo = false\nreplication = 2\n");
+    let d = c.dir.path().to_owned();
+    c.ingest(0, &clip);
+    let want = std::fs::read(&clip).unwrap();
+    let gst_out = tmp(&d, "gst-entry-paused.ts");
+    let gst = spawn_gst_with(&c, 0, "clip30", &["protocols=tcp", "latency=20000"], &gst_out);
+    let md5 = tmp(&d, "ffmpeg-entry-paused.md5");
+    let ffmpeg = c
+        .client_cmd("timeout")
+        .args(["-k", "5", "90", "ffmpeg", "-nostdin", "-v", "error"])
+        .args(["-rtsp_transport", "tcp", "-i", &c.nodes[0].rtsp("clip30")])
+        .args(["-map", "0", "-c", "copy", "-f", "framemd5", "-y"])
+        .arg(&md5)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ffmpeg");
+    let plays: Vec<(Child, PathBuf)> = (0..4)
+        .map(|i| {
+            let out = tmp(&d, &format!("entry-paused-{i}.ts"));
+            (spawn_play(&c, &c.nodes[0].rtsp("clip30"), &out), out)
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(5));
+    pause(&c, 1, Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(2));
+    pause(&c, 0, Duration::from_secs(15));
+    for (i, (child, out)) in plays.into_iter().enumerate() {
+        let what = format!("isochron play {i} through n1 past its pause");
+        let summary = check_play(&c, child, &out, &want, &what);
+        eprintln!("{what}: {summary}");
+        assert_eq!(summary["ended"], "bye", "{what}: {summary}");
+    }
+    let err = c.child_output_within(ffmpeg, Duration::from_secs(60));
+    let got = framemd5_packets(&std::fs::read_to_string(&md5).unwrap_or_default());
+    if let Err(e) = common::check_ffmpeg_copy(&got, &common::source_framemd5(&clip)) {
+        let counts = relay_counts(&c, 0);
+        panic!("ffmpeg relayed through n1 past its pause: {e}\n{err}\n{counts}\n{}", c.logs());
+    }
+    let out = c.child_output_within(gst, Duration::from_secs(120));
+    let what = format!(
+        "GStreamer relayed through n1 past its pause: {out}\n{}\n{}",
+        relay_counts(&c, 0),
+        c.logs()
+    );
+    assert_same_bytes(&std::fs::read(&gst_out).unwrap_or_default(), &want, &what);
+    let logs = c.logs();
+    assert!(c.log("n1").contains("stood still"), "{logs}");
+    assert!(c.log("n3").contains("the origin of a relayed session is silent"), "{logs}");
 }
 
 /// GStreamer playing `node`'s `object` relayed over RTSP/TCP into `out`, in the client namespace.
