@@ -384,7 +384,15 @@ impl Manager {
         loop {
             tokio::select! {
                 cmd = rx.recv() => match cmd {
-                    Some(cmd) => self.handle(cmd),
+                    Some(cmd) => {
+                        // How far the senders have got, fresh for whichever call into the
+                        // cluster core comes first after a stall: it re-pins the relayed
+                        // sessions by the senders' lag (`ClusterCore::repin_relayed`), and a
+                        // task that only waited for the CPU while they sent must not.
+                        let now = self.clock.now();
+                        self.cluster.handle_sent_through(self.sender.sent_through().unwrap_or(now));
+                        self.handle(cmd);
+                    }
                     None => break,
                 },
                 _ = tick.tick() => {
