@@ -62,5 +62,14 @@ if [ -n "$cites" ]; then
   echo "invariant broken: the lines above cite notes that are not in the repository"; fail=1
 fi
 
+# 7. No module cycles: a crate's top-level modules depend downward only (its owners' command
+#    enums where both sides can see them). The checker tests itself first on a crate with a cycle.
+if ! python3 scripts/module-cycles.py --self-test >/dev/null; then
+  echo "invariant check broken: scripts/module-cycles.py misses a cycle"; fail=1
+fi
+if ! python3 scripts/module-cycles.py; then
+  echo "invariant broken: the modules above import each other in a loop"; fail=1
+fi
+
 [ $fail -eq 0 ] && echo "architecture invariants hold"
 exit $fail

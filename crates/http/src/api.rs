@@ -34,8 +34,10 @@ use isochron_server::sessions::SessionInfo;
 use serde::Serialize;
 use tokio::sync::oneshot;
 
+use crate::auth::SeesClients;
+use crate::cluster::node_json;
 use crate::error::ApiError;
-use crate::state::{ApiState, Gathered, gather};
+use crate::state::{ApiState, gather};
 
 /// The largest block a node takes from another: an encoded block of the largest block size.
 const BLOCK_BODY_LIMIT: usize = isochron_store::block::MAX_BLOCK_SIZE.0 as usize + (1 << 20);
@@ -98,11 +100,6 @@ async fn sessions(
 ) -> Result<Json<Vec<SessionInfo>>, ApiError> {
     Ok(Json(redacted(gather(&s).await?.sessions, sees)))
 }
-
-/// Whether the requester may see session ids and client addresses (it has `admin`), set by
-/// [`crate::auth::guard`] on the requests that list sessions.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct SeesClients(pub(crate) bool);
 
 /// `sessions` as `sees` may see them: without `admin`, each id is replaced by its stream's
 /// number and the client address is blank. A session id is all it takes to act on a session from
@@ -238,105 +235,6 @@ async fn reorg(State(s): State<ApiState>) -> Result<Json<ReorgJson>, ApiError> {
     s.reorg.send(ReorgCommand::Status { reply: tx }).map_err(|_| ApiError::unavailable())?;
     let status = rx.await.map_err(|_| ApiError::unavailable())?;
     Ok(Json(reorg_json(&status, &s.store)))
-}
-
-/// A node of the deployment (today: this server) in `GET /api/v1/nodes` and the overview.
-#[derive(Clone, Debug, Serialize)]
-pub(crate) struct NodeJson {
-    /// The node's id (0: a single server).
-    id: u32,
-    /// A display name, `isochron@ADDR`.
-    name: String,
-    /// The server's version.
-    version: &'static str,
-    /// RTSP listen address.
-    rtsp: String,
-    /// HTTP listen address.
-    http: String,
-    /// The RTP port (RTCP is the next one).
-    rtp_port: u16,
-    /// When the node started, milliseconds since the Unix epoch.
-    started_unix_ms: u64,
-    /// Seconds since it started.
-    uptime_s: f64,
-    /// Its disks (ids), retired ones excluded.
-    disks: Vec<u16>,
-    /// RTSP sessions.
-    sessions: usize,
-    /// Streams admitted by the scheduler (playing and recording).
-    streams: usize,
-    /// The admission policy.
-    admission_policy: &'static str,
-    /// Sum of the mean bit rates of the sessions playing now, bit/s (the bandwidth it has
-    /// committed to).
-    playing_bitrate_bps: u64,
-    /// RTP payload bytes sent (counter; the dashboard derives the send bandwidth from it).
-    payload_bytes_sent: u64,
-    /// RTP packets sent (counter).
-    packets_sent: u64,
-    /// Bytes read from its disks by real-time reads (counter; the disk bandwidth).
-    disk_read_bytes: u64,
-    /// Bytes it sent to other nodes on its control connections (counter; 0 on a single server).
-    control_bytes_sent: u64,
-    /// Bytes it received from other nodes on its control connections (counter).
-    control_bytes_received: u64,
-    /// Retransmission requests (RTCP generic NACKs) it answered (counter).
-    nacks_received: u64,
-    /// Packets it sent again for them (counter).
-    retransmitted_packets: u64,
-}
-
-fn node_json(s: &ApiState, g: &Gathered) -> NodeJson {
-    let n = &s.node;
-    let mut host = n.rtsp;
-    if host.ip().is_unspecified() {
-        host.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-    }
-    let local = s.store.local_disks();
-    let disks = s
-        .store
-        .meta()
-        .disks
-        .iter()
-        .filter(|d| d.state != isochron_store::catalog::DiskState::Retired && local.contains(&d.id))
-        .map(|d| d.id.0)
-        .collect();
-    let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
-    let (id, name, control) = match &s.cluster {
-        Some(v) => (
-            u32::from(s.store.node().map_or(0, |n| isochron_server::cluster::node_id(n).0)),
-            v.node.clone(),
-            (count(&v.control_bytes_out), count(&v.control_bytes_in)),
-        ),
-        None => (0, format!("isochron@{host}"), (0, 0)),
-    };
-    NodeJson {
-        id,
-        name,
-        version: env!("CARGO_PKG_VERSION"),
-        rtsp: n.rtsp.to_string(),
-        http: n.http.to_string(),
-        rtp_port: n.rtp_port,
-        started_unix_ms: n.started_unix_ms,
-        uptime_s: g.uptime_s,
-        disks,
-        sessions: g.sessions.len(),
-        streams: g.sched.streams,
-        admission_policy: g.sched.admission_policy,
-        playing_bitrate_bps: g
-            .sessions
-            .iter()
-            .filter(|x| x.state == "playing")
-            .map(|x| x.bitrate_bps)
-            .sum(),
-        payload_bytes_sent: g.send.pacer.payload_bytes,
-        packets_sent: g.send.pacer.packets,
-        disk_read_bytes: g.sched.disks.iter().map(|d| d.read_bytes).sum(),
-        control_bytes_sent: control.0,
-        control_bytes_received: control.1,
-        nacks_received: g.send.retransmit.nacks,
-        retransmitted_packets: g.send.retransmit.resent,
-    }
 }
 
 /// The query of `GET /api/v1/nodes`.

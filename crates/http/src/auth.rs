@@ -12,7 +12,7 @@
 //! A refusal is `401` with `WWW-Authenticate: Basic realm="isochron", Bearer realm="isochron"`
 //! (RFC 9110 §11.6.1, RFC 7617, RFC 6750) or `403`, in the API's JSON error shape under `/api/`.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
@@ -21,7 +21,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use isochron_auth::{Access, Credentials, Decision, Permission};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, error};
 use crate::state::ApiState;
 
 /// What the request needs: `None` for what is open to all (`/healthz`) and for the node-to-node
@@ -51,34 +51,13 @@ pub(crate) fn needs<'a>(method: &Method, path: &'a str, query: Option<&str>) -> 
 }
 
 /// The endpoints that list sessions: their ids and client addresses are shown to `admin` only
-/// ([`crate::api::SeesClients`]).
+/// ([`SeesClients`]).
 const LISTS_SESSIONS: [&str; 2] = ["/api/v1/sessions", "/api/v1/overview"];
 
-/// Requests refused, by status (`isochron_http_auth_refusals_total`).
-#[derive(Debug, Default)]
-pub(crate) struct Refusals {
-    /// 401s.
-    pub(crate) unauthorized: std::sync::atomic::AtomicU64,
-    /// 403s.
-    pub(crate) forbidden: std::sync::atomic::AtomicU64,
-}
-
-impl Refusals {
-    /// Appends `isochron_http_auth_refusals_total` to a `/metrics` text.
-    pub(crate) fn render(&self, out: &mut String) {
-        use std::fmt::Write as _;
-        use std::sync::atomic::Ordering::Relaxed;
-        let _ = writeln!(
-            out,
-            "# HELP isochron_http_auth_refusals_total HTTP requests refused by the access policy \
-             ([auth]), by status.\n# TYPE isochron_http_auth_refusals_total counter\n\
-             isochron_http_auth_refusals_total{{status=\"401\"}} {}\n\
-             isochron_http_auth_refusals_total{{status=\"403\"}} {}",
-            self.unauthorized.load(Relaxed),
-            self.forbidden.load(Relaxed)
-        );
-    }
-}
+/// Whether the requester may see session ids and client addresses (it has `admin`), set by
+/// [`crate::auth::guard`] on the requests that list sessions.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SeesClients(pub(crate) bool);
 
 /// What a request needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,7 +95,7 @@ pub(crate) async fn guard(
         permission,
         object: object.as_deref(),
         credentials: credentials.as_ref(),
-        trusted_peer: crate::cluster::is_trusted(&s, peer.ip()),
+        trusted_peer: is_trusted(&s, peer.ip()),
         secure: req.extensions().get::<crate::OverTls>().is_some(),
         method: req.method().as_str(),
         now_unix_s: std::time::SystemTime::now()
@@ -133,7 +112,7 @@ pub(crate) async fn guard(
     match decision {
         Decision::Allow { .. } => {
             let mut req = req;
-            req.extensions_mut().insert(crate::api::SeesClients(sees));
+            req.extensions_mut().insert(SeesClients(sees));
             next.run(req).await
         }
         Decision::Unauthorized(why) => {
@@ -188,6 +167,18 @@ fn percent_decoded(s: &str) -> String {
         }
     }
     String::from_utf8(out).unwrap_or_else(|_| s.to_owned())
+}
+
+/// Whether `peer` is trusted: loopback, or a live member of this node's cluster (node-to-node
+/// calls; with no `[auth]` users, also record and admin, `crate::auth`).
+pub(crate) fn is_trusted(s: &ApiState, peer: IpAddr) -> bool {
+    peer.is_loopback() || s.cluster.as_ref().is_some_and(|v| v.member_ips().contains(&peer))
+}
+
+/// Node-to-node requests: `403` naming the peer unless it is a member or loopback.
+pub(crate) fn refuse_non_member(s: &ApiState, peer: SocketAddr) -> Option<Response> {
+    (!is_trusted(s, peer.ip()))
+        .then(|| error(StatusCode::FORBIDDEN, format!("{} is not a cluster member", peer.ip())))
 }
 
 #[cfg(test)]

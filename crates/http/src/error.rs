@@ -29,3 +29,8 @@ impl IntoResponse for ApiError {
         (self.0, Json(serde_json::json!({ "error": self.1 }))).into_response()
     }
 }
+
+/// A JSON error response: `status` and `{"error": msg}` (the node-to-node calls' shape).
+pub(crate) fn error(status: StatusCode, msg: impl Into<String>) -> Response {
+    (status, Json(serde_json::json!({ "error": msg.into() }))).into_response()
+}

@@ -101,7 +101,7 @@ pub(crate) async fn fsck(
 ) -> Response {
     // The fan-out to each node is node-to-node; the request itself passed `crate::auth` (admin).
     if q.scope.as_deref() == Some("self")
-        && let Some(refused) = crate::cluster::refuse_non_member(&s, peer)
+        && let Some(refused) = crate::auth::refuse_non_member(&s, peer)
     {
         return refused;
     }
@@ -109,7 +109,7 @@ pub(crate) async fn fsck(
         None | Some("0" | "false") => false,
         Some("1" | "true") => true,
         Some(other) => {
-            return crate::cluster::error(
+            return crate::error::error(
                 StatusCode::BAD_REQUEST,
                 format!("repair must be 1 or 0, not {other:?}"),
             );
@@ -117,7 +117,7 @@ pub(crate) async fn fsck(
     };
     let mine = match check_self(&s, repair).await {
         Ok(r) => r,
-        Err(e) => return crate::cluster::error(StatusCode::SERVICE_UNAVAILABLE, e),
+        Err(e) => return crate::error::error(StatusCode::SERVICE_UNAVAILABLE, e),
     };
     if q.scope.as_deref() == Some("self") {
         return Json(mine).into_response();
@@ -126,7 +126,7 @@ pub(crate) async fn fsck(
     nodes.extend(ask_peers(&s, repair).await);
     let objects = match s.store.catalog().objects() {
         Ok(o) => o,
-        Err(e) => return crate::cluster::error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        Err(e) => return crate::error::error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     };
     // Copies each node should have checked, from the placement.
     let mut expected: BTreeMap<String, u64> = BTreeMap::new();

@@ -16,9 +16,11 @@
 //! binary binds nothing itself: [`isochron_server::start`] binds the HTTP listener (so its
 //! address and any bind error come with the server's own), and [`serve`] serves it.
 //!
-//! The modules depend downward only: [`range`] (sans-IO, fuzzed on its own) ← `media`;
-//! `error` ← `state` (the handles and the one snapshot) ← `media`, `metrics`, `api`; `api`
-//! routes everything, `dashboard` included.
+//! The modules depend downward only (`scripts/check-arch.sh` finds any cycle): [`range`]
+//! (sans-IO, fuzzed on its own) ← `media`; `error` ← `state` (the handles and the one
+//! snapshot) ← `auth` (the access policy, who is a trusted peer) ← `cluster` (node-to-node
+//! calls, the nodes' JSON), `fsck`; `state` ← `media`, `metrics`; `api` routes everything,
+//! `dashboard` included.
 
 mod api;
 mod auth;

@@ -44,7 +44,7 @@ pub(crate) struct ApiState {
     /// Who may do what (`[auth]`).
     pub(crate) auth: Arc<isochron_auth::Authority>,
     /// Requests the policy refused, for `/metrics`.
-    pub(crate) auth_refusals: Arc<crate::auth::Refusals>,
+    pub(crate) auth_refusals: Arc<Refusals>,
     /// The RTSP connection caps, for `/metrics`.
     pub(crate) rtsp_limits: Arc<isochron_server::conn_limits::ConnLimits>,
     /// The HTTP connection caps, for `/metrics`.
@@ -137,4 +137,30 @@ pub(crate) async fn gather(s: &ApiState) -> Result<Gathered, ApiError> {
         objects: s.library.list().len(),
         uptime_s: s.node.started.elapsed().as_secs_f64(),
     })
+}
+
+/// Requests refused, by status (`isochron_http_auth_refusals_total`).
+#[derive(Debug, Default)]
+pub(crate) struct Refusals {
+    /// 401s.
+    pub(crate) unauthorized: std::sync::atomic::AtomicU64,
+    /// 403s.
+    pub(crate) forbidden: std::sync::atomic::AtomicU64,
+}
+
+impl Refusals {
+    /// Appends `isochron_http_auth_refusals_total` to a `/metrics` text.
+    pub(crate) fn render(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        use std::sync::atomic::Ordering::Relaxed;
+        let _ = writeln!(
+            out,
+            "# HELP isochron_http_auth_refusals_total HTTP requests refused by the access policy \
+             ([auth]), by status.\n# TYPE isochron_http_auth_refusals_total counter\n\
+             isochron_http_auth_refusals_total{{status=\"401\"}} {}\n\
+             isochron_http_auth_refusals_total{{status=\"403\"}} {}",
+            self.unauthorized.load(Relaxed),
+            self.forbidden.load(Relaxed)
+        );
+    }
 }

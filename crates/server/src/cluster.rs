@@ -20,7 +20,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -33,12 +33,12 @@ use isochron_diskio::Store;
 use isochron_diskio::store::RemoteBlocks;
 use isochron_etcd::Client;
 use isochron_store::catalog::DiskState;
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
+pub use crate::cluster_view::{ClusterView, NodeRecord};
 use crate::library::{Library, ObjectEntry};
 use crate::reorg::ReorgCommand;
 use crate::sessions::SessionCommand;
@@ -63,21 +63,6 @@ pub struct ClusterSettings {
     pub dead_after: Duration,
 }
 
-/// What a node publishes about itself in etcd.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeRecord {
-    /// Its id in the cluster's messages.
-    pub id: u16,
-    /// Its name.
-    pub name: String,
-    /// RTSP address.
-    pub rtsp: SocketAddr,
-    /// HTTP address.
-    pub http: Option<SocketAddr>,
-    /// Control connections (TCP) and relay (UDP).
-    pub control: SocketAddr,
-}
-
 /// A node's id: a stable function of its name (FNV-1a, 16 bits), checked against collisions
 /// when it registers.
 #[must_use]
@@ -88,46 +73,6 @@ pub fn node_id(name: &str) -> NodeId {
         h = h.wrapping_mul(0x0100_0193);
     }
     NodeId(((h >> 16) ^ (h & 0xffff)) as u16)
-}
-
-/// The cluster as this node's IO sees it: live members and traffic counters, shared with the
-/// HTTP API.
-#[derive(Debug, Default)]
-pub struct ClusterView {
-    /// Live members' records, by name (this node included).
-    pub live: Mutex<BTreeMap<String, NodeRecord>>,
-    /// Every node that ever registered, by name.
-    pub known: Mutex<BTreeMap<String, NodeRecord>>,
-    /// Control bytes sent to peers.
-    pub control_bytes_out: AtomicU64,
-    /// Control bytes received from peers.
-    pub control_bytes_in: AtomicU64,
-    /// Control messages sent.
-    pub control_messages_out: AtomicU64,
-    /// RTP packets received from peers to relay.
-    pub relay_packets_in: AtomicU64,
-    /// Their bytes.
-    pub relay_bytes_in: AtomicU64,
-    /// NACKs received from the origins of relayed sessions (packets of ours they missed).
-    pub relay_nacks_in: AtomicU64,
-    /// Block bytes written to other nodes (ingest, reorganisation copies).
-    pub block_bytes_out: AtomicU64,
-    /// Block bytes read from other nodes (reorganisation copies).
-    pub block_bytes_in: AtomicU64,
-    /// Whether etcd answered the last poll.
-    pub etcd_ok: AtomicBool,
-    /// This node's name.
-    pub node: String,
-    /// The cluster's key prefix.
-    pub prefix: String,
-}
-
-impl ClusterView {
-    /// The IPs of live members (who may write blocks here).
-    #[must_use]
-    pub fn member_ips(&self) -> Vec<IpAddr> {
-        lock(&self.live).values().map(|r| r.control.ip()).collect()
-    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

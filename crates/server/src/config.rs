@@ -513,7 +513,10 @@ impl ConfigFile {
             ("", "") => None,
             ("", _) => return Err(invalid("tls.cert_file", "must be set with tls.key_file")),
             (_, "") => return Err(invalid("tls.key_file", "must be set with tls.cert_file")),
-            (cert, key) => Some(crate::tls::Tls::load(Path::new(cert), Path::new(key))?),
+            (cert, key) => Some(
+                crate::tls::Tls::load(Path::new(cert), Path::new(key))
+                    .map_err(|e| ConfigError::Invalid { key: e.key, message: e.message })?,
+            ),
         };
         let rtsps_listen = match self.rtsp.rtsps_listen.as_str() {
             "" => None,

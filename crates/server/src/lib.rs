@@ -25,6 +25,7 @@
 //! IO.
 
 pub mod cluster;
+pub mod cluster_view;
 pub mod config;
 pub mod conn_limits;
 pub mod library;

@@ -237,7 +237,7 @@ pub(crate) struct ClusterLink {
     /// The disks this node owns: its shares read only these.
     pub(crate) local_disks: Arc<BTreeSet<DiskId>>,
     /// What this node's IO knows of the cluster (whether etcd answers).
-    pub(crate) view: Arc<crate::cluster::ClusterView>,
+    pub(crate) view: Arc<crate::cluster_view::ClusterView>,
 }
 
 type Reply = oneshot::Sender<Response<Vec<u8>>>;

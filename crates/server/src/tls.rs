@@ -17,7 +17,16 @@ use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
 
-use crate::config::ConfigError;
+/// A certificate or key that cannot be used: the config key that named the file, and what is
+/// wrong (the config turns it into its `ConfigError::Invalid`).
+#[derive(Debug, thiserror::Error)]
+#[error("config key {key}: {message}")]
+pub struct TlsError {
+    /// `tls.cert_file` or `tls.key_file`.
+    pub key: &'static str,
+    /// The file and what is wrong with it.
+    pub message: String,
+}
 
 /// The first byte of a TLS record carrying a handshake (RFC 8446 §5.1, `ContentType` 22).
 pub const HANDSHAKE_RECORD: u8 = 0x16;
@@ -41,10 +50,10 @@ impl Tls {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Invalid`] naming `tls.cert_file` or `tls.key_file`, the file and what is
-    /// wrong with it (unreadable, no certificate or key in it, a key that does not match).
-    pub fn load(cert_file: &Path, key_file: &Path) -> Result<Self, ConfigError> {
-        let invalid = |key, message: String| ConfigError::Invalid { key, message };
+    /// [`TlsError`] naming `tls.cert_file` or `tls.key_file`, the file and what is wrong with
+    /// it (unreadable, no certificate or key in it, a key that does not match).
+    pub fn load(cert_file: &Path, key_file: &Path) -> Result<Self, TlsError> {
+        let invalid = |key, message: String| TlsError { key, message };
         let certs = CertificateDer::pem_file_iter(cert_file)
             .and_then(Iterator::collect::<Result<Vec<_>, _>>)
             .map_err(|e| invalid("tls.cert_file", format!("{}: {e}", cert_file.display())))?;
