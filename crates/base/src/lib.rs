@@ -10,12 +10,14 @@
 
 pub mod ids;
 pub mod mix;
+pub mod position;
 pub mod replicas;
 pub mod time;
 pub mod tracks;
 pub mod units;
 
 pub use ids::{BlockIndex, BlockKey, DiskId, Gsn, NodeId, ObjectId, StreamId};
+pub use position::Position;
 pub use replicas::{MAX_REPLICAS, Replicas};
 pub use time::{Instant, MediaTime, Pace};
 pub use tracks::{MAX_TRACKS, TrackSeqs};

@@ -40,8 +40,8 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
+use isochron_base::Position;
 use isochron_base::{BitRate, Instant, MediaTime, NodeId, ObjectId, Pace, StreamId, TrackSeqs};
-use isochron_rtsp::server::Position;
 
 use crate::clock::ClockSync;
 use crate::message::{

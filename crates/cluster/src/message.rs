@@ -11,8 +11,8 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::net::SocketAddr;
 
+use isochron_base::Position;
 use isochron_base::{BitRate, DiskId, MAX_TRACKS, MediaTime, NodeId, ObjectId, Pace, StreamId};
-use isochron_rtsp::server::Position;
 
 /// One node's part in one session: the session's node (`origin`) and its stream id there.
 ///

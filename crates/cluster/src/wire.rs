@@ -23,8 +23,8 @@
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
+use isochron_base::Position;
 use isochron_base::{BitRate, DiskId, Gsn, MediaTime, NodeId, ObjectId, Pace, StreamId, TrackSeqs};
-use isochron_rtsp::server::Position;
 use serde::{Deserialize, Serialize};
 
 use crate::message::{

@@ -13,13 +13,13 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::time::Duration;
 
+use isochron_base::Position;
 use isochron_base::{BitRate, DiskId, Gsn, Instant, MediaTime, NodeId, ObjectId, Pace, StreamId};
 use isochron_cluster::{
     ClusterConfig, ClusterCore, Delivery, Dest, LocalAction, LocalAnchor, MemberInfo, Message,
     OpenSpec, Refusal, Role, RunSpec, RunTracks, SessionEvent, ShareKey, ShareReport, StartSpec,
     StopKind, TrackSpec,
 };
-use isochron_rtsp::server::Position;
 
 /// Packets per block, and the media time between packets.
 pub const PACKETS_PER_BLOCK: u64 = 50;

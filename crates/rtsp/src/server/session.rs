@@ -10,7 +10,7 @@
 use std::fmt;
 use std::net::SocketAddr;
 
-use isochron_base::{Gsn, Instant, MediaTime, ObjectId, StreamId, TrackSeqs};
+use isochron_base::{Instant, ObjectId, StreamId};
 use rand_chacha::ChaCha20Rng;
 use rand_chacha::rand_core::RngCore as _;
 
@@ -97,41 +97,7 @@ impl SessionState {
     }
 }
 
-/// A point in a presentation as the sender sees it: the next packet to send and its send time,
-/// and, for an object of several tracks, each track's next packet ([`TrackSeqs`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Position {
-    /// The packet's global sequence number within the object.
-    pub gsn: Gsn,
-    /// The packet's send time on the object's timeline.
-    pub time: MediaTime,
-    /// Each track's `track_seq` of its next packet at or after `gsn`; empty for an object
-    /// numbered by GSN (MPEG-TS).
-    pub tracks: TrackSeqs,
-}
-
-impl Position {
-    /// The first packet of an object numbered by GSN.
-    pub const START: Self = Self { gsn: Gsn(0), time: MediaTime::ZERO, tracks: TrackSeqs::NONE };
-
-    /// A position in an object numbered by GSN (no per-track vector).
-    #[must_use]
-    pub const fn at(gsn: Gsn, time: MediaTime) -> Self {
-        Self { gsn, time, tracks: TrackSeqs::NONE }
-    }
-
-    /// The first packet of an object of `tracks` native tracks (0: numbered by GSN).
-    #[must_use]
-    pub fn start_of(tracks: usize) -> Self {
-        Self { tracks: TrackSeqs::zeros(tracks), ..Self::START }
-    }
-
-    /// Track `track`'s next packet's `track_seq` here (the GSN for an object numbered by it).
-    #[must_use]
-    pub fn track_seq(&self, track: usize) -> u64 {
-        self.tracks.seq_of(track, self.gsn)
-    }
-}
+pub use isochron_base::Position;
 
 /// One set-up track of a session, for the glue.
 #[derive(Debug, Clone, Copy)]
