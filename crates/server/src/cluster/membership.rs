@@ -1,83 +1,27 @@
-//! A node's IO for the cluster (Yima §2): etcd membership, the control connections, the relay
-//! port, and block writes to other nodes. The decisions are [`isochron_cluster::ClusterCore`]'s,
-//! owned by the session manager; this module only moves bytes and facts.
-//!
-//! - **Membership** (`docs/design/etcd.md`): every node keeps `P/nodes/<name>` (its record: id
-//!   and addresses) and `P/live/<name>` (the same, attached to its lease, put only if nobody
-//!   holds it). A node whose lease lapses disappears from `P/live/`. A watch on `P/` wakes the
-//!   [`Poller`] at every change (and it reads at least once a second regardless): it tells the
-//!   session manager who is up ([`SessionCommand::Member`]), and re-reads the shared store
-//!   metadata and the catalog so the library follows other nodes' ingests, joins and removals.
-//! - **Control connections**: one TCP connection from each node to each peer carries its
-//!   messages (`isochron_cluster::wire` frames, a `Hello` first); inbound connections are read
-//!   into [`SessionCommand::Peer`]. Bytes both ways are counted ([`ClusterView`]) and reported
-//!   against the media bytes in `/metrics`.
-//! - **Relay** (`docs/design/cluster.md`): a UDP socket on the control port takes the RTP packets
-//!   other nodes send for a relayed session and hands them to the sender thread, which sends them
-//!   on to the client from this node's address.
-//! - **Block writes**: an ingest through any node writes each block on its owner's disk with an
-//!   HTTP `PUT` to the owner ([`HttpBlocks`]), accepted only from cluster members.
+//! Membership in etcd (`docs/design/etcd.md`): registration under a lease, the loop that reads
+//! who is live, the store's metadata and the catalog whenever a watch wakes it, the dead nodes
+//! it counts and forgets, a lapsed lease taken again.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use isochron_base::{BlockKey, DiskId, NodeId};
-use isochron_cluster::wire::{FrameReader, encode_frame};
-use isochron_cluster::{MemberInfo, Message};
-use isochron_dataplane::sender::SenderCommand;
+use isochron_base::{DiskId, NodeId};
+use isochron_cluster::MemberInfo;
 use isochron_diskio::Store;
-use isochron_diskio::store::RemoteBlocks;
 use isochron_etcd::Client;
 use isochron_store::catalog::DiskState;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-pub use crate::cluster_view::{ClusterView, NodeRecord};
+use crate::cluster_view::{ClusterView, NodeRecord};
 use crate::library::{Library, ObjectEntry};
 use crate::reorg::ReorgCommand;
 use crate::sessions::SessionCommand;
 
-/// Cluster settings (`[cluster]`, `serve --etcd … --node …`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClusterSettings {
-    /// etcd endpoints (`http://host:2379`).
-    pub etcd: Vec<String>,
-    /// This node's name (unique among live nodes).
-    pub node: String,
-    /// The address other nodes and clients reach this node at.
-    pub advertise: IpAddr,
-    /// TCP port of the control connections; the same UDP port takes relayed RTP.
-    pub control_port: u16,
-    /// Key prefix of the cluster in etcd.
-    pub prefix: String,
-    /// TTL of the node's lease: a dead node is noticed within it.
-    pub lease_ttl: Duration,
-    /// How long a node's lease must have lapsed before it counts as dead and its copies are
-    /// re-created from the other replicas (`cluster.dead_after_s`).
-    pub dead_after: Duration,
-}
-
-/// A node's id: a stable function of its name (FNV-1a, 16 bits), checked against collisions
-/// when it registers.
-#[must_use]
-pub fn node_id(name: &str) -> NodeId {
-    let mut h: u32 = 0x811c_9dc5;
-    for b in name.bytes() {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    NodeId(((h >> 16) ^ (h & 0xffff)) as u16)
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use super::{ClusterSettings, lock};
 
 /// Connects to etcd, naming every endpoint when none answers.
 pub fn connect(settings: &ClusterSettings) -> anyhow::Result<Client> {
@@ -432,226 +376,5 @@ fn sync_library(store: &Store, library: &Library) {
         if placement_changed || !library.contains(&rec.name) {
             library.insert(Arc::new(ObjectEntry::new(store, rec)));
         }
-    }
-}
-
-/// Sends the session manager's messages to peers over one TCP connection per peer.
-pub async fn send_control(
-    mut rx: mpsc::UnboundedReceiver<(NodeId, Message)>,
-    view: Arc<ClusterView>,
-    hello: Message,
-) {
-    let mut writers: HashMap<NodeId, mpsc::UnboundedSender<Vec<u8>>> = HashMap::new();
-    while let Some((to, msg)) = rx.recv().await {
-        let frame = encode_frame(&msg);
-        view.control_messages_out.fetch_add(1, Ordering::Relaxed);
-        if let Some(w) = writers.get(&to)
-            && w.send(frame.clone()).is_ok()
-        {
-            continue;
-        }
-        let addr = lock(&view.live).values().find(|r| NodeId(r.id) == to).map(|r| r.control);
-        let Some(addr) = addr else {
-            debug!(peer = %to, "no address for a peer: message dropped");
-            continue;
-        };
-        let (tx, wrx) = mpsc::unbounded_channel();
-        let _ = tx.send(frame);
-        writers.insert(to, tx);
-        tokio::spawn(write_peer(addr, wrx, Arc::clone(&view), encode_frame(&hello)));
-    }
-}
-
-async fn write_peer(
-    addr: SocketAddr,
-    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
-    view: Arc<ClusterView>,
-    hello: Vec<u8>,
-) {
-    let conn = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr)).await;
-    let mut stream = match conn {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            warn!(peer = %addr, error = %e, "control connection failed");
-            return;
-        }
-        Err(_) => {
-            warn!(peer = %addr, "control connection timed out");
-            return;
-        }
-    };
-    let _ = stream.set_nodelay(true);
-    let mut first = Some(hello);
-    while let Some(frame) = rx.recv().await {
-        let mut buf = first.take().unwrap_or_default();
-        buf.extend_from_slice(&frame);
-        while let Ok(more) = rx.try_recv() {
-            buf.extend_from_slice(&more);
-        }
-        if let Err(e) = stream.write_all(&buf).await {
-            warn!(peer = %addr, error = %e, "control connection lost");
-            return;
-        }
-        view.control_bytes_out.fetch_add(buf.len() as u64, Ordering::Relaxed);
-    }
-}
-
-/// Accepts peers' control connections and hands their messages to the session manager.
-pub async fn accept_control(
-    listener: TcpListener,
-    view: Arc<ClusterView>,
-    sessions: mpsc::UnboundedSender<SessionCommand>,
-) {
-    loop {
-        let Ok((stream, peer)) = listener.accept().await else { continue };
-        let (view, sessions) = (Arc::clone(&view), sessions.clone());
-        tokio::spawn(async move {
-            if let Err(e) = read_peer(stream, &view, &sessions).await {
-                debug!(%peer, error = %e, "control connection closed");
-            }
-        });
-    }
-}
-
-async fn read_peer(
-    mut stream: TcpStream,
-    view: &ClusterView,
-    sessions: &mpsc::UnboundedSender<SessionCommand>,
-) -> anyhow::Result<()> {
-    let mut reader = FrameReader::default();
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut from: Option<NodeId> = None;
-    loop {
-        let n = stream.read(&mut buf).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        view.control_bytes_in.fetch_add(n as u64, Ordering::Relaxed);
-        reader.feed(&buf[..n]);
-        while let Some(msg) = reader.next_message()? {
-            match (&msg, from) {
-                (Message::Hello { node, .. }, _) => from = Some(*node),
-                (_, Some(node)) => {
-                    let _ = sessions.send(SessionCommand::Peer { from: node, msg: Box::new(msg) });
-                }
-                (_, None) => anyhow::bail!("a peer sent {} before its hello", msg.kind()),
-            }
-        }
-    }
-}
-
-/// Receives on the relay port until `stop`: RTP that other nodes relay through this node (the
-/// origin of their relayed sessions) goes to the sender thread to be resequenced and forwarded;
-/// an RTCP generic NACK from such an origin (RFC 4585 §6.2.1, told from RTP by its packet type,
-/// RFC 5761 §4) asks this node to resend what it relayed there, from its retransmission buffer.
-pub fn receive_relay(
-    socket: UdpSocket,
-    sender: isochron_dataplane::shards::Senders,
-    view: Arc<ClusterView>,
-    stop: Arc<AtomicBool>,
-) {
-    use isochron_rtp::rtcp::{RtcpPacket, nack_seqs, parse_compound};
-    let _ = socket.set_read_timeout(Some(Duration::from_millis(200)));
-    // Larger than any datagram: a relayed packet is never cut short.
-    let mut buf = vec![0u8; 65_536];
-    while !stop.load(Ordering::Relaxed) {
-        let Ok(n) = socket.recv(&mut buf) else { continue };
-        if n < 12 {
-            continue;
-        }
-        if (192..=223).contains(&buf[1]) {
-            for p in parse_compound(&buf[..n]).map_while(Result::ok) {
-                if let RtcpPacket::Nack { media_ssrc, pairs, .. } = p {
-                    let seqs = nack_seqs(&pairs).collect();
-                    view.relay_nacks_in.fetch_add(1, Ordering::Relaxed);
-                    let _ = sender.send(SenderCommand::Nack { ssrc: media_ssrc, seqs });
-                }
-            }
-            continue;
-        }
-        view.relay_packets_in.fetch_add(1, Ordering::Relaxed);
-        view.relay_bytes_in.fetch_add(n as u64, Ordering::Relaxed);
-        let _ = sender.send(SenderCommand::Relayed { datagram: buf[..n].to_vec() });
-    }
-}
-
-/// Writes blocks to the nodes that own their disks, over HTTP.
-pub struct HttpBlocks {
-    /// The store (for each disk's owner).
-    pub store: std::sync::Weak<Store>,
-    /// Live members' addresses.
-    pub view: Arc<ClusterView>,
-    /// The HTTP agent.
-    pub agent: ureq::Agent,
-}
-
-impl HttpBlocks {
-    /// An agent with timeouts fit for one block.
-    #[must_use]
-    pub fn new(store: std::sync::Weak<Store>, view: Arc<ClusterView>) -> Self {
-        let agent = ureq::Agent::config_builder()
-            .timeout_global(Some(Duration::from_secs(30)))
-            .http_status_as_error(false)
-            .build()
-            .into();
-        Self { store, view, agent }
-    }
-}
-
-impl HttpBlocks {
-    /// The URL of block `key` on disk `disk` under `path` at the disk's owner, and the owner.
-    fn url(&self, path: &str, disk: DiskId, key: BlockKey) -> Result<(String, String), String> {
-        let store = self.store.upgrade().ok_or("the store is closed")?;
-        let owner =
-            store.disk_owner(disk).ok_or_else(|| format!("disk {disk} has no owner node"))?;
-        let http = lock(&self.view.live)
-            .get(&owner)
-            .and_then(|r| r.http)
-            .ok_or_else(|| format!("node {owner} (owner of disk {disk}) is not live"))?;
-        let url = format!(
-            "http://{http}/api/v1/cluster/{path}/{}/{}/{}",
-            disk.0, key.object.0, key.index.0
-        );
-        Ok((url, owner))
-    }
-
-    fn put(&self, path: &str, disk: DiskId, key: BlockKey, bytes: &[u8]) -> Result<(), String> {
-        let (url, owner) = self.url(path, disk, key)?;
-        let resp = self.agent.put(&url).send(bytes).map_err(|e| format!("node {owner}: {e}"))?;
-        if !resp.status().is_success() {
-            let status = resp.status();
-            let body = resp.into_body().read_to_string().unwrap_or_default();
-            return Err(format!("node {owner} answered {status}: {}", body.trim()));
-        }
-        self.view.block_bytes_out.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        Ok(())
-    }
-}
-
-impl RemoteBlocks for HttpBlocks {
-    fn write_block(&self, disk: DiskId, key: BlockKey, bytes: &[u8]) -> Result<(), String> {
-        self.put("blocks", disk, key, bytes)
-    }
-
-    fn write_block_nrt(&self, disk: DiskId, key: BlockKey, bytes: &[u8]) -> Result<(), String> {
-        self.put("moves", disk, key, bytes)
-    }
-
-    fn read_block_nrt(&self, disk: DiskId, key: BlockKey) -> Result<Vec<u8>, String> {
-        let (url, owner) = self.url("moves", disk, key)?;
-        let resp = self.agent.get(&url).call().map_err(|e| format!("node {owner}: {e}"))?;
-        let status = resp.status();
-        let mut body = resp.into_body();
-        if !status.is_success() {
-            let text = body.read_to_string().unwrap_or_default();
-            return Err(format!("node {owner} answered {status}: {}", text.trim()));
-        }
-        let bytes = body
-            .with_config()
-            .limit(64 << 20)
-            .read_to_vec()
-            .map_err(|e| format!("node {owner}: reading block {key}: {e}"))?;
-        self.view.block_bytes_in.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        Ok(bytes)
     }
 }

@@ -1,0 +1,127 @@
+//! The control connections: one TCP connection from this node to each peer carries its
+//! messages (`isochron_cluster::wire` frames, a `Hello` first); inbound ones are read into
+//! [`SessionCommand::Peer`]. Bytes both ways are counted ([`ClusterView`]).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use isochron_base::NodeId;
+use isochron_cluster::Message;
+use isochron_cluster::wire::{FrameReader, encode_frame};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+use crate::cluster_view::ClusterView;
+use crate::sessions::SessionCommand;
+
+use super::lock;
+
+/// Sends the session manager's messages to peers over one TCP connection per peer.
+pub async fn send_control(
+    mut rx: mpsc::UnboundedReceiver<(NodeId, Message)>,
+    view: Arc<ClusterView>,
+    hello: Message,
+) {
+    let mut writers: HashMap<NodeId, mpsc::UnboundedSender<Vec<u8>>> = HashMap::new();
+    while let Some((to, msg)) = rx.recv().await {
+        let frame = encode_frame(&msg);
+        view.control_messages_out.fetch_add(1, Ordering::Relaxed);
+        if let Some(w) = writers.get(&to)
+            && w.send(frame.clone()).is_ok()
+        {
+            continue;
+        }
+        let addr = lock(&view.live).values().find(|r| NodeId(r.id) == to).map(|r| r.control);
+        let Some(addr) = addr else {
+            debug!(peer = %to, "no address for a peer: message dropped");
+            continue;
+        };
+        let (tx, wrx) = mpsc::unbounded_channel();
+        let _ = tx.send(frame);
+        writers.insert(to, tx);
+        tokio::spawn(write_peer(addr, wrx, Arc::clone(&view), encode_frame(&hello)));
+    }
+}
+
+async fn write_peer(
+    addr: SocketAddr,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    view: Arc<ClusterView>,
+    hello: Vec<u8>,
+) {
+    let conn = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr)).await;
+    let mut stream = match conn {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            warn!(peer = %addr, error = %e, "control connection failed");
+            return;
+        }
+        Err(_) => {
+            warn!(peer = %addr, "control connection timed out");
+            return;
+        }
+    };
+    let _ = stream.set_nodelay(true);
+    let mut first = Some(hello);
+    while let Some(frame) = rx.recv().await {
+        let mut buf = first.take().unwrap_or_default();
+        buf.extend_from_slice(&frame);
+        while let Ok(more) = rx.try_recv() {
+            buf.extend_from_slice(&more);
+        }
+        if let Err(e) = stream.write_all(&buf).await {
+            warn!(peer = %addr, error = %e, "control connection lost");
+            return;
+        }
+        view.control_bytes_out.fetch_add(buf.len() as u64, Ordering::Relaxed);
+    }
+}
+
+/// Accepts peers' control connections and hands their messages to the session manager.
+pub async fn accept_control(
+    listener: TcpListener,
+    view: Arc<ClusterView>,
+    sessions: mpsc::UnboundedSender<SessionCommand>,
+) {
+    loop {
+        let Ok((stream, peer)) = listener.accept().await else { continue };
+        let (view, sessions) = (Arc::clone(&view), sessions.clone());
+        tokio::spawn(async move {
+            if let Err(e) = read_peer(stream, &view, &sessions).await {
+                debug!(%peer, error = %e, "control connection closed");
+            }
+        });
+    }
+}
+
+async fn read_peer(
+    mut stream: TcpStream,
+    view: &ClusterView,
+    sessions: &mpsc::UnboundedSender<SessionCommand>,
+) -> anyhow::Result<()> {
+    let mut reader = FrameReader::default();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut from: Option<NodeId> = None;
+    loop {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        view.control_bytes_in.fetch_add(n as u64, Ordering::Relaxed);
+        reader.feed(&buf[..n]);
+        while let Some(msg) = reader.next_message()? {
+            match (&msg, from) {
+                (Message::Hello { node, .. }, _) => from = Some(*node),
+                (_, Some(node)) => {
+                    let _ = sessions.send(SessionCommand::Peer { from: node, msg: Box::new(msg) });
+                }
+                (_, None) => anyhow::bail!("a peer sent {} before its hello", msg.kind()),
+            }
+        }
+    }
+}
