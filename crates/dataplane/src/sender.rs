@@ -255,15 +255,13 @@ pub enum SenderCommand {
         /// The datagram.
         datagram: Vec<u8>,
     },
-    /// Pace a stream at a new speed (MTFC); replies with the pace in force (`None` for an
-    /// unknown stream).
+    /// Pace a stream at a new speed (MTFC; [`Pacer::handle_pace`]); the pacer reports the
+    /// anchor it re-pinned as [`PacerEvent::Paced`].
     Pace {
         /// The stream.
         stream: StreamId,
         /// The pace asked for.
         pace: Pace,
-        /// The reply.
-        reply: oneshot::Sender<Option<Pace>>,
     },
     /// Forget a stream.
     Remove {
@@ -570,8 +568,8 @@ impl SenderThread {
                             None => stats.relay_unknown += 1,
                         }
                     }
-                    SenderCommand::Pace { stream, pace, reply } => {
-                        let _ = reply.send(pacer.handle_pace(stream, pace));
+                    SenderCommand::Pace { stream, pace } => {
+                        pacer.handle_pace(stream, pace);
                     }
                     SenderCommand::Remove { stream } => {
                         pacer.handle_remove(stream);

@@ -910,10 +910,7 @@ impl Manager {
                         anchor: Anchor { wall: a.wall, media: a.media },
                         pace,
                     }),
-                    None => {
-                        let (reply, _) = oneshot::channel();
-                        self.sender.send(SenderCommand::Pace { stream, pace, reply })
-                    }
+                    None => self.sender.send(SenderCommand::Pace { stream, pace }),
                 };
             }
             LocalAction::Bye { key } => {
@@ -1207,8 +1204,7 @@ impl Manager {
         if anchor.is_none() {
             // The scheduler pins the clock: the pacer reports the pace with the anchor. Every
             // run sets it (a trick or Speed run leaves its own behind).
-            let (reply, _) = oneshot::channel();
-            let _ = self.sender.send(SenderCommand::Pace { stream, pace: spec.pace, reply });
+            let _ = self.sender.send(SenderCommand::Pace { stream, pace: spec.pace });
         }
         let from = share.entry.plan.block_of(spec.start.gsn).unwrap_or(BlockIndex(0));
         let play = PlayRun {
