@@ -87,6 +87,28 @@ pub type SchedSink = Box<dyn Fn(SchedEvent) + Send>;
 /// Called on the scheduler thread: it must hand the read to another thread and return at once.
 pub type RemoteRead = Box<dyn Fn(DiskId, BlockKey, u64) + Send>;
 
+/// Where a stream's admission decision goes ([`SchedCommand::Open`]): called once, on the
+/// scheduler thread, so it should only hand the decision on (a channel send), never block. The
+/// asker's own sink, so the answer reaches it in one step, with no reply channel to wait on.
+pub struct DecisionSink(Box<dyn FnOnce(Decision) + Send>);
+
+impl DecisionSink {
+    /// A sink that calls `f` with the decision.
+    pub fn new(f: impl FnOnce(Decision) + Send + 'static) -> Self {
+        Self(Box::new(f))
+    }
+
+    fn send(self, decision: Decision) {
+        (self.0)(decision);
+    }
+}
+
+impl std::fmt::Debug for DecisionSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DecisionSink")
+    }
+}
+
 /// Commands to the scheduler thread.
 #[derive(Debug)]
 pub enum SchedCommand {
@@ -96,8 +118,8 @@ pub enum SchedCommand {
         req: OpenStream,
         /// The object's name, for the admission log.
         name: String,
-        /// The decision.
-        reply: oneshot::Sender<Decision>,
+        /// Where the decision goes.
+        reply: DecisionSink,
     },
     /// Admit a recording; its blocks' fates go to `events`.
     OpenRecord {
@@ -441,7 +463,7 @@ impl SchedThread {
                     };
                     let decision = s.handle_open(now, req);
                     admissions.record(unix_ms(), &asked, &decision);
-                    let _ = reply.send(decision);
+                    reply.send(decision);
                 }
                 Some(SchedCommand::OpenRecord { req, name, events, reply }) => {
                     let asked = record_request(s, &req, &name);

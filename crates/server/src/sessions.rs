@@ -37,7 +37,7 @@ use isochron_dataplane::pacer::{
     PlayRun, RtcpMode, RunReport, SeqOffsets, ShareBlock, StreamSetup, TrackStamp,
 };
 use isochron_dataplane::rtx::RtxSetup;
-use isochron_dataplane::sched_thread::SchedCommand;
+use isochron_dataplane::sched_thread::{DecisionSink, SchedCommand};
 use isochron_dataplane::sender::{OutFrame, SenderCommand, StreamTransport};
 use isochron_dataplane::shards::Senders;
 use isochron_rtsp::rtsp_types::{HeaderName, Method, Request, Response};
@@ -885,13 +885,13 @@ impl Manager {
                 let name = entry.record.name.clone();
                 self.shares.insert(key, Share { stream, entry, added: false, run: 0 });
                 self.share_of.insert(stream, key);
-                let (tx, rx) = oneshot::channel();
-                let _ = self.sched.send(SchedCommand::Open { req, name, reply: tx });
                 let me = self.me.clone();
-                tokio::spawn(async move {
-                    let decision = rx.await.ok();
-                    let _ = me.send(SessionCommand::Admitted { key, decision });
+                let reply = DecisionSink::new(move |d| {
+                    let _ = me.send(SessionCommand::Admitted { key, decision: Some(d) });
                 });
+                if self.sched.send(SchedCommand::Open { req, name, reply }).is_err() {
+                    let _ = self.me.send(SessionCommand::Admitted { key, decision: None });
+                }
             }
             LocalAction::Start { key, run, spec, anchor } => {
                 self.start_share(key, run, &spec, anchor)
