@@ -9,14 +9,14 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::net::{Ipv4Addr, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use isochron_base::{BlockIndex, BlockKey, Bytes, Gsn, MediaTime, ObjectId, StreamId, TrackSeqs};
 use isochron_dataplane::clock::Clock;
-use isochron_dataplane::net::{UdpPair, gso_supported};
+use isochron_dataplane::net::{UdpPair, gso_supported, relay_socket};
 use isochron_dataplane::pacer::{PlayRun, StreamSetup, single_offset};
 use isochron_dataplane::sender::{SenderCommand, SenderThread, SharedBlock, StreamTransport};
 use isochron_diskio::AlignedBuf;
@@ -89,7 +89,10 @@ fn block(index: u32) -> SharedBlock {
 /// Sends the stream with a watched sender thread; returns (packets received, allocations).
 fn run(gso: bool) -> (u64, u64) {
     let lo = Ipv4Addr::LOCALHOST.into();
-    let rx = UdpSocket::bind((lo, 0)).unwrap();
+    // The receiver is this test's thread: on a busy machine it may be descheduled for a while,
+    // and 10 000 packets a second overflow a default receive buffer in 16 ms (a lost packet,
+    // nothing of the sender's). A relay socket's buffer holds 0.6 s of them.
+    let (rx, _) = relay_socket(SocketAddr::new(lo, 0)).unwrap();
     let rtcp_rx = UdpSocket::bind((lo, 0)).unwrap();
     rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let to = rx.local_addr().unwrap();
