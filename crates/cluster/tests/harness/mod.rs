@@ -384,27 +384,20 @@ impl Harness {
 
     /// etcd reports `id` down to every live node.
     pub fn lease_lapsed(&mut self, id: u16) {
-        let now = self.now;
-        for (nid, n) in &mut self.nodes {
-            if nid.0 != id && !n.crashed {
-                n.core.handle_member(
-                    now,
-                    MemberInfo { id: NodeId(id), name: format!("n{id}"), live: false },
-                );
-            }
-        }
-        self.flush();
+        self.etcd_says(id, false);
     }
 
     /// etcd reports `id` live again (it registered under a new lease) to every live node.
     pub fn lease_renewed(&mut self, id: u16) {
+        self.etcd_says(id, true);
+    }
+
+    fn etcd_says(&mut self, id: u16, live: bool) {
         let now = self.now;
         for (nid, n) in &mut self.nodes {
             if nid.0 != id && !n.crashed {
-                n.core.handle_member(
-                    now,
-                    MemberInfo { id: NodeId(id), name: format!("n{id}"), live: true },
-                );
+                let info = MemberInfo { id: NodeId(id), name: format!("n{id}"), live };
+                n.core.handle_member(now, info);
             }
         }
         self.flush();

@@ -1380,6 +1380,31 @@ fn pause(c: &Cluster, i: usize, d: Duration) {
     assert!(Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
 }
 
+/// Three nodes keeping two copies of every block (64 KiB blocks), the 30 s clip ingested
+/// through n1: the cluster, the clip's path and its bytes.
+fn two_copies_of_clip30() -> (Cluster, PathBuf, Vec<u8>) {
+    let clip = common::fixture("clip30");
+    let c =
+        start_cluster_with("[store]\nblock_size_kib = 64\nseed_demo = false\nreplication = 2\n");
+    c.ingest(0, &clip);
+    let want = std::fs::read(&clip).unwrap();
+    (c, clip, want)
+}
+
+/// ffmpeg in the client namespace reading `node`'s `object` over RTSP/TCP (relayed) and writing
+/// each packet's MD5 (`-c copy -f framemd5`) into `md5`; killed after 90 s at most.
+fn spawn_ffmpeg_md5(c: &Cluster, node: usize, object: &str, md5: &Path) -> Child {
+    c.client_cmd("timeout")
+        .args(["-k", "5", "90", "ffmpeg", "-nostdin", "-v", "error"])
+        .args(["-rtsp_transport", "tcp", "-i", &c.nodes[node].rtsp(object)])
+        .args(["-map", "0", "-c", "copy", "-f", "framemd5", "-y"])
+        .arg(md5)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ffmpeg")
+}
+
 /// `docs/design/takeover.md`, *A node that stood still*: K = 2 on three nodes; eight isochron
 /// plays (bipartite, four through n1 and four through n3), GStreamer and ffmpeg over RTSP/TCP
 /// through n1 and through n3 (relayed). n3, the origin of half of them, stands still for 3 s
@@ -1391,12 +1416,8 @@ fn pause(c: &Cluster, i: usize, d: Duration) {
 #[test]
 fn a_node_that_stands_still_ends_no_stream() {
     require("gst-launch-1.0");
-    let clip = common::fixture("clip30");
-    let c =
-        start_cluster_with("[store]\nblock_size_kib = 64\nseed_demo = false\nreplication = 2\n");
+    let (c, clip, want) = two_copies_of_clip30();
     let d = c.dir.path().to_owned();
-    c.ingest(0, &clip);
-    let want = std::fs::read(&clip).unwrap();
 
     // Relayed through a stopped node, packets stop for as long as it does: the player's
     // buffer must outlast the stall (GStreamer drops what comes later than its latency).
@@ -1412,17 +1433,7 @@ fn a_node_that_stands_still_ends_no_stream() {
         .into_iter()
         .map(|node| {
             let md5 = tmp(&d, &format!("ffmpeg-paused-{node}.md5"));
-            let child = c
-                .client_cmd("timeout")
-                .args(["-k", "5", "90", "ffmpeg", "-nostdin", "-v", "error"])
-                .args(["-rtsp_transport", "tcp", "-i", &c.nodes[node].rtsp("clip30")])
-                .args(["-map", "0", "-c", "copy", "-f", "framemd5", "-y"])
-                .arg(&md5)
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("ffmpeg");
-            (child, md5, node)
+            (spawn_ffmpeg_md5(&c, node, "clip30", &md5), md5, node)
         })
         .collect();
     let plays: Vec<(Child, PathBuf, usize)> = [0, 0, 0, 0, 2, 2, 2, 2]
@@ -1437,15 +1448,10 @@ fn a_node_that_stands_still_ends_no_stream() {
     pause(&c, 2, Duration::from_secs(3));
     std::thread::sleep(Duration::from_secs(3));
     pause(&c, 1, Duration::from_secs(15));
-    let (mut received, mut duplicates) = (0.0, 0.0);
-    for (i, (child, out, node)) in plays.into_iter().enumerate() {
-        let what = format!("isochron play {i} through n{} past the pauses", node + 1);
-        let summary = check_play(&c, child, &out, &want, &what);
-        eprintln!("{what}: {summary}");
-        assert_eq!(summary["ended"], "bye", "{what}: {summary}");
-        received += summary["packets"].as_f64().unwrap();
-        duplicates += summary["duplicates"].as_f64().unwrap();
-    }
+    let plays = plays.into_iter().enumerate().map(|(i, (child, out, node))| {
+        (child, out, format!("isochron play {i} through n{} past the pauses", node + 1))
+    });
+    let (received, duplicates) = check_plays_to_the_bye(&c, plays, &want);
     let relay_counts = |node: usize| relay_counts(&c, node);
     for (child, out, node) in gsts {
         let gst = c.child_output_within(child, Duration::from_secs(60));
@@ -1500,6 +1506,24 @@ fn a_node_that_stands_still_ends_no_stream() {
     assert!(c.log("n2").contains("stood still"), "{logs}");
 }
 
+/// Waits for each play (`what` names it): byte-exact, nothing lost, never starved, ended by
+/// the server's BYE. Returns the packets they received and how many of those were duplicates.
+fn check_plays_to_the_bye(
+    c: &Cluster,
+    plays: impl Iterator<Item = (Child, PathBuf, String)>,
+    want: &[u8],
+) -> (f64, f64) {
+    let (mut received, mut duplicates) = (0.0, 0.0);
+    for (child, out, what) in plays {
+        let summary = check_play(c, child, &out, want, &what);
+        eprintln!("{what}: {summary}");
+        assert_eq!(summary["ended"], "bye", "{what}: {summary}");
+        received += summary["packets"].as_f64().unwrap();
+        duplicates += summary["duplicates"].as_f64().unwrap();
+    }
+    (received, duplicates)
+}
+
 /// `node`'s relay and loss counters (`/metrics`), for a failure's message.
 fn relay_counts(c: &Cluster, node: usize) -> String {
     let metrics = get_text(&format!("{}/metrics", c.nodes[node].http()));
@@ -1521,25 +1545,12 @@ fn relay_counts(c: &Cluster, node: usize) -> String {
 #[test]
 fn an_entry_node_that_stands_still_past_its_lease_ends_no_stream() {
     require("gst-launch-1.0");
-    let clip = common::fixture("clip30");
-    let c =
-        start_cluster_with("[store]\nblock_size_kib = 64\nseed_demo = false\nreplication = 2\n");
+    let (c, clip, want) = two_copies_of_clip30();
     let d = c.dir.path().to_owned();
-    c.ingest(0, &clip);
-    let want = std::fs::read(&clip).unwrap();
     let gst_out = tmp(&d, "gst-entry-paused.ts");
     let gst = spawn_gst_with(&c, 0, "clip30", &["protocols=tcp", "latency=20000"], &gst_out);
     let md5 = tmp(&d, "ffmpeg-entry-paused.md5");
-    let ffmpeg = c
-        .client_cmd("timeout")
-        .args(["-k", "5", "90", "ffmpeg", "-nostdin", "-v", "error"])
-        .args(["-rtsp_transport", "tcp", "-i", &c.nodes[0].rtsp("clip30")])
-        .args(["-map", "0", "-c", "copy", "-f", "framemd5", "-y"])
-        .arg(&md5)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("ffmpeg");
+    let ffmpeg = spawn_ffmpeg_md5(&c, 0, "clip30", &md5);
     let plays: Vec<(Child, PathBuf)> = (0..4)
         .map(|i| {
             let out = tmp(&d, &format!("entry-paused-{i}.ts"));
@@ -1550,15 +1561,10 @@ fn an_entry_node_that_stands_still_past_its_lease_ends_no_stream() {
     pause(&c, 1, Duration::from_secs(3));
     std::thread::sleep(Duration::from_secs(2));
     pause(&c, 0, Duration::from_secs(15));
-    let (mut received, mut duplicates) = (0.0, 0.0);
-    for (i, (child, out)) in plays.into_iter().enumerate() {
-        let what = format!("isochron play {i} through n1 past its pause");
-        let summary = check_play(&c, child, &out, &want, &what);
-        eprintln!("{what}: {summary}");
-        assert_eq!(summary["ended"], "bye", "{what}: {summary}");
-        received += summary["packets"].as_f64().unwrap();
-        duplicates += summary["duplicates"].as_f64().unwrap();
-    }
+    let plays = plays.into_iter().enumerate().map(|(i, (child, out))| {
+        (child, out, format!("isochron play {i} through n1 past its pause"))
+    });
+    let (received, duplicates) = check_plays_to_the_bye(&c, plays, &want);
     // As in `a_node_that_stands_still_ends_no_stream`: measured 0.02 to 0.84 %.
     eprintln!("duplicates: {duplicates} of {received} packets received");
     assert!(duplicates <= 0.02 * received, "{duplicates} of {received} packets were duplicates");
