@@ -95,3 +95,15 @@ mod tests {
         assert_eq!(Gsn(41).next(), Gsn(42));
     }
 }
+
+/// A placement epoch: epoch 0 is a store's initial disk set, epoch `j` follows its `j`-th
+/// scaling operation (SCADDAR, `isochron_store::placement::PlacementLog`). A session is planned
+/// at one; the cluster's messages name it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Epoch(pub u32);
+
+impl fmt::Display for Epoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}

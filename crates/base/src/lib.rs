@@ -16,7 +16,7 @@ pub mod time;
 pub mod tracks;
 pub mod units;
 
-pub use ids::{BlockIndex, BlockKey, DiskId, Gsn, NodeId, ObjectId, StreamId};
+pub use ids::{BlockIndex, BlockKey, DiskId, Epoch, Gsn, NodeId, ObjectId, StreamId};
 pub use position::Position;
 pub use replicas::{MAX_REPLICAS, Replicas};
 pub use time::{Instant, MediaTime, Pace};

@@ -40,8 +40,9 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
-use isochron_base::Position;
-use isochron_base::{BitRate, Instant, MediaTime, NodeId, ObjectId, Pace, StreamId, TrackSeqs};
+use isochron_base::{
+    BitRate, Epoch, Instant, MediaTime, NodeId, ObjectId, Pace, Position, StreamId, TrackSeqs,
+};
 
 use crate::clock::ClockSync;
 use crate::message::{
@@ -228,7 +229,7 @@ pub struct OpenSpec {
     /// The object.
     pub object: ObjectId,
     /// The placement epoch of the plan.
-    pub epoch: u32,
+    pub epoch: Epoch,
     /// The object's mean rate.
     pub avg_bitrate: BitRate,
     /// Its peak rate.
@@ -294,7 +295,7 @@ pub enum LocalAction {
         /// The object.
         object: ObjectId,
         /// The placement epoch.
-        epoch: u32,
+        epoch: Epoch,
         /// Mean rate.
         avg_bitrate: BitRate,
         /// Peak rate.

@@ -11,8 +11,9 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::net::SocketAddr;
 
-use isochron_base::Position;
-use isochron_base::{BitRate, DiskId, MAX_TRACKS, MediaTime, NodeId, ObjectId, Pace, StreamId};
+use isochron_base::{
+    BitRate, DiskId, Epoch, MAX_TRACKS, MediaTime, NodeId, ObjectId, Pace, Position, StreamId,
+};
 
 /// One node's part in one session: the session's node (`origin`) and its stream id there.
 ///
@@ -175,7 +176,7 @@ pub struct RunSpec {
     /// The object.
     pub object: ObjectId,
     /// The placement epoch the origin planned with.
-    pub epoch: u32,
+    pub epoch: Epoch,
     /// The run's first packet (a seek point, or where a pause stopped).
     pub start: Position,
     /// The last media time to send, if the PLAY range had an end.
@@ -269,7 +270,7 @@ pub enum Message {
         /// The object.
         object: ObjectId,
         /// The placement epoch.
-        epoch: u32,
+        epoch: Epoch,
         /// The object's mean rate.
         avg_bitrate: BitRate,
         /// Its peak rate.

@@ -23,8 +23,9 @@
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
-use isochron_base::Position;
-use isochron_base::{BitRate, DiskId, Gsn, MediaTime, NodeId, ObjectId, Pace, StreamId, TrackSeqs};
+use isochron_base::{
+    BitRate, DiskId, Epoch, Gsn, MediaTime, NodeId, ObjectId, Pace, Position, StreamId, TrackSeqs,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::message::{
@@ -279,7 +280,7 @@ impl From<&RunSpec> for WSpec3 {
     fn from(s: &RunSpec) -> Self {
         Self {
             object: s.object.0,
-            epoch: s.epoch,
+            epoch: s.epoch.0,
             start: s.start.into(),
             end_ns: s.end.map(MediaTime::as_nanos),
             anchor: s.anchor.map(Into::into),
@@ -322,7 +323,7 @@ impl From<WSpec3> for RunSpec {
             .collect();
         Self {
             object: ObjectId(s.object),
-            epoch: s.epoch,
+            epoch: Epoch(s.epoch),
             start: s.start.into(),
             end: s.end_ns.map(MediaTime::from_nanos),
             anchor: s.anchor.map(Into::into),
@@ -447,7 +448,7 @@ impl From<&RunSpec> for WSpec {
     fn from(s: &RunSpec) -> Self {
         Self {
             object: s.object.0,
-            epoch: s.epoch,
+            epoch: s.epoch.0,
             start: s.start.into(),
             end_ns: s.end.map(MediaTime::as_nanos),
             anchor: s.anchor.map(Into::into),
@@ -466,7 +467,7 @@ impl From<WSpec> for RunSpec {
     fn from(s: WSpec) -> Self {
         Self {
             object: ObjectId(s.object),
-            epoch: s.epoch,
+            epoch: Epoch(s.epoch),
             start: s.start.into(),
             end: s.end_ns.map(MediaTime::from_nanos),
             anchor: s.anchor.map(Into::into),
@@ -510,7 +511,7 @@ impl From<&Message> for W {
                 Self::Reserve {
                     key: (*key).into(),
                     object: object.0,
-                    epoch: *epoch,
+                    epoch: epoch.0,
                     avg: avg_bitrate.0,
                     peak: peak_bitrate.0,
                 }
@@ -519,7 +520,7 @@ impl From<&Message> for W {
                 Self::ReserveLost {
                     key: (*key).into(),
                     object: object.0,
-                    epoch: *epoch,
+                    epoch: epoch.0,
                     avg: avg_bitrate.0,
                     peak: peak_bitrate.0,
                     lost: lost.iter().map(|n| n.0).collect(),
@@ -597,7 +598,7 @@ impl From<W> for Message {
             W::Reserve { key, object, epoch, avg, peak } => Self::Reserve {
                 key: key.into(),
                 object: ObjectId(object),
-                epoch,
+                epoch: Epoch(epoch),
                 avg_bitrate: BitRate(avg),
                 peak_bitrate: BitRate(peak),
                 lost: BTreeSet::new(),
@@ -605,7 +606,7 @@ impl From<W> for Message {
             W::ReserveLost { key, object, epoch, avg, peak, lost } => Self::Reserve {
                 key: key.into(),
                 object: ObjectId(object),
-                epoch,
+                epoch: Epoch(epoch),
                 avg_bitrate: BitRate(avg),
                 peak_bitrate: BitRate(peak),
                 lost: lost.into_iter().map(NodeId).collect(),
@@ -673,7 +674,7 @@ mod tests {
     fn spec() -> RunSpec {
         RunSpec {
             object: ObjectId(5),
-            epoch: 3,
+            epoch: Epoch(3),
             start: Position::at(Gsn(1000), MediaTime::from_nanos(2_000_000_000)),
             end: Some(MediaTime::from_nanos(9_000_000_000)),
             anchor: Some(WallAnchor {
@@ -733,7 +734,7 @@ mod tests {
         Message::Reserve {
             key: key(),
             object: ObjectId(5),
-            epoch: 1,
+            epoch: Epoch(1),
             avg_bitrate: BitRate(1000),
             peak_bitrate: BitRate(2000),
             lost,
@@ -753,7 +754,7 @@ mod tests {
             Message::Reserve {
                 key: key(),
                 object: ObjectId(5),
-                epoch: 1,
+                epoch: Epoch(1),
                 avg_bitrate: BitRate(5_600_000),
                 peak_bitrate: BitRate(8_000_000),
                 lost: BTreeSet::new(),
@@ -761,7 +762,7 @@ mod tests {
             Message::Reserve {
                 key: key(),
                 object: ObjectId(5),
-                epoch: 1,
+                epoch: Epoch(1),
                 avg_bitrate: BitRate(5_600_000),
                 peak_bitrate: BitRate(8_000_000),
                 lost: [NodeId(3), NodeId(9)].into(),

@@ -619,7 +619,7 @@ impl Manager {
         let spec = OpenSpec {
             stream,
             object: entry.record.id,
-            epoch: entry.epoch.0,
+            epoch: entry.epoch,
             avg_bitrate: entry.record.avg_bitrate,
             peak_bitrate: entry.record.peak_bitrate,
             delivery,
@@ -851,7 +851,7 @@ impl Manager {
         match action {
             LocalAction::Admit { key, object, epoch, avg_bitrate, peak_bitrate, lost } => {
                 let entry = self.library.by_id(object).or_else(|| self.catalog_entry(object));
-                let entry = entry.map(|e| self.at_epoch(e, Epoch(epoch)));
+                let entry = entry.map(|e| self.at_epoch(e, epoch));
                 let entry = match entry.map(|e| self.without_lost(e, &lost)) {
                     Some(Ok(entry)) => entry,
                     Some(Err(reason)) => {

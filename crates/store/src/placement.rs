@@ -43,21 +43,12 @@
 //! Migration between epochs (`docs/design/scaling.md`) is planned by `crate::reorg` and executed by
 //! `isochron-diskio`.
 
-use std::fmt;
-
 use isochron_base::mix::{hash_words, reduce, splitmix64};
 use isochron_base::{BlockIndex, DiskId};
 
-/// A placement epoch: epoch 0 is the initial disk set, epoch `j` follows the `j`-th scaling
-/// operation of the [`PlacementLog`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Epoch(pub u32);
-
-impl fmt::Display for Epoch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
-    }
-}
+/// A placement epoch (the shared word, `isochron_base::Epoch`): epoch 0 is the initial disk
+/// set, epoch `j` follows the `j`-th scaling operation of the [`PlacementLog`].
+pub use isochron_base::Epoch;
 
 /// One storage scaling operation (one SCADDAR epoch change).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

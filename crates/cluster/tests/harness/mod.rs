@@ -14,7 +14,9 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::time::Duration;
 
 use isochron_base::Position;
-use isochron_base::{BitRate, DiskId, Gsn, Instant, MediaTime, NodeId, ObjectId, Pace, StreamId};
+use isochron_base::{
+    BitRate, DiskId, Epoch, Gsn, Instant, MediaTime, NodeId, ObjectId, Pace, StreamId,
+};
 use isochron_cluster::{
     ClusterConfig, ClusterCore, Delivery, Dest, LocalAction, LocalAnchor, MemberInfo, Message,
     OpenSpec, Refusal, Role, RunSpec, RunTracks, SessionEvent, ShareKey, ShareReport, StartSpec,
@@ -295,7 +297,7 @@ impl Harness {
             OpenSpec {
                 stream: StreamId(stream),
                 object: OBJECT,
-                epoch: 1,
+                epoch: Epoch(1),
                 avg_bitrate: BitRate(5_000_000),
                 peak_bitrate: BitRate(8_000_000),
                 delivery,
