@@ -260,34 +260,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
     let (sessions_tx, sessions_rx) = tokio::sync::mpsc::unbounded_channel::<SessionCommand>();
     let (reorg_tx, reorg_rx) = tokio::sync::mpsc::unbounded_channel::<ReorgCommand>();
 
-    // One IO thread per disk. Real-time reads and HTTP delivery's non-real-time reads complete
-    // to the scheduler thread; the reorganiser's non-real-time copies complete to the
-    // reorganiser (told apart by tag, `reorg::NRT_TAG_BASE`).
-    let spawn_worker = {
-        let (sched_tx, reorg_tx, nrt_share) =
-            (sched_tx.clone(), reorg_tx.clone(), settings.nrt_share);
-        move |store: &Store, id: DiskId| -> anyhow::Result<IoWorker> {
-            let disk = store.disk(id).with_context(|| format!("disk {id} is not open"))?;
-            let (sched_tx, reorg_tx) = (sched_tx.clone(), reorg_tx.clone());
-            let on_done = Box::new(move |done: IoDone| match done {
-                IoDone::Read(r) => {
-                    let _ = sched_tx.send(SchedCommand::ReadDone(r));
-                }
-                IoDone::Write(w) => {
-                    let _ = sched_tx.send(SchedCommand::WriteDone(w));
-                }
-                // HTTP delivery's reads carry the scheduler thread's tags.
-                IoDone::NrtRead(r) if r.tag < reorg::NRT_TAG_BASE => {
-                    let _ = sched_tx.send(SchedCommand::HttpReadDone(r));
-                }
-                other => {
-                    let _ = reorg_tx.send(ReorgCommand::Io(other));
-                }
-            });
-            IoWorker::spawn(disk, id, nrt_share, on_done)
-                .with_context(|| format!("starting the IO thread of disk {id}"))
-        }
-    };
+    let spawn_worker = disk_worker_factory(&sched_tx, &reorg_tx, settings.nrt_share);
     let mut workers = HashMap::new();
     let mut profiles = Vec::new();
     for id in store.disk_ids() {
@@ -295,40 +268,10 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         profiles.push((id, disk_profile(&store, id)));
     }
 
-    let rtsp_listener = TcpListener::bind(settings.rtsp_listen).await.with_context(|| {
-        format!("binding RTSP to {} (config key rtsp.listen)", settings.rtsp_listen)
-    })?;
+    let (rtsp_listener, rtsps_listener) = bind_rtsp(&settings).await?;
     let rtsp_addr = rtsp_listener.local_addr()?;
-    let rtsps_listener =
-        match settings.rtsps_listen {
-            Some(addr) => Some(TcpListener::bind(addr).await.with_context(|| {
-                format!("binding RTSPS to {addr} (config key rtsp.rtsps_listen)")
-            })?),
-            None => None,
-        };
     let rtsps_addr = rtsps_listener.as_ref().map(TcpListener::local_addr).transpose()?;
-    // Connections are files: take the hard limit, and keep the RTSP cap well below it (HTTP,
-    // disks and sockets need their share).
-    let max_connections = match isochron_dataplane::net::raise_open_files_limit() {
-        Ok((soft, hard)) => {
-            let room = usize::try_from(soft.saturating_sub(512) / 2).unwrap_or(usize::MAX).max(16);
-            let cap = settings.max_connections.min(room);
-            info!(soft, hard, rtsp_connections = cap, "open-files limit");
-            cap
-        }
-        Err(e) => {
-            warn!(error = %e, "reading the open-files limit");
-            settings.max_connections
-        }
-    };
-    // The reserve shrinks with a cap the open-files limit lowered: never more than half.
-    let rtsp_limits = conn_limits::ConnLimits::with_reserve(
-        max_connections,
-        settings.reserved_connections.min(max_connections / 2),
-        settings.max_connections_per_client,
-        settings.client_prefix,
-    );
-    let http_max_connections = settings.http_max_connections.min(max_connections);
+    let (rtsp_limits, http_max_connections) = connection_caps(&settings);
     let udp = UdpPair::bind_shards(
         rtsp_addr.ip(),
         settings.rtp_port,
@@ -393,23 +336,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
     // From the operating system's generator: SSRCs and offsets from the seed, session ids from
     // a key of their own, so that no id can be guessed (RFC 2326 §16).
     let seed: u64 = rand::random();
-    let core = ServerCore::new(
-        ServerConfig {
-            session_timeout: settings.session_timeout,
-            paused_session_timeout: settings.paused_session_timeout,
-            silence_timeout: settings.silence_timeout,
-            retransmit: Some(settings.retransmit_window),
-            server_name: SERVER_NAME.into(),
-            server_ports: (rtp_port, rtp_port + 1),
-            max_sessions: settings.max_sessions,
-            max_sessions_per_client: settings.max_sessions_per_client,
-            reserved_sessions: settings.reserved_sessions,
-            setup_timeout: Some(settings.setup_timeout),
-            client_prefix: settings.client_prefix,
-        },
-        seed,
-    )
-    .with_id_key(rand::random());
+    let core = server_core(&settings, rtp_port, seed);
     // The cluster: control connections and relay on the control port, the link the session
     // manager talks to peers through, and blocks for other nodes' disks written over HTTP.
     let mut tasks = Vec::new();
@@ -640,6 +567,103 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
         threads,
         lease,
     })
+}
+
+/// The RTSP server core of the session manager: its timeouts and caps from the settings, SSRCs
+/// and offsets from `seed`, session ids from a random key of their own (RFC 2326 §16: no id can
+/// be guessed).
+fn server_core(settings: &Settings, rtp_port: u16, seed: u64) -> ServerCore {
+    ServerCore::new(
+        ServerConfig {
+            session_timeout: settings.session_timeout,
+            paused_session_timeout: settings.paused_session_timeout,
+            silence_timeout: settings.silence_timeout,
+            retransmit: Some(settings.retransmit_window),
+            server_name: SERVER_NAME.into(),
+            server_ports: (rtp_port, rtp_port + 1),
+            max_sessions: settings.max_sessions,
+            max_sessions_per_client: settings.max_sessions_per_client,
+            reserved_sessions: settings.reserved_sessions,
+            setup_timeout: Some(settings.setup_timeout),
+            client_prefix: settings.client_prefix,
+        },
+        seed,
+    )
+    .with_id_key(rand::random())
+}
+
+/// The RTSP listener, and the RTSPS one when configured: bound before anything is served, a
+/// bind error naming its config key.
+async fn bind_rtsp(settings: &Settings) -> anyhow::Result<(TcpListener, Option<TcpListener>)> {
+    let rtsp = TcpListener::bind(settings.rtsp_listen).await.with_context(|| {
+        format!("binding RTSP to {} (config key rtsp.listen)", settings.rtsp_listen)
+    })?;
+    let rtsps =
+        match settings.rtsps_listen {
+            Some(addr) => Some(TcpListener::bind(addr).await.with_context(|| {
+                format!("binding RTSPS to {addr} (config key rtsp.rtsps_listen)")
+            })?),
+            None => None,
+        };
+    Ok((rtsp, rtsps))
+}
+
+/// The RTSP connection caps and the HTTP connection cap. Connections are files: take the hard
+/// limit, and keep the RTSP cap well below it (HTTP, disks and sockets need their share); the
+/// reserve shrinks with a cap the open-files limit lowered, never more than half.
+fn connection_caps(settings: &Settings) -> (Arc<conn_limits::ConnLimits>, usize) {
+    let max_connections = match isochron_dataplane::net::raise_open_files_limit() {
+        Ok((soft, hard)) => {
+            let room = usize::try_from(soft.saturating_sub(512) / 2).unwrap_or(usize::MAX).max(16);
+            let cap = settings.max_connections.min(room);
+            info!(soft, hard, rtsp_connections = cap, "open-files limit");
+            cap
+        }
+        Err(e) => {
+            warn!(error = %e, "reading the open-files limit");
+            settings.max_connections
+        }
+    };
+    let rtsp = conn_limits::ConnLimits::with_reserve(
+        max_connections,
+        settings.reserved_connections.min(max_connections / 2),
+        settings.max_connections_per_client,
+        settings.client_prefix,
+    );
+    (rtsp, settings.http_max_connections.min(max_connections))
+}
+
+/// What starts a disk's IO thread (at start, and for a disk a reorganisation adds): one IO
+/// thread per disk. Real-time reads and HTTP delivery's non-real-time reads complete to the
+/// scheduler thread; the reorganiser's non-real-time copies complete to the reorganiser (told
+/// apart by tag, `reorg::NRT_TAG_BASE`).
+fn disk_worker_factory(
+    sched_tx: &crossbeam_channel::Sender<SchedCommand>,
+    reorg_tx: &tokio::sync::mpsc::UnboundedSender<ReorgCommand>,
+    nrt_share: f64,
+) -> impl Fn(&Store, DiskId) -> anyhow::Result<IoWorker> + Send + 'static {
+    let (sched_tx, reorg_tx) = (sched_tx.clone(), reorg_tx.clone());
+    move |store: &Store, id: DiskId| -> anyhow::Result<IoWorker> {
+        let disk = store.disk(id).with_context(|| format!("disk {id} is not open"))?;
+        let (sched_tx, reorg_tx) = (sched_tx.clone(), reorg_tx.clone());
+        let on_done = Box::new(move |done: IoDone| match done {
+            IoDone::Read(r) => {
+                let _ = sched_tx.send(SchedCommand::ReadDone(r));
+            }
+            IoDone::Write(w) => {
+                let _ = sched_tx.send(SchedCommand::WriteDone(w));
+            }
+            // HTTP delivery's reads carry the scheduler thread's tags.
+            IoDone::NrtRead(r) if r.tag < reorg::NRT_TAG_BASE => {
+                let _ = sched_tx.send(SchedCommand::HttpReadDone(r));
+            }
+            other => {
+                let _ = reorg_tx.send(ReorgCommand::Io(other));
+            }
+        });
+        IoWorker::spawn(disk, id, nrt_share, on_done)
+            .with_context(|| format!("starting the IO thread of disk {id}"))
+    }
 }
 
 /// The scheduler thread's events, wired to their owners: a read failed on every copy ends the
