@@ -11,6 +11,8 @@
 # /work/bench-media/D), OBJECT (default fig3), MAX_CLIENTS (default 800), TRIAL_S (default: the
 # object's length + the buffer + 3 s, so every trial plays the whole clip).
 # Needs perf and iperf3 (Debian: linux-perf, iperf3) and root for perf on another process.
+# For source lines in perf's report, build with `cargo build --profile profiling` and set
+# BIN=target/profiling/isochron (release code with line tables; plain release has none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: $0 OUT_DIR}
