@@ -52,6 +52,20 @@ id_type!(
     /// One playing stream (an RTSP session's data flow) inside the server.
     StreamId(u64)
 );
+id_type!(
+    /// One run of a stream: every start, seek or resume of a stream begins a new run, and
+    /// whatever is still in flight for an older one (a block being read, a packet due, a
+    /// takeover's word) names its run and is recognised as stale by it.
+    RunId(u64)
+);
+
+impl RunId {
+    /// The run after this one.
+    #[must_use]
+    pub fn next(self) -> Self {
+        Self(self.0 + 1)
+    }
+}
 
 impl Gsn {
     /// The next sequence number.

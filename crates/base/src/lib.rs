@@ -9,6 +9,7 @@
 //! drivers produce from their own clock, which is what lets the simulator run in virtual time.
 
 pub mod ids;
+pub mod latency;
 pub mod mix;
 pub mod position;
 pub mod replicas;
@@ -16,7 +17,8 @@ pub mod time;
 pub mod tracks;
 pub mod units;
 
-pub use ids::{BlockIndex, BlockKey, DiskId, Epoch, Gsn, NodeId, ObjectId, StreamId};
+pub use ids::{BlockIndex, BlockKey, DiskId, Epoch, Gsn, NodeId, ObjectId, RunId, StreamId};
+pub use latency::LatencySummary;
 pub use position::Position;
 pub use replicas::{MAX_REPLICAS, Replicas};
 pub use time::{Instant, MediaTime, Pace};

@@ -41,7 +41,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use isochron_base::{
-    BitRate, Epoch, Instant, MediaTime, NodeId, ObjectId, Pace, Position, StreamId, TrackSeqs,
+    BitRate, Epoch, Instant, MediaTime, NodeId, ObjectId, Pace, Position, RunId, StreamId,
+    TrackSeqs,
 };
 
 use crate::clock::ClockSync;
@@ -310,7 +311,7 @@ pub enum LocalAction {
         /// The share.
         key: ShareKey,
         /// The run.
-        run: u64,
+        run: RunId,
         /// What to do.
         spec: RunSpec,
         /// `spec.anchor` on this node's clock.
@@ -321,7 +322,7 @@ pub enum LocalAction {
         /// The share.
         key: ShareKey,
         /// The run.
-        run: u64,
+        run: RunId,
         /// The cutoff.
         cutoff: Option<MediaTime>,
     },
@@ -331,7 +332,7 @@ pub enum LocalAction {
         /// The share.
         key: ShareKey,
         /// The run.
-        run: u64,
+        run: RunId,
         /// The new anchor.
         anchor: Option<LocalAnchor>,
         /// The new pace.
@@ -355,7 +356,7 @@ pub enum LocalAction {
         /// The share.
         key: ShareKey,
         /// The run.
-        run: u64,
+        run: RunId,
         /// Every member of the session lost so far.
         dead: BTreeSet<NodeId>,
         /// The media time to take over from (the dead node's last sign of life, minus
@@ -373,7 +374,7 @@ pub enum LocalAction {
         /// The share.
         key: ShareKey,
         /// The run.
-        run: u64,
+        run: RunId,
         /// Every member of the session still lost.
         dead: BTreeSet<NodeId>,
         /// The member back.
@@ -392,7 +393,7 @@ pub enum LocalAction {
         /// The share.
         key: ShareKey,
         /// The run.
-        run: u64,
+        run: RunId,
         /// The media time its part was taken over from.
         from: MediaTime,
         /// Who took it over: every block of its part whose next copy (the first on another
@@ -410,14 +411,14 @@ pub enum LocalAction {
         /// The share.
         key: ShareKey,
         /// The run.
-        run: u64,
+        run: RunId,
     },
     /// The origin of a frozen share speaks again: send on, on the share's clock.
     Thaw {
         /// The share.
         key: ShareKey,
         /// The run.
-        run: u64,
+        run: RunId,
     },
     /// The session's members give this node's part back after the block holding media time
     /// `at` ([`Message::Rejoin`]): of the packets held back by [`LocalAction::Withhold`], pass
@@ -427,7 +428,7 @@ pub enum LocalAction {
         /// The share.
         key: ShareKey,
         /// The run.
-        run: u64,
+        run: RunId,
         /// The media time after whose block the share's blocks are its own again.
         at: MediaTime,
     },
@@ -453,7 +454,7 @@ pub enum SessionEvent {
         /// The stream.
         stream: StreamId,
         /// The run.
-        run: u64,
+        run: RunId,
         /// Where to resume: the first packet no node sent (`None`: the end).
         next: Option<Position>,
         /// The last packet sent, by the node that went furthest.
@@ -464,7 +465,7 @@ pub enum SessionEvent {
         /// The stream.
         stream: StreamId,
         /// The run.
-        run: u64,
+        run: RunId,
         /// The last packet sent.
         last_sent: Option<Position>,
     },
@@ -473,7 +474,7 @@ pub enum SessionEvent {
         /// The stream.
         stream: StreamId,
         /// The run.
-        run: u64,
+        run: RunId,
         /// Which node and why.
         error: String,
     },
@@ -491,7 +492,7 @@ struct Session {
     /// Those lost while it ran with their share reserved, and the run they were lost in: one
     /// that speaks again (it only stood still, or its link healed) still runs that share, and
     /// takes its part back if the session is still in that run.
-    rejoinable: BTreeMap<NodeId, u64>,
+    rejoinable: BTreeMap<NodeId, RunId>,
     /// Where this node, the origin, takes its own part back after members took it over (it
     /// stood still, or its links to them failed): the run, the media time after whose block
     /// its blocks are its own again ([`Message::Rejoin`], told to every member that says it
@@ -504,7 +505,7 @@ struct Session {
 
 #[derive(Debug)]
 struct TakenBack {
-    run: u64,
+    run: RunId,
     at: MediaTime,
     from: MediaTime,
     takers: BTreeSet<NodeId>,
@@ -518,7 +519,7 @@ struct Reserving {
 
 #[derive(Debug)]
 struct RunState {
-    run: u64,
+    run: RunId,
     /// The session's clock, when the origin pinned it.
     clock: Option<(LocalAnchor, Pace)>,
     pace: Pace,
@@ -538,7 +539,7 @@ struct Stopping {
 
 #[derive(Debug, Default)]
 struct Share {
-    run: Option<u64>,
+    run: Option<RunId>,
     /// The running run's start, role and clock (on this node's clock), for a takeover.
     spec: Option<RunSpec>,
     clock: Option<(LocalAnchor, Pace)>,
@@ -864,7 +865,14 @@ impl ClusterCore {
 
     /// Starts run `run` of an opened session on every member. A cluster session's clock is
     /// pinned `start_delay` from now; a single node's by its scheduler.
-    pub fn start(&mut self, now: Instant, stream: StreamId, run: u64, spec: StartSpec, pace: Pace) {
+    pub fn start(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        run: RunId,
+        spec: StartSpec,
+        pace: Pace,
+    ) {
         let me = self.config.node;
         let cluster = self.members.len() > 1;
         let anchor = cluster
@@ -1018,7 +1026,7 @@ impl ClusterCore {
         &mut self,
         now: Instant,
         key: ShareKey,
-        run: u64,
+        run: RunId,
         report: ShareReport,
     ) {
         if self.shares.get(&key).is_some_and(|s| s.run == Some(run)) {
@@ -1031,7 +1039,7 @@ impl ClusterCore {
         &mut self,
         now: Instant,
         key: ShareKey,
-        run: u64,
+        run: RunId,
         report: ShareReport,
     ) {
         match self.shares.get(&key) {
@@ -1050,7 +1058,7 @@ impl ClusterCore {
     }
 
     /// This node's part of a run cannot go on.
-    pub fn handle_share_failed(&mut self, now: Instant, key: ShareKey, run: u64, error: String) {
+    pub fn handle_share_failed(&mut self, now: Instant, key: ShareKey, run: RunId, error: String) {
         match self.shares.get(&key) {
             Some(s) if s.run == Some(run) => {
                 if s.orphan {
@@ -1371,7 +1379,7 @@ impl ClusterCore {
                 );
             }
         }
-        let late: Vec<(StreamId, u64, Vec<NodeId>)> = self
+        let late: Vec<(StreamId, RunId, Vec<NodeId>)> = self
             .sessions
             .iter()
             .filter_map(|(s, sess)| {
@@ -1442,7 +1450,7 @@ impl ClusterCore {
         self.members.get(&id).map_or_else(|| format!("#{id}"), |m| m.name.clone())
     }
 
-    fn run_is(&self, key: ShareKey, run: u64) -> bool {
+    fn run_is(&self, key: ShareKey, run: RunId) -> bool {
         key.origin == self.config.node
             && self
                 .sessions
@@ -1502,7 +1510,7 @@ impl ClusterCore {
         _now: Instant,
         from: NodeId,
         key: ShareKey,
-        run: u64,
+        run: RunId,
         report: Option<ShareReport>,
     ) {
         if !self.run_is(key, run) {
@@ -1533,7 +1541,7 @@ impl ClusterCore {
         }
     }
 
-    fn on_ended(&mut self, from: NodeId, key: ShareKey, run: u64, report: ShareReport) {
+    fn on_ended(&mut self, from: NodeId, key: ShareKey, run: RunId, report: ShareReport) {
         if !self.run_is(key, run) {
             return;
         }
@@ -1575,7 +1583,7 @@ impl ClusterCore {
     /// by the origin's [`Message::Rejoin`], or, when this node is the origin, at a point it
     /// chooses now, `rejoin_margin` ahead (one point per run and stall, told to every member
     /// that took over).
-    fn taken_over(&mut self, now: Instant, by: NodeId, key: ShareKey, run: u64, from: MediaTime) {
+    fn taken_over(&mut self, now: Instant, by: NodeId, key: ShareKey, run: RunId, from: MediaTime) {
         let me = self.config.node;
         if self.shares.get(&key).is_none_or(|s| s.run != Some(run)) {
             return;

@@ -12,7 +12,8 @@ use std::fmt;
 use std::net::SocketAddr;
 
 use isochron_base::{
-    BitRate, DiskId, Epoch, MAX_TRACKS, MediaTime, NodeId, ObjectId, Pace, Position, StreamId,
+    BitRate, DiskId, Epoch, MAX_TRACKS, MediaTime, NodeId, ObjectId, Pace, Position, RunId,
+    StreamId,
 };
 
 /// One node's part in one session: the session's node (`origin`) and its stream id there.
@@ -292,7 +293,7 @@ pub enum Message {
         /// The share.
         key: ShareKey,
         /// The run number.
-        run: u64,
+        run: RunId,
         /// What to do.
         spec: RunSpec,
     },
@@ -301,7 +302,7 @@ pub enum Message {
         /// The share.
         key: ShareKey,
         /// The run.
-        run: u64,
+        run: RunId,
         /// The media time after which nothing is sent.
         cutoff: Option<MediaTime>,
     },
@@ -310,7 +311,7 @@ pub enum Message {
         /// The share.
         key: ShareKey,
         /// The run.
-        run: u64,
+        run: RunId,
         /// Where it stood.
         report: ShareReport,
     },
@@ -320,7 +321,7 @@ pub enum Message {
         /// The share.
         key: ShareKey,
         /// The run.
-        run: u64,
+        run: RunId,
         /// The new anchor.
         anchor: WallAnchor,
         /// The new pace.
@@ -331,7 +332,7 @@ pub enum Message {
         /// The share.
         key: ShareKey,
         /// The run.
-        run: u64,
+        run: RunId,
         /// Where it stood.
         report: ShareReport,
     },
@@ -340,7 +341,7 @@ pub enum Message {
         /// The share.
         key: ShareKey,
         /// The run.
-        run: u64,
+        run: RunId,
         /// Why.
         error: String,
     },
@@ -355,7 +356,7 @@ pub enum Message {
         /// The share.
         key: ShareKey,
         /// The run.
-        run: u64,
+        run: RunId,
         /// The lost member.
         node: NodeId,
         /// The media time to take over from.
@@ -371,7 +372,7 @@ pub enum Message {
         /// The share.
         key: ShareKey,
         /// The run.
-        run: u64,
+        run: RunId,
         /// The member back.
         node: NodeId,
         /// The media time after whose block it sends its part alone again.

@@ -24,7 +24,8 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
 use isochron_base::{
-    BitRate, DiskId, Epoch, Gsn, MediaTime, NodeId, ObjectId, Pace, Position, StreamId, TrackSeqs,
+    BitRate, DiskId, Epoch, Gsn, MediaTime, NodeId, ObjectId, Pace, Position, RunId, StreamId,
+    TrackSeqs,
 };
 use serde::{Deserialize, Serialize};
 
@@ -535,42 +536,45 @@ impl From<&Message> for W {
                 }),
             },
             Message::Start { key, run, spec } if fits_v1(spec) => {
-                Self::Start { key: (*key).into(), run: *run, spec: spec.into() }
+                Self::Start { key: (*key).into(), run: run.0, spec: spec.into() }
             }
             Message::Start { key, run, spec } => {
-                Self::StartTracks { key: (*key).into(), run: *run, spec: spec.into() }
+                Self::StartTracks { key: (*key).into(), run: run.0, spec: spec.into() }
             }
             Message::Stop { key, run, cutoff } => Self::Stop {
                 key: (*key).into(),
-                run: *run,
+                run: run.0,
                 cutoff_ns: cutoff.map(MediaTime::as_nanos),
             },
             Message::Stopped { key, run, report } if report_fits_v1(report) => {
-                Self::Stopped { key: (*key).into(), run: *run, report: (*report).into() }
+                Self::Stopped { key: (*key).into(), run: run.0, report: (*report).into() }
             }
             Message::Stopped { key, run, report } => {
-                Self::StoppedTracks { key: (*key).into(), run: *run, report: (*report).into() }
+                Self::StoppedTracks { key: (*key).into(), run: run.0, report: (*report).into() }
             }
             Message::Pace { key, run, anchor, pace } => Self::Pace {
                 key: (*key).into(),
-                run: *run,
+                run: run.0,
                 anchor: (*anchor).into(),
                 pace_ppm: pace.ppm(),
             },
             Message::Ended { key, run, report } if report_fits_v1(report) => {
-                Self::Ended { key: (*key).into(), run: *run, report: (*report).into() }
+                Self::Ended { key: (*key).into(), run: run.0, report: (*report).into() }
             }
             Message::Ended { key, run, report } => {
-                Self::EndedTracks { key: (*key).into(), run: *run, report: (*report).into() }
+                Self::EndedTracks { key: (*key).into(), run: run.0, report: (*report).into() }
             }
             Message::Failed { key, run, error } => {
-                Self::Failed { key: (*key).into(), run: *run, error: error.clone() }
+                Self::Failed { key: (*key).into(), run: run.0, error: error.clone() }
             }
-            Message::Lost { key, run, node, from } => {
-                Self::Lost { key: (*key).into(), run: *run, node: node.0, from_ns: from.as_nanos() }
-            }
+            Message::Lost { key, run, node, from } => Self::Lost {
+                key: (*key).into(),
+                run: run.0,
+                node: node.0,
+                from_ns: from.as_nanos(),
+            },
             Message::Rejoin { key, run, node, at } => {
-                Self::Rejoin { key: (*key).into(), run: *run, node: node.0, at_ns: at.as_nanos() }
+                Self::Rejoin { key: (*key).into(), run: run.0, node: node.0, at_ns: at.as_nanos() }
             }
             Message::Close { key } => Self::Close { key: (*key).into() },
         }
@@ -620,41 +624,47 @@ impl From<W> for Message {
                     }
                 },
             },
-            W::Start { key, run, spec } => Self::Start { key: key.into(), run, spec: spec.into() },
+            W::Start { key, run, spec } => {
+                Self::Start { key: key.into(), run: RunId(run), spec: spec.into() }
+            }
             W::StartTracks { key, run, spec } => {
-                Self::Start { key: key.into(), run, spec: spec.into() }
+                Self::Start { key: key.into(), run: RunId(run), spec: spec.into() }
             }
             W::StoppedTracks { key, run, report } => {
-                Self::Stopped { key: key.into(), run, report: report.into() }
+                Self::Stopped { key: key.into(), run: RunId(run), report: report.into() }
             }
             W::EndedTracks { key, run, report } => {
-                Self::Ended { key: key.into(), run, report: report.into() }
+                Self::Ended { key: key.into(), run: RunId(run), report: report.into() }
             }
-            W::Stop { key, run, cutoff_ns } => {
-                Self::Stop { key: key.into(), run, cutoff: cutoff_ns.map(MediaTime::from_nanos) }
-            }
+            W::Stop { key, run, cutoff_ns } => Self::Stop {
+                key: key.into(),
+                run: RunId(run),
+                cutoff: cutoff_ns.map(MediaTime::from_nanos),
+            },
             W::Stopped { key, run, report } => {
-                Self::Stopped { key: key.into(), run, report: report.into() }
+                Self::Stopped { key: key.into(), run: RunId(run), report: report.into() }
             }
             W::Pace { key, run, anchor, pace_ppm } => Self::Pace {
                 key: key.into(),
-                run,
+                run: RunId(run),
                 anchor: anchor.into(),
                 pace: Pace::from_ppm(pace_ppm),
             },
             W::Ended { key, run, report } => {
-                Self::Ended { key: key.into(), run, report: report.into() }
+                Self::Ended { key: key.into(), run: RunId(run), report: report.into() }
             }
-            W::Failed { key, run, error } => Self::Failed { key: key.into(), run, error },
+            W::Failed { key, run, error } => {
+                Self::Failed { key: key.into(), run: RunId(run), error }
+            }
             W::Lost { key, run, node, from_ns } => Self::Lost {
                 key: key.into(),
-                run,
+                run: RunId(run),
                 node: NodeId(node),
                 from: MediaTime::from_nanos(from_ns),
             },
             W::Rejoin { key, run, node, at_ns } => Self::Rejoin {
                 key: key.into(),
-                run,
+                run: RunId(run),
                 node: NodeId(node),
                 at: MediaTime::from_nanos(at_ns),
             },
@@ -776,10 +786,10 @@ mod tests {
                     reason: "disk 4 would be 104 % busy".into(),
                 }),
             },
-            Message::Start { key: key(), run: 3, spec: spec() },
+            Message::Start { key: key(), run: RunId(3), spec: spec() },
             Message::Start {
                 key: key(),
-                run: 4,
+                run: RunId(4),
                 spec: RunSpec {
                     anchor: None,
                     end: None,
@@ -788,29 +798,29 @@ mod tests {
                     ..spec()
                 },
             },
-            Message::Start { key: key(), run: 5, spec: native_spec() },
-            Message::Stopped { key: key(), run: 5, report: native_report() },
-            Message::Ended { key: key(), run: 5, report: native_report() },
-            Message::Stop { key: key(), run: 3, cutoff: Some(MediaTime::from_nanos(7)) },
-            Message::Stop { key: key(), run: 3, cutoff: None },
-            Message::Stopped { key: key(), run: 3, report },
+            Message::Start { key: key(), run: RunId(5), spec: native_spec() },
+            Message::Stopped { key: key(), run: RunId(5), report: native_report() },
+            Message::Ended { key: key(), run: RunId(5), report: native_report() },
+            Message::Stop { key: key(), run: RunId(3), cutoff: Some(MediaTime::from_nanos(7)) },
+            Message::Stop { key: key(), run: RunId(3), cutoff: None },
+            Message::Stopped { key: key(), run: RunId(3), report },
             Message::Pace {
                 key: key(),
-                run: 3,
+                run: RunId(3),
                 anchor: WallAnchor { unix_ns: 5, media: MediaTime::from_nanos(6) },
                 pace: Pace::from_ppm(900_000),
             },
-            Message::Ended { key: key(), run: 3, report: ShareReport::default() },
-            Message::Failed { key: key(), run: 3, error: "block 5/3: checksum".into() },
+            Message::Ended { key: key(), run: RunId(3), report: ShareReport::default() },
+            Message::Failed { key: key(), run: RunId(3), error: "block 5/3: checksum".into() },
             Message::Lost {
                 key: key(),
-                run: 3,
+                run: RunId(3),
                 node: NodeId(4),
                 from: MediaTime::from_nanos(1_500_000_000),
             },
             Message::Rejoin {
                 key: key(),
-                run: 3,
+                run: RunId(3),
                 node: NodeId(4),
                 at: MediaTime::from_nanos(2_500_000_000),
             },
@@ -848,12 +858,16 @@ mod tests {
         // Version 3: runs of native tracks and reports of track positions; an MP2T run and its
         // reports are still written as 1.
         let v = |m: &Message| encode_frame(m)[4];
-        assert_eq!(v(&Message::Start { key: key(), run: 1, spec: native_spec() }), 3);
-        assert_eq!(v(&Message::Ended { key: key(), run: 1, report: native_report() }), 3);
-        assert_eq!(v(&Message::Start { key: key(), run: 1, spec: spec() }), 1);
-        assert_eq!(v(&Message::Ended { key: key(), run: 1, report: ShareReport::default() }), 1);
+        assert_eq!(v(&Message::Start { key: key(), run: RunId(1), spec: native_spec() }), 3);
+        assert_eq!(v(&Message::Ended { key: key(), run: RunId(1), report: native_report() }), 3);
+        assert_eq!(v(&Message::Start { key: key(), run: RunId(1), spec: spec() }), 1);
+        assert_eq!(
+            v(&Message::Ended { key: key(), run: RunId(1), report: ShareReport::default() }),
+            1
+        );
         // Version 4: the origin's word that a member is lost.
-        let lost = Message::Lost { key: key(), run: 1, node: NodeId(3), from: MediaTime::ZERO };
+        let lost =
+            Message::Lost { key: key(), run: RunId(1), node: NodeId(3), from: MediaTime::ZERO };
         assert_eq!(encode_frame(&lost), [0, 0, 0, 7, 4, 16, 2, 77, 1, 3, 0]);
         // Version 5: a heartbeat that carries the sender's progress; one without is still 1.
         let ping =
@@ -861,7 +875,8 @@ mod tests {
         assert_eq!(encode_frame(&ping(Some(1))), [0, 0, 0, 5, 5, 18, 1, 2, 1]);
         assert_eq!(encode_frame(&ping(None)), [0, 0, 0, 4, 1, 1, 1, 2]);
         // A version-3 message in a frame that says 2 is refused.
-        let mut f = encode_frame(&Message::Start { key: key(), run: 1, spec: native_spec() });
+        let mut f =
+            encode_frame(&Message::Start { key: key(), run: RunId(1), spec: native_spec() });
         f[4] = 2;
         assert!(matches!(decode_body(&f[4..]), Err(WireError::Decode(_))));
     }

@@ -6,7 +6,7 @@ mod harness;
 use std::time::Duration;
 
 use harness::{Harness, Object, PACKET_INTERVAL, PACKETS_PER_BLOCK, Sent};
-use isochron_base::{Instant, NodeId, Pace, StreamId};
+use isochron_base::{Instant, NodeId, Pace, RunId, StreamId};
 use isochron_cluster::{Delivery, Health, SessionEvent, ShareKey, StopKind};
 
 fn opened(h: &Harness, origin: u16, stream: u64) -> bool {
@@ -20,7 +20,7 @@ fn opened(h: &Harness, origin: u16, stream: u64) -> bool {
 fn playing(h: &mut Harness, origin: u16, stream: u64, delivery: Delivery, udp: bool) {
     h.open(origin, stream, delivery);
     h.run_for(Duration::from_millis(5));
-    h.start(origin, stream, 1, 0, udp);
+    h.start(origin, stream, RunId(1), 0, udp);
 }
 
 fn last_event(h: &Harness, origin: u16) -> SessionEvent {
@@ -36,7 +36,7 @@ fn a_bipartite_session_is_sent_once_by_every_owner_in_order() {
     for n in 1..=3 {
         assert_eq!(h.node(n).admitted(), 1, "node {n} reserved its share");
     }
-    h.start(1, 10, 1, 0, true);
+    h.start(1, 10, RunId(1), 0, true);
     h.run_for(Duration::from_secs(25));
     h.assert_complete(10, 0, None);
     // Every node's packets leave on one clock: in GSN order to within a link delay.
@@ -135,7 +135,7 @@ fn a_pause_stops_every_node_at_one_cutoff_and_the_resume_skips_and_repeats_nothi
     h.stop(1, 10, StopKind::Pause);
     h.run_for(Duration::from_millis(300));
     let (next, last) = match last_event(&h, 1) {
-        SessionEvent::Stopped { run: 1, next, last_sent, .. } => {
+        SessionEvent::Stopped { run: RunId(1), next, last_sent, .. } => {
             (next.unwrap(), last_sent.unwrap())
         }
         e => panic!("{e:?}"),
@@ -152,7 +152,7 @@ fn a_pause_stops_every_node_at_one_cutoff_and_the_resume_skips_and_repeats_nothi
     assert!(got.abs() <= PACKET_INTERVAL.as_nanos() as i64 + 1_000_000, "cutoff off by {got} ns");
     h.run_for(Duration::from_secs(2));
     assert_eq!(h.gsns(10).len(), sent.len(), "nothing sent while paused");
-    h.start(1, 10, 2, next.gsn.0, true);
+    h.start(1, 10, RunId(2), next.gsn.0, true);
     h.run_for(Duration::from_secs(25));
     h.assert_complete(10, 0, None);
 }
@@ -213,7 +213,7 @@ fn a_single_node_pins_its_own_clock_and_pauses_exactly() {
     let mut h = Harness::new(1, 10);
     h.open(1, 1, Delivery::Bipartite);
     assert!(opened(&h, 1, 1), "a cluster of one answers at once");
-    h.start(1, 1, 1, 0, true);
+    h.start(1, 1, RunId(1), 0, true);
     h.run_for(Duration::from_millis(30));
     let first = h.sent.first().unwrap().at;
     assert_eq!(first, Instant::ZERO + Duration::from_millis(20));
@@ -225,7 +225,7 @@ fn a_single_node_pins_its_own_clock_and_pauses_exactly() {
         e => panic!("{e:?}"),
     };
     assert_eq!(next.gsn.0, h.gsns(1).len() as u64);
-    h.start(1, 1, 2, next.gsn.0, true);
+    h.start(1, 1, RunId(2), next.gsn.0, true);
     h.pace(1, 1, Pace::from_multiplier(1.5).unwrap());
     h.run_for(Duration::from_secs(10));
     h.assert_complete(1, 0, None);
@@ -277,7 +277,7 @@ fn runs_are_deterministic() {
         let mut h = Harness::with_skews(&[0, 3, -2, 7], 30);
         h.open(3, 1, Delivery::Bipartite);
         h.run_for(Duration::from_millis(5));
-        h.start(3, 1, 1, 0, true);
+        h.start(3, 1, RunId(1), 0, true);
         h.run_for(Duration::from_secs(4));
         h.pace(3, 1, Pace::from_multiplier(0.8).unwrap());
         h.run_for(Duration::from_secs(30));
@@ -384,7 +384,7 @@ fn takeover_with_four_nodes_and_several_sessions() {
     }
     h.run_for(Duration::from_millis(5));
     for (origin, stream) in [(1, 1), (2, 2), (4, 3)] {
-        h.start(origin, stream, 1, 0, true);
+        h.start(origin, stream, RunId(1), 0, true);
     }
     h.run_for(Duration::from_millis(7300));
     h.crash(3);
@@ -467,8 +467,8 @@ fn a_relaying_origin_that_stands_still_past_its_lease_resumes_its_relayed_sessio
     h.open(1, 10, Delivery::Relay);
     h.open(1, 11, Delivery::Bipartite);
     h.run_for(Duration::from_millis(5));
-    h.start(1, 10, 1, 0, false);
-    h.start(1, 11, 1, 0, true);
+    h.start(1, 10, RunId(1), 0, false);
+    h.start(1, 11, RunId(1), 0, true);
     h.run_for(Duration::from_secs(5));
     let stop = h.now;
     h.pause(1, Duration::from_secs(15));
@@ -558,7 +558,7 @@ fn a_session_opened_while_a_member_is_down_is_sent_by_the_other_copies() {
     for n in 1..=2 {
         assert_eq!(h.node(n).admitted(), 1, "node {n} reserved its share");
     }
-    h.start(1, 10, 1, 0, true);
+    h.start(1, 10, RunId(1), 0, true);
     h.run_for(Duration::from_secs(25));
     assert!(!failed(&h, 1), "{:?}", h.node(1).events);
     // Every packet once, in time, each by its first copy on a live node; none from n3.
@@ -576,7 +576,7 @@ fn a_session_opened_while_a_member_is_down_is_sent_by_the_other_copies() {
     h.open(2, 11, Delivery::Relay);
     h.run_for(Duration::from_millis(5));
     assert!(opened(&h, 2, 11), "{:?}", h.node(2).events);
-    h.start(2, 11, 1, 0, false);
+    h.start(2, 11, RunId(1), 0, false);
     h.run_for(Duration::from_secs(25));
     assert_eq!(h.assert_delivered_in_time(11, 0, CLIENT_BUFFER), 0);
     assert!(h.sent.iter().filter(|s| s.stream == StreamId(11)).all(|s| s.node == NodeId(2)));
@@ -622,9 +622,9 @@ fn a_paused_node_declares_nobody_dead_and_every_session_goes_on() {
     h.open(3, 11, Delivery::Bipartite);
     h.open(3, 12, Delivery::Relay);
     h.run_for(Duration::from_millis(5));
-    h.start(1, 10, 1, 0, true);
-    h.start(3, 11, 1, 0, true);
-    h.start(3, 12, 1, 0, false);
+    h.start(1, 10, RunId(1), 0, true);
+    h.start(3, 11, RunId(1), 0, true);
+    h.start(3, 12, RunId(1), 0, false);
     h.run_for(Duration::from_secs(5));
     h.pause(3, Duration::from_secs(3));
     h.run_for(Duration::from_secs(3));
@@ -820,7 +820,7 @@ fn a_removed_node_leaves_the_count_of_lost_members() {
     h.open(2, 11, Delivery::Bipartite);
     h.run_for(Duration::from_millis(5));
     assert!(opened(&h, 2, 11), "{:?}", h.node(2).events);
-    h.start(2, 11, 1, 0, true);
+    h.start(2, 11, RunId(1), 0, true);
     h.run_for(Duration::from_secs(30));
     assert!(!failed(&h, 1), "{:?}", h.node(1).events);
     assert!(!failed(&h, 2), "{:?}", h.node(2).events);
@@ -865,7 +865,7 @@ fn a_member_lost_across_a_seek_is_not_taken_back_into_a_run_it_never_started() {
     h.stop(1, 10, StopKind::Now);
     h.run_for(Duration::from_millis(5));
     let seek = 2000;
-    h.start(1, 10, 2, seek, true);
+    h.start(1, 10, RunId(2), seek, true);
     h.run_for(Duration::from_millis(200));
     h.cut.clear();
     h.run_for(Duration::from_millis(300));
@@ -899,7 +899,7 @@ fn a_member_lost_before_it_answers_the_reservation_leaves_the_session_to_the_oth
     assert!(!opened(&h, 1, 10), "not before n3 is suspected");
     h.run_for(Duration::from_millis(1000));
     assert!(opened(&h, 1, 10), "{:?}", h.node(1).events);
-    h.start(1, 10, 1, 0, true);
+    h.start(1, 10, RunId(1), 0, true);
     h.run_for(Duration::from_secs(30));
     assert!(!failed(&h, 1), "{:?}", h.node(1).events);
     let dups = h.assert_delivered_in_time(10, 0, CLIENT_BUFFER);
@@ -937,7 +937,7 @@ fn a_member_lost_to_the_origin_alone_before_the_first_run_is_taken_over_on_its_w
     h.open(1, 10, Delivery::Bipartite);
     h.run_for(Duration::from_millis(1500));
     assert!(opened(&h, 1, 10), "{:?}", h.node(1).events);
-    h.start(1, 10, 1, 0, true);
+    h.start(1, 10, RunId(1), 0, true);
     h.run_for(Duration::from_secs(30));
     assert!(!failed(&h, 1), "{:?}", h.node(1).events);
     assert_eq!(h.node(3).takeovers.len(), 1, "n3 took n2's part over on the origin's word");

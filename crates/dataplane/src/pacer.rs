@@ -63,7 +63,9 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use isochron_base::{BlockIndex, Gsn, Instant, MAX_TRACKS, MediaTime, Pace, StreamId, TrackSeqs};
+use isochron_base::{
+    BlockIndex, Gsn, Instant, MAX_TRACKS, MediaTime, Pace, RunId, StreamId, TrackSeqs,
+};
 use isochron_rtsp::server::{Position, rtp_seq, rtp_timestamp_at};
 use isochron_sched::Anchor;
 use isochron_store::block::Block;
@@ -209,7 +211,7 @@ impl StreamSetup {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PlayRun {
     /// The run number (matches the scheduler's).
-    pub run: u64,
+    pub run: RunId,
     /// The first packet.
     pub start: Position,
     /// The block holding it.
@@ -301,7 +303,7 @@ pub enum PacerEvent {
         /// The stream.
         stream: StreamId,
         /// The run the block was delivered for.
-        run: u64,
+        run: RunId,
         /// The block.
         index: BlockIndex,
     },
@@ -310,7 +312,7 @@ pub enum PacerEvent {
         /// The stream.
         stream: StreamId,
         /// The run.
-        run: u64,
+        run: RunId,
         /// Where it stood.
         report: RunReport,
     },
@@ -319,7 +321,7 @@ pub enum PacerEvent {
         /// The stream.
         stream: StreamId,
         /// The run.
-        run: u64,
+        run: RunId,
         /// Where it stood.
         report: RunReport,
     },
@@ -330,7 +332,7 @@ pub enum PacerEvent {
         /// The stream.
         stream: StreamId,
         /// The run.
-        run: u64,
+        run: RunId,
         /// The new anchor.
         anchor: Anchor,
         /// The pace.
@@ -406,7 +408,7 @@ pub struct StreamProgress {
 #[derive(Debug)]
 struct Paced<B> {
     setup: StreamSetup,
-    run: u64,
+    run: RunId,
     playing: bool,
     start: Position,
     /// The block holding the start packet.
@@ -525,9 +527,9 @@ pub struct Pacer<B> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Timer {
     /// A timed SR of run `.0`.
-    Sr(u64),
+    Sr(RunId),
     /// The cutoff stop of run `.0`.
-    Stop(u64),
+    Stop(RunId),
 }
 
 impl<B: AsRef<[u8]>> Pacer<B> {
@@ -553,7 +555,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             stream,
             Paced {
                 setup,
-                run: 0,
+                run: RunId(0),
                 playing: false,
                 start: Position::at(Gsn(0), MediaTime::ZERO),
                 from: BlockIndex(0),
@@ -597,7 +599,12 @@ impl<B: AsRef<[u8]>> Pacer<B> {
     /// of a block already read and delivered (the scheduler's lookahead) or being sent. They
     /// still pass through in order, so that the scheduler is told each is done. Returns
     /// `false` for an unknown stream or another run.
-    pub fn handle_pass_over(&mut self, stream: StreamId, run: u64, blocks: &[BlockIndex]) -> bool {
+    pub fn handle_pass_over(
+        &mut self,
+        stream: StreamId,
+        run: RunId,
+        blocks: &[BlockIndex],
+    ) -> bool {
         let Some(s) = self.streams.get_mut(&stream).filter(|s| s.run == run) else {
             return false;
         };
@@ -617,7 +624,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         &mut self,
         now: Instant,
         stream: StreamId,
-        run: u64,
+        run: RunId,
         from: MediaTime,
         blocks: Option<&[BlockIndex]>,
         until: Option<MediaTime>,
@@ -647,7 +654,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
     /// which re-pins the session's clock, [`Self::handle_reanchor`], before they thaw). A
     /// frozen share does not hold back [`Self::sent_through`]. Returns `false` for an unknown
     /// stream or another run.
-    pub fn handle_freeze(&mut self, stream: StreamId, run: u64, frozen: bool) -> bool {
+    pub fn handle_freeze(&mut self, stream: StreamId, run: RunId, frozen: bool) -> bool {
         let Some(s) = self.streams.get_mut(&stream).filter(|s| s.run == run) else {
             return false;
         };
@@ -668,7 +675,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
     /// those of blocks whose first packet is at or before `at` are passed over (the others
     /// send them), and the rest are sent, the overdue ones at once. Returns `false` for an
     /// unknown stream, another run, or a stream not withheld.
-    pub fn handle_release(&mut self, stream: StreamId, run: u64, at: MediaTime) -> bool {
+    pub fn handle_release(&mut self, stream: StreamId, run: RunId, at: MediaTime) -> bool {
         let Some(s) = self.streams.get_mut(&stream) else { return false };
         let Some(w) = s.withheld.as_mut().filter(|_| s.run == run && s.playing) else {
             return false;
@@ -692,7 +699,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
     pub fn handle_extend(
         &mut self,
         stream: StreamId,
-        run: u64,
+        run: RunId,
         added: &[ShareBlock],
         from: MediaTime,
     ) -> bool {
@@ -742,7 +749,12 @@ impl<B: AsRef<[u8]>> Pacer<B> {
     /// block being sent, the one it resumes at and those it holds or must catch up on stay
     /// (the scheduler gives back only blocks its walk has not reached). Returns `false` for an
     /// unknown stream, another run, or a stream that is not a share.
-    pub fn handle_give_back(&mut self, stream: StreamId, run: u64, blocks: &[BlockIndex]) -> bool {
+    pub fn handle_give_back(
+        &mut self,
+        stream: StreamId,
+        run: RunId,
+        blocks: &[BlockIndex],
+    ) -> bool {
         let Some(s) = self.streams.get_mut(&stream) else { return false };
         if s.run != run {
             return false;
@@ -820,7 +832,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
     pub fn handle_block(
         &mut self,
         stream: StreamId,
-        run: u64,
+        run: RunId,
         index: BlockIndex,
         block: Arc<Block<B>>,
         anchor: Option<Anchor>,
@@ -859,7 +871,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         &mut self,
         now: Instant,
         stream: StreamId,
-        run: u64,
+        run: RunId,
         cutoff: Option<MediaTime>,
     ) -> Option<RunReport> {
         let s = self.streams.get_mut(&stream)?;
@@ -920,7 +932,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
     /// session's origin so that every node changes at the same packet): packets at or after
     /// `anchor.media` are due at `anchor.wall + pace.wall_span(t − anchor.media)`, earlier ones
     /// keep the clock they had. The scheduler is told at once, to read ahead on the new clock.
-    pub fn handle_reanchor(&mut self, stream: StreamId, run: u64, anchor: Anchor, pace: Pace) {
+    pub fn handle_reanchor(&mut self, stream: StreamId, run: RunId, anchor: Anchor, pace: Pace) {
         let Some(s) = self.streams.get_mut(&stream) else { return };
         if s.run != run {
             return;
@@ -1527,7 +1539,7 @@ mod tests {
         p.handle_add(StreamSetup::whole(StreamId(1), 9, 65_530, 100, BlockIndex(last)));
     }
 
-    fn play(p: &mut Pacer<Vec<u8>>, run: u64, start: Position, end: Option<MediaTime>, seq: u16) {
+    fn play(p: &mut Pacer<Vec<u8>>, run: RunId, start: Position, end: Option<MediaTime>, seq: u16) {
         let play = PlayRun {
             run,
             start,
@@ -1615,10 +1627,11 @@ mod tests {
         p.handle_add(native_setup(audio));
         let start = Position { tracks: TrackSeqs::zeros(2), ..Position::START };
         let (from, end, anchor) = (BlockIndex(0), None, None);
-        let run = PlayRun { run: 1, start, from, end, seq_offsets: offsets, anchor, trick: None };
+        let run =
+            PlayRun { run: RunId(1), start, from, end, seq_offsets: offsets, anchor, trick: None };
         p.handle_play(Instant::ZERO, StreamId(1), run);
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
-        p.handle_block(StreamId(1), 1, BlockIndex(0), native_block(0, 0, 6), Some(anchor));
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(0), native_block(0, 0, 6), Some(anchor));
     }
 
     /// Each track is its own RTP stream: numbered by its own index plus its own offset, stamped
@@ -1630,7 +1643,7 @@ mod tests {
         let mut offsets = single_offset(100);
         offsets[1] = 65_535;
         native_play(&mut p, true, offsets);
-        p.handle_block(StreamId(1), 1, BlockIndex(1), native_block(1, 6, 4), None);
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(1), native_block(1, 6, 4), None);
         let mut rtp = Vec::new();
         let mut rtcp = Vec::new();
         let mut now = Instant::ZERO;
@@ -1707,11 +1720,18 @@ mod tests {
         let start = Position { tracks: TrackSeqs::zeros(2), ..Position::START };
         let (from, end, anchor) = (BlockIndex(0), None, None);
         let trick = Some(Pace::from_ppm(2_000_000));
-        let run =
-            PlayRun { run: 1, start, from, end, seq_offsets: single_offset(10), anchor, trick };
+        let run = PlayRun {
+            run: RunId(1),
+            start,
+            from,
+            end,
+            seq_offsets: single_offset(10),
+            anchor,
+            trick,
+        };
         p.handle_play(Instant::ZERO, StreamId(1), run);
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
-        p.handle_block(StreamId(1), 1, BlockIndex(0), block, Some(anchor));
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(0), block, Some(anchor));
         let mut rtp = Vec::new();
         let mut now = Instant::ZERO;
         while now <= ms(3_000) {
@@ -1753,7 +1773,7 @@ mod tests {
             }
         }
         assert_eq!(tracks, [(0, 0), (0, 1)]);
-        let report = p.handle_stop(now, StreamId(1), 1, None).unwrap();
+        let report = p.handle_stop(now, StreamId(1), RunId(1), None).unwrap();
         let next = report.next.unwrap();
         assert_eq!((next.gsn, next.tracks.as_slice()), (Gsn(4), &[2, 2][..]));
     }
@@ -1762,10 +1782,10 @@ mod tests {
     fn paces_by_send_time_and_ends_with_bye() {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 1);
-        play(&mut p, 1, Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
+        play(&mut p, RunId(1), Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
         let anchor = Anchor { wall: ms(100), media: MediaTime::ZERO };
-        p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), Some(anchor));
-        p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(0), block(0, 0, 5), Some(anchor));
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(1), block(1, 5, 5), None);
         let (rtp, sr, bye) = drive(&mut p, ms(1_000));
         let times: Vec<u64> = rtp.iter().map(|r| r.0).collect();
         assert_eq!(times, (0..10).map(|i| 100 + 10 * i).collect::<Vec<_>>());
@@ -1778,11 +1798,11 @@ mod tests {
         assert_eq!(
             ev,
             vec![
-                PacerEvent::BlockDone { stream: StreamId(1), run: 1, index: BlockIndex(0) },
-                PacerEvent::BlockDone { stream: StreamId(1), run: 1, index: BlockIndex(1) },
+                PacerEvent::BlockDone { stream: StreamId(1), run: RunId(1), index: BlockIndex(0) },
+                PacerEvent::BlockDone { stream: StreamId(1), run: RunId(1), index: BlockIndex(1) },
                 PacerEvent::Ended {
                     stream: StreamId(1),
-                    run: 1,
+                    run: RunId(1),
                     report: RunReport {
                         next: None,
                         last_sent: Some(Position::at(Gsn(9), MediaTime::from_nanos(90_000_000))),
@@ -1797,19 +1817,19 @@ mod tests {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 1);
         let start = Position::at(Gsn(0), MediaTime::ZERO);
-        play(&mut p, 1, start, None, 0);
+        play(&mut p, RunId(1), start, None, 0);
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
-        p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), Some(anchor));
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(0), block(0, 0, 5), Some(anchor));
         drive(&mut p, ms(25));
         let got: Vec<_> = p.progress().collect();
         assert_eq!(got.len(), 1);
         assert_eq!((got[0].packets, got[0].bytes), (3, 3 * 188), "packets at 0, 10 and 20 ms");
         assert_eq!(got[0].position, MediaTime::from_nanos(20_000_000));
         assert!(got[0].playing);
-        let _ = p.handle_stop(ms(25), StreamId(1), 1, None);
-        play(&mut p, 2, start, None, 0);
+        let _ = p.handle_stop(ms(25), StreamId(1), RunId(1), None);
+        play(&mut p, RunId(2), start, None, 0);
         let anchor = Anchor { wall: ms(100), media: MediaTime::ZERO };
-        p.handle_block(StreamId(1), 2, BlockIndex(0), block(0, 0, 5), Some(anchor));
+        p.handle_block(StreamId(1), RunId(2), BlockIndex(0), block(0, 0, 5), Some(anchor));
         drive(&mut p, ms(115));
         let got = p.progress().next().unwrap();
         assert_eq!(got.packets, 5, "counts keep growing over runs");
@@ -1819,14 +1839,14 @@ mod tests {
     fn seek_start_inside_a_block_and_stale_runs_ignored() {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 0);
-        play(&mut p, 1, Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
+        play(&mut p, RunId(1), Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
         // Run 2 starts at GSN 3; a block delivered for run 1 arrives late and is dropped.
         let start = Position::at(Gsn(3), MediaTime::from_nanos(30_000_000));
-        play(&mut p, 2, start, None, 65_530);
+        play(&mut p, RunId(2), start, None, 65_530);
         let anchor = Anchor { wall: ms(0), media: start.time };
-        p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), Some(anchor));
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(0), block(0, 0, 5), Some(anchor));
         assert!(p.poll_timeout().is_none());
-        p.handle_block(StreamId(1), 2, BlockIndex(0), block(0, 0, 5), Some(anchor));
+        p.handle_block(StreamId(1), RunId(2), BlockIndex(0), block(0, 0, 5), Some(anchor));
         let (rtp, ..) = drive(&mut p, ms(100));
         assert_eq!(rtp, vec![(0, 65_533), (10, 65_534)]);
     }
@@ -1835,9 +1855,9 @@ mod tests {
     fn pause_reports_the_next_packet_and_resume_has_no_gap() {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 0);
-        play(&mut p, 1, Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
+        play(&mut p, RunId(1), Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
-        p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), Some(anchor));
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(0), block(0, 0, 5), Some(anchor));
         let mut sent = Vec::new();
         while let Some(t) = p.poll_transmit(ms(15), |_| true) {
             if let Transmit::Rtp { seq, .. } = t {
@@ -1845,14 +1865,14 @@ mod tests {
             }
         }
         assert_eq!(sent, vec![65_530, 65_531]);
-        let report = p.handle_stop(ms(15), StreamId(1), 1, None).unwrap();
+        let report = p.handle_stop(ms(15), StreamId(1), RunId(1), None).unwrap();
         let at = report.next.unwrap();
         assert_eq!(at, Position::at(Gsn(2), MediaTime::from_nanos(20_000_000)));
         assert_eq!(rtp_seq(65_530, at.gsn), 65_532, "the next packet's sequence number");
         assert!(p.poll_transmit(ms(1_000), |_| true).is_none());
-        play(&mut p, 2, at, None, 65_530);
+        play(&mut p, RunId(2), at, None, 65_530);
         let anchor = Anchor { wall: ms(2_000), media: at.time };
-        p.handle_block(StreamId(1), 2, BlockIndex(0), block(0, 0, 5), Some(anchor));
+        p.handle_block(StreamId(1), RunId(2), BlockIndex(0), block(0, 0, 5), Some(anchor));
         let (rtp, ..) = drive(&mut p, ms(3_000));
         assert_eq!(rtp.iter().map(|r| r.1).collect::<Vec<_>>(), vec![65_532, 65_533, 65_534]);
         assert_eq!(rtp[0].0, 2_000);
@@ -1864,10 +1884,10 @@ mod tests {
         setup(&mut p, 1);
         // Nothing playing, or not yet on a clock: nothing to say.
         assert_eq!(p.sent_through(ms(5)), None);
-        play(&mut p, 1, Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
+        play(&mut p, RunId(1), Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
         assert_eq!(p.sent_through(ms(5)), None);
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
-        p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), Some(anchor));
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(0), block(0, 0, 5), Some(anchor));
         // Packets due at 0, 10, 20 … ms: at 15 the first two are out, the next is not due.
         while p.poll_transmit(ms(15), |_| true).is_some() {}
         assert_eq!(p.sent_through(ms(15)), Some(ms(15)));
@@ -1879,7 +1899,7 @@ mod tests {
         while p.poll_transmit(ms(60), |_| true).is_some() {}
         assert_eq!(p.sent_through(ms(60)), Some(ms(40)));
         // Paused: nothing of it is due.
-        p.handle_stop(ms(60), StreamId(1), 1, None);
+        p.handle_stop(ms(60), StreamId(1), RunId(1), None);
         assert_eq!(p.sent_through(ms(70)), None);
     }
 
@@ -1887,9 +1907,9 @@ mod tests {
     fn backpressure_keeps_the_packet() {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 0);
-        play(&mut p, 1, Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
+        play(&mut p, RunId(1), Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
-        p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 2), Some(anchor));
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(0), block(0, 0, 2), Some(anchor));
         assert!(p.poll_transmit(ms(0), |_| false).is_none());
         assert_eq!(p.poll_timeout(), Some(ms(2)));
         match p.poll_transmit(ms(2), |_| true) {
@@ -1903,9 +1923,9 @@ mod tests {
         assert_eq!((st.packets, st.held_packets), (2, 2));
         assert_eq!((st.lateness_us_max, st.lateness_us_sum), (0, 0));
         // A new run starts unheld.
-        play(&mut p, 2, Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
+        play(&mut p, RunId(2), Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
         let anchor = Anchor { wall: ms(70_000), media: MediaTime::ZERO };
-        p.handle_block(StreamId(1), 2, BlockIndex(0), block(0, 0, 2), Some(anchor));
+        p.handle_block(StreamId(1), RunId(2), BlockIndex(0), block(0, 0, 2), Some(anchor));
         while p.poll_transmit(ms(70_003), |_| true).is_some() {}
         let st = p.stats();
         assert_eq!((st.packets, st.held_packets), (3, 2));
@@ -1916,10 +1936,10 @@ mod tests {
     fn pace_change_reanchors_at_the_current_packet() {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 1);
-        play(&mut p, 1, Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
+        play(&mut p, RunId(1), Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
         let anchor = Anchor { wall: ms(100), media: MediaTime::ZERO };
-        p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), Some(anchor));
-        p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(0), block(0, 0, 5), Some(anchor));
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(1), block(1, 5, 5), None);
         // Packets at 100, 110, 120 ms at nominal pace (10 ms apart).
         let mut sent = Vec::new();
         while let Some(t) = p.poll_transmit(ms(125), |_| true) {
@@ -1939,7 +1959,7 @@ mod tests {
             ev,
             vec![PacerEvent::Paced {
                 stream: StreamId(1),
-                run: 1,
+                run: RunId(1),
                 anchor: Anchor { wall: ms(130), media },
                 pace: double
             }]
@@ -1958,9 +1978,9 @@ mod tests {
         setup(&mut p, 0);
         let half = Pace::from_multiplier(0.5).unwrap();
         p.handle_pace(StreamId(1), half);
-        play(&mut p, 1, Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
+        play(&mut p, RunId(1), Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
-        p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 3), Some(anchor));
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(0), block(0, 0, 3), Some(anchor));
         assert!(
             p.poll_event()
                 .is_some_and(|e| matches!(e, PacerEvent::Paced { pace, .. } if pace == half))
@@ -1974,13 +1994,13 @@ mod tests {
         let mut p = Pacer::new(PacerConfig::default());
         setup(&mut p, 5);
         let end = Some(MediaTime::from_nanos(25_000_000));
-        play(&mut p, 1, Position::at(Gsn(0), MediaTime::ZERO), end, 65_530);
+        play(&mut p, RunId(1), Position::at(Gsn(0), MediaTime::ZERO), end, 65_530);
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
-        p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 2), Some(anchor));
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(0), block(0, 0, 2), Some(anchor));
         let (rtp, ..) = drive(&mut p, ms(100));
         assert_eq!(rtp.len(), 2);
         assert_eq!(p.stats().underruns, 1, "block 1 was not there when due");
-        p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 2, 3), None);
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(1), block(1, 2, 3), None);
         let (rtp, _, bye) = drive(&mut p, ms(1_000));
         assert_eq!(rtp.len(), 1, "packets at 20 ms only; 30 ms is past the range end");
         assert_eq!(bye.len(), 1);
@@ -2002,7 +2022,7 @@ mod tests {
         p.handle_add(setup);
         let anchor = Anchor { wall: ms(100), media: MediaTime::ZERO };
         let play = PlayRun {
-            run: 1,
+            run: RunId(1),
             start: first(0),
             from: BlockIndex(0),
             end: None,
@@ -2018,8 +2038,8 @@ mod tests {
         let mut p = Pacer::new(PacerConfig::default());
         share(&mut p, RtcpMode::None);
         // Out of order: block 3 first.
-        p.handle_block(StreamId(1), 1, BlockIndex(3), block(3, 15, 5), None);
-        p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(3), block(3, 15, 5), None);
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(1), block(1, 5, 5), None);
         let mut got = Vec::new();
         let mut now = Instant::ZERO;
         while now <= ms(1_000) {
@@ -2074,8 +2094,8 @@ mod tests {
     fn a_running_share_gains_blocks_sends_the_overdue_first_and_resends_nothing() {
         let mut p = Pacer::new(PacerConfig::default());
         share(&mut p, RtcpMode::None);
-        p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
-        p.handle_block(StreamId(1), 1, BlockIndex(3), block(3, 15, 5), None);
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(1), block(1, 5, 5), None);
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(3), block(3, 15, 5), None);
         let mut got = Vec::new();
         // Up to 265 ms: block 1 sent, block 3 begun (packets 15 and 16 at 250 and 260 ms).
         let now = drive_from(&mut p, Instant::ZERO, ms(265), &mut got);
@@ -2086,12 +2106,12 @@ mod tests {
             .iter()
             .map(|&i| ShareBlock { index: BlockIndex(i), first: first(i.into()) })
             .collect();
-        assert!(p.handle_extend(StreamId(1), 1, &added, MediaTime::ZERO));
-        assert!(!p.handle_extend(StreamId(1), 2, &added, MediaTime::ZERO), "another run");
+        assert!(p.handle_extend(StreamId(1), RunId(1), &added, MediaTime::ZERO));
+        assert!(!p.handle_extend(StreamId(1), RunId(2), &added, MediaTime::ZERO), "another run");
         // They arrive out of order, after a while.
         let now = drive_from(&mut p, now, ms(280), &mut got);
-        p.handle_block(StreamId(1), 1, BlockIndex(2), block(2, 10, 5), None);
-        p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), None);
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(2), block(2, 10, 5), None);
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(0), block(0, 0, 5), None);
         // Packet 17 was due at 270 ms but waits for the overdue blocks, sent at once.
         drive_from(&mut p, now, ms(1_000), &mut got);
         let seqs: Vec<u16> = got.iter().map(|g| g.1).collect();
@@ -2104,7 +2124,10 @@ mod tests {
         assert_eq!(got[19].0, 290, "then on the session's clock again");
         let events: Vec<_> = std::iter::from_fn(|| p.poll_event()).collect();
         assert!(events.iter().any(|e| matches!(e, PacerEvent::Ended { .. })), "{events:?}");
-        assert!(!p.handle_extend(StreamId(1), 1, &added, MediaTime::ZERO), "the run is over");
+        assert!(
+            !p.handle_extend(StreamId(1), RunId(1), &added, MediaTime::ZERO),
+            "the run is over"
+        );
     }
 
     /// A share of blocks 1, 3, 5 and 7 (block `i`: GSNs 5i..5i+4, 10 ms apart from media time
@@ -2129,7 +2152,7 @@ mod tests {
         };
         p.handle_add(setup);
         let play = PlayRun {
-            run: 1,
+            run: RunId(1),
             start: first(0),
             from: BlockIndex(0),
             end: None,
@@ -2139,7 +2162,13 @@ mod tests {
         };
         p.handle_play(Instant::ZERO, StreamId(1), play);
         for i in [1, 3, 5, 7] {
-            p.handle_block(StreamId(1), 1, BlockIndex(i), block(i, 5 * u64::from(i), 5), None);
+            p.handle_block(
+                StreamId(1),
+                RunId(1),
+                BlockIndex(i),
+                block(i, 5 * u64::from(i), 5),
+                None,
+            );
         }
         p
     }
@@ -2197,7 +2226,7 @@ mod tests {
         let mut got = Vec::new();
         // The others took over from media time 80 ms (packet 8): packet 7 is still its own.
         let from = MediaTime::from_nanos(80_000_000);
-        assert!(p.handle_withhold(ms(2_000), StreamId(1), 1, from, None, None));
+        assert!(p.handle_withhold(ms(2_000), StreamId(1), RunId(1), from, None, None));
         drive_from(&mut p, ms(2_000), ms(2_000), &mut got);
         assert_eq!(seqs(&got), [7]);
         // It waits for the word: nothing more, whenever asked (within `release_wait`).
@@ -2206,13 +2235,13 @@ mod tests {
         assert_eq!(p.sent_through(ms(3_900)), Some(ms(3_900)), "waiting holds nothing back");
         // Given back after the block holding 260 ms (block 5): blocks up to 5 are the takers',
         // block 7 its own again, overdue, sent at once.
-        assert!(p.handle_release(StreamId(1), 1, MediaTime::from_nanos(260_000_000)));
+        assert!(p.handle_release(StreamId(1), RunId(1), MediaTime::from_nanos(260_000_000)));
         got.clear();
         drive_from(&mut p, ms(3_900), ms(3_900), &mut got);
         assert_eq!(seqs(&got), [35, 36, 37, 38, 39]);
         assert_eq!(p.stats().release_timeouts, 0);
         // Another run forgets it.
-        assert!(!p.handle_release(StreamId(1), 2, MediaTime::ZERO));
+        assert!(!p.handle_release(StreamId(1), RunId(2), MediaTime::ZERO));
     }
 
     #[test]
@@ -2221,7 +2250,7 @@ mod tests {
         let mut got = Vec::new();
         // Told at 260 ms (media 160 ms, in block 3) that its part was taken over from 80 ms.
         let from = MediaTime::from_nanos(80_000_000);
-        assert!(p.handle_withhold(ms(260), StreamId(1), 1, from, None, None));
+        assert!(p.handle_withhold(ms(260), StreamId(1), RunId(1), from, None, None));
         drive_from(&mut p, ms(260), ms(2_259), &mut got);
         assert_eq!(seqs(&got), [7]);
         // The give-back point was lost (a broken connection): after `release_wait` it passes
@@ -2242,7 +2271,7 @@ mod tests {
         let taken = [BlockIndex(3), BlockIndex(7)];
         let from = MediaTime::from_nanos(80_000_000);
         let until = Some(MediaTime::from_nanos(260_000_000));
-        assert!(p.handle_withhold(ms(2_000), StreamId(1), 1, from, Some(&taken), until));
+        assert!(p.handle_withhold(ms(2_000), StreamId(1), RunId(1), from, Some(&taken), until));
         drive_from(&mut p, ms(2_000), ms(2_000), &mut got);
         assert_eq!(seqs(&got), [7, 8, 9, 25, 26, 27, 28, 29, 35, 36, 37, 38, 39]);
         assert!(got.iter().all(|g| g.0 == 2_000), "the word ends the hold: {got:?}");
@@ -2254,7 +2283,7 @@ mod tests {
         let mut got = Vec::new();
         drive_from(&mut p, Instant::ZERO, ms(160), &mut got);
         // Blocks 3 and 7 go back to their node, read already: not sent, but done.
-        assert!(p.handle_pass_over(StreamId(1), 1, &[BlockIndex(3), BlockIndex(7)]));
+        assert!(p.handle_pass_over(StreamId(1), RunId(1), &[BlockIndex(3), BlockIndex(7)]));
         drive_from(&mut p, ms(161), ms(1_000), &mut got);
         assert_eq!(seqs(&got), [5, 6, 7, 8, 9, 25, 26, 27, 28, 29]);
         let done: Vec<BlockIndex> = std::iter::from_fn(|| p.poll_event())
@@ -2270,16 +2299,16 @@ mod tests {
     fn a_block_taken_over_is_sent_from_where_the_lost_node_had_got() {
         let mut p = Pacer::new(PacerConfig::default());
         share(&mut p, RtcpMode::None);
-        p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(1), block(1, 5, 5), None);
         let mut got = Vec::new();
         let now = drive_from(&mut p, Instant::ZERO, ms(130), &mut got);
         // Block 2 (packets 10–14, due 100–140 ms) is taken over from 125 ms: the lost node
         // had sent packets 10, 11 and 12.
         let first = Position::at(Gsn(10), MediaTime::from_nanos(100_000_000));
         let taken = [ShareBlock { index: BlockIndex(2), first }];
-        assert!(p.handle_extend(StreamId(1), 1, &taken, MediaTime::from_nanos(125_000_000)));
+        assert!(p.handle_extend(StreamId(1), RunId(1), &taken, MediaTime::from_nanos(125_000_000)));
         for (i, g) in [(2, 10), (3, 15)] {
-            p.handle_block(StreamId(1), 1, BlockIndex(i), block(i, g, 5), None);
+            p.handle_block(StreamId(1), RunId(1), BlockIndex(i), block(i, g, 5), None);
         }
         drive_from(&mut p, now, ms(1_000), &mut got);
         let seqs: Vec<u16> = got.iter().map(|g| g.1).collect();
@@ -2296,15 +2325,15 @@ mod tests {
             .iter()
             .map(|&i| ShareBlock { index: BlockIndex(i), first: first(i.into()) })
             .collect();
-        assert!(p.handle_extend(StreamId(1), 1, &taken, MediaTime::ZERO));
-        p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
-        p.handle_block(StreamId(1), 1, BlockIndex(2), block(2, 10, 5), None);
+        assert!(p.handle_extend(StreamId(1), RunId(1), &taken, MediaTime::ZERO));
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(1), block(1, 5, 5), None);
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(2), block(2, 10, 5), None);
         let mut got = Vec::new();
         let now = drive_from(&mut p, Instant::ZERO, ms(170), &mut got);
         // Block 2 is held (delivered): it stays; block 4 goes; block 3 is its own.
-        assert!(!p.handle_give_back(StreamId(1), 2, &[BlockIndex(2), BlockIndex(4)]));
-        assert!(p.handle_give_back(StreamId(1), 1, &[BlockIndex(2), BlockIndex(4)]));
-        p.handle_block(StreamId(1), 1, BlockIndex(3), block(3, 15, 5), None);
+        assert!(!p.handle_give_back(StreamId(1), RunId(2), &[BlockIndex(2), BlockIndex(4)]));
+        assert!(p.handle_give_back(StreamId(1), RunId(1), &[BlockIndex(2), BlockIndex(4)]));
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(3), block(3, 15, 5), None);
         drive_from(&mut p, now, ms(1_000), &mut got);
         let seqs: Vec<u16> = got.iter().map(|g| g.1).collect();
         assert_eq!(seqs, (5..20).collect::<Vec<u16>>(), "blocks 1, 2 and 3, not 4");
@@ -2317,18 +2346,18 @@ mod tests {
         let mut p = Pacer::new(PacerConfig::default());
         share(&mut p, RtcpMode::None);
         let first = |i: u64| Position::at(Gsn(5 * i), MediaTime::from_nanos(i * 50_000_000));
-        p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(1), block(1, 5, 5), None);
         let mut got = Vec::new();
         let now = drive_from(&mut p, Instant::ZERO, ms(170), &mut got);
         // Block 2 (after the current one, not due yet) joins the walk in index order.
         assert!(p.handle_extend(
             StreamId(1),
-            1,
+            RunId(1),
             &[ShareBlock { index: BlockIndex(2), first: first(2) }],
             MediaTime::ZERO
         ));
-        p.handle_block(StreamId(1), 1, BlockIndex(3), block(3, 15, 5), None);
-        p.handle_block(StreamId(1), 1, BlockIndex(2), block(2, 10, 5), None);
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(3), block(3, 15, 5), None);
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(2), block(2, 10, 5), None);
         drive_from(&mut p, now, ms(1_000), &mut got);
         let seqs: Vec<u16> = got.iter().map(|g| g.1).collect();
         assert_eq!(seqs, (5..20).collect::<Vec<u16>>());
@@ -2339,11 +2368,11 @@ mod tests {
     fn a_cutoff_stop_sends_up_to_the_cutoff_and_reports_the_next_packet() {
         let mut p = Pacer::new(PacerConfig::default());
         share(&mut p, RtcpMode::None);
-        p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
-        p.handle_block(StreamId(1), 1, BlockIndex(3), block(3, 15, 5), None);
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(1), block(1, 5, 5), None);
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(3), block(3, 15, 5), None);
         // Cutoff at media 70 ms: packets 5, 6, 7 (50, 60, 70 ms) go, 8 does not.
         assert_eq!(
-            p.handle_stop(ms(0), StreamId(1), 1, Some(MediaTime::from_nanos(70_000_000))),
+            p.handle_stop(ms(0), StreamId(1), RunId(1), Some(MediaTime::from_nanos(70_000_000))),
             None
         );
         let (rtp, ..) = drive(&mut p, ms(1_000));
@@ -2362,9 +2391,9 @@ mod tests {
     fn a_cutoff_before_a_share_block_reports_that_blocks_first_packet() {
         let mut p = Pacer::new(PacerConfig::default());
         share(&mut p, RtcpMode::None);
-        p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(1), block(1, 5, 5), None);
         // Cutoff at 20 ms: nothing of this share is due before it.
-        p.handle_stop(ms(0), StreamId(1), 1, Some(MediaTime::from_nanos(20_000_000)));
+        p.handle_stop(ms(0), StreamId(1), RunId(1), Some(MediaTime::from_nanos(20_000_000)));
         let (rtp, ..) = drive(&mut p, ms(1_000));
         assert!(rtp.is_empty());
         let report = std::iter::from_fn(|| p.poll_event())
@@ -2401,8 +2430,8 @@ mod tests {
         // A relayed session's feeder whose origin fell silent at 165 ms: frozen, nothing goes
         // and it does not hold back how far this node's senders have got.
         let mut p = held_share_under_way();
-        assert!(p.handle_freeze(StreamId(1), 1, true));
-        assert!(!p.handle_freeze(StreamId(1), 2, true), "another run");
+        assert!(p.handle_freeze(StreamId(1), RunId(1), true));
+        assert!(!p.handle_freeze(StreamId(1), RunId(2), true), "another run");
         let mut got = Vec::new();
         drive_from(&mut p, ms(165), ms(2_000), &mut got);
         assert!(got.is_empty(), "frozen: {got:?}");
@@ -2410,8 +2439,8 @@ mod tests {
         // The origin speaks again, its clock re-pinned 1.9 s later: packet 7 (170 ms) is due at
         // 2070 ms, and the rest at their pace after it; nothing at once, nothing held.
         let repinned = Anchor { wall: ms(2_000), media: MediaTime::ZERO };
-        p.handle_reanchor(StreamId(1), 1, repinned, Pace::NOMINAL);
-        assert!(p.handle_freeze(StreamId(1), 1, false));
+        p.handle_reanchor(StreamId(1), RunId(1), repinned, Pace::NOMINAL);
+        assert!(p.handle_freeze(StreamId(1), RunId(1), false));
         drive_from(&mut p, ms(2_000), ms(3_000), &mut got);
         assert_eq!(seqs(&got), AFTER_6);
         let at: Vec<u64> = got.iter().map(|g| g.0).collect();
@@ -2421,7 +2450,7 @@ mod tests {
         // A share held on resuming from its own stall (the origin's): the re-pin ends the hold.
         let mut p = held_share_resumed();
         let repinned = Anchor { wall: ms(1_930), media: MediaTime::ZERO };
-        p.handle_reanchor(StreamId(1), 1, repinned, Pace::NOMINAL);
+        p.handle_reanchor(StreamId(1), RunId(1), repinned, Pace::NOMINAL);
         let mut got = Vec::new();
         drive_from(&mut p, ms(2_000), ms(2_020), &mut got);
         assert_eq!(got.first(), Some(&(2_000, 7)), "due at 2000 ms on the new clock: {got:?}");
@@ -2434,7 +2463,7 @@ mod tests {
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
         let start = Position::at(Gsn(0), MediaTime::ZERO);
         let run = PlayRun {
-            run: 1,
+            run: RunId(1),
             start,
             from: BlockIndex(0),
             end: None,
@@ -2443,13 +2472,13 @@ mod tests {
             trick: None,
         };
         p.handle_play(Instant::ZERO, StreamId(1), run);
-        p.handle_block(StreamId(1), 1, BlockIndex(0), block(0, 0, 5), None);
-        p.handle_block(StreamId(1), 1, BlockIndex(1), block(1, 5, 5), None);
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(0), block(0, 0, 5), None);
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(1), block(1, 5, 5), None);
         while p.poll_transmit(ms(15), |_| true).is_some() {}
         // From media 50 ms, twice as fast, pinned at wall 60 ms.
         let double = Pace::from_multiplier(2.0).unwrap();
         let new = Anchor { wall: ms(60), media: MediaTime::from_nanos(50_000_000) };
-        p.handle_reanchor(StreamId(1), 1, new, double);
+        p.handle_reanchor(StreamId(1), RunId(1), new, double);
         let (rtp, ..) = drive(&mut p, ms(1_000));
         let times: Vec<u64> = rtp.iter().filter(|r| r.0 >= 15).map(|r| r.0).collect();
         assert_eq!(times, vec![20, 30, 40, 60, 65, 70, 75, 80]);

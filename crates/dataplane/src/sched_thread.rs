@@ -29,7 +29,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use isochron_base::{BlockIndex, BlockKey, DiskId, MediaTime, ObjectId, Pace, Replicas, StreamId};
+use isochron_base::{
+    BlockIndex, BlockKey, DiskId, MediaTime, ObjectId, Pace, Replicas, RunId, StreamId,
+};
 use isochron_diskio::{
     IoCommand, IoStats, IoWorker, ReadDone as DiskReadDone, WriteDone as DiskWriteDone,
 };
@@ -162,7 +164,7 @@ pub enum SchedCommand {
         /// The stream.
         stream: StreamId,
         /// The run number.
-        run: u64,
+        run: RunId,
         /// First block.
         from: BlockIndex,
         /// Media time of the first packet.
@@ -177,7 +179,7 @@ pub enum SchedCommand {
         /// The stream.
         stream: StreamId,
         /// The run.
-        run: u64,
+        run: RunId,
         /// The blocks.
         blocks: Vec<BlockIndex>,
     },
@@ -187,7 +189,7 @@ pub enum SchedCommand {
         /// The stream.
         stream: StreamId,
         /// The run.
-        run: u64,
+        run: RunId,
         /// The blocks.
         blocks: Vec<BlockIndex>,
     },
@@ -196,7 +198,7 @@ pub enum SchedCommand {
         /// The stream.
         stream: StreamId,
         /// The run.
-        run: u64,
+        run: RunId,
         /// The pacer's new anchor.
         anchor: Anchor,
         /// The pace.
@@ -217,7 +219,7 @@ pub enum SchedCommand {
         /// The stream.
         stream: StreamId,
         /// The run.
-        run: u64,
+        run: RunId,
         /// The block.
         index: BlockIndex,
     },

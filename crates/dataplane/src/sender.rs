@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use isochron_base::{BlockIndex, Gsn, Instant, MediaTime, Pace, StreamId};
+use isochron_base::{BlockIndex, Gsn, Instant, MediaTime, Pace, RunId, StreamId};
 use isochron_diskio::AlignedBuf;
 use isochron_rtp::{
     NtpTimestamp, RTP_HEADER_LEN, RTP_HEADER_LSN_LEN, RtpHeader, SenderReport, interleaved_prefix,
@@ -150,7 +150,7 @@ pub enum SenderCommand {
         /// The stream.
         stream: StreamId,
         /// The run it was read for.
-        run: u64,
+        run: RunId,
         /// Its index.
         index: BlockIndex,
         /// The block.
@@ -164,7 +164,7 @@ pub enum SenderCommand {
         /// The stream.
         stream: StreamId,
         /// The run.
-        run: u64,
+        run: RunId,
         /// The cutoff (a cluster's synchronised pause).
         cutoff: Option<MediaTime>,
     },
@@ -173,7 +173,7 @@ pub enum SenderCommand {
         /// The stream.
         stream: StreamId,
         /// The run.
-        run: u64,
+        run: RunId,
         /// The new anchor.
         anchor: Anchor,
         /// The new pace.
@@ -184,7 +184,7 @@ pub enum SenderCommand {
         /// The stream.
         stream: StreamId,
         /// The run.
-        run: u64,
+        run: RunId,
         /// The blocks gained.
         blocks: Vec<crate::pacer::ShareBlock>,
         /// How far the lost node had got: earlier packets of these blocks are not sent.
@@ -196,7 +196,7 @@ pub enum SenderCommand {
         /// The stream.
         stream: StreamId,
         /// The run.
-        run: u64,
+        run: RunId,
         /// The media time its part was taken over from.
         from: MediaTime,
         /// The blocks taken over (`None`: every block of the share).
@@ -210,7 +210,7 @@ pub enum SenderCommand {
         /// The stream.
         stream: StreamId,
         /// The run.
-        run: u64,
+        run: RunId,
         /// The give-back point.
         at: MediaTime,
     },
@@ -219,7 +219,7 @@ pub enum SenderCommand {
         /// The stream.
         stream: StreamId,
         /// The run.
-        run: u64,
+        run: RunId,
         /// Frozen (`true`) or thawed.
         frozen: bool,
     },
@@ -229,7 +229,7 @@ pub enum SenderCommand {
         /// The stream.
         stream: StreamId,
         /// The run.
-        run: u64,
+        run: RunId,
         /// The blocks given back.
         blocks: Vec<BlockIndex>,
     },
@@ -238,7 +238,7 @@ pub enum SenderCommand {
         /// The stream.
         stream: StreamId,
         /// The run.
-        run: u64,
+        run: RunId,
         /// The blocks given back.
         blocks: Vec<BlockIndex>,
     },
@@ -748,7 +748,7 @@ impl SenderThread {
 
             while let Some(ev) = pacer.poll_event() {
                 if let PacerEvent::Ended { stream, run, report } = ev {
-                    debug!(%stream, run, last = ?report.last_sent, "end of run");
+                    debug!(%stream, %run, last = ?report.last_sent, "end of run");
                 }
                 (self.on_event)(ev);
             }

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use isochron_base::{BlockIndex, BlockKey, Bytes, Gsn, MediaTime, ObjectId, StreamId, TrackSeqs};
+use isochron_base::{
+    BlockIndex, BlockKey, Bytes, Gsn, MediaTime, ObjectId, RunId, StreamId, TrackSeqs,
+};
 use isochron_dataplane::clock::Clock;
 use isochron_dataplane::net::{UdpPair, gso_supported, relay_socket};
 use isochron_dataplane::pacer::{PlayRun, StreamSetup, single_offset};
@@ -136,7 +138,7 @@ fn run(gso: bool) -> (u64, u64) {
     .unwrap();
     let start = Position { gsn: Gsn(0), time: MediaTime::ZERO, tracks: TrackSeqs::default() };
     let play = PlayRun {
-        run: 1,
+        run: RunId(1),
         start,
         from: BlockIndex(0),
         end: None,
@@ -149,7 +151,7 @@ fn run(gso: bool) -> (u64, u64) {
     for (i, b) in blocks.into_iter().enumerate() {
         let anchor = (i == 0).then_some(anchor);
         let index = BlockIndex(i as u32);
-        tx.send(SenderCommand::Block { stream, run: 1, index, block: b, anchor }).unwrap();
+        tx.send(SenderCommand::Block { stream, run: RunId(1), index, block: b, anchor }).unwrap();
     }
     let total = u64::from(BLOCKS) * PER_BLOCK;
     let mut got = 0;

@@ -10,7 +10,9 @@ use std::net::{Ipv4Addr, UdpSocket};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use isochron_base::{BlockIndex, BlockKey, Bytes, Gsn, MediaTime, ObjectId, StreamId, TrackSeqs};
+use isochron_base::{
+    BlockIndex, BlockKey, Bytes, Gsn, MediaTime, ObjectId, RunId, StreamId, TrackSeqs,
+};
 use isochron_dataplane::clock::Clock;
 use isochron_dataplane::net::UdpPair;
 use isochron_dataplane::pacer::{PlayRun, RtcpMode, ShareBlock, StreamSetup, single_offset};
@@ -115,7 +117,7 @@ fn a_relayed_session_reaches_a_tcp_client_in_order_once_and_whole() {
     let anchor = Anchor { wall: clock.now() + Duration::from_millis(30), media: MediaTime::ZERO };
     let start = Position { gsn: Gsn(0), time: MediaTime::ZERO, tracks: TrackSeqs::default() };
     let play = PlayRun {
-        run: 1,
+        run: RunId(1),
         start,
         from: BlockIndex(0),
         end: None,
@@ -127,7 +129,7 @@ fn a_relayed_session_reaches_a_tcp_client_in_order_once_and_whole() {
     for i in (0..BLOCKS).filter(|i| i % 2 == 0) {
         tx.send(SenderCommand::Block {
             stream,
-            run: 1,
+            run: RunId(1),
             index: BlockIndex(i),
             block: block(i),
             anchor: None,

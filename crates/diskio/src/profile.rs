@@ -34,7 +34,7 @@
 //! in MiB/s ([`ProfileFile`]). [`save`] writes it crash-safely (temp file, fsync, rename).
 //!
 //! Not here: deciding anything from the profile (that is `isochron_sched::admission`), plotting
-//! (`isochron-loadgen`'s `diskbench::plot`), and queue depths above one (the scheduler issues one
+//! (`isochron-diskbench`'s `plot`), and queue depths above one (the scheduler issues one
 //! IO at a time per disk, so that is what is profiled).
 
 use std::fs::{self, File, OpenOptions};

@@ -17,8 +17,6 @@
 
 pub mod bench;
 pub mod client;
-pub mod diskbench;
-pub mod latency;
 pub mod player;
 pub mod recv;
 pub mod sdp;

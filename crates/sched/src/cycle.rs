@@ -58,10 +58,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use isochron_base::StreamId;
 use isochron_base::{
     BitRate, BlockIndex, BlockKey, Bytes, DiskId, Instant, MediaTime, ObjectId, Pace, Replicas,
 };
+use isochron_base::{RunId, StreamId};
 
 use crate::admission::{AdmissionController, Decision, Direction, Refusal, StreamDemand};
 use crate::cache::{BlockCache, CacheStats, Pin};
@@ -277,7 +277,7 @@ pub enum CycleEvent<V> {
         /// Set on the first delivery after [`CycleScheduler::handle_start`].
         anchor: Option<Anchor>,
         /// The run this block belongs to.
-        run: u64,
+        run: RunId,
     },
     /// A copy of a block could not be read and the read was queued again on the next copy
     /// (failover). The bad copy stays avoided until [`CycleScheduler::handle_copy_repaired`].
@@ -342,7 +342,7 @@ pub enum CycleEvent<V> {
         /// The stream.
         stream: StreamId,
         /// The run.
-        run: u64,
+        run: RunId,
         /// The blocks, ascending.
         blocks: Vec<BlockIndex>,
     },
@@ -414,7 +414,7 @@ impl<V> Slot<V> {
 
 #[derive(Debug)]
 struct Run<V> {
-    run: u64,
+    run: RunId,
     start_media: MediaTime,
     /// Wall time of `start_media` assumed until the first block arrives.
     provisional: Instant,
@@ -664,7 +664,7 @@ impl<V: Clone> CycleScheduler<V> {
         &mut self,
         now: Instant,
         stream: StreamId,
-        run: u64,
+        run: RunId,
         from: BlockIndex,
         media: MediaTime,
     ) {
@@ -679,7 +679,7 @@ impl<V: Clone> CycleScheduler<V> {
         &mut self,
         now: Instant,
         stream: StreamId,
-        run: u64,
+        run: RunId,
         from: BlockIndex,
         anchor: Anchor,
         pace: Pace,
@@ -691,7 +691,7 @@ impl<V: Clone> CycleScheduler<V> {
         &mut self,
         now: Instant,
         stream: StreamId,
-        run: u64,
+        run: RunId,
         from: BlockIndex,
         media: MediaTime,
         pinned: Option<(Instant, Pace)>,
@@ -729,7 +729,7 @@ impl<V: Clone> CycleScheduler<V> {
         &mut self,
         now: Instant,
         stream: StreamId,
-        run: u64,
+        run: RunId,
         blocks: &[BlockIndex],
     ) {
         self.catch_up(now);
@@ -761,7 +761,7 @@ impl<V: Clone> CycleScheduler<V> {
         &mut self,
         now: Instant,
         stream: StreamId,
-        run: u64,
+        run: RunId,
         blocks: &[BlockIndex],
     ) {
         self.catch_up(now);
@@ -833,7 +833,7 @@ impl<V: Clone> CycleScheduler<V> {
         &mut self,
         now: Instant,
         stream: StreamId,
-        run_id: u64,
+        run_id: RunId,
         anchor: Anchor,
         pace: Pace,
     ) {
@@ -893,7 +893,7 @@ impl<V: Clone> CycleScheduler<V> {
         &mut self,
         now: Instant,
         stream: StreamId,
-        run_id: u64,
+        run_id: RunId,
         index: BlockIndex,
     ) {
         self.catch_up(now);
@@ -1868,7 +1868,7 @@ mod tests {
         assert!((l0 - all * 2.0 / 8.0).abs() < 1e-9 && (l1 - all / 8.0).abs() < 1e-9, "{l0} {l1}");
         // The origin pinned the clock at 300 ms for media 0.
         let anchor = Anchor { wall: at(300), media: MediaTime::ZERO };
-        s.handle_start_pinned(at(50), StreamId(1), 1, BlockIndex(0), anchor, Pace::NOMINAL);
+        s.handle_start_pinned(at(50), StreamId(1), RunId(1), BlockIndex(0), anchor, Pace::NOMINAL);
         let mut got = Vec::new();
         let mut now = at(50);
         for _ in 0..20 {
@@ -1884,7 +1884,7 @@ mod tests {
                         assert_eq!(a, anchor);
                     }
                     got.push(index.0);
-                    s.handle_block_done(now, StreamId(1), 1, index);
+                    s.handle_block_done(now, StreamId(1), RunId(1), index);
                 }
             }
             now = now + Duration::from_millis(500);
@@ -1914,7 +1914,7 @@ mod tests {
         };
         assert_eq!(s.handle_open(Instant::ZERO, req), Decision::Admit);
         let anchor = Anchor { wall: at(300), media: MediaTime::ZERO };
-        s.handle_start_pinned(at(50), StreamId(1), 1, BlockIndex(0), anchor, Pace::NOMINAL);
+        s.handle_start_pinned(at(50), StreamId(1), RunId(1), BlockIndex(0), anchor, Pace::NOMINAL);
         s
     }
 
@@ -1928,8 +1928,8 @@ mod tests {
             if step == 4 {
                 // At 2050 ms (media 1.75 s, in block 3): the lost node's blocks from block 2 on.
                 let lost = [2, 4, 5, 7].map(BlockIndex);
-                s.handle_take_over(now, StreamId(1), 1, &lost);
-                s.handle_take_over(now, StreamId(1), 2, &lost); // another run: ignored
+                s.handle_take_over(now, StreamId(1), RunId(1), &lost);
+                s.handle_take_over(now, StreamId(1), RunId(2), &lost); // another run: ignored
             }
             for io in ios(&mut s) {
                 assert_eq!(io.deadline, at(300 + 500 * u64::from(io_index(&io))), "{io:?}");
@@ -1940,7 +1940,7 @@ mod tests {
             for e in events(&mut s) {
                 if let CycleEvent::Deliver { index, .. } = e {
                     got.push((step, index.0));
-                    s.handle_block_done(now, StreamId(1), 1, index);
+                    s.handle_block_done(now, StreamId(1), RunId(1), index);
                 }
             }
             now = now + Duration::from_millis(500);
@@ -1962,14 +1962,14 @@ mod tests {
         // 550 ms: the walk has reached block 6 (read ahead); 7 is read no more.
         let mut s = cluster_share_started();
         let lost = [0, 2, 4, 5, 7].map(BlockIndex);
-        s.handle_take_over(at(50), StreamId(1), 1, &lost);
+        s.handle_take_over(at(50), StreamId(1), RunId(1), &lost);
         let mut got = Vec::new();
         let mut given = Vec::new();
         let mut now = at(50);
         for step in 0..20 {
             if step == 1 {
-                s.handle_give_back(now, StreamId(1), 2, &lost); // another run: ignored
-                s.handle_give_back(now, StreamId(1), 1, &lost);
+                s.handle_give_back(now, StreamId(1), RunId(2), &lost); // another run: ignored
+                s.handle_give_back(now, StreamId(1), RunId(1), &lost);
             }
             for io in ios(&mut s) {
                 read_done(&mut s, now, io);
@@ -1978,7 +1978,7 @@ mod tests {
                 match e {
                     CycleEvent::Deliver { index, .. } => {
                         got.push(index.0);
-                        s.handle_block_done(now, StreamId(1), 1, index);
+                        s.handle_block_done(now, StreamId(1), RunId(1), index);
                     }
                     CycleEvent::GivenBack { run, blocks, .. } => given.push((run, blocks)),
                     _ => {}
@@ -1987,7 +1987,7 @@ mod tests {
             now = now + Duration::from_millis(500);
             s.handle_timeout(now);
         }
-        assert_eq!(given, vec![(1, vec![BlockIndex(7)])]);
+        assert_eq!(given, vec![(RunId(1), vec![BlockIndex(7)])]);
         got.sort_unstable();
         assert_eq!(got, vec![0, 1, 2, 3, 4, 5, 6], "every block the walk reached, not 7");
     }
@@ -2005,7 +2005,7 @@ mod tests {
         let mut s = sched(AdmissionPolicy::Aggressive, 1, CycleConfig::default());
         let p = plan(1, &[0; 10], 1000);
         assert_eq!(open(&mut s, 1, &p, 2_000_000), Decision::Admit);
-        s.handle_start(at(100), StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
+        s.handle_start(at(100), StreamId(1), RunId(1), BlockIndex(0), MediaTime::ZERO);
         // The first block goes at once; with depth 1 only it is in flight.
         let io = ios(&mut s);
         assert_eq!(io.len(), 1);
@@ -2044,7 +2044,7 @@ mod tests {
         let mut s = sched(AdmissionPolicy::Aggressive, 1, CycleConfig::default());
         let p = plan(1, &[0; 10], 1000);
         assert_eq!(open(&mut s, 1, &p, 2_000_000), Decision::Admit);
-        s.handle_start(at(100), StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
+        s.handle_start(at(100), StreamId(1), RunId(1), BlockIndex(0), MediaTime::ZERO);
         let io = ios(&mut s);
         read_done(&mut s, at(360), io[0]);
         let _ = events(&mut s);
@@ -2053,11 +2053,11 @@ mod tests {
         // before the end of the next cycle (2 s).
         let double = Pace::from_multiplier(2.0).unwrap();
         let anchor = Anchor { wall: at(380), media: MediaTime::ZERO };
-        s.handle_pace(at(400), StreamId(1), 1, anchor, double);
+        s.handle_pace(at(400), StreamId(1), RunId(1), anchor, double);
         assert_eq!(s.disk_queue_len(DiskId(0)), 3);
         assert_eq!(s.poll_timeout(), Some(at(880) + Duration::from_nanos(1)));
         // A stale run is ignored.
-        s.handle_pace(at(400), StreamId(1), 7, anchor, Pace::NOMINAL);
+        s.handle_pace(at(400), StreamId(1), RunId(7), anchor, Pace::NOMINAL);
         assert_eq!(s.poll_timeout(), Some(at(880) + Duration::from_nanos(1)));
         // Block 1 not in memory at 0.88 s: a miss on the new clock.
         s.handle_timeout(at(900));
@@ -2071,7 +2071,7 @@ mod tests {
         for id in 1..=10 {
             let p = plan(id, &[0; 20], 700);
             let _ = open(&mut s, id, &p, 1);
-            s.handle_start(at(0), StreamId(id), 1, BlockIndex(0), MediaTime::ZERO);
+            s.handle_start(at(0), StreamId(id), RunId(1), BlockIndex(0), MediaTime::ZERO);
         }
         let mut now = 0;
         let mut io = ios(&mut s);
@@ -2085,7 +2085,7 @@ mod tests {
         // A new stream arrives while that read is in progress.
         let p = plan(99, &[0; 20], 700);
         let _ = open(&mut s, 99, &p, 1);
-        s.handle_start(at(now), StreamId(99), 1, BlockIndex(0), MediaTime::ZERO);
+        s.handle_start(at(now), StreamId(99), RunId(1), BlockIndex(0), MediaTime::ZERO);
         assert!(ios(&mut s).is_empty());
         read_done(&mut s, at(now + 1), io[0]);
         let next = ios(&mut s);
@@ -2101,7 +2101,7 @@ mod tests {
         let mut s = sched(AdmissionPolicy::Off, 1, CycleConfig::default());
         let p = plan(1, &[0; 10], 500);
         let _ = open(&mut s, 1, &p, 1);
-        s.handle_start(at(0), StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
+        s.handle_start(at(0), StreamId(1), RunId(1), BlockIndex(0), MediaTime::ZERO);
         let io = ios(&mut s);
         read_done(&mut s, at(100), io[0]); // anchor at 120 ms: block 1 due at 620 ms
         let io = ios(&mut s);
@@ -2141,7 +2141,7 @@ mod tests {
         let mut s = sched(AdmissionPolicy::Aggressive, 1, CycleConfig::default());
         let p = plan(1, &[0; 10], 4000);
         assert!(open(&mut s, 1, &p, 1_000_000).is_admit());
-        s.handle_start(at(0), StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
+        s.handle_start(at(0), StreamId(1), RunId(1), BlockIndex(0), MediaTime::ZERO);
         let req =
             NrtRequest { id: NrtId(7), disk: DiskId(0), kind: NrtKind::Read, len: Bytes::mib(3) };
         assert!(s.handle_nrt(at(0), req));
@@ -2266,8 +2266,8 @@ mod tests {
         let p = plan(1, &[0; 3], 10_000);
         let _ = open(&mut s, 1, &p, 1);
         let _ = open(&mut s, 2, &p, 1);
-        s.handle_start(at(0), StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
-        s.handle_start(at(0), StreamId(2), 1, BlockIndex(0), MediaTime::ZERO);
+        s.handle_start(at(0), StreamId(1), RunId(1), BlockIndex(0), MediaTime::ZERO);
+        s.handle_start(at(0), StreamId(2), RunId(1), BlockIndex(0), MediaTime::ZERO);
         let io = ios(&mut s);
         assert_eq!(io.len(), 1);
         read_done(&mut s, at(10), io[0]);
@@ -2282,7 +2282,7 @@ mod tests {
         let mut s = sched(AdmissionPolicy::Off, 1, CycleConfig::default());
         let p = plan(1, &[0; 3], 10_000);
         let _ = open(&mut s, 1, &p, 1);
-        s.handle_start(at(0), StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
+        s.handle_start(at(0), StreamId(1), RunId(1), BlockIndex(0), MediaTime::ZERO);
         let io = ios(&mut s);
         let IoClass::Read { key } = io[0].class else { panic!() };
         s.handle_read_done(
@@ -2344,8 +2344,8 @@ mod tests {
         let soon = plan(2, &[0; 6], 300);
         let _ = open(&mut s, 1, &late, 1);
         let _ = open(&mut s, 2, &soon, 1);
-        s.handle_start(at(0), StreamId(2), 1, BlockIndex(0), MediaTime::ZERO);
-        s.handle_start(at(0), StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
+        s.handle_start(at(0), StreamId(2), RunId(1), BlockIndex(0), MediaTime::ZERO);
+        s.handle_start(at(0), StreamId(1), RunId(1), BlockIndex(0), MediaTime::ZERO);
         let mut order = Vec::new();
         let mut now = 0;
         while let Some(io) = ios(&mut s).pop() {
@@ -2393,7 +2393,7 @@ mod tests {
         let mut s = sched(AdmissionPolicy::Off, 2, CycleConfig::default());
         let p = plan_copies(1, &[&[0, 1], &[0, 1], &[1, 0], &[0, 1]], 500);
         let _ = open(&mut s, 1, &p, 1);
-        s.handle_start(at(0), StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
+        s.handle_start(at(0), StreamId(1), RunId(1), BlockIndex(0), MediaTime::ZERO);
         // Block 0 (due at once) first, on disk 0.
         let mut io = ios(&mut s);
         assert_eq!(
@@ -2436,7 +2436,7 @@ mod tests {
         assert_eq!(delivered(&events(&mut s)), vec![(1, 1), (1, 2), (1, 3)]);
         let now = 2100;
         for i in 0..4 {
-            s.handle_block_done(at(now), StreamId(1), 1, BlockIndex(i));
+            s.handle_block_done(at(now), StreamId(1), RunId(1), BlockIndex(i));
         }
         s.handle_timeout(at(now));
         let ev = events(&mut s);
@@ -2447,7 +2447,13 @@ mod tests {
         s.handle_close(at(now), StreamId(1));
         s.purge_object(ObjectId(1));
         let _ = open(&mut s, 2, &p, 1);
-        s.handle_start(at(now), StreamId(2), 1, BlockIndex(1), MediaTime::from_nanos(500_000_000));
+        s.handle_start(
+            at(now),
+            StreamId(2),
+            RunId(1),
+            BlockIndex(1),
+            MediaTime::from_nanos(500_000_000),
+        );
         let io = ios(&mut s);
         let first = io.iter().find(|x| is_retry(x)).unwrap();
         assert_eq!(first.disk, DiskId(1), "{io:?}");
@@ -2464,7 +2470,7 @@ mod tests {
         s.handle_start(
             at(now + 7),
             StreamId(3),
-            1,
+            RunId(1),
             BlockIndex(1),
             MediaTime::from_nanos(500_000_000),
         );
@@ -2478,7 +2484,7 @@ mod tests {
         let mut s = sched(AdmissionPolicy::Off, 3, CycleConfig::default());
         let p = plan_copies(1, &[&[2, 0, 1], &[0, 1, 2]], 10_000);
         let _ = open(&mut s, 1, &p, 1);
-        s.handle_start(at(0), StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
+        s.handle_start(at(0), StreamId(1), RunId(1), BlockIndex(0), MediaTime::ZERO);
         let mut disks = Vec::new();
         for t in 1..=3 {
             let io = ios(&mut s);
@@ -2515,7 +2521,7 @@ mod tests {
         let util = |s: &CycleScheduler<u32>, d| s.admission().utilisation(DiskId(d)).unwrap();
         let (u0, u1) = (util(&s, 0), util(&s, 1));
         assert!(u0 > 0.0 && u1 == 0.0, "{u0} {u1}");
-        s.handle_start(at(0), StreamId(1), 1, BlockIndex(0), MediaTime::ZERO);
+        s.handle_start(at(0), StreamId(1), RunId(1), BlockIndex(0), MediaTime::ZERO);
         let io = ios(&mut s);
         fail(&mut s, at(5), io[0], "io error");
         assert!(util(&s, 1) > 0.0, "the failed-over block is charged to disk 1");
@@ -2541,7 +2547,7 @@ mod tests {
         };
         assert!(s.handle_open(at(0), req).is_admit());
         let anchor = Anchor { wall: at(100), media: MediaTime::ZERO };
-        s.handle_start_pinned(at(0), StreamId(1), 1, BlockIndex(0), anchor, Pace::NOMINAL);
+        s.handle_start_pinned(at(0), StreamId(1), RunId(1), BlockIndex(0), anchor, Pace::NOMINAL);
         let io = ios(&mut s);
         // Block 2's replica 0 is the other node's: not read here.
         assert!(io.iter().all(|x| io_index(x) < 2), "{io:?}");

@@ -20,7 +20,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
 
 use isochron_base::mix::{SplitMix64, hash_words};
-use isochron_base::{BlockIndex, DiskId, Instant, StreamId};
+use isochron_base::{BlockIndex, DiskId, Instant, RunId, StreamId};
 
 use crate::admission::{
     AdmissionConfig, AdmissionController, AdmissionPolicy, Direction, StreamDemand,
@@ -187,7 +187,7 @@ enum Ev {
     DiskDone(usize),
     Arrival(usize),
     Restart(usize),
-    BlockDone { stream: usize, run: u64, index: u32 },
+    BlockDone { stream: usize, run: RunId, index: u32 },
     Produce { stream: usize, index: u32 },
 }
 
@@ -211,7 +211,7 @@ struct Disk {
 #[derive(Debug, Default)]
 struct Player {
     admitted: bool,
-    run: u64,
+    run: RunId,
     started: Instant,
     anchor: Option<Anchor>,
     missed: u64,
@@ -336,7 +336,7 @@ impl Sim<'_> {
         let plan = &self.streams[i].spec.plan;
         let media = plan.blocks.get(from.0 as usize).map(|b| b.first_send_time).unwrap_or_default();
         let p = &mut self.players[i];
-        p.run += 1;
+        p.run = p.run.next();
         p.started = now;
         p.anchor = None;
         let run = p.run;
@@ -543,8 +543,14 @@ fn did(d: usize) -> DiskId {
 /// refusal (XTREAM Table 1's "admits N" for nested stream sets). Pure admission arithmetic: no
 /// simulation; run [`run`] on that prefix to check it misses nothing.
 pub fn admitted_prefix(config: &SimConfig, streams: &[SimStream]) -> Result<usize, ProfileError> {
-    let mut c = config.controller()?;
-    Ok(streams
+    Ok(admitted_prefix_by(&mut config.controller()?, streams))
+}
+
+/// How many of `streams`, offered in order, `controller` admits before its first refusal: the
+/// arithmetic of [`admitted_prefix`] for a controller built elsewhere (the disk bench builds
+/// one from measured profiles).
+pub fn admitted_prefix_by(controller: &mut AdmissionController, streams: &[SimStream]) -> usize {
+    streams
         .iter()
         .enumerate()
         .take_while(|(i, s)| {
@@ -557,9 +563,9 @@ pub fn admitted_prefix(config: &SimConfig, streams: &[SimStream]) -> Result<usiz
                     StreamDemand::write(r.avg_bitrate, r.peak_bitrate, r.block_size)
                 }
             };
-            c.admit(sid(*i), &demand).is_admit()
+            controller.admit(sid(*i), &demand).is_admit()
         })
-        .count())
+        .count()
 }
 
 /// The result of [`find_max_n`].

@@ -25,7 +25,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::Sender;
-use isochron_base::{BlockIndex, DiskId, Instant, MediaTime, NodeId, Pace, StreamId, TrackSeqs};
+use isochron_base::{
+    BlockIndex, DiskId, Instant, MediaTime, NodeId, Pace, RunId, StreamId, TrackSeqs,
+};
 use isochron_cluster::message::{Dest, Role};
 use isochron_cluster::{
     ClusterConfig, ClusterCore, Delivery, LocalAction, LocalAnchor, MemberInfo, Message, OpenSpec,
@@ -95,7 +97,7 @@ pub enum SessionCommand {
         /// The local stream.
         stream: StreamId,
         /// The run.
-        run: u64,
+        run: RunId,
         /// Where it stood.
         report: RunReport,
     },
@@ -104,7 +106,7 @@ pub enum SessionCommand {
         /// The local stream.
         stream: StreamId,
         /// The run.
-        run: u64,
+        run: RunId,
         /// Where it stood.
         report: RunReport,
     },
@@ -260,7 +262,7 @@ struct Origin {
     entry: Arc<ObjectEntry>,
     delivery: Delivery,
     opened: bool,
-    run: u64,
+    run: RunId,
     running: bool,
     run_start: Position,
     /// Each track's sequence offset in the current run.
@@ -285,7 +287,7 @@ impl Origin {
             entry,
             delivery,
             opened: false,
-            run: 0,
+            run: RunId(0),
             running: false,
             run_start: Position::START,
             seq_offsets: Vec::new(),
@@ -304,7 +306,7 @@ struct Share {
     entry: Arc<ObjectEntry>,
     /// Whether the sender knows the stream.
     added: bool,
-    run: u64,
+    run: RunId,
 }
 
 /// Everything the manager needs.
@@ -699,14 +701,14 @@ impl Manager {
                 }
             })
             .collect();
-        o.run += 1;
+        o.run = o.run.next();
         o.running = true;
         o.run_start = start;
         o.seq_offsets.clone_from(&seq_offsets);
         let run = o.run;
         let end = action.end;
         let spec = StartSpec { start, end, tracks: RunTracks::new(&tracks), trick };
-        debug!(%stream, run, gsn = %start.gsn, npt = %start.time, ?seq_offsets, ?trick, ?speed, "play");
+        debug!(%stream, %run, gsn = %start.gsn, npt = %start.time, ?seq_offsets, ?trick, ?speed, "play");
         // An open range unless the client asked to stop early (see PlayOutcome::Started).
         let end = end.filter(|e| *e < rec.duration);
         self.cluster.start(now, stream, run, spec, run_pace);
@@ -831,11 +833,11 @@ impl Manager {
                 o.running = false;
                 let at = RunReport { next: None, last_sent }.resume_at(o.run_start);
                 o.next_seqs = Some(next_seqs(&o.seq_offsets, &at));
-                debug!(%stream, run, gsn = %at.gsn, "end of stream");
+                debug!(%stream, %run, gsn = %at.gsn, "end of stream");
                 self.core.handle_end_of_stream(now, stream, at);
             }
             SessionEvent::Failed { stream, run, error } => {
-                warn!(%stream, run, %error, "ending stream: a node cannot go on");
+                warn!(%stream, %run, %error, "ending stream: a node cannot go on");
                 let Some(o) = self.origins.get_mut(&stream) else { return };
                 if o.run == run && o.running && o.waiting.is_none() {
                     o.waiting = Some(Waiting::Fail(Arc::from(error.as_str())));
@@ -883,7 +885,7 @@ impl Manager {
                     local: self.link.as_ref().map(|l| Arc::clone(&l.local_disks)),
                 };
                 let name = entry.record.name.clone();
-                self.shares.insert(key, Share { stream, entry, added: false, run: 0 });
+                self.shares.insert(key, Share { stream, entry, added: false, run: RunId(0) });
                 self.share_of.insert(stream, key);
                 let me = self.me.clone();
                 let reply = DecisionSink::new(move |d| {
@@ -922,11 +924,11 @@ impl Manager {
             LocalAction::Close { key } => self.forget_share(key),
             LocalAction::TakeOver { key, run, dead, from, cause } => {
                 self.take_over(key, run, &dead, from);
-                info!(%key, run, ?dead, ?from, ?cause, "taking over a lost node's part of a session");
+                info!(%key, %run, ?dead, ?from, ?cause, "taking over a lost node's part of a session");
             }
             LocalAction::GiveBack { key, run, dead, node, at } => {
                 let given = self.give_back(key, run, &dead, node, at);
-                info!(%key, run, %node, ?at, given, "a lost node is back: giving its part of a session back");
+                info!(%key, %run, %node, ?at, given, "a lost node is back: giving its part of a session back");
             }
             LocalAction::Withhold { key, run, from, takers, until } => {
                 let Some(blocks) = self.withheld_blocks(key, run, from, takers.as_ref()) else {
@@ -937,7 +939,7 @@ impl Manager {
                 let n = blocks.as_ref().map(Vec::len);
                 let cmd = SenderCommand::Withhold { stream, run, from, blocks, until };
                 let _ = self.sender.send(cmd);
-                info!(%key, run, ?from, ?takers, ?until, blocks = ?n, "this node's part of a session was taken over: holding it back");
+                info!(%key, %run, ?from, ?takers, ?until, blocks = ?n, "this node's part of a session was taken over: holding it back");
             }
             LocalAction::Freeze { key, run } | LocalAction::Thaw { key, run } => {
                 let frozen = matches!(action, LocalAction::Freeze { .. });
@@ -945,16 +947,16 @@ impl Manager {
                 let stream = share.stream;
                 let _ = self.sender.send(SenderCommand::Freeze { stream, run, frozen });
                 if frozen {
-                    info!(%key, run, "the origin of a relayed session is silent: waiting for it");
+                    info!(%key, %run, "the origin of a relayed session is silent: waiting for it");
                 } else {
-                    info!(%key, run, "the origin of a relayed session speaks again: going on");
+                    info!(%key, %run, "the origin of a relayed session speaks again: going on");
                 }
             }
             LocalAction::Release { key, run, at } => {
                 let Some(share) = self.shares.get(&key).filter(|s| s.run == run) else { return };
                 let stream = share.stream;
                 let _ = self.sender.send(SenderCommand::Release { stream, run, at });
-                info!(%key, run, ?at, "taking this node's part of a session back");
+                info!(%key, %run, ?at, "taking this node's part of a session back");
             }
         }
     }
@@ -965,7 +967,7 @@ impl Manager {
     fn withheld_blocks(
         &self,
         key: ShareKey,
-        run: u64,
+        run: RunId,
         from: MediaTime,
         takers: Option<&BTreeSet<NodeId>>,
     ) -> Option<Option<Vec<BlockIndex>>> {
@@ -992,7 +994,7 @@ impl Manager {
     fn give_back(
         &mut self,
         key: ShareKey,
-        run: u64,
+        run: RunId,
         dead: &BTreeSet<NodeId>,
         node: NodeId,
         at: MediaTime,
@@ -1039,7 +1041,7 @@ impl Manager {
     /// Carries out [`LocalAction::TakeOver`]: the blocks of the share's plan from `from` on
     /// whose first copy on a live node is on this node's disks (and that are not already its
     /// own) go to the scheduler (reads) and the pacer (sends) of the running share.
-    fn take_over(&mut self, key: ShareKey, run: u64, dead: &BTreeSet<NodeId>, from: MediaTime) {
+    fn take_over(&mut self, key: ShareKey, run: RunId, dead: &BTreeSet<NodeId>, from: MediaTime) {
         let (Some(link), Some(share)) = (self.link.as_ref(), self.shares.get(&key)) else {
             return;
         };
@@ -1084,7 +1086,7 @@ impl Manager {
     fn start_share(
         &mut self,
         key: ShareKey,
-        run: u64,
+        run: RunId,
         spec: &RunSpec,
         anchor: Option<LocalAnchor>,
     ) {
@@ -1293,7 +1295,7 @@ impl Manager {
         }
     }
 
-    fn share_key(&self, stream: StreamId, run: u64) -> Option<ShareKey> {
+    fn share_key(&self, stream: StreamId, run: RunId) -> Option<ShareKey> {
         let key = *self.share_of.get(&stream)?;
         (self.shares.get(&key)?.run == run).then_some(key)
     }

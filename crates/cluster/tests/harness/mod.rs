@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use isochron_base::Position;
 use isochron_base::{
-    BitRate, DiskId, Epoch, Gsn, Instant, MediaTime, NodeId, ObjectId, Pace, StreamId,
+    BitRate, DiskId, Epoch, Gsn, Instant, MediaTime, NodeId, ObjectId, Pace, RunId, StreamId,
 };
 use isochron_cluster::{
     ClusterConfig, ClusterCore, Delivery, Dest, LocalAction, LocalAnchor, MemberInfo, Message,
@@ -94,7 +94,7 @@ pub struct Sent {
 
 #[derive(Debug)]
 struct Run {
-    run: u64,
+    run: RunId,
     spec: RunSpec,
     /// Clock segments: (from media time, anchor, pace); the last whose `from` ≤ t applies.
     clock: Vec<(MediaTime, LocalAnchor, Pace)>,
@@ -306,7 +306,7 @@ impl Harness {
         self.flush();
     }
 
-    pub fn start(&mut self, origin: u16, stream: u64, run: u64, from_gsn: u64, udp: bool) {
+    pub fn start(&mut self, origin: u16, stream: u64, run: RunId, from_gsn: u64, udp: bool) {
         let now = self.now;
         let dest = if udp {
             Dest::Udp {

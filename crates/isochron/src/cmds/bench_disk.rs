@@ -7,7 +7,7 @@
 //! `--find-max-n` the command searches the most streams that run with no missed deadline
 //! (admission off) and reports what each policy admits. `--fio SECONDS` measures, in the same
 //! invocation, what `fio` reads from each real disk with the same IO size and `O_DIRECT`, for the
-//! efficiency ratio. The work is `isochron_loadgen::diskbench`.
+//! efficiency ratio. The work is `isochron_diskbench`.
 
 #![allow(clippy::print_stdout)]
 
@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use isochron_base::{BitRate, Bytes};
-use isochron_loadgen::diskbench::{
+use isochron_diskbench::{
     AdmissionPolicy, BenchConfig, BenchReport, BenchStore, ClipTrace, Direction, MaxNReport,
     PrepareOptions, SearchConfig, TraceScale, WorkloadKind, find_max_n,
 };
@@ -198,7 +198,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         serde_json::to_value(&report)?
     } else {
-        let report = isochron_loadgen::diskbench::run(&store, &config)?;
+        let report = isochron_diskbench::run(&store, &config)?;
         if !quiet {
             print_report(&report);
         }

@@ -14,9 +14,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use isochron_base::Bytes;
+use isochron_diskbench::{Curve, plot};
 use isochron_diskio::Store;
 use isochron_diskio::profile::{self, ProfileOptions};
-use isochron_loadgen::diskbench::{Curve, plot};
 use isochron_store::DiskModel;
 
 /// profile-disk arguments.

@@ -30,7 +30,7 @@ pub mod run;
 pub mod session;
 pub mod verdict;
 
-pub use crate::latency::LatencySummary;
+pub use isochron_base::LatencySummary;
 pub use mtfc::{Mtfc, MtfcConfig};
 pub use report::{PerN, Sample};
 pub use run::{Load, RunConfig, RunResult, Trial, run};

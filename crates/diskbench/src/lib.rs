@@ -1,8 +1,8 @@
-//! Dummy-stream disk benchmarks in real time: XTREAM's evaluation (§3: "dummy" CBR and VBR
+//! isochron's disk bench. Dummy-stream disk benchmarks in real time: XTREAM's evaluation (§3: "dummy" CBR and VBR
 //! streams, read or write, not sent over the network; Table 1, Fig. 5) on real or emulated disks.
 //!
 //! Why: the scheduler core (`isochron_sched::CycleScheduler`) is measured in virtual time by
-//! `isochron_sched::sim` against a disk *model*; this module drives the same core in real time
+//! `isochron_sched::sim` against a disk *model*; this crate drives the same core in real time
 //! with the real per-disk IO threads (`isochron_diskio::IoWorker`, `O_DIRECT` reads of block
 //! files), so that what admission predicts from a measured profile (Diskbench) can be compared
 //! with what a real disk does. It is what `isochron bench-disk` and `isochron profile-disk` run.
@@ -16,7 +16,8 @@
 //!   how many each admission policy admits;
 //! * [`plot`]: the profile's throughput-against-size plot (SVG).
 //!
-//! Not here: the network (no RTSP, no RTP), and the server's own scheduler thread.
+//! Not here: the network (no RTSP, no RTP; the RTSP bench is `isochron-loadgen`'s), and the
+//! server's own scheduler thread.
 
 pub mod data;
 pub mod plot;
@@ -24,8 +25,8 @@ pub mod run;
 pub mod search;
 pub mod trace;
 
-pub use crate::latency::LatencySummary;
 pub use data::{BenchStore, PrepareOptions};
+pub use isochron_base::LatencySummary;
 pub use run::{BenchConfig, BenchReport, run};
 pub use search::{MaxNReport, SearchConfig, SearchRun, admitted_count, find_max_n};
 pub use trace::{ClipTrace, TraceScale};

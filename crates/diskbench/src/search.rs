@@ -11,7 +11,7 @@
 //! streams are added, which holds for the nested, prefix-stable workloads up to the noise of a
 //! real disk; the runs are all reported so that the noise shows.
 //!
-//! Not here: the runs themselves ([`super::run`](mod@super::run)).
+//! Not here: the runs themselves ([`crate::run`](mod@crate::run)).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -19,8 +19,8 @@ use std::time::Duration;
 use isochron_sched::admission::AdmissionPolicy;
 use serde::Serialize;
 
-use super::data::BenchStore;
-use super::run::{self, BenchConfig, BenchReport};
+use crate::data::BenchStore;
+use crate::run::{self, BenchConfig, BenchReport};
 
 /// How to search.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,7 +85,7 @@ pub fn admitted_count(
 ) -> anyhow::Result<usize> {
     let c = BenchConfig { policy, ..config.clone() };
     let (mut controller, _) = run::controller(store, &c)?;
-    Ok(run::admitted_prefix(&mut controller, &c.workload(store, offered)))
+    Ok(isochron_sched::sim::admitted_prefix_by(&mut controller, &c.workload(store, offered)))
 }
 
 /// Searches MaxN for `base`'s workload (its `streams` and `policy` are ignored); `on_run` sees

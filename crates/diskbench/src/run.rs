@@ -25,7 +25,7 @@
 //! Throughput and utilisation are measured in the steady state: from one cycle after the last
 //! arrival to the end, from the IO threads' counters.
 //!
-//! Not here: the search for MaxN ([`super::search`]), and any network.
+//! Not here: the search for MaxN ([`crate::search`]), and any network.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
@@ -35,20 +35,19 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use isochron_base::mix::{SplitMix64, hash_words};
-use isochron_base::{BitRate, BlockIndex, BlockKey, DiskId, Instant, MediaTime, StreamId};
-use isochron_diskio::{AlignedBuf, IoCommand, IoConfig, IoDone, IoStats, IoWorker};
-use isochron_sched::admission::{
-    AdmissionConfig, AdmissionController, AdmissionPolicy, Direction, StreamDemand,
+use isochron_base::{
+    BitRate, BlockIndex, BlockKey, DiskId, Instant, LatencySummary, MediaTime, RunId, StreamId,
 };
+use isochron_diskio::{AlignedBuf, IoCommand, IoConfig, IoDone, IoStats, IoWorker};
+use isochron_sched::admission::{AdmissionConfig, AdmissionController, AdmissionPolicy, Direction};
 use isochron_sched::cycle::{CycleConfig, CycleEvent, CycleScheduler, IoClass, RecordBlock};
 use isochron_sched::plan::{Anchor, ReadDone};
-use isochron_sched::sim::{SimStream, staggered};
+use isochron_sched::sim::{SimStream, admitted_prefix_by, staggered};
 use isochron_sched::workload::{self, WorkloadKind, WorkloadSpec};
 use isochron_store::Block;
 use serde::Serialize;
 
-use super::data::{BenchStore, ProfileSource};
-use crate::latency::LatencySummary;
+use crate::data::{BenchStore, ProfileSource};
 
 /// A block as the scheduler's cache holds it.
 type BlockRef = Arc<Block<AlignedBuf>>;
@@ -221,7 +220,7 @@ pub fn run(store: &BenchStore, config: &BenchConfig) -> anyhow::Result<BenchRepo
     let (controller, mut disks) = controller(store, config)?;
     let mut offered = config.workload(store, config.streams);
     let mut prefix = controller.clone();
-    let admitted = admitted_prefix(&mut prefix, &offered);
+    let admitted = admitted_prefix_by(&mut prefix, &offered);
     for d in &mut disks {
         d.predicted_load = prefix.utilisation(DiskId(d.id)).unwrap_or(0.0);
     }
@@ -343,32 +342,12 @@ pub fn controller(
     Ok((AdmissionController::new(config.admission_config(), profiles), disks))
 }
 
-/// How many of `streams`, offered in order, `controller` admits before its first refusal.
-pub fn admitted_prefix(controller: &mut AdmissionController, streams: &[SimStream]) -> usize {
-    streams
-        .iter()
-        .enumerate()
-        .take_while(|(i, s)| {
-            let demand = match s.spec.direction {
-                Direction::Read => {
-                    StreamDemand::read(&s.spec.plan, s.spec.avg_bitrate, s.spec.peak_bitrate)
-                }
-                Direction::Write => {
-                    let r = s.spec.record(sid(*i));
-                    StreamDemand::write(r.avg_bitrate, r.peak_bitrate, r.block_size)
-                }
-            };
-            controller.admit(sid(*i), &demand).is_admit()
-        })
-        .count()
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Timer {
     Arrive(usize),
     Restart(usize),
-    Check { stream: usize, run: u64, index: u32 },
-    BlockDone { stream: usize, run: u64, index: u32 },
+    Check { stream: usize, run: RunId, index: u32 },
+    BlockDone { stream: usize, run: RunId, index: u32 },
     Produce { stream: usize, index: u32 },
     Steady,
 }
@@ -377,7 +356,7 @@ enum Timer {
 struct Player {
     admitted: bool,
     arrival: Instant,
-    run: u64,
+    run: RunId,
     requested: Instant,
     anchor: Option<Anchor>,
     /// The next block index the consumer expects to be delivered.
@@ -590,7 +569,7 @@ impl Driver<'_> {
         let plan = &self.streams[i].spec.plan;
         let media = plan.blocks.get(from.0 as usize).map(|b| b.first_send_time).unwrap_or_default();
         let p = &mut self.players[i];
-        p.run += 1;
+        p.run = p.run.next();
         p.requested = now;
         p.anchor = None;
         p.next = from.0;
@@ -625,7 +604,7 @@ impl Driver<'_> {
         Some(a.wall + send.saturating_duration_since(a.media))
     }
 
-    fn check(&mut self, now: Instant, i: usize, run: u64, index: u32) {
+    fn check(&mut self, now: Instant, i: usize, run: RunId, index: u32) {
         if self.players[i].run != run {
             return;
         }

@@ -13,7 +13,7 @@
 //! in the catalog, cycling over [`WRITE_SLOTS`] files per stream, and are deleted after the run
 //! (or, after a crash, by the store's recovery).
 //!
-//! Not here: timing (see [`super::run`](mod@super::run)).
+//! Not here: timing (see [`crate::run`](mod@crate::run)).
 
 use std::collections::BTreeMap;
 use std::path::Path;
