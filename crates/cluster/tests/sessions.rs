@@ -80,9 +80,10 @@ fn control_traffic_is_tiny_next_to_the_media() {
         .sum();
     assert!(session * 1000 < media, "{session} control bytes for {media} media bytes");
     let heartbeats = h.message_bytes["ping"] + h.message_bytes["pong"];
-    // 4 nodes, 12 directed pairs, a ping and a pong every 100 ms for 25 s: under 40 bytes each
-    // (about 600 bytes a second per pair, against megabits of media).
-    assert!(heartbeats < 12 * 2 * 250 * 40, "{heartbeats} heartbeat bytes");
+    // 4 nodes, 12 directed pairs, a ping and a pong every heartbeat (50 ms) for 25 s: under 40
+    // bytes each (about 1,200 bytes a second per pair, against megabits of media).
+    let beats = Duration::from_secs(25).as_millis() / h.node(1).core.config().heartbeat.as_millis();
+    assert!(heartbeats < 12 * 2 * beats as u64 * 40, "{heartbeats} heartbeat bytes");
 }
 
 #[test]

@@ -618,7 +618,9 @@ impl<B: AsRef<[u8]>> Pacer<B> {
     /// not sent. Until the give-back point is known (`until`, else [`Self::handle_release`])
     /// the stream waits at the first of them; then those of blocks whose first packet is at or
     /// before it are passed over (the others send them) and the rest are sent. Earlier
-    /// packets and other blocks are still its own. Replaces an earlier withhold; ends a hold.
+    /// packets and other blocks are still its own. Replaces an earlier withhold. A word for
+    /// every block ends a hold; a word for some (one taker's: the others' may be on its way)
+    /// does not: the hold runs out its window before the other blocks' overdue packets go.
     /// Returns `false` for an unknown stream, another run, or a stream that is not playing.
     pub fn handle_withhold(
         &mut self,
@@ -633,15 +635,18 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         if s.run != run || !s.playing {
             return false;
         }
-        let blocks = blocks.map(|b| b.iter().copied().collect());
+        let blocks: Option<BTreeSet<BlockIndex>> = blocks.map(|b| b.iter().copied().collect());
         let wait_until = now + self.config.release_wait;
         let told_at = s
             .anchor
             .map_or(from, |a| a.media + s.pace.media_span(now.saturating_duration_since(a.wall)));
+        let whole = blocks.is_none();
         s.withheld = Some(Withheld { from, blocks, until, wait_until, told_at });
-        // The word came: no hold for this stretch of lateness.
-        s.hold_until = None;
-        s.hold_used = true;
+        if whole {
+            // The whole word came: no hold for this stretch of lateness.
+            s.hold_until = None;
+            s.hold_used = true;
+        }
         s.generation += 1;
         s.scheduled = false;
         Self::schedule(&mut self.heap, s, &mut self.stats);
@@ -681,8 +686,10 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             return false;
         };
         w.until = Some(at);
-        s.hold_until = None;
-        s.hold_used = true;
+        if w.blocks.is_none() {
+            s.hold_until = None;
+            s.hold_used = true;
+        }
         s.generation += 1;
         s.scheduled = false;
         Self::schedule(&mut self.heap, s, &mut self.stats);
@@ -1118,7 +1125,8 @@ impl<B: AsRef<[u8]>> Pacer<B> {
     /// instant): a share overdue past `hold_after` is held for `hold_window`, once per stretch
     /// of lateness; not one held back by its client (its timing is the client's), one
     /// catching up on blocks it took over (their lateness is the lost node's), nor one told
-    /// already that its part was taken over (withheld).
+    /// already that its whole part was taken over (withheld). One told of some blocks is held
+    /// all the same: the word for the others may be on its way.
     fn hold(config: &PacerConfig, s: &mut Paced<B>, now: Instant) -> Option<Instant> {
         let after = config.hold_after.filter(|_| s.setup.share.is_some())?;
         if let Some(until) = s.hold_until {
@@ -1134,9 +1142,10 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             s.hold_used = false;
             return None;
         }
-        // Not a second time, nor when the word came already (withheld), nor for a client's
-        // timing or a takeover's catch-up.
-        if s.hold_used || s.withheld.is_some() || s.held || s.resume.is_some() {
+        // Not a second time, nor when the whole word came already (withheld, every block),
+        // nor for a client's timing or a takeover's catch-up.
+        let told_all = s.withheld.as_ref().is_some_and(|w| w.blocks.is_none());
+        if s.hold_used || told_all || s.held || s.resume.is_some() {
             return None;
         }
         s.hold_used = true;
@@ -2267,14 +2276,39 @@ mod tests {
         let mut p = held_share_under_way();
         let mut got = Vec::new();
         // One node took blocks 3 and 7 over from 80 ms, given back after block 5's (260 ms):
-        // block 3 is passed over, the rest is this node's (overdue, sent at once).
+        // block 3 is passed over, the rest is this node's (overdue: sent when the hold ends,
+        // as another taker's word for them may be on its way).
         let taken = [BlockIndex(3), BlockIndex(7)];
         let from = MediaTime::from_nanos(80_000_000);
         let until = Some(MediaTime::from_nanos(260_000_000));
         assert!(p.handle_withhold(ms(2_000), StreamId(1), RunId(1), from, Some(&taken), until));
-        drive_from(&mut p, ms(2_000), ms(2_000), &mut got);
+        drive_from(&mut p, ms(2_000), ms(2_299), &mut got);
+        assert_eq!(seqs(&got), [0u16; 0], "a word for some blocks does not end the hold");
+        drive_from(&mut p, ms(2_300), ms(2_300), &mut got);
         assert_eq!(seqs(&got), [7, 8, 9, 25, 26, 27, 28, 29, 35, 36, 37, 38, 39]);
-        assert!(got.iter().all(|g| g.0 == 2_000), "the word ends the hold: {got:?}");
+    }
+
+    #[test]
+    fn a_share_told_by_one_taker_waits_out_its_hold_for_the_others_word() {
+        // Held from 2 s (until 2.3 s). Two nodes took its part over from 80 ms, each the
+        // blocks whose next copy it holds; their words come one after the other. Sending the
+        // blocks outside the first word at once sent the second taker's twice (seen in the
+        // stand-still test: whole blocks from the resumed origin, duplicates at the clients).
+        let mut p = held_share_resumed();
+        let mut got = Vec::new();
+        let from = MediaTime::from_nanos(80_000_000);
+        let until = Some(MediaTime::from_nanos(260_000_000));
+        let first = [BlockIndex(3)];
+        assert!(p.handle_withhold(ms(2_000), StreamId(1), RunId(1), from, Some(&first), until));
+        drive_from(&mut p, ms(2_000), ms(2_100), &mut got);
+        assert_eq!(seqs(&got), [0u16; 0], "still held: the other taker's word may come");
+        let both = [BlockIndex(1), BlockIndex(3), BlockIndex(5)];
+        assert!(p.handle_withhold(ms(2_100), StreamId(1), RunId(1), from, Some(&both), until));
+        drive_from(&mut p, ms(2_100), ms(2_300), &mut got);
+        // Packet 7 is before the takeover; blocks 1, 3 and 5 are the takers' up to the
+        // give-back point; block 7 is after it, this node's again.
+        assert_eq!(seqs(&got), [7, 35, 36, 37, 38, 39]);
+        assert!(got.iter().all(|g| g.0 == 2_300), "at the hold's end: {got:?}");
     }
 
     #[test]

@@ -380,7 +380,8 @@ impl Manager {
 
     /// Runs until every command sender is gone.
     pub(crate) async fn run(mut self, mut rx: mpsc::UnboundedReceiver<SessionCommand>) {
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        // The cluster core's timers (heartbeats first) are due at most a heartbeat apart.
+        let mut tick = tokio::time::interval(self.cluster.config().heartbeat);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut stalls_seen = self.cluster.stalls();
         loop {

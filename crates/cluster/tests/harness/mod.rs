@@ -526,9 +526,10 @@ impl Harness {
                         continue;
                     }
                     // The server's pacer holds a stream overdue past `hold_after`, once, unless
-                    // the word came already (withheld).
+                    // the word for its whole part came already (withheld, every block).
                     let late = local.saturating_duration_since(due);
-                    if late > hold_after && !r.hold_used && r.withhold.is_none() {
+                    let told_all = r.withhold.as_ref().is_some_and(|w| w.1.is_none());
+                    if late > hold_after && !r.hold_used && !told_all {
                         r.hold_used = true;
                         r.hold_until = Some(local + hold_window);
                         break;
@@ -787,9 +788,13 @@ impl Harness {
                         .collect()
                 });
                 if let Some(r) = node.runs.get_mut(&key).filter(|r| r.run == run && !r.ended) {
+                    // A word for some blocks (one taker's) leaves the hold to run out: the
+                    // other takers' word may be on its way (the pacer's rule).
+                    if blocks.is_none() {
+                        r.hold_until = None;
+                        r.hold_used = true;
+                    }
                     r.withhold = Some((from, blocks, until.map(holding)));
-                    r.hold_until = None;
-                    r.hold_used = true;
                 }
             }
             LocalAction::Release { key, run, at } => {
@@ -800,7 +805,9 @@ impl Harness {
                     let holding =
                         at.as_nanos() / PACKET_INTERVAL.as_nanos() as u64 / PACKETS_PER_BLOCK;
                     *until = Some(holding);
-                    r.hold_until = None;
+                    if r.withhold.as_ref().is_some_and(|w| w.1.is_none()) {
+                        r.hold_until = None;
+                    }
                 }
             }
             LocalAction::Bye { key } => node.byes.push(key),

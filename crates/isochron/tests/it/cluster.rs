@@ -1479,18 +1479,17 @@ fn a_node_that_stands_still_ends_no_stream() {
             );
         }
     }
-    // Sent twice per pause: the stopped node's part between how far its last heartbeat said it
-    // had got, less the progress margin, and where it stopped (about 0.1 to 0.2 s of its
-    // third of the stream). Not what fell due while it stood still: told on resuming that it
-    // was taken over, it held that back and took its part back where the others gave it back
+    // Sent twice per pause: the stopped node's part between how far its last heartbeat (every
+    // 50 ms) said it had got, less the 30 ms progress margin, and where it stopped (10 to 15
+    // packets a play). Not what fell due while it stood still: told on resuming that it was
+    // taken over, it held that back and took its part back where the others gave it back
     // (`docs/design/takeover.md`), and the others sent none of what they had read ahead past
-    // that point. Measured 0 to 0.41 % alone and beside the other cluster tests, 0.91 % with
-    // twice their load on 2 cores (13.3 % when the resumed node sent what fell due, and the
-    // takers their lookahead). The bound is 1 %; asserted at 2 % because the takeover's start
-    // (the last heartbeat's progress) ages with the machine's load, and a busier machine than
-    // the suite's must not fail the test.
+    // that point. Measured 0, 0, 0.49 % alone, 0 beside the other cluster tests (13.3 % when
+    // the resumed node sent what fell due and the takers their lookahead; up to 0.91 % with
+    // 100 ms heartbeats, a 100 ms margin, and a resumed origin that sent the blocks of a taker
+    // whose word came second).
     eprintln!("duplicates: {duplicates} of {received} packets received");
-    assert!(duplicates <= 0.02 * received, "{duplicates} of {received} packets were duplicates");
+    assert!(duplicates <= 0.01 * received, "{duplicates} of {received} packets were duplicates");
     // The object reads back whole through any node (`isochron cat --server`).
     let back = tmp(&d, "cat-paused.ts");
     let res = run(
@@ -1565,9 +1564,10 @@ fn an_entry_node_that_stands_still_past_its_lease_ends_no_stream() {
         (child, out, format!("isochron play {i} through n1 past its pause"))
     });
     let (received, duplicates) = check_plays_to_the_bye(&c, plays, &want);
-    // As in `a_node_that_stands_still_ends_no_stream`: measured 0.01 to 0.9 % (five runs).
+    // As in `a_node_that_stands_still_ends_no_stream`: measured 0.43 % beside the other
+    // cluster tests, 0.22 % beside the stand-still test (0.01 to 0.9 % with 100 ms heartbeats).
     eprintln!("duplicates: {duplicates} of {received} packets received");
-    assert!(duplicates <= 0.02 * received, "{duplicates} of {received} packets were duplicates");
+    assert!(duplicates <= 0.01 * received, "{duplicates} of {received} packets were duplicates");
     let err = c.child_output_within(ffmpeg, Duration::from_secs(60));
     let got = framemd5_packets(&std::fs::read_to_string(&md5).unwrap_or_default());
     if let Err(e) = common::check_ffmpeg_copy(&got, &common::source_framemd5(&clip)) {
