@@ -579,8 +579,7 @@ impl Driver<'_> {
 
     fn restart(&mut self, now: Instant, i: usize) {
         let s = &self.streams[i];
-        let n = s.spec.plan.blocks.len() as u64;
-        let from = BlockIndex(u32::try_from(self.rng.next_u64() % (n / 2).max(1)).unwrap_or(0));
+        let from = s.restart_block(self.rng.next_u64());
         self.sched.handle_stop(now, sid(i));
         self.start(now, i, from);
         if let Some(every) = s.restart_every {

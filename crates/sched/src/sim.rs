@@ -116,6 +116,17 @@ pub struct SimStream {
     pub restart_every: Option<Duration>,
 }
 
+impl SimStream {
+    /// Where a restart (see `restart_every`) begins, from a uniform random `draw`: a block in
+    /// the first half, so the stream has blocks left to play. Both drivers of a workload, this
+    /// simulator and the real-time disk bench, restart streams alike.
+    #[must_use]
+    pub fn restart_block(&self, draw: u64) -> BlockIndex {
+        let n = self.spec.plan.blocks.len() as u64;
+        BlockIndex(u32::try_from(draw % (n / 2).max(1)).unwrap_or(0))
+    }
+}
+
 /// Streams arriving about one every `spacing`: stream `i` at `(i + u_i)·spacing` with `u_i`
 /// uniform in `[0, 1)` from `seed` (stratified: the order is kept, and no arrival pattern
 /// resonates with the streams' block periods as a fixed spacing can). None restarts.
@@ -345,9 +356,7 @@ impl Sim<'_> {
 
     fn restart(&mut self, now: Instant, i: usize) {
         let s = &self.streams[i];
-        let n = s.spec.plan.blocks.len() as u64;
-        // A random block in the first half, so the stream has blocks left to play.
-        let from = BlockIndex(u32::try_from(self.rng.next_u64() % (n / 2).max(1)).unwrap_or(0));
+        let from = s.restart_block(self.rng.next_u64());
         self.sched.handle_stop(now, sid(i));
         self.start(now, i, from);
         if let Some(every) = s.restart_every {
