@@ -15,8 +15,12 @@
 //! arrival.
 //!
 //! The slots are a ring indexed by the extended number, grown (never shrunk) when the packets
-//! held span more of it; in steady state a packet costs no allocation. Released and lost slots
-//! stay in the ring until reused, which is how a late copy is told from a duplicate.
+//! held span more of it; in steady state a packet costs no allocation. A copy of a number already
+//! decided is told late or duplicate by the numbers skipped as lost, which are remembered apart
+//! from the ring (as far back as 16-bit numbers can be ordered, `MAX_SPAN`): the ring spans only
+//! the packets held, a few milliseconds of a fast stream, while a retransmission asked for twice
+//! can bring its second copy hundreds of milliseconds after the first (every number below the
+//! next to release was either released or lost, so one not remembered lost is a duplicate).
 //!
 //! Not here: payloads, sources, clocks (`now` is an argument), sockets.
 
@@ -61,13 +65,8 @@ pub struct ReorderStats {
     pub reordered: u64,
 }
 
-#[derive(Clone, Debug)]
-enum Slot<T> {
-    Empty,
-    Held { ext: u64, item: T },
-    Released(u64),
-    Lost(u64),
-}
+/// A held packet: its extended number and what is held for it.
+type Slot<T> = Option<(u64, T)>;
 
 /// The jitter buffer of one session (see the module docs); `T` is what is held per packet.
 #[derive(Clone, Debug)]
@@ -80,6 +79,11 @@ pub struct ReorderBuffer<T> {
     highest: Option<u64>,
     /// Before the start is known: the lowest number held.
     lowest: Option<u64>,
+    /// The first number released or skipped: numbers below it are late.
+    first: Option<u64>,
+    /// Numbers skipped as lost and not received since, ascending, none more than `MAX_SPAN`
+    /// below `next`.
+    skipped: VecDeque<u64>,
     /// Held packets in arrival order: `(arrival, ext)`; entries below `next` are stale.
     queue: VecDeque<(Instant, u64)>,
     held: usize,
@@ -94,9 +98,11 @@ impl<T> ReorderBuffer<T> {
     pub fn new(hold: Duration) -> Self {
         Self {
             hold,
-            slots: (0..INITIAL_SLOTS).map(|_| Slot::Empty).collect(),
+            slots: (0..INITIAL_SLOTS).map(|_| None).collect(),
             next: None,
             highest: None,
+            first: None,
+            skipped: VecDeque::new(),
             lowest: None,
             queue: VecDeque::with_capacity(INITIAL_SLOTS),
             held: 0,
@@ -147,22 +153,21 @@ impl<T> ReorderBuffer<T> {
         if let Some(next) = self.next
             && ext < next
         {
-            return match &self.slots[(ext & mask) as usize] {
-                Slot::Released(e) if *e == ext => {
-                    self.stats.duplicates += 1;
-                    Arrival::Duplicate(item)
-                }
-                Slot::Lost(e) if *e == ext => {
+            if self.first.is_none_or(|f| ext < f) {
+                self.stats.late += 1;
+                return Arrival::Late(item);
+            }
+            return match self.skipped.binary_search(&ext) {
+                Ok(i) => {
                     // It came after all, too late to be released.
+                    self.skipped.remove(i);
                     self.stats.lost -= 1;
                     self.stats.late += 1;
-                    self.slots[(ext & mask) as usize] = Slot::Released(ext);
                     Arrival::Late(item)
                 }
-                // Older than the ring remembers.
-                _ => {
-                    self.stats.late += 1;
-                    Arrival::Late(item)
+                Err(_) => {
+                    self.stats.duplicates += 1;
+                    Arrival::Duplicate(item)
                 }
             };
         }
@@ -178,11 +183,11 @@ impl<T> ReorderBuffer<T> {
         }
         let mask = self.slots.len() as u64 - 1;
         let slot = &mut self.slots[(ext & mask) as usize];
-        if matches!(slot, Slot::Held { ext: e, .. } if *e == ext) {
+        if slot.as_ref().is_some_and(|(e, _)| *e == ext) {
             self.stats.duplicates += 1;
             return Arrival::Duplicate(item);
         }
-        *slot = Slot::Held { ext, item };
+        *slot = Some((ext, item));
         self.held += 1;
         let at = self.queue.back().map_or(at, |(last, _)| at.max(*last));
         self.queue.push_back((at, ext));
@@ -212,18 +217,20 @@ impl<T> ReorderBuffer<T> {
                     return None;
                 }
                 self.next = self.lowest.take();
+                self.first = self.next;
                 continue;
             };
             let mask = self.slots.len() as u64 - 1;
             let i = (next & mask) as usize;
-            match std::mem::replace(&mut self.slots[i], Slot::Released(next)) {
-                Slot::Held { ext, item } if ext == next => {
-                    self.next = Some(next + 1);
-                    self.held -= 1;
-                    self.stats.released += 1;
-                    return Some((next, item));
-                }
-                other => self.slots[i] = other,
+            if self.first.is_none() {
+                self.first = Some(next);
+            }
+            if self.slots[i].as_ref().is_some_and(|(e, _)| *e == next) {
+                let (_, item) = self.slots[i].take()?;
+                self.next = Some(next + 1);
+                self.held -= 1;
+                self.stats.released += 1;
+                return Some((next, item));
             }
             // A gap: skip it once the oldest packet held has waited its time.
             while self.queue.front().is_some_and(|(_, e)| *e < next) {
@@ -233,8 +240,11 @@ impl<T> ReorderBuffer<T> {
             if !self.due(oldest, now) {
                 return None;
             }
-            self.slots[i] = Slot::Lost(next);
             self.stats.lost += 1;
+            self.skipped.push_back(next);
+            while self.skipped.front().is_some_and(|&e| next - e > MAX_SPAN) {
+                self.skipped.pop_front();
+            }
             self.next = Some(next + 1);
         }
     }
@@ -260,22 +270,13 @@ impl<T> ReorderBuffer<T> {
         self.flushing || arrival + self.hold <= now
     }
 
-    /// Re-places every slot in a ring of `size` (a power of two ≥ the span held); slots held
-    /// win over remembered ones.
+    /// Re-places every held packet in a ring of `size` (a power of two ≥ the span held).
     fn grow(&mut self, size: usize) {
         let size = size.max(self.slots.len() * 2);
-        let old = std::mem::replace(&mut self.slots, (0..size).map(|_| Slot::Empty).collect());
+        let old = std::mem::replace(&mut self.slots, (0..size).map(|_| None).collect());
         let mask = size as u64 - 1;
-        let mut held = Vec::with_capacity(self.held);
-        for s in old {
-            match s {
-                Slot::Empty => {}
-                Slot::Held { ext, .. } => held.push((ext, s)),
-                Slot::Released(e) | Slot::Lost(e) => self.slots[(e & mask) as usize] = s,
-            }
-        }
-        for (ext, s) in held {
-            self.slots[(ext & mask) as usize] = s;
+        for (ext, item) in old.into_iter().flatten() {
+            self.slots[(ext & mask) as usize] = Some((ext, item));
         }
         self.queue.reserve(size.saturating_sub(self.queue.capacity()));
     }
@@ -415,6 +416,26 @@ mod tests {
         assert_eq!(b.push(ms(t0, 152), 9, 9), Arrival::Late(9), "before the start");
         let s = b.stats();
         assert_eq!((s.released, s.lost, s.late, s.duplicates), (2, 0, 2, 3));
+    }
+
+    #[test]
+    fn a_copy_far_behind_the_ring_is_still_a_duplicate_and_a_lost_one_still_late() {
+        // Packets 0..10 000 in order, 5 missing: the ring never grows past its first size,
+        // which the copies below come far behind (a retransmission asked for twice, at
+        // tens of thousands of packets a second).
+        let (t0, mut b) = started(0);
+        for seq in (0..10_000u16).filter(|&s| s != 5) {
+            b.push(ms(t0, u64::from(seq) / 10), seq, seq);
+            drain(&mut b, ms(t0, u64::from(seq) / 10));
+        }
+        assert_eq!(b.slots.len(), INITIAL_SLOTS);
+        let (s, now) = (b.stats(), ms(t0, 1_000));
+        assert_eq!((s.released, s.lost), (9_999, 1));
+        assert_eq!(b.push(now, 7, 7), Arrival::Duplicate(7), "released 9 993 packets ago");
+        assert_eq!(b.push(now, 5, 5), Arrival::Late(5), "skipped as lost");
+        assert_eq!(b.push(now, 5, 5), Arrival::Duplicate(5), "a second late copy");
+        let s = b.stats();
+        assert_eq!((s.lost, s.late, s.duplicates), (0, 1, 2));
     }
 
     #[test]
