@@ -149,7 +149,6 @@ impl<T> ReorderBuffer<T> {
     /// Packet `seq` arrived at `at` (arrivals in time order) carrying `item`.
     pub fn push(&mut self, at: Instant, seq: u16, item: T) -> Arrival<T> {
         let ext = self.extend(seq);
-        let mask = self.slots.len() as u64 - 1;
         if let Some(next) = self.next
             && ext < next
         {
