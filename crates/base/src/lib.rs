@@ -1,4 +1,4 @@
-//! Identifiers, unit newtypes and the time type shared by every isochron crate.
+//! Identifiers, unit newtypes, the time type and the IO failure shared by every isochron crate.
 //!
 //! Why a crate of its own: the sans-IO cores (`media`, `rtp`, `rtsp`, `store`, `sched`) and the
 //! drivers (`server`, the simulator, tests) must agree on what a block key, a stream id or an
@@ -8,6 +8,7 @@
 //! This crate does not read clocks, allocate threads or do IO: [`Instant`] is a plain number that
 //! drivers produce from their own clock, which is what lets the simulator run in virtual time.
 
+pub mod failure;
 pub mod ids;
 pub mod latency;
 pub mod mix;
@@ -17,6 +18,7 @@ pub mod time;
 pub mod tracks;
 pub mod units;
 
+pub use failure::{IoFailure, IoFailureKind};
 pub use ids::{BlockIndex, BlockKey, DiskId, Epoch, Gsn, NodeId, ObjectId, RunId, StreamId};
 pub use latency::LatencySummary;
 pub use position::Position;

@@ -47,7 +47,8 @@ use isochron_base::{
 
 use crate::clock::ClockSync;
 use crate::message::{
-    Dest, Message, Refusal, Role, RunSpec, RunTracks, ShareKey, ShareReport, WallAnchor,
+    Dest, Message, Refusal, Role, RunSpec, RunTracks, ShareFailure, ShareKey, ShareReport,
+    WallAnchor,
 };
 
 /// Settings of a [`ClusterCore`].
@@ -1063,7 +1064,13 @@ impl ClusterCore {
     }
 
     /// This node's part of a run cannot go on.
-    pub fn handle_share_failed(&mut self, now: Instant, key: ShareKey, run: RunId, error: String) {
+    pub fn handle_share_failed(
+        &mut self,
+        now: Instant,
+        key: ShareKey,
+        run: RunId,
+        error: &ShareFailure,
+    ) {
         match self.shares.get(&key) {
             Some(s) if s.run == Some(run) => {
                 if s.orphan {

@@ -26,5 +26,6 @@ pub use crate::core::{
     MemberView, OpenSpec, SessionEvent, StartSpec, StopKind,
 };
 pub use crate::message::{
-    Dest, Message, Refusal, Role, RunSpec, RunTracks, ShareKey, ShareReport, TrackSpec, WallAnchor,
+    Dest, Message, Refusal, Role, RunSpec, RunTracks, ShareFailure, ShareKey, ShareReport,
+    TrackSpec, WallAnchor,
 };

@@ -12,8 +12,8 @@ use std::fmt;
 use std::net::SocketAddr;
 
 use isochron_base::{
-    BitRate, DiskId, Epoch, MAX_TRACKS, MediaTime, NodeId, ObjectId, Pace, Position, RunId,
-    StreamId,
+    BitRate, BlockIndex, DiskId, Epoch, IoFailure, MAX_TRACKS, MediaTime, NodeId, ObjectId, Pace,
+    Position, RunId, StreamId,
 };
 
 /// One node's part in one session: the session's node (`origin`) and its stream id there.
@@ -213,6 +213,33 @@ impl fmt::Display for Refusal {
         match self.disk {
             Some(d) => write!(f, "node {} disk {d}: {}", self.node, self.reason),
             None => write!(f, "node {}: {}", self.node, self.reason),
+        }
+    }
+}
+
+/// Why this node's part of a run cannot go on ([`crate::ClusterCore::handle_share_failed`]);
+/// the origin hears it, with the node's name, as [`Message::Failed`] and ends the session with
+/// it as the reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ShareFailure {
+    /// A block could not be read from any copy this node can reach.
+    Read(IoFailure),
+    /// A block the run still has to send has no copy on a live node (the origin's word:
+    /// nobody can send it).
+    NoCopy(BlockIndex),
+    /// The share has no transport to its client: the client's connection closed, or the
+    /// origin's relay address is unknown.
+    NoTransport,
+}
+
+impl fmt::Display for ShareFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Read(e) => e.fmt(f),
+            Self::NoCopy(i) => write!(f, "block {} has no copy on a live node", i.0),
+            Self::NoTransport => {
+                f.write_str("no transport to the client (connection closed or origin unknown)")
+            }
         }
     }
 }

@@ -30,7 +30,8 @@ use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use isochron_base::{
-    BlockIndex, BlockKey, DiskId, MediaTime, ObjectId, Pace, Replicas, RunId, StreamId,
+    BlockIndex, BlockKey, DiskId, IoFailure, IoFailureKind, MediaTime, ObjectId, Pace, Replicas,
+    RunId, StreamId,
 };
 use isochron_diskio::{
     IoCommand, IoStats, IoWorker, ReadDone as DiskReadDone, WriteDone as DiskWriteDone,
@@ -55,7 +56,7 @@ pub enum RecordEvent {
     /// A copy of a block is durably on a disk (with K copies, one event per disk).
     Written(BlockKey, DiskId),
     /// A block could not be written.
-    Failed(BlockKey, String),
+    Failed(BlockKey, IoFailure),
 }
 
 /// What the scheduler thread tells the rest of the server, through its [`SchedSink`].
@@ -66,7 +67,7 @@ pub enum SchedEvent {
         /// The stream.
         stream: StreamId,
         /// Why.
-        error: String,
+        error: IoFailure,
     },
     /// A copy of a block could not be read (a stream's or HTTP delivery's read failed over to
     /// another copy): it wants repairing from a good copy.
@@ -76,7 +77,7 @@ pub enum SchedEvent {
         /// The disk of the bad copy.
         disk: DiskId,
         /// Why it failed.
-        error: String,
+        error: IoFailure,
     },
 }
 
@@ -264,7 +265,7 @@ pub enum SchedCommand {
         /// The block.
         key: BlockKey,
         /// Where the block goes.
-        reply: oneshot::Sender<Result<SharedBlock, String>>,
+        reply: oneshot::Sender<Result<SharedBlock, IoFailure>>,
     },
     /// A non-real-time read issued for [`SchedCommand::HttpRead`] finished.
     HttpReadDone(DiskReadDone),
@@ -364,13 +365,13 @@ pub struct DiskSnapshot {
 
 /// An HTTP delivery read in flight: where its answer goes and which copies are left to try.
 struct HttpPending {
-    reply: oneshot::Sender<Result<SharedBlock, String>>,
+    reply: oneshot::Sender<Result<SharedBlock, IoFailure>>,
     key: BlockKey,
     copies: Replicas,
     /// The index in `copies` of the copy being read.
     at: usize,
     /// What the copies tried so far said.
-    errors: Vec<String>,
+    errors: Vec<IoFailure>,
 }
 
 /// Real-time reads completed per disk, counted where the completions arrive.
@@ -493,7 +494,8 @@ impl SchedThread {
                     if s.handle_record_block(now, stream, RecordBlock { key, disk, len }) {
                         pending_writes.insert((key, disk), block);
                     } else if let Some(tx) = recorders.get(&stream) {
-                        let _ = tx.send(RecordEvent::Failed(key, "not an open recording".into()));
+                        let closed = IoFailure::new(IoFailureKind::Closed, "not an open recording");
+                        let _ = tx.send(RecordEvent::Failed(key, closed));
                     }
                 }
                 Some(SchedCommand::Start { stream, run, from, media, pinned: None }) => {
@@ -532,12 +534,12 @@ impl SchedThread {
                         d.reads += 1;
                         d.bytes += block.as_bytes().len() as u64;
                     }
-                    let result = done.result.map_err(|e| e.to_string());
+                    let result = done.result.map_err(IoFailure::from);
                     s.handle_read_done(now, ReadDone { disk: done.disk, key: done.key, result });
                 }
                 Some(SchedCommand::WriteDone(done)) => {
                     pending_writes.remove(&(done.key, done.disk));
-                    let result = done.result.map_err(|e| e.to_string());
+                    let result = done.result.map_err(IoFailure::from);
                     s.handle_write_done(now, WriteDone { disk: done.disk, key: done.key, result });
                 }
                 Some(SchedCommand::Purge { object }) => s.purge_object(object),
@@ -584,13 +586,13 @@ impl SchedThread {
                             }
                             Err(e) => {
                                 http.failed += 1;
-                                let error = e.to_string();
+                                let error = IoFailure::from(e);
                                 (self.on_event)(SchedEvent::CopyFailed {
                                     key: done.key,
                                     disk: done.disk,
                                     error: error.clone(),
                                 });
-                                pending.errors.push(format!("disk {}: {error}", done.disk));
+                                pending.errors.push(error);
                                 pending.at += 1;
                                 if pending.at < pending.copies.len() {
                                     http.failovers += 1;
@@ -680,7 +682,7 @@ impl SchedThread {
                     None => {
                         warn!(disk = %io.disk, "IO for a disk with no IO thread");
                         outstanding.remove(&tag);
-                        let error = format!("disk {} is not attached", io.disk);
+                        let error = detached(io.disk);
                         match io.class {
                             IoClass::Read { key } => self.scheduler.handle_read_done(
                                 now,
@@ -714,7 +716,7 @@ impl SchedThread {
                     }
                     CycleEvent::ReadFailed { stream, key, error } => {
                         warn!(%stream, block = %key, %error, "block read failed on every copy");
-                        let error = format!("block {key} could not be read: {error}");
+                        let error = error.within(format_args!("block {key} could not be read"));
                         (self.on_event)(SchedEvent::ReadFailed { stream, error });
                     }
                     CycleEvent::Failover { key, failed, next, error } => {
@@ -771,13 +773,15 @@ impl SchedThread {
                 return;
             }
             http.failed += 1;
-            pending.errors.push(format!("disk {disk} is not attached"));
+            pending.errors.push(detached(disk));
             pending.at += 1;
         }
-        let _ = pending.reply.send(Err(format!(
-            "reading block {}: {}",
-            pending.key,
-            pending.errors.join("; ")
-        )));
+        let what = format!("reading block {}", pending.key);
+        let _ = pending.reply.send(Err(IoFailure::exhausted(what, &pending.errors)));
     }
+}
+
+/// The failure of an IO for a disk this node has no IO thread for.
+fn detached(disk: DiskId) -> IoFailure {
+    IoFailure::new(IoFailureKind::Detached, format!("disk {disk} is not attached"))
 }

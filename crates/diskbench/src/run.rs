@@ -36,7 +36,8 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use isochron_base::mix::{SplitMix64, hash_words};
 use isochron_base::{
-    BitRate, BlockIndex, BlockKey, DiskId, Instant, LatencySummary, MediaTime, RunId, StreamId,
+    BitRate, BlockIndex, BlockKey, DiskId, Instant, IoFailure, LatencySummary, MediaTime, RunId,
+    StreamId,
 };
 use isochron_diskio::{AlignedBuf, IoCommand, IoConfig, IoDone, IoStats, IoWorker};
 use isochron_sched::admission::{AdmissionConfig, AdmissionController, AdmissionPolicy, Direction};
@@ -509,14 +510,14 @@ impl Driver<'_> {
                 if r.result.is_err() {
                     self.report.io_errors += 1;
                 }
-                let result = r.result.map_err(|e| e.to_string());
+                let result = r.result.map_err(IoFailure::from);
                 self.sched.handle_read_done(now, ReadDone { disk, key, result });
             }
             (Flight::Write { disk, key }, IoDone::NrtWrite(w)) => {
                 if w.result.is_err() {
                     self.report.io_errors += 1;
                 }
-                let result = w.result.map_err(|e| e.to_string());
+                let result = w.result.map_err(IoFailure::from);
                 self.sched
                     .handle_write_done(now, isochron_sched::cycle::WriteDone { disk, key, result });
             }

@@ -63,7 +63,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use isochron_base::mix::{SplitMix64, hash_words};
-use isochron_base::{BlockIndex, BlockKey, Bytes, DiskId, ObjectId};
+use isochron_base::{BlockIndex, BlockKey, Bytes, DiskId, IoFailure, IoFailureKind, ObjectId};
 use isochron_store::{Block, BlockError, DiskModel};
 use serde::{Deserialize, Serialize};
 
@@ -160,14 +160,14 @@ pub enum DiskError {
         source: BlockError,
     },
     /// A block on another cluster node's disk could not be read through that node.
-    #[error("block {key} on disk {disk} (another node's): {reason}")]
+    #[error("block {key} on disk {disk} (another node's): {failure}")]
     Remote {
         /// The disk.
         disk: DiskId,
         /// The block.
         key: BlockKey,
         /// What the node (or the network) said.
-        reason: String,
+        failure: IoFailure,
     },
     /// A queued non-real-time command was not run because its IO thread was shut down.
     #[error("block {key} on disk {disk}: cancelled (the disk's IO thread stopped)")]
@@ -187,6 +187,37 @@ pub enum DiskError {
         /// What is wrong with the bytes.
         source: BlockError,
     },
+}
+
+impl DiskError {
+    /// The kind of failure, as the threads and crates it crosses decide on it.
+    #[must_use]
+    pub fn kind(&self) -> IoFailureKind {
+        match self {
+            Self::BlockMissing { .. } => IoFailureKind::Missing,
+            Self::Corrupt { .. } | Self::InvalidBlock { .. } => IoFailureKind::Corrupt,
+            Self::Remote { .. } => IoFailureKind::Remote,
+            Self::Cancelled { .. } => IoFailureKind::Cancelled,
+            Self::Io { .. }
+            | Self::NotADisk { .. }
+            | Self::BadIdentity { .. }
+            | Self::ForeignStore { .. }
+            | Self::WrongDisk { .. }
+            | Self::UnsupportedFormat { .. } => IoFailureKind::Os,
+        }
+    }
+}
+
+impl From<DiskError> for IoFailure {
+    fn from(e: DiskError) -> Self {
+        Self::new(e.kind(), e.to_string())
+    }
+}
+
+impl From<&DiskError> for IoFailure {
+    fn from(e: &DiskError) -> Self {
+        Self::new(e.kind(), e.to_string())
+    }
 }
 
 /// The identity file's contents.

@@ -64,7 +64,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
-use isochron_base::{BlockIndex, BlockKey, Bytes, DiskId, MAX_REPLICAS, ObjectId, Replicas};
+use isochron_base::{
+    BlockIndex, BlockKey, Bytes, DiskId, IoFailure, IoFailureKind, MAX_REPLICAS, ObjectId, Replicas,
+};
 use isochron_store::block::{BlockSizeError, validate_block_size};
 use isochron_store::catalog::{
     Catalog, CatalogError, DiskRecord, DiskSpec, DiskSpecError, DiskState, ObjectRecord,
@@ -239,14 +241,14 @@ pub enum StoreError {
         store: Bytes,
     },
     /// Writing a block to another node failed.
-    #[error("writing block {key} to disk {disk} on its node: {reason}")]
+    #[error("writing block {key} to disk {disk} on its node: {failure}")]
     Remote {
         /// The block.
         key: BlockKey,
         /// The disk.
         disk: DiskId,
         /// What went wrong.
-        reason: String,
+        failure: IoFailure,
     },
     /// The store would keep more copies of every block than it has disks (or, in a cluster, than
     /// the disks an operation would leave).
@@ -319,14 +321,31 @@ fn copies(n: u8) -> String {
 /// [`Store::set_remote`]).
 pub trait RemoteBlocks: Send + Sync {
     /// Durably writes an encoded block to disk `disk` of the node that owns it (an ingest).
-    fn write_block(&self, disk: DiskId, key: BlockKey, bytes: &[u8]) -> Result<(), String>;
+    fn write_block(&self, disk: DiskId, key: BlockKey, bytes: &[u8]) -> Result<(), IoFailure>;
     /// Reads a block from disk `disk` of the node that owns it, in that disk's non-real-time
     /// share (the source of a reorganisation's copy). The bytes are the encoded block.
-    fn read_block_nrt(&self, disk: DiskId, key: BlockKey) -> Result<Vec<u8>, String>;
+    fn read_block_nrt(&self, disk: DiskId, key: BlockKey) -> Result<Vec<u8>, IoFailure>;
     /// Durably writes a block to disk `disk` of the node that owns it, in that disk's
     /// non-real-time share (the target of a reorganisation's copy); the owner verifies it
     /// (format, key, checksum) before it answers.
-    fn write_block_nrt(&self, disk: DiskId, key: BlockKey, bytes: &[u8]) -> Result<(), String>;
+    fn write_block_nrt(&self, disk: DiskId, key: BlockKey, bytes: &[u8]) -> Result<(), IoFailure>;
+}
+
+/// Reads block `key` from disk `disk` of the node that owns it, in that disk's non-real-time
+/// share, and verifies it (format, key, checksum): the read of a copy this node does not hold,
+/// for a failover or a repair. `remote` is the store's [`Store::remote`] (`None`: no route).
+pub fn read_remote_block(
+    remote: Option<&dyn RemoteBlocks>,
+    disk: DiskId,
+    key: BlockKey,
+) -> Result<Block<AlignedBuf>, DiskError> {
+    let failed = |failure| DiskError::Remote { disk, key, failure };
+    let remote = remote.ok_or_else(|| {
+        failed(IoFailure::new(IoFailureKind::Remote, "no route to the disk's node"))
+    })?;
+    let bytes = remote.read_block_nrt(disk, key).map_err(failed)?;
+    Block::parse(AlignedBuf::copy_from(&bytes), Some(key))
+        .map_err(|e| failed(IoFailure::new(IoFailureKind::Corrupt, e.to_string())))
 }
 
 /// The catalog a store keeps its metadata and objects in: the embedded redb file on one node,
@@ -1239,10 +1258,10 @@ impl Store {
             None => {
                 let remote = read(&self.remote).clone();
                 let remote = remote.ok_or(StoreError::DiskNotOpen { key, disk: id })?;
-                remote.write_block(id, key, bytes).map_err(|reason| StoreError::Remote {
+                remote.write_block(id, key, bytes).map_err(|failure| StoreError::Remote {
                     key,
                     disk: id,
-                    reason,
+                    failure,
                 })?;
             }
         }

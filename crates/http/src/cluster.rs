@@ -24,7 +24,7 @@ use serde::Serialize;
 use tokio::sync::oneshot;
 
 use crate::auth::refuse_non_member;
-use crate::error::error;
+use crate::error::{error, io_error};
 use crate::state::{ApiState, Gathered};
 
 /// A node of the deployment (today: this server) in `GET /api/v1/nodes` and the overview.
@@ -166,7 +166,7 @@ pub(crate) async fn get_move(
     }
     match rx.await {
         Ok(Ok(bytes)) => (StatusCode::OK, bytes).into_response(),
-        Ok(Err(e)) => error(StatusCode::NOT_FOUND, e),
+        Ok(Err(e)) => io_error(&e),
         Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the reorganiser is not running"),
     }
 }
@@ -191,7 +191,7 @@ pub(crate) async fn put_move(
     }
     match rx.await {
         Ok(Ok(())) => StatusCode::NO_CONTENT.into_response(),
-        Ok(Err(e)) => error(StatusCode::UNPROCESSABLE_ENTITY, e),
+        Ok(Err(e)) => io_error(&e),
         Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the reorganiser is not running"),
     }
 }

@@ -7,6 +7,7 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
+use isochron_base::{IoFailure, IoFailureKind};
 
 /// An API error: a status and `{"error": "…"}`.
 #[derive(Debug)]
@@ -30,7 +31,38 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// A failed block IO as a JSON error response, its status by kind: 404 for a copy that is not
+/// here (missing, or its disk not on this node), 422 for bytes that are not the block, 503 for
+/// work not done because a thread or stream stopped, 502 for another node's failure, 500 for
+/// the operating system's.
+pub(crate) fn io_error(e: &IoFailure) -> Response {
+    let status = match e.kind() {
+        IoFailureKind::Missing | IoFailureKind::Detached => StatusCode::NOT_FOUND,
+        IoFailureKind::Corrupt => StatusCode::UNPROCESSABLE_ENTITY,
+        IoFailureKind::Cancelled | IoFailureKind::Closed => StatusCode::SERVICE_UNAVAILABLE,
+        IoFailureKind::Remote | IoFailureKind::Exhausted => StatusCode::BAD_GATEWAY,
+        IoFailureKind::Os => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    error(status, e.to_string())
+}
+
 /// A JSON error response: `status` and `{"error": msg}` (the node-to-node calls' shape).
 pub(crate) fn error(status: StatusCode, msg: impl Into<String>) -> Response {
     (status, Json(serde_json::json!({ "error": msg.into() }))).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_block_io_answers_with_the_status_of_its_kind() {
+        let status = |kind| io_error(&IoFailure::new(kind, "block 1/2 on disk 0")).status();
+        assert_eq!(status(IoFailureKind::Missing), StatusCode::NOT_FOUND);
+        assert_eq!(status(IoFailureKind::Detached), StatusCode::NOT_FOUND);
+        assert_eq!(status(IoFailureKind::Corrupt), StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(status(IoFailureKind::Cancelled), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(status(IoFailureKind::Remote), StatusCode::BAD_GATEWAY);
+        assert_eq!(status(IoFailureKind::Os), StatusCode::INTERNAL_SERVER_ERROR);
+    }
 }

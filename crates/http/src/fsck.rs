@@ -23,7 +23,7 @@ use std::time::Duration;
 use axum::extract::{ConnectInfo, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
-use isochron_base::{BlockIndex, BlockKey, DiskId};
+use isochron_base::{BlockIndex, BlockKey, DiskId, IoFailure, IoFailureKind};
 use isochron_server::reorg::ReorgCommand;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
@@ -178,10 +178,10 @@ async fn check_self(s: &ApiState, repair: bool) -> Result<NodeFsck, String> {
                     continue;
                 }
                 out.copies_checked += 1;
-                if let Err(error) = read_copy(s, disk, key).await {
-                    let object = rec.name.clone();
+                if let Err(failure) = read_copy(s, disk, key).await {
+                    let (object, error) = (rec.name.clone(), failure.to_string());
                     out.bad.push(BadCopy { object, index: index.0, replica, disk: disk.0, error });
-                    where_bad.push((key, disk));
+                    where_bad.push((key, disk, failure));
                 }
             }
         }
@@ -190,12 +190,13 @@ async fn check_self(s: &ApiState, repair: bool) -> Result<NodeFsck, String> {
         out.unrepaired.clone_from(&out.bad);
         return Ok(out);
     }
-    for (b, &(key, disk)) in out.bad.iter().zip(&where_bad) {
-        let cmd = ReorgCommand::Repair { key, disk, error: b.error.clone() };
+    for (key, disk, error) in &where_bad {
+        let cmd = ReorgCommand::Repair { key: *key, disk: *disk, error: error.clone() };
         s.reorg.send(cmd).map_err(|_| "the reorganiser is not running".to_owned())?;
     }
     wait_for_repairs(s).await?;
-    for (b, &(key, disk)) in out.bad.iter().zip(&where_bad) {
+    for (b, (key, disk, _)) in out.bad.iter().zip(&where_bad) {
+        let (key, disk) = (*key, *disk);
         if read_copy(s, disk, key).await.is_ok() {
             out.repaired.push(b.clone());
         } else {
@@ -211,15 +212,13 @@ fn node_name(s: &ApiState) -> String {
 }
 
 /// Reads one copy in its disk's non-real-time share, verified.
-async fn read_copy(s: &ApiState, disk: DiskId, key: BlockKey) -> Result<(), String> {
+async fn read_copy(s: &ApiState, disk: DiskId, key: BlockKey) -> Result<(), IoFailure> {
+    let stopped = || IoFailure::new(IoFailureKind::Cancelled, "the reorganiser is not running");
     let (reply, rx) = oneshot::channel();
-    s.reorg
-        .send(ReorgCommand::ServeRead { disk, key, reply })
-        .map_err(|_| "the reorganiser is not running".to_owned())?;
+    s.reorg.send(ReorgCommand::ServeRead { disk, key, reply }).map_err(|_| stopped())?;
     match rx.await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(e),
-        Err(_) => Err("the reorganiser is not running".to_owned()),
+        Ok(r) => r.map(drop),
+        Err(_) => Err(stopped()),
     }
 }
 

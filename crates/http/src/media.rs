@@ -55,14 +55,13 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use isochron_base::mix::hash_words;
-use isochron_base::{BlockIndex, BlockKey, Bytes, Gsn, MediaTime, Replicas};
+use isochron_base::{BlockIndex, BlockKey, Bytes, Gsn, IoFailure, MediaTime, Replicas};
 use isochron_dataplane::sched_thread::SchedCommand;
 use isochron_dataplane::sender::SharedBlock;
-use isochron_diskio::AlignedBuf;
+use isochron_diskio::store::read_remote_block;
 use isochron_media::TS_PACKET_SIZE;
 use isochron_media::fmp4::{Fmp4Codec, Fmp4Track, Reassembler, init_segment, media_segment};
 use isochron_server::library::ObjectEntry;
-use isochron_store::Block;
 use isochron_store::catalog::ObjectRecord;
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
@@ -138,7 +137,7 @@ fn request_block(
     s: &ApiState,
     obj: &Obj,
     index: usize,
-) -> Result<oneshot::Receiver<Result<SharedBlock, String>>, String> {
+) -> Result<oneshot::Receiver<Result<SharedBlock, IoFailure>>, String> {
     request_block_at(s, obj, obj.first + index)
 }
 
@@ -148,7 +147,7 @@ fn request_block_at(
     s: &ApiState,
     obj: &Obj,
     index: usize,
-) -> Result<oneshot::Receiver<Result<SharedBlock, String>>, String> {
+) -> Result<oneshot::Receiver<Result<SharedBlock, IoFailure>>, String> {
     let name = &obj.record().name;
     // The current plan: a reorganisation may have moved the block since the request began.
     let entry = s
@@ -179,11 +178,9 @@ fn request_block_at(
         tokio::task::spawn_blocking(move || {
             let mut errors = Vec::new();
             for disk in copies.iter() {
-                let block = remote.read_block_nrt(disk, key).and_then(|bytes| {
-                    Block::parse(AlignedBuf::copy_from(&bytes), Some(key))
-                        .map(Arc::new)
-                        .map_err(|e| format!("block {key} from disk {disk}: {e}"))
-                });
+                let block = read_remote_block(Some(&*remote), disk, key)
+                    .map(Arc::new)
+                    .map_err(IoFailure::from);
                 match block {
                     Ok(b) => {
                         let _ = tx.send(Ok(b));
@@ -192,7 +189,8 @@ fn request_block_at(
                     Err(e) => errors.push(e),
                 }
             }
-            let _ = tx.send(Err(errors.join("; ")));
+            let what = format!("reading block {key}");
+            let _ = tx.send(Err(IoFailure::exhausted(what, &errors)));
         });
         return Ok(rx);
     }
@@ -203,10 +201,14 @@ fn request_block_at(
     Ok(rx)
 }
 
+/// The block asked for, or why not, in the words of the HTTP response.
 async fn await_block(
-    rx: oneshot::Receiver<Result<SharedBlock, String>>,
+    rx: oneshot::Receiver<Result<SharedBlock, IoFailure>>,
 ) -> Result<SharedBlock, String> {
-    rx.await.unwrap_or_else(|_| Err("the scheduler thread dropped the read".into()))
+    match rx.await {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => Err("the scheduler thread dropped the read".into()),
+    }
 }
 
 async fn read_block(s: &ApiState, obj: &Obj, index: usize) -> Result<SharedBlock, String> {
@@ -323,7 +325,7 @@ async fn pump(
 
 enum Pending {
     Have(SharedBlock),
-    Asked(oneshot::Receiver<Result<SharedBlock, String>>),
+    Asked(oneshot::Receiver<Result<SharedBlock, IoFailure>>),
 }
 
 // ---------------------------------------------------------------------------------------------

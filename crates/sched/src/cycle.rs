@@ -61,7 +61,7 @@ use std::time::Duration;
 use isochron_base::{
     BitRate, BlockIndex, BlockKey, Bytes, DiskId, Instant, MediaTime, ObjectId, Pace, Replicas,
 };
-use isochron_base::{RunId, StreamId};
+use isochron_base::{IoFailure, RunId, StreamId};
 
 use crate::admission::{AdmissionController, Decision, Direction, Refusal, StreamDemand};
 use crate::cache::{BlockCache, CacheStats, Pin};
@@ -163,7 +163,7 @@ pub struct NrtDone {
     /// Offset of the chunk in the request.
     pub offset: Bytes,
     /// Whether it succeeded.
-    pub result: Result<(), String>,
+    pub result: Result<(), IoFailure>,
 }
 
 /// A request to admit a recording (a write stream).
@@ -200,7 +200,7 @@ pub struct WriteDone {
     /// The block.
     pub key: BlockKey,
     /// Whether it succeeded.
-    pub result: Result<(), String>,
+    pub result: Result<(), IoFailure>,
 }
 
 /// What an IO is for.
@@ -289,7 +289,7 @@ pub enum CycleEvent<V> {
         /// The disk the read now goes to.
         next: DiskId,
         /// Why the copy failed.
-        error: String,
+        error: IoFailure,
     },
     /// A block could not be read from any of its copies; the stream is stopped.
     ReadFailed {
@@ -298,7 +298,7 @@ pub enum CycleEvent<V> {
         /// The block.
         key: BlockKey,
         /// Why.
-        error: String,
+        error: IoFailure,
     },
     /// A block was not in memory (read) or not written (recording) by its deadline.
     Missed {
@@ -327,14 +327,14 @@ pub enum CycleEvent<V> {
         /// The disk.
         disk: DiskId,
         /// Why.
-        error: String,
+        error: IoFailure,
     },
     /// Every chunk of a non-real-time request is done (or one failed).
     NrtDone {
         /// The request.
         id: NrtId,
         /// The first failure, if any.
-        result: Result<(), String>,
+        result: Result<(), IoFailure>,
     },
     /// Blocks a cluster share had taken over and gives back
     /// ([`CycleScheduler::handle_give_back`]): they will not be delivered.
@@ -536,7 +536,7 @@ struct NrtState {
     len: u64,
     issued: u64,
     in_flight: u32,
-    error: Option<String>,
+    error: Option<IoFailure>,
 }
 
 /// The cycle scheduler core. One thread owns it (the server's scheduler thread, the simulator,
@@ -1769,7 +1769,7 @@ fn demand_of(
 
 #[cfg(test)]
 mod tests {
-    use isochron_base::Gsn;
+    use isochron_base::{Gsn, IoFailureKind};
 
     use super::*;
     use crate::admission::{AdmissionConfig, AdmissionPolicy};
@@ -2287,10 +2287,16 @@ mod tests {
         let IoClass::Read { key } = io[0].class else { panic!() };
         s.handle_read_done(
             at(5),
-            ReadDone { disk: DiskId(0), key, result: Err("checksum".into()) },
+            ReadDone {
+                disk: DiskId(0),
+                key,
+                result: Err(IoFailure::new(IoFailureKind::Corrupt, "checksum")),
+            },
         );
         let ev = events(&mut s);
-        assert!(matches!(&ev[..], [CycleEvent::ReadFailed { error, .. }] if error == "checksum"));
+        assert!(
+            matches!(&ev[..], [CycleEvent::ReadFailed { error, .. }] if error.context() == "checksum")
+        );
         assert_eq!(s.stats().failed_reads, 1);
         assert_eq!(s.cache().refs(key), 0);
     }
@@ -2381,7 +2387,10 @@ mod tests {
 
     fn fail(s: &mut CycleScheduler<u32>, now: Instant, io: CycleIo, error: &str) {
         let IoClass::Read { key } = io.class else { panic!("not a read: {io:?}") };
-        s.handle_read_done(now, ReadDone { disk: io.disk, key, result: Err(error.into()) });
+        s.handle_read_done(
+            now,
+            ReadDone { disk: io.disk, key, result: Err(IoFailure::new(IoFailureKind::Os, error)) },
+        );
     }
 
     /// In virtual time: a read that fails on replica 0 is re-issued at once to the next copy
@@ -2412,7 +2421,7 @@ mod tests {
         let ev = events(&mut s);
         assert!(
             matches!(&ev[..], [CycleEvent::Failover { key, failed: DiskId(0), next: DiskId(1), error }]
-                if *key == p.key(BlockIndex(1)) && error.contains("checksum")),
+                if *key == p.key(BlockIndex(1)) && error.context().contains("checksum")),
             "{ev:?}"
         );
         assert_eq!((s.stats().failovers, s.stats().failed_reads, s.bad_copies()), (1, 1, 1));
@@ -2499,7 +2508,7 @@ mod tests {
                 assert!(matches!(ev[..], [CycleEvent::Failover { .. }]), "{ev:?}");
             } else {
                 assert!(
-                    matches!(&ev[..], [CycleEvent::ReadFailed { error, .. }] if error == "missing"),
+                    matches!(&ev[..], [CycleEvent::ReadFailed { error, .. }] if error.context() == "missing"),
                     "{ev:?}"
                 );
             }

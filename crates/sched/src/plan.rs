@@ -13,7 +13,7 @@ use std::sync::Arc;
 use isochron_base::{
     BitRate, BlockIndex, BlockKey, Bytes, DiskId, Gsn, Instant, MediaTime, Replicas,
 };
-use isochron_base::{ObjectId, StreamId};
+use isochron_base::{IoFailure, ObjectId, StreamId};
 
 /// Where one block of an object is and when it plays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,7 +107,7 @@ pub struct ReadDone<V> {
     /// The block.
     pub key: BlockKey,
     /// The block's contents, or why it could not be read.
-    pub result: Result<V, String>,
+    pub result: Result<V, IoFailure>,
 }
 
 /// Where a stream's media clock is pinned to the wall clock: the packet whose send time is

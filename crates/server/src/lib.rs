@@ -696,19 +696,8 @@ fn remote_reads(
         rt.spawn_blocking(move || {
             let started = std::time::Instant::now();
             let remote = store.upgrade().and_then(|s| s.remote());
-            let result = match remote {
-                None => Err("no route to the disk's node".to_string()),
-                Some(r) => r.read_block_nrt(disk, key).and_then(|bytes| {
-                    isochron_store::Block::parse(
-                        isochron_diskio::AlignedBuf::copy_from(&bytes),
-                        Some(key),
-                    )
-                    .map(Arc::new)
-                    .map_err(|e| e.to_string())
-                }),
-            };
-            let result =
-                result.map_err(|reason| isochron_diskio::DiskError::Remote { disk, key, reason });
+            let result = isochron_diskio::store::read_remote_block(remote.as_deref(), disk, key)
+                .map(Arc::new);
             let done =
                 isochron_diskio::ReadDone { disk, key, tag, result, service: started.elapsed() };
             let _ = sched.send(SchedCommand::ReadDone(done));

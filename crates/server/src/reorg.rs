@@ -43,9 +43,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
-use isochron_base::{BlockKey, DiskId};
+use isochron_base::{BlockKey, DiskId, IoFailure, IoFailureKind};
 use isochron_dataplane::sched_thread::SchedCommand;
-use isochron_diskio::{AlignedBuf, DiskError, IoCommand, IoDone, IoWorker, ReadDone, Store};
+use isochron_diskio::store::read_remote_block;
+use isochron_diskio::{AlignedBuf, IoCommand, IoDone, IoWorker, ReadDone, Store};
 use isochron_store::catalog::DiskState;
 use isochron_store::reorg::Move;
 use isochron_store::{Block, Epoch};
@@ -112,7 +113,7 @@ pub enum ReorgCommand {
         /// The block.
         key: BlockKey,
         /// The encoded block, or why not.
-        reply: oneshot::Sender<Result<Vec<u8>, String>>,
+        reply: oneshot::Sender<Result<Vec<u8>, IoFailure>>,
     },
     /// Another node's reorganisation writes a block to one of this node's disks: verify it and
     /// write it durably in the disk's non-real-time share.
@@ -124,7 +125,7 @@ pub enum ReorgCommand {
         /// The encoded block.
         bytes: Vec<u8>,
         /// Done, or why not.
-        reply: oneshot::Sender<Result<(), String>>,
+        reply: oneshot::Sender<Result<(), IoFailure>>,
     },
     /// A move's back-off after a failed attempt is over: try it again.
     Retry {
@@ -139,14 +140,14 @@ pub enum ReorgCommand {
         /// The disk of the bad copy.
         disk: DiskId,
         /// Why it is bad.
-        error: String,
+        error: IoFailure,
     },
     /// A copy's read from (`Some` bytes) or write to (`None`) another node completed.
     Remote {
         /// The move's tag.
         tag: u64,
         /// The result.
-        result: Result<Option<Vec<u8>>, String>,
+        result: Result<Option<Vec<u8>>, IoFailure>,
     },
 }
 
@@ -231,8 +232,13 @@ enum RepairStep {
 
 /// An IO done for another node's reorganisation, waiting for its disk.
 enum Serving {
-    Read(oneshot::Sender<Result<Vec<u8>, String>>),
-    Write(oneshot::Sender<Result<(), String>>),
+    Read(oneshot::Sender<Result<Vec<u8>, IoFailure>>),
+    Write(oneshot::Sender<Result<(), IoFailure>>),
+}
+
+/// The failure of a request for a disk another node holds.
+fn not_here(disk: DiskId) -> IoFailure {
+    IoFailure::new(IoFailureKind::Detached, format!("disk {disk} is not on this node"))
 }
 
 /// How long a cluster node waits after it sees a new epoch before it deletes what the flip left:
@@ -367,7 +373,7 @@ impl Reorganiser {
                 }
                 ReorgCommand::ServeRead { disk, key, reply } => {
                     if !self.store.is_local(disk) {
-                        let _ = reply.send(Err(format!("disk {disk} is not on this node")));
+                        let _ = reply.send(Err(not_here(disk)));
                         continue;
                     }
                     let tag = self.tag();
@@ -377,13 +383,15 @@ impl Reorganiser {
                 }
                 ReorgCommand::ServeWrite { disk, key, bytes, reply } => {
                     if !self.store.is_local(disk) {
-                        let _ = reply.send(Err(format!("disk {disk} is not on this node")));
+                        let _ = reply.send(Err(not_here(disk)));
                         continue;
                     }
                     let block = match Block::parse(AlignedBuf::copy_from(&bytes), Some(key)) {
                         Ok(b) => Arc::new(b),
                         Err(e) => {
-                            let _ = reply.send(Err(format!("block {key}: {e}")));
+                            let context = format!("block {key}: {e}");
+                            let _ =
+                                reply.send(Err(IoFailure::new(IoFailureKind::Corrupt, context)));
                             continue;
                         }
                     };
@@ -534,7 +542,10 @@ impl Reorganiser {
         let (remote, me) = (self.store.remote(), self.me.clone());
         tokio::task::spawn_blocking(move || {
             let result = match (remote, bytes) {
-                (None, _) => Err(format!("no route to disks {} and {}", mv.from, mv.to)),
+                (None, _) => Err(IoFailure::new(
+                    IoFailureKind::Remote,
+                    format!("no route to disks {} and {}", mv.from, mv.to),
+                )),
                 (Some(r), None) => r.read_block_nrt(mv.from, mv.key).map(Some),
                 (Some(r), Some(b)) => r.write_block_nrt(mv.to, mv.key, &b).map(|()| None),
             };
@@ -542,7 +553,7 @@ impl Reorganiser {
         });
     }
 
-    async fn on_remote(&mut self, tag: u64, result: Result<Option<Vec<u8>>, String>) {
+    async fn on_remote(&mut self, tag: u64, result: Result<Option<Vec<u8>>, IoFailure>) {
         let Some(f) = self.in_flight.remove(&tag) else { return };
         match result {
             Ok(Some(bytes)) => match Block::parse(AlignedBuf::copy_from(&bytes), Some(f.mv.key)) {
@@ -573,14 +584,11 @@ impl Reorganiser {
         let Some(serving) = self.serving.remove(&done.tag()) else { return Some(done) };
         match (serving, done) {
             (Serving::Read(reply), IoDone::NrtRead(r)) => {
-                let _ = reply.send(
-                    r.result
-                        .map(|b| b.as_bytes().to_vec())
-                        .map_err(|e| format!("block {}: {e}", r.key)),
-                );
+                let _ =
+                    reply.send(r.result.map(|b| b.as_bytes().to_vec()).map_err(IoFailure::from));
             }
             (Serving::Write(reply), IoDone::NrtWrite(w)) => {
-                let _ = reply.send(w.result.map_err(|e| format!("block {}: {e}", w.key)));
+                let _ = reply.send(w.result.map_err(IoFailure::from));
             }
             _ => {}
         }
@@ -627,7 +635,7 @@ impl Reorganiser {
     }
 
     /// Starts repairing the copy of `key` on `disk` from another copy (see the module docs).
-    fn repair(&mut self, key: BlockKey, disk: DiskId, error: &str) {
+    fn repair(&mut self, key: BlockKey, disk: DiskId, error: &IoFailure) {
         if self.repairs.values().any(|j| j.key == key && j.bad == disk) {
             return;
         }
@@ -668,15 +676,7 @@ impl Reorganiser {
             let (remote, me, key) = (self.store.remote(), self.me.clone(), job.key);
             tokio::task::spawn_blocking(move || {
                 let started = Instant::now();
-                let result = match remote {
-                    None => Err("no route to the disk's node".to_string()),
-                    Some(r) => r.read_block_nrt(from, key).and_then(|bytes| {
-                        Block::parse(AlignedBuf::copy_from(&bytes), Some(key))
-                            .map(Arc::new)
-                            .map_err(|e| e.to_string())
-                    }),
-                };
-                let result = result.map_err(|reason| DiskError::Remote { disk: from, key, reason });
+                let result = read_remote_block(remote.as_deref(), from, key).map(Arc::new);
                 let done = ReadDone { disk: from, key, tag, result, service: started.elapsed() };
                 let _ = me.send(ReorgCommand::Io(IoDone::NrtRead(done)));
             });

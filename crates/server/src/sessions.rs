@@ -26,13 +26,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::Sender;
 use isochron_base::{
-    BlockIndex, DiskId, Instant, MediaTime, NodeId, Pace, RunId, StreamId, TrackSeqs,
+    BlockIndex, DiskId, Instant, IoFailure, MediaTime, NodeId, Pace, RunId, StreamId, TrackSeqs,
 };
 use isochron_cluster::message::{Dest, Role};
 use isochron_cluster::{
     ClusterConfig, ClusterCore, Delivery, LocalAction, LocalAnchor, MemberInfo, Message, OpenSpec,
-    Refusal, RunSpec, RunTracks, SessionEvent, ShareKey, ShareReport, StartSpec, StopKind,
-    TrackSpec,
+    Refusal, RunSpec, RunTracks, SessionEvent, ShareFailure, ShareKey, ShareReport, StartSpec,
+    StopKind, TrackSpec,
 };
 use isochron_dataplane::clock::Clock;
 use isochron_dataplane::pacer::{
@@ -122,7 +122,7 @@ pub enum SessionCommand {
         /// The stream.
         stream: StreamId,
         /// Why.
-        error: String,
+        error: IoFailure,
     },
     /// A message from another node.
     Peer {
@@ -495,7 +495,7 @@ impl Manager {
                 if let Some(&key) = self.share_of.get(&stream)
                     && let Some(run) = self.shares.get(&key).map(|s| s.run)
                 {
-                    self.cluster.handle_share_failed(now, key, run, error);
+                    self.cluster.handle_share_failed(now, key, run, &ShareFailure::Read(error));
                 }
             }
             SessionCommand::Peer { from, msg } => self.cluster.handle_message(now, from, *msg),
@@ -1064,8 +1064,8 @@ impl Manager {
         let first = plan.blocks.partition_point(|b| b.first_send_time <= from).saturating_sub(1);
         let orphan = plan.blocks[first..].iter().position(|b| b.copies.iter().all(is_dead));
         if let Some(i) = orphan.filter(|_| key.origin == self.cluster.node()) {
-            let error = format!("block {} has no copy on a live node", first + i);
-            self.cluster.handle_share_failed(now, key, run, error);
+            let error = ShareFailure::NoCopy(BlockIndex((first + i) as u32));
+            self.cluster.handle_share_failed(now, key, run, &error);
             return;
         }
         let blocks = taken_blocks(plan, &link.local_disks, is_dead, from);
@@ -1143,8 +1143,7 @@ impl Manager {
             }
             if missing || transports.iter().all(Option::is_none) {
                 let now = self.clock.now();
-                let error = "no transport to the client (connection closed or origin unknown)";
-                self.cluster.handle_share_failed(now, key, run, error.into());
+                self.cluster.handle_share_failed(now, key, run, &ShareFailure::NoTransport);
                 return;
             }
             let plan = &share.entry.plan;

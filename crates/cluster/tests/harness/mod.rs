@@ -15,12 +15,13 @@ use std::time::Duration;
 
 use isochron_base::Position;
 use isochron_base::{
-    BitRate, DiskId, Epoch, Gsn, Instant, MediaTime, NodeId, ObjectId, Pace, RunId, StreamId,
+    BitRate, BlockIndex, DiskId, Epoch, Gsn, Instant, MediaTime, NodeId, ObjectId, Pace, RunId,
+    StreamId,
 };
 use isochron_cluster::{
     ClusterConfig, ClusterCore, Delivery, Dest, LocalAction, LocalAnchor, MemberInfo, Message,
-    OpenSpec, Refusal, Role, RunSpec, RunTracks, SessionEvent, ShareKey, ShareReport, StartSpec,
-    StopKind, TrackSpec,
+    OpenSpec, Refusal, Role, RunSpec, RunTracks, SessionEvent, ShareFailure, ShareKey, ShareReport,
+    StartSpec, StopKind, TrackSpec,
 };
 
 /// Packets per block, and the media time between packets.
@@ -735,9 +736,8 @@ impl Harness {
                 let start = first.max(r.spec.start.gsn.0);
                 let orphan = (start..object.packets()).find(|g| object.sender(*g, &dead).is_none());
                 if let Some(g) = orphan.filter(|_| key.origin == id) {
-                    let error =
-                        format!("block {} has no copy on a live node", g / PACKETS_PER_BLOCK);
-                    node.core.handle_share_failed(local, key, run, error);
+                    let error = ShareFailure::NoCopy(BlockIndex((g / PACKETS_PER_BLOCK) as u32));
+                    node.core.handle_share_failed(local, key, run, &error);
                     return;
                 }
                 // Its own blocks: by its plan, which left out the members lost before it opened.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use isochron_base::{BlockKey, DiskId};
+use isochron_base::{BlockKey, DiskId, IoFailure, IoFailureKind};
 use isochron_diskio::Store;
 use isochron_diskio::store::RemoteBlocks;
 
@@ -64,19 +64,9 @@ impl HttpBlocks {
         self.view.block_bytes_out.fetch_add(bytes.len() as u64, Ordering::Relaxed);
         Ok(())
     }
-}
 
-impl RemoteBlocks for HttpBlocks {
-    fn write_block(&self, disk: DiskId, key: BlockKey, bytes: &[u8]) -> Result<(), String> {
-        self.put("blocks", disk, key, bytes)
-    }
-
-    fn write_block_nrt(&self, disk: DiskId, key: BlockKey, bytes: &[u8]) -> Result<(), String> {
-        self.put("moves", disk, key, bytes)
-    }
-
-    fn read_block_nrt(&self, disk: DiskId, key: BlockKey) -> Result<Vec<u8>, String> {
-        let (url, owner) = self.url("moves", disk, key)?;
+    fn get(&self, path: &str, disk: DiskId, key: BlockKey) -> Result<Vec<u8>, String> {
+        let (url, owner) = self.url(path, disk, key)?;
         let resp = self.agent.get(&url).call().map_err(|e| format!("node {owner}: {e}"))?;
         let status = resp.status();
         let mut body = resp.into_body();
@@ -91,5 +81,24 @@ impl RemoteBlocks for HttpBlocks {
             .map_err(|e| format!("node {owner}: reading block {key}: {e}"))?;
         self.view.block_bytes_in.fetch_add(bytes.len() as u64, Ordering::Relaxed);
         Ok(bytes)
+    }
+}
+
+/// A failure of another node's IO, or of reaching it.
+fn remote(context: String) -> IoFailure {
+    IoFailure::new(IoFailureKind::Remote, context)
+}
+
+impl RemoteBlocks for HttpBlocks {
+    fn write_block(&self, disk: DiskId, key: BlockKey, bytes: &[u8]) -> Result<(), IoFailure> {
+        self.put("blocks", disk, key, bytes).map_err(remote)
+    }
+
+    fn write_block_nrt(&self, disk: DiskId, key: BlockKey, bytes: &[u8]) -> Result<(), IoFailure> {
+        self.put("moves", disk, key, bytes).map_err(remote)
+    }
+
+    fn read_block_nrt(&self, disk: DiskId, key: BlockKey) -> Result<Vec<u8>, IoFailure> {
+        self.get("moves", disk, key).map_err(remote)
     }
 }
