@@ -26,12 +26,13 @@
 //! reorganiser's.
 
 use std::collections::{BTreeSet, HashMap};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use isochron_base::{
-    BlockIndex, BlockKey, DiskId, IoFailure, IoFailureKind, MediaTime, ObjectId, Pace, Replicas,
-    RunId, StreamId,
+    BlockIndex, BlockKey, DiskId, Instant, IoFailure, IoFailureKind, MediaTime, ObjectId, Pace,
+    Replicas, RunId, StreamId,
 };
 use isochron_diskio::{
     IoCommand, IoStats, IoWorker, ReadDone as DiskReadDone, WriteDone as DiskWriteDone,
@@ -424,355 +425,394 @@ pub struct SchedThread {
 
 impl SchedThread {
     /// Runs until `Shutdown` or until every command sender is gone; then stops the disk threads.
-    pub fn run(mut self) {
-        let mut tag = 0u64;
-        // Reads handed to IO threads and not completed, and the barriers waiting on them.
-        let mut outstanding: BTreeSet<u64> = BTreeSet::new();
-        let mut drains: Vec<(u64, oneshot::Sender<()>)> = Vec::new();
-        // Recordings' blocks waiting to be written (one entry per copy), and where their notices
-        // go.
-        let mut pending_writes: HashMap<(BlockKey, DiskId), SharedBlock> = HashMap::new();
-        let mut recorders: HashMap<StreamId, mpsc::UnboundedSender<RecordEvent>> = HashMap::new();
-        let mut last_cycle = CycleReport::default();
-        // HTTP reads on the disks' non-real-time share, by tag, and their counters.
-        let mut http_reads: HashMap<u64, HttpPending> = HashMap::new();
-        let mut http = HttpReadStats::default();
-        let mut admissions = AdmissionLog::default();
-        let mut disk_reads: HashMap<DiskId, DiskReads> = HashMap::new();
+    pub fn run(self) {
+        SchedLoop::new(self).run();
+    }
+}
+
+/// The scheduler thread's state between two commands: the core, the disks' IO threads, and what
+/// is in flight on them. One method per command; after each, the loop lets the core act on the
+/// time ([`CycleScheduler::handle_timeout`]), hands the IO it issued to the disks, passes the
+/// barriers whose reads completed, and forwards the core's events.
+struct SchedLoop {
+    t: SchedThread,
+    /// The last IO tag given out (reads, writes, HTTP reads; below the reorganiser's space).
+    tag: u64,
+    /// Reads handed to IO threads and not completed.
+    outstanding: BTreeSet<u64>,
+    /// Barriers ([`SchedCommand::Drain`]) waiting for every read up to their tag.
+    drains: Vec<(u64, oneshot::Sender<()>)>,
+    /// Recordings' blocks waiting to be written (one entry per copy).
+    pending_writes: HashMap<(BlockKey, DiskId), SharedBlock>,
+    /// Where each recording's notices go.
+    recorders: HashMap<StreamId, mpsc::UnboundedSender<RecordEvent>>,
+    last_cycle: CycleReport,
+    /// HTTP reads on the disks' non-real-time share, by tag, and their counters.
+    http_reads: HashMap<u64, HttpPending>,
+    http: HttpReadStats,
+    admissions: AdmissionLog,
+    disk_reads: HashMap<DiskId, DiskReads>,
+}
+
+impl SchedLoop {
+    fn new(t: SchedThread) -> Self {
+        Self {
+            t,
+            tag: 0,
+            outstanding: BTreeSet::new(),
+            drains: Vec::new(),
+            pending_writes: HashMap::new(),
+            recorders: HashMap::new(),
+            last_cycle: CycleReport::default(),
+            http_reads: HashMap::new(),
+            http: HttpReadStats::default(),
+            admissions: AdmissionLog::default(),
+            disk_reads: HashMap::new(),
+        }
+    }
+
+    fn run(mut self) {
         loop {
-            let now = self.clock.now();
-            let cmd = match self.scheduler.poll_timeout() {
-                Some(t) => match self.rx.recv_timeout(t - now) {
+            let now = self.t.clock.now();
+            let cmd = match self.t.scheduler.poll_timeout() {
+                Some(t) => match self.t.rx.recv_timeout(t - now) {
                     Ok(c) => Some(c),
                     Err(RecvTimeoutError::Timeout) => None,
                     Err(RecvTimeoutError::Disconnected) => break,
                 },
-                None => match self.rx.recv() {
+                None => match self.t.rx.recv() {
                     Ok(c) => Some(c),
                     Err(_) => break,
                 },
             };
-            let now = self.clock.now();
-            let s = &mut self.scheduler;
-            match cmd {
-                Some(SchedCommand::Open { req, name, reply }) => {
-                    let asked = AdmissionRequest {
-                        stream: req.stream,
-                        object: &name,
-                        kind: AdmissionKind::Play,
-                        avg_bitrate: req.avg_bitrate,
-                        peak_bitrate: req.peak_bitrate,
-                        uses_peak: s.admission().config().policy.uses_peak_rate(),
-                    };
-                    let decision = s.handle_open(now, req);
-                    admissions.record(unix_ms(), &asked, &decision);
-                    reply.send(decision);
-                }
-                Some(SchedCommand::OpenRecord { req, name, events, reply }) => {
-                    let asked = record_request(s, &req, &name);
-                    let decision = s.handle_open_record(now, req);
-                    admissions.record(unix_ms(), &asked, &decision);
-                    if decision.is_admit() {
-                        recorders.insert(req.stream, events);
-                    }
-                    let _ = reply.send(decision);
-                }
-                Some(SchedCommand::SuspendRecord { stream }) => {
-                    let _ = s.handle_suspend_record(now, stream);
-                }
-                Some(SchedCommand::ResumeRecord { req, name, reply }) => {
-                    let asked = record_request(s, &req, &name);
-                    let decision = s.handle_resume_record(now, req);
-                    if let Some(d) = &decision {
-                        admissions.record(unix_ms(), &asked, d);
-                    }
-                    let _ = reply.send(decision);
-                }
-                Some(SchedCommand::RecordBlock { stream, disk, block }) => {
-                    let key = block.header().key;
-                    let len = isochron_base::Bytes(block.as_bytes().len() as u64);
-                    if s.handle_record_block(now, stream, RecordBlock { key, disk, len }) {
-                        pending_writes.insert((key, disk), block);
-                    } else if let Some(tx) = recorders.get(&stream) {
-                        let closed = IoFailure::new(IoFailureKind::Closed, "not an open recording");
-                        let _ = tx.send(RecordEvent::Failed(key, closed));
-                    }
-                }
-                Some(SchedCommand::Start { stream, run, from, media, pinned: None }) => {
-                    s.handle_start(now, stream, run, from, media);
-                }
-                Some(SchedCommand::Start {
-                    stream,
-                    run,
-                    from,
-                    pinned: Some((anchor, pace)),
-                    ..
-                }) => {
-                    s.handle_start_pinned(now, stream, run, from, anchor, pace);
-                }
-                Some(SchedCommand::TakeOver { stream, run, blocks }) => {
-                    s.handle_take_over(now, stream, run, &blocks);
-                }
-                Some(SchedCommand::GiveBack { stream, run, blocks }) => {
-                    s.handle_give_back(now, stream, run, &blocks);
-                }
-                Some(SchedCommand::Pace { stream, run, anchor, pace }) => {
-                    s.handle_pace(now, stream, run, anchor, pace);
-                }
-                Some(SchedCommand::Stop { stream }) => s.handle_stop(now, stream),
-                Some(SchedCommand::Close { stream }) => {
-                    s.handle_close(now, stream);
-                    recorders.remove(&stream);
-                }
-                Some(SchedCommand::BlockDone { stream, run, index }) => {
-                    s.handle_block_done(now, stream, run, index);
-                }
-                Some(SchedCommand::ReadDone(done)) => {
-                    outstanding.remove(&done.tag);
-                    if let Ok(block) = &done.result {
-                        let d = disk_reads.entry(done.disk).or_default();
-                        d.reads += 1;
-                        d.bytes += block.as_bytes().len() as u64;
-                    }
-                    let result = done.result.map_err(IoFailure::from);
-                    s.handle_read_done(now, ReadDone { disk: done.disk, key: done.key, result });
-                }
-                Some(SchedCommand::WriteDone(done)) => {
-                    pending_writes.remove(&(done.key, done.disk));
-                    let result = done.result.map_err(IoFailure::from);
-                    s.handle_write_done(now, WriteDone { disk: done.disk, key: done.key, result });
-                }
-                Some(SchedCommand::Purge { object }) => s.purge_object(object),
-                Some(SchedCommand::AttachDisk { disk, worker, profile }) => {
-                    s.handle_disk_profile(disk, profile);
-                    if let Some(old) = self.workers.insert(disk, worker) {
-                        old.shutdown();
-                    }
-                }
-                Some(SchedCommand::DetachDisk { disk }) => {
-                    s.handle_disk_removed(disk);
-                    if let Some(w) = self.workers.remove(&disk) {
-                        w.shutdown();
-                    }
-                }
-                Some(SchedCommand::Nrt { disk, cmd }) => match self.workers.get(&disk) {
-                    Some(w) => w.submit(cmd),
-                    None => warn!(%disk, "non-real-time IO for a disk with no IO thread"),
-                },
-                Some(SchedCommand::HttpRead { copies, key, reply }) => {
-                    http.requests += 1;
-                    if let Some(block) = s.cache().peek(key) {
-                        http.cache_hits += 1;
-                        http.bytes += block.as_bytes().len() as u64;
-                        let _ = reply.send(Ok(Arc::clone(block)));
-                    } else {
-                        let pending = HttpPending { reply, key, copies, at: 0, errors: Vec::new() };
-                        self.http_read(
-                            pending,
-                            &mut tag,
-                            &mut outstanding,
-                            &mut http_reads,
-                            &mut http,
-                        );
-                    }
-                }
-                Some(SchedCommand::HttpReadDone(done)) => {
-                    outstanding.remove(&done.tag);
-                    if let Some(mut pending) = http_reads.remove(&done.tag) {
-                        match done.result {
-                            Ok(block) => {
-                                http.bytes += block.as_bytes().len() as u64;
-                                let _ = pending.reply.send(Ok(block));
-                            }
-                            Err(e) => {
-                                http.failed += 1;
-                                let error = IoFailure::from(e);
-                                (self.on_event)(SchedEvent::CopyFailed {
-                                    key: done.key,
-                                    disk: done.disk,
-                                    error: error.clone(),
-                                });
-                                pending.errors.push(error);
-                                pending.at += 1;
-                                if pending.at < pending.copies.len() {
-                                    http.failovers += 1;
-                                }
-                                self.http_read(
-                                    pending,
-                                    &mut tag,
-                                    &mut outstanding,
-                                    &mut http_reads,
-                                    &mut http,
-                                );
-                            }
-                        }
-                    }
-                }
-                Some(SchedCommand::CopyRepaired { key, disk }) => {
-                    s.handle_copy_repaired(now, key, disk);
-                }
-                Some(SchedCommand::UpdatePlan { plan }) => s.handle_plan_update(plan),
-                Some(SchedCommand::Drain { reply }) => drains.push((tag, reply)),
-                Some(SchedCommand::Stats { reply }) => {
-                    let mut disks: Vec<_> = self
-                        .workers
-                        .iter()
-                        .map(|(d, w)| {
-                            let r = disk_reads.get(d).copied().unwrap_or_default();
-                            DiskSnapshot {
-                                disk: *d,
-                                queue: s.disk_queue_len(*d),
-                                reads: r.reads,
-                                read_bytes: r.bytes,
-                                io: w.stats(),
-                            }
-                        })
-                        .collect();
-                    disks.sort_unstable_by_key(|d| d.disk);
-                    let adm = s.admission();
-                    let utilisation =
-                        adm.disks().filter_map(|d| adm.utilisation(d).map(|u| (d, u))).collect();
-                    let _ = reply.send(SchedSnapshot {
-                        stats: s.stats(),
-                        streams: s.stream_count(),
-                        disks,
-                        cache_bytes: s.cache().used().0,
-                        last_cycle,
-                        utilisation,
-                        per_stream: s.streams_stats().collect(),
-                        http: HttpReadStats { in_flight: http_reads.len() as u64, ..http },
-                        rejects_by_reason: admissions.rejects_by_reason(),
-                        admission_policy: adm.config().policy.as_str(),
-                        bad_copies: s.bad_copies(),
-                    });
-                }
-                Some(SchedCommand::Admissions { limit, reply }) => {
-                    let _ = reply.send(admissions.latest(limit));
-                }
-                Some(SchedCommand::Shutdown) => break,
-                None => {}
+            let now = self.t.clock.now();
+            if let Some(cmd) = cmd
+                && self.handle(now, cmd).is_break()
+            {
+                break;
             }
-            self.scheduler.handle_timeout(now);
-            while let Some(io) = self.scheduler.poll_io() {
-                tag += 1;
-                let cmd = match io.class {
-                    IoClass::Read { key } => {
-                        outstanding.insert(tag);
-                        IoCommand::Read { key, tag }
-                    }
-                    IoClass::Write { key, .. } => match pending_writes.get(&(key, io.disk)) {
-                        Some(block) => IoCommand::Write { key, block: Arc::clone(block), tag },
-                        None => {
-                            warn!(block = %key, "write scheduled for a block no longer held");
-                            continue;
-                        }
-                    },
-                    // The server runs reorganisation copies through the disk threads' own
-                    // non-real-time share, not through the cycle's NRT queue.
-                    IoClass::Nrt { .. } => continue,
-                };
-                match self.workers.get(&io.disk) {
-                    Some(w) => w.submit(cmd),
-                    // A failover to a copy on another node's disk: read through its owner.
-                    None if matches!(io.class, IoClass::Read { .. }) && self.remote.is_some() => {
-                        if let (Some(remote), IoClass::Read { key }) = (&self.remote, io.class) {
-                            remote(io.disk, key, tag);
-                        }
-                    }
-                    None => {
-                        warn!(disk = %io.disk, "IO for a disk with no IO thread");
-                        outstanding.remove(&tag);
-                        let error = detached(io.disk);
-                        match io.class {
-                            IoClass::Read { key } => self.scheduler.handle_read_done(
-                                now,
-                                ReadDone { disk: io.disk, key, result: Err(error) },
-                            ),
-                            IoClass::Write { key, .. } => self.scheduler.handle_write_done(
-                                now,
-                                WriteDone { disk: io.disk, key, result: Err(error) },
-                            ),
-                            IoClass::Nrt { .. } => {}
-                        }
-                    }
-                }
-            }
+            self.t.scheduler.handle_timeout(now);
+            self.issue_io(now);
             // A barrier recorded at tag `at` is passed once no read with a tag ≤ `at` is
             // outstanding.
-            let oldest = outstanding.first().copied().unwrap_or(u64::MAX);
-            for (_, reply) in drains.extract_if(.., |(at, _)| oldest > *at) {
+            let oldest = self.outstanding.first().copied().unwrap_or(u64::MAX);
+            for (_, reply) in self.drains.extract_if(.., |(at, _)| oldest > *at) {
                 let _ = reply.send(());
             }
-            while let Some(ev) = self.scheduler.poll_event() {
-                match ev {
-                    CycleEvent::Deliver { stream, index, block, anchor, run } => {
-                        let _ = self.sender.send(SenderCommand::Block {
-                            stream,
-                            run,
-                            index,
-                            block,
-                            anchor,
-                        });
+            self.forward_events();
+        }
+        for (_, w) in self.t.workers.drain() {
+            w.shutdown();
+        }
+    }
+
+    /// One command; `Break` on `Shutdown`.
+    fn handle(&mut self, now: Instant, cmd: SchedCommand) -> ControlFlow<()> {
+        let s = &mut self.t.scheduler;
+        match cmd {
+            SchedCommand::Open { req, name, reply } => {
+                let asked = AdmissionRequest {
+                    stream: req.stream,
+                    object: &name,
+                    kind: AdmissionKind::Play,
+                    avg_bitrate: req.avg_bitrate,
+                    peak_bitrate: req.peak_bitrate,
+                    uses_peak: s.admission().config().policy.uses_peak_rate(),
+                };
+                let decision = s.handle_open(now, req);
+                self.admissions.record(unix_ms(), &asked, &decision);
+                reply.send(decision);
+            }
+            SchedCommand::OpenRecord { req, name, events, reply } => {
+                let asked = record_request(s, &req, &name);
+                let decision = s.handle_open_record(now, req);
+                self.admissions.record(unix_ms(), &asked, &decision);
+                if decision.is_admit() {
+                    self.recorders.insert(req.stream, events);
+                }
+                let _ = reply.send(decision);
+            }
+            SchedCommand::SuspendRecord { stream } => {
+                let _ = s.handle_suspend_record(now, stream);
+            }
+            SchedCommand::ResumeRecord { req, name, reply } => {
+                let asked = record_request(s, &req, &name);
+                let decision = s.handle_resume_record(now, req);
+                if let Some(d) = &decision {
+                    self.admissions.record(unix_ms(), &asked, d);
+                }
+                let _ = reply.send(decision);
+            }
+            SchedCommand::RecordBlock { stream, disk, block } => {
+                self.record_block(now, stream, disk, block);
+            }
+            SchedCommand::Start { stream, run, from, media, pinned: None } => {
+                s.handle_start(now, stream, run, from, media);
+            }
+            SchedCommand::Start { stream, run, from, pinned: Some((anchor, pace)), .. } => {
+                s.handle_start_pinned(now, stream, run, from, anchor, pace);
+            }
+            SchedCommand::TakeOver { stream, run, blocks } => {
+                s.handle_take_over(now, stream, run, &blocks);
+            }
+            SchedCommand::GiveBack { stream, run, blocks } => {
+                s.handle_give_back(now, stream, run, &blocks);
+            }
+            SchedCommand::Pace { stream, run, anchor, pace } => {
+                s.handle_pace(now, stream, run, anchor, pace);
+            }
+            SchedCommand::Stop { stream } => s.handle_stop(now, stream),
+            SchedCommand::Close { stream } => {
+                s.handle_close(now, stream);
+                self.recorders.remove(&stream);
+            }
+            SchedCommand::BlockDone { stream, run, index } => {
+                s.handle_block_done(now, stream, run, index);
+            }
+            SchedCommand::ReadDone(done) => self.read_done(now, done),
+            SchedCommand::WriteDone(done) => {
+                self.pending_writes.remove(&(done.key, done.disk));
+                let result = done.result.map_err(IoFailure::from);
+                s.handle_write_done(now, WriteDone { disk: done.disk, key: done.key, result });
+            }
+            SchedCommand::Purge { object } => s.purge_object(object),
+            SchedCommand::AttachDisk { disk, worker, profile } => {
+                s.handle_disk_profile(disk, profile);
+                if let Some(old) = self.t.workers.insert(disk, worker) {
+                    old.shutdown();
+                }
+            }
+            SchedCommand::DetachDisk { disk } => {
+                s.handle_disk_removed(disk);
+                if let Some(w) = self.t.workers.remove(&disk) {
+                    w.shutdown();
+                }
+            }
+            SchedCommand::Nrt { disk, cmd } => match self.t.workers.get(&disk) {
+                Some(w) => w.submit(cmd),
+                None => warn!(%disk, "non-real-time IO for a disk with no IO thread"),
+            },
+            SchedCommand::HttpRead { copies, key, reply } => {
+                self.http.requests += 1;
+                if let Some(block) = s.cache().peek(key) {
+                    self.http.cache_hits += 1;
+                    self.http.bytes += block.as_bytes().len() as u64;
+                    let _ = reply.send(Ok(Arc::clone(block)));
+                } else {
+                    self.http_read(HttpPending { reply, key, copies, at: 0, errors: Vec::new() });
+                }
+            }
+            SchedCommand::HttpReadDone(done) => self.http_read_done(done),
+            SchedCommand::CopyRepaired { key, disk } => s.handle_copy_repaired(now, key, disk),
+            SchedCommand::UpdatePlan { plan } => s.handle_plan_update(plan),
+            SchedCommand::Drain { reply } => self.drains.push((self.tag, reply)),
+            SchedCommand::Stats { reply } => {
+                let _ = reply.send(self.snapshot());
+            }
+            SchedCommand::Admissions { limit, reply } => {
+                let _ = reply.send(self.admissions.latest(limit));
+            }
+            SchedCommand::Shutdown => return ControlFlow::Break(()),
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// A recording's block, to be written by the core's schedule; refused (and the recording
+    /// told) when the stream is not an open recording.
+    fn record_block(&mut self, now: Instant, stream: StreamId, disk: DiskId, block: SharedBlock) {
+        let key = block.header().key;
+        let len = isochron_base::Bytes(block.as_bytes().len() as u64);
+        if self.t.scheduler.handle_record_block(now, stream, RecordBlock { key, disk, len }) {
+            self.pending_writes.insert((key, disk), block);
+        } else if let Some(tx) = self.recorders.get(&stream) {
+            let closed = IoFailure::new(IoFailureKind::Closed, "not an open recording");
+            let _ = tx.send(RecordEvent::Failed(key, closed));
+        }
+    }
+
+    /// A real-time read completed: counted per disk, and told to the core.
+    fn read_done(&mut self, now: Instant, done: DiskReadDone) {
+        self.outstanding.remove(&done.tag);
+        if let Ok(block) = &done.result {
+            let d = self.disk_reads.entry(done.disk).or_default();
+            d.reads += 1;
+            d.bytes += block.as_bytes().len() as u64;
+        }
+        let result = done.result.map_err(IoFailure::from);
+        let done = ReadDone { disk: done.disk, key: done.key, result };
+        self.t.scheduler.handle_read_done(now, done);
+    }
+
+    /// An HTTP delivery's read completed: answered, or failed over to the next copy (the bad
+    /// copy reported for repair).
+    fn http_read_done(&mut self, done: DiskReadDone) {
+        self.outstanding.remove(&done.tag);
+        let Some(mut pending) = self.http_reads.remove(&done.tag) else { return };
+        match done.result {
+            Ok(block) => {
+                self.http.bytes += block.as_bytes().len() as u64;
+                let _ = pending.reply.send(Ok(block));
+            }
+            Err(e) => {
+                self.http.failed += 1;
+                let error = IoFailure::from(e);
+                let (key, disk) = (done.key, done.disk);
+                (self.t.on_event)(SchedEvent::CopyFailed { key, disk, error: error.clone() });
+                pending.errors.push(error);
+                pending.at += 1;
+                if pending.at < pending.copies.len() {
+                    self.http.failovers += 1;
+                }
+                self.http_read(pending);
+            }
+        }
+    }
+
+    /// What [`SchedCommand::Stats`] answers.
+    fn snapshot(&self) -> SchedSnapshot {
+        let s = &self.t.scheduler;
+        let mut disks: Vec<_> = self
+            .t
+            .workers
+            .iter()
+            .map(|(d, w)| {
+                let r = self.disk_reads.get(d).copied().unwrap_or_default();
+                DiskSnapshot {
+                    disk: *d,
+                    queue: s.disk_queue_len(*d),
+                    reads: r.reads,
+                    read_bytes: r.bytes,
+                    io: w.stats(),
+                }
+            })
+            .collect();
+        disks.sort_unstable_by_key(|d| d.disk);
+        let adm = s.admission();
+        let utilisation = adm.disks().filter_map(|d| adm.utilisation(d).map(|u| (d, u))).collect();
+        SchedSnapshot {
+            stats: s.stats(),
+            streams: s.stream_count(),
+            disks,
+            cache_bytes: s.cache().used().0,
+            last_cycle: self.last_cycle,
+            utilisation,
+            per_stream: s.streams_stats().collect(),
+            http: HttpReadStats { in_flight: self.http_reads.len() as u64, ..self.http },
+            rejects_by_reason: self.admissions.rejects_by_reason(),
+            admission_policy: adm.config().policy.as_str(),
+            bad_copies: s.bad_copies(),
+        }
+    }
+
+    /// Hands the IO the core issued to the disks' threads (or, for a copy on another node's
+    /// disk, to [`SchedThread::remote`]); an IO for a disk with no thread fails at once.
+    fn issue_io(&mut self, now: Instant) {
+        while let Some(io) = self.t.scheduler.poll_io() {
+            self.tag += 1;
+            let tag = self.tag;
+            let cmd = match io.class {
+                IoClass::Read { key } => {
+                    self.outstanding.insert(tag);
+                    IoCommand::Read { key, tag }
+                }
+                IoClass::Write { key, .. } => match self.pending_writes.get(&(key, io.disk)) {
+                    Some(block) => IoCommand::Write { key, block: Arc::clone(block), tag },
+                    None => {
+                        warn!(block = %key, "write scheduled for a block no longer held");
+                        continue;
                     }
-                    CycleEvent::ReadFailed { stream, key, error } => {
-                        warn!(%stream, block = %key, %error, "block read failed on every copy");
-                        let error = error.within(format_args!("block {key} could not be read"));
-                        (self.on_event)(SchedEvent::ReadFailed { stream, error });
+                },
+                // The server runs reorganisation copies through the disk threads' own
+                // non-real-time share, not through the cycle's NRT queue.
+                IoClass::Nrt { .. } => continue,
+            };
+            match (self.t.workers.get(&io.disk), &self.t.remote, io.class) {
+                (Some(w), _, _) => w.submit(cmd),
+                // A failover to a copy on another node's disk: read through its owner.
+                (None, Some(remote), IoClass::Read { key }) => remote(io.disk, key, tag),
+                (None, _, class) => {
+                    warn!(disk = %io.disk, "IO for a disk with no IO thread");
+                    self.outstanding.remove(&tag);
+                    let error = detached(io.disk);
+                    let s = &mut self.t.scheduler;
+                    match class {
+                        IoClass::Read { key } => s.handle_read_done(
+                            now,
+                            ReadDone { disk: io.disk, key, result: Err(error) },
+                        ),
+                        IoClass::Write { key, .. } => s.handle_write_done(
+                            now,
+                            WriteDone { disk: io.disk, key, result: Err(error) },
+                        ),
+                        IoClass::Nrt { .. } => {}
                     }
-                    CycleEvent::Failover { key, failed, next, error } => {
-                        warn!(block = %key, disk = %failed, next = %next, %error,
-                            "block read failed; reading the next copy");
-                        (self.on_event)(SchedEvent::CopyFailed { key, disk: failed, error });
-                    }
-                    CycleEvent::Missed { stream, key, .. } => {
-                        debug!(%stream, block = %key, "deadline missed");
-                    }
-                    CycleEvent::Written { stream, key, disk } => {
-                        if let Some(tx) = recorders.get(&stream) {
-                            let _ = tx.send(RecordEvent::Written(key, disk));
-                        }
-                    }
-                    CycleEvent::WriteFailed { stream, key, error, .. } => {
-                        if let Some(tx) = recorders.get(&stream) {
-                            let _ = tx.send(RecordEvent::Failed(key, error));
-                        }
-                    }
-                    CycleEvent::GivenBack { stream, run, blocks } => {
-                        let _ = self.sender.send(SenderCommand::GiveBack { stream, run, blocks });
-                    }
-                    CycleEvent::NrtDone { .. } => {}
-                    CycleEvent::CycleEnd(report) => last_cycle = report,
                 }
             }
         }
-        for (_, w) in self.workers.drain() {
-            w.shutdown();
+    }
+
+    /// The core's events, to their owners: blocks to the sender thread, failures to the
+    /// server's sink, recordings' notices to each recording.
+    fn forward_events(&mut self) {
+        while let Some(ev) = self.t.scheduler.poll_event() {
+            match ev {
+                CycleEvent::Deliver { stream, index, block, anchor, run } => {
+                    let _ = self.t.sender.send(SenderCommand::Block {
+                        stream,
+                        run,
+                        index,
+                        block,
+                        anchor,
+                    });
+                }
+                CycleEvent::ReadFailed { stream, key, error } => {
+                    warn!(%stream, block = %key, %error, "block read failed on every copy");
+                    let error = error.within(format_args!("block {key} could not be read"));
+                    (self.t.on_event)(SchedEvent::ReadFailed { stream, error });
+                }
+                CycleEvent::Failover { key, failed, next, error } => {
+                    warn!(block = %key, disk = %failed, next = %next, %error,
+                        "block read failed; reading the next copy");
+                    (self.t.on_event)(SchedEvent::CopyFailed { key, disk: failed, error });
+                }
+                CycleEvent::Missed { stream, key, .. } => {
+                    debug!(%stream, block = %key, "deadline missed");
+                }
+                CycleEvent::Written { stream, key, disk } => {
+                    if let Some(tx) = self.recorders.get(&stream) {
+                        let _ = tx.send(RecordEvent::Written(key, disk));
+                    }
+                }
+                CycleEvent::WriteFailed { stream, key, error, .. } => {
+                    if let Some(tx) = self.recorders.get(&stream) {
+                        let _ = tx.send(RecordEvent::Failed(key, error));
+                    }
+                }
+                CycleEvent::GivenBack { stream, run, blocks } => {
+                    let _ = self.t.sender.send(SenderCommand::GiveBack { stream, run, blocks });
+                }
+                CycleEvent::NrtDone { .. } => {}
+                CycleEvent::CycleEnd(report) => self.last_cycle = report,
+            }
         }
     }
 
     /// Reads copy `pending.at` of an HTTP delivery's block (or the next one this node has) in
     /// the disk's non-real-time share; answers with every copy's error when none is left.
-    fn http_read(
-        &self,
-        mut pending: HttpPending,
-        tag: &mut u64,
-        outstanding: &mut BTreeSet<u64>,
-        http_reads: &mut HashMap<u64, HttpPending>,
-        http: &mut HttpReadStats,
-    ) {
+    fn http_read(&mut self, mut pending: HttpPending) {
         while let Some(disk) = pending.copies.as_slice().get(pending.at).copied() {
-            if let Some(w) = self.workers.get(&disk) {
+            if let Some(w) = self.t.workers.get(&disk) {
                 // A tag from the scheduler's own sequence (below the reorganiser's space, see
                 // `isochron_server::reorg::NRT_TAG_BASE`), so completions route back here and a
                 // `Drain` barrier waits for it like for a stream's read.
-                *tag += 1;
-                outstanding.insert(*tag);
-                http.disk_reads += 1;
-                w.submit(IoCommand::NrtRead { key: pending.key, tag: *tag });
-                http_reads.insert(*tag, pending);
+                self.tag += 1;
+                self.outstanding.insert(self.tag);
+                self.http.disk_reads += 1;
+                w.submit(IoCommand::NrtRead { key: pending.key, tag: self.tag });
+                self.http_reads.insert(self.tag, pending);
                 return;
             }
-            http.failed += 1;
+            self.http.failed += 1;
             pending.errors.push(detached(disk));
             pending.at += 1;
         }
