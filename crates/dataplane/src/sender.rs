@@ -21,6 +21,7 @@
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -421,336 +422,421 @@ pub struct SenderThread {
 impl SenderThread {
     /// Runs until `Shutdown` or until every command sender is gone.
     pub fn run(self) {
-        let mut pacer: Pacer<AlignedBuf> = Pacer::new(PacerConfig {
-            rtcp_interval: self.rtcp_interval,
-            hold_after: self.hold_after,
-            hold_window: self.hold_window,
+        SenderLoop::new(self).run();
+    }
+}
+
+/// The sender thread's state between two passes: the pacer, each stream's way out, the batch
+/// being filled and the packets kept for retransmission. Each pass takes every command waiting
+/// (one method per command, [`SenderLoop::handle`]), then sends everything due
+/// ([`SenderLoop::send_due`]), then forwards the pacer's events.
+struct SenderLoop {
+    t: SenderThread,
+    pacer: Pacer<AlignedBuf>,
+    outs: HashMap<StreamId, StreamOut>,
+    by_ssrc: HashMap<u32, (StreamId, u8)>,
+    batch: Batch,
+    /// Blocks referenced by the batch stay alive until it is sent.
+    held: Vec<SharedBlock>,
+    rtcp_buf: Vec<u8>,
+    stats: SenderStats,
+    kept: RetransmitBuffer<AlignedBuf>,
+    resend_buf: Vec<u8>,
+    /// The streams of relayed sessions this node is the origin of.
+    relayed: Vec<StreamId>,
+    /// Interleaved BYEs that found their connection's queue full, retried every quantum.
+    late_byes: Vec<LateBye>,
+    last_pass: Instant,
+    published: Instant,
+}
+
+impl SenderLoop {
+    fn new(t: SenderThread) -> Self {
+        let pacer = Pacer::new(PacerConfig {
+            rtcp_interval: t.rtcp_interval,
+            hold_after: t.hold_after,
+            hold_window: t.hold_window,
             ..PacerConfig::default()
         });
-        let mut outs: HashMap<StreamId, StreamOut> = HashMap::new();
-        let mut by_ssrc: HashMap<u32, (StreamId, u8)> = HashMap::new();
-        let mut batch = Batch::with_capacity(self.batch_packets, self.gso);
-        // Blocks referenced by the batch stay alive until it is sent.
-        let mut held: Vec<SharedBlock> = Vec::with_capacity(self.batch_packets);
-        let mut rtcp_buf = Vec::with_capacity(256);
-        let mut stats = SenderStats::default();
-        let mut kept: RetransmitBuffer<AlignedBuf> = RetransmitBuffer::new(self.retransmit_window);
-        let mut resend_buf = Vec::with_capacity(2048);
-        // The streams of relayed sessions this node is the origin of.
-        let mut relayed: Vec<StreamId> = Vec::new();
-        // Interleaved BYEs that found their connection's queue full, retried every quantum.
-        let mut late_byes: Vec<LateBye> = Vec::new();
-        let mut last_pass = self.clock.now();
-        let mut published = Instant::ZERO;
+        Self {
+            pacer,
+            outs: HashMap::new(),
+            by_ssrc: HashMap::new(),
+            batch: Batch::with_capacity(t.batch_packets, t.gso),
+            held: Vec::with_capacity(t.batch_packets),
+            rtcp_buf: Vec::with_capacity(256),
+            stats: SenderStats::default(),
+            kept: RetransmitBuffer::new(t.retransmit_window),
+            resend_buf: Vec::with_capacity(2048),
+            relayed: Vec::new(),
+            late_byes: Vec::new(),
+            last_pass: t.clock.now(),
+            published: Instant::ZERO,
+            t,
+        }
+    }
+
+    fn run(mut self) {
         loop {
-            // Wait for a command, or for the next due packet but no sooner than a quantum after
-            // the last send pass.
-            let now = self.clock.now();
-            // Resequenced packets waiting for room, and BYEs, are retried every quantum.
-            let relay_wake = relayed
-                .iter()
-                .filter_map(|s| outs.get(s)?.relay.as_ref()?.poll_timeout(last_pass + self.quantum))
-                .chain((!late_byes.is_empty()).then_some(last_pass + self.quantum))
-                .min();
-            let wake = match (pacer.poll_timeout(), relay_wake) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            let first = match wake.map(|t| t.max(last_pass + self.quantum)) {
-                Some(t) if t <= now => self.rx.try_recv().ok(),
-                Some(t) => match self.rx.recv_timeout(t - now) {
-                    Ok(c) => Some(c),
-                    Err(RecvTimeoutError::Timeout) => None,
-                    Err(RecvTimeoutError::Disconnected) => return,
-                },
-                None => match self.rx.recv() {
-                    Ok(c) => Some(c),
-                    Err(_) => return,
-                },
-            };
-            for cmd in first.into_iter().chain(std::iter::from_fn(|| self.rx.try_recv().ok())) {
-                match cmd {
-                    SenderCommand::Add { setup, transports, cname, rtx, relay } => {
-                        let stream = setup.stream;
-                        let mut tracks = Vec::with_capacity(transports.len());
-                        for (i, transport) in transports.into_iter().enumerate() {
-                            let ssrc = setup.tracks.get(i).map_or(0, |t| t.ssrc);
-                            tracks.push(transport.map(|transport| {
-                                by_ssrc.insert(ssrc, (stream, i as u8));
-                                TrackOut { transport, ssrc }
-                            }));
-                        }
-                        let udp = tracks
-                            .iter()
-                            .flatten()
-                            .any(|t| matches!(t.transport, StreamTransport::Udp { .. }));
-                        if udp {
-                            kept.handle_add(stream);
-                        }
-                        let first_ssrc = setup.tracks.first().map_or(0, |t| t.ssrc);
-                        let rtx = rtx.map(|r| (r, rand_seq(first_ssrc)));
-                        pacer.handle_add(setup);
-                        let relay = relay.map(|feeders| {
-                            relayed.push(stream);
-                            RelayIn::new(&tracks, feeders)
-                        });
-                        outs.insert(stream, StreamOut { tracks, cname, rtx, relay });
-                    }
-                    SenderCommand::Nack { ssrc, seqs } => {
-                        let Some(&(stream, track)) = by_ssrc.get(&ssrc) else {
-                            kept.handle_unknown();
-                            continue;
-                        };
-                        let found = kept.handle_nack(self.clock.now(), stream, track, seqs);
-                        if let Some(out) = outs.get_mut(&stream) {
-                            for sent in found {
-                                resend(&self.udp.rtp, out, track, &sent, &mut resend_buf);
-                            }
-                        }
-                    }
-                    SenderCommand::Play { stream, play } => {
-                        if let Some(r) = outs.get_mut(&stream).and_then(|o| o.relay.as_mut()) {
-                            r.handle_play(&play);
-                        }
-                        pacer.handle_play(self.clock.now(), stream, play);
-                    }
-                    SenderCommand::Block { stream, run, index, block, anchor } => {
-                        pacer.handle_block(stream, run, index, block, anchor);
-                    }
-                    SenderCommand::Stop { stream, run, cutoff } => {
-                        let now = self.clock.now();
-                        if let Some(report) = pacer.handle_stop(now, stream, run, cutoff) {
-                            (self.on_event)(PacerEvent::Stopped { stream, run, report });
-                        }
-                    }
-                    SenderCommand::Reanchor { stream, run, anchor, pace } => {
-                        pacer.handle_reanchor(stream, run, anchor, pace);
-                    }
-                    SenderCommand::Extend { stream, run, blocks, from } => {
-                        pacer.handle_extend(stream, run, &blocks, from);
-                    }
-                    SenderCommand::GiveBack { stream, run, blocks } => {
-                        pacer.handle_give_back(stream, run, &blocks);
-                    }
-                    SenderCommand::PassOver { stream, run, blocks } => {
-                        pacer.handle_pass_over(stream, run, &blocks);
-                    }
-                    SenderCommand::Withhold { stream, run, from, blocks, until } => {
-                        let now = self.clock.now();
-                        pacer.handle_withhold(now, stream, run, from, blocks.as_deref(), until);
-                    }
-                    SenderCommand::Release { stream, run, at } => {
-                        pacer.handle_release(stream, run, at);
-                    }
-                    SenderCommand::Freeze { stream, run, frozen } => {
-                        pacer.handle_freeze(stream, run, frozen);
-                    }
-                    SenderCommand::Bye { stream, reason } => {
-                        let now = self.clock.now();
-                        if let Some(r) = outs.get_mut(&stream).and_then(|o| o.relay.as_mut()) {
-                            r.handle_end(now);
-                        }
-                        pacer.handle_bye(now, stream, reason);
-                    }
-                    SenderCommand::Relayed { datagram } => {
-                        // Into the origin's resequencer of the track whose SSRC it carries.
-                        let reseq = RtpHeader::parse(&datagram).ok().and_then(|(h, _)| {
-                            let &(stream, track) = by_ssrc.get(&h.ssrc)?;
-                            let relay = outs.get_mut(&stream)?.relay.as_mut()?;
-                            Some((relay.track_mut(track)?, h.sequence))
-                        });
-                        match reseq {
-                            Some((reseq, seq)) => {
-                                stats.relayed += 1;
-                                let d = Queued::Relayed(Arc::from(datagram));
-                                let _ = reseq.handle_packet(self.clock.now(), seq, d);
-                            }
-                            None => stats.relay_unknown += 1,
-                        }
-                    }
-                    SenderCommand::Pace { stream, pace } => {
-                        pacer.handle_pace(stream, pace);
-                    }
-                    SenderCommand::Remove { stream } => {
-                        pacer.handle_remove(stream);
-                        kept.handle_remove(stream);
-                        if let Some(out) = outs.remove(&stream) {
-                            for t in out.tracks.iter().flatten() {
-                                by_ssrc.remove(&t.ssrc);
-                            }
-                            if let Some(r) = out.relay {
-                                stats.reseq.add(&r.stats());
-                                relayed.retain(|s| *s != stream);
-                            }
-                        }
-                    }
-                    SenderCommand::Stats { reply } => {
-                        stats.pacer = pacer.stats();
-                        stats.streams = pacer.stream_count();
-                        stats.retransmit = kept.stats();
-                        let mut now_stats = stats;
-                        for r in outs.values().filter_map(|o| o.relay.as_ref()) {
-                            now_stats.reseq.add(&r.stats());
-                        }
-                        let _ = reply.send(now_stats);
-                    }
-                    SenderCommand::Progress { reply } => {
-                        let _ = reply.send(pacer.progress().collect());
-                    }
-                    SenderCommand::Shutdown => return,
+            let Some(mut next) = self.wait() else { return };
+            while let Some(cmd) = next.take().or_else(|| self.t.rx.try_recv().ok()) {
+                if self.handle(cmd).is_break() {
+                    return;
                 }
             }
-
-            // Send everything due, in batches.
-            let now = self.clock.now();
-            last_pass = now;
-            if now.saturating_duration_since(published) >= PROGRESS_EVERY {
-                self.sent_through.publish(pacer.sent_through(now));
-                published = now;
-            }
-            loop {
-                // Every track of a stream goes the same way (one connection when interleaved).
-                let can_send = |s: StreamId| {
-                    let Some(o) = outs.get(&s) else { return true };
-                    let tracks = o.tracks.iter().flatten().count();
-                    o.tracks
-                        .iter()
-                        .flatten()
-                        .next()
-                        .is_none_or(|t| has_room(&t.transport, self.shards, tracks))
-                };
-                let Some(t) = pacer.poll_transmit(now, can_send) else { break };
-                match t {
-                    Transmit::Rtp {
-                        stream,
-                        track,
-                        payload_type,
-                        block,
-                        packet,
-                        seq,
-                        timestamp,
-                        marker,
-                        lsn,
-                        block_end,
-                    } => {
-                        let Some(o) = outs.get_mut(&stream) else { continue };
-                        let ssrc = o.track(track).map_or(0, |t| t.ssrc);
-                        if let Some(reseq) = o.relay.as_mut().and_then(|r| r.track_mut(track)) {
-                            // A relayed session's own packets join the others' in order.
-                            let header =
-                                RtpHeader { marker, payload_type, sequence: seq, timestamp, ssrc };
-                            let own = Queued::Own { header, block, packet };
-                            let _ = reseq.handle_packet(now, seq, own);
-                            continue;
-                        }
-                        let Some(out) = o.track(track) else {
-                            continue;
-                        };
-                        let rtp_header = RtpHeader {
-                            marker,
-                            payload_type,
-                            sequence: seq,
-                            timestamp,
-                            ssrc: out.ssrc,
-                        };
-                        let mut buf = [0u8; RTP_HEADER_LSN_LEN];
-                        let header: &[u8] = match lsn {
-                            Some(lsn) => {
-                                rtp_header.write_lsn(lsn, block_end, &mut buf);
-                                &buf
-                            }
-                            None => {
-                                let b: &mut [u8; RTP_HEADER_LEN] =
-                                    (&mut buf[..RTP_HEADER_LEN]).try_into().expect("12 bytes");
-                                rtp_header.write(b);
-                                &buf[..RTP_HEADER_LEN]
-                            }
-                        };
-                        match &out.transport {
-                            StreamTransport::Udp { rtp, .. } => {
-                                batch.push(*rtp, header, block.packet(packet).payload);
-                                let sent = Sent::Block {
-                                    block: Arc::clone(&block),
-                                    packet,
-                                    header: rtp_header,
-                                };
-                                kept.handle_sent(now, stream, track, seq, sent);
-                                held.push(block);
-                                if batch.len() >= self.batch_packets {
-                                    flush(&mut batch, &mut held, &self.udp.rtp, &mut stats);
-                                }
-                            }
-                            StreamTransport::Interleaved { frames, rtp_channel, .. } => {
-                                let len = header.len() + block.packet(packet).payload.len();
-                                let mut head = [0u8; 4 + MAX_HEADER];
-                                head[..4]
-                                    .copy_from_slice(&interleaved_prefix(*rtp_channel, len as u16));
-                                head[4..4 + header.len()].copy_from_slice(header);
-                                let head_len = 4 + header.len();
-                                // `can_send` saw room for what every sender thread may push
-                                // at the same instant (`has_room`): this does not fail for lack
-                                // of room.
-                                let frame = OutFrame::Rtp { head, head_len, block, packet };
-                                if frames.try_send(frame).is_err() {
-                                    stats.interleaved_lost += 1;
-                                }
-                            }
-                        }
-                    }
-                    Transmit::Rtcp {
-                        stream,
-                        track,
-                        rtp_timestamp,
-                        packets,
-                        octets,
-                        bye,
-                        reason,
-                    } => {
-                        let Some(out) = outs.get_mut(&stream) else { continue };
-                        let StreamOut { tracks, cname, relay, .. } = out;
-                        let Some(Some(t)) = tracks.get(usize::from(track)) else { continue };
-                        // RTP queued in the batch goes first: a BYE must not overtake the last
-                        // packets (GStreamer ends the stream on BYE and drops what follows).
-                        flush(&mut batch, &mut held, &self.udp.rtp, &mut stats);
-                        rtcp_buf.clear();
-                        let is_bye = bye;
-                        let bye = bye.then_some(reason.as_deref());
-                        build_rtcp(&mut rtcp_buf, t, cname, rtp_timestamp, packets, octets, bye);
-                        match relay.as_mut() {
-                            // Nothing more will be relayed: what is held leaves before the BYE.
-                            Some(r) if is_bye => r.defer_bye(now, track, rtcp_buf.clone()),
-                            _ => {
-                                let unsent = send_rtcp(&self.udp.rtcp, t, &rtcp_buf);
-                                late_byes.extend(unsent.filter(|_| is_bye));
-                            }
-                        }
-                    }
-                }
-            }
-            // Relayed sessions: what is in order leaves, holes are asked for or given up.
-            for stream in &relayed {
-                let Some(out) = outs.get_mut(stream) else { continue };
-                let io = RelayIo {
-                    udp: &self.udp,
-                    shards: self.shards,
-                    batch_packets: self.batch_packets,
-                    kept: &mut kept,
-                    stats: &mut stats,
-                    scratch: &mut resend_buf,
-                    late_byes: &mut late_byes,
-                };
-                out.service_relay(now, *stream, io, &mut batch, &mut held);
-            }
-            flush(&mut batch, &mut held, &self.udp.rtp, &mut stats);
-            // A BYE waits for room, however long the player takes to read: it is how the
-            // player learns the stream ended (RFC 3550 §6.6; GStreamer's rtspsrc ends on it).
-            late_byes.retain_mut(LateBye::retry);
-
-            while let Some(ev) = pacer.poll_event() {
-                if let PacerEvent::Ended { stream, run, report } = ev {
+            self.send_due();
+            while let Some(ev) = self.pacer.poll_event() {
+                if let PacerEvent::Ended { stream, run, report } = &ev {
                     debug!(%stream, %run, last = ?report.last_sent, "end of run");
                 }
-                (self.on_event)(ev);
+                (self.t.on_event)(ev);
+            }
+        }
+    }
+
+    /// Waits for a command, or for the next due packet but no sooner than a quantum after the
+    /// last send pass: `Some(None)` when it is time to send, `None` when every sender is gone.
+    fn wait(&self) -> Option<Option<SenderCommand>> {
+        let now = self.t.clock.now();
+        let quantum_after = self.last_pass + self.t.quantum;
+        // Resequenced packets waiting for room, and BYEs, are retried every quantum.
+        let relay_wake = self
+            .relayed
+            .iter()
+            .filter_map(|s| self.outs.get(s)?.relay.as_ref()?.poll_timeout(quantum_after))
+            .chain((!self.late_byes.is_empty()).then_some(quantum_after))
+            .min();
+        let wake = match (self.pacer.poll_timeout(), relay_wake) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match wake.map(|t| t.max(quantum_after)) {
+            Some(t) if t <= now => Some(self.t.rx.try_recv().ok()),
+            Some(t) => match self.t.rx.recv_timeout(t - now) {
+                Ok(c) => Some(Some(c)),
+                Err(RecvTimeoutError::Timeout) => Some(None),
+                Err(RecvTimeoutError::Disconnected) => None,
+            },
+            None => self.t.rx.recv().ok().map(Some),
+        }
+    }
+
+    /// One command; `Break` on `Shutdown`.
+    fn handle(&mut self, cmd: SenderCommand) -> ControlFlow<()> {
+        let now = || self.t.clock.now();
+        match cmd {
+            SenderCommand::Add { setup, transports, cname, rtx, relay } => {
+                self.add(setup, transports, cname, rtx, relay);
+            }
+            SenderCommand::Nack { ssrc, seqs } => {
+                let Some(&(stream, track)) = self.by_ssrc.get(&ssrc) else {
+                    self.kept.handle_unknown();
+                    return ControlFlow::Continue(());
+                };
+                let found = self.kept.handle_nack(now(), stream, track, seqs);
+                if let Some(out) = self.outs.get_mut(&stream) {
+                    for sent in found {
+                        resend(&self.t.udp.rtp, out, track, &sent, &mut self.resend_buf);
+                    }
+                }
+            }
+            SenderCommand::Play { stream, play } => {
+                if let Some(r) = self.outs.get_mut(&stream).and_then(|o| o.relay.as_mut()) {
+                    r.handle_play(&play);
+                }
+                self.pacer.handle_play(now(), stream, play);
+            }
+            SenderCommand::Block { stream, run, index, block, anchor } => {
+                self.pacer.handle_block(stream, run, index, block, anchor);
+            }
+            SenderCommand::Stop { stream, run, cutoff } => {
+                if let Some(report) = self.pacer.handle_stop(now(), stream, run, cutoff) {
+                    (self.t.on_event)(PacerEvent::Stopped { stream, run, report });
+                }
+            }
+            SenderCommand::Reanchor { stream, run, anchor, pace } => {
+                self.pacer.handle_reanchor(stream, run, anchor, pace);
+            }
+            SenderCommand::Extend { stream, run, blocks, from } => {
+                self.pacer.handle_extend(stream, run, &blocks, from);
+            }
+            SenderCommand::GiveBack { stream, run, blocks } => {
+                self.pacer.handle_give_back(stream, run, &blocks);
+            }
+            SenderCommand::PassOver { stream, run, blocks } => {
+                self.pacer.handle_pass_over(stream, run, &blocks);
+            }
+            SenderCommand::Withhold { stream, run, from, blocks, until } => {
+                self.pacer.handle_withhold(now(), stream, run, from, blocks.as_deref(), until);
+            }
+            SenderCommand::Release { stream, run, at } => {
+                self.pacer.handle_release(stream, run, at);
+            }
+            SenderCommand::Freeze { stream, run, frozen } => {
+                self.pacer.handle_freeze(stream, run, frozen);
+            }
+            SenderCommand::Bye { stream, reason } => {
+                let now = now();
+                if let Some(r) = self.outs.get_mut(&stream).and_then(|o| o.relay.as_mut()) {
+                    r.handle_end(now);
+                }
+                self.pacer.handle_bye(now, stream, reason);
+            }
+            SenderCommand::Relayed { datagram } => self.relayed_in(datagram),
+            SenderCommand::Pace { stream, pace } => {
+                self.pacer.handle_pace(stream, pace);
+            }
+            SenderCommand::Remove { stream } => self.remove(stream),
+            SenderCommand::Stats { reply } => {
+                let _ = reply.send(self.snapshot());
+            }
+            SenderCommand::Progress { reply } => {
+                let _ = reply.send(self.pacer.progress().collect());
+            }
+            SenderCommand::Shutdown => return ControlFlow::Break(()),
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// A stream to send: its tracks' ways out, kept for retransmission when any goes over UDP,
+    /// and (on a relayed session's origin) the resequencer its feeders' packets join.
+    fn add(
+        &mut self,
+        setup: StreamSetup,
+        transports: Vec<Option<StreamTransport>>,
+        cname: String,
+        rtx: Option<RtxSetup>,
+        relay: Option<Vec<SocketAddr>>,
+    ) {
+        let stream = setup.stream;
+        let mut tracks = Vec::with_capacity(transports.len());
+        for (i, transport) in transports.into_iter().enumerate() {
+            let ssrc = setup.tracks.get(i).map_or(0, |t| t.ssrc);
+            tracks.push(transport.map(|transport| {
+                self.by_ssrc.insert(ssrc, (stream, i as u8));
+                TrackOut { transport, ssrc }
+            }));
+        }
+        let udp =
+            tracks.iter().flatten().any(|t| matches!(t.transport, StreamTransport::Udp { .. }));
+        if udp {
+            self.kept.handle_add(stream);
+        }
+        let first_ssrc = setup.tracks.first().map_or(0, |t| t.ssrc);
+        let rtx = rtx.map(|r| (r, rand_seq(first_ssrc)));
+        self.pacer.handle_add(setup);
+        let relay = relay.map(|feeders| {
+            self.relayed.push(stream);
+            RelayIn::new(&tracks, feeders)
+        });
+        self.outs.insert(stream, StreamOut { tracks, cname, rtx, relay });
+    }
+
+    /// A packet a feeder relayed: into the origin's resequencer of the track whose SSRC it
+    /// carries.
+    fn relayed_in(&mut self, datagram: Vec<u8>) {
+        let reseq = RtpHeader::parse(&datagram).ok().and_then(|(h, _)| {
+            let &(stream, track) = self.by_ssrc.get(&h.ssrc)?;
+            let relay = self.outs.get_mut(&stream)?.relay.as_mut()?;
+            Some((relay.track_mut(track)?, h.sequence))
+        });
+        match reseq {
+            Some((reseq, seq)) => {
+                self.stats.relayed += 1;
+                let d = Queued::Relayed(Arc::from(datagram));
+                let _ = reseq.handle_packet(self.t.clock.now(), seq, d);
+            }
+            None => self.stats.relay_unknown += 1,
+        }
+    }
+
+    /// A stream gone: its pacing, its kept packets, its ways out (and its resequencer's counts
+    /// into the totals).
+    fn remove(&mut self, stream: StreamId) {
+        self.pacer.handle_remove(stream);
+        self.kept.handle_remove(stream);
+        if let Some(out) = self.outs.remove(&stream) {
+            for t in out.tracks.iter().flatten() {
+                self.by_ssrc.remove(&t.ssrc);
+            }
+            if let Some(r) = out.relay {
+                self.stats.reseq.add(&r.stats());
+                self.relayed.retain(|s| *s != stream);
+            }
+        }
+    }
+
+    /// What [`SenderCommand::Stats`] answers.
+    fn snapshot(&mut self) -> SenderStats {
+        self.stats.pacer = self.pacer.stats();
+        self.stats.streams = self.pacer.stream_count();
+        self.stats.retransmit = self.kept.stats();
+        let mut now_stats = self.stats;
+        for r in self.outs.values().filter_map(|o| o.relay.as_ref()) {
+            now_stats.reseq.add(&r.stats());
+        }
+        now_stats
+    }
+
+    /// Sends everything due, in batches; serves the relayed sessions' resequencers; retries the
+    /// BYEs that waited for room.
+    fn send_due(&mut self) {
+        let now = self.t.clock.now();
+        self.last_pass = now;
+        if now.saturating_duration_since(self.published) >= PROGRESS_EVERY {
+            self.t.sent_through.publish(self.pacer.sent_through(now));
+            self.published = now;
+        }
+        let shards = self.t.shards;
+        loop {
+            // Every track of a stream goes the same way (one connection when interleaved).
+            let outs = &self.outs;
+            let can_send = |s: StreamId| {
+                let Some(o) = outs.get(&s) else { return true };
+                let tracks = o.tracks.iter().flatten().count();
+                o.tracks
+                    .iter()
+                    .flatten()
+                    .next()
+                    .is_none_or(|t| has_room(&t.transport, shards, tracks))
+            };
+            let Some(t) = self.pacer.poll_transmit(now, can_send) else { break };
+            match t {
+                Transmit::Rtp {
+                    stream,
+                    track,
+                    payload_type,
+                    block,
+                    packet,
+                    seq,
+                    timestamp,
+                    marker,
+                    lsn,
+                    block_end,
+                } => {
+                    let header =
+                        RtpHeader { marker, payload_type, sequence: seq, timestamp, ssrc: 0 };
+                    self.transmit_rtp(
+                        now,
+                        stream,
+                        track,
+                        header,
+                        (block, packet),
+                        (lsn, block_end),
+                    );
+                }
+                Transmit::Rtcp { stream, track, rtp_timestamp, packets, octets, bye, reason } => {
+                    let report = (rtp_timestamp, packets, octets);
+                    self.transmit_rtcp(now, stream, track, report, bye, reason.as_deref());
+                }
+            }
+        }
+        // Relayed sessions: what is in order leaves, holes are asked for or given up.
+        for stream in &self.relayed {
+            let Some(out) = self.outs.get_mut(stream) else { continue };
+            let io = RelayIo {
+                udp: &self.t.udp,
+                shards: self.t.shards,
+                batch_packets: self.t.batch_packets,
+                kept: &mut self.kept,
+                stats: &mut self.stats,
+                scratch: &mut self.resend_buf,
+                late_byes: &mut self.late_byes,
+            };
+            out.service_relay(now, *stream, io, &mut self.batch, &mut self.held);
+        }
+        flush(&mut self.batch, &mut self.held, &self.t.udp.rtp, &mut self.stats);
+        // A BYE waits for room, however long the player takes to read: it is how the
+        // player learns the stream ended (RFC 3550 §6.6; GStreamer's rtspsrc ends on it).
+        self.late_byes.retain_mut(LateBye::retry);
+    }
+
+    /// One RTP packet of `stream`'s `track` (`header` without its SSRC, which is the track's):
+    /// into a relayed session's resequencer, the UDP batch (kept for retransmission), or the
+    /// connection's queue of interleaved frames.
+    fn transmit_rtp(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        track: u8,
+        mut rtp_header: RtpHeader,
+        (block, packet): (SharedBlock, usize),
+        (lsn, block_end): (Option<u16>, u16),
+    ) {
+        let Some(o) = self.outs.get_mut(&stream) else { return };
+        rtp_header.ssrc = o.track(track).map_or(0, |t| t.ssrc);
+        if let Some(reseq) = o.relay.as_mut().and_then(|r| r.track_mut(track)) {
+            // A relayed session's own packets join the others' in order.
+            let own = Queued::Own { header: rtp_header, block, packet };
+            let _ = reseq.handle_packet(now, rtp_header.sequence, own);
+            return;
+        }
+        let Some(out) = o.track(track) else { return };
+        let mut buf = [0u8; RTP_HEADER_LSN_LEN];
+        let header: &[u8] = match lsn {
+            Some(lsn) => {
+                rtp_header.write_lsn(lsn, block_end, &mut buf);
+                &buf
+            }
+            None => {
+                let b: &mut [u8; RTP_HEADER_LEN] =
+                    (&mut buf[..RTP_HEADER_LEN]).try_into().expect("12 bytes");
+                rtp_header.write(b);
+                &buf[..RTP_HEADER_LEN]
+            }
+        };
+        match &out.transport {
+            StreamTransport::Udp { rtp, .. } => {
+                self.batch.push(*rtp, header, block.packet(packet).payload);
+                let sent = Sent::Block { block: Arc::clone(&block), packet, header: rtp_header };
+                self.kept.handle_sent(now, stream, track, rtp_header.sequence, sent);
+                self.held.push(block);
+                if self.batch.len() >= self.t.batch_packets {
+                    flush(&mut self.batch, &mut self.held, &self.t.udp.rtp, &mut self.stats);
+                }
+            }
+            StreamTransport::Interleaved { frames, rtp_channel, .. } => {
+                let len = header.len() + block.packet(packet).payload.len();
+                let mut head = [0u8; 4 + MAX_HEADER];
+                head[..4].copy_from_slice(&interleaved_prefix(*rtp_channel, len as u16));
+                head[4..4 + header.len()].copy_from_slice(header);
+                let head_len = 4 + header.len();
+                // `can_send` saw room for what every sender thread may push at the same instant
+                // (`has_room`): this does not fail for lack of room.
+                let frame = OutFrame::Rtp { head, head_len, block, packet };
+                if frames.try_send(frame).is_err() {
+                    self.stats.interleaved_lost += 1;
+                }
+            }
+        }
+    }
+
+    /// A sender report of `stream`'s `track` (`report`: RTP timestamp, packets, octets), with a
+    /// BYE when `bye`; a relayed session's BYE waits for what is held.
+    fn transmit_rtcp(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        track: u8,
+        (rtp_timestamp, packets, octets): (u32, u32, u32),
+        bye: bool,
+        reason: Option<&str>,
+    ) {
+        let Some(out) = self.outs.get_mut(&stream) else { return };
+        let StreamOut { tracks, cname, relay, .. } = out;
+        let Some(Some(t)) = tracks.get(usize::from(track)) else { return };
+        // RTP queued in the batch goes first: a BYE must not overtake the last packets
+        // (GStreamer ends the stream on BYE and drops what follows).
+        flush(&mut self.batch, &mut self.held, &self.t.udp.rtp, &mut self.stats);
+        self.rtcp_buf.clear();
+        let said = bye.then_some(reason);
+        build_rtcp(&mut self.rtcp_buf, t, cname, rtp_timestamp, packets, octets, said);
+        match relay.as_mut() {
+            // Nothing more will be relayed: what is held leaves before the BYE.
+            Some(r) if bye => r.defer_bye(now, track, self.rtcp_buf.clone()),
+            _ => {
+                let unsent = send_rtcp(&self.t.udp.rtcp, t, &self.rtcp_buf);
+                self.late_byes.extend(unsent.filter(|_| bye));
             }
         }
     }
