@@ -1412,7 +1412,7 @@ fn spawn_ffmpeg_md5(c: &Cluster, node: usize, object: &str, md5: &Path) -> Child
 /// none, for 15 s (its lease lapses: it is down, taken over, and taken back when it speaks).
 /// Nobody's stream ends: every client exits 0 with every byte (ffmpeg: every packet, in order),
 /// none starved, and few of the packets the isochron clients receive are sent twice (under 1 %
-/// in the suite's conditions; asserted under 2 %).
+/// in the suite's conditions; asserted at most 1 %).
 #[test]
 fn a_node_that_stands_still_ends_no_stream() {
     require("gst-launch-1.0");
