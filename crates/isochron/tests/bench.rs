@@ -347,7 +347,10 @@ fn a_ramp_stops_at_the_first_n_not_served() {
         ServeOptions { config: Some(config), ..ServeOptions::default() },
     );
     let out = dir.path().join("report");
-    let args = ["--ramp", "--ramp-step", "1", "--ramp-interval", "4", "--max-clients", "6"];
+    // Steps of 6 s: each N has four or five steady samples (a session's first second, and the
+    // second in which the next one starts, are not steady), so one slow second on a machine
+    // busy with the other benches does not decide it.
+    let args = ["--ramp", "--ramp-step", "1", "--ramp-interval", "6", "--max-clients", "6"];
     let r = bench(
         &server,
         &out,
@@ -359,10 +362,10 @@ fn a_ramp_stops_at_the_first_n_not_served() {
     assert_eq!(r["first_failure_n"], 3, "{:#}", r["per_n"]);
     let per_n = r["per_n"].as_array().unwrap();
     let at = |n: u64| per_n.iter().find(|p| p["n"] == n).unwrap_or_else(|| panic!("N = {n}"));
-    assert_eq!(at(1)["pass"], true);
-    assert_eq!(at(2)["pass"], true);
-    assert_eq!(at(3)["pass"], false);
-    assert!(r["elapsed_s"].as_f64().unwrap() < 40.0, "the ramp ran on: {}", r["elapsed_s"]);
+    for (n, pass) in [(1, true), (2, true), (3, false)] {
+        assert_eq!(at(n)["pass"], pass, "N = {n}: {:#}", at(n));
+    }
+    assert!(r["elapsed_s"].as_f64().unwrap() < 45.0, "the ramp ran on: {}", r["elapsed_s"]);
     // The third client's SETUP was refused (503: the session table is full), not an error.
     let summary = &r["sessions_summary"];
     assert!(summary["refused"].as_u64().unwrap() >= 1, "{summary:#}");

@@ -217,17 +217,26 @@ pub async fn run(mut config: RunConfig) -> anyhow::Result<RunResult> {
             let mut checked = 0u64;
             r.phase(0, span, &mut |t, samples| {
                 let k = (t.as_secs_f64() / interval.as_secs_f64()) as u64;
-                if k > checked && failed_step.is_none() {
-                    // Judge the step that just ended.
-                    checked = k;
-                    let n = (step * k as usize).min(max);
-                    let last: Vec<Sample> =
-                        samples.iter().rev().take_while(|s| s.n_target == n).cloned().collect();
+                // The step that ended is judged once a sample of the next one is in: the churn
+                // of the next step's first sessions marks the ended step's last sample unsteady
+                // (`Runner::sample`), and the judgment must be the one the report's `per_n` makes
+                // of the same samples. At the largest N no next step comes.
+                let n = (step * (checked as usize + 1)).min(max);
+                let next_in = n == max || samples.last().is_some_and(|s| s.n_target != n);
+                if k > checked && next_in && failed_step.is_none() {
+                    checked += 1;
+                    let last: Vec<Sample> = samples
+                        .iter()
+                        .rev()
+                        .skip_while(|s| s.n_target != n)
+                        .take_while(|s| s.n_target == n)
+                        .cloned()
+                        .collect();
                     // No steady sample in a whole step: the clients never all got served.
                     let judged = aggregate(&last, tol);
                     if judged.is_empty() || judged.iter().any(|p| !p.pass) {
                         info!(n, "ramp: N failed");
-                        failed_step = Some(k);
+                        failed_step = Some(checked);
                         ramp_failure = Some(n);
                     }
                 }
