@@ -18,9 +18,11 @@
 //! scheduler thread ([`sched_thread`]) is the one owner of the XTREAM cycle scheduler and its
 //! block cache; each sender thread ([`sender`]) is the one owner of a [`pacer`] and the
 //! transports of the streams hashed to it ([`shards`]). Each is fed a closed command enum over
-//! one channel.
+//! one channel. What a sender thread decides — the [`pacer`], the retransmission buffer
+//! ([`rtx`]) and the relay resequencer ([`reseq`]) — is sans-IO and lives in `isochron-pacing`
+//! (re-exported here), under the cores' guard.
 //!
-//! The modules depend downward only: [`clock`] ← [`pacer`], [`rtx`] ← [`net`] ← [`sender`] ←
+//! The modules depend downward only: [`clock`] ← [`net`] ← [`sender`] ←
 //! [`shards`] ← [`sched_thread`] (which also keeps the [`admission_log`]). The scheduler thread hands blocks
 //! down to the sender ([`sender::SenderCommand::Block`]); nothing here names a command type of a
 //! higher owner. What goes up — a block sent, a pace change, the end of a stream from the sender;
@@ -35,9 +37,8 @@
 pub mod admission_log;
 pub mod clock;
 pub mod net;
-pub mod pacer;
-pub mod reseq;
-pub mod rtx;
 pub mod sched_thread;
 pub mod sender;
 pub mod shards;
+
+pub use isochron_pacing::{pacer, reseq, rtx};

@@ -234,7 +234,7 @@ impl RunningServer {
     }
 }
 
-/// Starts the server on an open store, in the steps of [`wiring`] and in their order. Must run
+/// Starts the server on an open store, in the steps of the `wiring` module and in their order. Must run
 /// inside a tokio runtime.
 pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningServer> {
     let started = (std::time::Instant::now(), std::time::SystemTime::now());
