@@ -51,13 +51,6 @@ impl IoFailureKind {
             Self::Exhausted => "exhausted",
         }
     }
-
-    /// Whether a good copy elsewhere can mend it: the copy is absent or damaged (not the disk,
-    /// the thread or another node).
-    #[must_use]
-    pub fn is_bad_copy(self) -> bool {
-        matches!(self, Self::Missing | Self::Corrupt)
-    }
 }
 
 impl fmt::Display for IoFailureKind {
@@ -142,7 +135,6 @@ mod tests {
             "reading block 3/12: disk 0: checksum mismatch; disk 1 is not attached"
         );
         assert_eq!(IoFailure::exhausted("reading", []).to_string(), "reading: no copy to read");
-        assert!(a.kind().is_bad_copy() && !b.kind().is_bad_copy());
         assert_eq!(IoFailureKind::Remote.to_string(), "remote");
     }
 }

@@ -214,12 +214,6 @@ impl From<DiskError> for IoFailure {
     }
 }
 
-impl From<&DiskError> for IoFailure {
-    fn from(e: &DiskError) -> Self {
-        Self::new(e.kind(), e.to_string())
-    }
-}
-
 /// The identity file's contents.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct Identity {
