@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Plays an RTSP URL with GStreamer and, after a second, seeks to 0 at a rate; prints JSON.
+"""Plays an RTSP URL with GStreamer and, once playing, seeks to 0 at a rate; prints JSON.
 
 Usage: gst_rate.py URL RATE trick|speed
 
@@ -7,6 +7,10 @@ A seek with a rate makes rtspsrc send PLAY with `Speed: RATE`, or with the TRICK
 `Scale: RATE` (RFC 2326 §12.34, §12.35). Prints one line of JSON: the video frames that came out
 of `rtph264depay ! h264parse` after the seek, how many were key frames, their timestamps, and the
 wall-clock seconds from the seek to end of stream. Exits 0 on EOS, 1 on error or timeout.
+
+The seek is sent half a second after the first video frame, not at a fixed time after start:
+rtspsrc refuses a seek (returns False) until its session is set up, and on a loaded machine
+DESCRIBE and SETUP can take longer than any fixed delay.
 """
 import json
 import sys
@@ -28,10 +32,14 @@ pipeline = Gst.parse_launch(
 )
 loop = GLib.MainLoop()
 state = {"code": 1, "frames": 0, "keys": 0, "pts": [], "start": None, "eos_after": None}
+state["seek_planned"] = False
 
 
 def on_buffer(_element, buf):
     if state["start"] is None:
+        if not state["seek_planned"]:
+            state["seek_planned"] = True
+            GLib.timeout_add(500, seek)
         return
     state["frames"] += 1
     if not buf.has_flags(Gst.BufferFlags.DELTA_UNIT):
@@ -57,6 +65,9 @@ def seek():
         flags |= Gst.SeekFlags.TRICKMODE | Gst.SeekFlags.TRICKMODE_KEY_UNITS
     ok = pipeline.seek(rate, Gst.Format.TIME, flags, Gst.SeekType.SET, 0, Gst.SeekType.NONE, 0)
     print(f"seek at rate {rate} ({mode}): {ok}", file=sys.stderr)
+    if not ok:
+        loop.quit()
+        return False
     state["start"] = time.time()
     return False
 
@@ -66,7 +77,6 @@ bus = pipeline.get_bus()
 bus.add_signal_watch()
 bus.connect("message", on_message)
 pipeline.set_state(Gst.State.PLAYING)
-GLib.timeout_add(1000, seek)
 GLib.timeout_add(60_000, loop.quit)
 loop.run()
 pipeline.set_state(Gst.State.NULL)

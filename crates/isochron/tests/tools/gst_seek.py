@@ -6,6 +6,9 @@ Usage: gst_seek.py URL SEEK_AFTER_S TARGET_S OUT_FILE
 rtspsrc turns the seek into PAUSE + PLAY with `Range: npt=TARGET-`.
 The output holds the bytes received before the seek followed by those after it; the test finds
 the join and checks where the second part starts. Exits 0 on EOS, 1 on error or timeout.
+
+SEEK_AFTER_S counts from the first received packet, not from start: rtspsrc refuses a seek
+until its session is set up, and on a loaded machine that can take longer than any fixed delay.
 """
 import sys
 
@@ -17,7 +20,7 @@ from gi.repository import GLib, Gst  # noqa: E402
 url, seek_after, target, out = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 Gst.init(None)
 pipeline = Gst.parse_launch(
-    f"rtspsrc location={url} protocols=tcp ! rtpmp2tdepay ! filesink location={out}"
+    f"rtspsrc location={url} protocols=tcp ! rtpmp2tdepay name=depay ! filesink location={out}"
 )
 loop = GLib.MainLoop()
 status = {"code": 1, "seeked": False}
@@ -40,14 +43,23 @@ def do_seek():
     )
     print(f"seek to {target}: {ok}", file=sys.stderr)
     status["seeked"] = ok
+    if not ok:
+        loop.quit()
     return False
+
+
+def on_first_packet(_pad, _info):
+    GLib.timeout_add(int(seek_after * 1000), do_seek)
+    return Gst.PadProbeReturn.REMOVE
 
 
 bus = pipeline.get_bus()
 bus.add_signal_watch()
 bus.connect("message", on_message)
+pipeline.get_by_name("depay").get_static_pad("src").add_probe(
+    Gst.PadProbeType.BUFFER, on_first_packet
+)
 pipeline.set_state(Gst.State.PLAYING)
-GLib.timeout_add(int(seek_after * 1000), do_seek)
 GLib.timeout_add(90_000, loop.quit)
 loop.run()
 pipeline.set_state(Gst.State.NULL)
