@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0
-cores=(isochron-base isochron-auth isochron-media isochron-rtp isochron-rtsp isochron-store isochron-sched isochron-sim isochron-cluster isochron-pacing)
+cores=(isochron-base isochron-auth isochron-media isochron-rtp isochron-rtsp isochron-store isochron-sched isochron-sim isochron-cluster isochron-pacing isochron-node)
 
 # 1. The sans-IO cores never depend on an async runtime or on platform IO crates.
 for c in "${cores[@]}"; do
@@ -23,7 +23,7 @@ done
 
 # 3. Every core crate has a clippy.toml that forbids clocks, sleeping, threads, files and sockets
 #    (clippy enforces it in the clippy gate).
-for dir in base auth media rtp rtsp store sched sim cluster pacing; do
+for dir in base auth media rtp rtsp store sched sim cluster pacing node; do
   f="crates/$dir/clippy.toml"
   if ! grep -q 'std::time::Instant::now' "$f" 2>/dev/null; then
     echo "invariant broken: $f missing or does not forbid the clock"; fail=1
@@ -40,10 +40,10 @@ for m in crates/*/Cargo.toml; do
 done
 
 # 5. One owner per piece of mutable state: the cores' state machines (the session manager's
-#    ServerCore in server, the scheduler thread's CycleScheduler and BlockCache and the sender
-#    thread's Pacer in dataplane) are never shared behind a lock, in any crate; they live on one
-#    thread or task and are fed commands.
-if grep -rnE '(Mutex|RwLock)<[^>]*(ServerCore|Scheduler|Pacer|BlockCache)' crates/ --include=*.rs; then
+#    NodeCore in server, with its ServerCore and ClusterCore; the scheduler thread's
+#    CycleScheduler and BlockCache and the sender thread's Pacer in dataplane) are never shared
+#    behind a lock, in any crate; they live on one thread or task and are fed commands.
+if grep -rnE '(Mutex|RwLock)<[^>]*(NodeCore|ServerCore|ClusterCore|Scheduler|Pacer|BlockCache)' crates/ --include=*.rs; then
   echo "invariant broken: a core state machine is shared behind a lock"; fail=1
 fi
 

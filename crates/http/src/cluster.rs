@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Json, Response};
 use futures_util::StreamExt as _;
 use isochron_base::{BlockIndex, BlockKey, DiskId, ObjectId};
 use isochron_server::cluster::ClusterView;
-use isochron_server::library::{ObjectEntry, ObjectSummary};
+use isochron_server::library::ObjectSummary;
 use isochron_server::reorg::ReorgCommand;
 use serde::Serialize;
 use tokio::sync::oneshot;
@@ -267,7 +267,7 @@ pub(crate) async fn spool_and_ingest(
         for skipped in &report.skipped {
             tracing::warn!(object = %name, "{skipped}; stored the other tracks");
         }
-        library.insert(Arc::new(ObjectEntry::new(&store, report.record.clone())));
+        library.insert(Arc::new(isochron_server::library::entry(&store, report.record.clone())));
         drop(path);
         Ok::<_, (StatusCode, String)>(ObjectSummary::from(&report.record))
     });

@@ -1,77 +1,33 @@
 //! The objects the server can play, as the session manager and the scheduler need them.
 //!
 //! Built from the catalog at start and updated when the server ingests a file. Each entry pairs
-//! the catalog record (duration, seek points, rates) with the object's [`ObjectPlan`]: every
+//! the catalog record (duration, seek points, rates) with the object's [`ObjectPlan`](isochron_sched::ObjectPlan): every
 //! block's disk (from placement), first GSN, first send time and size, computed once and shared
 //! by every stream of the object.
 
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
-use isochron_base::{BlockIndex, Bytes, ObjectId};
+use isochron_base::ObjectId;
 use isochron_diskio::Store;
 use isochron_rtsp::sdp::MediaTrack;
 use isochron_rtsp::server::Presentation;
-use isochron_sched::{ObjectPlan, PlannedBlock};
 use isochron_store::Epoch;
-use isochron_store::block::BLOCK_ALIGN;
 use isochron_store::catalog::ObjectRecord;
 
-/// One playable object.
-#[derive(Debug)]
-pub struct ObjectEntry {
-    /// The catalog record.
-    pub record: ObjectRecord,
-    /// Where its packet blocks are (what streams read).
-    pub plan: Arc<ObjectPlan>,
-    /// Where a native object's source-file blocks are (what HTTP serves; they follow the
-    /// packet blocks in index order). Empty for MPEG-TS.
-    pub source: Vec<PlannedBlock>,
-    /// The placement epoch of the plan. A stream keeps the plan it started with; in a cluster,
-    /// every node of a session plans it at the epoch of the node that opened it.
-    pub epoch: Epoch,
+pub use isochron_node::ObjectEntry;
+
+/// The entry for `record`, placing its blocks with `store`'s active placement.
+#[must_use]
+pub fn entry(store: &Store, record: ObjectRecord) -> ObjectEntry {
+    let epoch = store.active_epoch();
+    entry_at(store, record, epoch)
 }
 
-impl ObjectEntry {
-    /// The entry for `record`, placing its blocks with `store`'s active placement.
-    #[must_use]
-    pub fn new(store: &Store, record: ObjectRecord) -> Self {
-        let epoch = store.active_epoch();
-        Self::at_epoch(store, record, epoch)
-    }
-
-    /// The entry for `record`, placing its blocks as of placement epoch `epoch`.
-    #[must_use]
-    pub fn at_epoch(store: &Store, record: ObjectRecord, epoch: Epoch) -> Self {
-        let mut blocks: Vec<PlannedBlock> = record
-            .blocks
-            .iter()
-            .enumerate()
-            .map(|(i, b)| {
-                let copies = store.replicas_at(&record, BlockIndex(i as u32), epoch);
-                PlannedBlock {
-                    disk: copies.primary(),
-                    copies,
-                    first_gsn: b.first_gsn,
-                    first_send_time: b.first_send_time,
-                    len: Bytes(u64::from(b.encoded_len)).align_up(BLOCK_ALIGN as u64),
-                }
-            })
-            .collect();
-        let source = blocks.split_off(record.media_blocks().len());
-        let plan = Arc::new(ObjectPlan { object: record.id, blocks });
-        Self { record, plan, source, epoch }
-    }
-
-    /// Where block `index` is: a packet block or a source-file block.
-    #[must_use]
-    pub fn planned(&self, index: usize) -> Option<&PlannedBlock> {
-        let media = self.plan.blocks.len();
-        match index.checked_sub(media) {
-            None => self.plan.blocks.get(index),
-            Some(i) => self.source.get(i),
-        }
-    }
+/// The entry for `record`, placing its blocks as of placement epoch `epoch`.
+#[must_use]
+pub fn entry_at(store: &Store, record: ObjectRecord, epoch: Epoch) -> ObjectEntry {
+    ObjectEntry::planned_with(record, epoch, |rec, i| store.replicas_at(rec, i, epoch))
 }
 
 /// An object as the HTTP API shows it (`GET /api/v1/objects`, a recording's `201 Created`).
@@ -124,7 +80,7 @@ impl Library {
     pub fn load(store: &Store) -> Result<Self, isochron_store::catalog::CatalogError> {
         let lib = Self::default();
         for rec in store.catalog().objects()? {
-            lib.insert(Arc::new(ObjectEntry::new(store, rec)));
+            lib.insert(Arc::new(entry(store, rec)));
         }
         Ok(lib)
     }

@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 use isochron_diskio::Store;
 use tracing::{info, warn};
 
-use crate::library::{Library, ObjectEntry};
+use crate::library::Library;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 struct Stamp {
@@ -78,7 +78,7 @@ fn ingest_one(store: &Store, library: &Library, path: &Path, name: &str) -> bool
             let rec = report.record;
             info!(file = %path.display(), object = %rec.name, duration_s = rec.duration.as_secs_f64(),
                 blocks = rec.blocks.len(), "ingested");
-            library.insert(Arc::new(ObjectEntry::new(store, rec)));
+            library.insert(Arc::new(crate::library::entry(store, rec)));
             true
         }
         Err(e) => {

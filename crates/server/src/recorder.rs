@@ -59,7 +59,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
-use crate::library::{Library, ObjectEntry, ObjectSummary};
+use crate::library::{Library, ObjectSummary};
 use crate::sessions::SessionCommand;
 
 /// Most blocks of one recording handed to the scheduler and not yet written; the body waits
@@ -363,7 +363,7 @@ impl Recorders {
                     warn!(object = %name, error = %e, "recording not committed");
                     return Err(e);
                 }
-                self.library.insert(Arc::new(ObjectEntry::new(&self.store, rec)));
+                self.library.insert(Arc::new(crate::library::entry(&self.store, rec)));
                 drop(admitted);
                 self.committed.fetch_add(1, Ordering::Relaxed);
                 info!(object = %name, duration_s = report.object.duration_s,

@@ -54,7 +54,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
-use crate::library::{Library, ObjectEntry};
+use crate::library::Library;
 use crate::sessions::SessionCommand;
 
 /// The reorganiser's non-real-time IO tags start here; the scheduler thread's own tags (real-time
@@ -795,7 +795,7 @@ impl Reorganiser {
             // stream holds an old plan (`collect_garbage`).
             let records: Vec<_> = self.library.list().iter().map(|e| e.record.clone()).collect();
             for rec in records {
-                self.library.insert(Arc::new(ObjectEntry::new(&self.store, rec)));
+                self.library.insert(Arc::new(crate::library::entry(&self.store, rec)));
             }
             self.finished();
             return;
@@ -804,7 +804,7 @@ impl Reorganiser {
         // ones.
         let records: Vec<_> = self.library.list().iter().map(|e| e.record.clone()).collect();
         for rec in records {
-            let entry = Arc::new(ObjectEntry::new(&self.store, rec));
+            let entry = Arc::new(crate::library::entry(&self.store, rec));
             let _ = self.sched.send(SchedCommand::UpdatePlan { plan: Arc::clone(&entry.plan) });
             self.library.insert(entry);
         }

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::cluster_view::{ClusterView, NodeRecord};
-use crate::library::{Library, ObjectEntry};
+use crate::library::Library;
 use crate::reorg::ReorgCommand;
 use crate::sessions::SessionCommand;
 
@@ -374,7 +374,7 @@ fn sync_library(store: &Store, library: &Library) {
     }
     for rec in objects {
         if placement_changed || !library.contains(&rec.name) {
-            library.insert(Arc::new(ObjectEntry::new(store, rec)));
+            library.insert(Arc::new(crate::library::entry(store, rec)));
         }
     }
 }

@@ -1,0 +1,488 @@
+//! [`NodeCore`]: the node's session decisions, sans-IO.
+//!
+//! RTSP requests, RTCP liveness, the sender's and scheduler's notices, cluster messages and
+//! membership, and the timer all arrive as `handle_*(now, …)` calls; what they decide leaves
+//! through [`NodeCore::poll_output`] as [`NodeOutput`]s for the owner to carry out. The core
+//! feeds the two protocol cores and joins their answers:
+//!
+//! - [`ServerCore`] (RTSP, RFC 2326) says what a request means for a session: a PLAY, a PAUSE, a
+//!   pace change, a session closed;
+//! - [`ClusterCore`] (Yima §2.2) turns those into the session's *shares*: every node holding
+//!   blocks of the object (this one included) reserves its share at its own scheduler, then
+//!   reads and sends its own blocks on the session's clock. A single node is a cluster of one,
+//!   driven by the same calls (its clock pinned by its scheduler, its pacer sending the whole
+//!   object), so one code path serves both.
+//!
+//! A PLAY is answered once the cluster has admitted the session (reserve everywhere, then start:
+//! a refusal is a 453 naming the node and disk) and, for a seek while playing, once every node
+//! has stopped the previous run. PLAY order matters (RFC 2326 §12.33): the response (with
+//! RTP-Info computed from the start packet's GSN and send time) is output before the work that
+//! sends the first packet, and a single node's scheduler anchors the clock `startup_delay`
+//! after its first block is in memory; a cluster's origin pins it `start_delay` ahead.
+//!
+//! Trick play (RFC 2326 §12.34 `Scale`) sends the key frames of native objects on a single node;
+//! `Speed` (§12.35) paces a run faster or slower; sequence numbers continue across seeks
+//! (§12.33: a player expects one numbering per session).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use isochron_base::{
+    BlockIndex, DiskId, Instant, IoFailure, MediaTime, NodeId, Pace, RunId, StreamId, TrackSeqs,
+};
+use isochron_cluster::message::{Dest, Role};
+use isochron_cluster::{
+    ClusterConfig, ClusterCore, Delivery, LocalAction, LocalAnchor, MemberInfo, Message, OpenSpec,
+    Refusal, RunSpec, RunTracks, SessionEvent, ShareFailure, ShareKey, ShareReport, StartSpec,
+    StopKind, TrackSpec,
+};
+use isochron_pacing::pacer::{
+    PlayRun, RtcpMode, RunReport, SeqOffsets, ShareBlock, StreamSetup, TrackStamp,
+};
+use isochron_pacing::rtx::RtxSetup;
+use isochron_rtsp::rtsp_types::{HeaderName, Method, Request};
+use isochron_rtsp::sdp::RTX_PAYLOAD_TYPE;
+use isochron_rtsp::server::{
+    ConnId, ConnInfo, Event, Handled, PauseAction, PlayAction, PlayOutcome, PlayStart, Position,
+    RateAction, Rates, ServerCore, SessionTransport,
+};
+use isochron_sched::{Anchor, Decision, OpenStream};
+use isochron_store::Epoch;
+use tracing::{debug, info, warn};
+
+use crate::entry::{Catalog, ObjectEntry};
+use crate::output::{NodeOutput, ReadOp, SendOp, Ticket, Transport};
+use crate::report::{ClusterInfo, MemberSummary, SessionInfo};
+
+/// How a node is set up.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// This node.
+    pub node: NodeId,
+    /// Its name (what the store's disk records call their owner).
+    pub name: String,
+    /// The Unix time of the node clock's zero, ns: anchors travel as Unix time between nodes.
+    pub unix_base_ns: u64,
+    /// In a cluster: the disks this node owns (its shares read only these) and the store's
+    /// number of copies of every block. `None`: a single node.
+    pub cluster: Option<(Arc<BTreeSet<DiskId>>, u8)>,
+}
+
+/// What an origin session waits for before it can answer a request.
+enum Waiting {
+    /// The cluster's admission, to start a PLAY.
+    Open(PlayAction, Ticket),
+    /// Every node to stop the running run, to start a PLAY (a seek).
+    StopForPlay(PlayAction, Ticket),
+    /// Every node to stop at the pause cutoff.
+    Pause(PauseAction, Ticket),
+    /// Every node to stop after a node failed: the client's stream ends there, with a BYE
+    /// giving this reason.
+    Fail(Arc<str>),
+}
+
+/// A session this node is the origin of.
+struct Origin {
+    entry: Arc<ObjectEntry>,
+    delivery: Delivery,
+    opened: bool,
+    run: RunId,
+    running: bool,
+    run_start: Position,
+    /// Each track's sequence offset in the current run.
+    seq_offsets: Vec<u16>,
+    /// The sequence number each track's next packet gets; `None` before the first PLAY.
+    next_seqs: Option<Vec<u16>>,
+    /// The current (or last) run is trick play.
+    trick: bool,
+    pace: Pace,
+    waiting: Option<Waiting>,
+}
+
+impl Origin {
+    /// A session not opened yet.
+    fn new(
+        entry: Arc<ObjectEntry>,
+        delivery: Delivery,
+        pace: Pace,
+        waiting: Option<Waiting>,
+    ) -> Self {
+        Self {
+            entry,
+            delivery,
+            opened: false,
+            run: RunId(0),
+            running: false,
+            run_start: Position::START,
+            seq_offsets: Vec::new(),
+            next_seqs: None,
+            trick: false,
+            pace,
+            waiting,
+        }
+    }
+}
+
+/// A share this node runs.
+struct Share {
+    /// The local stream the scheduler and sender know it by.
+    stream: StreamId,
+    entry: Arc<ObjectEntry>,
+    /// Whether the sender knows the stream.
+    added: bool,
+    run: RunId,
+}
+
+/// One node's session decisions (see the module docs).
+pub struct NodeCore {
+    rtsp: ServerCore,
+    cluster: ClusterCore,
+    catalog: Arc<dyn Catalog + Send + Sync>,
+    /// The disks this node owns, in a cluster (`None`: a single node).
+    local_disks: Option<Arc<BTreeSet<DiskId>>>,
+    /// Open RTSP connections (interleaved media goes on them).
+    conns: BTreeSet<ConnId>,
+    /// Each open connection's client address, learnt from its requests (for the API).
+    peers: HashMap<ConnId, SocketAddr>,
+    /// Each connection's delivery wish (`?delivery=`) and player (`User-Agent`).
+    prefs: HashMap<ConnId, (Option<Delivery>, String)>,
+    origins: HashMap<StreamId, Origin>,
+    shares: HashMap<ShareKey, Share>,
+    share_of: HashMap<StreamId, ShareKey>,
+    relays: HashMap<NodeId, SocketAddr>,
+    stalls_seen: u64,
+    out: VecDeque<NodeOutput>,
+}
+
+impl NodeCore {
+    /// A node around the RTSP server core `rtsp`, reading objects through `catalog`.
+    #[must_use]
+    pub fn new(
+        config: NodeConfig,
+        rtsp: ServerCore,
+        catalog: Arc<dyn Catalog + Send + Sync>,
+    ) -> Self {
+        let mut cluster = ClusterConfig::new(config.node, config.name, config.unix_base_ns);
+        // With copies on other nodes a lost node's share is taken over (`take_over`).
+        cluster.replication = config.cluster.as_ref().map_or(1, |c| c.1);
+        Self {
+            rtsp,
+            cluster: ClusterCore::new(cluster),
+            catalog,
+            local_disks: config.cluster.map(|c| c.0),
+            conns: BTreeSet::new(),
+            peers: HashMap::new(),
+            prefs: HashMap::new(),
+            origins: HashMap::new(),
+            shares: HashMap::new(),
+            share_of: HashMap::new(),
+            relays: HashMap::new(),
+            stalls_seen: 0,
+            out: VecDeque::new(),
+        }
+    }
+
+    /// How often [`NodeCore::handle_timeout`] is due at least (the cluster's heartbeat).
+    #[must_use]
+    pub fn tick(&self) -> Duration {
+        self.cluster.config().heartbeat
+    }
+
+    /// The next thing to carry out, in order.
+    pub fn poll_output(&mut self) -> Option<NodeOutput> {
+        self.out.pop_front()
+    }
+
+    /// An RTSP request from `conn`; its answer comes out as [`NodeOutput::Respond`] with
+    /// `ticket` (at once, or once the cluster has decided).
+    pub fn handle_request(
+        &mut self,
+        now: Instant,
+        conn: &ConnInfo,
+        req: &Request<Vec<u8>>,
+        ticket: Ticket,
+    ) {
+        self.peers.insert(conn.id, conn.peer);
+        self.note_prefs(conn.id, req);
+        let catalog = Arc::clone(&self.catalog);
+        match self.rtsp.handle_request(now, conn, req, &*catalog) {
+            Handled::Respond(response) => self.respond(ticket, response),
+            Handled::Play(action) => self.play(now, conn.id, action, ticket),
+            Handled::Pause(action) => self.pause(now, action, ticket),
+            Handled::Rate(action) => {
+                let response = self.rate(now, action);
+                self.respond(ticket, response);
+            }
+        }
+        self.drive(now);
+    }
+
+    /// A connection opened: interleaved media can go on it.
+    pub fn handle_conn_opened(&mut self, conn: ConnId) {
+        self.conns.insert(conn);
+    }
+
+    /// A connection closed.
+    pub fn handle_conn_closed(&mut self, now: Instant, conn: ConnId) {
+        self.conns.remove(&conn);
+        self.peers.remove(&conn);
+        self.prefs.remove(&conn);
+        self.rtsp.handle_conn_closed(now, conn);
+        self.drive(now);
+    }
+
+    /// RTCP arrived on the UDP socket naming these media SSRCs (liveness, RFC 2326 §10.5's
+    /// alternative to keep-alive requests).
+    pub fn handle_rtcp(&mut self, now: Instant, media_ssrcs: &[u32]) {
+        for &ssrc in media_ssrcs {
+            self.rtsp.handle_rtcp(now, ssrc);
+        }
+        self.drive(now);
+    }
+
+    /// RTCP arrived interleaved on `conn`'s channel `channel`.
+    pub fn handle_interleaved_rtcp(&mut self, now: Instant, conn: ConnId, channel: u8) {
+        self.rtsp.handle_interleaved_rtcp(now, conn, channel);
+        self.drive(now);
+    }
+
+    /// The sender sent a local stream's last packet of run `run`.
+    pub fn handle_share_ended(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        run: RunId,
+        report: RunReport,
+    ) {
+        if let Some(key) = self.share_key(stream, run) {
+            self.cluster.handle_share_ended(now, key, run, share_report(report));
+        }
+        self.drive(now);
+    }
+
+    /// The sender stopped a local stream's run `run`.
+    pub fn handle_share_stopped(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        run: RunId,
+        report: RunReport,
+    ) {
+        if let Some(key) = self.share_key(stream, run) {
+            self.cluster.handle_share_stopped(now, key, run, share_report(report));
+        }
+        self.drive(now);
+    }
+
+    /// The scheduler decided on a share's admission ([`ReadOp::Open`]); `None`: the scheduler
+    /// is gone.
+    pub fn handle_admitted(&mut self, now: Instant, key: ShareKey, decision: Option<Decision>) {
+        let node = self.cluster.config().name.clone();
+        let result = match decision {
+            Some(Decision::Admit) => Ok(()),
+            None => {
+                self.forget_share(key);
+                Err(Refusal { node, disk: None, reason: "scheduler stopped".into() })
+            }
+            Some(Decision::Reject(r)) => {
+                let disk = match &r {
+                    isochron_sched::Refusal::Bandwidth(o) => o.disks.first().map(|d| d.disk),
+                    isochron_sched::Refusal::NoProfile { disk } => Some(*disk),
+                    _ => None,
+                };
+                info!(share = %key, reason = %r, "admission: rejected");
+                self.forget_share(key);
+                Err(Refusal { node, disk, reason: r.to_string() })
+            }
+        };
+        self.cluster.handle_admitted(now, key, result);
+        self.drive(now);
+    }
+
+    /// A block of local stream `stream` could not be read from any copy.
+    pub fn handle_read_failed(&mut self, now: Instant, stream: StreamId, error: IoFailure) {
+        warn!(%stream, %error, "a block could not be read");
+        if let Some(&key) = self.share_of.get(&stream)
+            && let Some(run) = self.shares.get(&key).map(|s| s.run)
+        {
+            self.cluster.handle_share_failed(now, key, run, &ShareFailure::Read(error));
+        }
+        self.drive(now);
+    }
+
+    /// A message from node `from`.
+    pub fn handle_message(&mut self, now: Instant, from: NodeId, msg: Message) {
+        self.cluster.handle_message(now, from, msg);
+        self.drive(now);
+    }
+
+    /// A node's record or liveness changed; `relay` is where it takes relayed RTP.
+    pub fn handle_member(&mut self, now: Instant, info: MemberInfo, relay: Option<SocketAddr>) {
+        if let Some(addr) = relay {
+            self.relays.insert(info.id, addr);
+        }
+        self.cluster.handle_member(now, info);
+        self.drive(now);
+    }
+
+    /// A node left the cluster for good ([`ClusterCore::remove_member`]).
+    pub fn handle_forget(&mut self, now: Instant, id: NodeId) {
+        info!(node = %id, "a node that left the cluster is forgotten");
+        self.cluster.remove_member(now, id);
+        self.drive(now);
+    }
+
+    /// How far the senders have got ([`ClusterCore::handle_sent_through`]): given before any
+    /// other call after a stall, so a node that only waited for the CPU while its senders sent
+    /// is not judged to have stood still.
+    pub fn handle_sent_through(&mut self, t: Instant) {
+        self.cluster.handle_sent_through(t);
+    }
+
+    /// The timer ([`NodeCore::tick`]): sessions' timeouts, heartbeats, leases.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.rtsp.handle_timeout(now);
+        self.cluster.handle_timeout(now);
+        self.drive(now);
+    }
+
+    /// A stream id for a recording, from the sequence the RTSP sessions' streams use.
+    pub fn allocate_stream(&mut self) -> StreamId {
+        self.rtsp.allocate_stream()
+    }
+
+    /// The oldest placement epoch a session or share of this node reads (`None`: none runs).
+    #[must_use]
+    pub fn oldest_epoch(&self) -> Option<Epoch> {
+        let origins = self.origins.values().map(|o| o.entry.epoch);
+        let shares = self.shares.values().map(|s| s.entry.epoch);
+        origins.chain(shares).min()
+    }
+
+    fn respond(&mut self, ticket: Ticket, response: isochron_rtsp::rtsp_types::Response<Vec<u8>>) {
+        self.out.push_back(NodeOutput::Respond { ticket, response });
+    }
+
+    fn read(&mut self, op: ReadOp) {
+        self.out.push_back(NodeOutput::Read(op));
+    }
+
+    fn send(&mut self, op: SendOp) {
+        self.out.push_back(NodeOutput::Send(op));
+    }
+
+    /// Carries out what the protocol cores handed back, until they have nothing more.
+    fn drive(&mut self, now: Instant) {
+        loop {
+            let mut any = false;
+            while let Some(ev) = self.rtsp.poll_event() {
+                any = true;
+                let Event::Closed { session, stream, reason } = ev;
+                debug!(%stream, ?session, ?reason, "session closed");
+                self.origins.remove(&stream);
+                self.cluster.close(now, stream);
+            }
+            while let Some(action) = self.cluster.poll_local() {
+                any = true;
+                self.local(now, action);
+            }
+            while let Some(ev) = self.cluster.poll_event() {
+                any = true;
+                self.session_event(now, ev);
+            }
+            while let Some((to, msg)) = self.cluster.poll_transmit() {
+                any = true;
+                if self.local_disks.is_some() {
+                    self.out.push_back(NodeOutput::Transmit { to, msg: Box::new(msg) });
+                }
+            }
+            if !any {
+                break;
+            }
+        }
+        // A stall is seen by whichever call into the cluster core comes first after it: a tick,
+        // or a message that waited in a socket.
+        let stalls = self.cluster.stalls();
+        if stalls > self.stalls_seen {
+            self.stalls_seen = stalls;
+            if self.cluster.session_count() + self.cluster.share_count() > 0 {
+                warn!(
+                    "this node stood still (stopped, or starved of CPU): its peers are judged \
+                     only on the time it was awake"
+                );
+            }
+        }
+    }
+}
+
+mod origin;
+mod share;
+
+impl NodeCore {
+    /// The sessions this node is the origin of, as the HTTP API shows them (the sender's and
+    /// scheduler's counters are filled in by the API).
+    #[must_use]
+    pub fn sessions(&self) -> Vec<SessionInfo> {
+        self.rtsp
+            .sessions()
+            .map(|v| {
+                let entry = self.catalog.by_id(v.object());
+                let (transport, client) = match v.transport() {
+                    SessionTransport::Udp { client_rtp, .. } => ("udp", client_rtp.to_string()),
+                    SessionTransport::Interleaved { conn, .. } => {
+                        ("tcp", self.peers.get(conn).map_or_else(String::new, ToString::to_string))
+                    }
+                };
+                let delivery = match self.origins.get(&v.stream()).map(|o| o.delivery) {
+                    Some(Delivery::Relay) if self.local_disks.is_some() => "relay",
+                    _ => "bipartite",
+                };
+                SessionInfo {
+                    id: v.id().to_string(),
+                    stream: v.stream().0,
+                    object: entry
+                        .as_ref()
+                        .map_or_else(|| v.object().to_string(), |e| e.record.name.clone()),
+                    state: format!("{:?}", v.state()).to_lowercase(),
+                    transport: transport.into(),
+                    delivery: delivery.into(),
+                    client,
+                    bitrate_bps: entry.as_ref().map_or(0, |e| e.record.avg_bitrate.0),
+                    missed_deadlines: 0,
+                    blocks_delivered: 0,
+                    position_s: v.position().map_or(0.0, |p| p.time.as_secs_f64()),
+                    pace: 1.0,
+                    packets_sent: 0,
+                    bytes_sent: 0,
+                }
+            })
+            .collect()
+    }
+
+    /// The cluster as this node sees it.
+    #[must_use]
+    pub fn cluster_info(&self, now: Instant) -> ClusterInfo {
+        ClusterInfo {
+            sessions: self.cluster.session_count(),
+            shares: self.cluster.share_count(),
+            members: self
+                .cluster
+                .members(now)
+                .map(|m| MemberSummary {
+                    id: u32::from(m.id.0),
+                    name: m.name,
+                    health: format!("{:?}", m.health).to_lowercase(),
+                    clock_offset_ns: m.clock_offset_ns,
+                    round_trip_us: m.round_trip.map(|d| d.as_micros() as u64),
+                })
+                .collect(),
+            stalls: self.cluster.stalls(),
+        }
+    }
+}
+
+fn share_report(r: RunReport) -> ShareReport {
+    ShareReport { next: r.next, last_sent: r.last_sent }
+}

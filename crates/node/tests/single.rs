@@ -1,0 +1,306 @@
+//! A single node's decisions, driven by RTSP requests and the scheduler's and sender's notices
+//! with no thread, socket or clock: what a PLAY, a seek while playing, a PAUSE and a refusal
+//! make the node do, and in which order (RFC 2326 §10.5, §10.6, §12.33).
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use isochron_base::{BitRate, DiskId, Gsn, Instant, MediaTime, NodeId, ObjectId, Replicas};
+use isochron_node::{
+    Catalog, NodeConfig, NodeCore, NodeOutput, ObjectEntry, ReadOp, SendOp, Ticket,
+};
+use isochron_pacing::pacer::RunReport;
+use isochron_rtsp::rtsp_types::{HeaderName, Method, Request, Response, StatusCode, Url, Version};
+use isochron_rtsp::sdp::MediaTrack;
+use isochron_rtsp::server::{ConnId, ConnInfo, Position, Presentation, ServerConfig, ServerCore};
+use isochron_sched::{Decision, Refusal};
+use isochron_store::Epoch;
+use isochron_store::catalog::{BlockEntry, SeekPoint};
+
+const SECOND: u64 = 1_000_000_000;
+/// Packets per block (one second each).
+const PER_BLOCK: u64 = 100;
+
+/// One MPEG-TS object, `clip`: four one-second blocks of 100 packets on disk 0, a seek point at
+/// each block's start.
+struct OneObject(Arc<ObjectEntry>);
+
+impl OneObject {
+    fn new() -> Self {
+        let mut rec = isochron_store::testing::object_record(ObjectId(7), "clip");
+        rec.blocks = (0..4)
+            .map(|i| BlockEntry {
+                first_gsn: Gsn(i * PER_BLOCK),
+                first_send_time: MediaTime::from_nanos(i * SECOND),
+                packets: PER_BLOCK as u32,
+                payload_bytes: PER_BLOCK as u32 * 1316,
+                encoded_len: 64 + PER_BLOCK as u32 * (16 + 1316),
+                checksum: 1,
+            })
+            .collect();
+        rec.packets = 4 * PER_BLOCK;
+        rec.duration = MediaTime::from_nanos(4 * SECOND);
+        rec.avg_bitrate = BitRate(1_000_000);
+        rec.seek_points = (0..4)
+            .map(|i| SeekPoint { time: MediaTime::from_nanos(i * SECOND), gsn: Gsn(i * PER_BLOCK) })
+            .collect();
+        let entry = ObjectEntry::planned_with(rec, Epoch(0), |_, _| Replicas::single(DiskId(0)));
+        Self(Arc::new(entry))
+    }
+}
+
+impl isochron_rtsp::server::Library for OneObject {
+    fn lookup(&self, name: &str) -> Option<Presentation> {
+        let r = &self.0.record;
+        (name == r.name).then(|| Presentation {
+            object: r.id,
+            name: r.name.clone(),
+            duration: r.duration,
+            avg_bitrate: r.avg_bitrate,
+            tracks: Vec::<MediaTrack>::new(),
+        })
+    }
+}
+
+impl Catalog for OneObject {
+    fn by_id(&self, id: ObjectId) -> Option<Arc<ObjectEntry>> {
+        (id == self.0.record.id).then(|| Arc::clone(&self.0))
+    }
+    fn shared_entry(&self, _: ObjectId) -> Option<Arc<ObjectEntry>> {
+        None
+    }
+    fn at_epoch(&self, entry: Arc<ObjectEntry>, _: Epoch) -> Arc<ObjectEntry> {
+        entry
+    }
+    fn disk_owners(&self) -> BTreeMap<DiskId, String> {
+        BTreeMap::new()
+    }
+    fn membership_confirmed(&self) -> bool {
+        true
+    }
+}
+
+/// A single node and the player on connection 1.
+struct Node {
+    core: NodeCore,
+    now: Instant,
+    tickets: u64,
+    cseq: u32,
+    session: Option<String>,
+}
+
+impl Node {
+    fn new() -> Self {
+        let config =
+            NodeConfig { node: NodeId(0), name: "solo".into(), unix_base_ns: 0, cluster: None };
+        let rtsp = ServerCore::new(ServerConfig::default(), 3);
+        let core = NodeCore::new(config, rtsp, Arc::new(OneObject::new()));
+        Self { core, now: Instant::from_nanos(SECOND), tickets: 0, cseq: 0, session: None }
+    }
+
+    fn conn() -> ConnInfo {
+        ConnInfo {
+            id: ConnId(1),
+            peer: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 40_001),
+            local: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8554),
+            secure: false,
+            user: None,
+        }
+    }
+
+    /// Sends a request; returns its ticket.
+    fn request(&mut self, method: Method, uri: &str, headers: &[(&str, &str)]) -> Ticket {
+        self.cseq += 1;
+        let mut b = Request::builder(method, Version::V1_0)
+            .request_uri(Url::parse(uri).unwrap())
+            .header(HeaderName::try_from("CSeq").unwrap(), self.cseq.to_string());
+        if let Some(s) = &self.session {
+            b = b.header(HeaderName::try_from("Session").unwrap(), s.clone());
+        }
+        for (n, v) in headers {
+            b = b.header(HeaderName::try_from(*n).unwrap(), *v);
+        }
+        let ticket = Ticket(self.tickets);
+        self.tickets += 1;
+        self.core.handle_request(self.now, &Self::conn(), &b.build(Vec::new()), ticket);
+        ticket
+    }
+
+    fn outputs(&mut self) -> Vec<NodeOutput> {
+        std::iter::from_fn(|| self.core.poll_output()).collect()
+    }
+
+    /// DESCRIBE and SETUP (UDP), answered at once.
+    fn set_up(&mut self) {
+        self.core.handle_conn_opened(ConnId(1));
+        self.request(Method::Describe, "rtsp://127.0.0.1:8554/clip", &[]);
+        assert_eq!(status(&self.outputs()), vec![StatusCode::Ok]);
+        let t = "RTP/AVP;unicast;client_port=5000-5001";
+        self.request(Method::Setup, "rtsp://127.0.0.1:8554/clip/trackID=0", &[("Transport", t)]);
+        let out = self.outputs();
+        let r = response(&out).expect("SETUP is answered at once");
+        let s = r.header(&HeaderName::try_from("Session").unwrap()).unwrap().as_str();
+        self.session = Some(s.split(';').next().unwrap().to_owned());
+    }
+}
+
+fn status(out: &[NodeOutput]) -> Vec<StatusCode> {
+    out.iter()
+        .filter_map(|o| match o {
+            NodeOutput::Respond { response, .. } => Some(response.status()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn response(out: &[NodeOutput]) -> Option<&Response<Vec<u8>>> {
+    out.iter().find_map(|o| match o {
+        NodeOutput::Respond { response, .. } => Some(response),
+        _ => None,
+    })
+}
+
+/// The `seq=` of a PLAY response's RTP-Info.
+fn rtp_info_seq(r: &Response<Vec<u8>>) -> u16 {
+    let info = r.header(&HeaderName::try_from("RTP-Info").unwrap()).unwrap().as_str();
+    let seq = info.split(';').find_map(|p| p.trim().strip_prefix("seq=")).unwrap();
+    seq.parse().unwrap()
+}
+
+#[test]
+fn a_play_is_answered_once_admitted_and_before_the_run_starts_and_a_seek_continues_numbering() {
+    let mut n = Node::new();
+    n.set_up();
+    n.request(Method::Play, "rtsp://127.0.0.1:8554/clip", &[("Range", "npt=0-")]);
+    let out = n.outputs();
+    assert!(status(&out).is_empty(), "no answer before admission: {out:?}");
+    let key = match out.as_slice() {
+        [NodeOutput::Read(ReadOp::Open { key, req, name })] => {
+            assert_eq!(name, "clip");
+            assert_eq!(req.plan.blocks.len(), 4);
+            *key
+        }
+        other => panic!("one admission request: {other:?}"),
+    };
+
+    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    let out = n.outputs();
+    // The answer first (RFC 2326 §12.33: RTP-Info before the first packet can leave), then the
+    // stream set up at the sender, the run started there and at the scheduler.
+    let kinds: Vec<&str> = out
+        .iter()
+        .map(|o| match o {
+            NodeOutput::Respond { .. } => "respond",
+            NodeOutput::Send(SendOp::Add { .. }) => "add",
+            NodeOutput::Send(SendOp::Pace { .. }) => "pace",
+            NodeOutput::Send(SendOp::Play { .. }) => "play",
+            NodeOutput::Read(ReadOp::Start { .. }) => "start",
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(kinds, ["respond", "add", "pace", "play", "start"]);
+    let first = response(&out).unwrap();
+    assert_eq!(first.status(), StatusCode::Ok);
+    let seq0 = rtp_info_seq(first);
+    let (stream, run1) = match &out[3] {
+        NodeOutput::Send(SendOp::Play { stream, play }) => {
+            assert_eq!(play.start.gsn, Gsn(0));
+            (*stream, play.run)
+        }
+        _ => unreachable!(),
+    };
+
+    // A seek while playing: every node stops first, to learn where numbering stands.
+    n.now = Instant::from_nanos(3 * SECOND / 2);
+    n.request(Method::Play, "rtsp://127.0.0.1:8554/clip", &[("Range", "npt=2.5-")]);
+    let out = n.outputs();
+    assert!(status(&out).is_empty(), "no answer before the run stopped: {out:?}");
+    assert!(
+        matches!(out.as_slice(), [NodeOutput::Send(SendOp::Stop { run, cutoff: None, .. })] if *run == run1),
+        "{out:?}"
+    );
+    // It stopped with 150 packets sent: the next run's first packet is number 150 after the
+    // first, though it starts at the seek point at 2 s (GSN 200).
+    let next = Position::at(Gsn(150), MediaTime::from_nanos(3 * SECOND / 2));
+    let report = RunReport { next: Some(next), last_sent: None };
+    n.core.handle_share_stopped(n.now, stream, run1, report);
+    let out = n.outputs();
+    let r = response(&out).expect("the seek is answered once stopped");
+    assert_eq!(r.status(), StatusCode::Ok);
+    assert_eq!(rtp_info_seq(r), seq0.wrapping_add(150), "numbering continues across the seek");
+    let play = out.iter().find_map(|o| match o {
+        NodeOutput::Send(SendOp::Play { play, .. }) => Some(play),
+        _ => None,
+    });
+    let play = play.expect("a second run");
+    assert_eq!(play.start.gsn, Gsn(200), "the seek point at or before 2.5 s");
+    assert!(play.run > run1);
+    assert_eq!(play.seq_offsets[0], seq0.wrapping_add(150).wrapping_sub(200));
+
+    // PAUSE waits for the sender to stop, then answers.
+    n.request(Method::Pause, "rtsp://127.0.0.1:8554/clip", &[]);
+    let out = n.outputs();
+    assert!(status(&out).is_empty());
+    assert!(matches!(out.as_slice(), [NodeOutput::Send(SendOp::Stop { .. })]), "{out:?}");
+    let next = Position::at(Gsn(260), MediaTime::from_nanos(2_600_000_000));
+    n.core.handle_share_stopped(
+        n.now,
+        stream,
+        play.run,
+        RunReport { next: Some(next), last_sent: None },
+    );
+    assert_eq!(status(&n.outputs()), vec![StatusCode::Ok]);
+}
+
+#[test]
+fn a_refusal_by_the_scheduler_is_a_453_and_the_share_is_forgotten() {
+    let mut n = Node::new();
+    n.set_up();
+    n.request(Method::Play, "rtsp://127.0.0.1:8554/clip", &[]);
+    let key = match n.outputs().as_slice() {
+        [NodeOutput::Read(ReadOp::Open { key, .. })] => *key,
+        other => panic!("{other:?}"),
+    };
+    let refusal = Refusal::NoProfile { disk: DiskId(0) };
+    n.core.handle_admitted(n.now, key, Some(Decision::Reject(refusal)));
+    let out = n.outputs();
+    assert_eq!(status(&out), vec![StatusCode::NotEnoughBandwidth]);
+    assert!(
+        out.iter().any(|o| matches!(o, NodeOutput::Read(ReadOp::Close { .. }))),
+        "the reservation is given back: {out:?}"
+    );
+    assert_eq!(n.core.oldest_epoch(), None, "nothing of the refused session is kept");
+}
+
+#[test]
+fn a_session_whose_read_fails_ends_with_a_bye_naming_the_cause() {
+    let mut n = Node::new();
+    n.set_up();
+    n.request(Method::Play, "rtsp://127.0.0.1:8554/clip", &[]);
+    let key = match n.outputs().as_slice() {
+        [NodeOutput::Read(ReadOp::Open { key, .. })] => *key,
+        other => panic!("{other:?}"),
+    };
+    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    let (stream, run) = n
+        .outputs()
+        .iter()
+        .find_map(|o| match o {
+            NodeOutput::Send(SendOp::Play { stream, play }) => Some((*stream, play.run)),
+            _ => None,
+        })
+        .unwrap();
+    let error = isochron_base::IoFailure::new(isochron_base::IoFailureKind::Corrupt, "checksum");
+    n.core.handle_read_failed(n.now, stream, error);
+    let out = n.outputs();
+    assert!(matches!(out.as_slice(), [NodeOutput::Send(SendOp::Stop { .. })]), "{out:?}");
+    n.core.handle_share_stopped(n.now, stream, run, RunReport::default());
+    let out = n.outputs();
+    let bye = out.iter().find_map(|o| match o {
+        NodeOutput::Send(SendOp::Bye { reason, .. }) => reason.clone(),
+        _ => None,
+    });
+    assert!(bye.is_some_and(|r| r.contains("checksum")), "{out:?}");
+    assert!(out.iter().any(|o| matches!(o, NodeOutput::CloseConn { conn: ConnId(1), .. })));
+}
