@@ -1,0 +1,321 @@
+//! Three node cores in virtual time, joined by an in-memory network: a bipartite session's
+//! shares, and what the survivors take over when a node crashes (Yima §2.2; the takeover rules
+//! of `docs/design/takeover.md`), decided by the same `NodeCore` the server runs, with the
+//! scheduler admitting every share and the senders keeping up.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use isochron_base::{BitRate, DiskId, Gsn, Instant, MediaTime, NodeId, ObjectId, Replicas};
+use isochron_cluster::{MemberInfo, Message};
+use isochron_node::{
+    Catalog, NodeConfig, NodeCore, NodeOutput, ObjectEntry, ReadOp, SendOp, Ticket,
+};
+use isochron_rtsp::rtsp_types::{HeaderName, Method, Request, StatusCode, Url, Version};
+use isochron_rtsp::sdp::MediaTrack;
+use isochron_rtsp::server::{ConnId, ConnInfo, Presentation, ServerConfig, ServerCore};
+use isochron_sched::Decision;
+use isochron_store::Epoch;
+use isochron_store::catalog::{BlockEntry, SeekPoint};
+
+const SECOND: u64 = 1_000_000_000;
+const PER_BLOCK: u64 = 100;
+const BLOCKS: u64 = 12;
+
+/// Node `n` (1..=3) owns disk `n - 1`; block `i`'s copies are on disks `i mod 3` and
+/// `i + 1 mod 3`.
+fn copies(i: u64) -> Replicas {
+    let mut r = Replicas::single(DiskId((i % 3) as u16));
+    r.push(DiskId(((i + 1) % 3) as u16));
+    r
+}
+
+/// The object every node plays, and whether etcd answers (the same for every node here).
+struct Shared(Arc<ObjectEntry>, Arc<AtomicBool>);
+
+impl Shared {
+    fn new(etcd: Arc<AtomicBool>) -> Self {
+        let mut rec = isochron_store::testing::object_record(ObjectId(7), "clip");
+        rec.blocks = (0..BLOCKS)
+            .map(|i| BlockEntry {
+                first_gsn: Gsn(i * PER_BLOCK),
+                first_send_time: MediaTime::from_nanos(i * SECOND),
+                packets: PER_BLOCK as u32,
+                payload_bytes: PER_BLOCK as u32 * 1316,
+                encoded_len: 64 + PER_BLOCK as u32 * (16 + 1316),
+                checksum: 1,
+            })
+            .collect();
+        rec.packets = BLOCKS * PER_BLOCK;
+        rec.duration = MediaTime::from_nanos(BLOCKS * SECOND);
+        rec.avg_bitrate = BitRate(1_000_000);
+        rec.seek_points = vec![SeekPoint { time: MediaTime::ZERO, gsn: Gsn(0) }];
+        let entry = ObjectEntry::planned_with(rec, Epoch(0), |_, i| copies(u64::from(i.0)));
+        Self(Arc::new(entry), etcd)
+    }
+}
+
+impl isochron_rtsp::server::Library for Shared {
+    fn lookup(&self, name: &str) -> Option<Presentation> {
+        let r = &self.0.record;
+        (name == r.name).then(|| Presentation {
+            object: r.id,
+            name: r.name.clone(),
+            duration: r.duration,
+            avg_bitrate: r.avg_bitrate,
+            tracks: Vec::<MediaTrack>::new(),
+        })
+    }
+}
+
+impl Catalog for Shared {
+    fn by_id(&self, id: ObjectId) -> Option<Arc<ObjectEntry>> {
+        (id == self.0.record.id).then(|| Arc::clone(&self.0))
+    }
+    fn shared_entry(&self, _: ObjectId) -> Option<Arc<ObjectEntry>> {
+        None
+    }
+    fn at_epoch(&self, entry: Arc<ObjectEntry>, _: Epoch) -> Arc<ObjectEntry> {
+        entry
+    }
+    fn disk_owners(&self) -> BTreeMap<DiskId, String> {
+        (0..3u16).map(|d| (DiskId(d), format!("n{}", d + 1))).collect()
+    }
+    fn membership_confirmed(&self) -> bool {
+        self.1.load(Ordering::Relaxed)
+    }
+}
+
+/// What one node was asked to send.
+#[derive(Default)]
+struct Sent {
+    /// The blocks of its share (`SendOp::Add`).
+    share: BTreeSet<u32>,
+    /// Blocks taken over (`SendOp::Extend`), with where from.
+    taken: Vec<(u32, MediaTime)>,
+    plays: Vec<(Gsn, u16)>,
+    answers: Vec<StatusCode>,
+}
+
+struct Cluster {
+    now: Instant,
+    nodes: BTreeMap<u16, NodeCore>,
+    crashed: BTreeSet<u16>,
+    net: VecDeque<(u16, u16, Message)>,
+    sent: BTreeMap<u16, Sent>,
+    /// Whether etcd answers.
+    etcd: Arc<AtomicBool>,
+}
+
+impl Cluster {
+    fn new() -> Self {
+        let mut nodes = BTreeMap::new();
+        let etcd = Arc::new(AtomicBool::new(true));
+        for n in 1..=3u16 {
+            let disks: BTreeSet<DiskId> = [DiskId(n - 1)].into();
+            let config = NodeConfig {
+                node: NodeId(n),
+                name: format!("n{n}"),
+                unix_base_ns: 1_800_000_000 * SECOND,
+                cluster: Some((Arc::new(disks), 2)),
+            };
+            let rtsp = ServerCore::new(ServerConfig::default(), u64::from(n));
+            let mut core = NodeCore::new(config, rtsp, Arc::new(Shared::new(Arc::clone(&etcd))));
+            for m in 1..=3u16 {
+                let relay = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, m as u8)), 7000);
+                let info = MemberInfo { id: NodeId(m), name: format!("n{m}"), live: true };
+                core.handle_member(Instant::ZERO, info, Some(relay));
+            }
+            nodes.insert(n, core);
+        }
+        let sent = (1..=3).map(|n| (n, Sent::default())).collect();
+        let mut c = Self {
+            now: Instant::ZERO,
+            nodes,
+            crashed: BTreeSet::new(),
+            net: VecDeque::new(),
+            sent,
+            etcd,
+        };
+        c.settle();
+        c
+    }
+
+    /// Carries out every output until none is left: messages delivered at once (none to or
+    /// from a crashed node), every share admitted, what the senders are asked recorded.
+    fn settle(&mut self) {
+        loop {
+            let mut any = false;
+            let ids: Vec<u16> = self.nodes.keys().copied().collect();
+            for id in ids {
+                let now = self.now;
+                let core = self.nodes.get_mut(&id).unwrap();
+                let mut admitted = Vec::new();
+                while let Some(out) = core.poll_output() {
+                    any = true;
+                    let sent = self.sent.get_mut(&id).unwrap();
+                    match out {
+                        NodeOutput::Transmit { to, msg } if !self.crashed.contains(&id) => {
+                            self.net.push_back((id, to.0, *msg));
+                        }
+                        NodeOutput::Read(ReadOp::Open { key, .. }) => admitted.push(key),
+                        NodeOutput::Send(SendOp::Add { setup, .. }) => {
+                            let share = setup.share.expect("a bipartite share");
+                            sent.share.extend(share.iter().map(|b| b.index.0));
+                        }
+                        NodeOutput::Send(SendOp::Extend { blocks, from, .. }) => {
+                            sent.taken.extend(blocks.iter().map(|b| (b.index.0, from)));
+                        }
+                        NodeOutput::Send(SendOp::Play { play, .. }) => {
+                            sent.plays.push((play.start.gsn, play.seq_offsets[0]));
+                        }
+                        NodeOutput::Respond { response, .. } => {
+                            sent.answers.push(response.status())
+                        }
+                        _ => {}
+                    }
+                }
+                for key in admitted {
+                    core.handle_admitted(now, key, Some(Decision::Admit));
+                }
+            }
+            while let Some((from, to, msg)) = self.net.pop_front() {
+                any = true;
+                if self.crashed.contains(&to) {
+                    continue;
+                }
+                let now = self.now;
+                self.nodes.get_mut(&to).unwrap().handle_message(now, NodeId(from), msg);
+            }
+            if !any {
+                break;
+            }
+        }
+    }
+
+    /// Runs the timers of the live nodes for `d`, a heartbeat at a time, their senders keeping
+    /// up.
+    fn run_for(&mut self, d: Duration) {
+        let end = self.now + d;
+        while self.now < end {
+            self.now = self.now + Duration::from_millis(50);
+            let now = self.now;
+            for (id, core) in &mut self.nodes {
+                if !self.crashed.contains(id) {
+                    core.handle_sent_through(now);
+                    core.handle_timeout(now);
+                }
+            }
+            self.settle();
+        }
+    }
+
+    /// A player on node `origin` (connection 1): DESCRIBE, SETUP over UDP, PLAY; isochron's
+    /// own client, so the session is bipartite.
+    fn play(&mut self, origin: u16) {
+        let conn = ConnInfo {
+            id: ConnId(1),
+            peer: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9)), 40_001),
+            local: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, origin as u8)), 8554),
+            secure: false,
+            user: None,
+        };
+        let core = self.nodes.get_mut(&origin).unwrap();
+        core.handle_conn_opened(ConnId(1));
+        let mut session = None;
+        let steps: [(Method, &str, Option<&str>); 3] = [
+            (Method::Describe, "rtsp://10.0.0.1:8554/clip", None),
+            (
+                Method::Setup,
+                "rtsp://10.0.0.1:8554/clip/trackID=0",
+                Some("RTP/AVP;unicast;client_port=5000-5001"),
+            ),
+            (Method::Play, "rtsp://10.0.0.1:8554/clip", None),
+        ];
+        for (i, (method, uri, transport)) in steps.into_iter().enumerate() {
+            let is_setup = method == Method::Setup;
+            let mut b = Request::builder(method, Version::V1_0)
+                .request_uri(Url::parse(uri).unwrap())
+                .header(HeaderName::try_from("CSeq").unwrap(), (i + 1).to_string())
+                .header(HeaderName::try_from("User-Agent").unwrap(), "isochron/test");
+            if let Some(t) = transport {
+                b = b.header(HeaderName::try_from("Transport").unwrap(), t);
+            }
+            if let Some(s) = &session {
+                b = b.header(HeaderName::try_from("Session").unwrap(), String::clone(s));
+            }
+            let core = self.nodes.get_mut(&origin).unwrap();
+            core.handle_request(self.now, &conn, &b.build(Vec::new()), Ticket(i as u64));
+            if is_setup {
+                let out: Vec<NodeOutput> = std::iter::from_fn(|| core.poll_output()).collect();
+                let s = out.iter().find_map(|o| match o {
+                    NodeOutput::Respond { response, .. } => response
+                        .header(&HeaderName::try_from("Session").unwrap())
+                        .map(|v| v.as_str().split(';').next().unwrap().to_owned()),
+                    _ => None,
+                });
+                session = Some(s.expect("SETUP answered with a session"));
+            }
+            self.settle();
+        }
+    }
+}
+
+#[test]
+fn every_block_has_one_sender_and_a_crashed_node_s_blocks_go_to_their_next_copy() {
+    let mut c = Cluster::new();
+    c.play(1);
+    assert_eq!(c.sent[&1].answers.last(), Some(&StatusCode::Ok), "the PLAY is answered 200");
+    // Each node sends the blocks whose first copy is on its disk, on one numbering.
+    for n in 1..=3u16 {
+        let own: BTreeSet<u32> = (0..BLOCKS as u32).filter(|i| i % 3 == u32::from(n - 1)).collect();
+        assert_eq!(c.sent[&n].share, own, "node {n}'s share");
+        assert_eq!(c.sent[&n].plays.len(), 1, "node {n} started one run");
+    }
+    let plays: BTreeSet<(Gsn, u16)> = c.sent.values().flat_map(|s| s.plays.clone()).collect();
+    assert_eq!(plays.len(), 1, "every node starts at the same packet with the same offset");
+
+    // Four seconds in, node 3 crashes: within the suspicion time (1 s) the survivors take its
+    // blocks over from where its last heartbeat said its sender had got (less the progress
+    // margin, 30 ms), each block by its next copy: block i on disk 2 (i mod 3 = 2) has its
+    // second copy on disk 0, node 1's. The session's clock was pinned 250 ms after the PLAY,
+    // so the crash is at media time 3.75 s.
+    c.run_for(Duration::from_secs(4));
+    let crashed_at = MediaTime::from_nanos(4 * SECOND - 250_000_000);
+    c.crashed.insert(3);
+    c.run_for(Duration::from_secs(2));
+    let taken: BTreeSet<u32> = c.sent[&1].taken.iter().map(|(b, _)| *b).collect();
+    assert_eq!(taken, [5, 8, 11].into(), "node 1 takes node 3's blocks from the one playing on");
+    assert!(c.sent[&2].taken.is_empty(), "node 2 holds no second copy of node 3's blocks");
+    for (_, from) in &c.sent[&1].taken {
+        // A heartbeat (50 ms) and the margin (30 ms) before the crash at most; never after it.
+        let lag = crashed_at.saturating_duration_since(*from);
+        assert!(
+            lag <= Duration::from_millis(80),
+            "taken over from {from:?}, crash at {crashed_at:?}"
+        );
+        assert!(*from <= crashed_at, "nothing the crashed node had not sent is skipped");
+    }
+}
+
+#[test]
+fn with_etcd_gone_a_new_session_is_refused_and_a_playing_one_goes_on() {
+    let mut c = Cluster::new();
+    c.play(1);
+    c.run_for(Duration::from_secs(1));
+    c.etcd.store(false, Ordering::Relaxed);
+    c.run_for(Duration::from_secs(3));
+    for n in 1..=3u16 {
+        assert!(c.sent[&n].taken.is_empty(), "node {n} took nothing over: nobody was lost");
+    }
+    // A second player on node 2: its PLAY is refused with 503 (no share reserved anywhere).
+    c.play(2);
+    assert_eq!(c.sent[&2].answers.last(), Some(&StatusCode::ServiceUnavailable));
+    assert_eq!(c.sent[&2].plays.len(), 1, "node 2 runs only its share of the first session");
+    c.etcd.store(true, Ordering::Relaxed);
+    c.play(2);
+    assert_eq!(c.sent[&2].answers.last(), Some(&StatusCode::Ok), "taken once etcd answers");
+}
