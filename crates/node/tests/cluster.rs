@@ -9,21 +9,25 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use isochron_base::{BitRate, DiskId, Gsn, Instant, MediaTime, NodeId, ObjectId, Replicas};
+use isochron_base::{DiskId, Gsn, Instant, MediaTime, NodeId, Replicas};
 use isochron_cluster::{MemberInfo, Message};
-use isochron_node::{
-    Catalog, NodeConfig, NodeCore, NodeOutput, ObjectEntry, ReadOp, SendOp, Ticket,
-};
-use isochron_rtsp::rtsp_types::{HeaderName, Method, Request, StatusCode, Url, Version};
-use isochron_rtsp::sdp::MediaTrack;
-use isochron_rtsp::server::{ConnId, ConnInfo, Presentation, ServerConfig, ServerCore};
+use isochron_node::{NodeConfig, NodeCore, NodeOutput, ReadOp, SendOp, Ticket};
+use isochron_rtsp::rtsp_types::{Method, StatusCode};
+use isochron_rtsp::server::{ConnId, ServerConfig, ServerCore};
 use isochron_sched::Decision;
-use isochron_store::Epoch;
-use isochron_store::catalog::{BlockEntry, SeekPoint};
 
-const SECOND: u64 = 1_000_000_000;
-const PER_BLOCK: u64 = 100;
+mod common;
+
+use common::{Clip, SECOND, conn, request, session_of};
+
 const BLOCKS: u64 = 12;
+
+/// The object every node plays: node `n` (1..=3) owns disk `n - 1`, and one etcd answers
+/// every node or none.
+fn clip(etcd: Arc<AtomicBool>) -> Clip {
+    let owners = (0..3u16).map(|d| (DiskId(d), format!("n{}", d + 1))).collect();
+    Clip::new(BLOCKS, copies).in_cluster(owners, etcd)
+}
 
 /// Node `n` (1..=3) owns disk `n - 1`; block `i`'s copies are on disks `i mod 3` and
 /// `i + 1 mod 3`.
@@ -31,62 +35,6 @@ fn copies(i: u64) -> Replicas {
     let mut r = Replicas::single(DiskId((i % 3) as u16));
     r.push(DiskId(((i + 1) % 3) as u16));
     r
-}
-
-/// The object every node plays, and whether etcd answers (the same for every node here).
-struct Shared(Arc<ObjectEntry>, Arc<AtomicBool>);
-
-impl Shared {
-    fn new(etcd: Arc<AtomicBool>) -> Self {
-        let mut rec = isochron_store::testing::object_record(ObjectId(7), "clip");
-        rec.blocks = (0..BLOCKS)
-            .map(|i| BlockEntry {
-                first_gsn: Gsn(i * PER_BLOCK),
-                first_send_time: MediaTime::from_nanos(i * SECOND),
-                packets: PER_BLOCK as u32,
-                payload_bytes: PER_BLOCK as u32 * 1316,
-                encoded_len: 64 + PER_BLOCK as u32 * (16 + 1316),
-                checksum: 1,
-            })
-            .collect();
-        rec.packets = BLOCKS * PER_BLOCK;
-        rec.duration = MediaTime::from_nanos(BLOCKS * SECOND);
-        rec.avg_bitrate = BitRate(1_000_000);
-        rec.seek_points = vec![SeekPoint { time: MediaTime::ZERO, gsn: Gsn(0) }];
-        let entry = ObjectEntry::planned_with(rec, Epoch(0), |_, i| copies(u64::from(i.0)));
-        Self(Arc::new(entry), etcd)
-    }
-}
-
-impl isochron_rtsp::server::Library for Shared {
-    fn lookup(&self, name: &str) -> Option<Presentation> {
-        let r = &self.0.record;
-        (name == r.name).then(|| Presentation {
-            object: r.id,
-            name: r.name.clone(),
-            duration: r.duration,
-            avg_bitrate: r.avg_bitrate,
-            tracks: Vec::<MediaTrack>::new(),
-        })
-    }
-}
-
-impl Catalog for Shared {
-    fn by_id(&self, id: ObjectId) -> Option<Arc<ObjectEntry>> {
-        (id == self.0.record.id).then(|| Arc::clone(&self.0))
-    }
-    fn shared_entry(&self, _: ObjectId) -> Option<Arc<ObjectEntry>> {
-        None
-    }
-    fn at_epoch(&self, entry: Arc<ObjectEntry>, _: Epoch) -> Arc<ObjectEntry> {
-        entry
-    }
-    fn disk_owners(&self) -> BTreeMap<DiskId, String> {
-        (0..3u16).map(|d| (DiskId(d), format!("n{}", d + 1))).collect()
-    }
-    fn membership_confirmed(&self) -> bool {
-        self.1.load(Ordering::Relaxed)
-    }
 }
 
 /// What one node was asked to send.
@@ -123,7 +71,7 @@ impl Cluster {
                 cluster: Some((Arc::new(disks), 2)),
             };
             let rtsp = ServerCore::new(ServerConfig::default(), u64::from(n));
-            let mut core = NodeCore::new(config, rtsp, Arc::new(Shared::new(Arc::clone(&etcd))));
+            let mut core = NodeCore::new(config, rtsp, Arc::new(clip(Arc::clone(&etcd))));
             for m in 1..=3u16 {
                 let relay = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, m as u8)), 7000);
                 let info = MemberInfo { id: NodeId(m), name: format!("n{m}"), live: true };
@@ -216,45 +164,27 @@ impl Cluster {
     /// A player on node `origin` (connection 1): DESCRIBE, SETUP over UDP, PLAY; isochron's
     /// own client, so the session is bipartite.
     fn play(&mut self, origin: u16) {
-        let conn = ConnInfo {
-            id: ConnId(1),
-            peer: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9)), 40_001),
-            local: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, origin as u8)), 8554),
-            secure: false,
-            user: None,
-        };
+        let conn = conn(Ipv4Addr::new(10, 0, 0, origin as u8));
         let core = self.nodes.get_mut(&origin).unwrap();
         core.handle_conn_opened(ConnId(1));
         let mut session = None;
+        let setup = "RTP/AVP;unicast;client_port=5000-5001";
         let steps: [(Method, &str, Option<&str>); 3] = [
             (Method::Describe, "rtsp://10.0.0.1:8554/clip", None),
-            (
-                Method::Setup,
-                "rtsp://10.0.0.1:8554/clip/trackID=0",
-                Some("RTP/AVP;unicast;client_port=5000-5001"),
-            ),
+            (Method::Setup, "rtsp://10.0.0.1:8554/clip/trackID=0", Some(setup)),
             (Method::Play, "rtsp://10.0.0.1:8554/clip", None),
         ];
         for (i, (method, uri, transport)) in steps.into_iter().enumerate() {
             let is_setup = method == Method::Setup;
-            let mut b = Request::builder(method, Version::V1_0)
-                .request_uri(Url::parse(uri).unwrap())
-                .header(HeaderName::try_from("CSeq").unwrap(), (i + 1).to_string())
-                .header(HeaderName::try_from("User-Agent").unwrap(), "isochron/test");
-            if let Some(t) = transport {
-                b = b.header(HeaderName::try_from("Transport").unwrap(), t);
-            }
-            if let Some(s) = &session {
-                b = b.header(HeaderName::try_from("Session").unwrap(), String::clone(s));
-            }
+            let mut headers = vec![("User-Agent", "isochron/test")];
+            headers.extend(transport.map(|t| ("Transport", t)));
+            let req = request(method, uri, i as u32 + 1, session.as_deref(), &headers);
             let core = self.nodes.get_mut(&origin).unwrap();
-            core.handle_request(self.now, &conn, &b.build(Vec::new()), Ticket(i as u64));
+            core.handle_request(self.now, &conn, &req, Ticket(i as u64));
             if is_setup {
                 let out: Vec<NodeOutput> = std::iter::from_fn(|| core.poll_output()).collect();
                 let s = out.iter().find_map(|o| match o {
-                    NodeOutput::Respond { response, .. } => response
-                        .header(&HeaderName::try_from("Session").unwrap())
-                        .map(|v| v.as_str().split(';').next().unwrap().to_owned()),
+                    NodeOutput::Respond { response, .. } => session_of(response),
                     _ => None,
                 });
                 session = Some(s.expect("SETUP answered with a session"));

@@ -2,84 +2,20 @@
 //! with no thread, socket or clock: what a PLAY, a seek while playing, a PAUSE and a refusal
 //! make the node do, and in which order (RFC 2326 §10.5, §10.6, §12.33).
 
-use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use isochron_base::{BitRate, DiskId, Gsn, Instant, MediaTime, NodeId, ObjectId, Replicas};
-use isochron_node::{
-    Catalog, NodeConfig, NodeCore, NodeOutput, ObjectEntry, ReadOp, SendOp, Ticket,
-};
+use isochron_base::{DiskId, Gsn, Instant, MediaTime, NodeId, Replicas};
+use isochron_cluster::ShareKey;
+use isochron_node::{NodeConfig, NodeCore, NodeOutput, ReadOp, SendOp, Ticket};
 use isochron_pacing::pacer::RunReport;
-use isochron_rtsp::rtsp_types::{HeaderName, Method, Request, Response, StatusCode, Url, Version};
-use isochron_rtsp::sdp::MediaTrack;
-use isochron_rtsp::server::{ConnId, ConnInfo, Position, Presentation, ServerConfig, ServerCore};
+use isochron_rtsp::rtsp_types::{HeaderName, Method, Response, StatusCode};
+use isochron_rtsp::server::{ConnId, Position, ServerConfig, ServerCore};
 use isochron_sched::{Decision, Refusal};
-use isochron_store::Epoch;
-use isochron_store::catalog::{BlockEntry, SeekPoint};
 
-const SECOND: u64 = 1_000_000_000;
-/// Packets per block (one second each).
-const PER_BLOCK: u64 = 100;
+mod common;
 
-/// One MPEG-TS object, `clip`: four one-second blocks of 100 packets on disk 0, a seek point at
-/// each block's start.
-struct OneObject(Arc<ObjectEntry>);
-
-impl OneObject {
-    fn new() -> Self {
-        let mut rec = isochron_store::testing::object_record(ObjectId(7), "clip");
-        rec.blocks = (0..4)
-            .map(|i| BlockEntry {
-                first_gsn: Gsn(i * PER_BLOCK),
-                first_send_time: MediaTime::from_nanos(i * SECOND),
-                packets: PER_BLOCK as u32,
-                payload_bytes: PER_BLOCK as u32 * 1316,
-                encoded_len: 64 + PER_BLOCK as u32 * (16 + 1316),
-                checksum: 1,
-            })
-            .collect();
-        rec.packets = 4 * PER_BLOCK;
-        rec.duration = MediaTime::from_nanos(4 * SECOND);
-        rec.avg_bitrate = BitRate(1_000_000);
-        rec.seek_points = (0..4)
-            .map(|i| SeekPoint { time: MediaTime::from_nanos(i * SECOND), gsn: Gsn(i * PER_BLOCK) })
-            .collect();
-        let entry = ObjectEntry::planned_with(rec, Epoch(0), |_, _| Replicas::single(DiskId(0)));
-        Self(Arc::new(entry))
-    }
-}
-
-impl isochron_rtsp::server::Library for OneObject {
-    fn lookup(&self, name: &str) -> Option<Presentation> {
-        let r = &self.0.record;
-        (name == r.name).then(|| Presentation {
-            object: r.id,
-            name: r.name.clone(),
-            duration: r.duration,
-            avg_bitrate: r.avg_bitrate,
-            tracks: Vec::<MediaTrack>::new(),
-        })
-    }
-}
-
-impl Catalog for OneObject {
-    fn by_id(&self, id: ObjectId) -> Option<Arc<ObjectEntry>> {
-        (id == self.0.record.id).then(|| Arc::clone(&self.0))
-    }
-    fn shared_entry(&self, _: ObjectId) -> Option<Arc<ObjectEntry>> {
-        None
-    }
-    fn at_epoch(&self, entry: Arc<ObjectEntry>, _: Epoch) -> Arc<ObjectEntry> {
-        entry
-    }
-    fn disk_owners(&self) -> BTreeMap<DiskId, String> {
-        BTreeMap::new()
-    }
-    fn membership_confirmed(&self) -> bool {
-        true
-    }
-}
+use common::{Clip, SECOND, conn, request, session_of};
 
 /// A single node and the player on connection 1.
 struct Node {
@@ -95,36 +31,28 @@ impl Node {
         let config =
             NodeConfig { node: NodeId(0), name: "solo".into(), unix_base_ns: 0, cluster: None };
         let rtsp = ServerCore::new(ServerConfig::default(), 3);
-        let core = NodeCore::new(config, rtsp, Arc::new(OneObject::new()));
+        let clip = Clip::new(4, |_| Replicas::single(DiskId(0)));
+        let core = NodeCore::new(config, rtsp, Arc::new(clip));
         Self { core, now: Instant::from_nanos(SECOND), tickets: 0, cseq: 0, session: None }
-    }
-
-    fn conn() -> ConnInfo {
-        ConnInfo {
-            id: ConnId(1),
-            peer: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 40_001),
-            local: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8554),
-            secure: false,
-            user: None,
-        }
     }
 
     /// Sends a request; returns its ticket.
     fn request(&mut self, method: Method, uri: &str, headers: &[(&str, &str)]) -> Ticket {
         self.cseq += 1;
-        let mut b = Request::builder(method, Version::V1_0)
-            .request_uri(Url::parse(uri).unwrap())
-            .header(HeaderName::try_from("CSeq").unwrap(), self.cseq.to_string());
-        if let Some(s) = &self.session {
-            b = b.header(HeaderName::try_from("Session").unwrap(), s.clone());
-        }
-        for (n, v) in headers {
-            b = b.header(HeaderName::try_from(*n).unwrap(), *v);
-        }
+        let req = request(method, uri, self.cseq, self.session.as_deref(), headers);
         let ticket = Ticket(self.tickets);
         self.tickets += 1;
-        self.core.handle_request(self.now, &Self::conn(), &b.build(Vec::new()), ticket);
+        self.core.handle_request(self.now, &conn(Ipv4Addr::LOCALHOST), &req, ticket);
         ticket
+    }
+
+    /// A PLAY from the start: the node asks its scheduler to admit the share, and only that.
+    fn play_asks_admission(&mut self) -> ShareKey {
+        self.request(Method::Play, "rtsp://127.0.0.1:8554/clip", &[]);
+        match self.outputs().as_slice() {
+            [NodeOutput::Read(ReadOp::Open { key, .. })] => *key,
+            other => panic!("one admission request: {other:?}"),
+        }
     }
 
     fn outputs(&mut self) -> Vec<NodeOutput> {
@@ -140,8 +68,7 @@ impl Node {
         self.request(Method::Setup, "rtsp://127.0.0.1:8554/clip/trackID=0", &[("Transport", t)]);
         let out = self.outputs();
         let r = response(&out).expect("SETUP is answered at once");
-        let s = r.header(&HeaderName::try_from("Session").unwrap()).unwrap().as_str();
-        self.session = Some(s.split(';').next().unwrap().to_owned());
+        self.session = session_of(r);
     }
 }
 
@@ -257,11 +184,7 @@ fn a_play_is_answered_once_admitted_and_before_the_run_starts_and_a_seek_continu
 fn a_refusal_by_the_scheduler_is_a_453_and_the_share_is_forgotten() {
     let mut n = Node::new();
     n.set_up();
-    n.request(Method::Play, "rtsp://127.0.0.1:8554/clip", &[]);
-    let key = match n.outputs().as_slice() {
-        [NodeOutput::Read(ReadOp::Open { key, .. })] => *key,
-        other => panic!("{other:?}"),
-    };
+    let key = n.play_asks_admission();
     let refusal = Refusal::NoProfile { disk: DiskId(0) };
     n.core.handle_admitted(n.now, key, Some(Decision::Reject(refusal)));
     let out = n.outputs();
@@ -277,11 +200,7 @@ fn a_refusal_by_the_scheduler_is_a_453_and_the_share_is_forgotten() {
 fn a_session_whose_read_fails_ends_with_a_bye_naming_the_cause() {
     let mut n = Node::new();
     n.set_up();
-    n.request(Method::Play, "rtsp://127.0.0.1:8554/clip", &[]);
-    let key = match n.outputs().as_slice() {
-        [NodeOutput::Read(ReadOp::Open { key, .. })] => *key,
-        other => panic!("{other:?}"),
-    };
+    let key = n.play_asks_admission();
     n.core.handle_admitted(n.now, key, Some(Decision::Admit));
     let (stream, run) = n
         .outputs()

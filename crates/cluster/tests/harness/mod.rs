@@ -731,8 +731,8 @@ impl Harness {
                     return;
                 };
                 let first = from.as_nanos() / PACKET_INTERVAL.as_nanos() as u64;
-                // On the origin, a block with no copy left fails the session (the server's
-                // `take_over`).
+                // On the origin, a block with no copy left fails the session (the node
+                // core's `take_over`).
                 let start = first.max(r.spec.start.gsn.0);
                 let orphan = (start..object.packets()).find(|g| object.sender(*g, &dead).is_none());
                 if let Some(g) = orphan.filter(|_| key.origin == id) {

@@ -1,0 +1,137 @@
+//! What the node core's tests share: an MPEG-TS object of one-second blocks behind a
+//! [`Catalog`], a player's connection, and RTSP requests.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use isochron_base::{BitRate, DiskId, Gsn, MediaTime, ObjectId, Replicas};
+use isochron_node::{Catalog, ObjectEntry};
+use isochron_rtsp::rtsp_types::{HeaderName, Method, Request, Response, Url, Version};
+use isochron_rtsp::sdp::MediaTrack;
+use isochron_rtsp::server::{ConnId, ConnInfo, Presentation};
+use isochron_store::Epoch;
+use isochron_store::catalog::{BlockEntry, SeekPoint};
+
+pub(crate) const SECOND: u64 = 1_000_000_000;
+/// Packets per block (one second each).
+pub(crate) const PER_BLOCK: u64 = 100;
+
+/// One MPEG-TS object, `clip` (id 7): `blocks` one-second blocks of 100 packets, a seek point
+/// at each block's start, block `i`'s copies from `copies(i)`; each disk's owner; whether etcd
+/// answers.
+pub(crate) struct Clip {
+    entry: Arc<ObjectEntry>,
+    owners: BTreeMap<DiskId, String>,
+    pub etcd: Arc<AtomicBool>,
+}
+
+impl Clip {
+    pub(crate) fn new(blocks: u64, copies: impl Fn(u64) -> Replicas) -> Self {
+        let mut rec = isochron_store::testing::object_record(ObjectId(7), "clip");
+        rec.blocks = (0..blocks)
+            .map(|i| BlockEntry {
+                first_gsn: Gsn(i * PER_BLOCK),
+                first_send_time: MediaTime::from_nanos(i * SECOND),
+                packets: PER_BLOCK as u32,
+                payload_bytes: PER_BLOCK as u32 * 1316,
+                encoded_len: 64 + PER_BLOCK as u32 * (16 + 1316),
+                checksum: 1,
+            })
+            .collect();
+        rec.packets = blocks * PER_BLOCK;
+        rec.duration = MediaTime::from_nanos(blocks * SECOND);
+        rec.avg_bitrate = BitRate(1_000_000);
+        rec.seek_points = (0..blocks)
+            .map(|i| SeekPoint { time: MediaTime::from_nanos(i * SECOND), gsn: Gsn(i * PER_BLOCK) })
+            .collect();
+        let entry = ObjectEntry::planned_with(rec, Epoch(0), |_, i| copies(u64::from(i.0)));
+        Self {
+            entry: Arc::new(entry),
+            owners: BTreeMap::new(),
+            etcd: Arc::new(AtomicBool::new(true)),
+        }
+    }
+
+    /// The same object in a cluster: each disk's owner, and one etcd for every node.
+    pub(crate) fn in_cluster(
+        mut self,
+        owners: BTreeMap<DiskId, String>,
+        etcd: Arc<AtomicBool>,
+    ) -> Self {
+        self.owners = owners;
+        self.etcd = etcd;
+        self
+    }
+}
+
+impl isochron_rtsp::server::Library for Clip {
+    fn lookup(&self, name: &str) -> Option<Presentation> {
+        let r = &self.entry.record;
+        (name == r.name).then(|| Presentation {
+            object: r.id,
+            name: r.name.clone(),
+            duration: r.duration,
+            avg_bitrate: r.avg_bitrate,
+            tracks: Vec::<MediaTrack>::new(),
+        })
+    }
+}
+
+impl Catalog for Clip {
+    fn by_id(&self, id: ObjectId) -> Option<Arc<ObjectEntry>> {
+        (id == self.entry.record.id).then(|| Arc::clone(&self.entry))
+    }
+    fn shared_entry(&self, _: ObjectId) -> Option<Arc<ObjectEntry>> {
+        None
+    }
+    fn at_epoch(&self, entry: Arc<ObjectEntry>, _: Epoch) -> Arc<ObjectEntry> {
+        entry
+    }
+    fn disk_owners(&self) -> BTreeMap<DiskId, String> {
+        self.owners.clone()
+    }
+    fn membership_confirmed(&self) -> bool {
+        self.etcd.load(Ordering::Relaxed)
+    }
+}
+
+/// The player's connection 1, from 10.0.0.9 to the node at `node_ip`.
+pub(crate) fn conn(node_ip: Ipv4Addr) -> ConnInfo {
+    ConnInfo {
+        id: ConnId(1),
+        peer: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9)), 40_001),
+        local: SocketAddr::new(IpAddr::V4(node_ip), 8554),
+        secure: false,
+        user: None,
+    }
+}
+
+/// A request with `CSeq: cseq`, the session if there is one, and `headers`.
+pub(crate) fn request(
+    method: Method,
+    uri: &str,
+    cseq: u32,
+    session: Option<&str>,
+    headers: &[(&str, &str)],
+) -> Request<Vec<u8>> {
+    let mut b = Request::builder(method, Version::V1_0)
+        .request_uri(Url::parse(uri).unwrap())
+        .header(HeaderName::try_from("CSeq").unwrap(), cseq.to_string());
+    if let Some(s) = session {
+        b = b.header(HeaderName::try_from("Session").unwrap(), s.to_owned());
+    }
+    for (n, v) in headers {
+        b = b.header(HeaderName::try_from(*n).unwrap(), *v);
+    }
+    b.build(Vec::new())
+}
+
+/// The session id a SETUP's response gives (without its timeout).
+pub(crate) fn session_of(r: &Response<Vec<u8>>) -> Option<String> {
+    let v = r.header(&HeaderName::try_from("Session").unwrap())?;
+    Some(v.as_str().split(';').next()?.to_owned())
+}
