@@ -31,8 +31,8 @@ use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use isochron_base::{
-    BlockIndex, BlockKey, DiskId, Instant, IoFailure, IoFailureKind, MediaTime, ObjectId, Pace,
-    Replicas, RunId, StreamId,
+    BlockIndex, BlockKey, DiskId, Instant, IoFailure, IoFailureKind, ObjectId, Pace, Replicas,
+    RunId, StreamId,
 };
 use isochron_diskio::{
     IoCommand, IoStats, IoWorker, ReadDone as DiskReadDone, WriteDone as DiskWriteDone,
@@ -43,7 +43,7 @@ use isochron_sched::cycle::{
     StreamStats, WriteDone,
 };
 use isochron_sched::profile::DiskProfile;
-use isochron_sched::{Anchor, ObjectPlan, OpenStream, ReadDone};
+use isochron_sched::{Anchor, ObjectPlan, OpenStream, ReadDone, ReadOp};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
@@ -161,40 +161,9 @@ pub enum SchedCommand {
         /// The block.
         block: SharedBlock,
     },
-    /// Start run `run` of a stream at block `from`, media time `media`.
-    Start {
-        /// The stream.
-        stream: StreamId,
-        /// The run number.
-        run: RunId,
-        /// First block.
-        from: BlockIndex,
-        /// Media time of the first packet.
-        media: MediaTime,
-        /// The clock and pace the session's origin pinned (a cluster), else `None`: the scheduler
-        /// anchors the stream when its first block is in memory.
-        pinned: Option<(Anchor, Pace)>,
-    },
-    /// A cluster share's run takes over blocks of a lost node
-    /// ([`isochron_sched::CycleScheduler::handle_take_over`]).
-    TakeOver {
-        /// The stream.
-        stream: StreamId,
-        /// The run.
-        run: RunId,
-        /// The blocks.
-        blocks: Vec<BlockIndex>,
-    },
-    /// A cluster share's run gives back blocks it took over
-    /// ([`isochron_sched::CycleScheduler::handle_give_back`]).
-    GiveBack {
-        /// The stream.
-        stream: StreamId,
-        /// The run.
-        run: RunId,
-        /// The blocks.
-        blocks: Vec<BlockIndex>,
-    },
+    /// What the node asks of one stream's reads (start a run, take over or give back
+    /// blocks, close).
+    Read(ReadOp),
     /// A stream's clock was re-anchored at a new pace (MTFC): read ahead on the same clock.
     Pace {
         /// The stream.
@@ -208,11 +177,6 @@ pub enum SchedCommand {
     },
     /// Stop reading for a stream.
     Stop {
-        /// The stream.
-        stream: StreamId,
-    },
-    /// Forget a stream (and release its admission).
-    Close {
         /// The stream.
         stream: StreamId,
     },
@@ -546,26 +510,11 @@ impl SchedLoop {
             SchedCommand::RecordBlock { stream, disk, block } => {
                 self.record_block(now, stream, disk, block);
             }
-            SchedCommand::Start { stream, run, from, media, pinned: None } => {
-                s.handle_start(now, stream, run, from, media);
-            }
-            SchedCommand::Start { stream, run, from, pinned: Some((anchor, pace)), .. } => {
-                s.handle_start_pinned(now, stream, run, from, anchor, pace);
-            }
-            SchedCommand::TakeOver { stream, run, blocks } => {
-                s.handle_take_over(now, stream, run, &blocks);
-            }
-            SchedCommand::GiveBack { stream, run, blocks } => {
-                s.handle_give_back(now, stream, run, &blocks);
-            }
+            SchedCommand::Read(op) => self.read_op(now, op),
             SchedCommand::Pace { stream, run, anchor, pace } => {
                 s.handle_pace(now, stream, run, anchor, pace);
             }
             SchedCommand::Stop { stream } => s.handle_stop(now, stream),
-            SchedCommand::Close { stream } => {
-                s.handle_close(now, stream);
-                self.recorders.remove(&stream);
-            }
             SchedCommand::BlockDone { stream, run, index } => {
                 s.handle_block_done(now, stream, run, index);
             }
@@ -619,6 +568,29 @@ impl SchedLoop {
 
     /// A recording's block, to be written by the core's schedule; refused (and the recording
     /// told) when the stream is not an open recording.
+    /// Applies `op` to the scheduler (closing a stream also forgets its recorder's notices).
+    fn read_op(&mut self, now: Instant, op: ReadOp) {
+        let s = &mut self.t.scheduler;
+        match op {
+            ReadOp::Start { stream, run, from, media, pinned: None } => {
+                s.handle_start(now, stream, run, from, media);
+            }
+            ReadOp::Start { stream, run, from, pinned: Some((anchor, pace)), .. } => {
+                s.handle_start_pinned(now, stream, run, from, anchor, pace);
+            }
+            ReadOp::TakeOver { stream, run, blocks } => {
+                s.handle_take_over(now, stream, run, &blocks)
+            }
+            ReadOp::GiveBack { stream, run, blocks } => {
+                s.handle_give_back(now, stream, run, &blocks)
+            }
+            ReadOp::Close { stream } => {
+                s.handle_close(now, stream);
+                self.recorders.remove(&stream);
+            }
+        }
+    }
+
     fn record_block(&mut self, now: Instant, stream: StreamId, disk: DiskId, block: SharedBlock) {
         let key = block.header().key;
         let len = isochron_base::Bytes(block.as_bytes().len() as u64);

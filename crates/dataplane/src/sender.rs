@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use isochron_base::{BlockIndex, Gsn, Instant, MediaTime, Pace, RunId, StreamId};
+use isochron_base::{BlockIndex, Gsn, Instant, RunId, StreamId};
 use isochron_diskio::AlignedBuf;
 use isochron_rtp::{
     NtpTimestamp, RTP_HEADER_LEN, RTP_HEADER_LSN_LEN, RtpHeader, SenderReport, interleaved_prefix,
@@ -42,7 +42,8 @@ use tracing::{debug, warn};
 use crate::clock::Clock;
 use crate::net::{Batch, MAX_HEADER, UdpPair};
 use crate::pacer::{
-    Pacer, PacerConfig, PacerEvent, PacerStats, PlayRun, StreamProgress, StreamSetup, Transmit,
+    Pacer, PacerConfig, PacerEvent, PacerStats, PlayRun, StreamOp, StreamProgress, StreamSetup,
+    Transmit,
 };
 use crate::reseq::{Reseq, ReseqConfig, ReseqStats};
 use crate::rtx::{RetransmitBuffer, RetransmitStats, RtxSetup, Sent};
@@ -139,13 +140,8 @@ pub enum SenderCommand {
         /// The sequence numbers asked for.
         seqs: Vec<u16>,
     },
-    /// Start a run.
-    Play {
-        /// The stream.
-        stream: StreamId,
-        /// The run.
-        play: PlayRun,
-    },
+    /// What the node asks of one of this shard's streams (the pacer's vocabulary).
+    Stream(StreamOp),
     /// A block from the scheduler.
     Block {
         /// The stream.
@@ -159,81 +155,6 @@ pub enum SenderCommand {
         /// The pacing anchor, on the first block of a run.
         anchor: Option<Anchor>,
     },
-    /// Stop run `run` now or after its last packet at or before `cutoff`; where it stood is
-    /// reported as [`PacerEvent::Stopped`].
-    Stop {
-        /// The stream.
-        stream: StreamId,
-        /// The run.
-        run: RunId,
-        /// The cutoff (a cluster's synchronised pause).
-        cutoff: Option<MediaTime>,
-    },
-    /// Re-pin run `run`'s clock (a cluster's pace change, [`Pacer::handle_reanchor`]).
-    Reanchor {
-        /// The stream.
-        stream: StreamId,
-        /// The run.
-        run: RunId,
-        /// The new anchor.
-        anchor: Anchor,
-        /// The new pace.
-        pace: Pace,
-    },
-    /// A running share gains blocks taken over from a lost node ([`Pacer::handle_extend`]).
-    Extend {
-        /// The stream.
-        stream: StreamId,
-        /// The run.
-        run: RunId,
-        /// The blocks gained.
-        blocks: Vec<crate::pacer::ShareBlock>,
-        /// How far the lost node had got: earlier packets of these blocks are not sent.
-        from: MediaTime,
-    },
-    /// This node's part of a share was taken over from `from` while it was lost
-    /// ([`Pacer::handle_withhold`]).
-    Withhold {
-        /// The stream.
-        stream: StreamId,
-        /// The run.
-        run: RunId,
-        /// The media time its part was taken over from.
-        from: MediaTime,
-        /// The blocks taken over (`None`: every block of the share).
-        blocks: Option<Vec<BlockIndex>>,
-        /// The give-back point, when known already.
-        until: Option<MediaTime>,
-    },
-    /// The share's part is its own again after the block holding `at`
-    /// ([`Pacer::handle_release`]).
-    Release {
-        /// The stream.
-        stream: StreamId,
-        /// The run.
-        run: RunId,
-        /// The give-back point.
-        at: MediaTime,
-    },
-    /// Freeze or thaw a relayed session's feeder ([`Pacer::handle_freeze`]).
-    Freeze {
-        /// The stream.
-        stream: StreamId,
-        /// The run.
-        run: RunId,
-        /// Frozen (`true`) or thawed.
-        frozen: bool,
-    },
-    /// A running share gives back blocks it had taken over, their node sending them whole:
-    /// none of their packets is sent any more ([`Pacer::handle_pass_over`]).
-    PassOver {
-        /// The stream.
-        stream: StreamId,
-        /// The run.
-        run: RunId,
-        /// The blocks given back.
-        blocks: Vec<BlockIndex>,
-    },
     /// A running share gives back blocks it had taken over ([`Pacer::handle_give_back`]).
     GiveBack {
         /// The stream.
@@ -243,31 +164,11 @@ pub enum SenderCommand {
         /// The blocks given back.
         blocks: Vec<BlockIndex>,
     },
-    /// Send the session's BYE ([`Pacer::handle_bye`]).
-    Bye {
-        /// The stream.
-        stream: StreamId,
-        /// Why it ends, when it could not go on (the BYE's reason for leaving).
-        reason: Option<Arc<str>>,
-    },
     /// An RTP packet another node sent this node to relay: it goes to the stream whose SSRC it
     /// carries, from this node's address (relay delivery).
     Relayed {
         /// The datagram.
         datagram: Vec<u8>,
-    },
-    /// Pace a stream at a new speed (MTFC; [`Pacer::handle_pace`]); the pacer reports the
-    /// anchor it re-pinned as [`PacerEvent::Paced`].
-    Pace {
-        /// The stream.
-        stream: StreamId,
-        /// The pace asked for.
-        pace: Pace,
-    },
-    /// Forget a stream.
-    Remove {
-        /// The stream.
-        stream: StreamId,
     },
     /// Report counters.
     Stats {
@@ -540,53 +441,14 @@ impl SenderLoop {
                     }
                 }
             }
-            SenderCommand::Play { stream, play } => {
-                if let Some(r) = self.outs.get_mut(&stream).and_then(|o| o.relay.as_mut()) {
-                    r.handle_play(&play);
-                }
-                self.pacer.handle_play(now(), stream, play);
-            }
+            SenderCommand::Stream(op) => self.stream_op(op),
             SenderCommand::Block { stream, run, index, block, anchor } => {
                 self.pacer.handle_block(stream, run, index, block, anchor);
-            }
-            SenderCommand::Stop { stream, run, cutoff } => {
-                if let Some(report) = self.pacer.handle_stop(now(), stream, run, cutoff) {
-                    (self.t.on_event)(PacerEvent::Stopped { stream, run, report });
-                }
-            }
-            SenderCommand::Reanchor { stream, run, anchor, pace } => {
-                self.pacer.handle_reanchor(stream, run, anchor, pace);
-            }
-            SenderCommand::Extend { stream, run, blocks, from } => {
-                self.pacer.handle_extend(stream, run, &blocks, from);
             }
             SenderCommand::GiveBack { stream, run, blocks } => {
                 self.pacer.handle_give_back(stream, run, &blocks);
             }
-            SenderCommand::PassOver { stream, run, blocks } => {
-                self.pacer.handle_pass_over(stream, run, &blocks);
-            }
-            SenderCommand::Withhold { stream, run, from, blocks, until } => {
-                self.pacer.handle_withhold(now(), stream, run, from, blocks.as_deref(), until);
-            }
-            SenderCommand::Release { stream, run, at } => {
-                self.pacer.handle_release(stream, run, at);
-            }
-            SenderCommand::Freeze { stream, run, frozen } => {
-                self.pacer.handle_freeze(stream, run, frozen);
-            }
-            SenderCommand::Bye { stream, reason } => {
-                let now = now();
-                if let Some(r) = self.outs.get_mut(&stream).and_then(|o| o.relay.as_mut()) {
-                    r.handle_end(now);
-                }
-                self.pacer.handle_bye(now, stream, reason);
-            }
             SenderCommand::Relayed { datagram } => self.relayed_in(datagram),
-            SenderCommand::Pace { stream, pace } => {
-                self.pacer.handle_pace(stream, pace);
-            }
-            SenderCommand::Remove { stream } => self.remove(stream),
             SenderCommand::Stats { reply } => {
                 let _ = reply.send(self.snapshot());
             }
@@ -596,6 +458,52 @@ impl SenderLoop {
             SenderCommand::Shutdown => return ControlFlow::Break(()),
         }
         ControlFlow::Continue(())
+    }
+
+    /// Applies `op` to the pacer (and to the relay resequencer of a relayed session's origin).
+    fn stream_op(&mut self, op: StreamOp) {
+        let now = self.t.clock.now();
+        match op {
+            StreamOp::Play { stream, play } => {
+                if let Some(r) = self.outs.get_mut(&stream).and_then(|o| o.relay.as_mut()) {
+                    r.handle_play(&play);
+                }
+                self.pacer.handle_play(now, stream, play);
+            }
+            StreamOp::Stop { stream, run, cutoff } => {
+                if let Some(report) = self.pacer.handle_stop(now, stream, run, cutoff) {
+                    (self.t.on_event)(PacerEvent::Stopped { stream, run, report });
+                }
+            }
+            StreamOp::Reanchor { stream, run, anchor, pace } => {
+                self.pacer.handle_reanchor(stream, run, anchor, pace);
+            }
+            StreamOp::Pace { stream, pace } => {
+                self.pacer.handle_pace(stream, pace);
+            }
+            StreamOp::Extend { stream, run, blocks, from } => {
+                self.pacer.handle_extend(stream, run, &blocks, from);
+            }
+            StreamOp::Withhold { stream, run, from, blocks, until } => {
+                self.pacer.handle_withhold(now, stream, run, from, blocks.as_deref(), until);
+            }
+            StreamOp::Release { stream, run, at } => {
+                self.pacer.handle_release(stream, run, at);
+            }
+            StreamOp::Freeze { stream, run, frozen } => {
+                self.pacer.handle_freeze(stream, run, frozen);
+            }
+            StreamOp::PassOver { stream, run, blocks } => {
+                self.pacer.handle_pass_over(stream, run, &blocks);
+            }
+            StreamOp::Bye { stream, reason } => {
+                if let Some(r) = self.outs.get_mut(&stream).and_then(|o| o.relay.as_mut()) {
+                    r.handle_end(now);
+                }
+                self.pacer.handle_bye(now, stream, reason);
+            }
+            StreamOp::Remove { stream } => self.remove(stream),
+        }
     }
 
     /// A stream to send: its tracks' ways out, kept for retransmission when any goes over UDP,

@@ -22,7 +22,7 @@ use crossbeam_channel::Sender;
 use isochron_base::{Instant, StreamId};
 use tokio::sync::oneshot;
 
-use crate::pacer::StreamProgress;
+use crate::pacer::{StreamOp, StreamProgress};
 use crate::sender::{SenderCommand, SenderStats, SentThrough};
 
 /// A sender shard's thread has exited (the server is shutting down).
@@ -119,7 +119,7 @@ impl Senders {
                 routes.by_stream.insert(setup.stream, ssrcs);
                 shard
             }
-            SenderCommand::Remove { stream } => {
+            SenderCommand::Stream(StreamOp::Remove { stream }) => {
                 let mut routes = self.routes();
                 if let Some(ssrcs) = routes.by_stream.remove(stream) {
                     for ssrc in ssrcs {
@@ -133,18 +133,10 @@ impl Senders {
                 Some(b) => self.shard_of_ssrc(u32::from_be_bytes([b[0], b[1], b[2], b[3]])),
                 None => 0,
             },
-            SenderCommand::Play { stream, .. }
-            | SenderCommand::Block { stream, .. }
-            | SenderCommand::Stop { stream, .. }
-            | SenderCommand::Reanchor { stream, .. }
-            | SenderCommand::Freeze { stream, .. }
-            | SenderCommand::Extend { stream, .. }
-            | SenderCommand::GiveBack { stream, .. }
-            | SenderCommand::Withhold { stream, .. }
-            | SenderCommand::PassOver { stream, .. }
-            | SenderCommand::Release { stream, .. }
-            | SenderCommand::Bye { stream, .. }
-            | SenderCommand::Pace { stream, .. } => self.shard_of(*stream),
+            SenderCommand::Stream(op) => self.shard_of(op.stream()),
+            SenderCommand::Block { stream, .. } | SenderCommand::GiveBack { stream, .. } => {
+                self.shard_of(*stream)
+            }
             SenderCommand::Stats { .. } | SenderCommand::Progress { .. } => {
                 return self.gather(cmd);
             }

@@ -19,7 +19,7 @@ use isochron_base::{
 };
 use isochron_dataplane::clock::Clock;
 use isochron_dataplane::net::{UdpPair, gso_supported, relay_socket};
-use isochron_dataplane::pacer::{PlayRun, StreamSetup, single_offset};
+use isochron_dataplane::pacer::{PlayRun, StreamOp, StreamSetup, single_offset};
 use isochron_dataplane::sender::{SenderCommand, SenderThread, SharedBlock, StreamTransport};
 use isochron_diskio::AlignedBuf;
 use isochron_rtsp::server::Position;
@@ -146,7 +146,7 @@ fn run(gso: bool) -> (u64, u64) {
         anchor: None,
         trick: None,
     };
-    tx.send(SenderCommand::Play { stream, play }).unwrap();
+    tx.send(SenderCommand::Stream(StreamOp::Play { stream, play })).unwrap();
     let anchor = Anchor { wall: clock.now() + Duration::from_millis(20), media: MediaTime::ZERO };
     for (i, b) in blocks.into_iter().enumerate() {
         let anchor = (i == 0).then_some(anchor);

@@ -15,7 +15,9 @@ use isochron_base::{
 };
 use isochron_dataplane::clock::Clock;
 use isochron_dataplane::net::UdpPair;
-use isochron_dataplane::pacer::{PlayRun, RtcpMode, ShareBlock, StreamSetup, single_offset};
+use isochron_dataplane::pacer::{
+    PlayRun, RtcpMode, ShareBlock, StreamOp, StreamSetup, single_offset,
+};
 use isochron_dataplane::sender::{
     OutFrame, SenderCommand, SenderThread, SharedBlock, StreamTransport,
 };
@@ -125,7 +127,7 @@ fn a_relayed_session_reaches_a_tcp_client_in_order_once_and_whole() {
         anchor: Some(anchor),
         trick: None,
     };
-    tx.send(SenderCommand::Play { stream, play }).unwrap();
+    tx.send(SenderCommand::Stream(StreamOp::Play { stream, play })).unwrap();
     for i in (0..BLOCKS).filter(|i| i % 2 == 0) {
         tx.send(SenderCommand::Block {
             stream,
@@ -165,7 +167,7 @@ fn a_relayed_session_reaches_a_tcp_client_in_order_once_and_whole() {
             }
             // Every node sent its last packet: the session's BYE is asked for (it must wait
             // for what is still missing, the very last packet among it).
-            tx.send(SenderCommand::Bye { stream, reason: None }).unwrap();
+            tx.send(SenderCommand::Stream(StreamOp::Bye { stream, reason: None })).unwrap();
             // Answer the origin's NACKs, as the other node's retransmission buffer does.
             let deadline = Instant::now() + Duration::from_secs(3);
             let mut buf = [0u8; 1500];

@@ -6,16 +6,17 @@
 //! session reads and sends (Yima §2.2), and which blocks a node takes over when another is lost
 //! and gives back when it returns. [`NodeCore`] holds those decisions in quinn's shape: every
 //! input is a `handle_*(now, …)` call, every consequence an output of [`NodeCore::poll_output`]
-//! ([`NodeOutput`]: an answer, work for the scheduler or the sender, a message for a peer). It
+//! ([`NodeOutput`]: an answer, work for the scheduler or the sender in their own cores' words,
+//! a message for a peer). It
 //! reads no clock, opens no socket and holds no channel, so the server's session task, the
 //! simulator and the tests drive the same decisions.
 //!
 //! ```text
 //!   RTSP requests ─┐                        ┌─▶ Respond (the request's ticket)
-//!   RTCP liveness ─┤   ┌──────────────────┐ ├─▶ Read(ReadOp)   → the cycle scheduler
-//!   sender/sched  ─┼──▶│ NodeCore          │─┼─▶ Send(SendOp)   → the pacer
-//!   peers, etcd   ─┤   │  ServerCore (RTSP)│ ├─▶ Transmit       → a peer
-//!   timer         ─┘   │  ClusterCore      │ └─▶ CloseConn      → an RTSP connection
+//!   RTCP liveness ─┤   ┌──────────────────┐ ├─▶ Admit, Read(ReadOp)        → the cycle scheduler
+//!   sender/sched  ─┼──▶│ NodeCore          │─┼─▶ AddStream, Send(StreamOp)  → the pacer
+//!   peers, etcd   ─┤   │  ServerCore (RTSP)│ ├─▶ Transmit                   → a peer
+//!   timer         ─┘   │  ClusterCore      │ └─▶ CloseConn                  → an RTSP connection
 //!                      └──────────────────┘
 //! ```
 //!
@@ -29,5 +30,5 @@ mod report;
 
 pub use crate::core::{NodeConfig, NodeCore};
 pub use crate::entry::{Catalog, ObjectEntry};
-pub use crate::output::{NodeOutput, ReadOp, SendOp, Ticket, Transport};
+pub use crate::output::{NodeOutput, Ticket, Transport};
 pub use crate::report::{ClusterInfo, MemberSummary, SessionInfo};

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use isochron_base::{DiskId, Gsn, Instant, MediaTime, NodeId, Replicas};
 use isochron_cluster::{MemberInfo, Message};
-use isochron_node::{NodeConfig, NodeCore, NodeOutput, ReadOp, SendOp, Ticket};
+use isochron_node::{NodeConfig, NodeCore, NodeOutput, Ticket};
+use isochron_pacing::pacer::StreamOp;
 use isochron_rtsp::rtsp_types::{Method, StatusCode};
 use isochron_rtsp::server::{ConnId, ServerConfig, ServerCore};
 use isochron_sched::Decision;
@@ -40,9 +41,9 @@ fn copies(i: u64) -> Replicas {
 /// What one node was asked to send.
 #[derive(Default)]
 struct Sent {
-    /// The blocks of its share (`SendOp::Add`).
+    /// The blocks of its share (`StreamOp::Add`).
     share: BTreeSet<u32>,
-    /// Blocks taken over (`SendOp::Extend`), with where from.
+    /// Blocks taken over (`StreamOp::Extend`), with where from.
     taken: Vec<(u32, MediaTime)>,
     plays: Vec<(Gsn, u16)>,
     answers: Vec<StatusCode>,
@@ -109,15 +110,15 @@ impl Cluster {
                         NodeOutput::Transmit { to, msg } if !self.crashed.contains(&id) => {
                             self.net.push_back((id, to.0, *msg));
                         }
-                        NodeOutput::Read(ReadOp::Open { key, .. }) => admitted.push(key),
-                        NodeOutput::Send(SendOp::Add { setup, .. }) => {
+                        NodeOutput::Admit { key, .. } => admitted.push(key),
+                        NodeOutput::AddStream { setup, .. } => {
                             let share = setup.share.expect("a bipartite share");
                             sent.share.extend(share.iter().map(|b| b.index.0));
                         }
-                        NodeOutput::Send(SendOp::Extend { blocks, from, .. }) => {
+                        NodeOutput::Send(StreamOp::Extend { blocks, from, .. }) => {
                             sent.taken.extend(blocks.iter().map(|b| (b.index.0, from)));
                         }
-                        NodeOutput::Send(SendOp::Play { play, .. }) => {
+                        NodeOutput::Send(StreamOp::Play { play, .. }) => {
                             sent.plays.push((play.start.gsn, play.seq_offsets[0]));
                         }
                         NodeOutput::Respond { response, .. } => {

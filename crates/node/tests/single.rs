@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use isochron_base::{DiskId, Gsn, Instant, MediaTime, NodeId, Replicas};
 use isochron_cluster::ShareKey;
-use isochron_node::{NodeConfig, NodeCore, NodeOutput, ReadOp, SendOp, Ticket};
-use isochron_pacing::pacer::RunReport;
+use isochron_node::{NodeConfig, NodeCore, NodeOutput, Ticket};
+use isochron_pacing::pacer::{RunReport, StreamOp};
 use isochron_rtsp::rtsp_types::{HeaderName, Method, Response, StatusCode};
 use isochron_rtsp::server::{ConnId, Position, ServerConfig, ServerCore};
-use isochron_sched::{Decision, Refusal};
+use isochron_sched::{Decision, ReadOp, Refusal};
 
 mod common;
 
@@ -50,7 +50,7 @@ impl Node {
     fn play_asks_admission(&mut self) -> ShareKey {
         self.request(Method::Play, "rtsp://127.0.0.1:8554/clip", &[]);
         match self.outputs().as_slice() {
-            [NodeOutput::Read(ReadOp::Open { key, .. })] => *key,
+            [NodeOutput::Admit { key, .. }] => *key,
             other => panic!("one admission request: {other:?}"),
         }
     }
@@ -103,7 +103,7 @@ fn a_play_is_answered_once_admitted_and_before_the_run_starts_and_a_seek_continu
     let out = n.outputs();
     assert!(status(&out).is_empty(), "no answer before admission: {out:?}");
     let key = match out.as_slice() {
-        [NodeOutput::Read(ReadOp::Open { key, req, name })] => {
+        [NodeOutput::Admit { key, req, name }] => {
             assert_eq!(name, "clip");
             assert_eq!(req.plan.blocks.len(), 4);
             *key
@@ -119,9 +119,9 @@ fn a_play_is_answered_once_admitted_and_before_the_run_starts_and_a_seek_continu
         .iter()
         .map(|o| match o {
             NodeOutput::Respond { .. } => "respond",
-            NodeOutput::Send(SendOp::Add { .. }) => "add",
-            NodeOutput::Send(SendOp::Pace { .. }) => "pace",
-            NodeOutput::Send(SendOp::Play { .. }) => "play",
+            NodeOutput::AddStream { .. } => "add",
+            NodeOutput::Send(StreamOp::Pace { .. }) => "pace",
+            NodeOutput::Send(StreamOp::Play { .. }) => "play",
             NodeOutput::Read(ReadOp::Start { .. }) => "start",
             other => panic!("unexpected {other:?}"),
         })
@@ -131,7 +131,7 @@ fn a_play_is_answered_once_admitted_and_before_the_run_starts_and_a_seek_continu
     assert_eq!(first.status(), StatusCode::Ok);
     let seq0 = rtp_info_seq(first);
     let (stream, run1) = match &out[3] {
-        NodeOutput::Send(SendOp::Play { stream, play }) => {
+        NodeOutput::Send(StreamOp::Play { stream, play }) => {
             assert_eq!(play.start.gsn, Gsn(0));
             (*stream, play.run)
         }
@@ -144,7 +144,7 @@ fn a_play_is_answered_once_admitted_and_before_the_run_starts_and_a_seek_continu
     let out = n.outputs();
     assert!(status(&out).is_empty(), "no answer before the run stopped: {out:?}");
     assert!(
-        matches!(out.as_slice(), [NodeOutput::Send(SendOp::Stop { run, cutoff: None, .. })] if *run == run1),
+        matches!(out.as_slice(), [NodeOutput::Send(StreamOp::Stop { run, cutoff: None, .. })] if *run == run1),
         "{out:?}"
     );
     // It stopped with 150 packets sent: the next run's first packet is number 150 after the
@@ -157,7 +157,7 @@ fn a_play_is_answered_once_admitted_and_before_the_run_starts_and_a_seek_continu
     assert_eq!(r.status(), StatusCode::Ok);
     assert_eq!(rtp_info_seq(r), seq0.wrapping_add(150), "numbering continues across the seek");
     let play = out.iter().find_map(|o| match o {
-        NodeOutput::Send(SendOp::Play { play, .. }) => Some(play),
+        NodeOutput::Send(StreamOp::Play { play, .. }) => Some(play),
         _ => None,
     });
     let play = play.expect("a second run");
@@ -169,7 +169,7 @@ fn a_play_is_answered_once_admitted_and_before_the_run_starts_and_a_seek_continu
     n.request(Method::Pause, "rtsp://127.0.0.1:8554/clip", &[]);
     let out = n.outputs();
     assert!(status(&out).is_empty());
-    assert!(matches!(out.as_slice(), [NodeOutput::Send(SendOp::Stop { .. })]), "{out:?}");
+    assert!(matches!(out.as_slice(), [NodeOutput::Send(StreamOp::Stop { .. })]), "{out:?}");
     let next = Position::at(Gsn(260), MediaTime::from_nanos(2_600_000_000));
     n.core.handle_share_stopped(
         n.now,
@@ -206,18 +206,18 @@ fn a_session_whose_read_fails_ends_with_a_bye_naming_the_cause() {
         .outputs()
         .iter()
         .find_map(|o| match o {
-            NodeOutput::Send(SendOp::Play { stream, play }) => Some((*stream, play.run)),
+            NodeOutput::Send(StreamOp::Play { stream, play }) => Some((*stream, play.run)),
             _ => None,
         })
         .unwrap();
     let error = isochron_base::IoFailure::new(isochron_base::IoFailureKind::Corrupt, "checksum");
     n.core.handle_read_failed(n.now, stream, error);
     let out = n.outputs();
-    assert!(matches!(out.as_slice(), [NodeOutput::Send(SendOp::Stop { .. })]), "{out:?}");
+    assert!(matches!(out.as_slice(), [NodeOutput::Send(StreamOp::Stop { .. })]), "{out:?}");
     n.core.handle_share_stopped(n.now, stream, run, RunReport::default());
     let out = n.outputs();
     let bye = out.iter().find_map(|o| match o {
-        NodeOutput::Send(SendOp::Bye { reason, .. }) => reason.clone(),
+        NodeOutput::Send(StreamOp::Bye { reason, .. }) => reason.clone(),
         _ => None,
     });
     assert!(bye.is_some_and(|r| r.contains("checksum")), "{out:?}");

@@ -295,6 +295,135 @@ impl RunReport {
     }
 }
 
+/// What a node asks of one stream's pacer: one variant per `Pacer::handle_*` a session's
+/// decisions call (the node core emits them, the sender thread applies them to the pacer that
+/// owns the stream). The blocks themselves come from the scheduler, not through here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StreamOp {
+    /// Start a run ([`Pacer::handle_play`]).
+    Play {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        play: PlayRun,
+    },
+    /// Stop run `run` now or after its last packet at or before `cutoff`; where it stood is
+    /// reported as [`PacerEvent::Stopped`] ([`Pacer::handle_stop`]).
+    Stop {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: RunId,
+        /// The cutoff (a cluster's synchronised pause).
+        cutoff: Option<MediaTime>,
+    },
+    /// Re-pin run `run`'s clock (a cluster's pace change, [`Pacer::handle_reanchor`]).
+    Reanchor {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: RunId,
+        /// The new anchor.
+        anchor: Anchor,
+        /// The new pace.
+        pace: Pace,
+    },
+    /// Pace a stream at a new speed (MTFC, [`Pacer::handle_pace`]); the pacer reports the
+    /// anchor it re-pinned as [`PacerEvent::Paced`].
+    Pace {
+        /// The stream.
+        stream: StreamId,
+        /// The pace asked for.
+        pace: Pace,
+    },
+    /// A running share gains blocks taken over from a lost node ([`Pacer::handle_extend`]).
+    Extend {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: RunId,
+        /// The blocks gained.
+        blocks: Vec<ShareBlock>,
+        /// How far the lost node had got: earlier packets of these blocks are not sent.
+        from: MediaTime,
+    },
+    /// This node's part of a share was taken over from `from` while it was lost
+    /// ([`Pacer::handle_withhold`]).
+    Withhold {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: RunId,
+        /// The media time its part was taken over from.
+        from: MediaTime,
+        /// The blocks taken over (`None`: every block of the share).
+        blocks: Option<Vec<BlockIndex>>,
+        /// The give-back point, when known already.
+        until: Option<MediaTime>,
+    },
+    /// The share's part is its own again after the block holding `at`
+    /// ([`Pacer::handle_release`]).
+    Release {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: RunId,
+        /// The give-back point.
+        at: MediaTime,
+    },
+    /// Freeze or thaw a relayed session's feeder ([`Pacer::handle_freeze`]).
+    Freeze {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: RunId,
+        /// Frozen (`true`) or thawed.
+        frozen: bool,
+    },
+    /// A running share gives back blocks it had taken over, their node sending them whole:
+    /// none of their packets is sent any more ([`Pacer::handle_pass_over`]).
+    PassOver {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: RunId,
+        /// The blocks given back.
+        blocks: Vec<BlockIndex>,
+    },
+    /// Send the session's BYE ([`Pacer::handle_bye`]).
+    Bye {
+        /// The stream.
+        stream: StreamId,
+        /// Why it ends, when it could not go on (the BYE's reason for leaving).
+        reason: Option<Arc<str>>,
+    },
+    /// Forget a stream.
+    Remove {
+        /// The stream.
+        stream: StreamId,
+    },
+}
+
+impl StreamOp {
+    /// The stream it concerns.
+    #[must_use]
+    pub fn stream(&self) -> StreamId {
+        match self {
+            Self::Play { stream, .. }
+            | Self::Stop { stream, .. }
+            | Self::Reanchor { stream, .. }
+            | Self::Pace { stream, .. }
+            | Self::Extend { stream, .. }
+            | Self::Withhold { stream, .. }
+            | Self::Release { stream, .. }
+            | Self::Freeze { stream, .. }
+            | Self::PassOver { stream, .. }
+            | Self::Bye { stream, .. }
+            | Self::Remove { stream } => *stream,
+        }
+    }
+}
+
 /// Notices for the rest of the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PacerEvent {

@@ -28,5 +28,5 @@ pub use cycle::{
     CycleConfig, CycleEvent, CycleIo, CycleOrder, CycleReport, CycleScheduler, CycleStats, IoClass,
     NrtDone, NrtId, NrtKind, NrtRequest, OpenRecord, RecordBlock, StreamStats, WriteDone,
 };
-pub use plan::{Anchor, ObjectPlan, OpenStream, PlannedBlock, ReadDone};
+pub use plan::{Anchor, ObjectPlan, OpenStream, PlannedBlock, ReadDone, ReadOp};
 pub use profile::{Curve, DiskModel, DiskProfile, ProfileError};

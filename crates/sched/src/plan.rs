@@ -13,7 +13,7 @@ use std::sync::Arc;
 use isochron_base::{
     BitRate, BlockIndex, BlockKey, Bytes, DiskId, Gsn, Instant, MediaTime, Replicas,
 };
-use isochron_base::{IoFailure, ObjectId, StreamId};
+use isochron_base::{IoFailure, ObjectId, Pace, RunId, StreamId};
 
 /// Where one block of an object is and when it plays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,4 +148,50 @@ mod tests {
         // Block 0's copies are both lost.
         assert_eq!(plan.without(|d| d != DiskId(2)), Err(BlockIndex(0)));
     }
+}
+
+/// What a node asks of one stream's reads at the scheduler: one variant per
+/// `CycleScheduler::handle_*` a session's decisions call after admission (the node core emits
+/// them, the scheduler thread applies them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReadOp {
+    /// Start run `run` of a stream at block `from`, media time `media`.
+    Start {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: RunId,
+        /// First block.
+        from: BlockIndex,
+        /// Media time of the first packet.
+        media: MediaTime,
+        /// The clock and pace the session's origin pinned (a cluster), else `None`: the
+        /// scheduler anchors the stream when its first block is in memory.
+        pinned: Option<(Anchor, Pace)>,
+    },
+    /// A cluster share's run takes over blocks of a lost node
+    /// ([`CycleScheduler::handle_take_over`](crate::CycleScheduler::handle_take_over)).
+    TakeOver {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: RunId,
+        /// The blocks.
+        blocks: Vec<BlockIndex>,
+    },
+    /// A cluster share's run gives back blocks it took over
+    /// ([`CycleScheduler::handle_give_back`](crate::CycleScheduler::handle_give_back)).
+    GiveBack {
+        /// The stream.
+        stream: StreamId,
+        /// The run.
+        run: RunId,
+        /// The blocks.
+        blocks: Vec<BlockIndex>,
+    },
+    /// Close a stream: its reservation is given back.
+    Close {
+        /// The stream.
+        stream: StreamId,
+    },
 }

@@ -52,6 +52,7 @@ use isochron_dataplane::sched_thread::{RecordEvent, SchedCommand};
 use isochron_diskio::Store;
 use isochron_diskio::ingest::{BlockPacker, NewObject, PackedBlock, PackedObject, remove_blocks};
 use isochron_media::{TsError, TsIndex, UnitStream};
+use isochron_sched::ReadOp;
 use isochron_sched::admission::{Decision, Refusal};
 use isochron_sched::cycle::OpenRecord;
 use isochron_store::catalog::{CatalogError, ObjectRecord, validate_name};
@@ -542,7 +543,7 @@ struct Admitted {
 
 impl Drop for Admitted {
     fn drop(&mut self) {
-        let _ = self.sched.send(SchedCommand::Close { stream: self.stream });
+        let _ = self.sched.send(SchedCommand::Read(ReadOp::Close { stream: self.stream }));
     }
 }
 

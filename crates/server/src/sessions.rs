@@ -4,8 +4,8 @@
 //! cluster messages and membership, and the reaping tick all arrive as [`SessionCommand`]s on one
 //! channel. The manager hands each to the node core (`isochron-node`, sans-IO: every decision
 //! about a session and a share is made there) and carries out what it outputs: an answer goes
-//! back on the request's reply channel, a [`ReadOp`] to the scheduler thread, a [`SendOp`] to
-//! the sender, a message to a peer, a connection closed. It keeps only what the core must not
+//! back on the request's reply channel, an admission or a `ReadOp` to the scheduler thread, a
+//! new stream or a `StreamOp` to the sender, a message to a peer, a connection closed. It keeps only what the core must not
 //! hold: the channels, each connection's frame queue, and the replies waiting under their
 //! tickets. PLAY order (RFC 2326 §12.33) holds because outputs are carried out in order: the
 //! answer before the work that sends the first packet.
@@ -23,10 +23,10 @@ use isochron_dataplane::pacer::RunReport;
 use isochron_dataplane::sched_thread::{DecisionSink, SchedCommand};
 use isochron_dataplane::sender::{OutFrame, SenderCommand, StreamTransport};
 use isochron_dataplane::shards::Senders;
-use isochron_node::{Catalog, NodeConfig, NodeCore, NodeOutput, ReadOp, SendOp, Ticket, Transport};
+use isochron_node::{Catalog, NodeConfig, NodeCore, NodeOutput, Ticket, Transport};
 use isochron_rtsp::rtsp_types::{Request, Response};
 use isochron_rtsp::server::{ConnId, ConnInfo, Presentation, ServerCore};
-use isochron_sched::Decision;
+use isochron_sched::{Decision, OpenStream};
 use isochron_store::Epoch;
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
@@ -308,10 +308,23 @@ impl Manager {
                         let _ = reply.send(response);
                     }
                 }
-                NodeOutput::Read(op) => self.read(op),
+                NodeOutput::Admit { key, req, name } => self.admit(key, req, name),
+                NodeOutput::Read(op) => {
+                    let _ = self.sched.send(SchedCommand::Read(op));
+                }
+                NodeOutput::AddStream { setup, transports, rtx, relay } => {
+                    let transports = transports.into_iter().map(|t| self.transport(t?)).collect();
+                    let cname = self.cname.clone();
+                    let _ = self.sender.send(SenderCommand::Add {
+                        setup,
+                        transports,
+                        cname,
+                        rtx,
+                        relay,
+                    });
+                }
                 NodeOutput::Send(op) => {
-                    let cmd = self.sender_command(op);
-                    let _ = self.sender.send(cmd);
+                    let _ = self.sender.send(SenderCommand::Stream(op));
                 }
                 NodeOutput::Transmit { to, msg } => {
                     if let Some(out) = &self.peers {
@@ -330,69 +343,27 @@ impl Manager {
         }
     }
 
-    /// Hands `op` to the scheduler thread; an admission's decision comes back on the manager's
-    /// own channel (`None`: the scheduler thread is gone).
-    fn read(&self, op: ReadOp) {
-        let cmd = match op {
-            ReadOp::Open { key, req, name } => {
-                let me = self.me.clone();
-                let reply = DecisionSink::new(move |d: Decision| {
-                    let _ = me.send(SessionCommand::Admitted { key, decision: Some(d) });
-                });
-                if self.sched.send(SchedCommand::Open { req, name, reply }).is_err() {
-                    let _ = self.me.send(SessionCommand::Admitted { key, decision: None });
-                }
-                return;
-            }
-            ReadOp::Start { stream, run, from, media, pinned } => {
-                SchedCommand::Start { stream, run, from, media, pinned }
-            }
-            ReadOp::TakeOver { stream, run, blocks } => {
-                SchedCommand::TakeOver { stream, run, blocks }
-            }
-            ReadOp::GiveBack { stream, run, blocks } => {
-                SchedCommand::GiveBack { stream, run, blocks }
-            }
-            ReadOp::Close { stream } => SchedCommand::Close { stream },
-        };
-        let _ = self.sched.send(cmd);
+    /// Asks the scheduler thread to admit share `key`; the decision comes back on the
+    /// manager's own channel (`None`: the scheduler thread is gone).
+    fn admit(&self, key: ShareKey, req: OpenStream, name: String) {
+        let me = self.me.clone();
+        let reply = DecisionSink::new(move |d: Decision| {
+            let _ = me.send(SessionCommand::Admitted { key, decision: Some(d) });
+        });
+        if self.sched.send(SchedCommand::Open { req, name, reply }).is_err() {
+            let _ = self.me.send(SessionCommand::Admitted { key, decision: None });
+        }
     }
 
-    /// The sender's command for `op`: a connection named by the core becomes its frame queue.
-    fn sender_command(&self, op: SendOp) -> SenderCommand {
-        match op {
-            SendOp::Add { setup, transports, rtx, relay } => {
-                let transports = transports
-                    .into_iter()
-                    .map(|t| match t? {
-                        Transport::Udp { rtp, rtcp } => Some(StreamTransport::Udp { rtp, rtcp }),
-                        Transport::Interleaved { conn, rtp_channel, rtcp_channel } => {
-                            let frames = self.conns.get(&conn)?.clone();
-                            Some(StreamTransport::Interleaved { frames, rtp_channel, rtcp_channel })
-                        }
-                    })
-                    .collect();
-                SenderCommand::Add { setup, transports, cname: self.cname.clone(), rtx, relay }
+    /// The sender's transport for a track the core names: a connection becomes its frame
+    /// queue (`None`: it closed meanwhile).
+    fn transport(&self, t: Transport) -> Option<StreamTransport> {
+        match t {
+            Transport::Udp { rtp, rtcp } => Some(StreamTransport::Udp { rtp, rtcp }),
+            Transport::Interleaved { conn, rtp_channel, rtcp_channel } => {
+                let frames = self.conns.get(&conn)?.clone();
+                Some(StreamTransport::Interleaved { frames, rtp_channel, rtcp_channel })
             }
-            SendOp::Play { stream, play } => SenderCommand::Play { stream, play },
-            SendOp::Stop { stream, run, cutoff } => SenderCommand::Stop { stream, run, cutoff },
-            SendOp::Reanchor { stream, run, anchor, pace } => {
-                SenderCommand::Reanchor { stream, run, anchor, pace }
-            }
-            SendOp::Pace { stream, pace } => SenderCommand::Pace { stream, pace },
-            SendOp::Extend { stream, run, blocks, from } => {
-                SenderCommand::Extend { stream, run, blocks, from }
-            }
-            SendOp::Withhold { stream, run, from, blocks, until } => {
-                SenderCommand::Withhold { stream, run, from, blocks, until }
-            }
-            SendOp::Release { stream, run, at } => SenderCommand::Release { stream, run, at },
-            SendOp::Freeze { stream, run, frozen } => SenderCommand::Freeze { stream, run, frozen },
-            SendOp::PassOver { stream, run, blocks } => {
-                SenderCommand::PassOver { stream, run, blocks }
-            }
-            SendOp::Bye { stream, reason } => SenderCommand::Bye { stream, reason },
-            SendOp::Remove { stream } => SenderCommand::Remove { stream },
         }
     }
 }

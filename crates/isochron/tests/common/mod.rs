@@ -331,7 +331,7 @@ impl Server {
         let mut child = cmd
             .env(
                 "RUST_LOG",
-                "info,isochron_server=debug,isochron_dataplane=debug,isochron_http=debug",
+                "info,isochron_server=debug,isochron_node=debug,isochron_dataplane=debug,isochron_http=debug",
             )
             .stdout(Stdio::piped())
             .stderr(logf)

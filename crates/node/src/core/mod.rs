@@ -39,7 +39,7 @@ use isochron_cluster::{
     StopKind, TrackSpec,
 };
 use isochron_pacing::pacer::{
-    PlayRun, RtcpMode, RunReport, SeqOffsets, ShareBlock, StreamSetup, TrackStamp,
+    PlayRun, RtcpMode, RunReport, SeqOffsets, ShareBlock, StreamOp, StreamSetup, TrackStamp,
 };
 use isochron_pacing::rtx::RtxSetup;
 use isochron_rtsp::rtsp_types::{HeaderName, Method, Request};
@@ -48,12 +48,12 @@ use isochron_rtsp::server::{
     ConnId, ConnInfo, Event, Handled, PauseAction, PlayAction, PlayOutcome, PlayStart, Position,
     RateAction, Rates, ServerCore, SessionTransport,
 };
-use isochron_sched::{Anchor, Decision, OpenStream};
+use isochron_sched::{Anchor, Decision, OpenStream, ReadOp};
 use isochron_store::Epoch;
 use tracing::{debug, info, warn};
 
 use crate::entry::{Catalog, ObjectEntry};
-use crate::output::{NodeOutput, ReadOp, SendOp, Ticket, Transport};
+use crate::output::{NodeOutput, Ticket, Transport};
 use crate::report::{ClusterInfo, MemberSummary, SessionInfo};
 
 /// How a node is set up.
@@ -276,7 +276,7 @@ impl NodeCore {
         self.drive(now);
     }
 
-    /// The scheduler decided on a share's admission ([`ReadOp::Open`]); `None`: the scheduler
+    /// The scheduler decided on a share's admission ([`NodeOutput::Admit`]); `None`: the scheduler
     /// is gone.
     pub fn handle_admitted(&mut self, now: Instant, key: ShareKey, decision: Option<Decision>) {
         let node = self.cluster.config().name.clone();
@@ -369,7 +369,7 @@ impl NodeCore {
         self.out.push_back(NodeOutput::Read(op));
     }
 
-    fn send(&mut self, op: SendOp) {
+    fn send(&mut self, op: StreamOp) {
         self.out.push_back(NodeOutput::Send(op));
     }
 

@@ -4,8 +4,8 @@
 use super::{
     Arc, ConnId, Delivery, Dest, HeaderName, Instant, MediaTime, Method, NodeCore, NodeOutput,
     OpenSpec, Origin, Pace, PauseAction, PlayAction, PlayOutcome, PlayStart, Position, RateAction,
-    Rates, Request, RunReport, RunTracks, SendOp, SessionEvent, SessionTransport, ShareKey,
-    StartSpec, StopKind, StreamId, Ticket, TrackSeqs, TrackSpec, Waiting,
+    Rates, Request, RunReport, RunTracks, SessionEvent, SessionTransport, ShareKey, StartSpec,
+    StopKind, StreamId, StreamOp, Ticket, TrackSeqs, TrackSpec, Waiting,
 };
 use std::time::Duration;
 use tracing::{debug, info, warn};
@@ -298,7 +298,7 @@ impl NodeCore {
         let key = ShareKey { origin: self.cluster.config().node, stream };
         if let Some(share) = self.shares.get(&key) {
             let stream = share.stream;
-            self.send(SendOp::Bye { stream, reason: Some(reason) });
+            self.send(StreamOp::Bye { stream, reason: Some(reason) });
         }
         if let Some(conn) = self.rtsp.session_by_stream(stream).and_then(|s| s.conn()) {
             // After the BYE the sender queues, if it comes within a moment.

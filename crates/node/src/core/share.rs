@@ -5,10 +5,10 @@
 
 use super::{
     Anchor, Arc, BTreeMap, BTreeSet, BlockIndex, Dest, DiskId, Instant, LocalAction, LocalAnchor,
-    MediaTime, NodeCore, NodeId, ObjectEntry, OpenStream, PlayRun, Position, RTX_PAYLOAD_TYPE,
-    ReadOp, Refusal, Role, RtcpMode, RtxSetup, RunId, RunSpec, RunTracks, SendOp, SeqOffsets,
-    SessionTransport, Share, ShareBlock, ShareFailure, ShareKey, StreamId, StreamSetup, TrackStamp,
-    Transport,
+    MediaTime, NodeCore, NodeId, NodeOutput, ObjectEntry, OpenStream, PlayRun, Position,
+    RTX_PAYLOAD_TYPE, ReadOp, Refusal, Role, RtcpMode, RtxSetup, RunId, RunSpec, RunTracks,
+    SeqOffsets, SessionTransport, Share, ShareBlock, ShareFailure, ShareKey, StreamId, StreamOp,
+    StreamSetup, TrackStamp, Transport,
 };
 use isochron_sched::ObjectPlan;
 use tracing::info;
@@ -47,30 +47,30 @@ impl NodeCore {
                 let name = entry.record.name.clone();
                 self.shares.insert(key, Share { stream, entry, added: false, run: RunId(0) });
                 self.share_of.insert(stream, key);
-                self.read(ReadOp::Open { key, req, name });
+                self.out.push_back(NodeOutput::Admit { key, req, name });
             }
             LocalAction::Start { key, run, spec, anchor } => {
                 self.start_share(now, key, run, &spec, anchor);
             }
             LocalAction::Stop { key, run, cutoff } => {
                 let Some(stream) = self.shares.get(&key).map(|s| s.stream) else { return };
-                self.send(SendOp::Stop { stream, run, cutoff });
+                self.send(StreamOp::Stop { stream, run, cutoff });
             }
             LocalAction::Pace { key, run, anchor, pace } => {
                 let Some(stream) = self.shares.get(&key).map(|s| s.stream) else { return };
                 self.send(match anchor {
-                    Some(a) => SendOp::Reanchor {
+                    Some(a) => StreamOp::Reanchor {
                         stream,
                         run,
                         anchor: Anchor { wall: a.wall, media: a.media },
                         pace,
                     },
-                    None => SendOp::Pace { stream, pace },
+                    None => StreamOp::Pace { stream, pace },
                 });
             }
             LocalAction::Bye { key } => {
                 if let Some(stream) = self.shares.get(&key).map(|s| s.stream) {
-                    self.send(SendOp::Bye { stream, reason: None });
+                    self.send(StreamOp::Bye { stream, reason: None });
                 }
             }
             LocalAction::Close { key } => self.forget_share(key),
@@ -89,14 +89,14 @@ impl NodeCore {
                 };
                 let Some(stream) = self.shares.get(&key).map(|s| s.stream) else { return };
                 let n = blocks.as_ref().map(Vec::len);
-                self.send(SendOp::Withhold { stream, run, from, blocks, until });
+                self.send(StreamOp::Withhold { stream, run, from, blocks, until });
                 info!(%key, %run, ?from, ?takers, ?until, blocks = ?n, "this node's part of a session was taken over: holding it back");
             }
             LocalAction::Freeze { key, run } | LocalAction::Thaw { key, run } => {
                 let frozen = matches!(action, LocalAction::Freeze { .. });
                 let Some(share) = self.shares.get(&key).filter(|s| s.run == run) else { return };
                 let stream = share.stream;
-                self.send(SendOp::Freeze { stream, run, frozen });
+                self.send(StreamOp::Freeze { stream, run, frozen });
                 if frozen {
                     info!(%key, %run, "the origin of a relayed session is silent: waiting for it");
                 } else {
@@ -106,7 +106,7 @@ impl NodeCore {
             LocalAction::Release { key, run, at } => {
                 let Some(share) = self.shares.get(&key).filter(|s| s.run == run) else { return };
                 let stream = share.stream;
-                self.send(SendOp::Release { stream, run, at });
+                self.send(StreamOp::Release { stream, run, at });
                 info!(%key, %run, ?at, "taking this node's part of a session back");
             }
         }
@@ -198,7 +198,7 @@ impl NodeCore {
         let n = blocks.len();
         // Those read already (the lookahead) are not sent either: their node sends them whole.
         let stream = share.stream;
-        self.send(SendOp::PassOver { stream, run, blocks: blocks.clone() });
+        self.send(StreamOp::PassOver { stream, run, blocks: blocks.clone() });
         self.read(ReadOp::GiveBack { stream, run, blocks });
         n
     }
@@ -241,7 +241,7 @@ impl NodeCore {
         }
         let stream = share.stream;
         let indices: Vec<BlockIndex> = blocks.iter().map(|b| b.index).collect();
-        self.send(SendOp::Extend { stream, run, blocks, from });
+        self.send(StreamOp::Extend { stream, run, blocks, from });
         self.read(ReadOp::TakeOver { stream, run, blocks: indices });
     }
 
@@ -260,7 +260,7 @@ impl NodeCore {
         if !share.added {
             let plan = Arc::clone(&share.entry.plan);
             match self.stream_setup(key, stream, spec, &plan) {
-                Some(add) => self.send(add),
+                Some(add) => self.out.push_back(add),
                 None => {
                     self.cluster.handle_share_failed(now, key, run, &ShareFailure::NoTransport);
                     return;
@@ -274,7 +274,7 @@ impl NodeCore {
         if anchor.is_none() {
             // The scheduler pins the clock: the pacer reports the pace with the anchor. Every
             // run sets it (a trick or Speed run leaves its own behind).
-            self.send(SendOp::Pace { stream, pace: spec.pace });
+            self.send(StreamOp::Pace { stream, pace: spec.pace });
         }
         let play = PlayRun {
             run,
@@ -285,13 +285,13 @@ impl NodeCore {
             anchor,
             trick: spec.trick,
         };
-        self.send(SendOp::Play { stream, play });
+        self.send(StreamOp::Play { stream, play });
         let pinned = anchor.map(|a| (a, spec.pace));
         let media = spec.start.time;
         self.read(ReadOp::Start { stream, run, from, media, pinned });
     }
 
-    /// The sender's [`SendOp::Add`] for share `key`'s stream `stream`: each enabled track's
+    /// The sender's [`NodeOutput::AddStream`] for share `key`'s stream `stream`: each enabled track's
     /// transport, the share's blocks and RTCP role. `None`: a track has no way to its client.
     fn stream_setup(
         &self,
@@ -299,7 +299,7 @@ impl NodeCore {
         stream: StreamId,
         spec: &RunSpec,
         plan: &ObjectPlan,
-    ) -> Option<SendOp> {
+    ) -> Option<NodeOutput> {
         let me = self.cluster.node();
         let mut rtx = None;
         let origin_view = (key.origin == me).then(|| self.rtsp.session_by_stream(key.stream));
@@ -394,7 +394,7 @@ impl NodeCore {
         // (A node that paces every block itself, a single node among them, relays nothing.)
         let relay = (relay_origin && spec.role != Role::Whole)
             .then(|| self.relays.iter().filter(|(n, _)| **n != me).map(|(_, a)| *a).collect());
-        Some(SendOp::Add { setup, transports, rtx, relay })
+        Some(NodeOutput::AddStream { setup, transports, rtx, relay })
     }
 
     /// `entry` planned without the members in `lost` (a session opened while they are down):
@@ -434,7 +434,7 @@ impl NodeCore {
     pub(super) fn forget_share(&mut self, key: ShareKey) {
         if let Some(share) = self.shares.remove(&key) {
             self.share_of.remove(&share.stream);
-            self.send(SendOp::Remove { stream: share.stream });
+            self.send(StreamOp::Remove { stream: share.stream });
             self.read(ReadOp::Close { stream: share.stream });
         }
     }
