@@ -61,10 +61,14 @@ impl Node {
 
     /// DESCRIBE and SETUP (UDP), answered at once.
     fn set_up(&mut self) {
+        self.set_up_with("RTP/AVP;unicast;client_port=5000-5001");
+    }
+
+    /// DESCRIBE and SETUP with transport `t`.
+    fn set_up_with(&mut self, t: &str) {
         self.core.handle_conn_opened(ConnId(1));
         self.request(Method::Describe, "rtsp://127.0.0.1:8554/clip", &[]);
         assert_eq!(status(&self.outputs()), vec![StatusCode::Ok]);
-        let t = "RTP/AVP;unicast;client_port=5000-5001";
         self.request(Method::Setup, "rtsp://127.0.0.1:8554/clip/trackID=0", &[("Transport", t)]);
         let out = self.outputs();
         let r = response(&out).expect("SETUP is answered at once");
@@ -222,4 +226,23 @@ fn a_session_whose_read_fails_ends_with_a_bye_naming_the_cause() {
     });
     assert!(bye.is_some_and(|r| r.contains("checksum")), "{out:?}");
     assert!(out.iter().any(|o| matches!(o, NodeOutput::CloseConn { conn: ConnId(1), .. })));
+}
+
+#[test]
+fn a_play_waiting_for_admission_is_answered_when_its_session_ends_meanwhile() {
+    let mut n = Node::new();
+    // Interleaved: the session ends with its connection (RFC 2326 §10.12).
+    n.set_up_with("RTP/AVP/TCP;unicast;interleaved=0-1");
+    let key = n.play_asks_admission();
+    n.core.handle_conn_closed(n.now, ConnId(1));
+    let out = n.outputs();
+    assert_eq!(status(&out), vec![StatusCode::InternalServerError], "answered, not left: {out:?}");
+    // The admission answered after the session is gone starts nothing.
+    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    let out = n.outputs();
+    assert!(
+        !out.iter().any(|o| matches!(o, NodeOutput::Send(StreamOp::Play { .. }))),
+        "nothing plays for a closed session: {out:?}"
+    );
+    assert!(status(&out).is_empty());
 }

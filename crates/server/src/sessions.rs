@@ -172,8 +172,9 @@ pub(crate) struct Manager {
     peers: Option<mpsc::UnboundedSender<(NodeId, Message)>>,
     /// Each open connection's frame queue (interleaved media, and closing it).
     conns: HashMap<ConnId, mpsc::Sender<OutFrame>>,
-    /// Requests the core has not answered yet.
-    replies: HashMap<Ticket, Reply>,
+    /// Requests the core has not answered yet, with their connections (a closed connection's
+    /// are dropped: nobody reads their answers).
+    replies: HashMap<Ticket, (ConnId, Reply)>,
     next_ticket: u64,
 }
 
@@ -254,7 +255,7 @@ impl Manager {
             SessionCommand::Request { conn, req, reply } => {
                 let ticket = Ticket(self.next_ticket);
                 self.next_ticket += 1;
-                self.replies.insert(ticket, reply);
+                self.replies.insert(ticket, (conn.id, reply));
                 self.core.handle_request(now, &conn, &req, ticket);
             }
             SessionCommand::ConnOpened { conn, frames } => {
@@ -264,6 +265,7 @@ impl Manager {
             SessionCommand::ConnClosed { conn } => {
                 self.conns.remove(&conn);
                 self.core.handle_conn_closed(now, conn);
+                self.replies.retain(|_, (c, _)| *c != conn);
             }
             SessionCommand::Rtcp { media_ssrcs } => self.core.handle_rtcp(now, &media_ssrcs),
             SessionCommand::InterleavedRtcp { conn, channel } => {
@@ -304,7 +306,7 @@ impl Manager {
         while let Some(output) = self.core.poll_output() {
             match output {
                 NodeOutput::Respond { ticket, response } => {
-                    if let Some(reply) = self.replies.remove(&ticket) {
+                    if let Some((_, reply)) = self.replies.remove(&ticket) {
                         let _ = reply.send(response);
                     }
                 }

@@ -381,7 +381,9 @@ impl NodeCore {
                 any = true;
                 let Event::Closed { session, stream, reason } = ev;
                 debug!(%stream, ?session, ?reason, "session closed");
-                self.origins.remove(&stream);
+                if let Some(o) = self.origins.remove(&stream) {
+                    self.answer_ended(now, o.waiting);
+                }
                 self.cluster.close(now, stream);
             }
             while let Some(action) = self.cluster.poll_local() {

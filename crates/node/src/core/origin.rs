@@ -291,6 +291,24 @@ impl NodeCore {
         }
     }
 
+    /// Answers the request a session was waiting to answer when it ended meanwhile (a timeout,
+    /// its connection closed, a TEARDOWN): a PLAY gets 500 saying so, a PAUSE 454; every
+    /// request gets an answer, none is left waiting.
+    pub(super) fn answer_ended(&mut self, now: Instant, waiting: Option<Waiting>) {
+        match waiting {
+            Some(Waiting::Open(action, ticket) | Waiting::StopForPlay(action, ticket)) => {
+                let outcome = PlayOutcome::Failed { reason: "the session ended meanwhile".into() };
+                let response = self.rtsp.finish_play(now, action, outcome);
+                self.respond(ticket, response);
+            }
+            Some(Waiting::Pause(action, ticket)) => {
+                let response = self.rtsp.finish_pause(now, action, Position::START);
+                self.respond(ticket, response);
+            }
+            Some(Waiting::Fail(_)) | None => {}
+        }
+    }
+
     /// A session whose nodes stopped after one failed: the client is told why (RFC 3550 §6.6)
     /// by the RTCP of this node's share, and its RTSP connection is reset: to players a BYE
     /// reads as a normal end, a reset at least as a warning (docs/design/closing.md).
