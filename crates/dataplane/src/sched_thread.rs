@@ -566,8 +566,6 @@ impl SchedLoop {
         ControlFlow::Continue(())
     }
 
-    /// A recording's block, to be written by the core's schedule; refused (and the recording
-    /// told) when the stream is not an open recording.
     /// Applies `op` to the scheduler (closing a stream also forgets its recorder's notices).
     fn read_op(&mut self, now: Instant, op: ReadOp) {
         let s = &mut self.t.scheduler;
@@ -591,6 +589,8 @@ impl SchedLoop {
         }
     }
 
+    /// A recording's block, to be written by the core's schedule; refused (and the recording
+    /// told) when the stream is not an open recording.
     fn record_block(&mut self, now: Instant, stream: StreamId, disk: DiskId, block: SharedBlock) {
         let key = block.header().key;
         let len = isochron_base::Bytes(block.as_bytes().len() as u64);
