@@ -24,7 +24,7 @@
 //! `Speed` (§12.35) paces a run faster or slower; sequence numbers continue across seeks
 //! (§12.33: a player expects one numbering per session).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,11 +4,11 @@
 //! copies, given back when it returns, withheld while another node sends them.
 
 use super::{
-    Anchor, Arc, BTreeMap, BTreeSet, BlockIndex, Dest, DiskId, Instant, LocalAction, LocalAnchor,
-    MediaTime, NodeCore, NodeId, NodeOutput, ObjectEntry, OpenStream, PlayRun, Position,
-    RTX_PAYLOAD_TYPE, ReadOp, Refusal, Role, RtcpMode, RtxSetup, RunId, RunSpec, RunTracks,
-    SeqOffsets, SessionTransport, Share, ShareBlock, ShareFailure, ShareKey, StreamId, StreamOp,
-    StreamSetup, TrackStamp, Transport,
+    Anchor, Arc, BTreeSet, BlockIndex, Dest, DiskId, Instant, LocalAction, LocalAnchor, MediaTime,
+    NodeCore, NodeId, NodeOutput, ObjectEntry, OpenStream, PlayRun, Position, RTX_PAYLOAD_TYPE,
+    ReadOp, Refusal, Role, RtcpMode, RtxSetup, RunId, RunSpec, RunTracks, SeqOffsets,
+    SessionTransport, Share, ShareBlock, ShareFailure, ShareKey, StreamId, StreamOp, StreamSetup,
+    TrackStamp, Transport,
 };
 use isochron_sched::ObjectPlan;
 use tracing::info;
@@ -118,16 +118,10 @@ impl NodeCore {
         self.cluster.handle_admitted(now, key, Err(Refusal { node, disk: None, reason }));
     }
 
-    /// Each disk's owner, and the names of the members not in `dead` (a disk whose owner is not
-    /// among them is out of a session whose lost members are `dead`: lost, or removed).
-    fn owners(
-        &self,
-        now: Instant,
-        dead: &BTreeSet<NodeId>,
-    ) -> (BTreeMap<DiskId, String>, BTreeSet<String>) {
-        let alive =
-            self.cluster.members(now).filter(|m| !dead.contains(&m.id)).map(|m| m.name).collect();
-        (self.catalog.disk_owners(), alive)
+    /// The names of the members not in `dead`: a disk whose owner is not among them is out of
+    /// a session whose lost members are `dead` (lost, or removed from the cluster).
+    fn alive_names(&self, now: Instant, dead: &BTreeSet<NodeId>) -> BTreeSet<String> {
+        self.cluster.members(now).filter(|m| !dead.contains(&m.id)).map(|m| m.name).collect()
     }
 
     /// The blocks of the share's plan from `from` on whose next copy (the first on another
@@ -176,10 +170,12 @@ impl NodeCore {
         if share.run != run {
             return 0;
         }
-        let (owners, still) = self.owners(now, dead);
+        // One snapshot of the store's disk owners for the whole decision.
+        let owners = self.catalog.disk_owners();
+        let still = self.alive_names(now, dead);
         let mut with_node = dead.clone();
         with_node.insert(node);
-        let (_, before) = self.owners(now, &with_node);
+        let before = self.alive_names(now, &with_node);
         let is_out = |d: DiskId, alive: &BTreeSet<String>| {
             owners.get(&d).is_some_and(|o| !alive.contains(o))
         };
@@ -221,7 +217,8 @@ impl NodeCore {
             return;
         }
         // Out of the session: its lost members, and nodes no longer members at all (removed).
-        let (owners, alive) = self.owners(now, dead);
+        let owners = self.catalog.disk_owners();
+        let alive = self.alive_names(now, dead);
         let is_dead = |d: DiskId| owners.get(&d).is_some_and(|o| !alive.contains(o));
         let plan = &share.entry.plan;
         // On the session's origin, a block from here on with no copy left: nobody can send
