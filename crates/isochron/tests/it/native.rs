@@ -1141,7 +1141,14 @@ fn gstreamer_trick_play_gets_key_frames_and_speed_gets_every_frame_faster() {
                 .args(["2", mode]),
             90,
         );
-        assert!(out.status.success(), "gst {mode}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "gst {mode} ({}): {}{}\nserver log:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout),
+            server.log()
+        );
         serde_json::from_slice(&out.stdout).unwrap()
     };
     let trick = play("trick");

@@ -7,20 +7,17 @@ Usage: gst_av.py URL TRANSPORT OUT_FILE
 one access unit per buffer); the audio pad goes to a fakesink. Exits 0 on EOS, 1 on an error or
 after 180 s.
 
-Why not gst-launch: its delayed links (`s. ! caps ! …` twice) race when rtspsrc adds its two
-pads from two streaming threads at once (each track's first packet arriving together): while one
-thread tries a pad against the other branch (a caps filter linked to that branch's sink pad, then
-removed), that branch's own pad fails to link, the branch stays unlinked and receives nothing
-(seen as "Delayed linking failed" and an empty file, about once in twenty runs on a busy machine).
-An application links its pads in its own pad-added handler, one at a time, as this one does.
+Not gst-launch: its delayed links race when rtspsrc adds two pads at once; the pads are linked
+by media in this script (`gst_pads.MediaLinks`, which says why).
 """
 import sys
-import threading
 
 import gi
 
 gi.require_version("Gst", "1.0")
 from gi.repository import GLib, Gst  # noqa: E402
+
+from gst_pads import MediaLinks  # noqa: E402
 
 url, transport, out = sys.argv[1], sys.argv[2], sys.argv[3]
 Gst.init(None)
@@ -38,32 +35,15 @@ video = Gst.parse_bin_from_description(
 audio = Gst.ElementFactory.make("fakesink", "a")
 for e in (src, video, audio):
     pipeline.add(e)
-lock = threading.Lock()
-linked = set()
-
-
-def on_pad(_src, pad):
-    caps = pad.get_current_caps() or pad.query_caps(None)
-    media = caps.get_structure(0).get_string("media")
-    with lock:
-        if media in linked or media not in ("video", "audio"):
-            print(f"pad {pad.get_name()} ({media}) left unlinked", file=sys.stderr)
-            return
-        sink = (video if media == "video" else audio).get_static_pad("sink")
-        res = pad.link(sink)
-        print(f"pad {pad.get_name()} ({media}): {res.value_nick}", file=sys.stderr)
-        if res == Gst.PadLinkReturn.OK:
-            linked.add(media)
-
-
-src.connect("pad-added", on_pad)
+sinks = {"video": video.get_static_pad("sink"), "audio": audio.get_static_pad("sink")}
+links = MediaLinks(src, sinks)
 loop = GLib.MainLoop()
 status = {"code": 1}
 
 
 def on_message(_bus, msg):
     if msg.type == Gst.MessageType.EOS:
-        status["code"] = 0 if linked == {"video", "audio"} else 1
+        status["code"] = 0 if links.complete() else 1
         loop.quit()
     elif msg.type == Gst.MessageType.ERROR:
         err, dbg = msg.parse_error()
@@ -82,5 +62,5 @@ GLib.timeout_add(180_000, loop.quit)
 loop.run()
 pipeline.set_state(Gst.State.NULL)
 if status["code"]:
-    print(f"ended without EOS or with pads unlinked (linked: {sorted(linked)})", file=sys.stderr)
+    print(f"ended without EOS or with pads unlinked (linked: {sorted(links.linked)})", file=sys.stderr)
 sys.exit(status["code"])

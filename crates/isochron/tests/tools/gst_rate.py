@@ -10,7 +10,8 @@ wall-clock seconds from the seek to end of stream. Exits 0 on EOS, 1 on error or
 
 The seek is sent half a second after the first video frame, not at a fixed time after start:
 rtspsrc refuses a seek (returns False) until its session is set up, and on a loaded machine
-DESCRIBE and SETUP can take longer than any fixed delay.
+DESCRIBE and SETUP can take longer than any fixed delay. The pads are linked by media here, not
+by gst-launch's delayed links (`gst_pads.MediaLinks` says why).
 """
 import json
 import sys
@@ -21,23 +22,38 @@ import gi
 gi.require_version("Gst", "1.0")
 from gi.repository import GLib, Gst  # noqa: E402
 
+from gst_pads import MediaLinks  # noqa: E402
+
 url, rate, mode = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 Gst.init(None)
-pipeline = Gst.parse_launch(
-    f"rtspsrc location={url} protocols=tcp latency=500 name=s "
-    "s. ! application/x-rtp,media=video ! rtph264depay ! h264parse "
-    "! video/x-h264,stream-format=byte-stream,alignment=au ! identity name=count "
-    "! fakesink sync=true "
-    "s. ! application/x-rtp,media=audio ! fakesink sync=false"
+pipeline = Gst.Pipeline.new("rate")
+src = Gst.ElementFactory.make("rtspsrc", "s")
+src.set_property("location", url)
+src.set_property("protocols", "tcp")
+src.set_property("latency", 500)
+video = Gst.parse_bin_from_description(
+    "rtph264depay ! h264parse ! video/x-h264,stream-format=byte-stream,alignment=au "
+    "! identity name=count ! fakesink sync=true",
+    True,
 )
+audio = Gst.ElementFactory.make("fakesink", "a")
+audio.set_property("sync", False)
+for e in (src, video, audio):
+    pipeline.add(e)
+sinks = {"video": video.get_static_pad("sink"), "audio": audio.get_static_pad("sink")}
+links = MediaLinks(src, sinks)
 loop = GLib.MainLoop()
 state = {"code": 1, "frames": 0, "keys": 0, "pts": [], "start": None, "eos_after": None}
 state["seek_planned"] = False
+state["before"] = 0
+t0 = time.time()
 
 
 def on_buffer(_element, buf):
     if state["start"] is None:
+        state["before"] += 1
         if not state["seek_planned"]:
+            print(f"first video frame after {time.time() - t0:.2f} s", file=sys.stderr)
             state["seek_planned"] = True
             GLib.timeout_add(500, seek)
         return
@@ -52,6 +68,8 @@ def on_message(_bus, msg):
         if state["start"] is not None:
             state["eos_after"] = time.time() - state["start"]
             state["code"] = 0
+        else:
+            print(f"end of stream before the seek ({state['before']} frames)", file=sys.stderr)
         loop.quit()
     elif msg.type == Gst.MessageType.ERROR:
         err, dbg = msg.parse_error()
@@ -72,12 +90,24 @@ def seek():
     return False
 
 
-pipeline.get_by_name("count").connect("handoff", on_buffer)
+video.get_by_name("count").connect("handoff", on_buffer)
 bus = pipeline.get_bus()
 bus.add_signal_watch()
 bus.connect("message", on_message)
 pipeline.set_state(Gst.State.PLAYING)
-GLib.timeout_add(60_000, loop.quit)
+
+
+def give_up():
+    print(
+        f"no end of stream after 60 s: {state['before']} frames before the seek, "
+        f"{state['frames']} after, seek sent: {state['start'] is not None}, "
+        f"pads linked: {sorted(links.linked)}",
+        file=sys.stderr,
+    )
+    loop.quit()
+
+
+GLib.timeout_add(60_000, give_up)
 loop.run()
 pipeline.set_state(Gst.State.NULL)
 print(json.dumps({k: state[k] for k in ("frames", "keys", "pts", "eos_after")}))
