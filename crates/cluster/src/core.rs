@@ -408,6 +408,13 @@ pub enum LocalAction {
         takers: Option<BTreeSet<NodeId>>,
         /// The media time after whose block its blocks are its own again, when known already.
         until: Option<MediaTime>,
+        /// On the origin's word, when this node counts the origin lost too and took the
+        /// origin's own part over (a partition both sides suspected at once): the other members
+        /// it counts lost, the origin left out. Its part as the origin sees it (the origin
+        /// counts itself alive) is then the blocks whose first copy off these members is on
+        /// this node; those it took over from the origin are not in it and stay its own to
+        /// send (the origin holds them back on this node's word). `None`: as `takers` says.
+        lost_besides: Option<BTreeSet<NodeId>>,
     },
     /// The share feeds a relayed session whose origin fell silent: send nothing until
     /// [`LocalAction::Thaw`] (or [`LocalAction::Close`]). Its packets would only wait in the
@@ -582,6 +589,10 @@ pub struct ClusterCore {
     stalls: u64,
     /// How far this node's senders had got, as the driver last said.
     sent_through: Option<Instant>,
+    /// Shares that ran to their end while their origin was lost, with their report and when
+    /// they ended: the `Ended` sent then may have been lost with the link, and is said again
+    /// when the origin speaks again (kept `origin_wait` at most).
+    ended_orphans: BTreeMap<ShareKey, (RunId, ShareReport, Instant)>,
 }
 
 impl ClusterCore {
@@ -612,6 +623,7 @@ impl ClusterCore {
             local: VecDeque::new(),
             events: VecDeque::new(),
             last_call: None,
+            ended_orphans: BTreeMap::new(),
             awake_since: Instant::ZERO,
             stalls: 0,
             sent_through: None,
@@ -1051,10 +1063,14 @@ impl ClusterCore {
         match self.shares.get(&key) {
             Some(s) if s.run == Some(run) && s.orphan => {
                 // Nobody will close it: release it now. The origin is told all the same: one
-                // that only stood still ends its session with the others' reports.
+                // that only stood still ends its session with the others' reports (told
+                // again when it speaks again: a partition drops what was sent meanwhile).
                 self.shares.remove(&key);
                 self.local.push_back(LocalAction::Close { key });
                 self.send(now, key.origin, Message::Ended { key, run, report });
+                let wait = self.config.origin_wait;
+                self.ended_orphans.retain(|_, (_, _, t)| now.saturating_duration_since(*t) < wait);
+                self.ended_orphans.insert(key, (run, report, now));
             }
             Some(s) if s.run == Some(run) => {
                 self.send(now, key.origin, Message::Ended { key, run, report });
@@ -1173,6 +1189,13 @@ impl ClusterCore {
                         _ => {
                             share.dead.remove(&from);
                         }
+                    }
+                }
+                let ended: Vec<ShareKey> =
+                    self.ended_orphans.keys().filter(|k| k.origin == from).copied().collect();
+                for key in ended {
+                    if let Some((run, report, _)) = self.ended_orphans.remove(&key) {
+                        tell.push(Message::Ended { key, run, report });
                     }
                 }
                 for msg in tell {
@@ -1604,8 +1627,14 @@ impl ClusterCore {
             if by != key.origin {
                 return;
             }
-            // The origin's word: every member was told to take this node's part over.
-            let action = LocalAction::Withhold { key, run, from, takers: None, until: None };
+            // The origin's word: every member was told to take this node's part over. If this
+            // node lost the origin meanwhile and took its part over, that part stays with it.
+            let lost_besides =
+                self.shares.get(&key).filter(|s| s.dead.contains(&by)).map(|s| {
+                    s.dead.iter().copied().filter(|n| *n != by).collect::<BTreeSet<NodeId>>()
+                });
+            let action =
+                LocalAction::Withhold { key, run, from, takers: None, until: None, lost_besides };
             self.local.push_back(action);
             return;
         }
@@ -1631,7 +1660,9 @@ impl ClusterCore {
         t.takers.insert(by);
         t.from = t.from.min(from);
         let (at, from, takers) = (t.at, t.from, Some(t.takers.clone()));
-        self.local.push_back(LocalAction::Withhold { key, run, from, takers, until: Some(at) });
+        let action =
+            LocalAction::Withhold { key, run, from, takers, until: Some(at), lost_besides: None };
+        self.local.push_back(action);
         self.send(now, by, Message::Rejoin { key, run, node: me, at });
     }
 

@@ -463,47 +463,21 @@ impl SenderLoop {
     /// Applies `op` to the pacer (and to the relay resequencer of a relayed session's origin).
     fn stream_op(&mut self, op: StreamOp) {
         let now = self.t.clock.now();
-        match op {
+        match &op {
             StreamOp::Play { stream, play } => {
-                if let Some(r) = self.outs.get_mut(&stream).and_then(|o| o.relay.as_mut()) {
-                    r.handle_play(&play);
-                }
-                self.pacer.handle_play(now, stream, play);
-            }
-            StreamOp::Stop { stream, run, cutoff } => {
-                if let Some(report) = self.pacer.handle_stop(now, stream, run, cutoff) {
-                    (self.t.on_event)(PacerEvent::Stopped { stream, run, report });
+                if let Some(r) = self.outs.get_mut(stream).and_then(|o| o.relay.as_mut()) {
+                    r.handle_play(play);
                 }
             }
-            StreamOp::Reanchor { stream, run, anchor, pace } => {
-                self.pacer.handle_reanchor(stream, run, anchor, pace);
-            }
-            StreamOp::Pace { stream, pace } => {
-                self.pacer.handle_pace(stream, pace);
-            }
-            StreamOp::Extend { stream, run, blocks, from } => {
-                self.pacer.handle_extend(stream, run, &blocks, from);
-            }
-            StreamOp::Withhold { stream, run, from, blocks, until } => {
-                self.pacer.handle_withhold(now, stream, run, from, blocks.as_deref(), until);
-            }
-            StreamOp::Release { stream, run, at } => {
-                self.pacer.handle_release(stream, run, at);
-            }
-            StreamOp::Freeze { stream, run, frozen } => {
-                self.pacer.handle_freeze(stream, run, frozen);
-            }
-            StreamOp::PassOver { stream, run, blocks } => {
-                self.pacer.handle_pass_over(stream, run, &blocks);
-            }
-            StreamOp::Bye { stream, reason } => {
-                if let Some(r) = self.outs.get_mut(&stream).and_then(|o| o.relay.as_mut()) {
+            StreamOp::Bye { stream, .. } => {
+                if let Some(r) = self.outs.get_mut(stream).and_then(|o| o.relay.as_mut()) {
                     r.handle_end(now);
                 }
-                self.pacer.handle_bye(now, stream, reason);
             }
-            StreamOp::Remove { stream } => self.remove(stream),
+            StreamOp::Remove { stream } => return self.remove(*stream),
+            _ => {}
         }
+        self.pacer.handle_op(now, op);
     }
 
     /// A stream to send: its tracks' ways out, kept for retransmission when any goes over UDP,

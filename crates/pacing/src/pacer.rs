@@ -1116,6 +1116,42 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         self.byes.retain(|(_, t)| !matches!(t, Transmit::Rtcp { stream: s, .. } if *s == stream));
     }
 
+    /// Applies one of the node's [`StreamOp`]s: the `handle_*` it names. A stop that takes
+    /// effect at once is reported as [`PacerEvent::Stopped`] like one at a cutoff.
+    pub fn handle_op(&mut self, now: Instant, op: StreamOp) {
+        match op {
+            StreamOp::Play { stream, play } => self.handle_play(now, stream, play),
+            StreamOp::Stop { stream, run, cutoff } => {
+                if let Some(report) = self.handle_stop(now, stream, run, cutoff) {
+                    self.events.push_back(PacerEvent::Stopped { stream, run, report });
+                }
+            }
+            StreamOp::Reanchor { stream, run, anchor, pace } => {
+                self.handle_reanchor(stream, run, anchor, pace);
+            }
+            StreamOp::Pace { stream, pace } => {
+                self.handle_pace(stream, pace);
+            }
+            StreamOp::Extend { stream, run, blocks, from } => {
+                self.handle_extend(stream, run, &blocks, from);
+            }
+            StreamOp::Withhold { stream, run, from, blocks, until } => {
+                self.handle_withhold(now, stream, run, from, blocks.as_deref(), until);
+            }
+            StreamOp::Release { stream, run, at } => {
+                self.handle_release(stream, run, at);
+            }
+            StreamOp::Freeze { stream, run, frozen } => {
+                self.handle_freeze(stream, run, frozen);
+            }
+            StreamOp::PassOver { stream, run, blocks } => {
+                self.handle_pass_over(stream, run, &blocks);
+            }
+            StreamOp::Bye { stream, reason } => self.handle_bye(now, stream, reason),
+            StreamOp::Remove { stream } => self.handle_remove(stream),
+        }
+    }
+
     /// The next transmit due at `now`. `can_send` says whether a stream's transport can take a
     /// packet now; a stream that cannot is asked again after `retry_delay`, its packet kept.
     pub fn poll_transmit(

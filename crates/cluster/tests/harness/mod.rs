@@ -773,20 +773,31 @@ impl Harness {
                 r.todo.truncate(r.next);
                 r.todo.extend(rest);
             }
-            LocalAction::Withhold { key, run, from, takers, until } => {
+            LocalAction::Withhold { key, run, from, takers, until, lost_besides } => {
                 node.withholds.push((key, from));
                 let holding = |at: MediaTime| {
                     at.as_nanos() / PACKET_INTERVAL.as_nanos() as u64 / PACKETS_PER_BLOCK
                 };
-                // The blocks whose next copy (the first on another node) is on a taker.
-                let blocks = takers.map(|takers| {
-                    (0..object.owners.len() as u64)
-                        .filter(|b| {
-                            let next = object.copies(*b as usize).into_iter().find(|n| *n != id);
-                            next.is_some_and(|n| takers.contains(&n))
-                        })
-                        .collect()
-                });
+                // The blocks whose next copy (the first on another node) is on a taker; on the
+                // origin's word with the origin lost here too, those whose first copy off the
+                // other lost members is this node's.
+                let blocks = match (takers, lost_besides) {
+                    (_, Some(lost)) => Some(
+                        (0..object.owners.len() as u64)
+                            .filter(|b| object.sender(b * PACKETS_PER_BLOCK, &lost) == Some(id))
+                            .collect(),
+                    ),
+                    (Some(takers), None) => Some(
+                        (0..object.owners.len() as u64)
+                            .filter(|b| {
+                                let next =
+                                    object.copies(*b as usize).into_iter().find(|n| *n != id);
+                                next.is_some_and(|n| takers.contains(&n))
+                            })
+                            .collect(),
+                    ),
+                    (None, None) => None,
+                };
                 if let Some(r) = node.runs.get_mut(&key).filter(|r| r.run == run && !r.ended) {
                     // A word for some blocks (one taker's) leaves the hold to run out: the
                     // other takers' word may be on its way (the pacer's rule).

@@ -10,7 +10,7 @@ use super::{
     SessionTransport, Share, ShareBlock, ShareFailure, ShareKey, StreamId, StreamOp, StreamSetup,
     TrackStamp, Transport,
 };
-use isochron_sched::ObjectPlan;
+use isochron_sched::{ObjectPlan, PlannedBlock};
 use tracing::info;
 
 /// The RTX stream's SSRC is the media SSRC with these bits flipped: distinct from it, and from
@@ -82,11 +82,12 @@ impl NodeCore {
                 let given = self.give_back(now, key, run, &dead, node, at);
                 info!(%key, %run, %node, ?at, given, "a lost node is back: giving its part of a session back");
             }
-            LocalAction::Withhold { key, run, from, takers, until } => {
-                let Some(blocks) = self.withheld_blocks(now, key, run, from, takers.as_ref())
-                else {
-                    return;
+            LocalAction::Withhold { key, run, from, takers, until, lost_besides } => {
+                let blocks = match &lost_besides {
+                    Some(lost) => self.own_part(now, key, run, from, lost).map(Some),
+                    None => self.withheld_blocks(now, key, run, from, takers.as_ref()),
                 };
+                let Some(blocks) = blocks else { return };
                 let Some(stream) = self.shares.get(&key).map(|s| s.stream) else { return };
                 let n = blocks.as_ref().map(Vec::len);
                 self.send(StreamOp::Withhold { stream, run, from, blocks, until });
@@ -149,6 +150,38 @@ impl NodeCore {
             next.and_then(|d| owners.get(&d)).is_some_and(|o| names.contains(o))
         });
         Some(Some(blocks.map(|(i, _)| BlockIndex(i as u32)).collect()))
+    }
+
+    /// The blocks of the share's plan from `from` on whose first copy off the members in
+    /// `lost` is on this node's disks: its part as a session's origin that counts only `lost`
+    /// out sees it. `None` for a share not running `run`.
+    fn own_part(
+        &self,
+        now: Instant,
+        key: ShareKey,
+        run: RunId,
+        from: MediaTime,
+        lost: &BTreeSet<NodeId>,
+    ) -> Option<Vec<BlockIndex>> {
+        let share = self.shares.get(&key).filter(|s| s.run == run)?;
+        let local = self.local_disks.as_ref()?;
+        let owners = self.catalog.disk_owners();
+        let alive = self.alive_names(now, lost);
+        let is_out = |d: &DiskId| owners.get(d).is_some_and(|o| !alive.contains(o));
+        let plan = &share.entry.plan;
+        let first = plan.blocks.partition_point(|b| b.first_send_time <= from).saturating_sub(1);
+        let mine = |b: &PlannedBlock| {
+            b.copies.iter().find(|d| !is_out(d)).is_some_and(|d| local.contains(&d))
+        };
+        Some(
+            plan.blocks
+                .iter()
+                .enumerate()
+                .skip(first)
+                .filter(|(_, b)| mine(b))
+                .map(|(i, _)| BlockIndex(i as u32))
+                .collect(),
+        )
     }
 
     /// Carries out [`LocalAction::GiveBack`]: the blocks after the one holding `at` that this
