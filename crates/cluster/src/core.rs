@@ -408,12 +408,13 @@ pub enum LocalAction {
         takers: Option<BTreeSet<NodeId>>,
         /// The media time after whose block its blocks are its own again, when known already.
         until: Option<MediaTime>,
-        /// On the origin's word, when this node counts the origin lost too and took the
-        /// origin's own part over (a partition both sides suspected at once): the other members
-        /// it counts lost, the origin left out. Its part as the origin sees it (the origin
-        /// counts itself alive) is then the blocks whose first copy off these members is on
-        /// this node; those it took over from the origin are not in it and stay its own to
-        /// send (the origin holds them back on this node's word). `None`: as `takers` says.
+        /// The members this node counts lost besides whoever took its part over, when that
+        /// narrows its part: its part as the takers see it is the blocks whose first copy off
+        /// these members is on this node. Blocks it took over from a taker are not in it and
+        /// stay its own to send (the taker holds them back on this node's word): when both
+        /// sides of a partition lost each other at once, each took the other's part over.
+        /// Given on a member's word; on the origin's word only when this node lost the origin
+        /// too (otherwise every block of its part: `None`).
         lost_besides: Option<BTreeSet<NodeId>>,
     },
     /// The share feeds a relayed session whose origin fell silent: send nothing until
@@ -541,6 +542,11 @@ struct RunState {
     ended: BTreeMap<NodeId, ShareReport>,
     ended_reported: bool,
     stopping: Option<Stopping>,
+    /// After a member was lost before its end: the other senders whose word on their share
+    /// ([`Message::Status`]) the run waits for before it can end (their shares may have ended
+    /// before the loss and go on with the blocks they took over), until `recheck_until`.
+    recheck: BTreeSet<NodeId>,
+    recheck_until: Instant,
 }
 
 #[derive(Debug)]
@@ -569,6 +575,8 @@ struct Share {
     told_origin: Option<MediaTime>,
     /// A feeder frozen since then: its origin fell silent ([`LocalAction::Freeze`]).
     frozen_since: Option<Instant>,
+    /// The running run's end, once its last packet went (until a takeover revives it).
+    ended: Option<ShareReport>,
 }
 
 /// The cluster core of one node. See the module docs.
@@ -909,6 +917,8 @@ impl ClusterCore {
             ended: BTreeMap::new(),
             ended_reported: false,
             stopping: None,
+            recheck: BTreeSet::new(),
+            recheck_until: Instant::ZERO,
         });
         let key = ShareKey { origin: me, stream };
         let base = RunSpec {
@@ -1073,9 +1083,36 @@ impl ClusterCore {
                 self.ended_orphans.insert(key, (run, report, now));
             }
             Some(s) if s.run == Some(run) => {
+                if let Some(s) = self.shares.get_mut(&key) {
+                    s.ended = Some(report);
+                }
                 self.send(now, key.origin, Message::Ended { key, run, report });
             }
             _ => {}
+        }
+    }
+
+    /// The driver carried out a [`LocalAction::TakeOver`] of share `key`'s run `run`;
+    /// `revived` when the share had ended and goes on with blocks it gained. The origin is told
+    /// where the share stands ([`Message::Status`]): it does not end the run before.
+    pub fn handle_taken_over(&mut self, now: Instant, key: ShareKey, run: RunId, revived: bool) {
+        let Some(share) = self.shares.get_mut(&key).filter(|s| s.run == Some(run)) else {
+            return;
+        };
+        if revived {
+            share.ended = None;
+        }
+        let ended = share.ended;
+        self.status(now, key, run, ended);
+    }
+
+    /// Where this node's share `key` stands, to its origin (or, on the origin, to itself).
+    fn status(&mut self, now: Instant, key: ShareKey, run: RunId, ended: Option<ShareReport>) {
+        let me = self.config.node;
+        if key.origin == me {
+            self.on_status(me, key, run, ended);
+        } else {
+            self.send(now, key.origin, Message::Status { key, run, ended });
         }
     }
 
@@ -1098,6 +1135,12 @@ impl ClusterCore {
             }
             _ => {}
         }
+    }
+
+    /// The clock of share `key`'s running run (on this node's clock), if pinned.
+    #[must_use]
+    pub fn share_clock(&self, key: ShareKey) -> Option<(LocalAnchor, Pace)> {
+        self.shares.get(&key)?.clock
     }
 
     /// Shares this node runs.
@@ -1296,13 +1339,21 @@ impl ClusterCore {
                     });
                 }
             }
+            Message::Status { key, run, ended } => self.on_status(from, key, run, ended),
             Message::Lost { key, run, node, from: at } if node == self.config.node => {
                 self.taken_over(now, from, key, run, at);
             }
             Message::Lost { key, run, node, from } => {
                 // The origin's word: take `node`'s part over if this node has not already.
                 let Some(share) = self.shares.get_mut(&key) else { return };
-                if share.run != Some(run) || node == self.config.node || !share.dead.insert(node) {
+                if share.run != Some(run) || node == self.config.node {
+                    return;
+                }
+                if !share.dead.insert(node) {
+                    // Taken over already, on this node's own suspicion: the origin waits for
+                    // its word all the same.
+                    let ended = share.ended;
+                    self.status(now, key, run, ended);
                     return;
                 }
                 let dead = share.dead.clone();
@@ -1429,6 +1480,21 @@ impl ClusterCore {
                 self.on_stopped(now, node, key, run, None);
             }
         }
+        // Words after a loss not given in time: the ends reported before stand.
+        let late: Vec<StreamId> = self
+            .sessions
+            .iter()
+            .filter_map(|(s, sess)| {
+                let run = sess.run.as_ref()?;
+                (!run.recheck.is_empty() && run.recheck_until <= now).then_some(*s)
+            })
+            .collect();
+        for stream in late {
+            if let Some(run) = self.sessions.get_mut(&stream).and_then(|s| s.run.as_mut()) {
+                run.recheck.clear();
+            }
+            self.check_ended(stream);
+        }
     }
 
     /// The next instant [`Self::handle_timeout`] has something to do.
@@ -1443,6 +1509,11 @@ impl ClusterCore {
             .sessions
             .values()
             .filter_map(|s| s.run.as_ref()?.stopping.as_ref().map(|st| st.deadline));
+        let rechecks = self
+            .sessions
+            .values()
+            .filter_map(|s| s.run.as_ref().filter(|r| !r.recheck.is_empty()))
+            .map(|r| r.recheck_until);
         // With copies elsewhere, the instant each peer becomes suspect.
         let suspicions = self
             .members
@@ -1453,7 +1524,7 @@ impl ClusterCore {
             .shares
             .values()
             .filter_map(|s| s.frozen_since.map(|t| t + self.config.origin_wait));
-        pings.chain(reserves).chain(stops).chain(suspicions).chain(frozen).min()
+        pings.chain(reserves).chain(stops).chain(rechecks).chain(suspicions).chain(frozen).min()
     }
 
     /// The next message for a peer.
@@ -1586,7 +1657,32 @@ impl ClusterCore {
         if !state.senders.contains(&from) || state.ended_reported || state.stopping.is_some() {
             return;
         }
+        // Sent before it took its part of a loss over: its word on that comes next.
+        if state.recheck.contains(&from) {
+            return;
+        }
         state.ended.insert(from, report);
+        self.check_ended(key.stream);
+    }
+
+    /// A sender's word on its share after a takeover ([`Message::Status`]).
+    fn on_status(&mut self, from: NodeId, key: ShareKey, run: RunId, ended: Option<ShareReport>) {
+        if !self.run_is(key, run) {
+            return;
+        }
+        let Some(state) = self.sessions.get_mut(&key.stream).and_then(|s| s.run.as_mut()) else {
+            return;
+        };
+        state.recheck.remove(&from);
+        match ended {
+            Some(report) if state.senders.contains(&from) => {
+                state.ended.insert(from, report);
+            }
+            Some(_) => {}
+            None => {
+                state.ended.remove(&from);
+            }
+        }
         self.check_ended(key.stream);
     }
 
@@ -1596,8 +1692,9 @@ impl ClusterCore {
         let Some(state) = self.sessions.get_mut(&stream).and_then(|s| s.run.as_mut()) else {
             return;
         };
-        let done =
-            !state.senders.is_empty() && state.senders.iter().all(|n| state.ended.contains_key(n));
+        let done = !state.senders.is_empty()
+            && state.recheck.is_empty()
+            && state.senders.iter().all(|n| state.ended.contains_key(n));
         if state.ended_reported || state.stopping.is_some() || !done {
             return;
         }
@@ -1659,9 +1756,11 @@ impl ClusterCore {
         };
         t.takers.insert(by);
         t.from = t.from.min(from);
-        let (at, from, takers) = (t.at, t.from, Some(t.takers.clone()));
+        let (at, from, takers) = (t.at, t.from, t.takers.clone());
+        let lost_besides = Some(session.lost.difference(&takers).copied().collect());
+        let until = Some(at);
         let action =
-            LocalAction::Withhold { key, run, from, takers, until: Some(at), lost_besides: None };
+            LocalAction::Withhold { key, run, from, takers: Some(takers), until, lost_besides };
         self.local.push_back(action);
         self.send(now, by, Message::Rejoin { key, run, node: me, at });
     }
@@ -1769,6 +1868,17 @@ impl ClusterCore {
                         run: r,
                         error: format!("node {name} is down"),
                     });
+                }
+                // Lost before its end: its part goes to the others, whose shares may have
+                // ended already and go on with it. The run waits for each one's word.
+                let wait = self.config.reply_timeout;
+                if let Some(run) = self.sessions.get_mut(&stream).and_then(|s| s.run.as_mut()) {
+                    run.recheck.remove(&id);
+                    let unended = run.senders.contains(&id) && !run.ended.contains_key(&id);
+                    if takeover && lost < k && unended && run.stopping.is_none() {
+                        run.recheck = run.senders.iter().copied().filter(|n| *n != id).collect();
+                        run.recheck_until = now + wait;
+                    }
                 }
                 // A pending stop completes without it; a run that waited only for it has ended.
                 self.on_stopped(now, id, key, r, None);

@@ -405,6 +405,20 @@ pub enum Message {
         /// The media time after whose block it sends its part alone again.
         at: MediaTime,
     },
+    /// From a member to the session's origin, after it applied a takeover (the origin's
+    /// [`Message::Lost`], or its own suspicion): where its share of run `run` stands now.
+    /// `None`: it runs, its [`Message::Ended`] is to come (perhaps again: a share that had
+    /// ended and gained blocks from the lost node goes on with them); `Some`: it ended, with
+    /// this report. The origin waits for every member's word after a loss before it ends the
+    /// run (`docs/design/takeover.md`, *A share that ended before the loss*).
+    Status {
+        /// The share.
+        key: ShareKey,
+        /// The run.
+        run: RunId,
+        /// Its end's report, if it ended.
+        ended: Option<ShareReport>,
+    },
     /// The session is over: release everything.
     Close {
         /// The share.
@@ -430,6 +444,7 @@ impl Message {
             Self::Failed { .. } => "failed",
             Self::Lost { .. } => "lost",
             Self::Rejoin { .. } => "rejoin",
+            Self::Status { .. } => "status",
             Self::Close { .. } => "close",
         }
     }

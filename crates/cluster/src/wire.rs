@@ -13,7 +13,8 @@
 //! whose positions carry each track's next packet. 4 adds the origin's word that a member is
 //! lost to a run ([`Message::Lost`]) and that it is back ([`Message::Rejoin`]). 5 adds a
 //! heartbeat that carries how far the sender's senders had got ([`Message::Ping`]'s
-//! `sent_through_unix_ns`). A frame is written at the lowest version that
+//! `sent_through_unix_ns`). 6 adds a member's word on its share after a takeover
+//! ([`Message::Status`]). A frame is written at the lowest version that
 //! expresses its message, so a version-1 node still reads everything but a degraded open and
 //! native tracks, which it refuses by version.
 //!
@@ -34,7 +35,7 @@ use crate::message::{
 };
 
 /// The format version this build writes and the newest it reads.
-pub const WIRE_VERSION: u8 = 5;
+pub const WIRE_VERSION: u8 = 6;
 
 /// The largest frame body accepted (control messages are tens of bytes; a refusal's text is
 /// the largest part).
@@ -153,6 +154,8 @@ enum W {
     Rejoin { key: WKey, run: u64, node: u16, at_ns: u64 },
     // Version 5.
     PingProgress { seq: u64, sent: u64, through: u64 },
+    // Version 6.
+    Status { key: WKey, run: u64, ended: Option<WReport3> },
 }
 
 impl W {
@@ -163,6 +166,7 @@ impl W {
             Self::StartTracks { .. } | Self::StoppedTracks { .. } | Self::EndedTracks { .. } => 3,
             Self::Lost { .. } | Self::Rejoin { .. } => 4,
             Self::PingProgress { .. } => 5,
+            Self::Status { .. } => 6,
             _ => 1,
         }
     }
@@ -576,6 +580,9 @@ impl From<&Message> for W {
             Message::Rejoin { key, run, node, at } => {
                 Self::Rejoin { key: (*key).into(), run: run.0, node: node.0, at_ns: at.as_nanos() }
             }
+            Message::Status { key, run, ended } => {
+                Self::Status { key: (*key).into(), run: run.0, ended: ended.map(WReport3::from) }
+            }
             Message::Close { key } => Self::Close { key: (*key).into() },
         }
     }
@@ -668,6 +675,9 @@ impl From<W> for Message {
                 node: NodeId(node),
                 at: MediaTime::from_nanos(at_ns),
             },
+            W::Status { key, run, ended } => {
+                Self::Status { key: key.into(), run: RunId(run), ended: ended.map(Into::into) }
+            }
             W::Close { key } => Self::Close { key: key.into() },
         }
     }
@@ -824,6 +834,8 @@ mod tests {
                 node: NodeId(4),
                 at: MediaTime::from_nanos(2_500_000_000),
             },
+            Message::Status { key: key(), run: RunId(3), ended: None },
+            Message::Status { key: key(), run: RunId(3), ended: Some(native_report()) },
             Message::Close { key: key() },
         ]
     }
@@ -874,6 +886,9 @@ mod tests {
             |through| Message::Ping { seq: 1, sent_unix_ns: 2, sent_through_unix_ns: through };
         assert_eq!(encode_frame(&ping(Some(1))), [0, 0, 0, 5, 5, 18, 1, 2, 1]);
         assert_eq!(encode_frame(&ping(None)), [0, 0, 0, 4, 1, 1, 1, 2]);
+        // Version 6: a member's word on its share after a takeover.
+        let status = Message::Status { key: key(), run: RunId(1), ended: None };
+        assert_eq!(encode_frame(&status), [0, 0, 0, 6, 6, 19, 2, 77, 1, 0]);
         // A version-3 message in a frame that says 2 is refused.
         let mut f =
             encode_frame(&Message::Start { key: key(), run: RunId(1), spec: native_spec() });
@@ -884,7 +899,7 @@ mod tests {
     #[test]
     fn bad_frames_are_named() {
         assert_eq!(decode_body(&[]), Err(WireError::Empty));
-        assert_eq!(decode_body(&[6, 0]), Err(WireError::Version { found: 6 }));
+        assert_eq!(decode_body(&[7, 0]), Err(WireError::Version { found: 7 }));
         // A version-2 variant in a version-1 frame.
         let f = encode_frame(&reserve([NodeId(3)].into()));
         let mut v1 = f[4..].to_vec();

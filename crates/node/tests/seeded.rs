@@ -60,9 +60,9 @@ fn run(seed: u64, kind: Kind) -> (Sim, String, Option<Fault>) {
         sim.play(origin, 5000 + 2 * p);
         origins.push(origin);
     }
-    // While every node still has blocks of its own to send: a share that ended before a
-    // takeover gave it blocks does not send them (`docs/design/takeover.md`, open issues).
-    let when = at + Duration::from_millis(500 + draw(4500));
+    // Any time while they play, late ones too: a survivor whose share ended before the loss
+    // goes on with the blocks it gains.
+    let when = at + Duration::from_millis(500 + draw(11_000));
     let pick_member = |draw: &mut dyn FnMut(u64) -> u64| loop {
         let n = 1 + draw(u64::from(nodes)) as u16;
         if !origins.contains(&n) {
@@ -173,4 +173,47 @@ fn a_partition_that_heals_loses_nothing() {
 fn with_etcd_gone_a_playing_session_goes_on() {
     let (packets, dups) = check(Kind::EtcdDown);
     assert_eq!(dups, 0, "nobody was lost: no packet twice in {packets}");
+}
+
+/// One scenario by hand: `nodes` nodes, `copies` copies, a player on each origin of `players`
+/// (started `ms` apart in order), `fault` at `at`.
+fn scenario(nodes: u16, copies: u8, players: &[(u16, u64)], fault: Fault, at: Duration) -> Sim {
+    let mut sim = Sim::new(Setup { nodes, copies, ..Setup::default() });
+    let mut t = Duration::ZERO;
+    for (i, (origin, after_ms)) in players.iter().enumerate() {
+        t += Duration::from_millis(*after_ms);
+        sim.run_until(t);
+        sim.play(*origin, 5000 + 2 * i as u16);
+    }
+    sim.inject(at, fault);
+    sim.run_until(t + Duration::from_secs(22));
+    sim
+}
+
+/// n1's own blocks (0, 4, 8) are all sent by 9.25 s; n4 crashes at 8.6 s and is suspected a
+/// second later, when n1's share has ended: n1 takes n4's block 11 over (its second copy) all
+/// the same, its run revived, and the origin waits for its word before the BYE.
+#[test]
+fn a_share_that_ended_before_a_loss_sends_the_blocks_it_gains() {
+    let sim = scenario(4, 2, &[(3, 0)], Fault::Crash(4), Duration::from_millis(8600));
+    assert_whole(&sim, "n4 crashed after n1's share ended", None);
+    assert_eq!(sim.revived(1), 1, "n1's run ended twice");
+}
+
+/// n2 is cut off from n1 (the origin) and n3 for 1.05 s from 8.9 s: each side loses the
+/// other after 1 s and takes the other's part over (n2 the origin's block 9, whose second
+/// copy it holds). Told by the other when the link heals, each holds back its own part up to
+/// the give-back point's block (block 9), not what it took: before, both held back the end of
+/// block 9, each thinking the other sent it.
+#[test]
+fn both_sides_of_a_partition_keep_the_parts_they_took_from_each_other() {
+    let sim = scenario(
+        3,
+        2,
+        &[(1, 0)],
+        Fault::Partition(2, Duration::from_millis(1050)),
+        Duration::from_millis(8900),
+    );
+    assert_whole(&sim, "n2 cut off 1.05 s", None);
+    assert!(sim.withholds(1) > 0 && sim.withholds(2) > 0, "both sides were told");
 }

@@ -598,6 +598,9 @@ struct Paced<B> {
     hold_used: bool,
     /// Frozen ([`Pacer::handle_freeze`]): a relayed session's feeder whose origin is silent.
     frozen: bool,
+    /// The run sent its last packet ([`PacerEvent::Ended`]); blocks taken over later revive
+    /// it ([`Pacer::handle_extend`]).
+    ended: bool,
 }
 
 /// A share's part taken over by other nodes while this one was lost
@@ -719,6 +722,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 hold_until: None,
                 hold_used: false,
                 frozen: false,
+                ended: false,
             },
         );
     }
@@ -840,6 +844,9 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         from: MediaTime,
     ) -> bool {
         let Some(s) = self.streams.get_mut(&stream) else { return false };
+        if s.ended && s.run == run {
+            return Self::revive(&mut self.heap, &mut self.stats, s, added, from);
+        }
         let Some(next) = s.next.filter(|_| s.playing && s.run == run) else { return false };
         let Some(share) = s.setup.share.as_ref() else { return false };
         let have: BTreeSet<BlockIndex> = share.iter().map(|b| b.index).collect();
@@ -877,6 +884,45 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         s.generation += 1;
         s.scheduled = false;
         Self::schedule(&mut self.heap, s, &mut self.stats);
+        true
+    }
+
+    /// A share whose run ended gains blocks taken over from a node lost after that (its own
+    /// last block came before the lost node's): the run goes on with them, from the first, on
+    /// its clock; its own blocks were all sent, and are not sent again. `false` when none of
+    /// `added` is at or after the run's first block.
+    fn revive(
+        heap: &mut BinaryHeap<Reverse<(Instant, u64, StreamId)>>,
+        stats: &mut PacerStats,
+        s: &mut Paced<B>,
+        added: &[ShareBlock],
+        from: MediaTime,
+    ) -> bool {
+        let Some(share) = s.setup.share.as_ref() else { return false };
+        let have: BTreeSet<BlockIndex> = share.iter().map(|b| b.index).collect();
+        let gained: BTreeMap<BlockIndex, ShareBlock> = added
+            .iter()
+            .filter(|b| !have.contains(&b.index) && b.index >= s.from)
+            .map(|b| (b.index, *b))
+            .collect();
+        let Some(first) = gained.keys().next().copied() else { return false };
+        let mut list: Vec<ShareBlock> = share.iter().filter(|b| b.index < first).copied().collect();
+        for b in gained.values() {
+            if b.first.time < from {
+                s.skip_before.insert(b.index, from);
+            }
+            list.push(*b);
+        }
+        s.setup.share = Some(list.into());
+        s.ended = false;
+        s.playing = true;
+        s.next = Some(first);
+        s.cursor = 0;
+        s.catch_up.clear();
+        s.resume = None;
+        s.generation += 1;
+        s.scheduled = false;
+        Self::schedule(heap, s, stats);
         true
     }
 
@@ -925,6 +971,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         }
         s.run = play.run;
         s.playing = true;
+        s.ended = false;
         s.start = play.start;
         s.from = play.from;
         s.end = play.end;
@@ -1581,6 +1628,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             }
         }
         s.playing = false;
+        s.ended = !stopped;
         s.blocks.clear();
         s.next = None;
         s.stop_at = None;
@@ -2300,8 +2348,18 @@ mod tests {
         assert!(events.iter().any(|e| matches!(e, PacerEvent::Ended { .. })), "{events:?}");
         assert!(
             !p.handle_extend(StreamId(1), RunId(1), &added, MediaTime::ZERO),
-            "the run is over"
+            "nothing new for a run that is over"
         );
+        // A block gained after the end (its node lost late) revives the run: sent at once
+        // (overdue), nothing of the share sent again, then the end once more.
+        let late = [ShareBlock { index: BlockIndex(4), first: first(4) }];
+        assert!(p.handle_extend(StreamId(1), RunId(1), &late, MediaTime::ZERO));
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(4), block(4, 20, 5), None);
+        let mut more = Vec::new();
+        drive_from(&mut p, ms(1_000), ms(2_000), &mut more);
+        assert_eq!(more, [20, 21, 22, 23, 24].map(|s| (1_000, s)), "block 4 alone, at once");
+        let events: Vec<_> = std::iter::from_fn(|| p.poll_event()).collect();
+        assert!(events.iter().any(|e| matches!(e, PacerEvent::Ended { .. })), "{events:?}");
     }
 
     /// A share of blocks 1, 3, 5 and 7 (block `i`: GSNs 5i..5i+4, 10 ms apart from media time

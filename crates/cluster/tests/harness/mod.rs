@@ -751,7 +751,10 @@ impl Harness {
                 );
                 r.todo.truncate(r.next);
                 r.todo.extend(rest);
+                let was_ended = r.ended;
                 r.ended = r.todo.len() == r.next;
+                // The origin waits for the share's word after a loss (`Message::Status`).
+                node.core.handle_taken_over(local, key, run, was_ended && !r.ended);
             }
             LocalAction::GiveBack { key, run, dead, node: back, at } => {
                 node.givebacks.push((key, back, at));
@@ -781,22 +784,24 @@ impl Harness {
                 // The blocks whose next copy (the first on another node) is on a taker; on the
                 // origin's word with the origin lost here too, those whose first copy off the
                 // other lost members is this node's.
-                let blocks = match (takers, lost_besides) {
-                    (_, Some(lost)) => Some(
-                        (0..object.owners.len() as u64)
-                            .filter(|b| object.sender(b * PACKETS_PER_BLOCK, &lost) == Some(id))
-                            .collect(),
+                let own = |b: &u64, lost: &Option<BTreeSet<NodeId>>| {
+                    lost.as_ref()
+                        .is_none_or(|l| object.sender(b * PACKETS_PER_BLOCK, l) == Some(id))
+                };
+                let blocks = match (&takers, &lost_besides) {
+                    (None, None) => None,
+                    (None, Some(_)) => Some(
+                        (0..object.owners.len() as u64).filter(|b| own(b, &lost_besides)).collect(),
                     ),
-                    (Some(takers), None) => Some(
+                    (Some(takers), _) => Some(
                         (0..object.owners.len() as u64)
                             .filter(|b| {
                                 let next =
                                     object.copies(*b as usize).into_iter().find(|n| *n != id);
-                                next.is_some_and(|n| takers.contains(&n))
+                                next.is_some_and(|n| takers.contains(&n)) && own(b, &lost_besides)
                             })
                             .collect(),
                     ),
-                    (None, None) => None,
                 };
                 if let Some(r) = node.runs.get_mut(&key).filter(|r| r.run == run && !r.ended) {
                     // A word for some blocks (one taker's) leaves the hold to run out: the

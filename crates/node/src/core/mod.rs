@@ -133,6 +133,8 @@ struct Share {
     /// Whether the sender knows the stream.
     added: bool,
     run: RunId,
+    /// The run sent its last packet (until blocks taken over revive it).
+    ended: bool,
 }
 
 /// One node's session decisions (see the module docs).
@@ -257,6 +259,9 @@ impl NodeCore {
         report: RunReport,
     ) {
         if let Some(key) = self.share_key(stream, run) {
+            if let Some(share) = self.shares.get_mut(&key) {
+                share.ended = true;
+            }
             self.cluster.handle_share_ended(now, key, run, share_report(report));
         }
         self.drive(now);

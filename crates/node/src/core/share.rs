@@ -45,7 +45,10 @@ impl NodeCore {
                     local: self.local_disks.clone(),
                 };
                 let name = entry.record.name.clone();
-                self.shares.insert(key, Share { stream, entry, added: false, run: RunId(0) });
+                self.shares.insert(
+                    key,
+                    Share { stream, entry, added: false, run: RunId(0), ended: false },
+                );
                 self.share_of.insert(stream, key);
                 self.out.push_back(NodeOutput::Admit { key, req, name });
             }
@@ -83,9 +86,21 @@ impl NodeCore {
                 info!(%key, %run, %node, ?at, given, "a lost node is back: giving its part of a session back");
             }
             LocalAction::Withhold { key, run, from, takers, until, lost_besides } => {
-                let blocks = match &lost_besides {
-                    Some(lost) => self.own_part(now, key, run, from, lost).map(Some),
-                    None => self.withheld_blocks(now, key, run, from, takers.as_ref()),
+                let blocks = match (&takers, &lost_besides) {
+                    (None, Some(lost)) => self.own_part(now, key, run, from, lost).map(Some),
+                    _ => self.withheld_blocks(now, key, run, from, takers.as_ref()).map(|b| {
+                        // Of those, the blocks of its own part (not one it took over from a
+                        // taker).
+                        let own = lost_besides
+                            .as_ref()
+                            .and_then(|lost| self.own_part(now, key, run, from, lost));
+                        match (b, own) {
+                            (Some(b), Some(own)) => {
+                                Some(b.into_iter().filter(|i| own.contains(i)).collect())
+                            }
+                            (b, _) => b,
+                        }
+                    }),
                 };
                 let Some(blocks) = blocks else { return };
                 let Some(stream) = self.shares.get(&key).map(|s| s.stream) else { return };
@@ -266,13 +281,28 @@ impl NodeCore {
             return;
         }
         let blocks = taken_blocks(plan, local, is_dead, from);
-        if blocks.is_empty() {
-            return;
-        }
         let stream = share.stream;
-        let indices: Vec<BlockIndex> = blocks.iter().map(|b| b.index).collect();
-        self.send(StreamOp::Extend { stream, run, blocks, from });
-        self.read(ReadOp::TakeOver { stream, run, blocks: indices });
+        // A share that ended before the loss goes on with the blocks it gains: the pacer
+        // revives its run, the scheduler reads them from the first on the session's clock.
+        let revive = share.ended && !blocks.is_empty();
+        let restart =
+            blocks.first().map(|b| (b.index, plan.blocks[b.index.0 as usize].first_send_time));
+        if !blocks.is_empty() {
+            let indices: Vec<BlockIndex> = blocks.iter().map(|b| b.index).collect();
+            self.send(StreamOp::Extend { stream, run, blocks, from });
+            if let (true, Some((a, pace)), Some((first, media))) =
+                (revive, self.cluster.share_clock(key), restart)
+            {
+                let anchor = Anchor { wall: a.wall, media: a.media };
+                let pinned = Some((anchor, pace));
+                self.read(ReadOp::Start { stream, run, from: first, media, pinned });
+            }
+            self.read(ReadOp::TakeOver { stream, run, blocks: indices });
+        }
+        if let Some(share) = self.shares.get_mut(&key).filter(|_| revive) {
+            share.ended = false;
+        }
+        self.cluster.handle_taken_over(now, key, run, revive);
     }
 
     fn start_share(
@@ -286,6 +316,7 @@ impl NodeCore {
         let Some(share) = self.shares.get_mut(&key) else { return };
         let stream = share.stream;
         share.run = run;
+        share.ended = false;
         let from = share.entry.plan.block_of(spec.start.gsn).unwrap_or(BlockIndex(0));
         if !share.added {
             let plan = Arc::clone(&share.entry.plan);

@@ -27,7 +27,7 @@ use isochron_base::mix::SplitMix64;
 use isochron_base::{BlockKey, Bytes, DiskId, Gsn, Instant, MediaTime, NodeId, ObjectId};
 use isochron_cluster::{ClusterConfig, MemberInfo, Message};
 use isochron_node::{NodeConfig, NodeCore, NodeOutput, Ticket, Transport};
-use isochron_pacing::pacer::{Pacer, PacerConfig, PacerEvent, Transmit};
+use isochron_pacing::pacer::{Pacer, PacerConfig, PacerEvent, StreamOp, Transmit};
 use isochron_rtsp::rtsp_types::{HeaderName, Method, Response, StatusCode};
 use isochron_rtsp::server::{ConnId, ConnInfo, ServerConfig, ServerCore};
 use isochron_sched::admission::{AdmissionConfig, AdmissionController};
@@ -88,6 +88,7 @@ pub(crate) enum Fault {
     /// Node `n` stands still for the duration (SIGSTOP, a stalled VM).
     Stall(u16, Duration),
     /// Node `n` cannot reach its peers, nor they it, for the duration; players still reach it.
+    /// Control messages across it arrive when it heals (TCP).
     Partition(u16, Duration),
     /// etcd answers nobody for the duration.
     EtcdDown(Duration),
@@ -153,6 +154,10 @@ pub(crate) struct Node {
     live_in_etcd: bool,
     /// Connections it closed.
     closed: Vec<ConnId>,
+    /// How often each stream's run ended (more than once: revived by a takeover).
+    ends: BTreeMap<isochron_base::StreamId, u32>,
+    /// Withholds its pacer was told (its part taken over while it was lost).
+    withholds: u32,
 }
 
 /// What one player got.
@@ -306,6 +311,8 @@ impl Sim {
                     renewed: Instant::ZERO,
                     live_in_etcd: true,
                     closed: Vec::new(),
+                    ends: BTreeMap::new(),
+                    withholds: 0,
                 },
             );
         }
@@ -392,6 +399,16 @@ impl Sim {
             }
         }
         addr
+    }
+
+    /// Streams of node `id` whose run ended more than once (a takeover revived it).
+    pub(crate) fn revived(&self, id: u16) -> usize {
+        self.nodes[&id].ends.values().filter(|n| **n > 1).count()
+    }
+
+    /// Withholds node `id`'s pacer was told.
+    pub(crate) fn withholds(&self, id: u16) -> u32 {
+        self.nodes[&id].withholds
     }
 
     /// Whether node `id` crashed.
@@ -563,17 +580,20 @@ impl Sim {
         }
     }
 
+    /// Sends `msg` over the control connection from `from` to `to` (TCP): after the link's
+    /// delay, in order; across a partition when it heals (TCP retransmits; no connection
+    /// breaks in a partition this short).
     fn send(&mut self, from: u16, to: u16, msg: Message) {
-        let cut = |n: u16| self.partitioned.contains_key(&n);
-        if cut(from) || cut(to) || self.nodes.get(&to).is_none_or(|n| n.up == Up::Crashed) {
+        if self.nodes.get(&to).is_none_or(|n| n.up == Up::Crashed) {
             return;
         }
+        let heals = [from, to].iter().filter_map(|n| self.partitioned.get(n)).max().copied();
         let (lo, hi) = self.setup.delay;
         let span = (hi - lo).as_nanos() as u64;
         let d = lo + Duration::from_nanos(if span == 0 { 0 } else { self.rng.next_u64() % span });
         self.seq += 1;
         // Messages between two nodes keep their order (one TCP connection).
-        let at = self.now + d;
+        let at = heals.map_or(self.now, |h| h.max(self.now)) + d;
         let last = self
             .in_flight
             .iter()
@@ -770,6 +790,7 @@ impl Node {
                         self.sched.handle_pace(now, stream, run, anchor, pace);
                     }
                     PacerEvent::Ended { stream, run, report } => {
+                        *self.ends.entry(stream).or_default() += 1;
                         self.sched.handle_stop(now, stream);
                         self.core.handle_share_ended(now, stream, run, report);
                     }
@@ -802,7 +823,12 @@ impl Node {
                 }
                 self.pacer.handle_add(setup);
             }
-            NodeOutput::Send(op) => self.pacer.handle_op(now, op),
+            NodeOutput::Send(op) => {
+                if matches!(op, StreamOp::Withhold { .. }) {
+                    self.withholds += 1;
+                }
+                self.pacer.handle_op(now, op);
+            }
             NodeOutput::Transmit { to, msg } => outbox.push((to.0, *msg)),
             NodeOutput::CloseConn { conn, .. } => self.closed.push(conn),
         }
