@@ -2,7 +2,8 @@
 //! three to five nodes running the server's own cores (`NodeCore`, `CycleScheduler`, `Pacer`),
 //! bipartite sessions (Yima §2.2: every node sends its own blocks straight to the player) on
 //! one to three origins, and a fault at a seeded time — a member or an origin crashing, a node
-//! standing still (SIGSTOP), a partition that heals, etcd gone (`docs/design/takeover.md`).
+//! standing still (SIGSTOP), one on a machine so busy it runs once every 10–300 ms, a
+//! partition that heals, etcd gone (`docs/design/takeover.md`).
 //! Each player checks every packet byte for byte, that none is missing, and how its session
 //! ended (`harness`).
 //!
@@ -37,6 +38,7 @@ enum Kind {
     Stall,
     Partition,
     EtcdDown,
+    Slow,
 }
 
 /// One seeded run of fault kind `kind`: 3–5 nodes, 2 copies (3 on four or five nodes, one
@@ -85,6 +87,11 @@ fn run(seed: u64, kind: Kind) -> (Sim, String, Option<Fault>) {
             Some(Fault::Partition(n, Duration::from_millis(100 + draw(4500))))
         }
         Kind::EtcdDown => Some(Fault::EtcdDown(Duration::from_millis(200 + draw(6000)))),
+        Kind::Slow => {
+            let n = 1 + draw(u64::from(nodes)) as u16;
+            let quantum = Duration::from_millis(10 + draw(290));
+            Some(Fault::Slow(n, Duration::from_millis(500 + draw(6000)), quantum))
+        }
     };
     if let Some(f) = fault {
         sim.inject(when, f);
@@ -167,6 +174,11 @@ fn a_node_that_stands_still_loses_nothing() {
 #[test]
 fn a_partition_that_heals_loses_nothing() {
     check(Kind::Partition);
+}
+
+#[test]
+fn a_node_on_a_busy_machine_loses_nothing() {
+    check(Kind::Slow);
 }
 
 #[test]

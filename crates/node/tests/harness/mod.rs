@@ -92,6 +92,9 @@ pub(crate) enum Fault {
     Partition(u16, Duration),
     /// etcd answers nobody for the duration.
     EtcdDown(Duration),
+    /// Node `n` gets the CPU only once a quantum (the second field) for the duration (a machine
+    /// too busy to run it): between, it stands still, its packets falling due unsent.
+    Slow(u16, Duration, Duration),
 }
 
 /// The cluster's settings.
@@ -158,6 +161,8 @@ pub(crate) struct Node {
     ends: BTreeMap<isochron_base::StreamId, u32>,
     /// Withholds its pacer was told (its part taken over while it was lost).
     withholds: u32,
+    /// Slow until then, running once a quantum ([`Fault::Slow`]).
+    slow: Option<(Instant, Duration)>,
 }
 
 /// What one player got.
@@ -313,6 +318,7 @@ impl Sim {
                     closed: Vec::new(),
                     ends: BTreeMap::new(),
                     withholds: 0,
+                    slow: None,
                 },
             );
         }
@@ -451,6 +457,14 @@ impl Sim {
         for id in ids {
             if self.nodes[&id].up == Up::Running {
                 self.run_node(id, now);
+                let n = self.node(id);
+                if let Some((until, quantum)) = n.slow {
+                    if now < until {
+                        n.up = Up::StalledUntil(now + quantum);
+                    } else {
+                        n.slow = None;
+                    }
+                }
             }
         }
         true
@@ -503,6 +517,7 @@ impl Sim {
                     self.etcd_down_until = Some(now + d);
                     self.etcd.store(false, Ordering::Relaxed);
                 }
+                Fault::Slow(n, d, quantum) => self.node(n).slow = Some((now + d, quantum)),
             }
         }
         for n in self.nodes.values_mut() {
