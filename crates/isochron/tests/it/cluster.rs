@@ -929,8 +929,10 @@ fn loss_is_repaired_by_the_node_that_sent_each_packet() {
 }
 
 /// `store.replication = 2` on three nodes of one disk each: every block has its two copies on
-/// two nodes. While isochron's client plays (bipartite), the first copy of a block ahead is
-/// corrupted and the first copy of another deleted, each on its node's disk: the node whose
+/// two nodes. The first copy of the block at 7 s is corrupted and the first copy of the one at
+/// 9.5 s deleted, each on its node's disk, before isochron's client plays (bipartite) — not
+/// "1.5 s in": on a busy machine the test thread ran that late once, after the 7 s block had
+/// been read, and saw one failover instead of two. The node whose
 /// share reads the block fails over to the copy on another node (read through its owner in that
 /// node's non-real-time share), the stream is byte-exact, and each bad copy is repaired from the
 /// other node's copy.
@@ -984,9 +986,6 @@ fn a_bad_copy_fails_over_to_the_copy_on_another_node_and_is_repaired() {
         (file(primary(bad).primary(), bad), file(primary(gone).primary(), gone));
     let other = |i: u32| file(primary(i).as_slice()[1], i);
 
-    let out = tmp(d, "replicated.ts");
-    let child = spawn_play(&c, &c.nodes[0].rtsp("demo"), &out);
-    std::thread::sleep(Duration::from_millis(1500));
     let mut bytes = std::fs::read(&bad_file).unwrap();
     let mid = bytes.len() / 2;
     for b in &mut bytes[mid..mid + 64] {
@@ -994,6 +993,8 @@ fn a_bad_copy_fails_over_to_the_copy_on_another_node_and_is_repaired() {
     }
     std::fs::write(&bad_file, &bytes).unwrap();
     std::fs::remove_file(&gone_file).unwrap();
+    let out = tmp(d, "replicated.ts");
+    let child = spawn_play(&c, &c.nodes[0].rtsp("demo"), &out);
     check_play(&c, child, &out, &want, "isochron play through bad copies on two nodes");
 
     // The nodes that held the bad copies failed over and repaired them from the other copies.
