@@ -210,6 +210,11 @@ fn a_share_that_ended_before_a_loss_sends_the_blocks_it_gains() {
     let sim = scenario(4, 2, &[(3, 0)], Fault::Crash(4), Duration::from_millis(8600));
     assert_whole(&sim, "n4 crashed after n1's share ended", None);
     assert_eq!(sim.revived(1), 1, "n1's run ended twice");
+    // The origin heard every sender's word at once: its BYE follows the last packet by the
+    // pacer's `bye_delay`, not by the 2 s it would wait for a word that does not come.
+    let p = sim.players.values().next().unwrap();
+    let after = p.bye_at.unwrap().saturating_duration_since(p.last_packet.unwrap());
+    assert!(after < Duration::from_millis(700), "BYE {after:?} after the last packet");
 }
 
 /// n2 is cut off from n1 (the origin) and n3 for 1.05 s from 8.9 s: each side loses the

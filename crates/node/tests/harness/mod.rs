@@ -180,6 +180,8 @@ pub(crate) struct Player {
     pub(crate) wrong: Vec<String>,
     /// BYEs received.
     pub(crate) byes: u32,
+    /// When the first BYE arrived.
+    pub(crate) bye_at: Option<Instant>,
     /// The reasons of those that gave one (the session could not go on, RFC 3550 §6.6).
     pub(crate) bye_reasons: Vec<String>,
     /// Its origin closed its RTSP connection.
@@ -686,6 +688,7 @@ impl Sim {
                 Delivered::Rtp { seq, payload } => p.receive(now, seq, &payload),
                 Delivered::Bye(reason) => {
                     p.byes += 1;
+                    p.bye_at.get_or_insert(now);
                     p.bye_reasons.extend(reason);
                 }
             }
