@@ -1074,7 +1074,7 @@ impl ClusterCore {
             Some(s) if s.run == Some(run) && s.orphan => {
                 // Nobody will close it: release it now. The origin is told all the same: one
                 // that only stood still ends its session with the others' reports (told
-                // again when it speaks again: a partition drops what was sent meanwhile).
+                // again when it speaks again: a connection that broke meanwhile lost it).
                 self.shares.remove(&key);
                 self.local.push_back(LocalAction::Close { key });
                 self.send(now, key.origin, Message::Ended { key, run, report });
