@@ -86,22 +86,14 @@ impl NodeCore {
                 info!(%key, %run, %node, ?at, given, "a lost node is back: giving its part of a session back");
             }
             LocalAction::Withhold { key, run, from, takers, until, lost_besides } => {
-                let blocks = match (&takers, &lost_besides) {
-                    (None, Some(lost)) => self.own_part(now, key, run, from, lost).map(Some),
-                    _ => self.withheld_blocks(now, key, run, from, takers.as_ref()).map(|b| {
-                        // Of those, the blocks of its own part (not one it took over from a
-                        // taker).
-                        let own = lost_besides
-                            .as_ref()
-                            .and_then(|lost| self.own_part(now, key, run, from, lost));
-                        match (b, own) {
-                            (Some(b), Some(own)) => {
-                                Some(b.into_iter().filter(|i| own.contains(i)).collect())
-                            }
-                            (b, _) => b,
-                        }
-                    }),
-                };
+                let blocks = self.withheld_blocks(
+                    now,
+                    key,
+                    run,
+                    from,
+                    takers.as_ref(),
+                    lost_besides.as_ref(),
+                );
                 let Some(blocks) = blocks else { return };
                 let Some(stream) = self.shares.get(&key).map(|s| s.stream) else { return };
                 let n = blocks.as_ref().map(Vec::len);
@@ -140,8 +132,10 @@ impl NodeCore {
         self.cluster.members(now).filter(|m| !dead.contains(&m.id)).map(|m| m.name).collect()
     }
 
-    /// The blocks of the share's plan from `from` on whose next copy (the first on another
-    /// node) is on one of `takers` (`None`: every block, `Some(None)`); `None` for a share not
+    /// The blocks of the share's plan from `from` on that were taken over from this node: those
+    /// whose next copy (the first on another node) is on one of `takers` (`None`: any), and,
+    /// with `lost_besides`, of its own part as the takers see it (the first copy off those
+    /// members is on this node). `Some(None)`: every block of its part. `None` for a share not
     /// running `run`.
     fn withheld_blocks(
         &self,
@@ -150,53 +144,36 @@ impl NodeCore {
         run: RunId,
         from: MediaTime,
         takers: Option<&BTreeSet<NodeId>>,
+        lost_besides: Option<&BTreeSet<NodeId>>,
     ) -> Option<Option<Vec<BlockIndex>>> {
         let share = self.shares.get(&key).filter(|s| s.run == run)?;
-        let (Some(takers), Some(local)) = (takers, self.local_disks.as_ref()) else {
+        let Some(local) = self.local_disks.as_ref() else { return Some(None) };
+        if takers.is_none() && lost_besides.is_none() {
             return Some(None);
-        };
-        let names: BTreeSet<String> =
-            self.cluster.members(now).filter(|m| takers.contains(&m.id)).map(|m| m.name).collect();
+        }
         let owners = self.catalog.disk_owners();
+        let names = |ids: &BTreeSet<NodeId>| -> BTreeSet<String> {
+            self.cluster.members(now).filter(|m| ids.contains(&m.id)).map(|m| m.name).collect()
+        };
+        let takers = takers.map(names);
+        let alive = lost_besides.map(|lost| self.alive_names(now, lost));
+        let taken = |b: &PlannedBlock| {
+            takers.as_ref().is_none_or(|t| {
+                let next = b.copies.iter().find(|d| !local.contains(d));
+                next.and_then(|d| owners.get(&d)).is_some_and(|o| t.contains(o))
+            })
+        };
+        let own = |b: &PlannedBlock| {
+            alive.as_ref().is_none_or(|alive| {
+                let first =
+                    b.copies.iter().find(|d| owners.get(d).is_none_or(|o| alive.contains(o)));
+                first.is_some_and(|d| local.contains(&d))
+            })
+        };
         let plan = &share.entry.plan;
         let first = plan.blocks.partition_point(|b| b.first_send_time <= from).saturating_sub(1);
-        let blocks = plan.blocks.iter().enumerate().skip(first).filter(|(_, b)| {
-            let next = b.copies.iter().find(|d| !local.contains(d));
-            next.and_then(|d| owners.get(&d)).is_some_and(|o| names.contains(o))
-        });
+        let blocks = plan.blocks.iter().enumerate().skip(first).filter(|(_, b)| taken(b) && own(b));
         Some(Some(blocks.map(|(i, _)| BlockIndex(i as u32)).collect()))
-    }
-
-    /// The blocks of the share's plan from `from` on whose first copy off the members in
-    /// `lost` is on this node's disks: its part as a session's origin that counts only `lost`
-    /// out sees it. `None` for a share not running `run`.
-    fn own_part(
-        &self,
-        now: Instant,
-        key: ShareKey,
-        run: RunId,
-        from: MediaTime,
-        lost: &BTreeSet<NodeId>,
-    ) -> Option<Vec<BlockIndex>> {
-        let share = self.shares.get(&key).filter(|s| s.run == run)?;
-        let local = self.local_disks.as_ref()?;
-        let owners = self.catalog.disk_owners();
-        let alive = self.alive_names(now, lost);
-        let is_out = |d: &DiskId| owners.get(d).is_some_and(|o| !alive.contains(o));
-        let plan = &share.entry.plan;
-        let first = plan.blocks.partition_point(|b| b.first_send_time <= from).saturating_sub(1);
-        let mine = |b: &PlannedBlock| {
-            b.copies.iter().find(|d| !is_out(d)).is_some_and(|d| local.contains(&d))
-        };
-        Some(
-            plan.blocks
-                .iter()
-                .enumerate()
-                .skip(first)
-                .filter(|(_, b)| mine(b))
-                .map(|(i, _)| BlockIndex(i as u32))
-                .collect(),
-        )
     }
 
     /// Carries out [`LocalAction::GiveBack`]: the blocks after the one holding `at` that this

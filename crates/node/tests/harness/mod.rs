@@ -205,13 +205,13 @@ impl Player {
         self.got.values().map(|n| u64::from(n.saturating_sub(1))).sum()
     }
 
-    fn receive(&mut self, now: Instant, seq: u16, payload: &[u8]) {
+    fn receive(&mut self, now: Instant, seq: u16, bytes: &[u8]) {
         self.last_packet = Some(now);
-        let Some(gsn) = payload.get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap())) else {
-            self.wrong.push(format!("a packet of {} bytes", payload.len()));
+        let Some(gsn) = bytes.get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap())) else {
+            self.wrong.push(format!("a packet of {} bytes", bytes.len()));
             return;
         };
-        if payload != payload_of(gsn).as_slice() {
+        if bytes != payload(gsn).as_slice() {
             self.wrong.push(format!("packet {gsn}: its bytes differ from the object's"));
         }
         match self.seq_offset {
@@ -225,10 +225,6 @@ impl Player {
     }
 }
 
-fn payload_of(gsn: u64) -> Vec<u8> {
-    payload(gsn)
-}
-
 /// The cluster and its players, in virtual time.
 pub(crate) struct Sim {
     /// Now.
@@ -240,6 +236,8 @@ pub(crate) struct Sim {
     /// Messages in flight: (arrival, sequence) → (from, to, message).
     net: BinaryHeap<Reverse<(Instant, u64)>>,
     in_flight: BTreeMap<u64, (u16, u16, Message)>,
+    /// Each link's last arrival time: a link's messages keep their order.
+    link_last: BTreeMap<(u16, u16), Instant>,
     seq: u64,
     /// Faults still to come, by time.
     faults: Vec<(Instant, Fault)>,
@@ -332,6 +330,7 @@ impl Sim {
             nodes,
             net: BinaryHeap::new(),
             in_flight: BTreeMap::new(),
+            link_last: BTreeMap::new(),
             seq: 0,
             faults: Vec::new(),
             partitioned: BTreeMap::new(),
@@ -611,20 +610,9 @@ impl Sim {
         self.seq += 1;
         // Messages between two nodes keep their order (one TCP connection).
         let at = heals.map_or(self.now, |h| h.max(self.now)) + d;
-        let last = self
-            .in_flight
-            .iter()
-            .filter(|(_, (f, t, _))| *f == from && *t == to)
-            .map(|(s, _)| *s)
-            .max();
-        let at = match last {
-            Some(s) => self
-                .net
-                .iter()
-                .find(|Reverse((_, q))| *q == s)
-                .map_or(at, |Reverse((t, _))| at.max(*t)),
-            None => at,
-        };
+        let last = self.link_last.entry((from, to)).or_insert(at);
+        let at = at.max(*last);
+        *last = at;
         self.in_flight.insert(self.seq, (from, to, msg));
         self.net.push(Reverse((at, self.seq)));
     }
