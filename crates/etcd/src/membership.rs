@@ -7,7 +7,7 @@
 //! [`live_prefix`] and [`nodes_prefix`]; what the values mean is the cluster layer's business,
 //! not this module's.
 
-use isochron_store::catalog::{CatalogError, validate_name};
+use isochron_store::catalog::{CatalogError, validate_title};
 
 use crate::catalog::dir;
 use crate::client::{Client, Compare, CompareOp, EtcdError, LeaseId, TxnOp};
@@ -59,7 +59,7 @@ pub fn register_live(
     value: &[u8],
     lease: LeaseId,
 ) -> Result<(), RegisterError> {
-    validate_name(name)?;
+    validate_title(name)?;
     let key = live_key(prefix, name).into_bytes();
     let r = client.txn(
         &[Compare::create_revision(key.clone(), CompareOp::Equal, 0)],

@@ -225,6 +225,10 @@ pub(crate) async fn ingest(
     Path(name): Path<String>,
     body: Body,
 ) -> Response {
+    // Renditions (`TITLE~RUNG`) are the server's to make, never uploaded.
+    if let Err(e) = isochron_store::catalog::validate_title(&name) {
+        return error(StatusCode::BAD_REQUEST, e.to_string());
+    }
     spool_and_ingest(&s, name, Bytes::new(), body).await
 }
 

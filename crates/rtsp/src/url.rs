@@ -111,11 +111,12 @@ pub fn presentation_base(url: &Url, name: &str) -> String {
     }
 }
 
-/// Whether `name` is a valid object name: `[A-Za-z0-9._-]+` and not only dots.
+/// Whether `name` is a valid object name: `[A-Za-z0-9._~-]+` (`~` joins a title to one of its
+/// renditions: `movie~720p`) and not only dots.
 #[must_use]
 pub fn is_valid_name(name: &str) -> bool {
     !name.is_empty()
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._~-".contains(&b))
         && !name.bytes().all(|b| b == b'.')
 }
 

@@ -13,7 +13,7 @@ use isochron_diskio::Store;
 use isochron_rtsp::sdp::MediaTrack;
 use isochron_rtsp::server::Presentation;
 use isochron_store::Epoch;
-use isochron_store::catalog::ObjectRecord;
+use isochron_store::catalog::{ObjectRecord, split_rendition};
 
 pub use isochron_node::ObjectEntry;
 
@@ -51,6 +51,10 @@ pub struct ObjectSummary {
     pub peak_bitrate_bps: u64,
     /// Its elementary streams, `kind codec`.
     pub streams: Vec<String>,
+    /// The title it belongs to: its own name, or a rendition's `TITLE` (in `TITLE~RUNG`).
+    pub title: String,
+    /// A rendition's rung (`720p`), `None` for a title.
+    pub rendition: Option<String>,
 }
 
 impl From<&ObjectRecord> for ObjectSummary {
@@ -65,6 +69,8 @@ impl From<&ObjectRecord> for ObjectSummary {
             avg_bitrate_bps: r.avg_bitrate.0,
             peak_bitrate_bps: r.peak_bitrate.0,
             streams: r.streams.iter().map(|d| format!("{} {}", d.kind, d.codec)).collect(),
+            title: split_rendition(&r.name).map_or(&*r.name, |(t, _)| t).to_owned(),
+            rendition: split_rendition(&r.name).map(|(_, rung)| rung.to_owned()),
         }
     }
 }

@@ -55,7 +55,7 @@ use isochron_media::{TsError, TsIndex, UnitStream};
 use isochron_sched::ReadOp;
 use isochron_sched::admission::{Decision, Refusal};
 use isochron_sched::cycle::OpenRecord;
-use isochron_store::catalog::{CatalogError, ObjectRecord, validate_name};
+use isochron_store::catalog::{CatalogError, ObjectRecord, validate_title};
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
@@ -279,7 +279,7 @@ impl Recorders {
     /// refusal is the answer to the client's `Expect: 100-continue` (RFC 9110 §10.1.1) and no
     /// body is sent for nothing; [`Recorders::record`] asks again, atomically with its claim.
     pub fn check(&self, name: &str) -> Result<(), RecordError> {
-        validate_name(name).map_err(|e| RecordError::BadRequest(e.to_string()))?;
+        validate_title(name).map_err(|e| RecordError::BadRequest(e.to_string()))?;
         if self.library.contains(name) {
             return Err(RecordError::Conflict(format!("an object named {name:?} already exists")));
         }

@@ -500,11 +500,52 @@ impl ObjectRecord {
     }
 }
 
-/// Checks an object name: 1 to 128 characters from `A-Z a-z 0-9 . _ -`, and not `.` or `..`.
-///
-/// Names become file and URL path components, hence the conservative set.
+/// What separates a title from a rung in a rendition's object name: `TITLE~RUNG`. `~` is
+/// unreserved in URLs (RFC 3986 §2.3) and in file names, and no title may contain it
+/// ([`validate_title`]), so a rendition's name never collides with a title's.
+pub const RENDITION_SEP: char = '~';
+
+/// The object name of `title`'s rendition `rung` (`movie~720p`).
+#[must_use]
+pub fn rendition_name(title: &str, rung: &str) -> String {
+    format!("{title}{RENDITION_SEP}{rung}")
+}
+
+/// The title and rung of a rendition's object name, `None` for a title's.
+#[must_use]
+pub fn split_rendition(name: &str) -> Option<(&str, &str)> {
+    name.split_once(RENDITION_SEP)
+}
+
+/// Checks an object name: a title ([`validate_title`]), or a rendition's `TITLE~RUNG` with a
+/// valid title and a rung of 1 to 16 characters from `a-z 0-9`. At most 128 bytes in all.
 pub fn validate_name(name: &str) -> Result<(), CatalogError> {
+    let Some((title, rung)) = split_rendition(name) else {
+        return validate_title(name);
+    };
     let bad = |reason: String| Err(CatalogError::InvalidName { name: name.to_owned(), reason });
+    if name.len() > MAX_NAME_LEN {
+        return bad(format!("{} bytes long, the limit is {MAX_NAME_LEN}", name.len()));
+    }
+    validate_title(title)?;
+    if rung.is_empty()
+        || rung.len() > 16
+        || !rung.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    {
+        return bad(format!("rendition {rung:?} is not 1 to 16 of a-z and 0-9"));
+    }
+    Ok(())
+}
+
+/// Checks a title's (or a node's) name: 1 to 128 characters from `A-Z a-z 0-9 . _ -`, and not
+/// `.` or `..`. Names become file and URL path components, hence the conservative set.
+pub fn validate_title(name: &str) -> Result<(), CatalogError> {
+    let bad = |reason: String| Err(CatalogError::InvalidName { name: name.to_owned(), reason });
+    if name.contains(RENDITION_SEP) {
+        return bad(format!(
+            "'{RENDITION_SEP}' is kept for renditions (TITLE{RENDITION_SEP}RUNG), which the server makes"
+        ));
+    }
     if name.is_empty() {
         return bad("names must not be empty".into());
     }
@@ -2288,5 +2329,15 @@ mod tests {
         }
         let msg = validate_name("my movie").unwrap_err().to_string();
         assert!(msg.contains("' ' at byte 2"), "{msg}");
+        for ok in ["movie~720p", "a.b~240p"] {
+            assert!(validate_name(ok).is_ok(), "{ok}");
+            assert!(validate_title(ok).is_err(), "{ok}");
+        }
+        for bad in ["~720p", "movie~", "movie~72 0p", "movie~720P", "a~b~c", "..~720p"] {
+            assert!(validate_name(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(split_rendition("movie~720p"), Some(("movie", "720p")));
+        assert_eq!(split_rendition("movie"), None);
+        assert_eq!(rendition_name("movie", "720p"), "movie~720p");
     }
 }

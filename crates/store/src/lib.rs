@@ -31,7 +31,8 @@ pub use block::{
 };
 pub use catalog::{
     BlockEntry, Catalog, CatalogError, DiskModel, DiskRecord, DiskSpec, DiskSpecError, DiskState,
-    ObjectRecord, SeekPoint, StoreMeta, StreamDesc, locate_active, validate_name,
+    ObjectRecord, RENDITION_SEP, SeekPoint, StoreMeta, StreamDesc, locate_active, rendition_name,
+    split_rendition, validate_name, validate_title,
 };
 pub use placement::{Epoch, PlacementError, PlacementLog, PlacementVariant, ScaleOp};
 pub use reorg::{Move, count_moves, moves};

@@ -2,14 +2,15 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 use isochron_base::Bytes;
 use isochron_diskio::Store;
 use isochron_diskio::ingest::{IngestProgress, ingest_file};
-use isochron_store::catalog::DiskSpec;
+use isochron_store::catalog::{DiskSpec, rendition_name, validate_title};
+use isochron_transcode::{Budget, Ladder, LadderPlan};
 
 use super::DataArg;
 
@@ -37,6 +38,21 @@ pub(crate) struct Args {
     /// streamed to it, and it cuts it and writes each block on its owner's disk.
     #[arg(long, value_name = "URL")]
     server: Option<String>,
+    /// Also make a rendition ladder of each file (H.264 + AAC, key frames at the same times in
+    /// every rendition): `1080p,720p,480p,240p`, a rung's rate may be given (`720p:2500k`).
+    /// Each rendition is an object named TITLE~RUNG. Re-running the same command after an
+    /// interruption keeps what is stored and makes the rest.
+    #[arg(long, value_name = "RUNGS", value_parser = parse_ladder)]
+    ladder: Option<Ladder>,
+    /// Seconds between two key frames of every rendition (0.5 to 10).
+    #[arg(long, value_name = "SECS", default_value_t = 2.0)]
+    idr_interval: f64,
+    /// Threads for the decoder and each encoder of a ladder (0: one per core each).
+    #[arg(long, value_name = "N", default_value_t = Budget::default().threads)]
+    transcode_threads: u32,
+    /// The ladder job's nice level (0 to 19).
+    #[arg(long, value_name = "N", default_value_t = Budget::default().nice)]
+    transcode_nice: u8,
     /// Media files to ingest: MPEG-TS, M2TS (Blu-ray, AVCHD), MP4 (progressive, `moov` first or
     /// last, or fragmented) or Matroska/WebM with H.264, H.265, AAC, Opus, AC-3 or MP3 tracks.
     #[arg(required = true, value_name = "FILE")]
@@ -75,63 +91,51 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         Store::create_with(root, &disks, Bytes::kib(args.block_size_kib), variant, k)
             .with_context(|| format!("creating a store at {}", root.display()))?
     };
+    anyhow::ensure!(
+        args.ladder.is_none() || args.server.is_none(),
+        "--ladder is made where the store is: ingest locally, or set [transcode] on the server"
+    );
     let mut failed = 0;
     for file in &args.files {
-        let name = match &args.name {
-            Some(n) => n.clone(),
-            None => match file.file_stem() {
-                Some(s) => s.to_string_lossy().into_owned(),
-                None => {
-                    eprintln!("isochron: cannot ingest {}: no file name", file.display());
+        let Some(name) = object_name(&args, file) else {
+            eprintln!("isochron: cannot ingest {}: no file name", file.display());
+            failed += 1;
+            continue;
+        };
+        if let Err(e) = validate_title(&name) {
+            eprintln!("isochron: cannot ingest {}: {e}", file.display());
+            failed += 1;
+            continue;
+        }
+        // The ladder is checked against the file before anything is stored: a rung the file
+        // cannot give leaves the store as it was.
+        let plan = match &args.ladder {
+            None => None,
+            Some(ladder) => match plan_ladder(file, ladder, args.idr_interval) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    eprintln!("isochron: cannot ingest {}: {e:#}", file.display());
                     failed += 1;
                     continue;
                 }
             },
         };
-        let bar = progress_bar(file);
-        let result = ingest_file(&store, file, &name, &mut |p: IngestProgress| {
-            if let Some(b) = &bar {
-                b.set_length(p.total_bytes);
-                b.set_position(p.bytes_done);
-                b.set_message(match p.pass {
-                    1 => "scanning",
-                    _ => "storing",
-                });
+        let source = file.file_name().map(|n| n.to_string_lossy().into_owned());
+        let kept = match (&plan, store.catalog().object(&name)?) {
+            (Some(_), Some(rec)) if Some(&rec.source_file) == source.as_ref() => {
+                println!("kept {name}: stored before from the same file; making its renditions");
+                true
             }
-        });
-        if let Some(b) = bar {
-            b.finish_and_clear();
+            _ => false,
+        };
+        if !kept && !ingest_one(&store, file, &name) {
+            failed += 1;
+            continue;
         }
-        match result {
-            Ok(report) => {
-                if report.trailing_bytes > 0 {
-                    eprintln!(
-                        "isochron: warning: {} ends in a partial MPEG-TS packet ({} bytes); \
-                         ingested the whole packets only",
-                        file.display(),
-                        report.trailing_bytes
-                    );
-                }
-                for s in &report.skipped {
-                    eprintln!(
-                        "isochron: warning: {}: {s}; ingested the other tracks",
-                        file.display()
-                    );
-                }
-                let r = report.record;
-                println!(
-                    "ingested {}: {:.1} s, {}, {} avg / {} peak, {} blocks, {}",
-                    r.name,
-                    r.duration.as_secs_f64(),
-                    r.ts_bytes,
-                    r.avg_bitrate,
-                    r.peak_bitrate,
-                    r.blocks.len(),
-                    r.streams.iter().map(|s| s.codec.as_str()).collect::<Vec<_>>().join("+"),
-                );
-            }
-            Err(e) => {
-                eprintln!("isochron: cannot ingest {}: {e}", file.display());
+        if let Some(plan) = &plan {
+            let budget = Budget { threads: args.transcode_threads, nice: args.transcode_nice };
+            if let Err(e) = make_renditions(&store, file, &name, plan, budget) {
+                eprintln!("isochron: cannot make the renditions of {}: {e:#}", file.display());
                 failed += 1;
             }
         }
@@ -139,8 +143,139 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
+/// Ingests `file` as `name`, saying what was stored or why not. Whether it was.
+fn ingest_one(store: &Store, file: &Path, name: &str) -> bool {
+    let bar = progress_bar(file);
+    let result = ingest_file(store, file, name, &mut |p: IngestProgress| {
+        if let Some(b) = &bar {
+            b.set_length(p.total_bytes);
+            b.set_position(p.bytes_done);
+            b.set_message(match p.pass {
+                1 => "scanning",
+                _ => "storing",
+            });
+        }
+    });
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    match result {
+        Ok(report) => {
+            if report.trailing_bytes > 0 {
+                eprintln!(
+                    "isochron: warning: {} ends in a partial MPEG-TS packet ({} bytes); \
+                     ingested the whole packets only",
+                    file.display(),
+                    report.trailing_bytes
+                );
+            }
+            for s in &report.skipped {
+                eprintln!("isochron: warning: {}: {s}; ingested the other tracks", file.display());
+            }
+            let r = report.record;
+            println!(
+                "ingested {}: {:.1} s, {}, {} avg / {} peak, {} blocks, {}",
+                r.name,
+                r.duration.as_secs_f64(),
+                r.ts_bytes,
+                r.avg_bitrate,
+                r.peak_bitrate,
+                r.blocks.len(),
+                r.streams.iter().map(|s| s.codec.as_str()).collect::<Vec<_>>().join("+"),
+            );
+        }
+        Err(e) => {
+            eprintln!("isochron: cannot ingest {}: {e}", file.display());
+            return false;
+        }
+    }
+    true
+}
+
+fn parse_ladder(s: &str) -> Result<Ladder, String> {
+    Ladder::parse(s).map_err(|e| e.to_string())
+}
+
+/// Checks `ladder` against what ffprobe says of `file`.
+fn plan_ladder(file: &Path, ladder: &Ladder, idr_interval: f64) -> anyhow::Result<LadderPlan> {
+    let interval = std::time::Duration::try_from_secs_f64(idr_interval)
+        .map_err(|_| anyhow::anyhow!("--idr-interval {idr_interval} is not a duration"))?;
+    let source = isochron_transcode::probe(file)?;
+    Ok(LadderPlan::new(source, ladder, interval)?)
+}
+
+/// Makes `plan`'s renditions of `file` and stores each as `TITLE~RUNG`, skipping those stored
+/// already. The encodes go to a work directory in the store's root, made afresh (a job cut
+/// short restarts) and removed after; each rendition is listed only once all of it is stored
+/// (the catalog entry is an ingest's last step).
+fn make_renditions(
+    store: &Store,
+    file: &Path,
+    title: &str,
+    plan: &LadderPlan,
+    budget: Budget,
+) -> anyhow::Result<()> {
+    let mut todo = plan.clone();
+    let catalog = store.catalog();
+    todo.rungs.retain(|r| matches!(catalog.object(&rendition_name(title, &r.name)), Ok(None)));
+    if todo.rungs.is_empty() {
+        println!("{title}: every rendition is stored");
+        return Ok(());
+    }
+    let work = store.root().join(format!(".transcode-{title}"));
+    if work.exists() {
+        std::fs::remove_dir_all(&work).with_context(|| format!("{}", work.display()))?;
+    }
+    std::fs::create_dir_all(&work).with_context(|| format!("{}", work.display()))?;
+    let result = (|| -> anyhow::Result<()> {
+        let names: Vec<&str> = todo.rungs.iter().map(|r| r.name.as_str()).collect();
+        let bar = transcode_bar(plan.source.duration, &names.join(","));
+        let started = std::time::Instant::now();
+        let outputs = isochron_transcode::run_ladder(&todo, file, &work, budget, &mut |t| {
+            if let Some(b) = &bar {
+                b.set_position(t.as_millis() as u64);
+            }
+        })?;
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        println!(
+            "transcoded {title} into {} in {:.1} s",
+            names.join(", "),
+            started.elapsed().as_secs_f64()
+        );
+        for (rung, path) in outputs {
+            let name = rendition_name(title, &rung.name);
+            anyhow::ensure!(ingest_one(store, &path, &name), "rendition {name} was not stored");
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&work);
+    result
+}
+
+/// A bar over the source's duration, on a terminal.
+fn transcode_bar(
+    duration: Option<std::time::Duration>,
+    what: &str,
+) -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal as _;
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let b = indicatif::ProgressBar::new(duration?.as_millis() as u64);
+    b.set_style(
+        indicatif::ProgressStyle::with_template(
+            "transcoding {msg} {wide_bar} {percent}% eta {eta}",
+        )
+        .ok()?,
+    );
+    b.set_message(what.to_owned());
+    Some(b)
+}
+
 /// The object name of `file`: `--name`, else the file stem.
-fn object_name(args: &Args, file: &std::path::Path) -> Option<String> {
+fn object_name(args: &Args, file: &Path) -> Option<String> {
     args.name.clone().or_else(|| file.file_stem().map(|s| s.to_string_lossy().into_owned()))
 }
 
@@ -263,7 +398,7 @@ impl<R: std::io::Read> std::io::Read for Progress<R> {
     }
 }
 
-fn progress_bar(file: &std::path::Path) -> Option<indicatif::ProgressBar> {
+fn progress_bar(file: &Path) -> Option<indicatif::ProgressBar> {
     use std::io::IsTerminal as _;
     let big = std::fs::metadata(file).map(|m| m.len() > 64 << 20).unwrap_or(false);
     if !big || !std::io::stderr().is_terminal() {

@@ -5,6 +5,7 @@
 use std::process::ExitCode;
 
 use isochron_diskio::Store;
+use isochron_store::catalog::{RENDITION_SEP, split_rendition};
 
 use super::DataArg;
 
@@ -26,7 +27,15 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         return list_remote(url, args.json);
     }
     let store = Store::open(&args.data.data)?;
-    let objects = store.catalog().objects()?;
+    let mut objects = store.catalog().objects()?;
+    // Each title, then its renditions (TITLE~RUNG), highest rate first.
+    objects.sort_by(|a, b| {
+        let key = |r: &isochron_store::ObjectRecord| match split_rendition(&r.name) {
+            None => (r.name.clone(), 0, 0),
+            Some((title, _)) => (title.to_owned(), 1, u64::MAX - r.avg_bitrate.0),
+        };
+        key(a).cmp(&key(b))
+    });
     if args.json {
         let v: Vec<_> = objects
             .iter()
@@ -42,6 +51,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
                     "peak_bitrate_bps": r.peak_bitrate.0,
                     "streams": r.streams.iter().map(|s| format!("{} {}", s.kind, s.codec)).collect::<Vec<_>>(),
                     "source": r.source_file,
+                    "title": split_rendition(&r.name).map_or(&*r.name, |(t, _)| t),
+                    "rendition": split_rendition(&r.name).map(|(_, rung)| rung),
                 })
             })
             .collect();
@@ -53,9 +64,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         "NAME", "DURATION", "SIZE", "AVG RATE", "BLOCKS"
     );
     for r in &objects {
+        // A rendition is shown under its title as `  ~RUNG`.
+        let shown = match split_rendition(&r.name) {
+            Some((_, rung)) => format!("  {RENDITION_SEP}{rung}"),
+            None => r.name.clone(),
+        };
         println!(
             "{:<24} {:>8.1}s {:>11} {:>12} {:>7}  {}",
-            r.name,
+            shown,
             r.duration.as_secs_f64(),
             r.ts_bytes.to_string(),
             r.avg_bitrate.to_string(),

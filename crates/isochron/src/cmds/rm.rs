@@ -5,6 +5,7 @@
 use std::process::ExitCode;
 
 use isochron_diskio::Store;
+use isochron_store::catalog::split_rendition;
 
 use super::DataArg;
 
@@ -13,12 +14,28 @@ use super::DataArg;
 pub(crate) struct Args {
     #[command(flatten)]
     data: DataArg,
-    /// The object to remove.
+    /// The object to remove: a title goes with its renditions (TITLE~RUNG); a rendition alone
+    /// by its own name.
     name: String,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let store = Store::open(&args.data.data)?;
+    // The renditions first: a title is never left listed without the ladder it had, only
+    // the other way round if this stops half-way (and `rm` again finishes it).
+    if split_rendition(&args.name).is_none() {
+        let renditions: Vec<String> = store
+            .catalog()
+            .objects()?
+            .into_iter()
+            .filter(|r| split_rendition(&r.name).is_some_and(|(t, _)| t == args.name))
+            .map(|r| r.name)
+            .collect();
+        for name in renditions {
+            let rec = store.remove(&name)?;
+            println!("removed {} ({} blocks)", rec.name, rec.blocks.len());
+        }
+    }
     let rec = store.remove(&args.name)?;
     println!("removed {} ({} blocks)", rec.name, rec.blocks.len());
     Ok(ExitCode::SUCCESS)

@@ -241,6 +241,16 @@ pub fn media_fixture(name: &str) -> PathBuf {
                  -f matroska",
             ),
         ),
+        // 12 s of 1080p H.264 (2 s GOP, B-frames) + AAC: the rendition ladder's source.
+        "h264_1080p_12s.mp4" => (
+            None,
+            split(
+                "-f lavfi -i testsrc2=size=1920x1080:rate=25 \
+                 -f lavfi -i sine=frequency=440:sample_rate=48000 -ac 2 -t 12 \
+                 -c:v libx264 -preset ultrafast -g 50 -b:v 6M \
+                 -pix_fmt yuv420p -c:a aac -b:a 128k -movflags +faststart",
+            ),
+        ),
         // ≥ 90 s of 1080p H.264 + AAC: the GStreamer frame-for-frame test.
         "h264_1080p_90s.mp4" => (
             None,

@@ -31,6 +31,7 @@ mod play;
 mod players;
 mod protocol;
 mod recording;
+mod renditions;
 mod replication;
 mod scaling;
 mod security;

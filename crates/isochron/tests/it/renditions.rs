@@ -1,0 +1,194 @@
+//! Renditions: `isochron ingest --ladder` makes a ladder of H.264 + AAC renditions with key
+//! frames at the same times, each an object of its own (`TITLE~RUNG`) that plays over RTSP like
+//! any object, listed under its title and removed with it; a ladder the file cannot give is
+//! refused before anything is stored.
+
+use crate::common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::*;
+
+fn isochron(args: &[&str], data: &Path) -> Output {
+    run(Command::new(bin()).args(args).arg("--data").arg(data), 300)
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Each video packet of `file`'s first video stream: (pts in seconds, size, key frame).
+fn video_packets(file: &Path) -> Vec<(f64, u64, bool)> {
+    let out = run(
+        Command::new("ffprobe")
+            .args([
+                "-v",
+                "error",
+                "-select_streams",
+                "v:0",
+                "-show_entries",
+                "packet=pts_time,size,flags",
+                "-of",
+                "csv=p=0",
+            ])
+            .arg(file),
+        60,
+    );
+    ok(&out)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            Some((f.first()?.parse().ok()?, f.get(1)?.parse().ok()?, f.get(2)?.contains('K')))
+        })
+        .collect()
+}
+
+/// The first video stream's height.
+fn height(file: &Path) -> u32 {
+    let out = run(
+        Command::new("ffprobe")
+            .args(["-v", "error", "-select_streams", "v:0", "-show_entries"])
+            .args(["stream=height", "-of", "csv=p=0"])
+            .arg(file),
+        60,
+    );
+    // MPEG-TS lists the stream again under its program: the first line is enough.
+    let text = ok(&out);
+    text.lines().find(|l| !l.trim().is_empty()).and_then(|l| l.trim().parse().ok()).expect(&text)
+}
+
+#[test]
+fn a_ladder_has_key_frames_at_the_same_times_rates_near_their_targets_and_plays_over_rtsp() {
+    require("ffprobe");
+    let _load = load(weight::HEAVY);
+    let src = media_fixture("h264_1080p_12s.mp4");
+    let dir = tempdir();
+    let data = dir.path().join("store");
+    let out = isochron(
+        &["ingest", "--name", "film", "--ladder", "1080p,720p,480p,240p", src.to_str().unwrap()],
+        &data,
+    );
+    let said = ok(&out);
+    assert!(said.contains("transcoded film into 1080p, 720p, 480p, 240p"), "{said}");
+
+    // Listed: the title, then its renditions under it, highest rate first.
+    let ls = ok(&isochron(&["ls"], &data));
+    let names: Vec<&str> =
+        ls.lines().skip(1).map(|l| l.split_whitespace().next().unwrap_or("")).collect();
+    assert_eq!(names, ["film", "~1080p", "~720p", "~480p", "~240p"], "{ls}");
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&isochron(&["ls", "--json"], &data))).expect("ls --json");
+    for o in json.as_array().unwrap() {
+        assert_eq!(o["title"], "film", "{o}");
+    }
+
+    // Read back from the store: key frames at the same times in every rung, each rung's
+    // picture height and video rate within 10 % of its target, and no decoding error.
+    let mut keys_of_first: Option<Vec<f64>> = None;
+    for (rung, lines, target_bps) in [
+        ("1080p", 1080, 5_000_000.0),
+        ("720p", 720, 3_000_000.0),
+        ("480p", 480, 1_200_000.0),
+        ("240p", 240, 400_000.0),
+    ] {
+        let file = dir.path().join(format!("{rung}.ts"));
+        let name = format!("film~{rung}");
+        ok(&isochron(&["cat", "-o", file.to_str().unwrap(), &name], &data));
+        assert_eq!(height(&file), lines, "{name}");
+        let packets = video_packets(&file);
+        let keys: Vec<f64> = packets.iter().filter(|p| p.2).map(|p| p.0).collect();
+        assert_eq!(keys.len(), 6, "{name}: a key frame every 2 s of 12 s: {keys:?}");
+        for w in keys.windows(2) {
+            assert!((w[1] - w[0] - 2.0).abs() < 0.05, "{name}: key frames {keys:?}");
+        }
+        match &keys_of_first {
+            None => keys_of_first = Some(keys),
+            Some(first) => assert_eq!(&keys, first, "{name}: key frames not where 1080p's are"),
+        }
+        let span = packets.len() as f64 / 25.0;
+        let bps = packets.iter().map(|p| p.1).sum::<u64>() as f64 * 8.0 / span;
+        assert!(
+            (bps / target_bps - 1.0).abs() <= 0.10,
+            "{name}: video at {bps:.0} b/s, target {target_bps}"
+        );
+        let decode = run(
+            Command::new("ffmpeg")
+                .args(["-nostdin", "-v", "error", "-i"])
+                .arg(&file)
+                .args(["-f", "null", "-"]),
+            120,
+        );
+        assert!(
+            decode.status.success() && decode.stderr.is_empty(),
+            "{name} does not decode cleanly: {}",
+            String::from_utf8_lossy(&decode.stderr)
+        );
+    }
+
+    // A rendition is an object: a standard player plays it by its name.
+    let server = Server::start(&data, ServeOptions { no_demo: true, ..ServeOptions::default() });
+    let got = dir.path().join("played.ts");
+    let play = run(
+        Command::new("ffmpeg")
+            .args(["-nostdin", "-v", "error", "-rtsp_transport", "tcp", "-i"])
+            .arg(server.url("film~480p"))
+            .args(["-map", "0", "-c", "copy", "-f", "mpegts", "-y"])
+            .arg(&got),
+        120,
+    );
+    assert!(play.status.success(), "{}\n{}", String::from_utf8_lossy(&play.stderr), server.log());
+    assert_eq!(height(&got), 480);
+    server.stop();
+
+    // Removed with its title.
+    let rm = ok(&isochron(&["rm", "film"], &data));
+    assert_eq!(rm.lines().count(), 5, "{rm}");
+    let ls = ok(&isochron(&["ls"], &data));
+    assert_eq!(ls.lines().count(), 1, "{ls}");
+}
+
+#[test]
+fn a_ladder_the_file_cannot_give_is_refused_naming_file_and_rung_and_nothing_is_stored() {
+    require("ffprobe");
+    let _load = load(weight::LIGHT);
+    let dir = tempdir();
+    let data = dir.path().join("store");
+    ok(&isochron(&["ingest", demo().to_str().unwrap()], &data));
+    let ls_before = ok(&isochron(&["ls", "--json"], &data));
+    let small = media_fixture("h264_aac.mp4"); // 640×360
+    let garbage = dir.path().join("garbage.mp4");
+    std::fs::write(&garbage, b"not a movie at all".repeat(100)).unwrap();
+    for (file, ladder, words) in [
+        (
+            &small,
+            "480p,240p",
+            "h264_aac.mp4: rung 480p (480 lines) is larger than the source (360 lines)",
+        ),
+        (&garbage, "240p", "garbage.mp4: cannot be decoded"),
+    ] {
+        let out = isochron(&["ingest", "--ladder", ladder, file.to_str().unwrap()], &data);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(words), "{ladder}: {err}");
+    }
+    let out = isochron(&["ingest", "--ladder", "720p,999p", small.to_str().unwrap()], &data);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("unknown rung \"999p\""), "{err}");
+    // A title may not take a rendition's form: those are the server's to make.
+    let out = isochron(&["ingest", "--name", "x~240p", small.to_str().unwrap()], &data);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("kept for renditions"), "{err}");
+    assert_eq!(ok(&isochron(&["ls", "--json"], &data)), ls_before, "the store changed");
+    let leftovers: Vec<_> = std::fs::read_dir(&data)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".transcode"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
