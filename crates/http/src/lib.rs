@@ -28,6 +28,7 @@ mod cluster;
 mod dashboard;
 mod error;
 mod fsck;
+mod master;
 mod media;
 mod metrics;
 pub mod range;

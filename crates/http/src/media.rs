@@ -591,13 +591,30 @@ fn is_ts(record: &ObjectRecord) -> bool {
     record.media.is_none() && !record.streams.is_empty()
 }
 
-/// `GET /hls/{name}/{file}`: `index.m3u8` or `{n}.ts`.
+/// `GET /hls/{name}/{file}`: `master.m3u8` (the title's renditions: [`crate::master`]),
+/// `index.m3u8` or a segment.
 pub(crate) async fn hls(
     State(s): State<ApiState>,
     method: Method,
     Path((name, file)): Path<(String, String)>,
 ) -> Response {
     let Some(obj) = lookup(&s, &name) else { return not_found(&name) };
+    if file == "master.m3u8" {
+        let renditions = s.library.renditions(&name);
+        let variants: Vec<(&ObjectRecord, String)> = if renditions.is_empty() {
+            vec![(obj.record(), "index.m3u8".to_owned())]
+        } else {
+            renditions
+                .iter()
+                .map(|e| (&e.record, format!("../{}/index.m3u8", e.record.name)))
+                .collect()
+        };
+        let mut r = crate::master::master_playlist(&variants).into_response();
+        set(&mut r, header::CONTENT_TYPE, "application/vnd.apple.mpegurl");
+        set(&mut r, header::CACHE_CONTROL, "no-cache");
+        cors(r.headers_mut());
+        return r;
+    }
     if obj.record().media.is_some() {
         return native_hls(&s, &obj, &file, method == Method::HEAD).await;
     }

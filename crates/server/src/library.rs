@@ -121,6 +121,19 @@ impl Library {
         v
     }
 
+    /// The renditions of `title` (the objects named `TITLE~RUNG`), highest mean rate first.
+    #[must_use]
+    pub fn renditions(&self, title: &str) -> Vec<Arc<ObjectEntry>> {
+        let mut v: Vec<_> = self
+            .read()
+            .values()
+            .filter(|e| split_rendition(&e.record.name).is_some_and(|(t, _)| t == title))
+            .cloned()
+            .collect();
+        v.sort_by_key(|e| std::cmp::Reverse(e.record.avg_bitrate.0));
+        v
+    }
+
     /// Whether an object named `name` exists.
     #[must_use]
     pub fn contains(&self, name: &str) -> bool {

@@ -215,11 +215,14 @@ impl LadderPlan {
     /// The file name of `rung`'s output in the job's directory.
     #[must_use]
     pub fn output_name(rung: &Rung) -> String {
-        format!("{}.ts", rung.name)
+        format!("{}.mp4", rung.name)
     }
 
-    /// The arguments of the one `ffmpeg` that decodes `input` once and writes every rung as
-    /// MPEG-TS into `out_dir` ([`Self::output_name`]), with `-progress pipe:1` on stdout.
+    /// The arguments of the one `ffmpeg` that decodes `input` once and writes every rung as an
+    /// MP4 file (`moov` first) into `out_dir` ([`Self::output_name`]), with `-progress pipe:1`
+    /// on stdout. MP4, not MPEG-TS: a rendition is then stored as native H.264 and AAC tracks,
+    /// which RTSP sends as RFC 6184 and RFC 3640 RTP, HLS as CMAF fragments, and whose record
+    /// keeps each track's picture size and codec parameters (what a master playlist lists).
     #[must_use]
     pub fn ffmpeg_args(&self, input: &str, out_dir: &str, budget: Budget) -> Vec<String> {
         let mut a: Vec<String> =
@@ -273,7 +276,12 @@ impl LadderPlan {
             if self.source.has_audio {
                 a.extend(["-c:a", "aac", "-b:a", &k(AUDIO_BPS), "-ac", "2"].map(String::from));
             }
-            a.extend(["-f".into(), "mpegts".into(), format!("{out_dir}/{}", Self::output_name(r))]);
+            a.extend(
+                ["-movflags", "+faststart", "-f", "mp4"]
+                    .map(String::from)
+                    .into_iter()
+                    .chain([format!("{out_dir}/{}", Self::output_name(r))]),
+            );
         }
         a
     }
@@ -398,7 +406,7 @@ mod tests {
         assert_eq!(a.matches("expr:gte(t,n_forced*2)").count(), 2, "{a}");
         assert_eq!(a.matches("-map 0:a:0").count(), 2, "{a}");
         assert!(a.contains("-b:v 3000k -maxrate 3300k -bufsize 6000k"), "{a}");
-        assert!(a.ends_with("/tmp/o/240p.ts"), "{a}");
+        assert!(a.ends_with("-movflags +faststart -f mp4 /tmp/o/240p.mp4"), "{a}");
         let mut silent = source();
         silent.has_audio = false;
         let p = LadderPlan::new(silent, &l, Duration::from_millis(1500)).unwrap();

@@ -61,7 +61,10 @@ fn height(file: &Path) -> u32 {
     );
     // MPEG-TS lists the stream again under its program: the first line is enough.
     let text = ok(&out);
-    text.lines().find(|l| !l.trim().is_empty()).and_then(|l| l.trim().parse().ok()).expect(&text)
+    text.lines()
+        .find(|l| !l.trim().is_empty())
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no height in {text:?}"))
 }
 
 #[test]
@@ -98,7 +101,7 @@ fn a_ladder_has_key_frames_at_the_same_times_rates_near_their_targets_and_plays_
         ("480p", 480, 1_200_000.0),
         ("240p", 240, 400_000.0),
     ] {
-        let file = dir.path().join(format!("{rung}.ts"));
+        let file = dir.path().join(format!("{rung}.mp4"));
         let name = format!("film~{rung}");
         ok(&isochron(&["cat", "-o", file.to_str().unwrap(), &name], &data));
         assert_eq!(height(&file), lines, "{name}");
@@ -134,17 +137,44 @@ fn a_ladder_has_key_frames_at_the_same_times_rates_near_their_targets_and_plays_
 
     // A rendition is an object: a standard player plays it by its name.
     let server = Server::start(&data, ServeOptions { no_demo: true, ..ServeOptions::default() });
-    let got = dir.path().join("played.ts");
+    let got = dir.path().join("played.mp4");
     let play = run(
         Command::new("ffmpeg")
             .args(["-nostdin", "-v", "error", "-rtsp_transport", "tcp", "-i"])
             .arg(server.url("film~480p"))
-            .args(["-map", "0", "-c", "copy", "-f", "mpegts", "-y"])
+            .args(["-map", "0", "-c", "copy", "-f", "mp4", "-y"])
             .arg(&got),
         120,
     );
     assert!(play.status.success(), "{}\n{}", String::from_utf8_lossy(&play.stderr), server.log());
     assert_eq!(height(&got), 480);
+
+    // HLS: a master playlist of the four renditions, highest first, each with its rates,
+    // picture size and codecs; the browser page plays the ladder with hls.js.
+    let master = server.http_get("/hls/film/master.m3u8");
+    let variants: Vec<&str> =
+        master.lines().filter(|l| l.starts_with("#EXT-X-STREAM-INF:")).collect();
+    assert_eq!(variants.len(), 4, "{master}");
+    for (v, size) in variants.iter().zip(["1920x1080", "1280x720", "854x480", "426x240"]) {
+        assert!(v.contains(&format!("RESOLUTION={size}")), "{master}");
+        assert!(v.contains("CODECS=\"avc1.") && v.contains(",mp4a.40.2\""), "{master}");
+        assert!(v.contains("AVERAGE-BANDWIDTH="), "{master}");
+    }
+    assert!(master.contains("\n../film~1080p/index.m3u8\n"), "{master}");
+    assert!(master.trim_end().ends_with("../film~240p/index.m3u8"), "{master}");
+    let beacon = Beacon::new();
+    let page = format!("http://{}/watch/film?report={}", server.http, beacon.url());
+    let child = chromium(&page, &[], 90);
+    let report = beacon.wait(std::time::Duration::from_secs(60));
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let out = child.wait_with_output().expect("chromium output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let Some(report) = report else {
+        panic!("no report from the page within 60 s; chromium's stderr:\n{stderr}");
+    };
+    let v: serde_json::Value = serde_json::from_str(&report).unwrap();
+    assert_eq!(v["ok"], true, "{report}; chromium's stderr:\n{stderr}");
+    assert_eq!(v["levels"], 4, "{report}");
     server.stop();
 
     // Removed with its title.
