@@ -175,8 +175,12 @@ pub struct Budget {
 }
 
 impl Default for Budget {
+    /// ffmpeg's own thread counts at nice 10. One thread each is no budget worth having: the
+    /// `split` and four scalers then share one filter thread and the decoder another, and a
+    /// 1080p ladder took 1.9× as long as ffmpeg alone on two cores (`docs/design/renditions.md`);
+    /// the nice level is what keeps playback first.
     fn default() -> Self {
-        Self { threads: 1, nice: 10 }
+        Self { threads: 0, nice: 10 }
     }
 }
 

@@ -13,7 +13,7 @@
 //!   the one `ffmpeg` command that decodes the source once and encodes every rung from it;
 //! - [`progress`] (pure): `ffmpeg -progress` key=value lines to a fraction done;
 //! - [`process`] (IO, quarantined): running `ffprobe` and the supervised `ffmpeg` (niced, a
-//!   bounded number of threads, killed when dropped, its error output kept for the error).
+//!   thread bound if asked, killed when dropped, its error output kept for the error).
 //!
 //! Why a supervised `ffmpeg` and not a library binding: `docs/design/renditions.md`.
 

@@ -1,6 +1,6 @@
 //! The IO of a ladder job, quarantined here: `ffprobe` and the supervised `ffmpeg`.
 //!
-//! The job runs under `nice` with a bounded thread count ([`Budget`]), reports progress from
+//! The job runs under `nice`, with a thread bound if asked ([`Budget`]), reports progress from
 //! `-progress pipe:1`, keeps the tail of ffmpeg's error output for the error it returns, and is
 //! killed (and reaped) if its caller gives up on it — an abandoned job leaves no process
 //! behind. Its outputs are plain files in a directory the caller owns; nothing here touches the

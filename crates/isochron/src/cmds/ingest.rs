@@ -47,7 +47,7 @@ pub(crate) struct Args {
     /// Seconds between two key frames of every rendition (0.5 to 10).
     #[arg(long, value_name = "SECS", default_value_t = 2.0)]
     idr_interval: f64,
-    /// Threads for the decoder and each encoder of a ladder (0: one per core each).
+    /// Threads for the decoder, the filters and each encoder of a ladder (0: ffmpeg chooses).
     #[arg(long, value_name = "N", default_value_t = Budget::default().threads)]
     transcode_threads: u32,
     /// The ladder job's nice level (0 to 19).
