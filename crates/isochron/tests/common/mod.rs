@@ -251,6 +251,17 @@ pub fn media_fixture(name: &str) -> PathBuf {
                  -pix_fmt yuv420p -c:a aac -b:a 128k -movflags +faststart",
             ),
         ),
+        // 90 s of 1280×720 H.264 + AAC with film grain (hard to compress: every rung of its
+        // ladder spends its whole rate): the browser's adaptive play behind a shaped link.
+        "h264_720p_grain_90s.mp4" => (
+            None,
+            split(
+                "-f lavfi -i testsrc2=size=1280x720:rate=25 \
+                 -f lavfi -i sine=frequency=500:sample_rate=48000 -ac 2 -t 90 \
+                 -vf noise=alls=20:allf=t -c:v libx264 -preset ultrafast -g 50 -b:v 6M \
+                 -pix_fmt yuv420p -c:a aac -b:a 128k -movflags +faststart",
+            ),
+        ),
         // ≥ 90 s of 1080p H.264 + AAC: the GStreamer frame-for-frame test.
         "h264_1080p_90s.mp4" => (
             None,
@@ -773,9 +784,22 @@ pub fn quantile(sorted: &[f64], f: f64) -> f64 {
 /// profile, no background networking, no sandbox as root, autoplay without a gesture), plus
 /// `extra` flags before the URL. The caller waits on it (or kills it) and reads its output.
 pub fn chromium(url: &str, extra: &[&str], secs: u64) -> Child {
+    chromium_in(None, url, extra, secs)
+}
+
+/// [`chromium`] in `host`'s network namespace (`None`: this one).
+pub fn chromium_in(
+    host: Option<&isochron_loadgen::testbed::Host>,
+    url: &str,
+    extra: &[&str],
+    secs: u64,
+) -> Child {
     require("chromium");
     let profile = tempdir();
-    let mut c = Command::new("timeout");
+    let mut c = match host {
+        Some(h) => h.command("timeout"),
+        None => Command::new("timeout"),
+    };
     c.args(["-k", "5", &secs.to_string(), "chromium"])
         .args([
             "--headless",
@@ -808,7 +832,12 @@ pub struct Beacon {
 impl Beacon {
     /// Listens on a free loopback port.
     pub fn new() -> Self {
-        Self { listener: std::net::TcpListener::bind("127.0.0.1:0").expect("beacon listener") }
+        Self::on(std::net::Ipv4Addr::LOCALHOST)
+    }
+
+    /// Listens on a free port of `ip` (a testbed's host address, for a page in a namespace).
+    pub fn on(ip: std::net::Ipv4Addr) -> Self {
+        Self { listener: std::net::TcpListener::bind((ip, 0)).expect("beacon listener") }
     }
 
     /// The URL to POST to.
