@@ -65,6 +65,10 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         "--name names one object; it cannot be used with {} files",
         args.files.len()
     );
+    anyhow::ensure!(
+        args.ladder.is_none() || args.server.is_none(),
+        "--ladder is made where the store is: ingest with --data on the store's machine"
+    );
     if let Some(url) = &args.server {
         return ingest_remote(url, &args);
     }
@@ -91,10 +95,6 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         Store::create_with(root, &disks, Bytes::kib(args.block_size_kib), variant, k)
             .with_context(|| format!("creating a store at {}", root.display()))?
     };
-    anyhow::ensure!(
-        args.ladder.is_none() || args.server.is_none(),
-        "--ladder is made where the store is: ingest locally, or set [transcode] on the server"
-    );
     let mut failed = 0;
     for file in &args.files {
         let Some(name) = object_name(&args, file) else {

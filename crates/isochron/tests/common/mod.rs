@@ -251,14 +251,14 @@ pub fn media_fixture(name: &str) -> PathBuf {
                  -pix_fmt yuv420p -c:a aac -b:a 128k -movflags +faststart",
             ),
         ),
-        // 90 s of 1280×720 H.264 + AAC with film grain (hard to compress: every rung of its
+        // 90 s of 640×360 H.264 + AAC with film grain (hard to compress: every rung of its
         // ladder spends its whole rate): the browser's adaptive play behind a shaped link.
-        "h264_720p_grain_90s.mp4" => (
+        "h264_360p_grain_90s.mp4" => (
             None,
             split(
-                "-f lavfi -i testsrc2=size=1280x720:rate=25 \
+                "-f lavfi -i testsrc2=size=640x360:rate=25 \
                  -f lavfi -i sine=frequency=500:sample_rate=48000 -ac 2 -t 90 \
-                 -vf noise=alls=20:allf=t -c:v libx264 -preset ultrafast -g 50 -b:v 6M \
+                 -vf noise=alls=20:allf=t -c:v libx264 -preset ultrafast -g 50 -b:v 3M \
                  -pix_fmt yuv420p -c:a aac -b:a 128k -movflags +faststart",
             ),
         ),
@@ -821,6 +821,32 @@ pub fn chromium_in(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     c.spawn().expect("starting chromium")
+}
+
+/// Opens a watch page in Chromium (in `host`'s namespace, or this one) and returns the page's
+/// report (its `report=` is `beacon`'s URL) with Chromium's stderr, where the page's console
+/// lines are: panics, showing that stderr, if no report came within `wait` or the report is not
+/// `"ok": true`.
+pub fn watch_report(
+    host: Option<&isochron_loadgen::testbed::Host>,
+    page: &str,
+    beacon: &Beacon,
+    wait: Duration,
+) -> (serde_json::Value, String) {
+    let secs = wait.as_secs() + 60;
+    let child = chromium_in(host, page, &["--enable-logging=stderr", "--v=0"], secs);
+    let report = beacon.wait(wait);
+    // SIGTERM to `timeout`, which passes it on to chromium.
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let out = child.wait_with_output().expect("chromium output");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let Some(report) = report else {
+        panic!("no report from the page within {wait:?}; chromium's stderr:\n{stderr}");
+    };
+    let v: serde_json::Value = serde_json::from_str(&report)
+        .unwrap_or_else(|e| panic!("report {report:?}: {e}; chromium's stderr:\n{stderr}"));
+    assert_eq!(v["ok"], true, "{report}; chromium's stderr:\n{stderr}");
+    (v, stderr)
 }
 
 /// A one-shot HTTP listener for a page's report: the page POSTs (a CORS "simple" request, so

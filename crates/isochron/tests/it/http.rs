@@ -422,20 +422,9 @@ fn chromium_plays_the_watch_page() {
     let beacon = Beacon::new();
     let url = format!("http://{}/watch/demo?report={}", server.http, beacon.url());
     let t = Instant::now();
-    let child = chromium(&url, &[], 90);
-    let report = beacon.wait(Duration::from_secs(60));
-    // SIGTERM to `timeout`, which passes it on to chromium.
-    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
-    let out = child.wait_with_output().expect("chromium output");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let Some(report) = report else {
-        panic!("no report from the page within 60 s; chromium's stderr:\n{stderr}");
-    };
-    eprintln!("page report after {:.1} s: {report}", t.elapsed().as_secs_f64());
-    let v: serde_json::Value = serde_json::from_str(&report)
-        .unwrap_or_else(|e| panic!("report {report:?}: {e}; chromium's stderr:\n{stderr}"));
-    assert_eq!(v["ok"], true, "{report}; chromium's stderr:\n{stderr}");
-    assert!(v["time"].as_f64().unwrap() >= 5.0, "{report}");
+    let (v, _) = watch_report(None, &url, &beacon, Duration::from_secs(60));
+    eprintln!("page report after {:.1} s: {v}", t.elapsed().as_secs_f64());
+    assert!(v["time"].as_f64().unwrap() >= 5.0, "{v}");
 }
 
 #[test]
