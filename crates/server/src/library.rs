@@ -13,7 +13,7 @@ use isochron_diskio::Store;
 use isochron_rtsp::sdp::MediaTrack;
 use isochron_rtsp::server::Presentation;
 use isochron_store::Epoch;
-use isochron_store::catalog::{ObjectRecord, split_rendition};
+use isochron_store::catalog::{ObjectRecord, is_rendition_of, split_rendition, title_of};
 
 pub use isochron_node::ObjectEntry;
 
@@ -69,7 +69,7 @@ impl From<&ObjectRecord> for ObjectSummary {
             avg_bitrate_bps: r.avg_bitrate.0,
             peak_bitrate_bps: r.peak_bitrate.0,
             streams: r.streams.iter().map(|d| format!("{} {}", d.kind, d.codec)).collect(),
-            title: split_rendition(&r.name).map_or(&*r.name, |(t, _)| t).to_owned(),
+            title: title_of(&r.name).to_owned(),
             rendition: split_rendition(&r.name).map(|(_, rung)| rung.to_owned()),
         }
     }
@@ -127,7 +127,7 @@ impl Library {
         let mut v: Vec<_> = self
             .read()
             .values()
-            .filter(|e| split_rendition(&e.record.name).is_some_and(|(t, _)| t == title))
+            .filter(|e| is_rendition_of(&e.record.name, title))
             .cloned()
             .collect();
         v.sort_by_key(|e| std::cmp::Reverse(e.record.avg_bitrate.0));

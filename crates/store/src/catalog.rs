@@ -517,6 +517,18 @@ pub fn split_rendition(name: &str) -> Option<(&str, &str)> {
     name.split_once(RENDITION_SEP)
 }
 
+/// The title an object belongs to: a rendition's `TITLE`, or a title's own name.
+#[must_use]
+pub fn title_of(name: &str) -> &str {
+    split_rendition(name).map_or(name, |(title, _)| title)
+}
+
+/// Whether `name` is one of `title`'s renditions (`TITLE~RUNG`).
+#[must_use]
+pub fn is_rendition_of(name: &str, title: &str) -> bool {
+    split_rendition(name).is_some_and(|(t, _)| t == title)
+}
+
 /// Checks an object name: a title ([`validate_title`]), or a rendition's `TITLE~RUNG` with a
 /// valid title and a rung of 1 to 16 characters from `a-z 0-9`. At most 128 bytes in all.
 pub fn validate_name(name: &str) -> Result<(), CatalogError> {
@@ -2339,5 +2351,8 @@ mod tests {
         assert_eq!(split_rendition("movie~720p"), Some(("movie", "720p")));
         assert_eq!(split_rendition("movie"), None);
         assert_eq!(rendition_name("movie", "720p"), "movie~720p");
+        assert_eq!((title_of("movie~720p"), title_of("movie")), ("movie", "movie"));
+        assert!(is_rendition_of("movie~720p", "movie") && !is_rendition_of("movie", "movie"));
+        assert!(!is_rendition_of("movie.v2~720p", "movie"));
     }
 }

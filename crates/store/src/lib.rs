@@ -31,8 +31,8 @@ pub use block::{
 };
 pub use catalog::{
     BlockEntry, Catalog, CatalogError, DiskModel, DiskRecord, DiskSpec, DiskSpecError, DiskState,
-    ObjectRecord, RENDITION_SEP, SeekPoint, StoreMeta, StreamDesc, locate_active, rendition_name,
-    split_rendition, validate_name, validate_title,
+    ObjectRecord, RENDITION_SEP, SeekPoint, StoreMeta, StreamDesc, is_rendition_of, locate_active,
+    rendition_name, split_rendition, title_of, validate_name, validate_title,
 };
 pub use placement::{Epoch, PlacementError, PlacementLog, PlacementVariant, ScaleOp};
 pub use reorg::{Move, count_moves, moves};

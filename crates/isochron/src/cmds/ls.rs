@@ -5,7 +5,8 @@
 use std::process::ExitCode;
 
 use isochron_diskio::Store;
-use isochron_store::catalog::{RENDITION_SEP, split_rendition};
+use isochron_server::library::ObjectSummary;
+use isochron_store::catalog::{RENDITION_SEP, split_rendition, title_of};
 
 use super::DataArg;
 
@@ -29,33 +30,17 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let store = Store::open(&args.data.data)?;
     let mut objects = store.catalog().objects()?;
     // Each title, then its renditions (TITLE~RUNG), highest rate first.
-    objects.sort_by(|a, b| {
-        let key = |r: &isochron_store::ObjectRecord| match split_rendition(&r.name) {
-            None => (r.name.clone(), 0, 0),
-            Some((title, _)) => (title.to_owned(), 1, u64::MAX - r.avg_bitrate.0),
-        };
-        key(a).cmp(&key(b))
-    });
+    objects.sort_by(|a, b| listing_order(a).cmp(&listing_order(b)));
     if args.json {
-        let v: Vec<_> = objects
+        // The API's summary (`/api/v1/objects`), and the source file's name besides.
+        let v = objects
             .iter()
             .map(|r| {
-                serde_json::json!({
-                    "name": r.name,
-                    "id": r.id.0,
-                    "duration_s": r.duration.as_secs_f64(),
-                    "bytes": r.ts_bytes.0,
-                    "blocks": r.blocks.len(),
-                    "packets": r.packets,
-                    "avg_bitrate_bps": r.avg_bitrate.0,
-                    "peak_bitrate_bps": r.peak_bitrate.0,
-                    "streams": r.streams.iter().map(|s| format!("{} {}", s.kind, s.codec)).collect::<Vec<_>>(),
-                    "source": r.source_file,
-                    "title": split_rendition(&r.name).map_or(&*r.name, |(t, _)| t),
-                    "rendition": split_rendition(&r.name).map(|(_, rung)| rung),
-                })
+                let mut o = serde_json::to_value(ObjectSummary::from(r))?;
+                o["source"] = r.source_file.clone().into();
+                Ok(o)
             })
-            .collect();
+            .collect::<serde_json::Result<Vec<_>>>()?;
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
@@ -108,4 +93,12 @@ fn list_remote(url: &str, json: bool) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where `r` goes in a listing: each title, then its renditions (TITLE~RUNG), highest mean
+/// rate first.
+fn listing_order(r: &isochron_store::ObjectRecord) -> (&str, bool, std::cmp::Reverse<u64>) {
+    let rendition = split_rendition(&r.name).is_some();
+    let rate = if rendition { r.avg_bitrate.0 } else { 0 };
+    (title_of(&r.name), rendition, std::cmp::Reverse(rate))
 }

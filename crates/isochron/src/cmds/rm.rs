@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use isochron_diskio::Store;
-use isochron_store::catalog::split_rendition;
+use isochron_store::catalog::{is_rendition_of, split_rendition};
 
 use super::DataArg;
 
@@ -28,7 +28,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             .catalog()
             .objects()?
             .into_iter()
-            .filter(|r| split_rendition(&r.name).is_some_and(|(t, _)| t == args.name))
+            .filter(|r| is_rendition_of(&r.name, &args.name))
             .map(|r| r.name)
             .collect();
         for name in renditions {
