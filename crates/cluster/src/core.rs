@@ -41,7 +41,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use isochron_base::{
-    BitRate, Epoch, Instant, MediaTime, NodeId, ObjectId, Pace, Position, RunId, StreamId,
+    BitRate, Epoch, Gsn, Instant, MediaTime, NodeId, ObjectId, Pace, Position, RunId, StreamId,
     TrackSeqs,
 };
 
@@ -271,13 +271,26 @@ impl StartSpec {
     }
 }
 
-/// Stop now (a seek) or at a synchronised cutoff (a pause).
+/// Stop now (a seek) or at a synchronised cutoff (a pause, a switch of rendition).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopKind {
     /// As soon as each node hears of it; positions are approximate (a seek follows).
     Now,
     /// After the packets at or before a cutoff `control_margin` ahead; positions are exact.
     Pause,
+    /// Just before packet `before` (a switch of rendition just before a key frame the
+    /// renditions share, whose packets are sent ahead of its presentation time `cutoff`):
+    /// every share sends its packets before `before` and reports, once `cutoff` is due, the
+    /// first it did not send; positions are exact. `due` is how long until `cutoff` comes at
+    /// most: the stop's replies are awaited that much longer than `reply_timeout`.
+    At {
+        /// The media time at which every packet before `before` has been sent.
+        cutoff: MediaTime,
+        /// The first packet not sent.
+        before: Gsn,
+        /// How long until `cutoff` comes, at most.
+        due: Duration,
+    },
 }
 
 /// A session's clock once pinned by the origin.
@@ -331,6 +344,8 @@ pub enum LocalAction {
         run: RunId,
         /// The cutoff.
         cutoff: Option<MediaTime>,
+        /// The first packet not to send (see [`Message::Stop`]).
+        before: Option<Gsn>,
     },
     /// Change the pace: re-pin at `anchor` (cluster), or at the current packet (`None`, a
     /// single node: the pacer knows it best).
@@ -977,19 +992,25 @@ impl ClusterCore {
         let cutoff = match (kind, run.clock) {
             (StopKind::Now, _) => None,
             (StopKind::Pause, Some((anchor, pace))) => Some(media_at(anchor, pace, now + margin)),
+            (StopKind::At { cutoff, .. }, _) => Some(cutoff),
             // A single node stops exactly where its pacer is.
             (StopKind::Pause, None) => None,
         };
         let pending: BTreeSet<NodeId> = session.members.clone();
-        run.stopping = Some(Stopping {
-            pending: pending.clone(),
-            reports: Vec::new(),
-            deadline: now + timeout,
-        });
+        let wait = match kind {
+            StopKind::At { due, .. } => timeout + due,
+            StopKind::Now | StopKind::Pause => timeout,
+        };
+        run.stopping =
+            Some(Stopping { pending: pending.clone(), reports: Vec::new(), deadline: now + wait });
+        let before = match kind {
+            StopKind::At { before, .. } => Some(before),
+            StopKind::Now | StopKind::Pause => None,
+        };
         let r = run.run;
         let key = ShareKey { origin: self.config.node, stream };
         for to in pending {
-            self.send(now, to, Message::Stop { key, run: r, cutoff });
+            self.send(now, to, Message::Stop { key, run: r, cutoff, before });
         }
         true
     }
@@ -1312,9 +1333,9 @@ impl ClusterCore {
                     });
                 }
             }
-            Message::Stop { key, run, cutoff } => {
+            Message::Stop { key, run, cutoff, before } => {
                 if self.shares.get(&key).is_some_and(|s| s.run == Some(run)) {
-                    self.local.push_back(LocalAction::Stop { key, run, cutoff });
+                    self.local.push_back(LocalAction::Stop { key, run, cutoff, before });
                 } else {
                     // Not running that run (already ended, or never started): nothing to stop.
                     self.send(

@@ -12,8 +12,8 @@ use std::fmt;
 use std::net::SocketAddr;
 
 use isochron_base::{
-    BitRate, BlockIndex, DiskId, Epoch, IoFailure, MAX_TRACKS, MediaTime, NodeId, ObjectId, Pace,
-    Position, RunId, StreamId,
+    BitRate, BlockIndex, DiskId, Epoch, Gsn, IoFailure, MAX_TRACKS, MediaTime, NodeId, ObjectId,
+    Pace, Position, RunId, StreamId,
 };
 
 /// One node's part in one session: the session's node (`origin`) and its stream id there.
@@ -332,6 +332,9 @@ pub enum Message {
         run: RunId,
         /// The media time after which nothing is sent.
         cutoff: Option<MediaTime>,
+        /// Nothing from this packet on is sent either (a switch of rendition stops just before
+        /// a key frame, whose packets are sent before its presentation time).
+        before: Option<Gsn>,
     },
     /// Answer to [`Message::Stop`], once stopped.
     Stopped {

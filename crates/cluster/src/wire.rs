@@ -14,7 +14,8 @@
 //! lost to a run ([`Message::Lost`]) and that it is back ([`Message::Rejoin`]). 5 adds a
 //! heartbeat that carries how far the sender's senders had got ([`Message::Ping`]'s
 //! `sent_through_unix_ns`). 6 adds a member's word on its share after a takeover
-//! ([`Message::Status`]). A frame is written at the lowest version that
+//! ([`Message::Status`]). 7 adds a stop just before a packet ([`Message::Stop`]'s `before`: a
+//! switch of rendition). A frame is written at the lowest version that
 //! expresses its message, so a version-1 node still reads everything but a degraded open and
 //! native tracks, which it refuses by version.
 //!
@@ -35,7 +36,7 @@ use crate::message::{
 };
 
 /// The format version this build writes and the newest it reads.
-pub const WIRE_VERSION: u8 = 6;
+pub const WIRE_VERSION: u8 = 7;
 
 /// The largest frame body accepted (control messages are tens of bytes; a refusal's text is
 /// the largest part).
@@ -156,6 +157,8 @@ enum W {
     PingProgress { seq: u64, sent: u64, through: u64 },
     // Version 6.
     Status { key: WKey, run: u64, ended: Option<WReport3> },
+    // Version 7.
+    StopBefore { key: WKey, run: u64, cutoff_ns: Option<u64>, gsn: u64 },
 }
 
 impl W {
@@ -167,6 +170,7 @@ impl W {
             Self::Lost { .. } | Self::Rejoin { .. } => 4,
             Self::PingProgress { .. } => 5,
             Self::Status { .. } => 6,
+            Self::StopBefore { .. } => 7,
             _ => 1,
         }
     }
@@ -545,10 +549,16 @@ impl From<&Message> for W {
             Message::Start { key, run, spec } => {
                 Self::StartTracks { key: (*key).into(), run: run.0, spec: spec.into() }
             }
-            Message::Stop { key, run, cutoff } => Self::Stop {
+            Message::Stop { key, run, cutoff, before: None } => Self::Stop {
                 key: (*key).into(),
                 run: run.0,
                 cutoff_ns: cutoff.map(MediaTime::as_nanos),
+            },
+            Message::Stop { key, run, cutoff, before: Some(gsn) } => Self::StopBefore {
+                key: (*key).into(),
+                run: run.0,
+                cutoff_ns: cutoff.map(MediaTime::as_nanos),
+                gsn: gsn.0,
             },
             Message::Stopped { key, run, report } if report_fits_v1(report) => {
                 Self::Stopped { key: (*key).into(), run: run.0, report: (*report).into() }
@@ -647,6 +657,13 @@ impl From<W> for Message {
                 key: key.into(),
                 run: RunId(run),
                 cutoff: cutoff_ns.map(MediaTime::from_nanos),
+                before: None,
+            },
+            W::StopBefore { key, run, cutoff_ns, gsn } => Self::Stop {
+                key: key.into(),
+                run: RunId(run),
+                cutoff: cutoff_ns.map(MediaTime::from_nanos),
+                before: Some(Gsn(gsn)),
             },
             W::Stopped { key, run, report } => {
                 Self::Stopped { key: key.into(), run: RunId(run), report: report.into() }
@@ -811,8 +828,19 @@ mod tests {
             Message::Start { key: key(), run: RunId(5), spec: native_spec() },
             Message::Stopped { key: key(), run: RunId(5), report: native_report() },
             Message::Ended { key: key(), run: RunId(5), report: native_report() },
-            Message::Stop { key: key(), run: RunId(3), cutoff: Some(MediaTime::from_nanos(7)) },
-            Message::Stop { key: key(), run: RunId(3), cutoff: None },
+            Message::Stop {
+                key: key(),
+                run: RunId(3),
+                cutoff: Some(MediaTime::from_nanos(7)),
+                before: None,
+            },
+            Message::Stop { key: key(), run: RunId(3), cutoff: None, before: None },
+            Message::Stop {
+                key: key(),
+                run: RunId(3),
+                cutoff: Some(MediaTime::from_nanos(9)),
+                before: Some(Gsn(42)),
+            },
             Message::Stopped { key: key(), run: RunId(3), report },
             Message::Pace {
                 key: key(),
@@ -899,7 +927,7 @@ mod tests {
     #[test]
     fn bad_frames_are_named() {
         assert_eq!(decode_body(&[]), Err(WireError::Empty));
-        assert_eq!(decode_body(&[7, 0]), Err(WireError::Version { found: 7 }));
+        assert_eq!(decode_body(&[8, 0]), Err(WireError::Version { found: 8 }));
         // A version-2 variant in a version-1 frame.
         let f = encode_frame(&reserve([NodeId(3)].into()));
         let mut v1 = f[4..].to_vec();

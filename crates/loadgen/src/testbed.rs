@@ -364,12 +364,20 @@ impl Host {
     /// burst): deep enough for TCP to fill the link, shallow enough that a link that is too
     /// slow shows as loss and delay, as on a real one.
     pub fn shape(&self, rate_bits_per_s: u64) -> anyhow::Result<()> {
+        self.shape_with_queue(rate_bits_per_s, Duration::from_millis(50))
+    }
+
+    /// [`Host::shape`] with a queue of `queue` at the rate: a deep one (seconds) stands for a
+    /// link whose buffers delay what it cannot carry at once rather than drop it (a cable or
+    /// cellular link's "bufferbloat"). Changing the rate flushes what is queued.
+    pub fn shape_with_queue(&self, rate_bits_per_s: u64, queue: Duration) -> anyhow::Result<()> {
         if rate_bits_per_s < 8_000 {
             bail!("shape: {rate_bits_per_s} bit/s is below tbf's useful range (8 kbit/s)");
         }
         let rate = format!("{rate_bits_per_s}bit");
         let burst = (rate_bits_per_s / 8 / 100).max(65_536).to_string();
-        let tbf = ["root", "tbf", "rate", &rate, "burst", &burst, "latency", "50ms"];
+        let latency = format!("{}ms", queue.as_millis().max(1));
+        let tbf = ["root", "tbf", "rate", &rate, "burst", &burst, "latency", &latency];
         tc(None, &[&["qdisc", "replace", "dev", &self.veth][..], &tbf].concat())?;
         tc(Some(&self.ns), &[&["qdisc", "replace", "dev", "eth0"][..], &tbf].concat())?;
         Ok(())

@@ -13,16 +13,20 @@
 //!
 //! ```text
 //!   RTSP requests ─┐                        ┌─▶ Respond (the request's ticket)
-//!   RTCP liveness ─┤   ┌──────────────────┐ ├─▶ Admit, Read(ReadOp)        → the cycle scheduler
+//!   RTCP reports  ─┤   ┌──────────────────┐ ├─▶ Admit, Read(ReadOp)        → the cycle scheduler
 //!   sender/sched  ─┼──▶│ NodeCore          │─┼─▶ AddStream, Send(StreamOp)  → the pacer
 //!   peers, etcd   ─┤   │  ServerCore (RTSP)│ ├─▶ Transmit                   → a peer
 //!   timer         ─┘   │  ClusterCore      │ └─▶ CloseConn                  → an RTSP connection
 //!                      └──────────────────┘
 //! ```
 //!
+//! A title played from its ladder of renditions switches between them as its player's reports
+//! say the path allows ([`abr`]).
+//!
 //! Objects and placement come through a [`Catalog`] the owner implements (the server: its
 //! library and shared store; a test: objects in memory).
 
+pub mod abr;
 mod core;
 mod entry;
 mod output;

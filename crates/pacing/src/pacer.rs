@@ -316,6 +316,9 @@ pub enum StreamOp {
         run: RunId,
         /// The cutoff (a cluster's synchronised pause).
         cutoff: Option<MediaTime>,
+        /// The first packet not to send, if the stop is just before one (a switch of
+        /// rendition before a key frame).
+        before: Option<Gsn>,
     },
     /// Re-pin run `run`'s clock (a cluster's pace change, [`Pacer::handle_reanchor`]).
     Reanchor {
@@ -545,6 +548,8 @@ struct Paced<B> {
     end: Option<MediaTime>,
     /// A pending stop at this cutoff (`end` is at most the cutoff).
     stop_at: Option<MediaTime>,
+    /// A stop just before this packet (see [`StreamOp::Stop`]).
+    stop_before: Option<Gsn>,
     anchor: Option<Anchor>,
     pace: Pace,
     /// A re-anchoring the origin chose, applied from the first packet at or after its media time.
@@ -693,6 +698,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 from: BlockIndex(0),
                 end: None,
                 stop_at: None,
+                stop_before: None,
                 anchor: None,
                 pace: Pace::NOMINAL,
                 pending: None,
@@ -976,6 +982,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         s.from = play.from;
         s.end = play.end;
         s.stop_at = None;
+        s.stop_before = None;
         s.anchor = play.anchor;
         s.pending = None;
         s.blocks.clear();
@@ -1056,11 +1063,13 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         stream: StreamId,
         run: RunId,
         cutoff: Option<MediaTime>,
+        before: Option<Gsn>,
     ) -> Option<RunReport> {
         let s = self.streams.get_mut(&stream)?;
         if s.run != run {
             return None;
         }
+        s.stop_before = before;
         if !s.playing {
             return Some(RunReport { next: None, last_sent: s.last_sent });
         }
@@ -1168,8 +1177,8 @@ impl<B: AsRef<[u8]>> Pacer<B> {
     pub fn handle_op(&mut self, now: Instant, op: StreamOp) {
         match op {
             StreamOp::Play { stream, play } => self.handle_play(now, stream, play),
-            StreamOp::Stop { stream, run, cutoff } => {
-                if let Some(report) = self.handle_stop(now, stream, run, cutoff) {
+            StreamOp::Stop { stream, run, cutoff, before } => {
+                if let Some(report) = self.handle_stop(now, stream, run, cutoff, before) {
                     self.events.push_back(PacerEvent::Stopped { stream, run, report });
                 }
             }
@@ -1397,6 +1406,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         s.blocks.clear();
         s.next = None;
         s.stop_at = None;
+        s.stop_before = None;
         s.generation += 1;
         s.scheduled = false;
         report
@@ -1471,7 +1481,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             (pkt.gsn, pkt.send_time, pkt.marker, pkt.payload.len() as u64);
         let pkt_random_access = pkt.random_access;
         let (track, track_seq, rtp_time) = (usize::from(pkt.track), pkt.track_seq, pkt.rtp_time);
-        if s.end.is_some_and(|end| time > end) {
+        if s.end.is_some_and(|end| time > end) || s.stop_before.is_some_and(|b| gsn >= b) {
             let stopped = s.stop_at.is_some();
             self.finish(now, stream, stopped);
             return None;
@@ -1632,6 +1642,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         s.blocks.clear();
         s.next = None;
         s.stop_at = None;
+        s.stop_before = None;
         s.generation += 1;
         s.scheduled = false;
         let run = s.run;
@@ -1995,7 +2006,7 @@ mod tests {
             }
         }
         assert_eq!(tracks, [(0, 0), (0, 1)]);
-        let report = p.handle_stop(now, StreamId(1), RunId(1), None).unwrap();
+        let report = p.handle_stop(now, StreamId(1), RunId(1), None, None).unwrap();
         let next = report.next.unwrap();
         assert_eq!((next.gsn, next.tracks.as_slice()), (Gsn(4), &[2, 2][..]));
     }
@@ -2048,7 +2059,7 @@ mod tests {
         assert_eq!((got[0].packets, got[0].bytes), (3, 3 * 188), "packets at 0, 10 and 20 ms");
         assert_eq!(got[0].position, MediaTime::from_nanos(20_000_000));
         assert!(got[0].playing);
-        let _ = p.handle_stop(ms(25), StreamId(1), RunId(1), None);
+        let _ = p.handle_stop(ms(25), StreamId(1), RunId(1), None, None);
         play(&mut p, RunId(2), start, None, 0);
         let anchor = Anchor { wall: ms(100), media: MediaTime::ZERO };
         p.handle_block(StreamId(1), RunId(2), BlockIndex(0), block(0, 0, 5), Some(anchor));
@@ -2087,7 +2098,7 @@ mod tests {
             }
         }
         assert_eq!(sent, vec![65_530, 65_531]);
-        let report = p.handle_stop(ms(15), StreamId(1), RunId(1), None).unwrap();
+        let report = p.handle_stop(ms(15), StreamId(1), RunId(1), None, None).unwrap();
         let at = report.next.unwrap();
         assert_eq!(at, Position::at(Gsn(2), MediaTime::from_nanos(20_000_000)));
         assert_eq!(rtp_seq(65_530, at.gsn), 65_532, "the next packet's sequence number");
@@ -2121,7 +2132,7 @@ mod tests {
         while p.poll_transmit(ms(60), |_| true).is_some() {}
         assert_eq!(p.sent_through(ms(60)), Some(ms(40)));
         // Paused: nothing of it is due.
-        p.handle_stop(ms(60), StreamId(1), RunId(1), None);
+        p.handle_stop(ms(60), StreamId(1), RunId(1), None, None);
         assert_eq!(p.sent_through(ms(70)), None);
     }
 
@@ -2629,7 +2640,13 @@ mod tests {
         p.handle_block(StreamId(1), RunId(1), BlockIndex(3), block(3, 15, 5), None);
         // Cutoff at media 70 ms: packets 5, 6, 7 (50, 60, 70 ms) go, 8 does not.
         assert_eq!(
-            p.handle_stop(ms(0), StreamId(1), RunId(1), Some(MediaTime::from_nanos(70_000_000))),
+            p.handle_stop(
+                ms(0),
+                StreamId(1),
+                RunId(1),
+                Some(MediaTime::from_nanos(70_000_000)),
+                None
+            ),
             None
         );
         let (rtp, ..) = drive(&mut p, ms(1_000));
@@ -2650,7 +2667,7 @@ mod tests {
         share(&mut p, RtcpMode::None);
         p.handle_block(StreamId(1), RunId(1), BlockIndex(1), block(1, 5, 5), None);
         // Cutoff at 20 ms: nothing of this share is due before it.
-        p.handle_stop(ms(0), StreamId(1), RunId(1), Some(MediaTime::from_nanos(20_000_000)));
+        p.handle_stop(ms(0), StreamId(1), RunId(1), Some(MediaTime::from_nanos(20_000_000)), None);
         let (rtp, ..) = drive(&mut p, ms(1_000));
         assert!(rtp.is_empty());
         let report = std::iter::from_fn(|| p.poll_event())

@@ -13,7 +13,9 @@ use isochron_diskio::Store;
 use isochron_rtsp::sdp::MediaTrack;
 use isochron_rtsp::server::Presentation;
 use isochron_store::Epoch;
-use isochron_store::catalog::{ObjectRecord, is_rendition_of, split_rendition, title_of};
+use isochron_store::catalog::{
+    ObjectRecord, RENDITION_SEP, is_rendition_of, split_rendition, title_of,
+};
 
 pub use isochron_node::ObjectEntry;
 
@@ -151,24 +153,58 @@ impl Library {
 }
 
 impl isochron_rtsp::server::Library for Library {
+    /// `TITLE~RUNG` is that rendition and `TITLE~source` the title's own file, each played as
+    /// it is; a title with renditions is its ladder (the renditions whose tracks match the
+    /// highest's), played from the highest and switched between; any other name is itself.
     fn lookup(&self, name: &str) -> Option<Presentation> {
+        if let Some((title, SOURCE_RUNG)) = split_rendition(name) {
+            return self.get(title).map(|e| presentation(&e, Vec::new()));
+        }
         let e = self.get(name)?;
-        let tracks = e.record.media.iter().flat_map(|m| &m.tracks);
-        Some(Presentation {
-            object: e.record.id,
-            name: e.record.name.clone(),
-            duration: e.record.duration,
-            avg_bitrate: e.record.avg_bitrate,
-            tracks: tracks
-                .map(|t| MediaTrack {
-                    kind: t.kind.clone(),
-                    payload_type: t.payload_type,
-                    encoding: t.encoding.clone(),
-                    clock_rate: t.clock_rate,
-                    channels: t.channels,
-                    fmtp: t.fmtp.clone(),
-                })
-                .collect(),
-        })
+        if name.contains(RENDITION_SEP) {
+            return Some(presentation(&e, Vec::new()));
+        }
+        let renditions = self.renditions(name);
+        let Some(top) = renditions.first() else { return Some(presentation(&e, Vec::new())) };
+        let shape = track_shape(top);
+        let ladder: Vec<ObjectId> =
+            renditions.iter().filter(|r| track_shape(r) == shape).map(|r| r.record.id).collect();
+        let mut p = presentation(top, ladder);
+        p.name = name.to_owned();
+        Some(p)
     }
+}
+
+/// The rung name `?rendition=` and `TITLE~source` give the file a title was made from.
+pub const SOURCE_RUNG: &str = "source";
+
+/// A presentation of `e` as it is, with `ladder` (see [`Presentation::ladder`]).
+fn presentation(e: &ObjectEntry, ladder: Vec<ObjectId>) -> Presentation {
+    let tracks = e.record.media.iter().flat_map(|m| &m.tracks);
+    Presentation {
+        object: e.record.id,
+        name: e.record.name.clone(),
+        duration: e.record.duration,
+        avg_bitrate: e.record.avg_bitrate,
+        tracks: tracks
+            .map(|t| MediaTrack {
+                kind: t.kind.clone(),
+                payload_type: t.payload_type,
+                encoding: t.encoding.clone(),
+                clock_rate: t.clock_rate,
+                channels: t.channels,
+                fmtp: t.fmtp.clone(),
+            })
+            .collect(),
+        ladder,
+    }
+}
+
+/// What must match for a session to switch between two renditions: each track's kind,
+/// payload type, encoding, clock rate and channels (the SDP a player set up once).
+fn track_shape(e: &ObjectEntry) -> Vec<(&str, u8, &str, u32, u8)> {
+    let tracks = e.record.media.iter().flat_map(|m| &m.tracks);
+    tracks
+        .map(|t| (t.kind.as_str(), t.payload_type, t.encoding.as_str(), t.clock_rate, t.channels))
+        .collect()
 }

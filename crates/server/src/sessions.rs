@@ -23,6 +23,7 @@ use isochron_dataplane::pacer::RunReport;
 use isochron_dataplane::sched_thread::{DecisionSink, SchedCommand};
 use isochron_dataplane::sender::{OutFrame, SenderCommand, StreamTransport};
 use isochron_dataplane::shards::Senders;
+use isochron_node::abr::ReceiverFeedback;
 use isochron_node::{Catalog, NodeConfig, NodeCore, NodeOutput, Ticket, Transport};
 use isochron_rtsp::rtsp_types::{Request, Response};
 use isochron_rtsp::server::{ConnId, ConnInfo, Presentation, ServerCore};
@@ -63,6 +64,8 @@ pub enum SessionCommand {
     Rtcp {
         /// SSRCs of our streams it reports on.
         media_ssrcs: Vec<u32>,
+        /// What its reception report blocks say of the path.
+        reports: Vec<ReceiverFeedback>,
     },
     /// RTCP arrived interleaved on a connection.
     InterleavedRtcp {
@@ -267,7 +270,9 @@ impl Manager {
                 self.core.handle_conn_closed(now, conn);
                 self.replies.retain(|_, (c, _)| *c != conn);
             }
-            SessionCommand::Rtcp { media_ssrcs } => self.core.handle_rtcp(now, &media_ssrcs),
+            SessionCommand::Rtcp { media_ssrcs, reports } => {
+                self.core.handle_rtcp(now, &media_ssrcs, &reports);
+            }
             SessionCommand::InterleavedRtcp { conn, channel } => {
                 self.core.handle_interleaved_rtcp(now, conn, channel);
             }

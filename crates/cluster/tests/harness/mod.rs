@@ -689,7 +689,7 @@ impl Harness {
                     },
                 );
             }
-            LocalAction::Stop { key, run, cutoff } => {
+            LocalAction::Stop { key, run, cutoff, .. } => {
                 let Some(r) = node.runs.get_mut(&key).filter(|r| r.run == run && !r.ended) else {
                     node.core.handle_share_stopped(local, key, run, ShareReport::default());
                     return;

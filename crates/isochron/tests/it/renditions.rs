@@ -284,3 +284,135 @@ fn the_browser_adapts_to_a_link_that_narrows_and_widens() {
     }
     server.stop();
 }
+
+/// ABR over RTSP: ffmpeg and GStreamer each play `rtsp://host/grain` (the title's two-rung
+/// ladder, 360p at 1.5 Mb/s and 240p at 400 kb/s) over UDP from a network namespace of their
+/// own whose link narrows from 8 Mb/s to 1 Mb/s and widens again, with a deep queue (a link
+/// that delays what it cannot carry). The server reads each player's receiver reports: the
+/// round trip grows as the queue fills, it switches the session down at a key frame, and up
+/// again once the path has been clean for a while. Each recording (`-c copy`; GStreamer's
+/// depayloaded H.264) holds 360p, then 240p, then 360p again, every frame of the 90 s, and
+/// decodes without an error: one stream to the player. A third player, pinned to 360p with
+/// `?rendition=360p` behind the same kind of link, is never switched.
+#[test]
+fn rtsp_sessions_switch_rendition_as_the_link_narrows_and_widens() {
+    use isochron_loadgen::testbed::Testbed;
+    use std::time::Duration;
+    if !namespaces_or_skip("RTSP adaptive play") {
+        return;
+    }
+    require("ffprobe");
+    require("gst-launch-1.0");
+    let _load = load(weight::HEAVY);
+    let src = media_fixture("h264_360p_grain_90s.mp4");
+    let dir = tempdir();
+    let data = dir.path().join("store");
+    ok(&isochron(
+        &["ingest", "--name", "grain", "--ladder", "360p:1500k,240p:400k", src.to_str().unwrap()],
+        &data,
+    ));
+    let bed = Testbed::new("rabr").expect("testbed");
+    let hosts: Vec<_> =
+        ["ffmpeg", "gst", "pinned"].iter().map(|n| bed.add_host(n).expect("host")).collect();
+    let server =
+        Server::start(&data, ServeOptions { no_demo: true, ..ServeOptions::everywhere(None) });
+    let queue = Duration::from_secs(8);
+    let shape = |bps| {
+        for h in &hosts {
+            h.shape_with_queue(bps, queue).expect("shape");
+        }
+    };
+    shape(8_000_000);
+    let url = format!("rtsp://{}:{}/grain", bed.host_ip(), server.rtsp.port());
+    let pinned_url = format!("{url}?rendition=360p");
+    let rec = |name: &str| dir.path().join(name);
+    let script = repo().join("crates/isochron/tests/tools/gst_av.py");
+    let (ffmpeg, gst, pinned) = std::thread::scope(|scope| {
+        // 8 Mb/s for the first 16 s, 1 Mb/s for 18 s (the queue has drained by its end, so the
+        // change back flushes nothing), then 8 Mb/s to the end.
+        scope.spawn(|| {
+            std::thread::sleep(Duration::from_secs(16));
+            shape(1_000_000);
+            std::thread::sleep(Duration::from_secs(18));
+            shape(8_000_000);
+        });
+        let (hosts, rec, script, url) = (&hosts, &rec, &script, &url);
+        let gst = scope.spawn(move || {
+            let mut cmd = hosts[1].command("/usr/bin/python3");
+            // A jitter buffer deeper than the link's queue: what arrives late is played late.
+            run(cmd.arg(script).arg(url).arg("udp").arg(rec("gst.h264")).arg("10000"), 140)
+        });
+        let pinned = scope.spawn(move || record(&hosts[2], &pinned_url, &rec("pinned.mp4")));
+        let out = record(&hosts[0], url, &rec("ffmpeg.mp4"));
+        (out, gst.join().expect("gst"), pinned.join().expect("pinned"))
+    });
+    let log = server.log();
+    let switches: Vec<&str> = log.lines().filter(|l| l.contains("switching rendition")).collect();
+    eprintln!("{}", switches.join("\n"));
+    assert!(ffmpeg.status.success(), "ffmpeg: {}\n{log}", String::from_utf8_lossy(&ffmpeg.stderr));
+    assert!(pinned.status.success(), "pinned: {}", String::from_utf8_lossy(&pinned.stderr));
+    if let Err(e) = gst_ended_cleanly(&gst) {
+        panic!("GStreamer: {e}\n{log}");
+    }
+    for name in ["ffmpeg.mp4", "gst.h264"] {
+        let runs = height_runs(&rec(name));
+        eprintln!("{name}: {runs:?}");
+        let order: Vec<u32> = runs.iter().map(|r| r.0).collect();
+        assert!(
+            order.windows(3).any(|w| w == [360, 240, 360]),
+            "{name}: no switch down and up again: {runs:?}\n{}",
+            switches.join("\n")
+        );
+        // Every frame of the 90 s at 25 frames a second (ffmpeg may miss the very first), and
+        // nothing the decoder objects to. (ffmpeg's own decode-time guesses in a `-c copy`
+        // MP4 repeat at a switch, where the reordering depth changes: its muxer's words, not
+        // the decoder's.)
+        let frames: usize = runs.iter().map(|r| r.1).sum();
+        assert!(frames >= 90 * 25 - 1, "{name}: {frames} frames: {runs:?}");
+        let decode = run(
+            Command::new("ffmpeg")
+                .args(["-v", "error", "-i"])
+                .arg(rec(name))
+                .args(["-f", "null", "-"]),
+            120,
+        );
+        let stderr = String::from_utf8_lossy(&decode.stderr);
+        let decoder_errors = stderr.lines().any(|l| l.starts_with("[h264"));
+        assert!(decode.status.success() && !decoder_errors, "decoding {name}: {stderr}");
+    }
+    // The pinned session plays 360p throughout, however its link goes.
+    let runs = height_runs(&rec("pinned.mp4"));
+    assert!(runs.iter().all(|r| r.0 == 360), "the pinned session switched: {runs:?}");
+    server.stop();
+}
+
+/// ffmpeg in `host`'s namespace records `url` over UDP (`-c copy` into MP4).
+fn record(host: &isochron_loadgen::testbed::Host, url: &str, out: &Path) -> Output {
+    run(
+        host.command("ffmpeg")
+            .args(["-nostdin", "-v", "error", "-rtsp_transport", "udp", "-buffer_size"])
+            .args(["16777216", "-i", url, "-map", "0", "-c", "copy", "-f", "mp4", "-y"])
+            .arg(out),
+        140,
+    )
+}
+
+/// The picture height of every decoded frame of `file`'s video, in order, as runs of
+/// (height, frames).
+fn height_runs(file: &Path) -> Vec<(u32, usize)> {
+    let probe = run(
+        Command::new("ffprobe")
+            .args(["-v", "error", "-select_streams", "v:0", "-show_entries", "frame=height"])
+            .args(["-of", "csv=p=0"])
+            .arg(file),
+        60,
+    );
+    let mut runs: Vec<(u32, usize)> = Vec::new();
+    for h in String::from_utf8_lossy(&probe.stdout).lines().filter_map(|l| l.trim().parse().ok()) {
+        match runs.last_mut() {
+            Some((last, n)) if *last == h => *n += 1,
+            _ => runs.push((h, 1)),
+        }
+    }
+    runs
+}

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """Plays an RTSP URL of an audio+video object with GStreamer and writes its H.264 video.
 
-Usage: gst_av.py URL TRANSPORT OUT_FILE
+Usage: gst_av.py URL TRANSPORT OUT_FILE [LATENCY_MS]
 
-`rtspsrc protocols=TRANSPORT latency=3000 ! rtph264depay ! h264parse` into OUT_FILE (byte-stream,
+`rtspsrc protocols=TRANSPORT latency=LATENCY_MS ! rtph264depay ! h264parse` (3000 ms by default)
+into OUT_FILE (byte-stream,
 one access unit per buffer); the audio pad goes to a fakesink. Exits 0 on EOS, 1 on an error or
 after 180 s.
 
@@ -20,12 +21,13 @@ from gi.repository import GLib, Gst  # noqa: E402
 from gst_pads import MediaLinks  # noqa: E402
 
 url, transport, out = sys.argv[1], sys.argv[2], sys.argv[3]
+latency = int(sys.argv[4]) if len(sys.argv) > 4 else 3000
 Gst.init(None)
 pipeline = Gst.Pipeline.new("av")
 src = Gst.ElementFactory.make("rtspsrc", "s")
 src.set_property("location", url)
 src.set_property("protocols", transport)
-src.set_property("latency", 3000)
+src.set_property("latency", latency)
 src.set_property("udp-buffer-size", 16 * 1024 * 1024)
 video = Gst.parse_bin_from_description(
     "rtph264depay ! h264parse ! video/x-h264,stream-format=byte-stream,alignment=au ! "

@@ -52,6 +52,7 @@ use isochron_sched::{Anchor, Decision, OpenStream, ReadOp};
 use isochron_store::Epoch;
 use tracing::{debug, info, warn};
 
+use crate::abr::{AbrConfig, Chooser, ReceiverFeedback};
 use crate::entry::{Catalog, ObjectEntry};
 use crate::output::{NodeOutput, Ticket, Transport};
 use crate::report::{ClusterInfo, MemberSummary, SessionInfo};
@@ -81,6 +82,29 @@ enum Waiting {
     /// Every node to stop after a node failed: the client's stream ends there, with a BYE
     /// giving this reason.
     Fail(Arc<str>),
+    /// Every node to stop just before the key frame at `at`, to go on from it on rung `to`
+    /// of the session's ladder (`switch.rs`).
+    Switch { to: usize, at: MediaTime },
+    /// The cluster's admission of rung `to`, to go on from `at`; `from` is the rung before
+    /// the switch, reopened if `to` is refused. `paused`: a PAUSE came meanwhile, and the
+    /// session waits for a PLAY once admitted.
+    Reopen { to: usize, from: usize, at: MediaTime, paused: bool },
+}
+
+/// What a run is asked to do: a PLAY's range and rates, or a switch's key frame.
+pub(super) struct RunRequest {
+    start: PlayStart,
+    end: Option<MediaTime>,
+    scale: Option<Pace>,
+    speed: Option<Pace>,
+}
+
+/// A session played from a title's ladder of renditions (adaptive bit rate).
+struct Abr {
+    /// The renditions, highest mean rate first.
+    ladder: Vec<Arc<ObjectEntry>>,
+    /// Which one it plays, and when to switch.
+    chooser: Chooser,
 }
 
 /// A session this node is the origin of.
@@ -91,6 +115,10 @@ struct Origin {
     run: RunId,
     running: bool,
     run_start: Position,
+    /// When the current run was started (its clock is pinned a moment later).
+    run_began: Instant,
+    /// Where the current run stops, if its PLAY gave a range end before the end of media.
+    run_end: Option<MediaTime>,
     /// Each track's sequence offset in the current run.
     seq_offsets: Vec<u16>,
     /// The sequence number each track's next packet gets; `None` before the first PLAY.
@@ -99,6 +127,8 @@ struct Origin {
     trick: bool,
     pace: Pace,
     waiting: Option<Waiting>,
+    /// The ladder it plays from, if it plays a title's ladder.
+    abr: Option<Abr>,
 }
 
 impl Origin {
@@ -116,11 +146,14 @@ impl Origin {
             run: RunId(0),
             running: false,
             run_start: Position::START,
+            run_began: Instant::ZERO,
+            run_end: None,
             seq_offsets: Vec::new(),
             next_seqs: None,
             trick: false,
             pace,
             waiting,
+            abr: None,
         }
     }
 }
@@ -236,10 +269,14 @@ impl NodeCore {
     }
 
     /// RTCP arrived on the UDP socket naming these media SSRCs (liveness, RFC 2326 §10.5's
-    /// alternative to keep-alive requests).
-    pub fn handle_rtcp(&mut self, now: Instant, media_ssrcs: &[u32]) {
+    /// alternative to keep-alive requests), with what its receiver reports say of the path
+    /// (a session playing a ladder may switch rendition on them: [`crate::abr`]).
+    pub fn handle_rtcp(&mut self, now: Instant, media_ssrcs: &[u32], reports: &[ReceiverFeedback]) {
         for &ssrc in media_ssrcs {
             self.rtsp.handle_rtcp(now, ssrc);
+        }
+        for fb in reports {
+            self.feedback(now, *fb);
         }
         self.drive(now);
     }
@@ -426,6 +463,7 @@ impl NodeCore {
 
 mod origin;
 mod share;
+mod switch;
 
 impl NodeCore {
     /// The sessions this node is the origin of, as the HTTP API shows them (the sender's and

@@ -4,8 +4,8 @@
 use super::{
     Arc, ConnId, Delivery, Dest, HeaderName, Instant, MediaTime, Method, NodeCore, NodeOutput,
     OpenSpec, Origin, Pace, PauseAction, PlayAction, PlayOutcome, PlayStart, Position, RateAction,
-    Rates, Request, RunReport, RunTracks, SessionEvent, SessionTransport, ShareKey, StartSpec,
-    StopKind, StreamId, StreamOp, Ticket, TrackSeqs, TrackSpec, Waiting,
+    Rates, Request, RunReport, RunRequest, RunTracks, SessionEvent, SessionTransport, ShareKey,
+    StartSpec, StopKind, StreamId, StreamOp, Ticket, TrackSeqs, TrackSpec, Waiting,
 };
 use std::time::Duration;
 use tracing::{debug, info, warn};
@@ -35,6 +35,26 @@ impl NodeCore {
     pub(super) fn play(&mut self, now: Instant, conn: ConnId, action: PlayAction, ticket: Ticket) {
         let stream = action.stream;
         if let Some(o) = self.origins.get_mut(&stream) {
+            // A PLAY in the middle of a switch of rendition takes its place: the stop already
+            // asked for serves the PLAY (a seek), or the admission under way does.
+            match o.waiting.take() {
+                Some(Waiting::Switch { .. }) => {
+                    if let Some(abr) = o.abr.as_mut() {
+                        let current = abr.chooser.current();
+                        abr.chooser.handle_switched(now, current);
+                    }
+                    o.waiting = Some(Waiting::StopForPlay(action, ticket));
+                    return;
+                }
+                Some(Waiting::Reopen { to, .. }) => {
+                    if let Some(abr) = o.abr.as_mut() {
+                        abr.chooser.handle_switched(now, to);
+                    }
+                    o.waiting = Some(Waiting::Open(action, ticket));
+                    return;
+                }
+                other => o.waiting = other,
+            }
             if o.waiting.is_some() {
                 let outcome =
                     PlayOutcome::Failed { reason: "another request is in progress".into() };
@@ -80,8 +100,11 @@ impl NodeCore {
             delivery,
         };
         let pace = self.origins.get(&stream).map_or(Pace::NOMINAL, |o| o.pace);
+        let abr = self.ladder_of(&action);
         let waiting = Some(Waiting::Open(action, ticket));
-        self.origins.insert(stream, Origin::new(entry, delivery, pace, waiting));
+        let mut origin = Origin::new(entry, delivery, pace, waiting);
+        origin.abr = abr;
+        self.origins.insert(stream, origin);
         self.cluster.open(now, spec);
     }
 
@@ -91,10 +114,29 @@ impl NodeCore {
         now: Instant,
         action: PlayAction,
     ) -> isochron_rtsp::rtsp_types::Response<Vec<u8>> {
-        let stream = action.stream;
+        let run = RunRequest {
+            start: action.start,
+            end: action.end,
+            scale: action.scale,
+            speed: action.speed,
+        };
+        let outcome = match self.begin_run(now, action.stream, run) {
+            Ok(started) => started,
+            Err(reason) => PlayOutcome::Failed { reason: reason.into() },
+        };
+        self.rtsp.finish_play(now, action, outcome)
+    }
+
+    /// Starts a run of an opened session everywhere: what a PLAY asks (or a switch of
+    /// rendition), on the object the session plays now. Returns what the PLAY's answer says.
+    pub(super) fn begin_run(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        req: RunRequest,
+    ) -> Result<PlayOutcome, &'static str> {
         let Some(view) = self.rtsp.session_by_stream(stream) else {
-            let outcome = PlayOutcome::Failed { reason: "session vanished".into() };
-            return self.rtsp.finish_play(now, action, outcome);
+            return Err("session vanished");
         };
         // Each track as the client set it up (all of them go the same way).
         let n = view.track_count();
@@ -110,19 +152,18 @@ impl NodeCore {
         }
         let single = self.local_disks.is_none();
         let Some(o) = self.origins.get_mut(&stream) else {
-            let outcome = PlayOutcome::Failed { reason: "session vanished".into() };
-            return self.rtsp.finish_play(now, action, outcome);
+            return Err("session vanished");
         };
         let rec = &o.entry.record;
         // Trick play (Scale, RFC 2326 §12.34): key frames of native objects on a single node
         // (its packets are numbered by the one sender that sends them all). Speed (§12.35):
         // the run paced that much faster or slower.
-        let trick = action.scale.filter(|_| single && rec.media.is_some());
-        let speed = action.speed.filter(|_| trick.is_none());
+        let trick = req.scale.filter(|_| single && rec.media.is_some());
+        let speed = req.speed.filter(|_| trick.is_none());
         let run_pace = trick.or(speed).unwrap_or(o.pace);
         // A trick run starts at a key frame; the run after one restarts at the key frame at or
         // before where it stopped (its positions count the packets it sent, not the track's).
-        let start = match action.start {
+        let start = match req.start {
             PlayStart::Seek(t) => seek_position(rec, t),
             PlayStart::Resume(pos) if trick.is_some() || o.trick => seek_position(rec, pos.time),
             PlayStart::Resume(pos) => pos,
@@ -161,20 +202,18 @@ impl NodeCore {
         o.run = o.run.next();
         o.running = true;
         o.run_start = start;
+        o.run_began = now;
         o.seq_offsets.clone_from(&seq_offsets);
         let run = o.run;
-        let end = action.end;
+        let end = req.end;
         let spec = StartSpec { start, end, tracks: RunTracks::new(&tracks), trick };
         debug!(%stream, %run, gsn = %start.gsn, npt = %start.time, ?seq_offsets, ?trick, ?speed, "play");
         // An open range unless the client asked to stop early (see PlayOutcome::Started).
         let end = end.filter(|e| *e < rec.duration);
+        o.run_end = end;
         self.cluster.start(now, stream, run, spec, run_pace);
         let rates = Rates { scale: trick, speed };
-        self.rtsp.finish_play(
-            now,
-            action,
-            PlayOutcome::Started { first: start, end, seq_offsets, rates },
-        )
+        Ok(PlayOutcome::Started { first: start, end, seq_offsets, rates })
     }
 
     pub(super) fn pause(&mut self, now: Instant, action: PauseAction, ticket: Ticket) {
@@ -185,6 +224,27 @@ impl NodeCore {
             self.respond(ticket, response);
             return;
         };
+        match o.waiting.take() {
+            // The stop of a switch of rendition is under way: it serves the PAUSE (the
+            // switch is given up).
+            Some(Waiting::Switch { .. }) => {
+                if let Some(abr) = o.abr.as_mut() {
+                    let current = abr.chooser.current();
+                    abr.chooser.handle_switched(now, current);
+                }
+                o.waiting = Some(Waiting::Pause(action, ticket));
+                return;
+            }
+            // Stopped at the key frame and being admitted on the other rung: paused there.
+            Some(Waiting::Reopen { to, from, at, .. }) => {
+                let pos = seek_position(&o.entry.record, at);
+                o.waiting = Some(Waiting::Reopen { to, from, at, paused: true });
+                let response = self.rtsp.finish_pause(now, action, pos);
+                self.respond(ticket, response);
+                return;
+            }
+            other => o.waiting = other,
+        }
         if o.waiting.is_some() || !o.running {
             let at = match o.next_seqs {
                 Some(_) => self.rtsp.session_by_stream(stream).and_then(|v| v.position()),
@@ -232,12 +292,33 @@ impl NodeCore {
                 let Some(o) = self.origins.get_mut(&stream) else { return };
                 o.opened = true;
                 info!(%stream, object = %o.entry.record.name, "admission: admitted");
-                if let Some(Waiting::Open(action, ticket)) = o.waiting.take() {
-                    let response = self.start(now, action);
-                    self.respond(ticket, response);
+                match o.waiting.take() {
+                    Some(Waiting::Open(action, ticket)) => {
+                        let response = self.start(now, action);
+                        self.respond(ticket, response);
+                    }
+                    Some(Waiting::Reopen { to, at, paused, .. }) => {
+                        self.switch_opened(now, stream, to, at, paused);
+                    }
+                    other => o.waiting = other,
                 }
             }
             SessionEvent::Refused { stream, refusal } => {
+                if let Some(Origin {
+                    waiting: Some(Waiting::Reopen { to, from, at, paused }),
+                    ..
+                }) = self.origins.get(&stream)
+                {
+                    let (switch, reason) = ((*to, *from, *at, *paused), refusal.to_string());
+                    if self.switch_refused(now, stream, switch, &reason) {
+                        return;
+                    }
+                    if let Some(o) = self.origins.remove(&stream) {
+                        let pos = seek_position(&o.entry.record, switch.2);
+                        self.rtsp.handle_end_of_stream(now, stream, pos);
+                    }
+                    return;
+                }
                 let Some(o) = self.origins.remove(&stream) else { return };
                 info!(%stream, object = %o.entry.record.name, %refusal, "admission: rejected");
                 if let Some(Waiting::Open(action, ticket)) = o.waiting {
@@ -266,6 +347,9 @@ impl NodeCore {
                         self.respond(ticket, response);
                     }
                     Some(Waiting::Fail(reason)) => self.fail_client(now, stream, reason, at),
+                    Some(Waiting::Switch { to, at: key }) => {
+                        self.switch_stopped(now, stream, to, key, at);
+                    }
                     other => o.waiting = other,
                 }
             }
@@ -277,6 +361,14 @@ impl NodeCore {
                 o.running = false;
                 let at = RunReport { next: None, last_sent }.resume_at(o.run_start);
                 o.next_seqs = Some(next_seqs(&o.seq_offsets, &at));
+                // The end came before a switch's key frame: nothing left to switch.
+                if matches!(o.waiting, Some(Waiting::Switch { .. })) {
+                    o.waiting = None;
+                    if let Some(abr) = o.abr.as_mut() {
+                        let current = abr.chooser.current();
+                        abr.chooser.handle_switched(now, current);
+                    }
+                }
                 debug!(%stream, %run, gsn = %at.gsn, "end of stream");
                 self.rtsp.handle_end_of_stream(now, stream, at);
             }
@@ -305,7 +397,7 @@ impl NodeCore {
                 let response = self.rtsp.finish_pause(now, action, Position::START);
                 self.respond(ticket, response);
             }
-            Some(Waiting::Fail(_)) | None => {}
+            Some(Waiting::Fail(_) | Waiting::Switch { .. } | Waiting::Reopen { .. }) | None => {}
         }
     }
 
@@ -352,7 +444,7 @@ fn auto_delivery(user_agent: &str) -> Delivery {
 
 /// Where playing from `t` starts: the object's seek point for `t` (the last random-access point
 /// at or before it).
-fn seek_position(rec: &isochron_store::catalog::ObjectRecord, t: MediaTime) -> Position {
+pub(super) fn seek_position(rec: &isochron_store::catalog::ObjectRecord, t: MediaTime) -> Position {
     let i = rec.seek_index(t);
     let sp = rec.seek(t);
     let tracks = match &rec.media {

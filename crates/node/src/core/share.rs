@@ -55,9 +55,9 @@ impl NodeCore {
             LocalAction::Start { key, run, spec, anchor } => {
                 self.start_share(now, key, run, &spec, anchor);
             }
-            LocalAction::Stop { key, run, cutoff } => {
+            LocalAction::Stop { key, run, cutoff, before } => {
                 let Some(stream) = self.shares.get(&key).map(|s| s.stream) else { return };
-                self.send(StreamOp::Stop { stream, run, cutoff });
+                self.send(StreamOp::Stop { stream, run, cutoff, before });
             }
             LocalAction::Pace { key, run, anchor, pace } => {
                 let Some(stream) = self.shares.get(&key).map(|s| s.stream) else { return };

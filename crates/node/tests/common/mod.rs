@@ -77,6 +77,7 @@ impl isochron_rtsp::server::Library for Clip {
             duration: r.duration,
             avg_bitrate: r.avg_bitrate,
             tracks: Vec::<MediaTrack>::new(),
+            ladder: Vec::new(),
         })
     }
 }

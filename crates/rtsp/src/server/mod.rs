@@ -300,6 +300,10 @@ pub struct Presentation {
     pub avg_bitrate: BitRate,
     /// Its native tracks (MP4, Matroska), each its own RTP stream; empty for one MP2T stream.
     pub tracks: Vec<MediaTrack>,
+    /// The renditions a session of it may switch between (adaptive bit rate), highest mean
+    /// rate first, `object` among them; all with the same tracks (kinds, payload types,
+    /// encodings, clock rates). Empty: one encoding, played as it is.
+    pub ladder: Vec<ObjectId>,
 }
 
 impl Presentation {
@@ -376,6 +380,9 @@ pub struct PlayAction {
     pub start: PlayStart,
     /// Where to stop (a `Range` end, clipped to the duration); `None` means the end of media.
     pub end: Option<MediaTime>,
+    /// The renditions the session may switch between, highest first (see
+    /// [`Presentation::ladder`]); empty for one encoding.
+    pub ladder: Vec<ObjectId>,
     /// A `Scale` above 1 (at most 10): fast forward by key frames (RFC 2326 §12.34). A scale
     /// of 1 or below (reverse, slow motion) is answered with normal play.
     pub scale: Option<Pace>,
@@ -682,6 +689,12 @@ impl ServerCore {
         }
         self.touch(now, &id);
         true
+    }
+
+    /// The stream of the session one of whose tracks has SSRC `ssrc`.
+    #[must_use]
+    pub fn stream_of_ssrc(&self, ssrc: u32) -> Option<StreamId> {
+        self.sessions.get(self.by_ssrc.get(&ssrc)?).map(|s| s.stream)
     }
 
     /// An interleaved frame arrived on `channel` of `conn` (GStreamer sends RTCP receiver
@@ -1101,6 +1114,7 @@ impl ServerCore {
             object: s.presentation.object,
             start,
             end,
+            ladder: s.presentation.ladder.clone(),
             scale,
             speed,
             cseq: cseq.to_owned(),
@@ -1517,9 +1531,28 @@ fn resolve_presentation<'r>(
     let (Some(url), Some(name)) = (req.request_uri(), target.name()) else {
         return Err(Refusal::NotFound(uri()));
     };
-    let p = lib.lookup(name).ok_or_else(|| Refusal::NotFound(uri()))?;
+    // `?rendition=RUNG` pins one rendition of a title (`source`: the file it was made from):
+    // the presentation is then named `TITLE~RUNG`, which its Content-Base carries on to the
+    // SETUPs (a query does not survive `Content-Base`).
+    let name = match rendition_query(url.query()) {
+        Some(rung) if !name.contains('~') => format!("{name}~{rung}"),
+        _ => name.to_owned(),
+    };
+    if !crate::url::is_valid_name(&name) {
+        return Err(Refusal::NotFound(uri()));
+    }
+    let p = lib.lookup(&name).ok_or_else(|| Refusal::NotFound(uri()))?;
     track_index(&target, &p)?;
-    Ok((url, name.to_owned(), p))
+    Ok((url, name, p))
+}
+
+/// The `rendition=` of a request-URI's query (up to a `/`: ffmpeg appends the control there).
+fn rendition_query(query: Option<&str>) -> Option<&str> {
+    query?.split('&').find_map(|kv| {
+        let v = kv.strip_prefix("rendition=")?;
+        let v = v.split('/').next().unwrap_or_default();
+        (!v.is_empty()).then_some(v)
+    })
 }
 
 /// The pace of a SET_PARAMETER body (`text/parameters`, RFC 2326 §10.9): exactly the

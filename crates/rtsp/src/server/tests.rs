@@ -36,6 +36,7 @@ impl Library for FakeLibrary {
                     track("video", 96, "H264", 90_000),
                     track("audio", 97, "mpeg4-generic", 48_000),
                 ],
+                ladder: Vec::new(),
             });
         }
         let (object, secs_ms, bps) = match name {
@@ -49,6 +50,7 @@ impl Library for FakeLibrary {
             duration: MediaTime::from_nanos(secs_ms * 1_000_000),
             avg_bitrate: BitRate(bps),
             tracks: Vec::new(),
+            ladder: Vec::new(),
         })
     }
 }

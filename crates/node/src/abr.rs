@@ -1,0 +1,259 @@
+//! Adaptive bit rate over RTSP: which rendition of a title a session should play, from what
+//! its player's receiver reports say of the path (sans-IO).
+//!
+//! A player reports on each stream it receives (RFC 3550 §6.4.1): the fraction of packets lost
+//! since its last report, and — through LSR and DLSR, which echo our last sender report — the
+//! round-trip time, whose growth over the least seen is the queue our packets wait in on the
+//! way (RFC 3550 §6.4.1, "round-trip propagation delay"). A path that cannot carry the
+//! rendition shows one or both: a shallow bottleneck drops, a deep one delays.
+//!
+//! [`Chooser`] steps down **fast** (the first report that shows loss over
+//! [`AbrConfig::down_loss`] or a queue over [`AbrConfig::down_delay`]) and up **slowly**, with
+//! hysteresis: only after [`AbrConfig::up_after`] of clean reports, and when a step up is
+//! followed by a step down within [`AbrConfig::probe`] (the higher rate did not fit), the wait
+//! before the next attempt doubles, up to [`AbrConfig::max_up_after`]. Reports that come within
+//! [`AbrConfig::settle`] of a switch describe the rate before it and are not judged.
+//!
+//! It decides only *which* rung; the node core carries a switch out at the next key frame the
+//! renditions share (`docs/design/renditions.md`, *Switching over RTSP*).
+
+use std::time::Duration;
+
+use isochron_base::Instant;
+
+/// What one receiver report says of a stream's path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReceiverFeedback {
+    /// The SSRC of our stream the report is on.
+    pub ssrc: u32,
+    /// The fraction of packets lost since the previous report, in 1/256.
+    pub fraction_lost: u8,
+    /// The round-trip time its LSR and DLSR give, if it echoed a sender report.
+    pub rtt: Option<Duration>,
+}
+
+/// When to step down and up.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AbrConfig {
+    /// A report losing more than this fraction steps down. Default 5 %.
+    pub down_loss: f64,
+    /// A round trip this much over the least seen (a queue on the path) steps down. Default
+    /// 400 ms.
+    pub down_delay: Duration,
+    /// A report is clean when it loses at most this fraction and its queue is at most a
+    /// quarter of `down_delay`. Default 1 %.
+    pub clean_loss: f64,
+    /// Clean reports for this long step up. Default 10 s.
+    pub up_after: Duration,
+    /// A step down this soon after a step up doubles `up_after`. Default 10 s.
+    pub probe: Duration,
+    /// The longest `up_after` grows to. Default 80 s.
+    pub max_up_after: Duration,
+    /// Reports this soon after a switch are not judged. Default 2 s.
+    pub settle: Duration,
+}
+
+impl Default for AbrConfig {
+    fn default() -> Self {
+        Self {
+            down_loss: 0.05,
+            down_delay: Duration::from_millis(400),
+            clean_loss: 0.01,
+            up_after: Duration::from_secs(10),
+            probe: Duration::from_secs(10),
+            max_up_after: Duration::from_secs(80),
+            settle: Duration::from_secs(2),
+        }
+    }
+}
+
+/// One session's choice of rung (0 is the highest), from its receiver reports.
+#[derive(Clone, Debug)]
+pub struct Chooser {
+    config: AbrConfig,
+    rungs: usize,
+    current: usize,
+    /// The rung a switch was decided to and not yet carried out.
+    pending: Option<usize>,
+    min_rtt: Option<Duration>,
+    clean_since: Option<Instant>,
+    switched_at: Option<Instant>,
+    /// When the last step up took effect, while it is still on probation.
+    last_up: Option<Instant>,
+    up_after: Duration,
+}
+
+impl Chooser {
+    /// A session on rung `current` of a ladder of `rungs`.
+    #[must_use]
+    pub fn new(config: AbrConfig, rungs: usize, current: usize) -> Self {
+        Self {
+            config,
+            rungs,
+            current,
+            pending: None,
+            min_rtt: None,
+            clean_since: None,
+            switched_at: None,
+            last_up: None,
+            up_after: config.up_after,
+        }
+    }
+
+    /// The rung being played.
+    #[must_use]
+    pub fn current(&self) -> usize {
+        self.current
+    }
+
+    /// How long clean reports must last before the next step up.
+    #[must_use]
+    pub fn up_after(&self) -> Duration {
+        self.up_after
+    }
+
+    /// A receiver report arrived at `now`. Returns the rung to switch to, when the session
+    /// should switch; then [`Chooser::handle_switched`] once it has (or has not).
+    pub fn handle_report(&mut self, now: Instant, fb: ReceiverFeedback) -> Option<usize> {
+        let queue = fb.rtt.map(|rtt| {
+            let min = self.min_rtt.map_or(rtt, |m| m.min(rtt));
+            self.min_rtt = Some(min);
+            rtt.saturating_sub(min)
+        });
+        if self.pending.is_some() {
+            return None;
+        }
+        if self.switched_at.is_some_and(|t| now < t + self.config.settle) {
+            return None;
+        }
+        let loss = f64::from(fb.fraction_lost) / 256.0;
+        if loss > self.config.down_loss || queue.is_some_and(|q| q > self.config.down_delay) {
+            self.clean_since = None;
+            if self.last_up.is_some_and(|t| now < t + self.config.probe) {
+                // The step up did not fit: wait longer before the next.
+                self.up_after = (self.up_after * 2).min(self.config.max_up_after);
+                self.last_up = None;
+            }
+            return self.decide(self.current + 1 < self.rungs, self.current + 1);
+        }
+        let clean =
+            loss <= self.config.clean_loss && queue.is_none_or(|q| q <= self.config.down_delay / 4);
+        if !clean {
+            self.clean_since = None;
+            return None;
+        }
+        if self.last_up.is_some_and(|t| now >= t + self.config.probe) {
+            // The last step up held: the next may come as soon as the first did.
+            self.last_up = None;
+            self.up_after = self.config.up_after;
+        }
+        let since = *self.clean_since.get_or_insert(now);
+        self.decide(self.current > 0 && now >= since + self.up_after, self.current.wrapping_sub(1))
+    }
+
+    fn decide(&mut self, go: bool, to: usize) -> Option<usize> {
+        go.then(|| {
+            self.pending = Some(to);
+            to
+        })
+    }
+
+    /// The session plays rung `rung` from `now` on: the switch decided was carried out, or
+    /// (`rung` the current one) could not be.
+    pub fn handle_switched(&mut self, now: Instant, rung: usize) {
+        if rung < self.current {
+            self.last_up = Some(now);
+        }
+        if rung != self.current {
+            self.switched_at = Some(now);
+        }
+        self.current = rung;
+        self.pending = None;
+        self.clean_since = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    fn report(lost_percent: u32, rtt_ms: u64) -> ReceiverFeedback {
+        ReceiverFeedback {
+            ssrc: 1,
+            fraction_lost: (lost_percent * 256 / 100).min(255) as u8,
+            rtt: Some(Duration::from_millis(rtt_ms)),
+        }
+    }
+
+    /// Reports every second from `from` for `secs` seconds; the switches decided (carried out
+    /// at once), with their times.
+    fn run(
+        c: &mut Chooser,
+        from: Instant,
+        secs: u64,
+        fb: impl Fn(u64, usize) -> ReceiverFeedback,
+    ) -> Vec<(u64, usize)> {
+        let mut switches = Vec::new();
+        for s in 0..secs {
+            let now = from + S * s as u32;
+            if let Some(to) = c.handle_report(now, fb(s, c.current())) {
+                c.handle_switched(now, to);
+                switches.push((s, to));
+            }
+        }
+        switches
+    }
+
+    #[test]
+    fn loss_steps_down_at_once_and_a_clean_path_steps_up_after_the_wait() {
+        let mut c = Chooser::new(AbrConfig::default(), 3, 0);
+        let t0 = Instant::ZERO;
+        // 5 s clean, then 30 % loss from 5 s to 20 s, then clean.
+        let s = run(&mut c, t0, 60, |s, _| report(if (5..20).contains(&s) { 30 } else { 0 }, 20));
+        // Down at 5 s, again after the 2 s settle (still lossy), then up 10 s after the path
+        // cleared (at 20 s), and again 10 s after the settle that follows.
+        assert_eq!(s, vec![(5, 1), (7, 2), (30, 1), (42, 0)]);
+    }
+
+    #[test]
+    fn a_growing_queue_steps_down_without_loss() {
+        let mut c = Chooser::new(AbrConfig::default(), 2, 0);
+        let s =
+            run(&mut c, Instant::ZERO, 12, |s, _| report(0, if s < 4 { 20 } else { 20 + 150 * s }));
+        assert_eq!(s.first(), Some(&(4, 1)), "{s:?}");
+    }
+
+    #[test]
+    fn a_step_up_that_does_not_fit_doubles_the_wait_and_one_that_holds_resets_it() {
+        let mut c = Chooser::new(AbrConfig::default(), 2, 1);
+        // The path fits rung 1 only for the first 60 s: rung 0 loses 20 %.
+        let s =
+            run(&mut c, Instant::ZERO, 60, |_, rung| report(if rung == 0 { 20 } else { 0 }, 20));
+        // Up after 10 s, down after the settle, and each next attempt waits twice as long.
+        assert_eq!(s, vec![(10, 0), (12, 1), (34, 0), (36, 1)]);
+        assert_eq!(c.up_after(), Duration::from_secs(40));
+        // Now rung 0 fits: up 40 s after the clean reports began (at 38 s), then it holds and
+        // the wait resets.
+        let t = Instant::ZERO + S * 60;
+        let s = run(&mut c, t, 60, |_, _| report(0, 20));
+        assert_eq!(s, vec![(18, 0)]);
+        assert_eq!(c.up_after(), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn nothing_switches_past_either_end_or_while_a_switch_is_pending() {
+        let mut c = Chooser::new(AbrConfig::default(), 2, 1);
+        let t0 = Instant::ZERO;
+        assert_eq!(c.handle_report(t0, report(50, 20)), None, "already at the lowest");
+        let mut c = Chooser::new(AbrConfig::default(), 2, 0);
+        assert_eq!(c.handle_report(t0, report(50, 20)), Some(1));
+        assert_eq!(c.handle_report(t0 + S, report(50, 20)), None, "pending");
+        c.handle_switched(t0 + S, 0);
+        // Not carried out (still rung 0): judged again at once.
+        assert_eq!(c.handle_report(t0 + S * 2, report(50, 20)), Some(1));
+        let mut c = Chooser::new(AbrConfig::default(), 2, 0);
+        assert_eq!(run(&mut c, t0, 30, |_, _| report(0, 20)), vec![], "already at the highest");
+    }
+}

@@ -1,0 +1,187 @@
+//! Switching a session between a title's renditions: adaptive bit rate over RTSP.
+//!
+//! A title with renditions is played from its ladder (`rtsp://host/TITLE`; `?rendition=` pins
+//! one). The renditions' IDR frames fall at the same presentation times and their tracks are
+//! alike (`docs/design/renditions.md`), so a session can leave one rendition just before a key
+//! frame and go on in another from that same key frame: to its player one stream, whose
+//! sequence numbers and timestamps run on (RFC 3550 §5.1; the SSRC stays), whose picture changes
+//! size at an IDR that carries its own SPS and PPS in-band (RFC 6184 §8.4).
+//!
+//! When [`crate::abr::Chooser`] decides on another rung, the origin picks the first key frame
+//! at least [`SWITCH_LEAD`] ahead of where the session is, stops every node just before it
+//! ([`StopKind::At`]: positions exact), closes the session's reservations and opens the other
+//! rendition's (admission judges the new rate; a refused step up goes back to the rung it left),
+//! then starts a run there, numbered on from where the last one stopped, as a seek does.
+
+use super::{
+    Abr, AbrConfig, Arc, Chooser, Instant, MediaTime, NodeCore, ObjectEntry, OpenSpec, Pace,
+    PlayAction, PlayStart, Position, ReceiverFeedback, RunRequest, StopKind, StreamId, Waiting,
+};
+use std::time::Duration;
+use tracing::{info, warn};
+
+/// How far ahead of the session's position a switch's key frame is at least: its stop must
+/// reach every node before the key frame's packets are due.
+pub(super) const SWITCH_LEAD: Duration = Duration::from_millis(500);
+
+impl NodeCore {
+    /// The ladder a PLAY's session plays from: its presentation's renditions, when there are
+    /// at least two to switch between.
+    pub(super) fn ladder_of(&self, action: &PlayAction) -> Option<Abr> {
+        let ladder: Vec<Arc<ObjectEntry>> =
+            action.ladder.iter().filter_map(|id| self.catalog.by_id(*id)).collect();
+        let rung = ladder.iter().position(|e| e.record.id == action.object)?;
+        (ladder.len() >= 2).then(|| Abr {
+            chooser: Chooser::new(AbrConfig::default(), ladder.len(), rung),
+            ladder,
+        })
+    }
+
+    /// A receiver report on one of our streams: the session playing a ladder may switch.
+    pub(super) fn feedback(&mut self, now: Instant, fb: ReceiverFeedback) {
+        let Some(stream) = self.rtsp.stream_of_ssrc(fb.ssrc) else { return };
+        let Some(o) = self.origins.get_mut(&stream) else { return };
+        // Judged only while a run plays at its own pace to its end: not trick play, not a
+        // `Speed` or MTFC pace, not a range the client asked to stop at, not mid-switch.
+        if !o.running
+            || o.trick
+            || o.pace != Pace::NOMINAL
+            || o.run_end.is_some()
+            || o.waiting.is_some()
+        {
+            return;
+        }
+        let Some(abr) = o.abr.as_mut() else { return };
+        if let Some(to) = abr.chooser.handle_report(now, fb) {
+            self.switch(now, stream, to);
+        }
+    }
+
+    /// Starts the switch of `stream` to rung `to` at the next key frame far enough ahead.
+    fn switch(&mut self, now: Instant, stream: StreamId, to: usize) {
+        let Some(o) = self.origins.get_mut(&stream) else { return };
+        let Some(abr) = o.abr.as_mut() else { return };
+        let from = abr.chooser.current();
+        // Where the session is: its run's start plus the time since. Its clock is pinned a
+        // moment after the run began, so this is ahead of the truth, never behind.
+        let media_now = o.run_start.time + now.saturating_duration_since(o.run_began);
+        let earliest = media_now + SWITCH_LEAD;
+        let key = o.entry.record.seek_points.iter().find(|p| p.time >= earliest).copied();
+        let (Some(key), Some(target)) = (key, abr.ladder.get(to)) else {
+            // Too near the end to switch: play it out.
+            abr.chooser.handle_switched(now, from);
+            return;
+        };
+        let at = key.time;
+        info!(%stream, from = %o.entry.record.name, to = %target.record.name, %at, "switching rendition");
+        o.waiting = Some(Waiting::Switch { to, at });
+        // Due when the session reaches it: after `at - media_now` by the estimate, which is
+        // ahead of the truth by the time the clock took to be pinned (a second is plenty).
+        let due = at.saturating_duration_since(media_now) + Duration::from_secs(1);
+        // The key frame's packets are sent ahead of its presentation time (decode order): the
+        // stop is before its first packet, and reported once its time has come.
+        let stop = StopKind::At { cutoff: at, before: key.gsn, due };
+        if !self.cluster.stop(now, stream, stop)
+            && let Some(o) = self.origins.get_mut(&stream)
+        {
+            o.waiting = None;
+            if let Some(abr) = o.abr.as_mut() {
+                abr.chooser.handle_switched(now, from);
+            }
+        }
+    }
+
+    /// Every node stopped before the switch's key frame (`stopped` is where): open rung `to`.
+    pub(super) fn switch_stopped(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        to: usize,
+        at: MediaTime,
+        stopped: Position,
+    ) {
+        let Some(o) = self.origins.get(&stream) else { return };
+        let Some(abr) = o.abr.as_ref() else { return };
+        let from = abr.chooser.current();
+        // A stop that came late (a busy node) goes on from the next key frame instead: nothing
+        // is sent twice.
+        let at = if stopped.time <= at {
+            at
+        } else {
+            let next =
+                o.entry.record.seek_points.iter().map(|p| p.time).find(|t| *t >= stopped.time);
+            next.unwrap_or(o.entry.record.duration)
+        };
+        self.reopen(now, stream, to, from, at, false);
+    }
+
+    /// Closes the session's reservations and opens rung `to`'s, to go on from `at`.
+    fn reopen(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        to: usize,
+        from: usize,
+        at: MediaTime,
+        paused: bool,
+    ) {
+        self.cluster.close(now, stream);
+        let Some(o) = self.origins.get_mut(&stream) else { return };
+        let Some(entry) = o.abr.as_ref().and_then(|a| a.ladder.get(to)).cloned() else { return };
+        let spec = OpenSpec {
+            stream,
+            object: entry.record.id,
+            epoch: entry.epoch,
+            avg_bitrate: entry.record.avg_bitrate,
+            peak_bitrate: entry.record.peak_bitrate,
+            delivery: o.delivery,
+        };
+        o.entry = entry;
+        o.opened = false;
+        o.waiting = Some(Waiting::Reopen { to, from, at, paused });
+        self.cluster.open(now, spec);
+    }
+
+    /// Rung `to` was admitted: the session goes on from the key frame at `at` (unless a PAUSE
+    /// came meanwhile: then the next PLAY resumes there).
+    pub(super) fn switch_opened(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        to: usize,
+        at: MediaTime,
+        paused: bool,
+    ) {
+        let Some(o) = self.origins.get_mut(&stream) else { return };
+        o.opened = true;
+        let end = o.run_end;
+        if let Some(abr) = o.abr.as_mut() {
+            abr.chooser.handle_switched(now, to);
+        }
+        if paused {
+            return;
+        }
+        let req = RunRequest { start: PlayStart::Seek(at), end, scale: None, speed: None };
+        if let Err(reason) = self.begin_run(now, stream, req) {
+            warn!(%stream, %reason, "switching rendition: the run could not start");
+        }
+    }
+
+    /// Rung `to` was refused: back to the rung the session left, or (that refused too) the
+    /// stream ends where it stopped. Returns whether the session goes on.
+    pub(super) fn switch_refused(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        (to, from, at, paused): (usize, usize, MediaTime, bool),
+        reason: &str,
+    ) -> bool {
+        if to != from {
+            info!(%stream, %reason, "switching rendition: refused, staying on the rendition it played");
+            self.reopen(now, stream, from, from, at, paused);
+            return true;
+        }
+        warn!(%stream, %reason, "switching rendition: neither rendition is admitted; the stream ends");
+        false
+    }
+}
