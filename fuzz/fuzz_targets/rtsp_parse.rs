@@ -33,15 +33,21 @@ impl Library for FakeLibrary {
             fmtp: String::new(),
         };
         let tracks = match name {
-            "m.mp4" => vec![track("video", 96, 90_000), track("audio", 97, 48_000)],
+            "m.mp4" | "m.mp4~360p" => {
+                vec![track("video", 96, 90_000), track("audio", 97, 48_000)]
+            }
             _ => Vec::new(),
         };
-        matches!(name, "test.ts" | "a" | "m.mp4").then(|| Presentation {
+        // `m.mp4` is a title with a ladder (and `m.mp4~360p` one rendition of it, which
+        // `?rendition=360p` names).
+        let ladder = if name == "m.mp4" { vec![ObjectId(7), ObjectId(8)] } else { Vec::new() };
+        matches!(name, "test.ts" | "a" | "m.mp4" | "m.mp4~360p").then(|| Presentation {
             object: ObjectId(7),
             name: name.to_owned(),
             duration: DURATION,
             avg_bitrate: BitRate(2_000_000),
             tracks,
+            ladder,
         })
     }
 }

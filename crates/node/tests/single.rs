@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use isochron_base::{DiskId, Gsn, Instant, MediaTime, NodeId, Replicas};
 use isochron_cluster::ShareKey;
+use isochron_node::abr::ReceiverFeedback;
 use isochron_node::{NodeConfig, NodeCore, NodeOutput, Ticket};
 use isochron_pacing::pacer::{RunReport, StreamOp};
 use isochron_rtsp::rtsp_types::{HeaderName, Method, Response, StatusCode};
@@ -24,16 +25,22 @@ struct Node {
     tickets: u64,
     cseq: u32,
     session: Option<String>,
+    /// The SSRC the SETUP's answer gave.
+    ssrc: Option<u32>,
 }
 
 impl Node {
     fn new() -> Self {
+        Self::with(Clip::new(4, |_| Replicas::single(DiskId(0))))
+    }
+
+    fn with(clip: Clip) -> Self {
         let config =
             NodeConfig { node: NodeId(0), name: "solo".into(), unix_base_ns: 0, cluster: None };
         let rtsp = ServerCore::new(ServerConfig::default(), 3);
-        let clip = Clip::new(4, |_| Replicas::single(DiskId(0)));
         let core = NodeCore::new(config, rtsp, Arc::new(clip));
-        Self { core, now: Instant::from_nanos(SECOND), tickets: 0, cseq: 0, session: None }
+        let now = Instant::from_nanos(SECOND);
+        Self { core, now, tickets: 0, cseq: 0, session: None, ssrc: None }
     }
 
     /// Sends a request; returns its ticket.
@@ -73,6 +80,11 @@ impl Node {
         let out = self.outputs();
         let r = response(&out).expect("SETUP is answered at once");
         self.session = session_of(r);
+        let transport = r.header(&HeaderName::try_from("Transport").unwrap()).unwrap().as_str();
+        self.ssrc = transport
+            .split(';')
+            .find_map(|p| p.strip_prefix("ssrc="))
+            .and_then(|h| u32::from_str_radix(h, 16).ok());
     }
 }
 
@@ -245,4 +257,73 @@ fn a_play_waiting_for_admission_is_answered_when_its_session_ends_meanwhile() {
         "nothing plays for a closed session: {out:?}"
     );
     assert!(status(&out).is_empty());
+}
+
+/// A title played from its ladder (`clip`: 100 packets a second; `clip~low`: 50) switches
+/// rendition on its player's receiver reports: a report losing a quarter of the packets stops
+/// the run just before the first packet of the next seek point half a second ahead or more
+/// (its GSN, its time), the reservation moves to the lower rendition, and the next run starts
+/// at that seek point of it, numbered on from where the first stopped. No request is answered:
+/// the player sees one stream.
+#[test]
+fn a_lossy_report_switches_a_ladder_down_at_the_next_seek_point_numbered_on() {
+    let mut n = Node::with(Clip::new(6, |_| Replicas::single(DiskId(0))).with_ladder());
+    n.set_up();
+    let ssrc = n.ssrc.expect("the SETUP's SSRC");
+    let key = n.play_asks_admission();
+    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    let out = n.outputs();
+    let first = response(&out).expect("the PLAY's answer");
+    let seq0 = rtp_info_seq(first);
+    let (stream, run1) = out
+        .iter()
+        .find_map(|o| match o {
+            NodeOutput::Send(StreamOp::Play { stream, play }) => Some((*stream, play.run)),
+            _ => None,
+        })
+        .expect("the run starts");
+
+    // 2 s in, a report that lost a quarter: stop before the seek point at 3 s (2.5 s or later).
+    n.now = n.now + std::time::Duration::from_secs(2);
+    let lossy = ReceiverFeedback { ssrc, fraction_lost: 64, rtt: None };
+    n.core.handle_rtcp(n.now, &[ssrc], &[lossy]);
+    let out = n.outputs();
+    assert!(
+        matches!(
+            out.as_slice(),
+            [NodeOutput::Send(StreamOp::Stop { run, cutoff: Some(c), before: Some(Gsn(300)), .. })]
+                if *run == run1 && *c == MediaTime::from_nanos(3 * SECOND)
+        ),
+        "{out:?}"
+    );
+
+    // Stopped there: the old reservation closes, the low rendition's is asked for.
+    n.now = n.now + std::time::Duration::from_secs(1);
+    let at = Position::at(Gsn(300), MediaTime::from_nanos(3 * SECOND));
+    let report = RunReport { next: Some(at), last_sent: None };
+    n.core.handle_share_stopped(n.now, stream, run1, report);
+    let out = n.outputs();
+    let key = out
+        .iter()
+        .find_map(|o| match o {
+            NodeOutput::Admit { key, name, .. } if name == "clip~low" => Some(*key),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("the low rendition's admission: {out:?}"));
+    assert!(status(&out).is_empty(), "{out:?}");
+
+    // Admitted: a run of the low rendition from its seek point at 3 s (GSN 150), the first
+    // packet numbered seq0 + 300, where the first run stopped.
+    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    let out = n.outputs();
+    assert!(status(&out).is_empty(), "no answer: {out:?}");
+    let play = out
+        .iter()
+        .find_map(|o| match o {
+            NodeOutput::Send(StreamOp::Play { play, .. }) => Some(*play),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("the low rendition's run: {out:?}"));
+    assert_eq!((play.start.gsn, play.start.time), (Gsn(150), MediaTime::from_nanos(3 * SECOND)));
+    assert_eq!(play.seq_offsets[0].wrapping_add(150), seq0.wrapping_add(300));
 }

@@ -14,7 +14,7 @@ use isochron_rtsp::rtsp_types::{HeaderName, Method, Request, Response, Url, Vers
 use isochron_rtsp::sdp::MediaTrack;
 use isochron_rtsp::server::{ConnId, ConnInfo, Presentation};
 use isochron_store::Epoch;
-use isochron_store::catalog::{BlockEntry, SeekPoint};
+use isochron_store::catalog::{BlockEntry, ObjectRecord, SeekPoint};
 
 pub(crate) const SECOND: u64 = 1_000_000_000;
 /// Packets per block (one second each).
@@ -25,35 +25,34 @@ pub(crate) const PER_BLOCK: u64 = 100;
 /// answers.
 pub(crate) struct Clip {
     entry: Arc<ObjectEntry>,
+    /// A second rendition of it, `clip~low` (id 8, 50 packets a block), when `clip` is played
+    /// from a ladder.
+    low: Option<Arc<ObjectEntry>>,
     owners: BTreeMap<DiskId, String>,
     pub etcd: Arc<AtomicBool>,
 }
 
 impl Clip {
     pub(crate) fn new(blocks: u64, copies: impl Fn(u64) -> Replicas) -> Self {
-        let mut rec = isochron_store::testing::object_record(ObjectId(7), "clip");
-        rec.blocks = (0..blocks)
-            .map(|i| BlockEntry {
-                first_gsn: Gsn(i * PER_BLOCK),
-                first_send_time: MediaTime::from_nanos(i * SECOND),
-                packets: PER_BLOCK as u32,
-                payload_bytes: PER_BLOCK as u32 * 1316,
-                encoded_len: 64 + PER_BLOCK as u32 * (16 + 1316),
-                checksum: 1,
-            })
-            .collect();
-        rec.packets = blocks * PER_BLOCK;
-        rec.duration = MediaTime::from_nanos(blocks * SECOND);
-        rec.avg_bitrate = BitRate(1_000_000);
-        rec.seek_points = (0..blocks)
-            .map(|i| SeekPoint { time: MediaTime::from_nanos(i * SECOND), gsn: Gsn(i * PER_BLOCK) })
-            .collect();
+        let rec = record(ObjectId(7), "clip", blocks, PER_BLOCK);
         let entry = ObjectEntry::planned_with(rec, Epoch(0), |_, i| copies(u64::from(i.0)));
         Self {
             entry: Arc::new(entry),
+            low: None,
             owners: BTreeMap::new(),
             etcd: Arc::new(AtomicBool::new(true)),
         }
+    }
+
+    /// The same object with a second rendition, `clip~low` (id 8, half the packets, on disk
+    /// 0): `clip` is then played from the ladder of the two.
+    pub(crate) fn with_ladder(mut self) -> Self {
+        let blocks = self.entry.record.blocks.len() as u64;
+        let mut rec = record(ObjectId(8), "clip~low", blocks, PER_BLOCK / 2);
+        rec.avg_bitrate = BitRate(500_000);
+        let entry = ObjectEntry::planned_with(rec, Epoch(0), |_, _| Replicas::single(DiskId(0)));
+        self.low = Some(Arc::new(entry));
+        self
     }
 
     /// The same object in a cluster: each disk's owner, and one etcd for every node.
@@ -68,23 +67,52 @@ impl Clip {
     }
 }
 
+/// An MPEG-TS object `name` (id `id`) of `blocks` one-second blocks of `per_block` packets,
+/// a seek point at each block's start.
+fn record(id: ObjectId, name: &str, blocks: u64, per_block: u64) -> ObjectRecord {
+    let mut rec = isochron_store::testing::object_record(id, name);
+    rec.blocks = (0..blocks)
+        .map(|i| BlockEntry {
+            first_gsn: Gsn(i * per_block),
+            first_send_time: MediaTime::from_nanos(i * SECOND),
+            packets: per_block as u32,
+            payload_bytes: per_block as u32 * 1316,
+            encoded_len: 64 + per_block as u32 * (16 + 1316),
+            checksum: 1,
+        })
+        .collect();
+    rec.packets = blocks * per_block;
+    rec.duration = MediaTime::from_nanos(blocks * SECOND);
+    rec.avg_bitrate = BitRate(1_000_000);
+    rec.seek_points = (0..blocks)
+        .map(|i| SeekPoint { time: MediaTime::from_nanos(i * SECOND), gsn: Gsn(i * per_block) })
+        .collect();
+    rec
+}
+
 impl isochron_rtsp::server::Library for Clip {
     fn lookup(&self, name: &str) -> Option<Presentation> {
-        let r = &self.entry.record;
-        (name == r.name).then(|| Presentation {
+        let entries = std::iter::once(&self.entry).chain(&self.low);
+        let e = entries.clone().find(|e| e.record.name == name)?;
+        let r = &e.record;
+        let ladder = match &self.low {
+            Some(_) if name == "clip" => entries.map(|e| e.record.id).collect(),
+            _ => Vec::new(),
+        };
+        Some(Presentation {
             object: r.id,
             name: r.name.clone(),
             duration: r.duration,
             avg_bitrate: r.avg_bitrate,
             tracks: Vec::<MediaTrack>::new(),
-            ladder: Vec::new(),
+            ladder,
         })
     }
 }
 
 impl Catalog for Clip {
     fn by_id(&self, id: ObjectId) -> Option<Arc<ObjectEntry>> {
-        (id == self.entry.record.id).then(|| Arc::clone(&self.entry))
+        std::iter::once(&self.entry).chain(&self.low).find(|e| e.record.id == id).cloned()
     }
     fn shared_entry(&self, _: ObjectId) -> Option<Arc<ObjectEntry>> {
         None

@@ -41,6 +41,8 @@ impl Library for FakeLibrary {
         }
         let (object, secs_ms, bps) = match name {
             "test.ts" => (7, 10_000, 2_000_000),
+            // A rendition of `test.ts`, as `?rendition=360p` names it.
+            "test.ts~360p" => (17, 10_000, 800_000),
             "movie.ts" => (8, 5_400_120, 4_000_000),
             _ => return None,
         };
@@ -965,6 +967,29 @@ fn sdp_origin_is_the_local_address_canonicalised() {
     let body = String::from_utf8(resp.body().clone()).unwrap();
     assert!(body.contains("o=- 7 1 IN IP4 10.1.2.3\r\n"), "{body}");
     assert!(body.contains("s=test.ts\r\n"), "{body}");
+}
+
+#[test]
+fn a_rendition_query_pins_one_rendition_whose_name_the_content_base_carries() {
+    let mut core = ServerCore::new(ServerConfig::default(), 0);
+    let req =
+        request(Method::Describe, Some("rtsp://h:1/test.ts?rendition=360p"), &[("CSeq", "1")]);
+    let resp = respond(core.handle_request(Instant::ZERO, &conn(1), &req, &FakeLibrary));
+    assert_eq!(resp.status(), StatusCode::Ok);
+    let base = resp.header(&CONTENT_BASE).map(|v| v.as_str().to_owned());
+    assert_eq!(base.as_deref(), Some("rtsp://h:1/test.ts~360p/"));
+    assert!(String::from_utf8_lossy(resp.body()).contains("o=- 17 1 "));
+    // ffmpeg's SETUP under a query (`?q/trackID=0`) and an unknown rung.
+    let req = request(
+        Method::Describe,
+        Some("rtsp://h:1/test.ts?rendition=360p/trackID=0"),
+        &[("CSeq", "2")],
+    );
+    let resp = respond(core.handle_request(Instant::ZERO, &conn(1), &req, &FakeLibrary));
+    assert_eq!(resp.status(), StatusCode::Ok);
+    let req = request(Method::Describe, Some("rtsp://h:1/test.ts?rendition=99p"), &[("CSeq", "3")]);
+    let resp = respond(core.handle_request(Instant::ZERO, &conn(1), &req, &FakeLibrary));
+    assert_eq!(resp.status(), StatusCode::NotFound);
 }
 
 #[test]
