@@ -228,13 +228,7 @@ fn the_browser_adapts_to_a_link_that_narrows_and_widens() {
     }
     require("ffprobe");
     let _load = load(weight::HEAVY);
-    let src = media_fixture("h264_360p_grain_90s.mp4");
-    let dir = tempdir();
-    let data = dir.path().join("store");
-    ok(&isochron(
-        &["ingest", "--name", "grain", "--ladder", "360p:1500k,240p:400k", src.to_str().unwrap()],
-        &data,
-    ));
+    let (_dir, data) = grain_ladder();
     let bed = Testbed::new("abr").expect("testbed");
     let viewer = bed.add_host("viewer").expect("viewer host");
     // Segments of 2 s (a key frame each): the player can change its mind every 2 s.
@@ -304,13 +298,7 @@ fn rtsp_sessions_switch_rendition_as_the_link_narrows_and_widens() {
     require("ffprobe");
     require("gst-launch-1.0");
     let _load = load(weight::HEAVY);
-    let src = media_fixture("h264_360p_grain_90s.mp4");
-    let dir = tempdir();
-    let data = dir.path().join("store");
-    ok(&isochron(
-        &["ingest", "--name", "grain", "--ladder", "360p:1500k,240p:400k", src.to_str().unwrap()],
-        &data,
-    ));
+    let (dir, data) = grain_ladder();
     let bed = Testbed::new("rabr").expect("testbed");
     let hosts: Vec<_> =
         ["ffmpeg", "gst", "pinned"].iter().map(|n| bed.add_host(n).expect("host")).collect();
@@ -384,6 +372,20 @@ fn rtsp_sessions_switch_rendition_as_the_link_narrows_and_widens() {
     let runs = height_runs(&rec("pinned.mp4"));
     assert!(runs.iter().all(|r| r.0 == 360), "the pinned session switched: {runs:?}");
     server.stop();
+}
+
+/// A store holding `grain`, a 90 s grainy 360p clip (every rung spends its whole rate), with a
+/// ladder of 360p at 1.5 Mb/s and 240p at 400 kb/s (cheap to encode, and on either side of a
+/// 1 Mb/s link): the temporary directory and the store in it.
+fn grain_ladder() -> (tempfile::TempDir, std::path::PathBuf) {
+    let src = media_fixture("h264_360p_grain_90s.mp4");
+    let dir = tempdir();
+    let data = dir.path().join("store");
+    ok(&isochron(
+        &["ingest", "--name", "grain", "--ladder", "360p:1500k,240p:400k", src.to_str().unwrap()],
+        &data,
+    ));
+    (dir, data)
 }
 
 /// ffmpeg in `host`'s namespace records `url` over UDP (`-c copy` into MP4).

@@ -156,6 +156,27 @@ impl Origin {
             abr: None,
         }
     }
+
+    /// A switch of rendition decided is not carried out (a PLAY or PAUSE took its place, the
+    /// stream ended first): the chooser stays on the rung playing.
+    fn give_up_switch(&mut self, now: Instant) {
+        if let Some(abr) = self.abr.as_mut() {
+            let current = abr.chooser.current();
+            abr.chooser.handle_switched(now, current);
+        }
+    }
+}
+
+/// What admission needs to open a session of `entry` for `stream`.
+fn open_spec(stream: StreamId, entry: &ObjectEntry, delivery: Delivery) -> OpenSpec {
+    OpenSpec {
+        stream,
+        object: entry.record.id,
+        epoch: entry.epoch,
+        avg_bitrate: entry.record.avg_bitrate,
+        peak_bitrate: entry.record.peak_bitrate,
+        delivery,
+    }
 }
 
 /// A share this node runs.

@@ -3,9 +3,9 @@
 
 use super::{
     Arc, ConnId, Delivery, Dest, HeaderName, Instant, MediaTime, Method, NodeCore, NodeOutput,
-    OpenSpec, Origin, Pace, PauseAction, PlayAction, PlayOutcome, PlayStart, Position, RateAction,
-    Rates, Request, RunReport, RunRequest, RunTracks, SessionEvent, SessionTransport, ShareKey,
-    StartSpec, StopKind, StreamId, StreamOp, Ticket, TrackSeqs, TrackSpec, Waiting,
+    Origin, Pace, PauseAction, PlayAction, PlayOutcome, PlayStart, Position, RateAction, Rates,
+    Request, RunReport, RunRequest, RunTracks, SessionEvent, SessionTransport, ShareKey, StartSpec,
+    StopKind, StreamId, StreamOp, Ticket, TrackSeqs, TrackSpec, Waiting, open_spec,
 };
 use std::time::Duration;
 use tracing::{debug, info, warn};
@@ -39,10 +39,7 @@ impl NodeCore {
             // asked for serves the PLAY (a seek), or the admission under way does.
             match o.waiting.take() {
                 Some(Waiting::Switch { .. }) => {
-                    if let Some(abr) = o.abr.as_mut() {
-                        let current = abr.chooser.current();
-                        abr.chooser.handle_switched(now, current);
-                    }
+                    o.give_up_switch(now);
                     o.waiting = Some(Waiting::StopForPlay(action, ticket));
                     return;
                 }
@@ -91,14 +88,7 @@ impl NodeCore {
             return;
         };
         let delivery = self.delivery_for(conn);
-        let spec = OpenSpec {
-            stream,
-            object: entry.record.id,
-            epoch: entry.epoch,
-            avg_bitrate: entry.record.avg_bitrate,
-            peak_bitrate: entry.record.peak_bitrate,
-            delivery,
-        };
+        let spec = open_spec(stream, &entry, delivery);
         let pace = self.origins.get(&stream).map_or(Pace::NOMINAL, |o| o.pace);
         let abr = self.ladder_of(&action);
         let waiting = Some(Waiting::Open(action, ticket));
@@ -228,10 +218,7 @@ impl NodeCore {
             // The stop of a switch of rendition is under way: it serves the PAUSE (the
             // switch is given up).
             Some(Waiting::Switch { .. }) => {
-                if let Some(abr) = o.abr.as_mut() {
-                    let current = abr.chooser.current();
-                    abr.chooser.handle_switched(now, current);
-                }
+                o.give_up_switch(now);
                 o.waiting = Some(Waiting::Pause(action, ticket));
                 return;
             }
@@ -364,10 +351,7 @@ impl NodeCore {
                 // The end came before a switch's key frame: nothing left to switch.
                 if matches!(o.waiting, Some(Waiting::Switch { .. })) {
                     o.waiting = None;
-                    if let Some(abr) = o.abr.as_mut() {
-                        let current = abr.chooser.current();
-                        abr.chooser.handle_switched(now, current);
-                    }
+                    o.give_up_switch(now);
                 }
                 debug!(%stream, %run, gsn = %at.gsn, "end of stream");
                 self.rtsp.handle_end_of_stream(now, stream, at);

@@ -14,8 +14,8 @@
 //! then starts a run there, numbered on from where the last one stopped, as a seek does.
 
 use super::{
-    Abr, AbrConfig, Arc, Chooser, Instant, MediaTime, NodeCore, ObjectEntry, OpenSpec, Pace,
-    PlayAction, PlayStart, Position, ReceiverFeedback, RunRequest, StopKind, StreamId, Waiting,
+    Abr, AbrConfig, Arc, Chooser, Instant, MediaTime, NodeCore, ObjectEntry, Pace, PlayAction,
+    PlayStart, Position, ReceiverFeedback, RunRequest, StopKind, StreamId, Waiting, open_spec,
 };
 use std::time::Duration;
 use tracing::{info, warn};
@@ -85,9 +85,7 @@ impl NodeCore {
             && let Some(o) = self.origins.get_mut(&stream)
         {
             o.waiting = None;
-            if let Some(abr) = o.abr.as_mut() {
-                abr.chooser.handle_switched(now, from);
-            }
+            o.give_up_switch(now);
         }
     }
 
@@ -128,14 +126,7 @@ impl NodeCore {
         self.cluster.close(now, stream);
         let Some(o) = self.origins.get_mut(&stream) else { return };
         let Some(entry) = o.abr.as_ref().and_then(|a| a.ladder.get(to)).cloned() else { return };
-        let spec = OpenSpec {
-            stream,
-            object: entry.record.id,
-            epoch: entry.epoch,
-            avg_bitrate: entry.record.avg_bitrate,
-            peak_bitrate: entry.record.peak_bitrate,
-            delivery: o.delivery,
-        };
+        let spec = open_spec(stream, &entry, o.delivery);
         o.entry = entry;
         o.opened = false;
         o.waiting = Some(Waiting::Reopen { to, from, at, paused });
