@@ -369,7 +369,8 @@ impl Host {
 
     /// [`Host::shape`] with a queue of `queue` at the rate: a deep one (seconds) stands for a
     /// link whose buffers delay what it cannot carry at once rather than drop it (a cable or
-    /// cellular link's "bufferbloat"). Changing the rate flushes what is queued.
+    /// cellular link's "bufferbloat"). Changing the rate keeps what is queued (`tc qdisc
+    /// replace` of a tbf changes it in place).
     pub fn shape_with_queue(&self, rate_bits_per_s: u64, queue: Duration) -> anyhow::Result<()> {
         if rate_bits_per_s < 8_000 {
             bail!("shape: {rate_bits_per_s} bit/s is below tbf's useful range (8 kbit/s)");
