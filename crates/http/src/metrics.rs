@@ -108,6 +108,36 @@ pub(crate) fn render(g: &Gathered) -> String {
         let n = g.sessions.iter().filter(|s| s.state == state).count();
         e.sample("sessions_by_state", &[("state", state)], n as f64);
     }
+    e.family("sessions_by_object", Gauge, "RTSP sessions by the object (rendition) they play.");
+    let mut by_object: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for s in &g.sessions {
+        *by_object.entry(s.object.as_str()).or_default() += 1;
+    }
+    for (object, n) in by_object {
+        e.sample("sessions_by_object", &[("object", object)], n as f64);
+    }
+    let abr = &g.abr;
+    e.family("rendition_switches_total", Counter, "Switches between renditions, by direction.");
+    e.sample("rendition_switches_total", &[("direction", "down")], abr.switches_down as f64);
+    e.sample("rendition_switches_total", &[("direction", "up")], abr.switches_up as f64);
+    e.single(
+        "rendition_step_ups_refused_total",
+        Counter,
+        "Steps up to a higher rendition admission refused.",
+        abr.step_ups_refused as f64,
+    );
+    e.single(
+        "admitted_degraded_total",
+        Counter,
+        "PLAYs admitted at a lower rendition than they asked for (sched.degrade).",
+        abr.admitted_degraded as f64,
+    );
+    e.single(
+        "stepped_down_for_room_total",
+        Counter,
+        "Sessions stepped down a rendition to make room for a PLAY (sched.degrade).",
+        abr.stepped_down_for_room as f64,
+    );
     e.single("streams", Gauge, "Streams admitted by the scheduler.", sched.streams as f64);
     e.single("objects", Gauge, "Playable objects.", g.objects as f64);
     e.single("uptime_seconds", Gauge, "Seconds since the server started.", g.uptime_s);
@@ -696,6 +726,8 @@ mod tests {
             packets_sent: 1000,
             bytes_sent: 1_316_000,
         }];
+        g.abr.switches_down = 2;
+        g.abr.admitted_degraded = 1;
         g.reorg.state = "running".into();
         g.reorg.moved = 10;
         g.reorg.total = 40;
@@ -713,6 +745,8 @@ mod tests {
         let v = |k: &str| *p.samples.get(k).unwrap_or_else(|| panic!("no {k} in\n{text}"));
         assert_eq!(v("isochron_sessions"), 1.0);
         assert_eq!(v("isochron_sessions_by_state{state=playing}"), 1.0);
+        assert_eq!(v("isochron_rendition_switches_total{direction=down}"), 2.0);
+        assert_eq!(v("isochron_admitted_degraded_total"), 1.0);
         assert_eq!(v("isochron_packets_sent_total"), 1000.0);
         assert_eq!(v("isochron_payload_bytes_sent_total"), 1_316_000.0);
         assert_eq!(v("isochron_disk_bytes_total"), f64::from(3u32 << 20));

@@ -22,7 +22,7 @@ use isochron_server::NodeIdentity;
 use isochron_server::library::Library;
 use isochron_server::recorder::{RecorderStats, Recorders};
 use isochron_server::reorg::{ReorgCommand, ReorgStatus};
-use isochron_server::sessions::{SessionCommand, SessionInfo};
+use isochron_server::sessions::{AbrStats, SessionCommand, SessionInfo};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ApiError;
@@ -82,6 +82,8 @@ pub(crate) struct Gathered {
     pub(crate) send: SenderStats,
     /// The RTSP sessions, with their scheduler and sender counters filled in.
     pub(crate) sessions: Vec<SessionInfo>,
+    /// Switches between renditions and degraded admissions.
+    pub(crate) abr: AbrStats,
     /// The reorganisation.
     pub(crate) reorg: ReorgStatus,
     /// The recordings.
@@ -107,7 +109,7 @@ pub(crate) async fn gather(s: &ApiState) -> Result<Gathered, ApiError> {
     if !sent {
         return Err(ApiError::unavailable());
     }
-    let (Ok(mut sessions), Ok(sched), Ok(send), Ok(progress), Ok(reorg)) =
+    let (Ok((mut sessions, abr)), Ok(sched), Ok(send), Ok(progress), Ok(reorg)) =
         (lrx.await, srx.await, prx.await, grx.await, rrx.await)
     else {
         return Err(ApiError::unavailable());
@@ -132,6 +134,7 @@ pub(crate) async fn gather(s: &ApiState) -> Result<Gathered, ApiError> {
         sched,
         send,
         sessions,
+        abr,
         reorg,
         recordings: s.recorders.stats(),
         objects: s.library.list().len(),

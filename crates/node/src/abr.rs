@@ -158,6 +158,16 @@ impl Chooser {
         })
     }
 
+    /// Admission refused the step up decided (the node or cluster has no room for the higher
+    /// rate): the session stays on its rung, and waits twice as long before the next try, as
+    /// after a step up that did not fit the path.
+    pub fn handle_refused(&mut self, now: Instant) {
+        self.up_after = (self.up_after * 2).min(self.config.max_up_after);
+        self.last_up = None;
+        let current = self.current;
+        self.handle_switched(now, current);
+    }
+
     /// The session plays rung `rung` from `now` on: the switch decided was carried out, or
     /// (`rung` the current one) could not be.
     pub fn handle_switched(&mut self, now: Instant, rung: usize) {
@@ -255,5 +265,16 @@ mod tests {
         assert_eq!(c.handle_report(t0 + S * 2, report(50, 20)), Some(1));
         let mut c = Chooser::new(AbrConfig::default(), 2, 0);
         assert_eq!(run(&mut c, t0, 30, |_, _| report(0, 20)), vec![], "already at the highest");
+    }
+
+    /// A step up admission refused keeps the rung and doubles the wait, to the cap.
+    #[test]
+    fn a_refused_step_up_doubles_the_wait() {
+        let mut c = Chooser::new(AbrConfig::default(), 2, 1);
+        let now = Instant::from_nanos(0);
+        for want in [20, 40, 80, 80] {
+            c.handle_refused(now);
+            assert_eq!((c.current(), c.up_after()), (1, S * want));
+        }
     }
 }

@@ -70,6 +70,7 @@ impl Cluster {
                 name: format!("n{n}"),
                 unix_base_ns: 1_800_000_000 * SECOND,
                 cluster: Some((Arc::new(disks), 2)),
+                degrade: false,
             };
             let rtsp = ServerCore::new(ServerConfig::default(), u64::from(n));
             let mut core = NodeCore::new(config, rtsp, Arc::new(clip(Arc::clone(&etcd))));

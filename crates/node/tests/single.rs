@@ -35,8 +35,18 @@ impl Node {
     }
 
     fn with(clip: Clip) -> Self {
-        let config =
-            NodeConfig { node: NodeId(0), name: "solo".into(), unix_base_ns: 0, cluster: None };
+        Self::configured(clip, false)
+    }
+
+    /// A node that degrades instead of refusing (`sched.degrade`) or not.
+    fn configured(clip: Clip, degrade: bool) -> Self {
+        let config = NodeConfig {
+            node: NodeId(0),
+            name: "solo".into(),
+            unix_base_ns: 0,
+            cluster: None,
+            degrade,
+        };
         let rtsp = ServerCore::new(ServerConfig::default(), 3);
         let core = NodeCore::new(config, rtsp, Arc::new(clip));
         let now = Instant::from_nanos(SECOND);
@@ -326,4 +336,98 @@ fn a_lossy_report_switches_a_ladder_down_at_the_next_seek_point_numbered_on() {
         .unwrap_or_else(|| panic!("the low rendition's run: {out:?}"));
     assert_eq!((play.start.gsn, play.start.time), (Gsn(150), MediaTime::from_nanos(3 * SECOND)));
     assert_eq!(play.seq_offsets[0].wrapping_add(150), seq0.wrapping_add(300));
+}
+
+/// The admission asked for in `out`, of the object named `name`.
+fn admission_of(out: &[NodeOutput], name: &str) -> ShareKey {
+    out.iter()
+        .find_map(|o| match o {
+            NodeOutput::Admit { key, name: n, .. } if n == name => Some(*key),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("an admission of {name}: {out:?}"))
+}
+
+/// Degrade instead of refuse, on a ladder of two (`clip`, `clip~low`) where each new session
+/// finds the node fuller: the first PLAY gets the high rendition; the second, refused it, the
+/// low one; the third, refused both, waits while the first steps down at its next seek point
+/// (a switch like a report's), and is admitted once that frees the room; the fourth, with
+/// nothing left to step down, is refused (453). Counted in the node's stats.
+#[test]
+fn degrade_admits_lower_and_steps_a_playing_session_down_to_make_room() {
+    let full = || Some(Decision::Reject(Refusal::TooManyStreams { limit: 1 }));
+    let mut n = Node::configured(Clip::new(6, |_| Replicas::single(DiskId(0))).with_ladder(), true);
+
+    // A: the high rendition, admitted.
+    n.set_up();
+    let key = n.play_asks_admission();
+    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    let out = n.outputs();
+    assert_eq!(status(&out), vec![StatusCode::Ok]);
+    let (a, run_a) = out
+        .iter()
+        .find_map(|o| match o {
+            NodeOutput::Send(StreamOp::Play { stream, play }) => Some((*stream, play.run)),
+            _ => None,
+        })
+        .expect("A's run");
+
+    // B: refused the high rendition, admitted at the low one.
+    n.now = n.now + std::time::Duration::from_millis(500);
+    n.session = None;
+    n.set_up();
+    let key = n.play_asks_admission();
+    n.core.handle_admitted(n.now, key, full());
+    let out = n.outputs();
+    assert!(status(&out).is_empty(), "no answer yet: {out:?}");
+    let key = admission_of(&out, "clip~low");
+    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    assert_eq!(status(&n.outputs()), vec![StatusCode::Ok]);
+    assert_eq!(n.core.abr_stats().admitted_degraded, 1);
+
+    // C: refused both: A (the only session above the lowest rung) steps down at its next
+    // seek point; C waits.
+    n.now = n.now + std::time::Duration::from_millis(500);
+    n.session = None;
+    n.set_up();
+    let key = n.play_asks_admission();
+    n.core.handle_admitted(n.now, key, full());
+    let key = admission_of(&n.outputs(), "clip~low");
+    n.core.handle_admitted(n.now, key, full());
+    let out = n.outputs();
+    assert!(status(&out).is_empty(), "C waits for room: {out:?}");
+    assert!(
+        out.iter().any(|o| matches!(o, NodeOutput::Send(StreamOp::Stop { run, before: Some(_), .. }) if *run == run_a)),
+        "A stops before a key frame: {out:?}"
+    );
+    assert_eq!(n.core.abr_stats().stepped_down_for_room, 1);
+
+    // A stopped at 2 s: it reopens on the low rendition, and once admitted there the room is
+    // free: C is tried again and admitted.
+    n.now = n.now + std::time::Duration::from_secs(1);
+    let at = Position::at(Gsn(200), MediaTime::from_nanos(2 * SECOND));
+    n.core.handle_share_stopped(n.now, a, run_a, RunReport { next: Some(at), last_sent: None });
+    let key = admission_of(&n.outputs(), "clip~low");
+    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    let out = n.outputs();
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, NodeOutput::Send(StreamOp::Play { stream, .. }) if *stream == a)),
+        "A plays on, low: {out:?}"
+    );
+    let key = admission_of(&out, "clip~low");
+    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    assert_eq!(status(&n.outputs()), vec![StatusCode::Ok], "C is answered");
+    assert_eq!(n.core.abr_stats().switches_down, 1);
+
+    // D: every session is on the lowest rung: refused.
+    n.session = None;
+    n.set_up();
+    let key = n.play_asks_admission();
+    n.core.handle_admitted(n.now, key, full());
+    let key = admission_of(&n.outputs(), "clip~low");
+    n.core.handle_admitted(n.now, key, full());
+    assert_eq!(status(&n.outputs()), vec![StatusCode::NotEnoughBandwidth]);
+    let playing: Vec<String> = n.core.sessions().into_iter().map(|s| s.object).collect();
+    assert_eq!(playing.iter().filter(|o| *o == "clip~low").count(), 3, "{playing:?}");
 }

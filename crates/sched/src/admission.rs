@@ -148,6 +148,11 @@ pub struct AdmissionConfig {
     /// variance of that sum is `w·σ²`, so the test is `μ + z·σ/√w ≤ (1 − f)·T`. Default 2;
     /// 1 is the strict per-cycle test.
     pub window_cycles: u32,
+    /// The node's network egress for streams (config `sched.egress_mbps`), or `None` for no
+    /// limit: a played stream also needs its rate on the node's link, which no disk test
+    /// sees. Each read stream counts the rate the policy uses times its share of the bytes
+    /// this node sends (its part on this node's disks); recordings count none. Default `None`.
+    pub egress: Option<BitRate>,
 }
 
 impl Default for AdmissionConfig {
@@ -158,6 +163,7 @@ impl Default for AdmissionConfig {
             nrt_share: 0.1,
             overflow_probability: 0.01,
             window_cycles: 2,
+            egress: None,
         }
     }
 }
@@ -292,15 +298,17 @@ pub enum Refusal {
     },
     /// A stream with this id is already open.
     DuplicateStream,
+    /// The node's network egress would be over its limit.
+    Egress(EgressOverload),
 }
 
 impl Refusal {
     /// Every [`Refusal::kind`], in name order.
-    pub const KINDS: [&'static str; 5] =
-        ["bandwidth", "duplicate_stream", "no_disks", "no_profile", "too_many_streams"];
+    pub const KINDS: [&'static str; 6] =
+        ["bandwidth", "duplicate_stream", "egress", "no_disks", "no_profile", "too_many_streams"];
 
     /// A short, stable name for the kind of refusal (`bandwidth`, `no_profile`, `no_disks`,
-    /// `too_many_streams`, `duplicate_stream`): a metrics label and an API field, where the
+    /// `too_many_streams`, `duplicate_stream`, `egress`): a metrics label and an API field, where the
     /// [`Display`](fmt::Display) text carries the numbers.
     #[must_use]
     pub fn kind(&self) -> &'static str {
@@ -310,6 +318,7 @@ impl Refusal {
             Self::NoDisks => "no_disks",
             Self::TooManyStreams { .. } => "too_many_streams",
             Self::DuplicateStream => "duplicate_stream",
+            Self::Egress(_) => "egress",
         }
     }
 }
@@ -322,7 +331,29 @@ impl fmt::Display for Refusal {
             Self::NoDisks => f.write_str("no profiled disk to record on"),
             Self::TooManyStreams { limit } => write!(f, "stream limit of {limit} reached"),
             Self::DuplicateStream => f.write_str("stream id already open"),
+            Self::Egress(o) => o.fmt(f),
         }
+    }
+}
+
+/// The node's egress with a new stream against its limit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EgressOverload {
+    /// What the new stream would send from this node.
+    pub needed: BitRate,
+    /// What the streams admitted send.
+    pub admitted: BitRate,
+    /// The limit (`sched.egress_mbps`).
+    pub limit: BitRate,
+}
+
+impl fmt::Display for EgressOverload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "not enough network egress: {} admitted + {} for this stream is over the node's {}",
+            self.admitted, self.needed, self.limit
+        )
     }
 }
 
@@ -415,7 +446,16 @@ pub struct AdmissionController {
     config: AdmissionConfig,
     z: f64,
     disks: BTreeMap<DiskId, DiskEntry>,
-    streams: HashMap<StreamId, Vec<(DiskId, DiskLoad)>>,
+    streams: HashMap<StreamId, Admitted>,
+    /// What the admitted streams send from this node, bits/s.
+    egress_bps: f64,
+}
+
+/// What an admitted stream counts against the disks and the link.
+#[derive(Clone, Debug)]
+struct Admitted {
+    per_disk: Vec<(DiskId, DiskLoad)>,
+    egress_bps: f64,
 }
 
 impl AdmissionController {
@@ -438,6 +478,7 @@ impl AdmissionController {
                 .collect(),
             config,
             streams: HashMap::new(),
+            egress_bps: 0.0,
         }
     }
 
@@ -505,7 +546,7 @@ impl AdmissionController {
     /// Whether `demand` would fit next to the admitted streams, without admitting it.
     pub fn check(&self, demand: &StreamDemand) -> Decision {
         match self.demand_per_disk(demand) {
-            Ok(per_disk) => self.decide(&per_disk),
+            Ok(per_disk) => self.decide(&per_disk, self.egress_of(demand)),
             Err(refusal) if self.config.policy == AdmissionPolicy::Off => {
                 let _ = refusal;
                 Decision::Admit
@@ -526,16 +567,18 @@ impl AdmissionController {
             Err(_) if self.config.policy == AdmissionPolicy::Off => Vec::new(),
             Err(refusal) => return Decision::Reject(refusal),
         };
-        let decision = self.decide(&per_disk);
+        let egress_bps = self.egress_of(demand);
+        let decision = self.decide(&per_disk, egress_bps);
         if decision.is_admit() {
-            for (d, l) in &per_disk {
-                if let Some(e) = self.disks.get_mut(d) {
-                    e.load.add(l);
-                }
-            }
-            self.streams.insert(stream, per_disk);
+            self.count(stream, Admitted { per_disk, egress_bps });
         }
         decision
+    }
+
+    /// What the admitted streams send from this node (see [`AdmissionConfig::egress`]).
+    #[must_use]
+    pub fn egress(&self) -> BitRate {
+        BitRate(self.egress_bps.round() as u64)
     }
 
     /// Adds a disk that joined the store, or replaces a disk's profile (read and write).
@@ -567,26 +610,50 @@ impl AdmissionController {
             return;
         }
         let per_disk = self.demand_per_disk(demand).unwrap_or_default();
-        for (d, l) in &per_disk {
-            if let Some(e) = self.disks.get_mut(d) {
-                e.load.add(l);
-            }
-        }
-        self.streams.insert(stream, per_disk);
+        self.count(stream, Admitted { per_disk, egress_bps: self.egress_of(demand) });
     }
 
     /// Releases an admitted stream's load. Returns whether it was admitted.
     pub fn release(&mut self, stream: StreamId) -> bool {
-        let Some(per_disk) = self.streams.remove(&stream) else { return false };
-        for (d, l) in &per_disk {
+        let Some(admitted) = self.streams.remove(&stream) else { return false };
+        for (d, l) in &admitted.per_disk {
             if let Some(e) = self.disks.get_mut(d) {
                 e.load.sub(l);
             }
         }
+        self.egress_bps = (self.egress_bps - admitted.egress_bps).max(0.0);
         true
     }
 
-    fn decide(&self, per_disk: &[(DiskId, DiskLoad)]) -> Decision {
+    fn count(&mut self, stream: StreamId, admitted: Admitted) {
+        for (d, l) in &admitted.per_disk {
+            if let Some(e) = self.disks.get_mut(d) {
+                e.load.add(l);
+            }
+        }
+        self.egress_bps += admitted.egress_bps;
+        self.streams.insert(stream, admitted);
+    }
+
+    /// What `demand` sends from this node, bits/s: the rate the policy uses times the share of
+    /// the stream's bytes on this node's disks (all of them but for a cluster node's part).
+    fn egress_of(&self, demand: &StreamDemand) -> f64 {
+        if demand.direction == Direction::Write {
+            return 0.0;
+        }
+        let rate = if self.config.policy.uses_peak_rate() {
+            demand.peak_bitrate
+        } else {
+            demand.avg_bitrate
+        };
+        let share = match &demand.placement {
+            Placement::Part(v) => v.iter().map(|(_, s)| s.max(0.0)).sum::<f64>().min(1.0),
+            Placement::Uniform | Placement::Shares(_) => 1.0,
+        };
+        rate.0 as f64 * share
+    }
+
+    fn decide(&self, per_disk: &[(DiskId, DiskLoad)], egress_bps: f64) -> Decision {
         if self.config.policy == AdmissionPolicy::Off {
             return Decision::Admit;
         }
@@ -607,13 +674,22 @@ impl AdmissionController {
                 });
             }
         }
-        if over.is_empty() {
-            Decision::Admit
-        } else {
-            Decision::Reject(Refusal::Bandwidth(Overload {
+        if !over.is_empty() {
+            return Decision::Reject(Refusal::Bandwidth(Overload {
                 policy: self.config.policy,
                 disks: over,
-            }))
+            }));
+        }
+        match self.config.egress {
+            // The same tolerance as the disks': a set that fits exactly is admitted.
+            Some(limit) if self.egress_bps + egress_bps > limit.0 as f64 * (1.0 + 1e-9) => {
+                Decision::Reject(Refusal::Egress(EgressOverload {
+                    needed: BitRate(egress_bps.round() as u64),
+                    admitted: self.egress(),
+                    limit,
+                }))
+            }
+            _ => Decision::Admit,
         }
     }
 
@@ -829,6 +905,46 @@ mod tests {
         assert_eq!(fill(&mut controller(AdmissionPolicy::AggressiveAvg, 1, 0.1), &demand), 29);
     }
 
+    /// A 100 Mb/s egress admits 17 streams of 5.6 Mb/s (95.2 Mb/s) and refuses the 18th
+    /// with the numbers, whatever the disks could do; a cluster node counts its part of a
+    /// stream only; recordings send nothing; a release frees its rate.
+    #[test]
+    fn egress_limits_what_the_disks_would_admit() {
+        let p = disk().read_profile().unwrap();
+        let config = AdmissionConfig {
+            policy: AdmissionPolicy::AggressiveAvg,
+            nrt_share: 0.0,
+            egress: Some(BitRate(100_000_000)),
+            ..AdmissionConfig::default()
+        };
+        let mut c = AdmissionController::new(config, (0..16).map(|d| (DiskId(d), p.clone())));
+        let demand = StreamDemand::read(
+            &plan_on(&(0..16).collect::<Vec<_>>()),
+            BitRate(5_600_000),
+            BitRate(9_000_000),
+        );
+        assert_eq!(fill(&mut c, &demand), 17);
+        assert_eq!(c.egress(), BitRate(95_200_000));
+        let Decision::Reject(r @ Refusal::Egress(_)) = c.check(&demand) else { panic!() };
+        assert_eq!(r.kind(), "egress");
+        assert_eq!(
+            r.to_string(),
+            "not enough network egress: 95.20 Mb/s admitted + 5.60 Mb/s for this stream is \
+             over the node's 100.00 Mb/s"
+        );
+        // A quarter of a stream's bytes on this node: a quarter of its rate leaves it.
+        let part =
+            StreamDemand { placement: Placement::Part(vec![(DiskId(0), 0.25)]), ..demand.clone() };
+        assert_eq!(c.admit(StreamId(1000), &part), Decision::Admit);
+        assert_eq!(c.egress(), BitRate(96_600_000));
+        let write = StreamDemand { direction: Direction::Write, ..demand.clone() };
+        assert_eq!(c.admit(StreamId(1001), &write), Decision::Admit);
+        assert_eq!(c.egress(), BitRate(96_600_000));
+        assert!(c.release(StreamId(0)) && c.release(StreamId(1000)));
+        assert_eq!(c.egress(), BitRate(89_600_000));
+        assert_eq!(c.check(&demand), Decision::Admit);
+    }
+
     #[test]
     fn refusal_carries_the_numbers_and_release_frees() {
         let mut c = controller(AdmissionPolicy::Aggressive, 1, 0.1);
@@ -983,10 +1099,23 @@ mod tests {
             Refusal::TooManyStreams { limit: 3 }.kind(),
             Refusal::DuplicateStream.kind(),
             Refusal::Bandwidth(Overload { policy: AdmissionPolicy::Off, disks: Vec::new() }).kind(),
+            Refusal::Egress(EgressOverload {
+                needed: BitRate(1),
+                admitted: BitRate(2),
+                limit: BitRate(2),
+            })
+            .kind(),
         ];
         assert_eq!(
             kinds,
-            ["no_profile", "no_disks", "too_many_streams", "duplicate_stream", "bandwidth"]
+            [
+                "no_profile",
+                "no_disks",
+                "too_many_streams",
+                "duplicate_stream",
+                "bandwidth",
+                "egress"
+            ]
         );
         assert!(kinds.iter().all(|k| Refusal::KINDS.contains(k)));
     }

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use isochron_base::Bytes;
+use isochron_base::{BitRate, Bytes};
 use isochron_sched::{AdmissionConfig, AdmissionPolicy, CycleConfig};
 use isochron_store::catalog::DiskSpec;
 use serde::{Deserialize, Serialize};
@@ -241,6 +241,14 @@ pub struct SchedSection {
     /// Share of each disk's time kept for non-real-time work (reorganisation copies), in
     /// percent; admission leaves it free in every cycle. Default 20.
     pub nrt_share_percent: u32,
+    /// The node's network egress for streams, Mb/s: admission refuses (453) a stream whose
+    /// rate would take what the node sends over it. 0: no limit. Default 0.
+    pub egress_mbps: u64,
+    /// Degrade instead of refuse: a PLAY of a title with renditions that admission refuses
+    /// at the rendition it would start on is admitted at the highest one that fits, and when
+    /// none fits, sessions playing higher renditions are stepped down, fairly, to make room
+    /// (docs/design/renditions.md). Default false.
+    pub degrade: bool,
 }
 
 impl Default for SchedSection {
@@ -254,6 +262,8 @@ impl Default for SchedSection {
             startup_delay_ms: 20,
             max_streams: 10_000,
             nrt_share_percent: 20,
+            egress_mbps: 0,
+            degrade: false,
         }
     }
 }
@@ -448,6 +458,8 @@ pub struct Settings {
     pub cycle: CycleConfig,
     /// Admission control's config.
     pub admission: AdmissionConfig,
+    /// Degrade instead of refuse (`sched.degrade`).
+    pub degrade: bool,
     /// Fraction of disk time for non-real-time work.
     pub nrt_share: f64,
     /// HTTP listen address, if enabled.
@@ -624,6 +636,12 @@ impl ConfigFile {
         if !(1..=90).contains(&self.sched.nrt_share_percent) {
             return Err(invalid("sched.nrt_share_percent", "must be between 1 and 90"));
         }
+        if self.sched.egress_mbps > 1_000_000 {
+            return Err(invalid(
+                "sched.egress_mbps",
+                "must be at most 1000000 (1 Tb/s; 0: no limit)",
+            ));
+        }
         if !(1..=60).contains(&self.http.hls_segment_s) {
             return Err(invalid("http.hls_segment_s", "must be between 1 and 60"));
         }
@@ -693,8 +711,11 @@ impl ConfigFile {
                 policy,
                 cycle: Duration::from_millis(self.sched.cycle_ms),
                 nrt_share: f64::from(self.sched.nrt_share_percent) / 100.0,
+                egress: (self.sched.egress_mbps > 0)
+                    .then(|| BitRate(self.sched.egress_mbps * 1_000_000)),
                 ..AdmissionConfig::default()
             },
+            degrade: self.sched.degrade,
             nrt_share: f64::from(self.sched.nrt_share_percent) / 100.0,
             http_listen,
             hls_segment: Duration::from_secs(self.http.hls_segment_s),

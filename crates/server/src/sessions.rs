@@ -32,7 +32,7 @@ use isochron_store::Epoch;
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
-pub use isochron_node::{ClusterInfo, MemberSummary, SessionInfo};
+pub use isochron_node::{AbrStats, ClusterInfo, MemberSummary, SessionInfo};
 
 use crate::library::{Library, ObjectEntry};
 
@@ -131,10 +131,10 @@ pub enum SessionCommand {
         /// The id.
         reply: oneshot::Sender<StreamId>,
     },
-    /// List the sessions.
+    /// List the sessions, with what switching renditions and degrading did.
     List {
         /// The reply.
-        reply: oneshot::Sender<Vec<SessionInfo>>,
+        reply: oneshot::Sender<(Vec<SessionInfo>, AbrStats)>,
     },
     /// Report the cluster as this node sees it.
     Cluster {
@@ -195,6 +195,7 @@ impl Manager {
         me: mpsc::UnboundedSender<SessionCommand>,
         node: (NodeId, String),
         link: Option<ClusterLink>,
+        degrade: bool,
     ) -> Self {
         // The Unix time of the clock's zero: anchors travel as Unix time between nodes.
         let unix_now =
@@ -205,6 +206,7 @@ impl Manager {
             name: node.1,
             unix_base_ns,
             cluster: link.as_ref().map(|l| (Arc::clone(&l.local_disks), l.store.replication())),
+            degrade,
         };
         let shared = link.as_ref().map(|l| (Arc::clone(&l.store), Arc::clone(&l.view)));
         let catalog = Arc::new(NodeCatalog { library, shared });
@@ -295,7 +297,7 @@ impl Manager {
                 let _ = reply.send(self.core.allocate_stream());
             }
             SessionCommand::List { reply } => {
-                let _ = reply.send(self.core.sessions());
+                let _ = reply.send((self.core.sessions(), self.core.abr_stats()));
             }
             SessionCommand::Cluster { reply } => {
                 let _ = reply.send(self.core.cluster_info(now));

@@ -73,6 +73,15 @@ pub(crate) struct Args {
         value_parser = ["conservative", "aggressive", "aggressive-avg", "off"]
     )]
     admission: Option<String>,
+    /// The node's network egress for streams, Mb/s; admission refuses past it (0: no limit)
+    /// [config: sched.egress_mbps].
+    #[arg(long, value_name = "MBPS")]
+    egress_mbps: Option<u64>,
+    /// Degrade instead of refuse: a PLAY of a title with renditions is admitted at the
+    /// highest rendition that fits, stepping playing sessions down to make room
+    /// [config: sched.degrade].
+    #[arg(long)]
+    degrade: bool,
     /// Sender threads, sessions hashed to them; 0 = one per core [config: sender.threads].
     #[arg(long, value_name = "K")]
     sender_threads: Option<usize>,
@@ -130,6 +139,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     if let Some(a) = args.admission {
         file.sched.admission = a;
+    }
+    if let Some(m) = args.egress_mbps {
+        file.sched.egress_mbps = m;
+    }
+    if args.degrade {
+        file.sched.degrade = true;
     }
     if let Some(k) = args.sender_threads {
         file.sender.threads = k;

@@ -377,6 +377,124 @@ fn rtsp_sessions_switch_rendition_as_the_link_narrows_and_widens() {
     server.stop();
 }
 
+/// Degrade instead of refuse, side by side: one node whose egress is limited to 4 Mb/s
+/// (`sched.egress_mbps`), the grain ladder (360p ≈ 1.6 Mb/s, 240p ≈ 0.55 Mb/s with audio).
+/// Without `degrade`, ⌊4 / 360p⌋ ffmpeg players play and the next gets 453. With it, players
+/// arriving a second and a half apart are admitted at 240p once 360p is full, the 360p
+/// sessions step down one at a time at a key frame to make room, and ⌊4 / 240p⌋ play — at least
+/// 2.5 times as many — before the next gets 453; every admitted player records 20 s without a
+/// gap, and a stepped-down one decodes cleanly through its switch. (Those admitted at 240p may
+/// step up near their end, once the first players have left: room is free again.)
+#[test]
+fn degrade_admits_more_players_at_a_lower_rendition_where_refusal_turns_them_away() {
+    use std::time::Duration;
+    let _load = load(weight::HEAVY);
+    require("ffprobe");
+    let (dir, data) = grain_ladder();
+    let listing: serde_json::Value =
+        serde_json::from_str(&ok(&isochron(&["ls", "--json"], &data))).expect("ls --json");
+    let rate = |name: &str| {
+        let o = listing.as_array().unwrap().iter().find(|o| o["name"] == name).expect(name);
+        o["avg_bitrate_bps"].as_f64().unwrap()
+    };
+    let (top, low) = (rate("grain~360p"), rate("grain~240p"));
+    let egress = 4e6;
+    let (n_refuse, n_degrade) = ((egress / top).floor() as usize, (egress / low).floor() as usize);
+    eprintln!("360p {top} b/s, 240p {low} b/s: {n_refuse} refusing, {n_degrade} degrading");
+    assert!(n_refuse >= 2 && n_degrade as f64 >= 2.5 * n_refuse as f64);
+
+    // `n` ffmpeg players `gap` apart, each recording `secs` s of the ladder.
+    let players = |server: &Server, n: usize, gap: Duration, secs: u32| {
+        let url = server.url("grain");
+        std::thread::scope(|scope| {
+            // Every player starts, `gap` apart, before the first is waited for.
+            let mut handles = Vec::new();
+            for k in 0..n {
+                let out = dir.path().join(format!("p{k}.mp4"));
+                std::thread::sleep(gap);
+                let url = url.clone();
+                handles.push(scope.spawn(move || {
+                    let mut cmd = Command::new("timeout");
+                    cmd.args(["-k", "5", "90", "ffmpeg", "-nostdin", "-v", "error"])
+                        .args(["-rtsp_transport", "udp", "-i", &url, "-t", &secs.to_string()])
+                        .args(["-map", "0", "-c", "copy", "-f", "mp4", "-y"])
+                        .arg(&out);
+                    (run(&mut cmd, 100), out)
+                }));
+            }
+            handles.into_iter().map(|h| h.join().expect("player")).collect::<Vec<_>>()
+        })
+    };
+    let refused = |o: &Output| String::from_utf8_lossy(&o.stderr).contains("453");
+    let config = "[sched]\negress_mbps = 4\n";
+
+    // Refuse: the first ⌊4 / 360p⌋ play, the next gets 453.
+    let server = Server::start(
+        &data,
+        ServeOptions { no_demo: true, config: Some(config), ..Default::default() },
+    );
+    let results = players(&server, n_refuse + 1, Duration::from_secs(1), 6);
+    for (k, (o, _)) in results.iter().enumerate() {
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        if k < n_refuse {
+            assert!(o.status.success(), "refusing, player {k}: {stderr}\n{}", server.log());
+        } else {
+            assert!(refused(o), "refusing, player {k} should get 453: {stderr}");
+        }
+    }
+    server.stop();
+
+    // Degrade: ⌊4 / 240p⌋ play, the next gets 453.
+    let config = "[sched]\negress_mbps = 4\ndegrade = true\n";
+    let server = Server::start(
+        &data,
+        ServeOptions { no_demo: true, config: Some(config), ..Default::default() },
+    );
+    let results = players(&server, n_degrade + 1, Duration::from_millis(1500), 20);
+    let metrics = server.http_get("/metrics");
+    let log = server.log();
+    let counter = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse::<f64>().ok()))
+            .unwrap_or_else(|| panic!("{name} in /metrics:\n{metrics}"))
+    };
+    for (k, (o, rec)) in results.iter().enumerate() {
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        if k == n_degrade {
+            assert!(refused(o), "degrading, the last player should get 453: {stderr}\n{log}");
+            continue;
+        }
+        assert!(o.status.success(), "degrading, player {k}: {stderr}\n{log}");
+        let runs = height_runs(rec);
+        let frames: usize = runs.iter().map(|r| r.1).sum();
+        eprintln!("player {k}: {runs:?}");
+        assert!(frames >= 20 * 25 - 2, "player {k}: {frames} frames of 500: {runs:?}");
+        if k < n_refuse {
+            // Admitted at 360p, stepped down to make room.
+            assert_eq!(runs.iter().map(|r| r.0).collect::<Vec<_>>(), [360, 240], "player {k}");
+            let decode = run(
+                Command::new("ffmpeg")
+                    .args(["-v", "error", "-i"])
+                    .arg(rec)
+                    .args(["-f", "null", "-"]),
+                60,
+            );
+            let stderr = String::from_utf8_lossy(&decode.stderr);
+            assert!(
+                !stderr.lines().any(|l| l.starts_with("[h264")),
+                "decoding player {k}: {stderr}"
+            );
+        } else {
+            // (It may step up near its end, once the first players have left.)
+            assert_eq!(runs.first().map(|r| r.0), Some(240), "player {k} admitted at 240p");
+        }
+    }
+    assert_eq!(counter("isochron_stepped_down_for_room_total"), n_refuse as f64, "{log}");
+    assert_eq!(counter("isochron_admitted_degraded_total"), (n_degrade - n_refuse) as f64);
+    server.stop();
+}
+
 /// A store holding `grain`, a 90 s grainy 360p clip (every rung spends its whole rate), with a
 /// ladder of 360p at 1.5 Mb/s and 240p at 400 kb/s (cheap to encode, and on either side of a
 /// 1 Mb/s link): the temporary directory and the store in it.

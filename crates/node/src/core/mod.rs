@@ -69,6 +69,8 @@ pub struct NodeConfig {
     /// In a cluster: the disks this node owns (its shares read only these) and the store's
     /// number of copies of every block. `None`: a single node.
     pub cluster: Option<(Arc<BTreeSet<DiskId>>, u8)>,
+    /// Degrade instead of refuse (`sched.degrade`, `degrade.rs`).
+    pub degrade: bool,
 }
 
 /// What an origin session waits for before it can answer a request.
@@ -129,6 +131,8 @@ struct Origin {
     waiting: Option<Waiting>,
     /// The ladder it plays from, if it plays a title's ladder.
     abr: Option<Abr>,
+    /// Its PLAY was refused the rung it asked for and tries a lower one (`degrade.rs`).
+    degraded: bool,
 }
 
 impl Origin {
@@ -154,6 +158,7 @@ impl Origin {
             pace,
             waiting,
             abr: None,
+            degraded: false,
         }
     }
 
@@ -209,6 +214,13 @@ pub struct NodeCore {
     share_of: HashMap<StreamId, ShareKey>,
     relays: HashMap<NodeId, SocketAddr>,
     stalls_seen: u64,
+    /// Degrade instead of refuse.
+    degrade: bool,
+    /// PLAYs waiting for sessions to step down, with since when.
+    room_wanted: Vec<(StreamId, Instant)>,
+    /// A reservation was released since the waiting PLAYs were last tried.
+    room_freed: bool,
+    abr_stats: AbrStats,
     out: VecDeque<NodeOutput>,
 }
 
@@ -228,6 +240,10 @@ impl NodeCore {
             cluster: ClusterCore::new(cluster),
             catalog,
             local_disks: config.cluster.map(|c| c.0),
+            degrade: config.degrade,
+            room_wanted: Vec::new(),
+            room_freed: false,
+            abr_stats: AbrStats::default(),
             conns: BTreeSet::new(),
             peers: HashMap::new(),
             prefs: HashMap::new(),
@@ -407,6 +423,7 @@ impl NodeCore {
     /// The timer ([`NodeCore::tick`]): sessions' timeouts, heartbeats, leases.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.rtsp.handle_timeout(now);
+        self.retry_room(now);
         self.cluster.handle_timeout(now);
         self.drive(now);
     }
@@ -440,13 +457,19 @@ impl NodeCore {
     fn drive(&mut self, now: Instant) {
         loop {
             let mut any = false;
+            if self.room_freed {
+                any = true;
+                self.retry_room(now);
+            }
             while let Some(ev) = self.rtsp.poll_event() {
                 any = true;
                 let Event::Closed { session, stream, reason } = ev;
                 debug!(%stream, ?session, ?reason, "session closed");
                 if let Some(o) = self.origins.remove(&stream) {
                     self.answer_ended(now, o.waiting);
+                    self.room_freed |= o.opened;
                 }
+                self.room_wanted.retain(|(s, _)| *s != stream);
                 self.cluster.close(now, stream);
             }
             while let Some(action) = self.cluster.poll_local() {
@@ -482,9 +505,12 @@ impl NodeCore {
     }
 }
 
+mod degrade;
 mod origin;
 mod share;
 mod switch;
+
+pub use degrade::AbrStats;
 
 impl NodeCore {
     /// The sessions this node is the origin of, as the HTTP API shows them (the sender's and
@@ -494,7 +520,11 @@ impl NodeCore {
         self.rtsp
             .sessions()
             .map(|v| {
-                let entry = self.catalog.by_id(v.object());
+                // The rendition a ladder session plays now, not the title it asked for.
+                let entry = match self.origins.get(&v.stream()) {
+                    Some(o) => Some(Arc::clone(&o.entry)),
+                    None => self.catalog.by_id(v.object()),
+                };
                 let (transport, client) = match v.transport() {
                     SessionTransport::Udp { client_rtp, .. } => ("udp", client_rtp.to_string()),
                     SessionTransport::Interleaved { conn, .. } => {
@@ -525,6 +555,12 @@ impl NodeCore {
                 }
             })
             .collect()
+    }
+
+    /// What switching and degrading did, since the node started.
+    #[must_use]
+    pub fn abr_stats(&self) -> AbrStats {
+        self.abr_stats
     }
 
     /// The cluster as this node sees it.

@@ -281,6 +281,9 @@ impl NodeCore {
                 info!(%stream, object = %o.entry.record.name, "admission: admitted");
                 match o.waiting.take() {
                     Some(Waiting::Open(action, ticket)) => {
+                        if o.degraded {
+                            self.abr_stats.admitted_degraded += 1;
+                        }
                         let response = self.start(now, action);
                         self.respond(ticket, response);
                     }
@@ -304,6 +307,12 @@ impl NodeCore {
                         let pos = seek_position(&o.entry.record, switch.2);
                         self.rtsp.handle_end_of_stream(now, stream, pos);
                     }
+                    return;
+                }
+                let opening = self.origins.get(&stream).map(|o| &o.waiting);
+                if matches!(opening, Some(Some(Waiting::Open(..))))
+                    && self.degrade_refused(now, stream)
+                {
                     return;
                 }
                 let Some(o) = self.origins.remove(&stream) else { return };

@@ -52,13 +52,18 @@ impl NodeCore {
             return;
         }
         let Some(abr) = o.abr.as_mut() else { return };
-        if let Some(to) = abr.chooser.handle_report(now, fb) {
-            self.switch(now, stream, to);
+        let Some(to) = abr.chooser.handle_report(now, fb) else { return };
+        if to < abr.chooser.current() && !self.room_wanted.is_empty() {
+            // PLAYs wait for room (degrade): no step up takes it from them.
+            abr.chooser.handle_refused(now);
+            self.abr_stats.step_ups_refused += 1;
+            return;
         }
+        self.switch(now, stream, to);
     }
 
     /// Starts the switch of `stream` to rung `to` at the next key frame far enough ahead.
-    fn switch(&mut self, now: Instant, stream: StreamId, to: usize) {
+    pub(super) fn switch(&mut self, now: Instant, stream: StreamId, to: usize) {
         let Some(o) = self.origins.get_mut(&stream) else { return };
         let Some(abr) = o.abr.as_mut() else { return };
         let from = abr.chooser.current();
@@ -147,6 +152,14 @@ impl NodeCore {
         o.opened = true;
         let end = o.run_end;
         if let Some(abr) = o.abr.as_mut() {
+            let from = abr.chooser.current();
+            if to > from {
+                self.abr_stats.switches_down += 1;
+                // The lower rate left room for a PLAY waiting for it.
+                self.room_freed = true;
+            } else if to < from {
+                self.abr_stats.switches_up += 1;
+            }
             abr.chooser.handle_switched(now, to);
         }
         if paused {
@@ -169,7 +182,22 @@ impl NodeCore {
     ) -> bool {
         if to != from {
             info!(%stream, %reason, "switching rendition: refused, staying on the rendition it played");
+            if to < from {
+                self.abr_stats.step_ups_refused += 1;
+                if let Some(abr) = self.origins.get_mut(&stream).and_then(|o| o.abr.as_mut()) {
+                    abr.chooser.handle_refused(now);
+                }
+            }
             self.reopen(now, stream, from, from, at, paused);
+            return true;
+        }
+        let lower = from + 1;
+        let ladder =
+            self.origins.get(&stream).and_then(|o| o.abr.as_ref()).map_or(0, |a| a.ladder.len());
+        if self.degrade && lower < ladder {
+            // Its own rung was taken meanwhile: it goes on lower rather than end.
+            info!(%stream, %reason, "switching rendition: refused again, degrading");
+            self.reopen(now, stream, lower, lower, at, paused);
             return true;
         }
         warn!(%stream, %reason, "switching rendition: neither rendition is admitted; the stream ends");

@@ -286,6 +286,7 @@ impl Sim {
                 name: format!("n{id}"),
                 unix_base_ns: 1_800_000_000 * SECOND,
                 cluster: Some((Arc::new([disk].into()), copies)),
+                degrade: false,
             };
             let rtsp = ServerCore::new(ServerConfig::default(), u64::from(id));
             let core = NodeCore::new(config, rtsp, clip.clone());
