@@ -108,13 +108,17 @@ pub(crate) fn render(g: &Gathered) -> String {
         let n = g.sessions.iter().filter(|s| s.state == state).count();
         e.sample("sessions_by_state", &[("state", state)], n as f64);
     }
-    e.family("sessions_by_object", Gauge, "RTSP sessions by the object (rendition) they play.");
+    e.family(
+        "sessions_playing_by_object",
+        Gauge,
+        "RTSP sessions playing, by the object (rendition) they play.",
+    );
     let mut by_object: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
-    for s in &g.sessions {
+    for s in g.sessions.iter().filter(|s| s.state == "playing") {
         *by_object.entry(s.object.as_str()).or_default() += 1;
     }
     for (object, n) in by_object {
-        e.sample("sessions_by_object", &[("object", object)], n as f64);
+        e.sample("sessions_playing_by_object", &[("object", object)], n as f64);
     }
     let abr = &g.abr;
     e.family("rendition_switches_total", Counter, "Switches between renditions, by direction.");

@@ -431,3 +431,84 @@ fn degrade_admits_lower_and_steps_a_playing_session_down_to_make_room() {
     let playing: Vec<String> = n.core.sessions().into_iter().map(|s| s.object).collect();
     assert_eq!(playing.iter().filter(|o| *o == "clip~low").count(), 3, "{playing:?}");
 }
+
+/// A step up closes the session's reservation and asks for the higher one; if that is refused
+/// the rung it left is asked for again. Meanwhile no other session's admission goes to the
+/// scheduler, so none can take the room the old rung needs back: B's PLAY is held until A's
+/// step up is decided, then asked for.
+#[test]
+fn admissions_wait_while_a_step_up_is_decided() {
+    let mut n = Node::with(Clip::new(60, |_| Replicas::single(DiskId(0))).with_ladder());
+    n.set_up();
+    let ssrc = n.ssrc.expect("the SETUP's SSRC");
+    let key = n.play_asks_admission();
+    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    let (a, mut run) = n
+        .outputs()
+        .iter()
+        .find_map(|o| match o {
+            NodeOutput::Send(StreamOp::Play { stream, play }) => Some((*stream, play.run)),
+            _ => None,
+        })
+        .expect("A's run");
+    // Down to the low rendition on a lossy report, then up after clean reports.
+    let reports = |n: &mut Node, secs: u64, fraction_lost: u8| {
+        let mut stop = None;
+        for _ in 0..secs {
+            n.now = n.now + std::time::Duration::from_secs(1);
+            let rtt = Some(std::time::Duration::from_millis(20));
+            n.core.handle_rtcp(n.now, &[ssrc], &[ReceiverFeedback { ssrc, fraction_lost, rtt }]);
+            stop = n.outputs().into_iter().find_map(|o| match o {
+                NodeOutput::Send(StreamOp::Stop { cutoff: Some(c), before: Some(b), .. }) => {
+                    Some(Position::at(b, c))
+                }
+                _ => None,
+            });
+            if stop.is_some() {
+                break;
+            }
+        }
+        stop.expect("a switch")
+    };
+    let at = reports(&mut n, 1, 64);
+    n.core.handle_share_stopped(n.now, a, run, RunReport { next: Some(at), last_sent: None });
+    let key = admission_of(&n.outputs(), "clip~low");
+    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    run = n
+        .outputs()
+        .iter()
+        .find_map(|o| match o {
+            NodeOutput::Send(StreamOp::Play { play, .. }) => Some(play.run),
+            _ => None,
+        })
+        .expect("A's low run");
+    let at = reports(&mut n, 30, 0);
+    n.core.handle_share_stopped(n.now, a, run, RunReport { next: Some(at), last_sent: None });
+    let up = admission_of(&n.outputs(), "clip");
+
+    // B's PLAY meanwhile: held.
+    n.session = None;
+    n.set_up();
+    n.request(Method::Play, "rtsp://127.0.0.1:8554/clip", &[]);
+    let asked: Vec<String> = n
+        .outputs()
+        .into_iter()
+        .filter_map(|o| match o {
+            NodeOutput::Admit { name, .. } => Some(name),
+            _ => None,
+        })
+        .collect();
+    assert!(asked.is_empty(), "B is held, not asked for: {asked:?}");
+
+    // A's step up refused: A's low rung is asked for again, B's still held; once A has it
+    // back, B's admission goes ahead.
+    let full = Refusal::TooManyStreams { limit: 1 };
+    n.core.handle_admitted(n.now, up, Some(Decision::Reject(full)));
+    let out = n.outputs();
+    let back = admission_of(&out, "clip~low");
+    assert_eq!(out.iter().filter(|o| matches!(o, NodeOutput::Admit { .. })).count(), 1, "{out:?}");
+    n.core.handle_admitted(n.now, back, Some(Decision::Admit));
+    let out = n.outputs();
+    admission_of(&out, "clip");
+    assert_eq!(n.core.abr_stats().step_ups_refused, 1);
+}

@@ -490,6 +490,7 @@ fn degrade_admits_more_players_at_a_lower_rendition_where_refusal_turns_them_awa
             assert_eq!(runs.first().map(|r| r.0), Some(240), "player {k} admitted at 240p");
         }
     }
+    assert!(!log.contains("the stream ends"), "a session ended on a refused switch:\n{log}");
     assert_eq!(counter("isochron_stepped_down_for_room_total"), n_refuse as f64, "{log}");
     assert_eq!(counter("isochron_admitted_degraded_total"), (n_degrade - n_refuse) as f64);
     server.stop();

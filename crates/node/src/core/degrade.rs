@@ -55,7 +55,7 @@ impl NodeCore {
             o.entry = entry;
             o.degraded = true;
             self.cluster.close(now, stream);
-            self.cluster.open(now, spec);
+            self.open(now, spec);
             return true;
         }
         // Steps down under way for earlier PLAYs may free enough: wait for them too.
@@ -139,7 +139,7 @@ impl NodeCore {
             }
             let spec = open_spec(stream, &o.entry, o.delivery);
             self.cluster.close(now, stream);
-            self.cluster.open(now, spec);
+            self.open(now, spec);
         }
     }
 }

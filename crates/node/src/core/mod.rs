@@ -220,6 +220,12 @@ pub struct NodeCore {
     room_wanted: Vec<(StreamId, Instant)>,
     /// A reservation was released since the waiting PLAYs were last tried.
     room_freed: bool,
+    /// Sessions stepping up whose admission is not decided: their old rung's reservation is
+    /// closed, and reopened if the higher is refused (`switch.rs`).
+    probing: BTreeSet<StreamId>,
+    /// Other sessions' admissions held meanwhile, so that none takes the room the old rung
+    /// needs back (`switch.rs`).
+    held: VecDeque<OpenSpec>,
     abr_stats: AbrStats,
     out: VecDeque<NodeOutput>,
 }
@@ -243,6 +249,8 @@ impl NodeCore {
             degrade: config.degrade,
             room_wanted: Vec::new(),
             room_freed: false,
+            probing: BTreeSet::new(),
+            held: VecDeque::new(),
             abr_stats: AbrStats::default(),
             conns: BTreeSet::new(),
             peers: HashMap::new(),
@@ -471,6 +479,7 @@ impl NodeCore {
                 }
                 self.room_wanted.retain(|(s, _)| *s != stream);
                 self.cluster.close(now, stream);
+                self.probe_done(now, stream);
             }
             while let Some(action) = self.cluster.poll_local() {
                 any = true;

@@ -95,7 +95,7 @@ impl NodeCore {
         let mut origin = Origin::new(entry, delivery, pace, waiting);
         origin.abr = abr;
         self.origins.insert(stream, origin);
-        self.cluster.open(now, spec);
+        self.open(now, spec);
     }
 
     /// Starts a run of an opened session everywhere and answers the PLAY.
@@ -276,6 +276,8 @@ impl NodeCore {
         let single = self.local_disks.is_none();
         match ev {
             SessionEvent::Opened { stream } => {
+                // A step up decided, whichever request the session now waits to answer.
+                self.probe_done(now, stream);
                 let Some(o) = self.origins.get_mut(&stream) else { return };
                 o.opened = true;
                 info!(%stream, object = %o.entry.record.name, "admission: admitted");
@@ -315,6 +317,7 @@ impl NodeCore {
                 {
                     return;
                 }
+                self.probe_done(now, stream);
                 let Some(o) = self.origins.remove(&stream) else { return };
                 info!(%stream, object = %o.entry.record.name, %refusal, "admission: rejected");
                 if let Some(Waiting::Open(action, ticket)) = o.waiting {

@@ -14,8 +14,9 @@
 //! then starts a run there, numbered on from where the last one stopped, as a seek does.
 
 use super::{
-    Abr, AbrConfig, Arc, Chooser, Instant, MediaTime, NodeCore, ObjectEntry, Pace, PlayAction,
-    PlayStart, Position, ReceiverFeedback, RunRequest, StopKind, StreamId, Waiting, open_spec,
+    Abr, AbrConfig, Arc, Chooser, Instant, MediaTime, NodeCore, ObjectEntry, OpenSpec, Pace,
+    PlayAction, PlayStart, Position, ReceiverFeedback, RunRequest, StopKind, StreamId, Waiting,
+    open_spec,
 };
 use std::time::Duration;
 use tracing::{info, warn};
@@ -128,6 +129,16 @@ impl NodeCore {
         at: MediaTime,
         paused: bool,
     ) {
+        if to < from && self.probing.iter().any(|s| *s != stream) {
+            // Another step up is being decided, on the room this one would also take: it is
+            // refused at once, its reservation kept, and the session goes on from `at`.
+            self.abr_stats.step_ups_refused += 1;
+            if let Some(abr) = self.origins.get_mut(&stream).and_then(|o| o.abr.as_mut()) {
+                abr.chooser.handle_refused(now);
+            }
+            self.switch_opened(now, stream, from, at, paused);
+            return;
+        }
         self.cluster.close(now, stream);
         let Some(o) = self.origins.get_mut(&stream) else { return };
         let Some(entry) = o.abr.as_ref().and_then(|a| a.ladder.get(to)).cloned() else { return };
@@ -135,7 +146,34 @@ impl NodeCore {
         o.entry = entry;
         o.opened = false;
         o.waiting = Some(Waiting::Reopen { to, from, at, paused });
+        if to < from {
+            // A step up: until it is decided, no other session is admitted into the room the
+            // rung it leaves would need back.
+            self.probing.insert(stream);
+        }
         self.cluster.open(now, spec);
+    }
+
+    /// Opens a session's reservation, or holds it while a step up is being decided.
+    pub(super) fn open(&mut self, now: Instant, spec: OpenSpec) {
+        if self.probing.is_empty() || self.probing.contains(&spec.stream) {
+            self.cluster.open(now, spec);
+        } else {
+            self.held.push_back(spec);
+        }
+    }
+
+    /// `stream`'s step up is decided (admitted, back on its rung, or ended): once none is
+    /// pending, the admissions held meanwhile go ahead, in order.
+    pub(super) fn probe_done(&mut self, now: Instant, stream: StreamId) {
+        if !self.probing.remove(&stream) || !self.probing.is_empty() {
+            return;
+        }
+        while let Some(spec) = self.held.pop_front() {
+            if self.origins.get(&spec.stream).is_some_and(|o| !o.opened) {
+                self.cluster.open(now, spec);
+            }
+        }
     }
 
     /// Rung `to` was admitted: the session goes on from the key frame at `at` (unless a PAUSE
@@ -148,6 +186,7 @@ impl NodeCore {
         at: MediaTime,
         paused: bool,
     ) {
+        self.probe_done(now, stream);
         let Some(o) = self.origins.get_mut(&stream) else { return };
         o.opened = true;
         let end = o.run_end;
@@ -201,6 +240,7 @@ impl NodeCore {
             return true;
         }
         warn!(%stream, %reason, "switching rendition: neither rendition is admitted; the stream ends");
+        self.probe_done(now, stream);
         false
     }
 }
