@@ -8,11 +8,16 @@
 # staggered point of the clip, looping, nominal pacing, for 100 s. The rendition mix is read
 # from the server's /metrics at 30, 60 and 90 s.
 #
+# Where packets are lost is recorded at 90 s: the token buckets' drops (`tc -s qdisc` in both
+# namespaces) and the clients' UDP receive-buffer overflows (/proc/net/snmp).
+#
 # Usage: scripts/degrade-bench.sh OUT [N_REFUSE] [N_DEGRADE]   (17 and 40 by default; needs
 #        root, iproute2 and ffmpeg; builds the release binary)
+# Environment: EGRESS (sched.egress_mbps, default 95), RUNS (default "A B"), WORK.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "$1"); n_refuse=${2:-17}; n_degrade=${3:-40}
+egress=${EGRESS:-95}; runs=${RUNS:-A B}
 mkdir -p "$out"
 cargo build --release --locked --quiet
 bin=$PWD/target/release/isochron
@@ -34,7 +39,7 @@ run() { # NAME CLIENTS SERVE_FLAGS
   "$bin" bench rtsp://10.77.0.1:8554/ladder --out "$out/$name" --clients "$clients" --stagger \
     --duration 100 --shape 100mbit --link 100mbit --metrics http://10.77.0.1:8080/metrics \
     --seed 3 --server-cmd "$bin serve --rtsp 10.77.0.1:8554 --http 10.77.0.1:8080 \
-      --data $work/store --no-demo --egress-mbps 95 $flags" >"$out/$name.log" 2>&1 &
+      --data $work/store --no-demo --egress-mbps $egress $flags" >"$out/$name.log" 2>&1 &
   local bench=$!
   for t in 30 60 90; do
     sleep 30
@@ -45,17 +50,26 @@ run() { # NAME CLIENTS SERVE_FLAGS
       '^isochron_(sessions_playing_by_object|rendition_|admitted_degraded|stepped_down|admission_rejects_total)' \
       >>"$out/$name-mix.txt" || true
   done
+  for ns in $(ip netns list | awk '{print $1}' | grep -- "^isochron_bench"); do
+    echo "--- $ns at 90 s" >>"$out/$name-drops.txt"
+    ip netns exec "$ns" tc -s qdisc show >>"$out/$name-drops.txt" 2>&1 || true
+    ip netns exec "$ns" grep '^Udp:' /proc/net/snmp >>"$out/$name-drops.txt" || true
+  done
   wait "$bench"
   grep -c 'the stream ends' "$out/$name.log" | sed 's/^/streams ended by a refused switch: /' \
     >>"$out/$name-mix.txt" || true
 }
-: >"$out/A-mix.txt"; : >"$out/B-mix.txt"
-run A "$n_refuse" ""
-run B "$n_degrade" "--degrade"
-python3 - "$out" <<'PY'
+for name in $runs; do
+  : >"$out/$name-mix.txt"; : >"$out/$name-drops.txt"
+  case $name in
+    A) run A "$n_refuse" "" ;;
+    B) run B "$n_degrade" "--degrade" ;;
+  esac
+done
+python3 - "$out" $runs <<'PY'
 import csv, json, sys
 out = sys.argv[1]
-for name in ("A", "B"):
+for name in sys.argv[2:]:
     r = json.load(open(f"{out}/{name}/report.json"))
     s = r["sessions_summary"]
     rows = [x for x in csv.DictReader(open(f"{out}/{name}/samples.csv")) if float(x["t_s"]) >= 10]
@@ -68,4 +82,4 @@ for name in ("A", "B"):
           f"mean delivered per client {sum(avg) / len(avg) / 1e6:.2f} Mb/s, "
           f"B_net mean {sum(net) / len(net) / 1e6:.1f} Mb/s")
 PY
-for name in A B; do echo "== $name"; tail -12 "$out/$name-mix.txt"; done
+for name in $runs; do echo "== $name"; tail -12 "$out/$name-mix.txt"; done

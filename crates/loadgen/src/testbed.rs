@@ -384,6 +384,24 @@ impl Host {
         Ok(())
     }
 
+    /// Packets the shaped link towards the host has dropped since it was shaped (its token
+    /// bucket's queue was full): what a receiver misses that the server did send.
+    pub fn downlink_drops(&self) -> anyhow::Result<u64> {
+        let out = Command::new("tc")
+            .args(["-s", "qdisc", "show", "dev", &self.veth])
+            .stdin(Stdio::null())
+            .output()
+            .context("running tc (iproute2)")?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        // " Sent 123 bytes 4 pkt (dropped 5, overlimits 6 requeues 0)"
+        let dropped = text
+            .split("dropped ")
+            .nth(1)
+            .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse().ok());
+        dropped.with_context(|| format!("no drop count in tc's statistics: {text}"))
+    }
+
     /// Removes [`Host::shape`]'s limits.
     pub fn unshape(&self) -> anyhow::Result<()> {
         // Deleting a root qdisc that is the default fails: nothing to remove then.

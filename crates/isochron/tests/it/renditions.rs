@@ -351,15 +351,18 @@ fn rtsp_sessions_switch_rendition_as_the_link_narrows_and_widens() {
             switches.join("\n")
         );
         // Every frame of the 90 s at 25 frames a second, and nothing the decoder objects to.
-        // (Both players miss the very first frame; once in seven runs here ffmpeg's 240p part
-        // lacked 7 more, cause not found yet: docs/design/renditions.md. ffmpeg's own
-        // decode-time guesses in a `-c copy` MP4 repeat at a switch, where the reordering depth
-        // changes: its muxer's words, not the decoder's.)
+        // (ffmpeg's own decode-time guesses in a `-c copy` MP4 repeat at a switch, where the
+        // reordering depth changes: its muxer's words, not the decoder's.)
         let frames: usize = runs.iter().map(|r| r.1).sum();
         let missing = 90 * 25 - frames.min(90 * 25);
-        eprintln!("{name}: {frames} frames, {missing} missing");
-        let allowed = if name == "gst.h264" { 1 } else { 10 };
-        assert!(missing <= allowed, "{name}: {frames} frames: {runs:?}");
+        let host = if name == "gst.h264" { &hosts[1] } else { &hosts[0] };
+        let drops = host.downlink_drops().expect("tc statistics");
+        eprintln!("{name}: {frames} frames, {missing} missing; the link dropped {drops} packets");
+        // Both players miss the very first frame. More only where the link's queue overflowed
+        // (a switch down that came late): ffmpeg does not ask for packets again (no RTX),
+        // GStreamer does.
+        let allowed = if drops > 0 && name == "ffmpeg.mp4" { 10 } else { 1 };
+        assert!(missing <= allowed, "{name}: {frames} frames, link drops {drops}: {runs:?}");
         let decode = run(
             Command::new("ffmpeg")
                 .args(["-v", "error", "-i"])

@@ -2,17 +2,18 @@
 //! admission refuses is admitted at a lower rendition, and when even the lowest does not fit,
 //! sessions playing higher renditions step down to make room.
 //!
-//! Gennart et al. (seed 002) put rate adaptation in the server: a full node can still serve a
+//! Gennart et al. put rate adaptation in the server: a full node can still serve a
 //! new viewer at a lower rate, where XTREAM's admission alone answers 453 (RFC 2326 §11.3.9).
 //! The order is the ladder's, highest first: the new session tries each rung down to the
 //! lowest (each a full admission: the disks' test and the node's egress,
-//! `sched.egress_mbps`); then one session playing the highest rate playing (on this node, as
-//! origin) is stepped down one rung at its next key frame, the same switch as a receiver
+//! `sched.egress_mbps`); then the session playing the highest rate (of those this node is the
+//! origin of) is stepped down one rung at its next key frame, the same switch as a receiver
 //! report's (`switch.rs`), and the PLAY is tried again once the room is freed — so the
 //! sessions that take the most give first, one rung at a time, and no playing session is ever
 //! stopped to make room. With no session left to step down, the PLAY is refused as before.
 //! A session stepped down may step up again on its reports; admission refuses it while the
-//! room is taken, and each refusal doubles its wait ([`crate::abr::Chooser::handle_refused`]).
+//! room is taken, and each refusal doubles its wait ([`crate::abr::Chooser::handle_refused`]);
+//! while a step up is being decided no other admission is sent (`switch.rs`, `NodeCore::open`).
 
 use super::{AbrConfig, Chooser, Instant, NodeCore, Pace, StreamId, Waiting, open_spec};
 use std::time::Duration;

@@ -56,8 +56,7 @@ impl NodeCore {
         let Some(to) = abr.chooser.handle_report(now, fb) else { return };
         if to < abr.chooser.current() && !self.room_wanted.is_empty() {
             // PLAYs wait for room (degrade): no step up takes it from them.
-            abr.chooser.handle_refused(now);
-            self.abr_stats.step_ups_refused += 1;
+            self.refuse_step_up(now, stream);
             return;
         }
         self.switch(now, stream, to);
@@ -132,10 +131,7 @@ impl NodeCore {
         if to < from && self.probing.iter().any(|s| *s != stream) {
             // Another step up is being decided, on the room this one would also take: it is
             // refused at once, its reservation kept, and the session goes on from `at`.
-            self.abr_stats.step_ups_refused += 1;
-            if let Some(abr) = self.origins.get_mut(&stream).and_then(|o| o.abr.as_mut()) {
-                abr.chooser.handle_refused(now);
-            }
+            self.refuse_step_up(now, stream);
             self.switch_opened(now, stream, from, at, paused);
             return;
         }
@@ -152,6 +148,15 @@ impl NodeCore {
             self.probing.insert(stream);
         }
         self.cluster.open(now, spec);
+    }
+
+    /// A step up of `stream` is not made (no room for the higher rate): it stays on its rung
+    /// and waits longer before the next try.
+    fn refuse_step_up(&mut self, now: Instant, stream: StreamId) {
+        self.abr_stats.step_ups_refused += 1;
+        if let Some(abr) = self.origins.get_mut(&stream).and_then(|o| o.abr.as_mut()) {
+            abr.chooser.handle_refused(now);
+        }
     }
 
     /// Opens a session's reservation, or holds it while a step up is being decided.
@@ -222,10 +227,7 @@ impl NodeCore {
         if to != from {
             info!(%stream, %reason, "switching rendition: refused, staying on the rendition it played");
             if to < from {
-                self.abr_stats.step_ups_refused += 1;
-                if let Some(abr) = self.origins.get_mut(&stream).and_then(|o| o.abr.as_mut()) {
-                    abr.chooser.handle_refused(now);
-                }
+                self.refuse_step_up(now, stream);
             }
             self.reopen(now, stream, from, from, at, paused);
             return true;
