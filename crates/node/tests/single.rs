@@ -5,7 +5,7 @@
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
-use isochron_base::{DiskId, Gsn, Instant, MediaTime, NodeId, Replicas};
+use isochron_base::{DiskId, Gsn, Instant, MediaTime, NodeId, Replicas, RunId, StreamId};
 use isochron_cluster::ShareKey;
 use isochron_node::abr::ReceiverFeedback;
 use isochron_node::{NodeConfig, NodeCore, NodeOutput, Ticket};
@@ -110,6 +110,14 @@ fn status(out: &[NodeOutput]) -> Vec<StatusCode> {
 fn response(out: &[NodeOutput]) -> Option<&Response<Vec<u8>>> {
     out.iter().find_map(|o| match o {
         NodeOutput::Respond { response, .. } => Some(response),
+        _ => None,
+    })
+}
+
+/// The stream and run of the first run started in `out`.
+fn run_started(out: &[NodeOutput]) -> Option<(StreamId, RunId)> {
+    out.iter().find_map(|o| match o {
+        NodeOutput::Send(StreamOp::Play { stream, play }) => Some((*stream, play.run)),
         _ => None,
     })
 }
@@ -228,14 +236,7 @@ fn a_session_whose_read_fails_ends_with_a_bye_naming_the_cause() {
     n.set_up();
     let key = n.play_asks_admission();
     n.core.handle_admitted(n.now, key, Some(Decision::Admit));
-    let (stream, run) = n
-        .outputs()
-        .iter()
-        .find_map(|o| match o {
-            NodeOutput::Send(StreamOp::Play { stream, play }) => Some((*stream, play.run)),
-            _ => None,
-        })
-        .unwrap();
+    let (stream, run) = run_started(&n.outputs()).expect("the run");
     let error = isochron_base::IoFailure::new(isochron_base::IoFailureKind::Corrupt, "checksum");
     n.core.handle_read_failed(n.now, stream, error);
     let out = n.outputs();
@@ -285,13 +286,7 @@ fn a_lossy_report_switches_a_ladder_down_at_the_next_seek_point_numbered_on() {
     let out = n.outputs();
     let first = response(&out).expect("the PLAY's answer");
     let seq0 = rtp_info_seq(first);
-    let (stream, run1) = out
-        .iter()
-        .find_map(|o| match o {
-            NodeOutput::Send(StreamOp::Play { stream, play }) => Some((*stream, play.run)),
-            _ => None,
-        })
-        .expect("the run starts");
+    let (stream, run1) = run_started(&out).expect("the run starts");
 
     // 2 s in, a report that lost a quarter: stop before the seek point at 3 s (2.5 s or later).
     n.now = n.now + std::time::Duration::from_secs(2);
@@ -364,13 +359,7 @@ fn degrade_admits_lower_and_steps_a_playing_session_down_to_make_room() {
     n.core.handle_admitted(n.now, key, Some(Decision::Admit));
     let out = n.outputs();
     assert_eq!(status(&out), vec![StatusCode::Ok]);
-    let (a, run_a) = out
-        .iter()
-        .find_map(|o| match o {
-            NodeOutput::Send(StreamOp::Play { stream, play }) => Some((*stream, play.run)),
-            _ => None,
-        })
-        .expect("A's run");
+    let (a, run_a) = run_started(&out).expect("A's run");
 
     // B: refused the high rendition, admitted at the low one.
     n.now = n.now + std::time::Duration::from_millis(500);
@@ -443,14 +432,7 @@ fn admissions_wait_while_a_step_up_is_decided() {
     let ssrc = n.ssrc.expect("the SETUP's SSRC");
     let key = n.play_asks_admission();
     n.core.handle_admitted(n.now, key, Some(Decision::Admit));
-    let (a, mut run) = n
-        .outputs()
-        .iter()
-        .find_map(|o| match o {
-            NodeOutput::Send(StreamOp::Play { stream, play }) => Some((*stream, play.run)),
-            _ => None,
-        })
-        .expect("A's run");
+    let (a, mut run) = run_started(&n.outputs()).expect("A's run");
     // Down to the low rendition on a lossy report, then up after clean reports.
     let reports = |n: &mut Node, secs: u64, fraction_lost: u8| {
         let mut stop = None;
