@@ -33,7 +33,7 @@ pub fn entry_at(store: &Store, record: ObjectRecord, epoch: Epoch) -> ObjectEntr
 }
 
 /// An object as the HTTP API shows it (`GET /api/v1/objects`, a recording's `201 Created`).
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ObjectSummary {
     /// Its name.
     pub name: String,

@@ -4,9 +4,10 @@
 
 use std::process::ExitCode;
 
+use isochron_base::{BitRate, Bytes};
 use isochron_diskio::Store;
 use isochron_server::library::ObjectSummary;
-use isochron_store::catalog::{RENDITION_SEP, split_rendition, title_of};
+use isochron_store::catalog::RENDITION_SEP;
 
 use super::DataArg;
 
@@ -29,8 +30,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let store = Store::open(&args.data.data)?;
     let mut objects = store.catalog().objects()?;
-    // Each title, then its renditions (TITLE~RUNG), highest rate first.
-    objects.sort_by(|a, b| listing_order(a).cmp(&listing_order(b)));
+    objects.sort_by(|a, b| {
+        listing_order(&ObjectSummary::from(a)).cmp(&listing_order(&ObjectSummary::from(b)))
+    });
     if args.json {
         // The API's summary (`/api/v1/objects`), and the source file's name besides.
         let v = objects
@@ -44,30 +46,38 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
+    let summaries: Vec<ObjectSummary> = objects.iter().map(ObjectSummary::from).collect();
+    print_table(&summaries);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The listing's table: each title, then its renditions under it as `  ~RUNG`.
+fn print_table(objects: &[ObjectSummary]) {
     println!(
         "{:<24} {:>9} {:>11} {:>12} {:>7}  STREAMS",
         "NAME", "DURATION", "SIZE", "AVG RATE", "BLOCKS"
     );
-    for r in &objects {
-        // A rendition is shown under its title as `  ~RUNG`.
-        let shown = match split_rendition(&r.name) {
-            Some((_, rung)) => format!("  {RENDITION_SEP}{rung}"),
-            None => r.name.clone(),
+    for o in objects {
+        let shown = match &o.rendition {
+            Some(rung) => format!("  {RENDITION_SEP}{rung}"),
+            None => o.name.clone(),
         };
+        // Streams are listed `kind codec`: the table shows the codecs.
+        let codecs: Vec<&str> =
+            o.streams.iter().map(|s| s.rsplit(' ').next().unwrap_or(s)).collect();
         println!(
             "{:<24} {:>8.1}s {:>11} {:>12} {:>7}  {}",
             shown,
-            r.duration.as_secs_f64(),
-            r.ts_bytes.to_string(),
-            r.avg_bitrate.to_string(),
-            r.blocks.len(),
-            r.streams.iter().map(|s| s.codec.as_str()).collect::<Vec<_>>().join("+"),
+            o.duration_s,
+            Bytes(o.bytes).to_string(),
+            BitRate(o.avg_bitrate_bps).to_string(),
+            o.blocks,
+            codecs.join("+"),
         );
     }
-    Ok(ExitCode::SUCCESS)
 }
 
-/// `ls --server URL`: the server's `/api/v1/objects`.
+/// `ls --server URL`: the server's `/api/v1/objects`, listed as a store is.
 fn list_remote(url: &str, json: bool) -> anyhow::Result<ExitCode> {
     let url = format!("{}/api/v1/objects", url.trim_end_matches('/'));
     let shown = super::redacted(&url);
@@ -78,27 +88,22 @@ fn list_remote(url: &str, json: bool) -> anyhow::Result<ExitCode> {
         .into_body()
         .read_to_string()
         .map_err(|e| anyhow::anyhow!("{shown}: {e}"))?;
-    let v: serde_json::Value =
-        serde_json::from_str(&body).map_err(|e| anyhow::anyhow!("{shown}: not JSON ({e})"))?;
     if json {
+        let v: serde_json::Value =
+            serde_json::from_str(&body).map_err(|e| anyhow::anyhow!("{shown}: not JSON ({e})"))?;
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
-    for o in v.as_array().into_iter().flatten() {
-        println!(
-            "{:<32} {:>8.1} s {:>12} bytes",
-            o["name"].as_str().unwrap_or("?"),
-            o["duration_s"].as_f64().unwrap_or(0.0),
-            o["bytes"].as_u64().unwrap_or(0)
-        );
-    }
+    let mut objects: Vec<ObjectSummary> = serde_json::from_str(&body)
+        .map_err(|e| anyhow::anyhow!("{shown}: not a list of objects ({e})"))?;
+    objects.sort_by(|a, b| listing_order(a).cmp(&listing_order(b)));
+    print_table(&objects);
     Ok(ExitCode::SUCCESS)
 }
 
-/// Where `r` goes in a listing: each title, then its renditions (TITLE~RUNG), highest mean
-/// rate first.
-fn listing_order(r: &isochron_store::ObjectRecord) -> (&str, bool, std::cmp::Reverse<u64>) {
-    let rendition = split_rendition(&r.name).is_some();
-    let rate = if rendition { r.avg_bitrate.0 } else { 0 };
-    (title_of(&r.name), rendition, std::cmp::Reverse(rate))
+/// Where an object goes in a listing: each title, then its renditions (TITLE~RUNG), highest
+/// mean rate first.
+fn listing_order(o: &ObjectSummary) -> (&str, bool, std::cmp::Reverse<u64>) {
+    let rate = if o.rendition.is_some() { o.avg_bitrate_bps } else { 0 };
+    (o.title.as_str(), o.rendition.is_some(), std::cmp::Reverse(rate))
 }

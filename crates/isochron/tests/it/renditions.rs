@@ -137,6 +137,10 @@ fn a_ladder_has_key_frames_at_the_same_times_rates_near_their_targets_and_plays_
 
     // A rendition is an object: a standard player plays it by its name.
     let server = Server::start(&data, ServeOptions { no_demo: true, ..ServeOptions::default() });
+    // A running server lists it as the store did (through its API).
+    let url = format!("http://{}", server.http);
+    let remote = run(Command::new(bin()).args(["ls", "--server", &url]), 30);
+    assert_eq!(ok(&remote), ls, "ls --server");
     let got = dir.path().join("played.mp4");
     let play = run(
         Command::new("ffmpeg")
