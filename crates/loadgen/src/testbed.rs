@@ -387,12 +387,7 @@ impl Host {
     /// Packets the shaped link towards the host has dropped since it was shaped (its token
     /// bucket's queue was full): what a receiver misses that the server did send.
     pub fn downlink_drops(&self) -> anyhow::Result<u64> {
-        let out = Command::new("tc")
-            .args(["-s", "qdisc", "show", "dev", &self.veth])
-            .stdin(Stdio::null())
-            .output()
-            .context("running tc (iproute2)")?;
-        let text = String::from_utf8_lossy(&out.stdout);
+        let text = tc(None, &["-s", "qdisc", "show", "dev", &self.veth])?;
         // " Sent 123 bytes 4 pkt (dropped 5, overlimits 6 requeues 0)"
         let dropped = text
             .split("dropped ")
@@ -502,7 +497,8 @@ fn ip(args: &[&str]) -> anyhow::Result<String> {
 }
 
 /// Runs `tc ARGS` in the root namespace or in `ns`.
-fn tc(ns: Option<&str>, args: &[&str]) -> anyhow::Result<()> {
+/// Runs `tc` (in namespace `ns`, if given); its output.
+fn tc(ns: Option<&str>, args: &[&str]) -> anyhow::Result<String> {
     let mut c = Command::new("tc");
     if let Some(ns) = ns {
         c.args(["-n", ns]);
@@ -511,7 +507,7 @@ fn tc(ns: Option<&str>, args: &[&str]) -> anyhow::Result<()> {
     if !out.status.success() {
         bail!("tc {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
     }
-    Ok(())
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 fn list_namespaces() -> anyhow::Result<Vec<String>> {

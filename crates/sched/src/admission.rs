@@ -635,17 +635,18 @@ impl AdmissionController {
         self.streams.insert(stream, admitted);
     }
 
+    /// The rate the policy counts for `demand`: its peak or its mean.
+    fn rate_of(&self, demand: &StreamDemand) -> BitRate {
+        if self.config.policy.uses_peak_rate() { demand.peak_bitrate } else { demand.avg_bitrate }
+    }
+
     /// What `demand` sends from this node, bits/s: the rate the policy uses times the share of
     /// the stream's bytes on this node's disks (all of them but for a cluster node's part).
     fn egress_of(&self, demand: &StreamDemand) -> f64 {
         if demand.direction == Direction::Write {
             return 0.0;
         }
-        let rate = if self.config.policy.uses_peak_rate() {
-            demand.peak_bitrate
-        } else {
-            demand.avg_bitrate
-        };
+        let rate = self.rate_of(demand);
         let share = match &demand.placement {
             Placement::Part(v) => v.iter().map(|(_, s)| s.max(0.0)).sum::<f64>().min(1.0),
             Placement::Uniform | Placement::Shares(_) => 1.0,
@@ -696,7 +697,7 @@ impl AdmissionController {
     /// The stream's expected work and variance on each disk it touches.
     fn demand_per_disk(&self, demand: &StreamDemand) -> Result<Vec<(DiskId, DiskLoad)>, Refusal> {
         let policy = self.config.policy;
-        let rate = if policy.uses_peak_rate() { demand.peak_bitrate } else { demand.avg_bitrate };
+        let rate = self.rate_of(demand);
         let block = demand.block_size.max(Bytes(1));
         let ios = rate.bytes_per_sec() * self.config.cycle.as_secs_f64() / block.0 as f64;
         let shares: Vec<(DiskId, f64)> = match &demand.placement {

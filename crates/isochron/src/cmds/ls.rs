@@ -29,24 +29,28 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         return list_remote(url, args.json);
     }
     let store = Store::open(&args.data.data)?;
-    let mut objects = store.catalog().objects()?;
-    objects.sort_by(|a, b| {
-        listing_order(&ObjectSummary::from(a)).cmp(&listing_order(&ObjectSummary::from(b)))
-    });
+    // Each object as the API summarises it, with its source file's name.
+    let mut objects: Vec<(ObjectSummary, String)> = store
+        .catalog()
+        .objects()?
+        .into_iter()
+        .map(|r| (ObjectSummary::from(&r), r.source_file))
+        .collect();
+    objects.sort_by(|a, b| listing_order(&a.0).cmp(&listing_order(&b.0)));
     if args.json {
         // The API's summary (`/api/v1/objects`), and the source file's name besides.
         let v = objects
-            .iter()
-            .map(|r| {
-                let mut o = serde_json::to_value(ObjectSummary::from(r))?;
-                o["source"] = r.source_file.clone().into();
+            .into_iter()
+            .map(|(summary, source)| {
+                let mut o = serde_json::to_value(summary)?;
+                o["source"] = source.into();
                 Ok(o)
             })
             .collect::<serde_json::Result<Vec<_>>>()?;
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let summaries: Vec<ObjectSummary> = objects.iter().map(ObjectSummary::from).collect();
+    let summaries: Vec<ObjectSummary> = objects.into_iter().map(|(o, _)| o).collect();
     print_table(&summaries);
     Ok(ExitCode::SUCCESS)
 }

@@ -15,7 +15,7 @@
 //! room is taken, and each refusal doubles its wait ([`crate::abr::Chooser::handle_refused`]);
 //! while a step up is being decided no other admission is sent (`switch.rs`, `NodeCore::open`).
 
-use super::{AbrConfig, Chooser, Instant, NodeCore, Pace, StreamId, Waiting, open_spec};
+use super::{Instant, NodeCore, StreamId, Waiting, open_spec};
 use std::time::Duration;
 use tracing::info;
 
@@ -50,7 +50,7 @@ impl NodeCore {
         let Some(abr) = o.abr.as_mut() else { return false };
         let rung = abr.chooser.current();
         if let Some(entry) = abr.ladder.get(rung + 1).cloned() {
-            abr.chooser = Chooser::new(AbrConfig::default(), abr.ladder.len(), rung + 1);
+            abr.chooser.handle_switched(now, rung + 1);
             info!(%stream, to = %entry.record.name, "admission: refused, trying the next rendition down");
             let spec = open_spec(stream, &entry, o.delivery);
             o.entry = entry;
@@ -78,11 +78,7 @@ impl NodeCore {
             .iter()
             .filter(|(s, o)| {
                 **s != for_stream
-                    && o.opened
-                    && o.running
-                    && o.waiting.is_none()
-                    && !o.trick
-                    && o.pace == Pace::NOMINAL
+                    && o.can_switch()
                     && o.abr.as_ref().is_some_and(|a| a.chooser.current() + 1 < a.ladder.len())
             })
             .map(|(s, o)| (o.entry.record.avg_bitrate.0, *s))

@@ -162,6 +162,12 @@ impl Origin {
         }
     }
 
+    /// Whether a switch of rendition can be made now: a run plays at its own pace (not trick
+    /// play, not a `Speed` or MTFC pace) and no request or switch is under way.
+    fn can_switch(&self) -> bool {
+        self.running && !self.trick && self.pace == Pace::NOMINAL && self.waiting.is_none()
+    }
+
     /// A switch of rendition decided is not carried out (a PLAY or PAUSE took its place, the
     /// stream ended first): the chooser stays on the rung playing.
     fn give_up_switch(&mut self, now: Instant) {

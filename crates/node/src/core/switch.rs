@@ -14,9 +14,8 @@
 //! then starts a run there, numbered on from where the last one stopped, as a seek does.
 
 use super::{
-    Abr, AbrConfig, Arc, Chooser, Instant, MediaTime, NodeCore, ObjectEntry, OpenSpec, Pace,
-    PlayAction, PlayStart, Position, ReceiverFeedback, RunRequest, StopKind, StreamId, Waiting,
-    open_spec,
+    Abr, AbrConfig, Arc, Chooser, Instant, MediaTime, NodeCore, ObjectEntry, OpenSpec, PlayAction,
+    PlayStart, Position, ReceiverFeedback, RunRequest, StopKind, StreamId, Waiting, open_spec,
 };
 use std::time::Duration;
 use tracing::{info, warn};
@@ -42,14 +41,9 @@ impl NodeCore {
     pub(super) fn feedback(&mut self, now: Instant, fb: ReceiverFeedback) {
         let Some(stream) = self.rtsp.stream_of_ssrc(fb.ssrc) else { return };
         let Some(o) = self.origins.get_mut(&stream) else { return };
-        // Judged only while a run plays at its own pace to its end: not trick play, not a
-        // `Speed` or MTFC pace, not a range the client asked to stop at, not mid-switch.
-        if !o.running
-            || o.trick
-            || o.pace != Pace::NOMINAL
-            || o.run_end.is_some()
-            || o.waiting.is_some()
-        {
+        // Judged only while a run plays at its own pace to its end: not a range the client
+        // asked to stop at either.
+        if !o.can_switch() || o.run_end.is_some() {
             return;
         }
         let Some(abr) = o.abr.as_mut() else { return };
