@@ -466,7 +466,7 @@ async fn add_disk(
         Ok(Ok(id)) => {
             Ok((StatusCode::ACCEPTED, Json(serde_json::json!({ "id": id.0 }))).into_response())
         }
-        Ok(Err(e)) => Err(ApiError(StatusCode::CONFLICT, e)),
+        Ok(Err(e)) => Err(e.into()),
         Err(_) => Err(ApiError::unavailable()),
     }
 }
@@ -555,7 +555,7 @@ async fn remove_disk(
         Ok(Ok(())) => {
             Ok((StatusCode::ACCEPTED, Json(serde_json::json!({ "id": id }))).into_response())
         }
-        Ok(Err(e)) => Err(ApiError(StatusCode::CONFLICT, e)),
+        Ok(Err(e)) => Err(e.into()),
         Err(_) => Err(ApiError::unavailable()),
     }
 }

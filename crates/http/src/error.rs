@@ -25,6 +25,19 @@ impl ApiError {
     }
 }
 
+impl From<isochron_server::reorg::ReorgError> for ApiError {
+    /// `409` for an operation the store or a running reorganisation refuses (nothing changed),
+    /// `500` for one that failed on the way.
+    fn from(e: isochron_server::reorg::ReorgError) -> Self {
+        use isochron_server::reorg::ReorgError;
+        let status = match e {
+            ReorgError::Busy | ReorgError::Refused(_) => StatusCode::CONFLICT,
+            ReorgError::Attach { .. } | ReorgError::Lost(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        Self(status, e.to_string())
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         (self.0, Json(serde_json::json!({ "error": self.1 }))).into_response()

@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use isochron_base::{BlockKey, DiskId, IoFailure, IoFailureKind};
 use isochron_dataplane::sched_thread::SchedCommand;
-use isochron_diskio::store::read_remote_block;
+use isochron_diskio::store::{StoreError, read_remote_block};
 use isochron_diskio::{AlignedBuf, IoCommand, IoDone, IoWorker, ReadDone, Store};
 use isochron_store::catalog::DiskState;
 use isochron_store::reorg::Move;
@@ -71,6 +71,29 @@ const RETRY_BACKOFF: Duration = Duration::from_millis(300);
 /// A failed reorganisation is resumed ([`ReorgCommand::Resume`]) no sooner than this.
 const RESTART_AFTER: Duration = Duration::from_secs(5);
 
+/// Why the reorganiser did not take a disk operation on.
+#[derive(Debug, thiserror::Error)]
+pub enum ReorgError {
+    /// Another reorganisation runs; one at a time.
+    #[error("a reorganisation is already running")]
+    Busy,
+    /// The store refused the operation (a bad spec, an unknown disk, the last copies of a
+    /// block); nothing changed.
+    #[error(transparent)]
+    Refused(#[from] StoreError),
+    /// The disk was added but its IO thread could not be started.
+    #[error("disk {disk}: {error:#}")]
+    Attach {
+        /// The disk.
+        disk: DiskId,
+        /// Why.
+        error: anyhow::Error,
+    },
+    /// The store's operation did not finish (its task panicked).
+    #[error("the store operation did not finish: {0}")]
+    Lost(#[from] tokio::task::JoinError),
+}
+
 /// Commands to the reorganiser.
 #[derive(Debug)]
 pub enum ReorgCommand {
@@ -79,14 +102,14 @@ pub enum ReorgCommand {
         /// The disk spec.
         spec: String,
         /// The new disk's id, or why not.
-        reply: oneshot::Sender<Result<DiskId, String>>,
+        reply: oneshot::Sender<Result<DiskId, ReorgError>>,
     },
     /// Drain a disk and retire it.
     RemoveDisk {
         /// The disk.
         id: DiskId,
         /// Accepted, or why not.
-        reply: oneshot::Sender<Result<(), String>>,
+        reply: oneshot::Sender<Result<(), ReorgError>>,
     },
     /// Resume a reorganisation found pending at start.
     Resume,
@@ -320,45 +343,40 @@ impl Reorganiser {
             match cmd {
                 ReorgCommand::AddDisk { spec, reply } => {
                     if self.busy() {
-                        let _ = reply.send(Err("a reorganisation is already running".into()));
+                        let _ = reply.send(Err(ReorgError::Busy));
                         continue;
                     }
                     let store = Arc::clone(&self.store);
                     let added = tokio::task::spawn_blocking(move || store.add_disk(&spec)).await;
-                    match added {
-                        Ok(Ok(id)) => {
-                            if let Err(e) = self.attach(id) {
-                                let _ = reply.send(Err(format!("disk {id}: {e:#}")));
-                                continue;
-                            }
-                            let _ = reply.send(Ok(id));
-                            self.start(format!("add disk {id}")).await;
-                        }
-                        Ok(Err(e)) => {
-                            let _ = reply.send(Err(e.to_string()));
-                        }
-                        Err(e) => {
-                            let _ = reply.send(Err(e.to_string()));
-                        }
+                    let attached = match added {
+                        Ok(Ok(id)) => self
+                            .attach(id)
+                            .map(|()| id)
+                            .map_err(|error| ReorgError::Attach { disk: id, error }),
+                        Ok(Err(e)) => Err(e.into()),
+                        Err(e) => Err(e.into()),
+                    };
+                    let id = attached.as_ref().ok().copied();
+                    let _ = reply.send(attached);
+                    if let Some(id) = id {
+                        self.start(format!("add disk {id}")).await;
                     }
                 }
                 ReorgCommand::RemoveDisk { id, reply } => {
                     if self.busy() {
-                        let _ = reply.send(Err("a reorganisation is already running".into()));
+                        let _ = reply.send(Err(ReorgError::Busy));
                         continue;
                     }
                     let store = Arc::clone(&self.store);
-                    match tokio::task::spawn_blocking(move || store.remove_disk(id)).await {
-                        Ok(Ok(())) => {
-                            let _ = reply.send(Ok(()));
-                            self.start(format!("remove disk {id}")).await;
-                        }
-                        Ok(Err(e)) => {
-                            let _ = reply.send(Err(e.to_string()));
-                        }
-                        Err(e) => {
-                            let _ = reply.send(Err(e.to_string()));
-                        }
+                    let removed =
+                        match tokio::task::spawn_blocking(move || store.remove_disk(id)).await {
+                            Ok(r) => r.map_err(ReorgError::from),
+                            Err(e) => Err(e.into()),
+                        };
+                    let ok = removed.is_ok();
+                    let _ = reply.send(removed);
+                    if ok {
+                        self.start(format!("remove disk {id}")).await;
                     }
                 }
                 ReorgCommand::Resume => {

@@ -150,8 +150,8 @@ pub enum SessionCommand {
 
 /// A node's link to the rest of the cluster, when it is in one.
 pub(crate) struct ClusterLink {
-    /// Messages for peers.
-    pub(crate) out: mpsc::UnboundedSender<(NodeId, Message)>,
+    /// The control connections to peers.
+    pub(crate) out: crate::cluster::ControlOut,
     /// The shared store.
     pub(crate) store: Arc<isochron_diskio::Store>,
     /// The disks this node owns: its shares read only these.
@@ -171,8 +171,8 @@ pub(crate) struct Manager {
     cname: String,
     /// The manager's own channel, for the scheduler's admission decisions.
     me: mpsc::UnboundedSender<SessionCommand>,
-    /// Messages for peers (a cluster).
-    peers: Option<mpsc::UnboundedSender<(NodeId, Message)>>,
+    /// The control connections to peers (a cluster).
+    peers: Option<crate::cluster::ControlOut>,
     /// Each open connection's frame queue (interleaved media, and closing it).
     conns: HashMap<ConnId, mpsc::Sender<OutFrame>>,
     /// Requests the core has not answered yet, with their connections (a closed connection's
@@ -336,8 +336,8 @@ impl Manager {
                     let _ = self.sender.send(SenderCommand::Stream(op));
                 }
                 NodeOutput::Transmit { to, msg } => {
-                    if let Some(out) = &self.peers {
-                        let _ = out.send((to, *msg));
+                    if let Some(out) = &mut self.peers {
+                        out.send(to, &msg);
                     }
                 }
                 NodeOutput::CloseConn { conn, after } => {

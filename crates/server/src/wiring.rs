@@ -278,18 +278,16 @@ impl Wiring {
             Arc::downgrade(&self.store),
             Arc::clone(&view),
         )));
-        let (out_tx, out_rx) = tokio::sync::mpsc::unbounded_channel();
         let id = cluster::node_id(&c.node);
         let hello =
             isochron_cluster::Message::Hello { node: id, name: c.node.clone(), incarnation };
-        self.tasks.push(tokio::spawn(cluster::send_control(out_rx, Arc::clone(&view), hello)));
         self.tasks.push(tokio::spawn(cluster::accept_control(
             listener,
             Arc::clone(&view),
             self.ends.sessions.clone(),
         )));
         let link = ClusterLink {
-            out: out_tx,
+            out: cluster::ControlOut::new(Arc::clone(&view), &hello),
             store: Arc::clone(&self.store),
             local_disks: Arc::new(self.store.local_disks()),
             view: Arc::clone(&view),

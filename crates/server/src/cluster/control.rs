@@ -21,30 +21,42 @@ use crate::sessions::SessionCommand;
 
 use super::lock;
 
-/// Sends the session manager's messages to peers over one TCP connection per peer.
-pub async fn send_control(
-    mut rx: mpsc::UnboundedReceiver<(NodeId, Message)>,
+/// The session manager's end of the control connections: it writes each message straight to
+/// the writer task of the peer's connection (connected on the first message to it, and again
+/// after it failed), with no task between the manager and the peer's socket.
+pub struct ControlOut {
+    writers: HashMap<NodeId, mpsc::UnboundedSender<Vec<u8>>>,
     view: Arc<ClusterView>,
-    hello: Message,
-) {
-    let mut writers: HashMap<NodeId, mpsc::UnboundedSender<Vec<u8>>> = HashMap::new();
-    while let Some((to, msg)) = rx.recv().await {
-        let frame = encode_frame(&msg);
-        view.control_messages_out.fetch_add(1, Ordering::Relaxed);
-        if let Some(w) = writers.get(&to)
+    /// This node's `Hello`, encoded: the first frame on every connection.
+    hello: Vec<u8>,
+}
+
+impl ControlOut {
+    /// Connections that open with `hello`, to the peers' addresses in `view`.
+    #[must_use]
+    pub fn new(view: Arc<ClusterView>, hello: &Message) -> Self {
+        Self { writers: HashMap::new(), view, hello: encode_frame(hello) }
+    }
+
+    /// Sends `msg` to peer `to` (dropped, as a lost connection would, when the peer has no
+    /// address). Call from within the runtime: a new connection is a task of its own.
+    pub fn send(&mut self, to: NodeId, msg: &Message) {
+        let frame = encode_frame(msg);
+        self.view.control_messages_out.fetch_add(1, Ordering::Relaxed);
+        if let Some(w) = self.writers.get(&to)
             && w.send(frame.clone()).is_ok()
         {
-            continue;
+            return;
         }
-        let addr = lock(&view.live).values().find(|r| NodeId(r.id) == to).map(|r| r.control);
+        let addr = lock(&self.view.live).values().find(|r| NodeId(r.id) == to).map(|r| r.control);
         let Some(addr) = addr else {
             debug!(peer = %to, "no address for a peer: message dropped");
-            continue;
+            return;
         };
         let (tx, wrx) = mpsc::unbounded_channel();
         let _ = tx.send(frame);
-        writers.insert(to, tx);
-        tokio::spawn(write_peer(addr, wrx, Arc::clone(&view), encode_frame(&hello)));
+        self.writers.insert(to, tx);
+        tokio::spawn(write_peer(addr, wrx, Arc::clone(&self.view), self.hello.clone()));
     }
 }
 

@@ -35,7 +35,7 @@ mod membership;
 mod relay;
 
 pub use blocks::HttpBlocks;
-pub use control::{accept_control, send_control};
+pub use control::{ControlOut, accept_control};
 pub use membership::{Poller, SharedLease, check_not_live, connect, register};
 pub use relay::receive_relay;
 
