@@ -39,7 +39,10 @@ pub(crate) fn needs<'a>(method: &Method, path: &'a str, query: Option<&str>) -> 
     let object =
         |prefix: &str| path.strip_prefix(prefix).map(|rest| rest.split('/').next().unwrap_or(rest));
     if method == Method::GET || method == Method::HEAD {
-        let object = object("/objects/").or_else(|| object("/hls/")).or_else(|| object("/watch/"));
+        let object = object("/objects/")
+            .or_else(|| object("/hls/"))
+            .or_else(|| object("/dash/"))
+            .or_else(|| object("/watch/"));
         return Needs::Permission(Permission::Read, object);
     }
     if method == Method::PUT
@@ -196,6 +199,7 @@ mod tests {
         assert_eq!(n(Method::GET, "/objects/demo", None), P(Read, Some("demo")));
         assert_eq!(n(Method::HEAD, "/hls/demo/index.m3u8", None), P(Read, Some("demo")));
         assert_eq!(n(Method::GET, "/watch/demo", None), P(Read, Some("demo")));
+        assert_eq!(n(Method::GET, "/dash/demo/manifest.mpd", None), P(Read, Some("demo")));
         assert_eq!(
             n(Method::PUT, "/api/v1/record/cam-1", Some("rate=5M")),
             P(Record, Some("cam-1"))

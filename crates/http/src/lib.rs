@@ -5,6 +5,7 @@
 //!                           ├─ state::gather: List / Stats / Progress / Status to every owner
 //!                           └─ PUT /api/v1/record/NAME ──▶ isochron_server::recorder
 //!               ──────▶ media (/objects, /hls, /watch) ──SchedCommand::HttpRead──▶ sched thread
+//!               ──────▶ dash (/dash: the manifest; its segments are media's)
 //!               ──────▶ dashboard (/, embedded assets)
 //! ```
 //!
@@ -17,7 +18,7 @@
 //! address and any bind error come with the server's own), and [`serve`] serves it.
 //!
 //! The modules depend downward only (`scripts/check-arch.sh` finds any cycle): [`range`]
-//! (sans-IO, fuzzed on its own) ← `media`; `error` ← `state` (the handles and the one
+//! (sans-IO, fuzzed on its own) ← `media` ← `dash`; `error` ← `state` (the handles and the one
 //! snapshot) ← `auth` (the access policy, who is a trusted peer) ← `cluster` (node-to-node
 //! calls, the nodes' JSON), `fsck`; `state` ← `media`, `metrics`; `api` routes everything,
 //! `dashboard` included.
@@ -25,6 +26,7 @@
 mod api;
 mod auth;
 mod cluster;
+mod dash;
 mod dashboard;
 mod error;
 mod fsck;

@@ -9,15 +9,28 @@
 //! H.264 track's `profile-level-id`, `mp4a.40.N` from the AAC track's audio object type) where
 //! the record knows them: a native object's tracks do, an MPEG-TS object's do not, and `CODECS`
 //! is left out rather than guessed when any track's is unknown.
+//!
+//! A ladder's renditions are listed by their tracks: each variant is the rendition's video track
+//! alone (`../TITLE~RUNG/t0/index.m3u8`) with the highest rendition's audio as the one member of
+//! an audio group (`EXT-X-MEDIA`, §4.3.4.1; a ladder's renditions carry the same audio), so HLS
+//! and DASH (`crate::dash`) play the very same per-track CMAF segments.
 
 use std::fmt::Write as _;
 
 use isochron_store::catalog::{ObjectRecord, TrackDesc};
 
-/// The master playlist listing `variants` (each with its playlist URI relative to the master's).
+/// The master playlist listing `variants` (each with its playlist URI relative to the master's),
+/// and with `audio` (its playlist's URI) an audio group every variant plays with.
 #[must_use]
-pub(crate) fn master_playlist(variants: &[(&ObjectRecord, String)]) -> String {
+pub(crate) fn master_playlist(variants: &[(&ObjectRecord, String)], audio: Option<&str>) -> String {
     let mut out = String::from("#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-INDEPENDENT-SEGMENTS\n");
+    if let Some(uri) = audio {
+        let _ = writeln!(
+            out,
+            "#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"audio\",NAME=\"audio\",DEFAULT=YES,\
+             AUTOSELECT=YES,URI=\"{uri}\""
+        );
+    }
     for (rec, uri) in variants {
         let _ = write!(
             out,
@@ -34,13 +47,16 @@ pub(crate) fn master_playlist(variants: &[(&ObjectRecord, String)]) -> String {
         if let Some(c) = codecs {
             let _ = write!(out, ",CODECS=\"{}\"", c.join(","));
         }
+        if audio.is_some() {
+            out.push_str(",AUDIO=\"audio\"");
+        }
         let _ = write!(out, "\n{uri}\n");
     }
     out
 }
 
 /// A track's RFC 6381 codec string, when we can tell it.
-fn codec_of(t: &TrackDesc) -> Option<String> {
+pub(crate) fn codec_of(t: &TrackDesc) -> Option<String> {
     match t.codec.as_str() {
         "h264" => {
             let id = t.fmtp.split(';').find_map(|p| p.trim().strip_prefix("profile-level-id="))?;
@@ -108,10 +124,10 @@ mod tests {
         };
         let hi = rendition("film~720p", 3_300_000, 3_600_000, vec![video, audio]);
         let ts = rendition("film~240p", 600_000, 500_000, Vec::new());
-        let text = master_playlist(&[
-            (&hi, "../film~720p/index.m3u8".into()),
-            (&ts, "../film~240p/index.m3u8".into()),
-        ]);
+        let text = master_playlist(
+            &[(&hi, "../film~720p/index.m3u8".into()), (&ts, "../film~240p/index.m3u8".into())],
+            None,
+        );
         assert_eq!(
             text,
             "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-INDEPENDENT-SEGMENTS\n\
@@ -119,5 +135,14 @@ mod tests {
              CODECS=\"avc1.64001f,mp4a.40.2\"\n../film~720p/index.m3u8\n\
              #EXT-X-STREAM-INF:BANDWIDTH=600000,AVERAGE-BANDWIDTH=600000\n../film~240p/index.m3u8\n"
         );
+        let text = master_playlist(
+            &[(&hi, "../film~720p/t0/index.m3u8".into())],
+            Some("../film~720p/t1/index.m3u8"),
+        );
+        assert!(text.contains(
+            "#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"audio\",NAME=\"audio\",DEFAULT=YES,AUTOSELECT=YES,\
+             URI=\"../film~720p/t1/index.m3u8\"\n"
+        ));
+        assert!(text.contains("mp4a.40.2\",AUDIO=\"audio\"\n../film~720p/t0/index.m3u8\n"));
     }
 }

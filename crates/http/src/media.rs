@@ -25,8 +25,11 @@
 //!   before it prepended (their continuity counters repeat the originals'; demuxers accept the
 //!   duplicate). Only such segments differ from a plain cut; `EXTINF` is the segment's send-time
 //!   span, `EXT-X-TARGETDURATION` the largest rounded to an integer (§4.3.3.1).
+//! - `GET /hls/{name}/t{k}/index.m3u8`, `init.mp4`, `{n}.m4s`: track `k` of a native object
+//!   alone (the same cut), the per-track CMAF segments DASH's manifest names (`crate::dash`).
 //! - `GET /watch/{name}`: a page that plays the playlist with the vendored hls.js
-//!   (`/assets/vendor/hls.light.min.js`), autoplaying muted; `?report=URL` makes it POST one
+//!   (`/assets/vendor/hls.light.min.js`), or with `?player=dash` the DASH manifest with the
+//!   vendored dash.js, autoplaying muted; `?report=URL` makes it POST one
 //!   line of JSON to `URL` once five seconds have played (`{"ok":true,"time":…}`) or on a
 //!   fatal error (`{"ok":false,"error":…}`), for tests and monitoring.
 //!
@@ -76,6 +79,8 @@ pub(crate) const READ_AHEAD: usize = 2;
 const WATCH_HTML: &str = include_str!("../assets/watch.html");
 /// hls.js 1.7.4, light build (Apache-2.0; `assets/vendor/hls.js-1.7.4/LICENSE`).
 const HLS_JS: &[u8] = include_bytes!("../assets/vendor/hls.js-1.7.4/hls.light.min.js");
+/// dash.js's media player, vendored (`assets/vendor/README.md`).
+const DASH_JS: &[u8] = include_bytes!("../assets/vendor/dash.js-4.7.4/dash.mediaplayer.min.js");
 
 const TS_TYPE: &str = "video/mp2t";
 const PACKET: usize = TS_PACKET_SIZE;
@@ -331,7 +336,7 @@ enum Pending {
 // ---------------------------------------------------------------------------------------------
 // GET/HEAD /objects/{name}
 
-fn not_found(name: &str) -> Response {
+pub(crate) fn not_found(name: &str) -> Response {
     (
         StatusCode::NOT_FOUND,
         [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
@@ -344,7 +349,7 @@ fn lookup(s: &ApiState, name: &str) -> Option<Arc<Obj>> {
     s.library.get(name).map(|e| Arc::new(Obj::new(e)))
 }
 
-fn text(status: StatusCode, body: String) -> Response {
+pub(crate) fn text(status: StatusCode, body: String) -> Response {
     (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
 }
 
@@ -473,7 +478,7 @@ pub(crate) async fn object(
 
 /// Lets players on other origins read media (hls.js in a page served elsewhere fetches the
 /// playlist and segments cross-origin, with `Range`): these are public, read-only resources.
-fn cors(h: &mut HeaderMap) {
+pub(crate) fn cors(h: &mut HeaderMap) {
     h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
     h.insert(
         header::ACCESS_CONTROL_EXPOSE_HEADERS,
@@ -481,7 +486,7 @@ fn cors(h: &mut HeaderMap) {
     );
 }
 
-fn set(r: &mut Response, k: header::HeaderName, v: &str) {
+pub(crate) fn set(r: &mut Response, k: header::HeaderName, v: &str) {
     if let Ok(v) = HeaderValue::from_str(v) {
         r.headers_mut().insert(k, v);
     }
@@ -601,22 +606,42 @@ pub(crate) async fn hls(
     let Some(obj) = lookup(&s, &name) else { return not_found(&name) };
     if file == "master.m3u8" {
         let renditions = s.library.renditions(&name);
-        let variants: Vec<(&ObjectRecord, String)> = if renditions.is_empty() {
-            vec![(obj.record(), "index.m3u8".to_owned())]
-        } else {
-            renditions
-                .iter()
-                .map(|e| (&e.record, format!("../{}/index.m3u8", e.record.name)))
-                .collect()
-        };
-        let mut r = crate::master::master_playlist(&variants).into_response();
+        let (variants, audio): (Vec<(&ObjectRecord, String)>, Option<String>) =
+            if renditions.is_empty() {
+                (vec![(obj.record(), "index.m3u8".to_owned())], None)
+            } else {
+                // By track (the segments DASH plays too) where each rendition has a video
+                // track HLS carries and the highest an audio one; else each rendition whole.
+                let audio = renditions.first().and_then(|e| {
+                    let t = first_track(&e.record, "audio")?;
+                    Some(format!("../{}/t{t}/index.m3u8", e.record.name))
+                });
+                let by_track: Option<Vec<_>> = renditions
+                    .iter()
+                    .map(|e| {
+                        let t = first_track(&e.record, "video")?;
+                        Some((&e.record, format!("../{}/t{t}/index.m3u8", e.record.name)))
+                    })
+                    .collect();
+                match (by_track, audio) {
+                    (Some(v), Some(a)) => (v, Some(a)),
+                    _ => (
+                        renditions
+                            .iter()
+                            .map(|e| (&e.record, format!("../{}/index.m3u8", e.record.name)))
+                            .collect(),
+                        None,
+                    ),
+                }
+            };
+        let mut r = crate::master::master_playlist(&variants, audio.as_deref()).into_response();
         set(&mut r, header::CONTENT_TYPE, "application/vnd.apple.mpegurl");
         set(&mut r, header::CACHE_CONTROL, "no-cache");
         cors(r.headers_mut());
         return r;
     }
     if obj.record().media.is_some() {
-        return native_hls(&s, &obj, &file, method == Method::HEAD).await;
+        return native_hls(&s, &obj, None, &file, method == Method::HEAD).await;
     }
     if !is_ts(obj.record()) {
         return text(
@@ -653,6 +678,12 @@ pub(crate) async fn hls(
     }
 }
 
+/// The index of `record`'s first track of `kind` (`video`, `audio`) that HLS carries.
+pub(crate) fn first_track(record: &ObjectRecord, kind: &str) -> Option<usize> {
+    let tracks = &record.media.as_ref()?.tracks;
+    hls_tracks(record).into_iter().map(|(i, _)| i).find(|&i| tracks[i].kind == kind)
+}
+
 /// The fMP4 tracks of a native object's HLS (H.264, H.265, AAC, Opus; others left out), each
 /// with its index in the object.
 fn hls_tracks(record: &ObjectRecord) -> Vec<(usize, Fmp4Track)> {
@@ -686,15 +717,52 @@ fn hls_tracks(record: &ObjectRecord) -> Vec<(usize, Fmp4Track)> {
     out
 }
 
-/// HLS of a native object (RFC 8216 §3.3, fragmented MP4): `index.m3u8` with `EXT-X-MAP`,
-/// `init.mp4`, and segments `N.m4s` cut at the object's seek points (its key frames).
-async fn native_hls(s: &ApiState, obj: &Arc<Obj>, file: &str, head: bool) -> Response {
-    let name = &obj.record().name;
-    let tracks = hls_tracks(obj.record());
-    if tracks.is_empty() {
+/// `GET /hls/{name}/t{K}/{file}`: track `K` of a native object alone, as [`native_hls`]
+/// serves the whole object: the CMAF segments of one track that DASH (`crate::dash`) and the
+/// master playlist's renditions share.
+pub(crate) async fn hls_track(
+    State(s): State<ApiState>,
+    method: Method,
+    Path((name, track, file)): Path<(String, String, String)>,
+) -> Response {
+    let Some(obj) = lookup(&s, &name) else { return not_found(&name) };
+    let Some(k) = track.strip_prefix('t').and_then(|k| k.parse::<usize>().ok()) else {
         return text(
             StatusCode::NOT_FOUND,
-            format!("object {name:?} has no track HLS can carry (H.264, H.265, AAC, Opus)\n"),
+            format!("{track:?} is not a track of {name:?} (tracks are t0, t1, …)\n"),
+        );
+    };
+    if obj.record().media.is_none() {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!(
+                "object {name:?} is MPEG-TS: its HLS is /hls/{name}/index.m3u8, not by track\n"
+            ),
+        );
+    }
+    native_hls(&s, &obj, Some(k), &file, method == Method::HEAD).await
+}
+
+/// HLS of a native object (RFC 8216 §3.3, fragmented MP4): `index.m3u8` with `EXT-X-MAP`,
+/// `init.mp4`, and segments `N.m4s` cut at the object's seek points (its key frames); of its
+/// track `only` alone when given.
+async fn native_hls(
+    s: &ApiState,
+    obj: &Arc<Obj>,
+    only: Option<usize>,
+    file: &str,
+    head: bool,
+) -> Response {
+    let name = &obj.record().name;
+    let tracks: Vec<(usize, Fmp4Track)> = hls_tracks(obj.record())
+        .into_iter()
+        .filter(|(i, _)| only.is_none_or(|k| *i == k))
+        .collect();
+    if tracks.is_empty() {
+        let what = only.map_or_else(|| "no track".to_owned(), |k| format!("no track t{k}"));
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("object {name:?} has {what} HLS can carry (H.264, H.265, AAC, Opus)\n"),
         );
     }
     let segments = plan_segments(obj.record(), s.media.hls_segment);
@@ -951,7 +1019,16 @@ pub(crate) async fn watch(State(s): State<ApiState>, Path(name): Path<String>) -
 
 /// `GET /assets/vendor/hls.light.min.js`: the vendored hls.js.
 pub(crate) async fn hls_js() -> Response {
-    let mut r = HLS_JS.into_response();
+    script(HLS_JS)
+}
+
+/// `GET /assets/vendor/dash.mediaplayer.min.js`: the vendored dash.js (`/watch/NAME?player=dash`).
+pub(crate) async fn dash_js() -> Response {
+    script(DASH_JS)
+}
+
+fn script(bytes: &'static [u8]) -> Response {
+    let mut r = bytes.into_response();
     set(&mut r, header::CONTENT_TYPE, "text/javascript; charset=utf-8");
     // Versioned by the server build: a day is safe.
     set(&mut r, header::CACHE_CONTROL, "public, max-age=86400");

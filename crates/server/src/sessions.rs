@@ -148,10 +148,18 @@ pub enum SessionCommand {
     },
 }
 
+/// Where the manager's messages to other nodes go: straight onto the peer's connection, from
+/// within the manager's task (no task of its own in between).
+pub trait PeerOut: Send {
+    /// Sends `msg` to node `to`; a message to a node that cannot be reached is dropped, as a
+    /// lost connection would drop it (the cluster core's timeouts cover both).
+    fn send(&mut self, to: NodeId, msg: &Message);
+}
+
 /// A node's link to the rest of the cluster, when it is in one.
 pub(crate) struct ClusterLink {
-    /// The control connections to peers.
-    pub(crate) out: crate::cluster::ControlOut,
+    /// The control connections to peers (`cluster::ControlOut`).
+    pub(crate) out: Box<dyn PeerOut>,
     /// The shared store.
     pub(crate) store: Arc<isochron_diskio::Store>,
     /// The disks this node owns: its shares read only these.
@@ -172,7 +180,7 @@ pub(crate) struct Manager {
     /// The manager's own channel, for the scheduler's admission decisions.
     me: mpsc::UnboundedSender<SessionCommand>,
     /// The control connections to peers (a cluster).
-    peers: Option<crate::cluster::ControlOut>,
+    peers: Option<Box<dyn PeerOut>>,
     /// Each open connection's frame queue (interleaved media, and closing it).
     conns: HashMap<ConnId, mpsc::Sender<OutFrame>>,
     /// Requests the core has not answered yet, with their connections (a closed connection's

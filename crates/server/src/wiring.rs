@@ -287,7 +287,7 @@ impl Wiring {
             self.ends.sessions.clone(),
         )));
         let link = ClusterLink {
-            out: cluster::ControlOut::new(Arc::clone(&view), &hello),
+            out: Box::new(cluster::ControlOut::new(Arc::clone(&view), &hello)),
             store: Arc::clone(&self.store),
             local_disks: Arc::new(self.store.local_disks()),
             view: Arc::clone(&view),

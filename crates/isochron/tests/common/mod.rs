@@ -414,13 +414,19 @@ impl Server {
 
     /// GETs `path` from the HTTP API and returns the body (HTTP/1.0, so the server closes).
     pub fn http_get(&self, path: &str) -> String {
+        String::from_utf8_lossy(&self.http_get_bytes(path)).into_owned()
+    }
+
+    /// [`Server::http_get`]'s body as bytes (a binary segment).
+    pub fn http_get_bytes(&self, path: &str) -> Vec<u8> {
         use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(self.http).expect("connect HTTP");
         s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
         write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("write");
-        let mut resp = String::new();
-        s.read_to_string(&mut resp).expect("read");
-        resp.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default()
+        let mut resp = Vec::new();
+        s.read_to_end(&mut resp).expect("read");
+        let at = resp.windows(4).position(|w| w == b"\r\n\r\n").map_or(resp.len(), |i| i + 4);
+        resp.split_off(at)
     }
 
     /// Stops the server with SIGTERM and waits for it.

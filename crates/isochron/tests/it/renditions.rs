@@ -164,10 +164,39 @@ fn a_ladder_has_key_frames_at_the_same_times_rates_near_their_targets_and_plays_
         assert!(v.contains("CODECS=\"avc1.") && v.contains(",mp4a.40.2\""), "{master}");
         assert!(v.contains("AVERAGE-BANDWIDTH="), "{master}");
     }
-    assert!(master.contains("\n../film~1080p/index.m3u8\n"), "{master}");
-    assert!(master.trim_end().ends_with("../film~240p/index.m3u8"), "{master}");
+    // By track: each variant the rendition's video, the audio group the highest's audio (the
+    // segments DASH plays).
+    assert!(master.contains("\n../film~1080p/t0/index.m3u8\n"), "{master}");
+    assert!(master.trim_end().ends_with("../film~240p/t0/index.m3u8"), "{master}");
+    assert!(master.contains("URI=\"../film~1080p/t1/index.m3u8\""), "{master}");
     let beacon = Beacon::new();
     let page = format!("http://{}/watch/film?report={}", server.http, beacon.url());
+    let (v, _) = watch_report(None, &page, &beacon, std::time::Duration::from_secs(60));
+    assert_eq!(v["levels"], 4, "{v}");
+
+    // DASH: one video representation per rendition over the same per-track CMAF segments,
+    // one audio set; a track's init and first segment are one playable stream of that track
+    // alone; dash.js plays the ladder.
+    let mpd = server.http_get("/dash/film/manifest.mpd");
+    assert_eq!(mpd.matches("<Representation ").count(), 5, "{mpd}");
+    for size in ["width=\"1920\" height=\"1080\"", "width=\"426\" height=\"240\""] {
+        assert!(mpd.contains(size), "{size} missing: {mpd}");
+    }
+    assert!(mpd.contains("media=\"../../hls/film~720p/t0/$Number$.m4s\""), "{mpd}");
+    assert!(mpd.contains("codecs=\"mp4a.40.2\""), "{mpd}");
+    let mut track = server.http_get_bytes("/hls/film~480p/t0/init.mp4");
+    track.extend(server.http_get_bytes("/hls/film~480p/t0/0.m4s"));
+    let first = dir.path().join("t0.mp4");
+    std::fs::write(&first, &track).unwrap();
+    let streams = run(
+        Command::new("ffprobe")
+            .args(["-v", "error", "-show_entries", "stream=codec_type,height", "-of", "csv=p=0"])
+            .arg(&first),
+        30,
+    );
+    assert_eq!(ok(&streams).trim(), "video,480", "one video track of 480 lines");
+    let beacon = Beacon::new();
+    let page = format!("http://{}/watch/film?player=dash&report={}", server.http, beacon.url());
     let (v, _) = watch_report(None, &page, &beacon, std::time::Duration::from_secs(60));
     assert_eq!(v["levels"], 4, "{v}");
     server.stop();
@@ -226,6 +255,19 @@ fn a_ladder_the_file_cannot_give_is_refused_naming_file_and_rung_and_nothing_is_
 /// link widens again) and the segments are 2 s long (one key frame each).
 #[test]
 fn the_browser_adapts_to_a_link_that_narrows_and_widens() {
+    browser_adapts("hls");
+}
+
+/// The same with dash.js playing the title's DASH manifest (`/dash/grain/manifest.mpd`: the
+/// renditions' per-track CMAF segments).
+#[test]
+fn dash_js_adapts_to_a_link_that_narrows_and_widens() {
+    browser_adapts("dash");
+}
+
+/// The page with `player` (`hls`: hls.js; `dash`: dash.js) behind a link of 8 Mb/s, then 1,
+/// then 8 again.
+fn browser_adapts(player: &str) {
     use isochron_loadgen::testbed::Testbed;
     if !namespaces_or_skip("the browser's adaptive play") {
         return;
@@ -246,7 +288,7 @@ fn the_browser_adapts_to_a_link_that_narrows_and_widens() {
     viewer.shape(8_000_000).expect("shape 8 Mb/s");
     let beacon = Beacon::on(bed.host_ip());
     let page = format!(
-        "http://{}:{}/watch/grain?report={}&until=end&buffer=15",
+        "http://{}:{}/watch/grain?player={player}&report={}&until=end&buffer=15",
         bed.host_ip(),
         server.http.port(),
         beacon.url()

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use crate::cluster_view::ClusterView;
-use crate::sessions::SessionCommand;
+use crate::sessions::{PeerOut, SessionCommand};
 
 use super::lock;
 
@@ -37,10 +37,12 @@ impl ControlOut {
     pub fn new(view: Arc<ClusterView>, hello: &Message) -> Self {
         Self { writers: HashMap::new(), view, hello: encode_frame(hello) }
     }
+}
 
+impl PeerOut for ControlOut {
     /// Sends `msg` to peer `to` (dropped, as a lost connection would, when the peer has no
     /// address). Call from within the runtime: a new connection is a task of its own.
-    pub fn send(&mut self, to: NodeId, msg: &Message) {
+    fn send(&mut self, to: NodeId, msg: &Message) {
         let frame = encode_frame(msg);
         self.view.control_messages_out.fetch_add(1, Ordering::Relaxed);
         if let Some(w) = self.writers.get(&to)
