@@ -121,7 +121,7 @@ impl Presentation {
                     m.control = Some(rest.trim().to_string());
                 }
             } else if let Some(rest) = l.strip_prefix("a=range:") {
-                duration = duration.or_else(|| npt_length(rest));
+                duration = duration.or_else(|| range_length(rest));
             }
         }
         if media.is_empty() {
@@ -147,13 +147,18 @@ impl Presentation {
     }
 }
 
-/// The span of `npt=A-B` (both ends given).
-fn npt_length(range: &str) -> Option<Duration> {
-    let v = range.trim().strip_prefix("npt=")?;
-    let (a, b) = v.split_once('-')?;
-    let a: f64 = if a.trim() == "now" { 0.0 } else { a.trim().parse().ok()? };
-    let b: f64 = b.trim().parse().ok()?;
-    (b >= a).then(|| Duration::from_secs_f64(b - a))
+/// The span of an NPT range `npt=A-B` (RFC 2326 §3.6), if both ends are given (parsed by the
+/// RTSP crate's [`NptRange`](isochron_rtsp::headers::NptRange), as the server parses it).
+#[must_use]
+pub fn range_length(range: &str) -> Option<Duration> {
+    use isochron_rtsp::headers::{NptRange, NptTime};
+    let r = NptRange::parse(range).ok()?;
+    let start = match r.start {
+        None | Some(NptTime::Now) => 0,
+        Some(NptTime::At(t)) => t.as_nanos(),
+    };
+    let end = r.end?.as_nanos();
+    (end >= start).then(|| Duration::from_nanos(end - start))
 }
 
 #[cfg(test)]

@@ -1048,15 +1048,7 @@ pub fn track_starts(urls: &[String], info: &PlayInfo) -> Vec<TrackStart> {
         .collect()
 }
 
-/// The span of an NPT range `npt=A-B` (RFC 2326 §3.6), if both ends are given.
-#[must_use]
-pub fn range_length(range: &str) -> Option<Duration> {
-    let v = range.trim().strip_prefix("npt=")?;
-    let (a, b) = v.split_once('-')?;
-    let a: f64 = if a.trim() == "now" { 0.0 } else { a.trim().parse().ok()? };
-    let b: f64 = b.trim().parse().ok()?;
-    (b >= a).then(|| Duration::from_secs_f64(b - a))
-}
+pub use crate::sdp::range_length;
 
 #[cfg(test)]
 mod tests {
