@@ -68,6 +68,7 @@ pub(crate) fn router(state: ApiState) -> Router {
         )
         .route("/api/v1/nodes/{name}", delete(crate::cluster::remove_node))
         .route("/api/v1/fsck", post(crate::fsck::fsck))
+        .route("/api/v1/transcode", get(transcode_jobs))
         .route("/metrics", get(metrics))
         .route("/objects/{name}", get(crate::media::object))
         .route("/hls/{name}/{file}", get(crate::media::hls))
@@ -240,6 +241,20 @@ async fn reorg(State(s): State<ApiState>) -> Result<Json<ReorgJson>, ApiError> {
     Ok(Json(reorg_json(&status, &s.store)))
 }
 
+/// `GET /api/v1/transcode`: this node's ladder jobs, oldest first (`{"jobs": [...]}`: id,
+/// title, rungs, state — queued, running, done, failed —, progress 0 to 1, seconds, error).
+async fn transcode_jobs(State(s): State<ApiState>) -> Result<Response, ApiError> {
+    Ok(Json(serde_json::json!({ "jobs": jobs(&s).await? })).into_response())
+}
+
+/// The transcoder's jobs.
+async fn jobs(s: &ApiState) -> Result<Vec<isochron_server::transcoder::JobInfo>, ApiError> {
+    use isochron_server::transcoder::TranscodeCommand;
+    let (tx, rx) = oneshot::channel();
+    s.transcoder.send(TranscodeCommand::List { reply: tx }).map_err(|_| ApiError::unavailable())?;
+    rx.await.map_err(|_| ApiError::unavailable())
+}
+
 /// The query of `GET /api/v1/nodes`.
 #[derive(serde::Deserialize)]
 struct NodesQuery {
@@ -379,6 +394,8 @@ struct Overview {
     admission: AdmissionJson,
     /// The reorganisation.
     reorg: ReorgJson,
+    /// The ladder jobs (`GET /api/v1/transcode`).
+    transcode: Vec<isochron_server::transcoder::JobInfo>,
 }
 
 /// The longest `GET /api/v1/overview?after=…` waits.
@@ -438,6 +455,7 @@ async fn overview(
         admission,
         reorg: reorg_json(&g.reorg, &s.store),
         sessions: redacted(g.sessions, sees),
+        transcode: jobs(&s).await?,
     }))
 }
 
@@ -601,7 +619,8 @@ async fn record(
     );
     if file {
         let rest = Body::from_stream(stream);
-        return crate::cluster::spool_and_ingest(&s, name, head.into(), rest).await;
+        let ladder = crate::cluster::LadderAsk::Default;
+        return crate::cluster::spool_and_ingest(&s, name, head.into(), rest, ladder).await;
     }
     // The recorder reads the body through a channel fed here, so that what it leaves unread when
     // it refuses the stream mid-body can be drained before the answer.

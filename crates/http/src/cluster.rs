@@ -217,29 +217,66 @@ pub(crate) async fn remove_node(State(s): State<ApiState>, Path(name): Path<Stri
     }
 }
 
+/// What `PUT /api/v1/objects/{name}` may say: `?ladder=720p,480p` (make that ladder of the
+/// title: a rung it cannot give is an error, and nothing is stored), `?ladder=none` (no
+/// ladder, whatever `transcode.ladder` says).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct IngestQuery {
+    ladder: Option<String>,
+}
+
+/// The ladder an upload is to get.
+#[derive(Debug)]
+pub(crate) enum LadderAsk {
+    /// The server's own (`transcode.ladder`), its rungs taller than the title left out.
+    Default,
+    /// None.
+    No,
+    /// This one, every rung of it.
+    Given(isochron_transcode::Ladder),
+}
+
 /// `PUT /api/v1/objects/{name}`: ingests the body (a media file: MPEG-TS, M2TS, MP4,
 /// Matroska/WebM) as object `name`, its blocks written to their owners' disks on every node
-/// (`isochron ingest --server`).
+/// (`isochron ingest --server`); with a ladder (`?ladder=`, or the server's `transcode.ladder`)
+/// a job then makes its renditions, and the answer names it (`"job"`, in `GET
+/// /api/v1/transcode`).
 pub(crate) async fn ingest(
     State(s): State<ApiState>,
     Path(name): Path<String>,
+    query: Result<axum::extract::Query<IngestQuery>, axum::extract::rejection::QueryRejection>,
     body: Body,
 ) -> Response {
     // Renditions (`TITLE~RUNG`) are the server's to make, never uploaded.
     if let Err(e) = isochron_store::catalog::validate_title(&name) {
         return error(StatusCode::BAD_REQUEST, e.to_string());
     }
-    spool_and_ingest(&s, name, Bytes::new(), body).await
+    let query = match query {
+        Ok(q) => q.0,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.body_text()),
+    };
+    let ladder = match query.ladder.as_deref().map(str::trim) {
+        None => LadderAsk::Default,
+        Some("none") => LadderAsk::No,
+        Some(spec) => match isochron_transcode::Ladder::parse(spec) {
+            Ok(l) => LadderAsk::Given(l),
+            Err(e) => return error(StatusCode::BAD_REQUEST, format!("ladder: {e}")),
+        },
+    };
+    spool_and_ingest(&s, name, Bytes::new(), body, ladder).await
 }
 
 /// Spools `head` then the rest of `body` to a file in the store (the cutter seeks: it reads a
 /// file more than once) and ingests it as object `name`: `201` with the object's summary,
-/// `422` naming what is wrong with the input.
+/// `422` naming what is wrong with the input (or with the ladder asked for: then nothing is
+/// stored). With a ladder, the spooled file becomes the source of a job making it.
 pub(crate) async fn spool_and_ingest(
     s: &ApiState,
     name: String,
     head: Bytes,
     body: Body,
+    ladder: LadderAsk,
 ) -> Response {
     let spool = match tempfile::NamedTempFile::new_in(s.store.root()) {
         Ok(f) => f,
@@ -264,19 +301,61 @@ pub(crate) async fn spool_and_ingest(
         return error(StatusCode::INTERNAL_SERVER_ERROR, format!("spool file: {e}"));
     }
     drop(file);
+    let settings = Arc::clone(&s.transcode);
     let (store, library) = (Arc::clone(&s.store), Arc::clone(&s.library));
     let task = tokio::task::spawn_blocking(move || {
+        use isochron_server::transcoder::plan;
+        // The ladder is checked against the file before anything is stored.
+        let plan = match &ladder {
+            LadderAsk::Given(l) => Some(plan(&path, l, &settings, true).map_err(|e| {
+                (StatusCode::UNPROCESSABLE_ENTITY, format!("object {name}: ladder: {e}"))
+            })?),
+            LadderAsk::Default => settings.ladder.as_ref().and_then(|l| {
+                plan(&path, l, &settings, false)
+                    .inspect_err(|e| tracing::warn!(object = %name, "no ladder made: {e}"))
+                    .ok()
+            }),
+            LadderAsk::No => None,
+        };
         let report = isochron_diskio::ingest::ingest_file(&store, &path, &name, &mut |_| {})
             .map_err(|e| (StatusCode::UNPROCESSABLE_ENTITY, format!("object {name}: {e}")))?;
         for skipped in &report.skipped {
             tracing::warn!(object = %name, "{skipped}; stored the other tracks");
         }
         library.insert(Arc::new(isochron_server::library::entry(&store, report.record.clone())));
-        drop(path);
-        Ok::<_, (StatusCode, String)>(ObjectSummary::from(&report.record))
+        // The job's source: the spooled file, the job's to remove.
+        let job = match plan {
+            Some(plan) => Some((
+                plan,
+                path.keep().map_err(|e| {
+                    (
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("keeping the upload for its ladder: {e}"),
+                    )
+                })?,
+            )),
+            None => None,
+        };
+        Ok::<_, (StatusCode, String)>((ObjectSummary::from(&report.record), job, name))
     });
     match task.await {
-        Ok(Ok(summary)) => (StatusCode::CREATED, Json(summary)).into_response(),
+        Ok(Ok((summary, job, name))) => {
+            let mut body = serde_json::to_value(&summary).unwrap_or_default();
+            if let Some((plan, path)) = job {
+                use isochron_server::transcoder::{JobSource, TranscodeCommand};
+                let (tx, rx) = oneshot::channel();
+                let source = JobSource { path, remove_after: true };
+                let submit =
+                    TranscodeCommand::Submit { title: name, source, plan, reply: Some(tx) };
+                if s.transcoder.send(submit).is_err() {
+                    return error(StatusCode::SERVICE_UNAVAILABLE, "the server is shutting down");
+                }
+                if let Ok(id) = rx.await {
+                    body["job"] = id.into();
+                }
+            }
+            (StatusCode::CREATED, Json(body)).into_response()
+        }
         Ok(Err((status, msg))) => error(status, msg),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }

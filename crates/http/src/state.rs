@@ -37,6 +37,10 @@ pub(crate) struct ApiState {
     pub(crate) sched: Sender<SchedCommand>,
     pub(crate) sender: Senders,
     pub(crate) reorg: mpsc::UnboundedSender<ReorgCommand>,
+    /// The ladder jobs' owner.
+    pub(crate) transcoder: mpsc::UnboundedSender<isochron_server::transcoder::TranscodeCommand>,
+    /// `[transcode]`: the server's own ladder, the key-frame interval.
+    pub(crate) transcode: Arc<isochron_server::transcoder::TranscodeSettings>,
     pub(crate) store: Arc<Store>,
     pub(crate) media: Arc<MediaState>,
     pub(crate) node: Arc<NodeIdentity>,

@@ -37,6 +37,8 @@ pub struct ConfigFile {
     pub auth: isochron_auth::AuthSection,
     /// `[tls]`: the certificate for RTSPS and HTTPS.
     pub tls: TlsSection,
+    /// `[transcode]`: ladders of renditions made by the server.
+    pub transcode: TranscodeSection,
 }
 
 /// `[tls]`: a certificate and its key, both PEM. With them the HTTP port also speaks HTTPS (on
@@ -314,6 +316,37 @@ impl Default for MediaSection {
     }
 }
 
+/// `[transcode]`: ladders of renditions made by the server (`docs/design/renditions.md`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TranscodeSection {
+    /// The ladder made of every title uploaded without a `?ladder=` of its own and of every
+    /// file of the media directory, e.g. `"720p,480p,240p"` (rungs taller than a title are
+    /// left out). Default: empty, none.
+    pub ladder: String,
+    /// Milliseconds between two key frames of every rendition (500 to 10000). Default 2000.
+    pub idr_interval_ms: u64,
+    /// Threads for ffmpeg's decoder, filters and each encoder (0: ffmpeg chooses). Default 0.
+    pub threads: u32,
+    /// The jobs' nice level (0 to 19; playback runs at 0). Default 10.
+    pub nice: u8,
+    /// Jobs at once (1 to 16). Default 1.
+    pub jobs: usize,
+}
+
+impl Default for TranscodeSection {
+    fn default() -> Self {
+        let budget = isochron_transcode::Budget::default();
+        Self {
+            ladder: String::new(),
+            idr_interval_ms: 2000,
+            threads: budget.threads,
+            nice: budget.nice,
+            jobs: 1,
+        }
+    }
+}
+
 /// `[cluster]`: run as one node of a cluster whose shared state is in etcd
 /// (`docs/design/cluster.md`). Off unless `etcd` is set.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -474,6 +507,8 @@ pub struct Settings {
     pub cluster: Option<crate::cluster::ClusterSettings>,
     /// The access policy (`[auth]`).
     pub auth: std::sync::Arc<isochron_auth::Authority>,
+    /// Ladders made by the server (`[transcode]`).
+    pub transcode: crate::transcoder::TranscodeSettings,
 }
 
 impl ConfigFile {
@@ -648,6 +683,7 @@ impl ConfigFile {
         if self.media.scan_interval_ms < 50 {
             return Err(invalid("media.scan_interval_ms", "must be at least 50"));
         }
+        let transcode = self.transcode_settings()?;
         let disks = s
             .disks
             .iter()
@@ -723,6 +759,34 @@ impl ConfigFile {
             media_dir: self.media.dir.clone(),
             media_scan_interval: Duration::from_millis(self.media.scan_interval_ms),
             auth: std::sync::Arc::new(isochron_auth::Authority::new(&self.auth, rand::random())?),
+            transcode,
+        })
+    }
+
+    fn transcode_settings(&self) -> Result<crate::transcoder::TranscodeSettings, ConfigError> {
+        let t = &self.transcode;
+        let invalid = |key, message: &str| ConfigError::Invalid { key, message: message.into() };
+        let ladder = match t.ladder.trim() {
+            "" => None,
+            spec => Some(isochron_transcode::Ladder::parse(spec).map_err(|e| {
+                ConfigError::Invalid { key: "transcode.ladder", message: e.to_string() }
+            })?),
+        };
+        if !(500..=10_000).contains(&t.idr_interval_ms) {
+            return Err(invalid("transcode.idr_interval_ms", "must be between 500 and 10000"));
+        }
+        let idr_interval = Duration::from_millis(t.idr_interval_ms);
+        if t.nice > 19 {
+            return Err(invalid("transcode.nice", "must be between 0 and 19"));
+        }
+        if !(1..=16).contains(&t.jobs) {
+            return Err(invalid("transcode.jobs", "must be between 1 and 16"));
+        }
+        Ok(crate::transcoder::TranscodeSettings {
+            ladder,
+            idr_interval,
+            budget: isochron_transcode::Budget { threads: t.threads, nice: t.nice },
+            jobs: t.jobs,
         })
     }
 }

@@ -36,6 +36,7 @@ pub mod recorder;
 pub mod reorg;
 pub mod sessions;
 pub mod tls;
+pub mod transcoder;
 
 mod rtcp_rx;
 mod rtsp_conn;
@@ -144,6 +145,10 @@ pub struct Handles {
     pub sender: Senders,
     /// The reorganiser's command channel.
     pub reorg: tokio::sync::mpsc::UnboundedSender<ReorgCommand>,
+    /// The transcoder's command channel (ladder jobs).
+    pub transcoder: tokio::sync::mpsc::UnboundedSender<transcoder::TranscodeCommand>,
+    /// The ladder settings (`[transcode]`).
+    pub transcode: transcoder::TranscodeSettings,
     /// The store.
     pub store: Arc<Store>,
     /// Where this server listens and since when.
@@ -270,6 +275,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
     let view = transport.view.clone();
     let http = w.http(node, view, &rtsp_limits, http_max_connections).await?;
     let http_addr = http.as_ref().map(|(_, h)| h.node.http);
+    w.transcoder(inboxes.transcoder);
     w.media_watch();
     let lease = w.register(&transport, rtsp_addr, http_addr).await?;
     info!(%rtsp_addr, ?rtsps_addr, ?http_addr, rtp_port, "isochron serving");

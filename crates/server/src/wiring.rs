@@ -48,6 +48,7 @@ use crate::profile::disk_profile;
 use crate::recorder::Recorders;
 use crate::reorg::{ReorgCommand, Reorganiser};
 use crate::sessions::{ClusterLink, Manager, SessionCommand};
+use crate::transcoder::{TranscodeCommand, Transcoder};
 use crate::{Handles, NodeIdentity, SERVER_NAME, cluster, conn_limits, media_watch, reorg};
 use crate::{rtcp_rx, rtsp_conn};
 
@@ -58,6 +59,7 @@ pub(crate) struct Ends {
     pub(crate) sender: Senders,
     pub(crate) sessions: UnboundedSender<SessionCommand>,
     pub(crate) reorg: UnboundedSender<ReorgCommand>,
+    pub(crate) transcoder: UnboundedSender<TranscodeCommand>,
 }
 
 /// Every owner's command receiver, taken by the step that starts the owner.
@@ -66,6 +68,7 @@ pub(crate) struct Inboxes {
     pub(crate) shards: Vec<crossbeam_channel::Receiver<SenderCommand>>,
     pub(crate) sessions: UnboundedReceiver<SessionCommand>,
     pub(crate) reorg: UnboundedReceiver<ReorgCommand>,
+    pub(crate) transcoder: UnboundedReceiver<TranscodeCommand>,
 }
 
 /// Step 2: the owners' channels, one sender shard per `sender_threads`.
@@ -75,8 +78,15 @@ pub(crate) fn channels(sender_threads: usize) -> (Ends, Inboxes) {
         (0..sender_threads).map(|_| crossbeam_channel::unbounded::<SenderCommand>()).unzip();
     let (sessions, sessions_rx) = tokio::sync::mpsc::unbounded_channel::<SessionCommand>();
     let (reorg, reorg_rx) = tokio::sync::mpsc::unbounded_channel::<ReorgCommand>();
-    let ends = Ends { sched, sender: Senders::new(shard_txs), sessions, reorg };
-    let inboxes = Inboxes { sched: sched_rx, shards, sessions: sessions_rx, reorg: reorg_rx };
+    let (transcoder, transcoder_rx) = tokio::sync::mpsc::unbounded_channel::<TranscodeCommand>();
+    let ends = Ends { sched, sender: Senders::new(shard_txs), sessions, reorg, transcoder };
+    let inboxes = Inboxes {
+        sched: sched_rx,
+        shards,
+        sessions: sessions_rx,
+        reorg: reorg_rx,
+        transcoder: transcoder_rx,
+    };
     (ends, inboxes)
 }
 
@@ -411,6 +421,8 @@ impl Wiring {
             sched: e.sched.clone(),
             sender: e.sender.clone(),
             reorg: e.reorg.clone(),
+            transcoder: e.transcoder.clone(),
+            transcode: s.transcode.clone(),
             store: Arc::clone(&self.store),
             node: NodeIdentity {
                 rtsp,
@@ -437,14 +449,32 @@ impl Wiring {
         Ok(Some((listener, handles)))
     }
 
-    /// The media directory's watcher (new files are ingested as they appear).
+    /// The transcoder: the ladder jobs (`transcoder`).
+    pub(crate) fn transcoder(&mut self, inbox: UnboundedReceiver<TranscodeCommand>) {
+        let t = Transcoder::new(
+            self.settings.transcode.clone(),
+            Arc::clone(&self.store),
+            Arc::clone(&self.library),
+            self.ends.transcoder.clone(),
+        );
+        self.tasks.push(tokio::spawn(t.run(inbox)));
+    }
+
+    /// The media directory's watcher (new files are ingested as they appear, and laddered
+    /// with `transcode.ladder`).
     pub(crate) fn media_watch(&mut self) {
         if let Some(dir) = self.settings.media_dir.clone() {
+            let ladder = self.settings.transcode.ladder.clone().map(|l| media_watch::Laddering {
+                ladder: l,
+                settings: self.settings.transcode.clone(),
+                jobs: self.ends.transcoder.clone(),
+            });
             self.tasks.push(tokio::spawn(media_watch::watch(
                 dir,
                 self.settings.media_scan_interval,
                 Arc::clone(&self.store),
                 Arc::clone(&self.library),
+                ladder,
             )));
         }
     }

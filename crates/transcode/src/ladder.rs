@@ -216,6 +216,22 @@ impl LadderPlan {
         Ok(Self { source, rungs: ladder.rungs().to_vec(), idr_interval })
     }
 
+    /// [`Self::new`] with the rungs taller than the source left out: a server-wide ladder
+    /// (`transcode.ladder`) made of every title, whatever its size. An error only when no rung
+    /// is left (it names the smallest).
+    pub fn fitting(
+        source: SourceInfo,
+        ladder: &Ladder,
+        idr_interval: Duration,
+    ) -> Result<Self, LadderError> {
+        let rungs: Vec<Rung> =
+            ladder.rungs().iter().filter(|r| r.height <= source.height).cloned().collect();
+        if rungs.is_empty() {
+            return Self::new(source, ladder, idr_interval);
+        }
+        Self::new(source, &Ladder { rungs }, idr_interval)
+    }
+
     /// The file name of `rung`'s output in the job's directory.
     #[must_use]
     pub fn output_name(rung: &Rung) -> String {

@@ -327,6 +327,21 @@ function render(o) {
   }
   setText("reorg-text", text);
 
+  // Ladder jobs, newest first.
+  const jobs = (o.transcode || []).slice().reverse().map((j) => {
+    const tr = document.createElement("tr");
+    tr.dataset.state = j.state;
+    tr.append(
+      cell(j.title),
+      cell(j.rungs.join(", ")),
+      cell(j.state === "failed" ? "failed: " + (j.error || "") : j.state, j.state === "failed" ? "bad" : ""),
+      cell(fmtPct(j.progress), "num"),
+      cell(j.seconds.toFixed(1) + " s", "num"),
+    );
+    return tr;
+  });
+  fillTable("transcode", jobs, "No ladder jobs.", 5);
+
   // Admission decisions.
   setText("admission-policy", a.policy + " policy");
   const adm = a.decisions.map((d) => {

@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use isochron_base::Bytes;
 use isochron_diskio::Store;
 use isochron_diskio::ingest::{IngestProgress, ingest_file};
-use isochron_store::catalog::{DiskSpec, rendition_name, validate_title};
+use isochron_store::catalog::{DiskSpec, validate_title};
 use isochron_transcode::{Budget, Ladder, LadderPlan};
 
 use super::DataArg;
@@ -41,9 +41,10 @@ pub(crate) struct Args {
     /// Also make a rendition ladder of each file (H.264 + AAC, key frames at the same times in
     /// every rendition): `1080p,720p,480p,240p`, a rung's rate may be given (`720p:2500k`).
     /// Each rendition is an object named TITLE~RUNG. Re-running the same command after an
-    /// interruption keeps what is stored and makes the rest.
-    #[arg(long, value_name = "RUNGS", value_parser = parse_ladder)]
-    ladder: Option<Ladder>,
+    /// interruption keeps what is stored and makes the rest. With --server the server makes
+    /// it (a job, followed here until it ends; `none`: not even the server's own ladder).
+    #[arg(long, value_name = "RUNGS")]
+    ladder: Option<String>,
     /// Seconds between two key frames of every rendition (0.5 to 10).
     #[arg(long, value_name = "SECS", default_value_t = 2.0)]
     idr_interval: f64,
@@ -65,13 +66,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         "--name names one object; it cannot be used with {} files",
         args.files.len()
     );
-    anyhow::ensure!(
-        args.ladder.is_none() || args.server.is_none(),
-        "--ladder is made where the store is: ingest with --data on the store's machine"
-    );
     if let Some(url) = &args.server {
         return ingest_remote(url, &args);
     }
+    let ladder = match args.ladder.as_deref() {
+        None => None,
+        Some("none") => anyhow::bail!("--ladder none only says so to a server (--server)"),
+        Some(spec) => Some(Ladder::parse(spec).context("--ladder")?),
+    };
     let root = &args.data.data;
     let store = if Store::exists(root) {
         anyhow::ensure!(
@@ -109,7 +111,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         // The ladder is checked against the file before anything is stored: a rung the file
         // cannot give leaves the store as it was.
-        let plan = match &args.ladder {
+        let plan = match &ladder {
             None => None,
             Some(ladder) => match plan_ladder(file, ladder, args.idr_interval) {
                 Ok(p) => Some(p),
@@ -172,17 +174,7 @@ fn ingest_one(store: &Store, file: &Path, name: &str) -> bool {
             for s in &report.skipped {
                 eprintln!("isochron: warning: {}: {s}; ingested the other tracks", file.display());
             }
-            let r = report.record;
-            println!(
-                "ingested {}: {:.1} s, {}, {} avg / {} peak, {} blocks, {}",
-                r.name,
-                r.duration.as_secs_f64(),
-                r.ts_bytes,
-                r.avg_bitrate,
-                r.peak_bitrate,
-                r.blocks.len(),
-                r.streams.iter().map(|s| s.codec.as_str()).collect::<Vec<_>>().join("+"),
-            );
+            print_ingested(&report.record);
         }
         Err(e) => {
             eprintln!("isochron: cannot ingest {}: {e}", file.display());
@@ -192,8 +184,18 @@ fn ingest_one(store: &Store, file: &Path, name: &str) -> bool {
     true
 }
 
-fn parse_ladder(s: &str) -> Result<Ladder, String> {
-    Ladder::parse(s).map_err(|e| e.to_string())
+/// One line of what an ingest stored.
+fn print_ingested(r: &isochron_store::catalog::ObjectRecord) {
+    println!(
+        "ingested {}: {:.1} s, {}, {} avg / {} peak, {} blocks, {}",
+        r.name,
+        r.duration.as_secs_f64(),
+        r.ts_bytes,
+        r.avg_bitrate,
+        r.peak_bitrate,
+        r.blocks.len(),
+        r.streams.iter().map(|s| s.codec.as_str()).collect::<Vec<_>>().join("+"),
+    );
 }
 
 /// Checks `ladder` against what ffprobe says of `file`.
@@ -204,10 +206,8 @@ fn plan_ladder(file: &Path, ladder: &Ladder, idr_interval: f64) -> anyhow::Resul
     Ok(LadderPlan::new(source, ladder, interval)?)
 }
 
-/// Makes `plan`'s renditions of `file` and stores each as `TITLE~RUNG`, skipping those stored
-/// already. The encodes go to a work directory in the store's root, made afresh (a job cut
-/// short restarts) and removed after; each rendition is listed only once all of it is stored
-/// (the catalog entry is an ingest's last step).
+/// Makes `plan`'s renditions of `file` and stores each as `TITLE~RUNG` (the server's
+/// [`make_renditions`](isochron_server::transcoder::make_renditions)), saying what it stored.
 fn make_renditions(
     store: &Store,
     file: &Path,
@@ -215,43 +215,35 @@ fn make_renditions(
     plan: &LadderPlan,
     budget: Budget,
 ) -> anyhow::Result<()> {
-    let mut todo = plan.clone();
-    let catalog = store.catalog();
-    todo.rungs.retain(|r| matches!(catalog.object(&rendition_name(title, &r.name)), Ok(None)));
-    if todo.rungs.is_empty() {
-        println!("{title}: every rendition is stored");
-        return Ok(());
-    }
-    let work = store.root().join(format!(".transcode-{title}"));
-    if work.exists() {
-        std::fs::remove_dir_all(&work).with_context(|| format!("{}", work.display()))?;
-    }
-    std::fs::create_dir_all(&work).with_context(|| format!("{}", work.display()))?;
-    let result = (|| -> anyhow::Result<()> {
-        let names: Vec<&str> = todo.rungs.iter().map(|r| r.name.as_str()).collect();
-        let bar = transcode_bar(plan.source.duration, &names.join(","));
-        let started = std::time::Instant::now();
-        let outputs = isochron_transcode::run_ladder(&todo, file, &work, budget, &mut |t| {
+    let names: Vec<&str> = plan.rungs.iter().map(|r| r.name.as_str()).collect();
+    let bar = transcode_bar(plan.source.duration, &names.join(","));
+    let started = std::time::Instant::now();
+    let reports =
+        isochron_server::transcoder::make_renditions(store, file, title, plan, budget, &mut |t| {
             if let Some(b) = &bar {
                 b.set_position(t.as_millis() as u64);
             }
         })?;
-        if let Some(b) = bar {
-            b.finish_and_clear();
-        }
-        println!(
-            "transcoded {title} into {} in {:.1} s",
-            names.join(", "),
-            started.elapsed().as_secs_f64()
-        );
-        for (rung, path) in outputs {
-            let name = rendition_name(title, &rung.name);
-            anyhow::ensure!(ingest_one(store, &path, &name), "rendition {name} was not stored");
-        }
-        Ok(())
-    })();
-    let _ = std::fs::remove_dir_all(&work);
-    result
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    if reports.is_empty() {
+        println!("{title}: every rendition is stored");
+        return Ok(());
+    }
+    let made: Vec<&str> = reports
+        .iter()
+        .map(|r| r.record.name.rsplit_once('~').map_or(r.record.name.as_str(), |(_, rung)| rung))
+        .collect();
+    println!(
+        "transcoded {title} into {} in {:.1} s",
+        made.join(", "),
+        started.elapsed().as_secs_f64()
+    );
+    for r in &reports {
+        print_ingested(&r.record);
+    }
+    Ok(())
 }
 
 /// A bar over the source's duration, on a terminal.
@@ -288,7 +280,10 @@ fn ingest_remote(url: &str, args: &Args) -> anyhow::Result<ExitCode> {
             failed += 1;
             continue;
         };
-        let target = format!("{}/api/v1/objects/{name}", url.trim_end_matches('/'));
+        let mut target = format!("{}/api/v1/objects/{name}", url.trim_end_matches('/'));
+        if let Some(l) = &args.ladder {
+            target.push_str(&format!("?ladder={l}"));
+        }
         let result = (|| -> anyhow::Result<serde_json::Value> {
             let f = std::fs::File::open(file).with_context(|| format!("{}", file.display()))?;
             let len = f.metadata()?.len();
@@ -317,15 +312,22 @@ fn ingest_remote(url: &str, args: &Args) -> anyhow::Result<ExitCode> {
             }
             Ok(v)
         })();
-        match result.and_then(|v| wait_listed(url, &name).map(|()| v)) {
-            Ok(v) => println!(
+        let result = result.and_then(|v| wait_listed(url, &name).map(|()| v)).and_then(|v| {
+            println!(
                 "ingested {}: {:.1} s, {} bytes, {} blocks (through {})",
                 v["name"].as_str().unwrap_or(&name),
                 v["duration_s"].as_f64().unwrap_or(0.0),
                 v["bytes"].as_u64().unwrap_or(0),
                 v["blocks"].as_u64().unwrap_or(0),
                 super::redacted(url),
-            ),
+            );
+            match v["job"].as_u64() {
+                Some(job) => follow_job(url, job),
+                None => Ok(()),
+            }
+        });
+        match result {
+            Ok(()) => {}
             Err(e) => {
                 eprintln!("isochron: cannot ingest {}: {e:#}", file.display());
                 failed += 1;
@@ -333,6 +335,58 @@ fn ingest_remote(url: &str, args: &Args) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Follows the server's ladder job `job` (`GET /api/v1/transcode`) until it ends, with a
+/// progress bar on a terminal; an error if it failed.
+fn follow_job(url: &str, job: u64) -> anyhow::Result<()> {
+    let agent = super::api_agent(ureq::Agent::config_builder())?;
+    let target = format!("{}/api/v1/transcode", url.trim_end_matches('/'));
+    let mut bar: Option<indicatif::ProgressBar> = None;
+    loop {
+        let body = agent
+            .get(&target)
+            .call()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", super::redacted(&target)))?
+            .into_body()
+            .read_to_string()?;
+        let v: serde_json::Value = serde_json::from_str(&body)?;
+        let Some(j) = v["jobs"].as_array().into_iter().flatten().find(|j| j["id"] == job) else {
+            anyhow::bail!("the server no longer lists ladder job {job}");
+        };
+        let rungs: Vec<&str> =
+            j["rungs"].as_array().into_iter().flatten().filter_map(|r| r.as_str()).collect();
+        if bar.is_none() {
+            bar = transcode_bar(Some(std::time::Duration::from_secs(1)), &rungs.join(","));
+        }
+        if let Some(b) = &bar {
+            b.set_position((j["progress"].as_f64().unwrap_or(0.0) * 1000.0) as u64);
+        }
+        match j["state"].as_str() {
+            Some("done") => {
+                if let Some(b) = bar {
+                    b.finish_and_clear();
+                }
+                println!(
+                    "transcoded {} into {} in {:.1} s (ladder job {job} on the server)",
+                    j["title"].as_str().unwrap_or("?"),
+                    rungs.join(", "),
+                    j["seconds"].as_f64().unwrap_or(0.0)
+                );
+                return Ok(());
+            }
+            Some("failed") => {
+                if let Some(b) = bar {
+                    b.finish_and_clear();
+                }
+                anyhow::bail!(
+                    "ladder job {job} failed: {}",
+                    j["error"].as_str().unwrap_or("no reason given")
+                );
+            }
+            _ => std::thread::sleep(std::time::Duration::from_millis(500)),
+        }
+    }
 }
 
 /// How long an ingest through a cluster node waits for every node to list the object.

@@ -1,7 +1,9 @@
 //! Renditions: `isochron ingest --ladder` makes a ladder of H.264 + AAC renditions with key
 //! frames at the same times, each an object of its own (`TITLE~RUNG`) that plays over RTSP like
 //! any object, listed under its title and removed with it; a ladder the file cannot give is
-//! refused before anything is stored.
+//! refused before anything is stored; a running server makes ladders too (a job for an upload
+//! or a file of its media directory, its progress in the API, no rendition listed before it is
+//! whole).
 
 use crate::common;
 
@@ -206,6 +208,96 @@ fn a_ladder_has_key_frames_at_the_same_times_rates_near_their_targets_and_plays_
     assert_eq!(rm.lines().count(), 5, "{rm}");
     let ls = ok(&isochron(&["ls"], &data));
     assert_eq!(ls.lines().count(), 1, "{ls}");
+}
+
+/// Ladders made by a running server: `transcode.ladder` for every file of its media directory,
+/// and `ingest --server --ladder` for an upload, each a job whose progress the API shows and
+/// the CLI follows; the renditions play over RTSP. A ladder the upload cannot give is refused
+/// (422, naming the object and the rung) and nothing is stored.
+#[test]
+fn a_running_server_makes_the_ladders_of_its_media_and_of_uploads() {
+    require("ffprobe");
+    let _load = load(weight::PLAYER);
+    let dir = tempdir();
+    let media = dir.path().join("media");
+    std::fs::create_dir_all(&media).unwrap();
+    std::fs::copy(media_fixture("h264_aac.mp4"), media.join("dropped.mp4")).unwrap();
+    let data = dir.path().join("store");
+    let server = Server::start(
+        &data,
+        ServeOptions {
+            no_demo: true,
+            media: Some(&media),
+            config: Some("[transcode]\nladder = \"1080p,240p:300k\"\n"),
+            ..Default::default()
+        },
+    );
+    let url = format!("http://{}", server.http);
+    // The media directory's file: its 240p rendition (1080p is taller than it: left out).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        let ls = ok(&run(Command::new(bin()).args(["ls", "--server", &url]), 30));
+        if ls.contains("~240p") {
+            assert!(!ls.contains("~1080p"), "{ls}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no dropped~240p within 90 s: {ls}");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    // An upload with a ladder of its own: the CLI follows its job to the end.
+    let upload = run(
+        Command::new(bin())
+            .args(["ingest", "--server", &url, "--name", "sent", "--ladder", "240p:300k"])
+            .arg(media_fixture("h264_aac.mp4")),
+        120,
+    );
+    let said = ok(&upload);
+    assert!(said.contains("transcoded sent into 240p"), "{said}");
+    let jobs: serde_json::Value =
+        serde_json::from_str(&server.http_get("/api/v1/transcode")).unwrap();
+    let jobs = jobs["jobs"].as_array().unwrap().clone();
+    assert_eq!(jobs.len(), 2, "{jobs:?}");
+    for j in &jobs {
+        assert_eq!(j["state"], "done", "{j}");
+        assert_eq!(j["progress"], 1.0, "{j}");
+        assert_eq!(j["rungs"], serde_json::json!(["240p"]), "{j}");
+    }
+    // Each rendition plays over RTSP: 240 lines.
+    for name in ["dropped~240p", "sent~240p"] {
+        let got = dir.path().join(format!("{name}.mp4"));
+        let play = run(
+            Command::new("ffmpeg")
+                .args(["-nostdin", "-v", "error", "-rtsp_transport", "tcp", "-i"])
+                .arg(server.url(name))
+                .args(["-map", "0", "-c", "copy", "-f", "mp4", "-y"])
+                .arg(&got),
+            60,
+        );
+        assert!(play.status.success(), "{}", String::from_utf8_lossy(&play.stderr));
+        assert_eq!(height(&got), 240, "{name}");
+    }
+    // The dashboard lists both jobs, done.
+    let dom = {
+        let child = chromium(&format!("{url}/"), &["--dump-dom", "--virtual-time-budget=5000"], 60);
+        let out = child.wait_with_output().expect("chromium");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let jobs_shown = dom.matches("<tr data-state=\"done\">").count();
+    assert_eq!(jobs_shown, 2, "the dashboard's transcoding table: {dom}");
+    // A rung the upload cannot give: refused before anything is stored.
+    let before = ok(&run(Command::new(bin()).args(["ls", "--server", &url]), 30));
+    let refused = run(
+        Command::new(bin())
+            .args(["ingest", "--server", &url, "--name", "big", "--ladder", "1080p"])
+            .arg(media_fixture("h264_aac.mp4")),
+        60,
+    );
+    assert!(!refused.status.success());
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(why.contains("422") && why.contains("big") && why.contains("1080p"), "{why}");
+    let after = ok(&run(Command::new(bin()).args(["ls", "--server", &url]), 30));
+    assert_eq!(before, after, "the store changed");
+    server.stop();
 }
 
 #[test]
