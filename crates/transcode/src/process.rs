@@ -60,6 +60,24 @@ pub fn probe(file: &Path) -> Result<SourceInfo, TranscodeError> {
     Ok(SourceInfo::from_ffprobe_json(&String::from_utf8_lossy(&out.stdout))?)
 }
 
+/// Has the kernel kill the child with SIGKILL when the thread that starts it ends, however it
+/// ends (`PR_SET_PDEATHSIG`, kept across `nice`'s exec of ffmpeg): a caller killed outright —
+/// `isochron ingest` or the server SIGKILLed — leaves no encode running behind it. The job runs
+/// on that thread until the child is reaped, so the signal never comes early.
+fn bound_to_caller(command: &mut Command) {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: the closure runs in the child between fork and exec and makes one
+    // async-signal-safe system call (prctl), touching no memory of the parent's.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// A child process killed and reaped when dropped.
 struct Supervised(Child);
 
@@ -83,11 +101,10 @@ pub fn run_ladder(
     progress: &mut dyn FnMut(Duration),
 ) -> Result<Vec<(Rung, PathBuf)>, TranscodeError> {
     let args = plan.ffmpeg_args(&input.to_string_lossy(), &out_dir.to_string_lossy(), budget);
-    let child = Command::new("nice")
-        .arg("-n")
-        .arg(budget.nice.min(19).to_string())
-        .arg("ffmpeg")
-        .args(&args)
+    let mut command = Command::new("nice");
+    command.arg("-n").arg(budget.nice.min(19).to_string()).arg("ffmpeg").args(&args);
+    bound_to_caller(&mut command);
+    let child = command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

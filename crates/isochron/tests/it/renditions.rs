@@ -300,6 +300,58 @@ fn a_running_server_makes_the_ladders_of_its_media_and_of_uploads() {
     server.stop();
 }
 
+/// An `isochron ingest --ladder` SIGKILLed mid-encode takes its ffmpeg with it (no encode left
+/// running) and lists no partial rendition; the same command again keeps the title and makes
+/// the ladder.
+#[test]
+fn a_ladder_killed_mid_encode_leaves_no_process_and_no_partial_rendition() {
+    require("ffprobe");
+    let _load = load(weight::HEAVY);
+    let src = media_fixture("h264_1080p_12s.mp4");
+    let dir = tempdir();
+    let data = dir.path().join("store");
+    let args = ["ingest", "--name", "cut", "--ladder", "1080p,720p,480p,240p"];
+    let mut child = Command::new(bin())
+        .args(args)
+        .arg(&src)
+        .arg("--data")
+        .arg(&data)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("isochron ingest");
+    // Its ffmpeg: a child of the ingest (`nice` execs it).
+    let ffmpeg = (0..200)
+        .find_map(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            let out = Command::new("pgrep")
+                .args(["-P", &child.id().to_string(), "ffmpeg"])
+                .output()
+                .ok()?;
+            String::from_utf8_lossy(&out.stdout).trim().parse::<u32>().ok()
+        })
+        .expect("no ffmpeg under the ingest within 20 s");
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    child.kill().expect("SIGKILL");
+    child.wait().unwrap();
+    let gone = (0..50).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        !Path::new(&format!("/proc/{ffmpeg}")).exists()
+            || std::fs::read_to_string(format!("/proc/{ffmpeg}/stat"))
+                .is_ok_and(|s| s.contains(") Z "))
+    });
+    assert!(gone, "ffmpeg {ffmpeg} outlived the ingest SIGKILLed");
+    let ls = ok(&isochron(&["ls"], &data));
+    assert!(!ls.contains('~'), "a rendition listed after the kill: {ls}");
+    // Again: the title kept, the ladder made.
+    let out = isochron(&[&args[..], &[src.to_str().unwrap()]].concat(), &data);
+    let said = ok(&out);
+    assert!(said.contains("kept cut"), "{said}");
+    assert!(said.contains("transcoded cut into 1080p, 720p, 480p, 240p"), "{said}");
+    let ls = ok(&isochron(&["ls"], &data));
+    assert_eq!(ls.matches('~').count(), 4, "{ls}");
+}
+
 #[test]
 fn a_ladder_the_file_cannot_give_is_refused_naming_file_and_rung_and_nothing_is_stored() {
     require("ffprobe");
