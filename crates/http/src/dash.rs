@@ -219,30 +219,14 @@ fn xml(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use isochron_base::{BitRate, Bytes, Gsn, MediaTime, ObjectId};
-    use isochron_store::catalog::NativeMedia;
+    use isochron_base::{Gsn, MediaTime};
 
     use super::*;
 
     fn record(name: &str, peak: u64, tracks: Vec<TrackDesc>) -> ObjectRecord {
-        ObjectRecord {
-            id: ObjectId(1),
-            name: name.into(),
-            seed: 0,
-            first_epoch: Default::default(),
-            block_size: Bytes::mib(1),
-            blocks: Vec::new(),
-            packets: 0,
-            ts_bytes: Bytes(0),
-            duration: MediaTime::from_nanos(5_500_000_000),
-            avg_bitrate: BitRate(peak - 100_000),
-            peak_bitrate: BitRate(peak),
-            seek_points: Vec::new(),
-            streams: Vec::new(),
-            source_file: String::new(),
-            created_unix_s: 0,
-            media: Some(NativeMedia { container: "mp4".into(), tracks, ..Default::default() }),
-        }
+        let mut r = crate::master::tests::rendition(name, peak - 100_000, peak, tracks);
+        r.duration = MediaTime::from_nanos(5_500_000_000);
+        r
     }
 
     fn seg(start_ms: u64, ms: u64) -> Segment {

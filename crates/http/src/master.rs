@@ -75,13 +75,19 @@ pub(crate) fn codec_of(t: &TrackDesc) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use isochron_base::{BitRate, Bytes, MediaTime, ObjectId};
     use isochron_store::catalog::NativeMedia;
 
     use super::*;
 
-    fn rendition(name: &str, avg: u64, peak: u64, tracks: Vec<TrackDesc>) -> ObjectRecord {
+    /// A record of `name` with these rates and tracks (none: an MPEG-TS object).
+    pub(crate) fn rendition(
+        name: &str,
+        avg: u64,
+        peak: u64,
+        tracks: Vec<TrackDesc>,
+    ) -> ObjectRecord {
         ObjectRecord {
             id: ObjectId(1),
             name: name.into(),

@@ -330,6 +330,9 @@ pub struct TranscodeSection {
     pub threads: u32,
     /// The jobs' nice level (0 to 19; playback runs at 0). Default 10.
     pub nice: u8,
+    /// Whether the jobs run in the idle scheduling class (`SCHED_IDLE`: only on CPU time no
+    /// playback thread wants). Default true.
+    pub idle_class: bool,
     /// Jobs at once (1 to 16). Default 1.
     pub jobs: usize,
 }
@@ -342,6 +345,7 @@ impl Default for TranscodeSection {
             idr_interval_ms: 2000,
             threads: budget.threads,
             nice: budget.nice,
+            idle_class: true,
             jobs: 1,
         }
     }
@@ -785,7 +789,11 @@ impl ConfigFile {
         Ok(crate::transcoder::TranscodeSettings {
             ladder,
             idr_interval,
-            budget: isochron_transcode::Budget { threads: t.threads, nice: t.nice },
+            budget: isochron_transcode::Budget {
+                threads: t.threads,
+                nice: t.nice,
+                idle: t.idle_class,
+            },
             jobs: t.jobs,
         })
     }

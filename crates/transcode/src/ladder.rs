@@ -172,6 +172,10 @@ pub struct Budget {
     pub threads: u32,
     /// The job's `nice` level (0 to 19): playback threads, at 0, come first.
     pub nice: u8,
+    /// Whether the job runs in the idle scheduling class (`SCHED_IDLE`): only on CPU time no
+    /// other thread wants. A server's jobs do (`transcode.idle_class`); `isochron ingest`'s
+    /// does not (nothing else of its own to keep first).
+    pub idle: bool,
 }
 
 impl Default for Budget {
@@ -180,7 +184,7 @@ impl Default for Budget {
     /// 1080p ladder took 1.9× as long as ffmpeg alone on two cores (`docs/design/renditions.md`);
     /// the nice level is what keeps playback first.
     fn default() -> Self {
-        Self { threads: 0, nice: 10 }
+        Self { threads: 0, nice: 10, idle: false }
     }
 }
 

@@ -1,6 +1,7 @@
 //! The IO of a ladder job, quarantined here: `ffprobe` and the supervised `ffmpeg`.
 //!
-//! The job runs under `nice`, with a thread bound if asked ([`Budget`]), reports progress from
+//! The job runs under `nice` in the idle scheduling class, with a thread bound if asked
+//! ([`Budget`]), bound to the thread that starts it, reports progress from
 //! `-progress pipe:1`, keeps the tail of ffmpeg's error output for the error it returns, and is
 //! killed (and reaped) if its caller gives up on it — an abandoned job leaves no process
 //! behind. Its outputs are plain files in a directory the caller owns; nothing here touches the
@@ -60,17 +61,28 @@ pub fn probe(file: &Path) -> Result<SourceInfo, TranscodeError> {
     Ok(SourceInfo::from_ffprobe_json(&String::from_utf8_lossy(&out.stdout))?)
 }
 
-/// Has the kernel kill the child with SIGKILL when the thread that starts it ends, however it
-/// ends (`PR_SET_PDEATHSIG`, kept across `nice`'s exec of ffmpeg): a caller killed outright —
-/// `isochron ingest` or the server SIGKILLed — leaves no encode running behind it. The job runs
-/// on that thread until the child is reaped, so the signal never comes early.
-fn bound_to_caller(command: &mut Command) {
+/// Binds the child to its caller and puts it last in the CPU's queue, both kept across `nice`'s
+/// exec of ffmpeg and inherited by every thread ffmpeg starts:
+/// - the kernel kills it with SIGKILL when the thread that starts it ends, however it ends
+///   (`PR_SET_PDEATHSIG`): a caller killed outright — `isochron ingest` or the server
+///   SIGKILLed — leaves no encode running behind it (the job runs on that thread until the
+///   child is reaped, so the signal never comes early);
+/// - with `idle`, it runs in the idle scheduling class (`SCHED_IDLE`, sched(7)): only on CPU
+///   time no other thread wants. A nice level alone is not enough: ffmpeg's twenty-odd threads at nice 10
+///   together outweighed the server's few sender threads, and 298 players of a 2-core server
+///   starved twice during one ladder (`docs/results/transcode.md`).
+fn bound_to_caller(command: &mut Command, idle: bool) {
     use std::os::unix::process::CommandExt as _;
-    // SAFETY: the closure runs in the child between fork and exec and makes one
-    // async-signal-safe system call (prctl), touching no memory of the parent's.
+    // SAFETY: the closure runs in the child between fork and exec and makes two
+    // async-signal-safe system calls (prctl, sched_setscheduler) on a parameter on its own
+    // stack, touching no memory of the parent's.
     unsafe {
-        command.pre_exec(|| {
+        command.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let param = libc::sched_param { sched_priority: 0 };
+            if idle && libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) == -1 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
@@ -103,7 +115,7 @@ pub fn run_ladder(
     let args = plan.ffmpeg_args(&input.to_string_lossy(), &out_dir.to_string_lossy(), budget);
     let mut command = Command::new("nice");
     command.arg("-n").arg(budget.nice.min(19).to_string()).arg("ffmpeg").args(&args);
-    bound_to_caller(&mut command);
+    bound_to_caller(&mut command, budget.idle);
     let child = command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

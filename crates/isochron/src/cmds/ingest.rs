@@ -135,7 +135,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             continue;
         }
         if let Some(plan) = &plan {
-            let budget = Budget { threads: args.transcode_threads, nice: args.transcode_nice };
+            let budget =
+                Budget { threads: args.transcode_threads, nice: args.transcode_nice, idle: false };
             if let Err(e) = make_renditions(&store, file, &name, plan, budget) {
                 eprintln!("isochron: cannot make the renditions of {}: {e:#}", file.display());
                 failed += 1;

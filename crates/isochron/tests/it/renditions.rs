@@ -234,14 +234,15 @@ fn a_running_server_makes_the_ladders_of_its_media_and_of_uploads() {
     );
     let url = format!("http://{}", server.http);
     // The media directory's file: its 240p rendition (1080p is taller than it: left out).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    // The jobs run in the idle scheduling class: on a machine busy with other tests, slowly.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(240);
     loop {
         let ls = ok(&run(Command::new(bin()).args(["ls", "--server", &url]), 30));
         if ls.contains("~240p") {
             assert!(!ls.contains("~1080p"), "{ls}");
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "no dropped~240p within 90 s: {ls}");
+        assert!(std::time::Instant::now() < deadline, "no dropped~240p within 240 s: {ls}");
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
     // An upload with a ladder of its own: the CLI follows its job to the end.
@@ -249,7 +250,7 @@ fn a_running_server_makes_the_ladders_of_its_media_and_of_uploads() {
         Command::new(bin())
             .args(["ingest", "--server", &url, "--name", "sent", "--ladder", "240p:300k"])
             .arg(media_fixture("h264_aac.mp4")),
-        120,
+        300,
     );
     let said = ok(&upload);
     assert!(said.contains("transcoded sent into 240p"), "{said}");
