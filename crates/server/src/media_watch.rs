@@ -7,6 +7,9 @@
 //! ingested half-written. A file that fails to ingest is reported once and retried only if it
 //! changes. The object name is the file stem, with characters outside `[A-Za-z0-9._-]` replaced
 //! by `_`.
+//!
+//! With `transcode.ladder` every file's ladder is asked of the transcoder once it is stored
+//! (and again after a restart, or when the file changes), when a rung of it is not stored yet.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
