@@ -144,15 +144,7 @@ fn a_ladder_has_key_frames_at_the_same_times_rates_near_their_targets_and_plays_
     let remote = run(Command::new(bin()).args(["ls", "--server", &url]), 30);
     assert_eq!(ok(&remote), ls, "ls --server");
     let got = dir.path().join("played.mp4");
-    let play = run(
-        Command::new("ffmpeg")
-            .args(["-nostdin", "-v", "error", "-rtsp_transport", "tcp", "-i"])
-            .arg(server.url("film~480p"))
-            .args(["-map", "0", "-c", "copy", "-f", "mp4", "-y"])
-            .arg(&got),
-        120,
-    );
-    assert!(play.status.success(), "{}\n{}", String::from_utf8_lossy(&play.stderr), server.log());
+    record_tcp(&server.url("film~480p"), &got);
     assert_eq!(height(&got), 480);
 
     // HLS: a master playlist of the four renditions, highest first, each with its rates,
@@ -266,15 +258,7 @@ fn a_running_server_makes_the_ladders_of_its_media_and_of_uploads() {
     // Each rendition plays over RTSP: 240 lines.
     for name in ["dropped~240p", "sent~240p"] {
         let got = dir.path().join(format!("{name}.mp4"));
-        let play = run(
-            Command::new("ffmpeg")
-                .args(["-nostdin", "-v", "error", "-rtsp_transport", "tcp", "-i"])
-                .arg(server.url(name))
-                .args(["-map", "0", "-c", "copy", "-f", "mp4", "-y"])
-                .arg(&got),
-            60,
-        );
-        assert!(play.status.success(), "{}", String::from_utf8_lossy(&play.stderr));
+        record_tcp(&server.url(name), &got);
         assert_eq!(height(&got), 240, "{name}");
     }
     // The dashboard lists both jobs, done.
@@ -702,6 +686,18 @@ fn grain_ladder() -> (tempfile::TempDir, std::path::PathBuf) {
         &data,
     ));
     (dir, data)
+}
+
+/// ffmpeg records `url` over RTSP/TCP (`-c copy` into MP4 at `out`), asserting it succeeded.
+fn record_tcp(url: &str, out: &Path) {
+    let play = run(
+        Command::new("ffmpeg")
+            .args(["-nostdin", "-v", "error", "-rtsp_transport", "tcp", "-i", url])
+            .args(["-map", "0", "-c", "copy", "-f", "mp4", "-y"])
+            .arg(out),
+        120,
+    );
+    assert!(play.status.success(), "ffmpeg {url}: {}", String::from_utf8_lossy(&play.stderr));
 }
 
 /// ffmpeg in `host`'s namespace records `url` over UDP (`-c copy` into MP4).

@@ -43,12 +43,14 @@ impl PeerOut for ControlOut {
     /// Sends `msg` to peer `to` (dropped, as a lost connection would, when the peer has no
     /// address). Call from within the runtime: a new connection is a task of its own.
     fn send(&mut self, to: NodeId, msg: &Message) {
-        let frame = encode_frame(msg);
+        let mut frame = encode_frame(msg);
         self.view.control_messages_out.fetch_add(1, Ordering::Relaxed);
-        if let Some(w) = self.writers.get(&to)
-            && w.send(frame.clone()).is_ok()
-        {
-            return;
+        if let Some(w) = self.writers.get(&to) {
+            match w.send(frame) {
+                Ok(()) => return,
+                // The writer ended (its connection failed): the frame back, for a new one.
+                Err(mpsc::error::SendError(f)) => frame = f,
+            }
         }
         let addr = lock(&self.view.live).values().find(|r| NodeId(r.id) == to).map(|r| r.control);
         let Some(addr) = addr else {
