@@ -55,7 +55,7 @@ use isochron_store::catalog::{
 use thiserror::Error;
 
 use crate::AlignedBuf;
-use crate::store::{Store, StoreError, new_seed};
+use crate::store::{CopyWriter, Store, StoreError, new_seed};
 
 /// Progress of an ingest, reported as it goes.
 #[derive(Clone, Copy, Debug)]
@@ -131,11 +131,23 @@ pub fn ingest_file(
     name: &str,
     progress: &mut dyn FnMut(IngestProgress),
 ) -> Result<IngestReport, IngestError> {
+    ingest_file_via(store, path, name, progress, None)
+}
+
+/// [`ingest_file`], every block's copies written by `via` when given
+/// ([`Store::write_block_via`]).
+pub fn ingest_file_via(
+    store: &Store,
+    path: &Path,
+    name: &str,
+    progress: &mut dyn FnMut(IngestProgress),
+    via: Option<&dyn CopyWriter>,
+) -> Result<IngestReport, IngestError> {
     let mut f = File::open(path).map_err(IngestError::Read)?;
     let source = path
         .file_name()
         .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
-    ingest(store, &mut f, &source, name, progress)
+    ingest_via(store, &mut f, &source, name, progress, via)
 }
 
 /// Ingests `src` (read twice, from its start) as object `name`; `source_name` is recorded in the
@@ -146,6 +158,18 @@ pub fn ingest<R: Read + Seek>(
     source_name: &str,
     name: &str,
     progress: &mut dyn FnMut(IngestProgress),
+) -> Result<IngestReport, IngestError> {
+    ingest_via(store, src, source_name, name, progress, None)
+}
+
+/// [`ingest`], every block's copies written by `via` when given.
+pub fn ingest_via<R: Read + Seek>(
+    store: &Store,
+    src: &mut R,
+    source_name: &str,
+    name: &str,
+    progress: &mut dyn FnMut(IngestProgress),
+    via: Option<&dyn CopyWriter>,
 ) -> Result<IngestReport, IngestError> {
     validate_name(name)?;
     let catalog = store.catalog();
@@ -159,15 +183,16 @@ pub fn ingest<R: Read + Seek>(
     head.truncate(n);
     match sniff(&head) {
         Some(kind @ (ContainerKind::Mp4 | ContainerKind::Matroska)) => {
-            ingest_native(store, src, kind, total_bytes, source_name, name, progress)
+            let names = (source_name, name);
+            ingest_native(store, via, src, kind, total_bytes, names, progress)
         }
         Some(ContainerKind::M2ts) => {
             let mut ts = M2tsRead::new(src, total_bytes);
-            ingest_ts(store, &mut ts, source_name, name, progress)
+            ingest_ts(store, via, &mut ts, source_name, name, progress)
         }
-        Some(ContainerKind::MpegTs) => ingest_ts(store, src, source_name, name, progress),
+        Some(ContainerKind::MpegTs) => ingest_ts(store, via, src, source_name, name, progress),
         // Not recognised: the TS scanner says what is wrong at which byte.
-        None => ingest_ts(store, src, source_name, name, progress).map_err(|e| match e {
+        None => ingest_ts(store, via, src, source_name, name, progress).map_err(|e| match e {
             IngestError::Media(e @ TsError::NotTransportStream { .. }) => IngestError::NotMedia(e),
             other => other,
         }),
@@ -177,6 +202,7 @@ pub fn ingest<R: Read + Seek>(
 /// Ingests an MPEG-TS byte stream (see the module docs).
 fn ingest_ts<R: Read + Seek>(
     store: &Store,
+    via: Option<&dyn CopyWriter>,
     src: &mut R,
     source_name: &str,
     name: &str,
@@ -209,6 +235,7 @@ fn ingest_ts<R: Read + Seek>(
     src.seek(SeekFrom::Start(0)).map_err(IngestError::Read)?;
     let result = store_blocks(
         store,
+        via,
         &mut BufReader::with_capacity(1 << 20, src),
         &index,
         &object,
@@ -235,11 +262,11 @@ fn ingest_ts<R: Read + Seek>(
 /// Ingests an MP4 or Matroska file as native RTP payloads (see the module docs).
 fn ingest_native<R: Read + Seek>(
     store: &Store,
+    via: Option<&dyn CopyWriter>,
     src: &mut R,
     kind: ContainerKind,
     total_bytes: u64,
-    source_name: &str,
-    name: &str,
+    (source_name, name): (&str, &str),
     progress: &mut dyn FnMut(IngestProgress),
 ) -> Result<IngestReport, IngestError> {
     // Pass 1: the tracks and every sample's place, reading only what the demuxer asks for
@@ -270,7 +297,7 @@ fn ingest_native<R: Read + Seek>(
         let mut packer = BlockPacker::new_native(&object, index.tracks.len());
         let mut write = |b: PackedBlock| {
             let (id, seed, epoch) = (object.id, object.seed, object.first_epoch);
-            let disks = store.write_block(id, seed, epoch, b.index, b.block.as_bytes())?;
+            let disks = store.write_block_via(id, seed, epoch, b.index, b.block.as_bytes(), via)?;
             written.extend(disks.iter().map(|d| (d, b.key())));
             Ok::<_, IngestError>(())
         };
@@ -875,6 +902,7 @@ pub fn remove_blocks(store: &Store, written: &[(DiskId, BlockKey)]) {
 
 fn store_blocks<R: Read>(
     store: &Store,
+    via: Option<&dyn CopyWriter>,
     src: &mut R,
     index: &TsIndex,
     object: &NewObject,
@@ -885,7 +913,7 @@ fn store_blocks<R: Read>(
     let mut packer = BlockPacker::new(object);
     let mut write = |b: PackedBlock| {
         let (id, seed, epoch) = (object.id, object.seed, object.first_epoch);
-        let disks = store.write_block(id, seed, epoch, b.index, b.block.as_bytes())?;
+        let disks = store.write_block_via(id, seed, epoch, b.index, b.block.as_bytes(), via)?;
         written.extend(disks.iter().map(|d| (d, b.key())));
         Ok::<_, IngestError>(())
     };

@@ -317,6 +317,14 @@ fn copies(n: u8) -> String {
     if n == 1 { "1 copy".into() } else { format!("{n} copies") }
 }
 
+/// Writes one copy of a block somewhere other than straight to the disk: a server's ladder job
+/// hands its copies to the disks' non-real-time share (its own disks' IO threads, other nodes'
+/// `moves` endpoint), so that its writes never take the streams' time.
+pub trait CopyWriter: Send + Sync {
+    /// Durably writes `bytes` as block `key` on disk `disk`.
+    fn write_copy(&self, disk: DiskId, key: BlockKey, bytes: &[u8]) -> Result<(), StoreError>;
+}
+
 /// Where blocks on other nodes' disks are written (a cluster node's store; see
 /// [`Store::set_remote`]).
 pub trait RemoteBlocks: Send + Sync {
@@ -1225,6 +1233,20 @@ impl Store {
         index: BlockIndex,
         bytes: &[u8],
     ) -> Result<Replicas, StoreError> {
+        self.write_block_via(rec_id, seed, first_epoch, index, bytes, None)
+    }
+
+    /// [`Store::write_block`], each copy written by `via` when given (a server's ladder job
+    /// writes through the disks' non-real-time share) instead of directly.
+    pub fn write_block_via(
+        &self,
+        rec_id: ObjectId,
+        seed: u64,
+        first_epoch: Epoch,
+        index: BlockIndex,
+        bytes: &[u8],
+        via: Option<&dyn CopyWriter>,
+    ) -> Result<Replicas, StoreError> {
         let key = BlockKey::new(rec_id, index);
         let disks = self.place_new(seed, first_epoch, index);
         let k = usize::from(self.replication());
@@ -1236,7 +1258,11 @@ impl Store {
             });
         }
         for (i, id) in disks.iter().enumerate() {
-            if let Err(e) = self.write_copy(id, key, bytes) {
+            let written = match via {
+                Some(w) => w.write_copy(id, key, bytes),
+                None => self.write_copy(id, key, bytes),
+            };
+            if let Err(e) = written {
                 for done in disks.iter().take(i) {
                     if let Some(d) = self.disk(done)
                         && let Err(e) = d.remove_block(key)

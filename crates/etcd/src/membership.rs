@@ -37,6 +37,18 @@ pub fn live_prefix(prefix: &str) -> String {
     format!("{}live/", dir(prefix))
 }
 
+/// `P/transcode/tasks/`: the rungs a cluster's nodes are to make (one key a rung, `TITLE~RUNG`).
+#[must_use]
+pub fn transcode_tasks_prefix(prefix: &str) -> String {
+    format!("{}transcode/tasks/", dir(prefix))
+}
+
+/// `P/transcode/claims/`: which node makes a rung (attached to that node's lease).
+#[must_use]
+pub fn transcode_claims_prefix(prefix: &str) -> String {
+    format!("{}transcode/claims/", dir(prefix))
+}
+
 /// `P/nodes/`.
 #[must_use]
 pub fn nodes_prefix(prefix: &str) -> String {

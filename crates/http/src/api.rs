@@ -242,13 +242,15 @@ async fn reorg(State(s): State<ApiState>) -> Result<Json<ReorgJson>, ApiError> {
 }
 
 /// `GET /api/v1/transcode`: this node's ladder jobs, oldest first (`{"jobs": [...]}`: id,
-/// title, rungs, state — queued, running, done, failed —, progress 0 to 1, seconds, error).
+/// title, rungs, state — queued, running, done, failed —, progress 0 to 1, seconds, error,
+/// nodes), and in a cluster every rung's task in etcd (`"tasks"`: name, title, state, node,
+/// progress, submitted_by, error).
 async fn transcode_jobs(State(s): State<ApiState>) -> Result<Response, ApiError> {
-    Ok(Json(serde_json::json!({ "jobs": jobs(&s).await? })).into_response())
+    Ok(Json(jobs(&s).await?).into_response())
 }
 
 /// The transcoder's jobs.
-async fn jobs(s: &ApiState) -> Result<Vec<isochron_server::transcoder::JobInfo>, ApiError> {
+async fn jobs(s: &ApiState) -> Result<isochron_server::transcoder::JobList, ApiError> {
     use isochron_server::transcoder::TranscodeCommand;
     let (tx, rx) = oneshot::channel();
     s.transcoder.send(TranscodeCommand::List { reply: tx }).map_err(|_| ApiError::unavailable())?;
@@ -455,7 +457,7 @@ async fn overview(
         admission,
         reorg: reorg_json(&g.reorg, &s.store),
         sessions: redacted(g.sessions, sees),
-        transcode: jobs(&s).await?,
+        transcode: jobs(&s).await?.jobs,
     }))
 }
 

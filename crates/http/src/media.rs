@@ -58,10 +58,8 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use isochron_base::mix::hash_words;
-use isochron_base::{BlockIndex, BlockKey, Bytes, Gsn, IoFailure, MediaTime, Replicas};
-use isochron_dataplane::sched_thread::SchedCommand;
+use isochron_base::{BlockIndex, BlockKey, Bytes, Gsn, IoFailure, MediaTime};
 use isochron_dataplane::sender::SharedBlock;
-use isochron_diskio::store::read_remote_block;
 use isochron_media::TS_PACKET_SIZE;
 use isochron_media::fmp4::{Fmp4Codec, Fmp4Track, Reassembler, init_segment, media_segment};
 use isochron_server::library::ObjectEntry;
@@ -160,50 +158,7 @@ fn request_block_at(
         .get(name)
         .filter(|e| e.record.id == obj.record().id)
         .ok_or_else(|| format!("object {name:?} was removed or replaced"))?;
-    let planned =
-        entry.planned(index).ok_or_else(|| format!("object {name:?} has no block {index}"))?;
-    let key = BlockKey { object: obj.record().id, index: BlockIndex(index as u32) };
-    let (tx, rx) = oneshot::channel();
-    // The copies this node holds, replica 0 first (every copy on a single node).
-    let mut local: Option<Replicas> = None;
-    for d in planned.copies.iter().filter(|&d| s.store.is_local(d)) {
-        match &mut local {
-            None => local = Some(Replicas::single(d)),
-            Some(r) => {
-                let _ = r.push(d);
-            }
-        }
-    }
-    if local.is_none()
-        && let Some(remote) = s.store.remote()
-    {
-        // A cluster: other nodes own the copies' disks and read the block in their
-        // non-real-time share; the next copy's node is asked when one fails.
-        let copies = planned.copies;
-        tokio::task::spawn_blocking(move || {
-            let mut errors = Vec::new();
-            for disk in copies.iter() {
-                let block = read_remote_block(Some(&*remote), disk, key)
-                    .map(Arc::new)
-                    .map_err(IoFailure::from);
-                match block {
-                    Ok(b) => {
-                        let _ = tx.send(Ok(b));
-                        return;
-                    }
-                    Err(e) => errors.push(e),
-                }
-            }
-            let what = format!("reading block {key}");
-            let _ = tx.send(Err(IoFailure::exhausted(what, &errors)));
-        });
-        return Ok(rx);
-    }
-    let copies = local.unwrap_or(planned.copies);
-    s.sched
-        .send(SchedCommand::HttpRead { copies, key, reply: tx })
-        .map_err(|_| "the scheduler thread has stopped".to_string())?;
-    Ok(rx)
+    isochron_server::nrt::request_read(&s.store, &s.sched, &entry, index)
 }
 
 /// The block asked for, or why not, in the words of the HTTP response.

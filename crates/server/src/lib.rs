@@ -31,6 +31,7 @@ pub mod config;
 pub mod conn_limits;
 pub mod library;
 pub mod media_watch;
+pub mod nrt;
 pub mod profile;
 pub mod recorder;
 pub mod reorg;
@@ -275,9 +276,9 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
     let view = transport.view.clone();
     let http = w.http(node, view, &rtsp_limits, http_max_connections).await?;
     let http_addr = http.as_ref().map(|(_, h)| h.node.http);
-    w.transcoder(inboxes.transcoder);
+    let claims = w.transcoder(inboxes.transcoder);
     w.media_watch();
-    let lease = w.register(&transport, rtsp_addr, http_addr).await?;
+    let lease = w.register(&transport, (rtsp_addr, http_addr), claims).await?;
     info!(%rtsp_addr, ?rtsps_addr, ?http_addr, rtp_port, "isochron serving");
     Ok(RunningServer {
         rtsp_addr,

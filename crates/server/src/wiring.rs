@@ -48,7 +48,8 @@ use crate::profile::disk_profile;
 use crate::recorder::Recorders;
 use crate::reorg::{ReorgCommand, Reorganiser};
 use crate::sessions::{ClusterLink, Manager, SessionCommand};
-use crate::transcoder::{TranscodeCommand, Transcoder};
+use crate::transcoder::tasks::{ClaimCommand, Claimer};
+use crate::transcoder::{ClusterJobs, JobIo, TranscodeCommand, Transcoder};
 use crate::{Handles, NodeIdentity, SERVER_NAME, cluster, conn_limits, media_watch, reorg};
 use crate::{rtcp_rx, rtsp_conn};
 
@@ -449,15 +450,29 @@ impl Wiring {
         Ok(Some((listener, handles)))
     }
 
-    /// The transcoder: the ladder jobs (`transcoder`).
-    pub(crate) fn transcoder(&mut self, inbox: UnboundedReceiver<TranscodeCommand>) {
+    /// The transcoder: the ladder jobs (`transcoder`). In a cluster, returns the inbox of the
+    /// claimer of its rungs' tasks, which [`Wiring::register`] starts once the node has a lease.
+    pub(crate) fn transcoder(
+        &mut self,
+        inbox: UnboundedReceiver<TranscodeCommand>,
+    ) -> Option<std::sync::mpsc::Receiver<ClaimCommand>> {
+        let (cluster, claims) = match &self.settings.cluster {
+            Some(c) => {
+                let (tx, rx) = std::sync::mpsc::channel();
+                (Some(ClusterJobs { node: c.node.clone(), claims: tx }), Some(rx))
+            }
+            None => (None, None),
+        };
+        let io = JobIo { sched: self.ends.sched.clone(), reorg: self.ends.reorg.clone() };
         let t = Transcoder::new(
             self.settings.transcode.clone(),
-            Arc::clone(&self.store),
-            Arc::clone(&self.library),
+            (Arc::clone(&self.store), Arc::clone(&self.library)),
+            io,
+            cluster,
             self.ends.transcoder.clone(),
         );
         self.tasks.push(tokio::spawn(t.run(inbox)));
+        claims
     }
 
     /// The media directory's watcher (new files are ingested as they appear, and laddered
@@ -480,12 +495,13 @@ impl Wiring {
     }
 
     /// Step 10, last: a cluster node's membership record under a lease (peers learn of this
-    /// node once it can serve) and the membership poll's thread. Returns the lease's holder.
+    /// node once it can serve), the membership poll's thread, and the claimer of ladder tasks
+    /// (`claims`: its inbox). Returns the lease's holder.
     pub(crate) async fn register(
         &mut self,
         transport: &Transport,
-        rtsp_addr: SocketAddr,
-        http_addr: Option<SocketAddr>,
+        (rtsp_addr, http_addr): (SocketAddr, Option<SocketAddr>),
+        claims: Option<std::sync::mpsc::Receiver<ClaimCommand>>,
     ) -> anyhow::Result<cluster::SharedLease> {
         let lease = Arc::new(std::sync::Mutex::new(None));
         let (Some(c), Some(view), Some(control)) =
@@ -508,6 +524,7 @@ impl Wiring {
         })
         .await??;
         *lease.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(keeper);
+        let (claims_client, c2) = (client2.clone(), c.clone());
         let poll = cluster::Poller {
             client: client2,
             record,
@@ -522,6 +539,19 @@ impl Wiring {
             every: Duration::from_secs(1),
         };
         self.thread("isochron-members", move || poll.run())?;
+        if let Some(inbox) = claims {
+            let claimer = Claimer {
+                client: claims_client,
+                prefix: c2.prefix,
+                node: c2.node,
+                lease: Arc::clone(&lease),
+                slots: self.settings.transcode.jobs.max(1),
+                jobs: self.ends.transcoder.clone(),
+                inbox,
+                stop: Arc::clone(&self.stop),
+            };
+            self.thread("isochron-transcode", move || claimer.run())?;
+        }
         Ok(lease)
     }
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 /// One rendition of a ladder: its name, its height in lines (width follows the source's aspect
 /// ratio, rounded to even) and its video bit rate.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Rung {
     /// The rung's name, used in the rendition's object name (`TITLE~NAME`): `[a-z0-9]+`.
     pub name: String,
@@ -116,7 +116,7 @@ impl Ladder {
 }
 
 /// What the ladder needs to know of a source: its picture, its length, whether it has sound.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SourceInfo {
     /// The first video stream's width.
     pub width: u32,
@@ -189,7 +189,7 @@ impl Default for Budget {
 }
 
 /// A ladder checked against a source: the encodes to run.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LadderPlan {
     /// The source.
     pub source: SourceInfo,

@@ -219,12 +219,19 @@ fn make_renditions(
     let names: Vec<&str> = plan.rungs.iter().map(|r| r.name.as_str()).collect();
     let bar = transcode_bar(plan.source.duration, &names.join(","));
     let started = std::time::Instant::now();
-    let reports =
-        isochron_server::transcoder::make_renditions(store, file, title, plan, budget, &mut |t| {
+    let reports = isochron_server::transcoder::make_renditions(
+        store,
+        file,
+        title,
+        plan,
+        budget,
+        None,
+        &mut |t| {
             if let Some(b) = &bar {
                 b.set_position(t.as_millis() as u64);
             }
-        })?;
+        },
+    )?;
     if let Some(b) = bar {
         b.finish_and_clear();
     }
