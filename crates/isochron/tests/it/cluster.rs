@@ -216,6 +216,23 @@ impl Cluster {
         self.client.command(program)
     }
 
+    /// Waits at most `limit` for `child` (killed then): whether it succeeded, and its stdout
+    /// and stderr.
+    fn child_output_within_full(&self, mut child: Child, limit: Duration) -> (bool, String) {
+        let deadline = Instant::now() + limit;
+        while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    }
+
     /// Waits at most `limit` for `child` (killed then) and returns its stderr.
     fn child_output_within(&self, mut child: Child, limit: Duration) -> String {
         let deadline = Instant::now() + limit;
@@ -1798,4 +1815,124 @@ fn relay_under_load() {
     let relay: Vec<&str> = metrics.lines().filter(|l| l.starts_with("isochron_relay_")).collect();
     eprintln!("{}\n{}", report.join("\n"), relay.join("\n"));
     assert!(tcp_failures.is_empty(), "{}\n{}", tcp_failures.join("\n"), c.logs());
+}
+
+/// A ladder uploaded through one node of three is made on all three at once (each claims a
+/// rung from etcd under its lease and reads the title's source from the store in the disks'
+/// non-real-time share); a node SIGKILLed mid-encode: its rung is claimed again by a survivor
+/// once its lease has lapsed (and its writes wait until the cluster has removed the dead node's
+/// disks), the ladder completes, nothing partial is listed, and the renditions — made on
+/// different nodes — have their heights, decode without error and have their key frames at the
+/// same times. Two copies of every block, so that the source stays readable without the node.
+#[test]
+fn a_ladder_is_made_on_every_node_and_outlives_a_node_killed_mid_encode() {
+    require("ffprobe");
+    let mut c = start_cluster_with(
+        "[store]\nblock_size_kib = 256\nseed_demo = false\nreplication = 2\n\
+         [cluster]\nlease_ttl_s = 2\ndead_after_s = 4\n",
+    );
+    let n1 = c.nodes[0].http();
+    let rungs = ["720p", "480p", "360p", "240p"];
+    let follow = c.nodes[0]
+        .host
+        .command(bin())
+        .args(["ingest", "--server", &n1, "--name", "film", "--ladder", &rungs.join(",")])
+        .arg(media_fixture("h264_1080p_12s.mp4"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("isochron ingest");
+    // Three rungs at once, one on each node; the victim: a node other than the one the CLI
+    // follows, with its encode under way.
+    let running = |v: &serde_json::Value| -> Vec<(String, String, f64)> {
+        v["tasks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|t| t["state"] == "running")
+            .map(|t| {
+                let s = |k: &str| t[k].as_str().unwrap_or_default().to_owned();
+                (s("name"), s("node"), t["progress"].as_f64().unwrap_or(0.0))
+            })
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (victim, task) = loop {
+        let v = get_json(&format!("{n1}/api/v1/transcode"));
+        let now = running(&v);
+        let nodes: std::collections::BTreeSet<&str> = now.iter().map(|t| t.1.as_str()).collect();
+        if nodes.len() == 3
+            && let Some(t) = now.iter().find(|t| t.1 != "n1" && t.2 > 0.0)
+        {
+            break (t.1.clone(), t.0.clone());
+        }
+        assert!(Instant::now() < deadline, "never three rungs on three nodes: {v}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let i = c.nodes.iter().position(|n| n.name == victim).unwrap();
+    let mut dead = c.nodes.remove(i);
+    dead.child.kill().unwrap();
+    dead.child.wait().unwrap();
+    // Its rung goes to a survivor.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let taken_by = loop {
+        let v = get_json(&format!("{n1}/api/v1/transcode"));
+        if let Some(t) = running(&v).into_iter().find(|t| t.0 == task && t.1 != victim) {
+            break t.1;
+        }
+        let listed = get_text(&format!("{n1}/api/v1/objects"));
+        if listed.contains(&format!("\"{task}\"")) {
+            break "(made before we looked)".into();
+        }
+        assert!(Instant::now() < deadline, "{task} of dead {victim} never taken over: {v}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    eprintln!("{task}: {victim} killed mid-encode, made by {taken_by}");
+    let out = c.child_output_within_full(follow, Duration::from_secs(300));
+    assert!(out.0, "the ladder did not complete: {}\n{}", out.1, c.logs());
+    assert!(out.1.contains("transcoded film into 720p, 480p, 360p, 240p"), "{}", out.1);
+    // The title and its four renditions, nothing else; no task left in etcd.
+    let objects = get_json(&format!("{n1}/api/v1/objects"));
+    let mut names: Vec<&str> =
+        objects.as_array().unwrap().iter().filter_map(|o| o["name"].as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["film", "film~240p", "film~360p", "film~480p", "film~720p"]);
+    let v = get_json(&format!("{n1}/api/v1/transcode"));
+    assert_eq!(v["tasks"], serde_json::json!([]), "{v}");
+    // Each rendition, read back from the store through n1.
+    let mut key_frames = Vec::new();
+    for rung in rungs {
+        let file = c.dir.path().join(format!("film~{rung}.mp4"));
+        let body = ureq::get(&format!("{n1}/objects/film~{rung}"))
+            .call()
+            .unwrap()
+            .into_body()
+            .with_config()
+            .limit(256 << 20)
+            .read_to_vec()
+            .unwrap();
+        std::fs::write(&file, body).unwrap();
+        let lines: u32 = rung.trim_end_matches('p').parse().unwrap();
+        assert_eq!(crate::renditions::height(&file), lines, "film~{rung}");
+        let decode = run(
+            Command::new("ffmpeg").args(["-v", "error", "-i"]).arg(&file).args(["-f", "null", "-"]),
+            120,
+        );
+        assert!(
+            decode.status.success() && decode.stderr.is_empty(),
+            "film~{rung}: {}",
+            String::from_utf8_lossy(&decode.stderr)
+        );
+        let keys: Vec<f64> = crate::renditions::video_packets(&file)
+            .into_iter()
+            .filter(|p| p.2)
+            .map(|p| p.0)
+            .collect();
+        key_frames.push((rung, keys));
+    }
+    let first = &key_frames[0].1;
+    assert!(first.len() >= 6, "a key frame every 2 s of 12 s: {first:?}");
+    for (rung, keys) in &key_frames {
+        assert_eq!(keys, first, "film~{rung}'s key frames against film~720p's");
+    }
 }

@@ -27,7 +27,7 @@ fn ok(out: &Output) -> String {
 }
 
 /// Each video packet of `file`'s first video stream: (pts in seconds, size, key frame).
-fn video_packets(file: &Path) -> Vec<(f64, u64, bool)> {
+pub(crate) fn video_packets(file: &Path) -> Vec<(f64, u64, bool)> {
     let out = run(
         Command::new("ffprobe")
             .args([
@@ -53,7 +53,7 @@ fn video_packets(file: &Path) -> Vec<(f64, u64, bool)> {
 }
 
 /// The first video stream's height.
-fn height(file: &Path) -> u32 {
+pub(crate) fn height(file: &Path) -> u32 {
     let out = run(
         Command::new("ffprobe")
             .args(["-v", "error", "-select_streams", "v:0", "-show_entries"])

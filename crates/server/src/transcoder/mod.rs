@@ -472,6 +472,9 @@ impl Transcoder {
                 submitted_by: cluster.node.clone(),
                 submitted_unix_s: unix_now(),
                 error: None,
+                attempts: 0,
+                last_error: None,
+                not_before_unix_s: 0,
             })
             .collect();
         let _ = cluster.claims.send(ClaimCommand::Publish(tasks));

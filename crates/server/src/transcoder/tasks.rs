@@ -44,10 +44,27 @@ pub struct TaskRecord {
     pub submitted_by: String,
     /// Unix time it was submitted.
     pub submitted_unix_s: u64,
-    /// Why it failed (then no node claims it until it is submitted again).
+    /// Why it failed for good, after [`ATTEMPTS`] tries (then no node claims it until it is
+    /// submitted again).
     #[serde(default)]
     pub error: Option<String>,
+    /// Tries that failed so far (a write to a node that just died fails until the cluster has
+    /// removed that node's disks: such a rung is tried again, not given up).
+    #[serde(default)]
+    pub attempts: u32,
+    /// Why the last try failed.
+    #[serde(default)]
+    pub last_error: Option<String>,
+    /// Unix time before which no node claims it again (a failed try waits [`RETRY_AFTER`]).
+    #[serde(default)]
+    pub not_before_unix_s: u64,
 }
+
+/// Tries of a task before it fails for good.
+pub const ATTEMPTS: u32 = 3;
+
+/// The wait after a failed try.
+pub const RETRY_AFTER: Duration = Duration::from_secs(5);
 
 impl TaskRecord {
     /// The rendition's object name, `TITLE~RUNG` (the task's key).
@@ -84,8 +101,10 @@ pub struct TaskInfo {
     pub progress: f64,
     /// The node that submitted it.
     pub submitted_by: String,
-    /// Why it failed.
+    /// Why it failed; or, while it is queued again, why its last try failed.
     pub error: Option<String>,
+    /// Tries that failed.
+    pub attempts: u32,
 }
 
 /// What the transcoder tells the claimer.
@@ -141,7 +160,8 @@ impl View {
                     node: claim.map(|c| c.node.clone()),
                     progress: claim.map_or(0.0, |c| c.progress),
                     submitted_by: t.submitted_by.clone(),
-                    error: t.error.clone(),
+                    error: t.error.clone().or_else(|| t.last_error.clone()),
+                    attempts: t.attempts,
                 };
                 (t.submitted_unix_s, info)
             })
@@ -151,11 +171,12 @@ impl View {
     }
 }
 
-/// The task node `me` should claim now, if any: one not failed and not claimed, oldest first,
-/// when `me` holds fewer than `slots` claims and no more than any other live node (a node with
-/// spare job slots takes the work before one that runs more).
+/// The task node `me` should claim at unix time `now`, if any: one not failed, not claimed and
+/// not waiting after a failed try, oldest first, when `me` holds fewer than `slots` claims and
+/// no more than any other live node (a node with spare job slots takes the work before one
+/// that runs more).
 #[must_use]
-pub fn choose(view: &View, me: &str, slots: usize) -> Option<String> {
+pub fn choose(view: &View, me: &str, slots: usize, now: u64) -> Option<String> {
     let held = |node: &str| view.claims.values().filter(|c| c.node == node).count();
     let mine = held(me);
     if mine >= slots.max(1) {
@@ -167,7 +188,9 @@ pub fn choose(view: &View, me: &str, slots: usize) -> Option<String> {
     let mut free: Vec<(&String, &TaskRecord)> = view
         .tasks
         .iter()
-        .filter(|(n, t)| t.error.is_none() && !view.claims.contains_key(*n))
+        .filter(|(n, t)| {
+            t.error.is_none() && t.not_before_unix_s <= now && !view.claims.contains_key(*n)
+        })
         .collect();
     free.sort_by(|a, b| a.1.submitted_unix_s.cmp(&b.1.submitted_unix_s).then(a.0.cmp(b.0)));
     free.first().map(|(n, _)| (*n).clone())
@@ -233,7 +256,7 @@ impl Claimer {
             next_read = Instant::now() + EVERY;
             match self.read() {
                 Ok(view) => {
-                    if let Some(name) = choose(&view, &self.node, self.slots)
+                    if let Some(name) = choose(&view, &self.node, self.slots, unix_now())
                         && let Some(task) = view.tasks.get(&name)
                     {
                         match self.claim(&name) {
@@ -355,7 +378,16 @@ impl Claimer {
                         if let Some(kv) = self.client.get(&task)?
                             && let Ok(mut t) = serde_json::from_slice::<TaskRecord>(&kv.value)
                         {
-                            t.error = Some(format!("on node {}: {error}", self.node));
+                            let error = format!("on node {}: {error}", self.node);
+                            t.attempts += 1;
+                            if t.attempts >= ATTEMPTS {
+                                t.error = Some(error);
+                            } else {
+                                warn!(task = %name, attempt = t.attempts, %error,
+                                    "a rung failed; it is tried again");
+                                t.last_error = Some(error);
+                                t.not_before_unix_s = unix_now() + RETRY_AFTER.as_secs();
+                            }
                             let value = serde_json::to_vec(&t).unwrap_or_default();
                             self.client.txn(
                                 &[],
@@ -394,6 +426,9 @@ mod tests {
             submitted_by: "n1".into(),
             submitted_unix_s: at,
             error: None,
+            attempts: 0,
+            last_error: None,
+            not_before_unix_s: 0,
         }
     }
 
@@ -413,14 +448,14 @@ mod tests {
     fn the_oldest_free_task_goes_to_a_node_with_a_free_slot() {
         let tasks = [task("b", "720p", 2), task("a", "480p", 1), task("a", "1080p", 1)];
         let v = view(&tasks, &[]);
-        assert_eq!(choose(&v, "n1", 1).as_deref(), Some("a~1080p"));
+        assert_eq!(choose(&v, "n1", 1, 0).as_deref(), Some("a~1080p"));
         let v = view(&tasks, &[("a~1080p", "n2")]);
-        assert_eq!(choose(&v, "n1", 1).as_deref(), Some("a~480p"));
+        assert_eq!(choose(&v, "n1", 1, 0).as_deref(), Some("a~480p"));
         // n2's one slot is taken.
-        assert_eq!(choose(&v, "n2", 1), None);
-        assert_eq!(choose(&v, "n2", 2), None, "n2 runs more than n1 and n3: they go first");
+        assert_eq!(choose(&v, "n2", 1, 0), None);
+        assert_eq!(choose(&v, "n2", 2, 0), None, "n2 runs more than n1 and n3: they go first");
         let v = view(&tasks, &[("a~1080p", "n2"), ("a~480p", "n1"), ("b~720p", "n3")]);
-        assert_eq!(choose(&v, "n1", 2), None, "nothing left");
+        assert_eq!(choose(&v, "n1", 2, 0), None, "nothing left");
     }
 
     #[test]
@@ -429,7 +464,7 @@ mod tests {
         failed.error = Some("ffmpeg: no video".into());
         let tasks = [failed, task("a", "720p", 1), task("a", "1080p", 1)];
         let v = view(&tasks, &[("a~1080p", "n3")]);
-        assert_eq!(choose(&v, "n1", 1).as_deref(), Some("a~720p"));
+        assert_eq!(choose(&v, "n1", 1, 0).as_deref(), Some("a~720p"));
         let states: Vec<(String, JobState, Option<String>)> =
             v.infos().into_iter().map(|i| (i.name, i.state, i.node)).collect();
         assert_eq!(
@@ -440,6 +475,16 @@ mod tests {
                 ("a~720p".into(), JobState::Queued, None),
             ]
         );
+    }
+
+    #[test]
+    fn a_try_that_failed_waits_before_the_task_is_claimed_again() {
+        let mut t = task("a", "480p", 1);
+        t.attempts = 1;
+        t.not_before_unix_s = 100;
+        let v = view(&[t], &[]);
+        assert_eq!(choose(&v, "n1", 1, 99), None);
+        assert_eq!(choose(&v, "n1", 1, 100).as_deref(), Some("a~480p"));
     }
 
     #[test]
