@@ -234,8 +234,7 @@ fn ingest_ts<R: Read + Seek>(
     let mut written: Vec<(DiskId, BlockKey)> = Vec::new();
     src.seek(SeekFrom::Start(0)).map_err(IngestError::Read)?;
     let result = store_blocks(
-        store,
-        via,
+        (store, via),
         &mut BufReader::with_capacity(1 << 20, src),
         &index,
         &object,
@@ -901,8 +900,7 @@ pub fn remove_blocks(store: &Store, written: &[(DiskId, BlockKey)]) {
 }
 
 fn store_blocks<R: Read>(
-    store: &Store,
-    via: Option<&dyn CopyWriter>,
+    (store, via): (&Store, Option<&dyn CopyWriter>),
     src: &mut R,
     index: &TsIndex,
     object: &NewObject,

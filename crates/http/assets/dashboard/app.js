@@ -335,12 +335,13 @@ function render(o) {
       cell(j.title),
       cell(j.rungs.join(", ")),
       cell(j.state === "failed" ? "failed: " + (j.error || "") : j.state, j.state === "failed" ? "bad" : ""),
+      cell((j.nodes || []).join(", ")),
       cell(fmtPct(j.progress), "num"),
       cell(j.seconds.toFixed(1) + " s", "num"),
     );
     return tr;
   });
-  fillTable("transcode", jobs, "No ladder jobs.", 5);
+  fillTable("transcode", jobs, "No ladder jobs.", 6);
 
   // Admission decisions.
   setText("admission-policy", a.policy + " policy");

@@ -535,9 +535,8 @@ impl Transcoder {
 
     /// A rung this node claimed: made at once (the claimer counts this node's slots).
     fn claimed(&mut self, task: TaskRecord) {
-        let name = task.name();
         let node = self.cluster.as_ref().map(|c| c.node.clone()).into_iter().collect();
-        let id = self.new_job(task.title.clone(), task.plan.clone(), Work::Claimed(name.clone()));
+        let id = self.new_job(task.title.clone(), task.plan.clone(), Work::Claimed(task.name()));
         let Some(job) = self.jobs.get_mut(&id) else { return };
         job.info.nodes = node;
         job.info.state = JobState::Running;
