@@ -552,6 +552,19 @@ pub fn raise_open_files_limit() -> io::Result<(u64, u64)> {
     Ok((lim.rlim_cur, lim.rlim_max))
 }
 
+/// The bytes TCP socket `fd` holds that its peer has not acknowledged: those not yet sent and
+/// those in flight (`SIOCOUTQ`, tcp(7)). What a connection's queue ahead of its client holds,
+/// the network's included. `fd` must be an open TCP socket the caller holds.
+pub fn unacked_bytes(fd: std::os::fd::RawFd) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: `fd` is an open socket (the caller's contract); the kernel writes one int to `n`,
+    // which lives on this stack across the call.
+    if unsafe { libc::ioctl(fd, libc::TIOCOUTQ, std::ptr::addr_of_mut!(n)) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
 /// Makes the coming close of TCP socket `fd` an abort (RFC 9293 §3.10.7.1: a reset, the
 /// unsent data dropped) and ends its receiving side now, so that a task blocked reading it wakes
 /// to the end and lets go: a stream that cannot go on ends with an error its player sees, where

@@ -14,6 +14,13 @@
 //! before the next attempt doubles, up to [`AbrConfig::max_up_after`]. Reports that come within
 //! [`AbrConfig::settle`] of a switch describe the rate before it and are not judged.
 //!
+//! Over RTSP/TCP some players send no report at all (ffmpeg), and every byte is delivered, so
+//! no loss is ever reported: there the server reads the path from its own side. The
+//! connection's socket holds every byte its client has not acknowledged (sent or not); those
+//! bytes over the rate at which the client acknowledges them is the time a byte written now
+//! waits before it arrives: the queue a receiver report's round trip would show.
+//! [`QueueDelay`] makes that a report of the same kind, judged by the same [`Chooser`].
+//!
 //! It decides only *which* rung; the node core carries a switch out at the next key frame the
 //! renditions share (`docs/design/renditions.md`, *Switching over RTSP*).
 
@@ -30,6 +37,40 @@ pub struct ReceiverFeedback {
     pub fraction_lost: u8,
     /// The round-trip time its LSR and DLSR give, if it echoed a sender report.
     pub rtt: Option<Duration>,
+}
+
+/// The queue ahead of an interleaved client, measured at the server's socket (see the module
+/// docs): sampled about once a second with the bytes written to the socket so far and the
+/// bytes it holds unacknowledged (`SIOCOUTQ`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QueueDelay {
+    last: Option<(u64, usize)>,
+}
+
+/// The longest queue [`QueueDelay`] reports (a client that acknowledges nothing at all).
+pub const MAX_QUEUE_DELAY: Duration = Duration::from_secs(30);
+
+impl QueueDelay {
+    /// A sample `elapsed` after the previous one: `written` bytes written to the socket since it
+    /// opened, `unacked` held now. The queue's delay: `None` for the first sample and while
+    /// nothing is written or held (no stream: nothing to say).
+    pub fn sample(&mut self, elapsed: Duration, written: u64, unacked: usize) -> Option<Duration> {
+        let (w0, q0) = self.last.replace((written, unacked))?;
+        if written == w0 && unacked == 0 {
+            return None;
+        }
+        if unacked == 0 {
+            return Some(Duration::ZERO);
+        }
+        // Acknowledged in the interval: what was held or written then, less what is held now.
+        let acked = (written.saturating_sub(w0) + q0 as u64).saturating_sub(unacked as u64);
+        let secs = elapsed.as_secs_f64();
+        if acked == 0 || secs <= 0.0 {
+            return Some(MAX_QUEUE_DELAY);
+        }
+        let delay = unacked as f64 / (acked as f64 / secs);
+        Some(Duration::from_secs_f64(delay.min(MAX_QUEUE_DELAY.as_secs_f64())))
+    }
 }
 
 /// When to step down and up.
@@ -276,5 +317,20 @@ mod tests {
             c.handle_refused(now);
             assert_eq!((c.current(), c.up_after()), (1, S * want));
         }
+    }
+
+    #[test]
+    fn the_queue_is_what_the_socket_holds_over_the_rate_it_drains() {
+        let mut q = QueueDelay::default();
+        let s = Duration::from_secs(1);
+        assert_eq!(q.sample(s, 0, 0), None, "the first sample");
+        assert_eq!(q.sample(s, 0, 0), None, "nothing written, nothing held");
+        // 200 kB/s written and acknowledged, 20 kB in flight: 100 ms.
+        assert_eq!(q.sample(s, 220_000, 20_000), Some(Duration::from_millis(100)));
+        // The link narrows: 200 kB written, 125 kB acknowledged, 95 kB held: 760 ms.
+        assert_eq!(q.sample(s, 420_000, 95_000), Some(Duration::from_millis(760)));
+        // Nothing acknowledged in a second: as long as it gets.
+        assert_eq!(q.sample(s, 420_000, 95_000), Some(MAX_QUEUE_DELAY));
+        assert_eq!(q.sample(s, 500_000, 0), Some(Duration::ZERO), "drained");
     }
 }

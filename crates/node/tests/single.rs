@@ -333,6 +333,42 @@ fn a_lossy_report_switches_a_ladder_down_at_the_next_seek_point_numbered_on() {
     assert_eq!(play.seq_offsets[0].wrapping_add(150), seq0.wrapping_add(300));
 }
 
+/// Over RTSP/TCP the receiver reports come interleaved on the session's own connection: one
+/// there that says the path queues (its round trip 600 ms over the least seen) steps the
+/// ladder down; the same report arriving on another connection, naming this session's SSRC,
+/// changes nothing.
+#[test]
+fn an_interleaved_report_on_the_sessions_own_connection_switches_it_and_none_other_does() {
+    let mut n = Node::with(Clip::new(6, |_| Replicas::single(DiskId(0))).with_ladder());
+    n.set_up_with("RTP/AVP/TCP;unicast;interleaved=0-1");
+    let ssrc = n.ssrc.expect("the SETUP's SSRC");
+    let key = n.play_asks_admission();
+    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    let out = n.outputs();
+    let (_, run1) = run_started(&out).expect("the run starts");
+    let report = |ms| ReceiverFeedback {
+        ssrc,
+        fraction_lost: 0,
+        rtt: Some(std::time::Duration::from_millis(ms)),
+    };
+    // The least round trip, then one 600 ms over it: first from a stranger's connection.
+    n.now = n.now + std::time::Duration::from_millis(500);
+    n.core.handle_interleaved_rtcp(n.now, ConnId(1), 1, &[report(20)]);
+    n.now = n.now + std::time::Duration::from_secs(2);
+    n.core.handle_conn_opened(ConnId(2));
+    n.core.handle_interleaved_rtcp(n.now, ConnId(2), 1, &[report(620)]);
+    let out = n.outputs();
+    assert!(!out.iter().any(|o| matches!(o, NodeOutput::Send(StreamOp::Stop { .. }))), "{out:?}");
+    // The same report on the session's connection: a switch down at the next seek point.
+    n.core.handle_interleaved_rtcp(n.now, ConnId(1), 1, &[report(620)]);
+    let out = n.outputs();
+    assert!(
+        out.iter().any(|o| matches!(o,
+            NodeOutput::Send(StreamOp::Stop { run, cutoff: Some(_), .. }) if *run == run1)),
+        "{out:?}"
+    );
+}
+
 /// The admission asked for in `out`, of the object named `name`.
 fn admission_of(out: &[NodeOutput], name: &str) -> ShareKey {
     out.iter()

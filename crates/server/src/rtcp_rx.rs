@@ -1,6 +1,7 @@
 //! The RTCP receiver thread: liveness, reports and retransmission requests from UDP clients.
 //!
-//! RTCP from every UDP session arrives on the one shared RTCP socket. Receiver reports name the
+//! RTCP from every UDP session arrives on the one shared RTCP socket (an interleaved session's
+//! comes on its RTSP connection and is read by [`parse`] there). Receiver reports name the
 //! SSRC of the stream they report on (RFC 3550 §6.4.2), which is how a report is matched to its
 //! session and keeps it alive (RFC 7826 §10.5). Clients' NAT "punch" packets (ffmpeg's empty
 //! RR, live555's 4-byte dummies) parse to nothing useful and are dropped silently.
@@ -41,29 +42,13 @@ pub(crate) fn run(
     let mut buf = vec![0u8; 2048];
     while !stop.load(Ordering::Relaxed) {
         let Ok((n, from)) = socket.recv_from(&mut buf) else { continue };
-        let mut media_ssrcs = Vec::new();
-        let mut reports = Vec::new();
-        for p in parse_compound(&buf[..n]) {
-            match p {
-                Ok(p) => {
-                    media_ssrcs.extend(p.media_ssrcs());
-                    if let RtcpPacket::ReceiverReport { reports: blocks, .. }
-                    | RtcpPacket::SenderReport { reports: blocks, .. } = &p
-                    {
-                        let now = NtpTimestamp::from_unix_nanos(unix_now_ns()).middle32();
-                        reports.extend(blocks.iter().map(|b| feedback(b, now)));
-                    }
-                    if let RtcpPacket::Nack { media_ssrc, pairs, .. } = p {
-                        let seqs = nack_seqs(&pairs).collect();
-                        if sender.send(SenderCommand::Nack { ssrc: media_ssrc, seqs }).is_err() {
-                            return;
-                        }
-                    }
-                }
-                Err(e) => {
-                    trace!(%from, error = %e, "unparseable RTCP dropped");
-                    break;
-                }
+        let Parsed { media_ssrcs, reports, nacks } = parse(&buf[..n]);
+        if media_ssrcs.is_empty() && nacks.is_empty() {
+            trace!(%from, "RTCP naming no stream dropped");
+        }
+        for (ssrc, seqs) in nacks {
+            if sender.send(SenderCommand::Nack { ssrc, seqs }).is_err() {
+                return;
             }
         }
         if !media_ssrcs.is_empty()
@@ -72,6 +57,37 @@ pub(crate) fn run(
             return;
         }
     }
+}
+
+/// What a compound RTCP packet from a client says.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Parsed {
+    /// The media SSRCs its packets name.
+    pub(crate) media_ssrcs: Vec<u32>,
+    /// Its reception report blocks, read on arrival.
+    pub(crate) reports: Vec<ReceiverFeedback>,
+    /// Its generic NACKs: the media SSRC and the sequence numbers asked for.
+    pub(crate) nacks: Vec<(u32, Vec<u16>)>,
+}
+
+/// Parses a compound RTCP packet that has just arrived (over UDP, or interleaved on an RTSP
+/// connection); what follows a packet that does not parse is ignored.
+pub(crate) fn parse(pkt: &[u8]) -> Parsed {
+    let mut out = Parsed::default();
+    for p in parse_compound(pkt) {
+        let Ok(p) = p else { break };
+        out.media_ssrcs.extend(p.media_ssrcs());
+        if let RtcpPacket::ReceiverReport { reports: blocks, .. }
+        | RtcpPacket::SenderReport { reports: blocks, .. } = &p
+        {
+            let now = NtpTimestamp::from_unix_nanos(unix_now_ns()).middle32();
+            out.reports.extend(blocks.iter().map(|b| feedback(b, now)));
+        }
+        if let RtcpPacket::Nack { media_ssrc, pairs, .. } = p {
+            out.nacks.push((media_ssrc, nack_seqs(&pairs).collect()));
+        }
+    }
+    out
 }
 
 /// The system clock's time since the Unix epoch, ns (what our sender reports carry).

@@ -27,6 +27,7 @@ use std::time::Duration;
 use isochron_auth::{Access, Authority, Credentials, Decision, Permission};
 
 use isochron_dataplane::sender::OutFrame;
+use isochron_node::abr::QueueDelay;
 use isochron_rtsp::codec::{self, Decoded, Frame, Limits};
 use isochron_rtsp::rtsp_types::{Response, StatusCode, Version, headers};
 use isochron_rtsp::server::{ConnId, ConnInfo};
@@ -177,7 +178,8 @@ pub(crate) async fn serve<R, W>(
     let (resp_tx, resp_rx) = mpsc::channel::<Vec<u8>>(64);
     let (frame_tx, frame_rx) = mpsc::channel::<OutFrame>(config.queue_frames);
     let _ = sessions.send(SessionCommand::ConnOpened { conn: id, frames: frame_tx });
-    let writer = tokio::spawn(write_loop(wr, resp_rx, frame_rx, socket));
+    let queue = QueueReport { conn: id, sessions: sessions.clone() };
+    let writer = tokio::spawn(write_loop(wr, resp_rx, frame_rx, (socket, queue)));
 
     // Buffers grow with use: an idle connection costs little (thousands may be open).
     let mut buf: Vec<u8> = Vec::new();
@@ -254,10 +256,15 @@ pub(crate) async fn serve<R, W>(
                                 break 'conn;
                             }
                         }
-                        Frame::Data { channel, .. } => {
+                        Frame::Data { channel, payload } => {
                             if channel % 2 == 1 {
-                                let _ = sessions
-                                    .send(SessionCommand::InterleavedRtcp { conn: id, channel });
+                                // Its receiver reports, as over UDP: what the path does (the
+                                // round trip grows with the queue ahead of the client).
+                                let reports = crate::rtcp_rx::parse(&payload).reports;
+                                debug!(%peer, channel, ?reports, "interleaved RTCP");
+                                let cmd =
+                                    SessionCommand::InterleavedRtcp { conn: id, channel, reports };
+                                let _ = sessions.send(cmd);
                             }
                         }
                         Frame::Response(_) => {} // we send no requests; ignore stray responses
@@ -321,18 +328,41 @@ pub(crate) async fn serve<R, W>(
 /// ([`isochron_dataplane::net::abort_on_close`]): a stream that cannot go on without a hole ends
 /// in a way the player reports (GStreamer: "Could not read from resource. The server closed the
 /// connection"; over UDP an error), where a BYE alone reads as a normal end.
+///
+/// Once a second, while frames go out, it tells the session manager how long the queue ahead
+/// of the client is ([`QueueDelay`]: the socket's unacknowledged bytes over the rate they are
+/// acknowledged), for the sessions playing a ladder over RTSP/TCP.
 async fn write_loop<W: AsyncWrite + Unpin>(
     mut wr: W,
     mut responses: mpsc::Receiver<Vec<u8>>,
     mut frames: mpsc::Receiver<OutFrame>,
-    socket: std::os::fd::RawFd,
+    (socket, queue): (std::os::fd::RawFd, QueueReport),
 ) {
     // What is queued for the socket; it grows to a burst's size only on connections that stream
     // (an idle connection holds no buffer).
     let mut out: Vec<u8> = Vec::new();
+    let mut written = 0u64;
+    let mut gauge = QueueDelay::default();
+    let mut tick = tokio::time::interval(QUEUE_SAMPLE);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last = tokio::time::Instant::now();
+    let mut framed = false;
     loop {
         tokio::select! {
             biased;
+            _ = tick.tick() => {
+                // Only a connection that streams: a quiet one has nothing to say.
+                if std::mem::take(&mut framed)
+                    && let Ok(unacked) = isochron_dataplane::net::unacked_bytes(socket)
+                {
+                    let now = tokio::time::Instant::now();
+                    if let Some(delay) = gauge.sample(now - last, written, unacked) {
+                        let _ = queue.sessions.send(SessionCommand::ConnQueue { conn: queue.conn, delay });
+                    }
+                    last = now;
+                }
+                continue;
+            }
             r = responses.recv() => match r {
                 Some(bytes) => out.extend_from_slice(&bytes),
                 None => break,
@@ -351,6 +381,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
                     let (a, b) = frame.parts();
                     out.extend_from_slice(a);
                     out.extend_from_slice(b);
+                    framed = true;
                 }
                 None => break,
             },
@@ -358,13 +389,25 @@ async fn write_loop<W: AsyncWrite + Unpin>(
         // Write when nothing else is queued, so bursts coalesce but nothing lingers, or when a
         // burst fills the buffer.
         let idle = responses.is_empty() && frames.is_empty();
-        if (idle || out.len() >= WRITE_BATCH) && write_out(&mut wr, &mut out).await.is_err() {
-            return;
+        if idle || out.len() >= WRITE_BATCH {
+            written += out.len() as u64;
+            if write_out(&mut wr, &mut out).await.is_err() {
+                return;
+            }
         }
     }
     let _ = write_out(&mut wr, &mut out).await;
     let _ = wr.shutdown().await;
 }
+
+/// Where a connection's writer reports the queue ahead of its client.
+struct QueueReport {
+    conn: ConnId,
+    sessions: mpsc::UnboundedSender<SessionCommand>,
+}
+
+/// How often a streaming connection's queue is measured.
+const QUEUE_SAMPLE: Duration = Duration::from_secs(1);
 
 /// Bytes gathered before a write while frames keep coming.
 const WRITE_BATCH: usize = 64 * 1024;

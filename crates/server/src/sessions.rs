@@ -73,6 +73,16 @@ pub enum SessionCommand {
         conn: ConnId,
         /// The channel.
         channel: u8,
+        /// What its receiver reports say (applied to the connection's own sessions only).
+        reports: Vec<ReceiverFeedback>,
+    },
+    /// The queue ahead of an RTSP connection's client, from its socket (streams over
+    /// RTSP/TCP: [`isochron_node::abr::QueueDelay`]).
+    ConnQueue {
+        /// The connection.
+        conn: ConnId,
+        /// How long a byte written now waits before the client has it.
+        delay: std::time::Duration,
     },
     /// The sender sent a local stream's last packet of a run.
     ShareEnded {
@@ -283,8 +293,11 @@ impl Manager {
             SessionCommand::Rtcp { media_ssrcs, reports } => {
                 self.core.handle_rtcp(now, &media_ssrcs, &reports);
             }
-            SessionCommand::InterleavedRtcp { conn, channel } => {
-                self.core.handle_interleaved_rtcp(now, conn, channel);
+            SessionCommand::InterleavedRtcp { conn, channel, reports } => {
+                self.core.handle_interleaved_rtcp(now, conn, channel, &reports);
+            }
+            SessionCommand::ConnQueue { conn, delay } => {
+                self.core.handle_conn_queue(now, conn, delay);
             }
             SessionCommand::ShareEnded { stream, run, report } => {
                 self.core.handle_share_ended(now, stream, run, report);

@@ -465,6 +465,20 @@ fn browser_adapts(player: &str) {
 /// `?rendition=360p` behind the same kind of link, is never switched.
 #[test]
 fn rtsp_sessions_switch_rendition_as_the_link_narrows_and_widens() {
+    rtsp_adapts("udp");
+}
+
+/// The same over RTSP/TCP (interleaved): no packet is lost, but the receiver reports come on the
+/// session's connection behind everything queued for it, and their round trip grows as the
+/// link's queue and the connection's fill: the server switches down, and up again once it has
+/// drained.
+#[test]
+fn rtsp_sessions_over_tcp_switch_rendition_as_the_link_narrows_and_widens() {
+    rtsp_adapts("tcp");
+}
+
+/// [`rtsp_sessions_switch_rendition_as_the_link_narrows_and_widens`] over `transport`.
+fn rtsp_adapts(transport: &str) {
     use isochron_loadgen::testbed::Testbed;
     use std::time::Duration;
     if !namespaces_or_skip("RTSP adaptive play") {
@@ -474,7 +488,7 @@ fn rtsp_sessions_switch_rendition_as_the_link_narrows_and_widens() {
     require("gst-launch-1.0");
     let _load = load(weight::HEAVY);
     let (dir, data) = grain_ladder();
-    let bed = Testbed::new("rabr").expect("testbed");
+    let bed = Testbed::new(&format!("rabr{}", &transport[..1])).expect("testbed");
     let hosts: Vec<_> =
         ["ffmpeg", "gst", "pinned"].iter().map(|n| bed.add_host(n).expect("host")).collect();
     let server =
@@ -502,10 +516,11 @@ fn rtsp_sessions_switch_rendition_as_the_link_narrows_and_widens() {
         let gst = scope.spawn(move || {
             let mut cmd = hosts[1].command("/usr/bin/python3");
             // A jitter buffer deeper than the link's queue: what arrives late is played late.
-            run(cmd.arg(script).arg(url).arg("udp").arg(rec("gst.h264")).arg("10000"), 140)
+            run(cmd.arg(script).arg(url).arg(transport).arg(rec("gst.h264")).arg("10000"), 140)
         });
-        let pinned = scope.spawn(move || record(&hosts[2], &pinned_url, &rec("pinned.mp4")));
-        let out = record(&hosts[0], url, &rec("ffmpeg.mp4"));
+        let pinned =
+            scope.spawn(move || record(&hosts[2], transport, &pinned_url, &rec("pinned.mp4")));
+        let out = record(&hosts[0], transport, url, &rec("ffmpeg.mp4"));
         (out, gst.join().expect("gst"), pinned.join().expect("pinned"))
     });
     let log = server.log();
@@ -700,11 +715,16 @@ fn record_tcp(url: &str, out: &Path) {
     assert!(play.status.success(), "ffmpeg {url}: {}", String::from_utf8_lossy(&play.stderr));
 }
 
-/// ffmpeg in `host`'s namespace records `url` over UDP (`-c copy` into MP4).
-fn record(host: &isochron_loadgen::testbed::Host, url: &str, out: &Path) -> Output {
+/// ffmpeg in `host`'s namespace records `url` over `transport` (`-c copy` into MP4).
+fn record(
+    host: &isochron_loadgen::testbed::Host,
+    transport: &str,
+    url: &str,
+    out: &Path,
+) -> Output {
     run(
         host.command("ffmpeg")
-            .args(["-nostdin", "-v", "error", "-rtsp_transport", "udp", "-buffer_size"])
+            .args(["-nostdin", "-v", "error", "-rtsp_transport", transport, "-buffer_size"])
             .args(["16777216", "-i", url, "-map", "0", "-c", "copy", "-f", "mp4", "-y"])
             .arg(out),
         140,

@@ -332,9 +332,32 @@ impl NodeCore {
         self.drive(now);
     }
 
-    /// RTCP arrived interleaved on `conn`'s channel `channel`.
-    pub fn handle_interleaved_rtcp(&mut self, now: Instant, conn: ConnId, channel: u8) {
+    /// RTCP arrived interleaved on `conn`'s channel `channel`, with what its receiver reports
+    /// say: a report counts only for a stream of a session on that very connection (another
+    /// client cannot steer a session's rendition by naming its SSRC).
+    pub fn handle_interleaved_rtcp(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        channel: u8,
+        reports: &[ReceiverFeedback],
+    ) {
         self.rtsp.handle_interleaved_rtcp(now, conn, channel);
+        for fb in reports {
+            if self.rtsp.ssrc_is_on(fb.ssrc, conn) {
+                self.feedback(now, *fb);
+            }
+        }
+        self.drive(now);
+    }
+
+    /// The queue ahead of connection `conn`'s client, as its socket shows it
+    /// ([`crate::abr::QueueDelay`]): a report on each of its sessions' streams, as a receiver
+    /// report's round trip would show it (RTSP/TCP players may send no report).
+    pub fn handle_conn_queue(&mut self, now: Instant, conn: ConnId, delay: Duration) {
+        for ssrc in self.rtsp.ssrcs_on(conn) {
+            self.feedback(now, ReceiverFeedback { ssrc, fraction_lost: 0, rtt: Some(delay) });
+        }
         self.drive(now);
     }
 

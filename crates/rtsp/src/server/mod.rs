@@ -697,6 +697,27 @@ impl ServerCore {
         self.sessions.get(self.by_ssrc.get(&ssrc)?).map(|s| s.stream)
     }
 
+    /// Whether the stream whose SSRC is `ssrc` belongs to a session on connection `conn`.
+    #[must_use]
+    pub fn ssrc_is_on(&self, ssrc: u32, conn: ConnId) -> bool {
+        self.by_ssrc
+            .get(&ssrc)
+            .is_some_and(|id| self.by_conn.get(&conn).is_some_and(|ids| ids.contains(id)))
+    }
+
+    /// One SSRC of each session on connection `conn` (any of a session's tracks names its
+    /// stream).
+    #[must_use]
+    pub fn ssrcs_on(&self, conn: ConnId) -> Vec<u32> {
+        let Some(ids) = self.by_conn.get(&conn) else { return Vec::new() };
+        let mut first: BTreeMap<&SessionId, u32> = BTreeMap::new();
+        for (ssrc, id) in self.by_ssrc.iter().filter(|(_, id)| ids.contains(*id)) {
+            let e = first.entry(id).or_insert(*ssrc);
+            *e = (*e).min(*ssrc);
+        }
+        first.into_values().collect()
+    }
+
     /// An interleaved frame arrived on `channel` of `conn` (GStreamer sends RTCP receiver
     /// reports on the odd channel): the session using that channel is alive.
     pub fn handle_interleaved_rtcp(&mut self, now: Instant, conn: ConnId, channel: u8) {
