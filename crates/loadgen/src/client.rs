@@ -41,6 +41,7 @@ use tokio::net::{TcpStream, UdpSocket};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use crate::reception::Reception;
 use crate::sdp::Presentation;
 
 /// How often a [`MediaSink`] is ticked when no packet arrives.
@@ -452,6 +453,7 @@ impl Client {
 
     /// SETUP with the given transport (UDP binds a local port pair first).
     pub async fn setup(&mut self, transport: Transport) -> anyhow::Result<Response<Vec<u8>>> {
+        let mut received = None;
         let spec = match transport {
             Transport::Tcp => "RTP/AVP/TCP;unicast;interleaved=0-1".to_string(),
             Transport::Udp => {
@@ -464,14 +466,17 @@ impl Client {
                 let (a, b) = (self.incoming_tx.clone(), self.incoming_tx.clone());
                 let rtcp_sock = std::sync::Arc::new(rtcp_sock);
                 self.rtcp_socket = Some(std::sync::Arc::clone(&rtcp_sock));
-                self.tasks.push(tokio::spawn(rtp_recv_loop(rtp_sock, a)));
-                self.tasks.push(tokio::spawn(recv_loop_shared(rtcp_sock, b)));
+                let reception = std::sync::Arc::new(Reception::default());
+                received = Some(std::sync::Arc::clone(&reception));
+                let r = std::sync::Arc::clone(&reception);
+                self.tasks.push(tokio::spawn(rtp_recv_loop(rtp_sock, a, r)));
+                self.tasks.push(tokio::spawn(recv_loop_shared(rtcp_sock, b, reception)));
                 format!("RTP/AVP;unicast;client_port={}-{}", port, port + 1)
             }
         };
         let url = self.track_url();
-        let rtcp = self.rtcp_socket.clone();
-        self.finish_setup(&url, transport, &spec, rtcp.as_ref()).await
+        let rtcp = self.rtcp_socket.clone().zip(received);
+        self.finish_setup(&url, transport, &spec, rtcp).await
     }
 
     /// Sends the SETUP of `url` and, for UDP, starts the receiver reports from `rtcp`.
@@ -480,7 +485,7 @@ impl Client {
         url: &str,
         transport: Transport,
         spec: &str,
-        rtcp: Option<&std::sync::Arc<UdpSocket>>,
+        rtcp: Option<(std::sync::Arc<UdpSocket>, std::sync::Arc<Reception>)>,
     ) -> anyhow::Result<Response<Vec<u8>>> {
         let r = self.request("SETUP", url, &[("Transport", spec)]).await?;
         if u16::from(r.status()) == 200 {
@@ -488,7 +493,7 @@ impl Client {
             self.session = Some(s.split(';').next().unwrap_or(&s).trim().to_string());
             let reply = header(&r, "Transport").unwrap_or_default();
             let udp = transport == Transport::Udp;
-            if let (true, Some(sock), Some(ports)) =
+            if let (true, Some((sock, reception)), Some(ports)) =
                 (self.send_rtcp && udp, rtcp, transport_param(&reply, "server_port"))
             {
                 // RTCP goes to the server's second port (RFC 2326 §12.39).
@@ -500,11 +505,11 @@ impl Client {
                     transport_param(&reply, "ssrc").and_then(|v| u32::from_str_radix(v, 16).ok());
                 if let Some(rtcp_port) = rtcp_port {
                     let to = SocketAddr::new(self.peer.ip(), rtcp_port);
-                    let sock = std::sync::Arc::clone(sock);
                     self.tasks.push(tokio::spawn(send_receiver_reports(
                         sock,
                         to,
                         ssrc.unwrap_or(0),
+                        reception,
                     )));
                 }
             }
@@ -558,11 +563,14 @@ impl Client {
                     if k == 0 {
                         self.rtcp_socket = Some(std::sync::Arc::clone(&rtcp_sock));
                     }
-                    sockets.push((rtp_sock, std::sync::Arc::clone(&rtcp_sock)));
-                    (format!("RTP/AVP;unicast;client_port={}-{}", port, port + 1), Some(rtcp_sock))
+                    let reception = std::sync::Arc::new(Reception::default());
+                    let r = std::sync::Arc::clone(&reception);
+                    sockets.push((rtp_sock, std::sync::Arc::clone(&rtcp_sock), r));
+                    let spec = format!("RTP/AVP;unicast;client_port={}-{}", port, port + 1);
+                    (spec, Some((rtcp_sock, reception)))
                 }
             };
-            let r = self.finish_setup(url, transport, &spec, rtcp.as_ref()).await?;
+            let r = self.finish_setup(url, transport, &spec, rtcp).await?;
             if u16::from(r.status()) != 200 {
                 return Ok(r);
             }
@@ -765,12 +773,12 @@ enum UdpReady {
 /// datagram at a time, and the sink's tick. One task for all the tracks, so the sink has one
 /// owner.
 async fn udp_sink_loop(
-    tracks: Vec<(UdpSocket, std::sync::Arc<UdpSocket>)>,
+    tracks: Vec<(UdpSocket, std::sync::Arc<UdpSocket>, std::sync::Arc<Reception>)>,
     mut sink: Box<dyn MediaSink>,
 ) {
     use std::os::fd::AsRawFd as _;
     use std::task::Poll;
-    let Some(unknown) = tracks.first().map(|(rtp, _)| unspecified(rtp)) else { return };
+    let Some(unknown) = tracks.first().map(|(rtp, ..)| unspecified(rtp)) else { return };
     let mut batch = crate::recv::RecvBatch::new();
     let mut rtcp_buf = vec![0u8; 2048];
     let mut tick = tokio::time::interval(SINK_TICK);
@@ -780,7 +788,7 @@ async fn udp_sink_loop(
             if tick.poll_tick(cx).is_ready() {
                 return Poll::Ready(Ok(UdpReady::Tick));
             }
-            for (k, (rtp, rtcp)) in tracks.iter().enumerate() {
+            for (k, (rtp, rtcp, _)) in tracks.iter().enumerate() {
                 if let Poll::Ready(r) = rtp.poll_recv_ready(cx) {
                     return Poll::Ready(r.map(|()| UdpReady::Rtp(k)));
                 }
@@ -802,6 +810,7 @@ async fn udp_sink_loop(
                         Ok(n) => {
                             for i in 0..n {
                                 let from = batch.source(i).unwrap_or(unknown);
+                                tracks[k].2.on_rtp_packet(batch.packet(i));
                                 sink.on_rtp(batch.arrival(i), from, k, batch.packet(i));
                             }
                         }
@@ -812,7 +821,11 @@ async fn udp_sink_loop(
             }
             Ok(UdpReady::Rtcp(k)) => loop {
                 match tracks[k].1.try_recv(&mut rtcp_buf) {
-                    Ok(n) => sink.on_rtcp(Instant::now(), k, &rtcp_buf[..n]),
+                    Ok(n) => {
+                        let at = Instant::now();
+                        tracks[k].2.on_rtcp(at, &rtcp_buf[..n]);
+                        sink.on_rtcp(at, k, &rtcp_buf[..n]);
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                     Err(_) => return,
                 }
@@ -823,7 +836,11 @@ async fn udp_sink_loop(
 
 /// A UDP session's RTP receive path in collecting mode: `recvmmsg` batches, each datagram dated
 /// by the kernel so that pacing measurements do not include this process's scheduling delay.
-async fn rtp_recv_loop(sock: UdpSocket, tx: mpsc::UnboundedSender<Incoming>) {
+async fn rtp_recv_loop(
+    sock: UdpSocket,
+    tx: mpsc::UnboundedSender<Incoming>,
+    reception: std::sync::Arc<Reception>,
+) {
     use std::os::fd::AsRawFd as _;
     let fd = sock.as_raw_fd();
     let mut batch = crate::recv::RecvBatch::new();
@@ -837,6 +854,7 @@ async fn rtp_recv_loop(sock: UdpSocket, tx: mpsc::UnboundedSender<Incoming>) {
                 Ok(n) => {
                     for i in 0..n {
                         let from = batch.source(i).unwrap_or(unknown);
+                        reception.on_rtp_packet(batch.packet(i));
                         if let Some(item) = rtp(batch.arrival(i), from, batch.packet(i))
                             && tx.send(item).is_err()
                         {
@@ -860,33 +878,38 @@ fn unspecified(sock: &UdpSocket) -> SocketAddr {
     }
 }
 
-async fn recv_loop_shared(sock: std::sync::Arc<UdpSocket>, tx: mpsc::UnboundedSender<Incoming>) {
+async fn recv_loop_shared(
+    sock: std::sync::Arc<UdpSocket>,
+    tx: mpsc::UnboundedSender<Incoming>,
+    reception: std::sync::Arc<Reception>,
+) {
     let mut buf = vec![0u8; 65_536];
     loop {
         let Ok(n) = sock.recv(&mut buf).await else { return };
-        if tx.send(rtcp(Instant::now(), &buf[..n])).is_err() {
+        let at = Instant::now();
+        reception.on_rtcp(at, &buf[..n]);
+        if tx.send(rtcp(at, &buf[..n])).is_err() {
             return;
         }
     }
 }
 
-/// Sends an RTCP receiver report naming `media_ssrc` every 2 s, as players do (ffmpeg every
-/// ~2 s, GStreamer every ~5 s): it keeps a UDP session alive on the server (RFC 2326 §12.37;
-/// RFC 7826 §10.5 counts RTCP as a sign of life).
-async fn send_receiver_reports(sock: std::sync::Arc<UdpSocket>, to: SocketAddr, media_ssrc: u32) {
+/// Sends an RTCP receiver report on `media_ssrc` every 2 s, as players do (ffmpeg every ~2 s,
+/// GStreamer every ~5 s): it keeps a UDP session alive on the server (RFC 2326 §12.37; RFC 7826
+/// §10.5 counts RTCP as a sign of life), and says what the path did ([`Reception`]: the
+/// fraction lost, the last sender report echoed), which a server adapting the session's rate
+/// reads.
+async fn send_receiver_reports(
+    sock: std::sync::Arc<UdpSocket>,
+    to: SocketAddr,
+    media_ssrc: u32,
+    reception: std::sync::Arc<Reception>,
+) {
     let own_ssrc = own_ssrc(media_ssrc);
     let mut tick = tokio::time::interval(Duration::from_secs(2));
     loop {
         tick.tick().await;
-        let block = isochron_rtp::ReportBlock {
-            ssrc: media_ssrc,
-            fraction_lost: 0,
-            cumulative_lost: 0,
-            highest_seq: 0,
-            jitter: 0,
-            lsr: 0,
-            dlsr: 0,
-        };
+        let block = reception.report(media_ssrc, Instant::now());
         let mut pkt = Vec::with_capacity(64);
         isochron_rtp::rtcp::write_receiver_report(&mut pkt, own_ssrc, &[block]);
         isochron_rtp::rtcp::write_sdes_cname(&mut pkt, own_ssrc, "isochron-loadgen");

@@ -18,6 +18,7 @@
 pub mod bench;
 pub mod client;
 pub mod player;
+pub mod reception;
 pub mod recv;
 pub mod sdp;
 pub mod sources;

@@ -11,8 +11,14 @@
 //! once the media the PLAY `Range` announced has arrived; `--timeout`, a long silence, Ctrl-C
 //! or a BYE giving a reason (the server cut the stream) end it with exit status 1, after the
 //! summary, as does a packet lost for good. RTSP refusals exit 1 with the status line.
+//!
+//! An object served as native RTP (one stream per track, from MP4 or Matroska) is played by
+//! [`native`]: every track set up, consumed by its RTP timestamps; `--out` writes the video
+//! track's H.264 as an Annex B byte stream.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod native;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -87,29 +93,43 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
         .build()
         .context("starting the runtime")?;
     let buffer = Duration::from_millis(a.buffer_ms.max(1));
-    let (summary, cut_short) = rt.block_on(play(&a, buffer, timeout, &mut out))?;
+    let (played, cut_short) = rt.block_on(play(&a, buffer, timeout, &mut out))?;
     out.flush().context("writing --out")?;
     drop(out);
-    if a.json {
-        let mut v = serde_json::to_value(&summary)?;
-        v["url"] = a.url.clone().into();
-        v["transport"] = a.transport.as_str().into();
-        v["buffer_ms"] = a.buffer_ms.into();
-        println!("{v}");
-    } else {
-        eprintln!("isochron play {} over {}", a.url, a.transport.as_str());
-        eprint!("{summary}");
-    }
+    let (bye_reason, lost) = match &played {
+        Played::Mp2t(summary) => {
+            if a.json {
+                let mut v = serde_json::to_value(summary)?;
+                v["url"] = a.url.clone().into();
+                v["transport"] = a.transport.as_str().into();
+                v["buffer_ms"] = a.buffer_ms.into();
+                println!("{v}");
+            } else {
+                eprintln!("isochron play {} over {}", a.url, a.transport.as_str());
+                eprint!("{summary}");
+            }
+            (summary.bye_reason.clone(), summary.lost)
+        }
+        Played::Native(summary) => {
+            if a.json {
+                let mut v = serde_json::to_value(summary)?;
+                v["url"] = a.url.clone().into();
+                v["transport"] = a.transport.as_str().into();
+                v["buffer_ms"] = a.buffer_ms.into();
+                println!("{v}");
+            } else {
+                eprintln!("isochron play {} over {}", a.url, a.transport.as_str());
+                eprint!("{summary}");
+            }
+            (summary.bye_reason.clone(), summary.lost())
+        }
+    };
     // A BYE that gives a reason (RFC 3550 §6.6) is the server's word that the stream was cut (a
     // block with no good copy, a node down): not a normal end, whatever arrived before it.
     // Packets never received, not even by retransmission, are a hole in what was written.
     let cut_short = cut_short
-        .or_else(|| {
-            summary.bye_reason.as_ref().map(|r| anyhow!("the server ended the stream: {r}"))
-        })
-        .or_else(|| {
-            (summary.lost > 0).then(|| anyhow!("{} packets lost and not repaired", summary.lost))
-        });
+        .or_else(|| bye_reason.map(|r| anyhow!("the server ended the stream: {r}")))
+        .or_else(|| (lost > 0).then(|| anyhow!("{lost} packets lost and not repaired")));
     match cut_short {
         None => Ok(ExitCode::SUCCESS),
         Some(why) => Err(why),
@@ -123,10 +143,16 @@ async fn play(
     buffer: Duration,
     timeout: Option<Duration>,
     out: &mut dyn Write,
-) -> anyhow::Result<(Summary, Option<anyhow::Error>)> {
+) -> anyhow::Result<(Played, Option<anyhow::Error>)> {
     let started = Instant::now();
     let mut client = Client::connect(&a.url).await?;
-    client.describe().await?;
+    let presentation = client.describe_presentation().await?;
+    if !presentation.is_mp2t() {
+        let deadline = timeout.map(|t| started + t);
+        let (native, cut_short) =
+            native::play(a, client, &presentation, (buffer, deadline), out).await?;
+        return Ok((Played::Native(native), cut_short));
+    }
     let r = client.setup(a.transport).await?;
     if u16::from(r.status()) != 200 {
         bail!("SETUP: {}", status_line(&r));
@@ -204,5 +230,11 @@ async fn play(
         Ok(Err(e)) => eprintln!("isochron: warning: {e:#}"),
         Err(_) => eprintln!("isochron: warning: TEARDOWN: no response within {TEARDOWN_WAIT:?}"),
     }
-    Ok((player.summary(), cut_short))
+    Ok((Played::Mp2t(player.summary()), cut_short))
+}
+
+/// What a session played: an MPEG-TS object through the player core, or native tracks.
+enum Played {
+    Mp2t(Summary),
+    Native(native::NativeSummary),
 }
