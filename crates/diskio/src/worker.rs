@@ -16,8 +16,12 @@
 //! - **Non-real-time** work ([`IoCommand::NrtRead`], [`IoCommand::NrtWrite`]: the copies of a
 //!   SCADDAR reorganisation) is admitted only while the NRT busy time over a trailing window
 //!   ([`IoConfig::nrt_window`], 1 s by default) is below [`IoConfig::nrt_share`] of the window
-//!   (20 % by default). Over time NRT work therefore gets at most its share of the disk, plus at
-//!   most one IO per window, and real-time reads never wait behind more than one NRT IO.
+//!   (20 % by default) — while the disk serves real-time IO: a disk whose last real-time IO is a
+//!   window or more ago has no stream to protect, and serves its NRT work back to back (the
+//!   share is reserved for NRT work, not a ceiling on an idle disk: a ladder's renditions, an
+//!   upload or a reorganisation on a quiet node go at the disk's speed). Over time NRT work
+//!   therefore gets at most its share of a disk that streams read, plus at most one IO per
+//!   window, and real-time reads never wait behind more than one NRT IO.
 //!
 //! A real-time read's block is verified (format, key, xxh3 checksum) on a second thread per disk,
 //! `isochron-verify-<id>`, which then reports it: the IO thread goes straight on to its next
@@ -490,6 +494,8 @@ impl Thread<'_> {
         let mut nrt: VecDeque<Nrt> = VecDeque::new();
         let mut budget = Budget::new(window);
         let mut stopping = false;
+        // When the last real-time IO was served: the share binds only while streams read.
+        let mut last_rt: Option<Instant> = None;
         loop {
             while let Ok(cmd) = rx.try_recv() {
                 stopping |= enqueue(cmd, &mut rt, &mut nrt);
@@ -499,6 +505,7 @@ impl Thread<'_> {
                     Rt::Read { key, tag } => self.serve_rt(key, tag),
                     Rt::Write { key, block, tag } => self.serve_rt_write(key, &block, tag),
                 }
+                last_rt = Some(Instant::now());
                 continue;
             }
             if stopping {
@@ -512,8 +519,13 @@ impl Thread<'_> {
                 continue;
             }
             let now = Instant::now();
+            let streaming = last_rt.is_some_and(|t| now.duration_since(t) < window);
             // With a share of 0, look again every window in case it is raised.
-            let at = budget.next_admission(now, self.shared.share()).unwrap_or(now + window);
+            let at = if streaming || self.shared.share() <= 0.0 {
+                budget.next_admission(now, self.shared.share()).unwrap_or(now + window)
+            } else {
+                now
+            };
             if at <= now {
                 if let Some(cmd) = nrt.pop_front() {
                     let start = Instant::now();
@@ -846,8 +858,8 @@ mod tests {
         assert_eq!(nrt, (0..5).collect::<Vec<_>>());
     }
 
-    /// On an emulated slow disk with an endless NRT backlog, NRT work gets its share of the
-    /// disk's time (measured over whole windows), not more.
+    /// On an emulated slow disk with an endless NRT backlog, while a stream reads it, NRT work
+    /// gets its share of the disk's time (measured over whole windows), not more.
     #[test]
     fn nrt_share_is_respected() {
         let dir = tempfile::tempdir().unwrap();
@@ -864,8 +876,15 @@ mod tests {
         }
         let start = Instant::now();
         let run = window * 8;
+        // A stream's real-time reads, one every 50 ms (a fifth of the disk).
+        let mut tag = 10_000;
         while start.elapsed() < run {
-            let _ = rx.recv_timeout(Duration::from_millis(50));
+            w.submit(IoCommand::Read { key: k, tag });
+            tag += 1;
+            let wait = Instant::now() + Duration::from_millis(50);
+            while let Some(left) = wait.checked_duration_since(Instant::now()) {
+                let _ = rx.recv_timeout(left);
+            }
         }
         let stats = w.stats();
         let elapsed = start.elapsed();
@@ -900,6 +919,27 @@ mod tests {
             })
             .count();
         assert!(cancelled + 1 >= left, "{cancelled} cancelled of {left}");
+    }
+
+    /// With no stream reading the disk, NRT work is not held to its share: the disk is its own.
+    #[test]
+    fn nrt_work_takes_an_idle_disk_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = Arc::new(DiskDir::create(dir.path(), 5, DiskId(0)).unwrap());
+        let k = key(1, 0);
+        disk.write_block(k, &encode_block(k, 2)).unwrap();
+        disk.set_model(Some(DiskModel { mean_seek: Duration::from_millis(6), rate: 1 << 20 }));
+        let window = Duration::from_millis(250);
+        let (w, rx) = channel_worker(&disk, IoConfig { nrt_share: 0.25, nrt_window: window });
+        for tag in 0..1000 {
+            w.submit(IoCommand::NrtRead { key: k, tag });
+        }
+        let start = Instant::now();
+        while start.elapsed() < window * 4 {
+            let _ = rx.recv_timeout(Duration::from_millis(50));
+        }
+        let fraction = w.stats().nrt_busy.as_secs_f64() / start.elapsed().as_secs_f64();
+        assert!(fraction > 0.6, "NRT used {fraction:.3} of an idle disk");
     }
 
     #[test]

@@ -219,6 +219,8 @@ fn make_renditions(
     let names: Vec<&str> = plan.rungs.iter().map(|r| r.name.as_str()).collect();
     let bar = transcode_bar(plan.source.duration, &names.join(","));
     let started = std::time::Instant::now();
+    // This command holds the store: nothing else runs a job of the title.
+    isochron_server::transcoder::sweep_work(store, Some(title));
     let reports = isochron_server::transcoder::make_renditions(
         store,
         file,

@@ -755,7 +755,7 @@ fn record(
 
 /// The picture height of every decoded frame of `file`'s video, in order, as runs of
 /// (height, frames).
-fn height_runs(file: &Path) -> Vec<(u32, usize)> {
+pub(crate) fn height_runs(file: &Path) -> Vec<(u32, usize)> {
     let probe = run(
         Command::new("ffprobe")
             .args(["-v", "error", "-select_streams", "v:0", "-show_entries", "frame=height"])

@@ -12,8 +12,9 @@
 //!
 //! A rendition is listed only once all of it is stored (its catalog entry is its ingest's last
 //! step), and a job cut short — the server stopped, ffmpeg failed — leaves no partial object:
-//! its encodes are in a work directory of the store's root (`.transcode-TITLE`), made afresh
-//! by the next job of the title and removed after. The media directory's titles are looked at
+//! its encodes are in a work directory of the store's root (`.transcode-TITLE~RUNG…`), made
+//! afresh by the next job of those rungs and removed after; what a server killed outright left
+//! is swept when it starts again ([`sweep_work`]). The media directory's titles are looked at
 //! again on every scan, so a job cut short by a restart is made again (the renditions already
 //! stored are kept); an upload's job is not (its spooled file is gone with the server).
 //!
@@ -120,6 +121,35 @@ pub fn work_dir(store: &Store, title: &str, plan: &LadderPlan) -> PathBuf {
     store.root().join(name)
 }
 
+/// Removes what jobs cut short left in the store's root (work directories, spooled sources):
+/// of `title`, or of every title. Only where no job runs: a server as it starts, the CLI on
+/// the store it holds.
+pub fn sweep_work(store: &Store, title: Option<&str>) {
+    let Ok(entries) = std::fs::read_dir(store.root()) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(".transcode-")) else {
+            continue;
+        };
+        let ours = title.is_none_or(|t| {
+            rest.strip_prefix(t).is_some_and(|r| r.is_empty() || r.starts_with(['~', '.']))
+        });
+        if !ours {
+            continue;
+        }
+        let path = e.path();
+        let removed = if path.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        match removed {
+            Ok(()) => info!(path = %path.display(), "removed what a ladder job cut short left"),
+            Err(e) => warn!(path = %path.display(), error = %e, "cannot remove a job's leftovers"),
+        }
+    }
+}
+
 /// Makes `plan`'s renditions of `file` and stores each as `TITLE~RUNG`, skipping those stored
 /// already; `progress` gets the source time encoded so far. The encodes go to a work directory
 /// in the store's root, made afresh (a job cut short restarts) and removed after; each
@@ -149,7 +179,11 @@ pub fn make_renditions(
     }
     std::fs::create_dir_all(&work).map_err(fail)?;
     let result = (|| {
+        let started = Instant::now();
         let outputs = isochron_transcode::run_ladder(&todo, file, &work, budget, progress)?;
+        let rungs = todo.rungs.iter().map(|r| r.name.as_str()).collect::<Vec<_>>().join(",");
+        info!(title, %rungs, seconds = started.elapsed().as_secs_f64(),
+            "ladder encoded; storing the renditions");
         let mut reports = Vec::new();
         for (rung, path) in outputs {
             let name = rendition_name(title, &rung.name);
@@ -356,8 +390,11 @@ impl Transcoder {
         }
     }
 
-    /// Runs until every sender is gone.
+    /// Runs until every sender is gone (first sweeping what jobs cut short left: none runs
+    /// yet).
     pub async fn run(mut self, mut rx: mpsc::UnboundedReceiver<TranscodeCommand>) {
+        let store = Arc::clone(&self.store);
+        let _ = tokio::task::spawn_blocking(move || sweep_work(&store, None)).await;
         while let Some(cmd) = rx.recv().await {
             self.handle(cmd);
             self.start_queued();
