@@ -5,6 +5,7 @@
 #      `isochron ingest --server … --ladder`); the job's ffmpeg command line is read from /proc
 #      while it runs, the job's time from the CLI (the server's /api/v1/transcode);
 #   3. idle: that same ffmpeg command alone (its outputs to the same paths, removed after), timed;
+#      steps 2 and 3 PAIRS times in turn (default 3), the medians compared;
 #   4. loaded: `isochron bench` plays vbr60 (scripts/make-clips.sh) to CLIENTS sessions (default
 #      298: 80 % of the 2-thread N_max 372 of docs/results/hot-path.md), nominal pacing, a 2 s
 #      playout buffer, for 360 s; 20 s in, the same ladder of a second upload; the bench's
@@ -62,25 +63,34 @@ upload() { # NAME: the server makes the ladder of an upload; the CLI's words in 
 }
 job_seconds() { grep -o 'in [0-9.]* s (ladder job' "$OUT/$1.txt" | awk '{print $2}'; }
 
-log "idle: the server's ladder job"
-upload idle
-log "idle: the same ffmpeg alone"
-# Its input is the upload (the job's spooled copy is gone: the same file), its outputs go where
-# the job's did (the work directory, removed after).
-python3 - "$OUT/idle.cmdline" "$OUT/src1080.mp4" > "$OUT/alone.cmdline" <<'EOF'
+PAIRS=${PAIRS:-3}
+jobs=()
+alones=()
+for i in $(seq "$PAIRS"); do
+  log "idle: the server's ladder job ($i of $PAIRS)"
+  upload "idle$i"
+  log "idle: the same ffmpeg alone ($i of $PAIRS)"
+  # Its input is the upload (the job's spooled copy is gone: the same file), its outputs go
+  # where the job's did (the work directory, removed after).
+  python3 - "$OUT/idle$i.cmdline" "$OUT/src1080.mp4" > "$OUT/alone.cmdline" <<'EOF'
 import sys
 args = open(sys.argv[1], "rb").read().split(b"\0")[:-1]
 args[args.index(b"-i") + 1] = sys.argv[2].encode()
 sys.stdout.buffer.write(b"\0".join(args) + b"\0")
 EOF
-work=$(tr '\0' '\n' < "$OUT/alone.cmdline" | grep -m1 '/\.transcode-' | xargs dirname)
-mkdir -p "$work"
-t0=$(date +%s.%N)
-xargs -0 -a "$OUT/alone.cmdline" sh -c 'exec "$@" > /dev/null' ffmpeg
-t1=$(date +%s.%N)
-rm -rf "$work"
-alone=$(echo "$t1 - $t0" | bc)
-job=$(job_seconds idle)
+  work=$(tr '\0' '\n' < "$OUT/alone.cmdline" | grep -m1 '/\.transcode-' | xargs dirname)
+  mkdir -p "$work"
+  t0=$(date +%s.%N)
+  xargs -0 -a "$OUT/alone.cmdline" sh -c 'exec "$@" > /dev/null' ffmpeg
+  t1=$(date +%s.%N)
+  rm -rf "$work"
+  alones+=("$(echo "$t1 - $t0" | bc)")
+  jobs+=("$(job_seconds "idle$i")")
+done
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+alone=$(median "${alones[@]}")
+job=$(median "${jobs[@]}")
+log "idle: jobs ${jobs[*]} s, ffmpeg alone ${alones[*]} s"
 
 log "loaded: $CLIENTS players of vbr60 for 360 s, the ladder of a second upload 20 s in"
 "$BIN" bench "rtsp://$RTSP/vbr60" --out "$OUT/loaded" --clients "$CLIENTS" --duration 360 \
@@ -96,7 +106,8 @@ import json, sys
 out, alone, job, loaded, clients = sys.argv[1:]
 r = json.load(open(f"{out}/loaded/report.json"))
 s = r["sessions_summary"]
-print(f"- idle: the server's job {float(job):.1f} s, the same ffmpeg alone {float(alone):.1f} s: "
+print(f"- idle, medians of the pairs: the server's job {float(job):.1f} s, the same ffmpeg alone "
+      f"{float(alone):.1f} s: "
       f"**{float(job) / float(alone):.3f}x**")
 print(f"- loaded, {clients} players of vbr60 for 360 s: the job {float(loaded):.1f} s; the players: "
       f"{s['count']} sessions, **{s['starvations']} starvations**, {s['lost']} packets lost, "

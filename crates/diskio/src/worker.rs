@@ -858,22 +858,31 @@ mod tests {
         assert_eq!(nrt, (0..5).collect::<Vec<_>>());
     }
 
-    /// On an emulated slow disk with an endless NRT backlog, while a stream reads it, NRT work
-    /// gets its share of the disk's time (measured over whole windows), not more.
-    #[test]
-    fn nrt_share_is_respected() {
+    /// A worker on an emulated slow disk (about 10 ms per IO: latency mean 6 ms plus 4 ms of
+    /// transfer) with NRT share `share` over 250 ms windows and 1000 NRT reads of block `k`
+    /// queued; the temporary directory must outlive it.
+    fn nrt_backlog(
+        share: f64,
+    ) -> (tempfile::TempDir, IoWorker, Receiver<IoDone>, BlockKey, Duration) {
         let dir = tempfile::tempdir().unwrap();
         let disk = Arc::new(DiskDir::create(dir.path(), 5, DiskId(0)).unwrap());
         let k = key(1, 0);
         disk.write_block(k, &encode_block(k, 2)).unwrap();
-        // About 10 ms per IO (latency mean 6 ms plus 4 ms of transfer).
         disk.set_model(Some(DiskModel { mean_seek: Duration::from_millis(6), rate: 1 << 20 }));
         let window = Duration::from_millis(250);
-        let share = 0.25;
         let (w, rx) = channel_worker(&disk, IoConfig { nrt_share: share, nrt_window: window });
         for tag in 0..1000 {
             w.submit(IoCommand::NrtRead { key: k, tag });
         }
+        (dir, w, rx, k, window)
+    }
+
+    /// On an emulated slow disk with an endless NRT backlog, while a stream reads it, NRT work
+    /// gets its share of the disk's time (measured over whole windows), not more.
+    #[test]
+    fn nrt_share_is_respected() {
+        let share = 0.25;
+        let (_dir, w, rx, k, window) = nrt_backlog(share);
         let start = Instant::now();
         let run = window * 8;
         // A stream's real-time reads, one every 50 ms (a fifth of the disk).
@@ -924,16 +933,7 @@ mod tests {
     /// With no stream reading the disk, NRT work is not held to its share: the disk is its own.
     #[test]
     fn nrt_work_takes_an_idle_disk_whole() {
-        let dir = tempfile::tempdir().unwrap();
-        let disk = Arc::new(DiskDir::create(dir.path(), 5, DiskId(0)).unwrap());
-        let k = key(1, 0);
-        disk.write_block(k, &encode_block(k, 2)).unwrap();
-        disk.set_model(Some(DiskModel { mean_seek: Duration::from_millis(6), rate: 1 << 20 }));
-        let window = Duration::from_millis(250);
-        let (w, rx) = channel_worker(&disk, IoConfig { nrt_share: 0.25, nrt_window: window });
-        for tag in 0..1000 {
-            w.submit(IoCommand::NrtRead { key: k, tag });
-        }
+        let (_dir, w, rx, _, window) = nrt_backlog(0.25);
         let start = Instant::now();
         while start.elapsed() < window * 4 {
             let _ = rx.recv_timeout(Duration::from_millis(50));

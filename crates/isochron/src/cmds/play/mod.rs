@@ -98,29 +98,11 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
     drop(out);
     let (bye_reason, lost) = match &played {
         Played::Mp2t(summary) => {
-            if a.json {
-                let mut v = serde_json::to_value(summary)?;
-                v["url"] = a.url.clone().into();
-                v["transport"] = a.transport.as_str().into();
-                v["buffer_ms"] = a.buffer_ms.into();
-                println!("{v}");
-            } else {
-                eprintln!("isochron play {} over {}", a.url, a.transport.as_str());
-                eprint!("{summary}");
-            }
+            report(&a, summary)?;
             (summary.bye_reason.clone(), summary.lost)
         }
         Played::Native(summary) => {
-            if a.json {
-                let mut v = serde_json::to_value(summary)?;
-                v["url"] = a.url.clone().into();
-                v["transport"] = a.transport.as_str().into();
-                v["buffer_ms"] = a.buffer_ms.into();
-                println!("{v}");
-            } else {
-                eprintln!("isochron play {} over {}", a.url, a.transport.as_str());
-                eprint!("{summary}");
-            }
+            report(&a, summary)?;
             (summary.bye_reason.clone(), summary.lost())
         }
     };
@@ -134,6 +116,21 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
         None => Ok(ExitCode::SUCCESS),
         Some(why) => Err(why),
     }
+}
+
+/// Prints `summary`: one JSON object on stdout with `--json`, else a table on stderr.
+fn report<S: serde::Serialize + std::fmt::Display>(a: &Args, summary: &S) -> anyhow::Result<()> {
+    if a.json {
+        let mut v = serde_json::to_value(summary)?;
+        v["url"] = a.url.clone().into();
+        v["transport"] = a.transport.as_str().into();
+        v["buffer_ms"] = a.buffer_ms.into();
+        println!("{v}");
+    } else {
+        eprintln!("isochron play {} over {}", a.url, a.transport.as_str());
+        eprint!("{summary}");
+    }
+    Ok(())
 }
 
 /// The session: RTSP up to PLAY (errors are RTSP refusals or a dead server), then packets
