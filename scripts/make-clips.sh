@@ -4,10 +4,11 @@
 #   vbr60.ts   60 s 1280×720, VBR: mean ≈ 5.6 Mb/s, ≈ 8.65 Mb/s over its heaviest 20 s (35–55 s),
 #              so an N_max trial that stops at 20 s never meets the part that decides it;
 #   hdtv40.ts  30 s 1920×1080, ≈ 40 Mb/s (HDTV contribution class);
-#   uhd400.ts  20 s 3840×2160 intra-only, ≈ 400 Mb/s or more (CineGrid class).
+#   uhd400.ts  20 s 3840×2160 intra-only, ≈ 400 Mb/s or more (CineGrid class);
+#   src1080.mp4 60 s 1920×1080 H.264 with grain and AAC, 10 Mb/s: the transcoding benches' source.
 # Usage: scripts/make-clips.sh OUT_DIR [NAME…]   (needs ffmpeg; a few minutes on two cores)
 set -euo pipefail
-out=${1:?usage: $0 OUT_DIR [vbr60|hdtv40|uhd400 …]}
+out=${1:?usage: $0 OUT_DIR [vbr60|hdtv40|uhd400|src1080 …]}
 shift
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(vbr60 hdtv40 uhd400)
@@ -29,6 +30,12 @@ for name in "${names[@]}"; do
       seg "$tmp/c.ts" 55 5 3.72M 4
       printf "file '%s'\n" "$tmp/a.ts" "$tmp/b.ts" "$tmp/c.ts" > "$tmp/list"
       ffmpeg -loglevel error -y -f concat -safe 0 -i "$tmp/list" -c copy -f mpegts "$out/vbr60.ts"
+      ;;
+    src1080)
+      ffmpeg -nostdin -v error -y -f lavfi -i "testsrc2=size=1920x1080:rate=25,noise=alls=8:allf=t" \
+        -f lavfi -i sine=frequency=440:sample_rate=48000 -ac 2 -t 60 -c:v libx264 \
+        -preset ultrafast -b:v 10M -maxrate 12M -bufsize 20M -g 50 -pix_fmt yuv420p -c:a aac \
+        -b:a 128k -movflags +faststart "$out/src1080.mp4"
       ;;
     hdtv40)
       ffmpeg -loglevel error -y -f lavfi -i "testsrc2=size=1920x1080:rate=30,noise=alls=10:allf=t" \

@@ -28,13 +28,7 @@ HTTP=127.0.0.1:19780
 log() { echo "[$(date +%T)] $*" | tee -a "$OUT/log.txt" >&2; }
 
 [ -s "$CLIPS/vbr60.ts" ] || scripts/make-clips.sh "$CLIPS" vbr60
-if [ ! -s "$OUT/src1080.mp4" ]; then
-  log "the 60 s 1080p source"
-  ffmpeg -nostdin -v error -y -f lavfi -i "testsrc2=size=1920x1080:rate=25,noise=alls=8:allf=t" \
-    -f lavfi -i sine=frequency=440:sample_rate=48000 -ac 2 -t 60 -c:v libx264 -preset ultrafast \
-    -b:v 10M -maxrate 12M -bufsize 20M -g 50 -pix_fmt yuv420p -c:a aac -b:a 128k \
-    -movflags +faststart "$OUT/src1080.mp4"
-fi
+[ -s "$OUT/src1080.mp4" ] || { log "the 60 s 1080p source"; scripts/make-clips.sh "$OUT" src1080; }
 rm -rf "$STORE"
 "$BIN" ingest --data "$STORE" "$CLIPS/vbr60.ts" > /dev/null
 

@@ -24,13 +24,7 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2> /dev/null || true; done; }
 trap cleanup EXIT
 
-if [ ! -s "$OUT/src1080.mp4" ]; then
-  log "the 60 s 1080p source"
-  ffmpeg -nostdin -v error -y -f lavfi -i "testsrc2=size=1920x1080:rate=25,noise=alls=8:allf=t" \
-    -f lavfi -i sine=frequency=440:sample_rate=48000 -ac 2 -t 60 -c:v libx264 -preset ultrafast \
-    -b:v 10M -maxrate 12M -bufsize 20M -g 50 -pix_fmt yuv420p -c:a aac -b:a 128k \
-    -movflags +faststart "$OUT/src1080.mp4"
-fi
+[ -s "$OUT/src1080.mp4" ] || { log "the 60 s 1080p source"; scripts/make-clips.sh "$OUT" src1080; }
 
 children_cpu() { # PID: CPU seconds of its reaped children (cutime + cstime)
   awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); print ($14 + $15) / hz }' "/proc/$1/stat"
