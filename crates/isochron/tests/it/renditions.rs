@@ -379,9 +379,9 @@ fn a_ladder_the_file_cannot_give_is_refused_naming_file_and_rung_and_nothing_is_
 /// hls.js in headless Chromium, in a network namespace behind a link shaped 8 Mb/s → 1 Mb/s →
 /// 8 Mb/s, plays a two-rung ladder (360p at 1.5 Mb/s, 240p at 400 kb/s: cheap to encode, and
 /// on either side of the narrow link) to its end: it switches down when the link narrows,
-/// plays on with no stall over a second, and switches back up when it widens. The page keeps
-/// 15 s buffered (with hls.js's default of 30 s, most of the clip would be loaded before the
-/// link widens again) and the segments are 2 s long (one key frame each).
+/// plays on with no stall over a second and no segment skipped, and switches back up when it
+/// widens. The page keeps 15 s buffered (with hls.js's default of 30 s, most of the clip would
+/// be loaded before the link widens again) and the segments are 2 s long (one key frame each).
 #[test]
 fn the_browser_adapts_to_a_link_that_narrows_and_widens() {
     browser_adapts("hls");
@@ -450,6 +450,13 @@ fn browser_adapts(player: &str) {
     assert!(heights[low..].contains(&360), "never switched back up: {heights:?}");
     for s in v["stalls"].as_array().unwrap() {
         assert!(s["seconds"].as_f64().unwrap() <= 1.0, "a stall over 1 s: {report}");
+    }
+    // Every segment played: the player never jumped a gap in its buffer (a segment it gave up on
+    // and never loaded again). A jump reads from the last position the page saw, up to 250 ms
+    // before it.
+    for j in v["jumps"].as_array().unwrap() {
+        let skipped = j["to"].as_f64().unwrap() - j["from"].as_f64().unwrap();
+        assert!(skipped.abs() < 0.5, "jumped {skipped:.1} s of media: {report}");
     }
     server.stop();
 }
