@@ -218,10 +218,20 @@ impl Client {
     }
 
     /// Asks the server to pace the session at `pace` (MTFC, Yima §2.5: RTSP `SET_PARAMETER` with
-    /// `x-isochron-rate`); `Ok(false)` if the server refused it.
-    pub async fn set_rate(&mut self, pace: isochron_base::Pace) -> anyhow::Result<bool> {
+    /// `x-isochron-rate`), saying how full the player's buffer is (`x-isochron-buffer`) if
+    /// `buffer`; `Ok(false)` if the server refused it.
+    pub async fn set_rate(
+        &mut self,
+        pace: isochron_base::Pace,
+        buffer: Option<isochron_rtsp::server::BufferLevel>,
+    ) -> anyhow::Result<bool> {
+        use isochron_rtsp::server::{BUFFER_PARAMETER, RATE_PARAMETER};
         let url = self.aggregate_url();
-        let body = format!("{}: {pace}\r\n", isochron_rtsp::server::RATE_PARAMETER);
+        let mut body = format!("{RATE_PARAMETER}: {pace}\r\n");
+        if let Some(b) = buffer {
+            let (level, depth) = (b.level.as_secs_f64(), b.depth.as_secs_f64());
+            body += &format!("{BUFFER_PARAMETER}: {level:.3}/{depth:.3}\r\n");
+        }
         let r = self
             .request_with_body("SET_PARAMETER", &url, &[("Content-Type", "text/parameters")], &body)
             .await

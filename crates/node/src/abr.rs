@@ -21,6 +21,13 @@
 //! waits before it arrives: the queue a receiver report's round trip would show.
 //! [`QueueDelay`] makes that a report of the same kind, judged by the same [`Chooser`].
 //!
+//! isochron's own players say more: with MTFC (`docs/design/mtfc.md`) each rate request
+//! carries the player's buffer — the media it holds and the depth it plays at
+//! ([`Chooser::handle_buffer`]). What the receiver reports show of the path, the buffer shows of
+//! its outcome, whatever the cause (a path, a slow node, a relay): one under a quarter of its
+//! depth and falling steps down at once, and one under half its depth keeps every report from
+//! counting as clean, so no step up is made into a draining buffer.
+//!
 //! It decides only *which* rung; the node core carries a switch out at the next key frame the
 //! renditions share (`docs/design/renditions.md`, *Switching over RTSP*).
 
@@ -108,6 +115,17 @@ impl Default for AbrConfig {
     }
 }
 
+/// What one piece of feedback says of the rung playing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    /// It does not fit: step down.
+    Down,
+    /// Neither: no step down, and the wait for a step up starts again.
+    Unclear,
+    /// It fits with room to spare.
+    Clean,
+}
+
 /// One session's choice of rung (0 is the highest), from its receiver reports.
 #[derive(Clone, Debug)]
 pub struct Chooser {
@@ -116,6 +134,10 @@ pub struct Chooser {
     current: usize,
     /// The rung a switch was decided to and not yet carried out.
     pending: Option<usize>,
+    /// The player's buffer as it last reported it (MTFC), if it does.
+    buffer: Option<Duration>,
+    /// That buffer is under half its depth: nothing is clean.
+    buffer_low: bool,
     min_rtt: Option<Duration>,
     clean_since: Option<Instant>,
     switched_at: Option<Instant>,
@@ -133,6 +155,8 @@ impl Chooser {
             rungs,
             current,
             pending: None,
+            buffer: None,
+            buffer_low: false,
             min_rtt: None,
             clean_since: None,
             switched_at: None,
@@ -161,35 +185,79 @@ impl Chooser {
             self.min_rtt = Some(min);
             rtt.saturating_sub(min)
         });
+        let loss = f64::from(fb.fraction_lost) / 256.0;
+        let verdict =
+            if loss > self.config.down_loss || queue.is_some_and(|q| q > self.config.down_delay) {
+                Verdict::Down
+            } else if loss <= self.config.clean_loss
+                && queue.is_none_or(|q| q <= self.config.down_delay / 4)
+                && !self.buffer_low
+            {
+                Verdict::Clean
+            } else {
+                Verdict::Unclear
+            };
+        self.judge(now, verdict)
+    }
+
+    /// The player reported at `now` that it holds `level` of media and plays at a depth of
+    /// `depth` (MTFC). Under a quarter of the depth and lower than its last report (draining,
+    /// not refilling after a stall or a seek): step down. Under half: nothing is clean until a
+    /// report over half. Returns the rung to switch to, as [`Chooser::handle_report`] does.
+    pub fn handle_buffer(
+        &mut self,
+        now: Instant,
+        level: Duration,
+        depth: Duration,
+    ) -> Option<usize> {
+        let falling = self.buffer.is_some_and(|last| level < last);
+        self.buffer = Some(level);
+        self.buffer_low = level < depth / 2;
+        let verdict = if level < depth / 4 && falling {
+            Verdict::Down
+        } else if self.buffer_low {
+            Verdict::Unclear
+        } else {
+            Verdict::Clean
+        };
+        self.judge(now, verdict)
+    }
+
+    /// Acts on one verdict: down at once, up after `up_after` of clean ones.
+    fn judge(&mut self, now: Instant, verdict: Verdict) -> Option<usize> {
         if self.pending.is_some() {
             return None;
         }
         if self.switched_at.is_some_and(|t| now < t + self.config.settle) {
             return None;
         }
-        let loss = f64::from(fb.fraction_lost) / 256.0;
-        if loss > self.config.down_loss || queue.is_some_and(|q| q > self.config.down_delay) {
-            self.clean_since = None;
-            if self.last_up.is_some_and(|t| now < t + self.config.probe) {
-                // The step up did not fit: wait longer before the next.
-                self.up_after = (self.up_after * 2).min(self.config.max_up_after);
-                self.last_up = None;
+        match verdict {
+            Verdict::Down => {
+                self.clean_since = None;
+                if self.last_up.is_some_and(|t| now < t + self.config.probe) {
+                    // The step up did not fit: wait longer before the next.
+                    self.up_after = (self.up_after * 2).min(self.config.max_up_after);
+                    self.last_up = None;
+                }
+                self.decide(self.current + 1 < self.rungs, self.current + 1)
             }
-            return self.decide(self.current + 1 < self.rungs, self.current + 1);
+            Verdict::Unclear => {
+                self.clean_since = None;
+                None
+            }
+            Verdict::Clean => {
+                if self.last_up.is_some_and(|t| now >= t + self.config.probe) {
+                    // The last step up held: the next may come as soon as the first did.
+                    self.last_up = None;
+                    self.up_after = self.config.up_after;
+                }
+                let since = *self.clean_since.get_or_insert(now);
+                self.decide(
+                    self.current > 0 && now >= since + self.up_after,
+                    self.current.wrapping_sub(1),
+                )
+            }
         }
-        let clean =
-            loss <= self.config.clean_loss && queue.is_none_or(|q| q <= self.config.down_delay / 4);
-        if !clean {
-            self.clean_since = None;
-            return None;
-        }
-        if self.last_up.is_some_and(|t| now >= t + self.config.probe) {
-            // The last step up held: the next may come as soon as the first did.
-            self.last_up = None;
-            self.up_after = self.config.up_after;
-        }
-        let since = *self.clean_since.get_or_insert(now);
-        self.decide(self.current > 0 && now >= since + self.up_after, self.current.wrapping_sub(1))
     }
 
     fn decide(&mut self, go: bool, to: usize) -> Option<usize> {
@@ -306,6 +374,29 @@ mod tests {
         assert_eq!(c.handle_report(t0 + S * 2, report(50, 20)), Some(1));
         let mut c = Chooser::new(AbrConfig::default(), 2, 0);
         assert_eq!(run(&mut c, t0, 30, |_, _| report(0, 20)), vec![], "already at the highest");
+    }
+
+    /// MTFC's buffer reports: a buffer falling under a quarter of its depth steps down at once,
+    /// one refilling there does not; under half its depth no receiver report is clean, so no
+    /// step up is made into it.
+    #[test]
+    fn a_draining_buffer_steps_down_and_a_low_one_holds_every_step_up() {
+        let depth = S * 2;
+        let ms = Duration::from_millis;
+        let mut c = Chooser::new(AbrConfig::default(), 3, 1);
+        let t0 = Instant::ZERO;
+        // Refilling after a stall: low, but rising.
+        assert_eq!(c.handle_buffer(t0, ms(300), depth), None);
+        assert_eq!(c.handle_buffer(t0 + S, ms(450), depth), None);
+        // Clean reports for 30 s while the buffer stays under half its depth: no step up.
+        assert_eq!(run(&mut c, t0 + S * 2, 30, |_, _| report(0, 20)), vec![]);
+        // Over half at 32 s: clean from then on, up 10 s later.
+        assert_eq!(c.handle_buffer(t0 + S * 32, ms(1500), depth), None);
+        assert_eq!(run(&mut c, t0 + S * 33, 12, |_, _| report(0, 20)), vec![(9, 0)]);
+        // On rung 0 it drains: under half holds, falling under a quarter steps down.
+        let t = t0 + S * 60;
+        assert_eq!(c.handle_buffer(t, ms(900), depth), None);
+        assert_eq!(c.handle_buffer(t + S, ms(400), depth), Some(1));
     }
 
     /// A step up admission refused keeps the rung and doubles the wait, to the cap.

@@ -333,6 +333,54 @@ fn a_lossy_report_switches_a_ladder_down_at_the_next_seek_point_numbered_on() {
     assert_eq!(play.seq_offsets[0].wrapping_add(150), seq0.wrapping_add(300));
 }
 
+/// With MTFC the session's clock runs at the pace its player asks for, and the player's buffer,
+/// which comes with each request, is feedback too: a session paced at 1.5 from its start
+/// reports, 2 s in, a buffer falling under a quarter of its depth. It switches down at the first
+/// seek point half a second past where its clock is (3 s of media by then: the seek point at
+/// 4 s), not where a clock at its own pace would be (2 s: the one at 3 s).
+#[test]
+fn an_mtfc_paced_session_switches_down_on_its_players_buffer_at_its_own_clocks_seek_point() {
+    let mut n = Node::with(Clip::new(6, |_| Replicas::single(DiskId(0))).with_ladder());
+    n.set_up();
+    let key = n.play_asks_admission();
+    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    let (_, run1) = run_started(&n.outputs()).expect("the run starts");
+    let rate = |n: &mut Node, buffer: &str| {
+        n.cseq += 1;
+        let uri = "rtsp://127.0.0.1:8554/clip";
+        let headers = [("Content-Type", "text/parameters")];
+        let req = request(Method::SetParameter, uri, n.cseq, n.session.as_deref(), &headers)
+            .replace_body(format!("x-isochron-rate: 1.5\r\nx-isochron-buffer: {buffer}\r\n"));
+        n.core.handle_request(
+            n.now,
+            &conn(Ipv4Addr::LOCALHOST),
+            &req.map_body(|b| b.into_bytes()),
+            Ticket(99),
+        );
+        n.outputs()
+    };
+    let stops = |out: &[NodeOutput]| {
+        out.iter()
+            .filter_map(|o| match o {
+                NodeOutput::Send(StreamOp::Stop { run, cutoff, before, .. }) if *run == run1 => {
+                    Some((*cutoff, *before))
+                }
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(status(&rate(&mut n, "1.8/2")), vec![StatusCode::Ok]);
+    // Under half its depth, but not a quarter: nothing yet.
+    n.now = n.now + std::time::Duration::from_secs(1);
+    let out = rate(&mut n, "0.9/2");
+    assert_eq!((status(&out), stops(&out)), (vec![StatusCode::Ok], vec![]), "{out:?}");
+    // Under a quarter and falling: down, before the seek point at 4 s.
+    n.now = n.now + std::time::Duration::from_secs(1);
+    let out = rate(&mut n, "0.4/2");
+    let four = MediaTime::from_nanos(4 * SECOND);
+    assert_eq!(stops(&out), vec![(Some(four), Some(Gsn(400)))], "{out:?}");
+}
+
 /// Over RTSP/TCP the receiver reports come interleaved on the session's own connection: one
 /// there that says the path queues (its round trip 600 ms over the least seen) steps the
 /// ladder down; the same report arriving on another connection, naming this session's SSRC,

@@ -16,11 +16,17 @@
 //! spacing away from it; a change smaller than `ε` of the current rate, or sooner than `g` after
 //! the last one, is not sent (the crossing is then kept pending).
 //!
+//! A request may carry the player's buffer too (`x-isochron-buffer`, [`Mtfc::buffer_level`]):
+//! isochron's server chooses a title's rendition from it (adaptive bit rate).
+//!
 //! Not here: sending, and noticing a server that refuses (the session controller).
 
 use std::time::{Duration, Instant};
 
 use isochron_base::Pace;
+use isochron_rtsp::server::BufferLevel;
+
+use super::playout::PlayState;
 
 /// MTFC parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -106,6 +112,15 @@ impl Mtfc {
         let r = 1.0 + error / c.tau.as_secs_f64().max(1e-3);
         let r = r.clamp(c.min_pace.as_f64(), c.max_pace.as_f64());
         Pace::from_multiplier(r).unwrap_or(Pace::NOMINAL)
+    }
+
+    /// What a request says of the player's buffer in state `state` holding `level`
+    /// (`x-isochron-buffer`): the level against the depth MTFC keeps it at, once the player
+    /// plays. A buffer filling before the first frame (or after a seek) says nothing of the path.
+    #[must_use]
+    pub fn buffer_level(&self, state: PlayState, level: Duration) -> Option<BufferLevel> {
+        matches!(state, PlayState::Playing { .. } | PlayState::Stalled { .. })
+            .then_some(BufferLevel { level, depth: self.config.target })
     }
 
     /// A buffer sample at `now`. Returns the pace to send to the server, if any.

@@ -937,7 +937,7 @@ async fn session(
     };
     counters.open.store(true, Ordering::Relaxed);
     if let Some(p) = settings.force_pace
-        && !client.set_rate(p).await?
+        && !client.set_rate(p, None).await?
     {
         *rate_refused = true;
     }
@@ -974,7 +974,7 @@ async fn session(
                         p = q;
                     }
                     if mtfc_on {
-                        if client.set_rate(p).await? {
+                        if client.set_rate(p, None).await? {
                             counters.rate_changes.fetch_add(1, Ordering::Relaxed);
                         } else {
                             mtfc_on = false;

@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 use isochron_base::Pace;
 use isochron_rtp::RtpHeader;
 use isochron_rtp::rtcp::{RtcpPacket, parse_compound};
+use isochron_rtsp::server::BufferLevel;
 use serde::Serialize;
 
 pub use self::lsn::LsnTracker;
@@ -221,8 +222,9 @@ impl Player {
         self
     }
 
-    /// The pace to ask the server for now, if MTFC wants a change (with [`Self::with_mtfc`]).
-    pub fn poll_rate(&mut self, now: Instant) -> Option<Pace> {
+    /// The pace to ask the server for now, if MTFC wants a change (with [`Self::with_mtfc`]),
+    /// with what to say of the buffer ([`Mtfc::buffer_level`]).
+    pub fn poll_rate(&mut self, now: Instant) -> Option<(Pace, Option<BufferLevel>)> {
         let (m, next) = self.mtfc.as_mut()?;
         let state = self.playout.state();
         if matches!(state, PlayState::Paused | PlayState::Finished) || next.is_some_and(|t| now < t)
@@ -230,9 +232,10 @@ impl Player {
             return None;
         }
         *next = Some(now + MTFC_SAMPLE);
-        let pace = m.handle_level(now, self.playout.level(now))?;
+        let level = self.playout.level(now);
+        let pace = m.handle_level(now, level)?;
         self.rate_requests += 1;
-        Some(pace)
+        Some((pace, m.buffer_level(state, level)))
     }
 
     /// The player also finds lost packets and says whom to ask for them

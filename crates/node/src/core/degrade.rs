@@ -93,7 +93,7 @@ impl NodeCore {
             else {
                 continue;
             };
-            self.switch(now, victim, to);
+            self.switch(now, victim, to, "degrade");
             if matches!(
                 self.origins.get(&victim).map(|o| &o.waiting),
                 Some(Some(Waiting::Switch { .. }))

@@ -45,8 +45,8 @@ use isochron_pacing::rtx::RtxSetup;
 use isochron_rtsp::rtsp_types::{HeaderName, Method, Request};
 use isochron_rtsp::sdp::RTX_PAYLOAD_TYPE;
 use isochron_rtsp::server::{
-    ConnId, ConnInfo, Event, Handled, PauseAction, PlayAction, PlayOutcome, PlayStart, Position,
-    RateAction, Rates, ServerCore, SessionTransport,
+    BufferLevel, ConnId, ConnInfo, Event, Handled, PauseAction, PlayAction, PlayOutcome, PlayStart,
+    Position, RateAction, Rates, ServerCore, SessionTransport,
 };
 use isochron_sched::{Anchor, Decision, OpenStream, ReadOp};
 use isochron_store::Epoch;
@@ -117,8 +117,10 @@ struct Origin {
     run: RunId,
     running: bool,
     run_start: Position,
-    /// When the current run was started (its clock is pinned a moment later).
-    run_began: Instant,
+    /// The current run's media clock, as its pacer runs it.
+    clock: RunClock,
+    /// The current run's `Speed` (RFC 2326 §12.35), if its PLAY had one.
+    speed: Option<Pace>,
     /// Where the current run stops, if its PLAY gave a range end before the end of media.
     run_end: Option<MediaTime>,
     /// Each track's sequence offset in the current run.
@@ -150,7 +152,8 @@ impl Origin {
             run: RunId(0),
             running: false,
             run_start: Position::START,
-            run_began: Instant::ZERO,
+            clock: RunClock { wall: Instant::ZERO, media: MediaTime::ZERO, pace },
+            speed: None,
             run_end: None,
             seq_offsets: Vec::new(),
             next_seqs: None,
@@ -162,10 +165,10 @@ impl Origin {
         }
     }
 
-    /// Whether a switch of rendition can be made now: a run plays at its own pace (not trick
-    /// play, not a `Speed` or MTFC pace) and no request or switch is under way.
+    /// Whether a switch of rendition can be made now: a run plays (not trick play) and no
+    /// request or switch is under way.
     fn can_switch(&self) -> bool {
-        self.running && !self.trick && self.pace == Pace::NOMINAL && self.waiting.is_none()
+        self.running && !self.trick && self.waiting.is_none()
     }
 
     /// A switch of rendition decided is not carried out (a PLAY or PAUSE took its place, the
@@ -175,6 +178,30 @@ impl Origin {
             let current = abr.chooser.current();
             abr.chooser.handle_switched(now, current);
         }
+    }
+}
+
+/// Where a run's media clock stood at an instant, and the pace it has run at since (its own,
+/// a `Speed`, an MTFC rate): the session's position at any later instant. The pacer anchors
+/// the run a moment after it is started or re-paced here, so the position this gives is ahead
+/// of the truth when the pace rises and behind it by that moment's worth of the change when it
+/// falls: milliseconds.
+#[derive(Clone, Copy, Debug)]
+struct RunClock {
+    wall: Instant,
+    media: MediaTime,
+    pace: Pace,
+}
+
+impl RunClock {
+    /// The media time at `now`.
+    fn media_at(self, now: Instant) -> MediaTime {
+        self.media + self.pace.media_span(now.saturating_duration_since(self.wall))
+    }
+
+    /// The same clock run at `pace` from `now` on.
+    fn repaced(self, now: Instant, pace: Pace) -> Self {
+        Self { wall: now, media: self.media_at(now), pace }
     }
 }
 
@@ -327,7 +354,7 @@ impl NodeCore {
             self.rtsp.handle_rtcp(now, ssrc);
         }
         for fb in reports {
-            self.feedback(now, *fb);
+            self.feedback(now, *fb, "a receiver report");
         }
         self.drive(now);
     }
@@ -345,7 +372,7 @@ impl NodeCore {
         self.rtsp.handle_interleaved_rtcp(now, conn, channel);
         for fb in reports {
             if self.rtsp.ssrc_is_on(fb.ssrc, conn) {
-                self.feedback(now, *fb);
+                self.feedback(now, *fb, "a receiver report");
             }
         }
         self.drive(now);
@@ -356,7 +383,8 @@ impl NodeCore {
     /// report's round trip would show it (RTSP/TCP players may send no report).
     pub fn handle_conn_queue(&mut self, now: Instant, conn: ConnId, delay: Duration) {
         for ssrc in self.rtsp.ssrcs_on(conn) {
-            self.feedback(now, ReceiverFeedback { ssrc, fraction_lost: 0, rtt: Some(delay) });
+            let fb = ReceiverFeedback { ssrc, fraction_lost: 0, rtt: Some(delay) };
+            self.feedback(now, fb, "the connection's queue");
         }
         self.drive(now);
     }

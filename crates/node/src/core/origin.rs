@@ -4,8 +4,8 @@
 use super::{
     Arc, ConnId, Delivery, Dest, HeaderName, Instant, MediaTime, Method, NodeCore, NodeOutput,
     Origin, Pace, PauseAction, PlayAction, PlayOutcome, PlayStart, Position, RateAction, Rates,
-    Request, RunReport, RunRequest, RunTracks, SessionEvent, SessionTransport, ShareKey, StartSpec,
-    StopKind, StreamId, StreamOp, Ticket, TrackSeqs, TrackSpec, Waiting, open_spec,
+    Request, RunClock, RunReport, RunRequest, RunTracks, SessionEvent, SessionTransport, ShareKey,
+    StartSpec, StopKind, StreamId, StreamOp, Ticket, TrackSeqs, TrackSpec, Waiting, open_spec,
 };
 use std::time::Duration;
 use tracing::{debug, info, warn};
@@ -192,7 +192,8 @@ impl NodeCore {
         o.run = o.run.next();
         o.running = true;
         o.run_start = start;
-        o.run_began = now;
+        o.clock = RunClock { wall: now, media: start.time, pace: run_pace };
+        o.speed = speed;
         o.seq_offsets.clone_from(&seq_offsets);
         let run = o.run;
         let end = req.end;
@@ -256,11 +257,17 @@ impl NodeCore {
         let applied = self.cluster.pace(now, action.stream, action.pace).unwrap_or(action.pace);
         if let Some(o) = self.origins.get_mut(&action.stream) {
             o.pace = applied;
+            if o.running {
+                o.clock = o.clock.repaced(now, applied);
+            }
         } else {
             // Before the first PLAY: kept with the session until it opens.
             self.pending_pace(action.stream, applied);
         }
-        debug!(stream = %action.stream, pace = %applied, "rate change");
+        debug!(stream = %action.stream, pace = %applied, buffer = ?action.buffer, "rate change");
+        if let Some(buffer) = action.buffer {
+            self.buffer_report(now, action.stream, buffer);
+        }
         self.rtsp.finish_rate(now, action, applied)
     }
 

@@ -14,8 +14,9 @@
 //! then starts a run there, numbered on from where the last one stopped, as a seek does.
 
 use super::{
-    Abr, AbrConfig, Arc, Chooser, Instant, MediaTime, NodeCore, ObjectEntry, OpenSpec, PlayAction,
-    PlayStart, Position, ReceiverFeedback, RunRequest, StopKind, StreamId, Waiting, open_spec,
+    Abr, AbrConfig, Arc, BufferLevel, Chooser, Instant, MediaTime, NodeCore, ObjectEntry, OpenSpec,
+    PlayAction, PlayStart, Position, ReceiverFeedback, RunRequest, StopKind, StreamId, Waiting,
+    open_spec,
 };
 use std::time::Duration;
 use tracing::{info, warn};
@@ -37,33 +38,51 @@ impl NodeCore {
         })
     }
 
-    /// A receiver report on one of our streams: the session playing a ladder may switch.
-    pub(super) fn feedback(&mut self, now: Instant, fb: ReceiverFeedback) {
+    /// A receiver report on one of our streams (or what stands for one, `why`): the session
+    /// playing a ladder may switch.
+    pub(super) fn feedback(&mut self, now: Instant, fb: ReceiverFeedback, why: &'static str) {
         let Some(stream) = self.rtsp.stream_of_ssrc(fb.ssrc) else { return };
+        self.judge(now, stream, why, |c| c.handle_report(now, fb));
+    }
+
+    /// The player of `stream` reported its buffer with a rate request (MTFC): the session
+    /// playing a ladder may switch.
+    pub(super) fn buffer_report(&mut self, now: Instant, stream: StreamId, b: BufferLevel) {
+        self.judge(now, stream, "the player's buffer", |c| c.handle_buffer(now, b.level, b.depth));
+    }
+
+    /// Hands `stream`'s chooser one piece of feedback (`judge`, from `why`), and switches as it
+    /// decides.
+    fn judge(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        why: &'static str,
+        judge: impl FnOnce(&mut Chooser) -> Option<usize>,
+    ) {
         let Some(o) = self.origins.get_mut(&stream) else { return };
-        // Judged only while a run plays at its own pace to its end: not a range the client
-        // asked to stop at either.
+        // Judged only while a run plays to its end: not a range the client asked to stop at.
         if !o.can_switch() || o.run_end.is_some() {
             return;
         }
         let Some(abr) = o.abr.as_mut() else { return };
-        let Some(to) = abr.chooser.handle_report(now, fb) else { return };
+        let Some(to) = judge(&mut abr.chooser) else { return };
         if to < abr.chooser.current() && !self.room_wanted.is_empty() {
             // PLAYs wait for room (degrade): no step up takes it from them.
             self.refuse_step_up(now, stream);
             return;
         }
-        self.switch(now, stream, to);
+        self.switch(now, stream, to, why);
     }
 
-    /// Starts the switch of `stream` to rung `to` at the next key frame far enough ahead.
-    pub(super) fn switch(&mut self, now: Instant, stream: StreamId, to: usize) {
+    /// Starts the switch of `stream` to rung `to` at the next key frame far enough ahead
+    /// (decided on `why`).
+    pub(super) fn switch(&mut self, now: Instant, stream: StreamId, to: usize, why: &str) {
         let Some(o) = self.origins.get_mut(&stream) else { return };
         let Some(abr) = o.abr.as_mut() else { return };
         let from = abr.chooser.current();
-        // Where the session is: its run's start plus the time since. Its clock is pinned a
-        // moment after the run began, so this is ahead of the truth, never behind.
-        let media_now = o.run_start.time + now.saturating_duration_since(o.run_began);
+        // Where the session is, by its run's clock (at whatever pace it runs).
+        let media_now = o.clock.media_at(now);
         let earliest = media_now + SWITCH_LEAD;
         let key = o.entry.record.seek_points.iter().find(|p| p.time >= earliest).copied();
         let (Some(key), Some(target)) = (key, abr.ladder.get(to)) else {
@@ -72,11 +91,12 @@ impl NodeCore {
             return;
         };
         let at = key.time;
-        info!(%stream, from = %o.entry.record.name, to = %target.record.name, %at, "switching rendition");
+        info!(%stream, from = %o.entry.record.name, to = %target.record.name, %at, on = why, "switching rendition");
         o.waiting = Some(Waiting::Switch { to, at });
         // Due when the session reaches it: after `at - media_now` by the estimate, which is
         // ahead of the truth by the time the clock took to be pinned (a second is plenty).
-        let due = at.saturating_duration_since(media_now) + Duration::from_secs(1);
+        let due = o.clock.pace.wall_span(at.saturating_duration_since(media_now))
+            + Duration::from_secs(1);
         // The key frame's packets are sent ahead of its presentation time (decode order): the
         // stop is before its first packet, and reported once its time has come.
         let stop = StopKind::At { cutoff: at, before: key.gsn, due };
@@ -203,7 +223,7 @@ impl NodeCore {
         if paused {
             return;
         }
-        let req = RunRequest { start: PlayStart::Seek(at), end, scale: None, speed: None };
+        let req = RunRequest { start: PlayStart::Seek(at), end, scale: None, speed: o.speed };
         if let Err(reason) = self.begin_run(now, stream, req) {
             warn!(%stream, %reason, "switching rendition: the run could not start");
         }

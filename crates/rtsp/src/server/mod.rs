@@ -70,7 +70,8 @@
 //!   `Content-Type: text/parameters` with the line `x-isochron-rate: 1.05` (a multiplier of the
 //!   session's nominal pace, 0.1 to 10) → [`Handled::Rate`], answered by
 //!   [`ServerCore::finish_rate`] with 200 and the pace applied, echoed in the same form. A value
-//!   that is not a number in range → 400; without `Session` → 455.
+//!   that is not a number in range → 400; without `Session` → 455. The player may add its
+//!   buffer (`x-isochron-buffer: 0.42/2`, [`BUFFER_PARAMETER`]), which adaptive bit rate reads.
 //! - PLAY, PAUSE and TEARDOWN without `Session` → 455 (Appendix A.2: not valid in Init). With
 //!   a `Session` that is not live → 454 (OPTIONS and GET/SET_PARAMETER included, so a
 //!   keep-alive on an expired session is told so).
@@ -343,6 +344,20 @@ pub enum Handled {
 /// The name of isochron's MTFC rate parameter in a `text/parameters` SET_PARAMETER body.
 pub const RATE_PARAMETER: &str = "x-isochron-rate";
 
+/// The name of the parameter that may come with [`RATE_PARAMETER`]: the player's buffer, as
+/// `LEVEL/DEPTH` in seconds (`x-isochron-buffer: 0.42/2`: 0.42 s of media held by a player
+/// that plays 2 s behind what it receives).
+pub const BUFFER_PARAMETER: &str = "x-isochron-buffer";
+
+/// A player's buffer, as it reports it with a rate request ([`BUFFER_PARAMETER`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufferLevel {
+    /// The media it holds, not yet played.
+    pub level: Duration,
+    /// The depth it plays at: what it holds when all is well.
+    pub depth: Duration,
+}
+
 /// A pace change the data plane must carry out (MTFC, Yima §2.5).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RateAction {
@@ -352,6 +367,8 @@ pub struct RateAction {
     pub stream: StreamId,
     /// The pace asked for.
     pub pace: Pace,
+    /// The player's buffer, if it said.
+    pub buffer: Option<BufferLevel>,
     cseq: String,
 }
 
@@ -911,7 +928,7 @@ impl ServerCore {
                 if req.body().trim_ascii().is_empty() {
                     return respond(self.with_session(self.ok(cseq), session).build(Vec::new()));
                 }
-                let pace = parse_rate_parameter(req.body())?;
+                let (pace, buffer) = parse_rate_parameter(req.body())?;
                 let id = self.require_session(session, "SET_PARAMETER")?;
                 let s = self
                     .sessions
@@ -921,6 +938,7 @@ impl ServerCore {
                     session: id.clone(),
                     stream: s.stream,
                     pace,
+                    buffer,
                     cseq: cseq.to_owned(),
                 }))
             }
@@ -1576,23 +1594,49 @@ fn rendition_query(query: Option<&str>) -> Option<&str> {
     })
 }
 
-/// The pace of a SET_PARAMETER body (`text/parameters`, RFC 2326 §10.9): exactly the
-/// [`RATE_PARAMETER`] line; any other parameter → 451, a bad value → 400.
-fn parse_rate_parameter(body: &[u8]) -> Result<Pace, Refusal> {
+/// The pace of a SET_PARAMETER body (`text/parameters`, RFC 2326 §10.9), and the buffer it
+/// reports: the [`RATE_PARAMETER`] line, and optionally the [`BUFFER_PARAMETER`] one; any other
+/// parameter → 451, a bad value (or a buffer without a rate) → 400.
+fn parse_rate_parameter(body: &[u8]) -> Result<(Pace, Option<BufferLevel>), Refusal> {
     let text = std::str::from_utf8(body).map_err(|_| Refusal::ParameterNotUnderstood)?;
-    let mut pace = None;
+    let (mut pace, mut buffer) = (None, None);
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
         let (name, value) = line.split_once(':').ok_or(Refusal::ParameterNotUnderstood)?;
-        if !name.trim().eq_ignore_ascii_case(RATE_PARAMETER) {
+        let (name, value) = (name.trim(), value.trim());
+        if name.eq_ignore_ascii_case(RATE_PARAMETER) {
+            let p = value.parse::<f64>().ok().and_then(Pace::from_multiplier).ok_or_else(|| {
+                Refusal::BadRequest(format!(
+                    "{RATE_PARAMETER}: {value:?} is not a number in 0.1..=10"
+                ))
+            })?;
+            pace = Some(p);
+        } else if name.eq_ignore_ascii_case(BUFFER_PARAMETER) {
+            buffer = Some(parse_buffer_level(value).ok_or_else(|| {
+                Refusal::BadRequest(format!(
+                    "{BUFFER_PARAMETER}: {value:?} is not LEVEL/DEPTH in seconds (0.42/2)"
+                ))
+            })?);
+        } else {
             return Err(Refusal::ParameterNotUnderstood);
         }
-        let value = value.trim();
-        let p = value.parse::<f64>().ok().and_then(Pace::from_multiplier).ok_or_else(|| {
-            Refusal::BadRequest(format!("{RATE_PARAMETER}: {value:?} is not a number in 0.1..=10"))
-        })?;
-        pace = Some(p);
     }
-    pace.ok_or(Refusal::ParameterNotUnderstood)
+    match (pace, buffer) {
+        (Some(p), b) => Ok((p, b)),
+        (None, Some(_)) => {
+            Err(Refusal::BadRequest(format!("{BUFFER_PARAMETER} comes with {RATE_PARAMETER}")))
+        }
+        (None, None) => Err(Refusal::ParameterNotUnderstood),
+    }
+}
+
+/// `LEVEL/DEPTH`: two finite numbers of seconds, neither negative, the depth under an hour.
+fn parse_buffer_level(value: &str) -> Option<BufferLevel> {
+    let (level, depth) = value.split_once('/')?;
+    let secs = |v: &str| {
+        let s = v.trim().parse::<f64>().ok()?;
+        (s.is_finite() && (0.0..3600.0).contains(&s)).then(|| Duration::from_secs_f64(s))
+    };
+    Some(BufferLevel { level: secs(level)?, depth: secs(depth)? })
 }
 
 #[cfg(test)]

@@ -201,8 +201,8 @@ async fn play(
                 tracing::debug!(%node, error = %e, "NACK not sent");
             }
         }
-        if let Some(pace) = player.poll_rate(now).filter(|_| mtfc_on)
-            && !client.set_rate(pace).await?
+        if let Some((pace, buffer)) = player.poll_rate(now).filter(|_| mtfc_on)
+            && !client.set_rate(pace, buffer).await?
         {
             eprintln!("isochron: warning: the server refused the MTFC rate request; MTFC off");
             mtfc_on = false;

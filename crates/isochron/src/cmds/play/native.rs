@@ -261,9 +261,10 @@ pub(super) async fn play(
             && now >= next_sample
         {
             next_sample = now + Duration::from_millis(100);
-            if let Some(pace) = m.handle_level(now, playout.level(now)) {
+            let level = playout.level(now);
+            if let Some(pace) = m.handle_level(now, level) {
                 summary.rate_requests += 1;
-                if !client.set_rate(pace).await? {
+                if !client.set_rate(pace, m.buffer_level(playout.state(), level)).await? {
                     eprintln!(
                         "isochron: warning: the server refused the MTFC rate request; MTFC off"
                     );
