@@ -21,6 +21,12 @@
 //! waits before it arrives: the queue a receiver report's round trip would show.
 //! [`QueueDelay`] makes that a report of the same kind, judged by the same [`Chooser`].
 //!
+//! A player that asks for lost packets again (generic NACKs, RFC 4585 §6.2.1) counts what
+//! comes back as received: its reports' fraction lost is then what retransmission did not
+//! repair, not what the path dropped. The packets it asked for over the span of sequence numbers
+//! its reports cover ([`Chooser::handle_nack`], [`ReceiverFeedback::highest_seq`]) is the path's
+//! loss, judged as the reported one is (the higher of the two).
+//!
 //! isochron's own players say more: with MTFC (`docs/design/mtfc.md`) each rate request
 //! carries the player's buffer — the media it holds and the depth it plays at
 //! ([`Chooser::handle_buffer`]). What the receiver reports show of the path, the buffer shows of
@@ -31,6 +37,7 @@
 //! It decides only *which* rung; the node core carries a switch out at the next key frame the
 //! renditions share (`docs/design/renditions.md`, *Switching over RTSP*).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use isochron_base::Instant;
@@ -44,6 +51,8 @@ pub struct ReceiverFeedback {
     pub fraction_lost: u8,
     /// The round-trip time its LSR and DLSR give, if it echoed a sender report.
     pub rtt: Option<Duration>,
+    /// The extended highest sequence number received (RFC 3550 §6.4.1), if a report said.
+    pub highest_seq: Option<u32>,
 }
 
 /// The queue ahead of an interleaved client, measured at the server's socket (see the module
@@ -134,6 +143,9 @@ pub struct Chooser {
     current: usize,
     /// The rung a switch was decided to and not yet carried out.
     pending: Option<usize>,
+    /// Per SSRC: the extended highest sequence number its last report gave, and the packets
+    /// its player asked for again since.
+    nacks: BTreeMap<u32, (Option<u32>, u32)>,
     /// The player's buffer as it last reported it (MTFC), if it does.
     buffer: Option<Duration>,
     /// That buffer is under half its depth: nothing is clean.
@@ -155,6 +167,7 @@ impl Chooser {
             rungs,
             current,
             pending: None,
+            nacks: BTreeMap::new(),
             buffer: None,
             buffer_low: false,
             min_rtt: None,
@@ -185,7 +198,15 @@ impl Chooser {
             self.min_rtt = Some(min);
             rtt.saturating_sub(min)
         });
-        let loss = f64::from(fb.fraction_lost) / 256.0;
+        // The packets asked for again over those the report's span covers.
+        let nack_loss = fb.highest_seq.and_then(|highest| {
+            let (last, asked) = self.nacks.entry(fb.ssrc).or_default();
+            let span = last.replace(highest).map(|l| highest.wrapping_sub(l));
+            let asked = std::mem::take(asked);
+            span.filter(|s| (1..1 << 24).contains(s))
+                .map(|s| f64::from(asked.min(s)) / f64::from(s))
+        });
+        let loss = (f64::from(fb.fraction_lost) / 256.0).max(nack_loss.unwrap_or(0.0));
         let verdict =
             if loss > self.config.down_loss || queue.is_some_and(|q| q > self.config.down_delay) {
                 Verdict::Down
@@ -198,6 +219,13 @@ impl Chooser {
                 Verdict::Unclear
             };
         self.judge(now, verdict)
+    }
+
+    /// The player asked for `count` packets of the stream with SSRC `ssrc` again (generic
+    /// NACKs): counted against the span of its next report.
+    pub fn handle_nack(&mut self, ssrc: u32, count: u32) {
+        let (_, asked) = self.nacks.entry(ssrc).or_default();
+        *asked = asked.saturating_add(count);
     }
 
     /// The player reported at `now` that it holds `level` of media and plays at a depth of
@@ -303,6 +331,7 @@ mod tests {
             ssrc: 1,
             fraction_lost: (lost_percent * 256 / 100).min(255) as u8,
             rtt: Some(Duration::from_millis(rtt_ms)),
+            highest_seq: None,
         }
     }
 
@@ -374,6 +403,24 @@ mod tests {
         assert_eq!(c.handle_report(t0 + S * 2, report(50, 20)), Some(1));
         let mut c = Chooser::new(AbrConfig::default(), 2, 0);
         assert_eq!(run(&mut c, t0, 30, |_, _| report(0, 20)), vec![], "already at the highest");
+    }
+
+    /// A player that asks for lost packets again reports the loss retransmission left (here
+    /// none); what it asked for over the span its reports cover is the path's: 10 % steps down,
+    /// 0.5 % does not. Another stream's requests count against that stream's reports.
+    #[test]
+    fn the_packets_asked_for_again_are_loss_too() {
+        let mut c = Chooser::new(AbrConfig::default(), 2, 0);
+        let t0 = Instant::ZERO;
+        let at =
+            |seq| ReceiverFeedback { ssrc: 1, fraction_lost: 0, rtt: None, highest_seq: Some(seq) };
+        assert_eq!(c.handle_report(t0, at(70_000)), None, "no span yet");
+        c.handle_nack(1, 5);
+        c.handle_nack(2, 500);
+        assert_eq!(c.handle_report(t0 + S, at(71_000)), None, "0.5 %");
+        c.handle_nack(1, 60);
+        c.handle_nack(1, 40);
+        assert_eq!(c.handle_report(t0 + S * 2, at(72_000)), Some(1), "10 %");
     }
 
     /// MTFC's buffer reports: a buffer falling under a quarter of its depth steps down at once,

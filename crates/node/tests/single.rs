@@ -290,8 +290,8 @@ fn a_lossy_report_switches_a_ladder_down_at_the_next_seek_point_numbered_on() {
 
     // 2 s in, a report that lost a quarter: stop before the seek point at 3 s (2.5 s or later).
     n.now = n.now + std::time::Duration::from_secs(2);
-    let lossy = ReceiverFeedback { ssrc, fraction_lost: 64, rtt: None };
-    n.core.handle_rtcp(n.now, &[ssrc], &[lossy]);
+    let lossy = ReceiverFeedback { ssrc, fraction_lost: 64, rtt: None, highest_seq: None };
+    n.core.handle_rtcp(n.now, &[ssrc], &[lossy], &[]);
     let out = n.outputs();
     assert!(
         matches!(
@@ -331,6 +331,33 @@ fn a_lossy_report_switches_a_ladder_down_at_the_next_seek_point_numbered_on() {
         .unwrap_or_else(|| panic!("the low rendition's run: {out:?}"));
     assert_eq!((play.start.gsn, play.start.time), (Gsn(150), MediaTime::from_nanos(3 * SECOND)));
     assert_eq!(play.seq_offsets[0].wrapping_add(150), seq0.wrapping_add(300));
+}
+
+/// A player that has lost packets sent again reports no loss, but it asked for a tenth of
+/// what its reports' span covers (generic NACKs): the ladder steps down as on a lossy report.
+#[test]
+fn nacks_for_a_tenth_of_the_packets_switch_a_ladder_down() {
+    let mut n = Node::with(Clip::new(6, |_| Replicas::single(DiskId(0))).with_ladder());
+    n.set_up();
+    let ssrc = n.ssrc.expect("the SETUP's SSRC");
+    let key = n.play_asks_admission();
+    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    let (_, run1) = run_started(&n.outputs()).expect("the run starts");
+    let report =
+        |seq| ReceiverFeedback { ssrc, fraction_lost: 0, rtt: None, highest_seq: Some(seq) };
+    let stopped = |out: &[NodeOutput]| {
+        out.iter()
+            .any(|o| matches!(o, NodeOutput::Send(StreamOp::Stop { run, .. }) if *run == run1))
+    };
+    n.now = n.now + std::time::Duration::from_secs(1);
+    n.core.handle_rtcp(n.now, &[ssrc], &[report(100)], &[]);
+    // A NACK alone, then a report with one: ten packets of the hundred since the last report.
+    n.now = n.now + std::time::Duration::from_secs(1);
+    n.core.handle_rtcp(n.now, &[ssrc], &[], &[(ssrc, 4)]);
+    assert!(!stopped(&n.outputs()), "a NACK alone decides nothing");
+    n.core.handle_rtcp(n.now, &[ssrc], &[report(200)], &[(ssrc, 6)]);
+    let out = n.outputs();
+    assert!(stopped(&out), "{out:?}");
 }
 
 /// With MTFC the session's clock runs at the pace its player asks for, and the player's buffer,
@@ -398,6 +425,7 @@ fn an_interleaved_report_on_the_sessions_own_connection_switches_it_and_none_oth
         ssrc,
         fraction_lost: 0,
         rtt: Some(std::time::Duration::from_millis(ms)),
+        highest_seq: None,
     };
     // The least round trip, then one 600 ms over it: first from a stranger's connection.
     n.now = n.now + std::time::Duration::from_millis(500);
@@ -523,7 +551,8 @@ fn admissions_wait_while_a_step_up_is_decided() {
         for _ in 0..secs {
             n.now = n.now + std::time::Duration::from_secs(1);
             let rtt = Some(std::time::Duration::from_millis(20));
-            n.core.handle_rtcp(n.now, &[ssrc], &[ReceiverFeedback { ssrc, fraction_lost, rtt }]);
+            let fb = ReceiverFeedback { ssrc, fraction_lost, rtt, highest_seq: None };
+            n.core.handle_rtcp(n.now, &[ssrc], &[fb], &[]);
             stop = n.outputs().into_iter().find_map(|o| match o {
                 NodeOutput::Send(StreamOp::Stop { cutoff: Some(c), before: Some(b), .. }) => {
                     Some(Position::at(b, c))

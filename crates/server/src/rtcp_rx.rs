@@ -46,13 +46,16 @@ pub(crate) fn run(
         if media_ssrcs.is_empty() && nacks.is_empty() {
             trace!(%from, "RTCP naming no stream dropped");
         }
+        // How many packets each asks for again: the loss adaptive bit rate judges.
+        let nacked: Vec<(u32, u32)> =
+            nacks.iter().map(|(ssrc, seqs)| (*ssrc, seqs.len() as u32)).collect();
         for (ssrc, seqs) in nacks {
             if sender.send(SenderCommand::Nack { ssrc, seqs }).is_err() {
                 return;
             }
         }
         if !media_ssrcs.is_empty()
-            && sessions.send(SessionCommand::Rtcp { media_ssrcs, reports }).is_err()
+            && sessions.send(SessionCommand::Rtcp { media_ssrcs, reports, nacked }).is_err()
         {
             return;
         }
@@ -103,7 +106,12 @@ fn feedback(b: &ReportBlock, now: u32) -> ReceiverFeedback {
         // A negative round trip (clock steps, a report from before a restart) is no sample.
         (units < 1 << 31).then(|| Duration::from_nanos((u64::from(units) * 1_000_000_000) >> 16))
     });
-    ReceiverFeedback { ssrc: b.ssrc, fraction_lost: b.fraction_lost, rtt: rtt.flatten() }
+    ReceiverFeedback {
+        ssrc: b.ssrc,
+        fraction_lost: b.fraction_lost,
+        rtt: rtt.flatten(),
+        highest_seq: Some(b.highest_seq),
+    }
 }
 
 #[cfg(test)]
@@ -125,7 +133,12 @@ mod tests {
         let fb = feedback(&block(0x1000_0000, 65_536), 0x1000_0000 + 65_536 + 16_384);
         assert_eq!(
             fb,
-            ReceiverFeedback { ssrc: 7, fraction_lost: 13, rtt: Some(Duration::from_millis(250)) }
+            ReceiverFeedback {
+                ssrc: 7,
+                fraction_lost: 13,
+                rtt: Some(Duration::from_millis(250)),
+                highest_seq: Some(0),
+            }
         );
         assert_eq!(feedback(&block(0, 0), 5).rtt, None, "no sender report echoed");
         assert_eq!(feedback(&block(100, 0), 50).rtt, None, "a negative round trip");

@@ -66,6 +66,8 @@ pub enum SessionCommand {
         media_ssrcs: Vec<u32>,
         /// What its reception report blocks say of the path.
         reports: Vec<ReceiverFeedback>,
+        /// How many packets of each stream (SSRC) its generic NACKs ask for again.
+        nacked: Vec<(u32, u32)>,
     },
     /// RTCP arrived interleaved on a connection.
     InterleavedRtcp {
@@ -290,8 +292,8 @@ impl Manager {
                 self.core.handle_conn_closed(now, conn);
                 self.replies.retain(|_, (c, _)| *c != conn);
             }
-            SessionCommand::Rtcp { media_ssrcs, reports } => {
-                self.core.handle_rtcp(now, &media_ssrcs, &reports);
+            SessionCommand::Rtcp { media_ssrcs, reports, nacked } => {
+                self.core.handle_rtcp(now, &media_ssrcs, &reports, &nacked);
             }
             SessionCommand::InterleavedRtcp { conn, channel, reports } => {
                 self.core.handle_interleaved_rtcp(now, conn, channel, &reports);

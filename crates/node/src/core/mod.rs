@@ -348,10 +348,20 @@ impl NodeCore {
 
     /// RTCP arrived on the UDP socket naming these media SSRCs (liveness, RFC 2326 §10.5's
     /// alternative to keep-alive requests), with what its receiver reports say of the path
-    /// (a session playing a ladder may switch rendition on them: [`crate::abr`]).
-    pub fn handle_rtcp(&mut self, now: Instant, media_ssrcs: &[u32], reports: &[ReceiverFeedback]) {
+    /// (a session playing a ladder may switch rendition on them: [`crate::abr`]), and how many
+    /// packets of each stream its generic NACKs ask for again (`nacks`: SSRC, count).
+    pub fn handle_rtcp(
+        &mut self,
+        now: Instant,
+        media_ssrcs: &[u32],
+        reports: &[ReceiverFeedback],
+        nacks: &[(u32, u32)],
+    ) {
         for &ssrc in media_ssrcs {
             self.rtsp.handle_rtcp(now, ssrc);
+        }
+        for &(ssrc, count) in nacks {
+            self.nacked(ssrc, count);
         }
         for fb in reports {
             self.feedback(now, *fb, "a receiver report");
@@ -383,7 +393,8 @@ impl NodeCore {
     /// report's round trip would show it (RTSP/TCP players may send no report).
     pub fn handle_conn_queue(&mut self, now: Instant, conn: ConnId, delay: Duration) {
         for ssrc in self.rtsp.ssrcs_on(conn) {
-            let fb = ReceiverFeedback { ssrc, fraction_lost: 0, rtt: Some(delay) };
+            let fb =
+                ReceiverFeedback { ssrc, fraction_lost: 0, rtt: Some(delay), highest_seq: None };
             self.feedback(now, fb, "the connection's queue");
         }
         self.drive(now);

@@ -45,6 +45,15 @@ impl NodeCore {
         self.judge(now, stream, why, |c| c.handle_report(now, fb));
     }
 
+    /// The player asked for `count` packets of our stream `ssrc` again: the loss its next
+    /// report's span is judged on.
+    pub(super) fn nacked(&mut self, ssrc: u32, count: u32) {
+        let Some(stream) = self.rtsp.stream_of_ssrc(ssrc) else { return };
+        if let Some(abr) = self.origins.get_mut(&stream).and_then(|o| o.abr.as_mut()) {
+            abr.chooser.handle_nack(ssrc, count);
+        }
+    }
+
     /// The player of `stream` reported its buffer with a rate request (MTFC): the session
     /// playing a ladder may switch.
     pub(super) fn buffer_report(&mut self, now: Instant, stream: StreamId, b: BufferLevel) {
