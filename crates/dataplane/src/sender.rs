@@ -124,9 +124,9 @@ pub enum SenderCommand {
         transports: Vec<Option<StreamTransport>>,
         /// The RTCP CNAME to announce.
         cname: String,
-        /// The RFC 4588 RTX stream its player negotiated: retransmissions go out in it (else
-        /// as the packets were first sent).
-        rtx: Option<RtxSetup>,
+        /// The RFC 4588 RTX stream of each track (by index) its player negotiated:
+        /// retransmissions go out in it (else as the packets were first sent).
+        rtx: Vec<Option<RtxSetup>>,
         /// This node is the origin of a relayed session (relay delivery): the stream's packets
         /// come from its own pacer and from the other nodes, and leave resequenced
         /// ([`crate::reseq`]). The nodes' relay addresses, where requests for the holes go.
@@ -229,8 +229,8 @@ struct StreamOut {
     /// By track index; `None` for a track not set up.
     tracks: Vec<Option<TrackOut>>,
     cname: String,
-    /// The RTX stream of track 0 (MP2T) and its next sequence number.
-    rtx: Option<(RtxSetup, u16)>,
+    /// Each track's RTX stream, by index, and its next sequence number.
+    rtx: Vec<Option<(RtxSetup, u16)>>,
     /// The origin's resequencers of a relayed session.
     relay: Option<RelayIn>,
 }
@@ -487,7 +487,7 @@ impl SenderLoop {
         setup: StreamSetup,
         transports: Vec<Option<StreamTransport>>,
         cname: String,
-        rtx: Option<RtxSetup>,
+        rtx: Vec<Option<RtxSetup>>,
         relay: Option<Vec<SocketAddr>>,
     ) {
         let stream = setup.stream;
@@ -504,8 +504,7 @@ impl SenderLoop {
         if udp {
             self.kept.handle_add(stream);
         }
-        let first_ssrc = setup.tracks.first().map_or(0, |t| t.ssrc);
-        let rtx = rtx.map(|r| (r, rand_seq(first_ssrc)));
+        let rtx = rtx.into_iter().map(|r| r.map(|r| (r, rand_seq(r.ssrc)))).collect();
         self.pacer.handle_add(setup);
         let relay = relay.map(|feeders| {
             self.relayed.push(stream);
@@ -843,7 +842,7 @@ fn resend(
         },
     };
     buf.clear();
-    match out.rtx.as_mut().filter(|_| track == 0) {
+    match out.rtx.get_mut(usize::from(track)).and_then(Option::as_mut) {
         Some((setup, seq)) => {
             isochron_rtp::rtx_packet(buf, &header, payload, setup.payload_type, setup.ssrc, *seq);
             *seq = seq.wrapping_add(1);

@@ -132,7 +132,7 @@ fn run(gso: bool) -> (u64, u64) {
         setup,
         transports: vec![Some(transport)],
         cname: "t".into(),
-        rtx: None,
+        rtx: Vec::new(),
         relay: None,
     })
     .unwrap();

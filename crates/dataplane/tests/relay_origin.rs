@@ -112,7 +112,7 @@ fn a_relayed_session_reaches_a_tcp_client_in_order_once_and_whole() {
         setup,
         transports: vec![Some(transport)],
         cname: "t".into(),
-        rtx: None,
+        rtx: Vec::new(),
         relay: Some(vec![feeder.local_addr().unwrap()]),
     })
     .unwrap();

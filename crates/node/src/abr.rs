@@ -37,7 +37,7 @@
 //! It decides only *which* rung; the node core carries a switch out at the next key frame the
 //! renditions share (`docs/design/renditions.md`, *Switching over RTSP*).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use isochron_base::Instant;
@@ -144,10 +144,12 @@ pub struct Chooser {
     /// The rung a switch was decided to and not yet carried out.
     pending: Option<usize>,
     /// Per SSRC: the extended highest sequence number its last report gave, and the packets
-    /// its player asked for again since.
-    nacks: BTreeMap<u32, (Option<u32>, u32)>,
+    /// its player asked for again since (each once, however often it asked).
+    nacks: BTreeMap<u32, (Option<u32>, BTreeSet<u16>)>,
     /// The player's buffer as it last reported it (MTFC), if it does.
     buffer: Option<Duration>,
+    /// The loss the last report's span showed in NACKs, if it could be told.
+    nack_loss: Option<f64>,
     /// That buffer is under half its depth: nothing is clean.
     buffer_low: bool,
     min_rtt: Option<Duration>,
@@ -168,6 +170,7 @@ impl Chooser {
             current,
             pending: None,
             nacks: BTreeMap::new(),
+            nack_loss: None,
             buffer: None,
             buffer_low: false,
             min_rtt: None,
@@ -182,6 +185,13 @@ impl Chooser {
     #[must_use]
     pub fn current(&self) -> usize {
         self.current
+    }
+
+    /// The share of packets the player asked for again over the last span its reports told
+    /// (none before a stream's second report).
+    #[must_use]
+    pub fn nack_loss(&self) -> Option<f64> {
+        self.nack_loss
     }
 
     /// How long clean reports must last before the next step up.
@@ -202,10 +212,11 @@ impl Chooser {
         let nack_loss = fb.highest_seq.and_then(|highest| {
             let (last, asked) = self.nacks.entry(fb.ssrc).or_default();
             let span = last.replace(highest).map(|l| highest.wrapping_sub(l));
-            let asked = std::mem::take(asked);
+            let asked = std::mem::take(asked).len() as u32;
             span.filter(|s| (1..1 << 24).contains(s))
                 .map(|s| f64::from(asked.min(s)) / f64::from(s))
         });
+        self.nack_loss = nack_loss.or(self.nack_loss);
         let loss = (f64::from(fb.fraction_lost) / 256.0).max(nack_loss.unwrap_or(0.0));
         let verdict =
             if loss > self.config.down_loss || queue.is_some_and(|q| q > self.config.down_delay) {
@@ -221,11 +232,12 @@ impl Chooser {
         self.judge(now, verdict)
     }
 
-    /// The player asked for `count` packets of the stream with SSRC `ssrc` again (generic
-    /// NACKs): counted against the span of its next report.
-    pub fn handle_nack(&mut self, ssrc: u32, count: u32) {
+    /// The player asked for packets `seqs` of the stream with SSRC `ssrc` again (a generic
+    /// NACK): counted against the span of its next report, each number once however often it
+    /// is asked for (a player asks again until the packet comes).
+    pub fn handle_nack(&mut self, ssrc: u32, seqs: &[u16]) {
         let (_, asked) = self.nacks.entry(ssrc).or_default();
-        *asked = asked.saturating_add(count);
+        asked.extend(seqs.iter().copied().take(1 << 16));
     }
 
     /// The player reported at `now` that it holds `level` of media and plays at a depth of
@@ -415,11 +427,13 @@ mod tests {
         let at =
             |seq| ReceiverFeedback { ssrc: 1, fraction_lost: 0, rtt: None, highest_seq: Some(seq) };
         assert_eq!(c.handle_report(t0, at(70_000)), None, "no span yet");
-        c.handle_nack(1, 5);
-        c.handle_nack(2, 500);
-        assert_eq!(c.handle_report(t0 + S, at(71_000)), None, "0.5 %");
-        c.handle_nack(1, 60);
-        c.handle_nack(1, 40);
+        let seqs = |from: u16, n: u16| (from..from + n).collect::<Vec<u16>>();
+        c.handle_nack(1, &seqs(100, 5));
+        c.handle_nack(1, &seqs(100, 5));
+        c.handle_nack(2, &seqs(100, 500));
+        assert_eq!(c.handle_report(t0 + S, at(71_000)), None, "0.5 %, each asked for twice");
+        c.handle_nack(1, &seqs(2000, 60));
+        c.handle_nack(1, &seqs(3000, 40));
         assert_eq!(c.handle_report(t0 + S * 2, at(72_000)), Some(1), "10 %");
     }
 

@@ -47,8 +47,8 @@ pub enum NodeOutput {
         setup: StreamSetup,
         /// Each track's transport, by track index (`None`: the client did not set it up).
         transports: Vec<Option<Transport>>,
-        /// The RFC 4588 RTX stream its player negotiated.
-        rtx: Option<RtxSetup>,
+        /// The RFC 4588 RTX stream of each track (by track index) its player negotiated.
+        rtx: Vec<Option<RtxSetup>>,
         /// This node is the origin of a relayed session: the other nodes' relay addresses,
         /// where requests for the holes go.
         relay: Option<Vec<SocketAddr>>,

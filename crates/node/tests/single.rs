@@ -351,11 +351,12 @@ fn nacks_for_a_tenth_of_the_packets_switch_a_ladder_down() {
     };
     n.now = n.now + std::time::Duration::from_secs(1);
     n.core.handle_rtcp(n.now, &[ssrc], &[report(100)], &[]);
-    // A NACK alone, then a report with one: ten packets of the hundred since the last report.
+    // A NACK alone, then a report with one that asks for those four again and six more: ten
+    // packets of the hundred since the last report.
     n.now = n.now + std::time::Duration::from_secs(1);
-    n.core.handle_rtcp(n.now, &[ssrc], &[], &[(ssrc, 4)]);
+    n.core.handle_rtcp(n.now, &[ssrc], &[], &[(ssrc, vec![150, 151, 152, 153])]);
     assert!(!stopped(&n.outputs()), "a NACK alone decides nothing");
-    n.core.handle_rtcp(n.now, &[ssrc], &[report(200)], &[(ssrc, 6)]);
+    n.core.handle_rtcp(n.now, &[ssrc], &[report(200)], &[(ssrc, (150..160).collect())]);
     let out = n.outputs();
     assert!(stopped(&out), "{out:?}");
 }

@@ -16,7 +16,11 @@
 //! With feedback ([`SdpParams::rtx_time`]) the media line offers the AVPF profile (RFC 4585 §7.1)
 //! with generic NACK (`a=rtcp-fb:33 nack`, §4.2) and an RFC 4588 retransmission payload type
 //! (`a=rtpmap:97 rtx/90000`, `a=fmtp:97 apt=33;rtx-time=…`, §8.6): how a standard player that
-//! can repair loss (GStreamer's `rtspsrc do-retransmission=true`) learns that it may ask.
+//! can repair loss (GStreamer's `rtspsrc do-retransmission=true`) learns that it may ask. A
+//! native presentation offers the same on each media line, each track's RTX payload type the
+//! first dynamic one from 97 that no track and no earlier RTX stream uses
+//! ([`rtx_payload_types`]); GStreamer enables retransmission only for a stream whose
+//! description maps an RTX payload type to it.
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -49,6 +53,22 @@ pub struct SdpParams<'a> {
 /// The RTP payload type of the RFC 4588 retransmission stream offered with feedback.
 pub const RTX_PAYLOAD_TYPE: u8 = 97;
 
+/// The RTX payload type of each track whose media payload types are `media` (in track order):
+/// the first dynamic type from [`RTX_PAYLOAD_TYPE`] up that no track and no earlier track's RTX
+/// stream uses (`[33]` → `[97]`; `[96, 97]` → `[98, 99]`). `None` once 127 is passed.
+#[must_use]
+pub fn rtx_payload_types(media: &[u8]) -> Vec<Option<u8>> {
+    let mut taken: Vec<u8> = media.to_vec();
+    media
+        .iter()
+        .map(|_| {
+            let pt = (RTX_PAYLOAD_TYPE..=127).find(|p| !taken.contains(p))?;
+            taken.push(pt);
+            Some(pt)
+        })
+        .collect()
+}
+
 /// One native track of a presentation, as its `m=` section describes it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct MediaTrack {
@@ -66,8 +86,8 @@ pub struct MediaTrack {
     pub fmtp: String,
 }
 
-/// The SDP body for a presentation of native tracks: the session-level lines of [`mp2t_sdp`]
-/// (without feedback), then for each track `i`:
+/// The SDP body for a presentation of native tracks: the session-level lines of [`mp2t_sdp`],
+/// then for each track `i`:
 ///
 /// ```text
 /// m=<kind> 0 RTP/AVP <pt>
@@ -76,13 +96,29 @@ pub struct MediaTrack {
 /// a=control:trackID=<i>
 /// ```
 ///
+/// With feedback ([`SdpParams::rtx_time`]) the profile is `RTP/AVPF <pt> <rtx>`, and
+/// `a=rtcp-fb:<pt> nack`, `a=rtpmap:<rtx> rtx/<clock_rate>` and
+/// `a=fmtp:<rtx> apt=<pt>;rtx-time=<ms>` follow the track's own lines (`<rtx>` from
+/// [`rtx_payload_types`]).
+///
 /// `b=AS:` (the whole presentation's rate) goes at session level.
 #[must_use]
 pub fn native_sdp(p: &SdpParams<'_>, tracks: &[MediaTrack]) -> String {
     let mut s = session_lines(p, true);
+    let pts: Vec<u8> = tracks.iter().map(|t| t.payload_type).collect();
+    let rtx_pts = rtx_payload_types(&pts);
     for (i, t) in tracks.iter().enumerate() {
         let kind = if t.kind == "audio" { "audio" } else { "video" };
-        let _ = write!(s, "m={kind} 0 RTP/AVP {}\r\n", t.payload_type);
+        // With feedback: AVPF, and this track's RTX stream (RFC 4588 §8.6).
+        let rtx = p.rtx_time.zip(rtx_pts[i]);
+        match rtx {
+            Some((_, rtx_pt)) => {
+                let _ = write!(s, "m={kind} 0 RTP/AVPF {} {rtx_pt}\r\n", t.payload_type);
+            }
+            None => {
+                let _ = write!(s, "m={kind} 0 RTP/AVP {}\r\n", t.payload_type);
+            }
+        }
         let _ = write!(s, "a=rtpmap:{} {}/{}", t.payload_type, t.encoding, t.clock_rate);
         if t.channels > 0 {
             let _ = write!(s, "/{}", t.channels);
@@ -92,6 +128,17 @@ pub fn native_sdp(p: &SdpParams<'_>, tracks: &[MediaTrack]) -> String {
         let fmtp: String = t.fmtp.chars().filter(|c| !c.is_control()).collect();
         if !fmtp.is_empty() {
             let _ = write!(s, "a=fmtp:{} {fmtp}\r\n", t.payload_type);
+        }
+        if let Some((time, rtx_pt)) = rtx {
+            let _ = write!(
+                s,
+                "a=rtcp-fb:{pt} nack\r\n\
+                 a=rtpmap:{rtx_pt} rtx/{}\r\n\
+                 a=fmtp:{rtx_pt} apt={pt};rtx-time={}\r\n",
+                t.clock_rate,
+                time.as_millis(),
+                pt = t.payload_type,
+            );
         }
         let _ = write!(s, "a=control:trackID={i}\r\n");
     }
@@ -320,5 +367,43 @@ mod tests {
              a=rtpmap:98 opus/48000/2\r\n\
              a=control:trackID=2\r\n"
         );
+        // With feedback, each track its own RTX payload type, none taken twice.
+        let params = SdpParams {
+            session_id: 9,
+            session_version: 1,
+            origin: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+            name: "movie",
+            duration: MediaTime::from_secs_f64(90.5),
+            bitrate: BitRate(4_000_000),
+            rtx_time: Some(std::time::Duration::from_millis(1000)),
+        };
+        let sdp = native_sdp(&params, &tracks[..2]);
+        let media = &sdp[sdp.find("m=").unwrap()..];
+        assert_eq!(
+            media,
+            "m=video 0 RTP/AVPF 96 98\r\n\
+             a=rtpmap:96 H264/90000\r\n\
+             a=fmtp:96 packetization-mode=1;profile-level-id=64001f\r\n\
+             a=rtcp-fb:96 nack\r\n\
+             a=rtpmap:98 rtx/90000\r\n\
+             a=fmtp:98 apt=96;rtx-time=1000\r\n\
+             a=control:trackID=0\r\n\
+             m=audio 0 RTP/AVPF 97 99\r\n\
+             a=rtpmap:97 mpeg4-generic/48000/2\r\n\
+             a=fmtp:97 streamtype=5;config=1190\r\n\
+             a=rtcp-fb:97 nack\r\n\
+             a=rtpmap:99 rtx/48000\r\n\
+             a=fmtp:99 apt=97;rtx-time=1000\r\n\
+             a=control:trackID=1\r\n"
+        );
+    }
+
+    #[test]
+    fn rtx_payload_types_are_the_first_free_from_97() {
+        assert_eq!(rtx_payload_types(&[33]), vec![Some(97)]);
+        assert_eq!(rtx_payload_types(&[96, 97, 98]), vec![Some(99), Some(100), Some(101)]);
+        assert_eq!(rtx_payload_types(&[100, 96]), vec![Some(97), Some(98)]);
+        let all: Vec<u8> = (97..=126).collect();
+        assert_eq!(rtx_payload_types(&all)[..2], [Some(127), None]);
     }
 }

@@ -46,9 +46,8 @@ pub(crate) fn run(
         if media_ssrcs.is_empty() && nacks.is_empty() {
             trace!(%from, "RTCP naming no stream dropped");
         }
-        // How many packets each asks for again: the loss adaptive bit rate judges.
-        let nacked: Vec<(u32, u32)> =
-            nacks.iter().map(|(ssrc, seqs)| (*ssrc, seqs.len() as u32)).collect();
+        // What each asks for again is also the loss adaptive bit rate judges.
+        let nacked = if media_ssrcs.is_empty() { Vec::new() } else { nacks.clone() };
         for (ssrc, seqs) in nacks {
             if sender.send(SenderCommand::Nack { ssrc, seqs }).is_err() {
                 return;

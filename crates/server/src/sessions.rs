@@ -66,8 +66,8 @@ pub enum SessionCommand {
         media_ssrcs: Vec<u32>,
         /// What its reception report blocks say of the path.
         reports: Vec<ReceiverFeedback>,
-        /// How many packets of each stream (SSRC) its generic NACKs ask for again.
-        nacked: Vec<(u32, u32)>,
+        /// The packets of each stream (SSRC) its generic NACKs ask for again.
+        nacked: Vec<(u32, Vec<u16>)>,
     },
     /// RTCP arrived interleaved on a connection.
     InterleavedRtcp {

@@ -607,6 +607,68 @@ fn rtsp_adapts(transport: &str) {
 
 /// Degrade instead of refuse, side by side: one node whose egress is limited to 4 Mb/s
 /// (`sched.egress_mbps`), the grain ladder (360p ≈ 1.6 Mb/s, 240p ≈ 0.55 Mb/s with audio).
+/// A player that repairs loss reports little: GStreamer (`do-retransmission=true`) plays the
+/// ladder over UDP from a network namespace that drops 6 % of the datagrams it receives
+/// (nftables; no shaping, no queue: the round trip never grows). The description offers it AVPF
+/// with generic NACK on each native track; it asks for each lost packet again and the server
+/// sends it again as it was. The packets it asks for over the span its receiver reports cover
+/// are the path's loss: the session steps down to 240p on them (the server's log gives the share
+/// asked for), and never back up. Its recording starts at 360p, holds 240p, and lacks at most a
+/// second of the 90 s.
+#[test]
+fn a_player_that_asks_for_lost_packets_again_is_switched_down_on_what_it_asks_for() {
+    use isochron_loadgen::testbed::Testbed;
+    if !namespaces_or_skip("ABR on NACKs") {
+        return;
+    }
+    require("ffprobe");
+    require("gst-launch-1.0");
+    let _load = load(weight::PLAYER);
+    let (dir, data) = grain_ladder();
+    let bed = Testbed::new("rabrn").expect("testbed");
+    let viewer = bed.add_host("gst").expect("host");
+    let server =
+        Server::start(&data, ServeOptions { no_demo: true, ..ServeOptions::everywhere(None) });
+    viewer.drop_udp_percent(6).expect("nft loss rule");
+    let url = format!("rtsp://{}:{}/grain", bed.host_ip(), server.rtsp.port());
+    let out = dir.path().join("gst.h264");
+    let script = repo().join("crates/isochron/tests/tools/gst_av.py");
+    let mut cmd = viewer.command("/usr/bin/python3");
+    let gst = run(cmd.arg(&script).arg(&url).arg("udp").arg(&out).arg("2000").arg("rtx"), 140);
+    let log = server.log();
+    if let Err(e) = gst_ended_cleanly(&gst) {
+        panic!("GStreamer: {e}\n{log}");
+    }
+    let switches: Vec<&str> = log.lines().filter(|l| l.contains("switching rendition")).collect();
+    eprintln!("{}", switches.join("\n"));
+    let down = switches
+        .iter()
+        .find(|l| l.contains("to=grain~240p"))
+        .unwrap_or_else(|| panic!("no switch down:\n{log}"));
+    let nacked: f64 = down
+        .split("nacked=Some(")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no NACK share in {down}"));
+    assert!(nacked > 0.05, "switched down on what it asked for: {down}");
+    assert!(!switches.iter().any(|l| l.contains("to=grain~360p")), "never clean, never up");
+    let metrics = server.http_get("/metrics");
+    let resent = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("isochron_retransmitted_packets_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or_default();
+    assert!(resent > 100.0, "packets sent again: {resent}");
+    let runs = height_runs(&out);
+    eprintln!("gst.h264: {runs:?}; {resent} packets sent again");
+    let order: Vec<u32> = runs.iter().map(|r| r.0).collect();
+    assert!(order.first() == Some(&360) && order.contains(&240), "{runs:?}");
+    let frames: usize = runs.iter().map(|r| r.1).sum();
+    assert!(frames >= 89 * 25, "{frames} frames of {}: {runs:?}", 90 * 25);
+    server.stop();
+}
+
 /// Without `degrade`, ⌊4 / 360p⌋ ffmpeg players play and the next gets 453. With it, players
 /// arriving a second and a half apart are admitted at 240p once 360p is full, the 360p
 /// sessions step down one at a time at a key frame to make room, and ⌊4 / 240p⌋ play — at least

@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 """Plays an RTSP URL of an audio+video object with GStreamer and writes its H.264 video.
 
-Usage: gst_av.py URL TRANSPORT OUT_FILE [LATENCY_MS]
+Usage: gst_av.py URL TRANSPORT OUT_FILE [LATENCY_MS [rtx]]
 
 `rtspsrc protocols=TRANSPORT latency=LATENCY_MS ! rtph264depay ! h264parse` (3000 ms by default)
 into OUT_FILE (byte-stream,
 one access unit per buffer); the audio pad goes to a fakesink. Exits 0 on EOS, 1 on an error or
-after 180 s.
+after 180 s. With `rtx`, `do-retransmission=true`: lost packets are asked for again (RFC 4585
+generic NACKs).
 
 Not gst-launch: its delayed links race when rtspsrc adds two pads at once; the pads are linked
 by media in this script (`gst_pads.MediaLinks`, which says why).
@@ -22,12 +23,14 @@ from gst_pads import MediaLinks  # noqa: E402
 
 url, transport, out = sys.argv[1], sys.argv[2], sys.argv[3]
 latency = int(sys.argv[4]) if len(sys.argv) > 4 else 3000
+retransmit = len(sys.argv) > 5 and sys.argv[5] == "rtx"
 Gst.init(None)
 pipeline = Gst.Pipeline.new("av")
 src = Gst.ElementFactory.make("rtspsrc", "s")
 src.set_property("location", url)
 src.set_property("protocols", transport)
 src.set_property("latency", latency)
+src.set_property("do-retransmission", retransmit)
 src.set_property("udp-buffer-size", 16 * 1024 * 1024)
 video = Gst.parse_bin_from_description(
     "rtph264depay ! h264parse ! video/x-h264,stream-format=byte-stream,alignment=au ! "

@@ -43,7 +43,6 @@ use isochron_pacing::pacer::{
 };
 use isochron_pacing::rtx::RtxSetup;
 use isochron_rtsp::rtsp_types::{HeaderName, Method, Request};
-use isochron_rtsp::sdp::RTX_PAYLOAD_TYPE;
 use isochron_rtsp::server::{
     BufferLevel, ConnId, ConnInfo, Event, Handled, PauseAction, PlayAction, PlayOutcome, PlayStart,
     Position, RateAction, Rates, ServerCore, SessionTransport,
@@ -348,20 +347,20 @@ impl NodeCore {
 
     /// RTCP arrived on the UDP socket naming these media SSRCs (liveness, RFC 2326 §10.5's
     /// alternative to keep-alive requests), with what its receiver reports say of the path
-    /// (a session playing a ladder may switch rendition on them: [`crate::abr`]), and how many
-    /// packets of each stream its generic NACKs ask for again (`nacks`: SSRC, count).
+    /// (a session playing a ladder may switch rendition on them: [`crate::abr`]), and the
+    /// packets of each stream its generic NACKs ask for again (`nacks`: SSRC, numbers).
     pub fn handle_rtcp(
         &mut self,
         now: Instant,
         media_ssrcs: &[u32],
         reports: &[ReceiverFeedback],
-        nacks: &[(u32, u32)],
+        nacks: &[(u32, Vec<u16>)],
     ) {
         for &ssrc in media_ssrcs {
             self.rtsp.handle_rtcp(now, ssrc);
         }
-        for &(ssrc, count) in nacks {
-            self.nacked(ssrc, count);
+        for (ssrc, seqs) in nacks {
+            self.nacked(*ssrc, seqs);
         }
         for fb in reports {
             self.feedback(now, *fb, "a receiver report");

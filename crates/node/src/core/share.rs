@@ -5,11 +5,11 @@
 
 use super::{
     Anchor, Arc, BTreeSet, BlockIndex, Dest, DiskId, Instant, LocalAction, LocalAnchor, MediaTime,
-    NodeCore, NodeId, NodeOutput, ObjectEntry, OpenStream, PlayRun, Position, RTX_PAYLOAD_TYPE,
-    ReadOp, Refusal, Role, RtcpMode, RtxSetup, RunId, RunSpec, RunTracks, SeqOffsets,
-    SessionTransport, Share, ShareBlock, ShareFailure, ShareKey, StreamId, StreamOp, StreamSetup,
-    TrackStamp, Transport,
+    NodeCore, NodeId, NodeOutput, ObjectEntry, OpenStream, PlayRun, Position, ReadOp, Refusal,
+    Role, RtcpMode, RtxSetup, RunId, RunSpec, RunTracks, SeqOffsets, SessionTransport, Share,
+    ShareBlock, ShareFailure, ShareKey, StreamId, StreamOp, StreamSetup, TrackStamp, Transport,
 };
+use isochron_rtsp::sdp::rtx_payload_types;
 use isochron_sched::{ObjectPlan, PlannedBlock};
 use tracing::info;
 
@@ -339,7 +339,9 @@ impl NodeCore {
         plan: &ObjectPlan,
     ) -> Option<NodeOutput> {
         let me = self.cluster.node();
-        let mut rtx = None;
+        let pts: Vec<u8> = spec.tracks.as_slice().iter().map(|t| t.payload_type).collect();
+        let rtx_pts = rtx_payload_types(&pts);
+        let mut rtx = vec![None; pts.len()];
         let origin_view = (key.origin == me).then(|| self.rtsp.session_by_stream(key.stream));
         let relay = self.relays.get(&key.origin).copied();
         let mut transports: Vec<Option<Transport>> = Vec::new();
@@ -360,13 +362,10 @@ impl NodeCore {
                     track.and_then(|tv| match tv.transport() {
                         SessionTransport::Udp { client_rtp, client_rtcp, feedback } => {
                             // A player that chose AVPF took the RTX stream DESCRIBE offered
-                            // (MP2T objects only: their one track).
-                            if i == 0 {
-                                rtx = feedback.then(|| RtxSetup {
-                                    payload_type: RTX_PAYLOAD_TYPE,
-                                    ssrc: t.ssrc ^ RTX_SSRC_MASK,
-                                });
-                            }
+                            // for the track (the payload types its description gave).
+                            rtx[i] = rtx_pts[i].filter(|_| *feedback).map(|payload_type| {
+                                RtxSetup { payload_type, ssrc: t.ssrc ^ RTX_SSRC_MASK }
+                            });
                             Some(Transport::Udp { rtp: *client_rtp, rtcp: *client_rtcp })
                         }
                         SessionTransport::Interleaved { conn, rtp_channel, rtcp_channel } => {

@@ -45,12 +45,12 @@ impl NodeCore {
         self.judge(now, stream, why, |c| c.handle_report(now, fb));
     }
 
-    /// The player asked for `count` packets of our stream `ssrc` again: the loss its next
+    /// The player asked for packets `seqs` of our stream `ssrc` again: the loss its next
     /// report's span is judged on.
-    pub(super) fn nacked(&mut self, ssrc: u32, count: u32) {
+    pub(super) fn nacked(&mut self, ssrc: u32, seqs: &[u16]) {
         let Some(stream) = self.rtsp.stream_of_ssrc(ssrc) else { return };
         if let Some(abr) = self.origins.get_mut(&stream).and_then(|o| o.abr.as_mut()) {
-            abr.chooser.handle_nack(ssrc, count);
+            abr.chooser.handle_nack(ssrc, seqs);
         }
     }
 
@@ -100,7 +100,8 @@ impl NodeCore {
             return;
         };
         let at = key.time;
-        info!(%stream, from = %o.entry.record.name, to = %target.record.name, %at, on = why, "switching rendition");
+        let nacked = abr.chooser.nack_loss();
+        info!(%stream, from = %o.entry.record.name, to = %target.record.name, %at, on = why, ?nacked, "switching rendition");
         o.waiting = Some(Waiting::Switch { to, at });
         // Due when the session reaches it: after `at - media_now` by the estimate, which is
         // ahead of the truth by the time the clock took to be pinned (a second is plenty).

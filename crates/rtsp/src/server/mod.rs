@@ -967,11 +967,8 @@ impl ServerCore {
             bitrate: p.avg_bitrate,
             rtx_time,
         };
-        let sdp = if p.tracks.is_empty() {
-            mp2t_sdp(&params)
-        } else {
-            native_sdp(&SdpParams { rtx_time: None, ..params }, &p.tracks)
-        };
+        let sdp =
+            if p.tracks.is_empty() { mp2t_sdp(&params) } else { native_sdp(&params, &p.tracks) };
         let b = self
             .ok(cseq)
             .header(CONTENT_TYPE, "application/sdp")
