@@ -332,18 +332,16 @@ mod tests {
                 fmtp: String::new(),
             },
         ];
-        let sdp = native_sdp(
-            &SdpParams {
-                session_id: 9,
-                session_version: 1,
-                origin: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-                name: "movie",
-                duration: MediaTime::from_secs_f64(90.5),
-                bitrate: BitRate(4_000_000),
-                rtx_time: None,
-            },
-            &tracks,
-        );
+        let params = SdpParams {
+            session_id: 9,
+            session_version: 1,
+            origin: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+            name: "movie",
+            duration: MediaTime::from_secs_f64(90.5),
+            bitrate: BitRate(4_000_000),
+            rtx_time: None,
+        };
+        let sdp = native_sdp(&params, &tracks);
         assert_eq!(
             sdp,
             "v=0\r\n\
@@ -368,15 +366,7 @@ mod tests {
              a=control:trackID=2\r\n"
         );
         // With feedback, each track its own RTX payload type, none taken twice.
-        let params = SdpParams {
-            session_id: 9,
-            session_version: 1,
-            origin: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-            name: "movie",
-            duration: MediaTime::from_secs_f64(90.5),
-            bitrate: BitRate(4_000_000),
-            rtx_time: Some(std::time::Duration::from_millis(1000)),
-        };
+        let params = SdpParams { rtx_time: Some(std::time::Duration::from_millis(1000)), ..params };
         let sdp = native_sdp(&params, &tracks[..2]);
         let media = &sdp[sdp.find("m=").unwrap()..];
         assert_eq!(
