@@ -146,10 +146,10 @@ pub struct Chooser {
     /// Per SSRC: the extended highest sequence number its last report gave, and the packets
     /// its player asked for again since (each once, however often it asked).
     nacks: BTreeMap<u32, (Option<u32>, BTreeSet<u16>)>,
-    /// The player's buffer as it last reported it (MTFC), if it does.
-    buffer: Option<Duration>,
     /// The loss the last report's span showed in NACKs, if it could be told.
     nack_loss: Option<f64>,
+    /// The player's buffer as it last reported it (MTFC), if it does.
+    buffer: Option<Duration>,
     /// That buffer is under half its depth: nothing is clean.
     buffer_low: bool,
     min_rtt: Option<Duration>,
