@@ -3,7 +3,8 @@
 //! and a fake data plane that finishes each PLAY/PAUSE, sometimes refusing), interleaved frames
 //! count as RTCP, and the virtual clock advances so that sessions also time out. Nothing may
 //! panic, decoding must always progress, and every response must survive an encode/decode round
-//! trip (so no client bytes can inject a header line).
+//! trip (so no client bytes can inject a header line). The bytes are also read as a session
+//! description.
 #![no_main]
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -59,6 +60,11 @@ fn position(t: MediaTime) -> Position {
 libfuzzer_sys::fuzz_target!(|data: &[u8]| run(data));
 
 fn run(data: &[u8]) {
+    // The same bytes as a session description (a DESCRIBE's answer, an ANNOUNCE's body): an
+    // error or a description, never a panic.
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = isochron_rtsp::sdp::parse::Presentation::parse(text);
+    }
     let limits = Limits { max_message_bytes: 8 * 1024 };
     let config = ServerConfig { max_sessions: 4, ..ServerConfig::default() };
     let mut core = ServerCore::new(config, u64::from(data.first().copied().unwrap_or(0)));

@@ -42,7 +42,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::reception::Reception;
-use crate::sdp::Presentation;
+use isochron_rtsp::sdp::parse::Presentation;
 
 /// How often a [`MediaSink`] is ticked when no packet arrives.
 pub const SINK_TICK: Duration = Duration::from_millis(20);

@@ -20,11 +20,10 @@ pub mod client;
 pub mod player;
 pub mod reception;
 pub mod recv;
-pub mod sdp;
 pub mod sources;
 pub mod testbed;
 
 pub use client::{
     Client, Collected, Incoming, MediaSink, PlayInfo, RtpInfoEntry, RtpPacket, Transport,
 };
-pub use sdp::Presentation;
+pub use isochron_rtsp::sdp::parse::Presentation;

@@ -1048,7 +1048,7 @@ pub fn track_starts(urls: &[String], info: &PlayInfo) -> Vec<TrackStart> {
         .collect()
 }
 
-pub use crate::sdp::range_length;
+pub use isochron_rtsp::sdp::parse::range_length;
 
 #[cfg(test)]
 mod tests {

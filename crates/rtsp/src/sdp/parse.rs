@@ -1,13 +1,15 @@
-//! What a client needs from a session description (RFC 8866): each media section's payload
-//! type, encoding and RTP clock (`a=rtpmap`, RFC 8866 §6.6) and its control URL (`a=control`,
-//! RFC 2326 Appendix C.1.1), and the presentation's length (`a=range:npt`, C.1.5).
+//! Reading a session description (RFC 8866): each media section's payload type, encoding, RTP
+//! clock and channels (`a=rtpmap`, RFC 8866 §6.6), its format parameters (`a=fmtp`, §6.15) and
+//! control URL (`a=control`, RFC 2326 Appendix C.1.1), the presentation's length
+//! (`a=range:npt`, C.1.5) and its bandwidth (`b=AS`, RFC 8866 §5.8).
 //!
-//! Why: an MPEG-TS object is one MP2T stream (payload type 33, RFC 2250 and RFC 3551 §6); an
-//! object ingested from MP4 or Matroska is one RTP stream per track, each SET UP on its own
-//! control URL and timed by its own clock. The client learns which from the `m=` lines.
+//! Why: a client learns from a DESCRIBE's answer how to set up and time each stream (an MPEG-TS
+//! object is one MP2T stream, payload type 33, RFC 2250 and RFC 3551 §6; an object from MP4 or
+//! Matroska one RTP stream per track, each on its own control URL and clock), and a server
+//! learns the same of a publisher's feed from its ANNOUNCE (RFC 2326 §10.3). One parser for
+//! both.
 //!
-//! Not here: the rest of SDP (connection and bandwidth lines, formats after a section's first,
-//! `fmtp` parameters). Sans-IO.
+//! Not here: the rest of SDP (connection lines, formats after a section's first). Sans-IO.
 
 use std::time::Duration;
 
@@ -25,6 +27,10 @@ pub struct MediaDesc {
     pub encoding: String,
     /// The RTP clock rate, Hz (from `rtpmap`; 90 kHz for payload type 33 without one).
     pub clock_rate: u32,
+    /// The `rtpmap` encoding parameters (audio channels); 0 for none.
+    pub channels: u8,
+    /// The `fmtp` parameters of the payload type; empty for none.
+    pub fmtp: String,
     /// The section's `a=control` value (relative, or an absolute URL), if any.
     pub control: Option<String>,
 }
@@ -38,6 +44,8 @@ pub struct Presentation {
     pub media: Vec<MediaDesc>,
     /// The length in `a=range:npt=0-D`, when given.
     pub duration: Option<Duration>,
+    /// The session's `b=AS:` bandwidth, kb/s, when given (else the sum of the sections' own).
+    pub bandwidth_kbps: Option<u64>,
 }
 
 /// Why a description could not be used.
@@ -82,6 +90,7 @@ impl Presentation {
     pub fn parse(sdp: &str) -> Result<Self, SdpError> {
         let mut media: Vec<MediaDesc> = Vec::new();
         let mut duration = None;
+        let (mut session_as, mut media_as) = (None, None::<u64>);
         for (i, raw) in sdp.lines().enumerate() {
             let l = raw.trim();
             if let Some(rest) = l.strip_prefix("m=") {
@@ -98,6 +107,8 @@ impl Presentation {
                     payload_type: pt,
                     encoding,
                     clock_rate,
+                    channels: 0,
+                    fmtp: String::new(),
                     control: None,
                 });
             } else if let Some(rest) = l.strip_prefix("a=rtpmap:") {
@@ -109,12 +120,27 @@ impl Presentation {
                 let mut parts = map.trim().split('/');
                 let name = parts.next().unwrap_or_default();
                 let clock = parts.next().and_then(|c| c.trim().parse::<u32>().ok());
-                match clock {
-                    Some(c) if c > 0 => {
+                let channels = parts.next().map(|c| c.trim().parse::<u8>().ok());
+                match (clock, channels) {
+                    (Some(c), None | Some(Some(_))) if c > 0 => {
                         m.encoding = name.to_string();
                         m.clock_rate = c;
+                        m.channels = channels.flatten().unwrap_or(0);
                     }
                     _ => return Err(SdpError::BadRtpmap { line: i + 1, text: l.to_string() }),
+                }
+            } else if let Some(rest) = l.strip_prefix("a=fmtp:") {
+                let Some(m) = media.last_mut() else { continue };
+                let (pt, params) = rest.split_once(' ').unwrap_or((rest, ""));
+                if pt.trim().parse::<u8>().ok() == Some(m.payload_type) {
+                    m.fmtp = params.trim().to_string();
+                }
+            } else if let Some(rest) = l.strip_prefix("b=AS:") {
+                let kbps = rest.trim().parse::<u64>().ok();
+                if media.is_empty() {
+                    session_as = session_as.or(kbps);
+                } else if let Some(k) = kbps {
+                    media_as = Some(media_as.unwrap_or(0).saturating_add(k));
                 }
             } else if let Some(rest) = l.strip_prefix("a=control:") {
                 if let Some(m) = media.last_mut() {
@@ -130,7 +156,8 @@ impl Presentation {
         if let Some((index, m)) = media.iter().enumerate().find(|(_, m)| m.clock_rate == 0) {
             return Err(SdpError::NoClock { index, payload_type: m.payload_type });
         }
-        Ok(Self { sdp: sdp.to_string(), media, duration })
+        let bandwidth_kbps = session_as.or(media_as);
+        Ok(Self { sdp: sdp.to_string(), media, duration, bandwidth_kbps })
     }
 
     /// Whether this is an MP2T presentation (RFC 2250: its first media section is MP2T; a
@@ -147,11 +174,11 @@ impl Presentation {
     }
 }
 
-/// The span of an NPT range `npt=A-B` (RFC 2326 §3.6), if both ends are given (parsed by the
-/// RTSP crate's [`NptRange`](isochron_rtsp::headers::NptRange), as the server parses it).
+/// The span of an NPT range `npt=A-B` (RFC 2326 §3.6), if both ends are given (parsed by
+/// [`NptRange`](crate::headers::NptRange), as the server parses it).
 #[must_use]
 pub fn range_length(range: &str) -> Option<Duration> {
-    use isochron_rtsp::headers::{NptRange, NptTime};
+    use crate::headers::{NptRange, NptTime};
     let r = NptRange::parse(range).ok()?;
     let start = match r.start {
         None | Some(NptTime::Now) => 0,
@@ -180,9 +207,12 @@ mod tests {
                 payload_type: 33,
                 encoding: "MP2T".into(),
                 clock_rate: 90_000,
+                channels: 0,
+                fmtp: String::new(),
                 control: Some("trackID=0".into()),
             }]
         );
+        assert_eq!(p.bandwidth_kbps, Some(4001), "the section's own, with none for the session");
         // Without rtpmap, the static type says it.
         let p = Presentation::parse("m=video 0 RTP/AVP 33\r\n").unwrap();
         assert!(p.is_mp2t());
@@ -202,6 +232,29 @@ mod tests {
         assert_eq!(clocks, [90_000, 48_000]);
         assert_eq!(p.media[1].control.as_deref(), Some("trackID=1"));
         assert_eq!(p.media[1].kind, "audio");
+        assert_eq!((p.media[0].channels, p.media[1].channels), (0, 2));
+        assert_eq!(p.media[0].fmtp, "packetization-mode=1");
+        assert_eq!(p.bandwidth_kbps, None);
+    }
+
+    /// What ffmpeg announces when it publishes (`-f rtsp`): the session's bandwidth, and each
+    /// track's parameters as the server needs them to store and serve it.
+    #[test]
+    fn a_publishers_announcement_gives_every_tracks_parameters() {
+        let sdp = "v=0\r\no=- 0 0 IN IP4 127.0.0.1\r\ns=No Name\r\nc=IN IP4 127.0.0.1\r\n\
+                   t=0 0\r\na=tool:libavformat 59.27.100\r\nb=AS:1700\r\n\
+                   m=video 0 RTP/AVP 96\r\na=rtpmap:96 H264/90000\r\n\
+                   a=fmtp:96 packetization-mode=1; sprop-parameter-sets=Z2QAHqzZ,aO+8sA==; \
+                   profile-level-id=64001E\r\na=control:streamid=0\r\n\
+                   m=audio 0 RTP/AVP 97\r\nb=AS:128\r\na=rtpmap:97 MPEG4-GENERIC/48000/2\r\n\
+                   a=fmtp:97 profile-level-id=1;mode=AAC-hbr;sizelength=13;indexlength=3;\
+                   indexdeltalength=3; config=1190\r\na=control:streamid=1\r\n";
+        let p = Presentation::parse(sdp).unwrap();
+        assert_eq!(p.bandwidth_kbps, Some(1700), "the session's, not the sections' sum");
+        assert_eq!(p.encodings(), "H264, MPEG4-GENERIC");
+        assert!(p.media[0].fmtp.starts_with("packetization-mode=1; sprop-parameter-sets="));
+        assert_eq!((p.media[1].clock_rate, p.media[1].channels), (48_000, 2));
+        assert_eq!(p.media[1].control.as_deref(), Some("streamid=1"));
     }
 
     #[test]
@@ -218,6 +271,10 @@ mod tests {
         assert!(matches!(
             Presentation::parse("m=video 0\r\n"),
             Err(SdpError::BadMediaLine { line: 1, .. })
+        ));
+        assert!(matches!(
+            Presentation::parse("m=audio 0 RTP/AVP 97\r\na=rtpmap:97 opus/48000/two\r\n"),
+            Err(SdpError::BadRtpmap { line: 2, .. })
         ));
     }
 }

@@ -22,6 +22,8 @@
 //! ([`rtx_payload_types`]); GStreamer enables retransmission only for a stream whose
 //! description maps an RTX payload type to it.
 
+pub mod parse;
+
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
