@@ -397,6 +397,12 @@ fn dash_js_adapts_to_a_link_that_narrows_and_widens() {
 /// The page with `player` (`hls`: hls.js; `dash`: dash.js) behind a link of 8 Mb/s, then 1,
 /// then 8 again.
 fn browser_adapts(player: &str) {
+    // How long the link stays narrow. dash.js (its abandon rule off, see the watch page) steps
+    // down on its throughput estimate, an average that falls slowly while 360p segments crawl
+    // in: it went down 13 s after the link narrowed in most runs, and once (under the suite's
+    // load) had not yet when the link widened at 18 s. 28 s leaves it room, and the 90 s clip
+    // still ends 25 s after it stepped up again.
+    let narrow = if player == "dash" { 28 } else { 18 };
     use isochron_loadgen::testbed::Testbed;
     if !namespaces_or_skip("the browser's adaptive play") {
         return;
@@ -423,14 +429,14 @@ fn browser_adapts(player: &str) {
         beacon.url()
     );
     let (v, stderr) = std::thread::scope(|scope| {
-        // 8 Mb/s for the first 16 s (the page starts in about 2 s), 1 Mb/s for 18 s, then
-        // 8 Mb/s again for the last 55 s or so: time for hls.js's estimate to climb back. It
-        // weighs each fragment's sample by its load time, so the small fast loads of a low rung
-        // move it slowly: it came back up 14 to 30 s after the link widened in our runs.
+        // 8 Mb/s for the first 16 s (the page starts in about 2 s), 1 Mb/s for `narrow` s,
+        // then 8 Mb/s again to the end: time for hls.js's estimate to climb back. It weighs
+        // each fragment's sample by its load time, so the small fast loads of a low rung move
+        // it slowly: it came back up 14 to 30 s after the link widened in our runs.
         scope.spawn(|| {
             std::thread::sleep(std::time::Duration::from_secs(16));
             viewer.shape(1_000_000).expect("shape 1 Mb/s");
-            std::thread::sleep(std::time::Duration::from_secs(18));
+            std::thread::sleep(std::time::Duration::from_secs(narrow));
             viewer.shape(8_000_000).expect("shape 8 Mb/s again");
         });
         watch_report(Some(&viewer), &page, &beacon, std::time::Duration::from_secs(130))
@@ -453,10 +459,15 @@ fn browser_adapts(player: &str) {
     }
     // Every segment played: the player never jumped a gap in its buffer (a segment it gave up on
     // and never loaded again). A jump reads from the last position the page saw, up to 250 ms
-    // before it.
+    // before it; one onto the very end (dash.js steps over the last fraction of a second where
+    // the tracks end apart) skips nothing of a segment.
+    let end = v["time"].as_f64().unwrap();
     for j in v["jumps"].as_array().unwrap() {
-        let skipped = j["to"].as_f64().unwrap() - j["from"].as_f64().unwrap();
-        assert!(skipped.abs() < 0.5, "jumped {skipped:.1} s of media: {report}");
+        let (from, to) = (j["from"].as_f64().unwrap(), j["to"].as_f64().unwrap());
+        if to >= end - 0.1 {
+            continue;
+        }
+        assert!((to - from).abs() < 0.5, "jumped {:.1} s of media: {report}", to - from);
     }
     server.stop();
 }
