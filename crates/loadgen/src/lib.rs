@@ -3,7 +3,8 @@
 //! [`client::Client`] is one RTSP session over UDP or interleaved TCP that records every packet
 //! with its arrival time. The integration tests use it as an independent oracle of what the
 //! server sends; `isochron bench` (Yima §3.1's emulation clients) builds on it, for MP2T
-//! objects and for native ones (one RTP stream per track, described by [`sdp`]).
+//! objects and for native ones (one RTP stream per track, described by
+//! [`isochron_rtsp::sdp::parse`]).
 //!
 //! [`player::Player`] is the sans-IO core of `isochron play`: a jitter buffer that restores the
 //! global order of a session received from several cluster nodes, the PCR playout clock, and
