@@ -17,7 +17,7 @@
 //! with generic NACK (`a=rtcp-fb:33 nack`, §4.2) and an RFC 4588 retransmission payload type
 //! (`a=rtpmap:97 rtx/90000`, `a=fmtp:97 apt=33;rtx-time=…`, §8.6): how a standard player that
 //! can repair loss (GStreamer's `rtspsrc do-retransmission=true`) learns that it may ask. A
-//! native presentation offers the same on each media line, each track's RTX payload type the
+//! native presentation (when its URL asks, `?rtx=1`) offers the same on each media line, each track's RTX payload type the
 //! first dynamic one from 97 that no track and no earlier RTX stream uses
 //! ([`rtx_payload_types`]); GStreamer enables retransmission only for a stream whose
 //! description maps an RTX payload type to it.

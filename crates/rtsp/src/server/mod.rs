@@ -217,7 +217,8 @@ pub struct ServerConfig {
     /// How long the server keeps sent packets for retransmission; `None` (or zero) offers no
     /// feedback. With it, DESCRIBE offers AVPF with generic NACK and RFC 4588 RTX
     /// ([`crate::sdp::SdpParams::rtx_time`]) to players known to use it (GStreamer), or to any
-    /// that asks with `?rtx=1` on the URL (`?rtx=0` never). Default 1 s.
+    /// that asks with `?rtx=1` on the URL (`?rtx=0` never); for native tracks only with
+    /// `?rtx=1`. Default 1 s.
     pub retransmit: Option<Duration>,
     /// How long a session may stay set up but never played: then it ends
     /// ([`CloseReason::Timeout`]) and frees its slot, whatever its transport. Players send PLAY
@@ -967,8 +968,15 @@ impl ServerCore {
             bitrate: p.avg_bitrate,
             rtx_time,
         };
-        let sdp =
-            if p.tracks.is_empty() { mp2t_sdp(&params) } else { native_sdp(&params, &p.tracks) };
+        // Native tracks get RTX only when the URL asks (`?rtx=1`): GStreamer, which takes it by
+        // default, also asks for packets merely late on its schedule, which adaptive bit rate
+        // would read as loss (docs/design/renditions.md, *NACKs*).
+        let sdp = if p.tracks.is_empty() {
+            mp2t_sdp(&params)
+        } else {
+            let rtx_time = params.rtx_time.filter(|_| rtx_query(req) == Some(true));
+            native_sdp(&SdpParams { rtx_time, ..params }, &p.tracks)
+        };
         let b = self
             .ok(cseq)
             .header(CONTENT_TYPE, "application/sdp")
@@ -1519,16 +1527,20 @@ pub fn invalid_response(err: &ParseError, server_name: &str) -> Response<Vec<u8>
 /// description: ffmpeg would ask for AVPF and send NACKs but has no RTX receiver, and live555
 /// knows neither.
 fn offers_feedback(req: &Request<Vec<u8>>) -> bool {
+    rtx_query(req).unwrap_or_else(|| {
+        req.header(&USER_AGENT)
+            .is_some_and(|ua| ua.as_str().to_ascii_lowercase().starts_with("gstreamer"))
+    })
+}
+
+/// What the request's URL says of retransmission: `rtx=1`, `rtx=0`, or nothing.
+fn rtx_query(req: &Request<Vec<u8>>) -> Option<bool> {
     let query = req.request_uri().and_then(|u| u.query()).unwrap_or_default();
-    for kv in query.split('&') {
-        match kv {
-            "rtx=1" => return true,
-            "rtx=0" => return false,
-            _ => {}
-        }
-    }
-    req.header(&USER_AGENT)
-        .is_some_and(|ua| ua.as_str().to_ascii_lowercase().starts_with("gstreamer"))
+    query.split('&').find_map(|kv| match kv {
+        "rtx=1" => Some(true),
+        "rtx=0" => Some(false),
+        _ => None,
+    })
 }
 
 fn stream_id_header() -> HeaderName {
