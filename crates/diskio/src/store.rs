@@ -1196,9 +1196,22 @@ impl Store {
     /// pending placement puts where they are ([`Store::remove_misplaced`]), and every block
     /// file of a retired disk, which is then closed. Returns the files deleted and the disks
     /// closed.
-    pub fn collect_garbage(&self) -> Result<(u64, Vec<DiskId>), StoreError> {
-        let mut deleted = self.remove_misplaced()?;
+    ///
+    /// `checked` is the active epoch the caller found no stream reading anything older than.
+    /// If another node's flip has come in since (the metadata moved on between that check and
+    /// this call), nothing is deleted and `None` is returned: a stream planned at `checked`
+    /// still reads the blocks the newer flip moved away.
+    pub fn collect_garbage(
+        &self,
+        checked: Epoch,
+    ) -> Result<Option<(u64, Vec<DiskId>)>, StoreError> {
+        // Under the scale lock: no refresh can bring a newer flip in while this deletes.
+        let _scale = lock(&self.scale);
         let meta = self.meta();
+        if meta.active_epoch != checked {
+            return Ok(None);
+        }
+        let mut deleted = self.remove_misplaced_in(&meta)?;
         let mut closed = Vec::new();
         for rec in meta.disks.iter().filter(|d| d.state == DiskState::Retired) {
             let disk = write(&self.disks).remove(&rec.id);
@@ -1208,7 +1221,7 @@ impl Store {
                 closed.push(rec.id);
             }
         }
-        Ok((deleted, closed))
+        Ok(Some((deleted, closed)))
     }
 
     /// The disks block `index` of a new object (placed by `seed` and `first_epoch`) is written
@@ -1633,6 +1646,11 @@ impl Store {
     pub fn remove_misplaced(&self) -> Result<u64, StoreError> {
         let _scale = lock(&self.scale);
         let meta = self.meta();
+        self.remove_misplaced_in(&meta)
+    }
+
+    /// [`Store::remove_misplaced`] as `meta` places blocks; the caller holds the scale lock.
+    fn remove_misplaced_in(&self, meta: &StoreMeta) -> Result<u64, StoreError> {
         let objects = self.catalog.objects()?;
         let by_id: HashMap<ObjectId, &ObjectRecord> = objects.iter().map(|r| (r.id, r)).collect();
         let mut deleted = 0;
@@ -1641,7 +1659,7 @@ impl Store {
             for file in disk.list_blocks() {
                 let key = file?.key;
                 let Some(rec) = by_id.get(&key.object) else { continue };
-                if !placed_on(&meta, rec, key.index, id) {
+                if !placed_on(meta, rec, key.index, id) {
                     doomed.push(key);
                 }
             }
@@ -2171,6 +2189,33 @@ mod tests {
         drop(store);
         let store = Store::open(&root).unwrap();
         assert_eq!(contents(&store), after);
+    }
+
+    /// A cluster node collects what a flip left only at the epoch it checked its streams
+    /// against: if a newer flip came in since, streams planned at the checked epoch still read
+    /// the blocks that flip moved away, and nothing is deleted.
+    #[test]
+    fn garbage_is_collected_only_at_the_epoch_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("s");
+        let store = Store::create(&root, &paths(&["d0", "d1"]), Bytes::kib(64)).unwrap();
+        ingest(&store, "a", 40);
+        assert_eq!(store.collect_garbage(Epoch(0)).unwrap(), Some((0, vec![])));
+        store.add_disk("d2").unwrap();
+        for mv in store.reorg_moves().unwrap() {
+            store.copy_block(&mv).unwrap();
+        }
+        // Pending: sources and copies both stay.
+        assert_eq!(store.collect_garbage(Epoch(0)).unwrap(), Some((0, vec![])));
+        assert_eq!(total_blocks(&store), 40 + store.reorg_moves().unwrap().len() as u64);
+        let moved = store.reorg_moves().unwrap().len() as u64;
+        store.flip().unwrap();
+        // Checked at epoch 0, the flip to 1 came in before the deletion: nothing goes.
+        assert_eq!(store.collect_garbage(Epoch(0)).unwrap(), None);
+        assert_eq!(total_blocks(&store), 40 + moved);
+        assert_eq!(store.collect_garbage(Epoch(1)).unwrap(), Some((moved, vec![])));
+        assert_eq!(total_blocks(&store), 40);
+        assert!(fsck(&store, false).unwrap().is_clean());
     }
 
     /// A store of disks d0..d3 keeping two copies, objects "a" (24 blocks) and "b" (16).

@@ -895,8 +895,12 @@ impl Reorganiser {
             Err(_) => return,
         }
         let store = Arc::clone(&self.store);
-        match tokio::task::spawn_blocking(move || store.collect_garbage()).await {
-            Ok(Ok((deleted, closed))) => {
+        match tokio::task::spawn_blocking(move || store.collect_garbage(epoch)).await {
+            Ok(Ok(None)) => {
+                // Another flip came in since the check: its sessions are checked afresh.
+                debug!(%epoch, "the placement moved on while checking; collecting later");
+            }
+            Ok(Ok(Some((deleted, closed)))) => {
                 info!(%epoch, deleted, ?closed, "deleted what the reorganisation left on this node");
                 for disk in closed {
                     let _ = self.sched.send(SchedCommand::DetachDisk { disk });
