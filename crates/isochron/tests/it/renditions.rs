@@ -28,13 +28,18 @@ fn ok(out: &Output) -> String {
 
 /// Each video packet of `file`'s first video stream: (pts in seconds, size, key frame).
 pub(crate) fn video_packets(file: &Path) -> Vec<(f64, u64, bool)> {
+    packets_of(file, "v:0")
+}
+
+/// [`video_packets`] of the stream `select` names (`a:0`: the first audio stream).
+pub(crate) fn packets_of(file: &Path, select: &str) -> Vec<(f64, u64, bool)> {
     let out = run(
         Command::new("ffprobe")
             .args([
                 "-v",
                 "error",
                 "-select_streams",
-                "v:0",
+                select,
                 "-show_entries",
                 "packet=pts_time,size,flags",
                 "-of",
