@@ -324,6 +324,10 @@ pub enum LocalAction {
         /// share as if they were gone, each block on its first copy on a node not in `lost`,
         /// and refuse if a block has no such copy.
         lost: BTreeSet<NodeId>,
+        /// Which of the session's opens this is ([`Message::Reserve`]'s `open`). A session
+        /// reopened (a switch of rendition) reuses its key: the scheduler's decision on an
+        /// earlier open, coming late, is not this one's.
+        open: u32,
     },
     /// Start a run: read the share's blocks on the session's clock and send or forward them.
     Start {
@@ -512,6 +516,9 @@ pub enum SessionEvent {
 #[derive(Debug)]
 struct Session {
     open: OpenSpec,
+    /// This open's number ([`Message::Reserve`]'s `open`): answers to an earlier open of the
+    /// same stream are not this one's.
+    open_id: u32,
     members: BTreeSet<NodeId>,
     reserving: Option<Reserving>,
     reserved: BTreeSet<NodeId>,
@@ -573,6 +580,8 @@ struct Stopping {
 
 #[derive(Debug, Default)]
 struct Share {
+    /// The open it was reserved for ([`Message::Reserve`]'s `open`), named in the answer.
+    open: u32,
     run: Option<RunId>,
     /// The running run's start, role and clock (on this node's clock), for a takeover.
     spec: Option<RunSpec>,
@@ -601,6 +610,8 @@ pub struct ClusterCore {
     members: BTreeMap<NodeId, Member>,
     sessions: BTreeMap<StreamId, Session>,
     shares: BTreeMap<ShareKey, Share>,
+    /// The number of the last session this node opened as an origin.
+    last_open: u32,
     out: VecDeque<(NodeId, Message)>,
     local: VecDeque<LocalAction>,
     events: VecDeque<SessionEvent>,
@@ -642,6 +653,7 @@ impl ClusterCore {
             members,
             sessions: BTreeMap::new(),
             shares: BTreeMap::new(),
+            last_open: 0,
             out: VecDeque::new(),
             local: VecDeque::new(),
             events: VecDeque::new(),
@@ -865,10 +877,15 @@ impl ClusterCore {
         let members: BTreeSet<NodeId> =
             self.members.keys().copied().filter(|id| !lost.contains(id)).collect();
         let key = ShareKey { origin: me, stream: spec.stream };
+        // Numbered from 1 (0 is "not numbered"), wrapping: only the last open of a stream
+        // counts, and nobody waits for four billion answers.
+        self.last_open = self.last_open.checked_add(1).unwrap_or(1);
+        let open_id = self.last_open;
         self.sessions.insert(
             spec.stream,
             Session {
                 open: spec,
+                open_id,
                 members: members.clone(),
                 reserving: Some(Reserving {
                     pending: members.clone(),
@@ -888,6 +905,7 @@ impl ClusterCore {
                 to,
                 Message::Reserve {
                     key,
+                    open: open_id,
                     object: spec.object,
                     epoch: spec.epoch,
                     avg_bitrate: spec.avg_bitrate,
@@ -1057,17 +1075,17 @@ impl ClusterCore {
 
     /// This node's scheduler decided on a share's reservation.
     pub fn handle_admitted(&mut self, now: Instant, key: ShareKey, result: Result<(), Refusal>) {
-        if !self.shares.contains_key(&key) {
+        let Some(open) = self.shares.get(&key).map(|s| s.open) else {
             // Closed meanwhile: release what was just admitted.
             if result.is_ok() {
                 self.local.push_back(LocalAction::Close { key });
             }
             return;
-        }
+        };
         if result.is_err() {
             self.shares.remove(&key);
         }
-        self.send(now, key.origin, Message::Reserved { key, result });
+        self.send(now, key.origin, Message::Reserved { key, open, result });
     }
 
     /// This node's part of a run stopped (after a [`LocalAction::Stop`]).
@@ -1294,11 +1312,16 @@ impl ClusterCore {
                     m.clock.handle_sample(ping_sent_unix_ns, received_unix_ns, sent_unix_ns, t3);
                 }
             }
-            Message::Reserve { key, object, epoch, avg_bitrate, peak_bitrate, lost } => {
+            Message::Reserve { key, open, object, epoch, avg_bitrate, peak_bitrate, lost } => {
                 // The share is planned without the lost members from its first run on.
                 self.shares.insert(
                     key,
-                    Share { dead: lost.clone(), planned_without: lost.clone(), ..Share::default() },
+                    Share {
+                        open,
+                        dead: lost.clone(),
+                        planned_without: lost.clone(),
+                        ..Share::default()
+                    },
                 );
                 self.local.push_back(LocalAction::Admit {
                     key,
@@ -1307,6 +1330,7 @@ impl ClusterCore {
                     avg_bitrate,
                     peak_bitrate,
                     lost,
+                    open,
                 });
             }
             Message::Start { key, run, spec } => {
@@ -1401,7 +1425,9 @@ impl ClusterCore {
                     self.local.push_back(LocalAction::Close { key });
                 }
             }
-            Message::Reserved { key, result } => self.on_reserved(now, from, key, result),
+            Message::Reserved { key, open, result } => {
+                self.on_reserved(now, from, key, open, result);
+            }
             Message::Stopped { key, run, report } => {
                 self.on_stopped(now, from, key, run, Some(report))
             }
@@ -1591,6 +1617,7 @@ impl ClusterCore {
         now: Instant,
         from: NodeId,
         key: ShareKey,
+        open: u32,
         result: Result<(), Refusal>,
     ) {
         if key.origin != self.config.node {
@@ -1603,6 +1630,12 @@ impl ClusterCore {
             }
             return;
         };
+        if open != session.open_id {
+            // The answer to an earlier open of this stream (refused elsewhere, then reopened
+            // at another rendition), sent before that member was told to close it: the close
+            // already releases what it reserved, and it answers this open on its own.
+            return;
+        }
         let pending = session.reserving.as_mut().is_some_and(|r| r.pending.remove(&from));
         if !pending {
             // A member lost before it answered, answering now: the session opened without it.
@@ -2040,5 +2073,68 @@ mod tests {
             }
         }
         assert_eq!(pings, 50);
+    }
+
+    /// A session refused by one member is reopened at once (a switch of rendition going back
+    /// to the rung it left); another member's refusal of the first open, arriving after that,
+    /// is not the answer to the second: only the answers to the second open decide it.
+    #[test]
+    fn a_late_answer_to_an_earlier_open_is_not_the_answer_to_the_reopen() {
+        let now = Instant::ZERO;
+        let mut core = ClusterCore::new(ClusterConfig::new(NodeId(1), "n1", 0));
+        for id in [1, 2, 3] {
+            core.handle_member(
+                now,
+                MemberInfo { id: NodeId(id), name: format!("n{id}"), live: true },
+            );
+        }
+        let spec = |object| OpenSpec {
+            stream: StreamId(7),
+            object: ObjectId(object),
+            epoch: Epoch(0),
+            avg_bitrate: BitRate(1_500_000),
+            peak_bitrate: BitRate(2_000_000),
+            delivery: Delivery::Relay,
+        };
+        let key = ShareKey { origin: NodeId(1), stream: StreamId(7) };
+        let reserves = |core: &mut ClusterCore| {
+            let mut opens = Vec::new();
+            while let Some((_, msg)) = core.poll_transmit() {
+                if let Message::Reserve { open, .. } = msg {
+                    opens.push(open);
+                }
+            }
+            opens
+        };
+        let full = |node: &str| {
+            Err(Refusal { node: node.into(), disk: None, reason: "not enough egress".into() })
+        };
+        core.open(now, spec(1));
+        let first = reserves(&mut core);
+        assert_eq!(first.len(), 2, "one reserve per other member");
+        let first = first[0];
+        core.handle_message(
+            now,
+            NodeId(2),
+            Message::Reserved { key, open: first, result: full("n2") },
+        );
+        assert!(matches!(core.poll_event(), Some(SessionEvent::Refused { .. })));
+        core.open(now, spec(2));
+        let second = reserves(&mut core)[0];
+        assert_ne!(second, first);
+        // n3 refused the first open too; its answer comes now.
+        core.handle_message(
+            now,
+            NodeId(3),
+            Message::Reserved { key, open: first, result: full("n3") },
+        );
+        assert_eq!(core.poll_event(), None, "the reopen stands");
+        for id in [2, 3] {
+            let msg = Message::Reserved { key, open: second, result: Ok(()) };
+            core.handle_message(now, NodeId(id), msg);
+        }
+        assert_eq!(core.poll_event(), None, "this node's own share is still to be admitted");
+        core.handle_admitted(now, key, Ok(()));
+        assert!(matches!(core.poll_event(), Some(SessionEvent::Opened { .. })));
     }
 }

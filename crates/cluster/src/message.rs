@@ -295,6 +295,10 @@ pub enum Message {
     Reserve {
         /// The share.
         key: ShareKey,
+        /// Which of the session's opens this is (the origin numbers them; 0: not numbered).
+        /// A session reopened (a switch of rendition) reuses its key: the answer names the
+        /// open it answers, so that a late answer to an earlier one is not taken for it.
+        open: u32,
         /// The object.
         object: ObjectId,
         /// The placement epoch.
@@ -312,6 +316,8 @@ pub enum Message {
     Reserved {
         /// The share.
         key: ShareKey,
+        /// The open it answers ([`Message::Reserve`]'s `open`).
+        open: u32,
         /// `Ok`: reserved.
         result: Result<(), Refusal>,
     },

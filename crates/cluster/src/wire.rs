@@ -15,7 +15,9 @@
 //! heartbeat that carries how far the sender's senders had got ([`Message::Ping`]'s
 //! `sent_through_unix_ns`). 6 adds a member's word on its share after a takeover
 //! ([`Message::Status`]). 7 adds a stop just before a packet ([`Message::Stop`]'s `before`: a
-//! switch of rendition). A frame is written at the lowest version that
+//! switch of rendition). 8 numbers a session's opens ([`Message::Reserve`]'s and
+//! [`Message::Reserved`]'s `open`: a session reopened at another rendition tells a late answer
+//! to its earlier open from the answer to this one). A frame is written at the lowest version that
 //! expresses its message, so a version-1 node still reads everything but a degraded open and
 //! native tracks, which it refuses by version.
 //!
@@ -36,7 +38,7 @@ use crate::message::{
 };
 
 /// The format version this build writes and the newest it reads.
-pub const WIRE_VERSION: u8 = 7;
+pub const WIRE_VERSION: u8 = 8;
 
 /// The largest frame body accepted (control messages are tens of bytes; a refusal's text is
 /// the largest part).
@@ -128,6 +130,16 @@ impl FrameReader {
     }
 }
 
+/// A refusal as the wire carries it.
+fn into_w(r: &Refusal) -> WRefusal {
+    WRefusal { node: r.node.clone(), disk: r.disk.map(|d| d.0), reason: r.reason.clone() }
+}
+
+/// A refusal from the wire.
+fn from_w(r: WRefusal) -> Result<(), Refusal> {
+    Err(Refusal { node: r.node, disk: r.disk.map(DiskId), reason: r.reason })
+}
+
 // The pinned mirror. Never change a variant or field of a written version: add a version.
 
 #[derive(Serialize, Deserialize)]
@@ -159,6 +171,9 @@ enum W {
     Status { key: WKey, run: u64, ended: Option<WReport3> },
     // Version 7.
     StopBefore { key: WKey, run: u64, cutoff_ns: Option<u64>, gsn: u64 },
+    // Version 8.
+    ReserveOpen { key: WKey, open: u32, obj: u64, ep: u32, avg: u64, peak: u64, lost: Vec<u16> },
+    ReservedOpen { key: WKey, open: u32, refusal: Option<WRefusal> },
 }
 
 impl W {
@@ -171,6 +186,7 @@ impl W {
             Self::PingProgress { .. } => 5,
             Self::Status { .. } => 6,
             Self::StopBefore { .. } => 7,
+            Self::ReserveOpen { .. } | Self::ReservedOpen { .. } => 8,
             _ => 1,
         }
     }
@@ -514,7 +530,20 @@ impl From<&Message> for W {
                     sent: *sent_unix_ns,
                 }
             }
-            Message::Reserve { key, object, epoch, avg_bitrate, peak_bitrate, lost }
+            Message::Reserve { key, open, object, epoch, avg_bitrate, peak_bitrate, lost }
+                if *open != 0 =>
+            {
+                Self::ReserveOpen {
+                    key: (*key).into(),
+                    open: *open,
+                    obj: object.0,
+                    ep: epoch.0,
+                    avg: avg_bitrate.0,
+                    peak: peak_bitrate.0,
+                    lost: lost.iter().map(|n| n.0).collect(),
+                }
+            }
+            Message::Reserve { key, object, epoch, avg_bitrate, peak_bitrate, lost, .. }
                 if lost.is_empty() =>
             {
                 Self::Reserve {
@@ -525,7 +554,7 @@ impl From<&Message> for W {
                     peak: peak_bitrate.0,
                 }
             }
-            Message::Reserve { key, object, epoch, avg_bitrate, peak_bitrate, lost } => {
+            Message::Reserve { key, object, epoch, avg_bitrate, peak_bitrate, lost, .. } => {
                 Self::ReserveLost {
                     key: (*key).into(),
                     object: object.0,
@@ -535,13 +564,13 @@ impl From<&Message> for W {
                     lost: lost.iter().map(|n| n.0).collect(),
                 }
             }
-            Message::Reserved { key, result } => Self::Reserved {
+            Message::Reserved { key, open: 0, result } => {
+                Self::Reserved { key: (*key).into(), refusal: result.as_ref().err().map(into_w) }
+            }
+            Message::Reserved { key, open, result } => Self::ReservedOpen {
                 key: (*key).into(),
-                refusal: result.as_ref().err().map(|r| WRefusal {
-                    node: r.node.clone(),
-                    disk: r.disk.map(|d| d.0),
-                    reason: r.reason.clone(),
-                }),
+                open: *open,
+                refusal: result.as_ref().err().map(into_w),
             },
             Message::Start { key, run, spec } if fits_v1(spec) => {
                 Self::Start { key: (*key).into(), run: run.0, spec: spec.into() }
@@ -618,6 +647,7 @@ impl From<W> for Message {
             },
             W::Reserve { key, object, epoch, avg, peak } => Self::Reserve {
                 key: key.into(),
+                open: 0,
                 object: ObjectId(object),
                 epoch: Epoch(epoch),
                 avg_bitrate: BitRate(avg),
@@ -626,21 +656,28 @@ impl From<W> for Message {
             },
             W::ReserveLost { key, object, epoch, avg, peak, lost } => Self::Reserve {
                 key: key.into(),
+                open: 0,
                 object: ObjectId(object),
                 epoch: Epoch(epoch),
                 avg_bitrate: BitRate(avg),
                 peak_bitrate: BitRate(peak),
                 lost: lost.into_iter().map(NodeId).collect(),
             },
-            W::Reserved { key, refusal } => Self::Reserved {
+            W::ReserveOpen { key, open, obj, ep, avg, peak, lost } => Self::Reserve {
                 key: key.into(),
-                result: match refusal {
-                    None => Ok(()),
-                    Some(r) => {
-                        Err(Refusal { node: r.node, disk: r.disk.map(DiskId), reason: r.reason })
-                    }
-                },
+                open,
+                object: ObjectId(obj),
+                epoch: Epoch(ep),
+                avg_bitrate: BitRate(avg),
+                peak_bitrate: BitRate(peak),
+                lost: lost.into_iter().map(NodeId).collect(),
             },
+            W::Reserved { key, refusal } => {
+                Self::Reserved { key: key.into(), open: 0, result: refusal.map_or(Ok(()), from_w) }
+            }
+            W::ReservedOpen { key, open, refusal } => {
+                Self::Reserved { key: key.into(), open, result: refusal.map_or(Ok(()), from_w) }
+            }
             W::Start { key, run, spec } => {
                 Self::Start { key: key.into(), run: RunId(run), spec: spec.into() }
             }
@@ -770,6 +807,7 @@ mod tests {
     fn reserve(lost: BTreeSet<NodeId>) -> Message {
         Message::Reserve {
             key: key(),
+            open: 0,
             object: ObjectId(5),
             epoch: Epoch(1),
             avg_bitrate: BitRate(1000),
@@ -790,6 +828,7 @@ mod tests {
             Message::Pong { seq: 1, ping_sent_unix_ns: 2, received_unix_ns: 3, sent_unix_ns: 4 },
             Message::Reserve {
                 key: key(),
+                open: 0,
                 object: ObjectId(5),
                 epoch: Epoch(1),
                 avg_bitrate: BitRate(5_600_000),
@@ -798,15 +837,27 @@ mod tests {
             },
             Message::Reserve {
                 key: key(),
+                open: 0,
                 object: ObjectId(5),
                 epoch: Epoch(1),
                 avg_bitrate: BitRate(5_600_000),
                 peak_bitrate: BitRate(8_000_000),
                 lost: [NodeId(3), NodeId(9)].into(),
             },
-            Message::Reserved { key: key(), result: Ok(()) },
+            Message::Reserve {
+                key: key(),
+                open: 7,
+                object: ObjectId(5),
+                epoch: Epoch(1),
+                avg_bitrate: BitRate(5_600_000),
+                peak_bitrate: BitRate(8_000_000),
+                lost: [NodeId(3)].into(),
+            },
+            Message::Reserved { key: key(), open: 0, result: Ok(()) },
+            Message::Reserved { key: key(), open: 7, result: Ok(()) },
             Message::Reserved {
                 key: key(),
+                open: 7,
                 result: Err(Refusal {
                     node: "n3".into(),
                     disk: Some(DiskId(4)),
@@ -917,6 +968,10 @@ mod tests {
         // Version 6: a member's word on its share after a takeover.
         let status = Message::Status { key: key(), run: RunId(1), ended: None };
         assert_eq!(encode_frame(&status), [0, 0, 0, 6, 6, 19, 2, 77, 1, 0]);
+        // Version 8: numbered opens and their answers; an unnumbered one is still 1.
+        let reserved = |open| Message::Reserved { key: key(), open, result: Ok(()) };
+        assert_eq!(encode_frame(&reserved(3)), [0, 0, 0, 6, 8, 22, 2, 77, 3, 0]);
+        assert_eq!(encode_frame(&reserved(0)), [0, 0, 0, 5, 1, 4, 2, 77, 0]);
         // A version-3 message in a frame that says 2 is refused.
         let mut f =
             encode_frame(&Message::Start { key: key(), run: RunId(1), spec: native_spec() });
@@ -927,7 +982,7 @@ mod tests {
     #[test]
     fn bad_frames_are_named() {
         assert_eq!(decode_body(&[]), Err(WireError::Empty));
-        assert_eq!(decode_body(&[8, 0]), Err(WireError::Version { found: 8 }));
+        assert_eq!(decode_body(&[9, 0]), Err(WireError::Version { found: 9 }));
         // A version-2 variant in a version-1 frame.
         let f = encode_frame(&reserve([NodeId(3)].into()));
         let mut v1 = f[4..].to_vec();

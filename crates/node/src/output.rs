@@ -34,6 +34,9 @@ pub enum NodeOutput {
     Admit {
         /// The share.
         key: ShareKey,
+        /// Which of the session's opens it is: hand it back with the decision
+        /// ([`crate::NodeCore::handle_admitted`]).
+        open: u32,
         /// The request.
         req: OpenStream,
         /// The object's name, for the admission log.

@@ -111,7 +111,7 @@ impl Cluster {
                         NodeOutput::Transmit { to, msg } if !self.crashed.contains(&id) => {
                             self.net.push_back((id, to.0, *msg));
                         }
-                        NodeOutput::Admit { key, .. } => admitted.push(key),
+                        NodeOutput::Admit { key, open, .. } => admitted.push((key, open)),
                         NodeOutput::AddStream { setup, .. } => {
                             let share = setup.share.expect("a bipartite share");
                             sent.share.extend(share.iter().map(|b| b.index.0));
@@ -128,8 +128,8 @@ impl Cluster {
                         _ => {}
                     }
                 }
-                for key in admitted {
-                    core.handle_admitted(now, key, Some(Decision::Admit));
+                for (key, open) in admitted {
+                    core.handle_admitted(now, key, open, Some(Decision::Admit));
                 }
             }
             while let Some((from, to, msg)) = self.net.pop_front() {

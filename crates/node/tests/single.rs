@@ -64,10 +64,10 @@ impl Node {
     }
 
     /// A PLAY from the start: the node asks its scheduler to admit the share, and only that.
-    fn play_asks_admission(&mut self) -> ShareKey {
+    fn play_asks_admission(&mut self) -> (ShareKey, u32) {
         self.request(Method::Play, "rtsp://127.0.0.1:8554/clip", &[]);
         match self.outputs().as_slice() {
-            [NodeOutput::Admit { key, .. }] => *key,
+            [NodeOutput::Admit { key, open, .. }] => (*key, *open),
             other => panic!("one admission request: {other:?}"),
         }
     }
@@ -137,15 +137,15 @@ fn a_play_is_answered_once_admitted_and_before_the_run_starts_and_a_seek_continu
     let out = n.outputs();
     assert!(status(&out).is_empty(), "no answer before admission: {out:?}");
     let key = match out.as_slice() {
-        [NodeOutput::Admit { key, req, name }] => {
+        [NodeOutput::Admit { key, open, req, name }] => {
             assert_eq!(name, "clip");
             assert_eq!(req.plan.blocks.len(), 4);
-            *key
+            (*key, *open)
         }
         other => panic!("one admission request: {other:?}"),
     };
 
-    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    n.core.handle_admitted(n.now, key.0, key.1, Some(Decision::Admit));
     let out = n.outputs();
     // The answer first (RFC 2326 §12.33: RTP-Info before the first packet can leave), then the
     // stream set up at the sender, the run started there and at the scheduler.
@@ -220,7 +220,7 @@ fn a_refusal_by_the_scheduler_is_a_453_and_the_share_is_forgotten() {
     n.set_up();
     let key = n.play_asks_admission();
     let refusal = Refusal::NoProfile { disk: DiskId(0) };
-    n.core.handle_admitted(n.now, key, Some(Decision::Reject(refusal)));
+    n.core.handle_admitted(n.now, key.0, key.1, Some(Decision::Reject(refusal)));
     let out = n.outputs();
     assert_eq!(status(&out), vec![StatusCode::NotEnoughBandwidth]);
     assert!(
@@ -235,7 +235,7 @@ fn a_session_whose_read_fails_ends_with_a_bye_naming_the_cause() {
     let mut n = Node::new();
     n.set_up();
     let key = n.play_asks_admission();
-    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    n.core.handle_admitted(n.now, key.0, key.1, Some(Decision::Admit));
     let (stream, run) = run_started(&n.outputs()).expect("the run");
     let error = isochron_base::IoFailure::new(isochron_base::IoFailureKind::Corrupt, "checksum");
     n.core.handle_read_failed(n.now, stream, error);
@@ -261,7 +261,7 @@ fn a_play_waiting_for_admission_is_answered_when_its_session_ends_meanwhile() {
     let out = n.outputs();
     assert_eq!(status(&out), vec![StatusCode::InternalServerError], "answered, not left: {out:?}");
     // The admission answered after the session is gone starts nothing.
-    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    n.core.handle_admitted(n.now, key.0, key.1, Some(Decision::Admit));
     let out = n.outputs();
     assert!(
         !out.iter().any(|o| matches!(o, NodeOutput::Send(StreamOp::Play { .. }))),
@@ -282,7 +282,7 @@ fn a_lossy_report_switches_a_ladder_down_at_the_next_seek_point_numbered_on() {
     n.set_up();
     let ssrc = n.ssrc.expect("the SETUP's SSRC");
     let key = n.play_asks_admission();
-    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    n.core.handle_admitted(n.now, key.0, key.1, Some(Decision::Admit));
     let out = n.outputs();
     let first = response(&out).expect("the PLAY's answer");
     let seq0 = rtp_info_seq(first);
@@ -311,7 +311,7 @@ fn a_lossy_report_switches_a_ladder_down_at_the_next_seek_point_numbered_on() {
     let key = out
         .iter()
         .find_map(|o| match o {
-            NodeOutput::Admit { key, name, .. } if name == "clip~low" => Some(*key),
+            NodeOutput::Admit { key, open, name, .. } if name == "clip~low" => Some((*key, *open)),
             _ => None,
         })
         .unwrap_or_else(|| panic!("the low rendition's admission: {out:?}"));
@@ -319,7 +319,7 @@ fn a_lossy_report_switches_a_ladder_down_at_the_next_seek_point_numbered_on() {
 
     // Admitted: a run of the low rendition from its seek point at 3 s (GSN 150), the first
     // packet numbered seq0 + 300, where the first run stopped.
-    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    n.core.handle_admitted(n.now, key.0, key.1, Some(Decision::Admit));
     let out = n.outputs();
     assert!(status(&out).is_empty(), "no answer: {out:?}");
     let play = out
@@ -341,7 +341,7 @@ fn nacks_for_a_tenth_of_the_packets_switch_a_ladder_down() {
     n.set_up();
     let ssrc = n.ssrc.expect("the SETUP's SSRC");
     let key = n.play_asks_admission();
-    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    n.core.handle_admitted(n.now, key.0, key.1, Some(Decision::Admit));
     let (_, run1) = run_started(&n.outputs()).expect("the run starts");
     let report =
         |seq| ReceiverFeedback { ssrc, fraction_lost: 0, rtt: None, highest_seq: Some(seq) };
@@ -371,7 +371,7 @@ fn an_mtfc_paced_session_switches_down_on_its_players_buffer_at_its_own_clocks_s
     let mut n = Node::with(Clip::new(6, |_| Replicas::single(DiskId(0))).with_ladder());
     n.set_up();
     let key = n.play_asks_admission();
-    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    n.core.handle_admitted(n.now, key.0, key.1, Some(Decision::Admit));
     let (_, run1) = run_started(&n.outputs()).expect("the run starts");
     let rate = |n: &mut Node, buffer: &str| {
         n.cseq += 1;
@@ -419,7 +419,7 @@ fn an_interleaved_report_on_the_sessions_own_connection_switches_it_and_none_oth
     n.set_up_with("RTP/AVP/TCP;unicast;interleaved=0-1");
     let ssrc = n.ssrc.expect("the SETUP's SSRC");
     let key = n.play_asks_admission();
-    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    n.core.handle_admitted(n.now, key.0, key.1, Some(Decision::Admit));
     let out = n.outputs();
     let (_, run1) = run_started(&out).expect("the run starts");
     let report = |ms| ReceiverFeedback {
@@ -447,10 +447,10 @@ fn an_interleaved_report_on_the_sessions_own_connection_switches_it_and_none_oth
 }
 
 /// The admission asked for in `out`, of the object named `name`.
-fn admission_of(out: &[NodeOutput], name: &str) -> ShareKey {
+fn admission_of(out: &[NodeOutput], name: &str) -> (ShareKey, u32) {
     out.iter()
         .find_map(|o| match o {
-            NodeOutput::Admit { key, name: n, .. } if n == name => Some(*key),
+            NodeOutput::Admit { key, open, name: n, .. } if n == name => Some((*key, *open)),
             _ => None,
         })
         .unwrap_or_else(|| panic!("an admission of {name}: {out:?}"))
@@ -469,7 +469,7 @@ fn degrade_admits_lower_and_steps_a_playing_session_down_to_make_room() {
     // A: the high rendition, admitted.
     n.set_up();
     let key = n.play_asks_admission();
-    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    n.core.handle_admitted(n.now, key.0, key.1, Some(Decision::Admit));
     let out = n.outputs();
     assert_eq!(status(&out), vec![StatusCode::Ok]);
     let (a, run_a) = run_started(&out).expect("A's run");
@@ -479,11 +479,11 @@ fn degrade_admits_lower_and_steps_a_playing_session_down_to_make_room() {
     n.session = None;
     n.set_up();
     let key = n.play_asks_admission();
-    n.core.handle_admitted(n.now, key, full());
+    n.core.handle_admitted(n.now, key.0, key.1, full());
     let out = n.outputs();
     assert!(status(&out).is_empty(), "no answer yet: {out:?}");
     let key = admission_of(&out, "clip~low");
-    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    n.core.handle_admitted(n.now, key.0, key.1, Some(Decision::Admit));
     assert_eq!(status(&n.outputs()), vec![StatusCode::Ok]);
     assert_eq!(n.core.abr_stats().admitted_degraded, 1);
 
@@ -493,9 +493,9 @@ fn degrade_admits_lower_and_steps_a_playing_session_down_to_make_room() {
     n.session = None;
     n.set_up();
     let key = n.play_asks_admission();
-    n.core.handle_admitted(n.now, key, full());
+    n.core.handle_admitted(n.now, key.0, key.1, full());
     let key = admission_of(&n.outputs(), "clip~low");
-    n.core.handle_admitted(n.now, key, full());
+    n.core.handle_admitted(n.now, key.0, key.1, full());
     let out = n.outputs();
     assert!(status(&out).is_empty(), "C waits for room: {out:?}");
     assert!(
@@ -510,7 +510,7 @@ fn degrade_admits_lower_and_steps_a_playing_session_down_to_make_room() {
     let at = Position::at(Gsn(200), MediaTime::from_nanos(2 * SECOND));
     n.core.handle_share_stopped(n.now, a, run_a, RunReport { next: Some(at), last_sent: None });
     let key = admission_of(&n.outputs(), "clip~low");
-    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    n.core.handle_admitted(n.now, key.0, key.1, Some(Decision::Admit));
     let out = n.outputs();
     assert!(
         out.iter()
@@ -518,7 +518,7 @@ fn degrade_admits_lower_and_steps_a_playing_session_down_to_make_room() {
         "A plays on, low: {out:?}"
     );
     let key = admission_of(&out, "clip~low");
-    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    n.core.handle_admitted(n.now, key.0, key.1, Some(Decision::Admit));
     assert_eq!(status(&n.outputs()), vec![StatusCode::Ok], "C is answered");
     assert_eq!(n.core.abr_stats().switches_down, 1);
 
@@ -526,9 +526,9 @@ fn degrade_admits_lower_and_steps_a_playing_session_down_to_make_room() {
     n.session = None;
     n.set_up();
     let key = n.play_asks_admission();
-    n.core.handle_admitted(n.now, key, full());
+    n.core.handle_admitted(n.now, key.0, key.1, full());
     let key = admission_of(&n.outputs(), "clip~low");
-    n.core.handle_admitted(n.now, key, full());
+    n.core.handle_admitted(n.now, key.0, key.1, full());
     assert_eq!(status(&n.outputs()), vec![StatusCode::NotEnoughBandwidth]);
     let playing: Vec<String> = n.core.sessions().into_iter().map(|s| s.object).collect();
     assert_eq!(playing.iter().filter(|o| *o == "clip~low").count(), 3, "{playing:?}");
@@ -544,7 +544,7 @@ fn admissions_wait_while_a_step_up_is_decided() {
     n.set_up();
     let ssrc = n.ssrc.expect("the SETUP's SSRC");
     let key = n.play_asks_admission();
-    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    n.core.handle_admitted(n.now, key.0, key.1, Some(Decision::Admit));
     let (a, mut run) = run_started(&n.outputs()).expect("A's run");
     // Down to the low rendition on a lossy report, then up after clean reports.
     let reports = |n: &mut Node, secs: u64, fraction_lost: u8| {
@@ -569,7 +569,7 @@ fn admissions_wait_while_a_step_up_is_decided() {
     let at = reports(&mut n, 1, 64);
     n.core.handle_share_stopped(n.now, a, run, RunReport { next: Some(at), last_sent: None });
     let key = admission_of(&n.outputs(), "clip~low");
-    n.core.handle_admitted(n.now, key, Some(Decision::Admit));
+    n.core.handle_admitted(n.now, key.0, key.1, Some(Decision::Admit));
     run = n
         .outputs()
         .iter()
@@ -599,11 +599,11 @@ fn admissions_wait_while_a_step_up_is_decided() {
     // A's step up refused: A's low rung is asked for again, B's still held; once A has it
     // back, B's admission goes ahead.
     let full = Refusal::TooManyStreams { limit: 1 };
-    n.core.handle_admitted(n.now, up, Some(Decision::Reject(full)));
+    n.core.handle_admitted(n.now, up.0, up.1, Some(Decision::Reject(full)));
     let out = n.outputs();
     let back = admission_of(&out, "clip~low");
     assert_eq!(out.iter().filter(|o| matches!(o, NodeOutput::Admit { .. })).count(), 1, "{out:?}");
-    n.core.handle_admitted(n.now, back, Some(Decision::Admit));
+    n.core.handle_admitted(n.now, back.0, back.1, Some(Decision::Admit));
     let out = n.outputs();
     admission_of(&out, "clip");
     assert_eq!(n.core.abr_stats().step_ups_refused, 1);

@@ -108,6 +108,8 @@ pub enum SessionCommand {
     Admitted {
         /// The share.
         key: ShareKey,
+        /// Which of its session's opens ([`NodeOutput::Admit`]'s `open`).
+        open: u32,
         /// The decision (`None`: the scheduler thread is gone).
         decision: Option<Decision>,
     },
@@ -307,8 +309,8 @@ impl Manager {
             SessionCommand::ShareStopped { stream, run, report } => {
                 self.core.handle_share_stopped(now, stream, run, report);
             }
-            SessionCommand::Admitted { key, decision } => {
-                self.core.handle_admitted(now, key, decision);
+            SessionCommand::Admitted { key, open, decision } => {
+                self.core.handle_admitted(now, key, open, decision);
             }
             SessionCommand::ReadFailed { stream, error } => {
                 self.core.handle_read_failed(now, stream, error);
@@ -340,7 +342,7 @@ impl Manager {
                         let _ = reply.send(response);
                     }
                 }
-                NodeOutput::Admit { key, req, name } => self.admit(key, req, name),
+                NodeOutput::Admit { key, open, req, name } => self.admit(key, open, req, name),
                 NodeOutput::Read(op) => {
                     let _ = self.sched.send(SchedCommand::Read(op));
                 }
@@ -377,13 +379,13 @@ impl Manager {
 
     /// Asks the scheduler thread to admit share `key`; the decision comes back on the
     /// manager's own channel (`None`: the scheduler thread is gone).
-    fn admit(&self, key: ShareKey, req: OpenStream, name: String) {
+    fn admit(&self, key: ShareKey, open: u32, req: OpenStream, name: String) {
         let me = self.me.clone();
         let reply = DecisionSink::new(move |d: Decision| {
-            let _ = me.send(SessionCommand::Admitted { key, decision: Some(d) });
+            let _ = me.send(SessionCommand::Admitted { key, open, decision: Some(d) });
         });
         if self.sched.send(SchedCommand::Open { req, name, reply }).is_err() {
-            let _ = self.me.send(SessionCommand::Admitted { key, decision: None });
+            let _ = self.me.send(SessionCommand::Admitted { key, open, decision: None });
         }
     }
 

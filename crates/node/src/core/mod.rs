@@ -221,6 +221,9 @@ struct Share {
     /// The local stream the scheduler and sender know it by.
     stream: StreamId,
     entry: Arc<ObjectEntry>,
+    /// The open of the session it was admitted for (a session reopened at another rendition
+    /// reuses its key): the scheduler's decision names it.
+    open: u32,
     /// Whether the sender knows the stream.
     added: bool,
     run: RunId,
@@ -430,9 +433,20 @@ impl NodeCore {
         self.drive(now);
     }
 
-    /// The scheduler decided on a share's admission ([`NodeOutput::Admit`]); `None`: the scheduler
-    /// is gone.
-    pub fn handle_admitted(&mut self, now: Instant, key: ShareKey, decision: Option<Decision>) {
+    /// The scheduler decided on a share's admission ([`NodeOutput::Admit`], whose `open` it
+    /// hands back); `None`: the scheduler is gone. A decision on an earlier open of the share
+    /// (closed since, and opened again) is not this one's: dropped.
+    pub fn handle_admitted(
+        &mut self,
+        now: Instant,
+        key: ShareKey,
+        open: u32,
+        decision: Option<Decision>,
+    ) {
+        if self.shares.get(&key).is_none_or(|s| s.open != open) {
+            debug!(share = %key, open, "admission: a decision on an earlier open");
+            return;
+        }
         let node = self.cluster.config().name.clone();
         let result = match decision {
             Some(Decision::Admit) => Ok(()),

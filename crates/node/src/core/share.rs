@@ -20,7 +20,7 @@ const RTX_SSRC_MASK: u32 = 0x5254_5800;
 impl NodeCore {
     pub(super) fn local(&mut self, now: Instant, action: LocalAction) {
         match action {
-            LocalAction::Admit { key, object, epoch, avg_bitrate, peak_bitrate, lost } => {
+            LocalAction::Admit { key, object, epoch, avg_bitrate, peak_bitrate, lost, open } => {
                 let entry =
                     self.catalog.by_id(object).or_else(|| self.catalog.shared_entry(object));
                 let entry = entry.map(|e| self.catalog.at_epoch(e, epoch));
@@ -47,10 +47,10 @@ impl NodeCore {
                 let name = entry.record.name.clone();
                 self.shares.insert(
                     key,
-                    Share { stream, entry, added: false, run: RunId(0), ended: false },
+                    Share { stream, entry, open, added: false, run: RunId(0), ended: false },
                 );
                 self.share_of.insert(stream, key);
-                self.out.push_back(NodeOutput::Admit { key, req, name });
+                self.out.push_back(NodeOutput::Admit { key, open, req, name });
             }
             LocalAction::Start { key, run, spec, anchor } => {
                 self.start_share(now, key, run, &spec, anchor);

@@ -819,9 +819,9 @@ impl Node {
             NodeOutput::Respond { ticket, response } => {
                 self.answers.insert(ticket.0, response);
             }
-            NodeOutput::Admit { key, req, .. } => {
+            NodeOutput::Admit { key, open, req, .. } => {
                 let d = self.sched.handle_open(now, req);
-                self.core.handle_admitted(now, key, Some(d));
+                self.core.handle_admitted(now, key, open, Some(d));
             }
             NodeOutput::Read(op) => read_op(&mut self.sched, now, op),
             NodeOutput::AddStream { setup, transports, .. } => {
