@@ -313,8 +313,10 @@ impl NodeCore {
                         return;
                     }
                     if let Some(o) = self.origins.remove(&stream) {
+                        // Its reservations are closed, its shares gone: the client is told
+                        // by its RTSP connection's reset (no share is left to send a BYE).
                         let pos = seek_position(&o.entry.record, switch.2);
-                        self.rtsp.handle_end_of_stream(now, stream, pos);
+                        self.fail_client(now, stream, reason.into(), pos);
                     }
                     return;
                 }
