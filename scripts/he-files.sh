@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# He et al. §4.1 (seed 003), experiment case 1: 30 connections spread over 1 … 30 distinct
+# He et al. ("Performance measurement and bottleneck analysis for…", §4.1), experiment case 1: 30 connections spread over 1 … 30 distinct
 # files, the store on the machine's disk and then on tmpfs; the server's CPU idle and iowait,
 # what it delivered, and where the bottleneck is (docs/results/he-files.md).
 #
