@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# He et al. ("Performance measurement and bottleneck analysis for…", §4.1), experiment case 1: 30 connections spread over 1 … 30 distinct
-# files, the store on the machine's disk and then on tmpfs; the server's CPU idle and iowait,
-# what it delivered, and where the bottleneck is (docs/results/he-files.md).
+# He et al. §4.1, experiment case 1 (docs/ARCHITECTURE.md, *References*): 30 connections spread
+# over 1 … 30 distinct files, the store on the machine's disk and then on tmpfs; the server's
+# CPU idle and iowait, what it delivered, and where the bottleneck is (docs/results/he-files.md).
 #
 # The paper's clip is 5 Mb/s MPEG-2; here a 40 s MPEG-2 + MPEG-1 layer II transport stream at
 # 5 Mb/s made with ffmpeg's test source. Every client plays its file in a loop (`--stagger`:
