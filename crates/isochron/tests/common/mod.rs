@@ -879,7 +879,7 @@ impl Beacon {
 
     /// The body of the first POST, or `None` after `limit`.
     pub fn wait(&self, limit: Duration) -> Option<String> {
-        use std::io::{Read, Write};
+        use std::io::Write;
         let deadline = Instant::now() + limit;
         self.listener.set_nonblocking(true).unwrap();
         loop {
@@ -890,7 +890,7 @@ impl Beacon {
                     let mut buf = Vec::new();
                     let mut chunk = [0u8; 4096];
                     // Headers, then Content-Length bytes of body.
-                    while let Ok(n) = s.read(&mut chunk) {
+                    while let Ok(n) = read_some(&mut s, &mut chunk) {
                         if n == 0 {
                             break;
                         }
@@ -996,5 +996,18 @@ impl Drop for Load {
         let mut l = LOADS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         l.used -= self.0;
         LOADS_FREED.notify_all();
+    }
+}
+
+/// `r.read(buf)`, again when a signal interrupted it. A socket with a read timeout
+/// (`SO_RCVTIMEO`) answers `EINTR` to any signal whose handler runs meanwhile, `SA_RESTART` or
+/// not (signal(7)): in a test process whose other tests spawn children, a `SIGCHLD` handler
+/// (tokio's process reaping) is enough.
+pub fn read_some(r: &mut impl std::io::Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match r.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            other => return other,
+        }
     }
 }

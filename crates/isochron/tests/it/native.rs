@@ -566,9 +566,8 @@ impl Rtsp {
     }
 
     fn fill(&mut self) {
-        use std::io::Read as _;
         let mut b = [0u8; 65536];
-        let n = self.s.read(&mut b).expect("read");
+        let n = read_some(&mut self.s, &mut b).expect("read");
         assert!(n > 0, "connection closed");
         self.buf.extend_from_slice(&b[..n]);
     }
@@ -643,13 +642,12 @@ impl Rtsp {
 
     /// The next interleaved frame, or `None` when none comes within the read timeout.
     fn try_next_any(&mut self) -> Option<(u8, Vec<u8>)> {
-        use std::io::Read as _;
         loop {
             if let Some(f) = self.take_frame() {
                 return Some(f);
             }
             let mut b = [0u8; 65536];
-            match self.s.read(&mut b) {
+            match read_some(&mut self.s, &mut b) {
                 Ok(n) if n > 0 => self.buf.extend_from_slice(&b[..n]),
                 _ => return None,
             }

@@ -27,7 +27,7 @@ fn response_head(conn: &mut TcpStream, request: &str) -> String {
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = conn.read(&mut buf).expect("a response");
+        let n = common::read_some(conn, &mut buf).expect("a response");
         assert!(n > 0, "the server closed the connection: {}", String::from_utf8_lossy(&got));
         got.extend_from_slice(&buf[..n]);
     }
@@ -382,7 +382,7 @@ fn idle_connections_and_sessions_never_played_free_their_slots() {
     // The quiet connection without a session is closed at about 2 s.
     let t = Instant::now();
     let mut buf = [0u8; 64];
-    assert_eq!(asked.read(&mut buf).unwrap_or(0), 0, "closed");
+    assert_eq!(common::read_some(&mut asked, &mut buf).unwrap_or(0), 0, "closed");
     let closed_after = t.elapsed();
     assert!(closed_after < Duration::from_secs(4), "closed after {closed_after:?}");
     // The session, never played, ends at 3 s; its connection stays open and is told so.
