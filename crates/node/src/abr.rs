@@ -14,6 +14,13 @@
 //! before the next attempt doubles, up to [`AbrConfig::max_up_after`]. Reports that come within
 //! [`AbrConfig::settle`] of a switch describe the rate before it and are not judged.
 //!
+//! A report's interarrival jitter (RFC 3550 §6.4.1, A.8) is the smoothed variation of the
+//! packets' transit. A bottleneck starting to queue raises it before it drops or a round trip
+//! shows it: jitter over the least a stream's reports showed since the last switch by more than
+//! [`AbrConfig::clean_jitter`] makes a report not clean — no step up into a path that is
+//! filling — though alone it never steps down. The least is taken afresh at a switch: a rung's
+//! packets per frame, and so the jitter its pacing alone gives, differ.
+//!
 //! Over RTSP/TCP some players send no report at all (ffmpeg), and every byte is delivered, so
 //! no loss is ever reported: there the server reads the path from its own side. The
 //! connection's socket holds every byte its client has not acknowledged (sent or not); those
@@ -25,7 +32,11 @@
 //! comes back as received: its reports' fraction lost is then what retransmission did not
 //! repair, not what the path dropped. The packets it asked for over the span of sequence numbers
 //! its reports cover ([`Chooser::handle_nack`], [`ReceiverFeedback::highest_seq`]) is the path's
-//! loss, judged as the reported one is (the higher of the two).
+//! loss, judged as the reported one is (the higher of the two). A player may ask for a packet
+//! only after the report whose span holds it (GStreamer waits out its jitter first): each
+//! number asked for is charged to the span it falls in, over the last [`NACK_SPANS`] reports'
+//! spans, and the share judged is the highest of theirs. A switch starts the spans afresh (those
+//! before it describe another rate).
 //!
 //! isochron's own players say more: with MTFC (`docs/design/mtfc.md`) each rate request
 //! carries the player's buffer — the media it holds and the depth it plays at
@@ -37,7 +48,7 @@
 //! It decides only *which* rung; the node core carries a switch out at the next key frame the
 //! renditions share (`docs/design/renditions.md`, *Switching over RTSP*).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use isochron_base::Instant;
@@ -53,6 +64,9 @@ pub struct ReceiverFeedback {
     pub rtt: Option<Duration>,
     /// The extended highest sequence number received (RFC 3550 §6.4.1), if a report said.
     pub highest_seq: Option<u32>,
+    /// The interarrival jitter, in the stream's timestamp units (RFC 3550 §6.4.1; 0 when not
+    /// reported).
+    pub jitter: u32,
 }
 
 /// The queue ahead of an interleaved client, measured at the server's socket (see the module
@@ -100,6 +114,9 @@ pub struct AbrConfig {
     /// A report is clean when it loses at most this fraction and its queue is at most a
     /// quarter of `down_delay`. Default 1 %.
     pub clean_loss: f64,
+    /// A report whose jitter exceeds the least since the last switch by more than this is not
+    /// clean. Default 30 ms.
+    pub clean_jitter: Duration,
     /// Clean reports for this long step up. Default 10 s.
     pub up_after: Duration,
     /// A step down this soon after a step up doubles `up_after`. Default 10 s.
@@ -116,11 +133,80 @@ impl Default for AbrConfig {
             down_loss: 0.05,
             down_delay: Duration::from_millis(400),
             clean_loss: 0.01,
+            clean_jitter: Duration::from_millis(30),
             up_after: Duration::from_secs(10),
             probe: Duration::from_secs(10),
             max_up_after: Duration::from_secs(80),
             settle: Duration::from_secs(2),
         }
+    }
+}
+
+/// Report spans the packets asked for again are charged to (see the module docs).
+pub const NACK_SPANS: usize = 3;
+
+/// The packets one stream's player asked for again, charged to the spans of sequence numbers
+/// its reports mark.
+#[derive(Clone, Debug, Default)]
+struct NackSpans {
+    /// The extended highest sequence numbers of the last reports, oldest first: `NACK_SPANS`
+    /// spans at most, each from one mark (excluded) to the next.
+    marks: VecDeque<u32>,
+    /// The numbers asked for (extended), each once, above the oldest mark.
+    asked: BTreeSet<u32>,
+}
+
+impl NackSpans {
+    /// Whether `n` is a number ahead of `base` (within 2^24: a report's span, not a reset).
+    fn ahead(n: u32, base: u32) -> bool {
+        (1..1 << 24).contains(&n.wrapping_sub(base))
+    }
+
+    /// A report marks `highest`: the highest share asked for again of the spans kept, once
+    /// there is one.
+    fn handle_report(&mut self, highest: u32) -> Option<f64> {
+        match self.marks.back() {
+            Some(&last) if Self::ahead(highest, last) => self.marks.push_back(highest),
+            Some(&last) if highest == last => {}
+            _ => {
+                // The first report, or the numbers jumped (a new stream): start afresh.
+                self.restart(highest);
+                return None;
+            }
+        }
+        while self.marks.len() > NACK_SPANS + 1 {
+            self.marks.pop_front();
+        }
+        let oldest = *self.marks.front()?;
+        self.asked.retain(|&n| Self::ahead(n, oldest));
+        let spans = self.marks.iter().zip(self.marks.iter().skip(1));
+        spans
+            .map(|(&lo, &hi)| {
+                let asked =
+                    self.asked.iter().filter(|&&n| Self::ahead(n, lo) && !Self::ahead(n, hi));
+                asked.count() as f64 / f64::from(hi.wrapping_sub(lo))
+            })
+            .reduce(f64::max)
+    }
+
+    /// Packets `seqs` were asked for: charged to the span each falls in (numbers before the
+    /// spans kept are dropped).
+    fn handle_nack(&mut self, seqs: &[u16]) {
+        let (Some(&oldest), Some(&last)) = (self.marks.front(), self.marks.back()) else { return };
+        for &seq in seqs.iter().take(1 << 16) {
+            // The extended number nearest the last mark (a NACK may name a number past it).
+            let n = last.wrapping_add_signed(i32::from(seq.wrapping_sub(last as u16) as i16));
+            if Self::ahead(n, oldest) {
+                self.asked.insert(n);
+            }
+        }
+    }
+
+    /// Spans start afresh at `mark`.
+    fn restart(&mut self, mark: u32) {
+        self.marks.clear();
+        self.marks.push_back(mark);
+        self.asked.retain(|&n| Self::ahead(n, mark));
     }
 }
 
@@ -143,16 +229,17 @@ pub struct Chooser {
     current: usize,
     /// The rung a switch was decided to and not yet carried out.
     pending: Option<usize>,
-    /// Per SSRC: the extended highest sequence number its last report gave, and the packets
-    /// its player asked for again since (each once, however often it asked).
-    nacks: BTreeMap<u32, (Option<u32>, BTreeSet<u16>)>,
-    /// The loss the last report's span showed in NACKs, if it could be told.
+    /// Per SSRC: the packets its player asked for again, by report span.
+    nacks: BTreeMap<u32, NackSpans>,
+    /// The loss the last report's spans showed in NACKs, if it could be told.
     nack_loss: Option<f64>,
     /// The player's buffer as it last reported it (MTFC), if it does.
     buffer: Option<Duration>,
     /// That buffer is under half its depth: nothing is clean.
     buffer_low: bool,
     min_rtt: Option<Duration>,
+    /// Per SSRC: the least jitter reported since the last switch.
+    min_jitter: BTreeMap<u32, Duration>,
     clean_since: Option<Instant>,
     switched_at: Option<Instant>,
     /// When the last step up took effect, while it is still on probation.
@@ -174,6 +261,7 @@ impl Chooser {
             buffer: None,
             buffer_low: false,
             min_rtt: None,
+            min_jitter: BTreeMap::new(),
             clean_since: None,
             switched_at: None,
             last_up: None,
@@ -187,8 +275,8 @@ impl Chooser {
         self.current
     }
 
-    /// The share of packets the player asked for again over the last span its reports told
-    /// (none before a stream's second report).
+    /// The highest share of packets the player asked for again over the last spans its reports
+    /// told (none before a stream's second report).
     #[must_use]
     pub fn nack_loss(&self) -> Option<f64> {
         self.nack_loss
@@ -200,29 +288,38 @@ impl Chooser {
         self.up_after
     }
 
-    /// A receiver report arrived at `now`. Returns the rung to switch to, when the session
-    /// should switch; then [`Chooser::handle_switched`] once it has (or has not).
-    pub fn handle_report(&mut self, now: Instant, fb: ReceiverFeedback) -> Option<usize> {
+    /// A receiver report arrived at `now` on a stream whose RTP clock runs at `clock_rate` Hz.
+    /// Returns the rung to switch to, when the session should switch; then
+    /// [`Chooser::handle_switched`] once it has (or has not).
+    pub fn handle_report(
+        &mut self,
+        now: Instant,
+        fb: ReceiverFeedback,
+        clock_rate: u32,
+    ) -> Option<usize> {
         let queue = fb.rtt.map(|rtt| {
             let min = self.min_rtt.map_or(rtt, |m| m.min(rtt));
             self.min_rtt = Some(min);
             rtt.saturating_sub(min)
         });
-        // The packets asked for again over those the report's span covers.
-        let nack_loss = fb.highest_seq.and_then(|highest| {
-            let (last, asked) = self.nacks.entry(fb.ssrc).or_default();
-            let span = last.replace(highest).map(|l| highest.wrapping_sub(l));
-            let asked = std::mem::take(asked).len() as u32;
-            span.filter(|s| (1..1 << 24).contains(s))
-                .map(|s| f64::from(asked.min(s)) / f64::from(s))
-        });
+        // The packets asked for again over those the reports' spans cover.
+        let nack_loss = fb
+            .highest_seq
+            .and_then(|highest| self.nacks.entry(fb.ssrc).or_default().handle_report(highest));
         self.nack_loss = nack_loss.or(self.nack_loss);
+        let jitter_grew = (clock_rate > 0).then(|| {
+            let jitter = Duration::from_secs_f64(f64::from(fb.jitter) / f64::from(clock_rate));
+            let min = self.min_jitter.entry(fb.ssrc).or_insert(jitter);
+            *min = (*min).min(jitter);
+            jitter.saturating_sub(*min) > self.config.clean_jitter
+        });
         let loss = (f64::from(fb.fraction_lost) / 256.0).max(nack_loss.unwrap_or(0.0));
         let verdict =
             if loss > self.config.down_loss || queue.is_some_and(|q| q > self.config.down_delay) {
                 Verdict::Down
             } else if loss <= self.config.clean_loss
                 && queue.is_none_or(|q| q <= self.config.down_delay / 4)
+                && jitter_grew != Some(true)
                 && !self.buffer_low
             {
                 Verdict::Clean
@@ -233,11 +330,10 @@ impl Chooser {
     }
 
     /// The player asked for packets `seqs` of the stream with SSRC `ssrc` again (a generic
-    /// NACK): counted against the span of its next report, each number once however often it
-    /// is asked for (a player asks again until the packet comes).
+    /// NACK): each number counted once (a player asks again until the packet comes) against
+    /// the report span it falls in, whether that report came already or is still to come.
     pub fn handle_nack(&mut self, ssrc: u32, seqs: &[u16]) {
-        let (_, asked) = self.nacks.entry(ssrc).or_default();
-        asked.extend(seqs.iter().copied().take(1 << 16));
+        self.nacks.entry(ssrc).or_default().handle_nack(seqs);
     }
 
     /// The player reported at `now` that it holds `level` of media and plays at a depth of
@@ -325,6 +421,13 @@ impl Chooser {
         }
         if rung != self.current {
             self.switched_at = Some(now);
+            self.min_jitter.clear();
+            for spans in self.nacks.values_mut() {
+                if let Some(&last) = spans.marks.back() {
+                    spans.restart(last);
+                }
+            }
+            self.nack_loss = None;
         }
         self.current = rung;
         self.pending = None;
@@ -344,6 +447,7 @@ mod tests {
             fraction_lost: (lost_percent * 256 / 100).min(255) as u8,
             rtt: Some(Duration::from_millis(rtt_ms)),
             highest_seq: None,
+            jitter: 0,
         }
     }
 
@@ -358,7 +462,7 @@ mod tests {
         let mut switches = Vec::new();
         for s in 0..secs {
             let now = from + S * s as u32;
-            if let Some(to) = c.handle_report(now, fb(s, c.current())) {
+            if let Some(to) = c.handle_report(now, fb(s, c.current()), 90_000) {
                 c.handle_switched(now, to);
                 switches.push((s, to));
             }
@@ -406,13 +510,13 @@ mod tests {
     fn nothing_switches_past_either_end_or_while_a_switch_is_pending() {
         let mut c = Chooser::new(AbrConfig::default(), 2, 1);
         let t0 = Instant::ZERO;
-        assert_eq!(c.handle_report(t0, report(50, 20)), None, "already at the lowest");
+        assert_eq!(c.handle_report(t0, report(50, 20), 90_000), None, "already at the lowest");
         let mut c = Chooser::new(AbrConfig::default(), 2, 0);
-        assert_eq!(c.handle_report(t0, report(50, 20)), Some(1));
-        assert_eq!(c.handle_report(t0 + S, report(50, 20)), None, "pending");
+        assert_eq!(c.handle_report(t0, report(50, 20), 90_000), Some(1));
+        assert_eq!(c.handle_report(t0 + S, report(50, 20), 90_000), None, "pending");
         c.handle_switched(t0 + S, 0);
         // Not carried out (still rung 0): judged again at once.
-        assert_eq!(c.handle_report(t0 + S * 2, report(50, 20)), Some(1));
+        assert_eq!(c.handle_report(t0 + S * 2, report(50, 20), 90_000), Some(1));
         let mut c = Chooser::new(AbrConfig::default(), 2, 0);
         assert_eq!(run(&mut c, t0, 30, |_, _| report(0, 20)), vec![], "already at the highest");
     }
@@ -424,17 +528,83 @@ mod tests {
     fn the_packets_asked_for_again_are_loss_too() {
         let mut c = Chooser::new(AbrConfig::default(), 2, 0);
         let t0 = Instant::ZERO;
-        let at =
-            |seq| ReceiverFeedback { ssrc: 1, fraction_lost: 0, rtt: None, highest_seq: Some(seq) };
-        assert_eq!(c.handle_report(t0, at(70_000)), None, "no span yet");
-        let seqs = |from: u16, n: u16| (from..from + n).collect::<Vec<u16>>();
-        c.handle_nack(1, &seqs(100, 5));
-        c.handle_nack(1, &seqs(100, 5));
-        c.handle_nack(2, &seqs(100, 500));
-        assert_eq!(c.handle_report(t0 + S, at(71_000)), None, "0.5 %, each asked for twice");
-        c.handle_nack(1, &seqs(2000, 60));
-        c.handle_nack(1, &seqs(3000, 40));
-        assert_eq!(c.handle_report(t0 + S * 2, at(72_000)), Some(1), "10 %");
+        let at = |seq| ReceiverFeedback {
+            ssrc: 1,
+            fraction_lost: 0,
+            rtt: None,
+            highest_seq: Some(seq),
+            jitter: 0,
+        };
+        assert_eq!(c.handle_report(t0, at(70_000), 90_000), None, "no span yet");
+        // The numbers as on the wire: the low 16 bits.
+        let seqs = |from: u32, n: u32| (from..from + n).map(|n| n as u16).collect::<Vec<u16>>();
+        c.handle_nack(1, &seqs(70_100, 5));
+        c.handle_nack(1, &seqs(70_100, 5));
+        c.handle_nack(2, &seqs(70_100, 500));
+        assert_eq!(
+            c.handle_report(t0 + S, at(71_000), 90_000),
+            None,
+            "0.5 %, each asked for twice"
+        );
+        assert_eq!(c.nack_loss(), Some(0.005));
+        c.handle_nack(1, &seqs(71_200, 60));
+        c.handle_nack(1, &seqs(71_300, 40));
+        assert_eq!(c.handle_report(t0 + S * 2, at(72_000), 90_000), Some(1), "10 %");
+    }
+
+    /// A player that asks for a packet only after the report whose span holds it (as GStreamer
+    /// does) has it charged to that span: the share shows at the next report. A switch starts
+    /// afresh: the loss before it is not judged again.
+    #[test]
+    fn a_packet_asked_for_after_its_report_is_charged_to_its_span() {
+        let mut c = Chooser::new(AbrConfig::default(), 3, 0);
+        let t0 = Instant::ZERO;
+        let at = |seq| ReceiverFeedback {
+            ssrc: 1,
+            fraction_lost: 0,
+            rtt: None,
+            highest_seq: Some(seq),
+            jitter: 0,
+        };
+        let seqs = |from: u32, n: u32| (from..from + n).map(|n| n as u16).collect::<Vec<u16>>();
+        // Across the 16-bit wrap: 65_000..=66_000, then 66_000..=67_000.
+        assert_eq!(c.handle_report(t0, at(65_000), 90_000), None);
+        assert_eq!(c.handle_report(t0 + S, at(66_000), 90_000), None, "nothing asked yet");
+        // 6 % of the first span, asked after its report, and 1 % of the next one so far.
+        c.handle_nack(1, &seqs(65_400, 60));
+        c.handle_nack(1, &seqs(66_100, 10));
+        assert_eq!(c.handle_report(t0 + S * 2, at(67_000), 90_000), Some(1));
+        assert_eq!(c.nack_loss(), Some(0.06));
+        c.handle_switched(t0 + S * 2, 1);
+        assert_eq!(c.nack_loss(), None);
+        // After the settle, clean spans: the 6 % before the switch is not judged again, nor is
+        // a late request for a number before it.
+        c.handle_nack(1, &seqs(66_500, 100));
+        for k in 3..6 {
+            assert_eq!(c.handle_report(t0 + S * (2 * k), at(64_000 + 1_000 * k), 90_000), None);
+        }
+        assert_eq!(c.nack_loss(), Some(0.0));
+    }
+
+    /// Jitter growing over the least since the switch keeps reports from being clean (no step
+    /// up) but never steps down; a path whose jitter is high but steady steps up as any other.
+    #[test]
+    fn growing_jitter_holds_a_step_up_and_steady_jitter_does_not() {
+        let with_jitter = |ms: u64| ReceiverFeedback { jitter: (ms * 90) as u32, ..report(0, 20) };
+        // Rung 1 of 2; jitter 5 ms, then from 5 s on it grows by 10 ms a second.
+        let mut c = Chooser::new(AbrConfig::default(), 2, 1);
+        let growing = |s: u64, _| with_jitter(if s < 5 { 5 } else { 5 + 10 * (s - 4) });
+        assert_eq!(run(&mut c, Instant::ZERO, 30, growing), vec![], "from 8 s on: not clean");
+        // Steady at 60 ms from the first report: the least is 60 ms, up after 10 s.
+        let mut c = Chooser::new(AbrConfig::default(), 2, 1);
+        assert_eq!(run(&mut c, Instant::ZERO, 30, |_, _| with_jitter(60)), vec![(10, 0)]);
+        // Jitter alone never steps down.
+        let t = Instant::ZERO + S * 30;
+        assert_eq!(c.handle_report(t, with_jitter(200), 90_000), None);
+        // A switch takes the least afresh: the rung's own jitter is its baseline.
+        c.handle_switched(t, 1);
+        let s = run(&mut c, t + S * 3, 12, |_, _| with_jitter(150));
+        assert_eq!(s, vec![(10, 0)], "150 ms steady after the switch is clean");
     }
 
     /// MTFC's buffer reports: a buffer falling under a quarter of its depth steps down at once,

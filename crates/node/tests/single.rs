@@ -290,7 +290,8 @@ fn a_lossy_report_switches_a_ladder_down_at_the_next_seek_point_numbered_on() {
 
     // 2 s in, a report that lost a quarter: stop before the seek point at 3 s (2.5 s or later).
     n.now = n.now + std::time::Duration::from_secs(2);
-    let lossy = ReceiverFeedback { ssrc, fraction_lost: 64, rtt: None, highest_seq: None };
+    let lossy =
+        ReceiverFeedback { ssrc, fraction_lost: 64, rtt: None, highest_seq: None, jitter: 0 };
     n.core.handle_rtcp(n.now, &[ssrc], &[lossy], &[]);
     let out = n.outputs();
     assert!(
@@ -343,8 +344,13 @@ fn nacks_for_a_tenth_of_the_packets_switch_a_ladder_down() {
     let key = n.play_asks_admission();
     n.core.handle_admitted(n.now, key.0, key.1, Some(Decision::Admit));
     let (_, run1) = run_started(&n.outputs()).expect("the run starts");
-    let report =
-        |seq| ReceiverFeedback { ssrc, fraction_lost: 0, rtt: None, highest_seq: Some(seq) };
+    let report = |seq| ReceiverFeedback {
+        ssrc,
+        fraction_lost: 0,
+        rtt: None,
+        highest_seq: Some(seq),
+        jitter: 0,
+    };
     let stopped = |out: &[NodeOutput]| {
         out.iter()
             .any(|o| matches!(o, NodeOutput::Send(StreamOp::Stop { run, .. }) if *run == run1))
@@ -427,6 +433,7 @@ fn an_interleaved_report_on_the_sessions_own_connection_switches_it_and_none_oth
         fraction_lost: 0,
         rtt: Some(std::time::Duration::from_millis(ms)),
         highest_seq: None,
+        jitter: 0,
     };
     // The least round trip, then one 600 ms over it: first from a stranger's connection.
     n.now = n.now + std::time::Duration::from_millis(500);
@@ -552,7 +559,7 @@ fn admissions_wait_while_a_step_up_is_decided() {
         for _ in 0..secs {
             n.now = n.now + std::time::Duration::from_secs(1);
             let rtt = Some(std::time::Duration::from_millis(20));
-            let fb = ReceiverFeedback { ssrc, fraction_lost, rtt, highest_seq: None };
+            let fb = ReceiverFeedback { ssrc, fraction_lost, rtt, highest_seq: None, jitter: 0 };
             n.core.handle_rtcp(n.now, &[ssrc], &[fb], &[]);
             stop = n.outputs().into_iter().find_map(|o| match o {
                 NodeOutput::Send(StreamOp::Stop { cutoff: Some(c), before: Some(b), .. }) => {

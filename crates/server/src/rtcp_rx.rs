@@ -110,6 +110,7 @@ fn feedback(b: &ReportBlock, now: u32) -> ReceiverFeedback {
         fraction_lost: b.fraction_lost,
         rtt: rtt.flatten(),
         highest_seq: Some(b.highest_seq),
+        jitter: b.jitter,
     }
 }
 
@@ -137,6 +138,7 @@ mod tests {
                 fraction_lost: 13,
                 rtt: Some(Duration::from_millis(250)),
                 highest_seq: Some(0),
+                jitter: 0,
             }
         );
         assert_eq!(feedback(&block(0, 0), 5).rtt, None, "no sender report echoed");

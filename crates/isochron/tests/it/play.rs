@@ -34,9 +34,13 @@ fn summary(out: &Output, what: &str) -> Value {
 /// Checks a complete session's counts: everything received once, in time, from `source`.
 fn assert_clean(s: &Value, size: u64, source: &str, what: &str) {
     assert_eq!(s["ended"], "bye", "{what}: {s:#}");
-    for k in ["lost", "duplicates", "late"] {
+    for k in ["lost", "late"] {
         assert_eq!(s[k], 0, "{what}: {k}: {s:#}");
     }
+    // A packet asked for again may come twice (it was only late, on a busy machine): each
+    // request brings at most one copy more, and nothing else may.
+    let (dups, nacks) = (s["duplicates"].as_u64().unwrap(), s["nacks"].as_u64().unwrap());
+    assert!(dups <= nacks, "{what}: {dups} duplicates for {nacks} NACKs: {s:#}");
     assert_eq!(s["packets"], s["written_packets"], "{what}: {s:#}");
     assert_eq!(s["written_bytes"].as_u64(), Some(size), "{what}: {s:#}");
     let sources = s["sources"].as_array().expect("sources");

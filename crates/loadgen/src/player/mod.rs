@@ -141,6 +141,11 @@ pub struct Summary {
     pub nacks: u64,
     /// Packets asked for that came in time and were played (repaired losses).
     pub recovered: u64,
+    /// Second copies of packets recovered: requests that were not needed (the packet was only
+    /// late, or its first retransmission was); the waits grew on them.
+    pub spurious: u64,
+    /// The reorder wait at the end, ms (grown from the configuration's by spurious requests).
+    pub reorder_wait_ms: u64,
     /// MTFC rate requests made (pace changes asked of the server).
     pub rate_requests: u64,
     /// Packets received after their slot was released (not written).
@@ -420,6 +425,11 @@ impl Player {
             requested: rs.requested,
             nacks: rs.requests,
             recovered: rs.recovered,
+            spurious: rs.spurious,
+            reorder_wait_ms: self
+                .repairs
+                .as_ref()
+                .map_or(0, |r| r.waits().0.as_millis().try_into().unwrap_or(u64::MAX)),
             rate_requests: self.rate_requests,
             late: r.late,
             reordered: r.reordered,
@@ -476,7 +486,7 @@ impl fmt::Display for Summary {
         writeln!(
             f,
             "packets {}   written {} ({} bytes)   lost {}   recovered {} (of {} asked for, {} \
-             NACKs)   late {}   duplicates {}   reordered {}   starvations {} ({} ms stalled)   \
+             NACKs, {} not needed)   late {}   duplicates {}   reordered {}   starvations {} ({} ms stalled)   \
              rate requests {}",
             self.packets,
             self.written_packets,
@@ -485,6 +495,7 @@ impl fmt::Display for Summary {
             self.recovered,
             self.requested,
             self.nacks,
+            self.spurious,
             self.late,
             self.duplicates,
             self.reordered,

@@ -20,6 +20,14 @@
 //! be late), then again every `retry` up to `tries` times, and forgotten once the jitter buffer
 //! released past it. The loss per node is what each node's LSN gaps count (`super::lsn`).
 //!
+//! Both waits adapt, the way TCP's RACK widens its reordering window on a duplicate (RFC 8985
+//! §6.2 step 4): a second copy of a packet already recovered shows a request was not needed.
+//! Asked once, the packet was only late: the reorder wait doubles. Asked more than once, a
+//! retransmission was still on its way: the retry interval doubles. Each grows at most once per
+//! request made under its current value (a burst of duplicates is one signal), up to
+//! `max_reorder_wait` and `max_retry`, and never shrinks within a session. A busy machine that
+//! delays a sender or a retransmission thus costs a few duplicates, not one per packet.
+//!
 //! Not here: sockets, the NACK's wire format (`isochron_rtp::rtcp::write_nack`), the order of
 //! release ([`super::reorder`]).
 
@@ -39,6 +47,10 @@ pub struct RepairConfig {
     /// Silence after which a block known to continue past the highest number received is taken
     /// to have lost its tail.
     pub tail_wait: Duration,
+    /// The most `reorder_wait` grows to (see the module docs).
+    pub max_reorder_wait: Duration,
+    /// The most `retry` grows to.
+    pub max_retry: Duration,
 }
 
 impl Default for RepairConfig {
@@ -48,6 +60,8 @@ impl Default for RepairConfig {
             retry: Duration::from_millis(150),
             tries: 4,
             tail_wait: Duration::from_millis(200),
+            max_reorder_wait: Duration::from_millis(160),
+            max_retry: Duration::from_millis(1_200),
         }
     }
 }
@@ -82,6 +96,8 @@ pub struct RepairStats {
     pub requests: u64,
     /// Packets asked for that arrived before their slot was released.
     pub recovered: u64,
+    /// Second copies of packets recovered: requests that were not needed.
+    pub spurious: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -89,6 +105,15 @@ struct Miss {
     tries: u32,
     /// When it is asked for next (its entry in the timer heap); `None`: not any more.
     due: Option<Instant>,
+    /// The waits' generation when it was found missing.
+    generation: u32,
+}
+
+/// A packet recovered, kept until released to tell a second copy from a new packet.
+#[derive(Clone, Copy, Debug)]
+struct Recovered {
+    tries: u32,
+    generation: u32,
 }
 
 /// The repair state of one session (see the module docs). Numbers are the jitter buffer's
@@ -96,6 +121,13 @@ struct Miss {
 #[derive(Clone, Debug)]
 pub struct Repairs {
     config: RepairConfig,
+    /// The waits now: `config`'s, grown by spurious requests (see the module docs).
+    reorder_wait: Duration,
+    retry: Duration,
+    /// Bumped each time a wait grows: a duplicate of a packet found missing before then says
+    /// nothing about the new wait.
+    generation: u32,
+    recovered: BTreeMap<u64, Recovered>,
     /// Blocks seen: last number → (lowest number received of it, its sender).
     blocks: BTreeMap<u64, (u64, usize)>,
     missing: BTreeMap<u64, Miss>,
@@ -118,6 +150,10 @@ impl Repairs {
     pub fn new(config: RepairConfig) -> Self {
         Self {
             config,
+            reorder_wait: config.reorder_wait,
+            retry: config.retry,
+            generation: 0,
+            recovered: BTreeMap::new(),
             blocks: BTreeMap::new(),
             missing: BTreeMap::new(),
             timers: BinaryHeap::new(),
@@ -138,7 +174,8 @@ impl Repairs {
 
     /// Packet `ext` arrived at `at` from source `source`, with the last number of its block if it
     /// carried one; `held` if the jitter buffer took it in time (not a duplicate, not late).
-    /// Returns whether it repaired a loss asked for.
+    /// Returns whether it repaired a loss asked for. A copy not held of a packet recovered is a
+    /// request that was not needed: the waits grow (see the module docs).
     pub fn handle_packet(
         &mut self,
         at: Instant,
@@ -154,7 +191,10 @@ impl Repairs {
             && held
         {
             self.stats.recovered += 1;
+            self.recovered.insert(ext, Recovered { tries: m.tries, generation: m.generation });
             repaired = true;
+        } else if !held && let Some(r) = self.recovered.remove(&ext) {
+            self.handle_spurious(r);
         }
         if let Some(end) = block_end.filter(|&e| e >= ext && e - ext < MAX_MISSING as u64) {
             self.blocks
@@ -180,12 +220,15 @@ impl Repairs {
             while self.missing.first_key_value().is_some_and(|(&k, _)| k < r) {
                 self.missing.pop_first();
             }
+            while self.recovered.first_key_value().is_some_and(|(&k, _)| k < r) {
+                self.recovered.pop_first();
+            }
             while self.blocks.first_key_value().is_some_and(|(&k, _)| k < r) {
                 self.blocks.pop_first();
             }
         }
         self.note_tail(now);
-        let c = self.config;
+        let tries = self.config.tries;
         let mut by_source: BTreeMap<Option<usize>, Vec<u16>> = BTreeMap::new();
         while let Some(&Reverse((at, ext))) = self.timers.peek() {
             if at > now {
@@ -201,7 +244,7 @@ impl Repairs {
             }
             m.tries += 1;
             self.stats.requests += 1;
-            m.due = (m.tries < c.tries).then_some(now + c.retry);
+            m.due = (m.tries < tries).then_some(now + self.retry);
             if let Some(next) = m.due {
                 self.timers.push(Reverse((next, ext)));
             }
@@ -235,6 +278,33 @@ impl Repairs {
         self.stats
     }
 
+    /// The reorder wait and retry interval now (grown from the configuration's by spurious
+    /// requests).
+    #[must_use]
+    pub fn waits(&self) -> (Duration, Duration) {
+        (self.reorder_wait, self.retry)
+    }
+
+    /// A second copy of a recovered packet arrived: it was asked for without need. A request made
+    /// under the current waits makes the one at fault grow.
+    fn handle_spurious(&mut self, r: Recovered) {
+        self.stats.spurious += 1;
+        if r.generation != self.generation {
+            return;
+        }
+        let c = self.config;
+        let (wait, max) = if r.tries <= 1 {
+            (&mut self.reorder_wait, c.max_reorder_wait)
+        } else {
+            (&mut self.retry, c.max_retry)
+        };
+        let grown = (*wait * 2).min(max);
+        if grown > *wait {
+            *wait = grown;
+            self.generation += 1;
+        }
+    }
+
     /// Numbers `from..to` are missing, found at `at`.
     fn note_missing(&mut self, at: Instant, from: u64, to: u64) {
         for ext in from..to {
@@ -242,8 +312,8 @@ impl Repairs {
                 break;
             }
             if let std::collections::btree_map::Entry::Vacant(v) = self.missing.entry(ext) {
-                let due = at + self.config.reorder_wait;
-                v.insert(Miss { tries: 0, due: Some(due) });
+                let due = at + self.reorder_wait;
+                v.insert(Miss { tries: 0, due: Some(due), generation: self.generation });
                 self.timers.push(Reverse((due, ext)));
                 self.stats.missing += 1;
             }
@@ -259,7 +329,7 @@ impl Repairs {
         }
         let Some(end) = self.blocks.range(h + 1..).map(|(&e, _)| e).max() else { return };
         // Found now, but lost at least `tail_wait` ago: ask at once.
-        self.note_missing(now.checked_sub(self.config.reorder_wait).unwrap_or(now), h + 1, end + 1);
+        self.note_missing(now.checked_sub(self.reorder_wait).unwrap_or(now), h + 1, end + 1);
         self.highest = Some(end);
     }
 
@@ -356,5 +426,38 @@ mod tests {
         assert!(r.handle_packet(ms(t0, 206), 13, 0, None, true));
         // A late copy (not held) is not a recovery.
         assert!(!r.handle_packet(ms(t0, 207), 6, 1, None, false));
+    }
+
+    #[test]
+    fn a_copy_of_a_packet_recovered_makes_the_wait_at_fault_grow_once_per_signal() {
+        let t0 = Instant::now();
+        let mut r = Repairs::new(RepairConfig::default());
+        // 11 and 12 are only late: found at 2 ms, asked at 12, then both the originals (held)
+        // and the resends (duplicates) come.
+        for (t, ext) in [(0, 10), (2, 13)] {
+            r.handle_packet(ms(t0, t), ext, 0, Some(20), true);
+        }
+        assert_eq!(r.poll_requests(ms(t0, 12), Some(10)).len(), 1);
+        assert!(r.handle_packet(ms(t0, 13), 11, 0, None, true));
+        assert!(r.handle_packet(ms(t0, 13), 12, 0, None, true));
+        r.handle_packet(ms(t0, 14), 11, 0, None, false);
+        r.handle_packet(ms(t0, 14), 12, 0, None, false);
+        let wait = Duration::from_millis;
+        assert_eq!(r.waits(), (wait(20), wait(150)), "one signal: one doubling");
+        assert_eq!(r.stats().spurious, 2);
+        // A new gap waits 20 ms.
+        r.handle_packet(ms(t0, 20), 15, 0, Some(20), true);
+        assert_eq!(r.poll_requests(ms(t0, 39), Some(10)), []);
+        assert_eq!(r.poll_requests(ms(t0, 40), Some(10)).len(), 1);
+        // 14 is asked again at 190 ms; the first resend arrives after that, then the second: the
+        // retry was too short.
+        assert_eq!(r.poll_requests(ms(t0, 190), Some(10)).len(), 1);
+        assert!(r.handle_packet(ms(t0, 200), 14, 0, None, true));
+        r.handle_packet(ms(t0, 201), 14, 0, None, false);
+        assert_eq!(r.waits(), (wait(20), wait(300)));
+        // A copy after release says nothing.
+        assert_eq!(r.poll_requests(ms(t0, 300), Some(16)), []);
+        r.handle_packet(ms(t0, 301), 14, 0, None, false);
+        assert_eq!(r.stats().spurious, 3);
     }
 }

@@ -395,8 +395,13 @@ impl NodeCore {
     /// report's round trip would show it (RTSP/TCP players may send no report).
     pub fn handle_conn_queue(&mut self, now: Instant, conn: ConnId, delay: Duration) {
         for ssrc in self.rtsp.ssrcs_on(conn) {
-            let fb =
-                ReceiverFeedback { ssrc, fraction_lost: 0, rtt: Some(delay), highest_seq: None };
+            let fb = ReceiverFeedback {
+                ssrc,
+                fraction_lost: 0,
+                rtt: Some(delay),
+                highest_seq: None,
+                jitter: 0,
+            };
             self.feedback(now, fb, "the connection's queue");
         }
         self.drive(now);

@@ -41,8 +41,13 @@ impl NodeCore {
     /// A receiver report on one of our streams (or what stands for one, `why`): the session
     /// playing a ladder may switch.
     pub(super) fn feedback(&mut self, now: Instant, fb: ReceiverFeedback, why: &'static str) {
-        let Some(stream) = self.rtsp.stream_of_ssrc(fb.ssrc) else { return };
-        self.judge(now, stream, why, |c| c.handle_report(now, fb));
+        let Some((stream, track)) = self.rtsp.track_of_ssrc(fb.ssrc) else { return };
+        // The clock its jitter is counted in (0 if unknown: jitter is not judged).
+        let clock_rate = self.origins.get(&stream).map_or(0, |o| {
+            let media = o.entry.record.media.as_ref();
+            media.and_then(|m| m.tracks.get(track)).map_or(0, |t| t.clock_rate)
+        });
+        self.judge(now, stream, why, |c| c.handle_report(now, fb, clock_rate));
     }
 
     /// The player asked for packets `seqs` of our stream `ssrc` again: the loss its next

@@ -715,6 +715,14 @@ impl ServerCore {
         self.sessions.get(self.by_ssrc.get(&ssrc)?).map(|s| s.stream)
     }
 
+    /// The stream of the session one of whose tracks has SSRC `ssrc`, and which track.
+    #[must_use]
+    pub fn track_of_ssrc(&self, ssrc: u32) -> Option<(StreamId, usize)> {
+        let s = self.sessions.get(self.by_ssrc.get(&ssrc)?)?;
+        let track = s.tracks.iter().position(|t| t.as_ref().is_some_and(|t| t.ssrc == ssrc))?;
+        Some((s.stream, track))
+    }
+
     /// Whether the stream whose SSRC is `ssrc` belongs to a session on connection `conn`.
     #[must_use]
     pub fn ssrc_is_on(&self, ssrc: u32, conn: ConnId) -> bool {
