@@ -34,9 +34,10 @@
 //! its reports cover ([`Chooser::handle_nack`], [`ReceiverFeedback::highest_seq`]) is the path's
 //! loss, judged as the reported one is (the higher of the two). A player may ask for a packet
 //! only after the report whose span holds it (GStreamer waits out its jitter first): each
-//! number asked for is charged to the span it falls in, over the last [`NACK_SPANS`] reports'
-//! spans, and the share judged is the highest of theirs. A switch starts the spans afresh (those
-//! before it describe another rate).
+//! number asked for is charged to the span it falls in, and a span is judged once
+//! [`NACK_SETTLE`] has passed since its report, together with those before it up to
+//! [`NACK_WINDOW`] packets. A switch starts the spans afresh (those before it describe another
+//! rate).
 //!
 //! isochron's own players say more: with MTFC (`docs/design/mtfc.md`) each rate request
 //! carries the player's buffer — the media it holds and the depth it plays at
@@ -142,16 +143,26 @@ impl Default for AbrConfig {
     }
 }
 
-/// Report spans the packets asked for again are charged to (see the module docs).
-pub const NACK_SPANS: usize = 3;
+/// How long after a report a player may still ask for a packet of the span it covers: a span
+/// is judged once this has passed since its report.
+pub const NACK_SETTLE: Duration = Duration::from_millis(500);
+
+/// The fewest packets a share asked for again is judged over: reports may come every few
+/// packets (RTP/AVPF lifts RTCP's 5 s minimum, RFC 4585 §3.4), and a NACK of three packets in
+/// a span of ten is not 30 % loss.
+pub const NACK_WINDOW: u32 = 256;
+
+/// Report marks kept at most (a stream too slow to fill [`NACK_WINDOW`] over them is judged
+/// over what they cover).
+const MAX_MARKS: usize = 256;
 
 /// The packets one stream's player asked for again, charged to the spans of sequence numbers
 /// its reports mark.
 #[derive(Clone, Debug, Default)]
 struct NackSpans {
-    /// The extended highest sequence numbers of the last reports, oldest first: `NACK_SPANS`
-    /// spans at most, each from one mark (excluded) to the next.
-    marks: VecDeque<u32>,
+    /// When each of the last reports came and the extended highest sequence number it gave,
+    /// oldest first; a span runs from one mark (excluded) to the next.
+    marks: VecDeque<(Instant, u32)>,
     /// The numbers asked for (extended), each once, above the oldest mark.
     asked: BTreeSet<u32>,
 }
@@ -162,37 +173,45 @@ impl NackSpans {
         (1..1 << 24).contains(&n.wrapping_sub(base))
     }
 
-    /// A report marks `highest`: the highest share asked for again of the spans kept, once
-    /// there is one.
-    fn handle_report(&mut self, highest: u32) -> Option<f64> {
+    /// A report at `now` marks `highest`. Returns the share asked for again over the latest
+    /// spans judged (their reports [`NACK_SETTLE`] old) that cover [`NACK_WINDOW`] packets, once
+    /// there are such.
+    fn handle_report(&mut self, now: Instant, highest: u32) -> Option<f64> {
         match self.marks.back() {
-            Some(&last) if Self::ahead(highest, last) => self.marks.push_back(highest),
-            Some(&last) if highest == last => {}
+            Some(&(_, last)) if Self::ahead(highest, last) => {
+                self.marks.push_back((now, highest));
+                if self.marks.len() > MAX_MARKS {
+                    self.marks.pop_front();
+                }
+            }
+            Some(&(_, last)) if highest == last => {}
             _ => {
                 // The first report, or the numbers jumped (a new stream): start afresh.
-                self.restart(highest);
+                self.restart(now, highest);
                 return None;
             }
         }
-        while self.marks.len() > NACK_SPANS + 1 {
-            self.marks.pop_front();
-        }
-        let oldest = *self.marks.front()?;
+        let settled = self.marks.iter().rposition(|&(t, _)| now >= t + NACK_SETTLE)?;
+        let hi = self.marks[settled].1;
+        let lo = (0..settled).rev().find(|&i| hi.wrapping_sub(self.marks[i].1) >= NACK_WINDOW);
+        let lo = match lo {
+            Some(lo) => lo,
+            None if self.marks.len() >= MAX_MARKS => 0,
+            None => return None,
+        };
+        self.marks.drain(..lo);
+        let oldest = self.marks.front()?.1;
         self.asked.retain(|&n| Self::ahead(n, oldest));
-        let spans = self.marks.iter().zip(self.marks.iter().skip(1));
-        spans
-            .map(|(&lo, &hi)| {
-                let asked =
-                    self.asked.iter().filter(|&&n| Self::ahead(n, lo) && !Self::ahead(n, hi));
-                asked.count() as f64 / f64::from(hi.wrapping_sub(lo))
-            })
-            .reduce(f64::max)
+        let asked = self.asked.iter().filter(|&&n| !Self::ahead(n, hi)).count();
+        Some(asked as f64 / f64::from(hi.wrapping_sub(oldest)))
     }
 
     /// Packets `seqs` were asked for: charged to the span each falls in (numbers before the
     /// spans kept are dropped).
     fn handle_nack(&mut self, seqs: &[u16]) {
-        let (Some(&oldest), Some(&last)) = (self.marks.front(), self.marks.back()) else { return };
+        let (Some(&(_, oldest)), Some(&(_, last))) = (self.marks.front(), self.marks.back()) else {
+            return;
+        };
         for &seq in seqs.iter().take(1 << 16) {
             // The extended number nearest the last mark (a NACK may name a number past it).
             let n = last.wrapping_add_signed(i32::from(seq.wrapping_sub(last as u16) as i16));
@@ -202,10 +221,10 @@ impl NackSpans {
         }
     }
 
-    /// Spans start afresh at `mark`.
-    fn restart(&mut self, mark: u32) {
+    /// Spans start afresh at `mark`, made at `at`.
+    fn restart(&mut self, at: Instant, mark: u32) {
         self.marks.clear();
-        self.marks.push_back(mark);
+        self.marks.push_back((at, mark));
         self.asked.retain(|&n| Self::ahead(n, mark));
     }
 }
@@ -305,7 +324,7 @@ impl Chooser {
         // The packets asked for again over those the reports' spans cover.
         let nack_loss = fb
             .highest_seq
-            .and_then(|highest| self.nacks.entry(fb.ssrc).or_default().handle_report(highest));
+            .and_then(|h| self.nacks.entry(fb.ssrc).or_default().handle_report(now, h));
         self.nack_loss = nack_loss.or(self.nack_loss);
         let jitter_grew = (clock_rate > 0).then(|| {
             let jitter = Duration::from_secs_f64(f64::from(fb.jitter) / f64::from(clock_rate));
@@ -423,8 +442,8 @@ impl Chooser {
             self.switched_at = Some(now);
             self.min_jitter.clear();
             for spans in self.nacks.values_mut() {
-                if let Some(&last) = spans.marks.back() {
-                    spans.restart(last);
+                if let Some(&(_, last)) = spans.marks.back() {
+                    spans.restart(now, last);
                 }
             }
             self.nack_loss = None;
@@ -541,15 +560,37 @@ mod tests {
         c.handle_nack(1, &seqs(70_100, 5));
         c.handle_nack(1, &seqs(70_100, 5));
         c.handle_nack(2, &seqs(70_100, 500));
-        assert_eq!(
-            c.handle_report(t0 + S, at(71_000), 90_000),
-            None,
-            "0.5 %, each asked for twice"
-        );
-        assert_eq!(c.nack_loss(), Some(0.005));
+        assert_eq!(c.handle_report(t0 + S, at(71_000), 90_000), None, "each asked for twice");
         c.handle_nack(1, &seqs(71_200, 60));
         c.handle_nack(1, &seqs(71_300, 40));
-        assert_eq!(c.handle_report(t0 + S * 2, at(72_000), 90_000), Some(1), "10 %");
+        assert_eq!(c.handle_report(t0 + S * 2, at(72_000), 90_000), None, "0.5 %, judged now");
+        assert_eq!(c.nack_loss(), Some(0.005));
+        assert_eq!(c.handle_report(t0 + S * 3, at(73_000), 90_000), Some(1), "10 %");
+    }
+
+    /// Reports every ten packets (RTP/AVPF): three packets asked for in one span are judged
+    /// over the last 256 packets or more, not as 30 % of the span.
+    #[test]
+    fn a_share_is_judged_over_enough_packets() {
+        let mut c = Chooser::new(AbrConfig::default(), 2, 0);
+        let t0 = Instant::ZERO;
+        let ms = Duration::from_millis;
+        let at = |seq| ReceiverFeedback {
+            ssrc: 1,
+            fraction_lost: 0,
+            rtt: None,
+            highest_seq: Some(seq),
+            jitter: 0,
+        };
+        let mut most = 0.0_f64;
+        for k in 0..100u32 {
+            if k == 20 {
+                c.handle_nack(1, &[1_195, 1_196, 1_197]);
+            }
+            assert_eq!(c.handle_report(t0 + ms(100) * k, at(1_000 + 10 * k), 90_000), None);
+            most = most.max(c.nack_loss().unwrap_or_default());
+        }
+        assert!(most > 0.0 && most <= 3.0 / 256.0, "{most}");
     }
 
     /// A player that asks for a packet only after the report whose span holds it (as GStreamer

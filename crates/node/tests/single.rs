@@ -335,7 +335,8 @@ fn a_lossy_report_switches_a_ladder_down_at_the_next_seek_point_numbered_on() {
 }
 
 /// A player that has lost packets sent again reports no loss, but it asked for a tenth of
-/// what its reports' span covers (generic NACKs): the ladder steps down as on a lossy report.
+/// what its reports' span covers (generic NACKs): the ladder steps down as on a lossy report,
+/// once the span's requests had time to come (the next report, half a second on or more).
 #[test]
 fn nacks_for_a_tenth_of_the_packets_switch_a_ladder_down() {
     let mut n = Node::with(Clip::new(6, |_| Replicas::single(DiskId(0))).with_ladder());
@@ -357,12 +358,15 @@ fn nacks_for_a_tenth_of_the_packets_switch_a_ladder_down() {
     };
     n.now = n.now + std::time::Duration::from_secs(1);
     n.core.handle_rtcp(n.now, &[ssrc], &[report(100)], &[]);
-    // A NACK alone, then a report with one that asks for those four again and six more: ten
-    // packets of the hundred since the last report.
+    // A NACK alone, then a report with one that asks for those four again and 26 more: 30
+    // packets of the 300 since the last report.
     n.now = n.now + std::time::Duration::from_secs(1);
     n.core.handle_rtcp(n.now, &[ssrc], &[], &[(ssrc, vec![150, 151, 152, 153])]);
     assert!(!stopped(&n.outputs()), "a NACK alone decides nothing");
-    n.core.handle_rtcp(n.now, &[ssrc], &[report(200)], &[(ssrc, (150..160).collect())]);
+    n.core.handle_rtcp(n.now, &[ssrc], &[report(400)], &[(ssrc, (150..180).collect())]);
+    assert!(!stopped(&n.outputs()), "its span is judged at the next report");
+    n.now = n.now + std::time::Duration::from_secs(1);
+    n.core.handle_rtcp(n.now, &[ssrc], &[report(700)], &[]);
     let out = n.outputs();
     assert!(stopped(&out), "{out:?}");
 }
