@@ -47,6 +47,7 @@
 pub mod container;
 pub mod error;
 pub mod fmp4;
+pub mod live;
 pub mod native;
 pub mod packet;
 pub mod psi;

@@ -391,7 +391,7 @@ fn div_round(num: i128, den: i128) -> i128 {
 }
 
 /// An AVCDecoderConfigurationRecord (ISO/IEC 14496-15 §5.3.3.1) from the parameter sets.
-fn avcc(nal_length_size: u8, sps: &[Vec<u8>], pps: &[Vec<u8>]) -> Vec<u8> {
+pub(crate) fn avcc(nal_length_size: u8, sps: &[Vec<u8>], pps: &[Vec<u8>]) -> Vec<u8> {
     let profile = sps.first().map_or([0x42, 0, 0x1e], |s| {
         [
             s.get(1).copied().unwrap_or(0),

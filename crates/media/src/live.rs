@@ -1,0 +1,696 @@
+//! A publisher's live feed as an object's native packets (sans-IO): what RTSP RECORD (RFC 2326
+//! §10.11) brings in, made into the [`NativeUnit`]s an ingested MP4 is stored as.
+//!
+//! Why: isochron stores every object as the packets it sends (`docs/design/block-format.md`),
+//! and a live recording is a write stream like any other (XTREAM §2.2): if the feed's packets
+//! are stored as they came, with the timing every object carries, the recording plays, seeks
+//! and replicates as any title does, while the feed is still running or after. So nothing is
+//! decoded or packetized again: each RTP payload is kept as received.
+//!
+//! - **Tracks** ([`announced_track`]) come from the publisher's ANNOUNCE: each media section's
+//!   encoding, clock and format parameters (RFC 8866 §6.6, §6.15). The decoder configuration
+//!   every object keeps is rebuilt from them: H.264's `sprop-parameter-sets` (RFC 6184 §8.1) as
+//!   an `avcC`, H.265's `sprop-vps`/`-sps`/`-pps` (RFC 7798 §7.1), AAC's `config=` (RFC 3640
+//!   §4.1, mode AAC-hbr), an OpusHead for Opus (RFC 7845 §5.1). The payload types are the
+//!   object's own (96 + the track's index), as for any native object; the format parameters are
+//!   the publisher's, which describe the payloads as they are stored.
+//! - **Time** ([`LiveIngest`]). The object's zero is the first packet's arrival. A track's
+//!   presentation time is its first packet's arrival plus its RTP timestamp's advance since,
+//!   on its clock; the stored RTP timestamp is that time on the clock, so every track shares
+//!   the zero and players keep them in sync. A packet's send time is its arrival: played back,
+//!   the feed leaves as it came.
+//! - **Order.** Packets are kept in arrival order. Each track's sequence number (extended, from
+//!   its first) is its `track_seq`; a packet at or below the highest already taken (late, or a
+//!   duplicate) is dropped, and the gaps it leaves are counted.
+//! - **Random access.** The first packet of an access unit (the packets of one RTP timestamp)
+//!   of the first video track that holds an IDR picture (H.264 NAL type 5, RFC 6184 §5.6–5.8;
+//!   H.265 IRAP types 16–21, RFC 7798 §4.4) starts a seek point at the unit's presentation
+//!   time. So packets of that track are held until its access unit is complete (the marker
+//!   bit, or the next timestamp), and every packet after them in arrival order with them.
+//!   Without video, the first audio track's packets at most one a second.
+//!
+//! Not here: sockets and RTSP (`isochron-rtsp`, the server), blocks, admission and placement
+//! (`isochron-diskio`, the scheduler).
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use isochron_base::MediaTime;
+use isochron_rtp::RtpHeader;
+use isochron_rtp::payload::Codec as RtpCodec;
+
+use crate::StreamKind;
+use crate::container::Codec;
+use crate::native::{FIRST_DYNAMIC_PT, HevcParameterSets, MAX_TRACKS, NativeTrack, NativeUnit};
+
+/// Without video, a seek point at most this often.
+const AUDIO_SEEK_SPACING: Duration = Duration::from_secs(1);
+
+/// Most packets of one access unit held for its verdict (a larger one is released as it is,
+/// not a seek point).
+const MAX_HELD: usize = 4096;
+
+/// One media section of a publisher's description, as [`announced_track`] reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Announced<'a> {
+    /// The `rtpmap` encoding name.
+    pub encoding: &'a str,
+    /// The RTP clock rate, Hz.
+    pub clock_rate: u32,
+    /// The `rtpmap` channel count; 0 for none.
+    pub channels: u8,
+    /// The `fmtp` parameters (what follows `a=fmtp:PT `).
+    pub fmtp: &'a str,
+}
+
+/// Why a feed cannot be recorded. Messages name the track (0-based, in the description's
+/// order).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LiveError {
+    /// An encoding isochron does not store as a native track.
+    #[error(
+        "track {track}: encoding {encoding:?} is not supported (H264, H265, mpeg4-generic, opus)"
+    )]
+    Unsupported {
+        /// The track.
+        track: usize,
+        /// Its encoding name.
+        encoding: String,
+    },
+    /// A format parameter is missing or cannot be read.
+    #[error("track {track} ({encoding}): {problem}")]
+    BadFormat {
+        /// The track.
+        track: usize,
+        /// Its encoding name.
+        encoding: String,
+        /// What is wrong, naming the parameter.
+        problem: String,
+    },
+    /// More tracks than an object can have.
+    #[error("{count} tracks: at most {MAX_TRACKS} are supported")]
+    TooManyTracks {
+        /// How many the description has.
+        count: usize,
+    },
+}
+
+/// The track `index` of an object recorded from the media section `a`.
+///
+/// # Errors
+///
+/// [`LiveError`] names the track and the encoding or parameter at fault.
+pub fn announced_track(index: usize, a: &Announced<'_>) -> Result<NativeTrack, LiveError> {
+    if index >= MAX_TRACKS {
+        return Err(LiveError::TooManyTracks { count: index + 1 });
+    }
+    let bad = |problem: String| LiveError::BadFormat {
+        track: index,
+        encoding: a.encoding.to_string(),
+        problem,
+    };
+    let params = Params(a.fmtp);
+    let (codec, rtp, config) = match a.encoding.to_ascii_lowercase().as_str() {
+        "h264" => {
+            let sets = params.get("sprop-parameter-sets").ok_or_else(|| {
+                bad("no sprop-parameter-sets: the parameter sets must be in the description".into())
+            })?;
+            let nals = base64_list(sets).map_err(|e| bad(format!("sprop-parameter-sets: {e}")))?;
+            let (sps, pps): (Vec<_>, Vec<_>) =
+                nals.into_iter().filter(|n| !n.is_empty()).partition(|n| n[0] & 0x1F == 7);
+            let pps: Vec<Vec<u8>> = pps.into_iter().filter(|n| n[0] & 0x1F == 8).collect();
+            if sps.is_empty() || pps.is_empty() {
+                return Err(bad("sprop-parameter-sets: no SPS and PPS".into()));
+            }
+            (Codec::H264, RtpCodec::H264, crate::native::avcc(4, &sps, &pps))
+        }
+        "h265" => {
+            let mut sets = HevcParameterSets { nal_length_size: 4, ..Default::default() };
+            for (name, list) in [
+                ("sprop-vps", &mut sets.vps),
+                ("sprop-sps", &mut sets.sps),
+                ("sprop-pps", &mut sets.pps),
+            ] {
+                let value = params.get(name).ok_or_else(|| bad(format!("no {name}")))?;
+                *list = base64_list(value).map_err(|e| bad(format!("{name}: {e}")))?;
+            }
+            (Codec::H265, RtpCodec::H265, sets.encode())
+        }
+        "mpeg4-generic" => {
+            let mode = params.get("mode").unwrap_or_default();
+            let hbr = mode.eq_ignore_ascii_case("AAC-hbr")
+                && params.get("sizelength") == Some("13")
+                && params.get("indexlength") == Some("3")
+                && params.get("indexdeltalength") == Some("3");
+            if !hbr {
+                return Err(bad(format!(
+                    "mode={mode:?}: only mode=AAC-hbr with sizelength=13, indexlength=3 and \
+                     indexdeltalength=3 is supported"
+                )));
+            }
+            let hex = params.get("config").ok_or_else(|| bad("no config".into()))?;
+            let asc = hex_bytes(hex).ok_or_else(|| bad(format!("config={hex:?} is not hex")))?;
+            if asc.len() < 2 {
+                return Err(bad(format!("config={hex:?}: too short for an AudioSpecificConfig")));
+            }
+            let codec = RtpCodec::Aac { sample_rate: a.clock_rate, channels: a.channels.max(1) };
+            (Codec::Aac, codec, asc)
+        }
+        "opus" => {
+            let stereo = params.get("sprop-stereo") == Some("1") || a.channels == 2;
+            (Codec::Opus, RtpCodec::Opus, opus_head(if stereo { 2 } else { 1 }))
+        }
+        _ => {
+            return Err(LiveError::Unsupported { track: index, encoding: a.encoding.to_string() });
+        }
+    };
+    let (encoding, clock_rate, channels) = rtp.rtpmap();
+    if clock_rate != a.clock_rate {
+        return Err(bad(format!(
+            "clock {} Hz, where {encoding} runs at {clock_rate}",
+            a.clock_rate
+        )));
+    }
+    Ok(NativeTrack {
+        codec,
+        kind: codec.kind(),
+        encoding,
+        clock_rate,
+        channels: channels.unwrap_or(0),
+        // Tracks are at most MAX_TRACKS (8): the dynamic types stay in 96..=103.
+        payload_type: FIRST_DYNAMIC_PT + index as u8,
+        fmtp: a.fmtp.trim().to_string(),
+        config,
+        width: 0,
+        height: 0,
+        language: None,
+        container_id: index as u64,
+    })
+}
+
+/// `a=fmtp` parameters: `key=value` pairs separated by `;` (keys case-insensitive).
+struct Params<'a>(&'a str);
+
+impl<'a> Params<'a> {
+    fn get(&self, key: &str) -> Option<&'a str> {
+        self.0.split(';').find_map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            k.trim().eq_ignore_ascii_case(key).then(|| v.trim())
+        })
+    }
+}
+
+/// A comma-separated list of base64 NAL units.
+fn base64_list(value: &str) -> Result<Vec<Vec<u8>>, String> {
+    value
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| STANDARD.decode(s.trim()).map_err(|e| format!("{s:?} is not base64: {e}")))
+        .collect()
+}
+
+fn hex_bytes(s: &str) -> Option<Vec<u8>> {
+    let s = s.trim();
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+}
+
+/// An OpusHead (RFC 7845 §5.1) for `channels` (1 or 2, mapping family 0, no pre-skip known).
+fn opus_head(channels: u8) -> Vec<u8> {
+    let mut h = b"OpusHead".to_vec();
+    h.extend_from_slice(&[1, channels]);
+    h.extend_from_slice(&0u16.to_le_bytes());
+    h.extend_from_slice(&48_000u32.to_le_bytes());
+    h.extend_from_slice(&0i16.to_le_bytes());
+    h.push(0);
+    h
+}
+
+/// Whether `payload` (RFC 6184 for H.264, RFC 7798 for H.265) carries a random-access picture
+/// or its start: an IDR or IRAP NAL unit alone, in an aggregation packet, or a fragment's
+/// first.
+#[must_use]
+pub fn starts_random_access(codec: Codec, payload: &[u8]) -> bool {
+    match codec {
+        Codec::H264 => {
+            let Some(&b0) = payload.first() else { return false };
+            match b0 & 0x1F {
+                5 => true,
+                // STAP-A: 16-bit sizes, then each NAL unit.
+                24 => nal_units(&payload[1..]).any(|n| n.first().is_some_and(|b| b & 0x1F == 5)),
+                // FU-A: the start bit and the fragmented type.
+                28 => payload.get(1).is_some_and(|h| h & 0x80 != 0 && h & 0x1F == 5),
+                _ => false,
+            }
+        }
+        Codec::H265 => {
+            let irap = |t: u8| (16..=21).contains(&t);
+            let Some(&b0) = payload.first() else { return false };
+            match (b0 >> 1) & 0x3F {
+                // Aggregation packet: a 2-byte header, then 16-bit sizes and NAL units.
+                48 => payload.get(2..).is_some_and(|p| {
+                    nal_units(p).any(|n| n.first().is_some_and(|b| irap((b >> 1) & 0x3F)))
+                }),
+                // Fragmentation unit: the start bit and the fragmented type.
+                49 => payload.get(2).is_some_and(|h| h & 0x80 != 0 && irap(h & 0x3F)),
+                t => irap(t),
+            }
+        }
+        _ => false,
+    }
+}
+
+/// The NAL units of an aggregation packet's body (each after a 16-bit size).
+fn nal_units(mut b: &[u8]) -> impl Iterator<Item = &[u8]> {
+    std::iter::from_fn(move || {
+        let size = usize::from(u16::from_be_bytes([*b.first()?, *b.get(1)?]));
+        let nal = b.get(2..2 + size)?;
+        b = &b[2 + size..];
+        Some(nal)
+    })
+}
+
+/// What a feed brought so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveStats {
+    /// Packets taken (made into units).
+    pub packets: u64,
+    /// Payload bytes taken.
+    pub bytes: u64,
+    /// Packets at or below a number already taken: late or duplicated, dropped.
+    pub dropped: u64,
+    /// Numbers skipped between packets taken: lost on the way (or reordered past).
+    pub gaps: u64,
+    /// Packets not RTP, or of another payload type than their track's.
+    pub foreign: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct TrackClock {
+    /// The first packet's arrival.
+    arrival: MediaTime,
+    /// Its timestamp, extended, and the last one, extended.
+    first_ts: i64,
+    last_ts: i64,
+    /// The highest sequence number taken, extended.
+    highest_seq: i64,
+    first_seq: i64,
+}
+
+/// Extends a 16- or 32-bit counter `n` (modulo `modulus`) to the value nearest `last`.
+fn extend(last: i64, n: u32, modulus: i64) -> i64 {
+    let half = modulus / 2;
+    let low = last.rem_euclid(modulus);
+    let mut d = i64::from(n) - low;
+    if d > half {
+        d -= modulus;
+    } else if d < -half {
+        d += modulus;
+    }
+    last + d
+}
+
+/// The units of one live feed, made as its packets arrive (see the module docs).
+#[derive(Debug)]
+pub struct LiveIngest {
+    tracks: Vec<NativeTrack>,
+    /// The RTP payload type each track's packets carry (the publisher's).
+    payload_types: Vec<u8>,
+    clocks: Vec<Option<TrackClock>>,
+    /// The track whose key frames are seek points.
+    seek_track: Option<usize>,
+    video: bool,
+    last_seek: Option<MediaTime>,
+    /// Units made, in arrival order; the first `released` of them may go.
+    queue: VecDeque<NativeUnit>,
+    released: usize,
+    /// The seek track's open access unit: its timestamp, the queue index of its first packet,
+    /// and whether it holds a random-access picture.
+    open: Option<(i64, usize, bool)>,
+    stats: LiveStats,
+}
+
+impl LiveIngest {
+    /// A feed of `tracks`, whose packets carry payload types `payload_types` (the publisher's,
+    /// by track).
+    #[must_use]
+    pub fn new(tracks: Vec<NativeTrack>, payload_types: Vec<u8>) -> Self {
+        let seek_track = tracks
+            .iter()
+            .position(|t| t.kind == StreamKind::Video)
+            .or_else(|| (!tracks.is_empty()).then_some(0));
+        let video = tracks.iter().any(|t| t.kind == StreamKind::Video);
+        Self {
+            clocks: vec![None; tracks.len()],
+            tracks,
+            payload_types,
+            seek_track,
+            video,
+            last_seek: None,
+            queue: VecDeque::new(),
+            released: 0,
+            open: None,
+            stats: LiveStats::default(),
+        }
+    }
+
+    /// The tracks, by index.
+    #[must_use]
+    pub fn tracks(&self) -> &[NativeTrack] {
+        &self.tracks
+    }
+
+    /// Counters so far.
+    #[must_use]
+    pub fn stats(&self) -> LiveStats {
+        self.stats
+    }
+
+    /// An RTP packet (header included) of track `track` arrived `arrival` after the feed began
+    /// (the caller's clock, nondecreasing). What is not RTP of the track's payload type is
+    /// counted and ignored.
+    pub fn handle_rtp(&mut self, arrival: MediaTime, track: usize, packet: &[u8]) {
+        let Ok((h, range)) = RtpHeader::parse(packet) else {
+            self.stats.foreign += 1;
+            return;
+        };
+        let (Some(t), Some(&pt)) = (self.tracks.get(track), self.payload_types.get(track)) else {
+            self.stats.foreign += 1;
+            return;
+        };
+        if h.payload_type != pt || range.is_empty() {
+            self.stats.foreign += 1;
+            return;
+        }
+        let (clock_rate, codec) = (t.clock_rate.max(1), t.codec);
+        let c = self.clocks[track].get_or_insert_with(|| TrackClock {
+            arrival,
+            first_ts: i64::from(h.timestamp),
+            last_ts: i64::from(h.timestamp),
+            highest_seq: i64::from(h.sequence) - 1,
+            first_seq: i64::from(h.sequence),
+        });
+        let seq = extend(c.highest_seq, u32::from(h.sequence), 1 << 16);
+        if seq <= c.highest_seq {
+            self.stats.dropped += 1;
+            return;
+        }
+        self.stats.gaps += (seq - c.highest_seq - 1) as u64;
+        c.highest_seq = seq;
+        let ts = extend(c.last_ts, h.timestamp, 1 << 32);
+        c.last_ts = ts;
+        // Presentation time: the track's first arrival plus its clock's advance (a B-frame's
+        // may be a little before the first's: held at zero).
+        let offset_ns = i128::from(ts - c.first_ts) * 1_000_000_000 / i128::from(clock_rate);
+        let npt_ns = (i128::from(c.arrival.as_nanos()) + offset_ns).max(0);
+        let npt = MediaTime::from_nanos(u64::try_from(npt_ns).unwrap_or(u64::MAX));
+        let rtp_time = (npt_ns * i128::from(clock_rate) / 1_000_000_000) as u32;
+        let track_seq = (seq - c.first_seq) as u32;
+        let payload = packet[range].to_vec();
+        self.stats.packets += 1;
+        self.stats.bytes += payload.len() as u64;
+        let mut unit = NativeUnit {
+            track: track as u8,
+            send_time: arrival,
+            rtp_time,
+            track_seq,
+            marker: h.marker,
+            random_access: false,
+            npt,
+            payload,
+        };
+        if Some(track) != self.seek_track {
+            self.queue.push_back(unit);
+            self.release_upto_open();
+            return;
+        }
+        if !self.video {
+            let seek = self.last_seek.is_none_or(|l| npt >= l + AUDIO_SEEK_SPACING);
+            if seek {
+                self.last_seek = Some(npt);
+                unit.random_access = true;
+            }
+            self.queue.push_back(unit);
+            self.release_upto_open();
+            return;
+        }
+        // The seek track's access units: one timestamp's packets.
+        if self.open.is_some_and(|(open_ts, _, _)| open_ts != ts) {
+            self.close_unit();
+        }
+        let random = starts_random_access(codec, &unit.payload);
+        let index = self.queue.len();
+        self.queue.push_back(unit);
+        let open = self.open.get_or_insert((ts, index, false));
+        open.2 |= random;
+        if h.marker || self.queue.len() - open.1 > MAX_HELD {
+            self.close_unit();
+        }
+        self.release_upto_open();
+    }
+
+    /// The seek track's access unit is complete: its first packet starts a seek point if it
+    /// holds a random-access picture.
+    fn close_unit(&mut self) {
+        let Some((_, first, random)) = self.open.take() else { return };
+        if random && let Some(u) = self.queue.get_mut(first) {
+            u.random_access = true;
+        }
+    }
+
+    fn release_upto_open(&mut self) {
+        self.released = self.open.map_or(self.queue.len(), |(_, first, _)| first);
+    }
+
+    /// The feed ended: every unit held may go.
+    pub fn finish(&mut self) {
+        self.close_unit();
+        self.release_upto_open();
+    }
+
+    /// The next unit in arrival order, once it may go.
+    pub fn poll_unit(&mut self) -> Option<NativeUnit> {
+        if self.released == 0 {
+            return None;
+        }
+        self.released -= 1;
+        if let Some((_, first, _)) = &mut self.open {
+            *first -= 1;
+        }
+        self.queue.pop_front()
+    }
+}
+
+impl fmt::Display for LiveStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} packets ({} bytes), {} dropped late or twice, {} missing, {} not of the feed",
+            self.packets, self.bytes, self.dropped, self.gaps, self.foreign
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPS: &[u8] = &[0x67, 0x64, 0x00, 0x1f, 0xac];
+    const PPS: &[u8] = &[0x68, 0xee, 0x3c, 0x80];
+
+    fn h264_fmtp() -> String {
+        format!(
+            "packetization-mode=1; profile-level-id=64001F; sprop-parameter-sets={},{}",
+            STANDARD.encode(SPS),
+            STANDARD.encode(PPS)
+        )
+    }
+
+    fn rtp(pt: u8, seq: u16, ts: u32, marker: bool, payload: &[u8]) -> Vec<u8> {
+        let mut p = vec![0x80, pt | if marker { 0x80 } else { 0 }];
+        p.extend_from_slice(&seq.to_be_bytes());
+        p.extend_from_slice(&ts.to_be_bytes());
+        p.extend_from_slice(&7u32.to_be_bytes());
+        p.extend_from_slice(payload);
+        p
+    }
+
+    fn ms(n: u64) -> MediaTime {
+        MediaTime::from_nanos(n * 1_000_000)
+    }
+
+    #[test]
+    fn announced_tracks_keep_the_publishers_parameters_and_rebuild_the_configuration() {
+        let fmtp = h264_fmtp();
+        let v = Announced { encoding: "H264", clock_rate: 90_000, channels: 0, fmtp: &fmtp };
+        let t = announced_track(0, &v).unwrap();
+        assert_eq!(
+            (t.codec, t.encoding, t.payload_type, t.fmtp.as_str()),
+            (Codec::H264, "H264", 96, fmtp.as_str())
+        );
+        assert_eq!(t.config, crate::native::avcc(4, &[SPS.to_vec()], &[PPS.to_vec()]));
+        let aac = "streamtype=5;profile-level-id=1;mode=AAC-hbr;sizelength=13;indexlength=3;indexdeltalength=3;config=1190";
+        let a = Announced { encoding: "MPEG4-GENERIC", clock_rate: 48_000, channels: 2, fmtp: aac };
+        let t = announced_track(1, &a).unwrap();
+        assert_eq!(
+            (t.codec, t.encoding, t.channels, t.payload_type),
+            (Codec::Aac, "mpeg4-generic", 2, 97)
+        );
+        assert_eq!(t.config, vec![0x11, 0x90]);
+        let o = Announced { encoding: "opus", clock_rate: 48_000, channels: 2, fmtp: "" };
+        let t = announced_track(1, &o).unwrap();
+        assert_eq!(&t.config[..10], b"OpusHead\x01\x02");
+    }
+
+    #[test]
+    fn a_description_that_cannot_be_stored_is_refused_naming_the_track_and_parameter() {
+        fn err(encoding: &str, clock_rate: u32, fmtp: &str) -> String {
+            let a = Announced { encoding, clock_rate, channels: 0, fmtp };
+            announced_track(1, &a).unwrap_err().to_string()
+        }
+        assert_eq!(
+            err("VP8", 90_000, ""),
+            "track 1: encoding \"VP8\" is not supported (H264, H265, mpeg4-generic, opus)"
+        );
+        assert!(err("H264", 90_000, "packetization-mode=1").contains("no sprop-parameter-sets"));
+        assert!(err("H264", 90_000, "sprop-parameter-sets=!!").contains("not base64"));
+        assert!(err("H264", 48_000, &h264_fmtp()).contains("clock 48000 Hz"));
+        let lbr = "mode=AAC-lbr;sizelength=6;indexlength=2;indexdeltalength=2;config=1190";
+        assert!(err("mpeg4-generic", 48_000, lbr).contains("only mode=AAC-hbr"));
+        let nohex = "mode=AAC-hbr;sizelength=13;indexlength=3;indexdeltalength=3;config=xyz1";
+        assert!(err("mpeg4-generic", 48_000, nohex).contains("is not hex"));
+        assert!(err("H265", 90_000, "sprop-vps=QAE=").contains("no sprop-sps"));
+    }
+
+    #[test]
+    fn random_access_pictures_are_found_alone_aggregated_and_fragmented() {
+        assert!(starts_random_access(Codec::H264, &[0x65, 1, 2]));
+        assert!(!starts_random_access(Codec::H264, &[0x41, 1, 2]));
+        // STAP-A with SPS, PPS, IDR.
+        let stap = [&[0x78u8, 0, 2, 0x67, 0, 0, 2, 0x68, 0, 0, 2][..], &[0x65, 0]].concat();
+        assert!(starts_random_access(Codec::H264, &stap));
+        assert!(!starts_random_access(Codec::H264, &[0x78, 0, 9, 0x65]), "truncated");
+        // FU-A: start of an IDR, and its middle.
+        assert!(starts_random_access(Codec::H264, &[0x7c, 0x85, 1]));
+        assert!(!starts_random_access(Codec::H264, &[0x7c, 0x05, 1]));
+        // H.265: IDR_W_RADL (19) alone, in an FU's start; TRAIL_R (1) not.
+        assert!(starts_random_access(Codec::H265, &[19 << 1, 1, 0]));
+        assert!(starts_random_access(Codec::H265, &[49 << 1, 1, 0x80 | 19, 0]));
+        assert!(!starts_random_access(Codec::H265, &[1 << 1, 1, 0]));
+        assert!(!starts_random_access(Codec::Aac, &[0x65]));
+    }
+
+    /// Video (H.264, type 96) and audio (AAC at 48 kHz, type 97): the units come in arrival
+    /// order with their tracks on one clock; a key frame's first packet starts a seek point
+    /// once its access unit is complete, and the audio that arrived meanwhile waits behind it.
+    #[test]
+    fn a_feed_becomes_units_in_arrival_order_with_seek_points_at_key_frames() {
+        let fmtp = h264_fmtp();
+        let aac = "mode=AAC-hbr;sizelength=13;indexlength=3;indexdeltalength=3;config=1190";
+        let tracks = vec![
+            announced_track(
+                0,
+                &Announced { encoding: "H264", clock_rate: 90_000, channels: 0, fmtp: &fmtp },
+            )
+            .unwrap(),
+            announced_track(
+                1,
+                &Announced {
+                    encoding: "mpeg4-generic",
+                    clock_rate: 48_000,
+                    channels: 2,
+                    fmtp: aac,
+                },
+            )
+            .unwrap(),
+        ];
+        let mut f = LiveIngest::new(tracks, vec![96, 97]);
+        // A key frame in two FU-A fragments with audio between, then a P frame 40 ms later.
+        f.handle_rtp(ms(0), 0, &rtp(96, 1000, 5000, false, &[0x7c, 0x85, 1]));
+        f.handle_rtp(ms(1), 1, &rtp(97, 7, 1_000_000, true, &[0, 16, 1]));
+        assert_eq!(f.poll_unit(), None, "the key frame's access unit is open");
+        f.handle_rtp(ms(2), 0, &rtp(96, 1001, 5000, true, &[0x7c, 0x45, 2]));
+        let key = f.poll_unit().unwrap();
+        assert!(key.random_access && key.track == 0 && key.track_seq == 0);
+        assert_eq!((key.npt, key.send_time, key.rtp_time), (ms(0), ms(0), 0));
+        let audio = f.poll_unit().unwrap();
+        assert_eq!(
+            (audio.track, audio.npt, audio.rtp_time, audio.random_access),
+            (1, ms(1), 48, false)
+        );
+        assert!(!f.poll_unit().unwrap().random_access);
+        // The P frame (3600 ticks on): 40 ms; a duplicate and a late packet are dropped; a gap
+        // is counted.
+        f.handle_rtp(ms(40), 0, &rtp(96, 1003, 8600, true, &[0x41, 3]));
+        f.handle_rtp(ms(41), 0, &rtp(96, 1003, 8600, true, &[0x41, 3]));
+        f.handle_rtp(ms(42), 0, &rtp(96, 1002, 8600, true, &[0x41, 3]));
+        f.handle_rtp(ms(43), 1, b"not rtp");
+        let p = f.poll_unit().unwrap();
+        assert_eq!((p.npt, p.rtp_time, p.track_seq, p.random_access), (ms(40), 3600, 3, false));
+        assert_eq!(f.poll_unit(), None);
+        let s = f.stats();
+        assert_eq!((s.packets, s.dropped, s.gaps, s.foreign), (4, 2, 1, 1));
+        // A unit still open goes at the end.
+        f.handle_rtp(ms(80), 0, &rtp(96, 1004, 12_200, false, &[0x65, 4]));
+        assert_eq!(f.poll_unit(), None);
+        f.finish();
+        assert!(f.poll_unit().unwrap().random_access);
+    }
+
+    /// Sequence numbers and timestamps wrap: the units' numbers and times go on.
+    #[test]
+    fn numbers_and_timestamps_that_wrap_go_on() {
+        let o = Announced { encoding: "opus", clock_rate: 48_000, channels: 2, fmtp: "" };
+        let mut f = LiveIngest::new(vec![announced_track(0, &o).unwrap()], vec![111]);
+        f.handle_rtp(ms(0), 0, &rtp(111, 65_535, u32::MAX - 479, true, &[1]));
+        f.handle_rtp(ms(20), 0, &rtp(111, 0, 480, true, &[2]));
+        let a = f.poll_unit().unwrap();
+        let b = f.poll_unit().unwrap();
+        assert!(a.random_access && !b.random_access, "audio alone: one a second");
+        assert_eq!((b.track_seq, b.npt, b.rtp_time), (1, ms(20), 960));
+    }
+
+    proptest::proptest! {
+        /// Any packets, of either track, in any order: every packet taken comes out once, in
+        /// arrival order, each track's numbers rising, seek points only on the video track.
+        #[test]
+        fn any_packets_come_out_once_in_order(
+            packets in proptest::collection::vec(
+                (0usize..2, proptest::prelude::any::<u16>(), 0u32..100_000, proptest::prelude::any::<bool>(),
+                 proptest::collection::vec(proptest::prelude::any::<u8>(), 1..6)),
+                0..60,
+            )
+        ) {
+            let fmtp = h264_fmtp();
+            let aac = "mode=AAC-hbr;sizelength=13;indexlength=3;indexdeltalength=3;config=1190";
+            let v = Announced { encoding: "H264", clock_rate: 90_000, channels: 0, fmtp: &fmtp };
+            let a = Announced { encoding: "mpeg4-generic", clock_rate: 48_000, channels: 2, fmtp: aac };
+            let tracks = vec![announced_track(0, &v).unwrap(), announced_track(1, &a).unwrap()];
+            let mut f = LiveIngest::new(tracks, vec![96, 97]);
+            let mut out = Vec::new();
+            for (i, (track, seq, ts, marker, payload)) in packets.iter().enumerate() {
+                let pt = 96 + *track as u8;
+                f.handle_rtp(ms(i as u64), *track, &rtp(pt, *seq % 64, *ts, *marker, payload));
+                while let Some(u) = f.poll_unit() {
+                    out.push(u);
+                }
+            }
+            f.finish();
+            while let Some(u) = f.poll_unit() {
+                out.push(u);
+            }
+            proptest::prop_assert_eq!(out.len() as u64, f.stats().packets);
+            for t in 0..2u8 {
+                let seqs: Vec<u32> = out.iter().filter(|u| u.track == t).map(|u| u.track_seq).collect();
+                proptest::prop_assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{:?}", seqs);
+            }
+            proptest::prop_assert!(out.iter().all(|u| !u.random_access || u.track == 0));
+            proptest::prop_assert!(out.windows(2).all(|w| w[0].send_time <= w[1].send_time));
+        }
+    }
+}
