@@ -4,7 +4,8 @@
 //! count as RTCP, and the virtual clock advances so that sessions also time out. Nothing may
 //! panic, decoding must always progress, and every response must survive an encode/decode round
 //! trip (so no client bytes can inject a header line). The bytes are also read as a session
-//! description.
+//! description. Requests also drive a publisher's core (`Publish`, from the first ANNOUNCE that
+//! parses): its responses round-trip too, and it names a track only for a channel set up.
 #![no_main]
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -13,6 +14,7 @@ use std::time::Duration;
 use isochron_base::{BitRate, Gsn, Instant, MediaTime, ObjectId};
 use isochron_rtsp::codec::{self, Decoded, Frame, Limits};
 use isochron_rtsp::sdp::MediaTrack;
+use isochron_rtsp::server::publish::{Publish, PublishStep};
 use isochron_rtsp::server::{
     ConnId, ConnInfo, Handled, Library, PlayOutcome, PlayStart, Position, Presentation, Rates,
     ServerConfig, ServerCore,
@@ -81,6 +83,7 @@ fn run(data: &[u8]) {
         })
         .collect();
     let mut now = Instant::from_nanos(1);
+    let mut publish: Option<Publish> = None;
     let mut wire = Vec::new();
     let mut off = 0;
     let mut step = 0u64;
@@ -94,6 +97,7 @@ fn run(data: &[u8]) {
                 let conn = &conns[usize::from(step.is_multiple_of(3))];
                 match frame {
                     Frame::Request(req) => {
+                        publish_request(&mut publish, &req, step);
                         let resp = match core.handle_request(now, conn, &req, &FakeLibrary) {
                             Handled::Respond(r) => r,
                             Handled::Play(action) => {
@@ -122,17 +126,14 @@ fn run(data: &[u8]) {
                                 core.finish_rate(now, action, pace)
                             }
                         };
-                        wire.clear();
-                        codec::encode_response(&resp, &mut wire);
-                        match codec::decode(&wire, &Limits::default()) {
-                            Decoded::Frame(Frame::Response(back), n) => {
-                                assert_eq!(n, wire.len(), "response framing");
-                                assert_eq!(back, resp, "response round trip");
-                            }
-                            other => panic!("response does not round-trip: {other:?}"),
-                        }
+                        round_trip(&resp, &mut wire);
                     }
                     Frame::Data { channel, payload } => {
+                        if let Some(p) = &publish
+                            && let Some(t) = p.track_of_channel(channel)
+                        {
+                            assert!(p.tracks_set_up().contains(&t), "a track set up");
+                        }
                         core.handle_interleaved_rtcp(now, conn.id, channel);
                         if payload.len() >= 4 {
                             let ssrc = u32::from_be_bytes([
@@ -169,4 +170,51 @@ fn run(data: &[u8]) {
     core.handle_timeout(now + Duration::from_secs(3600));
     while core.poll_event().is_some() {}
     assert_eq!(core.session_count(), 0, "every session ends by close or timeout");
+}
+
+/// Every response survives an encode/decode round trip (no client bytes can inject a header
+/// line).
+fn round_trip(resp: &isochron_rtsp::rtsp_types::Response<Vec<u8>>, wire: &mut Vec<u8>) {
+    wire.clear();
+    codec::encode_response(resp, wire);
+    match codec::decode(wire, &Limits::default()) {
+        Decoded::Frame(Frame::Response(back), n) => {
+            assert_eq!(n, wire.len(), "response framing");
+            assert_eq!(&back, resp, "response round trip");
+        }
+        other => panic!("response does not round-trip: {other:?}"),
+    }
+}
+
+/// `req` to the publisher's core: the first ANNOUNCE that parses makes it (accepted or
+/// refused by `step`), every request after goes to it, and a RECORD is admitted or refused.
+fn publish_request(
+    publish: &mut Option<Publish>,
+    req: &isochron_rtsp::rtsp_types::Request<Vec<u8>>,
+    step: u64,
+) {
+    let mut wire = Vec::new();
+    let Some(p) = publish else {
+        if req.method() == isochron_rtsp::rtsp_types::Method::Announce
+            && let Ok(mut p) = Publish::announce(req, "fuzz")
+        {
+            let resp = if step % 4 == 0 {
+                p.refuse(&isochron_rtsp::status::Refusal::NotFound("fuzz".into()))
+            } else {
+                p.accept()
+            };
+            round_trip(&resp, &mut wire);
+            *publish = Some(p);
+        }
+        return;
+    };
+    let resp = match p.handle_request(req, "S") {
+        PublishStep::Respond(r) | PublishStep::End(r) => r,
+        PublishStep::Record => p.finish_record(if step % 3 == 0 {
+            Err(isochron_rtsp::status::Refusal::NotEnoughBandwidth("fuzz".into()))
+        } else {
+            Ok(())
+        }),
+    };
+    round_trip(&resp, &mut wire);
 }

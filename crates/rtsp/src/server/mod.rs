@@ -99,6 +99,7 @@
 //!   also lets the session that ffmpeg abandons on UDP→TCP fallback (PAUSE, then a new SETUP
 //!   without `Session`) be reaped by timeout.
 
+pub mod publish;
 mod session;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
