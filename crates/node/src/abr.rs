@@ -475,6 +475,16 @@ mod tests {
         }
     }
 
+    /// A report on SSRC 1 that marks `seq` and says nothing else.
+    fn at(seq: u32) -> ReceiverFeedback {
+        ReceiverFeedback { ssrc: 1, fraction_lost: 0, rtt: None, highest_seq: Some(seq), jitter: 0 }
+    }
+
+    /// The numbers `from..from + n` as a NACK gives them: their low 16 bits.
+    fn seqs(from: u32, n: u32) -> Vec<u16> {
+        (from..from + n).map(|n| n as u16).collect()
+    }
+
     /// Reports every second from `from` for `secs` seconds; the switches decided (carried out
     /// at once), with their times.
     fn run(
@@ -552,16 +562,7 @@ mod tests {
     fn the_packets_asked_for_again_are_loss_too() {
         let mut c = Chooser::new(AbrConfig::default(), 2, 0);
         let t0 = Instant::ZERO;
-        let at = |seq| ReceiverFeedback {
-            ssrc: 1,
-            fraction_lost: 0,
-            rtt: None,
-            highest_seq: Some(seq),
-            jitter: 0,
-        };
         assert_eq!(c.handle_report(t0, at(70_000), 90_000), None, "no span yet");
-        // The numbers as on the wire: the low 16 bits.
-        let seqs = |from: u32, n: u32| (from..from + n).map(|n| n as u16).collect::<Vec<u16>>();
         c.handle_nack(1, &seqs(70_100, 5));
         c.handle_nack(1, &seqs(70_100, 5));
         c.handle_nack(2, &seqs(70_100, 500));
@@ -580,13 +581,6 @@ mod tests {
         let mut c = Chooser::new(AbrConfig::default(), 2, 0);
         let t0 = Instant::ZERO;
         let ms = Duration::from_millis;
-        let at = |seq| ReceiverFeedback {
-            ssrc: 1,
-            fraction_lost: 0,
-            rtt: None,
-            highest_seq: Some(seq),
-            jitter: 0,
-        };
         let mut most = 0.0_f64;
         for k in 0..100u32 {
             if k == 20 {
@@ -605,14 +599,6 @@ mod tests {
     fn a_packet_asked_for_after_its_report_is_charged_to_its_span() {
         let mut c = Chooser::new(AbrConfig::default(), 3, 0);
         let t0 = Instant::ZERO;
-        let at = |seq| ReceiverFeedback {
-            ssrc: 1,
-            fraction_lost: 0,
-            rtt: None,
-            highest_seq: Some(seq),
-            jitter: 0,
-        };
-        let seqs = |from: u32, n: u32| (from..from + n).map(|n| n as u16).collect::<Vec<u16>>();
         // Across the 16-bit wrap: 65_000..=66_000, then 66_000..=67_000.
         assert_eq!(c.handle_report(t0, at(65_000), 90_000), None);
         assert_eq!(c.handle_report(t0 + S, at(66_000), 90_000), None, "nothing asked yet");
