@@ -298,8 +298,8 @@ impl Chooser {
         self.current
     }
 
-    /// The highest share of packets the player asked for again over the last spans its reports
-    /// told (none before a stream's second report).
+    /// The share of packets the player asked for again over the last report spans judged (none
+    /// until a stream's spans cover [`NACK_WINDOW`] packets, [`NACK_SETTLE`] after a report).
     #[must_use]
     pub fn nack_loss(&self) -> Option<f64> {
         self.nack_loss
@@ -331,19 +331,19 @@ impl Chooser {
             .and_then(|h| self.nacks.entry(fb.ssrc).or_default().handle_report(now, h));
         self.nack_loss = nack_loss.or(self.nack_loss);
         // Jitter only stands in for a round trip the player does not give (see the module docs).
-        let jitter_grew = (clock_rate > 0 && fb.rtt.is_none()).then(|| {
+        let jitter_grew = clock_rate > 0 && fb.rtt.is_none() && {
             let jitter = Duration::from_secs_f64(f64::from(fb.jitter) / f64::from(clock_rate));
             let min = self.min_jitter.entry(fb.ssrc).or_insert(jitter);
             *min = (*min).min(jitter);
             jitter.saturating_sub(*min) > self.config.clean_jitter
-        });
+        };
         let loss = (f64::from(fb.fraction_lost) / 256.0).max(nack_loss.unwrap_or(0.0));
         let verdict =
             if loss > self.config.down_loss || queue.is_some_and(|q| q > self.config.down_delay) {
                 Verdict::Down
             } else if loss <= self.config.clean_loss
                 && queue.is_none_or(|q| q <= self.config.down_delay / 4)
-                && jitter_grew != Some(true)
+                && !jitter_grew
                 && !self.buffer_low
             {
                 Verdict::Clean

@@ -1472,10 +1472,7 @@ impl ServerCore {
     }
 
     fn builder(&self, status: StatusCode, cseq: &str) -> rtsp_types::ResponseBuilder {
-        let b = Response::builder(Version::V1_0, status)
-            .reason_phrase(reason_phrase(status))
-            .header(SERVER, self.config.server_name.as_str());
-        if cseq.is_empty() { b } else { b.header(CSEQ, cseq) }
+        response_builder(status, cseq, &self.config.server_name)
     }
 
     /// Adds `Session` if `session` names a live session.
@@ -1555,6 +1552,19 @@ fn rtx_query(req: &Request<Vec<u8>>) -> Option<bool> {
 fn stream_id_header() -> HeaderName {
     // The literal is ASCII, the only condition `from_static_str` checks.
     HeaderName::from_static_str(COM_SES_STREAM_ID).expect("ASCII header name")
+}
+
+/// A response of `status` with its reason phrase, `Server: server_name` and the `CSeq` echoed
+/// (none when `cseq` is empty: a request without a valid one).
+fn response_builder(
+    status: StatusCode,
+    cseq: &str,
+    server_name: &str,
+) -> rtsp_types::ResponseBuilder {
+    let b = Response::builder(Version::V1_0, status)
+        .reason_phrase(reason_phrase(status))
+        .header(SERVER, server_name);
+    if cseq.is_empty() { b } else { b.header(CSEQ, cseq) }
 }
 
 /// `CSeq` as sent, if it is `1*DIGIT` (RFC 2326 §12.17). At most 19 digits, so it fits a u64.

@@ -30,12 +30,14 @@
 //! OPTIONS, GET_PARAMETER and SET_PARAMETER (keep-alives) are answered 200; PLAY, PAUSE and
 //! DESCRIBE on a publishing connection are 455.
 
-use rtsp_types::headers::{CONTENT_TYPE, CSEQ, PUBLIC, SERVER, SESSION, TRANSPORT};
+use rtsp_types::headers::{CONTENT_TYPE, PUBLIC, SESSION, TRANSPORT};
 use rtsp_types::{Method, Request, Response, StatusCode, Url, Version};
 
+use super::{cseq_of, response_builder};
+use crate::headers::session::parse_session_id;
 use crate::headers::transport::{Lower, parse_transports};
 use crate::sdp::parse::Presentation;
-use crate::status::{Refusal, reason_phrase};
+use crate::status::Refusal;
 use crate::url::{Target, parse_target};
 
 /// What a publishing connection answers to OPTIONS.
@@ -94,7 +96,7 @@ impl Publish {
     /// A [`Refusal`]: no `CSeq` (400); a URL that names no object (404); a body that is not
     /// `application/sdp` or does not parse (400, naming the line).
     pub fn announce(req: &Request<Vec<u8>>, server_name: &str) -> Result<Self, Refusal> {
-        let cseq = cseq(req)?;
+        let cseq = cseq_of(req).ok_or(Refusal::BadCSeq)?;
         let url = req.request_uri().ok_or_else(|| Refusal::BadRequest("ANNOUNCE *".into()))?;
         let Ok(Target::Presentation(name)) = parse_target(Some(url)) else {
             return Err(Refusal::NotFound(url.as_str().to_owned()));
@@ -118,7 +120,7 @@ impl Publish {
             presentation,
             session: None,
             state: PublishState::Announcing,
-            pending_cseq: cseq.to_owned(),
+            pending_cseq: cseq,
         })
     }
 
@@ -190,9 +192,8 @@ impl Publish {
 
     /// A request after the ANNOUNCE; `new_session` is the id a first SETUP gives the session.
     pub fn handle_request(&mut self, req: &Request<Vec<u8>>, new_session: &str) -> PublishStep {
-        let cseq = match cseq(req) {
-            Ok(c) => c.to_owned(),
-            Err(r) => return PublishStep::Respond(self.refusal("", &r)),
+        let Some(cseq) = cseq_of(req) else {
+            return PublishStep::Respond(self.refusal("", &Refusal::BadCSeq));
         };
         match self.dispatch(req, &cseq, new_session) {
             Ok(step) => step,
@@ -326,22 +327,15 @@ impl Publish {
     /// A request in the session must name it (once there is one): 454 otherwise.
     fn check_session(&self, req: &Request<Vec<u8>>) -> Result<(), Refusal> {
         let Some(ours) = &self.session else { return Ok(()) };
-        let theirs = req.header(&SESSION).map(|v| {
-            let v = v.as_str();
-            v.split(';').next().unwrap_or(v).trim().to_owned()
-        });
-        match theirs {
-            Some(t) if &t == ours => Ok(()),
-            Some(t) => Err(Refusal::SessionNotFound(t)),
+        match req.header(&SESSION).map(|v| parse_session_id(v.as_str())) {
+            Some(t) if t == ours => Ok(()),
+            Some(t) => Err(Refusal::SessionNotFound(t.to_owned())),
             None => Err(Refusal::SessionNotFound(String::new())),
         }
     }
 
     fn builder(&self, status: StatusCode, cseq: &str) -> rtsp_types::ResponseBuilder {
-        let b = Response::builder(Version::V1_0, status)
-            .reason_phrase(reason_phrase(status))
-            .header(SERVER, self.server_name.as_str());
-        if cseq.is_empty() { b } else { b.header(CSEQ, cseq) }
+        response_builder(status, cseq, &self.server_name)
     }
 
     fn with_session(&self, b: rtsp_types::ResponseBuilder) -> rtsp_types::ResponseBuilder {
@@ -360,13 +354,10 @@ impl Publish {
     }
 }
 
-fn cseq(req: &Request<Vec<u8>>) -> Result<&str, Refusal> {
-    let v = req.header(&CSEQ).map(|v| v.as_str().trim()).ok_or(Refusal::BadCSeq)?;
-    (!v.is_empty() && v.bytes().all(|b| b.is_ascii_digit())).then_some(v).ok_or(Refusal::BadCSeq)
-}
-
 #[cfg(test)]
 mod tests {
+    use rtsp_types::headers::CSEQ;
+
     use super::*;
 
     /// ffmpeg 5.1's ANNOUNCE of `-c copy` from an MP4 with H.264 and AAC.
