@@ -36,6 +36,12 @@ fi
 if [ "$(id -u)" -eq 0 ] && [ "$(sysctl -n net.core.rmem_max 2>/dev/null || echo 0)" -lt 16777216 ]; then
   sysctl -qw net.core.rmem_max=16777216 2>/dev/null || echo "== note: could not raise net.core.rmem_max"
 fi
+# Tests on a loaded machine send bursts over loopback and veth pairs, and every packet passes a
+# per-CPU backlog of netdev_max_backlog (1000 by default): a full one drops datagrams of every
+# test at once, which no tc statistic shows (/proc/net/softnet_stat, second column).
+if [ "$(id -u)" -eq 0 ] && [ "$(sysctl -n net.core.netdev_max_backlog 2>/dev/null || echo 0)" -lt 10000 ]; then
+  sysctl -qw net.core.netdev_max_backlog=10000 2>/dev/null || echo "== note: could not raise net.core.netdev_max_backlog"
+fi
 for c in rustfmt clippy; do
   rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
 done

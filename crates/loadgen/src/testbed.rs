@@ -496,7 +496,22 @@ fn ip(args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Runs `tc ARGS` in the root namespace or in `ns`.
+/// Datagrams the kernel has dropped since boot because a CPU's input backlog was full
+/// (`net.core.netdev_max_backlog`; the second column of `/proc/net/softnet_stat`, summed over
+/// CPUs). Every packet over loopback or a veth pair passes that backlog, whatever its namespace:
+/// on a loaded machine, bursts fill it and lose packets no qdisc counts.
+pub fn softnet_drops() -> anyhow::Result<u64> {
+    let text = std::fs::read_to_string("/proc/net/softnet_stat")
+        .context("reading /proc/net/softnet_stat")?;
+    text.lines()
+        .map(|l| {
+            let col = l.split_whitespace().nth(1).unwrap_or("");
+            u64::from_str_radix(col, 16)
+                .with_context(|| format!("/proc/net/softnet_stat: not a hex count in {l:?}"))
+        })
+        .sum()
+}
+
 /// Runs `tc` (in namespace `ns`, if given); its output.
 fn tc(ns: Option<&str>, args: &[&str]) -> anyhow::Result<String> {
     let mut c = Command::new("tc");
