@@ -50,7 +50,9 @@ pub use glob::Glob;
 pub enum Permission {
     /// Play an object (RTSP, HLS, `/objects`) and read the API.
     Read,
-    /// Record into the store (`PUT /api/v1/record/NAME`).
+    /// Record into the store: `PUT /api/v1/record/NAME`, and publishing a live feed over RTSP
+    /// (ANNOUNCE, SETUP `mode=record`, RECORD). `publish` in `[auth]` is another name for it.
+    #[serde(alias = "publish")]
     Record,
     /// Everything else that writes or deletes: disks, nodes, ingest, fsck.
     Admin,

@@ -183,6 +183,9 @@ fn config_errors_name_their_key() {
         "auth.users[0].name: \"a:b\": empty, or with ':' or a control"
     );
     // Unknown keys and permissions are refused by the parser.
+    // `publish` names the record permission (publishing a live feed).
+    let s: AuthSection = toml::from_str("anonymous = [\"read\", \"publish\"]").unwrap();
+    assert_eq!(s.anonymous, [Permission::Read, Permission::Record]);
     assert!(toml::from_str::<AuthSection>("anonymus = []").is_err());
     assert!(toml::from_str::<AuthSection>("anonymous = [\"write\"]").is_err());
 }

@@ -356,7 +356,7 @@ fn ingest_native<R: Read + Seek>(
             return Err(IngestError::Changed { offset: source_bytes });
         }
         let source = SourceFile { blocks: source_blocks, bytes: source_bytes, kind };
-        let rec = object.record_native(name, source_name, packed, source, assembler.tracks());
+        let rec = object.record_native(name, source_name, packed, Some(source), assembler.tracks());
         catalog.insert_object(&rec)?;
         Ok(rec)
     })();
@@ -569,16 +569,17 @@ pub struct SourceFile {
 }
 
 impl NewObject {
-    /// The catalog entry of a native object (MP4, Matroska) once every block is written:
-    /// `packed` from its [`BlockPacker::new_native`] with the source file's blocks appended,
-    /// `tracks` from its assembler; `source` names the file.
+    /// The catalog entry of a native object once every block is written: `packed` from its
+    /// [`BlockPacker::new_native`], `tracks` from its assembler; `source` names where it came
+    /// from. `file`: an ingested file (MP4, Matroska) whose blocks follow the packets; `None`
+    /// for a live recording, which has no file (its container is `live`).
     #[must_use]
     pub fn record_native(
         &self,
         name: &str,
         source: &str,
         packed: PackedObject,
-        file: SourceFile,
+        file: Option<SourceFile>,
         tracks: &[NativeTrack],
     ) -> ObjectRecord {
         let totals = packed.native_totals;
@@ -612,14 +613,15 @@ impl NewObject {
             source_file: source.to_string(),
             created_unix_s: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
             media: Some(NativeMedia {
-                container: match file.kind {
-                    ContainerKind::Matroska => "matroska",
-                    _ => "mp4",
+                container: match file.map(|f| f.kind) {
+                    None => "live",
+                    Some(ContainerKind::Matroska) => "matroska",
+                    Some(_) => "mp4",
                 }
                 .to_owned(),
-                source_blocks: file.blocks,
-                source_bytes: file.bytes,
-                source_type: source_type(file.kind, source).to_owned(),
+                source_blocks: file.map_or(0, |f| f.blocks),
+                source_bytes: file.map_or(0, |f| f.bytes),
+                source_type: file.map_or("", |f| source_type(f.kind, source)).to_owned(),
                 tracks: tracks
                     .iter()
                     .zip(&packed.track_packets)

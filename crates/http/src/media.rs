@@ -325,6 +325,14 @@ pub(crate) async fn object(
     headers: HeaderMap,
 ) -> Response {
     let Some(obj) = lookup(&s, &name) else { return not_found(&name) };
+    if obj.record().media.as_ref().is_some_and(|m| m.source_blocks == 0) {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!(
+                "{name:?} was recorded live: it has no source file to serve (play it over RTSP)\n"
+            ),
+        );
+    }
     let len = obj.len();
     let etag = obj.etag.clone();
     let common = |resp: &mut Response| {

@@ -133,6 +133,13 @@ pub enum Refusal {
         /// The limit.
         limit: usize,
     },
+    /// A publisher's description holds a track that cannot be stored (RFC 2326 §10.3) → 415.
+    #[error("unsupported media: {0}")]
+    UnsupportedMedia(String),
+    /// The request is understood and refused for a reason that is not authorization: a
+    /// publisher's name is taken by an object or another feed → 403.
+    #[error("refused: {0}")]
+    Forbidden(String),
     /// The data plane refused to start the stream (admission control) → 453.
     #[error("not enough bandwidth: {0}")]
     NotEnoughBandwidth(String),
@@ -165,6 +172,8 @@ impl Refusal {
             Self::TooManySessions(_) | Self::TooManyFromClient { .. } => {
                 StatusCode::ServiceUnavailable
             }
+            Self::UnsupportedMedia(_) => StatusCode::UnsupportedMediaType,
+            Self::Forbidden(_) => StatusCode::Forbidden,
             Self::NotEnoughBandwidth(_) => StatusCode::NotEnoughBandwidth,
             Self::Internal(_) => StatusCode::InternalServerError,
             Self::Unavailable(_) => StatusCode::ServiceUnavailable,

@@ -39,6 +39,8 @@ pub struct ConfigFile {
     pub tls: TlsSection,
     /// `[transcode]`: ladders of renditions made by the server.
     pub transcode: TranscodeSection,
+    /// `[live]`: feeds published to the server.
+    pub live: LiveSection,
 }
 
 /// `[tls]`: a certificate and its key, both PEM. With them the HTTP port also speaks HTTPS (on
@@ -351,6 +353,45 @@ impl Default for TranscodeSection {
     }
 }
 
+/// `[live]`: feeds published over RTSP (ANNOUNCE, RECORD; `docs/design/live.md`), recorded as
+/// they arrive on an admitted write stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LiveSection {
+    /// The mean rate admitted for a feed whose description gives no `b=AS` bandwidth, kb/s.
+    /// Default 8000.
+    pub default_rate_kbps: u64,
+    /// A feed's peak rate as a percentage of its mean (100 to 1000): what admission reserves
+    /// the disks for, and the most the recorder takes. Default 200.
+    pub peak_percent: u32,
+}
+
+impl Default for LiveSection {
+    fn default() -> Self {
+        Self { default_rate_kbps: 8000, peak_percent: 200 }
+    }
+}
+
+/// `[live]`, checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveSettings {
+    /// The mean rate of a feed that announces none.
+    pub default_rate: BitRate,
+    /// Peak over mean, percent.
+    pub peak_percent: u32,
+}
+
+impl LiveSettings {
+    /// The mean and peak rates to admit for a feed that announced `bandwidth_kbps` (`b=AS`).
+    #[must_use]
+    pub fn rates(&self, bandwidth_kbps: Option<u64>) -> (BitRate, BitRate) {
+        let mean = bandwidth_kbps
+            .filter(|&k| k > 0)
+            .map_or(self.default_rate, |k| BitRate(k.saturating_mul(1000)));
+        (mean, BitRate(mean.0.saturating_mul(u64::from(self.peak_percent)) / 100))
+    }
+}
+
 /// `[cluster]`: run as one node of a cluster whose shared state is in etcd
 /// (`docs/design/cluster.md`). Off unless `etcd` is set.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -513,6 +554,8 @@ pub struct Settings {
     pub auth: std::sync::Arc<isochron_auth::Authority>,
     /// Ladders made by the server (`[transcode]`).
     pub transcode: crate::transcoder::TranscodeSettings,
+    /// Published feeds (`[live]`).
+    pub live: LiveSettings,
 }
 
 impl ConfigFile {
@@ -764,6 +807,22 @@ impl ConfigFile {
             media_scan_interval: Duration::from_millis(self.media.scan_interval_ms),
             auth: std::sync::Arc::new(isochron_auth::Authority::new(&self.auth, rand::random())?),
             transcode,
+            live: self.live_settings()?,
+        })
+    }
+
+    fn live_settings(&self) -> Result<LiveSettings, ConfigError> {
+        let l = &self.live;
+        let invalid = |key, message: &str| ConfigError::Invalid { key, message: message.into() };
+        if !(1..=10_000_000).contains(&l.default_rate_kbps) {
+            return Err(invalid("live.default_rate_kbps", "must be between 1 and 10000000"));
+        }
+        if !(100..=1000).contains(&l.peak_percent) {
+            return Err(invalid("live.peak_percent", "must be between 100 and 1000"));
+        }
+        Ok(LiveSettings {
+            default_rate: BitRate(l.default_rate_kbps * 1000),
+            peak_percent: l.peak_percent,
         })
     }
 

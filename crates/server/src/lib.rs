@@ -39,6 +39,7 @@ pub mod sessions;
 pub mod tls;
 pub mod transcoder;
 
+mod publisher;
 mod rtcp_rx;
 mod rtsp_conn;
 mod wiring;
@@ -254,10 +255,17 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
     let rtsps_addr = media.rtsps.as_ref().map(TcpListener::local_addr).transpose()?;
     let (rtsp_limits, http_max_connections) = wiring::connection_caps(&settings);
     let rtp_port = media.rtp_port;
+    let recorders = Arc::new(Recorders::new(
+        Arc::clone(&store),
+        Arc::clone(&library),
+        ends.sched.clone(),
+        ends.sessions.clone(),
+    ));
     let mut w = Wiring {
         settings,
         store,
         library,
+        recorders,
         clock: Clock::new(),
         ends,
         stop: Arc::new(AtomicBool::new(false)),

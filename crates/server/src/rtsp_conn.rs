@@ -29,7 +29,7 @@ use isochron_auth::{Access, Authority, Credentials, Decision, Permission};
 use isochron_dataplane::sender::OutFrame;
 use isochron_node::abr::QueueDelay;
 use isochron_rtsp::codec::{self, Decoded, Frame, Limits};
-use isochron_rtsp::rtsp_types::{Response, StatusCode, Version, headers};
+use isochron_rtsp::rtsp_types::{Method, Response, StatusCode, Version, headers};
 use isochron_rtsp::server::{ConnId, ConnInfo};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -37,6 +37,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, warn};
 
+use crate::publisher::{Publisher, Publishing};
 use crate::sessions::SessionCommand;
 
 /// Per-connection settings.
@@ -58,6 +59,8 @@ pub(crate) struct Listening {
     pub(crate) limits: Arc<crate::conn_limits::ConnLimits>,
     /// The next connection id, shared by the RTSP and RTSPS listeners.
     pub(crate) next_id: AtomicU64,
+    /// What a connection that publishes needs.
+    pub(crate) publishing: Arc<Publishing>,
 }
 
 /// Accepts connections on `listener` until the task is aborted; with `tls` each is RTSPS. A
@@ -93,26 +96,24 @@ pub(crate) async fn listen(
         let shared = Arc::clone(&shared);
         let tls = tls.clone();
         tokio::spawn(async move {
-            let (config, sessions, auth) =
-                (shared.config, shared.sessions.clone(), Arc::clone(&shared.auth));
+            let ends = Ends {
+                config: shared.config,
+                sessions: shared.sessions.clone(),
+                auth: Arc::clone(&shared.auth),
+                publishing: Arc::clone(&shared.publishing),
+            };
             match tls {
                 None => {
                     let (rd, wr) = stream.into_split();
-                    serve(Accepted { rd, wr, conn, permit, socket }, config, sessions, auth).await;
+                    serve(Accepted { rd, wr, conn, permit, socket }, ends).await;
                 }
                 Some(tls) => {
                     let handshake =
-                        tokio::time::timeout(config.request_timeout, tls.accept(stream));
+                        tokio::time::timeout(ends.config.request_timeout, tls.accept(stream));
                     match handshake.await {
                         Ok(Ok(stream)) => {
                             let (rd, wr) = tokio::io::split(stream);
-                            serve(
-                                Accepted { rd, wr, conn, permit, socket },
-                                config,
-                                sessions,
-                                auth,
-                            )
-                            .await;
+                            serve(Accepted { rd, wr, conn, permit, socket }, ends).await;
                         }
                         Ok(Err(e)) => debug!(%peer, error = %e, "RTSPS handshake failed"),
                         Err(_) => debug!(%peer, "RTSPS handshake timed out"),
@@ -156,17 +157,25 @@ pub(crate) struct Accepted<R, W> {
     pub(crate) socket: std::os::fd::RawFd,
 }
 
+/// What one connection's task holds of [`Listening`].
+pub(crate) struct Ends {
+    pub(crate) config: ConnConfig,
+    pub(crate) sessions: mpsc::UnboundedSender<SessionCommand>,
+    pub(crate) auth: Arc<Authority>,
+    pub(crate) publishing: Arc<Publishing>,
+}
+
 /// Serves one accepted connection (plain TCP or TLS) until it closes.
-pub(crate) async fn serve<R, W>(
-    accepted: Accepted<R, W>,
-    config: ConnConfig,
-    sessions: mpsc::UnboundedSender<SessionCommand>,
-    auth: Arc<Authority>,
-) where
+pub(crate) async fn serve<R, W>(accepted: Accepted<R, W>, ends: Ends)
+where
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let Accepted { mut rd, wr, conn, permit, socket } = accepted;
+    let Ends { config, sessions, auth, publishing } = ends;
+    // From its first ANNOUNCE, the connection's publisher: its requests go there, not to the
+    // session manager (`crate::publisher`).
+    let mut publisher: Option<Publisher> = None;
     // A slot of the reserve: the first request must show credentials that verify, or be one
     // on a session of this client's own (a player already playing); anything else is answered
     // 503 and the connection closed (conn_limits, docs/design/security.md).
@@ -215,16 +224,49 @@ pub(crate) async fn serve<R, W>(
                                 let _ = resp_tx.send(reserved_for_others(&req)).await;
                                 break 'conn;
                             }
-                            let user =
-                                match authorize(&auth, &req, peer, conn.secure, must_prove).await {
-                                    Ok(user) => user,
-                                    Err(refusal) => {
-                                        if resp_tx.send(refusal).await.is_err() {
-                                            break 'conn;
-                                        }
-                                        continue;
+                            // Publishing writes to the store: it needs `record` (`publish`).
+                            let publishes =
+                                publisher.is_some() || *req.method() == Method::Announce;
+                            let permission =
+                                if publishes { Permission::Record } else { Permission::Read };
+                            let asked = Asked { peer, secure: conn.secure, must_prove, permission };
+                            let user = match authorize(&auth, &req, asked).await {
+                                Ok(user) => user,
+                                Err(refusal) => {
+                                    if resp_tx.send(refusal).await.is_err() {
+                                        break 'conn;
+                                    }
+                                    continue;
+                                }
+                            };
+                            if publishes {
+                                probation = false;
+                                let resp = match publisher.as_mut() {
+                                    None => {
+                                        let (p, resp) =
+                                            Publisher::announce(&req, &publishing, peer);
+                                        publisher = p;
+                                        resp
+                                    }
+                                    Some(p) => {
+                                        let id = format!("{:016x}", rand::random::<u64>());
+                                        p.handle_request(&req, &id, &publishing).await
                                     }
                                 };
+                                if *req.method() == Method::Setup && resp.status() == StatusCode::Ok
+                                {
+                                    set_up_any = true;
+                                }
+                                if publisher.as_ref().is_some_and(Publisher::ended) {
+                                    publisher = None;
+                                }
+                                let mut out = Vec::with_capacity(256);
+                                codec::encode_response(&resp, &mut out);
+                                if resp_tx.send(out).await.is_err() {
+                                    break 'conn;
+                                }
+                                continue;
+                            }
                             let (tx, rx) = oneshot::channel();
                             let method = String::from(<&str>::from(req.method()));
                             let user_less = user.is_none();
@@ -253,6 +295,15 @@ pub(crate) async fn serve<R, W>(
                                 if refused {
                                     permit.refuse_on_probation();
                                 }
+                                break 'conn;
+                            }
+                        }
+                        Frame::Data { channel, payload } if publisher.is_some() => {
+                            let feeding = match publisher.as_mut() {
+                                Some(p) => p.handle_data(channel, payload).await,
+                                None => true,
+                            };
+                            if !feeding {
                                 break 'conn;
                             }
                         }
@@ -425,18 +476,26 @@ async fn write_out<W: AsyncWrite + Unpin>(wr: &mut W, out: &mut Vec<u8>) -> std:
     r
 }
 
+/// Who asks for what, for [`authorize`].
+struct Asked {
+    peer: SocketAddr,
+    /// The connection is TLS (Basic is then offered and accepted).
+    secure: bool,
+    /// A connection on a reserved slot: it must give credentials.
+    must_prove: bool,
+    /// `read` to play, `record` to publish.
+    permission: Permission,
+}
+
 /// The access policy's answer to `req`: the user it authenticated as (`None`: no credentials)
-/// to go ahead, else the encoded 401 or 403. `secure`: the connection is TLS (Basic is then
-/// offered and accepted).
+/// to go ahead, else the encoded 401 or 403.
 async fn authorize(
     auth: &Authority,
     req: &isochron_rtsp::rtsp_types::Request<Vec<u8>>,
-    peer: SocketAddr,
-    secure: bool,
-    must_prove: bool,
+    asked: Asked,
 ) -> Result<Option<String>, Vec<u8>> {
-    use isochron_rtsp::rtsp_types::Method;
     use isochron_rtsp::url::{Target, parse_target};
+    let Asked { peer, secure, must_prove, permission } = asked;
     let object = match parse_target(req.request_uri()) {
         Ok(Target::Presentation(name) | Target::Track(name, _)) => Some(name),
         _ => None,
@@ -469,7 +528,7 @@ async fn authorize(
             Decision::Unauthorized(format!("Digest uri {:?} is not the request's", d.uri))
         }
         Ok(credentials) => auth.check(&Access {
-            permission: Permission::Read,
+            permission,
             object: object.as_deref(),
             credentials: credentials.as_ref(),
             trusted_peer: peer.ip().is_loopback(),

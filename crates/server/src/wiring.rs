@@ -165,6 +165,8 @@ pub(crate) struct Wiring {
     pub(crate) settings: Settings,
     pub(crate) store: Arc<Store>,
     pub(crate) library: Arc<Library>,
+    /// The recordings in progress, over HTTP and RTSP alike.
+    pub(crate) recorders: Arc<Recorders>,
     pub(crate) clock: Clock,
     pub(crate) ends: Ends,
     pub(crate) stop: Arc<AtomicBool>,
@@ -373,6 +375,10 @@ impl Wiring {
             auth: Arc::clone(&s.auth),
             limits: Arc::clone(limits),
             next_id: AtomicU64::new(1),
+            publishing: Arc::new(crate::publisher::Publishing {
+                recorders: Arc::clone(&self.recorders),
+                live: s.live,
+            }),
         });
         self.tasks.push(tokio::spawn(rtsp_conn::listen(rtsp, None, Arc::clone(&listening))));
         // Memory freed after a burst (a flood of connections, a crowd of sessions that left)
@@ -408,14 +414,8 @@ impl Wiring {
         let listener = bind_tcp(addr)
             .with_context(|| format!("binding HTTP to {addr} (config key http.listen)"))?;
         let e = &self.ends;
-        let recorders = Arc::new(Recorders::new(
-            Arc::clone(&self.store),
-            Arc::clone(&self.library),
-            e.sched.clone(),
-            e.sessions.clone(),
-        ));
         let handles = Handles {
-            recorders,
+            recorders: Arc::clone(&self.recorders),
             library: Arc::clone(&self.library),
             sessions: e.sessions.clone(),
             sched: e.sched.clone(),

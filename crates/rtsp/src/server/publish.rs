@@ -44,6 +44,18 @@ use crate::url::{Target, parse_target};
 pub const PUBLISH_METHODS: &str =
     "OPTIONS, ANNOUNCE, SETUP, RECORD, TEARDOWN, GET_PARAMETER, SET_PARAMETER";
 
+/// The response to an ANNOUNCE refused before there is a [`Publish`] (its
+/// [`Publish::announce`] failed): the refusal's status and the request's CSeq.
+#[must_use]
+pub fn refuse_announce(
+    req: &Request<Vec<u8>>,
+    refusal: &Refusal,
+    server_name: &str,
+) -> Response<Vec<u8>> {
+    let cseq = cseq_of(req).unwrap_or_default();
+    response_builder(refusal.status(), &cseq, server_name).build(Vec::new())
+}
+
 /// Where a publisher is in its dialog.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PublishState {

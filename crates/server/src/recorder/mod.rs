@@ -36,7 +36,12 @@
 //! closed and the blocks written are removed; nothing is committed. A crash leaves orphan blocks,
 //! which the next [`Store::open`] removes.
 //!
+//! A live feed published over RTSP is recorded by the same frame ([`live`]): only its source
+//! differs.
+//!
 //! Not here: playing an object while it is recorded (time shift), or resuming a recording.
+
+pub mod live;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -300,8 +305,33 @@ impl Recorders {
         params: RecordParams,
         body: Body,
     ) -> Result<RecordReport, RecordError> {
-        self.check(&name)?;
-        let _claim = self.claim(&name)?;
+        let mut open = self.open(&name, params).await?;
+        let received = self.receive(&mut open.writer, params, body).await;
+        let object = open.writer.object;
+        let started = open.started;
+        let mut report = None;
+        let record = received.map(|Received { packed, index, bytes }| {
+            let source = format!("HTTP PUT /api/v1/record/{name}");
+            let rec = object.record(&name, &source, packed, &index);
+            report = Some((bytes, index.trailing_bytes()));
+            rec
+        });
+        let rec = self.close(open, record).await?;
+        let (received_bytes, trailing_bytes) = report.unwrap_or_default();
+        Ok(RecordReport {
+            object: ObjectSummary::from(&rec),
+            received_bytes,
+            trailing_bytes,
+            wall_s: started.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// The frame of every recording, before its source's data: checks and claims `name`, takes
+    /// a stream id, opens the object on its commit thread and asks admission for the write
+    /// stream at `params` (times the store's copies). A refusal abandons the object.
+    async fn open(&self, name: &str, params: RecordParams) -> Result<Open<'_>, RecordError> {
+        self.check(name)?;
+        let claim = self.claim(name)?;
         let stream = self.allocate_stream().await?;
         let slot = Slot::open(Arc::clone(&self.store)).await?;
         let object = slot.object;
@@ -319,57 +349,58 @@ impl Recorders {
             block_size: object.block_size,
         };
         let open =
-            SchedCommand::OpenRecord { req, name: name.clone(), events: events_tx, reply: tx };
+            SchedCommand::OpenRecord { req, name: name.to_owned(), events: events_tx, reply: tx };
         let _ = self.sched.send(open);
         match rx.await {
             Ok(Decision::Admit) => {}
             Ok(Decision::Reject(reason)) => {
                 slot.finish(None, Vec::new()).await?;
                 let (rate, peak) = (params.rate, params.peak);
-                return Err(RecordError::Rejected { name, rate, peak, reason });
+                return Err(RecordError::Rejected { name: name.to_owned(), rate, peak, reason });
             }
             Err(_) => return Err(RecordError::Unavailable),
         }
         let admitted = Admitted { sched: self.sched.clone(), stream };
-        let started = tokio::time::Instant::now();
         info!(object = %name, id = %object.id, %stream, rate = %params.rate, "recording");
-
-        let mut writer = Writer {
+        let writer = Writer {
             store: Arc::clone(&self.store),
             sched: self.sched.clone(),
             stream,
             req,
-            name: name.clone(),
+            name: name.to_owned(),
             object,
             events,
             in_flight: HashMap::new(),
             written: Vec::new(),
         };
-        match self.receive(&mut writer, params, body).await {
-            Ok(Received { packed, index, bytes: received }) => {
-                let rec = object.record(
-                    &name,
-                    &format!("HTTP PUT /api/v1/record/{name}"),
-                    packed,
-                    &index,
-                );
-                let report = RecordReport {
-                    object: ObjectSummary::from(&rec),
-                    received_bytes: received,
-                    trailing_bytes: index.trailing_bytes(),
-                    wall_s: started.elapsed().as_secs_f64(),
-                };
+        let started = tokio::time::Instant::now();
+        Ok(Open { _claim: claim, slot, admitted, writer, started })
+    }
+
+    /// The frame of every recording, after its source's data: commits `record` (every block
+    /// of it written) and adds the object to the library; or, when the source failed, waits for
+    /// the writes in flight and removes every block written. The write stream is closed.
+    async fn close(
+        &self,
+        open: Open<'_>,
+        record: Result<ObjectRecord, RecordError>,
+    ) -> Result<ObjectRecord, RecordError> {
+        let Open { _claim, slot, admitted, mut writer, started } = open;
+        let name = writer.name.clone();
+        match record {
+            Ok(rec) => {
                 if let Err(e) = slot.finish(Some(rec.clone()), writer.written).await {
                     self.failed.fetch_add(1, Ordering::Relaxed);
                     warn!(object = %name, error = %e, "recording not committed");
                     return Err(e);
                 }
-                self.library.insert(Arc::new(crate::library::entry(&self.store, rec)));
+                self.library.insert(Arc::new(crate::library::entry(&self.store, rec.clone())));
                 drop(admitted);
                 self.committed.fetch_add(1, Ordering::Relaxed);
-                info!(object = %name, duration_s = report.object.duration_s,
-                    blocks = report.object.blocks, wall_s = report.wall_s, "recorded");
-                Ok(report)
+                info!(object = %name, duration_s = rec.duration.as_secs_f64(),
+                    blocks = rec.blocks.len(), wall_s = started.elapsed().as_secs_f64(),
+                    "recorded");
+                Ok(rec)
             }
             Err(e) => {
                 self.failed.fetch_add(1, Ordering::Relaxed);
@@ -503,6 +534,17 @@ impl Recorders {
         // Inserts and removes are atomic: a panicking holder left the set itself intact.
         self.active.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// A recording admitted and open ([`Recorders::open`]): its name claimed, its object's commit
+/// thread, its write stream and the writer of its blocks.
+struct Open<'a> {
+    _claim: Claim<'a>,
+    slot: Slot,
+    admitted: Admitted,
+    writer: Writer,
+    /// When admission let it in.
+    started: tokio::time::Instant,
 }
 
 /// A whole body, stored.

@@ -1,0 +1,211 @@
+//! A publishing RTSP connection (RFC 2326 §10.3 ANNOUNCE, §10.11 RECORD): the glue between the
+//! connection, its [`Publish`] core, and the recorder the feed goes into.
+//!
+//! Why apart from the play sessions: a publisher sends media instead of receiving it, so none
+//! of the session manager's state applies to it; its dialog and its feed belong to its
+//! connection, which owns one [`Publisher`] from its first ANNOUNCE (`docs/design/live.md`).
+//!
+//! - **ANNOUNCE**: the description's tracks must each be storable
+//!   ([`isochron_media::live::announced_track`]: `415`, the reason in the log) and the name free
+//!   ([`Recorders::check`]: `403` when an object or another feed has it, `400` when it is not a
+//!   valid name).
+//! - **RECORD**: the feed is admitted as a write stream at the announced bandwidth (`b=AS`,
+//!   else `live.default_rate_kbps`) with its peak (`live.peak_percent`), times the store's
+//!   copies: a refusal is `453` and creates nothing. Admitted, its recording task starts
+//!   ([`Recorders::record_live`]) and RECORD is answered `200`.
+//! - **Media**: each `$` frame on a set-up track's RTP channel goes to the recording over a
+//!   bounded queue; a full queue holds the connection's reader back (TCP slows the publisher).
+//!   RTCP from the publisher (its sender reports) is read and dropped for now.
+//! - **The end**: TEARDOWN, or the connection closing, closes the queue: the recording commits
+//!   what arrived.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use isochron_media::live::{Announced, announced_track};
+use isochron_media::native::NativeTrack;
+use isochron_rtsp::rtsp_types::{Request, Response};
+use isochron_rtsp::server::publish::{Publish, PublishState, PublishStep, refuse_announce};
+use isochron_rtsp::status::Refusal;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{info, warn};
+
+use crate::config::LiveSettings;
+use crate::recorder::live::{FeedPacket, LiveFeed};
+use crate::recorder::{RecordError, RecordParams, Recorders};
+
+/// The `Server` header of a publisher's responses.
+const SERVER_NAME: &str = "isochron";
+
+/// Packets of a feed queued for its recording before the connection's reader waits.
+const FEED_QUEUE: usize = 1024;
+
+/// What every publishing connection needs.
+#[derive(Debug)]
+pub(crate) struct Publishing {
+    pub(crate) recorders: Arc<Recorders>,
+    pub(crate) live: LiveSettings,
+}
+
+/// One connection's publisher (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Publisher {
+    core: Publish,
+    peer: SocketAddr,
+    /// The queue to the recording, while it runs, and for each announced track its index among
+    /// the recorded ones (the tracks set up).
+    feed: Option<(mpsc::Sender<FeedPacket>, Vec<Option<usize>>)>,
+}
+
+impl Publisher {
+    /// An ANNOUNCE from `peer`: the publisher, if it is accepted, and the response.
+    pub(crate) fn announce(
+        req: &Request<Vec<u8>>,
+        shared: &Publishing,
+        peer: SocketAddr,
+    ) -> (Option<Self>, Response<Vec<u8>>) {
+        let mut core = match Publish::announce(req, SERVER_NAME) {
+            Ok(core) => core,
+            Err(refusal) => {
+                info!(%peer, %refusal, "ANNOUNCE refused");
+                return (None, refuse_announce(req, &refusal, SERVER_NAME));
+            }
+        };
+        let name = core.name().to_owned();
+        let checked = tracks(&core, None).map(|_| ()).and_then(|()| {
+            shared.recorders.check(&name).map_err(|e| match e {
+                RecordError::Conflict(m) => Refusal::Forbidden(m),
+                other => Refusal::BadRequest(other.to_string()),
+            })
+        });
+        if let Err(refusal) = checked {
+            info!(%peer, object = %name, %refusal, "ANNOUNCE refused");
+            let resp = core.refuse(&refusal);
+            return (None, resp);
+        }
+        info!(%peer, object = %name, tracks = core.presentation().media.len(), "ANNOUNCE");
+        let resp = core.accept();
+        (Some(Self { core, peer, feed: None }), resp)
+    }
+
+    /// A request after the ANNOUNCE; `new_session` is the id a first SETUP gives the session.
+    pub(crate) async fn handle_request(
+        &mut self,
+        req: &Request<Vec<u8>>,
+        new_session: &str,
+        shared: &Publishing,
+    ) -> Response<Vec<u8>> {
+        match self.core.handle_request(req, new_session) {
+            PublishStep::Respond(resp) => resp,
+            PublishStep::End(resp) => {
+                // The queue closed: the recording commits what it has.
+                self.feed = None;
+                info!(peer = %self.peer, object = %self.core.name(), "TEARDOWN of the feed");
+                resp
+            }
+            PublishStep::Record => {
+                let admitted = self.start(shared).await;
+                if let Err(refusal) = &admitted {
+                    warn!(peer = %self.peer, object = %self.core.name(), %refusal,
+                        "RECORD refused");
+                }
+                self.core.finish_record(admitted)
+            }
+        }
+    }
+
+    /// Whether the dialog is over (TEARDOWN, or a refused RECORD): the connection may announce
+    /// again.
+    pub(crate) fn ended(&self) -> bool {
+        self.core.state() == PublishState::Ended
+    }
+
+    /// A `$` frame on `channel`: a set-up track's RTP goes to the recording (waiting while its
+    /// queue is full). `false` once the recording has ended on its own (a failed write, no
+    /// data for its idle timeout): the connection should close.
+    pub(crate) async fn handle_data(&mut self, channel: u8, payload: Vec<u8>) -> bool {
+        let Some(track) = self.core.track_of_channel(channel) else { return true };
+        let Some((queue, recorded)) = &self.feed else { return true };
+        let Some(track) = recorded.get(track).copied().flatten() else { return true };
+        let packet = FeedPacket { at: tokio::time::Instant::now(), track, packet: payload };
+        if queue.send(packet).await.is_err() {
+            warn!(peer = %self.peer, object = %self.core.name(),
+                "the recording of the feed ended; closing the publisher's connection");
+            self.feed = None;
+            return false;
+        }
+        true
+    }
+
+    /// RECORD: admits the feed of the tracks set up and starts its recording.
+    async fn start(&mut self, shared: &Publishing) -> Result<(), Refusal> {
+        let set_up = self.core.tracks_set_up();
+        let (recorded, payload_types) = tracks(&self.core, Some(&set_up))?;
+        let announced = self.core.presentation().media.len();
+        let mut index = vec![None; announced];
+        for (k, &t) in set_up.iter().enumerate() {
+            index[t] = Some(k);
+        }
+        let (rate, peak) = shared.live.rates(self.core.presentation().bandwidth_kbps);
+        let feed = LiveFeed {
+            name: self.core.name().to_owned(),
+            tracks: recorded,
+            payload_types,
+            params: RecordParams { rate, peak },
+            source: format!("RTSP RECORD from {}", self.peer),
+        };
+        let (queue, packets) = mpsc::channel(FEED_QUEUE);
+        let (admitted_tx, admitted) = oneshot::channel();
+        let (done_tx, done) = oneshot::channel();
+        let recorders = Arc::clone(&shared.recorders);
+        tokio::spawn(async move {
+            let _ = done_tx.send(recorders.record_live(feed, packets, admitted_tx).await);
+        });
+        if admitted.await.is_ok() {
+            self.feed = Some((queue, index));
+            return Ok(());
+        }
+        Err(match done.await {
+            Ok(Err(RecordError::Rejected { reason, .. })) => {
+                Refusal::NotEnoughBandwidth(format!("recording at {rate} (peak {peak}): {reason}"))
+            }
+            Ok(Err(RecordError::Conflict(m))) => Refusal::Forbidden(m),
+            Ok(Err(RecordError::BadRequest(m))) => Refusal::BadRequest(m),
+            Ok(Err(RecordError::Unavailable)) | Err(_) => {
+                Refusal::Unavailable("the server is shutting down".into())
+            }
+            Ok(Err(e)) => Refusal::Internal(e.to_string()),
+            Ok(Ok(_)) => Refusal::Internal("the recording ended before it was admitted".into()),
+        })
+    }
+}
+
+/// The announced tracks `only` names (all of them with `None`), as the object's tracks
+/// (numbered in that order) and the payload type each one's packets carry.
+fn tracks(core: &Publish, only: Option<&[usize]>) -> Result<(Vec<NativeTrack>, Vec<u8>), Refusal> {
+    let media = &core.presentation().media;
+    let all: Vec<usize> = (0..media.len()).collect();
+    let only = only.unwrap_or(&all);
+    if only.is_empty() {
+        return Err(Refusal::BadRequest(format!(
+            "the description of {} has no track",
+            core.name()
+        )));
+    }
+    let mut tracks = Vec::with_capacity(only.len());
+    let mut payload_types = Vec::with_capacity(only.len());
+    for (k, &i) in only.iter().enumerate() {
+        let m = &media[i];
+        let a = Announced {
+            encoding: &m.encoding,
+            clock_rate: m.clock_rate,
+            channels: m.channels,
+            fmtp: &m.fmtp,
+        };
+        let track = announced_track(k, &a)
+            .map_err(|e| Refusal::UnsupportedMedia(format!("ANNOUNCE of {}: {e}", core.name())))?;
+        tracks.push(track);
+        payload_types.push(m.payload_type);
+    }
+    Ok((tracks, payload_types))
+}
