@@ -26,6 +26,7 @@ mod crash;
 mod dashboard;
 mod http;
 mod limits;
+mod live;
 mod native;
 mod play;
 mod players;

@@ -258,7 +258,7 @@ fn retina_receives_every_access_unit_with_its_source_timestamp() {
 }
 
 /// ffmpeg's decoded video frames of `path`, as `framemd5` hashes in presentation order.
-fn decoded_video(path: &Path) -> Vec<String> {
+pub(crate) fn decoded_video(path: &Path) -> Vec<String> {
     let out = run(
         Command::new("ffmpeg")
             .args(["-nostdin", "-v", "error", "-i"])
@@ -271,7 +271,7 @@ fn decoded_video(path: &Path) -> Vec<String> {
 }
 
 /// ffmpeg's audio packets of `path` (not decoded): `framemd5` hashes in order.
-fn audio_packets(path: &Path) -> Vec<String> {
+pub(crate) fn audio_packets(path: &Path) -> Vec<String> {
     let out = run(
         Command::new("ffmpeg")
             .args(["-nostdin", "-v", "error", "-i"])
@@ -284,7 +284,7 @@ fn audio_packets(path: &Path) -> Vec<String> {
 }
 
 /// Records `url` with `ffmpeg -c copy` over `transport` into `out` (MP4).
-fn ffmpeg_record(url: &str, transport: &str, out: &Path) {
+pub(crate) fn ffmpeg_record(url: &str, transport: &str, out: &Path) {
     let o = run(
         Command::new("timeout")
             .args(["-k", "5", "90", "ffmpeg", "-nostdin", "-v", "error", "-rtsp_transport"])
@@ -304,7 +304,7 @@ fn ffmpeg_record(url: &str, transport: &str, out: &Path) {
 /// frame: ffmpeg's RTSP client leaves the first frame of a stream with B-frames without a
 /// timestamp, and its MP4 muxer drops it; it stops reading at the RTCP BYE, which may overtake
 /// the last Opus packet).
-fn assert_frames(got: &[String], want: &[String], what: &str) {
+pub(crate) fn assert_frames(got: &[String], want: &[String], what: &str) {
     let ok =
         got.len() + 2 >= want.len() && !got.is_empty() && want.windows(got.len()).any(|w| w == got);
     if !ok {
