@@ -961,6 +961,8 @@ mod tests {
             ("[sender]\nthreads = 1000", "sender.threads"),
             ("[sched]\ncycle_ms = 1", "sched.cycle_ms"),
             ("[http]\nhls_segment_s = 0", "http.hls_segment_s"),
+            ("[live]\ndefault_rate_kbps = 0", "live.default_rate_kbps"),
+            ("[live]\npeak_percent = 50", "live.peak_percent"),
             ("[store]\ndisks = [\"d0,seek_ms=x\"]", "store.disks"),
             ("[store]\ndisks = [\"d0,speed=3\"]", "store.disks"),
             ("[cluster]\netcd = [\"127.0.0.1:2379\"]", "cluster.etcd"),
@@ -979,6 +981,19 @@ mod tests {
             };
             assert!(msg.contains(want), "{text:?}: {msg:?} lacks {want:?}");
         }
+    }
+
+    #[test]
+    fn a_feed_is_admitted_at_its_announced_bandwidth_or_the_default() {
+        let live = ConfigFile::parse("[live]\npeak_percent = 150", Path::new("c"))
+            .unwrap()
+            .validate()
+            .unwrap()
+            .live;
+        assert_eq!(live.rates(Some(1628)), (BitRate(1_628_000), BitRate(2_442_000)));
+        // None, or a `b=AS:0`: the default, 8 Mb/s.
+        assert_eq!(live.rates(None), (BitRate(8_000_000), BitRate(12_000_000)));
+        assert_eq!(live.rates(Some(0)), live.rates(None));
     }
 
     #[test]
