@@ -27,8 +27,9 @@
 //! 5. `TEARDOWN` → 200 and [`PublishStep::End`]; the connection closing ends the feed the same
 //!    way (the glue's).
 //!
-//! OPTIONS, GET_PARAMETER and SET_PARAMETER (keep-alives) are answered 200; PLAY, PAUSE and
-//! DESCRIBE on a publishing connection are 455.
+//! OPTIONS, GET_PARAMETER and SET_PARAMETER (keep-alives) are answered 200. PAUSE while
+//! recording halts the feed (§10.6; GStreamer pauses before its TEARDOWN) and RECORD resumes it;
+//! PLAY, DESCRIBE, and PAUSE before RECORD are 455.
 
 use rtsp_types::headers::{CONTENT_TYPE, PUBLIC, SESSION, TRANSPORT};
 use rtsp_types::{Method, Request, Response, StatusCode, Url, Version};
@@ -42,7 +43,7 @@ use crate::url::{Target, parse_target};
 
 /// What a publishing connection answers to OPTIONS.
 pub const PUBLISH_METHODS: &str =
-    "OPTIONS, ANNOUNCE, SETUP, RECORD, TEARDOWN, GET_PARAMETER, SET_PARAMETER";
+    "OPTIONS, ANNOUNCE, SETUP, RECORD, PAUSE, TEARDOWN, GET_PARAMETER, SET_PARAMETER";
 
 /// The response to an ANNOUNCE refused before there is a [`Publish`] (its
 /// [`Publish::announce`] failed): the refusal's status and the request's CSeq.
@@ -67,6 +68,9 @@ pub enum PublishState {
     Starting,
     /// Media flows.
     Recording,
+    /// PAUSE while recording (RFC 2326 §10.6: the feed halts; a RECORD resumes it, on the
+    /// write stream it has).
+    Paused,
     /// TEARDOWN (or a refusal of RECORD): nothing more comes.
     Ended,
 }
@@ -224,6 +228,7 @@ impl Publish {
             PublishState::Announced => "Ready",
             PublishState::Starting => "Starting",
             PublishState::Recording => "Recording",
+            PublishState::Paused => "Paused",
             PublishState::Ended => "Ended",
         };
         let invalid = |method: &str, s| Refusal::NotValidInState {
@@ -293,6 +298,24 @@ impl Publish {
                     self.with_session(self.builder(StatusCode::Ok, cseq))
                         .header(TRANSPORT, reply)
                         .build(Vec::new()),
+                ))
+            }
+            Method::Record if self.state == PublishState::Paused => {
+                // Resumed: the feed was admitted and its recording goes on.
+                self.check_session(req)?;
+                self.state = PublishState::Recording;
+                Ok(PublishStep::Respond(
+                    self.with_session(self.builder(StatusCode::Ok, cseq)).build(Vec::new()),
+                ))
+            }
+            Method::Pause
+                if matches!(self.state, PublishState::Recording | PublishState::Paused) =>
+            {
+                // GStreamer's rtspclientsink pauses at the end of its stream, before TEARDOWN.
+                self.check_session(req)?;
+                self.state = PublishState::Paused;
+                Ok(PublishStep::Respond(
+                    self.with_session(self.builder(StatusCode::Ok, cseq)).build(Vec::new()),
                 ))
             }
             Method::Record => {
@@ -452,6 +475,13 @@ mod tests {
 
         let keep = request(Method::GetParameter, url, 6, &[("Session", "S1")], "");
         assert_eq!(status(&respond(p.handle_request(&keep, "x"))), 200);
+        // GStreamer pauses before its TEARDOWN; a RECORD resumes without another admission.
+        let pause = request(Method::Pause, url, 8, &[("Session", "S1")], "");
+        assert_eq!(status(&respond(p.handle_request(&pause, "x"))), 200);
+        assert_eq!((p.state(), p.track_of_channel(0)), (PublishState::Paused, None));
+        let rec = request(Method::Record, url, 9, &[("Session", "S1")], "");
+        assert_eq!(status(&respond(p.handle_request(&rec, "x"))), 200);
+        assert_eq!((p.state(), p.track_of_channel(0)), (PublishState::Recording, Some(0)));
         let td = request(Method::Teardown, url, 7, &[("Session", "S1")], "");
         assert!(matches!(p.handle_request(&td, "x"), PublishStep::End(r) if status(&r) == 200));
         assert_eq!(p.state(), PublishState::Ended);
