@@ -215,6 +215,11 @@ fn publish_request(
         } else {
             Ok(())
         }),
+        PublishStep::SetupUdp { client_ports, .. } => p.finish_setup_udp(if step % 5 == 0 {
+            Err(isochron_rtsp::status::Refusal::Unavailable("fuzz".into()))
+        } else {
+            Ok((client_ports.0 ^ 1, client_ports.1))
+        }),
     };
     round_trip(&resp, &mut wire);
 }

@@ -15,11 +15,14 @@
 //!   ([`Recorders::record_live`]) and RECORD is answered `200`.
 //! - **Media**: each `$` frame on a set-up track's RTP channel goes to the recording over a
 //!   bounded queue; a full queue holds the connection's reader back (TCP slows the publisher).
+//!   A track set up over UDP gets a port pair of its own on the connection's local address
+//!   (RTP even, RTCP the next; a large receive buffer), and a task that queues the datagrams
+//!   from the publisher's address (others are dropped: nobody else may inject into a feed).
 //!   RTCP from the publisher (its sender reports) is read and dropped for now.
 //! - **The end**: TEARDOWN, or the connection closing, closes the queue: the recording commits
 //!   what arrived.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use isochron_media::live::{Announced, announced_track};
@@ -27,6 +30,7 @@ use isochron_media::native::NativeTrack;
 use isochron_rtsp::rtsp_types::{Request, Response};
 use isochron_rtsp::server::publish::{Publish, PublishState, PublishStep, refuse_announce};
 use isochron_rtsp::status::Refusal;
+use tokio::sync::watch;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
@@ -52,6 +56,14 @@ pub(crate) struct Publishing {
 pub(crate) struct Publisher {
     core: Publish,
     peer: SocketAddr,
+    /// The connection's local address, where UDP tracks get their ports.
+    local: IpAddr,
+    /// Per announced track set up over UDP: its RTP and RTCP sockets, until RECORD hands them
+    /// to their reader.
+    udp: Vec<Option<(std::net::UdpSocket, std::net::UdpSocket)>>,
+    /// Dropped when the feed ends: the UDP readers then take what is left in their sockets
+    /// and stop.
+    readers: Option<watch::Sender<()>>,
     /// The queue to the recording, while it runs, and for each announced track its index among
     /// the recorded ones (the tracks set up).
     feed: Option<(mpsc::Sender<FeedPacket>, Vec<Option<usize>>)>,
@@ -62,7 +74,7 @@ impl Publisher {
     pub(crate) fn announce(
         req: &Request<Vec<u8>>,
         shared: &Publishing,
-        peer: SocketAddr,
+        (peer, local): (SocketAddr, SocketAddr),
     ) -> (Option<Self>, Response<Vec<u8>>) {
         let mut core = match Publish::announce(req, SERVER_NAME) {
             Ok(core) => core,
@@ -85,7 +97,9 @@ impl Publisher {
         }
         info!(%peer, object = %name, tracks = core.presentation().media.len(), "ANNOUNCE");
         let resp = core.accept();
-        (Some(Self { core, peer, feed: None }), resp)
+        let udp = (0..core.presentation().media.len()).map(|_| None).collect();
+        let publisher = Self { core, peer, local: local.ip(), udp, readers: None, feed: None };
+        (Some(publisher), resp)
     }
 
     /// A request after the ANNOUNCE; `new_session` is the id a first SETUP gives the session.
@@ -99,9 +113,31 @@ impl Publisher {
             PublishStep::Respond(resp) => resp,
             PublishStep::End(resp) => {
                 // The queue closed: the recording commits what it has.
-                self.feed = None;
+                self.stop_feed();
                 info!(peer = %self.peer, object = %self.core.name(), "TEARDOWN of the feed");
                 resp
+            }
+            PublishStep::SetupUdp { track, client_ports } => {
+                let bound = bind_pair(self.local).map_err(|e| {
+                    warn!(peer = %self.peer, object = %self.core.name(), track, error = %e,
+                        "no UDP ports for a published track");
+                    Refusal::Unavailable(format!("binding UDP ports for track {track}: {e}"))
+                });
+                let ports = bound.and_then(|(rtp, rtcp)| {
+                    let port = |s: &std::net::UdpSocket| {
+                        s.local_addr()
+                            .map(|a| a.port())
+                            .map_err(|e| Refusal::Internal(e.to_string()))
+                    };
+                    let ports = (port(&rtp)?, port(&rtcp)?);
+                    self.udp[track] = Some((rtp, rtcp));
+                    Ok(ports)
+                });
+                if let Ok(server) = ports {
+                    info!(peer = %self.peer, object = %self.core.name(), track,
+                        client = ?client_ports, ?server, "SETUP of a published track over UDP");
+                }
+                self.core.finish_setup_udp(ports)
             }
             PublishStep::Record => {
                 let admitted = self.start(shared).await;
@@ -131,10 +167,17 @@ impl Publisher {
         if queue.send(packet).await.is_err() {
             warn!(peer = %self.peer, object = %self.core.name(),
                 "the recording of the feed ended; closing the publisher's connection");
-            self.feed = None;
+            self.stop_feed();
             return false;
         }
         true
+    }
+
+    /// Closes the queue to the recording (which commits once the UDP readers, told to stop,
+    /// have queued what was left in their sockets).
+    fn stop_feed(&mut self) {
+        self.feed = None;
+        self.readers = None;
     }
 
     /// RECORD: admits the feed of the tracks set up and starts its recording.
@@ -162,6 +205,17 @@ impl Publisher {
             let _ = done_tx.send(recorders.record_live(feed, packets, admitted_tx).await);
         });
         if admitted.await.is_ok() {
+            let (stop, stopped) = watch::channel(());
+            for (t, pair) in self.udp.iter_mut().enumerate() {
+                let (Some((rtp, rtcp)), Some(track)) = (pair.take(), index[t]) else { continue };
+                let to = (track, queue.clone(), stopped.clone());
+                match read_udp((rtp, rtcp), self.peer.ip(), to) {
+                    Ok(r) => drop(tokio::spawn(r)),
+                    Err(e) => warn!(peer = %self.peer, object = %self.core.name(), track,
+                        error = %e, "a published track's UDP socket could not be read"),
+                }
+            }
+            self.readers = Some(stop);
             self.feed = Some((queue, index));
             return Ok(());
         }
@@ -178,6 +232,85 @@ impl Publisher {
             Ok(Ok(_)) => Refusal::Internal("the recording ended before it was admitted".into()),
         })
     }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        self.stop_feed();
+    }
+}
+
+/// An even RTP port and the next for RTCP on `ip`, the RTP socket with a receive buffer for
+/// bursts (a key frame arrives at once).
+fn bind_pair(ip: IpAddr) -> std::io::Result<(std::net::UdpSocket, std::net::UdpSocket)> {
+    for _ in 0..64 {
+        let (rtp, _) = isochron_dataplane::net::relay_socket(SocketAddr::new(ip, 0))?;
+        let port = rtp.local_addr()?.port();
+        if port % 2 == 1 || port == u16::MAX {
+            continue;
+        }
+        if let Ok(rtcp) = std::net::UdpSocket::bind(SocketAddr::new(ip, port + 1)) {
+            return Ok((rtp, rtcp));
+        }
+    }
+    Err(std::io::Error::new(std::io::ErrorKind::AddrInUse, "no free even and odd port pair"))
+}
+
+/// After the feed ends, how long a UDP reader still waits for a datagram: the last ones may
+/// come after the TEARDOWN, which took the other path.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The task that queues a UDP track's RTP from `from` for the recording (as recorded track
+/// `track`) until `stop` is dropped, then what comes within [`LINGER`] of each other; its
+/// RTCP is read and dropped.
+fn read_udp(
+    (rtp, rtcp): (std::net::UdpSocket, std::net::UdpSocket),
+    from: IpAddr,
+    (track, queue, mut stop): (usize, mpsc::Sender<FeedPacket>, watch::Receiver<()>),
+) -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
+    rtp.set_nonblocking(true)?;
+    rtcp.set_nonblocking(true)?;
+    let rtp = tokio::net::UdpSocket::from_std(rtp)?;
+    let rtcp = tokio::net::UdpSocket::from_std(rtcp)?;
+    Ok(async move {
+        let mut buf = vec![0u8; 65_536];
+        let mut control = vec![0u8; 2048];
+        let mut strangers = 0u64;
+        let mut stopping = false;
+        loop {
+            tokio::select! {
+                r = stop.changed(), if !stopping => {
+                    // Dropped (the feed ended), not changed.
+                    stopping = r.is_err();
+                }
+                got = tokio::time::timeout(LINGER, rtp.recv_from(&mut buf)) => {
+                    let got = match got {
+                        Ok(got) => got,
+                        Err(_) if stopping => return,
+                        Err(_) => continue,
+                    };
+                    let Ok((n, src)) = got else { continue };
+                    if src.ip() != from {
+                        strangers += 1;
+                        if strangers.is_power_of_two() {
+                            warn!(%src, publisher = %from, strangers,
+                                "datagrams to a published track from another address; dropped");
+                        }
+                        continue;
+                    }
+                    let packet = FeedPacket {
+                        at: tokio::time::Instant::now(),
+                        track,
+                        packet: buf[..n].to_vec(),
+                    };
+                    if queue.send(packet).await.is_err() {
+                        return;
+                    }
+                }
+                _ = rtcp.recv_from(&mut control) => {}
+            }
+        }
+    })
 }
 
 /// The announced tracks `only` names (all of them with `None`), as the object's tracks

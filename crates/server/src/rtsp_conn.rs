@@ -243,8 +243,11 @@ where
                                 probation = false;
                                 let resp = match publisher.as_mut() {
                                     None => {
-                                        let (p, resp) =
-                                            Publisher::announce(&req, &publishing, peer);
+                                        let (p, resp) = Publisher::announce(
+                                            &req,
+                                            &publishing,
+                                            (peer, conn.local),
+                                        );
                                         publisher = p;
                                         resp
                                     }

@@ -52,11 +52,12 @@ fn plays_as_its_source(server: &Server, name: &str, src: &Path, dir: &Path) {
     assert_frames(&audio_packets(&out), &audio_packets(src), &format!("{name}'s audio"));
 }
 
-/// ffmpeg publishes an MP4 clip (H.264 with B-frames, AAC) over RTSP RECORD, interleaved on
-/// its TCP connection. The recording, committed when the feed ends, plays over RTSP to ffmpeg
-/// frame for frame against the source: every decoded video frame and every audio packet. It is
-/// a native object with no source file (`/objects/NAME` says so), and another feed of the same
-/// name is refused while the first runs.
+/// ffmpeg publishes an MP4 clip (H.264 with B-frames, AAC) over RTSP RECORD twice at once:
+/// interleaved on its TCP connection, and over UDP to the ports the server gave each track.
+/// Each recording, committed when its feed ends, plays over RTSP to ffmpeg frame for frame
+/// against the source: every decoded video frame and every audio packet. It is a native object
+/// with no source file (`/objects/NAME` says so), and another feed of the same name is refused
+/// while the first runs.
 #[test]
 fn ffmpeg_publishes_over_rtsp_record_and_the_recording_plays_frame_for_frame() {
     let _load = load(weight::PLAYER);
@@ -67,39 +68,41 @@ fn ffmpeg_publishes_over_rtsp_record_and_the_recording_plays_frame_for_frame() {
         &dir.path().join("store"),
         ServeOptions { no_demo: true, ..Default::default() },
     );
-    let url = server.url("cam");
-    let feed = std::thread::scope(|s| {
+    let (url, udp_url) = (server.url("cam"), server.url("ucam"));
+    let (feed, udp_feed) = std::thread::scope(|s| {
         let feed = s.spawn(|| publish(Command::new("ffmpeg"), &src, &url, "tcp"));
+        let udp_feed = s.spawn(|| publish(Command::new("ffmpeg"), &src, &udp_url, "udp"));
         // A second publisher of the name while the feed runs: refused, and the feed goes on.
         std::thread::sleep(Duration::from_secs(3));
         let second = publish(Command::new("ffmpeg"), &src, &url, "tcp");
         let err = String::from_utf8_lossy(&second.stderr);
         assert!(!second.status.success() && err.contains("403"), "a second publisher: {err}");
-        feed.join().unwrap()
+        (feed.join().unwrap(), udp_feed.join().unwrap())
     });
-    assert!(
-        feed.status.success(),
-        "ffmpeg publishing: {}\n{}",
-        String::from_utf8_lossy(&feed.stderr),
-        server.log()
-    );
-    let v = await_object(&server, "cam", Duration::from_secs(15));
-    let duration = v["duration_s"].as_f64().unwrap();
-    assert!((9.0..11.5).contains(&duration), "a 10 s clip recorded as {duration} s: {v}");
+    for (name, out) in [("cam", feed), ("ucam", udp_feed)] {
+        assert!(
+            out.status.success(),
+            "ffmpeg publishing {name}: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            server.log()
+        );
+        let v = await_object(&server, name, Duration::from_secs(15));
+        let duration = v["duration_s"].as_f64().unwrap();
+        assert!((9.0..11.5).contains(&duration), "a 10 s clip recorded as {duration} s: {v}");
+        plays_as_its_source(&server, name, &src, dir.path());
+    }
     let log = server.log();
-    assert!(log.contains("live feed ended"), "{log}");
-
-    plays_as_its_source(&server, "cam", &src, dir.path());
+    assert!(log.contains("SETUP of a published track over UDP"), "{log}");
 
     let resp = server.http_get("/objects/cam");
     assert!(resp.contains("recorded live"), "{resp}");
     server.stop();
 }
 
-/// GStreamer publishes a Matroska clip (H.264 and Opus) with `rtspclientsink` over TCP: its
-/// dialog differs from ffmpeg's (controls `stream=N`, a PAUSE before its TEARDOWN), and the
-/// recording plays frame for frame against the source. (Its default AAC payloader sends
-/// `MP4A-LATM`, which is refused with 415 naming the encoding: not stored yet.)
+/// GStreamer publishes a Matroska clip (H.264 and Opus) with `rtspclientsink`, over TCP and over
+/// UDP at once: its dialog differs from ffmpeg's (controls `stream=N`, a PAUSE before its
+/// TEARDOWN), and each recording plays frame for frame against the source. (Its default AAC
+/// payloader sends `MP4A-LATM`, which is refused with 415 naming the encoding: not stored yet.)
 #[test]
 fn gstreamer_publishes_with_rtspclientsink_and_the_recording_plays_frame_for_frame() {
     let _load = load(weight::PLAYER);
@@ -110,25 +113,33 @@ fn gstreamer_publishes_with_rtspclientsink_and_the_recording_plays_frame_for_fra
         &dir.path().join("store"),
         ServeOptions { no_demo: true, ..Default::default() },
     );
-    let mut gst = Command::new("gst-launch-1.0");
-    gst.args(["-q", "filesrc"])
-        .arg(format!("location={}", src.display()))
-        .args(["!", "matroskademux", "name=d", "d.video_0", "!", "queue", "!", "h264parse"])
-        .args(["!", "s.sink_0", "d.audio_0", "!", "queue", "!", "opusparse", "!", "s.sink_1"])
-        .args(["rtspclientsink", "name=s", "protocols=tcp"])
-        .arg(format!("location={}", server.url("gcam")));
-    let out = run(&mut gst, 60);
-    assert!(
-        out.status.success(),
-        "rtspclientsink: {}{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-        server.log()
-    );
-    let v = await_object(&server, "gcam", Duration::from_secs(15));
-    let duration = v["duration_s"].as_f64().unwrap();
-    assert!((7.0..9.5).contains(&duration), "an 8 s clip recorded as {duration} s: {v}");
-    plays_as_its_source(&server, "gcam", &src, dir.path());
+    let script = repo().join("crates/isochron/tests/tools/gst_publish.py");
+    let feeds = [("gcam", "tcp"), ("gucam", "udp")];
+    let outs: Vec<Output> = std::thread::scope(|s| {
+        let runs: Vec<_> = feeds
+            .iter()
+            .map(|(name, transport)| {
+                let (script, src, url) = (&script, &src, server.url(name));
+                s.spawn(move || {
+                    let mut cmd = Command::new("/usr/bin/python3");
+                    run(cmd.arg(script).arg(src).arg(url).arg(transport), 60)
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    for ((name, transport), out) in feeds.iter().zip(outs) {
+        assert!(
+            out.status.success(),
+            "rtspclientsink over {transport}: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            server.log()
+        );
+        let v = await_object(&server, name, Duration::from_secs(15));
+        let duration = v["duration_s"].as_f64().unwrap();
+        assert!((7.0..9.5).contains(&duration), "an 8 s clip recorded as {duration} s: {v}");
+        plays_as_its_source(&server, name, &src, dir.path());
+    }
     server.stop();
 }
 

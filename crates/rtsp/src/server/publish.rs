@@ -17,9 +17,11 @@
 //!    [`Publish::refuse`] with the reason).
 //! 2. `SETUP` on each track's control URL (the description's `a=control`, resolved against the
 //!    ANNOUNCE URL, RFC 2326 §C.1.1) with `RTP/AVP/TCP;interleaved=N-M;mode=record`: the track's
-//!    channels. The first SETUP makes the session ([`Publish::handle_request`] takes its id from
-//!    the caller, which draws it). Only interleaved transport is served for now (`461`
-//!    otherwise): UDP needs server ports per publisher.
+//!    channels; or with `RTP/AVP;unicast;client_port=A-B;mode=record` (UDP): then
+//!    [`PublishStep::SetupUdp`], and the glue binds the track's server ports and answers with
+//!    [`Publish::finish_setup_udp`]. The first SETUP makes the session
+//!    ([`Publish::handle_request`] takes its id from the caller, which draws it). Multicast is
+//!    `461`.
 //! 3. `RECORD` → [`PublishStep::Record`]: the glue admits the feed (its rate from `b=AS`) and
 //!    answers with [`Publish::finish_record`]: 200, or 453 with the reason.
 //! 4. Media: a `$`-frame on a track's RTP channel is that track's packet
@@ -75,6 +77,26 @@ pub enum PublishState {
     Ended,
 }
 
+/// How a set-up track's packets come.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Carried {
+    /// On the connection, `$`-framed on these RTP and RTCP channels.
+    Interleaved(u8, u8),
+    /// Over UDP from the client's ports to the server's (RTP, RTCP each).
+    Udp {
+        /// The publisher's ports.
+        client: (u16, u16),
+        /// Ours.
+        server: (u16, u16),
+    },
+}
+
+/// The transport a SETUP asks for, of those served.
+enum Wanted {
+    Interleaved((u8, u8)),
+    Udp((u16, u16)),
+}
+
 /// What the glue must do after a request.
 #[derive(Debug)]
 pub enum PublishStep {
@@ -84,6 +106,14 @@ pub enum PublishStep {
     Record,
     /// TEARDOWN: send this response; the feed has ended.
     End(Response<Vec<u8>>),
+    /// SETUP of `track` over UDP from the client's `client_ports`: bind the server's ports for
+    /// it, then call [`Publish::finish_setup_udp`] (which gives the response).
+    SetupUdp {
+        /// The track.
+        track: usize,
+        /// The publisher's RTP and RTCP ports.
+        client_ports: (u16, u16),
+    },
 }
 
 /// One publishing connection (see the module docs).
@@ -95,8 +125,11 @@ pub struct Publish {
     /// The ANNOUNCE URL, against which the controls resolve.
     base: Url,
     presentation: Presentation,
-    /// Per track: its interleaved RTP and RTCP channels, once set up.
-    channels: Vec<Option<(u8, u8)>>,
+    /// Per track: how its packets come, once set up.
+    channels: Vec<Option<Carried>>,
+    /// A UDP SETUP awaiting its server ports: the track, the client's ports, and the id the
+    /// session takes if it is the first.
+    pending_udp: Option<(usize, (u16, u16), String)>,
     session: Option<String>,
     state: PublishState,
     /// The CSeq of the request awaiting the glue (ANNOUNCE or RECORD).
@@ -133,6 +166,7 @@ impl Publish {
             name,
             base: url.clone(),
             channels: vec![None; presentation.media.len()],
+            pending_udp: None,
             presentation,
             session: None,
             state: PublishState::Announcing,
@@ -191,13 +225,46 @@ impl Publish {
         }
     }
 
+    /// The glue bound `server_ports` (RTP, RTCP) for the UDP SETUP awaiting them (`Err`: it
+    /// could not; the SETUP is refused and the dialog goes on).
+    pub fn finish_setup_udp(
+        &mut self,
+        server_ports: Result<(u16, u16), Refusal>,
+    ) -> Response<Vec<u8>> {
+        let cseq = std::mem::take(&mut self.pending_cseq);
+        let Some((track, client, session)) = self.pending_udp.take() else {
+            return self.refusal(&cseq, &Refusal::Internal("no UDP SETUP awaits ports".into()));
+        };
+        let server = match server_ports {
+            Ok(p) => p,
+            Err(r) => return self.refusal(&cseq, &r),
+        };
+        self.channels[track] = Some(Carried::Udp { client, server });
+        self.session.get_or_insert(session);
+        let reply = format!(
+            "RTP/AVP/UDP;unicast;client_port={}-{};server_port={}-{};mode=record",
+            client.0, client.1, server.0, server.1
+        );
+        self.with_session(self.builder(StatusCode::Ok, &cseq))
+            .header(TRANSPORT, reply)
+            .build(Vec::new())
+    }
+
+    /// How each track's packets come, by index (`None`: not set up).
+    #[must_use]
+    pub fn carried(&self) -> &[Option<Carried>] {
+        &self.channels
+    }
+
     /// The track whose RTP comes on interleaved channel `channel`, while recording.
     #[must_use]
     pub fn track_of_channel(&self, channel: u8) -> Option<usize> {
         if self.state != PublishState::Recording {
             return None;
         }
-        self.channels.iter().position(|c| c.is_some_and(|(rtp, _)| rtp == channel))
+        self.channels
+            .iter()
+            .position(|c| matches!(c, Some(Carried::Interleaved(rtp, _)) if *rtp == channel))
     }
 
     /// The tracks set up, by index (a publisher may set up only some of those it announced).
@@ -266,21 +333,36 @@ impl Publish {
                     .ok_or(Refusal::Transport(crate::headers::transport::TransportError::Missing))?
                     .as_str()
                     .to_owned();
-                let channels = parse_transports(&value)
-                    .into_iter()
-                    .find_map(|s| {
-                        let record = s.mode.as_deref() == Some("record");
-                        let tcp = matches!(s.lower, Some(Lower::Tcp { .. }));
-                        (record && tcp && !s.multicast && !s.malformed)
-                            .then(|| s.interleaved.unwrap_or((0, 1)))
-                    })
-                    .ok_or_else(|| {
-                        Refusal::Transport(crate::headers::transport::TransportError::Unsupported(
-                            value.clone(),
-                        ))
-                    })?;
+                let wanted = parse_transports(&value).into_iter().find_map(|s| {
+                    let record = s.mode.as_deref() == Some("record");
+                    if !record || s.multicast || s.malformed {
+                        return None;
+                    }
+                    match s.lower {
+                        Some(Lower::Tcp { .. }) => {
+                            Some(Wanted::Interleaved(s.interleaved.unwrap_or((0, 1))))
+                        }
+                        Some(Lower::Udp(_)) => s.client_port.map(Wanted::Udp),
+                        None => None,
+                    }
+                });
+                let channels = match wanted {
+                    Some(Wanted::Interleaved(c)) => c,
+                    Some(Wanted::Udp(client)) => {
+                        cseq.clone_into(&mut self.pending_cseq);
+                        self.pending_udp = Some((track, client, new_session.to_owned()));
+                        return Ok(PublishStep::SetupUdp { track, client_ports: client });
+                    }
+                    None => {
+                        return Err(Refusal::Transport(
+                            crate::headers::transport::TransportError::Unsupported(value),
+                        ));
+                    }
+                };
                 let taken = self.channels.iter().enumerate().any(|(i, c)| {
-                    i != track && c.is_some_and(|(a, b)| [a, b].contains(&channels.0))
+                    i != track
+                        && matches!(c, Some(Carried::Interleaved(a, b))
+                            if [*a, *b].contains(&channels.0))
                 });
                 if taken {
                     return Err(Refusal::BadRequest(format!(
@@ -288,7 +370,7 @@ impl Publish {
                         channels.0
                     )));
                 }
-                self.channels[track] = Some(channels);
+                self.channels[track] = Some(Carried::Interleaved(channels.0, channels.1));
                 self.session.get_or_insert_with(|| new_session.to_owned());
                 let reply = format!(
                     "RTP/AVP/TCP;unicast;interleaved={}-{};mode=record",
@@ -428,7 +510,7 @@ mod tests {
     fn respond(step: PublishStep) -> Response<Vec<u8>> {
         match step {
             PublishStep::Respond(r) | PublishStep::End(r) => r,
-            PublishStep::Record => panic!("RECORD"),
+            other => panic!("{other:?}"),
         }
     }
 
@@ -488,6 +570,43 @@ mod tests {
     }
 
     #[test]
+    fn a_track_set_up_over_udp_gets_the_ports_the_glue_bound() {
+        let url = "rtsp://127.0.0.1:8554/cam";
+        let ann = request(Method::Announce, url, 1, &[("Content-Type", "application/sdp")], SDP);
+        let mut p = Publish::announce(&ann, "isochron").unwrap();
+        p.accept();
+        let udp = "RTP/AVP/UDP;unicast;client_port=5000-5001;mode=record";
+        let setup =
+            request(Method::Setup, &format!("{url}/streamid=0"), 2, &[("Transport", udp)], "");
+        let step = p.handle_request(&setup, "S1");
+        assert!(
+            matches!(step, PublishStep::SetupUdp { track: 0, client_ports: (5000, 5001) }),
+            "{step:?}"
+        );
+        // Ports that could not be bound: refused, and the dialog goes on.
+        let r = p.finish_setup_udp(Err(Refusal::Unavailable("no port".into())));
+        assert_eq!((status(&r), p.session()), (503, None));
+        assert!(matches!(p.handle_request(&setup, "S1"), PublishStep::SetupUdp { .. }));
+        let r = p.finish_setup_udp(Ok((7000, 7001)));
+        assert_eq!((status(&r), r.header(&CSEQ).unwrap().as_str()), (200, "2"));
+        assert_eq!(
+            r.header(&TRANSPORT).unwrap().as_str(),
+            "RTP/AVP/UDP;unicast;client_port=5000-5001;server_port=7000-7001;mode=record"
+        );
+        assert_eq!(p.session(), Some("S1"));
+        assert_eq!(
+            p.carried()[0],
+            Some(Carried::Udp { client: (5000, 5001), server: (7000, 7001) })
+        );
+        assert_eq!(p.tracks_set_up(), [0]);
+        // Its packets do not come on the connection.
+        let rec = request(Method::Record, url, 3, &[("Session", "S1")], "");
+        assert!(matches!(p.handle_request(&rec, "x"), PublishStep::Record));
+        p.finish_record(Ok(()));
+        assert_eq!(p.track_of_channel(0), None);
+    }
+
+    #[test]
     fn what_a_publisher_gets_wrong_is_refused_with_the_rfcs_status() {
         let url = "rtsp://h/cam";
         let sdp = [("Content-Type", "application/sdp")];
@@ -514,10 +633,11 @@ mod tests {
             "before the ANNOUNCE is accepted"
         );
         p.accept();
-        // Playing transport, UDP, and a track that was not announced.
+        // Playing transport, UDP without ports, multicast, and a track that was not announced.
         for (u, t, want) in [
             ("streamid=0", "RTP/AVP/TCP;interleaved=0-1", 461),
-            ("streamid=0", "RTP/AVP;unicast;client_port=5000-5001;mode=record", 461),
+            ("streamid=0", "RTP/AVP;unicast;mode=record", 461),
+            ("streamid=0", "RTP/AVP;multicast;client_port=5000-5001;mode=record", 461),
             ("streamid=9", "RTP/AVP/TCP;interleaved=0-1;mode=record", 404),
         ] {
             let r = request(Method::Setup, &format!("{url}/{u}"), 3, &[("Transport", t)], "");

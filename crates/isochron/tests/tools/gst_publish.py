@@ -1,0 +1,70 @@
+#!/usr/bin/python3
+"""Publishes a Matroska file (H.264 and Opus) to an RTSP URL with GStreamer's rtspclientsink.
+
+Usage: gst_publish.py FILE URL TRANSPORT
+
+`filesrc ! matroskademux`, each stream parsed into `rtspclientsink protocols=TRANSPORT`, in real
+time. Exits 0 once every stream has been handed to the sink and the session torn down, 1 on an
+error or after 120 s.
+
+Not gst-launch: rtspclientsink (GStreamer 1.22) often never posts EOS once its streams have
+ended, with any server (6 of 12 runs against gst-rtsp-server's own RECORD mount), so waiting
+for the pipeline's EOS hangs. Here each of the sink's pads is watched for its EOS event; once
+every pad has had one, and a moment for the last packets to leave, the pipeline is stopped,
+which sends TEARDOWN.
+"""
+import sys
+
+import gi
+
+gi.require_version("Gst", "1.0")
+from gi.repository import GLib, Gst  # noqa: E402
+
+path, url, transport = sys.argv[1], sys.argv[2], sys.argv[3]
+Gst.init(None)
+pipeline = Gst.parse_launch(
+    f'filesrc location="{path}" ! matroskademux name=d '
+    "d.video_0 ! queue ! h264parse ! s.sink_0 "
+    "d.audio_0 ! queue ! opusparse ! s.sink_1 "
+    f'rtspclientsink name=s location="{url}" protocols={transport}'
+)
+sink = pipeline.get_by_name("s")
+loop = GLib.MainLoop()
+status = {"code": 1, "ended": set()}
+
+
+def stop(code):
+    status["code"] = code
+    pipeline.set_state(Gst.State.NULL)
+    loop.quit()
+    return False
+
+
+def on_event(pad, info):
+    if info.get_event().type == Gst.EventType.EOS:
+        status["ended"].add(pad.get_name())
+        if len(status["ended"]) == 2:
+            GLib.idle_add(lambda: GLib.timeout_add(500, stop, 0) and False)
+    return Gst.PadProbeReturn.OK
+
+
+for name in ("sink_0", "sink_1"):
+    sink.get_static_pad(name).add_probe(Gst.PadProbeType.EVENT_DOWNSTREAM, on_event)
+
+
+def on_message(_bus, msg):
+    if msg.type == Gst.MessageType.EOS:
+        stop(0)
+    elif msg.type == Gst.MessageType.ERROR:
+        err, dbg = msg.parse_error()
+        print(f"error: {err.message} ({dbg})", file=sys.stderr)
+        stop(1)
+
+
+bus = pipeline.get_bus()
+bus.add_signal_watch()
+bus.connect("message", on_message)
+GLib.timeout_add_seconds(120, stop, 1)
+pipeline.set_state(Gst.State.PLAYING)
+loop.run()
+sys.exit(status["code"])
