@@ -48,6 +48,7 @@ pub(crate) fn router(state: ApiState) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/api/v1/objects", get(objects))
         .route("/api/v1/sessions", get(sessions))
+        .route("/api/v1/live", get(live))
         .route("/api/v1/disks", get(disks).post(add_disk))
         .route("/api/v1/disks/{id}", delete(remove_disk))
         .route("/api/v1/nodes", get(nodes))
@@ -103,6 +104,21 @@ async fn sessions(
     sees: Option<axum::Extension<SeesClients>>,
 ) -> Result<Json<Vec<SessionInfo>>, ApiError> {
     Ok(Json(redacted(gather(&s).await?.sessions, sees)))
+}
+
+/// `GET /api/v1/live`: the feeds being published and recorded (`docs/API.md`); publishers'
+/// addresses only to those with the `admin` permission, as for sessions.
+async fn live(
+    State(s): State<ApiState>,
+    sees: Option<axum::Extension<SeesClients>>,
+) -> Json<Vec<isochron_server::recorder::live::LiveStatus>> {
+    let mut feeds = s.recorders.live_feeds();
+    if !sees.is_some_and(|axum::Extension(SeesClients(yes))| yes) {
+        for f in &mut feeds {
+            f.publisher.clear();
+        }
+    }
+    Json(feeds)
 }
 
 /// `sessions` as `sees` may see them: without `admin`, each id is replaced by its stream's

@@ -53,9 +53,9 @@ pub(crate) fn needs<'a>(method: &Method, path: &'a str, query: Option<&str>) -> 
     Needs::Permission(Permission::Admin, None)
 }
 
-/// The endpoints that list sessions: their ids and client addresses are shown to `admin` only
-/// ([`SeesClients`]).
-const LISTS_SESSIONS: [&str; 2] = ["/api/v1/sessions", "/api/v1/overview"];
+/// The endpoints that list sessions or feeds: their ids and client (publisher) addresses are
+/// shown to `admin` only ([`SeesClients`]).
+const LISTS_SESSIONS: [&str; 3] = ["/api/v1/sessions", "/api/v1/overview", "/api/v1/live"];
 
 /// Whether the requester may see session ids and client addresses (it has `admin`), set by
 /// [`crate::auth::guard`] on the requests that list sessions.

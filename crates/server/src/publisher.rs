@@ -173,6 +173,17 @@ impl Publisher {
         true
     }
 
+    /// How the tracks `set_up` come: `tcp`, `udp` or `tcp+udp`.
+    fn transport(&self, set_up: &[usize]) -> String {
+        let udp = |t: &usize| self.udp.get(*t).is_some_and(Option::is_some);
+        match (set_up.iter().any(|t| !udp(t)), set_up.iter().any(udp)) {
+            (true, true) => "tcp+udp",
+            (false, true) => "udp",
+            _ => "tcp",
+        }
+        .to_owned()
+    }
+
     /// Closes the queue to the recording (which commits once the UDP readers, told to stop,
     /// have queued what was left in their sockets).
     fn stop_feed(&mut self) {
@@ -196,6 +207,8 @@ impl Publisher {
             payload_types,
             params: RecordParams { rate, peak },
             source: format!("RTSP RECORD from {}", self.peer),
+            publisher: self.peer,
+            transport: self.transport(&set_up),
         };
         let (queue, packets) = mpsc::channel(FEED_QUEUE);
         let (admitted_tx, admitted) = oneshot::channel();

@@ -56,8 +56,8 @@ fn plays_as_its_source(server: &Server, name: &str, src: &Path, dir: &Path) {
 /// interleaved on its TCP connection, and over UDP to the ports the server gave each track.
 /// Each recording, committed when its feed ends, plays over RTSP to ffmpeg frame for frame
 /// against the source: every decoded video frame and every audio packet. It is a native object
-/// with no source file (`/objects/NAME` says so), and another feed of the same name is refused
-/// while the first runs.
+/// with no source file (`/objects/NAME` says so). While they run both feeds are listed in
+/// `/api/v1/live`, and another feed of the same name is refused.
 #[test]
 fn ffmpeg_publishes_over_rtsp_record_and_the_recording_plays_frame_for_frame() {
     let _load = load(weight::PLAYER);
@@ -74,6 +74,19 @@ fn ffmpeg_publishes_over_rtsp_record_and_the_recording_plays_frame_for_frame() {
         let udp_feed = s.spawn(|| publish(Command::new("ffmpeg"), &src, &udp_url, "udp"));
         // A second publisher of the name while the feed runs: refused, and the feed goes on.
         std::thread::sleep(Duration::from_secs(3));
+        // Both feeds are listed while they run, with what they brought so far.
+        let body = server.http_get("/api/v1/live");
+        let live: Vec<serde_json::Value> = serde_json::from_str(&body).expect(&body);
+        let names: Vec<&str> = live.iter().filter_map(|f| f["name"].as_str()).collect();
+        assert_eq!(names, ["cam", "ucam"], "{body}");
+        for (f, transport) in live.iter().zip(["tcp", "udp"]) {
+            assert_eq!(f["transport"], transport, "{body}");
+            assert_eq!(f["tracks"], serde_json::json!(["H264", "mpeg4-generic"]), "{body}");
+            assert!(f["publisher"].as_str().unwrap().starts_with("127.0.0.1:"), "{body}");
+            let recorded = f["recorded_s"].as_f64().unwrap();
+            assert!(recorded > 1.0 && f["bytes"].as_u64().unwrap() > 100_000, "{body}");
+            assert!(f["admitted_bps"].as_u64().unwrap() > 0, "{body}");
+        }
         let second = publish(Command::new("ffmpeg"), &src, &url, "tcp");
         let err = String::from_utf8_lossy(&second.stderr);
         assert!(!second.status.success() && err.contains("403"), "a second publisher: {err}");
@@ -93,6 +106,7 @@ fn ffmpeg_publishes_over_rtsp_record_and_the_recording_plays_frame_for_frame() {
     }
     let log = server.log();
     assert!(log.contains("SETUP of a published track over UDP"), "{log}");
+    assert_eq!(server.http_get("/api/v1/live").trim(), "[]", "ended feeds are not listed");
 
     let resp = server.http_get("/objects/cam");
     assert!(resp.contains("recorded live"), "{resp}");

@@ -242,6 +242,8 @@ pub struct Recorders {
     sched: Sender<SchedCommand>,
     sessions: mpsc::UnboundedSender<SessionCommand>,
     active: Mutex<HashSet<String>>,
+    /// The live feeds among them, with their counters.
+    live: Mutex<HashMap<String, Arc<live::LiveProgress>>>,
     bytes: AtomicU64,
     committed: AtomicU64,
     failed: AtomicU64,
@@ -262,6 +264,7 @@ impl Recorders {
             sched,
             sessions,
             active: Mutex::new(HashSet::new()),
+            live: Mutex::new(HashMap::new()),
             bytes: AtomicU64::new(0),
             committed: AtomicU64::new(0),
             failed: AtomicU64::new(0),
@@ -528,6 +531,11 @@ impl Recorders {
             .send(SessionCommand::AllocateStream { reply: tx })
             .map_err(|_| RecordError::Unavailable)?;
         rx.await.map_err(|_| RecordError::Unavailable)
+    }
+
+    fn live_list(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<live::LiveProgress>>> {
+        // Inserts and removes are atomic, as for `names`.
+        self.live.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn names(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
