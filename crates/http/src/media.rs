@@ -647,8 +647,8 @@ pub(crate) fn first_track(record: &ObjectRecord, kind: &str) -> Option<usize> {
     hls_tracks(record).into_iter().map(|(i, _)| i).find(|&i| tracks[i].kind == kind)
 }
 
-/// The fMP4 tracks of a native object's HLS (H.264, H.265, AAC, Opus; others left out), each
-/// with its index in the object.
+/// The fMP4 tracks of a native object's HLS (H.264, H.265, AAC, Opus; others, and AAC stored
+/// as LATM, left out), each with its index in the object.
 fn hls_tracks(record: &ObjectRecord) -> Vec<(usize, Fmp4Track)> {
     let Some(media) = &record.media else { return Vec::new() };
     let mut out = Vec::new();
@@ -659,6 +659,8 @@ fn hls_tracks(record: &ObjectRecord) -> Vec<(usize, Fmp4Track)> {
                 let p = isochron_media::HevcParameterSets::decode(&t.config);
                 Fmp4Codec::H265 { vps: p.vps, sps: p.sps, pps: p.pps }
             }
+            // AAC stored as RFC 6416 LATM payloads (a live feed's) has no depacketizer here.
+            "aac" if t.encoding.eq_ignore_ascii_case("MP4A-LATM") => continue,
             "aac" => Fmp4Codec::Aac { asc: t.config.clone() },
             "opus" => Fmp4Codec::Opus { head: t.config.clone() },
             _ => continue,

@@ -11,7 +11,8 @@
 //!   encoding, clock and format parameters (RFC 8866 §6.6, §6.15). The decoder configuration
 //!   every object keeps is rebuilt from them: H.264's `sprop-parameter-sets` (RFC 6184 §8.1) as
 //!   an `avcC`, H.265's `sprop-vps`/`-sps`/`-pps` (RFC 7798 §7.1), AAC's `config=` (RFC 3640
-//!   §4.1, mode AAC-hbr), an OpusHead for Opus (RFC 7845 §5.1). The payload types are the
+//!   §4.1, mode AAC-hbr; or, for AAC in LATM, RFC 6416 §6.1, the AudioSpecificConfig inside
+//!   its StreamMuxConfig), an OpusHead for Opus (RFC 7845 §5.1). The payload types are the
 //!   object's own (96 + the track's index), as for any native object; the format parameters are
 //!   the publisher's, which describe the payloads as they are stored.
 //! - **Time** ([`LiveIngest`]). The object's zero is the first packet's arrival. A track's
@@ -72,7 +73,8 @@ pub struct Announced<'a> {
 pub enum LiveError {
     /// An encoding isochron does not store as a native track.
     #[error(
-        "track {track}: encoding {encoding:?} is not supported (H264, H265, mpeg4-generic, opus)"
+        "track {track}: encoding {encoding:?} is not supported (H264, H265, mpeg4-generic, \
+         MP4A-LATM, opus)"
     )]
     Unsupported {
         /// The track.
@@ -159,6 +161,32 @@ pub fn announced_track(index: usize, a: &Announced<'_>) -> Result<NativeTrack, L
             let codec = RtpCodec::Aac { sample_rate: a.clock_rate, channels: a.channels.max(1) };
             (Codec::Aac, codec, asc)
         }
+        "mp4a-latm" => {
+            // Stored as it came, so the description's clock and channels are the track's.
+            if params.get("cpresent").is_some_and(|c| c != "0") {
+                return Err(bad("cpresent=1: the configuration must be in the description, \
+                                cpresent=0"
+                    .into()));
+            }
+            let hex = params.get("config").ok_or_else(|| bad("no config".into()))?;
+            let mux = hex_bytes(hex).ok_or_else(|| bad(format!("config={hex:?} is not hex")))?;
+            let asc = latm_audio_specific_config(&mux)
+                .map_err(|e| bad(format!("config={hex:?}: {e}")))?;
+            return Ok(NativeTrack {
+                codec: Codec::Aac,
+                kind: Codec::Aac.kind(),
+                encoding: "MP4A-LATM",
+                clock_rate: a.clock_rate,
+                channels: a.channels,
+                payload_type: FIRST_DYNAMIC_PT + index as u8,
+                fmtp: a.fmtp.trim().to_string(),
+                config: asc,
+                width: 0,
+                height: 0,
+                language: None,
+                container_id: index as u64,
+            });
+        }
         "opus" => {
             let stereo = params.get("sprop-stereo") == Some("1") || a.channels == 2;
             (Codec::Opus, RtpCodec::Opus, opus_head(if stereo { 2 } else { 1 }))
@@ -218,6 +246,108 @@ fn hex_bytes(s: &str) -> Option<Vec<u8>> {
         return None;
     }
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+}
+
+/// The AudioSpecificConfig inside an LATM `StreamMuxConfig` (RFC 6416 §6.1 `config=`; ISO/IEC
+/// 14496-3 §1.7.3): version 0, one program of one layer, every frame its own length (frame
+/// length type 0), as GStreamer's and ffmpeg's payloaders write it. The configuration starts at
+/// bit 15, not on a byte; it is copied out bit for bit, as long as it reads (AAC and HE-AAC
+/// object types, a channel configuration, the GA specific part).
+fn latm_audio_specific_config(mux: &[u8]) -> Result<Vec<u8>, String> {
+    let mut r = Bits { data: mux, at: 0 };
+    if r.take(1)? != 0 {
+        return Err("audioMuxVersion 1 is not supported".into());
+    }
+    let same_framing = r.take(1)?;
+    let sub_frames = r.take(6)?;
+    let programs = r.take(4)?;
+    let layers = r.take(3)?;
+    if same_framing != 1 || sub_frames != 0 || programs != 0 || layers != 0 {
+        return Err(format!(
+            "only one program of one layer, one frame per element is supported (same time \
+             framing {same_framing}, {} subframes, {} programs, {} layers)",
+            sub_frames + 1,
+            programs + 1,
+            layers + 1
+        ));
+    }
+    let start = r.at;
+    let object_type = |r: &mut Bits<'_>| -> Result<u32, String> {
+        let t = r.take(5)?;
+        Ok(if t == 31 { 32 + r.take(6)? } else { t })
+    };
+    let frequency = |r: &mut Bits<'_>| -> Result<(), String> {
+        if r.take(4)? == 15 {
+            r.take(24)?;
+        }
+        Ok(())
+    };
+    let mut aot = object_type(&mut r)?;
+    frequency(&mut r)?;
+    let channels = r.take(4)?;
+    if aot == 5 || aot == 29 {
+        // SBR, PS: the extension's rate, then the core's object type.
+        frequency(&mut r)?;
+        aot = object_type(&mut r)?;
+    }
+    if !matches!(aot, 1..=4 | 6 | 7) || channels == 0 {
+        return Err(format!(
+            "audio object type {aot} with channel configuration {channels}: only AAC (types 1 \
+             to 4, 6, 7) with a channel configuration is supported"
+        ));
+    }
+    // GASpecificConfig: frameLengthFlag, dependsOnCoreCoder (and its delay), extensionFlag.
+    r.take(1)?;
+    if r.take(1)? == 1 {
+        r.take(14)?;
+    }
+    r.take(1)?;
+    // Backward-compatible SBR signalling (§1.6.5.2): what ffmpeg's encoder writes after an
+    // AAC-LC configuration, and GStreamer copies.
+    if r.peek(11) == Some(0x2b7) {
+        r.take(11)?;
+        if object_type(&mut r)? == 5 && r.take(1)? == 1 {
+            frequency(&mut r)?;
+            if r.peek(11) == Some(0x548) {
+                r.take(12)?;
+            }
+        }
+    }
+    let end = r.at;
+    if r.take(3)? != 0 {
+        return Err("frameLengthType other than 0 is not supported".into());
+    }
+    let mut copy = Bits { data: mux, at: start };
+    let mut asc = vec![0u8; (end - start).div_ceil(8)];
+    for i in 0..end - start {
+        if copy.take(1)? == 1 {
+            asc[i / 8] |= 0x80 >> (i % 8);
+        }
+    }
+    Ok(asc)
+}
+
+/// Reads bits, most significant first.
+struct Bits<'a> {
+    data: &'a [u8],
+    at: usize,
+}
+
+impl Bits<'_> {
+    /// The next `n` bits, if there are as many, without taking them.
+    fn peek(&self, n: usize) -> Option<u32> {
+        Bits { data: self.data, at: self.at }.take(n).ok()
+    }
+
+    fn take(&mut self, n: usize) -> Result<u32, String> {
+        let mut v = 0u32;
+        for _ in 0..n {
+            let byte = self.data.get(self.at / 8).ok_or("too short")?;
+            v = (v << 1) | u32::from((byte >> (7 - self.at % 8)) & 1);
+            self.at += 1;
+        }
+        Ok(v)
+    }
 }
 
 /// An OpusHead (RFC 7845 §5.1) for `channels` (1 or 2, mapping family 0, no pre-skip known).
@@ -545,6 +675,39 @@ mod tests {
         let o = Announced { encoding: "opus", clock_rate: 48_000, channels: 2, fmtp: "" };
         let t = announced_track(1, &o).unwrap();
         assert_eq!(&t.config[..10], b"OpusHead\x01\x02");
+        // GStreamer's rtpmp4apay, 48 kHz stereo AAC-LC: the AudioSpecificConfig (0x1190) sits
+        // at bit 15 of the StreamMuxConfig.
+        let latm = "cpresent=0;config=400023203fc0";
+        let l = Announced { encoding: "MP4A-LATM", clock_rate: 48_000, channels: 2, fmtp: latm };
+        let t = announced_track(1, &l).unwrap();
+        assert_eq!(
+            (t.codec, t.encoding, t.clock_rate, t.channels, t.payload_type, t.fmtp.as_str()),
+            (Codec::Aac, "MP4A-LATM", 48_000, 2, 97, latm)
+        );
+        assert_eq!(t.config, vec![0x11, 0x90]);
+        // GStreamer's, of ffmpeg's AAC-LC: the configuration with its SBR signalling (0x2b7,
+        // object type 5, no SBR).
+        let gst = "cpresent=0;config=40002320adca00";
+        let l = Announced { encoding: "MP4A-LATM", clock_rate: 48_000, channels: 2, fmtp: gst };
+        assert_eq!(announced_track(0, &l).unwrap().config, vec![0x11, 0x90, 0x56, 0xe5, 0x00]);
+        // HE-AAC (SBR, type 5) at 24 kHz core / 48 kHz: the config runs 4 + 5 bits longer.
+        let he = "config=40005623101fe0;cpresent=0";
+        let l = Announced { encoding: "MP4A-LATM", clock_rate: 24_000, channels: 2, fmtp: he };
+        assert_eq!(announced_track(0, &l).unwrap().config, vec![0x2b, 0x11, 0x88, 0x00]);
+    }
+
+    #[test]
+    fn latm_configurations_other_than_one_program_of_one_layer_are_refused() {
+        fn err(fmtp: &str) -> String {
+            let a = Announced { encoding: "MP4A-LATM", clock_rate: 48_000, channels: 2, fmtp };
+            announced_track(0, &a).unwrap_err().to_string()
+        }
+        assert!(err("cpresent=1").contains("cpresent=1"));
+        assert!(err("cpresent=0").contains("no config"));
+        // audioMuxVersion 1; two subframes; cut short.
+        assert!(err("config=c00023203fc0").contains("audioMuxVersion 1"));
+        assert!(err("config=410023203fc0").contains("2 subframes"));
+        assert!(err("config=4000").contains("too short"));
     }
 
     #[test]
@@ -555,7 +718,8 @@ mod tests {
         }
         assert_eq!(
             err("VP8", 90_000, ""),
-            "track 1: encoding \"VP8\" is not supported (H264, H265, mpeg4-generic, opus)"
+            "track 1: encoding \"VP8\" is not supported (H264, H265, mpeg4-generic, MP4A-LATM, \
+             opus)"
         );
         assert!(err("H264", 90_000, "packetization-mode=1").contains("no sprop-parameter-sets"));
         assert!(err("H264", 90_000, "sprop-parameter-sets=!!").contains("not base64"));

@@ -1,10 +1,11 @@
 #!/usr/bin/python3
-"""Publishes a Matroska file (H.264 and Opus) to an RTSP URL with GStreamer's rtspclientsink.
+"""Publishes a file to an RTSP URL with GStreamer's rtspclientsink.
 
 Usage: gst_publish.py FILE URL TRANSPORT
 
-`filesrc ! matroskademux`, each stream parsed into `rtspclientsink protocols=TRANSPORT`, in real
-time. Exits 0 once every stream has been handed to the sink and the session torn down, 1 on an
+A Matroska file of H.264 and Opus (`matroskademux`, `opusparse`) or an MP4 of H.264 and AAC
+(`qtdemux`, `aacparse`: rtspclientsink sends the AAC as MP4A-LATM, RFC 6416), each stream
+parsed into `rtspclientsink protocols=TRANSPORT`, in real time. Exits 0 once every stream has been handed to the sink and the session torn down, 1 on an
 error or after 120 s.
 
 Not gst-launch: rtspclientsink (GStreamer 1.22) often never posts EOS once its streams have
@@ -22,10 +23,11 @@ from gi.repository import GLib, Gst  # noqa: E402
 
 path, url, transport = sys.argv[1], sys.argv[2], sys.argv[3]
 Gst.init(None)
+demux, audio = ("qtdemux", "aacparse") if path.endswith(".mp4") else ("matroskademux", "opusparse")
 pipeline = Gst.parse_launch(
-    f'filesrc location="{path}" ! matroskademux name=d '
+    f'filesrc location="{path}" ! {demux} name=d '
     "d.video_0 ! queue ! h264parse ! s.sink_0 "
-    "d.audio_0 ! queue ! opusparse ! s.sink_1 "
+    f"d.audio_0 ! queue ! {audio} ! s.sink_1 "
     f'rtspclientsink name=s location="{url}" protocols={transport}'
 )
 sink = pipeline.get_by_name("s")
