@@ -194,3 +194,78 @@ fn publishing_is_refused_beyond_the_disks_and_without_credentials() {
     }
     server.stop();
 }
+
+/// A publisher on another host, with credentials (a user with `publish` for `cam-*`), sends
+/// over UDP; another host fires forged RTP at the ports the server gave the feed's video track
+/// meanwhile. Those datagrams are dropped (logged), and the recording still plays frame for
+/// frame. The same user publishing a name outside its globs gets 403.
+#[test]
+fn a_publisher_elsewhere_with_credentials_publishes_over_udp_and_strangers_cannot_inject() {
+    use isochron_loadgen::testbed::Testbed;
+    if !namespaces_or_skip("publishing from another host") {
+        return;
+    }
+    let _load = load(weight::PLAYER);
+    require("ffmpeg");
+    let src = media_fixture("h264_aac.mp4");
+    let dir = tempdir();
+    let config = "[[auth.users]]\nname = \"cam\"\npassword = \"cam-secret\"\n\
+                  permissions = [\"publish\"]\nobjects = [\"cam-*\"]\n";
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions { no_demo: true, ..ServeOptions::everywhere(Some(config)) },
+    );
+    let bed = Testbed::new("livinj").expect("testbed");
+    let (publisher, intruder) = (bed.add_host("pub").unwrap(), bed.add_host("evil").unwrap());
+    let url = |name: &str| {
+        format!("rtsp://cam:cam-secret@{}:{}/{name}", bed.host_ip(), server.rtsp.port())
+    };
+    let out = publish(publisher.command("ffmpeg"), &src, &url("other"), "tcp");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("403"), "a name outside the globs: {err}");
+
+    let feed = std::thread::scope(|s| {
+        let feed = s.spawn(|| publish(publisher.command("ffmpeg"), &src, &url("cam-1"), "udp"));
+        // The video track's server ports, from the log, once it is set up.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let port = loop {
+            let log = server.log();
+            let setup = log.lines().find(|l| {
+                l.contains("SETUP of a published track over UDP") && l.contains("track=0")
+            });
+            if let Some(p) = setup
+                .and_then(|l| l.split("server=(").nth(1))
+                .and_then(|t| t.split(',').next())
+                .and_then(|p| p.parse::<u16>().ok())
+            {
+                break p;
+            }
+            assert!(Instant::now() < deadline, "no UDP SETUP: {log}");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        // Forged packets of the video's payload type, numbered ahead of the feed's.
+        let forge = format!(
+            "import socket,struct,time\n\
+             s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+             for i in range(300):\n\
+             \x20s.sendto(bytes([0x80,0x60])+struct.pack('>HII',30000+i,i*3000,7)+bytes([0x65])*200,\
+             ('{}',{port}))\n\
+             \x20time.sleep(0.005)\n",
+            bed.host_ip()
+        );
+        let sent = run(intruder.command("/usr/bin/python3").args(["-c", &forge]), 30);
+        assert!(sent.status.success(), "forging: {}", String::from_utf8_lossy(&sent.stderr));
+        feed.join().unwrap()
+    });
+    assert!(
+        feed.status.success(),
+        "ffmpeg publishing from elsewhere: {}\n{}",
+        String::from_utf8_lossy(&feed.stderr),
+        server.log()
+    );
+    await_object(&server, "cam-1", Duration::from_secs(15));
+    let log = server.log();
+    assert!(log.contains("from another address; dropped"), "{log}");
+    plays_as_its_source(&server, "cam-1", &src, dir.path());
+    server.stop();
+}
