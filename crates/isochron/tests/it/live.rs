@@ -52,6 +52,27 @@ fn plays_as_its_source(server: &Server, name: &str, src: &Path, dir: &Path) {
     assert_frames(&audio_packets(&out), &audio_packets(src), &format!("{name}'s audio"));
 }
 
+/// The publisher of `name` ended well (`out`), the recording was committed with the duration of
+/// `src` (`seconds` long, within a second), and it plays as `src` does.
+fn recorded_as_published(
+    server: &Server,
+    (name, out): (&str, &Output),
+    (src, seconds): (&Path, f64),
+    dir: &Path,
+) {
+    assert!(
+        out.status.success(),
+        "publishing {name}: {}{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        server.log()
+    );
+    let v = await_object(server, name, Duration::from_secs(15));
+    let duration = v["duration_s"].as_f64().unwrap();
+    assert!((duration - seconds).abs() < 1.0, "{name}: {seconds} s recorded as {duration} s: {v}");
+    plays_as_its_source(server, name, src, dir);
+}
+
 /// ffmpeg publishes an MP4 clip (H.264 with B-frames, AAC) over RTSP RECORD twice at once:
 /// interleaved on its TCP connection, and over UDP to the ports the server gave each track.
 /// Each recording, committed when its feed ends, plays over RTSP to ffmpeg frame for frame
@@ -93,16 +114,7 @@ fn ffmpeg_publishes_over_rtsp_record_and_the_recording_plays_frame_for_frame() {
         (feed.join().unwrap(), udp_feed.join().unwrap())
     });
     for (name, out) in [("cam", feed), ("ucam", udp_feed)] {
-        assert!(
-            out.status.success(),
-            "ffmpeg publishing {name}: {}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            server.log()
-        );
-        let v = await_object(&server, name, Duration::from_secs(15));
-        let duration = v["duration_s"].as_f64().unwrap();
-        assert!((9.0..11.5).contains(&duration), "a 10 s clip recorded as {duration} s: {v}");
-        plays_as_its_source(&server, name, &src, dir.path());
+        recorded_as_published(&server, (name, &out), (&src, 10.0), dir.path());
     }
     let log = server.log();
     assert!(log.contains("SETUP of a published track over UDP"), "{log}");
@@ -141,18 +153,9 @@ fn gstreamer_publishes_with_rtspclientsink_and_the_recording_plays_frame_for_fra
         }
         runs.into_iter().map(|r| r.join().unwrap()).collect()
     });
-    for ((name, transport, src), out) in feeds.iter().zip(outs) {
-        assert!(
-            out.status.success(),
-            "rtspclientsink over {transport}: {}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            server.log()
-        );
-        let v = await_object(&server, name, Duration::from_secs(15));
-        let duration = v["duration_s"].as_f64().unwrap();
-        let want = if *src == &mp4 { 10.0 } else { 8.0 };
-        assert!((duration - want).abs() < 1.0, "a {want} s clip recorded as {duration} s: {v}");
-        plays_as_its_source(&server, name, src, dir.path());
+    for ((name, _, src), out) in feeds.iter().zip(outs) {
+        let seconds = if *src == &mp4 { 10.0 } else { 8.0 };
+        recorded_as_published(&server, (name, &out), (src, seconds), dir.path());
     }
     server.stop();
 }
@@ -257,15 +260,8 @@ fn a_publisher_elsewhere_with_credentials_publishes_over_udp_and_strangers_canno
         assert!(sent.status.success(), "forging: {}", String::from_utf8_lossy(&sent.stderr));
         feed.join().unwrap()
     });
-    assert!(
-        feed.status.success(),
-        "ffmpeg publishing from elsewhere: {}\n{}",
-        String::from_utf8_lossy(&feed.stderr),
-        server.log()
-    );
-    await_object(&server, "cam-1", Duration::from_secs(15));
+    recorded_as_published(&server, ("cam-1", &feed), (&src, 10.0), dir.path());
     let log = server.log();
     assert!(log.contains("from another address; dropped"), "{log}");
-    plays_as_its_source(&server, "cam-1", &src, dir.path());
     server.stop();
 }
