@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0
-cores=(isochron-base isochron-auth isochron-media isochron-rtp isochron-rtsp isochron-store isochron-sched isochron-sim isochron-cluster isochron-pacing isochron-node)
+cores=(isochron-base isochron-auth isochron-media isochron-rtp isochron-rtsp isochron-store isochron-sched isochron-sim isochron-cluster isochron-pacing isochron-live isochron-node)
 
 # 1. The sans-IO cores never depend on an async runtime or on platform IO crates.
 for c in "${cores[@]}"; do
@@ -23,7 +23,7 @@ done
 
 # 3. Every core crate has a clippy.toml that forbids clocks, sleeping, threads, files and sockets
 #    (clippy enforces it in the clippy gate).
-for dir in base auth media rtp rtsp store sched sim cluster pacing node; do
+for dir in base auth media rtp rtsp store sched sim cluster pacing live node; do
   f="crates/$dir/clippy.toml"
   if ! grep -q 'std::time::Instant::now' "$f" 2>/dev/null; then
     echo "invariant broken: $f missing or does not forbid the clock"; fail=1

@@ -51,6 +51,8 @@ impl Library for FakeLibrary {
             avg_bitrate: BitRate(2_000_000),
             tracks,
             ladder,
+            // `a` is a live feed: described with an open range.
+            live: name == "a",
         })
     }
 }

@@ -40,6 +40,35 @@ pub struct RedbCatalog {
 }
 
 impl RedbCatalog {
+    /// [`Catalog::insert_object`] (`grow` false: the name must be free) and
+    /// [`Catalog::grow_object`] (`grow`: or hold a shorter record of the same id), in one
+    /// transaction.
+    fn put_object(&self, rec: &ObjectRecord, grow: bool) -> Result<(), CatalogError> {
+        rec.validate()?;
+        let txn = self.db.begin_write().map_err(self.err("begin transaction"))?;
+        {
+            let meta = txn.open_table(META).map_err(self.err("open table meta"))?;
+            let next = read_counter(&meta, &self.path)?;
+            if rec.id.0 < FIRST_OBJECT_ID || rec.id.0 >= next {
+                return Err(CatalogError::UnallocatedId { name: rec.name.clone(), id: rec.id });
+            }
+            let mut objects = txn.open_table(OBJECTS).map_err(self.err("open table objects"))?;
+            let taken = match objects.get(rec.name.as_str()).map_err(self.err("read object"))? {
+                None => false,
+                Some(_) if !grow => true,
+                Some(v) => {
+                    let old = ObjectRecord::decode_stored(&rec.name, v.value())?;
+                    old.id != rec.id || old.blocks.len() > rec.blocks.len()
+                }
+            };
+            if taken {
+                return Err(CatalogError::NameExists { name: rec.name.clone() });
+            }
+            objects.insert(rec.name.as_str(), &*rec.encode()).map_err(self.err("write object"))?;
+        }
+        txn.commit().map_err(self.err("commit"))
+    }
+
     /// Creates a new, empty catalog file at `path` (which must not exist). It has no store
     /// metadata until [`Catalog::put_meta`].
     pub fn create(path: &Path) -> Result<Self, CatalogError> {
@@ -169,21 +198,11 @@ impl Catalog for RedbCatalog {
     }
 
     fn insert_object(&self, rec: &ObjectRecord) -> Result<(), CatalogError> {
-        rec.validate()?;
-        let txn = self.db.begin_write().map_err(self.err("begin transaction"))?;
-        {
-            let meta = txn.open_table(META).map_err(self.err("open table meta"))?;
-            let next = read_counter(&meta, &self.path)?;
-            if rec.id.0 < FIRST_OBJECT_ID || rec.id.0 >= next {
-                return Err(CatalogError::UnallocatedId { name: rec.name.clone(), id: rec.id });
-            }
-            let mut objects = txn.open_table(OBJECTS).map_err(self.err("open table objects"))?;
-            if objects.get(rec.name.as_str()).map_err(self.err("read object"))?.is_some() {
-                return Err(CatalogError::NameExists { name: rec.name.clone() });
-            }
-            objects.insert(rec.name.as_str(), &*rec.encode()).map_err(self.err("write object"))?;
-        }
-        txn.commit().map_err(self.err("commit"))
+        self.put_object(rec, false)
+    }
+
+    fn grow_object(&self, rec: &ObjectRecord) -> Result<(), CatalogError> {
+        self.put_object(rec, true)
     }
 
     fn allocate_object_id(&self) -> Result<ObjectId, CatalogError> {

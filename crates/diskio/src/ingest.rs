@@ -722,6 +722,18 @@ pub struct BlockPacker {
     native: bool,
     /// The current one-second window of send times and its bytes.
     window: (u64, u64),
+    /// Native objects: what the catalog records of the first `n + 1` blocks, for each block `n`
+    /// sealed ([`BlockPacker::prefix`]: a growing object's commits).
+    sealed: Vec<Sealed>,
+}
+
+/// What a native object's packer had counted when it sealed a block: the catalog's view of the
+/// blocks up to it.
+#[derive(Clone, Debug)]
+struct Sealed {
+    seek_points: usize,
+    track_packets: Vec<u64>,
+    totals: NativeTotals,
 }
 
 impl BlockPacker {
@@ -738,6 +750,7 @@ impl BlockPacker {
             track_next: Vec::new(),
             native: false,
             window: (0, 0),
+            sealed: Vec::new(),
         }
     }
 
@@ -753,6 +766,9 @@ impl BlockPacker {
         debug_assert!(self.native);
         let gsn = Gsn(self.next_gsn);
         self.next_gsn += 1;
+        // The block it does not fit in is sealed before the unit is counted: what is counted
+        // at a seal is exactly the blocks sealed.
+        let full = self.make_room(unit.payload.len(), gsn)?;
         if unit.random_access {
             // Seek points are sorted by time: a key frame presented before the previous one
             // (a broken file) takes its time.
@@ -779,7 +795,6 @@ impl BlockPacker {
         }
         self.window.1 += len;
         totals.peak_bytes_per_s = totals.peak_bytes_per_s.max(self.window.1);
-        let full = self.make_room(unit.payload.len(), gsn)?;
         let meta = NativeMeta {
             send_time: unit.send_time,
             track: unit.track,
@@ -813,6 +828,40 @@ impl BlockPacker {
             b.push(meta, bytes);
         }
         Ok(full)
+    }
+
+    /// Seals the block being filled now, if a unit went into it (a growing object commits what
+    /// has arrived so far; the next unit starts a new block).
+    pub fn flush(&mut self) -> Result<Option<PackedBlock>, StoreError> {
+        match self.builder.take() {
+            Some(b) if !b.is_empty() => self.seal(b).map(Some),
+            other => {
+                self.builder = other;
+                Ok(None)
+            }
+        }
+    }
+
+    /// The catalog's view of the first `n` blocks sealed of a native object (`None` for none, or
+    /// more than are sealed): what [`BlockPacker::finish`] would give had the object ended
+    /// with them. A growing object (a live recording) commits it while it grows.
+    #[must_use]
+    pub fn prefix(&self, n: usize) -> Option<PackedObject> {
+        let at = self.sealed.get(n.checked_sub(1)?)?;
+        let tracks = self.track_next.len();
+        let mut packed = PackedObject {
+            blocks: self.packed.blocks[..n].to_vec(),
+            seek_points: self.packed.seek_points[..at.seek_points].to_vec(),
+            seek_track_seqs: self.packed.seek_track_seqs[..at.seek_points * tracks].to_vec(),
+            track_packets: at.track_packets.clone(),
+            native_totals: at.totals,
+        };
+        if packed.seek_points.first().is_none_or(|s| s.gsn != Gsn(0)) {
+            packed.seek_points.insert(0, SeekPoint { time: MediaTime::ZERO, gsn: Gsn(0) });
+            packed.seek_track_seqs.splice(0..0, vec![0; tracks]);
+        }
+        packed.track_packets.resize(tracks, 0);
+        Some(packed)
     }
 
     /// Units pushed so far: the GSN of the next one.
@@ -883,6 +932,13 @@ impl BlockPacker {
         let block = Block::parse(AlignedBuf::copy_from(&builder.finish()), Some(key))
             .map_err(|source| StoreError::InvalidBlock { key, source })?;
         self.packed.blocks.push(BlockEntry::from(block.header()));
+        if self.native {
+            self.sealed.push(Sealed {
+                seek_points: self.packed.seek_points.len(),
+                track_packets: self.packed.track_packets.clone(),
+                totals: self.packed.native_totals,
+            });
+        }
         self.next_index += 1;
         Ok(PackedBlock { index, block })
     }
@@ -1009,6 +1065,54 @@ mod tests {
                 assert_eq!(b.key(), BlockKey::new(object.id, b.index));
             }
             assert_eq!(blocks.len(), ingested.blocks.len());
+        }
+    }
+
+    /// A growing object's prefix (a live recording's commit) is what the packer would have
+    /// finished with had the object ended after those blocks, whatever sealed them (a full
+    /// block, or a flush).
+    #[test]
+    fn a_prefix_is_the_object_ended_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            Store::create(&dir.path().join("store"), &[] as &[PathBuf], Bytes::kib(8)).unwrap();
+        let _lock = store.ingest_lock();
+        let object = NewObject::begin(&store).unwrap();
+        let units: Vec<NativeUnit> = (0..200u32)
+            .map(|i| NativeUnit {
+                track: (i % 3 == 0) as u8,
+                send_time: MediaTime::from_nanos(u64::from(i) * 20_000_000),
+                rtp_time: i * 1800,
+                track_seq: if i % 3 == 0 { i / 3 } else { i - i / 3 - 1 },
+                marker: true,
+                random_access: i % 25 == 1,
+                npt: MediaTime::from_nanos(u64::from(i) * 20_000_000 + 40_000_000),
+                payload: vec![i as u8; 300 + (i as usize * 37) % 900],
+            })
+            .collect();
+        let mut whole = BlockPacker::new_native(&object, 2);
+        for (i, u) in units.iter().enumerate() {
+            whole.push_native(u).unwrap();
+            if i == 90 {
+                assert!(whole.flush().unwrap().is_some(), "a flush seals the open block");
+                assert!(whole.flush().unwrap().is_none(), "and then there is none");
+            }
+        }
+        let sealed = whole.blocks_sealed() as usize;
+        assert!(sealed > 10, "{sealed} blocks");
+        assert!(whole.prefix(0).is_none() && whole.prefix(sealed + 1).is_none());
+        for n in [1, 5, sealed] {
+            let got = whole.prefix(n).unwrap();
+            let end = got.blocks[n - 1].first_gsn.0 + u64::from(got.blocks[n - 1].packets);
+            let mut part = BlockPacker::new_native(&object, 2);
+            for (i, u) in units.iter().take(end as usize).enumerate() {
+                part.push_native(u).unwrap();
+                if i == 90 {
+                    part.flush().unwrap();
+                }
+            }
+            let (_, want) = part.finish().unwrap();
+            assert_eq!(got, want, "the first {n} blocks");
         }
     }
 }

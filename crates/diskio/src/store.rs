@@ -2322,6 +2322,9 @@ mod tests {
         fn insert_object(&self, rec: &ObjectRecord) -> Result<(), CatalogError> {
             self.0.insert_object(rec)
         }
+        fn grow_object(&self, rec: &ObjectRecord) -> Result<(), CatalogError> {
+            self.0.grow_object(rec)
+        }
         fn allocate_object_id(&self) -> Result<ObjectId, CatalogError> {
             self.0.allocate_object_id()
         }

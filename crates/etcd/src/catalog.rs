@@ -301,6 +301,39 @@ impl Catalog for EtcdCatalog {
         }
     }
 
+    fn grow_object(&self, rec: &ObjectRecord) -> Result<(), CatalogError> {
+        rec.validate()?;
+        let key = self.object_key(&rec.name);
+        for _ in 0..MAX_ATTEMPTS {
+            let Some(kv) = self.client.get(&key).map_err(self.err("read object"))? else {
+                match self.insert_object(rec) {
+                    // Inserted meanwhile by the same recording's earlier commit: read it again.
+                    Err(CatalogError::NameExists { .. }) => continue,
+                    other => return other,
+                }
+            };
+            let old = ObjectRecord::decode_stored(&rec.name, &kv.value)?;
+            if old.id != rec.id || old.blocks.len() > rec.blocks.len() {
+                return Err(CatalogError::NameExists { name: rec.name.clone() });
+            }
+            let r = self
+                .client
+                .txn(
+                    &[Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision)],
+                    &[TxnOp::put(key.clone(), rec.encode(), None)],
+                    &[],
+                )
+                .map_err(self.err("grow object"))?;
+            if r.succeeded {
+                return Ok(());
+            }
+        }
+        Err(CatalogError::Invalid {
+            what: format!("object {}", rec.name),
+            reason: "changed by others while it grew".into(),
+        })
+    }
+
     fn allocate_object_id(&self) -> Result<ObjectId, CatalogError> {
         const OP: &str = "allocate object id";
         let mut snap = self.read_snapshot(OP)?;

@@ -106,19 +106,23 @@ async fn sessions(
     Ok(Json(redacted(gather(&s).await?.sessions, sees)))
 }
 
-/// `GET /api/v1/live`: the feeds being published and recorded (`docs/API.md`); publishers'
-/// addresses only to those with the `admin` permission, as for sessions.
+/// `GET /api/v1/live`: the feeds being published and recorded, with their viewers
+/// (`docs/API.md`); publishers' addresses only to those with the `admin` permission, as for
+/// sessions.
 async fn live(
     State(s): State<ApiState>,
     sees: Option<axum::Extension<SeesClients>>,
-) -> Json<Vec<isochron_server::recorder::live::LiveStatus>> {
+) -> Result<Json<Vec<isochron_server::recorder::live::LiveStatus>>, ApiError> {
     let mut feeds = s.recorders.live_feeds();
-    if !sees.is_some_and(|axum::Extension(SeesClients(yes))| yes) {
-        for f in &mut feeds {
+    let sessions = gather(&s).await?.sessions;
+    let sees = sees.is_some_and(|axum::Extension(SeesClients(yes))| yes);
+    for f in &mut feeds {
+        f.viewers = sessions.iter().filter(|v| v.object == f.name && v.state == "playing").count();
+        if !sees {
             f.publisher.clear();
         }
     }
-    Json(feeds)
+    Ok(Json(feeds))
 }
 
 /// `sessions` as `sees` may see them: without `admin`, each id is replaced by its stream's

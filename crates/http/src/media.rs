@@ -25,6 +25,10 @@
 //!   before it prepended (their continuity counters repeat the originals'; demuxers accept the
 //!   duplicate). Only such segments differ from a plain cut; `EXTINF` is the segment's send-time
 //!   span, `EXT-X-TARGETDURATION` the largest rounded to an integer (§4.3.3.1).
+//! - A native object whose live feed still runs (its recording, committed as it grows): an
+//!   event playlist (RFC 8216 §6.2.1) of the segments that can no longer change, each dated by
+//!   `EXT-X-PROGRAM-DATE-TIME` (§4.3.2.6) from when the feed's first packet arrived, without
+//!   `EXT-X-ENDLIST` until the feed ends (`docs/design/live.md`, step 5).
 //! - `GET /hls/{name}/t{k}/index.m3u8`, `init.mp4`, `{n}.m4s`: track `k` of a native object
 //!   alone (the same cut), the per-track CMAF segments DASH's manifest names (`crate::dash`).
 //! - `GET /watch/{name}`: a page that plays the playlist with the vendored hls.js
@@ -475,6 +479,19 @@ pub(crate) struct Segment {
 /// point whose time is nearest the previous boundary plus `target` (never the same instant), and
 /// the last segment ends at the object's duration.
 pub(crate) fn plan_segments(record: &ObjectRecord, target: Duration) -> Vec<Segment> {
+    plan(record, target, false)
+}
+
+/// The segments of a growing object (a live feed's recording, committed as far as `record`
+/// goes) that can no longer change: [`plan_segments`]'s, less the last, still open one. A
+/// boundary is chosen between the first seek point at or past its goal and the one before, so
+/// it is final once that first point is committed; the segments listed here are the finished
+/// object's first ones, unchanged however far it grows.
+pub(crate) fn closed_segments(record: &ObjectRecord, target: Duration) -> Vec<Segment> {
+    plan(record, target, true)
+}
+
+fn plan(record: &ObjectRecord, target: Duration, growing: bool) -> Vec<Segment> {
     // Strictly increasing in GSN and in time; the first at GSN 0 and time 0.
     let mut points: Vec<(Gsn, MediaTime)> = vec![(Gsn(0), MediaTime::ZERO)];
     for p in &record.seek_points {
@@ -492,6 +509,9 @@ pub(crate) fn plan_segments(record: &ObjectRecord, target: Duration) -> Vec<Segm
         let dist = |t: MediaTime| t.as_nanos().abs_diff(goal.as_nanos());
         // First later point at or after the goal, and the one before it.
         let j = cur + 1 + points[cur + 1..].partition_point(|p| p.1 < goal);
+        if growing && j >= points.len() {
+            return segments;
+        }
         let mut best: Option<usize> = None;
         if j < points.len() {
             best = Some(j);
@@ -529,29 +549,77 @@ pub(crate) fn plan_segments(record: &ObjectRecord, target: Duration) -> Vec<Segm
 
 /// The media playlist of `segments` (RFC 8216 §4.3: version 3 for decimal `EXTINF`).
 pub(crate) fn playlist(segments: &[Segment]) -> String {
-    playlist_of(segments, "ts", None)
+    playlist_of(segments, "ts", None, None)
+}
+
+/// A recording whose feed still runs, as its playlist shows it.
+#[derive(Clone, Copy, Debug)]
+struct Live {
+    /// The wall-clock time of its timeline's zero, Unix milliseconds.
+    zero_unix_ms: u64,
+    /// The segment duration aimed at (`http.hls_segment_s`).
+    target: Duration,
 }
 
 /// A media playlist of segments named `N.{ext}`, with `EXT-X-MAP` naming `map` when the
 /// segments need an initialization segment (fragmented MP4: version 7, RFC 8216 §4.3.2.5).
-fn playlist_of(segments: &[Segment], ext: &str, map: Option<&str>) -> String {
-    let target =
-        segments.iter().map(|s| s.duration.as_secs_f64().round() as u64).max().unwrap_or(1).max(1);
+///
+/// Of a recording whose feed runs (`live`), an event playlist (RFC 8216 §6.2.1,
+/// `EXT-X-PLAYLIST-TYPE:EVENT`): segments are only ever added, so a player can go back to the
+/// feed's start (the DVR window is the whole recording), and it ends with `EXT-X-ENDLIST` once
+/// the feed does. Each segment carries its `EXT-X-PROGRAM-DATE-TIME` (§4.3.2.6): when the
+/// server received its first packet, by which players show and measure how far behind live
+/// they play. The target duration is the configured one unless a segment listed is longer, so
+/// that it does not change from one reload to the next (§6.2.1) while the GOPs keep to it.
+fn playlist_of(segments: &[Segment], ext: &str, map: Option<&str>, live: Option<Live>) -> String {
+    let longest = segments.iter().map(|s| s.duration.as_secs_f64().round() as u64).max();
+    let target = match live {
+        Some(l) => longest.unwrap_or(0).max(l.target.as_secs_f64().ceil() as u64),
+        None => longest.unwrap_or(1),
+    }
+    .max(1);
     let version = if map.is_some() { 7 } else { 3 };
+    let kind = if live.is_some() { "EVENT" } else { "VOD" };
     let mut out = String::new();
     let _ = write!(
         out,
         "#EXTM3U\n#EXT-X-VERSION:{version}\n#EXT-X-TARGETDURATION:{target}\n#EXT-X-MEDIA-SEQUENCE:0\n\
-         #EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-INDEPENDENT-SEGMENTS\n"
+         #EXT-X-PLAYLIST-TYPE:{kind}\n#EXT-X-INDEPENDENT-SEGMENTS\n"
     );
     if let Some(m) = map {
         let _ = writeln!(out, "#EXT-X-MAP:URI=\"{m}\"");
     }
     for (i, s) in segments.iter().enumerate() {
+        if let Some(l) = live {
+            let at = l.zero_unix_ms + (s.time.as_nanos() / 1_000_000);
+            let _ = writeln!(out, "#EXT-X-PROGRAM-DATE-TIME:{}", iso8601_ms(at));
+        }
         let _ = write!(out, "#EXTINF:{:.3},\n{i}.{ext}\n", s.duration.as_secs_f64());
     }
-    out.push_str("#EXT-X-ENDLIST\n");
+    if live.is_none() {
+        out.push_str("#EXT-X-ENDLIST\n");
+    }
     out
+}
+
+/// `unix_ms` as an ISO 8601 date and time in UTC with milliseconds
+/// (`2026-12-03T08:50:01.250Z`), the form `EXT-X-PROGRAM-DATE-TIME` takes (RFC 8216 §4.3.2.6,
+/// RFC 3339 §5.6). The civil date from the days since 1970 by the proleptic Gregorian rules, in
+/// 400-year eras of 146,097 days.
+fn iso8601_ms(unix_ms: u64) -> String {
+    let (days, ms) = (unix_ms / 86_400_000, unix_ms % 86_400_000);
+    // Days since 0000-03-01, so that a year's leap day is its last.
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    let (h, m, s, milli) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1_000 % 60, ms % 1_000);
+    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{milli:03}Z")
 }
 
 fn is_ts(record: &ObjectRecord) -> bool {
@@ -730,7 +798,17 @@ async fn native_hls(
             format!("object {name:?} has {what} HLS can carry (H.264, H.265, AAC, Opus)\n"),
         );
     }
-    let segments = plan_segments(obj.record(), s.media.hls_segment);
+    // A recording whose feed runs lists its closed segments only, dated from the feed's start.
+    let live = s
+        .recorders
+        .live_feeds()
+        .into_iter()
+        .find(|f| f.name == *name && f.zero_unix_ms > 0)
+        .map(|f| Live { zero_unix_ms: f.zero_unix_ms, target: s.media.hls_segment });
+    let segments = match live {
+        Some(_) => closed_segments(obj.record(), s.media.hls_segment),
+        None => plan_segments(obj.record(), s.media.hls_segment),
+    };
     let fmp4: Vec<Fmp4Track> = tracks.iter().map(|(_, t)| t.clone()).collect();
     let body = |bytes: Vec<u8>, kind: &str| {
         let len = bytes.len();
@@ -742,7 +820,7 @@ async fn native_hls(
         r
     };
     if file == "index.m3u8" {
-        let list = playlist_of(&segments, "m4s", Some("init.mp4"));
+        let list = playlist_of(&segments, "m4s", Some("init.mp4"), live);
         return body(list.into_bytes(), "application/vnd.apple.mpegurl");
     }
     if file == "init.mp4" {
@@ -803,6 +881,9 @@ async fn native_segment(
     for (k, a) in asm.iter_mut().enumerate() {
         if let Some(a) = a {
             a.finish(&mut samples[k]);
+        }
+        if tracks[k].1.is_video() {
+            isochron_media::fmp4::decode_times_from_presentation(&mut samples[k]);
         }
     }
     Ok(samples)
@@ -1064,6 +1145,43 @@ mod tests {
         let segs = plan_segments(&record(&[(0, 0.0)], 10, 2.5), Duration::from_secs(4));
         assert_eq!(secs(&segs), [2.5]);
         assert_eq!(playlist(&segs).lines().nth(2), Some("#EXT-X-TARGETDURATION:3"));
+    }
+
+    #[test]
+    fn a_growing_recording_lists_only_segments_that_cannot_change() {
+        // A key frame a second; the finished object is 12 s long.
+        let pts: Vec<(u64, f64)> = (0..12).map(|i| (i * 100, i as f64)).collect();
+        let whole = plan_segments(&record(&pts, 1200, 12.0), Duration::from_secs(4));
+        for committed in 1..=12 {
+            let prefix = record(&pts[..committed], committed as u64 * 100, committed as f64);
+            let closed = closed_segments(&prefix, Duration::from_secs(4));
+            assert!(whole.starts_with(&closed), "{committed} s: {closed:?} of {whole:?}");
+            // A segment is closed once the first key frame at or past its goal is committed.
+            assert_eq!(closed.len(), committed.saturating_sub(1) / 4, "{committed} s");
+        }
+        let prefix = record(&pts[..9], 900, 9.0);
+        let live = Live { zero_unix_ms: 1_764_751_800_250, target: Duration::from_secs(4) };
+        let text = playlist_of(&closed_segments(&prefix, live.target), "m4s", None, Some(live));
+        assert!(text.contains("#EXT-X-TARGETDURATION:4\n"), "{text}");
+        assert!(text.contains("#EXT-X-PLAYLIST-TYPE:EVENT\n"), "{text}");
+        assert!(!text.contains("ENDLIST"), "{text}");
+        assert!(
+            text.ends_with(
+                "#EXT-X-PROGRAM-DATE-TIME:2025-12-03T08:50:00.250Z\n#EXTINF:4.000,\n0.m4s\n\
+                 #EXT-X-PROGRAM-DATE-TIME:2025-12-03T08:50:04.250Z\n#EXTINF:4.000,\n1.m4s\n"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn dates_are_iso_8601_in_utc() {
+        assert_eq!(iso8601_ms(0), "1970-01-01T00:00:00.000Z");
+        // The leap day of a year divisible by 400, and the day after.
+        assert_eq!(iso8601_ms(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(iso8601_ms(951_868_799_999), "2000-02-29T23:59:59.999Z");
+        assert_eq!(iso8601_ms(951_868_800_000), "2000-03-01T00:00:00.000Z");
+        assert_eq!(iso8601_ms(4_107_542_400_001), "2100-03-01T00:00:00.001Z");
     }
 
     #[test]

@@ -64,7 +64,9 @@ pub struct Fmp4Track {
 }
 
 impl Fmp4Track {
-    fn is_video(&self) -> bool {
+    /// Whether it is a video track (H.264, H.265).
+    #[must_use]
+    pub fn is_video(&self) -> bool {
         matches!(self.codec, Fmp4Codec::H264 { .. } | Fmp4Codec::H265 { .. })
     }
 
@@ -97,6 +99,24 @@ pub struct Fmp4Sample {
     pub key: bool,
     /// The sample's bytes (video: 4-byte length-prefixed NAL units).
     pub data: Vec<u8>,
+}
+
+/// Gives a segment's video samples (in decode order) decode times spaced as their
+/// presentation times are: the `k`-th decodes at the `k`-th smallest presentation time, less
+/// the largest reordering in the segment, so that none decodes after it is shown (a negative
+/// decode time is raised to 0: the first frames of a timeline that starts at its first
+/// presentation). Each sample's duration (the step to the next decode time) is then the
+/// spacing of the pictures shown, so no picture's presentation interval overlaps the next
+/// one's: a Media Source Extensions buffer removes a frame a later one overlaps, and the
+/// frames that depend on it (W3C MSE §3.5.8), which send times taken from arrival (a live
+/// feed's) would make happen.
+pub fn decode_times_from_presentation(samples: &mut [Fmp4Sample]) {
+    let mut shown: Vec<i64> = samples.iter().map(|s| s.pts).collect();
+    shown.sort_unstable();
+    let reorder = samples.iter().zip(&shown).map(|(s, p)| p - s.pts).max().unwrap_or(0).max(0);
+    for (s, p) in samples.iter_mut().zip(&shown) {
+        s.dts = (p - reorder).max(0);
+    }
 }
 
 /// The initialization segment of `tracks` (track ids 1, 2, …).
@@ -210,6 +230,9 @@ pub struct Reassembler {
     last_rtp: Option<u32>,
     /// The object's timeline in RTP ticks: the unwrapped timestamp of the first packet.
     unwrapped: Option<i64>,
+    /// The duration of one access unit where a packet may carry several (AAC: 1,024 samples
+    /// at the track's clock, its sample rate); 0 where each is its own packet.
+    au_ticks: i64,
     out: Vec<Vec<u8>>,
 }
 
@@ -237,6 +260,7 @@ impl Reassembler {
             dts_ns: None,
             last_rtp: None,
             unwrapped: None,
+            au_ticks: if matches!(track.codec, Fmp4Codec::Aac { .. }) { 1024 } else { 0 },
             out: Vec::new(),
         })
     }
@@ -295,8 +319,12 @@ impl Reassembler {
         } else {
             pts
         };
-        for au in self.out.drain(..) {
+        // Several AAC frames in one packet (RFC 3640 §3.2.3.1, as ffmpeg publishes): the
+        // packet's timestamp is the first's, each next one a frame of 1,024 samples later.
+        for (i, au) in self.out.drain(..).enumerate() {
             let key = !self.video || is_key(&au, self.h265);
+            let pts = pts + i as i64 * self.au_ticks;
+            let dts = if self.video { dts } else { pts };
             samples.push(Fmp4Sample { dts: dts.min(pts), pts, key, data: au });
         }
         self.dts_ns = None;
@@ -613,6 +641,55 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// One packet of three AAC frames (RFC 3640 AAC-hbr: three 16-bit AU headers, size and
+    /// index) becomes three samples a frame apart, not three at the packet's time.
+    #[test]
+    fn aac_frames_sharing_a_packet_are_a_frame_apart() {
+        let track = Fmp4Track {
+            codec: Fmp4Codec::Aac { asc: vec![0x11, 0x90] },
+            timescale: 48_000,
+            width: 0,
+            height: 0,
+            channels: 2,
+            sample_rate: 48_000,
+        };
+        let frames: [&[u8]; 3] = [&[1, 2, 3], &[4, 5], &[6, 7, 8, 9]];
+        let mut payload = vec![0, 48];
+        for f in frames {
+            payload.extend_from_slice(&((f.len() as u16) << 3).to_be_bytes());
+        }
+        for f in frames {
+            payload.extend_from_slice(f);
+        }
+        let mut r = Reassembler::new(&track).unwrap();
+        let mut samples = Vec::new();
+        r.push(&payload, true, 5_000, 0, &mut samples);
+        r.finish(&mut samples);
+        let got: Vec<(i64, i64, &[u8])> =
+            samples.iter().map(|s| (s.pts, s.dts, s.data.as_slice())).collect();
+        assert_eq!(
+            got,
+            [(5_000, 5_000, frames[0]), (6_024, 6_024, frames[1]), (7_048, 7_048, frames[2])]
+        );
+    }
+
+    /// Video decode times taken from a burst of arrivals (all near 0) become the pictures'
+    /// spacing, shifted by the reordering so that none decodes after it is shown.
+    #[test]
+    fn decode_times_follow_the_pictures_shown() {
+        // I P B B P B B in decode order, a picture every 3,600 ticks, shown from 7,200.
+        let shown = [7_200, 18_000, 10_800, 14_400, 28_800, 21_600, 25_200];
+        let mut samples: Vec<Fmp4Sample> = shown
+            .iter()
+            .enumerate()
+            .map(|(i, &pts)| Fmp4Sample { dts: i as i64, pts, key: i == 0, data: Vec::new() })
+            .collect();
+        decode_times_from_presentation(&mut samples);
+        let dts: Vec<i64> = samples.iter().map(|s| s.dts).collect();
+        assert_eq!(dts, [3_600, 7_200, 10_800, 14_400, 18_000, 21_600, 25_200]);
+        assert!(samples.iter().all(|s| s.dts <= s.pts));
     }
 
     /// The NAL units of a 4-byte length-prefixed access unit, parameter sets and delimiters

@@ -115,6 +115,9 @@ pub fn announced_track(index: usize, a: &Announced<'_>) -> Result<NativeTrack, L
         problem,
     };
     let params = Params(a.fmtp);
+    // The picture's size, from the SPS (players size their decoder and the fMP4 sample entry
+    // from it; a description carries none).
+    let mut dimensions = (0, 0);
     let (codec, rtp, config) = match a.encoding.to_ascii_lowercase().as_str() {
         "h264" => {
             let sets = params.get("sprop-parameter-sets").ok_or_else(|| {
@@ -127,6 +130,8 @@ pub fn announced_track(index: usize, a: &Announced<'_>) -> Result<NativeTrack, L
             if sps.is_empty() || pps.is_empty() {
                 return Err(bad("sprop-parameter-sets: no SPS and PPS".into()));
             }
+            dimensions = h264_dimensions(&sps[0])
+                .map_err(|e| bad(format!("sprop-parameter-sets: the SPS does not parse: {e}")))?;
             (Codec::H264, RtpCodec::H264, crate::native::avcc(4, &sps, &pps))
         }
         "h265" => {
@@ -139,6 +144,9 @@ pub fn announced_track(index: usize, a: &Announced<'_>) -> Result<NativeTrack, L
                 let value = params.get(name).ok_or_else(|| bad(format!("no {name}")))?;
                 *list = base64_list(value).map_err(|e| bad(format!("{name}: {e}")))?;
             }
+            let sps = sets.sps.first().ok_or_else(|| bad("sprop-sps: no SPS".into()))?;
+            dimensions = h265_dimensions(sps)
+                .map_err(|e| bad(format!("sprop-sps: the SPS does not parse: {e}")))?;
             (Codec::H265, RtpCodec::H265, sets.encode())
         }
         "mpeg4-generic" => {
@@ -212,11 +220,75 @@ pub fn announced_track(index: usize, a: &Announced<'_>) -> Result<NativeTrack, L
         payload_type: FIRST_DYNAMIC_PT + index as u8,
         fmtp: a.fmtp.trim().to_string(),
         config,
-        width: 0,
-        height: 0,
+        width: dimensions.0,
+        height: dimensions.1,
         language: None,
         container_id: index as u64,
     })
+}
+
+/// The width and height in pixels of the pictures an H.264 SPS NAL unit describes, cropped
+/// (ITU-T H.264 §7.4.2.1.1); larger than a track can say (65,535) is an error.
+fn h264_dimensions(sps: &[u8]) -> Result<(u16, u16), String> {
+    use h264_reader::nal::sps::SeqParameterSet;
+    use h264_reader::rbsp::{BitReader, decode_nal};
+    let rbsp = decode_nal(sps).map_err(|e| e.to_string())?;
+    let sps =
+        SeqParameterSet::from_bits(BitReader::new(&rbsp[..])).map_err(|e| format!("{e:?}"))?;
+    let (w, h) = sps.pixel_dimensions().map_err(|e| format!("{e:?}"))?;
+    let fit = |v: u32| u16::try_from(v).map_err(|_| format!("{w}x{h} pixels: too large"));
+    Ok((fit(w)?, fit(h)?))
+}
+
+/// The width and height in pixels of the pictures an H.265 SPS NAL unit describes, cut to its
+/// conformance window (ITU-T H.265 §7.3.2.2.1, §7.3.3, and §7.4.3.2.1 for the window's units).
+fn h265_dimensions(sps: &[u8]) -> Result<(u16, u16), String> {
+    // The RBSP: the 2-byte header dropped, each emulation prevention byte (00 00 03) removed.
+    let mut rbsp = Vec::with_capacity(sps.len());
+    let mut zeros = 0;
+    for &b in sps.get(2..).unwrap_or_default() {
+        if zeros >= 2 && b == 3 {
+            zeros = 0;
+            continue;
+        }
+        zeros = if b == 0 { zeros + 1 } else { 0 };
+        rbsp.push(b);
+    }
+    let mut r = Bits { data: &rbsp, at: 0 };
+    r.skip(4)?; // sps_video_parameter_set_id
+    let sub_layers = r.take(3)? as usize; // sps_max_sub_layers_minus1
+    r.skip(1)?; // sps_temporal_id_nesting_flag
+    // profile_tier_level(1, sub_layers): the general profile, flags and level (96 bits), each
+    // sub-layer's two presence flags, their padding to 8 pairs, then what they say is present.
+    r.skip(96)?;
+    let mut present = Vec::with_capacity(sub_layers);
+    for _ in 0..sub_layers {
+        present.push((r.take(1)? == 1, r.take(1)? == 1));
+    }
+    if sub_layers > 0 {
+        r.skip(2 * (8 - sub_layers))?;
+    }
+    for (profile, level) in present {
+        r.skip(if profile { 88 } else { 0 } + if level { 8 } else { 0 })?;
+    }
+    r.ue()?; // sps_seq_parameter_set_id
+    let chroma = r.ue()?;
+    if chroma == 3 {
+        r.skip(1)?; // separate_colour_plane_flag
+    }
+    let (mut width, mut height) = (r.ue()?, r.ue()?);
+    if r.take(1)? == 1 {
+        let (sub_w, sub_h) = match chroma {
+            1 => (2, 2),
+            2 => (2, 1),
+            _ => (1, 1),
+        };
+        let (left, right, top, bottom) = (r.ue()?, r.ue()?, r.ue()?, r.ue()?);
+        width = width.saturating_sub(sub_w * (left + right));
+        height = height.saturating_sub(sub_h * (top + bottom));
+    }
+    let fit = |v: u64| u16::try_from(v).map_err(|_| format!("{width}x{height} pixels: too large"));
+    Ok((fit(width)?, fit(height)?))
 }
 
 /// `a=fmtp` parameters: `key=value` pairs separated by `;` (keys case-insensitive).
@@ -347,6 +419,26 @@ impl Bits<'_> {
             self.at += 1;
         }
         Ok(v)
+    }
+
+    fn skip(&mut self, n: usize) -> Result<(), String> {
+        if self.at + n > self.data.len() * 8 {
+            return Err("too short".into());
+        }
+        self.at += n;
+        Ok(())
+    }
+
+    /// An unsigned Exp-Golomb code (ITU-T H.265 §9.2).
+    fn ue(&mut self) -> Result<u64, String> {
+        let mut zeros = 0;
+        while self.take(1)? == 0 {
+            zeros += 1;
+            if zeros > 31 {
+                return Err("an Exp-Golomb code longer than 32 bits".into());
+            }
+        }
+        Ok((1u64 << zeros) - 1 + u64::from(self.take(zeros)?))
     }
 }
 
@@ -630,8 +722,12 @@ impl fmt::Display for LiveStats {
 mod tests {
     use super::*;
 
-    const SPS: &[u8] = &[0x67, 0x64, 0x00, 0x1f, 0xac];
-    const PPS: &[u8] = &[0x68, 0xee, 0x3c, 0x80];
+    /// ffmpeg's parameter sets of a 640x360 High-profile clip.
+    const SPS: &[u8] = &[
+        0x67, 0x64, 0x00, 0x1e, 0xac, 0xd9, 0x40, 0xa0, 0x2f, 0xf9, 0x70, 0x11, 0x00, 0x00, 0x03,
+        0x00, 0x01, 0x00, 0x00, 0x03, 0x00, 0x32, 0x0f, 0x16, 0x2d, 0x96,
+    ];
+    const PPS: &[u8] = &[0x68, 0xef, 0x8f, 0xcb];
 
     fn h264_fmtp() -> String {
         format!(
@@ -664,6 +760,7 @@ mod tests {
             (Codec::H264, "H264", 96, fmtp.as_str())
         );
         assert_eq!(t.config, crate::native::avcc(4, &[SPS.to_vec()], &[PPS.to_vec()]));
+        assert_eq!((t.width, t.height), (640, 360), "from the SPS");
         let aac = "streamtype=5;profile-level-id=1;mode=AAC-hbr;sizelength=13;indexlength=3;indexdeltalength=3;config=1190";
         let a = Announced { encoding: "MPEG4-GENERIC", clock_rate: 48_000, channels: 2, fmtp: aac };
         let t = announced_track(1, &a).unwrap();
@@ -724,11 +821,34 @@ mod tests {
         assert!(err("H264", 90_000, "packetization-mode=1").contains("no sprop-parameter-sets"));
         assert!(err("H264", 90_000, "sprop-parameter-sets=!!").contains("not base64"));
         assert!(err("H264", 48_000, &h264_fmtp()).contains("clock 48000 Hz"));
+        let cut = format!("sprop-parameter-sets=Z2QAHqzZ,{}", STANDARD.encode(PPS));
+        assert!(
+            err("H264", 90_000, &cut).contains("the SPS does not parse"),
+            "{}",
+            err("H264", 90_000, &cut)
+        );
         let lbr = "mode=AAC-lbr;sizelength=6;indexlength=2;indexdeltalength=2;config=1190";
         assert!(err("mpeg4-generic", 48_000, lbr).contains("only mode=AAC-hbr"));
         let nohex = "mode=AAC-hbr;sizelength=13;indexlength=3;indexdeltalength=3;config=xyz1";
         assert!(err("mpeg4-generic", 48_000, nohex).contains("is not hex"));
         assert!(err("H265", 90_000, "sprop-vps=QAE=").contains("no sprop-sps"));
+    }
+
+    /// ffmpeg's parameter sets of a 640x360 H.265 clip: the track's size is the SPS's; an SPS
+    /// cut short is refused by name.
+    #[test]
+    fn an_h265_track_is_sized_from_its_sps() {
+        let vps = "sprop-vps=QAEMAf//AWAAAAMAkAAAAwAAAwA/lZQJ";
+        let pps = "sprop-pps=RAHAc8GJ";
+        let sps = "sprop-sps=QgEBAWAAAAMAkAAAAwAAAwA/oAUCAXHy5ZWVKTC8BaAgAAADACAAAAMDIQ==";
+        let fmtp = format!("{vps}; {sps}; {pps}");
+        let a = Announced { encoding: "H265", clock_rate: 90_000, channels: 0, fmtp: &fmtp };
+        let t = announced_track(0, &a).unwrap();
+        assert_eq!((t.width, t.height), (640, 360));
+        let cut = format!("{vps}; sprop-sps=QgEBAWAAAAMAkAAAAwAAAwA/oA==; {pps}");
+        let a = Announced { encoding: "H265", clock_rate: 90_000, channels: 0, fmtp: &cut };
+        let e = announced_track(0, &a).unwrap_err().to_string();
+        assert!(e.contains("sprop-sps: the SPS does not parse: too short"), "{e}");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use isochron_base::NodeId;
+use isochron_base::{BlockIndex, NodeId, ObjectId, RunId, StreamId};
 use isochron_cluster::{Message, ShareKey};
 use isochron_pacing::pacer::{StreamOp, StreamSetup};
 use isochron_pacing::rtx::RtxSetup;
@@ -64,6 +64,25 @@ pub enum NodeOutput {
         to: NodeId,
         /// The message (boxed: a run's start is a few hundred bytes).
         msg: Box<Message>,
+    },
+    /// Hand chunk `index` of live feed `feed` to a viewer's stream (the chunk the owner holds
+    /// since [`crate::FeedEvent::Chunk`]; one shared buffer for every viewer).
+    Deliver {
+        /// The feed.
+        feed: ObjectId,
+        /// The viewer's stream.
+        stream: StreamId,
+        /// Its run.
+        run: RunId,
+        /// The chunk.
+        index: BlockIndex,
+    },
+    /// No viewer needs chunk `index` of feed `feed` any more: the owner drops it.
+    Evict {
+        /// The feed.
+        feed: ObjectId,
+        /// The chunk.
+        index: BlockIndex,
     },
     /// Close an RTSP connection `after` this long (the BYE queued before it goes first).
     CloseConn {

@@ -71,6 +71,7 @@ impl Cluster {
                 unix_base_ns: 1_800_000_000 * SECOND,
                 cluster: Some((Arc::new(disks), 2)),
                 degrade: false,
+                live: isochron_live::EdgeConfig::default(),
             };
             let rtsp = ServerCore::new(ServerConfig::default(), u64::from(n));
             let mut core = NodeCore::new(config, rtsp, Arc::new(clip(Arc::clone(&etcd))));

@@ -9,7 +9,7 @@ use isochron_base::{DiskId, Gsn, Instant, MediaTime, NodeId, Replicas, RunId, St
 use isochron_cluster::ShareKey;
 use isochron_node::abr::ReceiverFeedback;
 use isochron_node::{NodeConfig, NodeCore, NodeOutput, Ticket};
-use isochron_pacing::pacer::{RunReport, StreamOp};
+use isochron_pacing::pacer::{PlayRun, RunReport, StreamOp};
 use isochron_rtsp::rtsp_types::{HeaderName, Method, Response, StatusCode};
 use isochron_rtsp::server::{ConnId, Position, ServerConfig, ServerCore};
 use isochron_sched::{Decision, ReadOp, Refusal};
@@ -46,6 +46,7 @@ impl Node {
             unix_base_ns: 0,
             cluster: None,
             degrade,
+            live: isochron_live::EdgeConfig::default(),
         };
         let rtsp = ServerCore::new(ServerConfig::default(), 3);
         let core = NodeCore::new(config, rtsp, Arc::new(clip));
@@ -118,6 +119,14 @@ fn response(out: &[NodeOutput]) -> Option<&Response<Vec<u8>>> {
 fn run_started(out: &[NodeOutput]) -> Option<(StreamId, RunId)> {
     out.iter().find_map(|o| match o {
         NodeOutput::Send(StreamOp::Play { stream, play }) => Some((*stream, play.run)),
+        _ => None,
+    })
+}
+
+/// The run a batch of outputs starts, if it starts one.
+fn run_sent(out: &[NodeOutput]) -> Option<PlayRun> {
+    out.iter().find_map(|o| match o {
+        NodeOutput::Send(StreamOp::Play { play, .. }) => Some(*play),
         _ => None,
     })
 }
@@ -323,15 +332,61 @@ fn a_lossy_report_switches_a_ladder_down_at_the_next_seek_point_numbered_on() {
     n.core.handle_admitted(n.now, key.0, key.1, Some(Decision::Admit));
     let out = n.outputs();
     assert!(status(&out).is_empty(), "no answer: {out:?}");
-    let play = out
-        .iter()
-        .find_map(|o| match o {
-            NodeOutput::Send(StreamOp::Play { play, .. }) => Some(*play),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("the low rendition's run: {out:?}"));
+    let play = run_sent(&out).unwrap_or_else(|| panic!("the low rendition's run: {out:?}"));
     assert_eq!((play.start.gsn, play.start.time), (Gsn(150), MediaTime::from_nanos(3 * SECOND)));
     assert_eq!(play.seq_offsets[0].wrapping_add(150), seq0.wrapping_add(300));
+}
+
+/// A busy node's stop comes after the key frame's packets left, or its deadline passes before
+/// the run reached the key frame: the session does not go on in the other rendition from a
+/// key frame (the media between would be missing, or sent twice). It goes on exactly where it
+/// stopped, in the rendition it played, numbered on; nothing is admitted.
+#[test]
+fn a_switch_whose_stop_came_late_goes_on_where_it_stopped_in_the_same_rendition() {
+    // 0.2 s past the key frame at 3 s (GSN 300): its packets had left.
+    stop_off_the_key_frame(Position::at(Gsn(320), MediaTime::from_nanos(3 * SECOND + SECOND / 5)));
+    // 0.2 s before it: the stop's deadline passed with the run behind its clock.
+    stop_off_the_key_frame(Position::at(Gsn(280), MediaTime::from_nanos(3 * SECOND - SECOND / 5)));
+}
+
+fn stop_off_the_key_frame(past: Position) {
+    let mut n = Node::with(Clip::new(6, |_| Replicas::single(DiskId(0))).with_ladder());
+    n.set_up();
+    let ssrc = n.ssrc.expect("the SETUP's SSRC");
+    let key = n.play_asks_admission();
+    n.core.handle_admitted(n.now, key.0, key.1, Some(Decision::Admit));
+    let out = n.outputs();
+    let seq0 = rtp_info_seq(response(&out).expect("the PLAY's answer"));
+    let (stream, run1) = run_started(&out).expect("the run starts");
+    n.now = n.now + std::time::Duration::from_secs(2);
+    let lossy =
+        ReceiverFeedback { ssrc, fraction_lost: 64, rtt: None, highest_seq: None, jitter: 0 };
+    n.core.handle_rtcp(n.now, &[ssrc], &[lossy], &[]);
+    assert!(
+        n.outputs()
+            .iter()
+            .any(|o| matches!(o, NodeOutput::Send(StreamOp::Stop { run, .. }) if *run == run1)),
+        "the switch's stop"
+    );
+    n.now = n.now + std::time::Duration::from_secs(1);
+    n.core.handle_share_stopped(
+        n.now,
+        stream,
+        run1,
+        RunReport { next: Some(past), last_sent: None },
+    );
+    let out = n.outputs();
+    assert!(!out.iter().any(|o| matches!(o, NodeOutput::Admit { .. })), "no reopening: {out:?}");
+    assert!(status(&out).is_empty(), "no answer: {out:?}");
+    let play = run_sent(&out).unwrap_or_else(|| panic!("the run going on: {out:?}"));
+    assert_eq!((play.start.gsn, play.start.time), (past.gsn, past.time));
+    let at = past.gsn.0 as u16;
+    assert_eq!(play.seq_offsets[0].wrapping_add(at), seq0.wrapping_add(at), "numbered on");
+    // The chooser decides again: the next lossy report stops the new run.
+    n.now = n.now + std::time::Duration::from_millis(500);
+    n.core.handle_rtcp(n.now, &[ssrc], &[lossy], &[]);
+    let out = n.outputs();
+    assert!(out.iter().any(|o| matches!(o, NodeOutput::Send(StreamOp::Stop { .. }))), "{out:?}");
 }
 
 /// A player that has lost packets sent again reports no loss, but it asked for a tenth of
@@ -618,4 +673,106 @@ fn admissions_wait_while_a_step_up_is_decided() {
     let out = n.outputs();
     admission_of(&out, "clip");
     assert_eq!(n.core.abr_stats().step_ups_refused, 1);
+}
+
+/// A chunk of a live feed: `index`, with a seek point at its first packet when `key`.
+fn live_chunk(index: u32, key: bool) -> isochron_live::ChunkInfo {
+    let gsn = u64::from(index) * 10;
+    let first = Position::at(Gsn(gsn), MediaTime::from_nanos(gsn * SECOND / 100));
+    isochron_live::ChunkInfo {
+        index: isochron_base::BlockIndex(index),
+        first,
+        keys: if key { vec![first] } else { Vec::new() },
+        packets: 10,
+        last_time: first.time,
+    }
+}
+
+/// The chunks handed to viewers in `out`, as (stream, chunk index).
+fn delivered(out: &[NodeOutput]) -> Vec<(StreamId, u32)> {
+    out.iter()
+        .filter_map(|o| match o {
+            NodeOutput::Deliver { stream, index, .. } => Some((*stream, index.0)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `docs/design/live.md`, step 2: a PLAY of a feed being published joins its live edge, with no
+/// admission and no disk read. It is answered once there is a seek point to start at, with the
+/// RTP-Info of that packet, before its run starts; the chunks since that seek point go to it a
+/// start delay later, then each chunk as it comes; the feed's end is its BYE; a TEARDOWN
+/// removes its stream and it is handed nothing more.
+#[test]
+fn a_viewer_of_a_live_feed_joins_at_its_newest_seek_point_and_follows_its_edge() {
+    use isochron_node::FeedEvent;
+    let mut n = Node::new();
+    let feed = isochron_base::ObjectId(7);
+    let anchor = isochron_sched::Anchor { wall: n.now, media: MediaTime::ZERO };
+    n.core.handle_feed(n.now, FeedEvent::Opened { feed, anchor, tracks: vec![(90_000, 33)] });
+    n.set_up();
+    n.core.handle_feed(n.now, FeedEvent::Chunk { feed, info: live_chunk(0, false) });
+    // No viewer can start before a seek point: the chunk is dropped at once.
+    let out = n.outputs();
+    assert!(matches!(out.as_slice(), [NodeOutput::Evict { index, .. }] if index.0 == 0), "{out:?}");
+    n.request(Method::Play, "rtsp://127.0.0.1:8554/clip", &[]);
+    let out = n.outputs();
+    assert!(
+        matches!(out.as_slice(), [NodeOutput::AddStream { setup, .. }] if setup.last_block.0 == u32::MAX),
+        "a stream with no last block, no admission, no answer yet: {out:?}"
+    );
+    n.now = n.now + std::time::Duration::from_millis(20);
+    n.core.handle_feed(n.now, FeedEvent::Chunk { feed, info: live_chunk(1, true) });
+    let out = n.outputs();
+    let answer = out.iter().position(|o| matches!(o, NodeOutput::Respond { .. })).unwrap();
+    let started = out.iter().position(|o| matches!(o, NodeOutput::Send(StreamOp::Play { .. })));
+    assert!(started.is_some_and(|s| s > answer), "answered, then started: {out:?}");
+    assert_eq!(status(&out), vec![StatusCode::Ok]);
+    // RTP-Info: the seek point's number (the GSN of an MPEG-TS feed) after the offset.
+    let NodeOutput::Send(StreamOp::Play { stream, play }) = &out[started.unwrap()] else {
+        unreachable!()
+    };
+    let stream = *stream;
+    assert_eq!(play.start.gsn, Gsn(10));
+    assert_eq!(play.anchor, Some(anchor));
+    let seq = rtp_info_seq(response(&out).unwrap());
+    assert_eq!(seq, play.seq_offsets[0].wrapping_add(10));
+    assert!(delivered(&out).is_empty(), "the first chunks wait for the start delay: {out:?}");
+    n.now = n.now + std::time::Duration::from_millis(20);
+    n.core.handle_feed(n.now, FeedEvent::Chunk { feed, info: live_chunk(2, false) });
+    assert!(delivered(&n.outputs()).is_empty());
+    n.now = n.now + std::time::Duration::from_millis(20);
+    n.core.handle_feed(n.now, FeedEvent::Chunk { feed, info: live_chunk(3, false) });
+    assert_eq!(delivered(&n.outputs()), vec![(stream, 1), (stream, 2), (stream, 3)]);
+    n.core.handle_feed(n.now, FeedEvent::Chunk { feed, info: live_chunk(4, false) });
+    assert_eq!(delivered(&n.outputs()), vec![(stream, 4)]);
+    // The feed ends: the viewer's stream ends after the last chunk (its BYE after its last
+    // packet).
+    n.core.handle_feed(n.now, FeedEvent::Ended { feed });
+    let out = n.outputs();
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, NodeOutput::Send(StreamOp::Last { last, .. }) if last.0 == 4)),
+        "{out:?}"
+    );
+    n.request(Method::Teardown, "rtsp://127.0.0.1:8554/clip", &[]);
+    let out = n.outputs();
+    assert!(out.iter().any(|o| matches!(o, NodeOutput::Send(StreamOp::Remove { .. }))), "{out:?}");
+    assert_eq!(status(&out), vec![StatusCode::Ok]);
+}
+
+/// A PLAY of a feed that ends before its first seek point is answered (not left waiting).
+#[test]
+fn a_viewer_waiting_for_a_key_frame_is_answered_when_the_feed_ends() {
+    use isochron_node::FeedEvent;
+    let mut n = Node::new();
+    let feed = isochron_base::ObjectId(7);
+    let anchor = isochron_sched::Anchor { wall: n.now, media: MediaTime::ZERO };
+    n.core.handle_feed(n.now, FeedEvent::Opened { feed, anchor, tracks: vec![(90_000, 33)] });
+    n.set_up();
+    n.request(Method::Play, "rtsp://127.0.0.1:8554/clip", &[]);
+    assert!(status(&n.outputs()).is_empty(), "waits for a key frame");
+    n.core.handle_feed(n.now, FeedEvent::Ended { feed });
+    let out = n.outputs();
+    assert_eq!(status(&out), vec![StatusCode::InternalServerError], "{out:?}");
 }

@@ -393,6 +393,13 @@ pub enum StreamOp {
         /// The blocks given back.
         blocks: Vec<BlockIndex>,
     },
+    /// The stream's last block is now known ([`Pacer::handle_last`]: a live feed ended).
+    Last {
+        /// The stream.
+        stream: StreamId,
+        /// Its last block.
+        last: BlockIndex,
+    },
     /// Send the session's BYE ([`Pacer::handle_bye`]).
     Bye {
         /// The stream.
@@ -421,6 +428,7 @@ impl StreamOp {
             | Self::Release { stream, .. }
             | Self::Freeze { stream, .. }
             | Self::PassOver { stream, .. }
+            | Self::Last { stream, .. }
             | Self::Bye { stream, .. }
             | Self::Remove { stream } => *stream,
         }
@@ -1148,6 +1156,17 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         }
     }
 
+    /// A stream added with no known end (a viewer of a live feed, whose blocks are the feed's
+    /// chunks) learns its last block: its run ends after that block's last packet, with the
+    /// BYE of its RTCP mode, however far behind it plays; at once if it has sent it already.
+    pub fn handle_last(&mut self, now: Instant, stream: StreamId, last: BlockIndex) {
+        let Some(s) = self.streams.get_mut(&stream) else { return };
+        s.setup.last_block = last;
+        if s.playing && s.next.is_some_and(|n| n > last) {
+            self.finish(now, stream, false);
+        }
+    }
+
     /// Sends the session's BYE (after the grace period) and stops its timed SRs: a
     /// [`RtcpMode::Timer`] stream whose session every node has finished, or a stream that cannot
     /// go on, with the `reason`.
@@ -1203,6 +1222,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             StreamOp::PassOver { stream, run, blocks } => {
                 self.handle_pass_over(stream, run, &blocks);
             }
+            StreamOp::Last { stream, last } => self.handle_last(now, stream, last),
             StreamOp::Bye { stream, reason } => self.handle_bye(now, stream, reason),
             StreamOp::Remove { stream } => self.handle_remove(stream),
         }
@@ -2756,5 +2776,32 @@ mod tests {
         let (rtp, ..) = drive(&mut p, ms(1_000));
         let times: Vec<u64> = rtp.iter().filter(|r| r.0 >= 15).map(|r| r.0).collect();
         assert_eq!(times, vec![20, 30, 40, 60, 65, 70, 75, 80]);
+    }
+
+    /// A stream with no known end ends after the last block it is told of, with its BYE after
+    /// its last packet however late that is; told after it sent that block, at once.
+    #[test]
+    fn a_stream_told_its_last_block_ends_after_it() {
+        let mut p = Pacer::new(PacerConfig::default());
+        setup(&mut p, u32::MAX);
+        play(&mut p, RunId(1), Position::at(Gsn(0), MediaTime::ZERO), None, 0);
+        let anchor = Anchor { wall: ms(100), media: MediaTime::ZERO };
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(0), block(0, 0, 5), Some(anchor));
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(1), block(1, 5, 5), None);
+        // Told before its last packets are due: they all go, then the BYE.
+        p.handle_last(ms(100), StreamId(1), BlockIndex(1));
+        let (rtp, _, bye) = drive(&mut p, ms(1_000));
+        assert_eq!(rtp.len(), 10);
+        assert_eq!(bye, vec![190 + 500]);
+        // Told once it has sent everything it was given: it ends at once.
+        let mut p = Pacer::new(PacerConfig::default());
+        setup(&mut p, u32::MAX);
+        play(&mut p, RunId(1), Position::at(Gsn(0), MediaTime::ZERO), None, 0);
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(0), block(0, 0, 5), Some(anchor));
+        let (rtp, _, bye) = drive(&mut p, ms(1_000));
+        assert_eq!((rtp.len(), bye.len()), (5, 0), "waits for more");
+        p.handle_last(ms(1_000), StreamId(1), BlockIndex(0));
+        let (_, _, bye) = drive(&mut p, ms(3_000));
+        assert_eq!(bye, vec![1_500]);
     }
 }

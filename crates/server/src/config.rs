@@ -364,11 +364,14 @@ pub struct LiveSection {
     /// A feed's peak rate as a percentage of its mean (100 to 1000): what admission reserves
     /// the disks for, and the most the recorder takes. Default 200.
     pub peak_percent: u32,
+    /// How much of a running feed is kept in memory for viewers to go back into (time-shift,
+    /// `Range: npt=…`), seconds (0 to 3600; each feed's memory grows with it). Default 60.
+    pub window_s: u64,
 }
 
 impl Default for LiveSection {
     fn default() -> Self {
-        Self { default_rate_kbps: 8000, peak_percent: 200 }
+        Self { default_rate_kbps: 8000, peak_percent: 200, window_s: 60 }
     }
 }
 
@@ -379,6 +382,8 @@ pub struct LiveSettings {
     pub default_rate: BitRate,
     /// Peak over mean, percent.
     pub peak_percent: u32,
+    /// The time-shift window kept of each feed.
+    pub window: Duration,
 }
 
 impl LiveSettings {
@@ -820,9 +825,13 @@ impl ConfigFile {
         if !(100..=1000).contains(&l.peak_percent) {
             return Err(invalid("live.peak_percent", "must be between 100 and 1000"));
         }
+        if l.window_s > 3600 {
+            return Err(invalid("live.window_s", "must be between 0 and 3600"));
+        }
         Ok(LiveSettings {
             default_rate: BitRate(l.default_rate_kbps * 1000),
             peak_percent: l.peak_percent,
+            window: Duration::from_secs(l.window_s),
         })
     }
 
@@ -963,6 +972,7 @@ mod tests {
             ("[http]\nhls_segment_s = 0", "http.hls_segment_s"),
             ("[live]\ndefault_rate_kbps = 0", "live.default_rate_kbps"),
             ("[live]\npeak_percent = 50", "live.peak_percent"),
+            ("[live]\nwindow_s = 7200", "live.window_s"),
             ("[store]\ndisks = [\"d0,seek_ms=x\"]", "store.disks"),
             ("[store]\ndisks = [\"d0,speed=3\"]", "store.disks"),
             ("[cluster]\netcd = [\"127.0.0.1:2379\"]", "cluster.etcd"),

@@ -81,6 +81,9 @@ impl From<&ObjectRecord> for ObjectSummary {
 #[derive(Debug, Default)]
 pub struct Library {
     by_name: RwLock<HashMap<String, Arc<ObjectEntry>>>,
+    /// The feeds being published, by name: played from their live edge until they end
+    /// (`docs/design/live.md`).
+    live: RwLock<HashMap<String, Presentation>>,
 }
 
 impl Library {
@@ -91,6 +94,16 @@ impl Library {
             lib.insert(Arc::new(entry(store, rec)));
         }
         Ok(lib)
+    }
+
+    /// Lists feed `p` (a live presentation) under its name while it is published.
+    pub fn insert_live(&self, p: Presentation) {
+        self.live.write().unwrap_or_else(PoisonError::into_inner).insert(p.name.clone(), p);
+    }
+
+    /// Unlists feed `name`: it ended.
+    pub fn remove_live(&self, name: &str) {
+        self.live.write().unwrap_or_else(PoisonError::into_inner).remove(name);
     }
 
     /// Adds or replaces an entry.
@@ -157,6 +170,9 @@ impl isochron_rtsp::server::Library for Library {
     /// it is; a title with renditions is its ladder (the renditions whose tracks match the
     /// highest's), played from the highest and switched between; any other name is itself.
     fn lookup(&self, name: &str) -> Option<Presentation> {
+        if let Some(p) = self.live.read().unwrap_or_else(PoisonError::into_inner).get(name) {
+            return Some(p.clone());
+        }
         if let Some((title, SOURCE_RUNG)) = split_rendition(name) {
             return self.get(title).map(|e| presentation(&e, Vec::new()));
         }
@@ -197,6 +213,7 @@ fn presentation(e: &ObjectEntry, ladder: Vec<ObjectId>) -> Presentation {
             })
             .collect(),
         ladder,
+        live: false,
     }
 }
 

@@ -16,15 +16,15 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::Sender;
-use isochron_base::{DiskId, IoFailure, NodeId, ObjectId, RunId, StreamId};
+use isochron_base::{BlockIndex, DiskId, IoFailure, NodeId, ObjectId, RunId, StreamId};
 use isochron_cluster::{MemberInfo, Message, ShareKey};
 use isochron_dataplane::clock::Clock;
 use isochron_dataplane::pacer::RunReport;
 use isochron_dataplane::sched_thread::{DecisionSink, SchedCommand};
-use isochron_dataplane::sender::{OutFrame, SenderCommand, StreamTransport};
+use isochron_dataplane::sender::{OutFrame, SenderCommand, SharedBlock, StreamTransport};
 use isochron_dataplane::shards::Senders;
 use isochron_node::abr::ReceiverFeedback;
-use isochron_node::{Catalog, NodeConfig, NodeCore, NodeOutput, Ticket, Transport};
+use isochron_node::{Catalog, FeedEvent, NodeConfig, NodeCore, NodeOutput, Ticket, Transport};
 use isochron_rtsp::rtsp_types::{Request, Response};
 use isochron_rtsp::server::{ConnId, ConnInfo, Presentation, ServerCore};
 use isochron_sched::{Decision, OpenStream};
@@ -140,6 +140,29 @@ pub enum SessionCommand {
         /// The node.
         id: NodeId,
     },
+    /// A live feed began: its first packet arrived at `zero` (`docs/design/live.md`).
+    FeedOpened {
+        /// The object it is recorded as.
+        feed: ObjectId,
+        /// Its first packet's arrival: its media time zero.
+        zero: tokio::time::Instant,
+        /// Each track's RTP clock rate and payload type, as its viewers' SDP says.
+        tracks: Vec<(u32, u8)>,
+    },
+    /// A chunk of a live feed was sealed: held here, handed to its viewers.
+    FeedChunk {
+        /// The feed.
+        feed: ObjectId,
+        /// What it holds.
+        info: isochron_live::ChunkInfo,
+        /// The chunk, a block in memory.
+        block: SharedBlock,
+    },
+    /// A live feed ended.
+    FeedEnded {
+        /// The feed.
+        feed: ObjectId,
+    },
     /// Allocate a stream id for a recording, from the sequence the RTSP sessions' streams use.
     AllocateStream {
         /// The id.
@@ -201,6 +224,11 @@ pub(crate) struct Manager {
     /// are dropped: nobody reads their answers).
     replies: HashMap<Ticket, (ConnId, Reply)>,
     next_ticket: u64,
+    /// The chunks of each live feed's edge that its viewers may still be handed: each held
+    /// once, given to every viewer by reference.
+    chunks: HashMap<ObjectId, HashMap<BlockIndex, SharedBlock>>,
+    /// Feeds that ended: their chunks go once what the end decided is carried out.
+    ended_feeds: Vec<ObjectId>,
 }
 
 impl Manager {
@@ -217,7 +245,7 @@ impl Manager {
         me: mpsc::UnboundedSender<SessionCommand>,
         node: (NodeId, String),
         link: Option<ClusterLink>,
-        degrade: bool,
+        (degrade, live_window): (bool, std::time::Duration),
     ) -> Self {
         // The Unix time of the clock's zero: anchors travel as Unix time between nodes.
         let unix_now =
@@ -229,6 +257,10 @@ impl Manager {
             unix_base_ns,
             cluster: link.as_ref().map(|l| (Arc::clone(&l.local_disks), l.store.replication())),
             degrade,
+            live: isochron_live::EdgeConfig {
+                window: live_window,
+                ..isochron_live::EdgeConfig::default()
+            },
         };
         let shared = link.as_ref().map(|l| (Arc::clone(&l.store), Arc::clone(&l.view)));
         let catalog = Arc::new(NodeCatalog { library, shared });
@@ -243,6 +275,8 @@ impl Manager {
             conns: HashMap::new(),
             replies: HashMap::new(),
             next_ticket: 0,
+            chunks: HashMap::new(),
+            ended_feeds: Vec::new(),
         }
     }
 
@@ -273,6 +307,9 @@ impl Manager {
                 }
             }
             self.carry_out();
+            for feed in self.ended_feeds.drain(..) {
+                self.chunks.remove(&feed);
+            }
         }
     }
 
@@ -318,6 +355,24 @@ impl Manager {
             SessionCommand::Peer { from, msg } => self.core.handle_message(now, from, *msg),
             SessionCommand::Member { info, relay } => self.core.handle_member(now, info, relay),
             SessionCommand::Forget { id } => self.core.handle_forget(now, id),
+            SessionCommand::FeedOpened { feed, zero, tracks } => {
+                // Its clock: a packet is due to viewers VIEWER_DELAY after it arrived.
+                let since_zero = zero.elapsed();
+                let wall = now.saturating_sub(since_zero) + isochron_live::VIEWER_DELAY;
+                let anchor = isochron_sched::Anchor { wall, media: isochron_base::MediaTime::ZERO };
+                self.chunks.insert(feed, HashMap::new());
+                self.core.handle_feed(now, FeedEvent::Opened { feed, anchor, tracks });
+            }
+            SessionCommand::FeedChunk { feed, info, block } => {
+                if let Some(held) = self.chunks.get_mut(&feed) {
+                    held.insert(info.index, block);
+                    self.core.handle_feed(now, FeedEvent::Chunk { feed, info });
+                }
+            }
+            SessionCommand::FeedEnded { feed } => {
+                self.core.handle_feed(now, FeedEvent::Ended { feed });
+                self.ended_feeds.push(feed);
+            }
             SessionCommand::AllocateStream { reply } => {
                 let _ = reply.send(self.core.allocate_stream());
             }
@@ -363,6 +418,19 @@ impl Manager {
                 NodeOutput::Transmit { to, msg } => {
                     if let Some(out) = &mut self.peers {
                         out.send(to, &msg);
+                    }
+                }
+                NodeOutput::Deliver { feed, stream, run, index } => {
+                    let Some(block) = self.chunks.get(&feed).and_then(|c| c.get(&index)) else {
+                        continue;
+                    };
+                    let block = Arc::clone(block);
+                    let cmd = SenderCommand::Block { stream, run, index, block, anchor: None };
+                    let _ = self.sender.send(cmd);
+                }
+                NodeOutput::Evict { feed, index } => {
+                    if let Some(c) = self.chunks.get_mut(&feed) {
+                        c.remove(&index);
                     }
                 }
                 NodeOutput::CloseConn { conn, after } => {

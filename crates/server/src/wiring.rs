@@ -336,7 +336,7 @@ impl Wiring {
             e.sessions.clone(),
             transport.node.clone(),
             transport.link.take(),
-            self.settings.degrade,
+            (self.settings.degrade, self.settings.live.window),
         );
         self.tasks.push(tokio::spawn(manager.run(sessions_rx)));
         let reorganiser = Reorganiser::new(

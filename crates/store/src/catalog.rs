@@ -1121,6 +1121,13 @@ pub trait Catalog {
     /// Atomically allocates nothing: the caller allocated `rec.id` via `allocate_object_id`;
     /// fails if the name exists. The record is validated first.
     fn insert_object(&self, rec: &ObjectRecord) -> Result<(), CatalogError>;
+    /// Commits `rec`, a record of an object that grows while it is recorded (a live feed, its
+    /// blocks committed as they are written): inserted as [`Catalog::insert_object`] does while
+    /// the name is free, else it replaces the record of the same id under that name, which must
+    /// have no more blocks than `rec` (the same object, a longer prefix). The replacement is one
+    /// transaction: a crash keeps one record or the other, never neither. Anything else under
+    /// the name is [`CatalogError::NameExists`].
+    fn grow_object(&self, rec: &ObjectRecord) -> Result<(), CatalogError>;
     /// Hands out a fresh object id from a durable counter; ids are never reused.
     fn allocate_object_id(&self) -> Result<ObjectId, CatalogError>;
     /// Removes the object named `name` and returns its record, if it existed.

@@ -74,6 +74,7 @@ pub fn store_meta() -> StoreMeta {
 pub fn check_catalog(cat: &dyn Catalog) {
     check_crud(cat);
     check_update_meta(cat);
+    check_grow(cat);
 }
 
 fn check_crud(cat: &dyn Catalog) {
@@ -177,4 +178,30 @@ fn check_update_meta(cat: &dyn Catalog) {
     assert!(err.to_string().contains("not a valid node name"), "{err}");
     assert_eq!(cat.meta().unwrap(), before);
     assert_eq!(before.next_object_id, 10);
+}
+
+/// A growing object's commits: inserted while the name is free, then replaced by longer
+/// prefixes of itself only.
+fn check_grow(cat: &dyn Catalog) {
+    // An id allocated before (no other is, so that the counter stays where callers expect it).
+    let id = ObjectId(1);
+    let short = object_record(id, "growing.ts");
+    let mut rec = short.clone();
+    let mut second = rec.blocks[0];
+    second.first_gsn = Gsn(3);
+    second.first_send_time = MediaTime::from_nanos(1_000_000);
+    rec.blocks.push(second);
+    rec.packets = 6;
+    rec.ts_bytes = Bytes(6 * 1316);
+    rec.validate().unwrap();
+    cat.grow_object(&short).unwrap();
+    assert_eq!(cat.object("growing.ts").unwrap().unwrap(), short);
+    cat.grow_object(&rec).unwrap();
+    assert_eq!(cat.object("growing.ts").unwrap().unwrap(), rec);
+    // Not shorter, not another object's name.
+    assert!(matches!(cat.grow_object(&short), Err(CatalogError::NameExists { .. })));
+    let other = object_record(id, "zeta.ts");
+    assert!(matches!(cat.grow_object(&other), Err(CatalogError::NameExists { .. })));
+    assert_eq!(cat.object("growing.ts").unwrap().unwrap(), rec);
+    cat.remove_object("growing.ts").unwrap();
 }

@@ -241,6 +241,15 @@ pub fn media_fixture(name: &str) -> PathBuf {
                  -f matroska",
             ),
         ),
+        // 45 s of 320×180 H.264 whose every frame differs (testsrc's running clock), no audio:
+        // a live feed whose packets identify the moment they were published.
+        "h264_clock_45s.mp4" => (
+            None,
+            split(
+                "-f lavfi -i testsrc=size=320x180:rate=25 -t 45 \
+                 -c:v libx264 -preset veryfast -g 25 -pix_fmt yuv420p -movflags +faststart",
+            ),
+        ),
         // 12 s of 1080p H.264 (2 s GOP, B-frames) + AAC: the rendition ladder's source.
         "h264_1080p_12s.mp4" => (
             None,

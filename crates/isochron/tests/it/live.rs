@@ -1,9 +1,11 @@
 //! Live publishing (RFC 2326 §10.3 ANNOUNCE, §10.11 RECORD): ffmpeg publishes a clip as a live
-//! feed, the server records it as it arrives on an admitted write stream, and once the feed
-//! ends the recording plays like any title. The oracle is ffmpeg's own reading of the source
-//! file (decoded video frames, audio packets), never isochron's.
+//! feed, the server records it as it arrives on an admitted write stream, players watch it
+//! live meanwhile, and once the feed ends the recording plays like any title. The oracle is
+//! ffmpeg's own reading of the source file (decoded video frames, audio packets), never
+//! isochron's; live latency is measured from outside the server (`live_probe`).
 
 use crate::common;
+use crate::live_probe::{LiveReceipt, Sighting, Tap, payload_hash, retina_live};
 use crate::native::{assert_frames, audio_packets, decoded_video, ffmpeg_record};
 
 use std::path::Path;
@@ -14,8 +16,14 @@ use common::*;
 
 /// `ffmpeg -re -i SRC -c copy -f rtsp` to `url` over `transport`, run by `cmd` (ffmpeg, or a
 /// wrapper that runs it elsewhere).
-fn publish(mut cmd: Command, src: &Path, url: &str, transport: &str) -> Output {
-    cmd.args(["-nostdin", "-v", "error", "-re", "-i"]).arg(src).args([
+fn publish(cmd: Command, src: &Path, url: &str, transport: &str) -> Output {
+    publish_looped(cmd, src, 1, url, transport)
+}
+
+/// [`publish`] with the source played `times` times in a row (`-stream_loop`).
+fn publish_looped(mut cmd: Command, src: &Path, times: u32, url: &str, transport: &str) -> Output {
+    cmd.args(["-nostdin", "-v", "error", "-re", "-stream_loop"]).arg((times - 1).to_string());
+    cmd.arg("-i").arg(src).args([
         "-map",
         "0",
         "-c",
@@ -26,16 +34,21 @@ fn publish(mut cmd: Command, src: &Path, url: &str, transport: &str) -> Output {
         transport,
         url,
     ]);
-    run(&mut cmd, 60)
+    run(&mut cmd, 90 + 15 * u64::from(times))
 }
 
-/// Waits until object `name` is listed by the API (the recording committed).
+/// Waits until object `name` is listed by the API and no feed of it runs (the recording
+/// committed whole: while its feed runs, a growing recording is listed as far as committed).
 fn await_object(server: &Server, name: &str, within: Duration) -> serde_json::Value {
     let deadline = Instant::now() + within;
     loop {
+        let live = server.http_get("/api/v1/live");
         let body = server.http_get("/api/v1/objects");
         let list: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap_or_default();
-        if let Some(v) = list.into_iter().find(|v| v["name"] == name) {
+        let running = live.contains(&format!("\"name\":\"{name}\""));
+        if let Some(v) = list.into_iter().find(|v| v["name"] == name)
+            && !running
+        {
             return v;
         }
         assert!(Instant::now() < deadline, "{name} not committed: {body}\n{}", server.log());
@@ -263,5 +276,466 @@ fn a_publisher_elsewhere_with_credentials_publishes_over_udp_and_strangers_canno
     recorded_as_published(&server, ("cam-1", &feed), (&src, 10.0), dir.path());
     let log = server.log();
     assert!(log.contains("from another address; dropped"), "{log}");
+    server.stop();
+}
+
+/// Waits until feed `name` is listed by the API (published and admitted).
+fn await_feed(server: &Server, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let body = server.http_get("/api/v1/live");
+        if body.contains(&format!("\"name\":\"{name}\"")) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{name} not published: {body}\n{}", server.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `got` (a viewer's decoded frames) is a run of consecutive frames of `want` (the feed's):
+/// nothing missing, nothing out of place, from wherever the viewer joined. With `to_end`, the
+/// run reaches the feed's end (less the last two frames, which ffmpeg may drop at the BYE).
+fn a_run_of(got: &[String], want: &[String], to_end: bool, what: &str) {
+    assert!(!got.is_empty() && got.len() <= want.len(), "{what}: {} frames", got.len());
+    let at = want.windows(got.len()).position(|w| w == got);
+    let Some(at) = at else {
+        let first = want.iter().position(|f| *f == got[0]);
+        let bad = first.and_then(|f| got.iter().zip(&want[f..]).position(|(a, b)| a != b));
+        panic!(
+            "{what}: {} frames, not a run of the feed's (from {first:?}, first difference at {bad:?})",
+            got.len()
+        );
+    };
+    if to_end {
+        let missing = want.len() - at - got.len();
+        assert!(missing <= 2, "{what}: stopped {missing} frames before the feed's end");
+    }
+}
+
+/// The summary `isochron play --json` printed: its tracks' losses and the seconds it played.
+fn play_summary(out: &Output) -> serde_json::Value {
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!("isochron play: {e}: {text}{}", String::from_utf8_lossy(&out.stderr))
+    })
+}
+
+/// Step 2 of `docs/design/live.md`: while ffmpeg publishes a 30 s feed (the 10 s clip three
+/// times) over RTSP RECORD, players nobody here wrote watch it live, over TCP and UDP:
+///
+/// - ffmpeg over TCP from its join to the feed's end (the server's BYE ends it) and over UDP
+///   for 8 s: every decoded video frame is the feed's, consecutive, none missing;
+/// - GStreamer (`rtspsrc`) over TCP and UDP decodes 100 frames;
+/// - `isochron play` over UDP to the end: nothing lost, ended by the BYE;
+/// - retina over TCP and UDP for 10 s, each packet's latency measured from outside: the
+///   publisher reaches the server through a TCP tap that notes when each RTP payload passed,
+///   retina notes when it received the same payload (the server forwards payloads unchanged).
+///   p99 ≤ 500 ms, not counting what the publisher sent before the viewer's PLAY was answered
+///   (the viewer's start at the newest key frame, sent at once).
+///
+/// The recording is committed at the feed's end with its 30 s.
+#[test]
+fn players_watch_a_feed_live_while_it_is_published_and_recorded() {
+    let _load = load(weight::HEAVY);
+    require("ffmpeg");
+    require("gst-launch-1.0");
+    let src = media_fixture("h264_aac.mp4");
+    let dir = tempdir();
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions { no_demo: true, ..Default::default() },
+    );
+    let tap = Tap::start(server.rtsp);
+    let published = format!("rtsp://127.0.0.1:{}/cam", tap.port());
+    let url = server.url("cam");
+    let gst = |transport: &str| {
+        run(
+            Command::new("gst-launch-1.0").args(["-q", "rtspsrc"]).args([
+                format!("location={url}"),
+                format!("protocols={transport}"),
+                "!".into(),
+                "rtph264depay".into(),
+                "!".into(),
+                "h264parse".into(),
+                "!".into(),
+                "avdec_h264".into(),
+                "!".into(),
+                "identity".into(),
+                "eos-after=100".into(),
+                "!".into(),
+                "fakesink".into(),
+            ]),
+            30,
+        )
+    };
+    let (tcp_to_end, udp_8s) = (dir.path().join("tcp.mp4"), dir.path().join("udp.mp4"));
+    let (feed, receipts, play) = std::thread::scope(|s| {
+        let feed = s.spawn(|| publish_looped(Command::new("ffmpeg"), &src, 3, &published, "tcp"));
+        await_feed(&server, "cam");
+        std::thread::sleep(Duration::from_secs(2));
+        let to_end = s.spawn(|| ffmpeg_record(&url, "tcp", &tcp_to_end));
+        let udp = s.spawn(|| {
+            let o = run(
+                Command::new("timeout")
+                    .args(["-k", "5", "30", "ffmpeg", "-nostdin", "-v", "error"])
+                    .args(["-rtsp_transport", "udp", "-i", &url, "-t", "8", "-map", "0"])
+                    .args(["-c", "copy", "-y"])
+                    .arg(&udp_8s),
+                40,
+            );
+            assert!(o.status.success(), "ffmpeg (udp): {}", String::from_utf8_lossy(&o.stderr));
+        });
+        let play = s.spawn(|| {
+            run(Command::new(bin()).args(["play", &url, "--json", "--timeout", "60"]), 70)
+        });
+        let (sent, retina_url) = (tap.sent(), url.clone());
+        let receipts = s.spawn(move || {
+            let rt = runtime();
+            let for_ = Duration::from_secs(10);
+            rt.block_on(async {
+                let tcp = retina_live(&retina_url, "tcp", for_, sent.clone());
+                let udp = retina_live(&retina_url, "udp", for_, sent);
+                tokio::join!(tcp, udp)
+            })
+        });
+        // The API counts the viewers playing (two ffmpeg, isochron play, two retina), once
+        // each has started (a busy machine starts processes slowly): all five together within
+        // the 8 s the shortest plays.
+        let deadline = Instant::now() + Duration::from_secs(8);
+        loop {
+            let body = server.http_get("/api/v1/live");
+            let live: Vec<serde_json::Value> = serde_json::from_str(&body).expect(&body);
+            if live[0]["viewers"] == 5 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "not 5 viewers: {body}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for transport in ["tcp", "udp"] {
+            let o = gst(transport);
+            assert!(
+                o.status.success(),
+                "GStreamer ({transport}): {}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        udp.join().unwrap();
+        let receipts = receipts.join().unwrap();
+        to_end.join().unwrap();
+        (feed.join().unwrap(), receipts, play.join().unwrap())
+    });
+    assert!(feed.status.success(), "publishing: {}", String::from_utf8_lossy(&feed.stderr));
+
+    // Every frame each ffmpeg viewer decoded is the feed's, in order, none missing.
+    let one = decoded_video(&src);
+    let want: Vec<String> = one.iter().chain(&one).chain(&one).cloned().collect();
+    let got = decoded_video(&tcp_to_end);
+    a_run_of(&got, &want, true, "ffmpeg over TCP to the end");
+    assert!(got.len() > 20 * 25, "ffmpeg over TCP: {} frames", got.len());
+    let got = decoded_video(&udp_8s);
+    a_run_of(&got, &want, false, "ffmpeg over UDP");
+    assert!(got.len() >= 7 * 25, "ffmpeg over UDP: {} frames", got.len());
+
+    let summary = play_summary(&play);
+    assert!(play.status.success(), "isochron play: {summary}");
+    for t in summary["tracks"].as_array().unwrap() {
+        assert_eq!(t["lost"], 0, "isochron play: {summary}");
+    }
+
+    let (tcp, udp): (LiveReceipt, LiveReceipt) = receipts;
+    for (r, transport) in [(&tcp, "tcp"), (&udp, "udp")] {
+        let (p50, p99) = (r.quantile(0.5), r.quantile(0.99));
+        eprintln!(
+            "live latency ({transport}): p50 {p50:?}, p99 {p99:?}, max {:?}; {} packets measured, {} from before the PLAY, {} ambiguous, {} unmatched, {} missing",
+            r.quantile(1.0),
+            r.matched,
+            r.before_play,
+            r.ambiguous,
+            r.unmatched,
+            r.gaps
+        );
+        assert!(r.matched > 500, "{transport}: {} packets measured", r.matched);
+        assert_eq!((r.unmatched, r.gaps), (0, 0), "{transport}: nothing altered or missing");
+        assert!(p99 <= Duration::from_millis(500), "{transport}: p99 {p99:?}");
+    }
+
+    let v = await_object(&server, "cam", Duration::from_secs(15));
+    let duration = v["duration_s"].as_f64().unwrap();
+    assert!((duration - 30.0).abs() < 1.0, "30 s recorded as {duration} s: {v}");
+    server.stop();
+}
+
+/// Step 3 of `docs/design/live.md`, the growing object: a live recording commits what its
+/// disks have written every two seconds. ffmpeg publishes a 30 s feed while a player watches
+/// it live; after 9 s the server is killed (SIGKILL). Restarted, the recording is listed with
+/// what was committed (a few seconds, less than was sent), `isochron fsck` finds the store
+/// clean, and the recording plays frame for frame from the feed's first frame to its last
+/// committed one.
+#[test]
+fn a_server_killed_mid_feed_keeps_the_recording_as_committed() {
+    let _load = load(weight::PLAYER);
+    require("ffmpeg");
+    let src = media_fixture("h264_aac.mp4");
+    let dir = tempdir();
+    let data = dir.path().join("store");
+    let opts = || ServeOptions { no_demo: true, ..Default::default() };
+    let mut server = Server::start(&data, opts());
+    let url = server.url("cam");
+    let viewer_out = dir.path().join("viewer.mp4");
+    std::thread::scope(|s| {
+        let feed = s.spawn(|| publish_looped(Command::new("ffmpeg"), &src, 3, &url, "tcp"));
+        await_feed(&server, "cam");
+        let viewer = s.spawn(|| {
+            let mut cmd = Command::new("timeout");
+            cmd.args(["-k", "5", "30", "ffmpeg", "-nostdin", "-v", "error", "-rtsp_transport"]);
+            cmd.args(["tcp", "-i", &url, "-map", "0", "-c", "copy", "-y"]).arg(&viewer_out);
+            run(&mut cmd, 40)
+        });
+        std::thread::sleep(Duration::from_secs(9));
+        // Committed so far: listed while the feed runs.
+        let body = server.http_get("/api/v1/objects");
+        assert!(body.contains("\"name\":\"cam\""), "the growing recording is listed: {body}");
+        server.kill();
+        let feed = feed.join().unwrap();
+        assert!(!feed.status.success(), "the publisher sees the server go");
+        let _ = viewer.join().unwrap();
+    });
+    // The viewer had the feed live up to the kill (its last frames aside: cut short by it, or
+    // B-frames whose next P-frame never came).
+    let one = decoded_video(&src);
+    let want: Vec<String> = one.iter().chain(&one).chain(&one).cloned().collect();
+    let watched = decoded_video(&viewer_out);
+    a_run_of(&watched[..watched.len().saturating_sub(4)], &want, false, "the live viewer");
+    assert!(watched.len() > 5 * 25, "the live viewer: {} frames", watched.len());
+
+    // A restart recovers the store; what was committed is listed, and fsck finds it clean.
+    let server = Server::start(&data, opts());
+    let v = await_object(&server, "cam", Duration::from_secs(5));
+    let duration = v["duration_s"].as_f64().unwrap();
+    assert!((3.0..9.0).contains(&duration), "committed before the kill: {duration} s: {v}");
+    server.stop();
+    let fsck = run(Command::new(bin()).arg("fsck").arg("--data").arg(&data), 120);
+    assert!(
+        fsck.status.success(),
+        "fsck after the kill and a restart: {}{}",
+        String::from_utf8_lossy(&fsck.stdout),
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+    // It plays from the feed's first frame to its last committed one, none missing.
+    let server = Server::start(&data, opts());
+    let out = dir.path().join("committed.mp4");
+    ffmpeg_record(&server.url("cam"), "tcp", &out);
+    let got = decoded_video(&out);
+    // ffmpeg's `-c copy` over RTSP may drop the very first frame (it has no timestamp yet). The
+    // recording ends where a commit did, in decode order: the B-frames shown before the last
+    // P-frame it holds are not in it (x264 puts up to 3 in a row), so its last few frames in
+    // display order are not the feed's next ones.
+    let tail = got.len().saturating_sub(4);
+    let at = (0..=1).find(|&i| want[i..].starts_with(&got[..tail]));
+    assert!(at.is_some(), "the committed recording ({} frames) is the feed's start", got.len());
+    let at = at.unwrap_or(0);
+    for f in &got[tail..] {
+        assert!(want[at + tail..at + tail + 8].contains(f), "its last frames are the feed's next");
+    }
+    let expected = (duration * 25.0) as usize;
+    assert!(got.len() + 3 >= expected, "{} frames for {duration} s", got.len());
+    server.stop();
+}
+
+/// How long after the tap saw each packet of `packets` on its way to the server it was received,
+/// for the packets the publisher sent after `since` and whose payload identifies them.
+fn lags(
+    packets: &[isochron_loadgen::client::RtpPacket],
+    tap: &Tap,
+    since: Instant,
+) -> (Vec<Duration>, usize) {
+    let sent = tap.sent();
+    let sent = sent.lock().unwrap();
+    let mut unmatched = 0;
+    let mut lags = Vec::new();
+    for p in packets {
+        match sent.get(&payload_hash(&p.payload)) {
+            Some(Sighting { at, count: 1 }) if *at >= since => lags.push(p.at.duration_since(*at)),
+            Some(_) => {}
+            None => unmatched += 1,
+        }
+    }
+    (lags, unmatched)
+}
+
+/// Time-shift, step 3 of `docs/design/live.md`: 36 s into a 45 s feed (every frame different),
+/// a player asks for `Range: npt=6-`, 30 s back. It is answered with the seek point at or before
+/// 6 s, and receives the publisher's own packets, consecutive, each about 30 s after it was
+/// published (measured through the tap). A PLAY of `npt=now-` (RFC 2326 §3.6) then brings it back
+/// to the live edge: the packets published after it arrive within half a second.
+#[test]
+fn a_viewer_goes_back_30_s_into_a_running_feed_and_catches_up() {
+    use isochron_loadgen::client::{Client, Incoming, Transport};
+    let _load = load(weight::PLAYER);
+    require("ffmpeg");
+    let src = media_fixture("h264_clock_45s.mp4");
+    let dir = tempdir();
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions { no_demo: true, ..Default::default() },
+    );
+    let tap = Tap::start(server.rtsp);
+    let published = format!("rtsp://127.0.0.1:{}/clock", tap.port());
+    let url = server.url("clock");
+    std::thread::scope(|s| {
+        let feed = s.spawn(|| publish(Command::new("ffmpeg"), &src, &published, "tcp"));
+        await_feed(&server, "clock");
+        let started = Instant::now();
+        std::thread::sleep(Duration::from_secs(36));
+        let rt = runtime();
+        let collect = |c: &mut Client, secs: u64| {
+            let mut got = Vec::new();
+            let until = Instant::now() + Duration::from_secs(secs);
+            while Instant::now() < until {
+                if let Some(Incoming::Rtp(p)) = rt.block_on(c.next(Duration::from_millis(500))) {
+                    got.push(p);
+                }
+            }
+            got
+        };
+        let mut c = rt.block_on(Client::connect(&url)).unwrap();
+        // The feed's one track (H.264), its RTP as it comes (the client plays no H.264).
+        rt.block_on(c.describe_presentation()).unwrap();
+        rt.block_on(c.setup(Transport::Tcp)).unwrap();
+        let back = rt.block_on(c.play(Some("npt=6-"))).unwrap();
+        let range = back.range.clone().unwrap_or_default();
+        let start: f64 =
+            range.trim_start_matches("npt=").trim_end_matches('-').parse().expect(&range);
+        assert!((4.9..=6.0).contains(&start), "answered from the seek point before 6 s: {range}");
+        let shifted = collect(&mut c, 4);
+        assert!(shifted.len() > 50, "{} packets", shifted.len());
+        assert_eq!(Some(shifted[0].header.sequence), back.seq, "from RTP-Info's packet");
+        for w in shifted.windows(2) {
+            assert_eq!(w[1].header.sequence, w[0].header.sequence.wrapping_add(1), "consecutive");
+        }
+        let (behind, unmatched) = lags(&shifted, &tap, started - Duration::from_secs(5));
+        assert_eq!(unmatched, 0, "every packet is the publisher's");
+        assert!(behind.len() > 20, "{} packets identified", behind.len());
+        for l in &behind {
+            assert!(
+                (Duration::from_secs(29)..Duration::from_secs(33)).contains(l),
+                "about 30 s behind: {l:?}"
+            );
+        }
+
+        // Back to the live edge.
+        let live_at = Instant::now();
+        rt.block_on(c.play(Some("npt=now-"))).unwrap();
+        let caught_up = collect(&mut c, 3);
+        let (lag, unmatched) = lags(&caught_up, &tap, live_at);
+        assert_eq!(unmatched, 0);
+        assert!(lag.len() > 10, "{} packets published since", lag.len());
+        let worst = lag.iter().max().unwrap();
+        assert!(*worst < Duration::from_millis(500), "caught up: {worst:?} behind");
+        eprintln!(
+            "time-shift: {} packets 30 s behind ({:?}..{:?}), then {} live, at most {worst:?}",
+            behind.len(),
+            behind.iter().min().unwrap(),
+            behind.iter().max().unwrap(),
+            lag.len()
+        );
+        rt.block_on(c.teardown()).unwrap();
+        let feed = feed.join().unwrap();
+        assert!(feed.status.success(), "{}", String::from_utf8_lossy(&feed.stderr));
+    });
+    server.stop();
+}
+
+/// HLS of a running feed (RFC 8216 §6.2.1): its playlist is an event playlist of the
+/// recording's closed segments, each dated by `EXT-X-PROGRAM-DATE-TIME` from when the server
+/// received the feed's first packet (the API's `zero_unix_ms`: within 100 ms of when a tap
+/// between publisher and server passed it, by this test's clock). ffmpeg reads it from its first segment while the feed
+/// runs and on to the `EXT-X-ENDLIST` the finished recording's playlist carries: every frame
+/// of the 30 s feed, in order. hls.js in Chromium plays it at the live edge: how far behind the
+/// wall clock each frame it shows was dated (its `playingDate`) stays within three segment
+/// durations, with no jump over a gap.
+#[test]
+fn hls_players_watch_a_running_feed_from_its_start_and_at_its_edge() {
+    let _load = load(weight::HEAVY);
+    require("ffmpeg");
+    require("chromium");
+    let src = media_fixture("h264_aac.mp4");
+    let dir = tempdir();
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions { no_demo: true, ..Default::default() },
+    );
+    let tap = Tap::start(server.rtsp);
+    let published = format!("rtsp://127.0.0.1:{}/cam", tap.port());
+    let list_url = format!("http://{}/hls/cam/index.m3u8", server.http);
+    let from_start = dir.path().join("hls.mkv");
+    let (feed, read, report) = std::thread::scope(|s| {
+        let feed = s.spawn(|| publish_looped(Command::new("ffmpeg"), &src, 3, &published, "tcp"));
+        await_feed(&server, "cam");
+        // A segment is listed once the key frame closing it is recorded and committed: two of
+        // them (hls.js starts a target and a half behind the last).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let list = loop {
+            let list = server.http_get("/hls/cam/index.m3u8");
+            if list.contains("1.m4s") {
+                break list;
+            }
+            assert!(Instant::now() < deadline, "no segment listed: {list}");
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        assert!(list.contains("#EXT-X-PLAYLIST-TYPE:EVENT"), "{list}");
+        assert!(!list.contains("#EXT-X-ENDLIST"), "{list}");
+        assert!(list.contains("#EXT-X-PROGRAM-DATE-TIME:"), "{list}");
+        let body = server.http_get("/api/v1/live");
+        let live: Vec<serde_json::Value> = serde_json::from_str(&body).expect(&body);
+        let zero = live[0]["zero_unix_ms"].as_u64().unwrap();
+        let first = tap.sent().lock().unwrap().values().map(|v| v.at).min().expect("a packet");
+        let wall = std::time::SystemTime::now() - first.elapsed();
+        let tapped = wall.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+        assert!(zero.abs_diff(tapped) <= 100, "the first packet at {tapped}, dated {zero}");
+        let read = s.spawn(|| {
+            run(
+                Command::new("ffmpeg")
+                    .args(["-nostdin", "-v", "error", "-live_start_index", "0", "-i", &list_url])
+                    .args(["-map", "0", "-c", "copy", "-y"])
+                    .arg(&from_start),
+                90,
+            )
+        });
+        let beacon = Beacon::new();
+        let page = format!("http://{}/watch/cam?report={}&until=8", server.http, beacon.url());
+        let (report, console) = watch_report(None, &page, &beacon, Duration::from_secs(40));
+        for line in console.lines().filter(|l| l.contains("isochron: ")) {
+            eprintln!("{line}");
+        }
+        (feed.join().unwrap(), read.join().unwrap(), (report, list))
+    });
+    assert!(feed.status.success(), "publishing: {}", String::from_utf8_lossy(&feed.stderr));
+    assert!(read.status.success(), "ffmpeg reading HLS: {}", String::from_utf8_lossy(&read.stderr));
+
+    let one = decoded_video(&src);
+    let want: Vec<String> = one.iter().chain(&one).chain(&one).cloned().collect();
+    let got = decoded_video(&from_start);
+    assert_eq!(got.first(), want.first(), "HLS from the start: its first frame");
+    a_run_of(&got, &want, true, "HLS from the start");
+
+    let (v, list) = report;
+    let target: f64 = list
+        .lines()
+        .find_map(|l| l.strip_prefix("#EXT-X-TARGETDURATION:"))
+        .and_then(|t| t.parse().ok())
+        .expect("a target duration");
+    eprintln!("hls.js at the live edge: {v}; target duration {target} s");
+    assert_eq!(v["jumps"].as_array().map(Vec::len), Some(0), "{v}");
+    let latency = &v["latency_ms"];
+    let (p50, max) = (latency["p50"].as_f64().unwrap(), latency["max"].as_f64().unwrap());
+    assert!(latency["n"].as_u64().unwrap() > 10, "{v}");
+    assert!(max <= 3.0 * target * 1000.0, "latency p50 {p50} ms, max {max} ms: {v}");
+
+    // The feed ended: the playlist is the finished recording's, whole.
+    await_object(&server, "cam", Duration::from_secs(15));
+    let list = server.http_get("/hls/cam/index.m3u8");
+    assert!(list.ends_with("#EXT-X-ENDLIST\n") && !list.contains("EVENT"), "{list}");
     server.stop();
 }

@@ -27,6 +27,7 @@ mod dashboard;
 mod http;
 mod limits;
 mod live;
+mod live_probe;
 mod native;
 mod play;
 mod players;

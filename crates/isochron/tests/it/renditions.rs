@@ -579,10 +579,29 @@ fn rtsp_adapts(transport: &str) {
     let kernel_drops =
         isochron_loadgen::testbed::softnet_drops().expect("softnet_stat") - softnet_before;
     let own_drops = hosts[3].downlink_drops().expect("tc statistics") + kernel_drops;
+    // For a failure's message: the host's UDP counters (a full receive buffer counts there),
+    // the server's send errors and lateness, and its warnings.
+    let diag = || {
+        let udp = run(hosts[3].command("cat").arg("/proc/net/snmp"), 10);
+        let udp = String::from_utf8_lossy(&udp.stdout)
+            .lines()
+            .filter(|l| l.starts_with("Udp:"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let metrics = server.http_get("/metrics");
+        let m: Vec<&str> = metrics
+            .lines()
+            .filter(|l| l.contains("send_errors") || l.contains("late") || l.contains("underrun"))
+            .collect();
+        let warns: Vec<&str> =
+            log.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
+        format!("{udp}\n{}\n{}", m.join("\n"), warns.join("\n"))
+    };
     assert!(
         own.status.success() || (own_drops > 0 && own_err.contains("packets lost")),
         "isochron play: {own_err} (the link dropped {own_drops} packets, {kernel_drops} of \
-         them in the kernel's input backlog)"
+         them in the kernel's input backlog)\n{}",
+        diag()
     );
     for name in ["ffmpeg.mp4", "gst.h264", "isochron.h264"] {
         let runs = height_runs(&rec(name));

@@ -30,7 +30,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use isochron_base::{
-    BlockIndex, DiskId, Instant, IoFailure, MediaTime, NodeId, Pace, RunId, StreamId, TrackSeqs,
+    BlockIndex, DiskId, Gsn, Instant, IoFailure, MediaTime, NodeId, ObjectId, Pace, RunId,
+    StreamId, TrackSeqs,
 };
 use isochron_cluster::message::{Dest, Role};
 use isochron_cluster::{
@@ -70,6 +71,8 @@ pub struct NodeConfig {
     pub cluster: Option<(Arc<BTreeSet<DiskId>>, u8)>,
     /// Degrade instead of refuse (`sched.degrade`, `degrade.rs`).
     pub degrade: bool,
+    /// How each live feed's edge serves its viewers (`live.rs`): its time-shift window.
+    pub live: isochron_live::EdgeConfig,
 }
 
 /// What an origin session waits for before it can answer a request.
@@ -83,9 +86,9 @@ enum Waiting {
     /// Every node to stop after a node failed: the client's stream ends there, with a BYE
     /// giving this reason.
     Fail(Arc<str>),
-    /// Every node to stop just before the key frame at `at`, to go on from it on rung `to`
-    /// of the session's ladder (`switch.rs`).
-    Switch { to: usize, at: MediaTime },
+    /// Every node to stop just before the key frame at `at` (its first packet `key`), to go
+    /// on from it on rung `to` of the session's ladder (`switch.rs`).
+    Switch { to: usize, at: MediaTime, key: Gsn },
     /// The cluster's admission of rung `to`, to go on from `at`; `from` is the rung before
     /// the switch, reopened if `to` is refused. `paused`: a PAUSE came meanwhile, and the
     /// session waits for a PLAY once admitted.
@@ -251,6 +254,8 @@ pub struct NodeCore {
     stalls_seen: u64,
     /// Degrade instead of refuse.
     degrade: bool,
+    /// How a live feed's edge is set up.
+    live: isochron_live::EdgeConfig,
     /// PLAYs waiting for sessions to step down, with since when.
     room_wanted: Vec<(StreamId, Instant)>,
     /// A reservation was released since the waiting PLAYs were last tried.
@@ -262,6 +267,10 @@ pub struct NodeCore {
     /// needs back (`switch.rs`).
     held: VecDeque<OpenSpec>,
     abr_stats: AbrStats,
+    /// Live feeds being published, by the object each is recorded as (`live.rs`).
+    feeds: HashMap<ObjectId, live::Feed>,
+    /// Viewers of live feeds, by stream.
+    viewers: HashMap<StreamId, live::Viewer>,
     out: VecDeque<NodeOutput>,
 }
 
@@ -282,6 +291,7 @@ impl NodeCore {
             catalog,
             local_disks: config.cluster.map(|c| c.0),
             degrade: config.degrade,
+            live: config.live,
             room_wanted: Vec::new(),
             room_freed: false,
             probing: BTreeSet::new(),
@@ -295,6 +305,8 @@ impl NodeCore {
             share_of: HashMap::new(),
             relays: HashMap::new(),
             stalls_seen: 0,
+            feeds: HashMap::new(),
+            viewers: HashMap::new(),
             out: VecDeque::new(),
         }
     }
@@ -517,6 +529,7 @@ impl NodeCore {
     /// The timer ([`NodeCore::tick`]): sessions' timeouts, heartbeats, leases.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.rtsp.handle_timeout(now);
+        self.live_timeout(now);
         self.retry_room(now);
         self.cluster.handle_timeout(now);
         self.drive(now);
@@ -539,6 +552,23 @@ impl NodeCore {
         self.out.push_back(NodeOutput::Respond { ticket, response });
     }
 
+    /// The way to a client's track as its session set it up: its UDP ports, or its RTSP
+    /// connection (`None` once that closed).
+    fn client_transport(&self, t: &SessionTransport) -> Option<Transport> {
+        match t {
+            SessionTransport::Udp { client_rtp, client_rtcp, .. } => {
+                Some(Transport::Udp { rtp: *client_rtp, rtcp: *client_rtcp })
+            }
+            SessionTransport::Interleaved { conn, rtp_channel, rtcp_channel } => {
+                self.conns.contains(conn).then_some(Transport::Interleaved {
+                    conn: *conn,
+                    rtp_channel: *rtp_channel,
+                    rtcp_channel: *rtcp_channel,
+                })
+            }
+        }
+    }
+
     fn read(&mut self, op: ReadOp) {
         self.out.push_back(NodeOutput::Read(op));
     }
@@ -559,6 +589,7 @@ impl NodeCore {
                 any = true;
                 let Event::Closed { session, stream, reason } = ev;
                 debug!(%stream, ?session, ?reason, "session closed");
+                self.close_live(now, stream);
                 if let Some(o) = self.origins.remove(&stream) {
                     self.answer_ended(now, o.waiting);
                     self.room_freed |= o.opened;
@@ -601,11 +632,13 @@ impl NodeCore {
 }
 
 mod degrade;
+mod live;
 mod origin;
 mod share;
 mod switch;
 
 pub use degrade::AbrStats;
+pub use live::FeedEvent;
 
 impl NodeCore {
     /// The sessions this node is the origin of, as the HTTP API shows them (the sender's and
@@ -635,7 +668,7 @@ impl NodeCore {
                     stream: v.stream().0,
                     object: entry
                         .as_ref()
-                        .map_or_else(|| v.object().to_string(), |e| e.record.name.clone()),
+                        .map_or_else(|| v.name().to_owned(), |e| e.record.name.clone()),
                     state: format!("{:?}", v.state()).to_lowercase(),
                     transport: transport.into(),
                     delivery: delivery.into(),

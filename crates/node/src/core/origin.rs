@@ -34,6 +34,10 @@ impl NodeCore {
 
     pub(super) fn play(&mut self, now: Instant, conn: ConnId, action: PlayAction, ticket: Ticket) {
         let stream = action.stream;
+        if self.is_live(action.object) {
+            self.play_live(now, action, ticket);
+            return;
+        }
         if let Some(o) = self.origins.get_mut(&stream) {
             // A PLAY in the middle of a switch of rendition takes its place: the stop already
             // asked for serves the PLAY (a seek), or the admission under way does.
@@ -209,6 +213,10 @@ impl NodeCore {
 
     pub(super) fn pause(&mut self, now: Instant, action: PauseAction, ticket: Ticket) {
         let stream = action.stream;
+        if self.viewers.contains_key(&stream) {
+            self.pause_live(now, action, ticket);
+            return;
+        }
         let Some(o) = self.origins.get_mut(&stream) else {
             // Never played: it is at its start.
             let response = self.rtsp.finish_pause(now, action, Position::START);
@@ -355,8 +363,8 @@ impl NodeCore {
                         self.respond(ticket, response);
                     }
                     Some(Waiting::Fail(reason)) => self.fail_client(now, stream, reason, at),
-                    Some(Waiting::Switch { to, at: key }) => {
-                        self.switch_stopped(now, stream, to, key, at);
+                    Some(Waiting::Switch { to, at: key_time, key }) => {
+                        self.switch_stopped(now, stream, to, (key_time, key), at);
                     }
                     other => o.waiting = other,
                 }

@@ -359,22 +359,15 @@ impl NodeCore {
                     relay_origin = true;
                     let view = origin_view.flatten();
                     let track = view.and_then(|v| v.tracks().find(|tv| tv.index() == i));
-                    track.and_then(|tv| match tv.transport() {
-                        SessionTransport::Udp { client_rtp, client_rtcp, feedback } => {
+                    track.and_then(|tv| {
+                        if let SessionTransport::Udp { feedback, .. } = tv.transport() {
                             // A player that chose AVPF took the RTX stream DESCRIBE offered
                             // for the track (the payload types its description gave).
                             rtx[i] = rtx_pts[i].filter(|_| *feedback).map(|payload_type| {
                                 RtxSetup { payload_type, ssrc: t.ssrc ^ RTX_SSRC_MASK }
                             });
-                            Some(Transport::Udp { rtp: *client_rtp, rtcp: *client_rtcp })
                         }
-                        SessionTransport::Interleaved { conn, rtp_channel, rtcp_channel } => {
-                            self.conns.contains(conn).then_some(Transport::Interleaved {
-                                conn: *conn,
-                                rtp_channel: *rtp_channel,
-                                rtcp_channel: *rtcp_channel,
-                            })
-                        }
+                        self.client_transport(tv.transport())
                     })
                 }
                 // A feeder: RTP to the origin's relay port, RTCP nowhere that matters.

@@ -14,9 +14,9 @@
 //! then starts a run there, numbered on from where the last one stopped, as a seek does.
 
 use super::{
-    Abr, AbrConfig, Arc, BufferLevel, Chooser, Instant, MediaTime, NodeCore, ObjectEntry, OpenSpec,
-    PlayAction, PlayStart, Position, ReceiverFeedback, RunRequest, StopKind, StreamId, Waiting,
-    open_spec,
+    Abr, AbrConfig, Arc, BufferLevel, Chooser, Gsn, Instant, MediaTime, NodeCore, ObjectEntry,
+    OpenSpec, PlayAction, PlayStart, Position, ReceiverFeedback, RunRequest, StopKind, StreamId,
+    Waiting, open_spec,
 };
 use std::time::Duration;
 use tracing::{info, warn};
@@ -107,7 +107,7 @@ impl NodeCore {
         let at = key.time;
         let nacked = abr.chooser.nack_loss();
         info!(%stream, from = %o.entry.record.name, to = %target.record.name, %at, on = why, ?nacked, "switching rendition");
-        o.waiting = Some(Waiting::Switch { to, at });
+        o.waiting = Some(Waiting::Switch { to, at, key: key.gsn });
         // Due when the session reaches it: after `at - media_now` by the estimate, which is
         // ahead of the truth by the time the clock took to be pinned (a second is plenty).
         let due = o.clock.pace.wall_span(at.saturating_duration_since(media_now))
@@ -123,28 +123,40 @@ impl NodeCore {
         }
     }
 
-    /// Every node stopped before the switch's key frame (`stopped` is where): open rung `to`.
+    /// Every node stopped for the switch to the key frame at `at` (GSN `key`), `stopped` being
+    /// where: open rung `to`.
     pub(super) fn switch_stopped(
         &mut self,
         now: Instant,
         stream: StreamId,
         to: usize,
-        at: MediaTime,
+        (at, key): (MediaTime, Gsn),
         stopped: Position,
     ) {
-        let Some(o) = self.origins.get(&stream) else { return };
+        let Some(o) = self.origins.get_mut(&stream) else { return };
         let Some(abr) = o.abr.as_ref() else { return };
         let from = abr.chooser.current();
-        // A stop that came late (a busy node) goes on from the next key frame instead: nothing
-        // is sent twice.
-        let at = if stopped.time <= at {
-            at
-        } else {
-            let next =
-                o.entry.record.seek_points.iter().map(|p| p.time).find(|t| *t >= stopped.time);
-            next.unwrap_or(o.entry.record.duration)
+        if stopped.gsn == key {
+            self.reopen(now, stream, to, from, at, false);
+            return;
+        }
+        // Not just before the key frame: after it (the stop came after its packets had left,
+        // a busy node), or before it (the stop's deadline passed first, the run behind its
+        // clock). The other rendition can go on only from a key frame, and what lies between
+        // would be missing or sent twice. The session goes on exactly where it stopped, in the
+        // rendition it played; its chooser decides again on the next report.
+        let when = if stopped.gsn > key { "after" } else { "before" };
+        info!(%stream, %at, stopped = %stopped.time, "switching rendition: the stop came {when} the key frame; going on in the rendition playing");
+        o.give_up_switch(now);
+        let req = RunRequest {
+            start: PlayStart::Resume(stopped),
+            end: o.run_end,
+            scale: None,
+            speed: o.speed,
         };
-        self.reopen(now, stream, to, from, at, false);
+        if let Err(reason) = self.begin_run(now, stream, req) {
+            warn!(%stream, %reason, "switching rendition: the run could not go on");
+        }
     }
 
     /// Closes the session's reservations and opens rung `to`'s, to go on from `at`.

@@ -106,6 +106,7 @@ impl isochron_rtsp::server::Library for Clip {
             avg_bitrate: r.avg_bitrate,
             tracks: Vec::<MediaTrack>::new(),
             ladder,
+            live: false,
         })
     }
 }

@@ -287,6 +287,7 @@ impl Sim {
                 unix_base_ns: 1_800_000_000 * SECOND,
                 cluster: Some((Arc::new([disk].into()), copies)),
                 degrade: false,
+                live: isochron_live::EdgeConfig::default(),
             };
             let rtsp = ServerCore::new(ServerConfig::default(), u64::from(id));
             let core = NodeCore::new(config, rtsp, clip.clone());
@@ -838,6 +839,8 @@ impl Node {
             }
             NodeOutput::Transmit { to, msg } => outbox.push((to.0, *msg)),
             NodeOutput::CloseConn { conn, .. } => self.closed.push(conn),
+            // No live feed in these scenarios.
+            NodeOutput::Deliver { .. } | NodeOutput::Evict { .. } => {}
         }
     }
 }

@@ -50,6 +50,8 @@ pub struct SdpParams<'a> {
     /// Offer feedback and retransmission, keeping packets this long (`rtx-time`); `None`: the
     /// plain `RTP/AVP` description.
     pub rtx_time: Option<std::time::Duration>,
+    /// A live feed: `a=range:npt=now-` (RFC 2326 §3.6) instead of the duration.
+    pub live: bool,
 }
 
 /// The RTP payload type of the RFC 4588 retransmission stream offered with feedback.
@@ -167,13 +169,12 @@ fn session_lines(p: &SdpParams<'_>, with_bitrate: bool) -> String {
     if with_bitrate && p.bitrate.0 > 0 {
         let _ = write!(s, "b=AS:{}\r\n", p.bitrate.0.div_ceil(1000));
     }
-    let _ = write!(
-        s,
-        "a=tool:isochron\r\n\
-         a=control:*\r\n\
-         a=range:npt=0-{}\r\n",
-        npt_ceil(p.duration),
-    );
+    s.push_str("a=tool:isochron\r\na=control:*\r\n");
+    if p.live {
+        s.push_str("a=range:npt=now-\r\n");
+    } else {
+        let _ = write!(s, "a=range:npt=0-{}\r\n", npt_ceil(p.duration));
+    }
     s
 }
 
@@ -235,6 +236,7 @@ mod tests {
             duration: MediaTime::from_nanos(5_400_120_000_000),
             bitrate: BitRate(4_000_001),
             rtx_time: None,
+            live: false,
         });
         assert_eq!(
             sdp,
@@ -253,6 +255,19 @@ mod tests {
         );
     }
 
+    fn params_of_empty() -> SdpParams<'static> {
+        SdpParams {
+            session_id: 1,
+            session_version: 1,
+            origin: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            name: "",
+            duration: MediaTime::ZERO,
+            bitrate: BitRate(0),
+            rtx_time: None,
+            live: false,
+        }
+    }
+
     #[test]
     fn unknown_bitrate_ipv6_and_odd_names() {
         let sdp = mp2t_sdp(&SdpParams {
@@ -263,22 +278,19 @@ mod tests {
             duration: MediaTime::from_nanos(9_991_000_001),
             bitrate: BitRate(0),
             rtx_time: None,
+            live: false,
         });
         assert!(sdp.contains("o=- 1 2 IN IP6 ::1\r\n"));
         assert!(sdp.contains("s=a  b=evil\r\n"));
         assert!(sdp.contains("a=range:npt=0-9.992\r\n"));
         assert!(!sdp.contains("b=AS"));
         assert!(sdp.lines().all(|l| !l.is_empty()));
-        let empty = mp2t_sdp(&SdpParams {
-            session_id: 1,
-            session_version: 1,
-            origin: IpAddr::V4(Ipv4Addr::LOCALHOST),
-            name: "",
-            duration: MediaTime::ZERO,
-            bitrate: BitRate(0),
-            rtx_time: None,
-        });
+        let empty = mp2t_sdp(&params_of_empty());
         assert!(empty.contains("\r\ns=-\r\n"));
+        // A live feed has no duration: its range is open from now (RFC 2326 §3.6).
+        let live = mp2t_sdp(&SdpParams { live: true, name: "cam", ..params_of_empty() });
+        assert!(live.contains("a=range:npt=now-\r\n"), "{live}");
+        assert!(!live.contains("npt=0-"));
     }
 
     #[test]
@@ -291,6 +303,7 @@ mod tests {
             duration: MediaTime::from_nanos(1_000_000_000),
             bitrate: BitRate(0),
             rtx_time: Some(std::time::Duration::from_millis(1000)),
+            live: false,
         });
         assert!(
             sdp.ends_with(
@@ -342,6 +355,7 @@ mod tests {
             duration: MediaTime::from_secs_f64(90.5),
             bitrate: BitRate(4_000_000),
             rtx_time: None,
+            live: false,
         };
         let sdp = native_sdp(&params, &tracks);
         assert_eq!(

@@ -53,7 +53,10 @@
 //!   while playing (an immediate seek); without a start it resumes when paused
 //!   ([`PlayStart::Resume`]) and begins when ready ([`PlayStart::Beginning`]); `npt=now-` is
 //!   "no start". While playing without a new start → 200 and nothing to do. Bad `Range`, or a
-//!   start beyond the duration → 457. `Scale` (RFC 2326 §12.34, trick play) above 1 and up to
+//!   start beyond the duration → 457. A live feed ([`Presentation::live`]) has no duration:
+//!   any start is handed on, an end is dropped, and `npt=now-` is its live edge
+//!   ([`PlayStart::Beginning`]), also while playing; so is `npt=0-`, which players send with
+//!   their first PLAY whatever the stream. `Scale` (RFC 2326 §12.34, trick play) above 1 and up to
 //!   10 and `Speed` (§12.35, faster or slower delivery) from 0.1 to 10 are handed to the data
 //!   plane ([`PlayAction::scale`], [`PlayAction::speed`]), which says what it applied
 //!   ([`PlayOutcome::Started`]'s `rates`); the response carries the applied `Scale` (1 for
@@ -307,6 +310,9 @@ pub struct Presentation {
     /// rate first, `object` among them; all with the same tracks (kinds, payload types,
     /// encodings, clock rates). Empty: one encoding, played as it is.
     pub ladder: Vec<ObjectId>,
+    /// A live feed being published (`docs/design/live.md`): described with an open range
+    /// (`a=range:npt=now-`, RFC 2326 §3.6), played from its live edge.
+    pub live: bool,
 }
 
 impl Presentation {
@@ -976,6 +982,7 @@ impl ServerCore {
             duration: p.duration,
             bitrate: p.avg_bitrate,
             rtx_time,
+            live: p.live,
         };
         // Native tracks get RTX only when the URL asks (`?rtx=1`): GStreamer, which takes it by
         // default, also asks for packets merely late on its schedule, which adaptive bit rate
@@ -1132,14 +1139,22 @@ impl ServerCore {
             None => None,
         };
         let duration = s.presentation.duration;
+        // A live feed has no end yet: any start goes (the data plane starts at what it holds),
+        // an end is not kept, and `now` is its live edge (RFC 2326 §3.6), even while playing.
+        let live = s.presentation.live;
         let (start, end) = range.map_or((None, None), |r| (r.start, r.end));
         if let Some(NptTime::At(t)) = start
             && t > duration
+            && !live
         {
             return Err(Refusal::InvalidRange(RangeError::StartBeyondEnd { start: t, duration }));
         }
-        let end = end.map(|e| e.min(duration));
+        let end = end.filter(|_| !live).map(|e| e.min(duration));
         let start = match (start, s.state) {
+            // ffmpeg, GStreamer and retina all send `npt=0.000-` with a first PLAY: for a live
+            // feed that is its edge, as `now` is; a later start goes back into it.
+            (Some(NptTime::Now), _) if live => PlayStart::Beginning,
+            (Some(NptTime::At(t)), _) if live && t == MediaTime::ZERO => PlayStart::Beginning,
             (Some(NptTime::At(t)), _) => PlayStart::Seek(t),
             (_, SessionState::Playing) => {
                 let mut b = self.ok(cseq).header(SESSION, self.session_header(id));

@@ -37,6 +37,7 @@ impl Library for FakeLibrary {
                     track("audio", 97, "mpeg4-generic", 48_000),
                 ],
                 ladder: Vec::new(),
+                live: false,
             });
         }
         let (object, secs_ms, bps) = match name {
@@ -53,6 +54,7 @@ impl Library for FakeLibrary {
             avg_bitrate: BitRate(bps),
             tracks: Vec::new(),
             ladder: Vec::new(),
+            live: false,
         })
     }
 }

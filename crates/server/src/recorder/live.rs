@@ -10,23 +10,44 @@
 //! channel holds the connection's reader back, so a publisher faster than its admitted peak is
 //! slowed by TCP, as an HTTP body is.
 //!
+//! While it runs the feed is also a live presentation (`rtsp://host/NAME`): the units are cut
+//! into chunks ([`isochron_live::ChunkPacker`], numbered as the recording numbers them), each
+//! held once as a block in memory and handed to the session manager, whose node core gives it
+//! to every viewer ([`isochron_node::FeedEvent`]).
+//!
+//! The recording is a *growing object*: every [`COMMIT_EVERY`] of the feed the block being
+//! filled is sealed and handed to the disks, and the object as far as every copy of its blocks
+//! is durable is committed ([`isochron_store::catalog::Catalog::grow_object`]: blocks first,
+//! then the record naming them). A crash (`kill -9`) keeps exactly the last committed prefix,
+//! which the next start finds whole (the blocks after it are orphans it removes) and plays.
+//!
 //! The feed ends when the channel closes (TEARDOWN, or the connection gone) or after
-//! [`IDLE_TIMEOUT`] without a packet: then the object is committed with what arrived. Nothing
-//! is playable before that (the growing object is a later step, `docs/design/live.md`).
+//! [`IDLE_TIMEOUT`] without a packet: then its viewers get their BYE and the object is
+//! committed with all that arrived.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use isochron_base::MediaTime;
+use isochron_base::{MediaTime, ObjectId};
+use isochron_diskio::AlignedBuf;
 use isochron_diskio::ingest::{BlockPacker, PackedObject};
+use isochron_live::{ChunkConfig, ChunkPacker};
 use isochron_media::live::{LiveIngest, LiveStats};
 use isochron_media::native::NativeTrack;
+use isochron_rtsp::sdp::MediaTrack;
+use isochron_rtsp::server::Presentation;
+use isochron_store::block::Block;
 use isochron_store::catalog::ObjectRecord;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
-use super::{IDLE_TIMEOUT, Next, RecordError, RecordParams, Recorders, TokenBucket, Writer};
+use super::{IDLE_TIMEOUT, Next, RecordError, RecordParams, Recorders, Slot, TokenBucket, Writer};
+use crate::sessions::SessionCommand;
+
+/// How often a live recording commits what it has written (at most this much of a feed is lost
+/// with the server, plus what its disks had not yet written).
+pub const COMMIT_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A feed to record: what its publisher announced and was accepted.
 #[derive(Clone, Debug)]
@@ -72,8 +93,14 @@ pub struct LiveStatus {
     pub bit_rate_bps: u64,
     /// Blocks handed to the disks.
     pub blocks: u64,
+    /// Sessions watching it live (filled in by the HTTP API).
+    pub viewers: usize,
     /// When the feed was admitted, Unix seconds.
     pub started_unix_s: u64,
+    /// The wall-clock time of the recording's timeline zero (its first packet's arrival), Unix
+    /// milliseconds; 0 until that packet came. HLS dates its live segments from it
+    /// (`EXT-X-PROGRAM-DATE-TIME`).
+    pub zero_unix_ms: u64,
 }
 
 /// A feed in progress: what it is and its counters, updated by its recording task.
@@ -84,6 +111,7 @@ pub(super) struct LiveProgress {
     bytes: AtomicU64,
     media_ns: AtomicU64,
     blocks: AtomicU64,
+    zero_unix_ms: AtomicU64,
 }
 
 impl LiveProgress {
@@ -104,12 +132,15 @@ impl LiveProgress {
                 recorded_s: 0.0,
                 bit_rate_bps: 0,
                 blocks: 0,
+                viewers: 0,
                 started_unix_s,
+                zero_unix_ms: 0,
             },
             packets: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             media_ns: AtomicU64::new(0),
             blocks: AtomicU64::new(0),
+            zero_unix_ms: AtomicU64::new(0),
         }
     }
 
@@ -119,6 +150,7 @@ impl LiveProgress {
         s.packets = self.packets.load(Ordering::Relaxed);
         s.bytes = self.bytes.load(Ordering::Relaxed);
         s.blocks = self.blocks.load(Ordering::Relaxed);
+        s.zero_unix_ms = self.zero_unix_ms.load(Ordering::Relaxed);
         let ns = self.media_ns.load(Ordering::Relaxed);
         s.recorded_s = ns as f64 / 1e9;
         let rate = (u128::from(s.bytes) * 8_000_000_000).checked_div(u128::from(ns));
@@ -127,15 +159,44 @@ impl LiveProgress {
     }
 }
 
-/// A feed listed in [`Recorders::live_feeds`] while its recording runs; unlisted on drop.
+/// A feed listed in [`Recorders::live_feeds`] and playable live while its recording runs;
+/// unlisted on drop, its viewers told it ended.
 struct Listed<'a> {
     recorders: &'a Recorders,
     name: String,
+    feed: ObjectId,
 }
 
 impl Drop for Listed<'_> {
     fn drop(&mut self) {
         self.recorders.live_list().remove(&self.name);
+        self.recorders.library.remove_live(&self.name);
+        let _ = self.recorders.sessions.send(SessionCommand::FeedEnded { feed: self.feed });
+    }
+}
+
+/// Feed `feed` as its viewers' descriptions show it: its tracks, an open range.
+fn live_presentation(feed: &LiveFeed, id: ObjectId) -> Presentation {
+    Presentation {
+        object: id,
+        name: feed.name.clone(),
+        duration: MediaTime::ZERO,
+        avg_bitrate: feed.params.rate,
+        tracks: feed
+            .tracks
+            .iter()
+            .map(|t| MediaTrack {
+                kind: if t.kind == isochron_media::StreamKind::Video { "video" } else { "audio" }
+                    .to_owned(),
+                payload_type: t.payload_type,
+                encoding: t.encoding.to_owned(),
+                clock_rate: t.clock_rate,
+                channels: t.channels,
+                fmtp: t.fmtp.clone(),
+            })
+            .collect(),
+        ladder: Vec::new(),
+        live: true,
     }
 }
 
@@ -151,6 +212,30 @@ pub struct FeedPacket {
 }
 
 impl Recorders {
+    /// Commits the object as far as its blocks are written, every copy, if that is further
+    /// than `committed` blocks, and lists it: the growing object (see the module docs).
+    async fn grow(
+        &self,
+        w: &Writer,
+        slot: &Slot,
+        packer: &BlockPacker,
+        feed: &LiveFeed,
+        committed: &mut u32,
+    ) -> Result<(), RecordError> {
+        let n = w.written_through(packer.blocks_sealed());
+        if n <= *committed {
+            return Ok(());
+        }
+        let Some(packed) = packer.prefix(n as usize) else { return Ok(()) };
+        let record = w.object.record_native(&feed.name, &feed.source, packed, None, &feed.tracks);
+        let duration = record.duration;
+        slot.grow(record.clone()).await?;
+        self.library.insert(Arc::new(crate::library::entry(&self.store, record)));
+        *committed = n;
+        tracing::debug!(object = %feed.name, blocks = n, %duration, "live recording committed");
+        Ok(())
+    }
+
     /// The feeds being recorded, by name.
     #[must_use]
     pub fn live_feeds(&self) -> Vec<LiveStatus> {
@@ -171,9 +256,12 @@ impl Recorders {
         let mut open = self.open(&feed.name, feed.params).await?;
         let progress = Arc::new(LiveProgress::new(&feed));
         self.live_list().insert(feed.name.clone(), Arc::clone(&progress));
-        let _listed = Listed { recorders: &self, name: feed.name.clone() };
+        let id = open.writer.object.id;
+        self.library.insert_live(live_presentation(&feed, id));
+        let _listed = Listed { recorders: &self, name: feed.name.clone(), feed: id };
         let _ = admitted.send(());
-        let received = self.receive_live(&mut open.writer, &feed, packets, &progress).await;
+        let received =
+            self.receive_live((&mut open.writer, &open.slot), &feed, packets, &progress).await;
         let object = open.writer.object;
         let record = received.map(|packed| {
             object.record_native(&feed.name, &feed.source, packed, None, &feed.tracks)
@@ -185,21 +273,47 @@ impl Recorders {
     /// written.
     async fn receive_live(
         &self,
-        w: &mut Writer,
+        (w, slot): (&mut Writer, &Slot),
         feed: &LiveFeed,
         mut packets: mpsc::Receiver<FeedPacket>,
         progress: &LiveProgress,
     ) -> Result<PackedObject, RecordError> {
         let mut ingest = LiveIngest::new(feed.tracks.clone(), feed.payload_types.clone());
         let mut packer = BlockPacker::new_native(&w.object, feed.tracks.len());
+        let mut chunks = Chunks {
+            packer: ChunkPacker::new(w.object.id, feed.tracks.len(), ChunkConfig::default()),
+            feed: w.object.id,
+            sessions: &self.sessions,
+        };
         // Blocks come no faster than the admitted peak (with one block of burst).
         let mut bucket =
             TokenBucket::new(feed.params.peak, w.object.block_size, tokio::time::Instant::now());
         let mut zero = None;
+        // The next commit of what is written, and the blocks the last one named.
+        let (mut next_commit, mut committed) = (None, 0);
         loop {
+            // The open chunk is sealed on time even when no packet comes.
+            let seal =
+                chunks.packer.poll_timeout().zip(zero).map(|(t, z): (_, tokio::time::Instant)| {
+                    z + std::time::Duration::from_nanos(t.as_nanos())
+                });
             let next = tokio::select! {
                 biased;
                 ev = w.events.recv() => Next::Event(ev),
+                () = sleep_until(seal) => {
+                    chunks.handle_timeout(zero);
+                    continue;
+                }
+                () = sleep_until(next_commit) => {
+                    next_commit = next_commit.map(|t| t + COMMIT_EVERY);
+                    self.grow(w, slot, &packer, feed, &mut committed).await?;
+                    // What arrived since the last seal goes to the disks, committed next time.
+                    if let Some(b) = packer.flush().map_err(super::store_error)? {
+                        w.submit(b).await?;
+                        progress.blocks.fetch_add(1, Ordering::Relaxed);
+                    }
+                    continue;
+                }
                 p = tokio::time::timeout(IDLE_TIMEOUT, packets.recv()) => Next::Chunk(p),
             };
             let p = match next {
@@ -215,7 +329,18 @@ impl Recorders {
                 Next::Chunk(Ok(None)) => break,
                 Next::Chunk(Ok(Some(p))) => p,
             };
+            if zero.is_none() {
+                let tracks = feed.tracks.iter().map(|t| (t.clock_rate, t.payload_type)).collect();
+                let opened = SessionCommand::FeedOpened { feed: w.object.id, zero: p.at, tracks };
+                let _ = self.sessions.send(opened);
+                // The wall clock of the same instant: now, less the time since it arrived.
+                let ago = tokio::time::Instant::now().saturating_duration_since(p.at);
+                let wall = std::time::SystemTime::now() - ago;
+                let ms = wall.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+                progress.zero_unix_ms.store(u64::try_from(ms).unwrap_or(0), Ordering::Relaxed);
+            }
             let zero = *zero.get_or_insert(p.at);
+            next_commit.get_or_insert(zero + COMMIT_EVERY);
             let since = p.at.saturating_duration_since(zero);
             let arrival =
                 MediaTime::from_nanos(u64::try_from(since.as_nanos()).unwrap_or(u64::MAX));
@@ -229,6 +354,7 @@ impl Recorders {
             progress.media_ns.store(arrival.as_nanos(), Ordering::Relaxed);
             ingest.handle_rtp(arrival, p.track, &p.packet);
             while let Some(u) = ingest.poll_unit() {
+                chunks.push(zero, &u);
                 if let Some(b) = packer.push_native(&u).map_err(super::store_error)? {
                     w.submit(b).await?;
                     progress.blocks.fetch_add(1, Ordering::Relaxed);
@@ -236,11 +362,15 @@ impl Recorders {
             }
         }
         ingest.finish();
+        let zero = zero.unwrap_or_else(tokio::time::Instant::now);
         while let Some(u) = ingest.poll_unit() {
+            chunks.push(zero, &u);
             if let Some(b) = packer.push_native(&u).map_err(super::store_error)? {
                 w.submit(b).await?;
             }
         }
+        chunks.packer.finish();
+        chunks.hand_on();
         let stats: LiveStats = ingest.stats();
         if packer.units() == 0 {
             return Err(RecordError::BadRequest(format!(
@@ -255,5 +385,58 @@ impl Recorders {
         w.wait_all().await?;
         info!(object = %feed.name, %stats, "live feed ended");
         Ok(packed)
+    }
+}
+
+/// Sleeps until `at`, or forever without it.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A feed's chunks on their way to its viewers: cut by the packer, each made a block once and
+/// handed to the session manager.
+struct Chunks<'a> {
+    packer: ChunkPacker,
+    feed: ObjectId,
+    sessions: &'a mpsc::UnboundedSender<SessionCommand>,
+}
+
+impl Chunks<'_> {
+    /// The packer's clock: time since the feed's first packet.
+    fn now(zero: tokio::time::Instant) -> isochron_base::Instant {
+        let since = tokio::time::Instant::now().saturating_duration_since(zero);
+        isochron_base::Instant::from_nanos(u64::try_from(since.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    fn push(&mut self, zero: tokio::time::Instant, unit: &isochron_media::native::NativeUnit) {
+        self.packer.push(Self::now(zero), unit);
+        self.hand_on();
+    }
+
+    fn handle_timeout(&mut self, zero: Option<tokio::time::Instant>) {
+        let Some(zero) = zero else { return };
+        self.packer.handle_timeout(Self::now(zero));
+        self.hand_on();
+    }
+
+    /// Hands the sealed chunks on.
+    fn hand_on(&mut self) {
+        while let Some(c) = self.packer.poll_chunk() {
+            // The packer's own encoding: it parses (a failure is a bug, logged, the chunk lost).
+            match Block::parse(AlignedBuf::copy_from(&c.bytes), None) {
+                Ok(block) => {
+                    let cmd = SessionCommand::FeedChunk {
+                        feed: self.feed,
+                        info: c.info,
+                        block: Arc::new(block),
+                    };
+                    let _ = self.sessions.send(cmd);
+                }
+                Err(e) => warn!(feed = %self.feed, error = %e, "a live chunk does not parse"),
+            }
+        }
     }
 }

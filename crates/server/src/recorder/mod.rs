@@ -632,6 +632,12 @@ impl Writer {
         Ok(())
     }
 
+    /// How many of the object's first blocks are durably written, every copy, when `sealed`
+    /// were handed in: those before the first still in flight.
+    fn written_through(&self, sealed: u32) -> u32 {
+        self.in_flight.keys().map(|k| k.index.0).min().unwrap_or(sealed).min(sealed)
+    }
+
     /// Waits until every block handed in is written.
     async fn wait_all(&mut self) -> Result<(), RecordError> {
         while !self.in_flight.is_empty() {
@@ -697,20 +703,30 @@ struct Finish {
     reply: oneshot::Sender<Result<(), CatalogError>>,
 }
 
+/// What a recording asks of its commit thread.
+enum SlotMsg {
+    /// Commit `record`, the object as written so far (a growing object, `Catalog::grow_object`).
+    Grow { record: ObjectRecord, reply: oneshot::Sender<Result<(), CatalogError>> },
+    /// The end.
+    Finish(Finish),
+}
+
 /// A new object open for a recording. Its commit thread holds the store's ingest lock (a
 /// `std` read guard, which must stay on one thread) from choosing the object's epoch until the
 /// record is committed or abandoned, as an ingest does; the catalog transactions run there too,
-/// off the async workers. Dropped unfinished (a task that panicked or was aborted), the thread
-/// releases the lock and leaves the blocks to recovery.
+/// off the async workers. A live recording commits the object as it grows ([`Slot::grow`]);
+/// what a commit names is kept whatever happens after. Dropped unfinished (a task that
+/// panicked or was aborted), the thread releases the lock and leaves the blocks no commit
+/// names to recovery.
 struct Slot {
     object: NewObject,
-    finish: oneshot::Sender<Finish>,
+    tx: mpsc::UnboundedSender<SlotMsg>,
 }
 
 impl Slot {
     async fn open(store: Arc<Store>) -> Result<Self, RecordError> {
         let (opened_tx, opened_rx) = oneshot::channel();
-        let (finish_tx, finish_rx) = oneshot::channel::<Finish>();
+        let (tx, mut rx) = mpsc::unbounded_channel::<SlotMsg>();
         std::thread::Builder::new()
             .name("isochron-record".into())
             .spawn(move || {
@@ -725,21 +741,51 @@ impl Slot {
                 if opened_tx.send(Ok(object)).is_err() {
                     return;
                 }
-                let Ok(Finish { record, written, reply }) = finish_rx.blocking_recv() else {
+                // The blocks the last commit names (a growing object's).
+                let mut committed = 0;
+                while let Some(msg) = rx.blocking_recv() {
+                    let Finish { record, written, reply } = match msg {
+                        SlotMsg::Grow { record, reply } => {
+                            let result = store.catalog().grow_object(&record);
+                            if result.is_ok() {
+                                committed = record.blocks.len();
+                            }
+                            let _ = reply.send(result);
+                            continue;
+                        }
+                        SlotMsg::Finish(f) => f,
+                    };
+                    let result = match &record {
+                        Some(rec) if committed > 0 => store.catalog().grow_object(rec),
+                        Some(rec) => store.catalog().insert_object(rec),
+                        None => Ok(()),
+                    };
+                    if record.is_none() || result.is_err() {
+                        // What a commit names stays; the rest goes.
+                        let beyond: Vec<(DiskId, BlockKey)> = written
+                            .into_iter()
+                            .filter(|(_, k)| k.index.0 as usize >= committed)
+                            .collect();
+                        remove_blocks(&store, &beyond);
+                    }
+                    let _ = reply.send(result);
                     return;
-                };
-                let result = match &record {
-                    Some(rec) => store.catalog().insert_object(rec),
-                    None => Ok(()),
-                };
-                if record.is_none() || result.is_err() {
-                    remove_blocks(&store, &written);
                 }
-                let _ = reply.send(result);
             })
             .map_err(|e| RecordError::Store(format!("starting a recording thread: {e}")))?;
         let object = opened_rx.await.map_err(|_| RecordError::Unavailable)??;
-        Ok(Self { object, finish: finish_tx })
+        Ok(Self { object, tx })
+    }
+
+    /// Commits `record`, the object as written so far: every block it names is durable, all
+    /// its copies (a live recording, `docs/design/live.md`).
+    async fn grow(&self, record: ObjectRecord) -> Result<(), RecordError> {
+        let (reply, rx) = oneshot::channel();
+        let _ = self.tx.send(SlotMsg::Grow { record, reply });
+        match rx.await {
+            Ok(result) => Ok(result?),
+            Err(_) => Err(RecordError::Unavailable),
+        }
     }
 
     /// Commits `record` (or abandons the object, with `None`); blocks of an object not committed
@@ -750,7 +796,7 @@ impl Slot {
         written: Vec<(DiskId, BlockKey)>,
     ) -> Result<(), RecordError> {
         let (tx, rx) = oneshot::channel();
-        let _ = self.finish.send(Finish { record, written, reply: tx });
+        let _ = self.tx.send(SlotMsg::Finish(Finish { record, written, reply: tx }));
         match rx.await {
             Ok(result) => Ok(result?),
             Err(_) => Err(RecordError::Unavailable),
