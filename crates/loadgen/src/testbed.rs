@@ -22,6 +22,11 @@
 //! share of the UDP datagrams the host receives. Dropping the [`Testbed`] removes everything it
 //! made, also when a test panics; [`Testbed::cleanup_stale`] removes what killed processes left.
 //!
+//! Every end knows every other's link-layer address from the start (permanent neighbour
+//! entries): no ARP crosses a shaped link, where it would wait behind the queue it shapes and
+//! fail, and the kernel would discard what it sent meanwhile without a qdisc counting it
+//! ([`Testbed::add_host`] says how that showed).
+//!
 //! Names never collide, between testbeds of one process or of several: every name carries the
 //! process id and a per-process counter (interface names, limited to 15 bytes, in base 36), and
 //! the /24 is chosen under a file lock among the subnets of 10.200.0.0/16 that no address or
@@ -65,6 +70,8 @@ static TESTBEDS: AtomicU32 = AtomicU32::new(0);
 pub struct Testbed {
     id: String,
     bridge: String,
+    /// The bridge's link-layer address (set, so that it never follows its ports').
+    mac: String,
     subnet: u8,
     hosts: Mutex<Hosts>,
 }
@@ -75,6 +82,9 @@ struct Hosts {
     made: Vec<(String, String)>,
     /// Extra addresses: (host's namespace, address), routed on-link from every other host.
     aliases: Vec<(String, Ipv4Addr)>,
+    /// Every address a host answers for, with its namespace and its eth0's link-layer
+    /// address: the permanent neighbour entries every other end holds (see [`Testbed::add_host`]).
+    neighbours: Vec<(String, Ipv4Addr, String)>,
 }
 
 /// A network namespace on a [`Testbed`]: `lo` and `eth0` (its address on the testbed's /24,
@@ -145,7 +155,7 @@ impl Testbed {
                     continue;
                 }
             }
-            let tb = Self { id, bridge, subnet, hosts: Mutex::new(Hosts::default()) };
+            let tb = Self { id, bridge, mac, subnet, hosts: Mutex::new(Hosts::default()) };
             ip(&["link", "set", "dev", &tb.bridge, "alias", &tb.id])?;
             let cidr = format!("{}/24", tb.host_ip());
             ip(&["addr", "add", &cidr, "dev", &tb.bridge])?;
@@ -217,6 +227,32 @@ impl Testbed {
         ip(&["-n", n, "link", "set", "dev", "eth0", "up"])?;
         ip(&["-n", n, "link", "set", "dev", "lo", "up"])?;
         ip(&["-n", n, "route", "add", "default", "via", &self.host_ip().to_string()])?;
+        // Permanent neighbour entries both ways, with the bridge and with every other host:
+        // no ARP crosses a shaped link. An ARP probe queued behind seconds of media in a
+        // host's token bucket went unanswered (the kernel probes for 3 s), the neighbour
+        // failed, and the datagrams sent to it meanwhile were discarded unresolved
+        // (`/proc/net/stat/arp_cache`), counted by no qdisc: a UDP player lost seconds of
+        // media that the server had sent.
+        let link = ip(&["-n", n, "-j", "link", "show", "dev", "eth0"])?;
+        let mac = serde_json::from_str::<serde_json::Value>(&link)
+            .ok()
+            .and_then(|v| v[0]["address"].as_str().map(str::to_owned))
+            .with_context(|| format!("{n}: no link-layer address in {link}"))?;
+        let neigh = |ns: Option<&str>, addr: Ipv4Addr, mac: &str, dev: &str| {
+            let addr = addr.to_string();
+            let args = ["neigh", "replace", &addr, "lladdr", mac, "dev", dev, "nud", "permanent"];
+            match ns {
+                Some(ns) => ip(&[&["-n", ns][..], &args].concat()),
+                None => ip(&args),
+            }
+        };
+        neigh(None, host.ip, &mac, &self.bridge)?;
+        neigh(Some(n), self.host_ip(), &self.mac, "eth0")?;
+        for (other, addr, other_mac) in &hosts.neighbours {
+            neigh(Some(n), *addr, other_mac, "eth0")?;
+            neigh(Some(other), host.ip, &mac, "eth0")?;
+        }
+        hosts.neighbours.push((n.clone(), host.ip, mac));
         for (owner, addr) in &hosts.aliases {
             if owner != n {
                 ip(&[
@@ -245,9 +281,19 @@ impl Testbed {
             bail!("{} is not a host of testbed {}", host.ns, self.id);
         }
         ip(&["-n", &host.ns, "addr", "add", &format!("{addr}/32"), "dev", "eth0"])?;
+        let mac = hosts
+            .neighbours
+            .iter()
+            .find(|(ns, ..)| *ns == host.ns)
+            .map(|(.., mac)| mac.clone())
+            .with_context(|| format!("{}: no link-layer address recorded", host.ns))?;
         for (ns, _) in hosts.made.iter().filter(|(ns, _)| *ns != host.ns) {
             ip(&["-n", ns, "route", "add", &format!("{addr}/32"), "dev", "eth0", "scope", "link"])?;
+            let a = addr.to_string();
+            let neigh = ["neigh", "replace", &a, "lladdr", &mac, "dev", "eth0", "nud", "permanent"];
+            ip(&[&["-n", ns][..], &neigh].concat())?;
         }
+        hosts.neighbours.push((host.ns.clone(), addr, mac));
         hosts.aliases.push((host.ns.clone(), addr));
         Ok(())
     }
@@ -384,17 +430,33 @@ impl Host {
         Ok(())
     }
 
-    /// Packets the shaped link towards the host has dropped since it was shaped (its token
-    /// bucket's queue was full): what a receiver misses that the server did send.
+    /// Packets the link towards the host has dropped: its token bucket's queue full (since it
+    /// was shaped), and the veth pair's own drops on the way (the bridge's end refusing to
+    /// transmit, the host's end to receive). What a receiver misses that the server did send.
     pub fn downlink_drops(&self) -> anyhow::Result<u64> {
         let text = tc(None, &["-s", "qdisc", "show", "dev", &self.veth])?;
         // " Sent 123 bytes 4 pkt (dropped 5, overlimits 6 requeues 0)"
-        let dropped = text
+        let dropped: u64 = text
             .split("dropped ")
             .nth(1)
             .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
-            .and_then(|n| n.parse().ok());
-        dropped.with_context(|| format!("no drop count in tc's statistics: {text}"))
+            .and_then(|n| n.parse().ok())
+            .with_context(|| format!("no drop count in tc's statistics: {text}"))?;
+        let (sent, received) = self.veth_drops()?;
+        Ok(dropped + sent + received)
+    }
+
+    /// The veth pair's drops towards the host: `(transmit drops of the bridge's end, receive
+    /// drops of the host's eth0)`, from `ip -s link` (zero where a counter is absent).
+    pub fn veth_drops(&self) -> anyhow::Result<(u64, u64)> {
+        let count = |text: &str, dir: &str| -> anyhow::Result<u64> {
+            let v: serde_json::Value = serde_json::from_str(text)
+                .with_context(|| format!("ip -j -s link: not JSON: {text}"))?;
+            Ok(v[0]["stats64"][dir]["dropped"].as_u64().unwrap_or(0))
+        };
+        let tx = count(&ip(&["-j", "-s", "link", "show", "dev", &self.veth])?, "tx")?;
+        let rx = count(&ip(&["-n", &self.ns, "-j", "-s", "link", "show", "dev", "eth0"])?, "rx")?;
+        Ok((tx, rx))
     }
 
     /// Removes [`Host::shape`]'s limits.

@@ -739,3 +739,145 @@ fn hls_players_watch_a_running_feed_from_its_start_and_at_its_edge() {
     assert!(list.ends_with("#EXT-X-ENDLIST\n") && !list.contains("EVENT"), "{list}");
     server.stop();
 }
+
+/// The crowd: ffmpeg publishes a 60 s feed (the 10 s clip six times) over RTSP RECORD
+/// and thirty players of four kinds watch it live at once, each from wherever it joined:
+///
+/// - twelve ffmpeg (`-c copy` to MP4), six over TCP and six over UDP, to the feed's end: every
+///   decoded video frame is the feed's, consecutive, none missing, up to its end;
+/// - seven GStreamer (`rtspsrc`, TCP and UDP) for 750 video frames each (30 s);
+/// - ten `isochron play` over UDP and TCP to the end: nothing lost, ended by the BYE;
+/// - hls.js in Chromium at the live edge for 20 s, with no jump over a gap.
+///
+/// The API counts the 29 RTSP viewers together. The recording, committed when the feed ends,
+/// is the feed frame for frame: 60 s, each decoded frame the clip's in turn.
+#[test]
+fn thirty_players_of_four_kinds_watch_a_60_s_feed_live() {
+    let _load = load(weight::HEAVY);
+    require("ffmpeg");
+    require("gst-launch-1.0");
+    require("chromium");
+    let src = media_fixture("h264_aac.mp4");
+    let dir = tempdir();
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions { no_demo: true, ..Default::default() },
+    );
+    let url = server.url("crowd");
+    let transport = |i: usize| if i.is_multiple_of(2) { "tcp" } else { "udp" };
+    let recordings: Vec<_> =
+        (0..12).map(|i| (transport(i), dir.path().join(format!("ffmpeg{i}.mp4")))).collect();
+    let gst = |transport: &str| {
+        run(
+            Command::new("gst-launch-1.0").args(["-q", "rtspsrc"]).args([
+                format!("location={url}"),
+                format!("protocols={transport}"),
+                "!".into(),
+                "rtph264depay".into(),
+                "!".into(),
+                "h264parse".into(),
+                "!".into(),
+                "identity".into(),
+                "eos-after=750".into(),
+                "!".into(),
+                "fakesink".into(),
+            ]),
+            80,
+        )
+    };
+    let (feed, gsts, plays, hls) = std::thread::scope(|s| {
+        let feed = s.spawn(|| publish_looped(Command::new("ffmpeg"), &src, 6, &url, "tcp"));
+        await_feed(&server, "crowd");
+        std::thread::sleep(Duration::from_secs(2));
+        let records: Vec<_> = recordings
+            .iter()
+            .map(|(transport, out)| s.spawn(|| ffmpeg_record(&url, transport, out)))
+            .collect();
+        let gsts: Vec<_> = (0..7).map(|i| s.spawn(move || gst(transport(i)))).collect();
+        let plays: Vec<_> = (0..10)
+            .map(|i| {
+                let url = &url;
+                s.spawn(move || {
+                    run(
+                        Command::new(bin())
+                            .args(["play", url, "--json", "--timeout", "90"])
+                            .args(["--transport", transport(i)]),
+                        100,
+                    )
+                })
+            })
+            .collect();
+        let hls = s.spawn(|| {
+            // Opened once two segments are listed (hls.js starts a target and a half behind
+            // the last).
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while !server.http_get("/hls/crowd/index.m3u8").contains("1.m4s") {
+                assert!(Instant::now() < deadline, "no segment listed");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            let beacon = Beacon::new();
+            let page =
+                format!("http://{}/watch/crowd?report={}&until=20", server.http, beacon.url());
+            watch_report(None, &page, &beacon, Duration::from_secs(60)).0
+        });
+        // The 29 RTSP viewers together (a busy machine starts processes slowly).
+        let deadline = Instant::now() + Duration::from_secs(25);
+        loop {
+            let body = server.http_get("/api/v1/live");
+            let live: Vec<serde_json::Value> = serde_json::from_str(&body).expect(&body);
+            if live[0]["viewers"] == 29 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "not 29 viewers: {body}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let (mut gst_outs, mut play_outs) = (Vec::new(), Vec::new());
+        for g in gsts {
+            gst_outs.push(g.join().unwrap());
+        }
+        for p in plays {
+            play_outs.push(p.join().unwrap());
+        }
+        for r in records {
+            r.join().unwrap();
+        }
+        (feed.join().unwrap(), gst_outs, play_outs, hls.join().unwrap())
+    });
+    assert!(feed.status.success(), "publishing: {}", String::from_utf8_lossy(&feed.stderr));
+
+    let one = decoded_video(&src);
+    let want: Vec<String> = (0..6).flat_map(|_| one.iter().cloned()).collect();
+    for (transport, out) in &recordings {
+        let got = decoded_video(out);
+        a_run_of(&got, &want, true, &format!("ffmpeg over {transport}"));
+        assert!(got.len() > 45 * 25, "ffmpeg over {transport}: {} frames", got.len());
+    }
+    for (i, o) in gsts.iter().enumerate() {
+        assert!(
+            o.status.success(),
+            "GStreamer ({}): {}{}",
+            transport(i),
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    for play in &plays {
+        let summary = play_summary(play);
+        assert!(play.status.success(), "isochron play: {summary}");
+        for t in summary["tracks"].as_array().unwrap() {
+            assert_eq!(t["lost"], 0, "isochron play: {summary}");
+            assert_eq!(t["ended"], true, "isochron play: {summary}");
+        }
+    }
+    eprintln!("hls.js at the live edge: {hls}");
+    assert_eq!(hls["jumps"].as_array().map(Vec::len), Some(0), "{hls}");
+
+    // The recording is the feed, frame for frame.
+    let v = await_object(&server, "crowd", Duration::from_secs(15));
+    let duration = v["duration_s"].as_f64().unwrap();
+    assert!((duration - 60.0).abs() < 1.0, "60 s recorded as {duration} s: {v}");
+    let played = dir.path().join("crowd-played.mp4");
+    ffmpeg_record(&url, "tcp", &played);
+    assert_frames(&decoded_video(&played), &want, "the recording's video");
+    server.stop();
+}

@@ -581,8 +581,8 @@ fn rtsp_adapts(transport: &str) {
     let own_drops = hosts[3].downlink_drops().expect("tc statistics") + kernel_drops;
     // For a failure's message: the host's UDP counters (a full receive buffer counts there),
     // the server's send errors and lateness, and its warnings.
-    let diag = || {
-        let udp = run(hosts[3].command("cat").arg("/proc/net/snmp"), 10);
+    let diag = |host: &isochron_loadgen::testbed::Host| {
+        let udp = run(host.command("cat").arg("/proc/net/snmp"), 10);
         let udp = String::from_utf8_lossy(&udp.stdout)
             .lines()
             .filter(|l| l.starts_with("Udp:"))
@@ -595,40 +595,66 @@ fn rtsp_adapts(transport: &str) {
             .collect();
         let warns: Vec<&str> =
             log.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
-        format!("{udp}\n{}\n{}", m.join("\n"), warns.join("\n"))
+        let veth = host.veth_drops();
+        // Datagrams discarded for want of a neighbour's address (`unresolved_discards`).
+        let arp = std::fs::read_to_string("/proc/net/stat/arp_cache").unwrap_or_default();
+        format!(
+            "{udp}\nveth drops (bridge's end, host's end): {veth:?}\n{arp}{}\n{}",
+            m.join("\n"),
+            warns.join("\n")
+        )
     };
     assert!(
         own.status.success() || (own_drops > 0 && own_err.contains("packets lost")),
         "isochron play: {own_err} (the link dropped {own_drops} packets, {kernel_drops} of \
          them in the kernel's input backlog)\n{}",
-        diag()
+        diag(&hosts[3])
     );
-    for name in ["ffmpeg.mp4", "gst.h264", "isochron.h264"] {
-        let runs = height_runs(&rec(name));
-        eprintln!("{name}: {runs:?}");
+    // Every recording's account first, then the verdicts: a failure shows all three players.
+    let jitterbuffers: Vec<&str> = std::str::from_utf8(&gst.stderr)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("jitterbuffer:"))
+        .collect();
+    eprintln!("GStreamer's {}", jitterbuffers.join("; "));
+    let accounts: Vec<_> = ["ffmpeg.mp4", "gst.h264", "isochron.h264"]
+        .into_iter()
+        .map(|name| {
+            let runs = height_runs(&rec(name));
+            // Every frame of the 90 s at 25 frames a second.
+            let frames: usize = runs.iter().map(|r| r.1).sum();
+            let missing = 90 * 25 - frames.min(90 * 25);
+            let host = match name {
+                "gst.h264" => &hosts[1],
+                "isochron.h264" => &hosts[3],
+                _ => &hosts[0],
+            };
+            let drops = host.downlink_drops().expect("tc statistics") + kernel_drops;
+            eprintln!(
+                "{name}: {runs:?}: {frames} frames, {missing} missing; the link dropped {drops}"
+            );
+            (name, runs, missing, drops, host)
+        })
+        .collect();
+    for (name, runs, missing, drops, host) in accounts {
         let order: Vec<u32> = runs.iter().map(|r| r.0).collect();
         assert!(
             order.windows(3).any(|w| w == [360, 240, 360]),
             "{name}: no switch down and up again: {runs:?}\n{}",
             switches.join("\n")
         );
-        // Every frame of the 90 s at 25 frames a second, and nothing the decoder objects to.
-        // (ffmpeg's own decode-time guesses in a `-c copy` MP4 repeat at a switch, where the
-        // reordering depth changes: its muxer's words, not the decoder's.)
-        let frames: usize = runs.iter().map(|r| r.1).sum();
-        let missing = 90 * 25 - frames.min(90 * 25);
-        let host = match name {
-            "gst.h264" => &hosts[1],
-            "isochron.h264" => &hosts[3],
-            _ => &hosts[0],
-        };
-        let drops = host.downlink_drops().expect("tc statistics") + kernel_drops;
-        eprintln!("{name}: {frames} frames, {missing} missing; the link dropped {drops} packets");
         // Both players miss the very first frame. More only where the link's queue overflowed
         // (a switch down that came late): no player here asks for packets again (native RTX is
         // offered only with `?rtx=1`).
         let allowed = if drops > 0 { 10 } else { 1 };
-        assert!(missing <= allowed, "{name}: {frames} frames, link drops {drops}: {runs:?}");
+        assert!(
+            missing <= allowed,
+            "{name}: {missing} frames missing, link drops {drops}: {runs:?}\n{}",
+            diag(host)
+        );
+        // Nothing the decoder objects to. (ffmpeg's own decode-time guesses in a `-c copy` MP4
+        // repeat at a switch, where the reordering depth changes: its muxer's words, not the
+        // decoder's.)
         let decode = run(
             Command::new("ffmpeg")
                 .args(["-v", "error", "-i"])

@@ -9,6 +9,10 @@ one access unit per buffer); the audio pad goes to a fakesink. Exits 0 on EOS, 1
 after 180 s. With `rtx`, `do-retransmission=true`: lost packets are asked for again (RFC 4585
 generic NACKs).
 
+On exit it prints each RTP jitter buffer's statistics to stderr (`jitterbuffer: pushed=… lost=…
+late=… duplicates=…`): a frame missing from OUT_FILE was either never received (lost) or
+received after its playout time (late), and a test's failure can tell which.
+
 Not gst-launch: its delayed links race when rtspsrc adds two pads at once; the pads are linked
 by media in this script (`gst_pads.MediaLinks`, which says why).
 """
@@ -40,6 +44,14 @@ video = Gst.parse_bin_from_description(
 audio = Gst.ElementFactory.make("fakesink", "a")
 for e in (src, video, audio):
     pipeline.add(e)
+jitterbuffers = []
+
+
+def on_new_manager(_src, manager):
+    manager.connect("new-jitterbuffer", lambda _m, jb, _session, _ssrc: jitterbuffers.append(jb))
+
+
+src.connect("new-manager", on_new_manager)
 sinks = {"video": video.get_static_pad("sink"), "audio": audio.get_static_pad("sink")}
 links = MediaLinks(src, sinks)
 loop = GLib.MainLoop()
@@ -65,6 +77,11 @@ bus.connect("message", on_message)
 pipeline.set_state(Gst.State.PLAYING)
 GLib.timeout_add(180_000, loop.quit)
 loop.run()
+for jb in jitterbuffers:
+    st = jb.get_property("stats")
+    fields = ("num-pushed", "num-lost", "num-late", "num-duplicates")
+    pushed, lost, late, dups = (st.get_value(f) for f in fields)
+    print(f"jitterbuffer: pushed={pushed} lost={lost} late={late} duplicates={dups}", file=sys.stderr)
 pipeline.set_state(Gst.State.NULL)
 if status["code"]:
     print(f"ended without EOS or with pads unlinked (linked: {sorted(links.linked)})", file=sys.stderr)

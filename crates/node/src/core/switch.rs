@@ -19,7 +19,7 @@ use super::{
     Waiting, open_spec,
 };
 use std::time::Duration;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// How far ahead of the session's position a switch's key frame is at least: its stop must
 /// reach every node before the key frame's packets are due.
@@ -136,6 +136,7 @@ impl NodeCore {
         let Some(o) = self.origins.get_mut(&stream) else { return };
         let Some(abr) = o.abr.as_ref() else { return };
         let from = abr.chooser.current();
+        debug!(%stream, %at, key = %key, stopped = %stopped.gsn, stopped_at = %stopped.time, "switching rendition: stopped");
         if stopped.gsn == key {
             self.reopen(now, stream, to, from, at, false);
             return;
