@@ -113,8 +113,18 @@ async fn live(
     State(s): State<ApiState>,
     sees: Option<axum::Extension<SeesClients>>,
 ) -> Result<Json<Vec<isochron_server::recorder::live::LiveStatus>>, ApiError> {
-    let mut feeds = s.recorders.live_feeds();
     let sessions = gather(&s).await?.sessions;
+    Ok(Json(live_feeds(&s, &sessions, sees)))
+}
+
+/// The feeds in progress with their viewers among `sessions` (those playing them); the
+/// publishers' addresses only for `sees`.
+fn live_feeds(
+    s: &ApiState,
+    sessions: &[SessionInfo],
+    sees: Option<axum::Extension<SeesClients>>,
+) -> Vec<isochron_server::recorder::live::LiveStatus> {
+    let mut feeds = s.recorders.live_feeds();
     let sees = sees.is_some_and(|axum::Extension(SeesClients(yes))| yes);
     for f in &mut feeds {
         f.viewers = sessions.iter().filter(|v| v.object == f.name && v.state == "playing").count();
@@ -122,7 +132,7 @@ async fn live(
             f.publisher.clear();
         }
     }
-    Ok(Json(feeds))
+    feeds
 }
 
 /// `sessions` as `sees` may see them: without `admin`, each id is replaced by its stream's
@@ -418,6 +428,8 @@ struct Overview {
     reorg: ReorgJson,
     /// The ladder jobs (`GET /api/v1/transcode`).
     transcode: Vec<isochron_server::transcoder::JobInfo>,
+    /// The feeds being published (`GET /api/v1/live`).
+    live: Vec<isochron_server::recorder::live::LiveStatus>,
 }
 
 /// The longest `GET /api/v1/overview?after=…` waits.
@@ -476,6 +488,7 @@ async fn overview(
         disks: disk_list(&s, &g.sched, None),
         admission,
         reorg: reorg_json(&g.reorg, &s.store),
+        live: live_feeds(&s, &g.sessions, sees),
         sessions: redacted(g.sessions, sees),
         transcode: jobs(&s).await?.jobs,
     }))

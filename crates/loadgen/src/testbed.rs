@@ -238,19 +238,11 @@ impl Testbed {
             .ok()
             .and_then(|v| v[0]["address"].as_str().map(str::to_owned))
             .with_context(|| format!("{n}: no link-layer address in {link}"))?;
-        let neigh = |ns: Option<&str>, addr: Ipv4Addr, mac: &str, dev: &str| {
-            let addr = addr.to_string();
-            let args = ["neigh", "replace", &addr, "lladdr", mac, "dev", dev, "nud", "permanent"];
-            match ns {
-                Some(ns) => ip(&[&["-n", ns][..], &args].concat()),
-                None => ip(&args),
-            }
-        };
-        neigh(None, host.ip, &mac, &self.bridge)?;
-        neigh(Some(n), self.host_ip(), &self.mac, "eth0")?;
+        neighbour(None, host.ip, &mac, &self.bridge)?;
+        neighbour(Some(n), self.host_ip(), &self.mac, "eth0")?;
         for (other, addr, other_mac) in &hosts.neighbours {
-            neigh(Some(n), *addr, other_mac, "eth0")?;
-            neigh(Some(other), host.ip, &mac, "eth0")?;
+            neighbour(Some(n), *addr, other_mac, "eth0")?;
+            neighbour(Some(other), host.ip, &mac, "eth0")?;
         }
         hosts.neighbours.push((n.clone(), host.ip, mac));
         for (owner, addr) in &hosts.aliases {
@@ -289,9 +281,7 @@ impl Testbed {
             .with_context(|| format!("{}: no link-layer address recorded", host.ns))?;
         for (ns, _) in hosts.made.iter().filter(|(ns, _)| *ns != host.ns) {
             ip(&["-n", ns, "route", "add", &format!("{addr}/32"), "dev", "eth0", "scope", "link"])?;
-            let a = addr.to_string();
-            let neigh = ["neigh", "replace", &a, "lladdr", &mac, "dev", "eth0", "nud", "permanent"];
-            ip(&[&["-n", ns][..], &neigh].concat())?;
+            neighbour(Some(ns), addr, &mac, "eth0")?;
         }
         hosts.neighbours.push((host.ns.clone(), addr, mac));
         hosts.aliases.push((host.ns.clone(), addr));
@@ -543,6 +533,17 @@ fn zombie(pid: u32) -> bool {
         .ok()
         .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.trim_start().starts_with('Z')))
         .unwrap_or(false)
+}
+
+/// Makes `addr` a permanent neighbour at link-layer address `mac` on `dev` (in namespace `ns`,
+/// or the root one): never resolved, never probed.
+fn neighbour(ns: Option<&str>, addr: Ipv4Addr, mac: &str, dev: &str) -> anyhow::Result<String> {
+    let addr = addr.to_string();
+    let args = ["neigh", "replace", &addr, "lladdr", mac, "dev", dev, "nud", "permanent"];
+    match ns {
+        Some(ns) => ip(&[&["-n", ns][..], &args].concat()),
+        None => ip(&args),
+    }
 }
 
 /// Runs `ip ARGS`, returning its stdout; the error names the command and quotes its stderr.

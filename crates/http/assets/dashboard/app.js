@@ -343,6 +343,25 @@ function render(o) {
   });
   fillTable("transcode", jobs, "No ladder jobs.", 6);
 
+  // Feeds being published: who publishes (to admins), what, to how many, at what rate
+  // against the rate admitted.
+  const feeds = (o.live || []).map((f) => {
+    const tr = document.createElement("tr");
+    tr.dataset.feed = f.name;
+    tr.dataset.viewers = String(f.viewers);
+    tr.append(
+      cell(f.name),
+      cell((f.publisher || "—") + " · " + f.transport, "mono"),
+      cell(f.tracks.join(", ")),
+      cell(fmtInt(f.viewers), "num"),
+      cell(fmtDuration(f.recorded_s) + " · " + fmtInt(f.blocks) + " blk", "num"),
+      cell(fmtBits(f.bit_rate_bps), "num"),
+      cell(fmtBits(f.admitted_bps), "num"),
+    );
+    return tr;
+  });
+  fillTable("feeds", feeds, "No live feeds.", 7);
+
   // Admission decisions.
   setText("admission-policy", a.policy + " policy");
   const adm = a.decisions.map((d) => {
