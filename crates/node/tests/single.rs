@@ -698,6 +698,17 @@ fn delivered(out: &[NodeOutput]) -> Vec<(StreamId, u32)> {
         .collect()
 }
 
+/// Opens feed 7 (one 90 kHz track) on `n`'s node and sets a session up: the feed and its
+/// anchor.
+fn open_feed(n: &mut Node) -> (isochron_base::ObjectId, isochron_sched::Anchor) {
+    let feed = isochron_base::ObjectId(7);
+    let anchor = isochron_sched::Anchor { wall: n.now, media: MediaTime::ZERO };
+    let tracks = vec![(90_000, 33)];
+    n.core.handle_feed(n.now, isochron_node::FeedEvent::Opened { feed, anchor, tracks });
+    n.set_up();
+    (feed, anchor)
+}
+
 /// `docs/design/live.md`, step 2: a PLAY of a feed being published joins its live edge, with no
 /// admission and no disk read. It is answered once there is a seek point to start at, with the
 /// RTP-Info of that packet, before its run starts; the chunks since that seek point go to it a
@@ -707,10 +718,7 @@ fn delivered(out: &[NodeOutput]) -> Vec<(StreamId, u32)> {
 fn a_viewer_of_a_live_feed_joins_at_its_newest_seek_point_and_follows_its_edge() {
     use isochron_node::FeedEvent;
     let mut n = Node::new();
-    let feed = isochron_base::ObjectId(7);
-    let anchor = isochron_sched::Anchor { wall: n.now, media: MediaTime::ZERO };
-    n.core.handle_feed(n.now, FeedEvent::Opened { feed, anchor, tracks: vec![(90_000, 33)] });
-    n.set_up();
+    let (feed, anchor) = open_feed(&mut n);
     n.core.handle_feed(n.now, FeedEvent::Chunk { feed, info: live_chunk(0, false) });
     // No viewer can start before a seek point: the chunk is dropped at once.
     let out = n.outputs();
@@ -766,10 +774,7 @@ fn a_viewer_of_a_live_feed_joins_at_its_newest_seek_point_and_follows_its_edge()
 fn a_viewer_waiting_for_a_key_frame_is_answered_when_the_feed_ends() {
     use isochron_node::FeedEvent;
     let mut n = Node::new();
-    let feed = isochron_base::ObjectId(7);
-    let anchor = isochron_sched::Anchor { wall: n.now, media: MediaTime::ZERO };
-    n.core.handle_feed(n.now, FeedEvent::Opened { feed, anchor, tracks: vec![(90_000, 33)] });
-    n.set_up();
+    let (feed, _) = open_feed(&mut n);
     n.request(Method::Play, "rtsp://127.0.0.1:8554/clip", &[]);
     assert!(status(&n.outputs()).is_empty(), "waits for a key frame");
     n.core.handle_feed(n.now, FeedEvent::Ended { feed });

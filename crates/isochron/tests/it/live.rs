@@ -56,6 +56,14 @@ fn await_object(server: &Server, name: &str, within: Duration) -> serde_json::Va
     }
 }
 
+/// Waits until the recording `name` is committed whole and checks it lasts `seconds`, within
+/// a second.
+fn committed_with(server: &Server, name: &str, seconds: f64) {
+    let v = await_object(server, name, Duration::from_secs(15));
+    let duration = v["duration_s"].as_f64().unwrap();
+    assert!((duration - seconds).abs() < 1.0, "{name}: {seconds} s recorded as {duration} s: {v}");
+}
+
 /// The recording `name` played over RTSP/TCP by ffmpeg (`-c copy` to MP4) has every decoded
 /// video frame and every audio packet of `src`.
 fn plays_as_its_source(server: &Server, name: &str, src: &Path, dir: &Path) {
@@ -80,9 +88,7 @@ fn recorded_as_published(
         String::from_utf8_lossy(&out.stderr),
         server.log()
     );
-    let v = await_object(server, name, Duration::from_secs(15));
-    let duration = v["duration_s"].as_f64().unwrap();
-    assert!((duration - seconds).abs() < 1.0, "{name}: {seconds} s recorded as {duration} s: {v}");
+    committed_with(server, name, seconds);
     plays_as_its_source(server, name, src, dir);
 }
 
@@ -461,9 +467,7 @@ fn players_watch_a_feed_live_while_it_is_published_and_recorded() {
         assert!(p99 <= Duration::from_millis(500), "{transport}: p99 {p99:?}");
     }
 
-    let v = await_object(&server, "cam", Duration::from_secs(15));
-    let duration = v["duration_s"].as_f64().unwrap();
-    assert!((duration - 30.0).abs() < 1.0, "30 s recorded as {duration} s: {v}");
+    committed_with(&server, "cam", 30.0);
     server.stop();
 }
 
@@ -873,9 +877,7 @@ fn thirty_players_of_four_kinds_watch_a_60_s_feed_live() {
     assert_eq!(hls["jumps"].as_array().map(Vec::len), Some(0), "{hls}");
 
     // The recording is the feed, frame for frame.
-    let v = await_object(&server, "crowd", Duration::from_secs(15));
-    let duration = v["duration_s"].as_f64().unwrap();
-    assert!((duration - 60.0).abs() < 1.0, "60 s recorded as {duration} s: {v}");
+    committed_with(&server, "crowd", 60.0);
     // Read through its HLS playlist, as fast as ffmpeg reads (over RTSP it would take the
     // feed's 60 s again).
     let played = dir.path().join("crowd-played.mkv");
