@@ -106,7 +106,10 @@ struct Obj {
 
 impl Obj {
     fn new(entry: Arc<ObjectEntry>) -> Self {
-        let (first, blocks) = entry.record.source_blocks();
+        // A feed published as MPEG-TS is its packets' payloads, in order: its blocks serve it.
+        let ts_feed = is_ts_feed(&entry.record);
+        let (first, blocks) =
+            if ts_feed { (0, &entry.record.blocks[..]) } else { entry.record.source_blocks() };
         let mut offsets = Vec::with_capacity(blocks.len() + 1);
         let mut at = 0u64;
         offsets.push(0);
@@ -119,8 +122,11 @@ impl Obj {
         let mut words: Vec<u64> = vec![entry.record.id.0, at];
         words.extend(blocks.iter().map(|b| b.checksum));
         let etag = format!("\"{:x}-{:016x}\"", entry.record.id.0, hash_words(&words));
-        let content_type =
-            entry.record.media.as_ref().map_or(TS_TYPE, |m| m.source_type.as_str()).to_owned();
+        let content_type = match &entry.record.media {
+            Some(m) if !ts_feed => m.source_type.as_str(),
+            _ => TS_TYPE,
+        }
+        .to_owned();
         Self { entry, first, offsets, etag, content_type }
     }
 
@@ -329,7 +335,8 @@ pub(crate) async fn object(
     headers: HeaderMap,
 ) -> Response {
     let Some(obj) = lookup(&s, &name) else { return not_found(&name) };
-    if obj.record().media.as_ref().is_some_and(|m| m.source_blocks == 0) {
+    let live = obj.record().media.as_ref().is_some_and(|m| m.source_blocks == 0);
+    if live && !is_ts_feed(obj.record()) {
         return text(
             StatusCode::NOT_FOUND,
             format!(
@@ -547,11 +554,6 @@ fn plan(record: &ObjectRecord, target: Duration, growing: bool) -> Vec<Segment> 
     }
 }
 
-/// The media playlist of `segments` (RFC 8216 §4.3: version 3 for decimal `EXTINF`).
-pub(crate) fn playlist(segments: &[Segment]) -> String {
-    playlist_of(segments, "ts", None, None)
-}
-
 /// A recording whose feed still runs, as its playlist shows it.
 #[derive(Clone, Copy, Debug)]
 struct Live {
@@ -624,7 +626,14 @@ fn iso8601_ms(unix_ms: u64) -> String {
 
 fn is_ts(record: &ObjectRecord) -> bool {
     // A transport stream without elementary streams is not worth an HLS playlist.
-    record.media.is_none() && !record.streams.is_empty()
+    (record.media.is_none() && !record.streams.is_empty()) || is_ts_feed(record)
+}
+
+/// Whether `record` is a feed published as MPEG-TS (SRT, or `MP2T` over RTSP): one native track
+/// whose payloads are whole TS packets, so that it is served as a transport stream is, its
+/// payloads in order being the stream the publisher sent.
+pub(crate) fn is_ts_feed(record: &ObjectRecord) -> bool {
+    record.media.as_ref().is_some_and(|m| m.tracks.len() == 1 && m.tracks[0].codec == "mpegts")
 }
 
 /// `GET /hls/{name}/{file}`: `master.m3u8` (the title's renditions: [`crate::master`]),
@@ -671,7 +680,7 @@ pub(crate) async fn hls(
         cors(r.headers_mut());
         return r;
     }
-    if obj.record().media.is_some() {
+    if obj.record().media.is_some() && !is_ts_feed(obj.record()) {
         return native_hls(&s, &obj, None, &file, method == Method::HEAD).await;
     }
     if !is_ts(obj.record()) {
@@ -680,9 +689,13 @@ pub(crate) async fn hls(
             format!("object {name:?} has no elementary streams to play as HLS\n"),
         );
     }
-    let segments = plan_segments(obj.record(), s.media.hls_segment);
+    let live = running_feed(&s, &name);
+    let segments = match live {
+        Some(_) => closed_segments(obj.record(), s.media.hls_segment),
+        None => plan_segments(obj.record(), s.media.hls_segment),
+    };
     if file == "index.m3u8" {
-        let mut r = playlist(&segments).into_response();
+        let mut r = playlist_of(&segments, "ts", None, live).into_response();
         set(&mut r, header::CONTENT_TYPE, "application/vnd.apple.mpegurl");
         set(&mut r, header::CACHE_CONTROL, "no-cache");
         cors(r.headers_mut());
@@ -707,6 +720,15 @@ pub(crate) async fn hls(
             text(StatusCode::INTERNAL_SERVER_ERROR, format!("segment {n} of {name:?}: {e}\n"))
         }
     }
+}
+
+/// The feed recorded as `name`, if it still runs: its playlist is a live one.
+fn running_feed(s: &ApiState, name: &str) -> Option<Live> {
+    s.recorders
+        .live_feeds()
+        .into_iter()
+        .find(|f| f.name == name && f.zero_unix_ms > 0)
+        .map(|f| Live { zero_unix_ms: f.zero_unix_ms, target: s.media.hls_segment })
 }
 
 /// The index of `record`'s first track of `kind` (`video`, `audio`) that HLS carries.
@@ -799,12 +821,7 @@ async fn native_hls(
         );
     }
     // A recording whose feed runs lists its closed segments only, dated from the feed's start.
-    let live = s
-        .recorders
-        .live_feeds()
-        .into_iter()
-        .find(|f| f.name == *name && f.zero_unix_ms > 0)
-        .map(|f| Live { zero_unix_ms: f.zero_unix_ms, target: s.media.hls_segment });
+    let live = running_feed(s, name);
     let segments = match live {
         Some(_) => closed_segments(obj.record(), s.media.hls_segment),
         None => plan_segments(obj.record(), s.media.hls_segment),
@@ -1127,7 +1144,7 @@ mod tests {
         assert_eq!(segs[0].end, Some(Gsn(400)));
         assert_eq!(segs[1].start, Gsn(400));
         assert_eq!(segs[2].end, None);
-        let text = playlist(&segs);
+        let text = playlist_of(&segs, "ts", None, None);
         assert!(text.starts_with("#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:4\n"), "{text}");
         assert!(
             text.contains("#EXTINF:3.960,\n0.ts\n") && text.ends_with("2.ts\n#EXT-X-ENDLIST\n")
@@ -1144,7 +1161,7 @@ mod tests {
         // No seek point but the first: one segment.
         let segs = plan_segments(&record(&[(0, 0.0)], 10, 2.5), Duration::from_secs(4));
         assert_eq!(secs(&segs), [2.5]);
-        assert_eq!(playlist(&segs).lines().nth(2), Some("#EXT-X-TARGETDURATION:3"));
+        assert_eq!(playlist_of(&segs, "ts", None, None).lines().nth(2), Some("#EXT-X-TARGETDURATION:3"));
     }
 
     #[test]

@@ -8,13 +8,16 @@
 //! - [`chunk::ChunkPacker`]: the feed's units, as the recording numbers them, cut into small
 //!   blocks of the store's own format (*chunks*), each held once and shared by every viewer;
 //! - [`edge::Edge`]: which chunks are kept, where a joining viewer starts (the newest seek
-//!   point), and which chunk goes to which viewer when.
+//!   point), and which chunk goes to which viewer when;
+//! - [`srt`]: what an SRT publisher's stream id asks, and its messages of MPEG-TS cut into the
+//!   RTP payloads a feed takes.
 //!
 //! Not here: the chunks' bytes once sealed (the glue holds them), the viewers' pacing and RTP
 //! stamping (the sender's pacer, as for any stream), the RTSP dialog (the node core).
 
 pub mod chunk;
 pub mod edge;
+pub mod srt;
 
 pub use chunk::{Chunk, ChunkConfig, ChunkInfo, ChunkPacker};
 pub use edge::{Edge, EdgeConfig, EdgeOutput, VIEWER_DELAY};

@@ -29,6 +29,11 @@
 //!   time. So packets of that track are held until its access unit is complete (the marker
 //!   bit, or the next timestamp), and every packet after them in arrival order with them.
 //!   Without video, the first audio track's packets at most one a second.
+//! - **MPEG-TS.** A feed published as a transport stream (`MP2T/90000` over RTSP, RFC 2250; or
+//!   SRT, whose messages the server wraps the same way) is one track of codec
+//!   [`Codec::Mp2t`], payload type 33, each payload kept whole: the recording's payloads, in
+//!   order, are the published stream byte for byte. Its seek points are the payloads holding a
+//!   TS packet whose `random_access_indicator` is set ([`ts_random_access`]).
 //!
 //! Not here: sockets and RTSP (`isochron-rtsp`, the server), blocks, admission and placement
 //! (`isochron-diskio`, the scheduler).
@@ -54,6 +59,9 @@ const AUDIO_SEEK_SPACING: Duration = Duration::from_secs(1);
 /// not a seek point).
 const MAX_HELD: usize = 4096;
 
+/// RFC 3551's static payload type of MPEG-2 transport streams (RFC 2250).
+pub const MP2T_PT: u8 = 33;
+
 /// One media section of a publisher's description, as [`announced_track`] reads it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Announced<'a> {
@@ -74,7 +82,7 @@ pub enum LiveError {
     /// An encoding isochron does not store as a native track.
     #[error(
         "track {track}: encoding {encoding:?} is not supported (H264, H265, mpeg4-generic, \
-         MP4A-LATM, opus)"
+         MP4A-LATM, opus, MP2T)"
     )]
     Unsupported {
         /// The track.
@@ -189,6 +197,26 @@ pub fn announced_track(index: usize, a: &Announced<'_>) -> Result<NativeTrack, L
                 payload_type: FIRST_DYNAMIC_PT + index as u8,
                 fmtp: a.fmtp.trim().to_string(),
                 config: asc,
+                width: 0,
+                height: 0,
+                language: None,
+                container_id: index as u64,
+            });
+        }
+        "mp2t" => {
+            // A transport stream, stored as it came: RFC 2250's static payload type.
+            if a.clock_rate != 90_000 {
+                return Err(bad(format!("clock {} Hz, where MP2T runs at 90000", a.clock_rate)));
+            }
+            return Ok(NativeTrack {
+                codec: Codec::Mp2t,
+                kind: Codec::Mp2t.kind(),
+                encoding: "MP2T",
+                clock_rate: 90_000,
+                channels: 0,
+                payload_type: MP2T_PT,
+                fmtp: String::new(),
+                config: Vec::new(),
                 width: 0,
                 height: 0,
                 language: None,
@@ -487,6 +515,16 @@ pub fn starts_random_access(codec: Codec, payload: &[u8]) -> bool {
     }
 }
 
+/// Whether a payload of whole 188-byte TS packets holds one whose adaptation field sets
+/// `random_access_indicator` (ISO/IEC 13818-1 §2.4.3.5; muxers set it on a video key frame's
+/// first packet).
+#[must_use]
+pub fn ts_random_access(payload: &[u8]) -> bool {
+    payload
+        .chunks_exact(188)
+        .any(|p| p[0] == 0x47 && p[3] & 0x20 != 0 && p[4] > 0 && p[5] & 0x40 != 0)
+}
+
 /// The NAL units of an aggregation packet's body (each after a 16-bit size).
 fn nal_units(mut b: &[u8]) -> impl Iterator<Item = &[u8]> {
     std::iter::from_fn(move || {
@@ -646,6 +684,14 @@ impl LiveIngest {
             npt,
             payload,
         };
+        if codec == Codec::Mp2t {
+            // Each payload is whole TS packets: a seek point where one says a random access
+            // starts (ISO/IEC 13818-1 §2.4.3.5, the adaptation field's indicator).
+            unit.random_access = Some(track) == self.seek_track && ts_random_access(&unit.payload);
+            self.queue.push_back(unit);
+            self.release_upto_open();
+            return;
+        }
         if Some(track) != self.seek_track {
             self.queue.push_back(unit);
             self.release_upto_open();
@@ -816,7 +862,7 @@ mod tests {
         assert_eq!(
             err("VP8", 90_000, ""),
             "track 1: encoding \"VP8\" is not supported (H264, H265, mpeg4-generic, MP4A-LATM, \
-             opus)"
+             opus, MP2T)"
         );
         assert!(err("H264", 90_000, "packetization-mode=1").contains("no sprop-parameter-sets"));
         assert!(err("H264", 90_000, "sprop-parameter-sets=!!").contains("not base64"));
@@ -872,6 +918,33 @@ mod tests {
     /// Video (H.264, type 96) and audio (AAC at 48 kHz, type 97): the units come in arrival
     /// order with their tracks on one clock; a key frame's first packet starts a seek point
     /// once its access unit is complete, and the audio that arrived meanwhile waits behind it.
+    #[test]
+    fn a_transport_stream_is_kept_whole_with_seek_points_where_random_access_starts() {
+        let a = Announced { encoding: "MP2T", clock_rate: 90_000, channels: 0, fmtp: "" };
+        let t = announced_track(0, &a).unwrap();
+        assert_eq!((t.codec, t.encoding, t.payload_type), (Codec::Mp2t, "MP2T", MP2T_PT));
+        let bad = Announced { clock_rate: 8_000, ..a };
+        assert!(announced_track(0, &bad).unwrap_err().to_string().contains("runs at 90000"));
+        let ts = |rai: bool| {
+            let mut p = vec![0u8; 188 * 2];
+            p[0] = 0x47;
+            p[188] = 0x47;
+            if rai {
+                p[188 + 3] = 0x30;
+                p[188 + 4] = 7;
+                p[188 + 5] = 0x40;
+            }
+            p
+        };
+        let mut f = LiveIngest::new(vec![t], vec![MP2T_PT]);
+        f.handle_rtp(ms(0), 0, &rtp(MP2T_PT, 9, 0, false, &ts(false)));
+        f.handle_rtp(ms(5), 0, &rtp(MP2T_PT, 10, 450, false, &ts(true)));
+        let (first, second) = (f.poll_unit().unwrap(), f.poll_unit().unwrap());
+        assert_eq!((first.random_access, first.payload), (false, ts(false)));
+        assert_eq!((second.random_access, second.track_seq, second.npt), (true, 1, ms(5)));
+        assert_eq!(f.poll_unit(), None, "nothing is held: each payload is its own unit");
+    }
+
     #[test]
     fn a_feed_becomes_units_in_arrival_order_with_seek_points_at_key_frames() {
         let fmtp = h264_fmtp();

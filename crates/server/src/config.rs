@@ -367,11 +367,14 @@ pub struct LiveSection {
     /// How much of a running feed is kept in memory for viewers to go back into (time-shift,
     /// `Range: npt=…`), seconds (0 to 3600; each feed's memory grows with it). Default 60.
     pub window_s: u64,
+    /// Where SRT publishers of MPEG-TS connect (UDP, `srt://HOST:PORT?streamid=publish:NAME`),
+    /// like `0.0.0.0:8890`. Default: none (no SRT).
+    pub srt_listen: String,
 }
 
 impl Default for LiveSection {
     fn default() -> Self {
-        Self { default_rate_kbps: 8000, peak_percent: 200, window_s: 60 }
+        Self { default_rate_kbps: 8000, peak_percent: 200, window_s: 60, srt_listen: String::new() }
     }
 }
 
@@ -384,6 +387,8 @@ pub struct LiveSettings {
     pub peak_percent: u32,
     /// The time-shift window kept of each feed.
     pub window: Duration,
+    /// Where SRT publishers connect, if anywhere.
+    pub srt_listen: Option<SocketAddr>,
 }
 
 impl LiveSettings {
@@ -828,10 +833,18 @@ impl ConfigFile {
         if l.window_s > 3600 {
             return Err(invalid("live.window_s", "must be between 0 and 3600"));
         }
+        let srt_listen = match l.srt_listen.as_str() {
+            "" => None,
+            v => Some(v.parse::<SocketAddr>().map_err(|e| ConfigError::Invalid {
+                key: "live.srt_listen",
+                message: format!("{v:?} is not an address like 0.0.0.0:8890 ({e})"),
+            })?),
+        };
         Ok(LiveSettings {
             default_rate: BitRate(l.default_rate_kbps * 1000),
             peak_percent: l.peak_percent,
             window: Duration::from_secs(l.window_s),
+            srt_listen,
         })
     }
 

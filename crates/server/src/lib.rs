@@ -42,6 +42,7 @@ pub mod transcoder;
 mod publisher;
 mod rtcp_rx;
 mod rtsp_conn;
+mod srt_publish;
 mod wiring;
 
 use std::net::SocketAddr;
@@ -176,6 +177,8 @@ pub struct RunningServer {
     pub rtsp_addr: SocketAddr,
     /// Where RTSPS listens, if enabled (`rtsp.rtsps_listen`).
     pub rtsps_addr: Option<SocketAddr>,
+    /// Where SRT publishers connect, if enabled (`live.srt_listen`).
+    pub srt_addr: Option<SocketAddr>,
     /// Where HTTP listens, if enabled.
     pub http_addr: Option<SocketAddr>,
     /// The RTP port (RTCP is the next one).
@@ -280,6 +283,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
     let mut transport = w.cluster_transport(seed).await?;
     w.owners(core, (inboxes.sessions, inboxes.reorg), &mut transport, rtsp_addr, spawn_worker);
     w.rtsp(media.rtsp, media.rtsps, &rtsp_limits);
+    let srt_addr = w.srt().await?;
     let node = (rtsp_addr, rtp_port, started);
     let view = transport.view.clone();
     let http = w.http(node, view, &rtsp_limits, http_max_connections).await?;
@@ -287,10 +291,11 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
     let claims = w.transcoder(inboxes.transcoder);
     w.media_watch();
     let lease = w.register(&transport, (rtsp_addr, http_addr), claims).await?;
-    info!(%rtsp_addr, ?rtsps_addr, ?http_addr, rtp_port, "isochron serving");
+    info!(%rtsp_addr, ?rtsps_addr, ?http_addr, ?srt_addr, rtp_port, "isochron serving");
     Ok(RunningServer {
         rtsp_addr,
         rtsps_addr,
+        srt_addr,
         http_addr,
         rtp_port,
         library: w.library,

@@ -42,7 +42,7 @@ use crate::recorder::{RecordError, RecordParams, Recorders};
 const SERVER_NAME: &str = "isochron";
 
 /// Packets of a feed queued for its recording before the connection's reader waits.
-const FEED_QUEUE: usize = 1024;
+pub(crate) const FEED_QUEUE: usize = 1024;
 
 /// What every publishing connection needs.
 #[derive(Debug)]

@@ -398,6 +398,22 @@ impl Wiring {
         }
     }
 
+    /// Step 8½: the SRT listener of publishers, when `live.srt_listen` is set: its address.
+    pub(crate) async fn srt(&mut self) -> anyhow::Result<Option<SocketAddr>> {
+        let s = &self.settings;
+        let Some(addr) = s.live.srt_listen else { return Ok(None) };
+        let shared = Arc::new(crate::srt_publish::SrtPublishing {
+            recorders: Arc::clone(&self.recorders),
+            live: s.live,
+            auth: Arc::clone(&s.auth),
+        });
+        let (local, task) = crate::srt_publish::bind(addr, shared)
+            .await
+            .with_context(|| format!("binding SRT to {addr} (config key live.srt_listen)"))?;
+        self.tasks.push(tokio::spawn(task));
+        Ok(Some(local))
+    }
+
     /// Step 9: the HTTP listener, bound here so that its address is known and a bind error is
     /// reported before the server is up, and the handles `isochron_http::serve` serves it from
     /// (`None`: `http.listen` is off).

@@ -24,6 +24,10 @@ pub(crate) struct Args {
     /// [config: rtsp.rtsps_listen].
     #[arg(long, value_name = "ADDR")]
     rtsps: Option<String>,
+    /// SRT listen address (UDP) of publishers of MPEG-TS, `srt://HOST:PORT?streamid=publish:NAME`
+    /// [config: live.srt_listen].
+    #[arg(long, value_name = "ADDR")]
+    srt: Option<String>,
     /// TLS certificate chain (PEM) for RTSPS and HTTPS [config: tls.cert_file].
     #[arg(long, value_name = "FILE")]
     tls_cert: Option<String>,
@@ -101,6 +105,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(a) = args.rtsps {
         file.rtsp.rtsps_listen = a;
     }
+    if let Some(a) = args.srt {
+        file.live.srt_listen = a;
+    }
     if let Some(f) = args.tls_cert {
         file.tls.cert_file = f;
     }
@@ -165,8 +172,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         let http = server.http_addr.map_or_else(|| "off".to_string(), |a| a.to_string());
         let rtsps = server.rtsps_addr.map_or_else(|| "off".to_string(), |a| a.to_string());
+        let srt = server.srt_addr.map_or_else(|| "off".to_string(), |a| a.to_string());
         println!(
-            "listening: rtsp={} rtsps={rtsps} http={http} rtp={}",
+            "listening: rtsp={} rtsps={rtsps} http={http} rtp={} srt={srt}",
             server.rtsp_addr, server.rtp_port
         );
         let objects = server.library.list();

@@ -1091,6 +1091,10 @@ impl TrackEntry {
             }
             Codec::Ac3 => (CodecConfig::Ac3, rate, channels),
             Codec::Mp3 => (CodecConfig::Mp3, rate, channels),
+            // No Matroska codec id maps to it (a transport stream is a live feed's).
+            Codec::Mp2t => {
+                return Ok(Err((codec.name().to_owned(), "not a Matroska codec".to_owned())));
+            }
         };
         let kind = codec.kind();
         let video = kind == StreamKind::Video;

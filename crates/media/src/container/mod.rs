@@ -146,11 +146,15 @@ pub enum Codec {
     Ac3,
     /// MPEG-1/2 Audio Layer III frames.
     Mp3,
+    /// An MPEG-2 transport stream (ISO/IEC 13818-1) carried whole, whole 188-byte packets to a
+    /// payload (RFC 2250 §2): a live feed published as MPEG-TS (SRT, or `MP2T` over RTSP),
+    /// stored as it came.
+    Mp2t,
 }
 
 impl Codec {
     /// The codec's name as ffmpeg spells it: `"h264"`, `"hevc"`, `"aac"`, `"opus"`, `"ac3"`,
-    /// `"mp3"`.
+    /// `"mp3"`, `"mpegts"`.
     pub fn name(self) -> &'static str {
         match self {
             Self::H264 => "h264",
@@ -159,13 +163,14 @@ impl Codec {
             Self::Opus => "opus",
             Self::Ac3 => "ac3",
             Self::Mp3 => "mp3",
+            Self::Mp2t => "mpegts",
         }
     }
 
-    /// Video or audio.
+    /// Video or audio (a transport stream is listed as video: `m=video` in SDP, RFC 2250).
     pub fn kind(self) -> StreamKind {
         match self {
-            Self::H264 | Self::H265 => StreamKind::Video,
+            Self::H264 | Self::H265 | Self::Mp2t => StreamKind::Video,
             Self::Aac | Self::Opus | Self::Ac3 | Self::Mp3 => StreamKind::Audio,
         }
     }

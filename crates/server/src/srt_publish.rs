@@ -1,0 +1,192 @@
+//! SRT publishing: a caller sends MPEG-TS over SRT (draft-sharabayko-srt-01, live mode) to
+//! `live.srt_listen` with `streamid=publish:NAME`, and it is a live feed like one published over
+//! RTSP RECORD: recorded as it arrives on an admitted write stream, watched live over RTSP and
+//! HLS, kept as an object (`docs/design/live.md`).
+//!
+//! Why `srt-tokio`: it is SRT in Rust on tokio (the handshake, the receiver's retransmission
+//! and its latency buffer), maintained, and tested by its authors against libsrt, which
+//! ffmpeg and GStreamer's `srtsink` use; libsrt itself would bring a C library and its own
+//! threads into the server.
+//!
+//! Each caller's handshake is decided before it is answered, so that a refusal changes nothing
+//! and the publisher sees why (SRT's reject codes, §3.2.1.1; the reason in the log):
+//!
+//! 1. the stream id is read ([`StreamRequest::parse`]: `2400` when it asks for nothing isochron
+//!    does);
+//! 2. access is checked as for RTSP ANNOUNCE: the `record` (`publish`) permission on the name,
+//!    with the token of the stream id as a bearer token (`2401` without it when it is needed,
+//!    `2403` when the user may not);
+//! 3. the feed is admitted as a write stream at `live.default_rate_kbps` and its peak
+//!    ([`Recorders::record_live`]: `2409` when the name is taken, `2402` when the disks cannot
+//!    take it).
+//!
+//! Then the connection is accepted and its messages, cut into payloads of whole TS packets
+//! ([`TsPacketizer`]), go to the recording as RFC 2250 RTP packets of one `MP2T/90000` track,
+//! numbered in order and stamped with their arrival on the 90 kHz clock. The feed ends when the
+//! caller closes the connection or SRT times it out.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use futures_util::StreamExt as _;
+use isochron_auth::{Access, Authority, Credentials, Decision, Permission};
+use isochron_live::srt::{StreamRequest, TsPacketizer};
+use isochron_media::live::{Announced, MP2T_PT, announced_track};
+use srt_tokio::SrtListener;
+use srt_tokio::access::{RejectReason, ServerRejectReason};
+use srt_tokio::options::StreamId;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{info, warn};
+
+use crate::config::LiveSettings;
+use crate::publisher::FEED_QUEUE;
+use crate::recorder::live::{FeedPacket, LiveFeed};
+use crate::recorder::{RecordError, RecordParams, Recorders};
+
+/// What every SRT caller's feed shares.
+#[derive(Debug)]
+pub(crate) struct SrtPublishing {
+    pub(crate) recorders: Arc<Recorders>,
+    pub(crate) live: LiveSettings,
+    pub(crate) auth: Arc<Authority>,
+}
+
+/// Binds the SRT listener on `addr` (a UDP socket): its address, and the task that takes its
+/// callers.
+pub(crate) async fn bind(
+    addr: SocketAddr,
+    shared: Arc<SrtPublishing>,
+) -> std::io::Result<(SocketAddr, impl Future<Output = ()> + Send + 'static)> {
+    let socket = tokio::net::UdpSocket::bind(addr).await?;
+    let local = socket.local_addr()?;
+    let (listener, mut incoming) = SrtListener::builder().socket(socket).bind(local).await?;
+    Ok((local, async move {
+        // Held for as long as callers are taken.
+        let _listener = listener;
+        while let Some(request) = incoming.incoming().next().await {
+            tokio::spawn(caller(request, Arc::clone(&shared)));
+        }
+    }))
+}
+
+/// Why a caller is refused: its reject code and what to log.
+struct Refused(ServerRejectReason, String);
+
+/// One caller: decided, then its feed taken until it ends.
+async fn caller(request: srt_tokio::ConnectionRequest, shared: Arc<SrtPublishing>) {
+    let peer = request.remote();
+    let id = request.stream_id().map_or_else(String::new, |s: &StreamId| s.to_string());
+    let decided = decide(&id, peer, &shared).await;
+    let (name, queue) = match decided {
+        Ok(admitted) => admitted,
+        Err(Refused(code, why)) => {
+            warn!(%peer, stream_id = %id, code = code as i32, %why, "SRT caller refused");
+            let _ = request.reject(RejectReason::Server(code)).await;
+            return;
+        }
+    };
+    let mut socket = match request.accept(None).await {
+        Ok(s) => s,
+        Err(e) => {
+            warn!(%peer, object = %name, error = %e, "SRT connection lost while accepted");
+            return;
+        }
+    };
+    info!(%peer, object = %name, "SRT publisher connected");
+    let mut ts = TsPacketizer::new();
+    let (start, ssrc) = (tokio::time::Instant::now(), rand::random::<u32>());
+    let mut seq = 0u16;
+    while let Some(message) = socket.next().await {
+        let Ok((_, bytes)) = message else { break };
+        let at = tokio::time::Instant::now();
+        let ticks = at.duration_since(start).as_micros() * 9 / 100;
+        ts.push_message(&bytes);
+        while let Some(payload) = ts.poll_payload() {
+            let packet = rtp_packet((seq, ticks as u32, ssrc), &payload);
+            seq = seq.wrapping_add(1);
+            if queue.send(FeedPacket { at, track: 0, packet }).await.is_err() {
+                warn!(%peer, object = %name, "the recording of the SRT feed ended; closing");
+                return;
+            }
+        }
+    }
+    info!(%peer, object = %name, skipped_bytes = ts.skipped(), "SRT publisher gone: the feed ends");
+}
+
+/// An RFC 2250 RTP packet: version 2, payload type 33, no marker.
+fn rtp_packet((seq, timestamp, ssrc): (u16, u32, u32), payload: &[u8]) -> Vec<u8> {
+    let mut p = Vec::with_capacity(12 + payload.len());
+    p.extend_from_slice(&[0x80, MP2T_PT]);
+    p.extend_from_slice(&seq.to_be_bytes());
+    p.extend_from_slice(&timestamp.to_be_bytes());
+    p.extend_from_slice(&ssrc.to_be_bytes());
+    p.extend_from_slice(payload);
+    p
+}
+
+/// Steps 1 to 3 of the module docs: the feed's name and the queue to its admitted recording.
+async fn decide(
+    id: &str,
+    peer: SocketAddr,
+    shared: &SrtPublishing,
+) -> Result<(String, mpsc::Sender<FeedPacket>), Refused> {
+    let asked = StreamRequest::parse(id)
+        .map_err(|e| Refused(ServerRejectReason::BadRequest, e.to_string()))?;
+    let credentials = asked.token.clone().map(Credentials::Bearer);
+    let now_unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let access = Access {
+        permission: Permission::Record,
+        object: Some(&asked.name),
+        credentials: credentials.as_ref(),
+        trusted_peer: peer.ip().is_loopback(),
+        secure: false,
+        method: "SRT",
+        now_unix_s,
+    };
+    match shared.auth.check(&access) {
+        Decision::Allow { .. } => {}
+        Decision::Unauthorized(why) => return Err(Refused(ServerRejectReason::Unauthorized, why)),
+        Decision::Forbidden(why) => return Err(Refused(ServerRejectReason::Forbidden, why)),
+    }
+    let track = announced_track(
+        0,
+        &Announced { encoding: "MP2T", clock_rate: 90_000, channels: 0, fmtp: "" },
+    )
+    .map_err(|e| Refused(ServerRejectReason::InternalServerError, e.to_string()))?;
+    let (rate, peak) = shared.live.rates(None);
+    let feed = LiveFeed {
+        name: asked.name.clone(),
+        tracks: vec![track],
+        payload_types: vec![MP2T_PT],
+        params: RecordParams { rate, peak },
+        source: format!("SRT from {peer}"),
+        publisher: peer,
+        transport: "srt".to_owned(),
+    };
+    let (queue, packets) = mpsc::channel(FEED_QUEUE);
+    let (admitted_tx, admitted) = oneshot::channel();
+    let (done_tx, done) = oneshot::channel();
+    let recorders = Arc::clone(&shared.recorders);
+    tokio::spawn(async move {
+        let _ = done_tx.send(recorders.record_live(feed, packets, admitted_tx).await);
+    });
+    if admitted.await.is_ok() {
+        info!(%peer, object = %asked.name, %rate, %peak, "SRT feed admitted");
+        return Ok((asked.name, queue));
+    }
+    Err(match done.await {
+        Ok(Err(RecordError::Rejected { reason, .. })) => Refused(
+            ServerRejectReason::Overload,
+            format!("recording at {rate} (peak {peak}): {reason}"),
+        ),
+        Ok(Err(RecordError::Conflict(m))) => Refused(ServerRejectReason::Conflict, m),
+        Ok(Err(RecordError::BadRequest(m))) => Refused(ServerRejectReason::BadRequest, m),
+        Ok(Err(e)) => Refused(ServerRejectReason::InternalServerError, e.to_string()),
+        Ok(Ok(_)) | Err(_) => Refused(
+            ServerRejectReason::InternalServerError,
+            "the recording ended before it was admitted".into(),
+        ),
+    })
+}
