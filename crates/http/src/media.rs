@@ -1161,7 +1161,10 @@ mod tests {
         // No seek point but the first: one segment.
         let segs = plan_segments(&record(&[(0, 0.0)], 10, 2.5), Duration::from_secs(4));
         assert_eq!(secs(&segs), [2.5]);
-        assert_eq!(playlist_of(&segs, "ts", None, None).lines().nth(2), Some("#EXT-X-TARGETDURATION:3"));
+        assert_eq!(
+            playlist_of(&segs, "ts", None, None).lines().nth(2),
+            Some("#EXT-X-TARGETDURATION:3")
+        );
     }
 
     #[test]

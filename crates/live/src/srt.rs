@@ -16,8 +16,9 @@
 //!   TS packets (a sender may split them anywhere; libsrt senders send 1,316 bytes, seven
 //!   packets, a message); bytes before a sync byte are skipped and counted. A payload is cut at
 //!   the end of a message or at seven packets, whichever comes first, so that a message's
-//!   packets leave when it arrived; and before a packet that starts a random access (its
-//!   `random_access_indicator`), so that a viewer who joins at that seek point gets the key
+//!   packets leave when it arrived; and before a PAT, and before a packet that starts a random
+//!   access (its `random_access_indicator`) unless the tables just before it lead the payload,
+//!   so that a viewer who joins at that seek point gets the program's tables and then the key
 //!   frame from its first packet.
 
 use std::collections::VecDeque;
@@ -112,6 +113,18 @@ impl StreamRequest {
     }
 }
 
+/// Whether a payload is to start at `packet` rather than go on after `payload`: at a PAT (a
+/// multiplexer sends PAT and PMT just before a key frame, which a joining player needs first),
+/// or at a packet that starts a random access, unless the payload holds only the tables before
+/// it so far.
+fn starts_access(payload: &[u8], packet: &[u8]) -> bool {
+    let pid = |p: &[u8]| (u16::from(p[1] & 0x1F) << 8) | u16::from(p[2]);
+    if pid(packet) == 0 {
+        return true;
+    }
+    isochron_media::live::ts_random_access(packet) && pid(payload) != 0
+}
+
 /// Cuts SRT messages of MPEG-TS into payloads of whole TS packets (see the module docs).
 #[derive(Debug, Default)]
 pub struct TsPacketizer {
@@ -142,7 +155,7 @@ impl TsPacketizer {
                 continue;
             }
             let packet = &self.pending[at..at + TS];
-            if !payload.is_empty() && isochron_media::live::ts_random_access(packet) {
+            if !payload.is_empty() && starts_access(&payload, packet) {
                 self.ready.push_back(std::mem::take(&mut payload));
             }
             payload.extend_from_slice(packet);
@@ -223,13 +236,23 @@ mod tests {
         t.push_message(&junk);
         assert_eq!(t.poll_payload().unwrap(), packets(2, 40));
         assert_eq!(t.skipped(), 3);
-        // A key frame's first packet starts a payload of its own.
+        // A key frame's first packet starts a payload of its own, or goes with the PAT and
+        // PMT just before it, which start one.
+        let key = |m: &mut Vec<u8>, k: usize| {
+            m[k * TS + 3] = 0x20;
+            m[k * TS + 4] = 7;
+            m[k * TS + 5] = 0x40;
+        };
         let mut m = packets(5, 60);
-        m[2 * TS + 3] = 0x20;
-        m[2 * TS + 4] = 7;
-        m[2 * TS + 5] = 0x40;
+        key(&mut m, 2);
         t.push_message(&m);
         assert_eq!(t.poll_payload().unwrap(), m[..2 * TS]);
         assert_eq!(t.poll_payload().unwrap(), m[2 * TS..]);
+        let mut m = packets(6, 70);
+        (m[TS + 1], m[TS + 2]) = (0x40, 0);
+        key(&mut m, 3);
+        t.push_message(&m);
+        assert_eq!(t.poll_payload().unwrap(), m[..TS]);
+        assert_eq!(t.poll_payload().unwrap(), m[TS..]);
     }
 }

@@ -140,6 +140,13 @@ pub enum SessionCommand {
         /// The node.
         id: NodeId,
     },
+    /// A live feed was admitted; its first packet is still to come.
+    FeedAnnounced {
+        /// The object it is recorded as.
+        feed: ObjectId,
+        /// Each track's RTP clock rate and payload type, as its viewers' SDP says.
+        tracks: Vec<(u32, u8)>,
+    },
     /// A live feed began: its first packet arrived at `zero` (`docs/design/live.md`).
     FeedOpened {
         /// The object it is recorded as.
@@ -355,12 +362,16 @@ impl Manager {
             SessionCommand::Peer { from, msg } => self.core.handle_message(now, from, *msg),
             SessionCommand::Member { info, relay } => self.core.handle_member(now, info, relay),
             SessionCommand::Forget { id } => self.core.handle_forget(now, id),
+            SessionCommand::FeedAnnounced { feed, tracks } => {
+                self.chunks.entry(feed).or_default();
+                self.core.handle_feed(now, FeedEvent::Announced { feed, tracks });
+            }
             SessionCommand::FeedOpened { feed, zero, tracks } => {
                 // Its clock: a packet is due to viewers VIEWER_DELAY after it arrived.
                 let since_zero = zero.elapsed();
                 let wall = now.saturating_sub(since_zero) + isochron_live::VIEWER_DELAY;
                 let anchor = isochron_sched::Anchor { wall, media: isochron_base::MediaTime::ZERO };
-                self.chunks.insert(feed, HashMap::new());
+                self.chunks.entry(feed).or_default();
                 self.core.handle_feed(now, FeedEvent::Opened { feed, anchor, tracks });
             }
             SessionCommand::FeedChunk { feed, info, block } => {

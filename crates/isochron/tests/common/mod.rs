@@ -302,6 +302,8 @@ pub struct Server {
     pub rtsp: SocketAddr,
     /// RTSPS address, when one was asked for.
     pub rtsps: Option<SocketAddr>,
+    /// SRT address of publishers, when one was asked for (`live.srt_listen`).
+    pub srt: Option<SocketAddr>,
     /// HTTP address.
     pub http: SocketAddr,
     /// RTP port.
@@ -391,6 +393,7 @@ impl Server {
             child,
             rtsp: field("rtsp=").parse().expect("rtsp addr"),
             rtsps: field("rtsps=").parse().ok(),
+            srt: field("srt=").parse().ok(),
             http: field("http=").parse().expect("http addr"),
             rtp_port: field("rtp=").parse().expect("rtp port"),
             data: data.to_path_buf(),

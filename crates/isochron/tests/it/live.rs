@@ -893,3 +893,214 @@ fn thirty_players_of_four_kinds_watch_a_60_s_feed_live() {
     assert_eq!(got, want, "the recording's video, frame for frame");
     server.stop();
 }
+
+/// `src` remuxed by ffmpeg to MPEG-TS (`-c copy`), and the same with a second of null packets
+/// after it: what GStreamer publishes. (`tsparse` holds back the packets after the stream's
+/// last PCR until more come, and fills its last buffer with null packets: the padding lets the
+/// stream's own packets all go.)
+fn transport_stream_of(src: &Path, dir: &Path) -> (Vec<u8>, std::path::PathBuf) {
+    let ts = dir.join("clip.ts");
+    let o = run(
+        Command::new("ffmpeg")
+            .args(["-nostdin", "-v", "error", "-i"])
+            .arg(src)
+            .args(["-map", "0", "-c", "copy", "-f", "mpegts", "-y"])
+            .arg(&ts),
+        60,
+    );
+    assert!(o.status.success(), "ffmpeg to MPEG-TS: {}", String::from_utf8_lossy(&o.stderr));
+    let bytes = std::fs::read(&ts).expect("clip.ts");
+    let mut padded = bytes.clone();
+    let mut null = vec![0xFF; 188];
+    null[..4].copy_from_slice(&[0x47, 0x1F, 0xFF, 0x10]);
+    for _ in 0..(1_500_000 / 8 / 188) {
+        padded.extend_from_slice(&null);
+    }
+    let path = dir.join("padded.ts");
+    std::fs::write(&path, padded).expect("padded.ts");
+    (bytes, path)
+}
+
+/// The TS packets of `bytes` but its null packets (PID 0x1FFF: stuffing, which any
+/// multiplexer on the way may add or drop, ISO/IEC 13818-1 §2.4.3.3).
+fn without_nulls(bytes: &[u8]) -> Vec<&[u8]> {
+    bytes.chunks(188).filter(|p| p.len() < 3 || !(p[1] & 0x1F == 0x1F && p[2] == 0xFF)).collect()
+}
+
+/// GStreamer sends the transport stream `ts` at its own pace (`tsparse` times its packets by
+/// their PCR) over SRT to `url` (`srtsink`).
+fn gst_publish_srt(ts: &Path, url: &str) -> Output {
+    let mut cmd = Command::new("gst-launch-1.0");
+    cmd.args(["-q", "filesrc"]).arg(format!("location={}", ts.display()));
+    cmd.args(["!", "tsparse", "set-timestamps=true", "alignment=7", "!", "clocksync", "!"]);
+    run(cmd.args(["srtsink", &format!("uri={url}")]), 60)
+}
+
+/// Step 4's MPEG-TS feeds: at once, GStreamer publishes a transport stream over SRT
+/// (`srtsink`, `streamid=publish:NAME`) and over RTSP RECORD as `MP2T/90000`
+/// (`rtspclientsink`), and ffmpeg remuxes an MP4 clip (twice over) to MPEG-TS over SRT. While
+/// they run, ffmpeg watches the ffmpeg feed over RTSP/TCP (a consecutive run of the clip's
+/// decoded frames from where it joined), GStreamer the SRT one from GStreamer over UDP (100
+/// decoded frames), and `isochron play` the RTSP one to its BYE with nothing lost; the API
+/// lists the SRT feeds as `srt` with one `MP2T` track. Once they end, GStreamer's two
+/// recordings are the published stream byte for byte but null packets, as `/objects/NAME`
+/// serves them; ffmpeg's decodes to every frame of the clip twice, and so do its HLS segments.
+/// A caller whose stream id asks to read is refused, and nothing is created.
+#[test]
+fn mpeg_ts_feeds_over_srt_and_rtsp_are_watched_live_and_recorded_as_sent() {
+    let _load = load(weight::HEAVY);
+    require("ffmpeg");
+    require("gst-launch-1.0");
+    let src = media_fixture("h264_aac.mp4");
+    let dir = tempdir();
+    let (ts, padded) = transport_stream_of(&src, dir.path());
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions {
+            no_demo: true,
+            config: Some("[live]\nsrt_listen = \"127.0.0.1:0\"\n"),
+            ..Default::default()
+        },
+    );
+    let srt = server.srt.expect("the SRT listener's address");
+    let srt_url = |name: &str| format!("srt://{srt}?streamid=publish:{name}");
+    let watched = dir.path().join("watched.ts");
+    let (gst_srt, gst_rtsp, ff, play) = std::thread::scope(|s| {
+        let gst_srt = s.spawn(|| gst_publish_srt(&padded, &srt_url("srt-gst")));
+        let gst_rtsp = s.spawn(|| {
+            let script = repo().join("crates/isochron/tests/tools/gst_publish.py");
+            let mut cmd = Command::new("/usr/bin/python3");
+            run(cmd.arg(script).arg(&padded).arg(server.url("rtsp-ts")).arg("tcp"), 60)
+        });
+        let ff = s.spawn(|| {
+            let url = format!("{}&pkt_size=1316", srt_url("srt-ff"));
+            let mut cmd = Command::new("ffmpeg");
+            cmd.args(["-nostdin", "-v", "error", "-re", "-stream_loop", "1", "-i"]).arg(&src);
+            run(cmd.args(["-map", "0", "-c", "copy", "-f", "mpegts", &url]), 60)
+        });
+        for name in ["srt-ff", "srt-gst", "rtsp-ts"] {
+            await_feed(&server, name);
+        }
+        let live = server.http_get("/api/v1/live");
+        let feeds: Vec<serde_json::Value> = serde_json::from_str(&live).expect(&live);
+        for f in feeds.iter().filter(|f| f["name"] != "rtsp-ts") {
+            assert_eq!(
+                (&f["transport"], &f["tracks"]),
+                (&"srt".into(), &serde_json::json!(["MP2T"]))
+            );
+        }
+        let view = s.spawn(|| {
+            run(
+                Command::new("timeout")
+                    .args(["-k", "5", "25", "ffmpeg", "-nostdin", "-v", "error"])
+                    .args(["-rtsp_transport", "tcp", "-i", &server.url("srt-ff"), "-t", "5"])
+                    .args(["-map", "0", "-c", "copy", "-f", "mpegts", "-y"])
+                    .arg(&watched),
+                30,
+            )
+        });
+        let gst_view = s.spawn(|| {
+            let location = format!("location={}", server.url("srt-gst"));
+            let pipeline = [
+                "rtspsrc",
+                &location,
+                "protocols=udp",
+                "!",
+                "rtpmp2tdepay",
+                "!",
+                "tsdemux",
+                "!",
+                "h264parse",
+                "!",
+                "avdec_h264",
+                "!",
+                "identity",
+                "eos-after=100",
+                "!",
+                "fakesink",
+            ];
+            run(Command::new("gst-launch-1.0").arg("-q").args(pipeline), 30)
+        });
+        let play = s.spawn(|| {
+            let url = server.url("rtsp-ts");
+            run(Command::new(bin()).args(["play", &url, "--json", "--timeout", "40"]), 50)
+        });
+        let o = view.join().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "ffmpeg watching: {err}\n{}", server.log());
+        let o = gst_view.join().unwrap();
+        assert!(
+            o.status.success(),
+            "GStreamer watching: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        (
+            gst_srt.join().unwrap(),
+            gst_rtsp.join().unwrap(),
+            ff.join().unwrap(),
+            play.join().unwrap(),
+        )
+    });
+    for (what, o) in [("srtsink", &gst_srt), ("rtspclientsink", &gst_rtsp), ("ffmpeg", &ff)] {
+        assert!(
+            o.status.success(),
+            "{what} publishing: {}{}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr),
+            server.log()
+        );
+    }
+    let summary = play_summary(&play);
+    let whole = summary["lost"] == 0 && summary["ended"] == "bye";
+    assert!(play.status.success() && whole, "isochron play: {summary}");
+
+    let one = decoded_video(&src);
+    let twice: Vec<String> = one.iter().chain(&one).cloned().collect();
+    // Less the last two frames: `-t` cuts the stream in decode order, and a B-frame's later
+    // reference may be past the cut.
+    let got = decoded_video(&watched);
+    let got = &got[..got.len().saturating_sub(2)];
+    a_run_of(got, &twice, false, "ffmpeg watching the SRT feed");
+    assert!(got.len() >= 4 * 25, "ffmpeg watching: {} frames", got.len());
+
+    for name in ["srt-gst", "rtsp-ts"] {
+        committed_with(&server, name, 10.0);
+        let recorded = server.http_get_bytes(&format!("/objects/{name}"));
+        assert!(
+            without_nulls(&recorded) == without_nulls(&ts),
+            "{name}: {} bytes recorded, not the {} published",
+            recorded.len(),
+            ts.len()
+        );
+    }
+    committed_with(&server, "srt-ff", 20.0);
+    let recorded = dir.path().join("srt-ff.ts");
+    std::fs::write(&recorded, server.http_get_bytes("/objects/srt-ff")).unwrap();
+    assert_frames(&decoded_video(&recorded), &twice, "srt-ff as recorded");
+    let hls = format!("http://{}/hls/srt-ff/index.m3u8", server.http);
+    let out = run(
+        Command::new("ffmpeg")
+            .args(["-nostdin", "-v", "error", "-i", &hls, "-map", "0:v:0", "-f", "framemd5", "-"]),
+        60,
+    );
+    let frames: Vec<String> =
+        framemd5_packets(&String::from_utf8_lossy(&out.stdout)).into_iter().map(|p| p.2).collect();
+    assert_frames(&frames, &twice, "srt-ff over HLS");
+
+    // A caller asking to read is refused at the handshake; nothing is created.
+    let url = format!("srt://{srt}?streamid=read:srt-ff2");
+    let o = run(
+        Command::new("timeout")
+            .args(["-k", "5", "20", "ffmpeg", "-nostdin", "-v", "error", "-re"])
+            .arg("-i")
+            .arg(&src)
+            .args(["-map", "0", "-c", "copy", "-f", "mpegts", &url]),
+        30,
+    );
+    assert!(!o.status.success(), "a reader over SRT was let in");
+    let log = server.log();
+    assert!(log.contains("SRT caller refused") && log.contains("expected publish:NAME"), "{log}");
+    assert!(!server.http_get("/api/v1/objects").contains("srt-ff2"));
+    server.stop();
+}

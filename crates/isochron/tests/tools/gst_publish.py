@@ -5,7 +5,8 @@ Usage: gst_publish.py FILE URL TRANSPORT
 
 A Matroska file of H.264 and Opus (`matroskademux`, `opusparse`) or an MP4 of H.264 and AAC
 (`qtdemux`, `aacparse`: rtspclientsink sends the AAC as MP4A-LATM, RFC 6416), each stream
-parsed into `rtspclientsink protocols=TRANSPORT`, in real time. Exits 0 once every stream has been handed to the sink and the session torn down, 1 on an
+parsed into `rtspclientsink protocols=TRANSPORT`, in real time; or an MPEG-TS file whole, as
+one MP2T stream (RFC 2250), timed by its PCR (`tsparse set-timestamps=true`). Exits 0 once every stream has been handed to the sink and the session torn down, 1 on an
 error or after 120 s.
 
 Not gst-launch: rtspclientsink (GStreamer 1.22) often never posts EOS once its streams have
@@ -24,12 +25,20 @@ from gi.repository import GLib, Gst  # noqa: E402
 path, url, transport = sys.argv[1], sys.argv[2], sys.argv[3]
 Gst.init(None)
 demux, audio = ("qtdemux", "aacparse") if path.endswith(".mp4") else ("matroskademux", "opusparse")
-pipeline = Gst.parse_launch(
-    f'filesrc location="{path}" ! {demux} name=d '
-    "d.video_0 ! queue ! h264parse ! s.sink_0 "
-    f"d.audio_0 ! queue ! {audio} ! s.sink_1 "
-    f'rtspclientsink name=s location="{url}" protocols={transport}'
-)
+sink_desc = f'rtspclientsink name=s location="{url}" protocols={transport}'
+if path.endswith(".ts"):
+    pads = ("sink_0",)
+    pipeline = Gst.parse_launch(
+        f'filesrc location="{path}" ! tsparse set-timestamps=true alignment=7 ! clocksync '
+        f"! s.sink_0 {sink_desc}"
+    )
+else:
+    pads = ("sink_0", "sink_1")
+    pipeline = Gst.parse_launch(
+        f'filesrc location="{path}" ! {demux} name=d '
+        "d.video_0 ! queue ! h264parse ! s.sink_0 "
+        f"d.audio_0 ! queue ! {audio} ! s.sink_1 {sink_desc}"
+    )
 sink = pipeline.get_by_name("s")
 loop = GLib.MainLoop()
 status = {"code": 1, "ended": set()}
@@ -45,12 +54,12 @@ def stop(code):
 def on_event(pad, info):
     if info.get_event().type == Gst.EventType.EOS:
         status["ended"].add(pad.get_name())
-        if len(status["ended"]) == 2:
+        if len(status["ended"]) == len(pads):
             GLib.idle_add(lambda: GLib.timeout_add(500, stop, 0) and False)
     return Gst.PadProbeReturn.OK
 
 
-for name in ("sink_0", "sink_1"):
+for name in pads:
     sink.get_static_pad(name).add_probe(Gst.PadProbeType.EVENT_DOWNSTREAM, on_event)
 
 

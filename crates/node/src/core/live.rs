@@ -21,6 +21,14 @@ use crate::output::{NodeOutput, Ticket};
 /// What a feed's recording tells the node about the feed.
 #[derive(Clone, Debug)]
 pub enum FeedEvent {
+    /// A feed was admitted, before its first packet: viewers may set up and PLAY (answered
+    /// once a key frame has come).
+    Announced {
+        /// The object it is recorded as.
+        feed: ObjectId,
+        /// Each track's RTP clock rate and payload type.
+        tracks: Vec<(u32, u8)>,
+    },
     /// A feed began: it is recorded as `feed`, its packets are due to viewers on `anchor`'s
     /// clock, its tracks have these clock rates and payload types (as its viewers' SDP says).
     Opened {
@@ -50,7 +58,8 @@ pub enum FeedEvent {
 /// A feed with viewers on this node.
 pub(super) struct Feed {
     edge: Edge,
-    anchor: Anchor,
+    /// Its clock, from its first packet on.
+    anchor: Option<Anchor>,
     tracks: Vec<(u32, u8)>,
 }
 
@@ -72,9 +81,18 @@ impl NodeCore {
     /// What a feed's recording says (see [`FeedEvent`]).
     pub fn handle_feed(&mut self, now: Instant, ev: FeedEvent) {
         match ev {
-            FeedEvent::Opened { feed, anchor, tracks } => {
+            FeedEvent::Announced { feed, tracks } => {
                 let edge = Edge::new(self.live);
-                self.feeds.insert(feed, Feed { edge, anchor, tracks });
+                self.feeds.entry(feed).or_insert(Feed { edge, anchor: None, tracks });
+            }
+            FeedEvent::Opened { feed, anchor, tracks } => {
+                let f = self.feeds.entry(feed).or_insert_with(|| Feed {
+                    edge: Edge::new(self.live),
+                    anchor: None,
+                    tracks: tracks.clone(),
+                });
+                f.anchor = Some(anchor);
+                f.tracks = tracks;
             }
             FeedEvent::Chunk { feed, info } => {
                 if let Some(f) = self.feeds.get_mut(&feed) {
@@ -231,8 +249,11 @@ impl NodeCore {
             let anchor = f.anchor;
             let Some(out) = f.edge.poll_output() else { return };
             match out {
+                // A seek point came in a chunk, so the first packet (the clock) came before it.
                 EdgeOutput::Joined { viewer, run, first, from } => {
-                    self.viewer_joined(now, viewer, run, first, from, anchor);
+                    if let Some(anchor) = anchor {
+                        self.viewer_joined(now, viewer, run, first, from, anchor);
+                    }
                 }
                 EdgeOutput::Deliver { viewer, run, index } => {
                     self.out.push_back(NodeOutput::Deliver { feed, stream: viewer, run, index });

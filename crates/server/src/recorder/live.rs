@@ -259,6 +259,9 @@ impl Recorders {
         let id = open.writer.object.id;
         self.library.insert_live(live_presentation(&feed, id));
         let _listed = Listed { recorders: &self, name: feed.name.clone(), feed: id };
+        // Viewers may PLAY it from now on: their answer waits for its first key frame.
+        let tracks = feed.tracks.iter().map(|t| (t.clock_rate, t.payload_type)).collect();
+        let _ = self.sessions.send(SessionCommand::FeedAnnounced { feed: id, tracks });
         let _ = admitted.send(());
         let received =
             self.receive_live((&mut open.writer, &open.slot), &feed, packets, &progress).await;
