@@ -961,9 +961,11 @@ pub mod weight {
 /// The units [`load`] shares out.
 pub const LOAD_UNITS: u32 = 10;
 
-/// Held while a test runs: its share of the machine, given back on drop.
+/// Held while a test runs: its share of the machine, given back on drop. With
+/// `ISOCHRON_LOAD_LOG=FILE` set, each drop appends a line to FILE: the test's name, its units,
+/// the seconds it waited for them and the seconds it held them (where the suite's time goes).
 #[must_use = "the share is given back when this is dropped"]
-pub struct Load(u32);
+pub struct Load(u32, Instant, Duration);
 
 #[derive(Default)]
 struct Loads {
@@ -989,6 +991,7 @@ pub fn load_first(units: u32) -> Load {
 }
 
 fn load_in_lane(lane: u8, units: u32) -> Load {
+    let asked = Instant::now();
     let units = units.min(LOAD_UNITS);
     let mut l = LOADS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let me = (lane, l.next);
@@ -1000,7 +1003,7 @@ fn load_in_lane(lane: u8, units: u32) -> Load {
     l.waiting.remove(&me);
     l.used += units;
     LOADS_FREED.notify_all();
-    Load(units)
+    Load(units, Instant::now(), asked.elapsed())
 }
 
 impl Drop for Load {
@@ -1008,6 +1011,16 @@ impl Drop for Load {
         let mut l = LOADS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         l.used -= self.0;
         LOADS_FREED.notify_all();
+        drop(l);
+        if let Some(path) = std::env::var_os("ISOCHRON_LOAD_LOG") {
+            use std::io::Write as _;
+            let name = std::thread::current().name().unwrap_or("?").to_owned();
+            let (units, waited, held) =
+                (self.0, self.2.as_secs_f64(), self.1.elapsed().as_secs_f64());
+            let line = format!("{name} {units} {waited:.1} {held:.1}\n");
+            let f = std::fs::OpenOptions::new().create(true).append(true).open(path);
+            let _ = f.and_then(|mut f| f.write_all(line.as_bytes()));
+        }
     }
 }
 

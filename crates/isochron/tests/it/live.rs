@@ -180,8 +180,8 @@ fn gstreamer_publishes_with_rtspclientsink_and_the_recording_plays_frame_for_fra
 }
 
 /// Publishing is refused with a clear status and changes nothing: when the disks cannot take
-/// the feed's rate (453, the reason in the log), and without the `record` (`publish`)
-/// permission from another host (401).
+/// the feed's rate (453, the reason in the log; over SRT, reject code 2402 at the handshake),
+/// and without the `record` (`publish`) permission from another host (401; over SRT, 2401).
 #[test]
 fn publishing_is_refused_beyond_the_disks_and_without_credentials() {
     use isochron_loadgen::testbed::Testbed;
@@ -191,7 +191,7 @@ fn publishing_is_refused_beyond_the_disks_and_without_credentials() {
     let dir = tempdir();
     // One slow emulated disk, 0.1 MiB/s: less than the clip's rate.
     let disk = format!("{},seek_ms=10,rate_mib_s=0.1", dir.path().join("d0").display());
-    let config = format!("[store]\ndisks = [\"{disk}\"]\n");
+    let config = format!("[store]\ndisks = [\"{disk}\"]\n[live]\nsrt_listen = \"0.0.0.0:0\"\n");
     let server = Server::start(
         &dir.path().join("store"),
         ServeOptions { no_demo: true, ..ServeOptions::everywhere(Some(&config)) },
@@ -205,6 +205,20 @@ fn publishing_is_refused_beyond_the_disks_and_without_credentials() {
     let objects = server.http_get("/api/v1/objects");
     assert!(!objects.contains("\"cam\""), "a refused feed left an object: {objects}");
     assert_eq!(server.metric("isochron_recordings"), 0.0);
+    // Over SRT the same feed is refused at the handshake (2402), naming the disks in the log.
+    let srt_port = server.srt.expect("SRT address").port();
+    let srt_publish = |mut cmd: Command, host: &str, name: &str| {
+        let url = format!("srt://{host}:{srt_port}?streamid=publish:{name}&pkt_size=1316");
+        cmd.args(["-nostdin", "-v", "error", "-re", "-i"]).arg(&src);
+        run(cmd.args(["-map", "0", "-c", "copy", "-f", "mpegts", &url]), 60)
+    };
+    let out = srt_publish(Command::new("ffmpeg"), "127.0.0.1", "srt-cam");
+    assert!(!out.status.success(), "an SRT feed beyond the disks was taken");
+    let log = server.log();
+    let refused = log.lines().find(|l| l.contains("SRT caller refused")).unwrap_or_default();
+    assert!(refused.contains("code=2402") && refused.contains("not enough"), "{log}");
+    assert!(!server.http_get("/api/v1/objects").contains("srt-cam"));
+    assert_eq!(server.metric("isochron_recordings"), 0.0);
 
     if namespaces_or_skip("publishing from another host") {
         let bed = Testbed::new("live401").expect("testbed");
@@ -213,6 +227,10 @@ fn publishing_is_refused_beyond_the_disks_and_without_credentials() {
         let out = publish(host.command("ffmpeg"), &src, &url, "tcp");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && err.contains("401"), "publishing from elsewhere: {err}");
+        let out = srt_publish(host.command("ffmpeg"), &bed.host_ip().to_string(), "srt-far");
+        assert!(!out.status.success(), "an SRT feed from elsewhere was taken without credentials");
+        let log = server.log();
+        assert!(log.contains("code=2401") && log.contains("srt-far"), "{log}");
     }
     server.stop();
 }
