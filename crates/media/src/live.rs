@@ -592,6 +592,8 @@ pub struct LiveIngest {
     /// The seek track's open access unit: its timestamp, the queue index of its first packet,
     /// and whether it holds a random-access picture.
     open: Option<(i64, usize, bool)>,
+    /// After [`LiveIngest::rejoin`], each track's next `track_seq` (its numbers go on from it).
+    resume: Vec<i64>,
     stats: LiveStats,
 }
 
@@ -600,6 +602,7 @@ impl LiveIngest {
     /// by track).
     #[must_use]
     pub fn new(tracks: Vec<NativeTrack>, payload_types: Vec<u8>) -> Self {
+        let tracks_len = tracks.len();
         let seek_track = tracks
             .iter()
             .position(|t| t.kind == StreamKind::Video)
@@ -615,6 +618,7 @@ impl LiveIngest {
             queue: VecDeque::new(),
             released: 0,
             open: None,
+            resume: vec![0; tracks_len],
             stats: LiveStats::default(),
         }
     }
@@ -648,12 +652,13 @@ impl LiveIngest {
             return;
         }
         let (clock_rate, codec) = (t.clock_rate.max(1), t.codec);
+        let resume = self.resume[track];
         let c = self.clocks[track].get_or_insert_with(|| TrackClock {
             arrival,
             first_ts: i64::from(h.timestamp),
             last_ts: i64::from(h.timestamp),
             highest_seq: i64::from(h.sequence) - 1,
-            first_seq: i64::from(h.sequence),
+            first_seq: i64::from(h.sequence) - resume,
         });
         let seq = extend(c.highest_seq, u32::from(h.sequence), 1 << 16);
         if seq <= c.highest_seq {
@@ -733,6 +738,18 @@ impl LiveIngest {
 
     fn release_upto_open(&mut self) {
         self.released = self.open.map_or(self.queue.len(), |(_, first, _)| first);
+    }
+
+    /// The publisher came back (a new connection: new RTP numbers and timestamps): each track
+    /// starts its clock again at its next packet's arrival, and its `track_seq` goes on from
+    /// where it stopped. What was held may go.
+    pub fn rejoin(&mut self) {
+        self.finish();
+        for (t, c) in self.clocks.iter_mut().enumerate() {
+            if let Some(c) = c.take() {
+                self.resume[t] = c.highest_seq - c.first_seq + 1;
+            }
+        }
     }
 
     /// The feed ended: every unit held may go.
@@ -943,6 +960,21 @@ mod tests {
         assert_eq!((first.random_access, first.payload), (false, ts(false)));
         assert_eq!((second.random_access, second.track_seq, second.npt), (true, 1, ms(5)));
         assert_eq!(f.poll_unit(), None, "nothing is held: each payload is its own unit");
+    }
+
+    #[test]
+    fn a_publisher_that_comes_back_goes_on_with_the_same_numbers_from_its_arrival() {
+        let a = Announced { encoding: "opus", clock_rate: 48_000, channels: 2, fmtp: "" };
+        let mut f = LiveIngest::new(vec![announced_track(0, &a).unwrap()], vec![111]);
+        f.handle_rtp(ms(0), 0, &rtp(111, 500, 9000, true, &[1]));
+        f.handle_rtp(ms(20), 0, &rtp(111, 501, 9960, true, &[2]));
+        f.rejoin();
+        // New numbers and timestamps: the track goes on at 2, timed from the arrival.
+        f.handle_rtp(ms(3000), 0, &rtp(111, 7, 123, true, &[3]));
+        let units: Vec<NativeUnit> = std::iter::from_fn(|| f.poll_unit()).collect();
+        let got: Vec<(u32, MediaTime)> = units.iter().map(|u| (u.track_seq, u.npt)).collect();
+        assert_eq!(got, vec![(0, ms(0)), (1, ms(20)), (2, ms(3000))]);
+        assert_eq!(f.stats().gaps, 0);
     }
 
     #[test]

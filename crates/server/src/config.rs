@@ -370,11 +370,21 @@ pub struct LiveSection {
     /// Where SRT publishers of MPEG-TS connect (UDP, `srt://HOST:PORT?streamid=publish:NAME`),
     /// like `0.0.0.0:8890`. Default: none (no SRT).
     pub srt_listen: String,
+    /// How long a feed whose publisher dropped (its connection lost without TEARDOWN, its SRT
+    /// connection timed out) waits for a publisher of the same name and tracks to go on with
+    /// it, seconds (0 to 3600; 0: the feed ends at once). Default 10.
+    pub grace_s: u64,
 }
 
 impl Default for LiveSection {
     fn default() -> Self {
-        Self { default_rate_kbps: 8000, peak_percent: 200, window_s: 60, srt_listen: String::new() }
+        Self {
+            default_rate_kbps: 8000,
+            peak_percent: 200,
+            window_s: 60,
+            srt_listen: String::new(),
+            grace_s: 10,
+        }
     }
 }
 
@@ -389,6 +399,8 @@ pub struct LiveSettings {
     pub window: Duration,
     /// Where SRT publishers connect, if anywhere.
     pub srt_listen: Option<SocketAddr>,
+    /// How long a dropped publisher's feed waits for it.
+    pub grace: Duration,
 }
 
 impl LiveSettings {
@@ -833,6 +845,9 @@ impl ConfigFile {
         if l.window_s > 3600 {
             return Err(invalid("live.window_s", "must be between 0 and 3600"));
         }
+        if l.grace_s > 3600 {
+            return Err(invalid("live.grace_s", "must be between 0 and 3600"));
+        }
         let srt_listen = match l.srt_listen.as_str() {
             "" => None,
             v => Some(v.parse::<SocketAddr>().map_err(|e| ConfigError::Invalid {
@@ -845,6 +860,7 @@ impl ConfigFile {
             peak_percent: l.peak_percent,
             window: Duration::from_secs(l.window_s),
             srt_listen,
+            grace: Duration::from_secs(l.grace_s),
         })
     }
 

@@ -24,18 +24,19 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use isochron_media::live::{Announced, announced_track};
 use isochron_media::native::NativeTrack;
 use isochron_rtsp::rtsp_types::{Request, Response};
 use isochron_rtsp::server::publish::{Publish, PublishState, PublishStep, refuse_announce};
 use isochron_rtsp::status::Refusal;
+use tokio::sync::mpsc;
 use tokio::sync::watch;
-use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
 use crate::config::LiveSettings;
-use crate::recorder::live::{FeedPacket, LiveFeed};
+use crate::recorder::live::{FeedPacket, LiveFeed, Rejoin};
 use crate::recorder::{RecordError, RecordParams, Recorders};
 
 /// The `Server` header of a publisher's responses.
@@ -67,6 +68,9 @@ pub(crate) struct Publisher {
     /// The queue to the recording, while it runs, and for each announced track its index among
     /// the recorded ones (the tracks set up).
     feed: Option<(mpsc::Sender<FeedPacket>, Vec<Option<usize>>)>,
+    /// Set at TEARDOWN: the feed ends for good (a connection closed without it is a drop,
+    /// which the feed waits out for `live.grace_s`).
+    ended: Arc<AtomicBool>,
 }
 
 impl Publisher {
@@ -84,7 +88,12 @@ impl Publisher {
             }
         };
         let name = core.name().to_owned();
+        // A feed waiting for its publisher to come back takes this one (checked at RECORD).
+        let waits = shared.recorders.awaits_publisher(&name);
         let checked = tracks(&core, None).map(|_| ()).and_then(|()| {
+            if waits {
+                return Ok(());
+            }
             shared.recorders.check(&name).map_err(|e| match e {
                 RecordError::Conflict(m) => Refusal::Forbidden(m),
                 other => Refusal::BadRequest(other.to_string()),
@@ -98,7 +107,9 @@ impl Publisher {
         info!(%peer, object = %name, tracks = core.presentation().media.len(), "ANNOUNCE");
         let resp = core.accept();
         let udp = (0..core.presentation().media.len()).map(|_| None).collect();
-        let publisher = Self { core, peer, local: local.ip(), udp, readers: None, feed: None };
+        let ended = Arc::new(AtomicBool::new(false));
+        let publisher =
+            Self { core, peer, local: local.ip(), udp, readers: None, feed: None, ended };
         (Some(publisher), resp)
     }
 
@@ -112,7 +123,8 @@ impl Publisher {
         match self.core.handle_request(req, new_session) {
             PublishStep::Respond(resp) => resp,
             PublishStep::End(resp) => {
-                // The queue closed: the recording commits what it has.
+                // The queue closed, for good: the recording commits what it has.
+                self.ended.store(true, Ordering::Relaxed);
                 self.stop_feed();
                 info!(peer = %self.peer, object = %self.core.name(), "TEARDOWN of the feed");
                 resp
@@ -152,7 +164,7 @@ impl Publisher {
 
     /// Whether the dialog is over (TEARDOWN, or a refused RECORD): the connection may announce
     /// again.
-    pub(crate) fn ended(&self) -> bool {
+    pub(crate) fn is_over(&self) -> bool {
         self.core.state() == PublishState::Ended
     }
 
@@ -201,49 +213,68 @@ impl Publisher {
             index[t] = Some(k);
         }
         let (rate, peak) = shared.live.rates(self.core.presentation().bandwidth_kbps);
+        let (queue, packets) = mpsc::channel(FEED_QUEUE);
+        let name = self.core.name().to_owned();
+        let rejoin = Rejoin { packets, ended: Arc::clone(&self.ended), publisher: self.peer };
+        let given_back = shared
+            .recorders
+            .rejoin(&name, (&recorded, &payload_types), rejoin)
+            .map_err(|e| match e {
+                RecordError::Conflict(m) => Refusal::Forbidden(m),
+                other => Refusal::Internal(other.to_string()),
+            })?;
+        let Some(Rejoin { packets, .. }) = given_back else {
+            // The feed that waited for its publisher goes on with this one.
+            info!(peer = %self.peer, object = %name, "a publisher came back to its feed");
+            self.start_readers(&index, &queue);
+            self.feed = Some((queue, index));
+            return Ok(());
+        };
         let feed = LiveFeed {
-            name: self.core.name().to_owned(),
+            name,
             tracks: recorded,
             payload_types,
             params: RecordParams { rate, peak },
             source: format!("RTSP RECORD from {}", self.peer),
             publisher: self.peer,
             transport: self.transport(&set_up),
+            ended: Arc::clone(&self.ended),
+            grace: shared.live.grace,
         };
-        let (queue, packets) = mpsc::channel(FEED_QUEUE);
-        let (admitted_tx, admitted) = oneshot::channel();
-        let (done_tx, done) = oneshot::channel();
-        let recorders = Arc::clone(&shared.recorders);
-        tokio::spawn(async move {
-            let _ = done_tx.send(recorders.record_live(feed, packets, admitted_tx).await);
-        });
-        if admitted.await.is_ok() {
-            let (stop, stopped) = watch::channel(());
-            for (t, pair) in self.udp.iter_mut().enumerate() {
-                let (Some((rtp, rtcp)), Some(track)) = (pair.take(), index[t]) else { continue };
-                let to = (track, queue.clone(), stopped.clone());
-                match read_udp((rtp, rtcp), self.peer.ip(), to) {
-                    Ok(r) => drop(tokio::spawn(r)),
-                    Err(e) => warn!(peer = %self.peer, object = %self.core.name(), track,
-                        error = %e, "a published track's UDP socket could not be read"),
-                }
+        match shared.recorders.start_live(feed, packets).await {
+            Ok(()) => {
+                self.start_readers(&index, &queue);
+                self.feed = Some((queue, index));
+                Ok(())
             }
-            self.readers = Some(stop);
-            self.feed = Some((queue, index));
-            return Ok(());
+            Err(RecordError::Rejected { reason, .. }) => Err(Refusal::NotEnoughBandwidth(format!(
+                "recording at {rate} (peak {peak}): {reason}"
+            ))),
+            Err(RecordError::Conflict(m)) => Err(Refusal::Forbidden(m)),
+            Err(RecordError::BadRequest(m)) => Err(Refusal::BadRequest(m)),
+            Err(RecordError::Unavailable) => {
+                Err(Refusal::Unavailable("the server is shutting down".into()))
+            }
+            Err(e) => Err(Refusal::Internal(e.to_string())),
         }
-        Err(match done.await {
-            Ok(Err(RecordError::Rejected { reason, .. })) => {
-                Refusal::NotEnoughBandwidth(format!("recording at {rate} (peak {peak}): {reason}"))
+    }
+}
+
+impl Publisher {
+    /// A task reading each track set up over UDP into `queue` (`index`: the recorded track of
+    /// each announced one).
+    fn start_readers(&mut self, index: &[Option<usize>], queue: &mpsc::Sender<FeedPacket>) {
+        let (stop, stopped) = watch::channel(());
+        for (t, pair) in self.udp.iter_mut().enumerate() {
+            let (Some((rtp, rtcp)), Some(track)) = (pair.take(), index[t]) else { continue };
+            let to = (track, queue.clone(), stopped.clone());
+            match read_udp((rtp, rtcp), self.peer.ip(), to) {
+                Ok(r) => drop(tokio::spawn(r)),
+                Err(e) => warn!(peer = %self.peer, object = %self.core.name(), track,
+                    error = %e, "a published track's UDP socket could not be read"),
             }
-            Ok(Err(RecordError::Conflict(m))) => Refusal::Forbidden(m),
-            Ok(Err(RecordError::BadRequest(m))) => Refusal::BadRequest(m),
-            Ok(Err(RecordError::Unavailable)) | Err(_) => {
-                Refusal::Unavailable("the server is shutting down".into())
-            }
-            Ok(Err(e)) => Refusal::Internal(e.to_string()),
-            Ok(Ok(_)) => Refusal::Internal("the recording ended before it was admitted".into()),
-        })
+        }
+        self.readers = Some(stop);
     }
 }
 

@@ -260,7 +260,7 @@ where
                                 {
                                     set_up_any = true;
                                 }
-                                if publisher.as_ref().is_some_and(Publisher::ended) {
+                                if publisher.as_ref().is_some_and(Publisher::is_over) {
                                     publisher = None;
                                 }
                                 let mut out = Vec::with_capacity(256);

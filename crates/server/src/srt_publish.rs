@@ -23,10 +23,13 @@
 //! Then the connection is accepted and its messages, cut into payloads of whole TS packets
 //! ([`TsPacketizer`]), go to the recording as RFC 2250 RTP packets of one `MP2T/90000` track,
 //! numbered in order and stamped with their arrival on the 90 kHz clock. The feed ends when the
-//! caller closes the connection or SRT times it out.
+//! caller shuts the connection down; a caller gone silent (SRT's idle timeout) has dropped, and
+//! the feed waits `live.grace_s` for a caller of the same name to go on with it
+//! (`docs/design/live.md`, *Grace*).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures_util::StreamExt as _;
 use isochron_auth::{Access, Authority, Credentials, Decision, Permission};
@@ -35,12 +38,12 @@ use isochron_media::live::{Announced, MP2T_PT, announced_track};
 use srt_tokio::SrtListener;
 use srt_tokio::access::{RejectReason, ServerRejectReason};
 use srt_tokio::options::StreamId;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use crate::config::LiveSettings;
 use crate::publisher::FEED_QUEUE;
-use crate::recorder::live::{FeedPacket, LiveFeed};
+use crate::recorder::live::{FeedPacket, LiveFeed, Rejoin};
 use crate::recorder::{RecordError, RecordParams, Recorders};
 
 /// What every SRT caller's feed shares.
@@ -76,7 +79,8 @@ struct Refused(ServerRejectReason, String);
 async fn caller(request: srt_tokio::ConnectionRequest, shared: Arc<SrtPublishing>) {
     let peer = request.remote();
     let id = request.stream_id().map_or_else(String::new, |s: &StreamId| s.to_string());
-    let decided = decide(&id, peer, &shared).await;
+    let ended = Arc::new(AtomicBool::new(false));
+    let decided = decide(&id, peer, &shared, &ended).await;
     let (name, queue) = match decided {
         Ok(admitted) => admitted,
         Err(Refused(code, why)) => {
@@ -89,6 +93,7 @@ async fn caller(request: srt_tokio::ConnectionRequest, shared: Arc<SrtPublishing
         Ok(s) => s,
         Err(e) => {
             warn!(%peer, object = %name, error = %e, "SRT connection lost while accepted");
+            ended.store(true, Ordering::Relaxed);
             return;
         }
     };
@@ -96,9 +101,11 @@ async fn caller(request: srt_tokio::ConnectionRequest, shared: Arc<SrtPublishing
     let mut ts = TsPacketizer::new();
     let (start, ssrc) = (tokio::time::Instant::now(), rand::random::<u32>());
     let mut seq = 0u16;
+    let mut last = start;
     while let Some(message) = socket.next().await {
         let Ok((_, bytes)) = message else { break };
         let at = tokio::time::Instant::now();
+        last = at;
         let ticks = at.duration_since(start).as_micros() * 9 / 100;
         ts.push_message(&bytes);
         while let Some(payload) = ts.poll_payload() {
@@ -110,8 +117,16 @@ async fn caller(request: srt_tokio::ConnectionRequest, shared: Arc<SrtPublishing
             }
         }
     }
-    info!(%peer, object = %name, skipped_bytes = ts.skipped(), "SRT publisher gone: the feed ends");
+    // A caller's shutdown ends the connection at once; a caller gone silent, only after SRT's
+    // idle timeout (5 s): that is a drop, which the feed waits out.
+    let shut_down = last.elapsed() < SHUTDOWN_WITHIN;
+    ended.store(shut_down, Ordering::Relaxed);
+    let how = if shut_down { "closed the connection" } else { "went silent" };
+    info!(%peer, object = %name, skipped_bytes = ts.skipped(), "SRT publisher {how}");
 }
+
+/// A connection that ends within this of its last message was shut down by its caller.
+const SHUTDOWN_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// An RFC 2250 RTP packet: version 2, payload type 33, no marker.
 fn rtp_packet((seq, timestamp, ssrc): (u16, u32, u32), payload: &[u8]) -> Vec<u8> {
@@ -129,6 +144,7 @@ async fn decide(
     id: &str,
     peer: SocketAddr,
     shared: &SrtPublishing,
+    ended: &Arc<AtomicBool>,
 ) -> Result<(String, mpsc::Sender<FeedPacket>), Refused> {
     let asked = StreamRequest::parse(id)
         .map_err(|e| Refused(ServerRejectReason::BadRequest, e.to_string()))?;
@@ -156,6 +172,16 @@ async fn decide(
     )
     .map_err(|e| Refused(ServerRejectReason::InternalServerError, e.to_string()))?;
     let (rate, peak) = shared.live.rates(None);
+    let (queue, packets) = mpsc::channel(FEED_QUEUE);
+    let rejoin = Rejoin { packets, ended: Arc::clone(ended), publisher: peer };
+    let given_back = shared
+        .recorders
+        .rejoin(&asked.name, (std::slice::from_ref(&track), &[MP2T_PT]), rejoin)
+        .map_err(|e| Refused(ServerRejectReason::Conflict, e.to_string()))?;
+    let Some(Rejoin { packets, .. }) = given_back else {
+        info!(%peer, object = %asked.name, "an SRT publisher came back to its feed");
+        return Ok((asked.name, queue));
+    };
     let feed = LiveFeed {
         name: asked.name.clone(),
         tracks: vec![track],
@@ -164,29 +190,20 @@ async fn decide(
         source: format!("SRT from {peer}"),
         publisher: peer,
         transport: "srt".to_owned(),
+        ended: Arc::clone(ended),
+        grace: shared.live.grace,
     };
-    let (queue, packets) = mpsc::channel(FEED_QUEUE);
-    let (admitted_tx, admitted) = oneshot::channel();
-    let (done_tx, done) = oneshot::channel();
-    let recorders = Arc::clone(&shared.recorders);
-    tokio::spawn(async move {
-        let _ = done_tx.send(recorders.record_live(feed, packets, admitted_tx).await);
-    });
-    if admitted.await.is_ok() {
-        info!(%peer, object = %asked.name, %rate, %peak, "SRT feed admitted");
-        return Ok((asked.name, queue));
-    }
-    Err(match done.await {
-        Ok(Err(RecordError::Rejected { reason, .. })) => Refused(
+    match shared.recorders.start_live(feed, packets).await {
+        Ok(()) => {
+            info!(%peer, object = %asked.name, %rate, %peak, "SRT feed admitted");
+            Ok((asked.name, queue))
+        }
+        Err(RecordError::Rejected { reason, .. }) => Err(Refused(
             ServerRejectReason::Overload,
             format!("recording at {rate} (peak {peak}): {reason}"),
-        ),
-        Ok(Err(RecordError::Conflict(m))) => Refused(ServerRejectReason::Conflict, m),
-        Ok(Err(RecordError::BadRequest(m))) => Refused(ServerRejectReason::BadRequest, m),
-        Ok(Err(e)) => Refused(ServerRejectReason::InternalServerError, e.to_string()),
-        Ok(Ok(_)) | Err(_) => Refused(
-            ServerRejectReason::InternalServerError,
-            "the recording ended before it was admitted".into(),
-        ),
-    })
+        )),
+        Err(RecordError::Conflict(m)) => Err(Refused(ServerRejectReason::Conflict, m)),
+        Err(RecordError::BadRequest(m)) => Err(Refused(ServerRejectReason::BadRequest, m)),
+        Err(e) => Err(Refused(ServerRejectReason::InternalServerError, e.to_string())),
+    }
 }

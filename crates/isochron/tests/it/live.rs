@@ -1122,3 +1122,68 @@ fn mpeg_ts_feeds_over_srt_and_rtsp_are_watched_live_and_recorded_as_sent() {
     assert!(!server.http_get("/api/v1/objects").contains("srt-ff2"));
     server.stop();
 }
+
+/// Step 4's grace period: ffmpeg publishes a feed over RTSP and is killed (SIGKILL: no
+/// TEARDOWN) 6 s in, while `isochron play` watches over TCP. The feed waits for its publisher
+/// (`live.grace_s`, 8 s here): it is still listed, and the viewer stays. Three seconds later
+/// ffmpeg publishes the same name again and plays the clip to its end: the feed goes on as
+/// one recording, numbered on without a gap, and the viewer gets both parts and one BYE, at
+/// the end. The recording's last frames are the whole clip the second publisher sent, after a
+/// run of the first's from the feed's start.
+#[test]
+fn a_publisher_that_drops_and_comes_back_within_the_grace_period_goes_on_with_the_feed() {
+    let _load = load(weight::PLAYER);
+    require("ffmpeg");
+    let src = media_fixture("h264_aac.mp4");
+    let dir = tempdir();
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions { no_demo: true, config: Some("[live]\ngrace_s = 8\n"), ..Default::default() },
+    );
+    let url = server.url("relay");
+    let play = std::thread::scope(|s| {
+        let first = s.spawn(|| {
+            let mut cmd = Command::new("timeout");
+            cmd.args(["-s", "KILL", "6", "ffmpeg"]);
+            publish_looped(cmd, &src, 3, &url, "tcp")
+        });
+        await_feed(&server, "relay");
+        let play = s.spawn(|| {
+            let args = ["play", &url, "--transport", "tcp", "--json", "--timeout", "60"];
+            run(Command::new(bin()).args(args), 70)
+        });
+        assert!(!first.join().unwrap().status.success(), "the first publisher was killed");
+        std::thread::sleep(Duration::from_secs(3));
+        let live = server.http_get("/api/v1/live");
+        assert!(live.contains("\"name\":\"relay\""), "the feed waits for its publisher: {live}");
+        assert!(server.log().contains("waiting for it to come back"), "{}", server.log());
+        let second = publish(Command::new("ffmpeg"), &src, &url, "tcp");
+        assert!(
+            second.status.success(),
+            "publishing again: {}",
+            String::from_utf8_lossy(&second.stderr)
+        );
+        play.join().unwrap()
+    });
+    let summary = play_summary(&play);
+    let tracks = summary["tracks"].as_array().unwrap();
+    let whole = tracks.iter().all(|t| t["lost"] == 0 && t["ended"] == true);
+    assert!(play.status.success() && whole, "isochron play across the drop: {summary}");
+    let log = server.log();
+    assert!(log.contains("a publisher came back to its feed"), "{log}");
+    // 6 s, about 3 s away, and 10 s: one recording.
+    let v = await_object(&server, "relay", Duration::from_secs(15));
+    let duration = v["duration_s"].as_f64().unwrap();
+    assert!((17.0..22.0).contains(&duration), "the recording lasts {duration} s: {v}");
+    let out = dir.path().join("relay.mp4");
+    ffmpeg_record(&server.url("relay"), "tcp", &out);
+    let got = decoded_video(&out);
+    let one = decoded_video(&src);
+    assert!(got.len() > one.len() + 4 * 25, "{} frames recorded", got.len());
+    assert_frames(&got[got.len() - one.len()..], &one, "the second publisher's clip");
+    let looped: Vec<String> = one.iter().chain(&one).cloned().collect();
+    // (ffmpeg's `-c copy` over RTSP may drop the very first frame: it has no timestamp yet.)
+    let first = (0..=1).any(|i| looped[i..].starts_with(&got[..4 * 25]));
+    assert!(first, "the first publisher's frames start the recording");
+    server.stop();
+}

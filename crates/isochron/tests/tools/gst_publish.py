@@ -51,12 +51,18 @@ def stop(code):
     return False
 
 
+# Looked up here, once: the probe runs on the sink pads' streaming threads at once, and
+# PyGObject's lazy loading of an enum's attributes is not thread-safe ("type object 'EventType'
+# has no attribute 'EOS'" when two threads ask first together).
+EOS, PROBE_OK = Gst.EventType.EOS, Gst.PadProbeReturn.OK
+
+
 def on_event(pad, info):
-    if info.get_event().type == Gst.EventType.EOS:
+    if info.get_event().type == EOS:
         status["ended"].add(pad.get_name())
         if len(status["ended"]) == len(pads):
             GLib.idle_add(lambda: GLib.timeout_add(500, stop, 0) and False)
-    return Gst.PadProbeReturn.OK
+    return PROBE_OK
 
 
 for name in pads:

@@ -48,9 +48,14 @@ def do_seek():
     return False
 
 
+# Looked up once, here: the probe runs on a streaming thread, and PyGObject's lazy loading of
+# an enum's attributes is not thread-safe.
+REMOVE = Gst.PadProbeReturn.REMOVE
+
+
 def on_first_packet(_pad, _info):
     GLib.timeout_add(int(seek_after * 1000), do_seek)
-    return Gst.PadProbeReturn.REMOVE
+    return REMOVE
 
 
 bus = pipeline.get_bus()

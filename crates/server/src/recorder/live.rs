@@ -26,7 +26,7 @@
 //! committed with all that arrived.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use isochron_base::{MediaTime, ObjectId};
 use isochron_diskio::AlignedBuf;
@@ -64,8 +64,33 @@ pub struct LiveFeed {
     pub source: String,
     /// The publisher's address.
     pub publisher: std::net::SocketAddr,
-    /// How its packets come: `tcp` (interleaved), `udp`, or `tcp+udp`.
+    /// How its packets come: `tcp` (interleaved), `udp`, `tcp+udp`, or `srt`.
     pub transport: String,
+    /// Set by the publisher when the feed ends for good (RTSP TEARDOWN, SRT shutdown): its
+    /// packets' queue closing without it is a drop, which `grace` waits out.
+    pub ended: Arc<AtomicBool>,
+    /// How long a feed whose publisher dropped waits for it to come back (`live.grace_s`).
+    pub grace: std::time::Duration,
+}
+
+/// A publisher come back to its feed within the grace period: its packets from now on.
+#[derive(Debug)]
+pub struct Rejoin {
+    /// Its packets.
+    pub packets: mpsc::Receiver<FeedPacket>,
+    /// Set when it ends the feed for good.
+    pub ended: Arc<AtomicBool>,
+    /// Its address.
+    pub publisher: std::net::SocketAddr,
+}
+
+/// A feed whose publisher dropped, waiting for it: what a returning publisher must send, and
+/// where to hand it.
+#[derive(Debug)]
+pub(super) struct Waiting {
+    tracks: Vec<NativeTrack>,
+    payload_types: Vec<u8>,
+    back: oneshot::Sender<Rejoin>,
 }
 
 /// A feed being recorded, as `GET /api/v1/live` shows it.
@@ -236,12 +261,69 @@ impl Recorders {
         Ok(())
     }
 
+    /// Whether feed `name` waits for its publisher to come back.
+    #[must_use]
+    pub fn awaits_publisher(&self, name: &str) -> bool {
+        self.waiting_list().contains_key(name)
+    }
+
+    /// A publisher of `name` with `tracks` (sending `payload_types`): if the feed of that name
+    /// waits for its publisher, `rejoin` goes to it (`Ok(None)`); else it is given back (start
+    /// a feed). A feed that waits for other tracks is a conflict.
+    pub fn rejoin(
+        &self,
+        name: &str,
+        (tracks, payload_types): (&[NativeTrack], &[u8]),
+        rejoin: Rejoin,
+    ) -> Result<Option<Rejoin>, RecordError> {
+        let mut waiting = self.waiting_list();
+        let Some(w) = waiting.remove(name) else { return Ok(Some(rejoin)) };
+        if w.tracks != tracks || w.payload_types != payload_types {
+            waiting.insert(name.to_owned(), w);
+            return Err(RecordError::Conflict(format!(
+                "the feed {name:?} waits for its publisher with other tracks"
+            )));
+        }
+        Ok(w.back.send(rejoin).err())
+    }
+
+    fn waiting_list(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Waiting>> {
+        self.waiting.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The feeds being recorded, by name.
     #[must_use]
     pub fn live_feeds(&self) -> Vec<LiveStatus> {
         let mut v: Vec<LiveStatus> = self.live_list().values().map(|p| p.status()).collect();
         v.sort_by(|a, b| a.name.cmp(&b.name));
         v
+    }
+
+    /// Starts recording `feed` from `packets` on a task of its own ([`Recorders::record_live`]):
+    /// `Ok` once admission let it in, else why not (nothing was created).
+    pub async fn start_live(
+        self: &Arc<Self>,
+        feed: LiveFeed,
+        packets: mpsc::Receiver<FeedPacket>,
+    ) -> Result<(), RecordError> {
+        let (admitted_tx, admitted) = oneshot::channel();
+        let (done_tx, done) = oneshot::channel();
+        let recorders = Arc::clone(self);
+        tokio::spawn(async move {
+            let _ = done_tx.send(recorders.record_live(feed, packets, admitted_tx).await);
+        });
+        if admitted.await.is_ok() {
+            return Ok(());
+        }
+        match done.await {
+            Ok(Err(e)) => Err(e),
+            Ok(Ok(_)) => {
+                Err(RecordError::Store("the recording ended before it was admitted".into()))
+            }
+            Err(_) => Err(RecordError::Unavailable),
+        }
     }
 
     /// Records `feed` from `packets` (see the module docs): `admitted` is told once admission
@@ -278,10 +360,14 @@ impl Recorders {
         &self,
         (w, slot): (&mut Writer, &Slot),
         feed: &LiveFeed,
-        mut packets: mpsc::Receiver<FeedPacket>,
+        packets: mpsc::Receiver<FeedPacket>,
         progress: &LiveProgress,
     ) -> Result<PackedObject, RecordError> {
         let mut ingest = LiveIngest::new(feed.tracks.clone(), feed.payload_types.clone());
+        // The publisher's packets; none while it is away, waiting (`back`) for it to return.
+        let mut packets = Some(packets);
+        let mut ended = Arc::clone(&feed.ended);
+        let mut back: Option<(oneshot::Receiver<Rejoin>, tokio::time::Instant)> = None;
         let mut packer = BlockPacker::new_native(&w.object, feed.tracks.len());
         let mut chunks = Chunks {
             packer: ChunkPacker::new(w.object.id, feed.tracks.len(), ChunkConfig::default()),
@@ -317,7 +403,19 @@ impl Recorders {
                     }
                     continue;
                 }
-                p = tokio::time::timeout(IDLE_TIMEOUT, packets.recv()) => Next::Chunk(p),
+                p = next_packet(packets.as_mut()) => Next::Chunk(p),
+                r = come_back(back.as_mut()) => {
+                    back = None;
+                    let Ok(r) = r else {
+                        info!(object = %feed.name, "the publisher did not come back; the feed ends");
+                        break;
+                    };
+                    info!(object = %feed.name, publisher = %r.publisher,
+                        "the publisher came back: the feed goes on");
+                    ingest.rejoin();
+                    (packets, ended) = (Some(r.packets), r.ended);
+                    continue;
+                }
             };
             let p = match next {
                 Next::Event(ev) => {
@@ -329,7 +427,24 @@ impl Recorders {
                         IDLE_TIMEOUT.as_secs());
                     break;
                 }
-                Next::Chunk(Ok(None)) => break,
+                Next::Chunk(Ok(None)) if ended.load(Ordering::Relaxed) || feed.grace.is_zero() => {
+                    break;
+                }
+                Next::Chunk(Ok(None)) => {
+                    // Dropped, not ended: the feed waits for its publisher (viewers stay).
+                    let (tx, rx) = oneshot::channel();
+                    let waiting = Waiting {
+                        tracks: feed.tracks.clone(),
+                        payload_types: feed.payload_types.clone(),
+                        back: tx,
+                    };
+                    self.waiting_list().insert(feed.name.clone(), waiting);
+                    back = Some((rx, tokio::time::Instant::now() + feed.grace));
+                    packets = None;
+                    warn!(object = %feed.name, grace_s = feed.grace.as_secs_f64(),
+                        "the publisher dropped; waiting for it to come back");
+                    continue;
+                }
                 Next::Chunk(Ok(Some(p))) => p,
             };
             if zero.is_none() {
@@ -364,6 +479,7 @@ impl Recorders {
                 }
             }
         }
+        self.waiting_list().remove(&feed.name);
         ingest.finish();
         let zero = zero.unwrap_or_else(tokio::time::Instant::now);
         while let Some(u) = ingest.poll_unit() {
@@ -388,6 +504,29 @@ impl Recorders {
         w.wait_all().await?;
         info!(object = %feed.name, %stats, "live feed ended");
         Ok(packed)
+    }
+}
+
+/// The next packet of the publisher's queue (an error after [`IDLE_TIMEOUT`] without one), or
+/// never while there is no publisher.
+async fn next_packet(
+    packets: Option<&mut mpsc::Receiver<FeedPacket>>,
+) -> Result<Option<FeedPacket>, tokio::time::error::Elapsed> {
+    match packets {
+        Some(p) => tokio::time::timeout(IDLE_TIMEOUT, p.recv()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The publisher that came back, or an error at the end of the grace period; never while no
+/// feed waits.
+async fn come_back(
+    back: Option<&mut (oneshot::Receiver<Rejoin>, tokio::time::Instant)>,
+) -> Result<Rejoin, ()> {
+    let Some((rx, until)) = back else { return std::future::pending().await };
+    match tokio::time::timeout_at(*until, rx).await {
+        Ok(Ok(r)) => Ok(r),
+        _ => Err(()),
     }
 }
 

@@ -244,6 +244,8 @@ pub struct Recorders {
     active: Mutex<HashSet<String>>,
     /// The live feeds among them, with their counters.
     live: Mutex<HashMap<String, Arc<live::LiveProgress>>>,
+    /// Live feeds whose publisher dropped, waiting for it to come back (`live.grace_s`).
+    waiting: Mutex<HashMap<String, live::Waiting>>,
     bytes: AtomicU64,
     committed: AtomicU64,
     failed: AtomicU64,
@@ -265,6 +267,7 @@ impl Recorders {
             sessions,
             active: Mutex::new(HashSet::new()),
             live: Mutex::new(HashMap::new()),
+            waiting: Mutex::new(HashMap::new()),
             bytes: AtomicU64::new(0),
             committed: AtomicU64::new(0),
             failed: AtomicU64::new(0),
