@@ -21,9 +21,11 @@
 //! then the record naming them). A crash (`kill -9`) keeps exactly the last committed prefix,
 //! which the next start finds whole (the blocks after it are orphans it removes) and plays.
 //!
-//! The feed ends when the channel closes (TEARDOWN, or the connection gone) or after
-//! [`IDLE_TIMEOUT`] without a packet: then its viewers get their BYE and the object is
-//! committed with all that arrived.
+//! The feed ends when its publisher ends it (RTSP TEARDOWN, an SRT shutdown: [`LiveFeed::ended`]
+//! is set when the channel closes) or after [`IDLE_TIMEOUT`] without a packet: then its viewers
+//! get their BYE and the object is committed with all that arrived. A channel that closes
+//! without it (the publisher's connection lost) leaves the feed waiting [`LiveFeed::grace`] for
+//! a publisher of the same name and tracks ([`Recorders::rejoin`]), which goes on with it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
