@@ -1445,7 +1445,16 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         let position = match &s.setup.share {
             // The run's first block, not yet begun: its start packet.
             _ if next == s.from && !started => s.start,
-            Some(share) => share.iter().find(|b| b.index == next).map_or(s.start, |b| b.first),
+            // A later block of its share, not read yet: its first packet, with each track's
+            // count of what this node sent (as a block read would give, above). The block's own
+            // counts are the object's at that packet, past what the other nodes sent up to the
+            // stop: the origin takes each track's highest count over the nodes, and numbering
+            // on from those would leave a gap in every track (a switch of rendition's run, which
+            // starts from its own seek point, did).
+            Some(share) => share
+                .iter()
+                .find(|b| b.index == next)
+                .map_or(s.start, |b| Position { tracks: s.next_tracks, ..b.first }),
             // Every block: the packet after the last sent (GSNs are contiguous).
             None => s.last_sent.map_or(s.start, |p| Position { gsn: p.gsn.next(), ..p }),
         };
@@ -2697,6 +2706,57 @@ mod tests {
             })
             .unwrap();
         assert_eq!(report.next.map(|n| n.gsn), Some(Gsn(5)));
+    }
+
+    /// A stop before a block of the share that was not read yet reports that block's first
+    /// packet, counting each track's packets as far as this node sent them: the block's own
+    /// counts (the object's) would run past what the other nodes sent.
+    #[test]
+    fn a_stop_before_a_block_not_read_counts_the_tracks_this_node_sent() {
+        let mut p = Pacer::new(PacerConfig::default());
+        // Blocks 0 and 4 of a native object (block `i`: GSNs 6i..6i+5): track `t`'s count at
+        // block 4's first packet is 12.
+        let first = |i: u64| Position {
+            gsn: Gsn(6 * i),
+            time: MediaTime::from_nanos(i * 60_000_000),
+            tracks: TrackSeqs::new(&[3 * i as u32, 3 * i as u32]),
+        };
+        let blocks: Arc<[ShareBlock]> = [0, 4]
+            .into_iter()
+            .map(|i| ShareBlock { index: BlockIndex(i as u32), first: first(i) })
+            .collect();
+        let setup = StreamSetup {
+            share: Some(blocks),
+            rtcp: RtcpMode::None,
+            last_block: BlockIndex(4),
+            ..native_setup(true)
+        };
+        p.handle_add(setup);
+        let play = PlayRun {
+            run: RunId(1),
+            start: first(0),
+            from: BlockIndex(0),
+            end: None,
+            seq_offsets: single_offset(0),
+            anchor: None,
+            trick: None,
+        };
+        p.handle_play(Instant::ZERO, StreamId(1), play);
+        let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(0), native_block(0, 0, 6), Some(anchor));
+        // Cutoff at 100 ms: block 0 (0 to 50 ms) goes whole; block 4 (240 ms) is not read yet.
+        p.handle_stop(ms(0), StreamId(1), RunId(1), Some(MediaTime::from_nanos(100_000_000)), None);
+        let (rtp, ..) = drive(&mut p, ms(1_000));
+        assert_eq!(rtp.len(), 6);
+        let report = std::iter::from_fn(|| p.poll_event())
+            .find_map(|e| match e {
+                PacerEvent::Stopped { report, .. } => Some(report),
+                _ => None,
+            })
+            .unwrap();
+        let next = report.next.unwrap();
+        assert_eq!(next.gsn, Gsn(24));
+        assert_eq!(next.tracks.as_slice(), [3, 3], "the packets this node sent, track by track");
     }
 
     #[test]
