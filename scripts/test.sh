@@ -55,62 +55,7 @@ echo "== arch";   scripts/check-arch.sh
 # The fuzz targets type-check against today's parsers (building them for fuzzing needs nightly
 # and cargo-fuzz; checking is what can break here).
 echo "== fuzz targets check"; cargo check --manifest-path fuzz/Cargo.toml --locked --quiet
-
-# `cargo test --workspace --release`, its binaries run in three groups rather than one after
-# another (as cargo runs them). The integration tests (crates/isochron/tests/it, most of the
-# time) start together and wait for their share of the machine (tests/common `load`); beside
-# them run the test binaries that measure nothing in real time (unit tests, virtual-time
-# harnesses, etcd's catalog and watch) and the doctests. Then, one at a time on a quiet machine,
-# those that measure: the isochron crate's others (the pacing alone, `isochron bench`, admission
-# on an emulated disk, CineGrid's 300 Mb/s), the testbed's shaping (iperf3) and etcd's lease
-# expiry. Many test threads: a waiting test holds no core.
-echo "== test build"
-tests=$(mktemp -d)
-trap 'rm -rf "$tests"' EXIT
-cargo test --workspace --release --locked --no-run --message-format=json-render-diagnostics \
-  >"$tests/build.json"
-# Each test binary: its package's directory relative to here (cargo runs it there), its
-# target's name, its path.
-python3 - "$tests/build.json" "$PWD" >"$tests/list" <<'PY'
-import json, os, sys
-for line in open(sys.argv[1]):
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
-        package = os.path.relpath(os.path.dirname(m["manifest_path"]), sys.argv[2])
-        print(package, m["target"]["name"], m["executable"], sep="\t")
-PY
-measures() { # PACKAGE NAME: whether the binary measures in real time (runs alone)
-  case "$1/$2" in
-    crates/isochron/it) return 1 ;;
-    crates/isochron/* | crates/loadgen/testbed | crates/etcd/lease) return 0 ;;
-    *) return 1 ;;
-  esac
-}
-failed=0
-run_binary() { # PACKAGE NAME EXE
-  echo "     Running $1 $2 ($3)"
-  if ! (cd "$1" && "$3" --test-threads 64 </dev/null); then
-    echo "== FAILED: $1 $2 ($3)"
-    failed=1
-  fi
-}
-it=$(awk -F'\t' '$1 == "crates/isochron" && $2 == "it" { print $3 }' "$tests/list")
-[ -n "$it" ] || { echo "== no integration test binary in the build"; exit 1; }
-echo "== test: the integration tests, beside the binaries that measure nothing"
-(cd crates/isochron && "$it" --test-threads 64 </dev/null) >"$tests/it.log" 2>&1 &
-it_pid=$!
-while IFS=$'\t' read -r package name exe; do
-  [ "$name" = it ] || measures "$package" "$name" || run_binary "$package" "$name" "$exe"
-done <"$tests/list"
-cargo test --workspace --release --locked --doc || failed=1
-it_status=0
-wait "$it_pid" || it_status=$?
-echo "     Running crates/isochron it ($it)"
-cat "$tests/it.log"
-[ "$it_status" -eq 0 ] || { echo "== FAILED: crates/isochron it ($it)"; failed=1; }
-echo "== test: the binaries that measure, one at a time"
-while IFS=$'\t' read -r package name exe; do
-  ! measures "$package" "$name" || run_binary "$package" "$name" "$exe"
-done <"$tests/list"
-[ "$failed" -eq 0 ] || { echo "== some tests failed"; exit 101; }
+# Many test threads: the integration tests (crates/isochron/tests/it) start together and wait
+# for their share of the machine (tests/common `load`), so a waiting test holds no core.
+echo "== test";   cargo test --workspace --release --locked --no-fail-fast -- --test-threads 64
 echo "== all checks passed"
