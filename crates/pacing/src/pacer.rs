@@ -2281,18 +2281,38 @@ mod tests {
             lsn: true,
             ..StreamSetup::whole(StreamId(1), 9, 0, 0, BlockIndex(3))
         };
-        p.handle_add(setup);
         let anchor = Anchor { wall: ms(100), media: MediaTime::ZERO };
+        play_share(p, setup, first(0), Some(anchor));
+    }
+
+    /// Adds `setup` (a share) and plays run 1 from `start`, from block 0, on `anchor`.
+    fn play_share(
+        p: &mut Pacer<Vec<u8>>,
+        setup: StreamSetup,
+        start: Position,
+        anchor: Option<Anchor>,
+    ) {
+        p.handle_add(setup);
         let play = PlayRun {
             run: RunId(1),
-            start: first(0),
+            start,
             from: BlockIndex(0),
             end: None,
             seq_offsets: single_offset(0),
-            anchor: Some(anchor),
+            anchor,
             trick: None,
         };
         p.handle_play(Instant::ZERO, StreamId(1), play);
+    }
+
+    /// The report of the first [`PacerEvent::Stopped`] the pacer has to give.
+    fn stopped_report(p: &mut Pacer<Vec<u8>>) -> RunReport {
+        std::iter::from_fn(|| p.poll_event())
+            .find_map(|e| match e {
+                PacerEvent::Stopped { report, .. } => Some(report),
+                _ => None,
+            })
+            .unwrap()
     }
 
     #[test]
@@ -2422,17 +2442,8 @@ mod tests {
             rtcp: RtcpMode::None,
             ..StreamSetup::whole(StreamId(1), 9, 0, 0, BlockIndex(7))
         };
-        p.handle_add(setup);
-        let play = PlayRun {
-            run: RunId(1),
-            start: first(0),
-            from: BlockIndex(0),
-            end: None,
-            seq_offsets: single_offset(0),
-            anchor: Some(Anchor { wall: ms(100), media: MediaTime::ZERO }),
-            trick: None,
-        };
-        p.handle_play(Instant::ZERO, StreamId(1), play);
+        let anchor = Anchor { wall: ms(100), media: MediaTime::ZERO };
+        play_share(&mut p, setup, first(0), Some(anchor));
         for i in [1, 3, 5, 7] {
             p.handle_block(
                 StreamId(1),
@@ -2680,12 +2691,7 @@ mod tests {
         );
         let (rtp, ..) = drive(&mut p, ms(1_000));
         assert_eq!(rtp.iter().map(|r| r.1).collect::<Vec<_>>(), vec![5, 6, 7]);
-        let stopped = std::iter::from_fn(|| p.poll_event())
-            .find_map(|e| match e {
-                PacerEvent::Stopped { report, .. } => Some(report),
-                _ => None,
-            })
-            .unwrap();
+        let stopped = stopped_report(&mut p);
         assert_eq!(stopped.next.map(|n| n.gsn), Some(Gsn(8)));
         assert_eq!(stopped.last_sent.map(|n| n.gsn), Some(Gsn(7)));
     }
@@ -2699,12 +2705,7 @@ mod tests {
         p.handle_stop(ms(0), StreamId(1), RunId(1), Some(MediaTime::from_nanos(20_000_000)), None);
         let (rtp, ..) = drive(&mut p, ms(1_000));
         assert!(rtp.is_empty());
-        let report = std::iter::from_fn(|| p.poll_event())
-            .find_map(|e| match e {
-                PacerEvent::Stopped { report, .. } => Some(report),
-                _ => None,
-            })
-            .unwrap();
+        let report = stopped_report(&mut p);
         assert_eq!(report.next.map(|n| n.gsn), Some(Gsn(5)));
     }
 
@@ -2731,29 +2732,14 @@ mod tests {
             last_block: BlockIndex(4),
             ..native_setup(true)
         };
-        p.handle_add(setup);
-        let play = PlayRun {
-            run: RunId(1),
-            start: first(0),
-            from: BlockIndex(0),
-            end: None,
-            seq_offsets: single_offset(0),
-            anchor: None,
-            trick: None,
-        };
-        p.handle_play(Instant::ZERO, StreamId(1), play);
+        play_share(&mut p, setup, first(0), None);
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
         p.handle_block(StreamId(1), RunId(1), BlockIndex(0), native_block(0, 0, 6), Some(anchor));
         // Cutoff at 100 ms: block 0 (0 to 50 ms) goes whole; block 4 (240 ms) is not read yet.
         p.handle_stop(ms(0), StreamId(1), RunId(1), Some(MediaTime::from_nanos(100_000_000)), None);
         let (rtp, ..) = drive(&mut p, ms(1_000));
         assert_eq!(rtp.len(), 6);
-        let report = std::iter::from_fn(|| p.poll_event())
-            .find_map(|e| match e {
-                PacerEvent::Stopped { report, .. } => Some(report),
-                _ => None,
-            })
-            .unwrap();
+        let report = stopped_report(&mut p);
         let next = report.next.unwrap();
         assert_eq!(next.gsn, Gsn(24));
         assert_eq!(next.tracks.as_slice(), [3, 3], "the packets this node sent, track by track");
