@@ -1,8 +1,11 @@
 //! `isochron play` of a native presentation: every track (H.264, AAC, … RTP, RFC 6184 and RFC
 //! 3640) set up into one session and consumed by its own RTP timestamps from `RTP-Info`'s
 //! start (`isochron_loadgen::bench::native_playout`, the emulation client's player): a
-//! starvation is the clock reaching the newest media received on a track. Each track's sequence
-//! numbers are checked (a gap is a loss on that track). Over UDP the receiver reports say what
+//! starvation is the clock reaching the newest media received on a track. Each track's packets
+//! pass a jitter buffer (`isochron_loadgen::player::reorder`) that puts them back in sequence
+//! order: a packet overtaken on the way (a path may reorder, RFC 3550 §A.3 counts it received)
+//! waits up to [`REORDER_HOLD`] for the ones before it, and a number still missing then is a loss
+//! on that track. Over UDP the receiver reports say what
 //! the path did (`isochron_loadgen::reception`: the fraction lost, the last sender report
 //! echoed), which the server's adaptive bit rate reads; with `--mtfc` the player asks for a
 //! faster or slower pace as its buffer level crosses its thresholds.
@@ -27,6 +30,7 @@ use isochron_loadgen::bench::native_playout::NativePlayout;
 use isochron_loadgen::bench::playout::PlayState;
 use isochron_loadgen::bench::session::{range_length, track_starts};
 use isochron_loadgen::client::{MediaSink, status_line};
+use isochron_loadgen::player::reorder::{Arrival, ReorderBuffer};
 use isochron_media::fmp4::{Fmp4Codec, Fmp4Sample, Fmp4Track, Reassembler};
 use isochron_rtp::RtpHeader;
 use isochron_rtp::rtcp::{RtcpPacket, parse_compound};
@@ -34,6 +38,13 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 use super::{Args, SILENCE, TEARDOWN_WAIT, TICK};
+
+/// How long a packet waits for those numbered before it (overtaken on the path) before they
+/// count as lost.
+const REORDER_HOLD: Duration = Duration::from_millis(300);
+
+/// Most gaps a track's summary lists (where they were, for a failure's message).
+const GAPS_LISTED: usize = 8;
 
 /// What the receive path hands the session.
 enum In {
@@ -68,12 +79,99 @@ pub(super) struct TrackSummary {
     encoding: String,
     /// Packets received.
     packets: u64,
-    /// Packets missing from its sequence.
+    /// Packets missing from its sequence (never received, or too late to be put back in
+    /// order).
     lost: u64,
+    /// Packets that arrived after one numbered above them, in time to be put back in order.
+    reordered: u64,
+    /// Packets that arrived twice.
+    duplicates: u64,
+    /// The first gaps: where each began, its length, and when it was found (s after PLAY).
+    gaps: Vec<Gap>,
     /// Whether its input ended (BYE, or the announced length reached).
     ended: bool,
-    #[serde(skip)]
-    last_seq: Option<u16>,
+}
+
+/// A run of sequence numbers a track never received.
+#[derive(Clone, Debug, Default, Serialize)]
+struct Gap {
+    /// The first number missing.
+    seq: u16,
+    /// How many are missing.
+    count: u64,
+    /// When the packet after them was released, s after PLAY.
+    at_s: f64,
+}
+
+/// One track's jitter buffer: packets in sequence order to the track's consumer.
+struct TrackOrder {
+    buffer: ReorderBuffer<(Instant, Vec<u8>)>,
+    /// The extended number last released.
+    last: Option<u64>,
+}
+
+impl TrackOrder {
+    fn new(start: Option<u16>) -> Self {
+        let mut buffer = ReorderBuffer::new(REORDER_HOLD);
+        if let Some(seq) = start {
+            buffer.set_start(seq);
+        }
+        Self { buffer, last: None }
+    }
+
+    /// The packets `now` releases, in order, each after noting a gap before it in `t`.
+    fn release(
+        &mut self,
+        now: Instant,
+        since: Instant,
+        t: &mut TrackSummary,
+    ) -> Vec<(Instant, Vec<u8>)> {
+        let mut out = Vec::new();
+        while let Some((ext, packet)) = self.buffer.pop(now) {
+            if let Some(last) = self.last
+                && ext > last + 1
+                && t.gaps.len() < GAPS_LISTED
+            {
+                let at_s = now.saturating_duration_since(since).as_secs_f64();
+                t.gaps.push(Gap { seq: (last + 1) as u16, count: ext - last - 1, at_s });
+            }
+            self.last = Some(ext);
+            out.push(packet);
+        }
+        let stats = self.buffer.stats();
+        t.lost = stats.lost + stats.late;
+        (t.reordered, t.duplicates) = (stats.reordered, stats.duplicates);
+        out
+    }
+}
+
+/// Releases what each track's jitter buffer lets go at `now`: the video track's packets to the
+/// reassembler, its access units to `out`. Returns how many access units were written.
+fn release(
+    now: Instant,
+    t0: Instant,
+    order: &mut [TrackOrder],
+    summary: &mut NativeSummary,
+    video: Option<usize>,
+    mut reassembler: Option<&mut Reassembler>,
+    out: &mut dyn Write,
+) -> anyhow::Result<u64> {
+    let mut frames = 0;
+    let mut samples: Vec<Fmp4Sample> = Vec::new();
+    for (k, (o, t)) in order.iter_mut().zip(&mut summary.tracks).enumerate() {
+        let released = o.release(now, t0, t);
+        let Some(r) = reassembler.as_deref_mut().filter(|_| Some(k) == video) else { continue };
+        for (at, packet) in released {
+            let Ok((h, body)) = RtpHeader::parse(&packet) else { continue };
+            let ns = at.saturating_duration_since(t0).as_nanos() as u64;
+            r.push(&packet[body], h.marker, h.timestamp, ns, &mut samples);
+            for s in samples.drain(..) {
+                write_annex_b(out, &s.data).context("writing --out")?;
+                frames += 1;
+            }
+        }
+    }
+    Ok(frames)
 }
 
 /// What a native session did.
@@ -174,8 +272,10 @@ pub(super) async fn play(
     }
     let info = client.play(None).await?;
     let mut playout = NativePlayout::new(buffer, &clocks);
-    let starts: Vec<Option<u32>> = track_starts(&urls, &info).iter().map(|s| s.rtptime).collect();
-    playout.handle_start(Instant::now(), &starts);
+    let starts = track_starts(&urls, &info);
+    let rtptimes: Vec<Option<u32>> = starts.iter().map(|s| s.rtptime).collect();
+    playout.handle_start(Instant::now(), &rtptimes);
+    let mut order: Vec<TrackOrder> = starts.iter().map(|s| TrackOrder::new(s.seq)).collect();
     if let Some(length) = info.range.as_deref().and_then(range_length) {
         playout.handle_length(length);
     }
@@ -206,7 +306,6 @@ pub(super) async fn play(
     }
     let mut mtfc = a.mtfc.then(|| Mtfc::new(MtfcConfig::for_depth(buffer, 4)));
     let mut next_sample = Instant::now();
-    let mut samples: Vec<Fmp4Sample> = Vec::new();
     let t0 = Instant::now();
     let mut heard = Instant::now();
     let interrupt = tokio::signal::ctrl_c();
@@ -216,29 +315,16 @@ pub(super) async fn play(
             got = tokio::time::timeout(TICK, rx.recv()) => match got {
                 Ok(Some(In::Rtp { at, track, packet })) => {
                     heard = Instant::now();
-                    let Ok((h, body)) = RtpHeader::parse(&packet) else { continue };
-                    let Some(t) = summary.tracks.get_mut(track) else { continue };
+                    let Ok((h, _)) = RtpHeader::parse(&packet) else { continue };
+                    let (Some(t), Some(o)) =
+                        (summary.tracks.get_mut(track), order.get_mut(track))
+                    else {
+                        continue;
+                    };
                     t.packets += 1;
-                    if let Some(last) = t.last_seq {
-                        let ahead = h.sequence.wrapping_sub(last) as i16;
-                        if ahead > 0 {
-                            t.lost += u64::from(ahead.unsigned_abs()) - 1;
-                            t.last_seq = Some(h.sequence);
-                        }
-                    } else {
-                        t.last_seq = Some(h.sequence);
-                    }
                     playout.handle_packet(at, track, h.timestamp, packet.len());
-                    if Some(track) == video
-                        && let Some(r) = reassembler.as_mut()
-                    {
-                        let ns = at.saturating_duration_since(t0).as_nanos() as u64;
-                        r.push(&packet[body], h.marker, h.timestamp, ns, &mut samples);
-                        for s in samples.drain(..) {
-                            write_annex_b(out, &s.data).context("writing --out")?;
-                            summary.video_frames += 1;
-                        }
-                    }
+                    // A copy or a straggler is counted by the buffer and dropped.
+                    let _: Arrival<_> = o.buffer.push(at, h.sequence, (at, packet));
                 }
                 Ok(Some(In::Bye { at, track, reason })) => {
                     heard = Instant::now();
@@ -257,6 +343,8 @@ pub(super) async fn play(
         }
         let now = Instant::now();
         playout.advance(now);
+        let frames = release(now, t0, &mut order, &mut summary, video, reassembler.as_mut(), out)?;
+        summary.video_frames += frames;
         if let Some(m) = mtfc.as_mut()
             && now >= next_sample
         {
@@ -282,6 +370,13 @@ pub(super) async fn play(
             break Some(anyhow!("nothing received for {} s", SILENCE.as_secs()));
         }
     };
+    for o in &mut order {
+        o.buffer.flush();
+    }
+    let now = Instant::now();
+    summary.video_frames +=
+        release(now, t0, &mut order, &mut summary, video, reassembler.as_mut(), out)?;
+    let mut samples = Vec::new();
     if let Some(r) = reassembler.as_mut() {
         r.finish(&mut samples);
         for s in samples.drain(..) {
@@ -321,6 +416,40 @@ mod tests {
             vec![vec![0x67, 0x64, 0x00, 0x1e, 0xac], vec![0x68, 0xee, 0x3c, 0x80]]
         );
         assert!(parameter_sets(sdp, 97).is_empty());
+    }
+
+    #[test]
+    fn a_packet_overtaken_on_the_path_is_put_back_in_order_and_not_lost() {
+        let t0 = Instant::now();
+        let mut o = TrackOrder::new(Some(100));
+        let mut t = TrackSummary::default();
+        let mut got = Vec::new();
+        for (k, seq) in [100u16, 102, 101, 103].into_iter().enumerate() {
+            let at = t0 + Duration::from_millis(k as u64);
+            o.buffer.push(at, seq, (at, vec![seq as u8]));
+            got.extend(o.release(at, t0, &mut t).into_iter().map(|(_, p)| p[0]));
+        }
+        assert_eq!(got, [100, 101, 102, 103]);
+        assert_eq!((t.lost, t.reordered, t.gaps.len()), (0, 1, 0));
+    }
+
+    #[test]
+    fn a_number_missing_past_the_hold_is_a_gap_where_it_was() {
+        let t0 = Instant::now();
+        let mut o = TrackOrder::new(Some(65_534));
+        let mut t = TrackSummary::default();
+        for seq in [65_534u16, 65_535, 2] {
+            o.buffer.push(t0, seq, (t0, Vec::new()));
+        }
+        assert_eq!(o.release(t0, t0, &mut t).len(), 2, "2 waits for 0 and 1");
+        let later = t0 + REORDER_HOLD;
+        assert_eq!(o.release(later, t0, &mut t).len(), 1);
+        assert_eq!(t.lost, 2);
+        assert_eq!((t.gaps[0].seq, t.gaps[0].count), (0, 2));
+        // One of them after all, too late to be put back: still missing from what was played.
+        o.buffer.push(later, 1, (later, Vec::new()));
+        assert!(o.release(later, t0, &mut t).is_empty());
+        assert_eq!(t.lost, 2);
     }
 
     #[test]
