@@ -67,6 +67,7 @@ pub(crate) fn router(state: ApiState) -> Router {
                 .put(crate::cluster::put_move)
                 .layer(DefaultBodyLimit::max(BLOCK_BODY_LIMIT)),
         )
+        .route("/api/v1/cluster/feeds/{name}", get(crate::cluster::get_feed))
         .route("/api/v1/nodes/{name}", delete(crate::cluster::remove_node))
         .route("/api/v1/fsck", post(crate::fsck::fsck))
         .route("/api/v1/transcode", get(transcode_jobs))

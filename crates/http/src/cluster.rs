@@ -171,6 +171,83 @@ pub(crate) async fn get_move(
     }
 }
 
+/// `GET /api/v1/cluster/feeds/{name}`: the chunks of feed `name`, published here, for another
+/// node that serves it (`isochron_live::relay` frames on a body that lasts as long as the feed:
+/// an `Opened` frame once its first packet has come, every chunk sealed from now on, an `Alive`
+/// after a second of nothing, `Ended` at its end). A subscriber that falls behind by more than
+/// the tap holds is cut off (its node ends the feed for its viewers).
+pub(crate) async fn get_feed(
+    State(s): State<ApiState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(name): Path<String>,
+) -> Response {
+    if let Some(refused) = refuse_non_member(&s, peer) {
+        return refused;
+    }
+    let Some(sub) = s.recorders.subscribe_feed(&name) else {
+        return error(StatusCode::NOT_FOUND, format!("no feed {name} is published on this node"));
+    };
+    let view = s.cluster;
+    let first = sub.zero.map(opened_frame);
+    let name: Arc<str> = name.into();
+    let frames = futures_util::stream::unfold(
+        (sub.items, first, false),
+        move |(mut items, pending, done)| {
+            let name = Arc::clone(&name);
+            async move {
+                if let Some(f) = pending {
+                    return Some((f, (items, None, done)));
+                }
+                if done {
+                    return None;
+                }
+                let (frame, end) = next_feed_frame(&mut items, &name, peer).await?;
+                Some((frame, (items, None, end)))
+            }
+        },
+    )
+    .map(move |b: Bytes| {
+        if let Some(v) = &view {
+            v.feed_bytes_out.fetch_add(b.len() as u64, Ordering::Relaxed);
+        }
+        Ok::<_, std::convert::Infallible>(b)
+    });
+    ([("content-type", "application/octet-stream")], Body::from_stream(frames)).into_response()
+}
+
+/// A feed's `Opened` frame, written now: the time since its first packet arrived at `zero`.
+fn opened_frame(zero: tokio::time::Instant) -> Bytes {
+    use isochron_live::relay::{FeedFrame, encode};
+    Bytes::from(encode(&FeedFrame::Opened { elapsed: zero.elapsed() }))
+}
+
+/// The next frame of feed `name` for subscriber `peer`, and whether it is the last; `None`
+/// when the subscriber fell behind (cut off).
+async fn next_feed_frame(
+    items: &mut tokio::sync::broadcast::Receiver<isochron_server::recorder::live::TapItem>,
+    name: &str,
+    peer: SocketAddr,
+) -> Option<(Bytes, bool)> {
+    use isochron_live::relay::{FeedFrame, encode};
+    use isochron_server::recorder::live::TapItem;
+    use tokio::sync::broadcast::error::RecvError;
+    Some(match tokio::time::timeout(FEED_ALIVE, items.recv()).await {
+        Err(_) => (Bytes::from(encode(&FeedFrame::Alive)), false),
+        Ok(Ok(TapItem::Opened(zero))) => (opened_frame(zero), false),
+        Ok(Ok(TapItem::Frame(f))) => (Bytes::copy_from_slice(&f), false),
+        Ok(Ok(TapItem::Ended) | Err(RecvError::Closed)) => {
+            (Bytes::from(encode(&FeedFrame::Ended)), true)
+        }
+        Ok(Err(RecvError::Lagged(n))) => {
+            tracing::warn!(feed = %name, %peer, behind = n, "a node subscribed to a feed fell behind: cut off");
+            return None;
+        }
+    })
+}
+
+/// A feed's subscriber hears from it at least this often.
+const FEED_ALIVE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// `PUT /api/v1/cluster/moves/{disk}/{object}/{index}`: a block for one of this node's disks
 /// from the node running a reorganisation (the target of a copy), verified and written durably
 /// in the disk's non-real-time share before the answer.
@@ -484,6 +561,10 @@ pub(crate) fn render_metrics(out: &mut String, view: &ClusterView) {
          # HELP isochron_cluster_block_bytes_in_total Block bytes read from other nodes' disks (reorganisation).\n\
          # TYPE isochron_cluster_block_bytes_in_total counter\n\
          isochron_cluster_block_bytes_in_total {}\n\
+         # HELP isochron_cluster_feed_bytes_total Bytes of live feeds between nodes: sent to the nodes serving a feed published here, received from a feed's node.\n\
+         # TYPE isochron_cluster_feed_bytes_total counter\n\
+         isochron_cluster_feed_bytes_total{{direction=\"out\"}} {}\n\
+         isochron_cluster_feed_bytes_total{{direction=\"in\"}} {}\n\
          # HELP isochron_cluster_live_nodes Nodes whose lease is alive.\n\
          # TYPE isochron_cluster_live_nodes gauge\n\
          isochron_cluster_live_nodes {}",
@@ -495,6 +576,8 @@ pub(crate) fn render_metrics(out: &mut String, view: &ClusterView) {
         get(&view.relay_nacks_in),
         get(&view.block_bytes_out),
         get(&view.block_bytes_in),
+        get(&view.feed_bytes_out),
+        get(&view.feed_bytes_in),
         view.live.lock().map_or(0, |l| l.len()),
     );
 }

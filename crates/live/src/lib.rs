@@ -9,6 +9,8 @@
 //!   blocks of the store's own format (*chunks*), each held once and shared by every viewer;
 //! - [`edge::Edge`]: which chunks are kept, where a joining viewer starts (the newest seek
 //!   point), and which chunk goes to which viewer when;
+//! - [`relay`]: the frames that carry a feed's chunks from the publisher's node to the other
+//!   nodes of a cluster that serve it;
 //! - [`srt`]: what an SRT publisher's stream id asks, and its messages of MPEG-TS cut into the
 //!   RTP payloads a feed takes.
 //!
@@ -17,6 +19,7 @@
 
 pub mod chunk;
 pub mod edge;
+pub mod relay;
 pub mod srt;
 
 pub use chunk::{Chunk, ChunkConfig, ChunkInfo, ChunkPacker};

@@ -51,6 +51,10 @@ pub struct ClusterView {
     pub block_bytes_out: AtomicU64,
     /// Block bytes read from other nodes (reorganisation copies).
     pub block_bytes_in: AtomicU64,
+    /// Bytes of live feeds' frames sent to the other nodes that serve them.
+    pub feed_bytes_out: AtomicU64,
+    /// Bytes of live feeds' frames received from the nodes they are published on.
+    pub feed_bytes_in: AtomicU64,
     /// Whether etcd answered the last poll.
     pub etcd_ok: AtomicBool,
     /// This node's name.

@@ -82,8 +82,8 @@ impl From<&ObjectRecord> for ObjectSummary {
 pub struct Library {
     by_name: RwLock<HashMap<String, Arc<ObjectEntry>>>,
     /// The feeds being published, by name: played from their live edge until they end
-    /// (`docs/design/live.md`).
-    live: RwLock<HashMap<String, Presentation>>,
+    /// (`docs/design/live.md`), with the node each is published on (`None`: this one).
+    live: RwLock<HashMap<String, (Presentation, Option<String>)>>,
 }
 
 impl Library {
@@ -96,14 +96,41 @@ impl Library {
         Ok(lib)
     }
 
-    /// Lists feed `p` (a live presentation) under its name while it is published.
+    /// Lists feed `p` (a live presentation) under its name while it is published here.
     pub fn insert_live(&self, p: Presentation) {
-        self.live.write().unwrap_or_else(PoisonError::into_inner).insert(p.name.clone(), p);
+        self.live.write().unwrap_or_else(PoisonError::into_inner).insert(p.name.clone(), (p, None));
     }
 
-    /// Unlists feed `name`: it ended.
+    /// Unlists feed `name`, published here: it ended.
     pub fn remove_live(&self, name: &str) {
-        self.live.write().unwrap_or_else(PoisonError::into_inner).remove(name);
+        let mut live = self.live.write().unwrap_or_else(PoisonError::into_inner);
+        if live.get(name).is_some_and(|(_, node)| node.is_none()) {
+            live.remove(name);
+        }
+    }
+
+    /// Lists feed `p`, published on node `node` and served here too
+    /// (`crate::cluster::feeds`); a feed of the same name published here stays.
+    pub fn insert_remote_live(&self, p: Presentation, node: &str) {
+        let mut live = self.live.write().unwrap_or_else(PoisonError::into_inner);
+        if !live.get(&p.name).is_some_and(|(_, node)| node.is_none()) {
+            live.insert(p.name.clone(), (p, Some(node.to_owned())));
+        }
+    }
+
+    /// Unlists feed `name`, published on another node: it ended there (or its node is gone).
+    pub fn remove_remote_live(&self, name: &str) {
+        let mut live = self.live.write().unwrap_or_else(PoisonError::into_inner);
+        if live.get(name).is_some_and(|(_, node)| node.is_some()) {
+            live.remove(name);
+        }
+    }
+
+    /// The feeds published on this node.
+    #[must_use]
+    pub fn local_live(&self) -> Vec<Presentation> {
+        let live = self.live.read().unwrap_or_else(PoisonError::into_inner);
+        live.values().filter(|(_, node)| node.is_none()).map(|(p, _)| p.clone()).collect()
     }
 
     /// Adds or replaces an entry.
@@ -170,7 +197,7 @@ impl isochron_rtsp::server::Library for Library {
     /// it is; a title with renditions is its ladder (the renditions whose tracks match the
     /// highest's), played from the highest and switched between; any other name is itself.
     fn lookup(&self, name: &str) -> Option<Presentation> {
-        if let Some(p) = self.live.read().unwrap_or_else(PoisonError::into_inner).get(name) {
+        if let Some((p, _)) = self.live.read().unwrap_or_else(PoisonError::into_inner).get(name) {
             return Some(p.clone());
         }
         if let Some((title, SOURCE_RUNG)) = split_rendition(name) {

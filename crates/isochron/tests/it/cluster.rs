@@ -2071,3 +2071,134 @@ fn a_cluster_degrades_instead_of_refusing_with_players() {
         + metric(&metrics, "isochron_stepped_down_for_room_total");
     assert!(degraded >= 1.0, "{metrics}");
 }
+
+/// Step 6 of `docs/design/live.md`: ffmpeg publishes a 30 s feed (the 10 s clip three times)
+/// over RTSP RECORD to n1; ten players on each of n2 and n3 watch it live (on each: ffmpeg over
+/// TCP and over UDP to the feed's end, four `isochron play` over UDP and four over TCP). Every
+/// ffmpeg decodes a run of the feed's frames to its end, every `isochron play` ends on the BYE
+/// with nothing lost, and the feed crossed from n1 to each other node once: the bytes each
+/// received are within 10 % of the recording's, twenty viewers or not, and n1 sent no more
+/// than the two copies.
+#[test]
+fn a_feed_published_on_one_node_is_watched_on_the_others_crossing_once_to_each() {
+    require("ffmpeg");
+    // A publisher with credentials; viewers anonymous.
+    let c = start_cluster_with(&format!(
+        "{CONFIG}[auth]\nanonymous = [\"read\"]\n[[auth.users]]\nname = \"cam\"\n\
+         password = \"cam-secret\"\npermissions = [\"publish\"]\nobjects = [\"cam\"]\n"
+    ));
+    let src = media_fixture("h264_aac.mp4");
+    let (n1, others) = (&c.nodes[0], &c.nodes[1..]);
+    let feed_in = "isochron_cluster_feed_bytes_total{direction=\"in\"}";
+    let feed_out = "isochron_cluster_feed_bytes_total{direction=\"out\"}";
+    let dir = c.dir.path();
+    let (feed, plays, recordings) = std::thread::scope(|s| {
+        let publisher = c.client_cmd("ffmpeg");
+        let url = format!("rtsp://cam:cam-secret@{}:8554/cam", n1.host.ip);
+        let src = &src;
+        let feed = s.spawn(move || crate::live::publish_looped(publisher, src, 3, &url, "tcp"));
+        // Each other node subscribes once the feed is announced: its first chunks arrive.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for n in others {
+            let url = format!("{}/metrics", n.http());
+            while metric(&get_text(&url), feed_in) == 0.0 && !feed.is_finished() {
+                assert!(
+                    Instant::now() < deadline,
+                    "{} never received the feed\n{}",
+                    n.name,
+                    c.logs()
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        if feed.is_finished() {
+            let o = feed.join().unwrap();
+            panic!(
+                "the publisher ended early: {}\n{}",
+                String::from_utf8_lossy(&o.stderr),
+                c.logs()
+            );
+        }
+        let mut plays = Vec::new();
+        let mut recordings = Vec::new();
+        for (k, n) in others.iter().enumerate() {
+            let url = n.rtsp("cam");
+            for (i, transport) in ["udp", "tcp"].into_iter().cycle().take(8).enumerate() {
+                let out = dir.join(format!("play-{k}-{i}.h264"));
+                plays.push((
+                    format!("isochron play on {} over {transport} #{i}", n.name),
+                    spawn_play_with(&c, &url, &["--transport", transport], &out),
+                ));
+            }
+            for transport in ["tcp", "udp"] {
+                let out = dir.join(format!("ffmpeg-{k}-{transport}.mp4"));
+                let child = c
+                    .client_cmd("timeout")
+                    .args(["-k", "5", "60", "ffmpeg", "-nostdin", "-v", "error"])
+                    .args(["-rtsp_transport", transport, "-i", &url, "-map", "0"])
+                    .args(["-c", "copy", "-y"])
+                    .arg(&out)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("ffmpeg");
+                recordings.push((format!("ffmpeg on {} over {transport}", n.name), out, child));
+            }
+        }
+        (feed.join().unwrap(), plays, recordings)
+    });
+    assert!(
+        feed.status.success(),
+        "publishing: {}\n{}",
+        String::from_utf8_lossy(&feed.stderr),
+        c.logs()
+    );
+    for (what, child) in plays {
+        let summary = play_summary(&c, child, &what);
+        for t in summary["tracks"].as_array().unwrap() {
+            assert_eq!(t["lost"], 0, "{what}: {summary}");
+            assert_eq!(t["ended"], true, "{what}: {summary}");
+        }
+    }
+    let one = crate::native::decoded_video(&src);
+    let want: Vec<String> = one.iter().chain(&one).chain(&one).cloned().collect();
+    for (what, out, child) in recordings {
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{what}: {}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
+        let got = crate::native::decoded_video(&out);
+        crate::live::a_run_of(&got, &want, true, &what);
+        assert!(got.len() > 20 * 25, "{what}: {} frames", got.len());
+    }
+    // One copy of the feed: the recording, committed whole once the feed ended.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let recorded = loop {
+        let live = get_text(&format!("{}/api/v1/live", n1.http()));
+        let objects = get_json(&format!("{}/api/v1/objects", n1.http()));
+        let cam = objects.as_array().unwrap().iter().find(|o| o["name"] == "cam").cloned();
+        if let Some(cam) = cam.filter(|_| !live.contains("\"cam\"")) {
+            break cam["bytes"].as_f64().unwrap();
+        }
+        assert!(Instant::now() < deadline, "cam not committed: {objects}\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let sent = metric(&get_text(&format!("{}/metrics", n1.http())), feed_out);
+    let mut received = 0.0;
+    for n in others {
+        let got = metric(&get_text(&format!("{}/metrics", n.http())), feed_in);
+        eprintln!(
+            "{} received {got} bytes of the feed, {:.3} of its recording ({recorded} bytes)",
+            n.name,
+            got / recorded
+        );
+        assert!(
+            (got / recorded - 1.0).abs() <= 0.10,
+            "{}: {got} bytes of the feed for {recorded} recorded",
+            n.name
+        );
+        received += got;
+    }
+    assert!(
+        sent <= received * 1.01 + 4096.0,
+        "n1 sent {sent} bytes, the others received {received}"
+    );
+}

@@ -21,7 +21,13 @@ fn publish(cmd: Command, src: &Path, url: &str, transport: &str) -> Output {
 }
 
 /// [`publish`] with the source played `times` times in a row (`-stream_loop`).
-fn publish_looped(mut cmd: Command, src: &Path, times: u32, url: &str, transport: &str) -> Output {
+pub(crate) fn publish_looped(
+    mut cmd: Command,
+    src: &Path,
+    times: u32,
+    url: &str,
+    transport: &str,
+) -> Output {
     cmd.args(["-nostdin", "-v", "error", "-re", "-stream_loop"]).arg((times - 1).to_string());
     cmd.arg("-i").arg(src).args([
         "-map",
@@ -319,7 +325,7 @@ fn await_feed(server: &Server, name: &str) {
 /// `got` (a viewer's decoded frames) is a run of consecutive frames of `want` (the feed's):
 /// nothing missing, nothing out of place, from wherever the viewer joined. With `to_end`, the
 /// run reaches the feed's end (less the last two frames, which ffmpeg may drop at the BYE).
-fn a_run_of(got: &[String], want: &[String], to_end: bool, what: &str) {
+pub(crate) fn a_run_of(got: &[String], want: &[String], to_end: bool, what: &str) {
     assert!(!got.is_empty() && got.len() <= want.len(), "{what}: {} frames", got.len());
     let at = want.windows(got.len()).position(|w| w == got);
     let Some(at) = at else {

@@ -145,6 +145,7 @@ impl Poller {
         let mut dead = DeadNodes::default();
         let mut forgotten: BTreeSet<String> = BTreeSet::new();
         let mut watch: Option<isochron_etcd::Watch> = None;
+        let mut feeds = super::feeds::Feeds::default();
         while !stop.load(Ordering::Relaxed) {
             match client.get_prefix(live_prefix.as_bytes()) {
                 Ok(r) => {
@@ -209,6 +210,17 @@ impl Poller {
             }
             forget_departed(&store, &view, &sessions, &mut forgotten);
             sync_library(&store, &library);
+            if view.etcd_ok.load(Ordering::Relaxed) {
+                let io = super::feeds::FeedsIo {
+                    client: &client,
+                    settings: &settings,
+                    lease: &lease,
+                    library: &library,
+                    view: &view,
+                    sessions: &sessions,
+                };
+                feeds.sync(&io);
+            }
             if view.etcd_ok.load(Ordering::Relaxed) {
                 let live: BTreeSet<String> = lock(&view.live).keys().cloned().collect();
                 dead.update(&store, &reorg, &live, settings.dead_after);

@@ -18,6 +18,9 @@
 //! - **Block writes**: an ingest through any node writes each block on its owner's disk with an
 //!   HTTP `PUT` to the owner ([`HttpBlocks`]), accepted only from cluster members.
 //!
+//! - **Live feeds** ([`feeds`]): a feed published on one node is announced in etcd and served
+//!   by every other node, its chunks crossing once to each over HTTP.
+//!
 //! One submodule per transport: `membership` (etcd), `control` (TCP), `relay` (UDP), `blocks`
 //! (HTTP); what they share (the settings, a node's id) is here.
 
@@ -31,6 +34,7 @@ pub use crate::cluster_view::{ClusterView, NodeRecord};
 
 mod blocks;
 mod control;
+pub mod feeds;
 mod membership;
 mod relay;
 

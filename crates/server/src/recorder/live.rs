@@ -27,12 +27,13 @@
 //! without it (the publisher's connection lost) leaves the feed waiting [`LiveFeed::grace`] for
 //! a publisher of the same name and tracks ([`Recorders::rejoin`]), which goes on with it.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use isochron_base::{MediaTime, ObjectId};
 use isochron_diskio::AlignedBuf;
 use isochron_diskio::ingest::{BlockPacker, PackedObject};
+use isochron_live::relay::{FeedFrame, encode as encode_frame};
 use isochron_live::{ChunkConfig, ChunkPacker};
 use isochron_media::live::{LiveIngest, LiveStats};
 use isochron_media::native::NativeTrack;
@@ -41,7 +42,7 @@ use isochron_rtsp::server::Presentation;
 use isochron_store::block::Block;
 use isochron_store::catalog::ObjectRecord;
 use serde::Serialize;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot};
 use tracing::{info, warn};
 
 use super::{IDLE_TIMEOUT, Next, RecordError, RecordParams, Recorders, Slot, TokenBucket, Writer};
@@ -139,10 +140,43 @@ pub(super) struct LiveProgress {
     media_ns: AtomicU64,
     blocks: AtomicU64,
     zero_unix_ms: AtomicU64,
+    /// The feed's object.
+    feed: ObjectId,
+    /// Its first packet's arrival, once it came.
+    zero: Mutex<Option<tokio::time::Instant>>,
+    /// Its frames for the other nodes of a cluster (`isochron_live::relay`): each chunk
+    /// encoded once and shared by every subscriber.
+    tap: broadcast::Sender<TapItem>,
 }
 
+/// What a feed's tap carries to the connections of the nodes that subscribed.
+#[derive(Clone, Debug)]
+pub enum TapItem {
+    /// The feed's first packet arrived then (each subscriber writes its own `Opened` frame
+    /// with the time since).
+    Opened(tokio::time::Instant),
+    /// An encoded chunk frame.
+    Frame(Arc<[u8]>),
+    /// The feed ended.
+    Ended,
+}
+
+/// A subscription to a feed's tap ([`Recorders::subscribe_feed`]).
+#[derive(Debug)]
+pub struct FeedSubscription {
+    /// The feed's object.
+    pub feed: ObjectId,
+    /// Its first packet's arrival, if it came before the subscription.
+    pub zero: Option<tokio::time::Instant>,
+    /// Its chunks from now on.
+    pub items: broadcast::Receiver<TapItem>,
+}
+
+/// Chunks a subscriber may fall behind by before it is cut off (at 20 ms a chunk, 40 s).
+const TAP_DEPTH: usize = 2048;
+
 impl LiveProgress {
-    fn new(feed: &LiveFeed) -> Self {
+    fn new(feed: &LiveFeed, id: ObjectId) -> Self {
         let started_unix_s = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -168,6 +202,28 @@ impl LiveProgress {
             media_ns: AtomicU64::new(0),
             blocks: AtomicU64::new(0),
             zero_unix_ms: AtomicU64::new(0),
+            feed: id,
+            zero: Mutex::new(None),
+            tap: broadcast::channel(TAP_DEPTH).0,
+        }
+    }
+
+    /// A subscription to the feed's frames from now on.
+    pub(super) fn subscribe(&self) -> FeedSubscription {
+        // Under the lock that `opened` takes: the zero is either read here or sent after.
+        let zero = self.zero.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        FeedSubscription { feed: self.feed, zero: *zero, items: self.tap.subscribe() }
+    }
+
+    fn opened(&self, at: tokio::time::Instant) {
+        let mut zero = self.zero.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *zero = Some(at);
+        let _ = self.tap.send(TapItem::Opened(at));
+    }
+
+    fn frame(&self, frame: &FeedFrame) {
+        if self.tap.receiver_count() > 0 {
+            let _ = self.tap.send(TapItem::Frame(encode_frame(frame).into()));
         }
     }
 
@@ -196,7 +252,9 @@ struct Listed<'a> {
 
 impl Drop for Listed<'_> {
     fn drop(&mut self) {
-        self.recorders.live_list().remove(&self.name);
+        if let Some(p) = self.recorders.live_list().remove(&self.name) {
+            let _ = p.tap.send(TapItem::Ended);
+        }
         self.recorders.library.remove_live(&self.name);
         let _ = self.recorders.sessions.send(SessionCommand::FeedEnded { feed: self.feed });
     }
@@ -303,6 +361,12 @@ impl Recorders {
         v
     }
 
+    /// A subscription to feed `name`'s chunks (for another node of the cluster that serves
+    /// it), if it is being published here.
+    pub fn subscribe_feed(&self, name: &str) -> Option<FeedSubscription> {
+        self.live_list().get(name).map(|p| p.subscribe())
+    }
+
     /// Starts recording `feed` from `packets` on a task of its own ([`Recorders::record_live`]):
     /// `Ok` once admission let it in, else why not (nothing was created).
     pub async fn start_live(
@@ -338,7 +402,7 @@ impl Recorders {
         admitted: oneshot::Sender<()>,
     ) -> Result<ObjectRecord, RecordError> {
         let mut open = self.open(&feed.name, feed.params).await?;
-        let progress = Arc::new(LiveProgress::new(&feed));
+        let progress = Arc::new(LiveProgress::new(&feed, open.writer.object.id));
         self.live_list().insert(feed.name.clone(), Arc::clone(&progress));
         let id = open.writer.object.id;
         self.library.insert_live(live_presentation(&feed, id));
@@ -375,6 +439,7 @@ impl Recorders {
             packer: ChunkPacker::new(w.object.id, feed.tracks.len(), ChunkConfig::default()),
             feed: w.object.id,
             sessions: &self.sessions,
+            progress,
         };
         // Blocks come no faster than the admitted peak (with one block of burst).
         let mut bucket =
@@ -453,6 +518,7 @@ impl Recorders {
                 let tracks = feed.tracks.iter().map(|t| (t.clock_rate, t.payload_type)).collect();
                 let opened = SessionCommand::FeedOpened { feed: w.object.id, zero: p.at, tracks };
                 let _ = self.sessions.send(opened);
+                progress.opened(p.at);
                 // The wall clock of the same instant: now, less the time since it arrived.
                 let ago = tokio::time::Instant::now().saturating_duration_since(p.at);
                 let wall = std::time::SystemTime::now() - ago;
@@ -546,6 +612,8 @@ struct Chunks<'a> {
     packer: ChunkPacker,
     feed: ObjectId,
     sessions: &'a mpsc::UnboundedSender<SessionCommand>,
+    /// The feed's tap, for the other nodes.
+    progress: &'a LiveProgress,
 }
 
 impl Chunks<'_> {
@@ -572,6 +640,10 @@ impl Chunks<'_> {
             // The packer's own encoding: it parses (a failure is a bug, logged, the chunk lost).
             match Block::parse(AlignedBuf::copy_from(&c.bytes), None) {
                 Ok(block) => {
+                    // The block without its padding to the disk's alignment.
+                    let mut bytes = c.bytes;
+                    bytes.truncate(block.header().encoded_len as usize);
+                    self.progress.frame(&FeedFrame::Chunk { info: c.info.clone(), bytes });
                     let cmd = SessionCommand::FeedChunk {
                         feed: self.feed,
                         info: c.info,

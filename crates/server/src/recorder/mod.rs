@@ -23,7 +23,8 @@
 //!    and asks for it again when data comes ([`SchedCommand::ResumeRecord`]; refused: `503`).
 //! 3. Reads the body at the declared rate into a [`UnitStream`], packs the final units into blocks
 //!    ([`BlockPacker`], ingest's own) and hands each full block to the scheduler
-//!    ([`SchedCommand::RecordBlock`]) for the disk its placement picks. At most
+//!    ([`SchedCommand::RecordBlock`]) for the disk its placement picks (in a cluster, a copy on
+//!    another node's disk goes to its owner over HTTP, as an ingest's blocks do). At most
 //!    [`MAX_BLOCKS_IN_FLIGHT`] blocks are unwritten at once; past that the body waits.
 //! 4. At the end of the body: the last units and block, every write confirmed, then the catalog
 //!    entry ([`NewObject::record`], ingest's) committed in one transaction on the commit thread,
@@ -52,14 +53,15 @@ use axum::body::Body;
 use axum::http::StatusCode;
 use crossbeam_channel::Sender;
 use futures_util::StreamExt as _;
-use isochron_base::{BitRate, BlockKey, Bytes, DiskId, StreamId};
+use isochron_base::{BitRate, BlockKey, Bytes, DiskId, IoFailure, IoFailureKind, StreamId};
 use isochron_dataplane::sched_thread::{RecordEvent, SchedCommand};
-use isochron_diskio::Store;
 use isochron_diskio::ingest::{BlockPacker, NewObject, PackedBlock, PackedObject, remove_blocks};
+use isochron_diskio::{AlignedBuf, Store};
 use isochron_media::{TsError, TsIndex, UnitStream};
 use isochron_sched::ReadOp;
 use isochron_sched::admission::{Decision, Refusal};
 use isochron_sched::cycle::OpenRecord;
+use isochron_store::block::Block;
 use isochron_store::catalog::{CatalogError, ObjectRecord, validate_title};
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
@@ -354,8 +356,12 @@ impl Recorders {
             peak_bitrate: BitRate(params.peak.0.saturating_mul(copies)),
             block_size: object.block_size,
         };
-        let open =
-            SchedCommand::OpenRecord { req, name: name.to_owned(), events: events_tx, reply: tx };
+        let open = SchedCommand::OpenRecord {
+            req,
+            name: name.to_owned(),
+            events: events_tx.clone(),
+            reply: tx,
+        };
         let _ = self.sched.send(open);
         match rx.await {
             Ok(Decision::Admit) => {}
@@ -376,6 +382,7 @@ impl Recorders {
             name: name.to_owned(),
             object,
             events,
+            events_tx,
             in_flight: HashMap::new(),
             written: Vec::new(),
         };
@@ -610,6 +617,8 @@ struct Writer {
     name: String,
     object: NewObject,
     events: mpsc::UnboundedReceiver<RecordEvent>,
+    /// Where the writes on other nodes' disks report (as the scheduler does).
+    events_tx: mpsc::UnboundedSender<RecordEvent>,
     /// Handed to the scheduler, with the disks of their copies not yet reported written.
     in_flight: HashMap<BlockKey, Vec<DiskId>>,
     /// Durably written.
@@ -628,11 +637,37 @@ impl Writer {
         self.in_flight.insert(b.key(), disks.iter().collect());
         let block = Arc::new(b.block);
         for disk in disks.iter() {
-            let cmd =
-                SchedCommand::RecordBlock { stream: self.stream, disk, block: Arc::clone(&block) };
-            self.sched.send(cmd).map_err(|_| RecordError::Unavailable)?;
+            if self.store.is_local(disk) {
+                let block = Arc::clone(&block);
+                let cmd = SchedCommand::RecordBlock { stream: self.stream, disk, block };
+                self.sched.send(cmd).map_err(|_| RecordError::Unavailable)?;
+            } else {
+                self.write_remote(disk, Arc::clone(&block));
+            }
         }
         Ok(())
+    }
+
+    /// Writes a copy on another node's disk (a cluster): its owner writes it (an HTTP `PUT`,
+    /// as an ingest's blocks), on a blocking task; the outcome comes back as the scheduler's
+    /// would. The owner writes it directly: this node's admission reserved the recording's
+    /// rate, the owner's disk has no reservation for it.
+    fn write_remote(&self, disk: DiskId, block: Arc<Block<AlignedBuf>>) {
+        let (remote, events) = (self.store.remote(), self.events_tx.clone());
+        let key = block.header().key;
+        tokio::task::spawn_blocking(move || {
+            let written = match remote {
+                Some(r) => r.write_block(disk, key, block.as_bytes()),
+                None => Err(IoFailure::new(
+                    IoFailureKind::Remote,
+                    format!("disk {disk} is on another node, and no route to it"),
+                )),
+            };
+            let _ = events.send(match written {
+                Ok(()) => RecordEvent::Written(key, disk),
+                Err(e) => RecordEvent::Failed(key, e),
+            });
+        });
     }
 
     /// How many of the object's first blocks are durably written, every copy, when `sealed`
