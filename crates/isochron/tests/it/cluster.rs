@@ -2072,7 +2072,7 @@ fn a_cluster_degrades_instead_of_refusing_with_players() {
     assert!(degraded >= 1.0, "{metrics}");
 }
 
-/// Step 6 of `docs/design/live.md`: ffmpeg publishes a 30 s feed (the 10 s clip three times)
+/// Step 6 of `docs/design/live.md`: ffmpeg publishes a 20 s feed (the 10 s clip twice)
 /// over RTSP RECORD to n1; ten players on each of n2 and n3 watch it live (on each: ffmpeg over
 /// TCP and over UDP to the feed's end, four `isochron play` over UDP and four over TCP). Every
 /// ffmpeg decodes a run of the feed's frames to its end, every `isochron play` ends on the BYE
@@ -2096,7 +2096,7 @@ fn a_feed_published_on_one_node_is_watched_on_the_others_crossing_once_to_each()
         let publisher = c.client_cmd("ffmpeg");
         let url = format!("rtsp://cam:cam-secret@{}:8554/cam", n1.host.ip);
         let src = &src;
-        let feed = s.spawn(move || crate::live::publish_looped(publisher, src, 3, &url, "tcp"));
+        let feed = s.spawn(move || crate::live::publish_looped(publisher, src, 2, &url, "tcp"));
         // Each other node subscribes once the feed is announced: its first chunks arrive.
         let deadline = Instant::now() + Duration::from_secs(20);
         for n in others {
@@ -2161,13 +2161,13 @@ fn a_feed_published_on_one_node_is_watched_on_the_others_crossing_once_to_each()
         }
     }
     let one = crate::native::decoded_video(&src);
-    let want: Vec<String> = one.iter().chain(&one).chain(&one).cloned().collect();
+    let want: Vec<String> = one.iter().chain(&one).cloned().collect();
     for (what, out, child) in recordings {
         let o = child.wait_with_output().unwrap();
         assert!(o.status.success(), "{what}: {}\n{}", String::from_utf8_lossy(&o.stderr), c.logs());
         let got = crate::native::decoded_video(&out);
         crate::live::a_run_of(&got, &want, true, &what);
-        assert!(got.len() > 20 * 25, "{what}: {} frames", got.len());
+        assert!(got.len() > 12 * 25, "{what}: {} frames", got.len());
     }
     // One copy of the feed: the recording, committed whole once the feed ended.
     let deadline = Instant::now() + Duration::from_secs(15);
