@@ -1201,9 +1201,14 @@ impl Store {
     /// If another node's flip has come in since (the metadata moved on between that check and
     /// this call), nothing is deleted and `None` is returned: a stream planned at `checked`
     /// still reads the blocks the newer flip moved away.
+    ///
+    /// `growing` names the objects being recorded now, on this node or another (live feeds,
+    /// committed as they grow: `docs/design/live.md`): their blocks past the last commit are
+    /// being written and the next commit names them, so they are kept.
     pub fn collect_garbage(
         &self,
         checked: Epoch,
+        growing: &BTreeSet<String>,
     ) -> Result<Option<(u64, Vec<DiskId>)>, StoreError> {
         // Under the scale lock: no refresh can bring a newer flip in while this deletes.
         let _scale = lock(&self.scale);
@@ -1211,7 +1216,7 @@ impl Store {
         if meta.active_epoch != checked {
             return Ok(None);
         }
-        let mut deleted = self.remove_misplaced_in(&meta)?;
+        let mut deleted = self.remove_misplaced_in(&meta, growing)?;
         let mut closed = Vec::new();
         for rec in meta.disks.iter().filter(|d| d.state == DiskState::Retired) {
             let disk = write(&self.disks).remove(&rec.id);
@@ -1646,11 +1651,17 @@ impl Store {
     pub fn remove_misplaced(&self) -> Result<u64, StoreError> {
         let _scale = lock(&self.scale);
         let meta = self.meta();
-        self.remove_misplaced_in(&meta)
+        self.remove_misplaced_in(&meta, &BTreeSet::new())
     }
 
-    /// [`Store::remove_misplaced`] as `meta` places blocks; the caller holds the scale lock.
-    fn remove_misplaced_in(&self, meta: &StoreMeta) -> Result<u64, StoreError> {
+    /// [`Store::remove_misplaced`] as `meta` places blocks, but the blocks past the end of the
+    /// objects named in `growing` (see [`Store::collect_garbage`]); the caller holds the scale
+    /// lock.
+    fn remove_misplaced_in(
+        &self,
+        meta: &StoreMeta,
+        growing: &BTreeSet<String>,
+    ) -> Result<u64, StoreError> {
         let objects = self.catalog.objects()?;
         let by_id: HashMap<ObjectId, &ObjectRecord> = objects.iter().map(|r| (r.id, r)).collect();
         let mut deleted = 0;
@@ -1659,6 +1670,9 @@ impl Store {
             for file in disk.list_blocks() {
                 let key = file?.key;
                 let Some(rec) = by_id.get(&key.object) else { continue };
+                if key.index.0 >= rec.block_count() && growing.contains(&rec.name) {
+                    continue;
+                }
                 if !placed_on(meta, rec, key.index, id) {
                     doomed.push(key);
                 }
@@ -2200,21 +2214,47 @@ mod tests {
         let root = dir.path().join("s");
         let store = Store::create(&root, &paths(&["d0", "d1"]), Bytes::kib(64)).unwrap();
         ingest(&store, "a", 40);
-        assert_eq!(store.collect_garbage(Epoch(0)).unwrap(), Some((0, vec![])));
+        assert_eq!(store.collect_garbage(Epoch(0), &BTreeSet::new()).unwrap(), Some((0, vec![])));
         store.add_disk("d2").unwrap();
         for mv in store.reorg_moves().unwrap() {
             store.copy_block(&mv).unwrap();
         }
         // Pending: sources and copies both stay.
-        assert_eq!(store.collect_garbage(Epoch(0)).unwrap(), Some((0, vec![])));
+        assert_eq!(store.collect_garbage(Epoch(0), &BTreeSet::new()).unwrap(), Some((0, vec![])));
         assert_eq!(total_blocks(&store), 40 + store.reorg_moves().unwrap().len() as u64);
         let moved = store.reorg_moves().unwrap().len() as u64;
         store.flip().unwrap();
         // Checked at epoch 0, the flip to 1 came in before the deletion: nothing goes.
-        assert_eq!(store.collect_garbage(Epoch(0)).unwrap(), None);
+        assert_eq!(store.collect_garbage(Epoch(0), &BTreeSet::new()).unwrap(), None);
         assert_eq!(total_blocks(&store), 40 + moved);
-        assert_eq!(store.collect_garbage(Epoch(1)).unwrap(), Some((moved, vec![])));
+        assert_eq!(
+            store.collect_garbage(Epoch(1), &BTreeSet::new()).unwrap(),
+            Some((moved, vec![]))
+        );
         assert_eq!(total_blocks(&store), 40);
+        assert!(fsck(&store, false).unwrap().is_clean());
+    }
+
+    /// A recording's blocks past its last commit are being written (a live feed commits as it
+    /// grows, and its recorder may be on another node): collecting a flip's garbage keeps them
+    /// while the object is named growing, and deletes them once it is not.
+    #[test]
+    fn garbage_collection_keeps_the_blocks_a_growing_object_is_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("s");
+        let store = Store::create(&root, &paths(&["d0", "d1"]), Bytes::kib(64)).unwrap();
+        let rec = ingest(&store, "cam", 10);
+        // Two more blocks written, not committed yet.
+        for i in 10..12 {
+            let key = BlockKey::new(rec.id, BlockIndex(i));
+            let bytes = encode_block(key, Gsn(u64::from(i) * 3), 3);
+            store.write_block(rec.id, rec.seed, rec.first_epoch, BlockIndex(i), &bytes).unwrap();
+        }
+        let growing: BTreeSet<String> = ["cam".to_owned()].into();
+        assert_eq!(store.collect_garbage(Epoch(0), &growing).unwrap(), Some((0, vec![])));
+        assert_eq!(total_blocks(&store), 12);
+        assert_eq!(store.collect_garbage(Epoch(0), &BTreeSet::new()).unwrap(), Some((2, vec![])));
+        assert_eq!(total_blocks(&store), 10);
         assert!(fsck(&store, false).unwrap().is_clean());
     }
 

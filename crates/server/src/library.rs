@@ -5,7 +5,7 @@
 //! block's disk (from placement), first GSN, first send time and size, computed once and shared
 //! by every stream of the object.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use isochron_base::ObjectId;
@@ -124,6 +124,13 @@ impl Library {
         if live.get(name).is_some_and(|(_, node)| node.is_some()) {
             live.remove(name);
         }
+    }
+
+    /// The names of the feeds in progress, published here or on another node: each is an
+    /// object growing as its recording commits.
+    #[must_use]
+    pub fn live_names(&self) -> BTreeSet<String> {
+        self.live.read().unwrap_or_else(PoisonError::into_inner).keys().cloned().collect()
     }
 
     /// The feeds published on this node.

@@ -895,7 +895,9 @@ impl Reorganiser {
             Err(_) => return,
         }
         let store = Arc::clone(&self.store);
-        match tokio::task::spawn_blocking(move || store.collect_garbage(epoch)).await {
+        // A feed's blocks past its last commit are being written: not garbage.
+        let growing = self.library.live_names();
+        match tokio::task::spawn_blocking(move || store.collect_garbage(epoch, &growing)).await {
             Ok(Ok(None)) => {
                 // Another flip came in since the check: its sessions are checked afresh.
                 debug!(%epoch, "the placement moved on while checking; collecting later");

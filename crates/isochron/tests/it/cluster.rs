@@ -89,7 +89,7 @@ fn serve_cmd_on(
         .args(["--http", &format!("{}:8080", host.ip)])
         .args(["--rtp-port", "0", "--etcd", etcd, "--node", name])
         // A switch's stop, where every node stopped, is worth its line when a test fails.
-        .env("RUST_LOG", "info,isochron_node::core::switch=debug");
+        .env("RUST_LOG", "info,isochron_node::core::switch=debug,isochron_server::recorder=debug");
     for i in 0..disks {
         c.args(["--disk", &format!("d{i}")]);
     }
@@ -2201,4 +2201,121 @@ fn a_feed_published_on_one_node_is_watched_on_the_others_crossing_once_to_each()
         sent <= received * 1.01 + 4096.0,
         "n1 sent {sent} bytes, the others received {received}"
     );
+}
+
+/// Issue 28's crash of one node of three mid-feed (`docs/design/live.md`, step 6), two copies
+/// of every block: GStreamer publishes the 30 s clip's transport stream over SRT to n1 as
+/// `cam`, recorded as it arrives over the three nodes' disks; `isochron play` watches it live
+/// on n2, and one `isochron play` on each of n2 and n3 plays the clip as a title meanwhile.
+/// n1 is killed (SIGKILL) 12 s into the feed. The feed's viewer on n2 gets its BYE at once (the
+/// subscription's connection closes) with nothing lost; the title's players end byte-exact
+/// with no starvation, n1's copies taken over by the others; the recording is listed on n2 with
+/// what n1 had committed (between 6 and 12 s) and is, through n2 and n3, the published stream
+/// byte for byte (null packets aside) up to its end, its lost copies read from the others.
+/// Restarted, n1 lists the same, and `fsck --server` finds every copy of every block.
+#[test]
+fn a_node_killed_mid_feed_keeps_what_it_committed_and_the_others_play_on() {
+    require("gst-launch-1.0");
+    let clip = common::fixture("clip30");
+    let mut c = start_cluster_with(
+        "[store]\nblock_size_kib = 64\nseed_demo = false\nreplication = 2\n\
+         [live]\nsrt_listen = \"0.0.0.0:8890\"\n[auth]\nanonymous = [\"read\", \"publish\"]\n",
+    );
+    let d = c.dir.path().to_owned();
+    c.ingest(1, &clip);
+    let want = std::fs::read(&clip).unwrap();
+    let srt = format!("srt://{}:8890?streamid=publish:cam", c.nodes[0].host.ip);
+    // srtsink may wait long for a peer that died: bounded.
+    let mut cmd = c.client_cmd("timeout");
+    cmd.args(["-k", "5", "45", "gst-launch-1.0"]);
+    let mut publisher = crate::live::gst_publish_srt_cmd(cmd, &clip, &srt)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("gst-launch-1.0");
+    let started = Instant::now();
+    let feed_in = "isochron_cluster_feed_bytes_total{direction=\"in\"}";
+    let n2_metrics = format!("{}/metrics", c.nodes[1].http());
+    while metric(&get_text(&n2_metrics), feed_in) == 0.0 {
+        assert!(publisher.try_wait().unwrap().is_none(), "the publisher ended\n{}", c.logs());
+        assert!(started.elapsed() < Duration::from_secs(10), "n2 never got the feed\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let live_out = tmp(&d, "live-n2.ts");
+    let live = spawn_play(&c, &c.nodes[1].rtsp("cam"), &live_out);
+    let titles: Vec<(Child, PathBuf, String)> = [1, 2]
+        .into_iter()
+        .map(|i| {
+            let out = tmp(&d, &format!("title-n{}.ts", i + 1));
+            let what = format!("isochron play of the title on n{} past n1's death", i + 1);
+            (spawn_play(&c, &c.nodes[i].rtsp("clip30"), &out), out, what)
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(12).saturating_sub(started.elapsed()));
+    let n1 = &mut c.nodes[0];
+    n1.child.kill().expect("SIGKILL n1");
+    let _ = n1.child.wait();
+    let killed = Instant::now();
+
+    let res = live.wait_with_output().unwrap();
+    let summary: serde_json::Value = serde_json::from_slice(&res.stdout)
+        .unwrap_or_else(|_| panic!("the feed's viewer: {}", String::from_utf8_lossy(&res.stderr)));
+    eprintln!("the feed's viewer on n2, {:?} after the kill: {summary}", killed.elapsed());
+    assert_eq!((&summary["ended"], &summary["lost"]), (&"bye".into(), &0.into()), "{summary}");
+    assert!(killed.elapsed() < Duration::from_secs(10), "no BYE in time: {summary}");
+    let watched = std::fs::read(&live_out).unwrap();
+    assert!(watched.len() > 5 * 250_000, "{} bytes of the feed watched", watched.len());
+    for (child, out, what) in titles {
+        let summary = check_play(&c, child, &out, &want, &what);
+        eprintln!("{what}: {summary}");
+    }
+    let _ = publisher.kill();
+    let _ = publisher.wait();
+
+    // What n1 committed is the recording, listed on n2, and served whole by n2 and n3.
+    let published: Vec<u8> = crate::live::without_nulls(&want).concat();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let cam = loop {
+        let objects = get_json(&format!("{}/api/v1/objects", c.nodes[1].http()));
+        let cam = objects.as_array().unwrap().iter().find(|o| o["name"] == "cam").cloned();
+        let live = get_text(&format!("{}/api/v1/live", c.nodes[1].http()));
+        if let Some(cam) = cam.filter(|_| !live.contains("\"cam\"")) {
+            break cam;
+        }
+        assert!(Instant::now() < deadline, "no recording on n2: {objects}\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let duration = cam["duration_s"].as_f64().unwrap();
+    assert!((6.0..12.5).contains(&duration), "committed before the kill: {cam}\n{}", c.logs());
+    let size = cam["bytes"].as_u64().unwrap() as usize;
+    for node in &c.nodes[1..] {
+        let got = ureq::get(&format!("{}/objects/cam", node.http()))
+            .call()
+            .and_then(|r| r.into_body().with_config().limit(64 << 20).read_to_vec())
+            .unwrap_or_else(|e| panic!("cam through {}: {e}\n{}", node.name, c.logs()));
+        assert_eq!(got.len(), size, "{}: {cam}", node.name);
+        let got: Vec<u8> = crate::live::without_nulls(&got).concat();
+        assert_same_bytes(&got, &published[..got.len()], &format!("cam through {}", node.name));
+    }
+    let out = tmp(&d, "recording-n3.ts");
+    let play = spawn_play(&c, &c.nodes[2].rtsp("cam"), &out);
+    let summary = play_summary(&c, play, "the recording through n3");
+    assert_eq!((&summary["ended"], &summary["lost"]), (&"bye".into(), &0.into()), "{summary}");
+    let got: Vec<u8> = crate::live::without_nulls(&std::fs::read(&out).unwrap()).concat();
+    assert_same_bytes(&got, &published[..got.len()], "the recording played through n3");
+
+    let mut n1 = c.nodes.remove(0);
+    restart(&c, &mut n1);
+    c.nodes.insert(0, n1);
+    let url = format!("{}/api/v1/nodes", c.nodes[1].http());
+    wait_body(&url, |b| b.matches("\"state\":\"up\"").count() == 3, "n1 up again");
+    let listed = get_json(&format!("{}/api/v1/objects", c.nodes[0].http()));
+    let again = listed.as_array().unwrap().iter().find(|o| o["name"] == "cam").cloned();
+    assert_eq!(again.as_ref().map(|o| &o["bytes"]), Some(&cam["bytes"]), "{listed}");
+    let fsck = run(
+        c.nodes[1].host.command(bin()).args(["fsck", "--server", &c.nodes[1].http(), "--json"]),
+        120,
+    );
+    let report = String::from_utf8_lossy(&fsck.stdout);
+    assert!(fsck.status.success(), "fsck after n1's crash mid-feed: {report}\n{}", c.logs());
 }

@@ -947,17 +947,22 @@ fn transport_stream_of(src: &Path, dir: &Path) -> (Vec<u8>, std::path::PathBuf) 
 
 /// The TS packets of `bytes` but its null packets (PID 0x1FFF: stuffing, which any
 /// multiplexer on the way may add or drop, ISO/IEC 13818-1 §2.4.3.3).
-fn without_nulls(bytes: &[u8]) -> Vec<&[u8]> {
+pub(crate) fn without_nulls(bytes: &[u8]) -> Vec<&[u8]> {
     bytes.chunks(188).filter(|p| p.len() < 3 || !(p[1] & 0x1F == 0x1F && p[2] == 0xFF)).collect()
 }
 
 /// GStreamer sends the transport stream `ts` at its own pace (`tsparse` times its packets by
 /// their PCR) over SRT to `url` (`srtsink`).
 fn gst_publish_srt(ts: &Path, url: &str) -> Output {
-    let mut cmd = Command::new("gst-launch-1.0");
+    run(&mut gst_publish_srt_cmd(Command::new("gst-launch-1.0"), ts, url), 60)
+}
+
+/// The command of [`gst_publish_srt`], from `cmd` (`gst-launch-1.0`, on the host it runs on).
+pub(crate) fn gst_publish_srt_cmd(mut cmd: Command, ts: &Path, url: &str) -> Command {
     cmd.args(["-q", "filesrc"]).arg(format!("location={}", ts.display()));
     cmd.args(["!", "tsparse", "set-timestamps=true", "alignment=7", "!", "clocksync", "!"]);
-    run(cmd.args(["srtsink", &format!("uri={url}")]), 60)
+    cmd.args(["srtsink", &format!("uri={url}")]);
+    cmd
 }
 
 /// Step 4's MPEG-TS feeds: at once, GStreamer publishes a transport stream over SRT

@@ -385,7 +385,12 @@ fn sync_library(store: &Store, library: &Library) {
         }
     }
     for rec in objects {
-        if placement_changed || !library.contains(&rec.name) {
+        // New, or changed under its name: a live recording's commits grow it (the same id,
+        // more blocks), a removal and a new ingest between two polls replace it (another id).
+        let stale = library
+            .get(&rec.name)
+            .is_none_or(|e| e.record.id != rec.id || e.record.blocks.len() != rec.blocks.len());
+        if placement_changed || stale {
             library.insert(Arc::new(crate::library::entry(store, rec)));
         }
     }
