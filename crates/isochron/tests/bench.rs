@@ -609,3 +609,67 @@ fn an_nmax_search_plays_whole_objects_and_an_independent_client_agrees() {
         );
     }
 }
+
+/// Live viewers' N_max (`--publish`): every trial publishes a feed of its own (ffmpeg over SRT,
+/// in real time, `live{trial}`), its N viewers join once it is described and watch it whole to
+/// its BYE, and the trial ends with the feed; each feed is recorded. Without `--trial` the
+/// search is refused: a feed's length is unknown before it ends.
+#[test]
+fn a_live_nmax_search_publishes_a_feed_per_trial_watched_whole() {
+    require("ffmpeg");
+    let src = media_fixture("h264_aac.mp4");
+    let dir = tempdir();
+    let config = "[live]\nsrt_listen = \"127.0.0.1:0\"\n";
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions { no_demo: true, config: Some(config), ..ServeOptions::default() },
+    );
+    let srt = server.srt.expect("SRT address");
+    let publish = format!(
+        "ffmpeg -nostdin -v error -re -i {} -map 0 -c copy -f mpegts \
+         'srt://{srt}?streamid=publish:live{{trial}}&pkt_size=1316'",
+        src.display()
+    );
+    let url = server.url("live{trial}");
+    let out = dir.path().join("live");
+    let search = ["--find-nmax", "--nmax-from", "2", "--max-clients", "4", "--buffer-ms", "1000"];
+    let r = bench_url(
+        &server,
+        &url,
+        &out,
+        &[&search[..], &["--publish", &publish, "--trial", "30"]].concat(),
+        150,
+    );
+    let trials: Vec<(u64, bool)> = r["trials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["n"].as_u64().unwrap(), t["pass"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(trials, [(2, true), (4, true)], "{:#}", r["per_n"]);
+    assert_eq!(r["n_max"], 4);
+    assert_eq!(r["parameters"]["publish"], publish.as_str());
+    let sessions = r["sessions"].as_array().unwrap();
+    let on = |name: &str| sessions.iter().filter(|s| s["url"] == server.url(name)).count();
+    assert_eq!((sessions.len(), on("live1"), on("live2")), (6, 2, 4), "{sessions:#?}");
+    for s in sessions {
+        // The whole 10 s feed from its first seek point, to the BYE; the trial ends with it,
+        // not at its 30 s bound.
+        let (media, span) = (s["media_s"].as_f64().unwrap(), s["end_s"].as_f64().unwrap());
+        let span = span - s["start_s"].as_f64().unwrap();
+        assert!(s["outcome"] == "complete" && s["lost"] == 0, "{s:#}");
+        assert!(media > 8.5 && span < 20.0, "{s:#}");
+    }
+    let objects = server.http_get("/api/v1/objects");
+    assert!(objects.contains("\"live1\"") && objects.contains("\"live2\""), "{objects}");
+
+    let res = run(
+        Command::new(bin())
+            .args(["bench", &url, "--publish", &publish, "--find-nmax", "--out"])
+            .arg(dir.path().join("no-trial")),
+        30,
+    );
+    let err = String::from_utf8_lossy(&res.stderr);
+    assert!(!res.status.success() && err.contains("--publish with --find-nmax needs --trial"));
+    server.stop();
+}

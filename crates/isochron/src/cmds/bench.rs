@@ -168,6 +168,14 @@ pub(crate) struct Args {
     /// the number of nodes) and `scale_up.json`.
     #[arg(long)]
     scale_up: bool,
+    /// Live viewers: a shell command that publishes a feed to the URL (e.g. `ffmpeg -re -i
+    /// clip.ts -c copy -f mpegts 'srt://HOST:PORT?streamid=publish:live{trial}'`), started for
+    /// each trial (for --clients, once); `{trial}` in it and in the URLs is the trial's number,
+    /// so each trial watches a feed of its own. The clients join when the feed is described
+    /// and watch it once, to its end; the trial ends with it. With --find-nmax, --trial bounds
+    /// a trial: at least the feed's length.
+    #[arg(long, value_name = "CMD", conflicts_with_all = ["cluster_nodes", "stagger", "scale_up"])]
+    publish: Option<String>,
     /// Threads of the bench's runtime.
     #[arg(long, value_name = "N", default_value_t = 1)]
     threads: usize,
@@ -239,11 +247,15 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
             max: a.max_clients,
         }
     } else if a.find_nmax {
-        Load::Bisect {
-            trial: trial_length(&a.urls, a.trial, Duration::from_millis(a.buffer_ms))?,
-            max: a.max_clients,
-            from: a.nmax_from.max(1),
-        }
+        let trial = match (&a.publish, a.trial) {
+            (Some(_), Some(t)) => Duration::from_secs(t.max(2)),
+            (Some(_), None) => bail!(
+                "--publish with --find-nmax needs --trial: a live feed's length is not known \
+                 before it ends (at least the feed's length, so every viewer sees all of it)"
+            ),
+            (None, t) => trial_length(&a.urls, t, Duration::from_millis(a.buffer_ms))?,
+        };
+        Load::Bisect { trial, max: a.max_clients, from: a.nmax_from.max(1) }
     } else {
         Load::Fixed { clients: 1 }
     };
@@ -280,6 +292,7 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
         iface: a.iface.clone(),
         metrics: a.metrics.clone(),
         tolerance: a.tolerance,
+        publish: a.publish.clone(),
     };
     let started = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -464,6 +477,7 @@ fn write_report(
             "pause_every_s": a.pause_every,
             "pause_ms": a.pause_ms,
             "pacing": pacing(a),
+            "publish": a.publish,
             "mtfc": a.mtfc && a.force_rate.is_none(),
             "mtfc_thresholds": (a.mtfc && a.force_rate.is_none()).then_some(a.mtfc_thresholds),
             "force_rate": a.force_rate,

@@ -13,12 +13,14 @@
 //! * [`session`]: one client (the receive-path sink and the RTSP controller);
 //! * [`procfs`] and [`prom`]: the server side, from `/proc` and from the server's metrics;
 //! * [`run`](mod@run): load shapes, the per-second samples, the N_max search;
+//! * [`feed`]: a live feed published for each trial, whose viewers are the load;
 //! * [`report`]: per-N aggregates and N_max; [`verdict`]: the bottleneck's rules;
 //!   [`plot`]: Yima's Figure 3 panels, and with several sources (a cluster's nodes) Figure 4's
 //!   cumulative per-node panels.
 //!
 //! Not here: the server, and the network namespaces of `--shape` (the binary).
 
+pub mod feed;
 pub mod mtfc;
 pub mod native_playout;
 pub mod playout;

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -94,6 +95,10 @@ pub struct RunConfig {
     pub metrics: Option<String>,
     /// B_avgNet may fall this fraction below the content's rate before N fails.
     pub tolerance: f64,
+    /// Live: a shell command that publishes a feed to the URLs, started for each trial
+    /// ([`super::feed`]); `{trial}` in it and in the URLs is the trial's number. The clients
+    /// join once it is described and watch it once, to its end.
+    pub publish: Option<String>,
 }
 
 /// One fixed-N trial of a bisection.
@@ -342,6 +347,17 @@ impl Runner {
     async fn phase(&mut self, trial: u32, span: Duration, shape: &mut Shape<'_>) {
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut clients: Vec<JoinHandle<Vec<SessionRecord>>> = Vec::new();
+        let mut publisher = match self.config.publish.clone() {
+            Some(cmd) => match self.publish(trial.max(1), &cmd).await {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    // The trial has no feed to watch: no sample, so it fails.
+                    warn!(trial, error = %format!("{e:#}"), "no feed for the trial");
+                    return;
+                }
+            },
+            None => None,
+        };
         let start = Instant::now();
         let end = (start + span).min(self.epoch + self.config.duration);
         let mut tick = tokio::time::interval(self.config.interval);
@@ -366,7 +382,15 @@ impl Runner {
                 break;
             }
             self.sample(trial, target).await;
+            // A feed's trial is over when the feed is and its viewers have seen it end.
+            if let Some(p) = publisher.as_mut()
+                && p.exited()
+                && clients.iter().all(JoinHandle::is_finished)
+            {
+                break;
+            }
         }
+        drop(publisher);
         let _ = stop_tx.send(true);
         for c in clients {
             let abort = c.abort_handle();
@@ -384,6 +408,20 @@ impl Runner {
             self.counters.push(c);
         }
         self.prev = self.totals();
+    }
+
+    /// Starts the trial's publisher and, once its feed is live, points the clients at it.
+    async fn publish(&mut self, trial: u32, cmd: &str) -> anyhow::Result<super::feed::Publisher> {
+        use super::feed::{Publisher, for_trial};
+        let urls: Vec<String> =
+            self.config.clients.urls.iter().map(|u| for_trial(u, trial)).collect();
+        let mut p = Publisher::start(&for_trial(cmd, trial))?;
+        let first = urls.first().context("no URL to watch the feed at")?;
+        let took = p.wait_live(first).await?;
+        info!(trial, url = first, took_ms = took.as_millis() as u64, "the feed is live");
+        self.settings =
+            Arc::new(ClientSettings { urls, repeat: false, ..(*self.settings).clone() });
+        Ok(p)
     }
 
     fn totals(&self) -> Totals {
