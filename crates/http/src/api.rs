@@ -28,6 +28,7 @@ use isochron_dataplane::admission_log::{AdmissionEntry, DEFAULT_CAPACITY};
 use isochron_dataplane::sched_thread::{SchedCommand, SchedSnapshot};
 use isochron_media::ContainerKind;
 use isochron_server::library::ObjectSummary;
+use isochron_server::recorder::live::LiveStatus;
 use isochron_server::recorder::{RecordError, RecordParams};
 use isochron_server::reorg::{ReorgCommand, ReorgStatus};
 use isochron_server::sessions::SessionInfo;
@@ -113,7 +114,7 @@ async fn sessions(
 async fn live(
     State(s): State<ApiState>,
     sees: Option<axum::Extension<SeesClients>>,
-) -> Result<Json<Vec<isochron_server::recorder::live::LiveStatus>>, ApiError> {
+) -> Result<Json<Vec<LiveStatus>>, ApiError> {
     let sessions = gather(&s).await?.sessions;
     Ok(Json(live_feeds(&s, &sessions, sees)))
 }
@@ -124,8 +125,11 @@ fn live_feeds(
     s: &ApiState,
     sessions: &[SessionInfo],
     sees: Option<axum::Extension<SeesClients>>,
-) -> Vec<isochron_server::recorder::live::LiveStatus> {
+) -> Vec<LiveStatus> {
     let mut feeds = s.recorders.live_feeds();
+    // In a cluster, the feeds published on other nodes that this one serves too.
+    let remote = s.library.remote_live();
+    feeds.extend(remote.iter().map(|(p, f)| LiveStatus::of_remote(p, f)));
     let sees = sees.is_some_and(|axum::Extension(SeesClients(yes))| yes);
     for f in &mut feeds {
         f.viewers = sessions.iter().filter(|v| v.object == f.name && v.state == "playing").count();
@@ -430,7 +434,7 @@ struct Overview {
     /// The ladder jobs (`GET /api/v1/transcode`).
     transcode: Vec<isochron_server::transcoder::JobInfo>,
     /// The feeds being published (`GET /api/v1/live`).
-    live: Vec<isochron_server::recorder::live::LiveStatus>,
+    live: Vec<LiveStatus>,
 }
 
 /// The longest `GET /api/v1/overview?after=…` waits.

@@ -722,13 +722,17 @@ pub(crate) async fn hls(
     }
 }
 
-/// The feed recorded as `name`, if it still runs: its playlist is a live one.
+/// The feed recorded as `name`, if it still runs (published here, or in a cluster on another
+/// node whose recording this node lists as it grows): its playlist is a live one.
 fn running_feed(s: &ApiState, name: &str) -> Option<Live> {
-    s.recorders
-        .live_feeds()
-        .into_iter()
-        .find(|f| f.name == name && f.zero_unix_ms > 0)
-        .map(|f| Live { zero_unix_ms: f.zero_unix_ms, target: s.media.hls_segment })
+    let here =
+        s.recorders.live_feeds().into_iter().find(|f| f.name == name).map(|f| f.zero_unix_ms);
+    let zero_unix_ms = here.or_else(|| {
+        let remote = s.library.remote_live();
+        let (_, f) = remote.iter().find(|(p, _)| p.name == name)?;
+        Some(f.zero_unix_ms.load(std::sync::atomic::Ordering::Relaxed))
+    })?;
+    (zero_unix_ms > 0).then_some(Live { zero_unix_ms, target: s.media.hls_segment })
 }
 
 /// The index of `record`'s first track of `kind` (`video`, `audio`) that HLS carries.

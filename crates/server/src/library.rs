@@ -6,6 +6,7 @@
 //! by every stream of the object.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use isochron_base::ObjectId;
@@ -84,6 +85,21 @@ pub struct Library {
     /// The feeds being published, by name: played from their live edge until they end
     /// (`docs/design/live.md`), with the node each is published on (`None`: this one).
     live: RwLock<HashMap<String, (Presentation, Option<String>)>>,
+    /// What this node knows of the feeds published on other nodes, by name.
+    remote: RwLock<HashMap<String, Arc<RemoteFeed>>>,
+}
+
+/// A feed published on another node of the cluster and served here too
+/// (`crate::cluster::feeds`): what `/api/v1/live` and the HLS playlist of the node say of it.
+#[derive(Debug, Default)]
+pub struct RemoteFeed {
+    /// The node it is published on.
+    pub node: String,
+    /// The wall-clock time of its timeline zero (its first packet's arrival at the publisher's
+    /// node), Unix milliseconds; 0 until the publisher's node said when that was.
+    pub zero_unix_ms: AtomicU64,
+    /// Bytes of it received from the publisher's node (its chunks as relayed).
+    pub bytes: AtomicU64,
 }
 
 impl Library {
@@ -110,12 +126,17 @@ impl Library {
     }
 
     /// Lists feed `p`, published on node `node` and served here too
-    /// (`crate::cluster::feeds`); a feed of the same name published here stays.
-    pub fn insert_remote_live(&self, p: Presentation, node: &str) {
+    /// (`crate::cluster::feeds`); a feed of the same name published here stays. Returns what
+    /// the subscription keeps up to date about it.
+    pub fn insert_remote_live(&self, p: Presentation, node: &str) -> Arc<RemoteFeed> {
+        let feed = Arc::new(RemoteFeed { node: node.to_owned(), ..RemoteFeed::default() });
         let mut live = self.live.write().unwrap_or_else(PoisonError::into_inner);
         if !live.get(&p.name).is_some_and(|(_, node)| node.is_none()) {
+            let mut remote = self.remote.write().unwrap_or_else(PoisonError::into_inner);
+            remote.insert(p.name.clone(), Arc::clone(&feed));
             live.insert(p.name.clone(), (p, Some(node.to_owned())));
         }
+        feed
     }
 
     /// Unlists feed `name`, published on another node: it ended there (or its node is gone).
@@ -123,7 +144,22 @@ impl Library {
         let mut live = self.live.write().unwrap_or_else(PoisonError::into_inner);
         if live.get(name).is_some_and(|(_, node)| node.is_some()) {
             live.remove(name);
+            self.remote.write().unwrap_or_else(PoisonError::into_inner).remove(name);
         }
+    }
+
+    /// The feeds published on other nodes and served here: each one's presentation and what
+    /// is known of it.
+    #[must_use]
+    pub fn remote_live(&self) -> Vec<(Presentation, Arc<RemoteFeed>)> {
+        let live = self.live.read().unwrap_or_else(PoisonError::into_inner);
+        let remote = self.remote.read().unwrap_or_else(PoisonError::into_inner);
+        let mut v: Vec<(Presentation, Arc<RemoteFeed>)> = remote
+            .iter()
+            .filter_map(|(name, f)| Some((live.get(name)?.0.clone(), Arc::clone(f))))
+            .collect();
+        v.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+        v
     }
 
     /// The names of the feeds in progress, published here or on another node: each is an

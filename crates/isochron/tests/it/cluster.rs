@@ -2078,7 +2078,9 @@ fn a_cluster_degrades_instead_of_refusing_with_players() {
 /// ffmpeg decodes a run of the feed's frames to its end, every `isochron play` ends on the BYE
 /// with nothing lost, and the feed crossed from n1 to each other node once: the bytes each
 /// received are within 10 % of the recording's, twenty viewers or not, and n1 sent no more
-/// than the two copies.
+/// than the two copies. Meanwhile n2's `/api/v1/live` lists the feed (published on n1, its
+/// ten viewers on n2), and ffmpeg reads n3's HLS event playlist of it from its first segment
+/// to its end: every frame of the feed from the first.
 #[test]
 fn a_feed_published_on_one_node_is_watched_on_the_others_crossing_once_to_each() {
     require("ffmpeg");
@@ -2145,6 +2147,48 @@ fn a_feed_published_on_one_node_is_watched_on_the_others_crossing_once_to_each()
                 recordings.push((format!("ffmpeg on {} over {transport}", n.name), out, child));
             }
         }
+        // n2's API lists the feed published on n1 with its viewers there.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            let live = get_json(&format!("{}/api/v1/live", others[0].http()));
+            let cam = live.as_array().unwrap().iter().find(|f| f["name"] == "cam").cloned();
+            if let Some(cam) = cam.filter(|c| c["viewers"] == 10) {
+                break cam;
+            }
+            assert!(Instant::now() < deadline, "n2's /api/v1/live: {live}\n{}", c.logs());
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        assert_eq!((&status["node"], &status["transport"]), (&"n1".into(), &"cluster".into()));
+        assert!(status["zero_unix_ms"].as_u64() > Some(0) && status["bytes"].as_u64() > Some(0));
+        // HLS from n3 of the feed published on n1, from its first segment, once n3 lists the
+        // growing recording.
+        let list_url = format!("{}/hls/cam/index.m3u8", others[1].http());
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let list = loop {
+            // 404 until n3 lists the recording's first commit.
+            let list = ureq::get(&list_url)
+                .call()
+                .ok()
+                .and_then(|r| r.into_body().read_to_string().ok())
+                .unwrap_or_default();
+            if list.contains("0.m4s") {
+                break list;
+            }
+            assert!(Instant::now() < deadline, "no HLS segment on n3: {list}\n{}", c.logs());
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        assert!(list.contains("#EXT-X-PLAYLIST-TYPE:EVENT") && !list.contains("ENDLIST"), "{list}");
+        let hls_out = dir.join("hls-n3.mkv");
+        let hls = c
+            .client_cmd("timeout")
+            .args(["-k", "5", "60", "ffmpeg", "-nostdin", "-v", "error"])
+            .args(["-live_start_index", "0", "-i", &list_url, "-map", "0", "-c", "copy", "-y"])
+            .arg(&hls_out)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("ffmpeg");
+        recordings.push(("ffmpeg reading n3's HLS from the start".to_owned(), hls_out, hls));
         (feed.join().unwrap(), plays, recordings)
     });
     assert!(
@@ -2168,6 +2212,9 @@ fn a_feed_published_on_one_node_is_watched_on_the_others_crossing_once_to_each()
         let got = crate::native::decoded_video(&out);
         crate::live::a_run_of(&got, &want, true, &what);
         assert!(got.len() > 12 * 25, "{what}: {} frames", got.len());
+        if what.contains("HLS") {
+            assert_eq!(got.first(), want.first(), "{what}: from the feed's first frame");
+        }
     }
     // One copy of the feed: the recording, committed whole once the feed ended.
     let deadline = Instant::now() + Duration::from_secs(15);

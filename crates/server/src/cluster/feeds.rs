@@ -42,7 +42,7 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use crate::cluster_view::ClusterView;
-use crate::library::Library;
+use crate::library::{Library, RemoteFeed};
 use crate::sessions::SessionCommand;
 
 use super::{ClusterSettings, SharedLease, lock};
@@ -241,11 +241,11 @@ impl Subscription {
         match self.connect() {
             Ok((conn, reader)) => {
                 let p = self.record.presentation(&self.name);
-                self.library.insert_remote_live(p, &self.record.node);
+                let known = self.library.insert_remote_live(p, &self.record.node);
                 let tracks = self.record.clock_types();
                 let _ = self.sessions.send(SessionCommand::FeedAnnounced { feed, tracks });
                 info!(feed = %self.name, node = %self.record.node, "serving a feed published on another node");
-                match self.receive(feed, conn, reader) {
+                match self.receive(feed, conn, reader, &known) {
                     Ok(()) => {
                         info!(feed = %self.name, "the feed from another node ended");
                         lock(&self.ended).insert(self.record.object);
@@ -298,6 +298,7 @@ impl Subscription {
         feed: ObjectId,
         mut conn: TcpStream,
         mut reader: FrameReader,
+        known: &RemoteFeed,
     ) -> anyhow::Result<()> {
         use anyhow::Context as _;
         let mut buf = vec![0u8; 64 * 1024];
@@ -310,6 +311,12 @@ impl Subscription {
                             .checked_sub(elapsed)
                             .unwrap_or_else(tokio::time::Instant::now)
                             + HOP;
+                        // The same instant on the wall clock, for the API and HLS's dates.
+                        let wall = std::time::SystemTime::now() - elapsed;
+                        let ms = wall
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
+                        known.zero_unix_ms.store(ms, Ordering::Relaxed);
                         let tracks = tracks.clone();
                         let _ =
                             self.sessions.send(SessionCommand::FeedOpened { feed, zero, tracks });
@@ -338,6 +345,7 @@ impl Subscription {
             };
             anyhow::ensure!(n > 0, "the connection closed before the feed's end");
             self.view.feed_bytes_in.fetch_add(n as u64, Ordering::Relaxed);
+            known.bytes.fetch_add(n as u64, Ordering::Relaxed);
             reader.feed(&buf[..n]);
         }
     }

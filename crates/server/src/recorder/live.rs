@@ -46,6 +46,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use tracing::{info, warn};
 
 use super::{IDLE_TIMEOUT, Next, RecordError, RecordParams, Recorders, Slot, TokenBucket, Writer};
+use crate::library::RemoteFeed;
 use crate::sessions::SessionCommand;
 
 /// How often a live recording commits what it has written (at most this much of a feed is lost
@@ -129,6 +130,46 @@ pub struct LiveStatus {
     /// milliseconds; 0 until that packet came. HLS dates its live segments from it
     /// (`EXT-X-PROGRAM-DATE-TIME`).
     pub zero_unix_ms: u64,
+    /// In a cluster, the node the feed is published on when it is another: this node serves
+    /// it from the chunks it relays, and knows of it what `RemoteFeed` holds (`bytes` are
+    /// those relayed to it, `packets` and `blocks` are counted on the publisher's node only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+impl LiveStatus {
+    /// The status of feed `p`, published on another node, as this node knows it (`f`).
+    #[must_use]
+    pub fn of_remote(p: &Presentation, f: &RemoteFeed) -> Self {
+        let zero_unix_ms = f.zero_unix_ms.load(Ordering::Relaxed);
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
+        let recorded_s =
+            if zero_unix_ms > 0 { now_ms.saturating_sub(zero_unix_ms) as f64 / 1e3 } else { 0.0 };
+        let bytes = f.bytes.load(Ordering::Relaxed);
+        Self {
+            name: p.name.clone(),
+            publisher: String::new(),
+            transport: "cluster".to_owned(),
+            tracks: p.tracks.iter().map(|t| t.encoding.clone()).collect(),
+            admitted_bps: p.avg_bitrate.0,
+            admitted_peak_bps: 0,
+            packets: 0,
+            bytes,
+            recorded_s,
+            bit_rate_bps: if recorded_s > 0.0 {
+                (bytes as f64 * 8.0 / recorded_s) as u64
+            } else {
+                0
+            },
+            blocks: 0,
+            viewers: 0,
+            started_unix_s: zero_unix_ms / 1000,
+            zero_unix_ms,
+            node: Some(f.node.clone()),
+        }
+    }
 }
 
 /// A feed in progress: what it is and its counters, updated by its recording task.
@@ -196,6 +237,7 @@ impl LiveProgress {
                 viewers: 0,
                 started_unix_s,
                 zero_unix_ms: 0,
+                node: None,
             },
             packets: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
