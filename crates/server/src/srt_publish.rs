@@ -31,7 +31,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use futures_util::StreamExt as _;
+use futures_util::{FutureExt as _, StreamExt as _};
 use isochron_auth::{Access, Authority, Credentials, Decision, Permission};
 use isochron_live::srt::{StreamRequest, TsPacketizer};
 use isochron_media::live::{Announced, MP2T_PT, announced_track};
@@ -99,6 +99,7 @@ async fn caller(request: srt_tokio::ConnectionRequest, shared: Arc<SrtPublishing
     };
     info!(%peer, object = %name, "SRT publisher connected");
     let mut ts = TsPacketizer::new();
+    let mut statistics = socket.statistics().clone();
     let (start, ssrc) = (tokio::time::Instant::now(), rand::random::<u32>());
     let mut seq = 0u16;
     let mut last = start;
@@ -123,6 +124,22 @@ async fn caller(request: srt_tokio::ConnectionRequest, shared: Arc<SrtPublishing
     ended.store(shut_down, Ordering::Relaxed);
     let how = if shut_down { "closed the connection" } else { "went silent" };
     info!(%peer, object = %name, skipped_bytes = ts.skipped(), "SRT publisher {how}");
+    // What SRT itself gave up (packets that came after the latency, or never): the feed has
+    // gaps there, which the recording keeps.
+    let mut last_stats = None;
+    while let Some(Some(s)) = statistics.next().now_or_never() {
+        last_stats = Some(s);
+    }
+    match last_stats {
+        Some(s) if s.rx_dropped_data > 0 || s.rx_loss_data > 0 => {
+            warn!(%peer, object = %name, received = s.rx_unique_data, dropped = s.rx_dropped_data,
+                lost = s.rx_loss_data, retransmitted = s.rx_retransmit_data,
+                "SRT packets of the feed were given up");
+        }
+        Some(s) => info!(%peer, object = %name, received = s.rx_unique_data,
+            retransmitted = s.rx_retransmit_data, "SRT receiver: nothing given up"),
+        None => {}
+    }
 }
 
 /// A connection that ends within this of its last message was shut down by its caller.

@@ -1082,7 +1082,12 @@ fn mpeg_ts_feeds_over_srt_and_rtsp_are_watched_live_and_recorded_as_sent() {
     }
     let summary = play_summary(&play);
     let whole = summary["lost"] == 0 && summary["ended"] == "bye";
-    assert!(play.status.success() && whole, "isochron play: {summary}");
+    assert!(
+        play.status.success() && whole,
+        "isochron play: {summary}\n{}\n{}",
+        String::from_utf8_lossy(&play.stderr),
+        server.log()
+    );
 
     let one = decoded_video(&src);
     let twice: Vec<String> = one.iter().chain(&one).cloned().collect();
@@ -1098,9 +1103,10 @@ fn mpeg_ts_feeds_over_srt_and_rtsp_are_watched_live_and_recorded_as_sent() {
         let recorded = server.http_get_bytes(&format!("/objects/{name}"));
         assert!(
             without_nulls(&recorded) == without_nulls(&ts),
-            "{name}: {} bytes recorded, not the {} published",
+            "{name}: {} bytes recorded, not the {} published\n{}",
             recorded.len(),
-            ts.len()
+            ts.len(),
+            server.log()
         );
     }
     committed_with(&server, "srt-ff", 20.0);
