@@ -728,8 +728,7 @@ fn running_feed(s: &ApiState, name: &str) -> Option<Live> {
     let here =
         s.recorders.live_feeds().into_iter().find(|f| f.name == name).map(|f| f.zero_unix_ms);
     let zero_unix_ms = here.or_else(|| {
-        let remote = s.library.remote_live();
-        let (_, f) = remote.iter().find(|(p, _)| p.name == name)?;
+        let f = s.library.remote_feed(name)?;
         Some(f.zero_unix_ms.load(std::sync::atomic::Ordering::Relaxed))
     })?;
     (zero_unix_ms > 0).then_some(Live { zero_unix_ms, target: s.media.hls_segment })

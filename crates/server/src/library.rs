@@ -148,6 +148,12 @@ impl Library {
         }
     }
 
+    /// What is known of feed `name`, if it is published on another node and served here.
+    #[must_use]
+    pub fn remote_feed(&self, name: &str) -> Option<Arc<RemoteFeed>> {
+        self.remote.read().unwrap_or_else(PoisonError::into_inner).get(name).cloned()
+    }
+
     /// The feeds published on other nodes and served here: each one's presentation and what
     /// is known of it.
     #[must_use]

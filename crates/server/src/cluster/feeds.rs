@@ -43,6 +43,7 @@ use tracing::{info, warn};
 
 use crate::cluster_view::ClusterView;
 use crate::library::{Library, RemoteFeed};
+use crate::recorder::live::unix_ms_ago;
 use crate::sessions::SessionCommand;
 
 use super::{ClusterSettings, SharedLease, lock};
@@ -312,11 +313,7 @@ impl Subscription {
                             .unwrap_or_else(tokio::time::Instant::now)
                             + HOP;
                         // The same instant on the wall clock, for the API and HLS's dates.
-                        let wall = std::time::SystemTime::now() - elapsed;
-                        let ms = wall
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
-                        known.zero_unix_ms.store(ms, Ordering::Relaxed);
+                        known.zero_unix_ms.store(unix_ms_ago(elapsed), Ordering::Relaxed);
                         let tracks = tracks.clone();
                         let _ =
                             self.sessions.send(SessionCommand::FeedOpened { feed, zero, tracks });

@@ -137,14 +137,21 @@ pub struct LiveStatus {
     pub node: Option<String>,
 }
 
+/// The wall-clock time `ago` before now, Unix milliseconds (a feed's timeline zero, from how
+/// long ago its first packet arrived).
+#[must_use]
+pub fn unix_ms_ago(ago: std::time::Duration) -> u64 {
+    (std::time::SystemTime::now() - ago)
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0))
+}
+
 impl LiveStatus {
     /// The status of feed `p`, published on another node, as this node knows it (`f`).
     #[must_use]
     pub fn of_remote(p: &Presentation, f: &RemoteFeed) -> Self {
         let zero_unix_ms = f.zero_unix_ms.load(Ordering::Relaxed);
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
+        let now_ms = unix_ms_ago(std::time::Duration::ZERO);
         let recorded_s =
             if zero_unix_ms > 0 { now_ms.saturating_sub(zero_unix_ms) as f64 / 1e3 } else { 0.0 };
         let bytes = f.bytes.load(Ordering::Relaxed);
@@ -563,9 +570,7 @@ impl Recorders {
                 progress.opened(p.at);
                 // The wall clock of the same instant: now, less the time since it arrived.
                 let ago = tokio::time::Instant::now().saturating_duration_since(p.at);
-                let wall = std::time::SystemTime::now() - ago;
-                let ms = wall.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
-                progress.zero_unix_ms.store(u64::try_from(ms).unwrap_or(0), Ordering::Relaxed);
+                progress.zero_unix_ms.store(unix_ms_ago(ago), Ordering::Relaxed);
             }
             let zero = *zero.get_or_insert(p.at);
             next_commit.get_or_insert(zero + COMMIT_EVERY);
