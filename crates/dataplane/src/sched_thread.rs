@@ -246,6 +246,12 @@ pub enum SchedCommand {
         /// The new plan.
         plan: Arc<ObjectPlan>,
     },
+    /// A growing object was committed further: streams playing a prefix of it read on
+    /// ([`CycleScheduler::handle_plan_grown`]).
+    GrowPlan {
+        /// The longer plan.
+        plan: Arc<ObjectPlan>,
+    },
     /// Replies once every read issued before this command has completed.
     Drain {
         /// The reply.
@@ -554,6 +560,7 @@ impl SchedLoop {
             SchedCommand::HttpReadDone(done) => self.http_read_done(done),
             SchedCommand::CopyRepaired { key, disk } => s.handle_copy_repaired(now, key, disk),
             SchedCommand::UpdatePlan { plan } => s.handle_plan_update(plan),
+            SchedCommand::GrowPlan { plan } => s.handle_plan_grown(now, plan),
             SchedCommand::Drain { reply } => self.drains.push((self.tag, reply)),
             SchedCommand::Stats { reply } => {
                 let _ = reply.send(self.snapshot());

@@ -5,6 +5,7 @@
 //! names what to do, the owner holds the channels, sockets and connections to do it with.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use isochron_base::{BlockIndex, NodeId, ObjectId, RunId, StreamId};
@@ -13,7 +14,7 @@ use isochron_pacing::pacer::{StreamOp, StreamSetup};
 use isochron_pacing::rtx::RtxSetup;
 use isochron_rtsp::rtsp_types::Response;
 use isochron_rtsp::server::ConnId;
-use isochron_sched::{OpenStream, ReadOp};
+use isochron_sched::{ObjectPlan, OpenStream, ReadOp};
 
 /// Names a request the core has not answered yet; the owner keeps the reply channel under it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -83,6 +84,12 @@ pub enum NodeOutput {
         feed: ObjectId,
         /// The chunk.
         index: BlockIndex,
+    },
+    /// A feed's recording was committed further (`plan` is its longer plan): the scheduler's
+    /// streams playing a prefix of it read on.
+    Grow {
+        /// The object's plan, as committed now.
+        plan: Arc<ObjectPlan>,
     },
     /// Close an RTSP connection `after` this long (the BYE queued before it goes first).
     CloseConn {

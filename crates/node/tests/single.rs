@@ -21,6 +21,8 @@ use common::{Clip, SECOND, conn, request, session_of};
 /// A single node and the player on connection 1.
 struct Node {
     core: NodeCore,
+    /// What its catalog holds.
+    clip: Arc<Clip>,
     now: Instant,
     tickets: u64,
     cseq: u32,
@@ -49,9 +51,10 @@ impl Node {
             live: isochron_live::EdgeConfig::default(),
         };
         let rtsp = ServerCore::new(ServerConfig::default(), 3);
-        let core = NodeCore::new(config, rtsp, Arc::new(clip));
+        let clip = Arc::new(clip);
+        let core = NodeCore::new(config, rtsp, Arc::clone(&clip) as _);
         let now = Instant::from_nanos(SECOND);
-        Self { core, now, tickets: 0, cseq: 0, session: None, ssrc: None }
+        Self { core, clip, now, tickets: 0, cseq: 0, session: None, ssrc: None }
     }
 
     /// Sends a request; returns its ticket.
@@ -780,4 +783,88 @@ fn a_viewer_waiting_for_a_key_frame_is_answered_when_the_feed_ends() {
     n.core.handle_feed(n.now, FeedEvent::Ended { feed });
     let out = n.outputs();
     assert_eq!(status(&out), vec![StatusCode::InternalServerError], "{out:?}");
+}
+
+/// Time-shift further back than the edge keeps, on a single node (`docs/design/live.md`): a PLAY
+/// whose `Range` starts before the edge's oldest seek point plays the feed's recording from
+/// disk, admitted at the scheduler like any stored object, its stream with no last block; each
+/// commit grows the scheduler's plan of it; `npt=now-` takes the session to the edge (the
+/// recording's stream goes first), a start before the window back to disk; the feed's end gives
+/// the stream its last block (its BYE follows it).
+#[test]
+fn a_viewer_going_back_further_than_the_edge_keeps_plays_the_recording_as_it_grows() {
+    use isochron_node::FeedEvent;
+    const URI: &str = "rtsp://127.0.0.1:8554/clip";
+    let mut n = Node::with(Clip::new(2, |_| Replicas::single(DiskId(0))));
+    n.clip.live.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (feed, _) = open_feed(&mut n);
+    // The edge keeps the feed from 2 s on (chunks of 0.1 s), a seek point at its first chunk;
+    // the recording has 2 s committed (seek points at 0 and 1 s).
+    n.core.handle_feed(n.now, FeedEvent::Chunk { feed, info: live_chunk(20, true) });
+    n.core.handle_feed(n.now, FeedEvent::Chunk { feed, info: live_chunk(21, false) });
+    n.outputs();
+    let admitted = |n: &mut Node, blocks: usize| {
+        let out = n.outputs();
+        let [NodeOutput::Admit { key, open, req, .. }] = out.as_slice() else {
+            panic!("admitted as a stored object is: {out:?}")
+        };
+        assert_eq!(req.plan.blocks.len(), blocks, "as committed");
+        n.core.handle_admitted(n.now, *key, *open, Some(Decision::Admit));
+        n.outputs()
+    };
+    let removed_before_added = |out: &[NodeOutput]| {
+        let removed =
+            out.iter().position(|o| matches!(o, NodeOutput::Send(StreamOp::Remove { .. })));
+        let added = out.iter().position(|o| matches!(o, NodeOutput::AddStream { .. }));
+        removed.is_some_and(|r| added.is_none_or(|a| r < a))
+    };
+
+    n.request(Method::Play, URI, &[("Range", "npt=1.5-")]);
+    let out = admitted(&mut n, 2);
+    assert!(
+        out.iter().any(
+            |o| matches!(o, NodeOutput::AddStream { setup, .. } if setup.last_block.0 == u32::MAX)
+        ),
+        "no last block while the feed runs: {out:?}"
+    );
+    assert_eq!(status(&out), vec![StatusCode::Ok]);
+    assert_eq!(run_sent(&out).map(|r| r.start.gsn), Some(Gsn(common::PER_BLOCK)), "from 1 s");
+
+    // A commit: the scheduler's plan grows; one that adds nothing changes nothing.
+    n.clip.grow(4);
+    n.core.handle_feed(n.now, FeedEvent::Committed { feed });
+    let out = n.outputs();
+    assert!(
+        matches!(out.as_slice(), [NodeOutput::Grow { plan }] if plan.blocks.len() == 4),
+        "{out:?}"
+    );
+    n.core.handle_feed(n.now, FeedEvent::Committed { feed });
+    assert!(n.outputs().is_empty());
+
+    // To the edge: the recording's stream and reservation go, the edge's viewer comes.
+    n.request(Method::Play, URI, &[("Range", "npt=now-")]);
+    let out = n.outputs();
+    assert!(removed_before_added(&out), "{out:?}");
+    assert!(out.iter().any(|o| matches!(o, NodeOutput::Read(ReadOp::Close { .. }))), "{out:?}");
+    assert_eq!(status(&out), vec![StatusCode::Ok], "joined at the edge's seek point");
+
+    // Back before the window: the edge's stream goes, the recording (4 blocks now) from 0.
+    n.request(Method::Play, URI, &[("Range", "npt=0.5-")]);
+    let before = n.outputs();
+    assert!(removed_before_added(&before), "{before:?}");
+    let (key, open) = admission_of(&before, "clip");
+    n.core.handle_admitted(n.now, key, open, Some(Decision::Admit));
+    let out = n.outputs();
+    assert_eq!(run_sent(&out).map(|r| r.start.gsn), Some(Gsn(0)), "{out:?}");
+
+    // The feed ends, its recording committed to 5 blocks: the stream learns its last.
+    n.clip.grow(5);
+    n.core.handle_feed(n.now, FeedEvent::Ended { feed });
+    let out = n.outputs();
+    assert!(out.iter().any(|o| matches!(o, NodeOutput::Grow { plan } if plan.blocks.len() == 5)));
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, NodeOutput::Send(StreamOp::Last { last, .. }) if last.0 == 4)),
+        "{out:?}"
+    );
 }

@@ -1209,14 +1209,43 @@ impl<V: Clone> CycleScheduler<V> {
             }
         }
         for id in moved {
-            let local = match self.streams.get(&id).map(|e| &e.state) {
-                Some(StreamState::Play { local, .. }) => local.clone(),
-                _ => None,
-            };
-            if let Some(&(avg, peak)) = self.rates.get(&id) {
-                let plan = self.reading_plan(&plan, local.as_deref());
-                self.admission.reaccount(id, &demand_of(&plan, avg, peak, local.as_deref()));
+            self.reaccount_stream(id, &plan);
+        }
+    }
+
+    /// A growing object (a live feed's recording, committed as it arrives: `docs/design/live.md`)
+    /// was committed further: every stream playing a shorter prefix of `plan.object` reads on
+    /// into the new blocks, and admission charges it for them. Its first blocks are those of
+    /// every earlier prefix (blocks are committed in order and never change).
+    pub fn handle_plan_grown(&mut self, now: Instant, plan: Arc<ObjectPlan>) {
+        self.catch_up(now);
+        let mut grown = Vec::new();
+        for (id, e) in &mut self.streams {
+            if let StreamState::Play { plan: p, .. } = &mut e.state
+                && p.object == plan.object
+                && p.blocks.len() < plan.blocks.len()
+            {
+                debug_assert!(p.blocks.iter().zip(&plan.blocks).all(|(a, b)| a.disk == b.disk));
+                *p = Arc::clone(&plan);
+                grown.push(*id);
             }
+        }
+        for id in grown {
+            self.reaccount_stream(id, &plan);
+            self.refill(now, id);
+        }
+        self.dispatch(now);
+    }
+
+    /// Charges admission for stream `id`'s reads of `plan` (on its node's disks, a share).
+    fn reaccount_stream(&mut self, id: StreamId, plan: &Arc<ObjectPlan>) {
+        let local = match self.streams.get(&id).map(|e| &e.state) {
+            Some(StreamState::Play { local, .. }) => local.clone(),
+            _ => None,
+        };
+        if let Some(&(avg, peak)) = self.rates.get(&id) {
+            let plan = self.reading_plan(plan, local.as_deref());
+            self.admission.reaccount(id, &demand_of(&plan, avg, peak, local.as_deref()));
         }
     }
 
@@ -2036,6 +2065,41 @@ mod tests {
             ev.last(),
             Some(CycleEvent::CycleEnd(CycleReport { index: 0, reads: 2, .. }))
         ));
+    }
+
+    #[test]
+    fn a_stream_of_a_growing_object_reads_on_into_the_blocks_committed_later() {
+        // A recording committed as 2 blocks of 1 s; later as 4 (the first 2 the same).
+        let mut s = sched(AdmissionPolicy::Aggressive, 1, CycleConfig::default());
+        let (short, long) = (plan(1, &[0; 2], 1000), plan(1, &[0; 4], 1000));
+        assert_eq!(open(&mut s, 1, &short, 2_000_000), Decision::Admit);
+        s.handle_start(at(100), StreamId(1), RunId(1), BlockIndex(0), MediaTime::ZERO);
+        let mut got = Vec::new();
+        let mut now = at(100);
+        for _ in 0..2 {
+            for io in ios(&mut s) {
+                read_done(&mut s, now, io);
+            }
+            got.extend(delivered(&events(&mut s)));
+            now = now + Duration::from_secs(1);
+            s.handle_timeout(now);
+        }
+        assert_eq!(got, [(1, 0), (1, 1)], "the prefix, and nothing past it");
+        assert!(ios(&mut s).is_empty(), "no read past the committed prefix");
+        s.handle_plan_grown(now, Arc::clone(&long));
+        for _ in 0..3 {
+            for io in ios(&mut s) {
+                read_done(&mut s, now, io);
+            }
+            got.extend(delivered(&events(&mut s)));
+            now = now + Duration::from_secs(1);
+            s.handle_timeout(now);
+        }
+        assert_eq!(got, [(1, 0), (1, 1), (1, 2), (1, 3)], "on into the blocks committed later");
+        // Another object's plan, or a shorter one, changes nothing.
+        s.handle_plan_grown(now, plan(2, &[0; 8], 1000));
+        s.handle_plan_grown(now, short);
+        assert!(ios(&mut s).is_empty());
     }
 
     #[test]

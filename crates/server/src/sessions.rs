@@ -165,6 +165,11 @@ pub enum SessionCommand {
         /// The chunk, a block in memory.
         block: SharedBlock,
     },
+    /// A live feed's recording was committed further (the library lists the longer prefix).
+    FeedCommitted {
+        /// The feed.
+        feed: ObjectId,
+    },
     /// A live feed ended.
     FeedEnded {
         /// The feed.
@@ -380,6 +385,9 @@ impl Manager {
                     self.core.handle_feed(now, FeedEvent::Chunk { feed, info });
                 }
             }
+            SessionCommand::FeedCommitted { feed } => {
+                self.core.handle_feed(now, FeedEvent::Committed { feed });
+            }
             SessionCommand::FeedEnded { feed } => {
                 self.core.handle_feed(now, FeedEvent::Ended { feed });
                 self.ended_feeds.push(feed);
@@ -438,6 +446,9 @@ impl Manager {
                     let block = Arc::clone(block);
                     let cmd = SenderCommand::Block { stream, run, index, block, anchor: None };
                     let _ = self.sender.send(cmd);
+                }
+                NodeOutput::Grow { plan } => {
+                    let _ = self.sched.send(SchedCommand::GrowPlan { plan });
                 }
                 NodeOutput::Evict { feed, index } => {
                     if let Some(c) = self.chunks.get_mut(&feed) {

@@ -676,6 +676,154 @@ fn a_viewer_goes_back_30_s_into_a_running_feed_and_catches_up() {
     server.stop();
 }
 
+/// Time-shift further back than the edge keeps (`live.window_s` = 5 s here): the recording is
+/// played from disk, and on as it grows. A 26 s feed (every frame different, through a tap) has
+/// two viewers, both from 14 s in:
+/// - A asks for `npt=3-`: answered from the seek point at or before 3 s, it receives
+///   the publisher's own packets, consecutive, each about 11 s after it was published (more than
+///   the window: from disk), on past what was committed when it asked (about 12 s of it) to the
+///   feed's last packet, and then its BYE;
+/// - B asks for `npt=2-` (from disk too, 12 s behind), then for `npt=now-`: the
+///   packets published after that arrive within half a second. In between it pauses for a
+///   second and resumes where it stopped, 13 s behind.
+#[test]
+fn a_viewer_goes_back_further_than_the_window_and_plays_the_recording_as_it_grows() {
+    use isochron_loadgen::client::{Client, Incoming, PlayInfo, Transport};
+    let _load = load(weight::PLAYER);
+    require("ffmpeg");
+    let src = media_fixture("h264_clock_45s.mp4");
+    let dir = tempdir();
+    let config = "[live]\nwindow_s = 5\n";
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions { no_demo: true, config: Some(config), ..Default::default() },
+    );
+    let tap = Tap::start(server.rtsp);
+    let published = format!("rtsp://127.0.0.1:{}/clock", tap.port());
+    let url = server.url("clock");
+    // A client that has set up the feed's one track (H.264, its RTP as it comes) over TCP.
+    let viewer = |rt: &tokio::runtime::Runtime| {
+        let mut c = rt.block_on(Client::connect(&url)).unwrap();
+        rt.block_on(c.describe_presentation()).unwrap();
+        rt.block_on(c.setup(Transport::Tcp)).unwrap();
+        c
+    };
+    // Packets until `until` or the BYE (whether it came).
+    let collect = |rt: &tokio::runtime::Runtime, c: &mut Client, until: Instant| {
+        let mut got = Vec::new();
+        while Instant::now() < until {
+            match rt.block_on(c.next(Duration::from_millis(500))) {
+                Some(Incoming::Rtp(p)) => got.push(p),
+                Some(Incoming::Rtcp { bye: true, .. }) => return (got, true),
+                _ => {}
+            }
+        }
+        (got, false)
+    };
+    let answered_from = |back: &PlayInfo| -> f64 {
+        let range = back.range.clone().unwrap_or_default();
+        range.trim_start_matches("npt=").trim_end_matches('-').parse().expect(&range)
+    };
+    // The publisher's packets each arrive `behind` after it sent them, give or take a second.
+    let from_disk = |got: &[isochron_loadgen::client::RtpPacket], back: &PlayInfo, behind: u64| {
+        assert!(got.len() > 50, "{} packets", got.len());
+        assert_eq!(Some(got[0].header.sequence), back.seq, "from RTP-Info's packet");
+        for w in got.windows(2) {
+            assert_eq!(w[1].header.sequence, w[0].header.sequence.wrapping_add(1), "consecutive");
+        }
+        let (lag, unmatched) = lags(got, &tap, Instant::now() - Duration::from_secs(120));
+        assert_eq!(unmatched, 0, "every packet is the publisher's");
+        assert!(lag.len() > 20, "{} packets identified", lag.len());
+        let (lo, hi) = (lag.iter().min().unwrap(), lag.iter().max().unwrap());
+        let want = Duration::from_secs(behind - 1)..Duration::from_secs(behind + 2);
+        assert!(want.contains(lo) && want.contains(hi), "about {behind} s behind: {lo:?}..{hi:?}");
+        (*lo, *hi)
+    };
+    std::thread::scope(|s| {
+        let feed = s.spawn(|| {
+            run(
+                Command::new("ffmpeg")
+                    .args(["-nostdin", "-v", "error", "-re", "-i"])
+                    .arg(&src)
+                    .args(["-t", "26", "-map", "0", "-c", "copy", "-f", "rtsp"])
+                    .args(["-rtsp_transport", "tcp", &published]),
+                60,
+            )
+        });
+        await_feed(&server, "clock");
+        let started = Instant::now();
+        let a = s.spawn(move || {
+            let rt = runtime();
+            let mut c = viewer(&rt);
+            std::thread::sleep(Duration::from_secs(14).saturating_sub(started.elapsed()));
+            let back = rt.block_on(c.play(Some("npt=3-"))).unwrap();
+            let start = answered_from(&back);
+            assert!((1.9..=3.0).contains(&start), "A from the seek point before 3 s: {back:?}");
+            let (got, bye) = collect(&rt, &mut c, Instant::now() + Duration::from_secs(30));
+            (back, got, bye)
+        });
+        let b = s.spawn(move || {
+            let rt = runtime();
+            let mut c = viewer(&rt);
+            std::thread::sleep(Duration::from_secs(14).saturating_sub(started.elapsed()));
+            let back = rt.block_on(c.play(Some("npt=2-"))).unwrap();
+            let start = answered_from(&back);
+            assert!((0.9..=2.0).contains(&start), "B from the seek point before 2 s: {back:?}");
+            let (mut shifted, _) = collect(&rt, &mut c, Instant::now() + Duration::from_secs(3));
+            // Paused for a second, it resumes where it stopped, from disk (a second further
+            // behind).
+            rt.block_on(c.pause()).unwrap();
+            let paused = shifted.len();
+            shifted.extend(collect(&rt, &mut c, Instant::now() + Duration::from_secs(1)).0);
+            rt.block_on(c.play(None)).unwrap();
+            let (resumed, _) = collect(&rt, &mut c, Instant::now() + Duration::from_secs(3));
+            let live_at = Instant::now();
+            rt.block_on(c.play(Some("npt=now-"))).unwrap();
+            let (caught_up, _) = collect(&rt, &mut c, Instant::now() + Duration::from_secs(3));
+            rt.block_on(c.teardown()).unwrap();
+            (back, (shifted, paused, resumed), live_at, caught_up)
+        });
+        let (a_back, a_got, a_bye) = a.join().unwrap();
+        let (b_back, shifted, live_at, caught_up) = b.join().unwrap();
+        let feed = feed.join().unwrap();
+        assert!(feed.status.success(), "{}", String::from_utf8_lossy(&feed.stderr));
+
+        let a_lag = from_disk(&a_got, &a_back, 11);
+        assert!(a_bye, "A's BYE after the feed's last packet");
+        let last_sent = {
+            let sent = tap.sent();
+            let sent = sent.lock().unwrap();
+            sent.iter().max_by_key(|(_, v)| v.at).map(|(h, _)| *h).unwrap()
+        };
+        let a_last = a_got.last().map(|p| payload_hash(&p.payload));
+        assert_eq!(a_last, Some(last_sent), "A played on to the feed's last packet");
+        let (shifted, paused, resumed) = shifted;
+        let b_lag = from_disk(&shifted, &b_back, 12);
+        assert!(shifted.len() - paused < 10, "{} packets after the PAUSE", shifted.len() - paused);
+        let next = shifted.last().unwrap().header.sequence.wrapping_add(1);
+        assert_eq!(
+            resumed.first().map(|p| p.header.sequence),
+            Some(next),
+            "resumed where it paused"
+        );
+        let r_back = PlayInfo { seq: Some(next), ..b_back };
+        let r_lag = from_disk(&resumed, &r_back, 13);
+        let (lag, unmatched) = lags(&caught_up, &tap, live_at);
+        assert_eq!(unmatched, 0);
+        assert!(lag.len() > 10, "{} packets published since", lag.len());
+        let worst = lag.iter().max().unwrap();
+        assert!(*worst < Duration::from_millis(500), "caught up: {worst:?} behind");
+        eprintln!(
+            "from disk: A {} packets {a_lag:?} behind to the end; B {b_lag:?}, paused, {r_lag:?}, then {} live, at most {worst:?}",
+            a_got.len(),
+            caught_up.len(),
+        );
+    });
+    let log = server.log();
+    assert!(log.contains("the recording's viewers read on"), "{log}");
+    server.stop();
+}
+
 /// HLS of a running feed (RFC 8216 §6.2.1): its playlist is an event playlist of the
 /// recording's closed segments, each dated by `EXT-X-PROGRAM-DATE-TIME` from when the server
 /// received the feed's first packet (the API's `zero_unix_ms`: within 100 ms of when a tap

@@ -8,7 +8,10 @@
 //! disks are not read, and the feed's rate was admitted once, for its recording. The feed's
 //! end is each viewer's RTCP BYE (RFC 3550 §6.6); the player then tears down.
 
+use std::sync::Arc;
+
 use isochron_base::{BlockIndex, Instant, ObjectId, Pace, Position, RunId, StreamId};
+use isochron_cluster::ShareKey;
 use isochron_live::{ChunkInfo, Edge, EdgeOutput};
 use isochron_pacing::pacer::{PlayRun, RtcpMode, SeqOffsets, StreamOp, StreamSetup, TrackStamp};
 use isochron_rtsp::server::{PauseAction, PlayAction, PlayOutcome, PlayStart, Rates};
@@ -48,7 +51,14 @@ pub enum FeedEvent {
         /// The chunk.
         info: ChunkInfo,
     },
-    /// The feed ended.
+    /// The feed's recording was committed further: the catalog's entry of `feed` is a longer
+    /// prefix of it (a viewer playing the recording from disk reads on into it).
+    Committed {
+        /// The feed.
+        feed: ObjectId,
+    },
+    /// The feed ended (the catalog's entry of `feed` is the whole recording, as far as it was
+    /// committed).
     Ended {
         /// The feed.
         feed: ObjectId,
@@ -101,15 +111,115 @@ impl NodeCore {
                 }
                 self.edge_outputs(now, feed);
             }
+            FeedEvent::Committed { feed } => self.recording_grew(feed),
             FeedEvent::Ended { feed } => {
                 if let Some(f) = self.feeds.get_mut(&feed) {
                     f.edge.handle_end(now);
                 }
                 self.edge_outputs(now, feed);
                 self.feeds.remove(&feed);
+                self.recording_grew(feed);
             }
         }
         self.drive(now);
+    }
+
+    /// Feed `feed`'s recording was committed further, or ended: the sessions playing it from
+    /// disk (time-shift further back than the edge keeps) read on into the new blocks, at the
+    /// scheduler and, once it ended, the sender learns each one's last block (its BYE follows
+    /// it). Only a single node plays a recording in progress (see [`NodeCore::play`]).
+    fn recording_grew(&mut self, feed: ObjectId) {
+        let ended = !self.feeds.contains_key(&feed);
+        let Some(entry) = self.catalog.by_id(feed) else {
+            if ended {
+                // Removed meanwhile: nothing more comes.
+                let streams: Vec<StreamId> = self
+                    .shares
+                    .values()
+                    .filter(|s| s.entry.record.id == feed && s.added)
+                    .map(|s| s.stream)
+                    .collect();
+                for stream in streams {
+                    self.send(StreamOp::Bye { stream, reason: None });
+                }
+            }
+            return;
+        };
+        let blocks = entry.plan.blocks.len();
+        let mut grown = false;
+        let mut added = Vec::new();
+        for share in self.shares.values_mut().filter(|s| s.entry.record.id == feed) {
+            if share.entry.plan.blocks.len() < blocks {
+                share.entry = Arc::clone(&entry);
+                grown = true;
+            }
+            if share.added {
+                added.push(share.stream);
+            }
+        }
+        for o in self.origins.values_mut().filter(|o| o.entry.record.id == feed) {
+            if o.entry.plan.blocks.len() < blocks {
+                o.entry = Arc::clone(&entry);
+            }
+        }
+        if grown {
+            debug!(%feed, blocks, ended, "live: the recording's viewers read on");
+            self.out.push_back(NodeOutput::Grow { plan: Arc::clone(&entry.plan) });
+        }
+        if ended && let Some(last) = blocks.checked_sub(1) {
+            for stream in added {
+                self.send(StreamOp::Last { stream, last: BlockIndex(last as u32) });
+            }
+        }
+    }
+
+    /// Whether a PLAY of feed `action.object` plays its recording from disk: on a single node,
+    /// a `Range` start further back than the edge keeps (a time before its oldest seek point)
+    /// that the recording has committed, or a PLAY resuming such a run after a PAUSE.
+    pub(super) fn plays_recording(&self, action: &PlayAction) -> bool {
+        if self.local_disks.is_some() {
+            return false;
+        }
+        match action.start {
+            PlayStart::Seek(t) => {
+                let kept = self.feeds.get(&action.object).and_then(|f| f.edge.oldest_key());
+                kept.is_some_and(|k| t < k.time)
+                    && self
+                        .catalog
+                        .by_id(action.object)
+                        .is_some_and(|e| e.record.seek_points.first().is_some_and(|p| p.time <= t))
+            }
+            PlayStart::Resume(_) => self.origins.contains_key(&action.stream),
+            PlayStart::Beginning => false,
+        }
+    }
+
+    /// A viewer of the edge goes to the recording on disk: it leaves the edge, and its stream
+    /// goes (the recording's run adds its own, under the same id).
+    pub(super) fn leave_edge(&mut self, now: Instant, stream: StreamId) {
+        let Some(v) = self.viewers.remove(&stream) else { return };
+        if let Some(f) = self.feeds.get_mut(&v.feed) {
+            f.edge.handle_leave(stream);
+        }
+        self.send(StreamOp::Remove { stream });
+        self.edge_outputs(now, v.feed);
+    }
+
+    /// A session playing a feed's recording from disk goes to the edge: its run and reservation
+    /// end at once (the edge's viewer adds its own stream, under the same id). `Err`: it is
+    /// busy with another request.
+    pub(super) fn leave_recording(&mut self, now: Instant, stream: StreamId) -> Result<(), ()> {
+        let Some(o) = self.origins.get(&stream) else { return Ok(()) };
+        if o.waiting.is_some() {
+            return Err(());
+        }
+        let opened = o.opened;
+        self.origins.remove(&stream);
+        self.room_freed |= opened;
+        let key = ShareKey { origin: self.cluster.config().node, stream };
+        self.forget_share(key);
+        self.cluster.close(now, stream);
+        Ok(())
     }
 
     /// Whether `object` is a feed in progress.

@@ -35,8 +35,21 @@ impl NodeCore {
     pub(super) fn play(&mut self, now: Instant, conn: ConnId, action: PlayAction, ticket: Ticket) {
         let stream = action.stream;
         if self.is_live(action.object) {
-            self.play_live(now, action, ticket);
-            return;
+            // Time-shift further back than the edge keeps: the recording, from disk, as far
+            // as it is committed and on as it grows (`live.rs`); else the edge.
+            if self.plays_recording(&action) {
+                self.leave_edge(now, stream);
+            } else {
+                if self.leave_recording(now, stream).is_err() {
+                    let outcome =
+                        PlayOutcome::Failed { reason: "another request is in progress".into() };
+                    let response = self.rtsp.finish_play(now, action, outcome);
+                    self.respond(ticket, response);
+                    return;
+                }
+                self.play_live(now, action, ticket);
+                return;
+            }
         }
         if let Some(o) = self.origins.get_mut(&stream) {
             // A PLAY in the middle of a switch of rendition takes its place: the stop already

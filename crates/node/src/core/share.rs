@@ -379,7 +379,13 @@ impl NodeCore {
         if missing || transports.iter().all(Option::is_none) {
             return None;
         }
-        let last_block = BlockIndex(plan.blocks.len().saturating_sub(1) as u32);
+        // A feed's recording in progress (played from disk on a single node) has no known end
+        // yet: it reads on as it grows, and learns its last block when the feed ends (`live.rs`).
+        let growing = self.local_disks.is_none() && self.is_live(plan.object);
+        let last_block = match growing {
+            true => BlockIndex(u32::MAX),
+            false => BlockIndex(plan.blocks.len().saturating_sub(1) as u32),
+        };
         let (blocks, rtcp) = match (spec.role, self.local_disks.as_ref()) {
             (Role::Whole, _) | (_, None) => (None, RtcpMode::AfterPackets),
             (role, Some(disks)) => {

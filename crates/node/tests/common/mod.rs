@@ -24,12 +24,15 @@ pub(crate) const PER_BLOCK: u64 = 100;
 /// at each block's start, block `i`'s copies from `copies(i)`; each disk's owner; whether etcd
 /// answers.
 pub(crate) struct Clip {
-    entry: Arc<ObjectEntry>,
+    /// `clip` (id 7): replaced by a longer one as a live recording grows ([`Clip::grow`]).
+    entry: std::sync::RwLock<Arc<ObjectEntry>>,
     /// A second rendition of it, `clip~low` (id 8, 50 packets a block), when `clip` is played
     /// from a ladder.
     low: Option<Arc<ObjectEntry>>,
     owners: BTreeMap<DiskId, String>,
     pub etcd: Arc<AtomicBool>,
+    /// `clip` is a feed being published (its presentation says so: `npt=now-` is its edge).
+    pub live: AtomicBool,
 }
 
 impl Clip {
@@ -37,22 +40,35 @@ impl Clip {
         let rec = record(ObjectId(7), "clip", blocks, PER_BLOCK);
         let entry = ObjectEntry::planned_with(rec, Epoch(0), |_, i| copies(u64::from(i.0)));
         Self {
-            entry: Arc::new(entry),
+            entry: std::sync::RwLock::new(Arc::new(entry)),
             low: None,
             owners: BTreeMap::new(),
             etcd: Arc::new(AtomicBool::new(true)),
+            live: AtomicBool::new(false),
         }
     }
 
     /// The same object with a second rendition, `clip~low` (id 8, half the packets, on disk
     /// 0): `clip` is then played from the ladder of the two.
     pub(crate) fn with_ladder(mut self) -> Self {
-        let blocks = self.entry.record.blocks.len() as u64;
+        let blocks = self.entry().record.blocks.len() as u64;
         let mut rec = record(ObjectId(8), "clip~low", blocks, PER_BLOCK / 2);
         rec.avg_bitrate = BitRate(500_000);
         let entry = ObjectEntry::planned_with(rec, Epoch(0), |_, _| Replicas::single(DiskId(0)));
         self.low = Some(Arc::new(entry));
         self
+    }
+
+    /// `clip` as its catalog has it now.
+    pub(crate) fn entry(&self) -> Arc<ObjectEntry> {
+        Arc::clone(&self.entry.read().unwrap())
+    }
+
+    /// `clip` committed further, as a live feed's recording is: `blocks` blocks on disk 0.
+    pub(crate) fn grow(&self, blocks: u64) {
+        let rec = record(ObjectId(7), "clip", blocks, PER_BLOCK);
+        let entry = ObjectEntry::planned_with(rec, Epoch(0), |_, _| Replicas::single(DiskId(0)));
+        *self.entry.write().unwrap() = Arc::new(entry);
     }
 
     /// The same object in a cluster: each disk's owner, and one etcd for every node.
@@ -92,7 +108,7 @@ fn record(id: ObjectId, name: &str, blocks: u64, per_block: u64) -> ObjectRecord
 
 impl isochron_rtsp::server::Library for Clip {
     fn lookup(&self, name: &str) -> Option<Presentation> {
-        let entries = std::iter::once(&self.entry).chain(&self.low);
+        let entries = std::iter::once(self.entry()).chain(self.low.clone());
         let e = entries.clone().find(|e| e.record.name == name)?;
         let r = &e.record;
         let ladder = match &self.low {
@@ -106,14 +122,14 @@ impl isochron_rtsp::server::Library for Clip {
             avg_bitrate: r.avg_bitrate,
             tracks: Vec::<MediaTrack>::new(),
             ladder,
-            live: false,
+            live: name == "clip" && self.live.load(Ordering::Relaxed),
         })
     }
 }
 
 impl Catalog for Clip {
     fn by_id(&self, id: ObjectId) -> Option<Arc<ObjectEntry>> {
-        std::iter::once(&self.entry).chain(&self.low).find(|e| e.record.id == id).cloned()
+        std::iter::once(self.entry()).chain(self.low.clone()).find(|e| e.record.id == id)
     }
     fn shared_entry(&self, _: ObjectId) -> Option<Arc<ObjectEntry>> {
         None

@@ -840,7 +840,7 @@ impl Node {
             NodeOutput::Transmit { to, msg } => outbox.push((to.0, *msg)),
             NodeOutput::CloseConn { conn, .. } => self.closed.push(conn),
             // No live feed in these scenarios.
-            NodeOutput::Deliver { .. } | NodeOutput::Evict { .. } => {}
+            NodeOutput::Deliver { .. } | NodeOutput::Evict { .. } | NodeOutput::Grow { .. } => {}
         }
     }
 }

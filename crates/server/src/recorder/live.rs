@@ -365,6 +365,7 @@ impl Recorders {
         let duration = record.duration;
         slot.grow(record.clone()).await?;
         self.library.insert(Arc::new(crate::library::entry(&self.store, record)));
+        let _ = self.sessions.send(SessionCommand::FeedCommitted { feed: w.object.id });
         *committed = n;
         tracing::debug!(object = %feed.name, blocks = n, %duration, "live recording committed");
         Ok(())
