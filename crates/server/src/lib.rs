@@ -290,6 +290,7 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
     let http_addr = http.as_ref().map(|(_, h)| h.node.http);
     let claims = w.transcoder(inboxes.transcoder);
     w.media_watch();
+    w.live_ladder(http.as_ref().map(|(l, _)| l.local_addr()).transpose()?);
     let lease = w.register(&transport, (rtsp_addr, http_addr), claims).await?;
     info!(%rtsp_addr, ?rtsps_addr, ?http_addr, ?srt_addr, rtp_port, "isochron serving");
     Ok(RunningServer {

@@ -17,11 +17,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use isochron_diskio::Store;
-use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use crate::library::Library;
-use crate::transcoder::{JobSource, TranscodeCommand, TranscodeSettings};
+use crate::transcoder::Laddering;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 struct Stamp {
@@ -100,43 +99,6 @@ pub(crate) fn ingest_existing(store: &Store, library: &Library, dir: &Path) {
         let Some(name) = object_name(&path) else { continue };
         if !library.contains(&name) {
             ingest_one(store, library, &path, &name);
-        }
-    }
-}
-
-/// The ladder made of every file of the directory (`transcode.ladder`), and where its jobs go.
-pub(crate) struct Laddering {
-    pub(crate) ladder: isochron_transcode::Ladder,
-    pub(crate) settings: TranscodeSettings,
-    pub(crate) jobs: mpsc::UnboundedSender<TranscodeCommand>,
-}
-
-impl Laddering {
-    /// Asks for `name`'s ladder from `path` when a rung is not stored yet (the renditions
-    /// already stored are kept: a job cut short by a restart is made again). Blocking: ffprobe.
-    fn ask(&self, store: &Store, path: &Path, name: &str) {
-        let plan = match crate::transcoder::plan(path, &self.ladder, &self.settings, false) {
-            Ok(p) => p,
-            Err(e) => {
-                warn!(file = %path.display(), "cannot make the ladder of {name}: {e}");
-                return;
-            }
-        };
-        let catalog = store.catalog();
-        let missing = plan.rungs.iter().any(|r| {
-            matches!(
-                catalog.object(&isochron_store::catalog::rendition_name(name, &r.name)),
-                Ok(None)
-            )
-        });
-        if missing {
-            let source = JobSource { path: path.to_owned(), remove_after: false };
-            let _ = self.jobs.send(TranscodeCommand::Submit {
-                title: name.to_owned(),
-                source,
-                plan,
-                reply: None,
-            });
         }
     }
 }

@@ -49,7 +49,7 @@ use crate::recorder::Recorders;
 use crate::reorg::{ReorgCommand, Reorganiser};
 use crate::sessions::{ClusterLink, Manager, SessionCommand};
 use crate::transcoder::tasks::{ClaimCommand, Claimer};
-use crate::transcoder::{ClusterJobs, JobIo, TranscodeCommand, Transcoder};
+use crate::transcoder::{ClusterJobs, JobIo, Laddering, TranscodeCommand, Transcoder};
 use crate::{Handles, NodeIdentity, SERVER_NAME, cluster, conn_limits, media_watch, reorg};
 use crate::{rtcp_rx, rtsp_conn};
 
@@ -494,7 +494,7 @@ impl Wiring {
     /// with `transcode.ladder`).
     pub(crate) fn media_watch(&mut self) {
         if let Some(dir) = self.settings.media_dir.clone() {
-            let ladder = self.settings.transcode.ladder.clone().map(|l| media_watch::Laddering {
+            let ladder = self.settings.transcode.ladder.clone().map(|l| Laddering {
                 ladder: l,
                 settings: self.settings.transcode.clone(),
                 jobs: self.ends.transcoder.clone(),
@@ -507,6 +507,28 @@ impl Wiring {
                 ladder,
             )));
         }
+    }
+
+    /// Live recordings get the server's ladder (`transcode.ladder`) once their feed ends, read
+    /// from this node's HTTP at `http` (its HLS of the recording). A single node only: a
+    /// cluster's ladder tasks read a title's source file from the store, and a live recording
+    /// has none.
+    pub(crate) fn live_ladder(&self, http: Option<SocketAddr>) {
+        let (Some(ladder), Some(mut http)) = (self.settings.transcode.ladder.clone(), http) else {
+            return;
+        };
+        if self.settings.cluster.is_some() {
+            return;
+        }
+        if http.ip().is_unspecified() {
+            http.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
+        let laddering = Laddering {
+            ladder,
+            settings: self.settings.transcode.clone(),
+            jobs: self.ends.transcoder.clone(),
+        };
+        self.recorders.ladder_live_with(laddering, format!("http://{http}"));
     }
 
     /// Step 10, last: a cluster node's membership record under a lease (peers learn of this

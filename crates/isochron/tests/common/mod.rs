@@ -271,12 +271,12 @@ pub fn media_fixture(name: &str) -> PathBuf {
                  -pix_fmt yuv420p -c:a aac -b:a 128k -movflags +faststart",
             ),
         ),
-        // ≥ 90 s of 1080p H.264 + AAC: the GStreamer frame-for-frame test.
-        "h264_1080p_90s.mp4" => (
+        // 40 s of 1080p H.264 + AAC: the GStreamer frame-for-frame test.
+        "h264_1080p_40s.mp4" => (
             None,
             split(
                 "-f lavfi -i testsrc2=size=1920x1080:rate=25 \
-                 -f lavfi -i sine=frequency=330:sample_rate=48000 -ac 2 -t 92 \
+                 -f lavfi -i sine=frequency=330:sample_rate=48000 -ac 2 -t 40 \
                  -c:v libx264 -preset ultrafast -g 50 -b:v 5M -maxrate 8M -bufsize 8M \
                  -pix_fmt yuv420p -c:a aac -b:a 128k -movflags +faststart",
             ),

@@ -824,6 +824,56 @@ fn a_viewer_goes_back_further_than_the_window_and_plays_the_recording_as_it_grow
     server.stop();
 }
 
+/// A finished feed is a title like any other: with `transcode.ladder` set, its recording gets
+/// the server's ladder once the feed ends, made from the recording's own HLS (a live recording
+/// keeps no source file). ffmpeg publishes the 10 s clip (640×360); the job for `cam~240p`
+/// (1080p, taller than the feed, left out) runs to its end, and the rendition, fetched over
+/// HTTP, is 240 lines and every frame of the feed.
+#[test]
+fn a_finished_feed_gets_the_servers_ladder_from_its_recording() {
+    require("ffmpeg");
+    require("ffprobe");
+    let _load = load(weight::PLAYER);
+    let src = media_fixture("h264_aac.mp4");
+    let dir = tempdir();
+    let config = "[transcode]\nladder = \"1080p,240p:300k\"\n";
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions { no_demo: true, config: Some(config), ..Default::default() },
+    );
+    let feed = publish(Command::new("ffmpeg"), &src, &server.url("cam"), "tcp");
+    assert!(feed.status.success(), "{}", String::from_utf8_lossy(&feed.stderr));
+    // The jobs run in the idle scheduling class: on a machine busy with other tests, slowly.
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let job = loop {
+        let jobs: serde_json::Value =
+            serde_json::from_str(&server.http_get("/api/v1/transcode")).unwrap();
+        let job = jobs["jobs"].as_array().and_then(|j| j.first()).cloned();
+        if let Some(j) = job.filter(|j| j["state"] == "done" || j["state"] == "failed") {
+            break j;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no ladder job done within 240 s: {jobs}\n{}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(
+        (&job["title"], &job["state"]),
+        (&"cam".into(), &"done".into()),
+        "{job}\n{}",
+        server.log()
+    );
+    assert_eq!(job["rungs"], serde_json::json!(["240p"]), "{job}");
+    let rendition = dir.path().join("cam-240p.mp4");
+    std::fs::write(&rendition, server.http_get_bytes("/objects/cam~240p")).unwrap();
+    assert_eq!(crate::renditions::height(&rendition), 240);
+    let (got, want) = (decoded_video(&rendition).len(), decoded_video(&src).len());
+    assert!(got + 2 >= want && got <= want, "{got} frames of the feed's {want}");
+    server.stop();
+}
+
 /// HLS of a running feed (RFC 8216 §6.2.1): its playlist is an event playlist of the
 /// recording's closed segments, each dated by `EXT-X-PROGRAM-DATE-TIME` from when the server
 /// received the feed's first packet (the API's `zero_unix_ms`: within 100 ms of when a tap
@@ -1135,7 +1185,11 @@ fn mpeg_ts_feeds_over_srt_and_rtsp_are_watched_live_and_recorded_as_sent() {
         &dir.path().join("store"),
         ServeOptions {
             no_demo: true,
-            config: Some("[live]\nsrt_listen = \"127.0.0.1:0\"\n"),
+            // rtspclientsink's TEARDOWN is now and then lost at its own shutdown (as
+            // rtspsrc's is: docs/design/closing.md), which the server takes for a publisher
+            // that dropped: its feed ends once the grace period is over. A short one ends it
+            // well before `isochron play` gives up after 10 s without a packet.
+            config: Some("[live]\nsrt_listen = \"127.0.0.1:0\"\ngrace_s = 2\n"),
             ..Default::default()
         },
     );
@@ -1249,11 +1303,16 @@ fn mpeg_ts_feeds_over_srt_and_rtsp_are_watched_live_and_recorded_as_sent() {
     for name in ["srt-gst", "rtsp-ts"] {
         committed_with(&server, name, 10.0);
         let recorded = server.http_get_bytes(&format!("/objects/{name}"));
+        let (got, want) = (without_nulls(&recorded), without_nulls(&ts));
+        // Where they part, if they do: a missing tail (the publisher's last packets) reads
+        // differently from a hole in the middle (packets lost on the way).
+        let first_difference = got.iter().zip(&want).position(|(a, b)| a != b);
         assert!(
-            without_nulls(&recorded) == without_nulls(&ts),
-            "{name}: {} bytes recorded, not the {} published\n{}",
-            recorded.len(),
-            ts.len(),
+            got == want,
+            "{name}: {} TS packets recorded (not null), {} published, the first difference at \
+             packet {first_difference:?}\n{}",
+            got.len(),
+            want.len(),
             server.log()
         );
     }

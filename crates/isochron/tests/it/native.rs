@@ -414,18 +414,19 @@ fn audio_and_video_keep_the_source_offset() {
     );
 }
 
-/// GStreamer (`rtspsrc ! rtph264depay ! h264parse`) receives a 92 s 1080p H.264 + AAC MP4
-/// over TCP and UDP: the frames it writes decode to the source's, frame for frame. The
+/// GStreamer (`rtspsrc ! rtph264depay ! h264parse`) receives a 40 s 1080p H.264 + AAC MP4
+/// over TCP and UDP: the frames it writes decode to the source's, frame for frame (a frame
+/// lost every 12 s over TCP, as once, fails it three times over). The
 /// pipeline is an application's (`tests/tools/gst_av.py`, which links each pad as it comes):
 /// gst-launch's two delayed links race when both tracks' pads appear at once (see the script).
 #[test]
 fn gstreamer_receives_a_long_1080p_clip_frame_for_frame() {
     let _load = load(weight::HEAVY);
     require("gst-launch-1.0");
-    let src = media_fixture("h264_1080p_90s.mp4");
+    let src = media_fixture("h264_1080p_40s.mp4");
     let (dir, server) = serve_media(&[&src]);
     let want = decoded_video(&src);
-    assert!(want.len() >= 90 * 25, "{} frames", want.len());
+    assert!(want.len() >= 40 * 25, "{} frames", want.len());
     let script = repo().join("crates/isochron/tests/tools/gst_av.py");
     std::thread::scope(|s| {
         for transport in ["tcp", "udp"] {
@@ -438,7 +439,7 @@ fn gstreamer_receives_a_long_1080p_clip_frame_for_frame() {
                         .arg(server.url(&stem(src)))
                         .arg(transport)
                         .arg(&out),
-                    200,
+                    120,
                 );
                 if let Err(e) = gst_ended_cleanly(&res) {
                     let written = std::fs::metadata(&out).map_or(0, |m| m.len());

@@ -166,15 +166,21 @@ fn objects_still_play_byte_exact_after_a_restart() {
     assert!(out.status.success());
     for round in 0..2 {
         let server = Server::start(&data, ServeOptions::default());
-        for (name, file) in [("rate5m", vbr.clone()), ("demo", demo())] {
-            let out = dir.path().join(format!("{name}{round}.ts"));
-            let (got, _) = gst_fetch(&server.url(name), &out, "udp");
-            assert_same_bytes(
-                &got,
-                &std::fs::read(&file).unwrap(),
-                &format!("{name} in round {round}"),
-            );
-        }
+        // Both at once, as two players would.
+        std::thread::scope(|s| {
+            for (name, file) in [("rate5m", vbr.clone()), ("demo", demo())] {
+                let (server, dir) = (&server, &dir);
+                s.spawn(move || {
+                    let out = dir.path().join(format!("{name}{round}.ts"));
+                    let (got, _) = gst_fetch(&server.url(name), &out, "udp");
+                    assert_same_bytes(
+                        &got,
+                        &std::fs::read(&file).unwrap(),
+                        &format!("{name} in round {round}"),
+                    );
+                });
+            }
+        });
         server.stop();
     }
 }

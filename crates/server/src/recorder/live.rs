@@ -467,7 +467,27 @@ impl Recorders {
         let record = received.map(|packed| {
             object.record_native(&feed.name, &feed.source, packed, None, &feed.tracks)
         });
-        self.close(open, record).await
+        let recorded = self.close(open, record).await;
+        if recorded.is_ok() {
+            self.ask_ladder(&feed.name);
+        }
+        recorded
+    }
+
+    /// A finished live recording is a title like any other: the server's ladder
+    /// (`transcode.ladder`) is asked for it, its source its own HLS (a live recording keeps no
+    /// source file: its stored packets are all there is), which the transcoder's ffmpeg reads
+    /// from this server as fast as the disks give it.
+    fn ask_ladder(self: &Arc<Self>, name: &str) {
+        if self.laddering.get().is_none() {
+            return;
+        }
+        let (me, name) = (Arc::clone(self), name.to_owned());
+        tokio::task::spawn_blocking(move || {
+            let Some((laddering, base)) = me.laddering.get() else { return };
+            let url = format!("{base}/hls/{name}/index.m3u8");
+            laddering.ask(&me.store, std::path::Path::new(&url), &name);
+        });
     }
 
     /// Takes the feed's packets until it ends and hands their blocks to `w`, up to the last one

@@ -251,6 +251,9 @@ pub struct Recorders {
     bytes: AtomicU64,
     committed: AtomicU64,
     failed: AtomicU64,
+    /// The ladder a live recording gets once its feed ends (`transcode.ladder`, a single
+    /// node), and the base URL of this server's HTTP, which the transcoder reads it from.
+    laddering: std::sync::OnceLock<(crate::transcoder::Laddering, String)>,
 }
 
 impl Recorders {
@@ -273,7 +276,18 @@ impl Recorders {
             bytes: AtomicU64::new(0),
             committed: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            laddering: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Live recordings get `laddering`'s ladder once their feed ends, made from their HLS at
+    /// `http_base` (`http://host:port`, this server's).
+    pub(crate) fn ladder_live_with(
+        &self,
+        laddering: crate::transcoder::Laddering,
+        http_base: String,
+    ) {
+        let _ = self.laddering.set((laddering, http_base));
     }
 
     /// The counters.

@@ -705,6 +705,44 @@ fn make_claimed(
     result
 }
 
+/// The server-wide ladder (`transcode.ladder`) asked for the titles that come without one: the
+/// media directory's files, and the recordings of live feeds once they end.
+#[derive(Debug)]
+pub(crate) struct Laddering {
+    pub(crate) ladder: Ladder,
+    pub(crate) settings: TranscodeSettings,
+    pub(crate) jobs: mpsc::UnboundedSender<TranscodeCommand>,
+}
+
+impl Laddering {
+    /// Asks for `name`'s ladder from `source` (a file, or a URL ffmpeg reads) when a rung is
+    /// not stored yet (the renditions already stored are kept: a job cut short by a restart is
+    /// made again). Blocking: ffprobe.
+    pub(crate) fn ask(&self, store: &Store, source: &Path, name: &str) {
+        let plan = match plan(source, &self.ladder, &self.settings, false) {
+            Ok(p) => p,
+            Err(e) => {
+                warn!(source = %source.display(), "cannot make the ladder of {name}: {e}");
+                return;
+            }
+        };
+        let catalog = store.catalog();
+        let missing = plan
+            .rungs
+            .iter()
+            .any(|r| matches!(catalog.object(&rendition_name(name, &r.name)), Ok(None)));
+        if missing {
+            let source = JobSource { path: source.to_owned(), remove_after: false };
+            let _ = self.jobs.send(TranscodeCommand::Submit {
+                title: name.to_owned(),
+                source,
+                plan,
+                reply: None,
+            });
+        }
+    }
+}
+
 /// A plan of `ladder` for `file` (probed with ffprobe) with `settings`' key-frame interval:
 /// the error names the rung (or what cannot be decoded); the caller names the file. A ladder
 /// asked for (`strict`) may not have a rung taller than the source; the server's own
