@@ -288,9 +288,10 @@ pub async fn start(settings: Settings, store: Store) -> anyhow::Result<RunningSe
     let view = transport.view.clone();
     let http = w.http(node, view, &rtsp_limits, http_max_connections).await?;
     let http_addr = http.as_ref().map(|(_, h)| h.node.http);
-    let claims = w.transcoder(inboxes.transcoder);
+    let http_local = http.as_ref().map(|(l, _)| l.local_addr()).transpose()?;
+    let claims = w.transcoder(inboxes.transcoder, http_local);
     w.media_watch();
-    w.live_ladder(http.as_ref().map(|(l, _)| l.local_addr()).transpose()?);
+    w.live_ladder(http_local);
     let lease = w.register(&transport, (rtsp_addr, http_addr), claims).await?;
     info!(%rtsp_addr, ?rtsps_addr, ?http_addr, ?srt_addr, rtp_port, "isochron serving");
     Ok(RunningServer {

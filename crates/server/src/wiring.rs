@@ -470,6 +470,7 @@ impl Wiring {
     pub(crate) fn transcoder(
         &mut self,
         inbox: UnboundedReceiver<TranscodeCommand>,
+        http: Option<SocketAddr>,
     ) -> Option<std::sync::mpsc::Receiver<ClaimCommand>> {
         let (cluster, claims) = match &self.settings.cluster {
             Some(c) => {
@@ -478,7 +479,11 @@ impl Wiring {
             }
             None => (None, None),
         };
-        let io = JobIo { sched: self.ends.sched.clone(), reorg: self.ends.reorg.clone() };
+        let io = JobIo {
+            sched: self.ends.sched.clone(),
+            reorg: self.ends.reorg.clone(),
+            http: http.map(own_http),
+        };
         let t = Transcoder::new(
             self.settings.transcode.clone(),
             (Arc::clone(&self.store), Arc::clone(&self.library)),
@@ -509,26 +514,19 @@ impl Wiring {
         }
     }
 
-    /// Live recordings get the server's ladder (`transcode.ladder`) once their feed ends, read
-    /// from this node's HTTP at `http` (its HLS of the recording). A single node only: a
-    /// cluster's ladder tasks read a title's source file from the store, and a live recording
-    /// has none.
+    /// Live recordings get the server's ladder (`transcode.ladder`) once their feed ends, made
+    /// from their HLS (a live recording keeps no source file) on this node's HTTP at `http`
+    /// (in a cluster, each rung's task is made by whichever node claims it, from its own).
     pub(crate) fn live_ladder(&self, http: Option<SocketAddr>) {
-        let (Some(ladder), Some(mut http)) = (self.settings.transcode.ladder.clone(), http) else {
+        let (Some(ladder), Some(http)) = (self.settings.transcode.ladder.clone(), http) else {
             return;
         };
-        if self.settings.cluster.is_some() {
-            return;
-        }
-        if http.ip().is_unspecified() {
-            http.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-        }
         let laddering = Laddering {
             ladder,
             settings: self.settings.transcode.clone(),
             jobs: self.ends.transcoder.clone(),
         };
-        self.recorders.ladder_live_with(laddering, format!("http://{http}"));
+        self.recorders.ladder_live_with(laddering, own_http(http));
     }
 
     /// Step 10, last: a cluster node's membership record under a lease (peers learn of this
@@ -777,4 +775,13 @@ fn sender_events(
 /// `addr` with the advertised IP when it is bound to a wildcard.
 fn advertised(addr: SocketAddr, ip: std::net::IpAddr) -> SocketAddr {
     if addr.ip().is_unspecified() { SocketAddr::new(ip, addr.port()) } else { addr }
+}
+
+/// The base URL of this node's HTTP, as a process on the node reaches it (`http://host:port`;
+/// loopback when it listens on every address).
+fn own_http(mut http: SocketAddr) -> String {
+    if http.ip().is_unspecified() {
+        http.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    format!("http://{http}")
 }

@@ -2080,14 +2080,18 @@ fn a_cluster_degrades_instead_of_refusing_with_players() {
 /// received are within 10 % of the recording's, twenty viewers or not, and n1 sent no more
 /// than the two copies. Meanwhile n2's `/api/v1/live` lists the feed (published on n1, its
 /// ten viewers on n2), and ffmpeg reads n3's HLS event playlist of it from its first segment
-/// to its end: every frame of the feed from the first.
+/// to its end: every frame of the feed from the first. Once it has ended, the server's ladder
+/// (`transcode.ladder`) is made of the recording by whichever node claims the rung, from that
+/// node's HLS of it: `cam~240p`, read from n3, is 240 lines and every frame of the feed.
 #[test]
 fn a_feed_published_on_one_node_is_watched_on_the_others_crossing_once_to_each() {
     require("ffmpeg");
+    require("ffprobe");
     // A publisher with credentials; viewers anonymous.
     let c = start_cluster_with(&format!(
         "{CONFIG}[auth]\nanonymous = [\"read\"]\n[[auth.users]]\nname = \"cam\"\n\
-         password = \"cam-secret\"\npermissions = [\"publish\"]\nobjects = [\"cam\"]\n"
+         password = \"cam-secret\"\npermissions = [\"publish\"]\nobjects = [\"cam\"]\n\
+         [transcode]\nladder = \"240p:300k\"\n"
     ));
     let src = media_fixture("h264_aac.mp4");
     let (n1, others) = (&c.nodes[0], &c.nodes[1..]);
@@ -2248,6 +2252,26 @@ fn a_feed_published_on_one_node_is_watched_on_the_others_crossing_once_to_each()
         sent <= received * 1.01 + 4096.0,
         "n1 sent {sent} bytes, the others received {received}"
     );
+
+    // The recording's ladder, made by the node that claimed the rung.
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let job = loop {
+        let jobs = get_json(&format!("{}/api/v1/transcode", n1.http()));
+        let job = jobs["jobs"].as_array().and_then(|j| j.first()).cloned();
+        if let Some(j) = job.filter(|j| j["state"] == "done" || j["state"] == "failed") {
+            break j;
+        }
+        assert!(Instant::now() < deadline, "no ladder within 240 s: {jobs}\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!((&job["title"], &job["state"]), (&"cam".into(), &"done".into()), "{job}");
+    let rendition = dir.join("cam-240p.mp4");
+    let url = format!("{}/objects/cam~240p", others[1].http());
+    let body = ureq::get(&url).call().expect(&url).into_body().read_to_vec().expect(&url);
+    std::fs::write(&rendition, body).unwrap();
+    assert_eq!(crate::renditions::height(&rendition), 240);
+    let got = crate::native::decoded_video(&rendition).len();
+    assert!(got + 2 >= want.len() && got <= want.len(), "{got} frames of {}", want.len());
 }
 
 /// Issue 28's crash of one node of three mid-feed (`docs/design/live.md`, step 6), two copies

@@ -23,7 +23,8 @@
 //!
 //! In a cluster a ladder is not made where it was submitted: each rung becomes a task in etcd
 //! ([`tasks`]) that any node claims under its lease, reads the title's source from the store
-//! in the share ([`crate::nrt::spool_source`]) and makes; a rung whose node dies is claimed
+//! in the share ([`crate::nrt::spool_source`]; a title that keeps no source file, a live
+//! recording, from the node's own HLS of it) and makes; a rung whose node dies is claimed
 //! again by another once that node's lease has lapsed. The submitting node's job follows its
 //! rungs' tasks and the catalog.
 
@@ -339,6 +340,9 @@ pub struct JobIo {
     pub sched: crossbeam_channel::Sender<SchedCommand>,
     /// The reorganiser.
     pub reorg: mpsc::UnboundedSender<ReorgCommand>,
+    /// This node's HTTP (`http://host:port`), whose HLS of a title is the source of a claimed
+    /// rung when the title keeps no source file (a live recording).
+    pub http: Option<String>,
 }
 
 /// How often a claimed rung's progress goes to etcd.
@@ -693,12 +697,19 @@ fn make_claimed(
         }
         std::thread::sleep(Duration::from_millis(200));
     };
+    let via = NrtWrites { store: Arc::downgrade(store), reorg: io.reorg.clone() };
+    if entry.record.source_blocks().1.is_empty()
+        && let Some(http) = &io.http
+    {
+        // No source file (a live recording): its HLS on this node, read as fast as it comes.
+        let url = PathBuf::from(format!("{http}/hls/{}/index.m3u8", task.title));
+        return make_renditions(store, &url, &task.title, &task.plan, budget, Some(&via), progress);
+    }
     let mut spool = work_dir(store, &task.title, &task.plan).into_os_string();
     spool.push(".source");
     let spool = PathBuf::from(spool);
     let result = (|| {
         crate::nrt::spool_source(store, &io.sched, &entry, &spool)?;
-        let via = NrtWrites { store: Arc::downgrade(store), reorg: io.reorg.clone() };
         make_renditions(store, &spool, &task.title, &task.plan, budget, Some(&via), progress)
     })();
     let _ = std::fs::remove_file(&spool);
