@@ -593,6 +593,45 @@ fn lags(
     (lags, unmatched)
 }
 
+/// Where a time-shifted PLAY (answered `back`) was answered from: its `Range` start, seconds.
+fn answered_from(back: &isochron_loadgen::client::PlayInfo) -> f64 {
+    let range = back.range.clone().unwrap_or_default();
+    range.trim_start_matches("npt=").trim_end_matches('-').parse().expect(&range)
+}
+
+/// `got`, what a PLAY answered `back` brought, is the publisher's own packets (as `tap` saw
+/// them), consecutive from RTP-Info's, each received `behind` (give or take, in that range)
+/// after it was published: the least and the most.
+fn played_behind(
+    got: &[isochron_loadgen::client::RtpPacket],
+    back: &isochron_loadgen::client::PlayInfo,
+    tap: &Tap,
+    behind: std::ops::Range<Duration>,
+) -> (Duration, Duration) {
+    assert!(got.len() > 50, "{} packets", got.len());
+    assert_eq!(Some(got[0].header.sequence), back.seq, "from RTP-Info's packet");
+    for w in got.windows(2) {
+        assert_eq!(w[1].header.sequence, w[0].header.sequence.wrapping_add(1), "consecutive");
+    }
+    let (lag, unmatched) = lags(got, tap, Instant::now() - Duration::from_secs(120));
+    assert_eq!(unmatched, 0, "every packet is the publisher's");
+    assert!(lag.len() > 20, "{} packets identified", lag.len());
+    let (lo, hi) = (*lag.iter().min().unwrap(), *lag.iter().max().unwrap());
+    assert!(behind.contains(&lo) && behind.contains(&hi), "{behind:?} behind: {lo:?}..{hi:?}");
+    (lo, hi)
+}
+
+/// `got`, what a PLAY of `npt=now-` at `since` brought, is at the live edge: the packets
+/// published since arrive within half a second. Returns the most any took.
+fn at_the_edge(got: &[isochron_loadgen::client::RtpPacket], tap: &Tap, since: Instant) -> Duration {
+    let (lag, unmatched) = lags(got, tap, since);
+    assert_eq!(unmatched, 0);
+    assert!(lag.len() > 10, "{} packets published since", lag.len());
+    let worst = *lag.iter().max().unwrap();
+    assert!(worst < Duration::from_millis(500), "caught up: {worst:?} behind");
+    worst
+}
+
 /// Time-shift, step 3 of `docs/design/live.md`: 36 s into a 45 s feed (every frame different),
 /// a player asks for `Range: npt=6-`, 30 s back. It is answered with the seek point at or before
 /// 6 s, and receives the publisher's own packets, consecutive, each about 30 s after it was
@@ -615,7 +654,6 @@ fn a_viewer_goes_back_30_s_into_a_running_feed_and_catches_up() {
     std::thread::scope(|s| {
         let feed = s.spawn(|| publish(Command::new("ffmpeg"), &src, &published, "tcp"));
         await_feed(&server, "clock");
-        let started = Instant::now();
         std::thread::sleep(Duration::from_secs(36));
         let rt = runtime();
         let collect = |c: &mut Client, secs: u64| {
@@ -633,42 +671,18 @@ fn a_viewer_goes_back_30_s_into_a_running_feed_and_catches_up() {
         rt.block_on(c.describe_presentation()).unwrap();
         rt.block_on(c.setup(Transport::Tcp)).unwrap();
         let back = rt.block_on(c.play(Some("npt=6-"))).unwrap();
-        let range = back.range.clone().unwrap_or_default();
-        let start: f64 =
-            range.trim_start_matches("npt=").trim_end_matches('-').parse().expect(&range);
-        assert!((4.9..=6.0).contains(&start), "answered from the seek point before 6 s: {range}");
+        let start = answered_from(&back);
+        assert!((4.9..=6.0).contains(&start), "answered from the seek point before 6 s: {back:?}");
         let shifted = collect(&mut c, 4);
-        assert!(shifted.len() > 50, "{} packets", shifted.len());
-        assert_eq!(Some(shifted[0].header.sequence), back.seq, "from RTP-Info's packet");
-        for w in shifted.windows(2) {
-            assert_eq!(w[1].header.sequence, w[0].header.sequence.wrapping_add(1), "consecutive");
-        }
-        let (behind, unmatched) = lags(&shifted, &tap, started - Duration::from_secs(5));
-        assert_eq!(unmatched, 0, "every packet is the publisher's");
-        assert!(behind.len() > 20, "{} packets identified", behind.len());
-        for l in &behind {
-            assert!(
-                (Duration::from_secs(29)..Duration::from_secs(33)).contains(l),
-                "about 30 s behind: {l:?}"
-            );
-        }
+        let behind = Duration::from_secs(29)..Duration::from_secs(33);
+        let (lo, hi) = played_behind(&shifted, &back, &tap, behind);
 
         // Back to the live edge.
         let live_at = Instant::now();
         rt.block_on(c.play(Some("npt=now-"))).unwrap();
         let caught_up = collect(&mut c, 3);
-        let (lag, unmatched) = lags(&caught_up, &tap, live_at);
-        assert_eq!(unmatched, 0);
-        assert!(lag.len() > 10, "{} packets published since", lag.len());
-        let worst = lag.iter().max().unwrap();
-        assert!(*worst < Duration::from_millis(500), "caught up: {worst:?} behind");
-        eprintln!(
-            "time-shift: {} packets 30 s behind ({:?}..{:?}), then {} live, at most {worst:?}",
-            behind.len(),
-            behind.iter().min().unwrap(),
-            behind.iter().max().unwrap(),
-            lag.len()
-        );
+        let worst = at_the_edge(&caught_up, &tap, live_at);
+        eprintln!("time-shift: 30 s behind ({lo:?}..{hi:?}), then live, at most {worst:?}");
         rt.block_on(c.teardown()).unwrap();
         let feed = feed.join().unwrap();
         assert!(feed.status.success(), "{}", String::from_utf8_lossy(&feed.stderr));
@@ -720,25 +734,6 @@ fn a_viewer_goes_back_further_than_the_window_and_plays_the_recording_as_it_grow
         }
         (got, false)
     };
-    let answered_from = |back: &PlayInfo| -> f64 {
-        let range = back.range.clone().unwrap_or_default();
-        range.trim_start_matches("npt=").trim_end_matches('-').parse().expect(&range)
-    };
-    // The publisher's packets each arrive `behind` after it sent them, give or take a second.
-    let from_disk = |got: &[isochron_loadgen::client::RtpPacket], back: &PlayInfo, behind: u64| {
-        assert!(got.len() > 50, "{} packets", got.len());
-        assert_eq!(Some(got[0].header.sequence), back.seq, "from RTP-Info's packet");
-        for w in got.windows(2) {
-            assert_eq!(w[1].header.sequence, w[0].header.sequence.wrapping_add(1), "consecutive");
-        }
-        let (lag, unmatched) = lags(got, &tap, Instant::now() - Duration::from_secs(120));
-        assert_eq!(unmatched, 0, "every packet is the publisher's");
-        assert!(lag.len() > 20, "{} packets identified", lag.len());
-        let (lo, hi) = (lag.iter().min().unwrap(), lag.iter().max().unwrap());
-        let want = Duration::from_secs(behind - 1)..Duration::from_secs(behind + 2);
-        assert!(want.contains(lo) && want.contains(hi), "about {behind} s behind: {lo:?}..{hi:?}");
-        (*lo, *hi)
-    };
     std::thread::scope(|s| {
         let feed = s.spawn(|| {
             run(
@@ -788,17 +783,20 @@ fn a_viewer_goes_back_further_than_the_window_and_plays_the_recording_as_it_grow
         let feed = feed.join().unwrap();
         assert!(feed.status.success(), "{}", String::from_utf8_lossy(&feed.stderr));
 
-        let a_lag = from_disk(&a_got, &a_back, 11);
+        let behind = |s: u64| Duration::from_secs(s - 1)..Duration::from_secs(s + 2);
+        let a_lag = played_behind(&a_got, &a_back, &tap, behind(11));
         assert!(a_bye, "A's BYE after the feed's last packet");
-        let last_sent = {
+        // The tap dates the packets of one read alike: A's last is among the last read.
+        let (last_sent, a_last) = {
             let sent = tap.sent();
             let sent = sent.lock().unwrap();
-            sent.iter().max_by_key(|(_, v)| v.at).map(|(h, _)| *h).unwrap()
+            let last = sent.values().map(|v| v.at).max().unwrap();
+            let a_last = a_got.last().and_then(|p| sent.get(&payload_hash(&p.payload)));
+            (last, a_last.map(|v| v.at))
         };
-        let a_last = a_got.last().map(|p| payload_hash(&p.payload));
         assert_eq!(a_last, Some(last_sent), "A played on to the feed's last packet");
         let (shifted, paused, resumed) = shifted;
-        let b_lag = from_disk(&shifted, &b_back, 12);
+        let b_lag = played_behind(&shifted, &b_back, &tap, behind(12));
         assert!(shifted.len() - paused < 10, "{} packets after the PAUSE", shifted.len() - paused);
         let next = shifted.last().unwrap().header.sequence.wrapping_add(1);
         assert_eq!(
@@ -807,16 +805,12 @@ fn a_viewer_goes_back_further_than_the_window_and_plays_the_recording_as_it_grow
             "resumed where it paused"
         );
         let r_back = PlayInfo { seq: Some(next), ..b_back };
-        let r_lag = from_disk(&resumed, &r_back, 13);
-        let (lag, unmatched) = lags(&caught_up, &tap, live_at);
-        assert_eq!(unmatched, 0);
-        assert!(lag.len() > 10, "{} packets published since", lag.len());
-        let worst = lag.iter().max().unwrap();
-        assert!(*worst < Duration::from_millis(500), "caught up: {worst:?} behind");
+        let r_lag = played_behind(&resumed, &r_back, &tap, behind(13));
+        let worst = at_the_edge(&caught_up, &tap, live_at);
         eprintln!(
-            "from disk: A {} packets {a_lag:?} behind to the end; B {b_lag:?}, paused, {r_lag:?}, then {} live, at most {worst:?}",
+            "from disk: A {} packets {a_lag:?} behind to the end; B {b_lag:?}, paused, \
+             {r_lag:?}, then live, at most {worst:?}",
             a_got.len(),
-            caught_up.len(),
         );
     });
     let log = server.log();

@@ -230,7 +230,13 @@ fn a_hundred_concurrent_sessions_are_all_byte_exact() {
             Err(e) => failures.push(format!("session {i} ({transport:?}): {e}")),
         }
     }
-    assert!(failures.is_empty(), "{} sessions failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} sessions failed:\n{}\n{}",
+        failures.len(),
+        failures.join("\n"),
+        server.log()
+    );
     let metrics = server.http_get("/metrics");
     let errors =
         metrics.lines().find_map(|l| l.strip_prefix("isochron_send_errors_total ")).unwrap_or("?");

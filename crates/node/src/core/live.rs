@@ -129,6 +129,11 @@ impl NodeCore {
     /// scheduler and, once it ended, the sender learns each one's last block (its BYE follows
     /// it). Only a single node plays a recording in progress (see [`NodeCore::play`]).
     fn recording_grew(&mut self, feed: ObjectId) {
+        if self.local_disks.is_some() {
+            // A cluster's sessions never play a recording in progress; the shares of a
+            // finished one were planned on the whole of it.
+            return;
+        }
         let ended = !self.feeds.contains_key(&feed);
         let Some(entry) = self.catalog.by_id(feed) else {
             if ended {

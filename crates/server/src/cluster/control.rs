@@ -19,7 +19,7 @@ use tracing::{debug, warn};
 use crate::cluster_view::ClusterView;
 use crate::sessions::{PeerOut, SessionCommand};
 
-use super::lock;
+use super::{Quiet, lock};
 
 /// The session manager's end of the control connections: it writes each message straight to
 /// the writer task of the peer's connection (connected on the first message to it, and again
@@ -70,15 +70,25 @@ async fn write_peer(
     view: Arc<ClusterView>,
     hello: Vec<u8>,
 ) {
+    // A peer that is down fails every message's new connection: one warning a run.
+    static QUIET: std::sync::LazyLock<Quiet> = std::sync::LazyLock::new(Quiet::default);
+    let what = addr.to_string();
     let conn = tokio::time::timeout(Duration::from_secs(2), TcpStream::connect(addr)).await;
     let mut stream = match conn {
-        Ok(Ok(s)) => s,
+        Ok(Ok(s)) => {
+            QUIET.clear(&what);
+            s
+        }
         Ok(Err(e)) => {
-            warn!(peer = %addr, error = %e, "control connection failed");
+            if let Some(left_out) = QUIET.admit(&what) {
+                warn!(peer = %addr, error = %e, left_out, "control connection failed");
+            }
             return;
         }
         Err(_) => {
-            warn!(peer = %addr, "control connection timed out");
+            if let Some(left_out) = QUIET.admit(&what) {
+                warn!(peer = %addr, left_out, "control connection timed out");
+            }
             return;
         }
     };

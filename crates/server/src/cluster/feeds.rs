@@ -46,7 +46,7 @@ use crate::library::{Library, RemoteFeed};
 use crate::recorder::live::unix_ms_ago;
 use crate::sessions::SessionCommand;
 
-use super::{ClusterSettings, SharedLease, lock};
+use super::{ClusterSettings, Quiet, SharedLease, lock};
 
 /// The delay a feed's chunks get on their way from the publisher's node to another.
 pub const HOP: Duration = Duration::from_millis(40);
@@ -238,9 +238,13 @@ struct Subscription {
 
 impl Subscription {
     fn run(self) {
+        // Retried every second while the publisher's node is down: one warning a run.
+        static QUIET: std::sync::LazyLock<Quiet> = std::sync::LazyLock::new(Quiet::default);
+        let what = format!("{}@{}", self.name, self.record.node);
         let feed = ObjectId(self.record.object);
         match self.connect() {
             Ok((conn, reader)) => {
+                QUIET.clear(&what);
                 let p = self.record.presentation(&self.name);
                 let known = self.library.insert_remote_live(p, &self.record.node);
                 let tracks = self.record.clock_types();
@@ -259,7 +263,9 @@ impl Subscription {
                 let _ = self.sessions.send(SessionCommand::FeedEnded { feed });
             }
             Err(e) => {
-                warn!(feed = %self.name, node = %self.record.node, error = %e, "subscribing to a feed on another node");
+                if let Some(left_out) = QUIET.admit(&what) {
+                    warn!(feed = %self.name, node = %self.record.node, error = %e, left_out, "subscribing to a feed on another node");
+                }
             }
         }
         lock(&self.subscribed).remove(&self.name);

@@ -78,3 +78,59 @@ pub fn node_id(name: &str) -> NodeId {
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
+
+/// Warnings that repeat while a peer stays down (a connection to it failing on every message, a
+/// subscription retried every second): the first of a run is logged, then at most one every
+/// [`Quiet::EVERY`], with how many were left out meanwhile; once the peer answers again
+/// ([`Quiet::clear`]), the next failure is logged at once.
+#[derive(Default)]
+pub(crate) struct Quiet {
+    runs: Mutex<std::collections::HashMap<String, (std::time::Instant, u64)>>,
+}
+
+impl Quiet {
+    /// At most one warning of a run this often.
+    pub(crate) const EVERY: Duration = Duration::from_secs(10);
+
+    /// Whether to log the warning about `what` now: `Some(n)`, `n` warnings about it having
+    /// been left out since the last logged; `None`: leave this one out.
+    pub(crate) fn admit(&self, what: &str) -> Option<u64> {
+        let now = std::time::Instant::now();
+        let mut runs = lock(&self.runs);
+        match runs.get_mut(what) {
+            Some((last, left_out)) if now.duration_since(*last) < Self::EVERY => {
+                *left_out += 1;
+                None
+            }
+            Some((last, left_out)) => {
+                *last = now;
+                Some(std::mem::take(left_out))
+            }
+            None => {
+                runs.insert(what.to_owned(), (now, 0));
+                Some(0)
+            }
+        }
+    }
+
+    /// `what` works again: a run of warnings about it is over.
+    pub(crate) fn clear(&self, what: &str) {
+        lock(&self.runs).remove(what);
+    }
+}
+
+#[cfg(test)]
+mod quiet_tests {
+    use super::Quiet;
+
+    #[test]
+    fn a_run_of_warnings_is_logged_once_until_it_ends() {
+        let q = Quiet::default();
+        assert_eq!(q.admit("n2"), Some(0), "the first is logged");
+        assert_eq!(q.admit("n2"), None, "the next are left out");
+        assert_eq!(q.admit("n2"), None);
+        assert_eq!(q.admit("n3"), Some(0), "another peer's are its own");
+        q.clear("n2");
+        assert_eq!(q.admit("n2"), Some(0), "after it answered, at once again");
+    }
+}
