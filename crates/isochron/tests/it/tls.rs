@@ -248,3 +248,53 @@ print("%.1f" % (time.time() - start), answer.split(b"\r\n")[0].decode(errors="re
     );
     assert!((4.0..7.0).contains(&waited), "408 after {waited} s");
 }
+
+/// A live feed watched over RTSPS (issue 28: viewers over UDP, TCP and RTSPS): `ops` publishes
+/// the 10 s clip twice over RTSP; ffmpeg watches it live over RTSPS with a viewer's Digest
+/// credentials for 5 s, interleaved on the TLS connection: a run of the feed's frames, none
+/// missing, from wherever it joined.
+#[test]
+fn a_live_feed_is_watched_over_rtsps() {
+    let _load = common::load(common::weight::PLAYER);
+    require("ffmpeg");
+    let src = common::media_fixture("h264_aac.mp4");
+    let dir = tempdir();
+    let (cert, key) = self_signed(&dir.path().join("tls"));
+    let server = Server::start(
+        &dir.path().join("store"),
+        ServeOptions { no_demo: true, config: Some(&config(&cert, &key)), ..Default::default() },
+    );
+    let port = server.rtsps.expect("an RTSPS listener").port();
+    let published = format!("rtsp://ops:ops-secret@127.0.0.1:{}/cam", server.rtsp.port());
+    let watched = dir.path().join("watched.mp4");
+    let watch = std::thread::scope(|s| {
+        let feed = s.spawn(|| {
+            crate::live::publish_looped(Command::new("ffmpeg"), &src, 2, &published, "tcp")
+        });
+        // Well after the feed's first key frame.
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        let url = format!("rtsps://viewer:view-secret@127.0.0.1:{port}/cam");
+        let watch = run(
+            Command::new("timeout")
+                .args(["-k", "5", "30", "ffmpeg", "-nostdin", "-v", "error", "-i", &url])
+                .args(["-t", "5", "-map", "0", "-c", "copy", "-y"])
+                .arg(&watched),
+            40,
+        );
+        let feed = feed.join().unwrap();
+        assert!(feed.status.success(), "publishing: {}", String::from_utf8_lossy(&feed.stderr));
+        watch
+    });
+    assert!(
+        watch.status.success(),
+        "ffmpeg over RTSPS: {}",
+        String::from_utf8_lossy(&watch.stderr)
+    );
+    let one = crate::native::decoded_video(&src);
+    let want: Vec<String> = one.iter().chain(&one).cloned().collect();
+    // Less the last two frames: `-t` cuts in decode order.
+    let got = crate::native::decoded_video(&watched);
+    let got = &got[..got.len().saturating_sub(2)];
+    crate::live::a_run_of(got, &want, false, "ffmpeg watching over RTSPS");
+    assert!(got.len() >= 4 * 25, "{} frames", got.len());
+}
