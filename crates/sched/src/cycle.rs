@@ -2076,25 +2076,24 @@ mod tests {
         s.handle_start(at(100), StreamId(1), RunId(1), BlockIndex(0), MediaTime::ZERO);
         let mut got = Vec::new();
         let mut now = at(100);
-        for _ in 0..2 {
-            for io in ios(&mut s) {
-                read_done(&mut s, now, io);
+        // Each second: the reads done, the blocks delivered, the next cycle.
+        let seconds = |s: &mut CycleScheduler<u32>, now: &mut Instant, n: usize| {
+            let mut got = Vec::new();
+            for _ in 0..n {
+                for io in ios(s) {
+                    read_done(s, *now, io);
+                }
+                got.extend(delivered(&events(s)));
+                *now = *now + Duration::from_secs(1);
+                s.handle_timeout(*now);
             }
-            got.extend(delivered(&events(&mut s)));
-            now = now + Duration::from_secs(1);
-            s.handle_timeout(now);
-        }
+            got
+        };
+        got.extend(seconds(&mut s, &mut now, 2));
         assert_eq!(got, [(1, 0), (1, 1)], "the prefix, and nothing past it");
         assert!(ios(&mut s).is_empty(), "no read past the committed prefix");
         s.handle_plan_grown(now, Arc::clone(&long));
-        for _ in 0..3 {
-            for io in ios(&mut s) {
-                read_done(&mut s, now, io);
-            }
-            got.extend(delivered(&events(&mut s)));
-            now = now + Duration::from_secs(1);
-            s.handle_timeout(now);
-        }
+        got.extend(seconds(&mut s, &mut now, 3));
         assert_eq!(got, [(1, 0), (1, 1), (1, 2), (1, 3)], "on into the blocks committed later");
         // Another object's plan, or a shorter one, changes nothing.
         s.handle_plan_grown(now, plan(2, &[0; 8], 1000));
