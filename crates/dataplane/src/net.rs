@@ -117,25 +117,27 @@ fn bind_group(ip: IpAddr, port: u16, send_buffer: usize, k: usize) -> io::Result
     Ok(pairs)
 }
 
-/// The receive buffer a relay socket asks for: about 6 000 relayed datagrams, a quarter of a
-/// second of a 300 Mb/s node's packets, so that a receiving thread descheduled for that long on a
-/// busy machine loses nothing.
-pub const RELAY_RECV_BUFFER: usize = 8 << 20;
+/// The receive buffer a [`receive_socket`] asks for: about 6 000 datagrams, a quarter of a
+/// second of a 300 Mb/s node's relayed packets, so that a receiving thread descheduled for that
+/// long on a busy machine loses nothing.
+pub const RECEIVE_BUFFER: usize = 8 << 20;
 
-/// The UDP socket on which a cluster node takes the RTP packets other nodes relay through it
-/// (relay delivery) and the NACKs the origins of relayed sessions send it, bound to `addr`, with
-/// a receive buffer of [`RELAY_RECV_BUFFER`]: above `net.core.rmem_max` it is forced when the
-/// process may (`SO_RCVBUFFORCE`, root). Returns the socket and the buffer the kernel gave
-/// (which counts its bookkeeping: about twice the bytes asked for).
+/// A UDP socket for datagrams nobody sends twice unasked, bound to `addr`, with a receive
+/// buffer of [`RECEIVE_BUFFER`]: the RTP packets other nodes relay through a cluster node and
+/// the NACKs of relayed sessions' origins (relay delivery), a publisher's RTP over UDP, an SRT
+/// listener's feeds (its ARQ repairs a hole only within its latency). Above
+/// `net.core.rmem_max` the buffer is forced when the process may (`SO_RCVBUFFORCE`, root).
+/// Returns the socket and the buffer the kernel gave (which counts its bookkeeping: about twice
+/// the bytes asked for).
 ///
 /// # Errors
 /// When the address cannot be bound.
-pub fn relay_socket(addr: SocketAddr) -> io::Result<(UdpSocket, usize)> {
+pub fn receive_socket(addr: SocketAddr) -> io::Result<(UdpSocket, usize)> {
     use std::os::fd::AsRawFd;
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-    let _ = s.set_recv_buffer_size(RELAY_RECV_BUFFER);
-    if s.recv_buffer_size().unwrap_or(0) < RELAY_RECV_BUFFER {
-        let size = RELAY_RECV_BUFFER as libc::c_int;
+    let _ = s.set_recv_buffer_size(RECEIVE_BUFFER);
+    if s.recv_buffer_size().unwrap_or(0) < RECEIVE_BUFFER {
+        let size = RECEIVE_BUFFER as libc::c_int;
         // SAFETY: `size` lives on this stack for the call; the kernel copies the int.
         let _ = unsafe {
             libc::setsockopt(

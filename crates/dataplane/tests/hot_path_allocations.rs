@@ -18,7 +18,7 @@ use isochron_base::{
     BlockIndex, BlockKey, Bytes, Gsn, MediaTime, ObjectId, RunId, StreamId, TrackSeqs,
 };
 use isochron_dataplane::clock::Clock;
-use isochron_dataplane::net::{UdpPair, gso_supported, relay_socket};
+use isochron_dataplane::net::{UdpPair, gso_supported, receive_socket};
 use isochron_dataplane::pacer::{PlayRun, StreamOp, StreamSetup, single_offset};
 use isochron_dataplane::sender::{SenderCommand, SenderThread, SharedBlock, StreamTransport};
 use isochron_diskio::AlignedBuf;
@@ -94,7 +94,7 @@ fn run(gso: bool) -> (u64, u64) {
     // The receiver is this test's thread: on a busy machine it may be descheduled for a while,
     // and 10 000 packets a second overflow a default receive buffer in 16 ms (a lost packet,
     // nothing of the sender's). A relay socket's buffer holds 0.6 s of them.
-    let (rx, _) = relay_socket(SocketAddr::new(lo, 0)).unwrap();
+    let (rx, _) = receive_socket(SocketAddr::new(lo, 0)).unwrap();
     let rtcp_rx = UdpSocket::bind((lo, 0)).unwrap();
     rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let to = rx.local_addr().unwrap();

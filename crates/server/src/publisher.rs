@@ -288,7 +288,7 @@ impl Drop for Publisher {
 /// bursts (a key frame arrives at once).
 fn bind_pair(ip: IpAddr) -> std::io::Result<(std::net::UdpSocket, std::net::UdpSocket)> {
     for _ in 0..64 {
-        let (rtp, _) = isochron_dataplane::net::relay_socket(SocketAddr::new(ip, 0))?;
+        let (rtp, _) = isochron_dataplane::net::receive_socket(SocketAddr::new(ip, 0))?;
         let port = rtp.local_addr()?.port();
         if port % 2 == 1 || port == u16::MAX {
             continue;

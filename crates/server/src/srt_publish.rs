@@ -56,11 +56,25 @@ pub(crate) struct SrtPublishing {
 
 /// Binds the SRT listener on `addr` (a UDP socket): its address, and the task that takes its
 /// callers.
+///
+/// Every caller's datagrams come to this one socket, so it asks for a large receive buffer
+/// ([`isochron_dataplane::net::receive_socket`]): a burst the kernel drops while the listener's
+/// task waits for a core is a hole SRT repairs only within its latency (120 ms by default),
+/// and a hole it gives up is a gap in the recording.
 pub(crate) async fn bind(
     addr: SocketAddr,
     shared: Arc<SrtPublishing>,
 ) -> std::io::Result<(SocketAddr, impl Future<Output = ()> + Send + 'static)> {
-    let socket = tokio::net::UdpSocket::bind(addr).await?;
+    let (socket, buffer) = isochron_dataplane::net::receive_socket(addr)?;
+    if buffer < isochron_dataplane::net::RECEIVE_BUFFER {
+        warn!(
+            bytes = buffer,
+            "the SRT listener's receive buffer is small (net.core.rmem_max): a burst may be lost \
+             and, past SRT's latency, missing from the recording"
+        );
+    }
+    socket.set_nonblocking(true)?;
+    let socket = tokio::net::UdpSocket::from_std(socket)?;
     let local = socket.local_addr()?;
     let (listener, mut incoming) = SrtListener::builder().socket(socket).bind(local).await?;
     Ok((local, async move {

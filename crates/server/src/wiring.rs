@@ -275,9 +275,9 @@ impl Wiring {
         let listener = bind_tcp(addr).with_context(|| {
             format!("binding the control port {addr} (config key cluster.control_port)")
         })?;
-        let (relay, relay_buffer) = isochron_dataplane::net::relay_socket(addr)
+        let (relay, relay_buffer) = isochron_dataplane::net::receive_socket(addr)
             .with_context(|| format!("binding the relay port {addr} (UDP)"))?;
-        if relay_buffer < isochron_dataplane::net::RELAY_RECV_BUFFER {
+        if relay_buffer < isochron_dataplane::net::RECEIVE_BUFFER {
             warn!(
                 bytes = relay_buffer,
                 "the relay port's receive buffer is small (net.core.rmem_max): relayed packets \

@@ -337,7 +337,12 @@ fn three_nodes_serve_bipartite_to_isochron_and_relay_to_standard_players() {
                     60,
                 );
                 let err = String::from_utf8_lossy(&res.stderr);
-                assert!(res.status.success() && err.trim().is_empty(), "ffmpeg {transport}: {err}");
+                assert!(
+                    res.status.success() && err.trim().is_empty(),
+                    "ffmpeg {transport} through {}: {err}\n{}",
+                    c.nodes[node].name,
+                    c.logs()
+                );
                 if transport == "tcp" {
                     let got = framemd5_packets(&std::fs::read_to_string(&md5).unwrap());
                     let want = common::source_framemd5(&demo());

@@ -1256,9 +1256,10 @@ fn mpeg_ts_feeds_over_srt_and_rtsp_are_watched_live_and_recorded_as_sent() {
         let o = gst_view.join().unwrap();
         assert!(
             o.status.success(),
-            "GStreamer watching: {}{}",
+            "GStreamer watching: {}{}\n{}",
             String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
+            String::from_utf8_lossy(&o.stderr),
+            server.log()
         );
         (
             gst_srt.join().unwrap(),
@@ -1292,7 +1293,7 @@ fn mpeg_ts_feeds_over_srt_and_rtsp_are_watched_live_and_recorded_as_sent() {
     let got = decoded_video(&watched);
     let got = &got[..got.len().saturating_sub(2)];
     a_run_of(got, &twice, false, "ffmpeg watching the SRT feed");
-    assert!(got.len() >= 4 * 25, "ffmpeg watching: {} frames", got.len());
+    assert!(got.len() >= 4 * 25, "ffmpeg watching: {} frames\n{}", got.len(), server.log());
 
     for name in ["srt-gst", "rtsp-ts"] {
         committed_with(&server, name, 10.0);
