@@ -187,6 +187,9 @@ pub struct BenchReport {
     pub ramp_s: f64,
     /// Seconds run after the last arrival.
     pub duration_s: f64,
+    /// Deadlines the consumers checked (reads: one per block played, at its first packet's
+    /// send time); `missed_deadlines` of them found the block missing.
+    pub deadlines: u64,
     /// Blocks not in memory at their deadline, as the consumers saw them (reads), or recorded
     /// blocks not written in time (writes).
     pub missed_deadlines: u64,
@@ -608,6 +611,7 @@ impl Driver<'_> {
         if self.players[i].run != run {
             return;
         }
+        self.report.deadlines += 1;
         if self.players[i].next <= index {
             self.players[i].missed += 1;
             self.report.missed_deadlines += 1;
