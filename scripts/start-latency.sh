@@ -13,11 +13,14 @@
 # Clips are picked uniformly from many copies (distinct objects: no start is served from
 # another stream's blocks); the block cache keeps no unpinned blocks (cache_mib = 0); admission
 # is off, so N is exactly the load asked for. The server's missed deadlines come from /metrics.
+# Every object's first block is kept in memory (sched.resident_mib, RESIDENT_MIB here; 0 keeps
+# none, as before that setting): each run starts once the server has read them all.
 #
 # Usage: scripts/start-latency.sh [N…]   (default: 1 14 29)
 # Environment: BIN (default target/release/isochron), WORK (default /tmp/isochron-start-latency),
 # PROBE_S (probe run, default 200), CHURN_S (churn run, default 180), COPIES (objects of each
-# length, default 60), MODES (default "probe churn").
+# length, default 60), MODES (default "probe churn"), RESIDENT_MIB (default 64), TAG (a suffix of
+# the runs' directories, default none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-$PWD/target/release/isochron}
@@ -26,6 +29,8 @@ PROBE_S=${PROBE_S:-200}
 CHURN_S=${CHURN_S:-180}
 COPIES=${COPIES:-60}
 MODES=${MODES:-probe churn}
+RESIDENT_MIB=${RESIDENT_MIB:-64}
+TAG=${TAG:-}
 [ $# -gt 0 ] || set -- 1 14 29
 NS=("$@")
 RTSP=127.0.0.1:18554
@@ -56,6 +61,7 @@ cat > "$WORK/config.toml" <<EOF
 [sched]
 admission = "off"
 cache_mib = 0
+resident_mib = $RESIDENT_MIB
 nrt_share_percent = 10
 EOF
 urls() { for i in $(seq -w 1 "$COPIES"); do echo "rtsp://$RTSP/c$1-$i"; done; }
@@ -65,12 +71,23 @@ mapfile -t U120 < <(urls 120)
 
 for mode in $MODES; do
   for n in "${NS[@]}"; do
-    out=$WORK/$mode-n$n
+    out=$WORK/$mode$TAG-n$n
     rm -rf "$out" "$out-bg"
     "$BIN" serve --config "$WORK/config.toml" --data "$store" --rtsp "$RTSP" --http "$HTTP" \
       --rtp-port 0 --no-demo > "$WORK/server-$mode-$n.log" 2>&1 &
     pid=$!
     for _ in $(seq 50); do curl -fsS "http://$HTTP/metrics" > /dev/null 2>&1 && break; sleep 0.2; done
+    if [ "$RESIDENT_MIB" != 0 ]; then
+      # The objects' first blocks, read in the disk's idle time: measured once they are in.
+      want=$((3 * COPIES)) reads=0
+      for _ in $(seq 600); do
+        reads=$(curl -fsS "http://$HTTP/metrics" | awk '/^isochron_resident_reads_total /{print int($2)}')
+        [ "${reads:-0}" -ge "$want" ] && break
+        sleep 0.2
+      done
+      sleep 0.5
+      log "$reads of $want first blocks read into memory"
+    fi
     common=(--buffer-ms 2000 --no-mtfc --server-pid "$pid" --metrics "http://$HTTP/metrics")
     log "$mode, N = $n"
     if [ "$mode" = probe ]; then
@@ -95,14 +112,14 @@ for mode in $MODES; do
   done
 done
 
-python3 - "$WORK" "$MODES" "${NS[@]}" <<'EOF'
+python3 - "$WORK" "$MODES" "$TAG" "${NS[@]}" <<'EOF'
 import json, math, os, sys
-work, modes, ns = sys.argv[1], sys.argv[2].split(), sys.argv[3:]
+work, modes, tag, ns = sys.argv[1], sys.argv[2].split(), sys.argv[3], sys.argv[4:]
 print("| load | streams | starts sampled | p50 (ms) | p90 (ms) | p99 (ms) | max (ms) | server missed deadlines | client starvations |")
 print("|---|---|---|---|---|---|---|---|---|")
 for mode in modes:
     for n in ns:
-        d = f"{work}/{mode}-n{n}"
+        d = f"{work}/{mode}{tag}-n{n}"
         r = json.load(open(f"{d}/report.json"))
         # churn: the starts once all N clients have arrived (one a second); probe: every start.
         after = int(n) + 2 if mode == "churn" else 0

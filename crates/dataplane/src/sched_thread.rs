@@ -252,6 +252,13 @@ pub enum SchedCommand {
         /// The longer plan.
         plan: Arc<ObjectPlan>,
     },
+    /// An object the server can play: keep its first block in memory if it is on one of this
+    /// node's disks ([`CycleScheduler::handle_resident`]), so that a start from its beginning
+    /// waits for no disk.
+    KeepResident {
+        /// Its plan.
+        plan: Arc<ObjectPlan>,
+    },
     /// Replies once every read issued before this command has completed.
     Drain {
         /// The reply.
@@ -561,6 +568,10 @@ impl SchedLoop {
             SchedCommand::CopyRepaired { key, disk } => s.handle_copy_repaired(now, key, disk),
             SchedCommand::UpdatePlan { plan } => s.handle_plan_update(plan),
             SchedCommand::GrowPlan { plan } => s.handle_plan_grown(now, plan),
+            SchedCommand::KeepResident { plan } => {
+                let local: BTreeSet<DiskId> = self.t.workers.keys().copied().collect();
+                s.handle_resident(now, &plan, Some(&local));
+            }
             SchedCommand::Drain { reply } => self.drains.push((self.tag, reply)),
             SchedCommand::Stats { reply } => {
                 let _ = reply.send(self.snapshot());

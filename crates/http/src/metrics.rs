@@ -298,6 +298,12 @@ pub(crate) fn render(g: &Gathered) -> String {
         c.bytes_from_cache as f64,
     );
     e.single("cache_used_bytes", Gauge, "Bytes held by the block cache.", sched.cache_bytes as f64);
+    e.single(
+        "resident_objects",
+        Gauge,
+        "Objects whose first block is kept in memory (or being read to be).",
+        st.resident_objects as f64,
+    );
     for (name, help, v) in [
         ("cache_hits_total", "Block requests answered from the cache.", c.hits),
         ("cache_misses_total", "Block requests that needed a disk read.", c.misses),
@@ -308,6 +314,11 @@ pub(crate) fn render(g: &Gathered) -> String {
         ),
         ("cache_evictions_total", "Cached blocks evicted to make room.", c.evictions),
         ("reads_total", "Block reads issued.", st.reads),
+        (
+            "resident_reads_total",
+            "Reads of objects' first blocks, kept in memory so that starts wait for no disk.",
+            st.resident_reads,
+        ),
         ("writes_total", "Recording block writes issued.", st.writes),
         ("late_reads_total", "Block reads finished after their deadline.", st.late_reads),
         ("failed_reads_total", "Block reads that failed (each copy's failure).", st.failed_reads),

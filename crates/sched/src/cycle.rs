@@ -18,8 +18,16 @@
 //!
 //! A started stream's first block is due at once, so it goes to the head of its disk's queue and
 //! is read as soon as the IO in progress ends: initial latency is about one IO plus the IO in
-//! progress, whatever the load (XTREAM's request handler, §2.2). The rest of its double buffer
-//! follows by deadline.
+//! progress (XTREAM's request handler, §2.2). The rest of its double buffer follows by deadline.
+//!
+//! The IO in progress is what grows with the load: an idle disk has none, a disk at MaxN is busy
+//! most of the time, with up to one whole block left to read. So the first block of each object
+//! the driver names ([`CycleScheduler::handle_resident`]) stays in memory, pinned by the
+//! scheduler itself, within `resident_capacity` (the objects started least recently leave first):
+//! a start of such an object from its beginning is delivered at once, whatever the disks are
+//! doing, and its later blocks are read by deadline, the first of them a whole block's
+//! duration after the start. Those first blocks are read only when a disk has no real-time IO
+//! queued, before non-real-time IO, one at a time.
 //!
 //! Non-real-time IO (HTTP reads, reorganisation, ingest) is issued only in a cycle's slack: when
 //! a disk has no real-time IO queued, in chunks sized (from the disk profile's min curve) to end
@@ -79,6 +87,9 @@ pub struct CycleConfig {
     pub disk_queue_depth: u32,
     /// Bytes of unpinned blocks kept in memory. Default 256 MiB.
     pub cache_capacity: Bytes,
+    /// Bytes of objects' first blocks kept in memory ([`CycleScheduler::handle_resident`]), on
+    /// top of `cache_capacity`. Default 64 MiB; 0 keeps none.
+    pub resident_capacity: Bytes,
     /// Time from a start's first block being in memory to its first packet's send time.
     /// Default 20 ms.
     pub startup_delay: Duration,
@@ -101,6 +112,7 @@ impl Default for CycleConfig {
             cycle: Duration::from_secs(1),
             disk_queue_depth: 1,
             cache_capacity: Bytes::mib(256),
+            resident_capacity: Bytes::mib(64),
             startup_delay: Duration::from_millis(20),
             max_streams: 10_000,
             order: CycleOrder::Deadline,
@@ -363,6 +375,10 @@ pub struct CycleStats {
     pub nrt_ios: u64,
     /// Non-real-time bytes issued.
     pub nrt_bytes: u64,
+    /// Reads of objects' first blocks to keep them in memory ([`CycleScheduler::handle_resident`]).
+    pub resident_reads: u64,
+    /// Objects whose first block is (or is being read to be) in memory.
+    pub resident_objects: u64,
     /// Reads completed after the deadline they were queued with, for reads queued once the
     /// stream's clock was anchored (an IO-level count; see `missed_deadlines` for blocks).
     pub late_reads: u64,
@@ -493,6 +509,8 @@ struct InFlight {
 struct DiskState {
     edf: BTreeMap<(Instant, u64), Target>,
     queued: BTreeMap<Target, Queued>,
+    /// First blocks to read into memory when nothing real-time is queued (resident objects).
+    resident: VecDeque<(BlockKey, Bytes)>,
     nrt: VecDeque<NrtId>,
     in_flight: HashMap<Flight, InFlight>,
 }
@@ -525,7 +543,10 @@ impl DiskState {
     }
 
     fn idle(&self) -> bool {
-        self.queued.is_empty() && self.nrt.is_empty() && self.in_flight.is_empty()
+        self.queued.is_empty()
+            && self.resident.is_empty()
+            && self.nrt.is_empty()
+            && self.in_flight.is_empty()
     }
 }
 
@@ -563,6 +584,25 @@ pub struct CycleScheduler<V> {
     stats: CycleStats,
     /// Declared rates of playing streams, to re-account them when their blocks move.
     rates: HashMap<StreamId, (BitRate, BitRate)>,
+    /// Objects whose first block is kept in memory, pinned by [`RESIDENT`].
+    resident: HashMap<ObjectId, Resident>,
+    /// Bytes of their first blocks.
+    resident_bytes: u64,
+    /// Ticks of [`Resident::used`].
+    resident_tick: u64,
+}
+
+/// The holder of the pins of resident objects' first blocks: no stream has this id (the
+/// drivers number streams from 1 upwards).
+pub const RESIDENT: StreamId = StreamId(u64::MAX);
+
+/// An object whose first block is kept in memory.
+#[derive(Clone, Copy, Debug)]
+struct Resident {
+    key: BlockKey,
+    len: Bytes,
+    /// When a stream last started it from its beginning (or when it was named).
+    used: u64,
 }
 
 impl<V: Clone> CycleScheduler<V> {
@@ -593,6 +633,9 @@ impl<V: Clone> CycleScheduler<V> {
             seq: 0,
             stats: CycleStats::default(),
             rates: HashMap::new(),
+            resident: HashMap::new(),
+            resident_bytes: 0,
+            resident_tick: 0,
         }
     }
 
@@ -698,11 +741,17 @@ impl<V: Clone> CycleScheduler<V> {
     ) {
         self.catch_up(now);
         self.release(stream);
-        let Some(StreamEntry { state: StreamState::Play { running, .. }, .. }) =
+        let Some(StreamEntry { state: StreamState::Play { running, plan, .. }, .. }) =
             self.streams.get_mut(&stream)
         else {
             return;
         };
+        if from.0 == 0
+            && let Some(r) = self.resident.get_mut(&plan.object)
+        {
+            self.resident_tick += 1;
+            r.used = self.resident_tick;
+        }
         *running = Some(Run {
             run,
             start_media: media,
@@ -968,6 +1017,14 @@ impl<V: Clone> CycleScheduler<V> {
                     return;
                 }
                 for stream in self.cache.fail(done.key) {
+                    if stream == RESIDENT {
+                        // The pin is gone with the entry: forget the object here too.
+                        if let Some(r) = self.resident.remove(&done.key.object) {
+                            self.resident_bytes -= r.len.0;
+                            self.stats.resident_objects = self.resident.len() as u64;
+                        }
+                        continue;
+                    }
                     // The cache already dropped this stream's pin on the failed block.
                     self.forget_slot(stream, done.key.index);
                     self.release(stream);
@@ -1355,9 +1412,83 @@ impl<V: Clone> CycleScheduler<V> {
         self.admission.remove_disk(disk);
     }
 
-    /// Drops an object's unpinned blocks from the cache (after `rm`).
+    /// Drops an object's unpinned blocks from the cache (after `rm`), its first block included.
     pub fn purge_object(&mut self, object: ObjectId) {
+        self.drop_resident(object);
         self.cache.purge_object(object);
+    }
+
+    /// Keeps the first block of `plan`'s object in memory from now on (module docs), if it is
+    /// on one of `local`'s disks (`None`: every disk is this node's) and fits in
+    /// `resident_capacity`, making room by dropping the objects started least recently. A block
+    /// not in memory yet is read when its disk has no real-time IO queued. Naming an object
+    /// again changes nothing.
+    pub fn handle_resident(
+        &mut self,
+        now: Instant,
+        plan: &ObjectPlan,
+        local: Option<&BTreeSet<DiskId>>,
+    ) {
+        let Some(block) = plan.blocks.first() else { return };
+        let key = plan.key(BlockIndex(0));
+        let capacity = self.config.resident_capacity.0;
+        if self.resident.contains_key(&plan.object) || block.len.0 > capacity || block.len.0 == 0 {
+            return;
+        }
+        let Some(disk) = good_copy(&self.bad, key, &block.copies, local)
+            .filter(|d| local.is_none_or(|l| l.contains(d)))
+        else {
+            return;
+        };
+        while self.resident_bytes + block.len.0 > capacity {
+            let Some((&oldest, _)) = self.resident.iter().min_by_key(|(_, r)| r.used) else {
+                break;
+            };
+            self.drop_resident(oldest);
+        }
+        self.resident_tick += 1;
+        let r = Resident { key, len: block.len, used: self.resident_tick };
+        self.resident.insert(plan.object, r);
+        self.resident_bytes += block.len.0;
+        self.stats.resident_objects = self.resident.len() as u64;
+        if let Pin::Miss = self.cache.pin(RESIDENT, key, block.len) {
+            self.disks.entry(disk).or_default().resident.push_back((key, block.len));
+            self.dispatch(now);
+        }
+    }
+
+    /// Lets an object's first block leave memory (its pin released; a read of it still queued
+    /// is dropped when its turn comes).
+    fn drop_resident(&mut self, object: ObjectId) {
+        if let Some(r) = self.resident.remove(&object) {
+            self.resident_bytes -= r.len.0;
+            self.stats.resident_objects = self.resident.len() as u64;
+            if self.cache.refs(r.key) > 0 {
+                self.cache.unpin(RESIDENT, r.key);
+            }
+        }
+    }
+
+    /// The next first block to read into memory on `d`, if any is still wanted and no read of
+    /// it is queued or in flight.
+    fn next_resident(&mut self, disk: DiskId) -> Option<(BlockKey, Bytes)> {
+        let d = self.disks.get_mut(&disk)?;
+        while let Some((key, len)) = d.resident.pop_front() {
+            let flight = Flight::Rt(Target::Read(key));
+            if d.in_flight.contains_key(&flight)
+                || d.queued.contains_key(&Target::Read(key))
+                || self.cache.peek(key).is_some()
+            {
+                continue;
+            }
+            if self.cache.refs(key) == 0 {
+                // Dropped since (its object left, or made room for others).
+                let _ = self.cache.fail(key);
+                continue;
+            }
+            return Some((key, len));
+        }
+        None
     }
 
     /// The start of the cycle after the one holding `now`.
@@ -1676,6 +1807,21 @@ impl<V: Clone> CycleScheduler<V> {
                     });
                     continue;
                 }
+                if let Some((key, len)) = self.next_resident(disk) {
+                    let Some(d) = self.disks.get_mut(&disk) else { break };
+                    d.in_flight.insert(
+                        Flight::Rt(Target::Read(key)),
+                        InFlight { deadline: cycle_end, provisional: true, stream: None },
+                    );
+                    self.stats.resident_reads += 1;
+                    self.io_out.push_back(CycleIo {
+                        disk,
+                        len,
+                        deadline: cycle_end,
+                        class: IoClass::Read { key },
+                    });
+                    continue;
+                }
                 if !self.issue_nrt(now, disk, cycle_end) {
                     break;
                 }
@@ -1873,6 +2019,98 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    /// The module docs' resident first blocks: read only when the disk has no real-time IO
+    /// queued; a start from the beginning is then delivered with no IO, while another stream's
+    /// read is in progress; a start elsewhere reads as before; and at capacity the object
+    /// started least recently makes room.
+    #[test]
+    fn a_resident_first_block_starts_a_stream_at_once_whatever_the_disk_is_doing() {
+        let config = CycleConfig { resident_capacity: Bytes::mib(2), ..CycleConfig::default() };
+        let mut s = sched(AdmissionPolicy::Off, 1, config);
+        let (busy, p1, p2, p3) = (
+            plan(9, &[0; 8], 500),
+            plan(1, &[0; 4], 500),
+            plan(2, &[0; 4], 500),
+            plan(3, &[0; 4], 500),
+        );
+        // A playing stream's first read is queued first: the resident read waits behind it.
+        assert_eq!(open(&mut s, 9, &busy, 8_000_000), Decision::Admit);
+        s.handle_start(at(0), StreamId(9), RunId(1), BlockIndex(0), MediaTime::ZERO);
+        s.handle_resident(at(0), &p1, None);
+        s.handle_resident(at(0), &p2, None);
+        let first = ios(&mut s);
+        assert_eq!(first.len(), 1, "{first:?}");
+        assert_eq!(first[0].class, IoClass::Read { key: busy.key(BlockIndex(0)) });
+        read_done(&mut s, at(80), first[0]);
+        let mut now = at(80);
+        let mut resident_reads = Vec::new();
+        for _ in 0..20 {
+            if resident_reads.len() == 2 {
+                break;
+            }
+            for io in ios(&mut s) {
+                let IoClass::Read { key } = io.class else { panic!("{io:?}") };
+                if key.object != ObjectId(9) {
+                    resident_reads.push(key);
+                }
+                now = now + Duration::from_millis(80);
+                read_done(&mut s, now, io);
+            }
+            for e in events(&mut s) {
+                if let CycleEvent::Deliver { stream, index, .. } = e {
+                    s.handle_block_done(now, stream, RunId(1), index);
+                }
+            }
+            now = now + Duration::from_millis(100);
+            s.handle_timeout(now);
+        }
+        assert_eq!(resident_reads, vec![p1.key(BlockIndex(0)), p2.key(BlockIndex(0))]);
+        assert_eq!((s.stats().resident_reads, s.stats().resident_objects), (2, 2));
+        // Make the busy stream's next read be in progress, then start object 1 from its
+        // beginning: delivered at once, with its clock anchored now, and no read of block 0.
+        let in_progress = (0..50)
+            .find_map(|_| {
+                now = now + Duration::from_millis(100);
+                s.handle_timeout(now);
+                Some(ios(&mut s)).filter(|io| !io.is_empty())
+            })
+            .expect("the busy stream reads again");
+        events(&mut s);
+        assert_eq!(open(&mut s, 1, &p1, 8_000_000), Decision::Admit);
+        s.handle_start(now, StreamId(1), RunId(1), BlockIndex(0), MediaTime::ZERO);
+        let ev = events(&mut s);
+        assert_eq!(delivered(&ev), vec![(1, 0)], "{ev:?}");
+        let CycleEvent::Deliver { anchor: Some(a), .. } = &ev[0] else { panic!("{ev:?}") };
+        assert_eq!(a.wall, now + CycleConfig::default().startup_delay);
+        assert!(
+            ios(&mut s).iter().all(|io| io.class != IoClass::Read { key: p1.key(BlockIndex(0)) })
+        );
+        for io in in_progress {
+            read_done(&mut s, now, io);
+        }
+        // A seek into object 2 reads its block as any start does.
+        assert_eq!(open(&mut s, 2, &p2, 8_000_000), Decision::Admit);
+        s.handle_start(
+            now,
+            StreamId(2),
+            RunId(1),
+            BlockIndex(2),
+            MediaTime::from_nanos(1_000_000_000),
+        );
+        assert!(delivered(&events(&mut s)).iter().all(|d| d.0 != 2));
+        // Object 3 needs room: object 2, started (from the beginning) least recently, leaves;
+        // object 1, started since, stays.
+        s.handle_resident(now, &p3, None);
+        assert_eq!(s.stats().resident_objects, 2);
+        assert_eq!(s.cache().refs(p2.key(BlockIndex(0))), 0);
+        assert!(s.cache().refs(p1.key(BlockIndex(0))) >= 1);
+        // Removing object 1 lets its first block go.
+        s.handle_close(now, StreamId(1));
+        s.purge_object(ObjectId(1));
+        assert_eq!(s.cache().refs(p1.key(BlockIndex(0))), 0);
+        assert_eq!(s.stats().resident_objects, 1);
     }
 
     #[test]

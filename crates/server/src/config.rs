@@ -238,6 +238,10 @@ pub struct SchedSection {
     pub disk_queue_depth: u32,
     /// Block cache for unpinned blocks, in MiB. Default 256.
     pub cache_mib: u64,
+    /// Memory for objects' first blocks, kept so that a start from the beginning waits for no
+    /// disk, in MiB (beside `cache_mib`; the objects started least recently leave first when
+    /// they do not all fit). 0: none. Default 64.
+    pub resident_mib: u64,
     /// Delay from a start's first block in memory to its first packet, in ms. Default 20.
     pub startup_delay_ms: u64,
     /// Most streams admitted at once. Default 10000.
@@ -263,6 +267,7 @@ impl Default for SchedSection {
             admission: "aggressive-avg".into(),
             disk_queue_depth: 1,
             cache_mib: 256,
+            resident_mib: 64,
             startup_delay_ms: 20,
             max_streams: 10_000,
             nrt_share_percent: 20,
@@ -807,6 +812,7 @@ impl ConfigFile {
                 cycle: Duration::from_millis(self.sched.cycle_ms),
                 disk_queue_depth: self.sched.disk_queue_depth,
                 cache_capacity: Bytes::mib(self.sched.cache_mib),
+                resident_capacity: Bytes::mib(self.sched.resident_mib),
                 startup_delay: Duration::from_millis(self.sched.startup_delay_ms),
                 max_streams: self.sched.max_streams,
                 lookahead_cycles: self.sched.lookahead_cycles,

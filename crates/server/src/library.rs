@@ -82,11 +82,25 @@ impl From<&ObjectRecord> for ObjectSummary {
 #[derive(Debug, Default)]
 pub struct Library {
     by_name: RwLock<HashMap<String, Arc<ObjectEntry>>>,
+    /// Told of every entry inserted from the moment it is set ([`Library::on_insert`]).
+    inserted: std::sync::OnceLock<InsertHook>,
     /// The feeds being published, by name: played from their live edge until they end
     /// (`docs/design/live.md`), with the node each is published on (`None`: this one).
     live: RwLock<HashMap<String, (Presentation, Option<String>)>>,
     /// What this node knows of the feeds published on other nodes, by name.
     remote: RwLock<HashMap<String, Arc<RemoteFeed>>>,
+}
+
+/// What [`Library::insert`] tells of each entry.
+struct InsertHook(Box<Tell>);
+
+/// The function [`Library::on_insert`] sets.
+type Tell = dyn Fn(&Arc<ObjectEntry>) + Send + Sync;
+
+impl std::fmt::Debug for InsertHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InsertHook")
+    }
 }
 
 /// A feed published on another node of the cluster and served here too
@@ -184,7 +198,23 @@ impl Library {
 
     /// Adds or replaces an entry.
     pub fn insert(&self, entry: Arc<ObjectEntry>) {
+        if let Some(InsertHook(tell)) = self.inserted.get() {
+            tell(&entry);
+        }
         self.write().insert(entry.record.name.clone(), entry);
+    }
+
+    /// Calls `tell` with every entry in the library now and with each inserted from now on
+    /// (the scheduler keeps their first blocks in memory: `SchedCommand::KeepResident`). Set
+    /// once; a second call changes nothing.
+    pub fn on_insert(&self, tell: impl Fn(&Arc<ObjectEntry>) + Send + Sync + 'static) {
+        if self.inserted.set(InsertHook(Box::new(tell))).is_ok()
+            && let Some(InsertHook(tell)) = self.inserted.get()
+        {
+            for entry in self.list() {
+                tell(&entry);
+            }
+        }
     }
 
     /// Removes an entry.

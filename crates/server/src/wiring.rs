@@ -219,6 +219,12 @@ impl Wiring {
             remote: s.cluster.as_ref().map(|_| remote_reads(&self.store, e.sched.clone())),
         };
         self.thread("isochron-sched", || sched.run())?;
+        // Every object's first block stays in memory (within `sched.resident_mib`), so that a
+        // start from the beginning waits for no disk (docs/design/scheduler.md).
+        let to_sched = e.sched.clone();
+        self.library.on_insert(move |entry| {
+            let _ = to_sched.send(SchedCommand::KeepResident { plan: Arc::clone(&entry.plan) });
+        });
         let s = &self.settings;
         let gso = s.gso && isochron_dataplane::net::gso_supported();
         // In a cluster a share overdue past a peer's suspicion is held a moment: its part may
