@@ -9,6 +9,8 @@ import json
 import os
 import sys
 
+from lineplot import line_plot
+
 out = sys.argv[1]
 # runs[clip] = {"per_n": [the N's aggregate of each run], "content_mean_bits_s": …}
 runs = {}
@@ -69,42 +71,7 @@ for name, r in runs.items():
     cells = [("pass" if per_n[n]["pass"] else "fail") if n in per_n else "–" for n in SHOWN]
     print(f"| {name} | " + " | ".join(cells) + f" | {r['lost']} |")
 
-W, H, PAD = 640, 400, 50
-xmax = 31
 ymax = max(5.0, max(c for pts in curves.values() for _, c in pts) * 1.1)
-
-
-def fx(x):
-    return PAD + x / xmax * (W - 2 * PAD)
-
-
-def fy(y):
-    return H - PAD - y / ymax * (H - 2 * PAD)
-
-
-colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
-svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
-       f'font-family="sans-serif" font-size="12">',
-       f'<rect width="{W}" height="{H}" fill="#fff"/>',
-       f'<text x="{W / 2}" y="18" text-anchor="middle">isochron serve: CPU against '
-       f'connections to one file</text>',
-       f'<line x1="{PAD}" y1="{fy(0)}" x2="{W - PAD}" y2="{fy(0)}" stroke="#000"/>',
-       f'<line x1="{PAD}" y1="{fy(0)}" x2="{PAD}" y2="{fy(ymax)}" stroke="#000"/>']
-for x in range(0, 31, 5):
-    svg.append(f'<text x="{fx(x):.1f}" y="{fy(0) + 16}" text-anchor="middle">{x}</text>')
-ystep = 10 if ymax > 40 else 5 if ymax > 15 else 2
-y = 0
-while y <= ymax:
-    svg.append(f'<text x="{PAD - 6}" y="{fy(y) + 4:.1f}" text-anchor="end">{y}</text>')
-    y += ystep
-svg.append(f'<text x="{W / 2}" y="{H - 12}" text-anchor="middle">connections</text>')
-svg.append(f'<text x="14" y="{H / 2}" transform="rotate(-90 14 {H / 2})" '
-           f'text-anchor="middle">server CPU (% of one CPU)</text>')
-for i, (name, pts) in enumerate(curves.items()):
-    c = colours[i % len(colours)]
-    path = " ".join(f"{fx(n):.1f},{fy(v):.1f}" for n, v in pts)
-    svg.append(f'<polyline points="{path}" fill="none" stroke="{c}" stroke-width="2"/>')
-    svg.append(f'<text x="{PAD + 10}" y="{40 + 16 * i}" fill="{c}">— {name}</text>')
-svg.append("</svg>")
-with open(os.path.join(out, "he-connections.svg"), "w") as f:
-    f.write("\n".join(svg) + "\n")
+line_plot(os.path.join(out, "he-connections.svg"),
+          "isochron serve: CPU against connections to one file", "connections",
+          "server CPU (% of one CPU)", curves, 31, ymax, 5)

@@ -11,6 +11,8 @@ import os
 import re
 import sys
 
+from lineplot import line_plot
+
 out = sys.argv[1]
 runs = {}
 for path in glob.glob(os.path.join(out, "run-*.json")):
@@ -64,48 +66,10 @@ for name in order:
     bad = f"{first_bad:.1f}" if first_bad is not None else "none tried"
     print(f"| {name}b/s | {r0['block_bytes'] // 1024} KiB | {cap:.1f} | {best} | {share} | {bad} |")
 
-W, H, PAD = 640, 400, 50
 xmax = max(a for pts in curves.values() for a, _ in pts) * 1.05
 ymax = max(10.0, max(p for pts in curves.values() for _, p in pts) * 1.1)
-
-
-def fx(x):
-    return PAD + x / xmax * (W - 2 * PAD)
-
-
-def fy(y):
-    return H - PAD - y / ymax * (H - 2 * PAD)
-
-
-colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
-svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
-       f'font-family="sans-serif" font-size="12">',
-       f'<rect width="{W}" height="{H}" fill="#fff"/>',
-       f'<text x="{W / 2}" y="18" text-anchor="middle">Missed deadlines against total bit rate '
-       f'(emulated disk, 1 s cycles)</text>',
-       f'<line x1="{PAD}" y1="{fy(0)}" x2="{W - PAD}" y2="{fy(0)}" stroke="#000"/>',
-       f'<line x1="{PAD}" y1="{fy(0)}" x2="{PAD}" y2="{fy(ymax)}" stroke="#000"/>']
-step = 5 if xmax > 20 else 2
-x = 0
-while x <= xmax:
-    svg.append(f'<text x="{fx(x):.1f}" y="{fy(0) + 16}" text-anchor="middle">{x}</text>')
-    x += step
-ystep = 10 if ymax > 40 else 5 if ymax > 15 else 2
-y = 0
-while y <= ymax:
-    svg.append(f'<text x="{PAD - 6}" y="{fy(y) + 4:.1f}" text-anchor="end">{y}</text>')
-    y += ystep
-svg.append(f'<text x="{W / 2}" y="{H - 12}" text-anchor="middle">total bit rate (Mb/s)</text>')
-svg.append(f'<text x="14" y="{H / 2}" transform="rotate(-90 14 {H / 2})" '
-           f'text-anchor="middle">missed deadlines (%)</text>')
-for i, name in enumerate(order):
-    c = colours[i % len(colours)]
-    pts = sorted(curves[name])
-    path = " ".join(f"{fx(a):.1f},{fy(p):.1f}" for a, p in pts)
-    svg.append(f'<polyline points="{path}" fill="none" stroke="{c}" stroke-width="2"/>')
-    for a, p in pts:
-        svg.append(f'<circle cx="{fx(a):.1f}" cy="{fy(p):.1f}" r="3" fill="{c}"/>')
-    svg.append(f'<text x="{PAD + 10}" y="{40 + 16 * i}" fill="{c}">— {name}b/s streams</text>')
-svg.append("</svg>")
-with open(os.path.join(out, "fig4.svg"), "w") as f:
-    f.write("\n".join(svg) + "\n")
+line_plot(os.path.join(out, "fig4.svg"),
+          "Missed deadlines against total bit rate (emulated disk, 1 s cycles)",
+          "total bit rate (Mb/s)", "missed deadlines (%)",
+          {f"{name}b/s streams": sorted(curves[name]) for name in order},
+          xmax, ymax, 5 if xmax > 20 else 2, dots=True)
