@@ -25,6 +25,10 @@ def line_plot(path, title, xlabel, ylabel, curves, xmax, ymax, xstep, dots=False
         svg.append(f'<text x="{fx(x):.1f}" y="{fy(0) + 16}" text-anchor="middle">{x}</text>')
         x += xstep
     ystep = 10 if ymax > 40 else 5 if ymax > 15 else 2
+    if ymax > 100:
+        # About five to ten ticks: 1, 2 or 5 times a power of ten.
+        mag = 10 ** (len(str(int(ymax / 5))) - 1)
+        ystep = next(m * mag for m in (1, 2, 5, 10) if ymax / (m * mag) <= 10)
     y = 0
     while y <= ymax:
         svg.append(f'<text x="{PAD - 6}" y="{fy(y) + 4:.1f}" text-anchor="end">{y}</text>')

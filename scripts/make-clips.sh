@@ -5,10 +5,12 @@
 #              so an N_max trial that stops at 20 s never meets the part that decides it;
 #   hdtv40.ts  30 s 1920×1080, ≈ 40 Mb/s (HDTV contribution class);
 #   uhd400.ts  20 s 3840×2160 intra-only, ≈ 400 Mb/s or more (CineGrid class);
-#   src1080.mp4 60 s 1920×1080 H.264 with grain and AAC, 10 Mb/s: the transcoding benches' source.
+#   src1080.mp4 60 s 1920×1080 H.264 with grain and AAC, 10 Mb/s: the transcoding benches' source;
+#   native60.mp4 60 s 1280×720 H.264 and AAC, ≈ 5 Mb/s: streamed as native RTP (the soak's second
+#              object, scripts/soak.sh).
 # Usage: scripts/make-clips.sh OUT_DIR [NAME…]   (needs ffmpeg; a few minutes on two cores)
 set -euo pipefail
-out=${1:?usage: $0 OUT_DIR [vbr60|hdtv40|uhd400|src1080 …]}
+out=${1:?usage: $0 OUT_DIR [vbr60|native60|hdtv40|uhd400|src1080 …]}
 shift
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(vbr60 hdtv40 uhd400)
@@ -37,6 +39,11 @@ for name in "${names[@]}"; do
         -preset ultrafast -b:v 10M -maxrate 12M -bufsize 20M -g 50 -pix_fmt yuv420p -c:a aac \
         -b:a 128k -movflags +faststart "$out/src1080.mp4"
       ;;
+    native60)
+      ffmpeg -nostdin -v error -y -f lavfi -i "testsrc2=size=1280x720:rate=30,noise=alls=6:allf=t" \
+        "${audio[@]}" -ac 2 -t 60 -c:v libx264 -preset veryfast -b:v 5M -maxrate 5M -bufsize 5M \
+        -g 60 -pix_fmt yuv420p -c:a aac -b:a 128k -movflags +faststart "$out/native60.mp4"
+      ;;
     hdtv40)
       ffmpeg -loglevel error -y -f lavfi -i "testsrc2=size=1920x1080:rate=30,noise=alls=10:allf=t" \
         "${audio[@]}" -t 30 -c:v mpeg2video -b:v 39M -minrate 39M -maxrate 39M -bufsize 8M \
@@ -47,6 +54,6 @@ for name in "${names[@]}"; do
         "${audio[@]}" -t 20 -c:v mpeg2video -g 1 -q:v 2 -qmin 2 -maxrate 480M -bufsize 64M \
         -c:a mp2 -b:a 192k -f mpegts "$out/uhd400.ts"
       ;;
-    *) echo "$0: unknown clip $name (vbr60, hdtv40, uhd400)" >&2; exit 2 ;;
+    *) echo "$0: unknown clip $name (vbr60, native60, src1080, hdtv40, uhd400)" >&2; exit 2 ;;
   esac
 done

@@ -35,9 +35,10 @@ pub(crate) struct Args {
     /// Where the report goes (report.json, samples.csv, *.svg, verdict.txt); created.
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
-    /// Lower transport: udp or tcp (interleaved).
-    #[arg(long, value_name = "T", default_value = "udp", value_parser = parse_transport)]
-    transport: Transport,
+    /// Lower transport: udp or tcp (interleaved); a list (`udp,tcp`) mixes them, client k
+    /// using the list's entry k mod its length.
+    #[arg(long, value_name = "T", default_value = "udp", value_delimiter = ',')]
+    transport: Vec<Transport>,
     /// Playout buffer depth: playback starts (and resumes after a starvation) with this much
     /// media buffered.
     #[arg(long, value_name = "MS", default_value_t = 2000)]
@@ -84,12 +85,18 @@ pub(crate) struct Args {
     /// the number of URLs).
     #[arg(long, value_name = "LAW", default_value = "uniform")]
     popularity: Popularity,
-    /// Each client seeks (PLAY with a random Range) about every S seconds.
+    /// Each interactive client (--interactive-share) seeks (PLAY with a random Range) about
+    /// every S seconds.
     #[arg(long, value_name = "S")]
     seek_every: Option<f64>,
-    /// Each client pauses about every S seconds, for --pause-ms.
+    /// Each interactive client (--interactive-share) pauses about every S seconds, for
+    /// --pause-ms.
     #[arg(long, value_name = "S")]
     pause_every: Option<f64>,
+    /// The share of clients that seek and pause (--seek-every, --pause-every): client k is one
+    /// when frac(k × 0.618…) is below it, so any first N clients hold about that share.
+    #[arg(long, value_name = "F", default_value_t = 1.0)]
+    interactive_share: f64,
     /// Length of a pause.
     #[arg(long, value_name = "MS", default_value_t = 2000)]
     pause_ms: u64,
@@ -181,14 +188,6 @@ pub(crate) struct Args {
     threads: usize,
 }
 
-fn parse_transport(s: &str) -> Result<Transport, String> {
-    match s {
-        "udp" => Ok(Transport::Udp),
-        "tcp" => Ok(Transport::Tcp),
-        _ => Err(format!("{s:?}: expected udp or tcp")),
-    }
-}
-
 /// A link rate in bits/s: `100mbit`, `1gbit`, `5000kbit`, `100M`, `1G`, `2500000`.
 pub(crate) fn parse_link_rate(s: &str) -> Result<f64, String> {
     let lower = s.trim().to_ascii_lowercase();
@@ -269,7 +268,7 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
     let buffer = Duration::from_millis(a.buffer_ms.max(1));
     let settings = ClientSettings {
         urls: a.urls.clone(),
-        transport: a.transport,
+        transports: a.transport.clone(),
         buffer,
         mtfc: a.mtfc.then(|| MtfcConfig::for_depth(buffer, a.mtfc_thresholds)),
         force_pace,
@@ -277,6 +276,7 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
         seek_every: a.seek_every.map(Duration::from_secs_f64),
         pause_every: a.pause_every.map(Duration::from_secs_f64),
         pause_for: Duration::from_millis(a.pause_ms),
+        interactive_share: a.interactive_share.clamp(0.0, 1.0),
         repeat: true,
         stagger: a.stagger,
         epoch: std::time::Instant::now(),
@@ -468,7 +468,7 @@ fn write_report(
         "version": env!("CARGO_PKG_VERSION"),
         "parameters": {
             "urls": a.urls,
-            "transport": match a.transport { Transport::Udp => "udp", Transport::Tcp => "tcp" },
+            "transport": a.transport.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(","),
             "buffer_ms": a.buffer_ms,
             "duration_s": a.duration,
             "load": load,
@@ -476,6 +476,7 @@ fn write_report(
             "seek_every_s": a.seek_every,
             "pause_every_s": a.pause_every,
             "pause_ms": a.pause_ms,
+            "interactive_share": a.interactive_share,
             "pacing": pacing(a),
             "publish": a.publish,
             "mtfc": a.mtfc && a.force_rate.is_none(),

@@ -249,6 +249,7 @@ impl NativePlayout {
     /// The user resumed: play on from the buffer (or refill it to `depth` first).
     pub fn handle_resume(&mut self, now: Instant) {
         if self.state == PlayState::Paused {
+            self.lateness.reset();
             self.state = PlayState::Buffering;
             self.advance(now);
         }
@@ -390,8 +391,12 @@ impl NativePlayout {
         if late {
             self.stats.late_packets += 1;
         }
-        let behind = self.lateness.handle(at, m);
-        self.stats.lateness_max_ns = self.stats.lateness_max_ns.max(behind);
+        // Paused: what the server sent before the PAUSE took effect says nothing of its
+        // schedule (the meter restarts at the resume).
+        if self.state != PlayState::Paused {
+            let behind = self.lateness.handle(at, m);
+            self.stats.lateness_max_ns = self.stats.lateness_max_ns.max(behind);
+        }
         if t.newest.is_none_or(|n| m > n) {
             t.newest = Some(m);
         }
@@ -495,6 +500,28 @@ mod tests {
         p.advance(at(t0, 3_480));
         assert_eq!(p.state(), PlayState::Finished);
         assert_eq!(p.stats().starvations, 0, "the end is not a starvation");
+    }
+
+    #[test]
+    fn a_pause_is_not_lateness() {
+        let t0 = Instant::now();
+        let mut p = player(500);
+        p.handle_start(t0, &[Some(V0), Some(A0)]);
+        for ms in (0..1_000).step_by(20) {
+            feed(&mut p, t0, VIDEO, ms, ms);
+            feed(&mut p, t0, AUDIO, ms, ms);
+        }
+        // PAUSE at 990 ms; media 1 000 was on its way and lands after it.
+        p.handle_pause(at(t0, 990));
+        feed(&mut p, t0, VIDEO, 1_000, 1_000);
+        // Two seconds later PLAY resumes at media 1 020, on the resumed schedule.
+        p.handle_resume(at(t0, 3_000));
+        for ms in (1_020..2_000).step_by(20) {
+            feed(&mut p, t0, VIDEO, ms, ms + 1_980);
+            feed(&mut p, t0, AUDIO, ms, ms + 1_980);
+        }
+        let late = p.stats().lateness_max_ns;
+        assert!(late < 1_000_000, "a 2 s pause counted as {late} ns of lateness");
     }
 
     #[test]

@@ -222,7 +222,9 @@ impl Playout {
         self.stats.bytes += payload.len() as u64;
         for p in payload.chunks_exact(TS_PACKET) {
             let media = self.timeline.handle_packet(p);
-            if let Some(t) = media {
+            // Paused: what the server sent before the PAUSE took effect says nothing of its
+            // schedule (the meter restarts at the resume).
+            if let Some(t) = media.filter(|_| self.state != PlayState::Paused) {
                 let late = self.lateness.handle(now, t);
                 self.stats.lateness_max_ns = self.stats.lateness_max_ns.max(late);
             }
@@ -260,6 +262,7 @@ impl Playout {
     /// The user resumed: play on from the buffer (or refill it first if it ran low).
     pub fn handle_resume(&mut self, now: Instant) {
         if self.state == PlayState::Paused {
+            self.lateness.reset();
             self.state = PlayState::Buffering;
             self.advance(now);
         }
@@ -478,6 +481,25 @@ mod tests {
         }
         let late = p.stats().lateness_max_ns;
         assert!((1_499_000_000..=1_501_000_000).contains(&late), "{late}");
+    }
+
+    #[test]
+    fn a_pause_is_not_lateness() {
+        let t0 = Instant::now();
+        let mut p = Playout::new(Duration::from_millis(500));
+        for i in 0..10u64 {
+            p.handle_payload(at(t0, i * 100), &unit(i * 100));
+        }
+        // PAUSE at 950 ms; the server's packet of 1.0 s was on its way and lands after it.
+        p.handle_pause(at(t0, 950));
+        p.handle_payload(at(t0, 1_000), &unit(1_000));
+        // Two seconds later PLAY resumes from 1.1 s of media: on the resumed schedule.
+        p.handle_resume(at(t0, 3_000));
+        for i in 11..20u64 {
+            p.handle_payload(at(t0, 3_000 + (i - 11) * 100), &unit(i * 100));
+        }
+        let late = p.stats().lateness_max_ns;
+        assert!(late < 1_000_000, "a 2 s pause counted as {late} ns of lateness");
     }
 
     #[test]

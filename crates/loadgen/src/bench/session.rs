@@ -633,8 +633,8 @@ impl Popularity {
 pub struct ClientSettings {
     /// The objects.
     pub urls: Vec<String>,
-    /// How sessions are set up.
-    pub transport: Transport,
+    /// How sessions are set up: client `k` uses entry `k` mod the length (never empty).
+    pub transports: Vec<Transport>,
     /// Playout buffer depth.
     pub buffer: Duration,
     /// MTFC thresholds (`None`: no rate requests).
@@ -650,6 +650,9 @@ pub struct ClientSettings {
     pub pause_every: Option<Duration>,
     /// How long a pause lasts.
     pub pause_for: Duration,
+    /// The share of clients that seek and pause: client `k` does when
+    /// [`stagger_phase`]`(k)` is below it (1: every client).
+    pub interactive_share: f64,
     /// Start a new session when one ends (keeps the load at N until the run stops).
     pub repeat: bool,
     /// Staggered looping clients: client `k`'s first session starts at the fraction
@@ -687,6 +690,8 @@ pub struct SessionRecord {
     pub session: usize,
     /// The URL played.
     pub url: String,
+    /// The lower transport: `udp` or `tcp`.
+    pub transport: &'static str,
     /// Start, s after the run's epoch.
     pub start_s: f64,
     /// End, s after the run's epoch.
@@ -770,9 +775,17 @@ pub async fn run_client(
         let start = settings.epoch.elapsed().as_secs_f64();
         let mut rate_refused = false;
         let phase = (settings.stagger && n == 0).then(|| stagger_phase(id));
+        let how = How {
+            transport: settings
+                .transports
+                .get(id % settings.transports.len().max(1))
+                .copied()
+                .unwrap_or(Transport::Udp),
+            phase,
+            interactive: stagger_phase(id) < settings.interactive_share,
+        };
         let result =
-            session(&settings, &url, phase, &counters, &mut rng, &mut stop, &mut rate_refused)
-                .await;
+            session(&settings, &url, how, &counters, &mut rng, &mut stop, &mut rate_refused).await;
         counters.open.store(false, Ordering::Relaxed);
         let (outcome, error) = match result {
             Ok(o) => (o, None),
@@ -784,7 +797,18 @@ pub async fn run_client(
                 (if refused { Outcome::Refused } else { Outcome::Error }, Some(msg))
             }
         };
-        records.push(record(id, n, url, start, &settings, &counters, outcome, error, rate_refused));
+        records.push(record(
+            id,
+            n,
+            url,
+            how.transport,
+            start,
+            &settings,
+            &counters,
+            outcome,
+            error,
+            rate_refused,
+        ));
         if !settings.repeat {
             break;
         }
@@ -804,6 +828,7 @@ fn record(
     client: usize,
     session: usize,
     url: String,
+    transport: Transport,
     start_s: f64,
     settings: &ClientSettings,
     c: &SessionCounters,
@@ -819,6 +844,7 @@ fn record(
         client,
         session,
         url,
+        transport: transport.as_str(),
         start_s,
         end_s: settings.epoch.elapsed().as_secs_f64(),
         outcome,
@@ -879,12 +905,23 @@ fn sdp_duration(sdp: &str) -> Option<Duration> {
     sdp.lines().find_map(|l| l.trim().strip_prefix("a=range:").and_then(range_length))
 }
 
-/// One session from DESCRIBE to TEARDOWN; `phase`: start at this fraction of the object.
+/// How one client's sessions go, from its number.
+#[derive(Clone, Copy, Debug)]
+struct How {
+    /// The lower transport.
+    transport: Transport,
+    /// Start at this fraction of the object.
+    phase: Option<f64>,
+    /// Seek and pause (the settings' intervals).
+    interactive: bool,
+}
+
+/// One session from DESCRIBE to TEARDOWN.
 #[allow(clippy::too_many_arguments)]
 async fn session(
     settings: &ClientSettings,
     url: &str,
-    phase: Option<f64>,
+    how: How,
     counters: &Arc<SessionCounters>,
     rng: &mut SplitMix64,
     stop: &mut watch::Receiver<bool>,
@@ -919,9 +956,9 @@ async fn session(
     };
     sink.looping = settings.stagger;
     let r = if native {
-        client.setup_sink_tracks(settings.transport, Box::new(sink), &track_urls).await?
+        client.setup_sink_tracks(how.transport, Box::new(sink), &track_urls).await?
     } else {
-        client.setup_sink(settings.transport, Box::new(sink)).await?
+        client.setup_sink(how.transport, Box::new(sink)).await?
     };
     let status = u16::from(r.status());
     if status != 200 {
@@ -943,7 +980,7 @@ async fn session(
     }
     counters.play_ns.store(nanos_since(settings.epoch), Ordering::Relaxed);
     let start =
-        phase.zip(sdp_duration(&sdp)).map(|(f, len)| format!("npt={:.3}-", f * len.as_secs_f64()));
+        how.phase.zip(sdp_duration(&sdp)).map(|(f, len)| format!("npt={:.3}-", f * len.as_secs_f64()));
     let info = client.play(start.as_deref()).await?;
     if native {
         let _ = ctl.send(started(&info));
@@ -960,8 +997,13 @@ async fn session(
         })
     };
     let far = || tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
-    let mut seek_at = next(settings.seek_every, rng);
-    let mut pause_at = next(settings.pause_every, rng);
+    let (seek_every, pause_every) = if how.interactive {
+        (settings.seek_every, settings.pause_every)
+    } else {
+        (None, None)
+    };
+    let mut seek_at = next(seek_every, rng);
+    let mut pause_at = next(pause_every, rng);
     let mut keepalive = tokio::time::interval(KEEPALIVE);
     keepalive.tick().await;
     let length = info.range.as_deref().and_then(range_length);
@@ -1006,7 +1048,7 @@ async fn session(
                     let _ = ctl.send(SinkControl::Length(len));
                 }
                 counters.seeks.fetch_add(1, Ordering::Relaxed);
-                seek_at = next(settings.seek_every, rng);
+                seek_at = next(seek_every, rng);
             }
             _ = tokio::time::sleep_until(pause_at.unwrap_or_else(far)) => {
                 let _ = ctl.send(SinkControl::Pause);
@@ -1018,7 +1060,7 @@ async fn session(
                 let _ = ctl.send(SinkControl::Resume);
                 client.play(None).await?;
                 counters.pauses.fetch_add(1, Ordering::Relaxed);
-                pause_at = next(settings.pause_every, rng);
+                pause_at = next(pause_every, rng);
             }
             _ = keepalive.tick() => {
                 let url = client.aggregate_url();
