@@ -979,8 +979,10 @@ async fn session(
         *rate_refused = true;
     }
     counters.play_ns.store(nanos_since(settings.epoch), Ordering::Relaxed);
-    let start =
-        how.phase.zip(sdp_duration(&sdp)).map(|(f, len)| format!("npt={:.3}-", f * len.as_secs_f64()));
+    let start = how
+        .phase
+        .zip(sdp_duration(&sdp))
+        .map(|(f, len)| format!("npt={:.3}-", f * len.as_secs_f64()));
     let info = client.play(start.as_deref()).await?;
     if native {
         let _ = ctl.send(started(&info));
@@ -997,11 +999,8 @@ async fn session(
         })
     };
     let far = || tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
-    let (seek_every, pause_every) = if how.interactive {
-        (settings.seek_every, settings.pause_every)
-    } else {
-        (None, None)
-    };
+    let (seek_every, pause_every) =
+        if how.interactive { (settings.seek_every, settings.pause_every) } else { (None, None) };
     let mut seek_at = next(seek_every, rng);
     let mut pause_at = next(pause_every, rng);
     let mut keepalive = tokio::time::interval(KEEPALIVE);
