@@ -88,6 +88,15 @@ def main():
     p99_first = quantile(first[0]["hist"], first[1]["hist"], 0.99)
     p99_last = quantile(last[0]["hist"], last[1]["hist"], 0.99)
 
+    def above(a, b, ms):
+        """The share of packets (%) sent more than `ms` late between two samples."""
+        h0, h1 = dict(a["hist"]), dict(b["hist"])
+        total = h1[float("inf")] - h0[float("inf")]
+        le = ms / 1e3
+        if total <= 0 or le not in h1:
+            return None
+        return 100.0 * (total - (h1[le] - h0[le])) / total
+
     def mean_ms(a, b):
         n = b["count"] - a["count"]
         return (b["sum"] - a["sum"]) / n * 1e3 if n > 0 else None
@@ -127,6 +136,8 @@ def main():
                 "minute_10": m10["fds"], "end": end["fds"],
                 "max": max(s["fds"] for s in samples)},
         "threads": {"rest_before": rest_before["threads"], "rest_after": rest_after["threads"]},
+        "late_share_pct": {f"above_{ms}ms": {"first": above(*first, ms), "last": above(*last, ms)}
+                           for ms in (1, 5, 10, 50)},
         "lateness_ms": {"p99_first": p99_first, "p99_last": p99_last,
                         "mean_first": mean_ms(*first), "mean_last": mean_ms(*last),
                         "window_s": span},
@@ -176,6 +187,9 @@ def main():
           f"{f(p99_last, '{:.3f}')} ms (mean {f(mean_ms(*first), '{:.3f}')} → "
           f"{f(mean_ms(*last), '{:.3f}')} ms) | "
           f"{verdicts['lateness p99 last 10 min within 20 % of first 10 min']} |",
+          f"| packets sent > 1 / 5 / 10 / 50 ms late, first → last {span / 60:.0f} min | "
+          + ", ".join(f"{f(above(*first, ms), '{:.3f}')} → {f(above(*last, ms), '{:.3f}')} %"
+                      for ms in (1, 5, 10, 50)) + " | |",
           "", "| object, transport | sessions | played to the end | stopped by the run's end | "
           "refused | failed | starvations | lost | seeks | pauses | GB |",
           "|---|---|---|---|---|---|---|---|---|---|---|"]

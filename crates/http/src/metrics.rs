@@ -142,6 +142,17 @@ pub(crate) fn render(g: &Gathered) -> String {
         "Sessions stepped down a rendition to make room for a PLAY (sched.degrade).",
         abr.stepped_down_for_room as f64,
     );
+    let t = &g.takeover;
+    e.family(
+        "takeovers_total",
+        Counter,
+        "What the cluster's takeover rules did on this node (docs/design/takeover.md): parts of \
+         sessions taken over from a lost node, given back to one that returned, and this node's \
+         own parts held back while another sent them.",
+    );
+    e.sample("takeovers_total", &[("event", "taken_over")], t.taken_over as f64);
+    e.sample("takeovers_total", &[("event", "given_back")], t.given_back as f64);
+    e.sample("takeovers_total", &[("event", "withheld")], t.withheld as f64);
     e.single("streams", Gauge, "Streams admitted by the scheduler.", sched.streams as f64);
     e.single("objects", Gauge, "Playable objects.", g.objects as f64);
     e.single("uptime_seconds", Gauge, "Seconds since the server started.", g.uptime_s);

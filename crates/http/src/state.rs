@@ -22,7 +22,7 @@ use isochron_server::NodeIdentity;
 use isochron_server::library::Library;
 use isochron_server::recorder::{RecorderStats, Recorders};
 use isochron_server::reorg::{ReorgCommand, ReorgStatus};
-use isochron_server::sessions::{AbrStats, SessionCommand, SessionInfo};
+use isochron_server::sessions::{AbrStats, SessionCommand, SessionInfo, TakeoverStats};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ApiError;
@@ -88,6 +88,8 @@ pub(crate) struct Gathered {
     pub(crate) sessions: Vec<SessionInfo>,
     /// Switches between renditions and degraded admissions.
     pub(crate) abr: AbrStats,
+    /// What the cluster's takeover rules did on this node.
+    pub(crate) takeover: TakeoverStats,
     /// The reorganisation.
     pub(crate) reorg: ReorgStatus,
     /// The recordings.
@@ -113,7 +115,7 @@ pub(crate) async fn gather(s: &ApiState) -> Result<Gathered, ApiError> {
     if !sent {
         return Err(ApiError::unavailable());
     }
-    let (Ok((mut sessions, abr)), Ok(sched), Ok(send), Ok(progress), Ok(reorg)) =
+    let (Ok((mut sessions, abr, takeover)), Ok(sched), Ok(send), Ok(progress), Ok(reorg)) =
         (lrx.await, srx.await, prx.await, grx.await, rrx.await)
     else {
         return Err(ApiError::unavailable());
@@ -139,6 +141,7 @@ pub(crate) async fn gather(s: &ApiState) -> Result<Gathered, ApiError> {
         send,
         sessions,
         abr,
+        takeover,
         reorg,
         recordings: s.recorders.stats(),
         objects: s.library.list().len(),

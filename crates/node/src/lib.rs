@@ -32,7 +32,7 @@ mod entry;
 mod output;
 mod report;
 
-pub use crate::core::{AbrStats, FeedEvent, NodeConfig, NodeCore};
+pub use crate::core::{AbrStats, FeedEvent, NodeConfig, NodeCore, TakeoverStats};
 pub use crate::entry::{Catalog, ObjectEntry};
 pub use crate::output::{NodeOutput, Ticket, Transport};
 pub use crate::report::{ClusterInfo, MemberSummary, SessionInfo};

@@ -32,7 +32,7 @@ use isochron_store::Epoch;
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
-pub use isochron_node::{AbrStats, ClusterInfo, MemberSummary, SessionInfo};
+pub use isochron_node::{AbrStats, ClusterInfo, MemberSummary, SessionInfo, TakeoverStats};
 
 use crate::library::{Library, ObjectEntry};
 
@@ -180,10 +180,11 @@ pub enum SessionCommand {
         /// The id.
         reply: oneshot::Sender<StreamId>,
     },
-    /// List the sessions, with what switching renditions and degrading did.
+    /// List the sessions, with what switching renditions and degrading did, and what the
+    /// cluster's takeover rules did.
     List {
         /// The reply.
-        reply: oneshot::Sender<(Vec<SessionInfo>, AbrStats)>,
+        reply: oneshot::Sender<(Vec<SessionInfo>, AbrStats, TakeoverStats)>,
     },
     /// Report the cluster as this node sees it.
     Cluster {
@@ -396,7 +397,8 @@ impl Manager {
                 let _ = reply.send(self.core.allocate_stream());
             }
             SessionCommand::List { reply } => {
-                let _ = reply.send((self.core.sessions(), self.core.abr_stats()));
+                let core = &self.core;
+                let _ = reply.send((core.sessions(), core.abr_stats(), core.takeover_stats()));
             }
             SessionCommand::Cluster { reply } => {
                 let _ = reply.send(self.core.cluster_info(now));

@@ -170,6 +170,22 @@ pub(crate) struct Args {
     /// blocks are sent from their other copies, and are not re-created during the run.
     #[arg(long, value_name = "M", default_value_t = 0)]
     kill_nodes: usize,
+    /// With --cluster-nodes: etcd members (3 for --chaos-etcd-every: one restarts, two keep
+    /// the quorum).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    etcd_members: usize,
+    /// With --cluster-nodes and --replication 2 or more: every S seconds SIGKILL the next node
+    /// in turn, start it again after --chaos-down, and check the cluster with fsck once every
+    /// node sees it up; report.json's `cluster.chaos` audits every session (the soak).
+    #[arg(long, value_name = "S")]
+    chaos_kill_every: Option<u64>,
+    /// How long a node killed by --chaos-kill-every stays down, seconds.
+    #[arg(long, value_name = "S", default_value_t = 5)]
+    chaos_down: u64,
+    /// With --cluster-nodes and --etcd-members 3: every S seconds restart the next etcd member
+    /// in turn.
+    #[arg(long, value_name = "S")]
+    chaos_etcd_every: Option<u64>,
     /// Instead of a run: read the report.json of cluster runs (directories given as the URL
     /// arguments) and write Yima's Figure 4 summary into --out: `scale_up.svg` (N_max against
     /// the number of nodes) and `scale_up.json`.
@@ -222,6 +238,12 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
             block_kib: a.block_kib,
             replication: a.replication,
             kill: a.kill_nodes,
+            etcd_members: a.etcd_members,
+            chaos: super::bench_chaos::ChaosSpec {
+                kill_every: a.chaos_kill_every.map(|s| Duration::from_secs(s.max(1))),
+                down: Duration::from_secs(a.chaos_down),
+                etcd_every: a.chaos_etcd_every.map(|s| Duration::from_secs(s.max(1))),
+            },
             out: a.out,
         });
     }

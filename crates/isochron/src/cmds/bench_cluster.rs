@@ -34,6 +34,7 @@
 
 #![allow(clippy::print_stdout)]
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::{Child, ExitCode, Stdio};
@@ -43,6 +44,8 @@ use anyhow::{Context as _, bail};
 use isochron_etcd::testing::{ClusterOptions, EtcdCluster};
 use isochron_loadgen::bench::plot;
 use isochron_loadgen::testbed::{Host, Testbed};
+
+use super::bench_chaos::{self, ChaosSpec};
 use serde::Serialize;
 use serde_json::json;
 
@@ -50,7 +53,7 @@ use serde_json::json;
 const PREFIX: &str = "isochron_cbench";
 
 /// The flags of `bench` that configure the cluster, not the measurement (with a value).
-const CLUSTER_FLAGS: [&str; 9] = [
+const CLUSTER_FLAGS: [&str; 13] = [
     "--cluster-nodes",
     "--shape",
     "--server-cmd",
@@ -60,6 +63,10 @@ const CLUSTER_FLAGS: [&str; 9] = [
     "--block-kib",
     "--replication",
     "--kill-nodes",
+    "--etcd-members",
+    "--chaos-kill-every",
+    "--chaos-down",
+    "--chaos-etcd-every",
 ];
 
 /// What cluster to build.
@@ -81,6 +88,10 @@ pub(crate) struct Spec {
     pub(crate) replication: u8,
     /// How many nodes (the last ones) to kill before the measurement.
     pub(crate) kill: usize,
+    /// etcd members (1, or 3 to restart one at a time).
+    pub(crate) etcd_members: usize,
+    /// Failures injected during the measurement ([`super::bench_chaos`]).
+    pub(crate) chaos: ChaosSpec,
     /// Where the report goes.
     pub(crate) out: PathBuf,
 }
@@ -179,8 +190,17 @@ pub(crate) fn run(spec: &Spec) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().context("finding the isochron binary")?;
     let _ = Testbed::cleanup_stale(PREFIX);
     let bed = Testbed::new(PREFIX).context("building the network (needs root)")?;
-    let etcd = EtcdCluster::start_with(ClusterOptions {
-        members: 1,
+    if spec.chaos.etcd_every.is_some() && spec.etcd_members < 3 {
+        bail!("--chaos-etcd-every needs --etcd-members 3 (or more): one member is the quorum");
+    }
+    if spec.chaos.kill_every.is_some() && (spec.replication < 2 || spec.kill > 0) {
+        bail!(
+            "--chaos-kill-every needs --replication 2 or more (a dead node's blocks are sent \
+             from their next copies) and no --kill-nodes"
+        );
+    }
+    let mut etcd = EtcdCluster::start_with(ClusterOptions {
+        members: spec.etcd_members.max(1),
         extra_client_ip: Some(IpAddr::V4(bed.host_ip())),
         ..ClusterOptions::default()
     })
@@ -204,32 +224,17 @@ pub(crate) fn run(spec: &Spec) -> anyhow::Result<ExitCode> {
     std::fs::create_dir_all(&logs)?;
     let node_rate = spec.node_bits_s.round() as u64;
     let mut nodes: Vec<Node> = Vec::new();
+    let launch = Launch { exe: exe.clone(), config, work: work.path().into(), etcd_url, logs };
     for i in 1..=spec.nodes {
         let name = format!("n{i}");
         let host = bed.add_host(&name)?;
         host.shape(node_rate).with_context(|| format!("shaping {name}'s link"))?;
-        let log = std::fs::File::create(logs.join(format!("{name}.log")))?;
-        let child = host
-            .command(&exe)
-            .arg("serve")
-            .arg("--config")
-            .arg(&config)
-            .arg("--data")
-            .arg(work.path().join(&name))
-            .args(["--rtsp", &format!("{}:8554", host.ip)])
-            .args(["--http", &format!("{}:8080", host.ip)])
-            .args(["--rtp-port", "0", "--etcd", &etcd_url, "--node", &name, "--disk", "d0"])
-            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting node {name}"))?;
+        let child = launch.spawn(&host, &name)?;
         let node = Node { name, host, child: Some(child) };
         // One at a time: the first creates the store, the others join it.
         wait_for(&format!("{}/healthz", node.http()), Duration::from_secs(60), |_| true)
             .with_context(|| {
-                format!("node {} did not start (log: {})", node.name, logs.display())
+                format!("node {} did not start (log: {})", node.name, launch.logs.display())
             })?;
         nodes.push(node);
     }
@@ -244,6 +249,7 @@ pub(crate) fn run(spec: &Spec) -> anyhow::Result<ExitCode> {
     if let Some(r) = spec.client_bits_s {
         clients.shape(r.round() as u64).context("shaping the clients' link")?;
     }
+    let etcd_url = &launch.etcd_url;
     println!(
         "isochron bench: {} node(s) at {} Mb/s each, etcd {etcd_url}, clients at {}",
         spec.nodes,
@@ -292,19 +298,146 @@ pub(crate) fn run(spec: &Spec) -> anyhow::Result<ExitCode> {
     let args = bench_args(std::env::args().skip(1), &urls, spec);
     let before: Vec<Counters> = nodes.iter().map(|n| counters(&bed, n)).collect();
     let t0 = Instant::now();
-    let status = clients
-        .command(&exe)
-        .args(&args)
-        .status()
-        .context("running the bench in the clients' namespace")?;
+    let mut chaos = None;
+    let status = if spec.chaos.any() {
+        let bench = clients
+            .command(&exe)
+            .args(&args)
+            .spawn()
+            .context("running the bench in the clients' namespace")?;
+        let mut live = LiveCluster { nodes: &mut nodes, launch: &launch, retired: BTreeMap::new() };
+        let (status, events) =
+            bench_chaos::run(bench, &mut live, &mut etcd, spec.etcd_members, spec.chaos)?;
+        let mut takeovers = live.retired.clone();
+        for n in live.nodes.iter() {
+            for (k, v) in takeover_counts(n) {
+                *takeovers.entry(k).or_default() += v;
+            }
+        }
+        chaos = Some((events, takeovers));
+        status
+    } else {
+        clients
+            .command(&exe)
+            .args(&args)
+            .status()
+            .context("running the bench in the clients' namespace")?
+    };
     let elapsed = t0.elapsed().as_secs_f64();
     let after: Vec<Counters> = nodes.iter().map(|n| counters(&bed, n)).collect();
     let report = node_reports(&nodes, &before, &after, elapsed);
-    write_cluster(spec, &urls, &report, &killed, elapsed)?;
+    write_cluster(spec, &urls, &report, &killed, elapsed, chaos)?;
     drop(nodes);
     drop(etcd);
     drop(bed);
     Ok(if status.success() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// How a node is started, the first time and after a kill.
+struct Launch {
+    exe: PathBuf,
+    config: PathBuf,
+    work: PathBuf,
+    etcd_url: String,
+    logs: PathBuf,
+}
+
+impl Launch {
+    /// Starts node `name` in `host`'s namespace on its store (`work/name`), its log appended
+    /// to `logs/name.log`.
+    fn spawn(&self, host: &Host, name: &str) -> anyhow::Result<Child> {
+        let log = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(self.logs.join(format!("{name}.log")))?;
+        host.command(&self.exe)
+            .arg("serve")
+            .arg("--config")
+            .arg(&self.config)
+            .arg("--data")
+            .arg(self.work.join(name))
+            .args(["--rtsp", &format!("{}:8554", host.ip)])
+            .args(["--http", &format!("{}:8080", host.ip)])
+            .args(["--rtp-port", "0", "--etcd", &self.etcd_url, "--node", name, "--disk", "d0"])
+            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting node {name}"))
+    }
+}
+
+/// The running cluster, as the chaos loop kills and restarts it.
+struct LiveCluster<'a> {
+    nodes: &'a mut Vec<Node>,
+    launch: &'a Launch,
+    /// The takeover counters of node lives that ended (a restarted node counts from 0).
+    retired: BTreeMap<String, f64>,
+}
+
+impl bench_chaos::Cluster for LiveCluster<'_> {
+    fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    fn node(&self, i: usize) -> (String, String) {
+        (self.nodes[i].name.clone(), self.nodes[i].host.ip.to_string())
+    }
+
+    fn kill(&mut self, i: usize) -> anyhow::Result<()> {
+        let n = &mut self.nodes[i];
+        for (k, v) in takeover_counts(n) {
+            *self.retired.entry(k).or_default() += v;
+        }
+        if let Some(mut c) = n.child.take() {
+            c.kill().with_context(|| format!("killing {}", n.name))?;
+            let _ = c.wait();
+        }
+        Ok(())
+    }
+
+    fn restart(&mut self, i: usize) -> anyhow::Result<()> {
+        let n = &mut self.nodes[i];
+        n.child = Some(self.launch.spawn(&n.host, &n.name)?);
+        wait_for(&format!("{}/healthz", n.http()), Duration::from_secs(60), |_| true)
+            .with_context(|| format!("{} did not start again", n.name))?;
+        let want = self.nodes.len();
+        for n in self.nodes.iter() {
+            wait_for(&format!("{}/api/v1/nodes", n.http()), Duration::from_secs(60), |body| {
+                body.matches("\"state\":\"up\"").count() == want
+            })
+            .with_context(|| format!("{} never saw {want} nodes up", n.name))?;
+        }
+        Ok(())
+    }
+
+    fn fsck(&self, i: usize) -> anyhow::Result<(bool, serde_json::Value)> {
+        let n = &self.nodes[i];
+        let out = n
+            .host
+            .command(&self.launch.exe)
+            .args(["fsck", "--json", "--server", &n.http()])
+            .stdin(Stdio::null())
+            .output()
+            .context("running isochron fsck")?;
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(
+            |_| json!({ "stderr": String::from_utf8_lossy(&out.stderr).trim().to_owned() }),
+        );
+        Ok((out.status.success(), report))
+    }
+}
+
+/// A node's `isochron_takeovers_total` by event, from its `/metrics` (none if it is down).
+fn takeover_counts(n: &Node) -> Vec<(String, f64)> {
+    let Ok(text) = get(&format!("{}/metrics", n.http())) else { return Vec::new() };
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("isochron_takeovers_total{event=\"")?;
+            let (event, value) = rest.split_once("\"}")?;
+            Some((event.to_owned(), value.trim().parse().ok()?))
+        })
+        .collect()
 }
 
 /// SIGKILLs the last `m` nodes and waits until every survivor's `/api/v1/nodes` shows them
@@ -489,11 +622,33 @@ fn write_cluster(
     nodes: &[NodeReport],
     killed: &[String],
     elapsed: f64,
+    chaos: Option<(Vec<bench_chaos::ChaosEvent>, BTreeMap<String, f64>)>,
 ) -> anyhow::Result<()> {
     let path = spec.out.join("report.json");
     let mut doc: serde_json::Value = match std::fs::read(&path) {
         Ok(b) => serde_json::from_slice(&b).with_context(|| format!("{}", path.display()))?,
         Err(_) => json!({}),
+    };
+    let chaos = match chaos {
+        Some((events, takeovers)) => {
+            let audit = bench_chaos::audit(&doc, &events, &spec.media, takeovers)?;
+            println!(
+                "chaos: {} sessions: {} byte-exact ({} checked against their file), {} cut by \
+                 the run's end, {} on a killed node, {} refused, {} broken",
+                audit.started,
+                audit.byte_exact,
+                audit.digest_checked,
+                audit.cut_by_the_end,
+                audit.on_a_killed_node,
+                audit.refused,
+                audit.broken.len()
+            );
+            for b in audit.broken.iter().take(20) {
+                println!("  broken: {b}");
+            }
+            Some(bench_chaos::to_json(&events, &audit))
+        }
+        None => None,
     };
     let media: f64 = nodes.iter().map(|n| n.payload_bytes).sum();
     let node_to_node: f64 =
@@ -515,6 +670,8 @@ fn write_cluster(
         "node_to_node_bytes": node_to_node,
         "node_to_node_fraction": if media > 0.0 { node_to_node / media } else { 0.0 },
         "max_share_deviation": spread,
+        "etcd_members": spec.etcd_members.max(1),
+        "chaos": chaos,
     });
     std::fs::write(&path, serde_json::to_vec_pretty(&doc)?)
         .with_context(|| format!("writing {}", path.display()))?;
@@ -556,6 +713,8 @@ mod tests {
             block_kib: 64,
             replication: 1,
             kill: 0,
+            etcd_members: 1,
+            chaos: ChaosSpec::default(),
             out: PathBuf::from("o"),
         };
         let ours = "bench --out o --cluster-nodes 2 --shape 100mbit --ingest a.ts \

@@ -2,6 +2,7 @@
 
 pub(crate) mod auth;
 pub(crate) mod bench;
+pub(crate) mod bench_chaos;
 pub(crate) mod bench_cluster;
 pub(crate) mod bench_disk;
 pub(crate) mod cat;

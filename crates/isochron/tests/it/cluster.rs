@@ -1334,6 +1334,14 @@ fn a_node_killed_mid_stream_is_taken_over_by_the_other_copies() {
         &format!("GStreamer relayed through n1 past n3's death: {gst}\n{}", c.logs()),
     );
     assert!(c.log("n1").contains("taking over"), "{}", c.logs());
+    // And counted, as a soak's report reads it (`isochron_takeovers_total`).
+    let taken: f64 = (0..2)
+        .map(|i| {
+            let text = get_text(&format!("{}/metrics", c.nodes[i].http()));
+            metric(&text, "isochron_takeovers_total{event=\"taken_over\"}")
+        })
+        .sum();
+    assert!(taken >= 1.0, "no takeover counted by n1 and n2\n{}", c.logs());
 }
 
 /// The origin's death (`docs/design/takeover.md`, *When the origin dies*): K = 2 on three

@@ -10,7 +10,8 @@
 //! * [`native_playout`]: the same player for a native presentation (one RTP stream per track,
 //!   from MP4 or Matroska), consuming each track by its RTP timestamps from `RTP-Info`'s start;
 //! * [`mtfc`]: multi-threshold rate requests (Yima §2.5), sent with SET_PARAMETER;
-//! * [`session`]: one client (the receive-path sink and the RTSP controller);
+//! * [`session`]: one client (the receive-path sink and the RTSP controller); [`digest`]: what
+//!   an MP2T session received, checked against its file without keeping it;
 //! * [`procfs`] and [`prom`]: the server side, from `/proc` and from the server's metrics;
 //! * [`run`](mod@run): load shapes, the per-second samples, the N_max search;
 //! * [`feed`]: a live feed published for each trial, whose viewers are the load;
@@ -20,6 +21,7 @@
 //!
 //! Not here: the server, and the network namespaces of `--shape` (the binary).
 
+pub mod digest;
 pub mod feed;
 pub mod mtfc;
 pub mod native_playout;

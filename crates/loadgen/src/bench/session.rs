@@ -40,6 +40,7 @@ use isochron_rtp::rtcp::{RtcpPacket, parse_compound};
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
+use super::digest::{Seen, TS_PACKET, ts_packet_hash};
 use super::mtfc::{Mtfc, MtfcConfig};
 use super::native_playout::NativePlayout;
 use super::playout::{PlayState, Playout, PlayoutStats};
@@ -91,6 +92,11 @@ pub struct SessionCounters {
     pub late: AtomicU64,
     /// Packets that arrived out of order.
     pub reordered: AtomicU64,
+    /// MP2T: the digest of the distinct TS packets received ([`super::digest`]), once
+    /// `has_digest`.
+    pub digest: AtomicU64,
+    /// Whether `digest` is kept (an MP2T session).
+    pub has_digest: AtomicBool,
     /// Starvation events.
     pub starvations: AtomicU64,
     /// Time stalled, ns.
@@ -297,7 +303,7 @@ impl Player {
 }
 
 /// One track's sequence check and counts (RFC 3550 §A.1: a gap is loss until the packet comes).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct TrackCheck {
     expected: Option<u16>,
     /// After a seek: drop packets numbered before this one (`Some(None)`: every packet until the
@@ -309,6 +315,10 @@ struct TrackCheck {
     bytes: u64,
     lost: u64,
     reordered: u64,
+    /// The sequence numbers that came, to count each packet once in `digest`.
+    seen: Seen,
+    /// MP2T: the content received ([`super::digest`]).
+    digest: u64,
 }
 
 /// The receive-path half of an emulation client.
@@ -423,6 +433,7 @@ impl BenchSink {
                     if let Some(t) = self.tracks.first_mut() {
                         t.expected = None;
                         t.awaiting = seq.map(Some);
+                        t.seen.clear();
                     }
                     self.awaiting_since = Some(now);
                 }
@@ -436,6 +447,7 @@ impl BenchSink {
                         for (i, t) in self.tracks.iter_mut().enumerate() {
                             t.expected = None;
                             t.awaiting = starts.get(i).and_then(|s| s.seq).map(Some);
+                            t.seen.clear();
                         }
                         self.awaiting_since = Some(now);
                     }
@@ -455,6 +467,11 @@ impl BenchSink {
         c.packets.store(sum(|t| t.packets), r);
         c.lost.store(sum(|t| t.lost), r);
         c.reordered.store(sum(|t| t.reordered), r);
+        if matches!(self.player, Player::Ts(_)) {
+            let digest = self.tracks.iter().fold(0u64, |d, t| d.wrapping_add(t.digest));
+            c.digest.store(digest, r);
+            c.has_digest.store(true, r);
+        }
         for (t, slot) in self.tracks.iter().zip(&c.tracks) {
             slot.packets.store(t.packets, r);
             slot.bytes.store(t.bytes, r);
@@ -521,6 +538,12 @@ impl MediaSink for BenchSink {
         }
         t.packets += 1;
         t.bytes += range.len() as u64;
+        let fresh = t.seen.insert(seq);
+        if fresh && matches!(self.player, Player::Ts(_)) {
+            for p in packet[range.clone()].chunks_exact(TS_PACKET) {
+                t.digest = t.digest.wrapping_add(ts_packet_hash(p));
+            }
+        }
         let ns = at.saturating_duration_since(self.epoch).as_nanos() as u64;
         if self.counts.first_ns == 0 {
             self.counts.first_ns = ns.max(1);
@@ -706,6 +729,10 @@ pub struct SessionRecord {
     pub packets: u64,
     /// Packets lost, all tracks.
     pub lost: u64,
+    /// MP2T: the digest of the distinct TS packets received, hex ([`super::digest`]): the
+    /// object's, [`super::digest::ts_digest`] of its file, if the session received all of it
+    /// once (and did not seek).
+    pub ts_digest: Option<String>,
     /// Packets late.
     pub late: u64,
     /// Packets reordered.
@@ -852,6 +879,7 @@ fn record(
         bytes,
         packets: c.packets.load(r),
         lost: c.lost.load(r),
+        ts_digest: c.has_digest.load(r).then(|| format!("{:016x}", c.digest.load(r))),
         late: c.late.load(r),
         reordered: c.reordered.load(r),
         starvations: c.starvations.load(r),

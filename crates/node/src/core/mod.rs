@@ -267,6 +267,7 @@ pub struct NodeCore {
     /// needs back (`switch.rs`).
     held: VecDeque<OpenSpec>,
     abr_stats: AbrStats,
+    takeover_stats: TakeoverStats,
     /// Live feeds being published, by the object each is recorded as (`live.rs`).
     feeds: HashMap<ObjectId, live::Feed>,
     /// Viewers of live feeds, by stream.
@@ -297,6 +298,7 @@ impl NodeCore {
             probing: BTreeSet::new(),
             held: VecDeque::new(),
             abr_stats: AbrStats::default(),
+            takeover_stats: TakeoverStats::default(),
             conns: BTreeSet::new(),
             peers: HashMap::new(),
             prefs: HashMap::new(),
@@ -639,6 +641,7 @@ mod switch;
 
 pub use degrade::AbrStats;
 pub use live::FeedEvent;
+pub use share::TakeoverStats;
 
 impl NodeCore {
     /// The sessions this node is the origin of, as the HTTP API shows them (the sender's and
@@ -689,6 +692,12 @@ impl NodeCore {
     #[must_use]
     pub fn abr_stats(&self) -> AbrStats {
         self.abr_stats
+    }
+
+    /// What the takeover rules did, since the node started.
+    #[must_use]
+    pub fn takeover_stats(&self) -> TakeoverStats {
+        self.takeover_stats
     }
 
     /// The cluster as this node sees it.

@@ -17,6 +17,18 @@ use tracing::info;
 /// every other session's with all but negligible probability (SSRCs are random).
 const RTX_SSRC_MASK: u32 = 0x5254_5800;
 
+/// What the takeover rules did on this node (`docs/design/takeover.md`), for the metrics: a
+/// flapping network or a node that keeps dying shows here.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TakeoverStats {
+    /// Parts of sessions this node took over from a lost node.
+    pub taken_over: u64,
+    /// Parts it gave back to a node that returned.
+    pub given_back: u64,
+    /// Times its own part of a session was taken over and it held it back.
+    pub withheld: u64,
+}
+
 impl NodeCore {
     pub(super) fn local(&mut self, now: Instant, action: LocalAction) {
         match action {
@@ -79,10 +91,12 @@ impl NodeCore {
             LocalAction::Close { key } => self.forget_share(key),
             LocalAction::TakeOver { key, run, dead, from, cause } => {
                 self.take_over(now, key, run, &dead, from);
+                self.takeover_stats.taken_over += 1;
                 info!(%key, %run, ?dead, ?from, ?cause, "taking over a lost node's part of a session");
             }
             LocalAction::GiveBack { key, run, dead, node, at } => {
                 let given = self.give_back(now, key, run, &dead, node, at);
+                self.takeover_stats.given_back += 1;
                 info!(%key, %run, %node, ?at, given, "a lost node is back: giving its part of a session back");
             }
             LocalAction::Withhold { key, run, from, takers, until, lost_besides } => {
@@ -98,6 +112,7 @@ impl NodeCore {
                 let Some(stream) = self.shares.get(&key).map(|s| s.stream) else { return };
                 let n = blocks.as_ref().map(Vec::len);
                 self.send(StreamOp::Withhold { stream, run, from, blocks, until });
+                self.takeover_stats.withheld += 1;
                 info!(%key, %run, ?from, ?takers, ?until, blocks = ?n, "this node's part of a session was taken over: holding it back");
             }
             LocalAction::Freeze { key, run } | LocalAction::Thaw { key, run } => {
