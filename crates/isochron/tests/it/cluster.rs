@@ -1423,6 +1423,51 @@ fn two_copies_of_clip30() -> (Cluster, PathBuf, Vec<u8>) {
     (c, clip, want)
 }
 
+/// A node SIGKILLed and started again within its lease is a new process, not one that stood
+/// still (`docs/design/takeover.md`: another incarnation in its `Hello` runs none of its old
+/// shares). K = 2 on three nodes. n1 is killed and started again first, so the origin of the
+/// sessions is a restarted process that must learn its peers' incarnations anew; three isochron
+/// plays through it; n2 is killed partway and started again at once. n1 and n3 take n2's part
+/// over and must keep it: given back to the new n2, which never had those shares, every
+/// session lost n2's part to its end (what the cluster soak's first rehearsal found,
+/// `docs/results/soak.md`). Every stream ends byte-exact with no starvation.
+#[test]
+fn a_node_killed_and_started_again_keeps_no_old_part_and_loses_no_stream() {
+    let (mut c, _clip, want) = two_copies_of_clip30();
+    let d = c.dir.path().to_owned();
+    // Kills node `i` and starts it again on its data (within its lease: `restart` retries
+    // until the new process registers).
+    let kill_and_restart = |c: &mut Cluster, i: usize| {
+        let _ = c.nodes[i].child.kill();
+        let _ = c.nodes[i].child.wait();
+        let mut node = std::mem::replace(
+            &mut c.nodes[i],
+            Node { host: c.client.clone(), child: dummy_child(), name: String::new() },
+        );
+        restart(c, &mut node);
+        c.nodes[i] = node;
+    };
+    kill_and_restart(&mut c, 0);
+    wait_body(
+        &format!("{}/api/v1/nodes", c.nodes[0].http()),
+        |b| b.matches("\"state\":\"up\"").count() == 3,
+        "n1 back, seeing n2 and n3",
+    );
+    let plays: Vec<(Child, PathBuf)> = (0..3)
+        .map(|i| {
+            let out = tmp(&d, &format!("restarted-{i}.ts"));
+            (spawn_play(&c, &c.nodes[0].rtsp("clip30"), &out), out)
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(8));
+    kill_and_restart(&mut c, 1);
+    for (i, (child, out)) in plays.into_iter().enumerate() {
+        let what = format!("isochron play {i} through a restarted n1, n2 killed and restarted");
+        let summary = check_play(&c, child, &out, &want, &what);
+        eprintln!("{what}: {summary}");
+    }
+}
+
 /// ffmpeg in the client namespace reading `node`'s `object` over RTSP/TCP (relayed) and writing
 /// each packet's MD5 (`-c copy -f framemd5`) into `md5`; killed after 90 s at most.
 fn spawn_ffmpeg_md5(c: &Cluster, node: usize, object: &str, md5: &Path) -> Child {

@@ -142,7 +142,15 @@ async fn read_peer(
         reader.feed(&buf[..n]);
         while let Some(msg) = reader.next_message()? {
             match (&msg, from) {
-                (Message::Hello { node, .. }, _) => from = Some(*node),
+                (Message::Hello { node, .. }, _) => {
+                    // The core reads its incarnation too: another one is a restarted process,
+                    // which runs none of its old shares, so nothing is given back to it
+                    // (`docs/design/takeover.md`). Swallowed here, a node killed and started
+                    // again within its lease was taken for one that stood still, and given
+                    // back parts of sessions it no longer had: holes to the end of each.
+                    from = Some(*node);
+                    let _ = sessions.send(SessionCommand::Peer { from: *node, msg: Box::new(msg) });
+                }
                 (_, Some(node)) => {
                     let _ = sessions.send(SessionCommand::Peer { from: node, msg: Box::new(msg) });
                 }
