@@ -399,9 +399,33 @@ impl bench_chaos::Cluster for LiveCluster<'_> {
 
     fn restart(&mut self, i: usize) -> anyhow::Result<()> {
         let n = &mut self.nodes[i];
-        n.child = Some(self.launch.spawn(&n.host, &n.name)?);
-        wait_for(&format!("{}/healthz", n.http()), Duration::from_secs(60), |_| true)
-            .with_context(|| format!("{} did not start again", n.name))?;
+        // The killed process's etcd lease may still hold the node's name: the new one refuses
+        // to start ("already live") until it lapses. Start it again until it stays up.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let mut child = self.launch.spawn(&n.host, &n.name)?;
+            let up = Instant::now() + Duration::from_secs(15);
+            while Instant::now() < up && child.try_wait()?.is_none() {
+                if get(&format!("{}/healthz", n.http())).is_ok() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            if child.try_wait()?.is_none() && get(&format!("{}/healthz", n.http())).is_ok() {
+                n.child = Some(child);
+                break;
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            if Instant::now() >= deadline {
+                bail!(
+                    "{} did not start again within 60 s (its log: {})",
+                    n.name,
+                    self.launch.logs.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
         let want = self.nodes.len();
         for n in self.nodes.iter() {
             wait_for(&format!("{}/api/v1/nodes", n.http()), Duration::from_secs(60), |body| {
