@@ -541,6 +541,57 @@ fn cluster_bench_with_a_node_killed_measures_the_survivors_serving_its_copies() 
     assert!(per_n.iter().any(|p| p["per_source"].as_object().is_some_and(|m| m.len() == 2)));
 }
 
+/// A node SIGKILLed under load (`--chaos-kill-every`): the survivors take its part of every
+/// session over and catch up on what was overdue without overflowing their links. Sent at
+/// once, that backlog (about a second of the lost node's share of every session) met each
+/// survivor's 8 Mb/s link together and its shaper dropped packets the clients (which, like
+/// standard players, do not ask again) never got (docs/design/takeover.md, "The catch-up's
+/// pace"). Every session not on the killed node's RTSP connection must end with every packet
+/// and, played to its end, the file's content; the node comes back and fsck finds it clean.
+#[test]
+fn cluster_chaos_a_killed_node_is_taken_over_with_nothing_lost_on_shaped_links() {
+    if !namespaces_or_skip("cluster chaos bench") {
+        return;
+    }
+    let dir = tempdir();
+    let out = dir.path().join("out");
+    let res = run(
+        Command::new(bin())
+            .args(["bench", "--out"])
+            .arg(&out)
+            .args(["--cluster-nodes", "3", "--replication", "2", "--shape", "8mbit"])
+            .args(["--block-kib", "16", "--buffer-ms", "2000", "--no-mtfc", "--ingest"])
+            .arg(demo())
+            .args(["--arrival-rate", "60", "--max-clients", "10", "--duration", "40"])
+            .args(["--chaos-kill-every", "20", "--chaos-down", "3", "--seed", "7"])
+            .env("RUST_LOG", "warn"),
+        300,
+    );
+    let stdout = String::from_utf8_lossy(&res.stdout);
+    assert!(
+        res.status.success(),
+        "cluster chaos bench failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let c = &r["cluster"];
+    let events = c["chaos"]["events"].as_array().unwrap();
+    let kills: Vec<&Value> = events.iter().filter(|e| e["what"] == "kill").collect();
+    assert_eq!(kills.len(), 1, "one kill in 40 s: {events:#?}");
+    assert_eq!(kills[0]["fsck_clean"], true, "{:#}", kills[0]);
+    assert!(kills[0]["back_after_s"].as_f64().is_some(), "{:#}", kills[0]);
+    let a = &c["chaos"]["sessions"];
+    assert!(a["takeovers"]["taken_over"].as_f64().unwrap_or(0.0) > 0.0, "{a:#}");
+    assert_eq!(a["broken"], serde_json::json!([]), "{stdout}");
+    assert!(a["byte_exact"].as_u64().unwrap() >= 5, "{a:#}");
+    assert!(a["digest_checked"].as_u64().unwrap() >= 5, "{a:#}");
+    // What the survivors sent, their links carried.
+    for n in c["nodes"].as_array().unwrap() {
+        assert_eq!(n["link_drops"], 0, "{n:#}");
+    }
+}
+
 /// Builds `tools/rtsp-probe.c` (an RTSP load client sharing no code with isochron) once.
 fn rtsp_probe() -> std::path::PathBuf {
     require("cc");

@@ -425,15 +425,16 @@ impl Host {
     /// transmit, the host's end to receive). What a receiver misses that the server did send.
     pub fn downlink_drops(&self) -> anyhow::Result<u64> {
         let text = tc(None, &["-s", "qdisc", "show", "dev", &self.veth])?;
-        // " Sent 123 bytes 4 pkt (dropped 5, overlimits 6 requeues 0)"
-        let dropped: u64 = text
-            .split("dropped ")
-            .nth(1)
-            .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
-            .and_then(|n| n.parse().ok())
-            .with_context(|| format!("no drop count in tc's statistics: {text}"))?;
+        let dropped = tc_dropped(&text)?;
         let (sent, received) = self.veth_drops()?;
         Ok(dropped + sent + received)
+    }
+
+    /// Packets the host's own link dropped on their way out: its token bucket's queue full
+    /// (since it was shaped). What a server sent faster than its link carries.
+    pub fn uplink_drops(&self) -> anyhow::Result<u64> {
+        let text = tc(Some(&self.ns), &["-s", "qdisc", "show", "dev", "eth0"])?;
+        tc_dropped(&text)
     }
 
     /// The veth pair's drops towards the host: `(transmit drops of the bridge's end, receive
@@ -576,6 +577,16 @@ pub fn softnet_drops() -> anyhow::Result<u64> {
 }
 
 /// Runs `tc` (in namespace `ns`, if given); its output.
+/// The drop count of `tc -s qdisc show`'s first qdisc:
+/// `" Sent 123 bytes 4 pkt (dropped 5, overlimits 6 requeues 0)"`.
+fn tc_dropped(text: &str) -> anyhow::Result<u64> {
+    text.split("dropped ")
+        .nth(1)
+        .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .with_context(|| format!("no drop count in tc's statistics: {text}"))
+}
+
 fn tc(ns: Option<&str>, args: &[&str]) -> anyhow::Result<String> {
     let mut c = Command::new("tc");
     if let Some(ns) = ns {

@@ -26,8 +26,10 @@
 //! can also pace blocks forwarded by other nodes alongside its own. A running share may gain
 //! blocks ([`Pacer::handle_extend`]): a dead node's part taken over from the next live copy
 //! (`docs/design/takeover.md`). Added blocks before the share's current block are overdue: they
-//! go first, in index order, as fast as they arrive, then the share resumes where it was; blocks
-//! it already sent are never sent again.
+//! go first, in index order, then the share resumes where it was; blocks it already sent are
+//! never sent again. Until it is back on its clock the share sends at most
+//! [`PacerConfig::catch_up`] times its own byte rate: every session of a lost node is taken over
+//! at once, and their overdue parts sent in one burst overflow the survivors' links.
 //!
 //! **Stops.** [`Pacer::handle_stop`] stops a run now, or after its last packet at or before a
 //! cutoff (a cluster pause, synchronised on every node by its media time); either way the run's
@@ -95,6 +97,15 @@ pub struct PacerConfig {
     /// point the origin chooses later) and sends the rest, perhaps twice; duplicates are the
     /// lesser harm.
     pub release_wait: Duration,
+    /// How fast a share catches up on blocks it took over that were overdue already
+    /// ([`Pacer::handle_extend`]): from the takeover on, it sends at most `catch_up` times its
+    /// own byte rate (that of its blocks, those taken over included) until its packets fall due
+    /// on their own clock again. Sent all at once, every session's overdue part (about a second
+    /// of the lost node's share, `docs/design/takeover.md`) met the survivors' links together,
+    /// and their queues dropped what did not fit. At 1.25 a survivor sends a quarter more than
+    /// it will send from then on, for as long as the overdue bytes take at that quarter; no
+    /// packet leaves later than the first overdue one would have anyway.
+    pub catch_up: Pace,
 }
 
 impl Default for PacerConfig {
@@ -106,6 +117,7 @@ impl Default for PacerConfig {
             hold_after: None,
             hold_window: Duration::from_millis(300),
             release_wait: Duration::from_secs(2),
+            catch_up: Pace::from_ppm(1_250_000),
         }
     }
 }
@@ -597,6 +609,8 @@ struct Paced<B> {
     catch_up: BTreeSet<BlockIndex>,
     /// Where the share resumes after `catch_up` (block, packet).
     resume: Option<(BlockIndex, usize)>,
+    /// The clock of a catch-up in progress ([`PacerConfig::catch_up`]).
+    catching_up: Option<CatchUp>,
     /// Blocks gained by a takeover that are sent from a media time inside them (the lost
     /// node had sent the packets before it): those packets are passed over.
     skip_before: BTreeMap<BlockIndex, MediaTime>,
@@ -614,6 +628,50 @@ struct Paced<B> {
     /// The run sent its last packet ([`PacerEvent::Ended`]); blocks taken over later revive
     /// it ([`Pacer::handle_extend`]).
     ended: bool,
+}
+
+/// The mean media time between two consecutive blocks of `share` from block `from` on (up to
+/// 64 of them), or over the whole share when fewer than two are left: how much media one of
+/// its blocks stands for. `None` for a share of fewer than two blocks.
+fn block_spacing(share: &[ShareBlock], from: BlockIndex) -> Option<Duration> {
+    let spacing = |blocks: &[ShareBlock]| {
+        let (first, last) = (blocks.first()?, blocks.last()?);
+        let gaps = u32::try_from(blocks.len().checked_sub(1).filter(|&n| n > 0)?).ok()?;
+        Some(last.first.time.saturating_duration_since(first.first.time) / gaps)
+    };
+    let at = share.partition_point(|b| b.index < from);
+    spacing(&share[at..share.len().min(at + 64)]).or_else(|| spacing(share))
+}
+
+/// A takeover's catch-up in progress: from `wall` on the share sends at most `rate` payload
+/// bytes a second, its packets due no sooner than `wall + bytes / rate`, until they fall due on
+/// their own clock.
+#[derive(Clone, Copy, Debug)]
+struct CatchUp {
+    wall: Instant,
+    /// Payload bytes sent since `wall`.
+    bytes: u64,
+    /// The mean media time between two of the share's blocks from where it resumes on.
+    spacing: Duration,
+    /// Bytes a second, once a block of the share is at hand to measure (`spacing` and the
+    /// block's payload bytes, times [`PacerConfig::catch_up`]).
+    rate: Option<u64>,
+    pace: Pace,
+}
+
+impl CatchUp {
+    /// When the next packet may go, given `block` (the one it is in) to measure the rate by.
+    fn not_before<B: AsRef<[u8]>>(&mut self, block: &Block<B>) -> Instant {
+        let rate = *self.rate.get_or_insert_with(|| {
+            let bytes: u64 =
+                (0..block.packet_count()).map(|i| block.packet(i).payload.len() as u64).sum();
+            // bytes per `spacing` of media, sent `pace` times faster: bytes × pace / spacing.
+            let per_s = bytes as f64 / self.spacing.as_secs_f64().max(1e-6) * self.pace.as_f64();
+            (per_s as u64).max(1)
+        });
+        let ns = u128::from(self.bytes) * 1_000_000_000 / u128::from(rate);
+        self.wall + Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+    }
 }
 
 /// A share's part taken over by other nodes while this one was lost
@@ -729,6 +787,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 held: false,
                 lsn: 0,
                 catch_up: BTreeSet::new(),
+                catching_up: None,
                 resume: None,
                 skip_before: BTreeMap::new(),
                 passed_over: BTreeSet::new(),
@@ -848,18 +907,21 @@ impl<B: AsRef<[u8]>> Pacer<B> {
     /// share's current one are sent first (they are overdue), then it resumes where it was.
     /// Packets before `from` (how far the other node had got) are passed over: the block that
     /// holds `from` is sent from there, not from its start. Blocks the share already has are
-    /// ignored, and nothing already sent is sent again. Returns `false` (nothing changed) for
+    /// ignored, and nothing already sent is sent again. The overdue packets are not sent at
+    /// once but at [`PacerConfig::catch_up`] from `now`. Returns `false` (nothing changed) for
     /// an unknown stream, another run, a stream that is not a share, or a run that is over.
     pub fn handle_extend(
         &mut self,
+        now: Instant,
         stream: StreamId,
         run: RunId,
         added: &[ShareBlock],
         from: MediaTime,
     ) -> bool {
         let Some(s) = self.streams.get_mut(&stream) else { return false };
+        let pace = self.config.catch_up;
         if s.ended && s.run == run {
-            return Self::revive(&mut self.heap, &mut self.stats, s, added, from);
+            return Self::revive(&mut self.heap, &mut self.stats, s, added, from, now, pace);
         }
         let Some(next) = s.next.filter(|_| s.playing && s.run == run) else { return false };
         let Some(share) = s.setup.share.as_ref() else { return false };
@@ -895,10 +957,19 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         }
         s.next = s.catch_up.pop_first();
         s.cursor = 0;
+        s.catching_up = Self::catch_up_from(s, walk, now, pace);
         s.generation += 1;
         s.scheduled = false;
         Self::schedule(&mut self.heap, s, &mut self.stats);
         true
+    }
+
+    /// The catch-up of a share that resumes its walk at `walk`, from `now`: paced by the media
+    /// its blocks from there on stand for. `None` (sent at once) if fewer than two are left.
+    fn catch_up_from(s: &Paced<B>, walk: BlockIndex, now: Instant, pace: Pace) -> Option<CatchUp> {
+        let share = s.setup.share.as_deref()?;
+        let spacing = block_spacing(share, walk).filter(|d| !d.is_zero())?;
+        Some(CatchUp { wall: now, bytes: 0, spacing, rate: None, pace })
     }
 
     /// A share whose run ended gains blocks taken over from a node lost after that (its own
@@ -911,6 +982,8 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         s: &mut Paced<B>,
         added: &[ShareBlock],
         from: MediaTime,
+        now: Instant,
+        pace: Pace,
     ) -> bool {
         let Some(share) = s.setup.share.as_ref() else { return false };
         let have: BTreeSet<BlockIndex> = share.iter().map(|b| b.index).collect();
@@ -934,6 +1007,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         s.cursor = 0;
         s.catch_up.clear();
         s.resume = None;
+        s.catching_up = Self::catch_up_from(s, first, now, pace);
         s.generation += 1;
         s.scheduled = false;
         Self::schedule(heap, s, stats);
@@ -996,6 +1070,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         s.blocks.clear();
         s.catch_up.clear();
         s.resume = None;
+        s.catching_up = None;
         s.skip_before.clear();
         s.passed_over.clear();
         s.withheld = None;
@@ -1208,7 +1283,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 self.handle_pace(stream, pace);
             }
             StreamOp::Extend { stream, run, blocks, from } => {
-                self.handle_extend(stream, run, &blocks, from);
+                self.handle_extend(now, stream, run, &blocks, from);
             }
             StreamOp::Withhold { stream, run, from, blocks, until } => {
                 self.handle_withhold(now, stream, run, from, blocks.as_deref(), until);
@@ -1386,7 +1461,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         // Not a second time, nor when the whole word came already (withheld, every block),
         // nor for a client's timing or a takeover's catch-up.
         let told_all = s.withheld.as_ref().is_some_and(|w| w.blocks.is_none());
-        if s.hold_used || told_all || s.held || s.resume.is_some() {
+        if s.hold_used || told_all || s.held || s.resume.is_some() || s.catching_up.is_some() {
             return None;
         }
         s.hold_used = true;
@@ -1489,6 +1564,15 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         let t = block.packet(s.cursor).send_time;
         let index = s.next.unwrap_or(BlockIndex(0));
         let mut due = Self::due(s, t);
+        if let Some(c) = s.catching_up.as_mut() {
+            let paced = c.not_before(block);
+            if paced > due {
+                due = paced;
+            } else {
+                // Caught up: its own clock again.
+                s.catching_up = None;
+            }
+        }
         if let Some(w) = s.withheld.as_ref().filter(|w| w.verdict(index, t, first) == Verdict::Wait)
         {
             // Until its release (`handle_release` schedules it again), at most `release_wait`.
@@ -1571,6 +1655,9 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 };
                 s.sent_packets += 1;
                 s.sent_bytes += len;
+                if let Some(c) = s.catching_up.as_mut() {
+                    c.bytes += len;
+                }
                 s.track_packets[track] += 1;
                 s.track_bytes[track] += len;
                 s.last_sent = Some(Position { gsn, time, tracks: s.next_tracks });
@@ -2388,13 +2475,16 @@ mod tests {
             .iter()
             .map(|&i| ShareBlock { index: BlockIndex(i), first: first(i.into()) })
             .collect();
-        assert!(p.handle_extend(StreamId(1), RunId(1), &added, MediaTime::ZERO));
-        assert!(!p.handle_extend(StreamId(1), RunId(2), &added, MediaTime::ZERO), "another run");
+        assert!(p.handle_extend(now, StreamId(1), RunId(1), &added, MediaTime::ZERO));
+        assert!(
+            !p.handle_extend(now, StreamId(1), RunId(2), &added, MediaTime::ZERO),
+            "another run"
+        );
         // They arrive out of order, after a while.
         let now = drive_from(&mut p, now, ms(280), &mut got);
         p.handle_block(StreamId(1), RunId(1), BlockIndex(2), block(2, 10, 5), None);
         p.handle_block(StreamId(1), RunId(1), BlockIndex(0), block(0, 0, 5), None);
-        // Packet 17 was due at 270 ms but waits for the overdue blocks, sent at once.
+        // Packet 17 was due at 270 ms but waits for the overdue blocks.
         drive_from(&mut p, now, ms(1_000), &mut got);
         let seqs: Vec<u16> = got.iter().map(|g| g.1).collect();
         assert_eq!(
@@ -2402,24 +2492,85 @@ mod tests {
             vec![5, 6, 7, 8, 9, 15, 16, 0, 1, 2, 3, 4, 10, 11, 12, 13, 14, 17, 18, 19],
             "overdue blocks first in index order, then the share resumes; nothing twice"
         );
-        assert!(got[7..17].iter().all(|g| g.0 == 280), "catch-up at once: {got:?}");
-        assert_eq!(got[19].0, 290, "then on the session's clock again");
+        // Not at once: from the takeover (265 ms) at 1.25 times the share's byte rate (a block
+        // of 940 bytes per 50 ms of media: a 188-byte packet every 8 ms), those due by the time
+        // the blocks came (280 ms) together; the share's own packets after them (17-19, due at
+        // 270-290 ms) on that clock too, until they are due on their own.
+        let times: Vec<u64> = got[7..].iter().map(|g| g.0).collect();
+        assert_eq!(
+            times,
+            [280, 280, 281, 289, 297, 305, 313, 321, 329, 337, 345, 353, 361],
+            "catch-up at 1.25x: {got:?}"
+        );
         let events: Vec<_> = std::iter::from_fn(|| p.poll_event()).collect();
         assert!(events.iter().any(|e| matches!(e, PacerEvent::Ended { .. })), "{events:?}");
         assert!(
-            !p.handle_extend(StreamId(1), RunId(1), &added, MediaTime::ZERO),
+            !p.handle_extend(ms(1_000), StreamId(1), RunId(1), &added, MediaTime::ZERO),
             "nothing new for a run that is over"
         );
-        // A block gained after the end (its node lost late) revives the run: sent at once
-        // (overdue), nothing of the share sent again, then the end once more.
+        // A block gained after the end (its node lost late) revives the run: caught up from
+        // then at 1.25x (overdue), nothing of the share sent again, then the end once more.
         let late = [ShareBlock { index: BlockIndex(4), first: first(4) }];
-        assert!(p.handle_extend(StreamId(1), RunId(1), &late, MediaTime::ZERO));
+        assert!(p.handle_extend(ms(1_000), StreamId(1), RunId(1), &late, MediaTime::ZERO));
         p.handle_block(StreamId(1), RunId(1), BlockIndex(4), block(4, 20, 5), None);
         let mut more = Vec::new();
         drive_from(&mut p, ms(1_000), ms(2_000), &mut more);
-        assert_eq!(more, [20, 21, 22, 23, 24].map(|s| (1_000, s)), "block 4 alone, at once");
+        assert_eq!(
+            more,
+            [(1_000, 20), (1_008, 21), (1_016, 22), (1_024, 23), (1_032, 24)],
+            "block 4 alone, at 1.25x from the takeover"
+        );
         let events: Vec<_> = std::iter::from_fn(|| p.poll_event()).collect();
         assert!(events.iter().any(|e| matches!(e, PacerEvent::Ended { .. })), "{events:?}");
+    }
+
+    #[test]
+    fn a_takeover_catches_up_at_a_quarter_over_the_share_rate_then_keeps_its_clock() {
+        let mut p = Pacer::new(PacerConfig::default());
+        let first = |i: u64| Position::at(Gsn(5 * i), MediaTime::from_nanos(i * 50_000_000));
+        let own: Arc<[ShareBlock]> = (1..20)
+            .step_by(2)
+            .map(|i| ShareBlock { index: BlockIndex(i as u32), first: first(i) })
+            .collect();
+        let setup = StreamSetup {
+            share: Some(own),
+            rtcp: RtcpMode::None,
+            ..StreamSetup::whole(StreamId(1), 9, 0, 0, BlockIndex(19))
+        };
+        play_share(&mut p, setup, first(0), Some(Anchor { wall: ms(100), media: MediaTime::ZERO }));
+        let deliver = |p: &mut Pacer<Vec<u8>>, blocks: std::iter::StepBy<std::ops::Range<u32>>| {
+            for i in blocks {
+                let b = block(i, 5 * u64::from(i), 5);
+                p.handle_block(StreamId(1), RunId(1), BlockIndex(i), b, None);
+            }
+        };
+        deliver(&mut p, (1..20).step_by(2));
+        let mut got = Vec::new();
+        let now = drive_from(&mut p, Instant::ZERO, ms(265), &mut got);
+        // Every other block is taken over at 265 ms: blocks 0 and 2 are overdue.
+        let taken: Vec<ShareBlock> = (0..20)
+            .step_by(2)
+            .map(|i| ShareBlock { index: BlockIndex(i), first: first(i.into()) })
+            .collect();
+        assert!(p.handle_extend(now, StreamId(1), RunId(1), &taken, MediaTime::ZERO));
+        deliver(&mut p, (0..20).step_by(2));
+        drive_from(&mut p, now, ms(2_000), &mut got);
+        let after: Vec<(u64, u16)> = got.iter().copied().filter(|g| g.0 >= 265).collect();
+        let seqs: Vec<u16> = after.iter().map(|g| g.1).collect();
+        let want: Vec<u16> = (0..5).chain(10..15).chain(17..100).collect();
+        assert_eq!(seqs, want, "the overdue blocks, then the rest in order, each once");
+        // A 188-byte packet per 10 ms of media is the share's rate from then on: at 1.25 times
+        // that, one every 8 ms from the takeover, until a packet is due on its own clock
+        // (packet 55 at 650 ms; the 48th sent, 8 ms × 48 after 265 ms is 649 ms).
+        for (k, &(t, seq)) in after.iter().enumerate() {
+            let (paced, own) = (265 + 8 * k as u64, 100 + 10 * u64::from(seq));
+            assert_eq!(
+                t,
+                paced.max(own).max(if k < 3 { 265 } else { 0 }),
+                "packet {seq}: {after:?}"
+            );
+            assert_eq!(t <= paced, seq < 55, "caught up at packet 55: {after:?}");
+        }
     }
 
     /// A share of blocks 1, 3, 5 and 7 (block `i`: GSNs 5i..5i+4, 10 ms apart from media time
@@ -2614,7 +2765,13 @@ mod tests {
         // had sent packets 10, 11 and 12.
         let first = Position::at(Gsn(10), MediaTime::from_nanos(100_000_000));
         let taken = [ShareBlock { index: BlockIndex(2), first }];
-        assert!(p.handle_extend(StreamId(1), RunId(1), &taken, MediaTime::from_nanos(125_000_000)));
+        assert!(p.handle_extend(
+            now,
+            StreamId(1),
+            RunId(1),
+            &taken,
+            MediaTime::from_nanos(125_000_000)
+        ));
         for (i, g) in [(2, 10), (3, 15)] {
             p.handle_block(StreamId(1), RunId(1), BlockIndex(i), block(i, g, 5), None);
         }
@@ -2633,7 +2790,7 @@ mod tests {
             .iter()
             .map(|&i| ShareBlock { index: BlockIndex(i), first: first(i.into()) })
             .collect();
-        assert!(p.handle_extend(StreamId(1), RunId(1), &taken, MediaTime::ZERO));
+        assert!(p.handle_extend(Instant::ZERO, StreamId(1), RunId(1), &taken, MediaTime::ZERO));
         p.handle_block(StreamId(1), RunId(1), BlockIndex(1), block(1, 5, 5), None);
         p.handle_block(StreamId(1), RunId(1), BlockIndex(2), block(2, 10, 5), None);
         let mut got = Vec::new();
@@ -2659,6 +2816,7 @@ mod tests {
         let now = drive_from(&mut p, Instant::ZERO, ms(170), &mut got);
         // Block 2 (after the current one, not due yet) joins the walk in index order.
         assert!(p.handle_extend(
+            now,
             StreamId(1),
             RunId(1),
             &[ShareBlock { index: BlockIndex(2), first: first(2) }],

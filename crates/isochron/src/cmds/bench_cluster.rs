@@ -23,7 +23,7 @@
 //! node taken in turn (`--popularity round-robin` unless given), `--link` N × RATE.
 //!
 //! Around the run it reads each node's counters — its veth's (what the node put on its link),
-//! its `/metrics` (payload bytes sent; node-to-node control, relay and block bytes), its CPU
+//! its shaper's drops (what it sent faster than the link carries), its `/metrics` (payload bytes sent; node-to-node control, relay and block bytes), its CPU
 //! time — and adds them to `report.json` as `cluster` (per node, with its share of the bytes
 //! the nodes sent, and the node-to-node bytes against the media bytes), and draws
 //! `node_bytes.svg` (each node's B_net over the run against the mean). Everything is removed at
@@ -122,6 +122,8 @@ impl Drop for Node {
 struct Counters {
     /// Bytes the node put on its link (the root-side veth's receive count).
     wire_tx: u64,
+    /// Packets its link dropped on the way out (its token bucket's queue full).
+    link_drops: u64,
     /// Bytes the node received on its link.
     wire_rx: u64,
     /// `/metrics`: RTP payload bytes sent.
@@ -147,6 +149,9 @@ struct NodeReport {
     wire_tx_bytes: u64,
     /// Its mean rate on the link over the bench, bits/s.
     wire_tx_bits_s: f64,
+    /// Packets it sent that its link dropped during the bench (the shaper's queue full): more
+    /// than the link carries at once. Its clients lose them unless they ask again.
+    link_drops: u64,
     /// RTP payload bytes it sent (its `/metrics`).
     payload_bytes: f64,
     /// Its share of the payload bytes all nodes sent, 0–1.
@@ -564,6 +569,7 @@ fn counters(bed: &Testbed, n: &Node) -> Counters {
         c.wire_tx = stat("rx_bytes");
         c.wire_rx = stat("tx_bytes");
     }
+    c.link_drops = n.host.uplink_drops().unwrap_or(0);
     if let Ok(text) = get(&format!("{}/metrics", n.http())) {
         // Each sample with its labels, as written (prom::parse sums label sets).
         let v = |k: &str| {
@@ -616,6 +622,7 @@ fn node_reports(
                 ip: IpAddr::V4(n.host.ip),
                 wire_tx_bytes: wire,
                 wire_tx_bits_s: wire as f64 * 8.0 / elapsed.max(1e-3),
+                link_drops: a.link_drops.saturating_sub(b.link_drops),
                 payload_bytes: d(b.payload, a.payload),
                 share: 0.0,
                 share_vs_mean: 0.0,
@@ -709,7 +716,8 @@ fn write_cluster(
         Some(spec.node_bits_s / 1e6),
     )?;
     println!(
-        "cluster: media {:.1} MB from {} nodes, shares {}, node-to-node {:.4} % of media",
+        "cluster: media {:.1} MB from {} nodes, shares {}, node-to-node {:.4} % of media, \
+         packets their links dropped {}",
         media / 1e6,
         nodes.len(),
         nodes
@@ -717,7 +725,8 @@ fn write_cluster(
             .map(|n| format!("{} {:.1} %", n.name, 100.0 * n.share))
             .collect::<Vec<_>>()
             .join(", "),
-        if media > 0.0 { 100.0 * node_to_node / media } else { 0.0 }
+        if media > 0.0 { 100.0 * node_to_node / media } else { 0.0 },
+        nodes.iter().map(|n| format!("{} {}", n.name, n.link_drops)).collect::<Vec<_>>().join(", ")
     );
     Ok(())
 }
