@@ -61,10 +61,14 @@ def main():
         md.append(f"| {e['at_s']:.0f} | {e['what']} | {e['target']} | "
                   f"{s(e.get('back_after_s'))} | {fsck}{err} |")
     md += ["", "## Nodes over the run", "",
-           "| node | on its link (Mb/s, mean) | share | CPU (% of one) |", "|---|---|---|---|"]
+           "A node's share and CPU are those of its last life (a killed node's process starts "
+           "its counters again); its link's bytes and drops (the shaper's queue full: sent "
+           "faster than the link carries) cover the whole run.", "",
+           "| node | on its link (Mb/s, mean) | share | CPU (% of one) | packets its link dropped |",
+           "|---|---|---|---|---|"]
     for n in cluster.get("nodes") or []:
         md.append(f"| {n['name']} | {n['wire_tx_bits_s'] / 1e6:.1f} | "
-                  f"{100 * n['share']:.1f} % | {n['cpu_pct']:.1f} |")
+                  f"{100 * n['share']:.1f} % | {n['cpu_pct']:.1f} | {n.get('link_drops', '–')} |")
     md.append("")
     open(os.path.join(out, "report.md"), "w").write("\n".join(md))
     print("\n".join(md))

@@ -426,31 +426,45 @@ fn shaped_bench_runs_over_the_testbed_and_leaves_nothing() {
     assert!(left.is_empty(), "namespaces left: {left:?}");
 }
 
+/// Runs `isochron bench --out OUT` with `args` (words separated by spaces) and `demo.ts`
+/// ingested (a cluster bench: it builds namespaces), which must succeed within `secs`; returns
+/// OUT, the bench's output and its `report.json`. OUT lives in `dir`.
+fn cluster_bench(dir: &Path, args: &str, secs: u64) -> (std::path::PathBuf, String, Value) {
+    let out = dir.join("out");
+    let res = run(
+        Command::new(bin())
+            .args(["bench", "--out"])
+            .arg(&out)
+            .args(args.split_whitespace())
+            .arg("--ingest")
+            .arg(demo())
+            .env("RUST_LOG", "warn"),
+        secs,
+    );
+    let stdout = String::from_utf8_lossy(&res.stdout).into_owned();
+    assert!(
+        res.status.success(),
+        "cluster bench failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    let report = std::fs::read_to_string(out.join("report.json")).unwrap();
+    (out, stdout, serde_json::from_str(&report).unwrap())
+}
+
 #[test]
 fn cluster_bench_spreads_sessions_over_shaped_nodes_and_reports_each() {
     if !namespaces_or_skip("cluster bench") {
         return;
     }
     let dir = tempdir();
-    let out = dir.path().join("out");
-    let res = run(
-        Command::new(bin())
-            .args(["bench", "--out"])
-            .arg(&out)
-            .args(["--cluster-nodes", "2", "--shape", "20mbit", "--block-kib", "16", "--ingest"])
-            .arg(demo())
-            .args(["--clients", "3", "--stagger", "--no-mtfc", "--duration", "6", "--seed", "5"])
-            .env("RUST_LOG", "warn"),
+    let (out, _, r) = cluster_bench(
+        dir.path(),
+        concat!(
+            "--cluster-nodes 2 --shape 20mbit --block-kib 16 --clients 3 --stagger --no-mtfc ",
+            "--duration 6 --seed 5"
+        ),
         180,
     );
-    assert!(
-        res.status.success(),
-        "cluster bench failed:\n{}\n{}",
-        String::from_utf8_lossy(&res.stdout),
-        String::from_utf8_lossy(&res.stderr)
-    );
-    let r: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     let c = &r["cluster"];
     assert_eq!(c["node_count"], 2, "{c:#}");
     assert_eq!(r["parameters"]["popularity"], "round_robin", "{:#}", r["parameters"]);
@@ -499,27 +513,15 @@ fn cluster_bench_with_a_node_killed_measures_the_survivors_serving_its_copies() 
         return;
     }
     let dir = tempdir();
-    let out = dir.path().join("out");
-    let res = run(
-        Command::new(bin())
-            .args(["bench", "--out"])
-            .arg(&out)
-            .args(["--cluster-nodes", "3", "--shape", "20mbit", "--replication", "2"])
-            .args(["--kill-nodes", "1", "--ingest"])
-            .arg(demo())
-            .args(["--clients", "4", "--stagger", "--no-mtfc", "--duration", "6", "--seed", "5"])
-            .env("RUST_LOG", "warn"),
+    let (_, stdout, r) = cluster_bench(
+        dir.path(),
+        concat!(
+            "--cluster-nodes 3 --shape 20mbit --replication 2 --kill-nodes 1 --clients 4 ",
+            "--stagger --no-mtfc --duration 6 --seed 5"
+        ),
         240,
     );
-    let stdout = String::from_utf8_lossy(&res.stdout);
-    assert!(
-        res.status.success(),
-        "cluster bench failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&res.stderr)
-    );
     assert!(stdout.contains("killed n3 (SIGKILL)"), "{stdout}");
-    let r: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     let c = &r["cluster"];
     assert_eq!(c["node_count"], 3, "{c:#}");
     assert_eq!(c["replication"], 2, "{c:#}");
@@ -554,27 +556,15 @@ fn cluster_chaos_a_killed_node_is_taken_over_with_nothing_lost_on_shaped_links()
         return;
     }
     let dir = tempdir();
-    let out = dir.path().join("out");
-    let res = run(
-        Command::new(bin())
-            .args(["bench", "--out"])
-            .arg(&out)
-            .args(["--cluster-nodes", "3", "--replication", "2", "--shape", "8mbit"])
-            .args(["--block-kib", "16", "--buffer-ms", "2000", "--no-mtfc", "--ingest"])
-            .arg(demo())
-            .args(["--arrival-rate", "60", "--max-clients", "10", "--duration", "40"])
-            .args(["--chaos-kill-every", "20", "--chaos-down", "3", "--seed", "7"])
-            .env("RUST_LOG", "warn"),
+    let (_, stdout, r) = cluster_bench(
+        dir.path(),
+        concat!(
+            "--cluster-nodes 3 --replication 2 --shape 8mbit --block-kib 16 --buffer-ms 2000 ",
+            "--no-mtfc --arrival-rate 60 --max-clients 10 --duration 40 --chaos-kill-every 20 ",
+            "--chaos-down 3 --seed 7"
+        ),
         300,
     );
-    let stdout = String::from_utf8_lossy(&res.stdout);
-    assert!(
-        res.status.success(),
-        "cluster chaos bench failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&res.stderr)
-    );
-    let r: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     let c = &r["cluster"];
     let events = c["chaos"]["events"].as_array().unwrap();
     let kills: Vec<&Value> = events.iter().filter(|e| e["what"] == "kill").collect();
