@@ -576,7 +576,6 @@ pub fn softnet_drops() -> anyhow::Result<u64> {
         .sum()
 }
 
-/// Runs `tc` (in namespace `ns`, if given); its output.
 /// The drop count of `tc -s qdisc show`'s first qdisc:
 /// `" Sent 123 bytes 4 pkt (dropped 5, overlimits 6 requeues 0)"`.
 fn tc_dropped(text: &str) -> anyhow::Result<u64> {
@@ -587,6 +586,7 @@ fn tc_dropped(text: &str) -> anyhow::Result<u64> {
         .with_context(|| format!("no drop count in tc's statistics: {text}"))
 }
 
+/// Runs `tc` (in namespace `ns`, if given); its output.
 fn tc(ns: Option<&str>, args: &[&str]) -> anyhow::Result<String> {
     let mut c = Command::new("tc");
     if let Some(ns) = ns {

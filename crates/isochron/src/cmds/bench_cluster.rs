@@ -23,11 +23,12 @@
 //! node taken in turn (`--popularity round-robin` unless given), `--link` N × RATE.
 //!
 //! Around the run it reads each node's counters — its veth's (what the node put on its link),
-//! its shaper's drops (what it sent faster than the link carries), its `/metrics` (payload bytes sent; node-to-node control, relay and block bytes), its CPU
-//! time — and adds them to `report.json` as `cluster` (per node, with its share of the bytes
-//! the nodes sent, and the node-to-node bytes against the media bytes), and draws
-//! `node_bytes.svg` (each node's B_net over the run against the mean). Everything is removed at
-//! the end, also on failure. Needs root and iproute2, and etcd (`etcd-server`).
+//! its shaper's drops (what it sent faster than the link carries), its `/metrics` (payload
+//! bytes sent; node-to-node control, relay and block bytes), its CPU time — and adds them to
+//! `report.json` as `cluster` (per node, with its share of the bytes the nodes sent, and the
+//! node-to-node bytes against the media bytes), and draws `node_bytes.svg` (each node's B_net
+//! over the run against the mean). Everything is removed at the end, also on failure. Needs
+//! root and iproute2, and etcd (`etcd-server`).
 //!
 //! Not here: the measurement ([`super::bench`]), namespaces and shaping
 //! ([`isochron_loadgen::testbed`]), etcd members ([`isochron_etcd::testing`]).
