@@ -560,7 +560,7 @@ fn cluster_chaos_a_killed_node_is_taken_over_with_nothing_lost_on_shaped_links()
         dir.path(),
         concat!(
             "--cluster-nodes 3 --replication 2 --shape 8mbit --block-kib 16 --buffer-ms 2000 ",
-            "--no-mtfc --arrival-rate 60 --max-clients 10 --duration 40 --chaos-kill-every 20 ",
+            "--no-mtfc --arrival-rate 60 --max-clients 10 --duration 30 --chaos-kill-every 20 ",
             "--chaos-down 3 --seed 7"
         ),
         300,
@@ -568,7 +568,9 @@ fn cluster_chaos_a_killed_node_is_taken_over_with_nothing_lost_on_shaped_links()
     let c = &r["cluster"];
     let events = c["chaos"]["events"].as_array().unwrap();
     let kills: Vec<&Value> = events.iter().filter(|e| e["what"] == "kill").collect();
-    assert_eq!(kills.len(), 1, "one kill in 40 s: {events:#?}");
+    // At 20 s; the next would be at 40 s, past the 30 s run's end even on a busy machine (a
+    // 40 s run under load saw a second kill at its very end, one run in five).
+    assert_eq!(kills.len(), 1, "one kill in 30 s: {events:#?}");
     assert_eq!(kills[0]["fsck_clean"], true, "{:#}", kills[0]);
     assert!(kills[0]["back_after_s"].as_f64().is_some(), "{:#}", kills[0]);
     let a = &c["chaos"]["sessions"];
