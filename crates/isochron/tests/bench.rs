@@ -192,6 +192,45 @@ fn a_server_paced_too_slow_starves_the_players() {
     );
 }
 
+/// Rate pacing smooths a VBR stream's traffic (Yima §2.5, `docs/design/mtfc.md`): the same
+/// clip, whole, to two clients paced by the content and two that ask for rate pacing with
+/// MTFC; each client's per-second received rate varies less than half as much when rate-paced,
+/// with nothing lost, no starvation and the same mean.
+#[test]
+fn rate_pacing_halves_the_spread_of_a_vbr_streams_traffic_and_loses_nothing() {
+    let clip = fixture("gop38");
+    let (dir, server) = serve_fixtures(&[&clip], None);
+    let url = server.url("gop38");
+    let play = |name: &'static str, extra: &'static [&'static str]| {
+        let out = dir.path().join(name);
+        let args = [&["--clients", "2", "--duration", "35"][..], extra].concat();
+        bench_url(&server, &url, &out, &args, 90)
+    };
+    let [content, rate]: [Value; 2] = std::thread::scope(|s| {
+        let content = s.spawn(|| play("content", &[]));
+        let rate = s.spawn(|| play("rate", &["--mtfc", "--rate-paced"]));
+        [content.join().expect("content bench"), rate.join().expect("rate bench")]
+    });
+    let spread = |r: &Value| {
+        let v = &r["rate_variation"];
+        assert!(v["clients"].as_u64().unwrap() >= 2, "{v:#}");
+        assert!(v["samples"].as_u64().unwrap() >= 20, "{v:#}");
+        (v["client_mean_bits_s"].as_f64().unwrap(), v["client_sd_bits_s"].as_f64().unwrap())
+    };
+    let ((c_mean, c_sd), (r_mean, r_sd)) = (spread(&content), spread(&rate));
+    eprintln!("per-second spread: {r_sd:.0} rate-paced, {c_sd:.0} by content; means {r_mean:.0}, {c_mean:.0}");
+    assert!(r_sd < 0.5 * c_sd, "per-second spread: {r_sd:.0} rate-paced, {c_sd:.0} by content");
+    assert!((r_mean / c_mean - 1.0).abs() < 0.05, "mean rates {r_mean:.0} and {c_mean:.0}");
+    for r in [&content, &rate] {
+        let s = &r["sessions_summary"];
+        assert_eq!((s["starvations"].as_u64(), s["lost"].as_u64()), (Some(0), Some(0)), "{s:#}");
+        assert!(s["complete"].as_u64().unwrap() >= 2, "every client plays the clip whole: {s:#}");
+    }
+    for s in rate["sessions"].as_array().unwrap() {
+        assert_eq!(s["rate_refused"], false, "the server paces by rate: {s:#}");
+    }
+}
+
 /// An object ingested from an MP4 (H.264 + AAC) is served as two RTP streams: every emulation
 /// client sets up both tracks (over UDP a port pair each, over TCP channels 0-1 and 2-3), plays
 /// each by its RTP timestamps from RTP-Info's start, and gets every packet of the object on

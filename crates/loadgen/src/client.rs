@@ -239,6 +239,24 @@ impl Client {
         Ok(u16::from(r.status()) == 200)
     }
 
+    /// Asks the server to pace the session by bytes at its object's mean rate rather than by
+    /// its packets' own times (`x-isochron-pacing: rate` with the nominal pace,
+    /// `docs/design/mtfc.md`); `Ok(true)` if the answer says rate pacing is in force.
+    pub async fn ask_rate_pacing(&mut self) -> anyhow::Result<bool> {
+        use isochron_rtsp::server::{PACING_PARAMETER, RATE_PARAMETER};
+        let url = self.aggregate_url();
+        let body = format!("{RATE_PARAMETER}: 1\r\n{PACING_PARAMETER}: rate\r\n");
+        let r = self
+            .request_with_body("SET_PARAMETER", &url, &[("Content-Type", "text/parameters")], &body)
+            .await
+            .context("SET_PARAMETER")?;
+        let text = String::from_utf8_lossy(r.body());
+        let rate = text.lines().filter_map(|l| l.split_once(':')).any(|(k, v)| {
+            k.trim().eq_ignore_ascii_case(PACING_PARAMETER) && v.trim().eq_ignore_ascii_case("rate")
+        });
+        Ok(u16::from(r.status()) == 200 && rate)
+    }
+
     /// Connects to the server of `url` (`rtsp://host:port/path`).
     pub async fn connect(url: &str) -> anyhow::Result<Self> {
         let rest =

@@ -20,6 +20,21 @@
 //! outlives seeks and pauses; the scheduler is told every anchor/pace pair ([`PacerEvent::Paced`])
 //! so that it reads ahead on the same clock.
 //!
+//! **Rate pacing.** A VBR stream paced by its own send times leaves its bursts as bursts, only
+//! sooner or later with a pace: MTFC's server sends at a *rate* the client steers instead, and
+//! the bursts land in the client's buffer (Yima §2.5; `docs/design/mtfc.md`). A stream told its
+//! object's mean byte rate ([`Pacer::handle_smooth`]) sends packet `p` when the bytes before it
+//! have gone at that rate times its pace, from a byte clock started at its run's first packet:
+//! `clock.wall + bytes × 10⁹ / (rate × pace)` ns, never earlier than
+//! [`PacerConfig::smooth_window`] before its own due time (the scheduler reads blocks on the
+//! media clock, at least a cycle ahead) nor later than that after it (a player that does not
+//! steer never falls further behind than that). Both bounds follow the media clock, so the due
+//! times stay monotone and a bound that takes over sends at the content's own rate, never in a
+//! burst. A pace change restarts the byte clock at the current packet's due time; a packet sent
+//! late (its block was not there yet) restarts it at once, so a smoothed stream never catches
+//! up in a burst either. Only a stream that sends every block has the bytes before a packet at
+//! hand: a cluster share does not, and is not smoothed.
+//!
 //! **Shares.** In a cluster a stream may be this node's *share* of a session: only the blocks on
 //! its own disks ([`StreamSetup::share`]), which arrive with gaps in their indices. The pacer sends
 //! them in index order whatever order they arrive in, so the session's origin in relay delivery
@@ -106,6 +121,11 @@ pub struct PacerConfig {
     /// it will send from then on, for as long as the overdue bytes take at that quarter; no
     /// packet leaves later than the first overdue one would have anyway.
     pub catch_up: Pace,
+    /// How far a rate-paced stream's packets may be from their own due time, either way
+    /// ([`Pacer::handle_smooth`]): earlier, the scheduler may not have read their block yet (it
+    /// reads one cycle ahead at least); later, a player that does not steer the pace may run
+    /// dry.
+    pub smooth_window: Duration,
 }
 
 impl Default for PacerConfig {
@@ -118,6 +138,7 @@ impl Default for PacerConfig {
             hold_window: Duration::from_millis(300),
             release_wait: Duration::from_secs(2),
             catch_up: Pace::from_ppm(1_250_000),
+            smooth_window: Duration::from_millis(500),
         }
     }
 }
@@ -351,6 +372,14 @@ pub enum StreamOp {
         /// The pace asked for.
         pace: Pace,
     },
+    /// Pace a stream by bytes at its object's mean rate, or by its packets' own times again
+    /// ([`Pacer::handle_smooth`]).
+    Smooth {
+        /// The stream.
+        stream: StreamId,
+        /// The object's mean payload bytes a second at the nominal pace; `None`: its own times.
+        rate: Option<u64>,
+    },
     /// A running share gains blocks taken over from a lost node ([`Pacer::handle_extend`]).
     Extend {
         /// The stream.
@@ -435,6 +464,7 @@ impl StreamOp {
             | Self::Stop { stream, .. }
             | Self::Reanchor { stream, .. }
             | Self::Pace { stream, .. }
+            | Self::Smooth { stream, .. }
             | Self::Extend { stream, .. }
             | Self::Withhold { stream, .. }
             | Self::Release { stream, .. }
@@ -625,6 +655,8 @@ struct Paced<B> {
     hold_used: bool,
     /// Frozen ([`Pacer::handle_freeze`]): a relayed session's feeder whose origin is silent.
     frozen: bool,
+    /// Rate pacing ([`Pacer::handle_smooth`]).
+    smooth: Option<Smooth>,
     /// The run sent its last packet ([`PacerEvent::Ended`]); blocks taken over later revive
     /// it ([`Pacer::handle_extend`]).
     ended: bool,
@@ -673,6 +705,32 @@ impl CatchUp {
         self.wall + Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
     }
 }
+
+/// A rate-paced stream's byte clock ([`Pacer::handle_smooth`]).
+#[derive(Clone, Copy, Debug)]
+struct Smooth {
+    /// Payload bytes a second at the nominal pace.
+    rate: u64,
+    /// How far from the media clock a packet may go, either way.
+    window: Duration,
+    /// The clock: from this instant, this many payload bytes sent. `None` until the run's
+    /// first packet is at hand.
+    clock: Option<(Instant, u64)>,
+}
+
+impl Smooth {
+    /// When the next packet is due on the byte clock at `pace`.
+    fn due(&self, pace: Pace) -> Option<Instant> {
+        let (wall, bytes) = self.clock?;
+        let per_s = u128::from(self.rate) * u128::from(pace.ppm());
+        let ns = u128::from(bytes) * 1_000_000_000 * 1_000_000 / per_s.max(1);
+        Some(wall + Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX)))
+    }
+}
+
+/// A packet sent later than this after its due time restarts a rate-paced stream's byte clock:
+/// what it missed is not made up in a burst.
+const SMOOTH_SLACK: Duration = Duration::from_millis(20);
 
 /// A share's part taken over by other nodes while this one was lost
 /// ([`Pacer::handle_withhold`]).
@@ -795,6 +853,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 hold_until: None,
                 hold_used: false,
                 frozen: false,
+                smooth: None,
                 ended: false,
             },
         );
@@ -1060,6 +1119,10 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         s.run = play.run;
         s.playing = true;
         s.ended = false;
+        if let Some(sm) = s.smooth.as_mut() {
+            // The run's first packet starts the byte clock again.
+            sm.clock = None;
+        }
         s.start = play.start;
         s.from = play.from;
         s.end = play.end;
@@ -1188,6 +1251,11 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             let media = next.or_else(|| s.last_sent.map(|p| p.time)).unwrap_or(old.media);
             let wall = old.wall + s.pace.wall_span(media.saturating_duration_since(old.media));
             let anchor = Anchor { wall, media };
+            // The byte clock goes on from the current packet's due time at the new rate.
+            let at = Self::send_due(s, media);
+            if let Some(sm) = s.smooth.as_mut().filter(|sm| sm.clock.is_some()) {
+                sm.clock = Some((at, 0));
+            }
             s.anchor = Some(anchor);
             s.pace = pace;
             s.pending = None;
@@ -1203,6 +1271,32 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         Some(pace)
     }
 
+    /// Paces `stream` by bytes at `rate` (its object's mean payload bytes a second; `None`: by
+    /// its packets' own times again): from its current packet on, each packet is due when the
+    /// bytes before it have gone at `rate` times its pace, within
+    /// [`PacerConfig::smooth_window`] of its own due time (module docs, *Rate pacing*). Returns
+    /// whether the stream is now rate-paced: `false` for an unknown stream, a cluster share
+    /// (which does not have the bytes before its packets) or a zero rate.
+    pub fn handle_smooth(&mut self, stream: StreamId, rate: Option<u64>) -> bool {
+        let window = self.config.smooth_window;
+        let Some(s) = self.streams.get_mut(&stream) else { return false };
+        let rate = rate.filter(|&r| r > 0 && s.setup.share.is_none());
+        match (rate, s.smooth.as_mut()) {
+            (None, _) => s.smooth = None,
+            (Some(r), Some(sm)) => sm.rate = r,
+            (Some(r), None) => {
+                // The byte clock starts at the next packet's due time.
+                let at = Self::next_position(s).filter(|_| s.playing && s.anchor.is_some());
+                let clock = at.map(|p| (Self::due(s, p.time), 0));
+                s.smooth = Some(Smooth { rate: r, window, clock });
+            }
+        }
+        if s.scheduled {
+            Self::schedule(&mut self.heap, s, &mut self.stats);
+        }
+        s.smooth.is_some()
+    }
+
     /// Re-pins run `run`'s clock at `anchor` with `pace` (a cluster's pace change, chosen by the
     /// session's origin so that every node changes at the same packet): packets at or after
     /// `anchor.media` are due at `anchor.wall + pace.wall_span(t − anchor.media)`, earlier ones
@@ -1214,6 +1308,9 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         }
         if s.pace != pace {
             self.stats.pace_changes += 1;
+        }
+        if let Some(sm) = s.smooth.as_mut() {
+            sm.clock = None;
         }
         if s.anchor.is_none() || s.last_sent.is_none_or(|l| l.time >= anchor.media) {
             s.anchor = Some(anchor);
@@ -1281,6 +1378,9 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             }
             StreamOp::Pace { stream, pace } => {
                 self.handle_pace(stream, pace);
+            }
+            StreamOp::Smooth { stream, rate } => {
+                self.handle_smooth(stream, rate);
             }
             StreamOp::Extend { stream, run, blocks, from } => {
                 self.handle_extend(now, stream, run, &blocks, from);
@@ -1548,6 +1648,23 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         anchor.wall + pace.wall_span(t.saturating_duration_since(anchor.media))
     }
 
+    /// When the packet at media time `t`, the next to send, goes: at its due time, or for a
+    /// rate-paced stream on its byte clock within the window of it (module docs, *Rate
+    /// pacing*). Trick play keeps its own times.
+    fn send_due(s: &Paced<B>, t: MediaTime) -> Instant {
+        let due = Self::due(s, t);
+        let Some(sm) = s.smooth.filter(|_| s.trick.is_none() && s.anchor.is_some()) else {
+            return due;
+        };
+        match sm.due(s.pace) {
+            Some(at) => {
+                let early = due.saturating_sub(sm.window);
+                at.clamp(early, due + sm.window)
+            }
+            None => due,
+        }
+    }
+
     fn schedule(
         heap: &mut BinaryHeap<Reverse<(Instant, u64, StreamId)>>,
         s: &mut Paced<B>,
@@ -1563,7 +1680,14 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         let first = block.packet(0).send_time;
         let t = block.packet(s.cursor).send_time;
         let index = s.next.unwrap_or(BlockIndex(0));
-        let mut due = Self::due(s, t);
+        if s.smooth.is_some_and(|sm| sm.clock.is_none()) && s.anchor.is_some() {
+            // The run's first packet at hand: the byte clock starts at its due time.
+            let at = Self::due(s, t);
+            if let Some(sm) = s.smooth.as_mut() {
+                sm.clock = Some((at, 0));
+            }
+        }
+        let mut due = Self::send_due(s, t);
         if let Some(c) = s.catching_up.as_mut() {
             let paced = c.not_before(block);
             if paced > due {
@@ -1657,6 +1781,14 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 s.sent_bytes += len;
                 if let Some(c) = s.catching_up.as_mut() {
                     c.bytes += len;
+                }
+                if let Some(sm) = s.smooth.as_mut() {
+                    sm.clock = match sm.clock {
+                        // Late (its block came late): the clock starts again, no burst.
+                        _ if now.saturating_duration_since(due) > SMOOTH_SLACK => Some((now, len)),
+                        Some((wall, bytes)) => Some((wall, bytes + len)),
+                        None => None,
+                    };
                 }
                 s.track_packets[track] += 1;
                 s.track_bytes[track] += len;
@@ -2319,6 +2451,141 @@ mod tests {
         assert_eq!(p.stats().pace_changes, 1);
         assert_eq!(p.handle_pace(StreamId(1), double), Some(double), "same pace: no change");
         assert_eq!(p.stats().pace_changes, 1);
+    }
+
+    /// A block of units of `sizes` TS packets each, 10 ms apart, from GSN `first`.
+    fn sized_block(index: u32, first: u64, sizes: &[usize]) -> Arc<Block<Vec<u8>>> {
+        let key = BlockKey::new(ObjectId(1), BlockIndex(index));
+        let mut b = BlockBuilder::new(key, Gsn(first), Bytes::kib(64));
+        for (g, &len) in (first..).zip(sizes) {
+            let meta = PacketMeta {
+                send_time: MediaTime::from_nanos(g * 10_000_000),
+                ts_packets: len as u8,
+                random_access: false,
+                discontinuity: false,
+            };
+            b.push(meta, &vec![0x47; 188 * len]);
+        }
+        Arc::new(Block::parse(b.finish(), Some(key)).unwrap())
+    }
+
+    fn smooth_config() -> PacerConfig {
+        PacerConfig { smooth_window: Duration::from_millis(50), ..PacerConfig::default() }
+    }
+
+    #[test]
+    fn a_rate_paced_stream_sends_its_bytes_at_the_mean_rate_within_the_window_of_its_times() {
+        // 200 ms of media: ten 940-byte packets, then ten of 188 bytes; 56.4 bytes a ms on
+        // average.
+        let sizes: Vec<usize> = [5; 10].into_iter().chain([1; 10]).collect();
+        let mut p = Pacer::new(smooth_config());
+        setup(&mut p, 1);
+        assert!(p.handle_smooth(StreamId(1), Some(56_400)));
+        play(&mut p, RunId(1), Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
+        let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
+        p.handle_block(
+            StreamId(1),
+            RunId(1),
+            BlockIndex(0),
+            sized_block(0, 0, &sizes[..10]),
+            Some(anchor),
+        );
+        p.handle_block(
+            StreamId(1),
+            RunId(1),
+            BlockIndex(1),
+            sized_block(1, 10, &sizes[10..]),
+            None,
+        );
+        let (rtp, ..) = drive(&mut p, ms(1_000));
+        let times: Vec<u64> = rtp.iter().map(|r| r.0).collect();
+        // Each packet when the bytes before it have gone at 56.4 bytes a ms, kept within 50 ms
+        // of its own time (k × 10 ms).
+        let want: Vec<u64> = (0..20u64)
+            .map(|k| {
+                let before: u64 = sizes[..k as usize].iter().map(|&n| 188 * n as u64).sum();
+                let at = before * 1_000_000_000 / 56_400;
+                at.clamp((k * 10).saturating_sub(50) * 1_000_000, (k * 10 + 50) * 1_000_000)
+                    / 1_000_000
+            })
+            .collect();
+        assert_eq!(times, want);
+        assert_eq!(&times[..4], &[0, 16, 33, 50], "the big packets go at the rate, later");
+        assert_eq!(times[9], 140, "at most the window behind their own time");
+        assert!(times.windows(2).all(|w| w[0] <= w[1]));
+        // By content, the same packets go 10 ms apart whatever their size.
+        let mut c = Pacer::new(smooth_config());
+        setup(&mut c, 1);
+        play(&mut c, RunId(1), Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
+        c.handle_block(
+            StreamId(1),
+            RunId(1),
+            BlockIndex(0),
+            sized_block(0, 0, &sizes[..10]),
+            Some(anchor),
+        );
+        c.handle_block(
+            StreamId(1),
+            RunId(1),
+            BlockIndex(1),
+            sized_block(1, 10, &sizes[10..]),
+            None,
+        );
+        let (rtp, ..) = drive(&mut c, ms(1_000));
+        assert_eq!(
+            rtp.iter().map(|r| r.0).collect::<Vec<_>>(),
+            (0..20).map(|k| k * 10).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn a_rate_paced_stream_goes_on_at_its_rate_after_a_late_block_and_a_pace_change() {
+        let mut p = Pacer::new(smooth_config());
+        setup(&mut p, 1);
+        play(&mut p, RunId(1), Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
+        let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
+        p.handle_block(
+            StreamId(1),
+            RunId(1),
+            BlockIndex(0),
+            sized_block(0, 0, &[3; 10]),
+            Some(anchor),
+        );
+        // Rate pacing asked for while the stream plays: 56.4 bytes a ms, its own rate.
+        assert!(p.handle_smooth(StreamId(1), Some(56_400)));
+        let (rtp, ..) = drive(&mut p, ms(125));
+        assert_eq!(
+            rtp.iter().map(|r| r.0).collect::<Vec<_>>(),
+            (0..10).map(|k| k * 10).collect::<Vec<_>>()
+        );
+        // The next block comes 30 ms after its first packet was due: that packet goes at once,
+        // the rest at the rate from there (by content, three would go at once).
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(1), sized_block(1, 10, &[3; 10]), None);
+        let mut now = ms(130);
+        let mut times = Vec::new();
+        while times.len() < 3 {
+            if let Some(Transmit::Rtp { .. }) = p.poll_transmit(now, |_| true) {
+                times.push(now.as_nanos() / 1_000_000);
+                continue;
+            }
+            now = p.poll_timeout().unwrap().max(now);
+        }
+        assert_eq!(times, vec![130, 140, 150]);
+        // Twice the pace from the next packet on: its due time kept, then 5 ms apart.
+        let double = Pace::from_multiplier(2.0).unwrap();
+        p.handle_pace(StreamId(1), double);
+        let mut rest = Vec::new();
+        while let Some(t) = p.poll_timeout() {
+            now = t.max(now);
+            while let Some(Transmit::Rtp { .. }) = p.poll_transmit(now, |_| true) {
+                rest.push(now.as_nanos() / 1_000_000);
+            }
+        }
+        assert_eq!(rest, vec![160, 165, 170, 175, 180, 185, 190]);
+        // A cluster share has not the bytes before its packets: never rate-paced.
+        let mut s = Pacer::new(smooth_config());
+        share(&mut s, RtcpMode::None);
+        assert!(!s.handle_smooth(StreamId(1), Some(56_400)));
     }
 
     #[test]

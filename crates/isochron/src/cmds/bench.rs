@@ -108,6 +108,11 @@ pub(crate) struct Args {
     /// Nominal pacing, no MTFC rate requests (the default; kept for scripts).
     #[arg(long, hide = true)]
     no_mtfc: bool,
+    /// With --mtfc: clients also ask the server to pace by bytes at the object's mean rate
+    /// (x-isochron-pacing: rate), so that a VBR stream's bursts land in their buffers and not
+    /// on the network; MTFC's rate requests steer that rate (isochron only, one node).
+    #[arg(long, requires = "mtfc")]
+    rate_paced: bool,
     /// MTFC's intermediate thresholds K.
     #[arg(long, value_name = "K", default_value_t = 8)]
     mtfc_thresholds: u32,
@@ -292,8 +297,12 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
         urls: a.urls.clone(),
         transports: a.transport.clone(),
         buffer,
-        mtfc: a.mtfc.then(|| MtfcConfig::for_depth(buffer, a.mtfc_thresholds)),
+        mtfc: a.mtfc.then(|| match a.rate_paced {
+            true => MtfcConfig::for_rate_pacing(buffer, a.mtfc_thresholds),
+            false => MtfcConfig::for_depth(buffer, a.mtfc_thresholds),
+        }),
         force_pace,
+        rate_paced: a.rate_paced,
         popularity: a.popularity,
         seek_every: a.seek_every.map(Duration::from_secs_f64),
         pause_every: a.pause_every.map(Duration::from_secs_f64),
@@ -414,6 +423,9 @@ fn lateness(r: &RunResult) -> Option<LatencySummary> {
 fn pacing(a: &Args) -> &'static str {
     match (a.force_rate, a.mtfc) {
         (Some(_), _) => "forced rate",
+        (None, true) if a.rate_paced => {
+            "MTFC, rate-paced: clients ask for rate pacing and rate changes, which standard players do not"
+        }
         (None, true) => "MTFC: clients ask for rate changes, which standard players do not",
         (None, false) => "nominal pacing, as standard players",
     }
@@ -503,6 +515,7 @@ fn write_report(
             "publish": a.publish,
             "mtfc": a.mtfc && a.force_rate.is_none(),
             "mtfc_thresholds": (a.mtfc && a.force_rate.is_none()).then_some(a.mtfc_thresholds),
+            "rate_paced": a.rate_paced && a.force_rate.is_none(),
             "force_rate": a.force_rate,
             "server_pid": a.server_pid,
             "iface": a.iface,
@@ -527,6 +540,7 @@ fn write_report(
         "per_n": r.per_n,
         "bench_cpu_pct": r.bench_cpu_pct,
         "bench_cpu_max_pct": bench_max,
+        "rate_variation": r.variation,
         "sessions_summary": {
             "count": r.sessions.len(),
             "complete": count(Outcome::Complete),

@@ -144,6 +144,16 @@ pub fn fixture(name: &str) -> PathBuf {
                 .split_whitespace()
                 .map(String::from)
                 .collect(),
+            // 30 s of 640×360 MPEG-2 VBR, about 2.2 Mb/s, in GOPs of 1.52 s: two seconds in three
+            // hold an I-frame, whatever the phase of a one-second sample, so the rate swings
+            // from one second to the next (the rate-pacing test).
+            "gop38" => "-f lavfi -i testsrc2=size=640x360:rate=25,noise=alls=6:allf=t \
+                -f lavfi -i sine=frequency=370:sample_rate=48000 -t 30 \
+                -c:v mpeg2video -b:v 2M -maxrate 5M -bufsize 2M -g 38 -bf 2 \
+                -c:a mp2 -b:a 128k -f mpegts"
+                .split_whitespace()
+                .map(String::from)
+                .collect(),
             // 8 s and 60 s at about 300 kb/s: the churn test's clips (250 players a round).
             "low8" | "low60" => format!(
                 "-f lavfi -i testsrc2=size=320x180:rate=25 \

@@ -67,6 +67,21 @@ impl MtfcConfig {
     }
 }
 
+impl MtfcConfig {
+    /// The same for a session the server paces by bytes at its object's mean rate
+    /// (`x-isochron-pacing: rate`), with τ = 10 × depth. The server keeps each packet within a
+    /// window of its own time (500 ms by default, a quarter of a 2 s depth), so the level
+    /// swings that much around the target by design: that is the VBR the buffer absorbs, and
+    /// chasing it would put the bursts back on the network. With τ = 10 × depth a swing of a
+    /// quarter of the depth asks for 2.5 %, less than ε; only a drift past it (a pace that
+    /// does not match the content over tens of seconds) moves the rate, and the underflow and
+    /// overflow thresholds still ask for the extremes.
+    #[must_use]
+    pub fn for_rate_pacing(depth: Duration, thresholds: u32) -> Self {
+        Self { tau: depth * 10, ..Self::for_depth(depth, thresholds) }
+    }
+}
+
 /// The MTFC state of one client.
 #[derive(Clone, Debug)]
 pub struct Mtfc {

@@ -33,7 +33,9 @@ use tracing::{debug, info, warn};
 
 use super::procfs::{ProcSampler, Resources};
 use super::prom;
-use super::report::{PerN, Sample, SourceSample, aggregate, aggregate_target, n_max};
+use super::report::{
+    PerN, RateVariation, Sample, SourceSample, aggregate, aggregate_target, n_max, rate_variation,
+};
 use super::session::{ClientSettings, SessionCounters, SessionRecord, run_client, state};
 use crate::sources::Traffic;
 
@@ -133,6 +135,8 @@ pub struct RunResult {
     pub bench_cpu_pct: f64,
     /// The run's length, s.
     pub elapsed_s: f64,
+    /// How much the received rate varied over the steady samples (Yima §2.5).
+    pub variation: RateVariation,
 }
 
 /// Totals over all sessions, for per-second deltas.
@@ -166,6 +170,10 @@ struct Runner {
     last_sessions: usize,
     /// Per entry of `counters`: whether it was served at the last sample.
     served: Vec<bool>,
+    /// Per entry of `counters`: its bytes at the last sample, and its rate (bits/s) in each
+    /// sample it was served at both ends of (by the sample's index).
+    client_bytes: Vec<u64>,
+    client_rates: Vec<Vec<(usize, f64)>>,
     /// The most packets counted lost so far (all sessions): a sample reports only what exceeds
     /// it. A client counts a gap in the sequence as lost at once and takes it back when the
     /// packet comes late; from a cluster's nodes (several sources, one sequence) packets
@@ -198,6 +206,8 @@ pub async fn run(mut config: RunConfig) -> anyhow::Result<RunResult> {
         next_client: 0,
         last_sessions: 0,
         served: Vec::new(),
+        client_bytes: Vec::new(),
+        client_rates: Vec::new(),
         lost_mark: 0,
     };
     r.procfs.sample(epoch);
@@ -313,7 +323,6 @@ pub async fn run(mut config: RunConfig) -> anyhow::Result<RunResult> {
         _ => 0.0,
     };
     Ok(RunResult {
-        samples: r.samples,
         sessions: r.sessions,
         per_n,
         n_max: best,
@@ -322,6 +331,8 @@ pub async fn run(mut config: RunConfig) -> anyhow::Result<RunResult> {
         content_bits_s: if media_s > 0.0 { bytes as f64 * 8.0 / media_s } else { 0.0 },
         bench_cpu_pct,
         elapsed_s: elapsed,
+        variation: rate_variation(&r.samples, &r.client_rates),
+        samples: r.samples,
     })
 }
 
@@ -492,13 +503,24 @@ impl Runner {
         // Whether the set of served sessions changed during the interval (a start or an end):
         // then the sample mixes two loads and is not steady.
         self.served.resize(self.counters.len(), false);
+        self.client_bytes.resize(self.counters.len(), 0);
+        self.client_rates.resize(self.counters.len(), Vec::new());
         let mut churn = false;
-        for (c, was) in self.counters.iter().zip(self.served.iter_mut()) {
+        let at = self.samples.len();
+        let per_client = self.client_bytes.iter_mut().zip(self.client_rates.iter_mut());
+        for ((c, was), (prev, rates)) in
+            self.counters.iter().zip(self.served.iter_mut()).zip(per_client)
+        {
             // Served: set up and sent to (a first packet came), not paused or played out.
             let st = c.state.load(r);
             let served = c.open.load(r)
                 && c.first_ns.load(r) != 0
                 && !matches!(st, state::PAUSED | state::FINISHED | state::DRAINING);
+            let bytes = c.bytes.load(r);
+            if served && *was {
+                rates.push((at, bytes.saturating_sub(*prev) as f64 * 8.0 / dt));
+            }
+            *prev = bytes;
             churn |= served != *was;
             *was = served;
             if !c.open.load(r) || c.first_ns.load(r) == 0 {

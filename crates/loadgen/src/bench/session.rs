@@ -665,6 +665,9 @@ pub struct ClientSettings {
     /// A pace asked for once, right after SETUP, with MTFC off (to emulate a slow or fast
     /// server).
     pub force_pace: Option<Pace>,
+    /// With MTFC: ask the server to pace by bytes at the object's mean rate, which smooths
+    /// a VBR stream's traffic (`docs/design/mtfc.md`), right after SETUP.
+    pub rate_paced: bool,
     /// Which URL a session plays.
     pub popularity: Popularity,
     /// Mean interval between seeks, per client.
@@ -1004,6 +1007,9 @@ async fn session(
     if let Some(p) = settings.force_pace
         && !client.set_rate(p, None).await?
     {
+        *rate_refused = true;
+    }
+    if mtfc.is_some() && settings.rate_paced && !client.ask_rate_pacing().await? {
         *rate_refused = true;
     }
     counters.play_ns.store(nanos_since(settings.epoch), Ordering::Relaxed);

@@ -137,6 +137,9 @@ struct Origin {
     abr: Option<Abr>,
     /// Its PLAY was refused the rung it asked for and tries a lower one (`degrade.rs`).
     degraded: bool,
+    /// Its player asked for rate pacing, and got it ([`Pacing::Rate`]): every run of it is
+    /// paced by bytes at its object's mean rate.
+    smooth: bool,
 }
 
 impl Origin {
@@ -164,6 +167,7 @@ impl Origin {
             waiting,
             abr: None,
             degraded: false,
+            smooth: false,
         }
     }
 

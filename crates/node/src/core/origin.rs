@@ -7,6 +7,8 @@ use super::{
     Request, RunClock, RunReport, RunRequest, RunTracks, SessionEvent, SessionTransport, ShareKey,
     StartSpec, StopKind, StreamId, StreamOp, Ticket, TrackSeqs, TrackSpec, Waiting, open_spec,
 };
+use isochron_rtsp::server::Pacing;
+use isochron_store::catalog::ObjectRecord;
 use std::time::Duration;
 use tracing::{debug, info, warn};
 
@@ -106,11 +108,13 @@ impl NodeCore {
         };
         let delivery = self.delivery_for(conn);
         let spec = open_spec(stream, &entry, delivery);
-        let pace = self.origins.get(&stream).map_or(Pace::NOMINAL, |o| o.pace);
+        let (pace, smooth) =
+            self.origins.get(&stream).map_or((Pace::NOMINAL, false), |o| (o.pace, o.smooth));
         let abr = self.ladder_of(&action);
         let waiting = Some(Waiting::Open(action, ticket));
         let mut origin = Origin::new(entry, delivery, pace, waiting);
         origin.abr = abr;
+        origin.smooth = smooth;
         self.origins.insert(stream, origin);
         self.open(now, spec);
     }
@@ -285,11 +289,36 @@ impl NodeCore {
             // Before the first PLAY: kept with the session until it opens.
             self.pending_pace(action.stream, applied);
         }
-        debug!(stream = %action.stream, pace = %applied, buffer = ?action.buffer, "rate change");
+        let pacing = match action.pacing {
+            Some(asked) => self.set_pacing(action.stream, asked),
+            None => match self.origins.get(&action.stream).is_some_and(|o| o.smooth) {
+                true => Pacing::Rate,
+                false => Pacing::Content,
+            },
+        };
+        debug!(stream = %action.stream, pace = %applied, ?pacing, buffer = ?action.buffer, "rate change");
         if let Some(buffer) = action.buffer {
             self.buffer_report(now, action.stream, buffer);
         }
-        self.rtsp.finish_rate(now, action, applied)
+        self.rtsp.finish_rate(now, action, applied, pacing)
+    }
+
+    /// A player asked for `asked` pacing (`docs/design/mtfc.md`): rate pacing is for a session
+    /// on a single node of an object with a known length (a cluster's nodes each send only
+    /// their own blocks, and do not have the bytes before a packet; a feed's recording grows).
+    /// Returns the pacing in force.
+    fn set_pacing(&mut self, stream: StreamId, asked: Pacing) -> Pacing {
+        let single = self.local_disks.is_none();
+        // `rate` made the session's origin, even before its first PLAY (`pending_pace`).
+        let Some(o) = self.origins.get_mut(&stream) else { return Pacing::Content };
+        let rate = mean_byte_rate(&o.entry.record).filter(|_| single && asked == Pacing::Rate);
+        let live = self.feeds.contains_key(&o.entry.record.id);
+        let rate = rate.filter(|_| !live);
+        o.smooth = rate.is_some();
+        if o.running {
+            self.send(StreamOp::Smooth { stream, rate });
+        }
+        if rate.is_some() { Pacing::Rate } else { Pacing::Content }
     }
 
     /// A pace asked for before the session's first PLAY.
@@ -470,7 +499,7 @@ fn auto_delivery(user_agent: &str) -> Delivery {
 
 /// Where playing from `t` starts: the object's seek point for `t` (the last random-access point
 /// at or before it).
-pub(super) fn seek_position(rec: &isochron_store::catalog::ObjectRecord, t: MediaTime) -> Position {
+pub(super) fn seek_position(rec: &ObjectRecord, t: MediaTime) -> Position {
     let i = rec.seek_index(t);
     let sp = rec.seek(t);
     let tracks = match &rec.media {
@@ -485,6 +514,14 @@ pub(super) fn seek_position(rec: &isochron_store::catalog::ObjectRecord, t: Medi
 /// Each track's sequence number for its next packet at `at`, under `offsets`.
 fn next_seqs(offsets: &[u16], at: &Position) -> Vec<u16> {
     offsets.iter().enumerate().map(|(t, o)| o.wrapping_add(at.track_seq(t) as u16)).collect()
+}
+
+/// An object's mean payload bytes a second over its whole length (rate pacing's rate at the
+/// nominal pace); `None` for an object without length.
+pub(super) fn mean_byte_rate(record: &ObjectRecord) -> Option<u64> {
+    let ns = u128::from(record.duration.as_nanos()).max(1);
+    let rate = u128::from(record.ts_bytes.0) * 1_000_000_000 / ns;
+    u64::try_from(rate).ok().filter(|&r| r > 0 && record.duration.as_nanos() > 0)
 }
 
 #[cfg(test)]

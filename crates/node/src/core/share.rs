@@ -305,6 +305,7 @@ impl NodeCore {
         spec: &RunSpec,
         anchor: Option<LocalAnchor>,
     ) {
+        let me = self.cluster.node();
         let Some(share) = self.shares.get_mut(&key) else { return };
         let stream = share.stream;
         share.run = run;
@@ -328,6 +329,12 @@ impl NodeCore {
             // The scheduler pins the clock: the pacer reports the pace with the anchor. Every
             // run sets it (a trick or Speed run leaves its own behind).
             self.send(StreamOp::Pace { stream, pace: spec.pace });
+        }
+        // Rate pacing, at the mean rate of the object this run plays (a switch of rendition
+        // changes it); `None` keeps it off.
+        if let Some(o) = self.origins.get(&key.stream).filter(|o| o.smooth && key.origin == me) {
+            let rate = super::origin::mean_byte_rate(&o.entry.record);
+            self.send(StreamOp::Smooth { stream, rate });
         }
         let play = PlayRun {
             run,

@@ -74,7 +74,9 @@
 //!   session's nominal pace, 0.1 to 10) → [`Handled::Rate`], answered by
 //!   [`ServerCore::finish_rate`] with 200 and the pace applied, echoed in the same form. A value
 //!   that is not a number in range → 400; without `Session` → 455. The player may add its
-//!   buffer (`x-isochron-buffer: 0.42/2`, [`BUFFER_PARAMETER`]), which adaptive bit rate reads.
+//!   buffer (`x-isochron-buffer: 0.42/2`, [`BUFFER_PARAMETER`]), which adaptive bit rate reads,
+//!   and ask for a delivery that smooths (`x-isochron-pacing: rate`, [`PACING_PARAMETER`]):
+//!   the answer says which [`Pacing`] is in force.
 //! - PLAY, PAUSE and TEARDOWN without `Session` → 455 (Appendix A.2: not valid in Init). With
 //!   a `Session` that is not live → 454 (OPTIONS and GET/SET_PARAMETER included, so a
 //!   keep-alive on an expired session is told so).
@@ -357,6 +359,10 @@ pub const RATE_PARAMETER: &str = "x-isochron-rate";
 /// that plays 2 s behind what it receives).
 pub const BUFFER_PARAMETER: &str = "x-isochron-buffer";
 
+/// The name of the parameter that may come with [`RATE_PARAMETER`]: the session's [`Pacing`],
+/// `x-isochron-pacing: rate` (smoothed) or `content` (each packet at its own time).
+pub const PACING_PARAMETER: &str = "x-isochron-pacing";
+
 /// A player's buffer, as it reports it with a rate request ([`BUFFER_PARAMETER`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BufferLevel {
@@ -377,7 +383,32 @@ pub struct RateAction {
     pub pace: Pace,
     /// The player's buffer, if it said.
     pub buffer: Option<BufferLevel>,
+    /// The pacing it asked for, if it said ([`PACING_PARAMETER`]).
+    pub pacing: Option<Pacing>,
     cseq: String,
+}
+
+/// How a session's packets are timed ([`PACING_PARAMETER`]; `docs/design/mtfc.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pacing {
+    /// Each packet at its own send time (the file's PCR, or the track's timestamps), times the
+    /// pace: a VBR stream's bursts leave as bursts. Every session starts so.
+    Content,
+    /// At a rate: the object's mean byte rate times the pace, each packet due when the bytes
+    /// before it have gone at that rate, never more than a bounded time off its own send time
+    /// (MTFC's server sends at the rate its client steers, Yima §2.5).
+    Rate,
+}
+
+impl Pacing {
+    /// The parameter's value: `content` or `rate`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Content => "content",
+            Self::Rate => "rate",
+        }
+    }
 }
 
 /// Where a PLAY starts.
@@ -687,22 +718,28 @@ impl ServerCore {
     }
 
     /// Completes a [`Handled::Rate`]: 200 with the pace now in force (`applied`), in the
-    /// request's own `text/parameters` form.
+    /// request's own `text/parameters` form, and the pacing in force (`pacing`) when the
+    /// request asked for one.
     pub fn finish_rate(
         &mut self,
         now: Instant,
         rate: RateAction,
         applied: Pace,
+        pacing: Pacing,
     ) -> Response<Vec<u8>> {
         self.touch(now, &rate.session);
         if !self.sessions.contains_key(&rate.session) {
             let refusal = Refusal::SessionNotFound(rate.session.to_string());
             return self.refuse(&rate.cseq, None, &refusal);
         }
+        let mut body = format!("{RATE_PARAMETER}: {applied}\r\n");
+        if rate.pacing.is_some() {
+            body += &format!("{PACING_PARAMETER}: {}\r\n", pacing.as_str());
+        }
         self.ok(&rate.cseq)
             .header(SESSION, self.session_header(&rate.session))
             .header(CONTENT_TYPE, "text/parameters")
-            .build(format!("{RATE_PARAMETER}: {applied}\r\n").into_bytes())
+            .build(body.into_bytes())
     }
 
     /// An RTCP packet (a receiver report, or any RTCP) named our SSRC `ssrc_of_media`: the
@@ -944,7 +981,7 @@ impl ServerCore {
                 if req.body().trim_ascii().is_empty() {
                     return respond(self.with_session(self.ok(cseq), session).build(Vec::new()));
                 }
-                let (pace, buffer) = parse_rate_parameter(req.body())?;
+                let (pace, buffer, pacing) = parse_rate_parameter(req.body())?;
                 let id = self.require_session(session, "SET_PARAMETER")?;
                 let s = self
                     .sessions
@@ -955,6 +992,7 @@ impl ServerCore {
                     stream: s.stream,
                     pace,
                     buffer,
+                    pacing,
                     cseq: cseq.to_owned(),
                 }))
             }
@@ -1640,9 +1678,11 @@ fn rendition_query(query: Option<&str>) -> Option<&str> {
 /// The pace of a SET_PARAMETER body (`text/parameters`, RFC 2326 §10.9), and the buffer it
 /// reports: the [`RATE_PARAMETER`] line, and optionally the [`BUFFER_PARAMETER`] one; any other
 /// parameter → 451, a bad value (or a buffer without a rate) → 400.
-fn parse_rate_parameter(body: &[u8]) -> Result<(Pace, Option<BufferLevel>), Refusal> {
+fn parse_rate_parameter(
+    body: &[u8],
+) -> Result<(Pace, Option<BufferLevel>, Option<Pacing>), Refusal> {
     let text = std::str::from_utf8(body).map_err(|_| Refusal::ParameterNotUnderstood)?;
-    let (mut pace, mut buffer) = (None, None);
+    let (mut pace, mut buffer, mut pacing) = (None, None, None);
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
         let (name, value) = line.split_once(':').ok_or(Refusal::ParameterNotUnderstood)?;
         let (name, value) = (name.trim(), value.trim());
@@ -1659,16 +1699,29 @@ fn parse_rate_parameter(body: &[u8]) -> Result<(Pace, Option<BufferLevel>), Refu
                     "{BUFFER_PARAMETER}: {value:?} is not LEVEL/DEPTH in seconds (0.42/2)"
                 ))
             })?);
+        } else if name.eq_ignore_ascii_case(PACING_PARAMETER) {
+            pacing = Some(match value {
+                v if v.eq_ignore_ascii_case("rate") => Pacing::Rate,
+                v if v.eq_ignore_ascii_case("content") => Pacing::Content,
+                v => {
+                    return Err(Refusal::BadRequest(format!(
+                        "{PACING_PARAMETER}: {v:?} is neither \"rate\" nor \"content\""
+                    )));
+                }
+            });
         } else {
             return Err(Refusal::ParameterNotUnderstood);
         }
     }
-    match (pace, buffer) {
-        (Some(p), b) => Ok((p, b)),
-        (None, Some(_)) => {
+    match (pace, buffer, pacing) {
+        (Some(p), b, m) => Ok((p, b, m)),
+        (None, Some(_), _) => {
             Err(Refusal::BadRequest(format!("{BUFFER_PARAMETER} comes with {RATE_PARAMETER}")))
         }
-        (None, None) => Err(Refusal::ParameterNotUnderstood),
+        (None, None, Some(_)) => {
+            Err(Refusal::BadRequest(format!("{PACING_PARAMETER} comes with {RATE_PARAMETER}")))
+        }
+        (None, None, None) => Err(Refusal::ParameterNotUnderstood),
     }
 }
 

@@ -231,8 +231,8 @@ impl Dialog {
                 self.core.finish_pause(now, action, at)
             }
             Handled::Rate(action) => {
-                let pace = action.pace;
-                self.core.finish_rate(now, action, pace)
+                let (pace, pacing) = (action.pace, action.pacing.unwrap_or(Pacing::Content));
+                self.core.finish_rate(now, action, pace, pacing)
             }
         };
         self.check_invariants(&resp);
@@ -1118,7 +1118,7 @@ mod random_dialogs {
                 Handled::Pause(a) => core.finish_pause(now, a, pos(MediaTime::ZERO)),
                 Handled::Rate(a) => {
                     let pace = a.pace;
-                    core.finish_rate(now, a, pace)
+                    core.finish_rate(now, a, pace, Pacing::Content)
                 }
             };
             let echoed = resp.header(&CSEQ).map(|v| v.as_str().to_owned());
