@@ -16,8 +16,8 @@ use isochron_rtsp::codec::{self, Decoded, Frame, Limits};
 use isochron_rtsp::sdp::MediaTrack;
 use isochron_rtsp::server::publish::{Publish, PublishStep};
 use isochron_rtsp::server::{
-    ConnId, ConnInfo, Handled, Library, PlayOutcome, PlayStart, Position, Presentation, Rates,
-    ServerConfig, ServerCore,
+    ConnId, ConnInfo, Handled, Library, Pacing, PlayOutcome, PlayStart, Position, Presentation,
+    Rates, ServerConfig, ServerCore,
 };
 
 const DURATION: MediaTime = MediaTime::from_nanos(10_000_000_000);
@@ -125,7 +125,11 @@ fn run(data: &[u8]) {
                             }
                             Handled::Rate(action) => {
                                 let pace = action.pace;
-                                core.finish_rate(now, action, pace)
+                                let pacing = match step % 2 {
+                                    0 => action.pacing.unwrap_or(Pacing::Content),
+                                    _ => Pacing::Content,
+                                };
+                                core.finish_rate(now, action, pace, pacing)
                             }
                         };
                         round_trip(&resp, &mut wire);

@@ -215,10 +215,16 @@ fn rate_pacing_halves_the_spread_of_a_vbr_streams_traffic_and_loses_nothing() {
         let v = &r["rate_variation"];
         assert!(v["clients"].as_u64().unwrap() >= 2, "{v:#}");
         assert!(v["samples"].as_u64().unwrap() >= 20, "{v:#}");
-        (v["client_mean_bits_s"].as_f64().unwrap(), v["client_sd_bits_s"].as_f64().unwrap())
+        assert!(v["aggregate_samples"].as_u64().unwrap() >= 15, "{v:#}");
+        let f = |k: &str| v[k].as_f64().unwrap();
+        (f("client_mean_bits_s"), f("client_sd_bits_s"), f("aggregate_sd_bits_s"))
     };
-    let ((c_mean, c_sd), (r_mean, r_sd)) = (spread(&content), spread(&rate));
-    eprintln!("per-second spread: {r_sd:.0} rate-paced, {c_sd:.0} by content; means {r_mean:.0}, {c_mean:.0}");
+    let ((c_mean, c_sd, c_agg), (r_mean, r_sd, r_agg)) = (spread(&content), spread(&rate));
+    eprintln!("aggregate spread: {r_agg:.0} rate-paced, {c_agg:.0} by content");
+    assert!(r_agg < 0.5 * c_agg, "aggregate spread: {r_agg:.0} rate-paced, {c_agg:.0} by content");
+    eprintln!(
+        "per-second spread: {r_sd:.0} rate-paced, {c_sd:.0} by content; means {r_mean:.0}, {c_mean:.0}"
+    );
     assert!(r_sd < 0.5 * c_sd, "per-second spread: {r_sd:.0} rate-paced, {c_sd:.0} by content");
     assert!((r_mean / c_mean - 1.0).abs() < 0.05, "mean rates {r_mean:.0} and {c_mean:.0}");
     for r in [&content, &rate] {

@@ -126,6 +126,13 @@ pub struct PacerConfig {
     /// reads one cycle ahead at least); later, a player that does not steer the pace may run
     /// dry.
     pub smooth_window: Duration,
+    /// How fast a rate-paced stream's byte clock is drawn back to its media clock: its rate is
+    /// raised (lowered) by the time it is behind (ahead) over this. The object's mean rate is
+    /// the whole object's, and a stretch of the content above it would otherwise leave the
+    /// stream pinned at the window's late edge, paced by the content again; drawn back, it
+    /// follows the content's rate over tens of seconds and smooths what is shorter.
+    /// `None`: never.
+    pub smooth_settle: Option<Duration>,
 }
 
 impl Default for PacerConfig {
@@ -139,6 +146,7 @@ impl Default for PacerConfig {
             release_wait: Duration::from_secs(2),
             catch_up: Pace::from_ppm(1_250_000),
             smooth_window: Duration::from_millis(500),
+            smooth_settle: Some(Duration::from_secs(5)),
         }
     }
 }
@@ -713,18 +721,26 @@ struct Smooth {
     rate: u64,
     /// How far from the media clock a packet may go, either way.
     window: Duration,
-    /// The clock: from this instant, this many payload bytes sent. `None` until the run's
-    /// first packet is at hand.
-    clock: Option<(Instant, u64)>,
+    /// How fast the byte clock is drawn back to the media clock ([`PacerConfig::smooth_settle`]).
+    settle: Option<Duration>,
+    /// When the next packet is due on the byte clock; `None` until the run's first packet is at
+    /// hand.
+    next: Option<Instant>,
 }
 
 impl Smooth {
-    /// When the next packet is due on the byte clock at `pace`.
-    fn due(&self, pace: Pace) -> Option<Instant> {
-        let (wall, bytes) = self.clock?;
-        let per_s = u128::from(self.rate) * u128::from(pace.ppm());
-        let ns = u128::from(bytes) * 1_000_000_000 * 1_000_000 / per_s.max(1);
-        Some(wall + Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX)))
+    /// The byte clock after a packet of `len` bytes due at `at` on it, whose own due time is
+    /// `own`, at `pace`: the next one is due when those bytes have gone at the rate, sped up
+    /// (slowed down) by a `settle`-th of how far the byte clock is behind (ahead of) the media
+    /// clock, within half to twice the rate.
+    fn after(&self, at: Instant, len: u64, own: Instant, pace: Pace) -> Instant {
+        let behind = (i128::from(at.as_nanos()) - i128::from(own.as_nanos())) as f64 / 1e9;
+        let factor = self.settle.map_or(1.0, |t| 1.0 + behind / t.as_secs_f64().max(1e-3));
+        // Bytes a second × 10¹²: the rate, the pace and the factor each in parts per million.
+        let factor_ppm = (factor.clamp(0.5, 2.0) * 1e6).round() as u128;
+        let per = u128::from(self.rate) * u128::from(pace.ppm()) * factor_ppm;
+        let ns = u128::from(len) * 1_000_000_000_000_000_000_000 / per.max(1);
+        at + Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
     }
 }
 
@@ -1121,7 +1137,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         s.ended = false;
         if let Some(sm) = s.smooth.as_mut() {
             // The run's first packet starts the byte clock again.
-            sm.clock = None;
+            sm.next = None;
         }
         s.start = play.start;
         s.from = play.from;
@@ -1253,8 +1269,8 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             let anchor = Anchor { wall, media };
             // The byte clock goes on from the current packet's due time at the new rate.
             let at = Self::send_due(s, media);
-            if let Some(sm) = s.smooth.as_mut().filter(|sm| sm.clock.is_some()) {
-                sm.clock = Some((at, 0));
+            if let Some(sm) = s.smooth.as_mut().filter(|sm| sm.next.is_some()) {
+                sm.next = Some(at);
             }
             s.anchor = Some(anchor);
             s.pace = pace;
@@ -1278,7 +1294,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
     /// whether the stream is now rate-paced: `false` for an unknown stream, a cluster share
     /// (which does not have the bytes before its packets) or a zero rate.
     pub fn handle_smooth(&mut self, stream: StreamId, rate: Option<u64>) -> bool {
-        let window = self.config.smooth_window;
+        let (window, settle) = (self.config.smooth_window, self.config.smooth_settle);
         let Some(s) = self.streams.get_mut(&stream) else { return false };
         let rate = rate.filter(|&r| r > 0 && s.setup.share.is_none());
         match (rate, s.smooth.as_mut()) {
@@ -1287,8 +1303,8 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             (Some(r), None) => {
                 // The byte clock starts at the next packet's due time.
                 let at = Self::next_position(s).filter(|_| s.playing && s.anchor.is_some());
-                let clock = at.map(|p| (Self::due(s, p.time), 0));
-                s.smooth = Some(Smooth { rate: r, window, clock });
+                let next = at.map(|p| Self::due(s, p.time));
+                s.smooth = Some(Smooth { rate: r, window, settle, next });
             }
         }
         if s.scheduled {
@@ -1310,7 +1326,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             self.stats.pace_changes += 1;
         }
         if let Some(sm) = s.smooth.as_mut() {
-            sm.clock = None;
+            sm.next = None;
         }
         if s.anchor.is_none() || s.last_sent.is_none_or(|l| l.time >= anchor.media) {
             s.anchor = Some(anchor);
@@ -1656,7 +1672,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         let Some(sm) = s.smooth.filter(|_| s.trick.is_none() && s.anchor.is_some()) else {
             return due;
         };
-        match sm.due(s.pace) {
+        match sm.next {
             Some(at) => {
                 let early = due.saturating_sub(sm.window);
                 at.clamp(early, due + sm.window)
@@ -1680,11 +1696,11 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         let first = block.packet(0).send_time;
         let t = block.packet(s.cursor).send_time;
         let index = s.next.unwrap_or(BlockIndex(0));
-        if s.smooth.is_some_and(|sm| sm.clock.is_none()) && s.anchor.is_some() {
+        if s.smooth.is_some_and(|sm| sm.next.is_none()) && s.anchor.is_some() {
             // The run's first packet at hand: the byte clock starts at its due time.
             let at = Self::due(s, t);
             if let Some(sm) = s.smooth.as_mut() {
-                sm.clock = Some((at, 0));
+                sm.next = Some(at);
             }
         }
         let mut due = Self::send_due(s, t);
@@ -1782,13 +1798,16 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                 if let Some(c) = s.catching_up.as_mut() {
                     c.bytes += len;
                 }
-                if let Some(sm) = s.smooth.as_mut() {
-                    sm.clock = match sm.clock {
-                        // Late (its block came late): the clock starts again, no burst.
-                        _ if now.saturating_duration_since(due) > SMOOTH_SLACK => Some((now, len)),
-                        Some((wall, bytes)) => Some((wall, bytes + len)),
-                        None => None,
-                    };
+                if s.smooth.is_some() {
+                    let (own, pace) = (Self::due(s, time), s.pace);
+                    if let Some(sm) = s.smooth.as_mut() {
+                        let at = match sm.next {
+                            // Late (its block came late): the clock starts again, no burst.
+                            Some(at) if now.saturating_duration_since(due) <= SMOOTH_SLACK => at,
+                            _ => now,
+                        };
+                        sm.next = Some(sm.after(at, len, own, pace));
+                    }
                 }
                 s.track_packets[track] += 1;
                 s.track_bytes[track] += len;
@@ -2469,18 +2488,24 @@ mod tests {
         Arc::new(Block::parse(b.finish(), Some(key)).unwrap())
     }
 
+    /// A 50 ms window, the byte clock never drawn back: each packet exactly when the bytes before
+    /// it have gone at the rate.
     fn smooth_config() -> PacerConfig {
-        PacerConfig { smooth_window: Duration::from_millis(50), ..PacerConfig::default() }
+        PacerConfig {
+            smooth_window: Duration::from_millis(50),
+            smooth_settle: None,
+            ..PacerConfig::default()
+        }
     }
 
     #[test]
     fn a_rate_paced_stream_sends_its_bytes_at_the_mean_rate_within_the_window_of_its_times() {
-        // 200 ms of media: ten 940-byte packets, then ten of 188 bytes; 56.4 bytes a ms on
-        // average.
+        // 200 ms of media: ten 940-byte packets, then ten of 188 bytes (56.4 bytes a ms on
+        // average), paced at 47 bytes a ms.
         let sizes: Vec<usize> = [5; 10].into_iter().chain([1; 10]).collect();
         let mut p = Pacer::new(smooth_config());
         setup(&mut p, 1);
-        assert!(p.handle_smooth(StreamId(1), Some(56_400)));
+        assert!(p.handle_smooth(StreamId(1), Some(47_000)));
         play(&mut p, RunId(1), Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
         p.handle_block(
@@ -2499,18 +2524,18 @@ mod tests {
         );
         let (rtp, ..) = drive(&mut p, ms(1_000));
         let times: Vec<u64> = rtp.iter().map(|r| r.0).collect();
-        // Each packet when the bytes before it have gone at 56.4 bytes a ms, kept within 50 ms
-        // of its own time (k × 10 ms).
+        // Each packet when the bytes before it have gone at 47 bytes a ms, kept within 50 ms of
+        // its own time (k × 10 ms).
         let want: Vec<u64> = (0..20u64)
             .map(|k| {
                 let before: u64 = sizes[..k as usize].iter().map(|&n| 188 * n as u64).sum();
-                let at = before * 1_000_000_000 / 56_400;
+                let at = before * 1_000_000_000 / 47_000;
                 at.clamp((k * 10).saturating_sub(50) * 1_000_000, (k * 10 + 50) * 1_000_000)
                     / 1_000_000
             })
             .collect();
         assert_eq!(times, want);
-        assert_eq!(&times[..4], &[0, 16, 33, 50], "the big packets go at the rate, later");
+        assert_eq!(&times[..4], &[0, 20, 40, 60], "the big packets go at the rate, later");
         assert_eq!(times[9], 140, "at most the window behind their own time");
         assert!(times.windows(2).all(|w| w[0] <= w[1]));
         // By content, the same packets go 10 ms apart whatever their size.
@@ -2586,6 +2611,32 @@ mod tests {
         let mut s = Pacer::new(smooth_config());
         share(&mut s, RtcpMode::None);
         assert!(!s.handle_smooth(StreamId(1), Some(56_400)));
+    }
+
+    #[test]
+    fn a_rate_paced_stream_is_drawn_back_to_its_own_times_not_pinned_at_the_window() {
+        // 940 bytes every 10 ms (94 bytes a ms) paced at 47: the byte clock falls behind.
+        let run = |settle: Option<Duration>| {
+            let config = PacerConfig { smooth_settle: settle, ..smooth_config() };
+            let mut p = Pacer::new(config);
+            setup(&mut p, 0);
+            assert!(p.handle_smooth(StreamId(1), Some(47_000)));
+            play(&mut p, RunId(1), Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
+            let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
+            let block = sized_block(0, 0, &[5; 60]);
+            p.handle_block(StreamId(1), RunId(1), BlockIndex(0), block, Some(anchor));
+            let (rtp, ..) = drive(&mut p, ms(2_000));
+            // How far behind its own time each packet went, ms.
+            rtp.iter().enumerate().map(|(k, r)| r.0 - 10 * k as u64).collect::<Vec<u64>>()
+        };
+        // Never drawn back: pinned at the window's late edge from the sixth packet on.
+        let pinned = run(None);
+        assert!(pinned[5..].iter().all(|&l| l == 50), "{pinned:?}");
+        // Drawn back with a 25 ms settling time: twice the rate at 25 ms behind, so it settles
+        // there, inside the window, and keeps the content's pace.
+        let settled = run(Some(Duration::from_millis(25)));
+        assert!(settled.iter().all(|&l| l < 50), "{settled:?}");
+        assert!(settled[30..].iter().all(|&l| (23..=26).contains(&l)), "{settled:?}");
     }
 
     #[test]

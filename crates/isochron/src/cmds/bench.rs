@@ -130,9 +130,11 @@ pub(crate) struct Args {
     #[arg(long, value_name = "NAME")]
     iface: Option<String>,
     /// The server's Prometheus endpoint (`http://ADDR/metrics`): B_disk, B_cache, admission
-    /// rejects, missed deadlines.
+    /// rejects, missed deadlines. Repeat it for every node of a cluster: their counters are
+    /// summed, and each node's B_disk and B_cache kept apart (Yima Fig. 4e/f; `--cluster-nodes`
+    /// gives every node's).
     #[arg(long, value_name = "URL")]
-    metrics: Option<String>,
+    metrics: Vec<String>,
     /// The link rate, for the network rule and plot (e.g. 100mbit, 1gbit).
     #[arg(long, value_name = "RATE", value_parser = parse_link_rate)]
     link: Option<f64>,

@@ -301,7 +301,8 @@ pub(crate) fn run(spec: &Spec) -> anyhow::Result<ExitCode> {
                 .map(move |n| format!("rtsp://{}:8554/{o}?delivery={}", n.host.ip, spec.delivery))
         })
         .collect();
-    let args = bench_args(std::env::args().skip(1), &urls, spec);
+    let metrics: Vec<String> = nodes.iter().map(|n| format!("{}/metrics", n.http())).collect();
+    let args = bench_args(std::env::args().skip(1), &urls, &metrics, spec);
     let before: Vec<Counters> = nodes.iter().map(|n| counters(&bed, n)).collect();
     let t0 = Instant::now();
     let mut chaos = None;
@@ -503,8 +504,14 @@ fn kill_last(nodes: &mut Vec<Node>, m: usize) -> anyhow::Result<Vec<String>> {
 }
 
 /// The bench's own flags for the run in the clients' namespace: ours minus the cluster's, plus
-/// the URLs, round-robin over them unless a popularity was given, and the link.
-fn bench_args(ours: impl Iterator<Item = String>, urls: &[String], spec: &Spec) -> Vec<String> {
+/// the URLs, round-robin over them unless a popularity was given, every node's `metrics`
+/// unless some were given, and the link.
+fn bench_args(
+    ours: impl Iterator<Item = String>,
+    urls: &[String],
+    metrics: &[String],
+    spec: &Spec,
+) -> Vec<String> {
     let mut args: Vec<String> = Vec::new();
     let mut skip = false;
     for a in ours {
@@ -525,6 +532,12 @@ fn bench_args(ours: impl Iterator<Item = String>, urls: &[String], spec: &Spec) 
         |args: &[String], f: &str| args.iter().any(|a| a == f || a.starts_with(&format!("{f}=")));
     if !has(&args, "--popularity") {
         args.extend(["--popularity".into(), "round-robin".into()]);
+    }
+    if !has(&args, "--metrics") {
+        // Every node's counters, each kept apart: B_disk and B_cache per node (Yima Fig. 4e/f).
+        for url in metrics {
+            args.extend(["--metrics".into(), url.clone()]);
+        }
     }
     if !has(&args, "--link") {
         let total = spec.node_bits_s * (spec.nodes - spec.kill) as f64;
@@ -756,10 +769,12 @@ mod tests {
             .split_whitespace()
             .map(String::from);
         let urls = ["rtsp://a/x".to_string(), "rtsp://b/x".into()];
-        let got = bench_args(ours, &urls, &spec);
+        let metrics = ["http://a:8080/metrics".to_string(), "http://b:8080/metrics".into()];
+        let got = bench_args(ours, &urls, &metrics, &spec);
         assert_eq!(
             got.join(" "),
-            "bench --out o --find-nmax --trial 60 --popularity round-robin --link 200000000bit \
+            "bench --out o --find-nmax --trial 60 --popularity round-robin --metrics \
+             http://a:8080/metrics --metrics http://b:8080/metrics --link 200000000bit \
              rtsp://a/x rtsp://b/x"
         );
     }

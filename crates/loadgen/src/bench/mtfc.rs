@@ -47,6 +47,9 @@ pub struct MtfcConfig {
     pub min_pace: Pace,
     /// Fastest pace asked for.
     pub max_pace: Pace,
+    /// Whether it steers while its buffer fills before playback (after a start, a seek or a
+    /// loop): content pacing's client asks for its fastest pace then, to start sooner.
+    pub steer_while_filling: bool,
 }
 
 impl MtfcConfig {
@@ -63,6 +66,7 @@ impl MtfcConfig {
             min_gap: Duration::from_millis(200),
             min_pace: Pace::from_ppm(500_000),
             max_pace: Pace::from_ppm(1_500_000),
+            steer_while_filling: true,
         }
     }
 }
@@ -75,10 +79,14 @@ impl MtfcConfig {
     /// chasing it would put the bursts back on the network. With τ = 10 × depth a swing of a
     /// quarter of the depth asks for 2.5 %, less than ε; only a drift past it (a pace that
     /// does not match the content over tens of seconds) moves the rate, and the underflow and
-    /// overflow thresholds still ask for the extremes.
+    /// overflow thresholds still ask for the extremes. It does not steer while its buffer
+    /// fills before playback: it fills at the object's mean rate, as a standard player at the
+    /// nominal pace does, so that a start, a seek or a loop adds no burst to the network's
+    /// traffic (asking for 1.5 × to start sooner did, one per loop of every client).
     #[must_use]
     pub fn for_rate_pacing(depth: Duration, thresholds: u32) -> Self {
-        Self { tau: depth * 10, ..Self::for_depth(depth, thresholds) }
+        let base = Self::for_depth(depth, thresholds);
+        Self { tau: depth * 10, steer_while_filling: false, ..base }
     }
 }
 
@@ -105,6 +113,12 @@ impl Mtfc {
         let levels: Vec<u64> = (0..=k + 1).map(|i| (under + step * f64::from(i)) as u64).collect();
         let armed = vec![true; levels.len()];
         Self { config, levels, armed, prev: None, current: Pace::NOMINAL, last_sent: None }
+    }
+
+    /// Its parameters.
+    #[must_use]
+    pub fn config(&self) -> &MtfcConfig {
+        &self.config
     }
 
     /// The pace last asked for.

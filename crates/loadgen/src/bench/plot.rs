@@ -175,8 +175,52 @@ pub fn figure3(
             line_plot(&path, title, "Mb/s", &cumulative(per_n, &nodes, f), &hlines, vline, None)?;
             files.push(path);
         }
+        let read = |p: &PerN| p.per_source.values().any(|s| s.b_disk_mbyte_s.is_some());
+        if per_n.iter().any(read) {
+            let path = dir.join("b_disk_cache_nodes.svg");
+            line_plot(
+                &path,
+                "B_disk + B_cache per node, cumulative (Yima Fig. 4e/f)",
+                "MB/s",
+                &disk_and_cache(per_n, &nodes),
+                &[],
+                vline,
+                None,
+            )?;
+            files.push(path);
+        }
     }
     Ok(files)
+}
+
+/// One of a node's server counters in its [`SourceShare`].
+type ServerPart = fn(&SourceShare) -> Option<f64>;
+
+/// Yima Figure 4 (e)(f)'s curves: node 1's B_disk, then + its B_cache, then + node 2's B_disk,
+/// + its B_cache, and so on.
+fn disk_and_cache(per_n: &[PerN], nodes: &BTreeSet<IpAddr>) -> Vec<Series> {
+    let mut below: Vec<f64> = vec![0.0; per_n.len()];
+    let mut series = Vec::new();
+    for (k, ip) in nodes.iter().enumerate() {
+        let parts: [(&str, ServerPart); 2] =
+            [("B_disk", |s| s.b_disk_mbyte_s), ("B_cache", |s| s.b_cache_mbyte_s)];
+        for (j, (what, f)) in parts.into_iter().enumerate() {
+            let points = per_n
+                .iter()
+                .zip(below.iter_mut())
+                .map(|(p, acc)| {
+                    *acc += p.per_source.get(ip).and_then(f).unwrap_or(0.0);
+                    (p.n as f64, *acc)
+                })
+                .collect();
+            let label = match (k, j) {
+                (0, 0) => format!("{what}[1] ({ip})"),
+                _ => format!("… + {what}[{}]", k + 1),
+            };
+            series.push(Series { label, points, color: PALETTE[(2 * k + j) % PALETTE.len()] });
+        }
+    }
+    series
 }
 
 /// Curve k: the sum over the first k+1 `nodes` of `f` of their share (Yima Figure 4: "Server
@@ -467,7 +511,13 @@ mod tests {
                         let b_net_mbit_s = 2.0 * n as f64;
                         (
                             ip(i),
-                            SourceShare { b_net_mbit_s, b_avgnet_mbit_s: 2.0, share: 1.0 / 3.0 },
+                            SourceShare {
+                                b_net_mbit_s,
+                                b_avgnet_mbit_s: 2.0,
+                                share: 1.0 / 3.0,
+                                b_disk_mbyte_s: Some(0.5),
+                                b_cache_mbyte_s: Some(0.1),
+                            },
                         )
                     })
                     .collect(),
@@ -476,7 +526,7 @@ mod tests {
             .collect();
         let dir = tempfile::tempdir().unwrap();
         let files = figure3(dir.path(), &per_n, Some(4), 6e6, None).unwrap();
-        assert_eq!(files.len(), 7);
+        assert_eq!(files.len(), 8);
         let svg = std::fs::read_to_string(dir.path().join("b_avgnet_nodes.svg")).unwrap();
         for label in ["node 1 (10.0.0.1)", "nodes 1–2 (+ 10.0.0.2)", "nodes 1–3 (+ 10.0.0.3)"] {
             assert!(svg.contains(label), "{label}");
@@ -487,5 +537,13 @@ mod tests {
         // The top curve is the total: 3 × 2 Mb/s per session.
         let curves = cumulative(&per_n, &(1..=3).map(ip).collect(), |s| s.b_avgnet_mbit_s);
         assert_eq!(curves[2].points, [(1.0, 6.0), (2.0, 6.0), (3.0, 6.0), (4.0, 6.0)]);
+        // Fig. 4e/f: disk, + cache, node after node; the top one is every node's both.
+        let svg = std::fs::read_to_string(dir.path().join("b_disk_cache_nodes.svg")).unwrap();
+        assert!(svg.contains("Fig. 4e/f") && svg.contains("B_disk[1] (10.0.0.1)"));
+        assert!(svg.contains("… + B_cache[3]"));
+        let curves = disk_and_cache(&per_n, &(1..=3).map(ip).collect());
+        assert_eq!(curves.len(), 6);
+        assert_eq!(curves[1].points[0], (1.0, 0.6));
+        assert!((curves[5].points[3].1 - 1.8).abs() < 1e-9);
     }
 }

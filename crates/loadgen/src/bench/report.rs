@@ -40,6 +40,9 @@ pub struct Sample {
     pub stalled: usize,
     /// Whether the load was steady (sessions = target, unchanged since the last sample).
     pub steady: bool,
+    /// Whether every session served played through the sample: none was starting, filling its
+    /// buffer, seeking, pausing or looping ([`RateVariation`]'s aggregate counts only these).
+    pub played_through: bool,
     /// Aggregate received rate, bits/s (Yima B_net).
     pub b_net_bits_s: f64,
     /// Mean received rate per session, bits/s (Yima B_avgNet).
@@ -117,6 +120,20 @@ pub struct Sample {
     /// `b_net_bits_s[IP]` column each, after the fixed ones).
     #[serde(skip)]
     pub sources: BTreeMap<IpAddr, SourceSample>,
+    /// What each server said of itself in this second, by the address of its `/metrics` (a
+    /// cluster's nodes; `samples.csv`: `b_disk_bytes_s[IP]` and `b_cache_bytes_s[IP]` columns
+    /// each, after the sources').
+    #[serde(skip)]
+    pub servers: BTreeMap<IpAddr, ServerSample>,
+}
+
+/// One server's counters in one sample (Yima Fig. 4e/f: each node's B_disk and B_cache).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct ServerSample {
+    /// Block bytes it read from disk per second.
+    pub b_disk_bytes_s: Option<f64>,
+    /// Block bytes it served from its cache per second.
+    pub b_cache_bytes_s: Option<f64>,
 }
 
 /// What one source sent in one sample.
@@ -139,6 +156,10 @@ pub struct SourceShare {
     pub b_avgnet_mbit_s: f64,
     /// Its share of what every source sent, 0–1.
     pub share: f64,
+    /// Its mean B_disk, MB/s, when its `/metrics` were read (Yima Fig. 4e/f).
+    pub b_disk_mbyte_s: Option<f64>,
+    /// Its mean B_cache, MB/s, likewise.
+    pub b_cache_mbyte_s: Option<f64>,
 }
 
 /// The means of the steady samples at one N (a point of Yima's Figure 3).
@@ -267,8 +288,14 @@ pub fn aggregate(samples: &[Sample], tolerance: f64) -> Vec<PerN> {
 /// Each source's mean B_net over `group` (a sample without it counts 0), its B_avgNet (over
 /// `n` sessions) and its share of the sum.
 fn per_source(group: &[&Sample], n: usize) -> BTreeMap<IpAddr, SourceShare> {
-    let ips: BTreeSet<IpAddr> = group.iter().flat_map(|s| s.sources.keys().copied()).collect();
+    let ips: BTreeSet<IpAddr> =
+        group.iter().flat_map(|s| s.sources.keys().chain(s.servers.keys()).copied()).collect();
     let k = group.len().max(1) as f64;
+    // A server counter's mean over the samples that read it, MB/s.
+    let server_mean = |ip: IpAddr, f: fn(&ServerSample) -> Option<f64>| {
+        let got: Vec<f64> = group.iter().filter_map(|s| s.servers.get(&ip).and_then(f)).collect();
+        (!got.is_empty()).then(|| got.iter().sum::<f64>() / got.len() as f64 / 1e6)
+    };
     let means: Vec<(IpAddr, f64)> = ips
         .into_iter()
         .map(|ip| {
@@ -285,6 +312,8 @@ fn per_source(group: &[&Sample], n: usize) -> BTreeMap<IpAddr, SourceShare> {
                 b_net_mbit_s: m / 1e6,
                 b_avgnet_mbit_s: m / 1e6 / n.max(1) as f64,
                 share: if total > 0.0 { m / total } else { 0.0 },
+                b_disk_mbyte_s: server_mean(ip, |s| s.b_disk_bytes_s),
+                b_cache_mbyte_s: server_mean(ip, |s| s.b_cache_bytes_s),
             };
             (ip, share)
         })
@@ -325,16 +354,30 @@ pub fn n_max(per_n: &[PerN]) -> (Option<usize>, Option<usize>) {
 pub fn write_samples(path: &std::path::Path, samples: &[Sample]) -> anyhow::Result<()> {
     let err = |e: csv::Error| anyhow::anyhow!("writing {}: {e}", path.display());
     let ips: BTreeSet<IpAddr> = samples.iter().flat_map(|s| s.sources.keys().copied()).collect();
+    let servers: BTreeSet<IpAddr> =
+        samples.iter().flat_map(|s| s.servers.keys().copied()).collect();
     let mut header = sample_columns().map_err(err)?;
     for ip in &ips {
         header.push_field(&format!("b_net_bits_s[{ip}]"));
+    }
+    for ip in &servers {
+        header.push_field(&format!("b_disk_bytes_s[{ip}]"));
+        header.push_field(&format!("b_cache_bytes_s[{ip}]"));
     }
     let mut w = csv::WriterBuilder::new().has_headers(false).from_path(path).map_err(err)?;
     w.write_record(&header).map_err(err)?;
     for s in samples {
         let by_source: Vec<f64> =
             ips.iter().map(|ip| s.sources.get(ip).map_or(0.0, |x| x.b_net_bits_s)).collect();
-        w.serialize((s, by_source)).map_err(err)?;
+        // A server not read in this second: an empty cell.
+        let by_server: Vec<Option<f64>> = servers
+            .iter()
+            .flat_map(|ip| {
+                let x = s.servers.get(ip);
+                [x.and_then(|x| x.b_disk_bytes_s), x.and_then(|x| x.b_cache_bytes_s)]
+            })
+            .collect();
+        w.serialize((s, by_source, by_server)).map_err(err)?;
     }
     w.flush().map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
     Ok(())
@@ -359,13 +402,16 @@ pub fn sum_present(values: impl IntoIterator<Item = f64>) -> Option<f64> {
 /// claim that MTFC cuts the standard deviation of a VBR stream's traffic (by up to 81 %).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct RateVariation {
-    /// Steady samples counted.
+    /// Steady samples counted for the clients.
     pub samples: usize,
+    /// Of those, the samples every client played through, counted for the aggregate.
+    pub aggregate_samples: usize,
     /// The aggregate received rate over them: mean and standard deviation, bits/s.
     pub aggregate_mean_bits_s: f64,
     /// See `aggregate_mean_bits_s`.
     pub aggregate_sd_bits_s: f64,
-    /// Clients counted: those with two steady samples or more, each served at both its ends.
+    /// Clients counted: those with two steady samples or more that they played through (playing
+    /// at both ends, no seek, pause or loop between: not a start-up, nor a new PLAY's gap).
     pub clients: usize,
     /// A client's rate over its samples, bits/s: the mean over all of them.
     pub client_mean_bits_s: f64,
@@ -387,11 +433,12 @@ fn mean_sd(xs: impl IntoIterator<Item = f64>) -> Option<(f64, f64)> {
 }
 
 /// The run's [`RateVariation`]: `clients` holds, per client, its rate (bits/s) in each sample it
-/// was served at both ends of, by the sample's index in `samples`; only steady samples count.
+/// played through, by the sample's index in `samples`; only steady samples count.
 #[must_use]
 pub fn rate_variation(samples: &[Sample], clients: &[Vec<(usize, f64)>]) -> RateVariation {
     let steady = |i: usize| samples.get(i).is_some_and(|s| s.steady);
-    let aggregate = mean_sd(samples.iter().filter(|s| s.steady).map(|s| s.b_net_bits_s));
+    let through = || samples.iter().filter(|s| s.steady && s.played_through);
+    let aggregate = mean_sd(through().map(|s| s.b_net_bits_s));
     // (samples, mean, sd) per client.
     let per_client: Vec<(f64, f64, f64)> = clients
         .iter()
@@ -404,6 +451,7 @@ pub fn rate_variation(samples: &[Sample], clients: &[Vec<(usize, f64)>]) -> Rate
     let n = per_client.iter().map(|c| c.0).sum::<f64>().max(1.0);
     RateVariation {
         samples: samples.iter().filter(|s| s.steady).count(),
+        aggregate_samples: through().count(),
         aggregate_mean_bits_s: aggregate.map_or(0.0, |a| a.0),
         aggregate_sd_bits_s: aggregate.map_or(0.0, |a| a.1),
         clients: per_client.len(),
@@ -431,7 +479,7 @@ mod tests {
             vec![(2, 5e6)],
         ];
         let v = rate_variation(&samples, &clients);
-        assert_eq!((v.samples, v.clients), (3, 2));
+        assert_eq!((v.samples, v.aggregate_samples, v.clients), (3, 3, 2));
         assert!((v.aggregate_mean_bits_s - 10e6).abs() < 1.0);
         assert!((v.aggregate_sd_bits_s - (8e12f64 / 3.0).sqrt()).abs() < 1.0);
         // Pooled: client 0's squared deviations (8/9 Mb/s² a sample over 3) and client 1's
@@ -439,6 +487,11 @@ mod tests {
         let var0 = ((4.0f64 - 14.0 / 3.0).powi(2) * 2.0 + (6.0f64 - 14.0 / 3.0).powi(2)) / 3.0;
         assert!((v.client_sd_bits_s - (var0 * 3.0 / 6.0).sqrt() * 1e6).abs() < 1.0);
         assert!((v.client_mean_bits_s - (14e6 + 15e6) / 6.0).abs() < 1.0);
+        // A sample some client did not play through is left out of the aggregate only.
+        samples[1].played_through = false;
+        let v = rate_variation(&samples, &clients);
+        assert_eq!((v.samples, v.aggregate_samples), (3, 2));
+        assert!((v.aggregate_sd_bits_s - 1e6).abs() < 1.0);
     }
 
     fn sample(sessions: usize, avg: f64, starv: u64, steady: bool) -> Sample {
@@ -446,6 +499,7 @@ mod tests {
             sessions,
             n_target: sessions,
             steady,
+            played_through: true,
             b_avgnet_bits_s: avg,
             b_net_bits_s: avg * sessions as f64,
             content_bits_s: 5.3e6,

@@ -34,7 +34,8 @@ use tracing::{debug, info, warn};
 use super::procfs::{ProcSampler, Resources};
 use super::prom;
 use super::report::{
-    PerN, RateVariation, Sample, SourceSample, aggregate, aggregate_target, n_max, rate_variation,
+    PerN, RateVariation, Sample, ServerSample, SourceSample, aggregate, aggregate_target, n_max,
+    rate_variation,
 };
 use super::session::{ClientSettings, SessionCounters, SessionRecord, run_client, state};
 use crate::sources::Traffic;
@@ -93,8 +94,8 @@ pub struct RunConfig {
     pub server_pid: Option<u32>,
     /// Restrict network counters to this interface.
     pub iface: Option<String>,
-    /// The server's Prometheus endpoint.
-    pub metrics: Option<String>,
+    /// The servers' Prometheus endpoints (a cluster's: one per node).
+    pub metrics: Vec<String>,
     /// B_avgNet may fall this fraction below the content's rate before N fails.
     pub tolerance: f64,
     /// Live: a shell command that publishes a feed to the URLs, started for each trial
@@ -163,16 +164,20 @@ struct Runner {
     registry_rx: mpsc::UnboundedReceiver<Arc<SessionCounters>>,
     prev: Totals,
     prev_at: Instant,
-    prev_metrics: Option<(Instant, HashMap<String, f64>)>,
+    /// Per `/metrics` URL: its last reading.
+    prev_metrics: Vec<Option<(Instant, HashMap<String, f64>)>>,
     samples: Vec<Sample>,
     sessions: Vec<SessionRecord>,
     next_client: usize,
     last_sessions: usize,
     /// Per entry of `counters`: whether it was served at the last sample.
     served: Vec<bool>,
-    /// Per entry of `counters`: its bytes at the last sample, and its rate (bits/s) in each
-    /// sample it was served at both ends of (by the sample's index).
-    client_bytes: Vec<u64>,
+    /// Per entry of `counters`: its bytes, whether it played and its count of seeks, pauses and
+    /// loops at the last sample; and its rate (bits/s) in each sample it played through (by the
+    /// sample's index): playing at both ends, with no seek, pause or loop in between. A start-up
+    /// (the buffer filling; an MTFC client asks for its fastest rate then) or the gap of a new
+    /// PLAY is not the stream's traffic.
+    client_bytes: Vec<(u64, bool, u64)>,
     client_rates: Vec<Vec<(usize, f64)>>,
     /// The most packets counted lost so far (all sessions): a sample reports only what exceeds
     /// it. A client counts a gap in the sequence as lost at once and takes it back when the
@@ -200,7 +205,7 @@ pub async fn run(mut config: RunConfig) -> anyhow::Result<RunResult> {
         registry_rx,
         prev: Totals::default(),
         prev_at: epoch,
-        prev_metrics: None,
+        prev_metrics: Vec::new(),
         samples: Vec::new(),
         sessions: Vec::new(),
         next_client: 0,
@@ -455,27 +460,33 @@ impl Runner {
         t
     }
 
-    async fn scrape(&mut self) -> Option<(f64, HashMap<String, f64>)> {
-        let url = self.config.metrics.clone()?;
+    /// Reads every server's `/metrics` at once; per URL, in order: the counters' increase since
+    /// its last reading and the seconds between (`None` when it did not answer, now or then).
+    async fn scrape(&mut self) -> Vec<Option<(f64, HashMap<String, f64>)>> {
         let now = Instant::now();
-        let got = tokio::task::spawn_blocking(move || {
-            let agent: ureq::Agent = ureq::Agent::config_builder()
-                .timeout_global(Some(Duration::from_millis(800)))
-                .build()
-                .into();
-            agent.get(&url).call().ok()?.body_mut().read_to_string().ok()
-        })
-        .await
-        .ok()
-        .flatten();
-        let Some(text) = got else {
-            debug!("metrics scrape failed");
-            return None;
-        };
-        let m = prom::parse(&text);
-        let prev = self.prev_metrics.replace((now, m.clone()));
-        prev.map(|(t, p)| (now.saturating_duration_since(t).as_secs_f64().max(1e-3), p)).map(
-            |(dt, p)| {
+        let reads = self.config.metrics.iter().cloned().map(|url| {
+            tokio::task::spawn_blocking(move || {
+                let agent: ureq::Agent = ureq::Agent::config_builder()
+                    .timeout_global(Some(Duration::from_millis(800)))
+                    .build()
+                    .into();
+                agent.get(&url).call().ok()?.body_mut().read_to_string().ok()
+            })
+        });
+        let reads: Vec<_> = reads.collect();
+        self.prev_metrics.resize(reads.len(), None);
+        let mut out = Vec::with_capacity(reads.len());
+        for (read, prev) in reads.into_iter().zip(self.prev_metrics.iter_mut()) {
+            let Some(text) = read.await.ok().flatten() else {
+                debug!("metrics scrape failed");
+                *prev = None;
+                out.push(None);
+                continue;
+            };
+            let m = prom::parse(&text);
+            let was = prev.replace((now, m.clone()));
+            out.push(was.map(|(t, p)| {
+                let dt = now.saturating_duration_since(t).as_secs_f64().max(1e-3);
                 let delta = prom::ISOCHRON_COUNTERS
                     .iter()
                     .filter_map(|k| {
@@ -484,8 +495,9 @@ impl Runner {
                     })
                     .collect();
                 (dt, delta)
-            },
-        )
+            }));
+        }
+        out
     }
 
     async fn sample(&mut self, trial: u32, target: usize) {
@@ -503,10 +515,12 @@ impl Runner {
         // Whether the set of served sessions changed during the interval (a start or an end):
         // then the sample mixes two loads and is not steady.
         self.served.resize(self.counters.len(), false);
-        self.client_bytes.resize(self.counters.len(), 0);
+        self.client_bytes.resize(self.counters.len(), (0, false, 0));
         self.client_rates.resize(self.counters.len(), Vec::new());
         let mut churn = false;
         let at = self.samples.len();
+        // Every session played through this sample; one's new PLAY may show in the one before.
+        let (mut through, mut gap_before) = (true, false);
         let per_client = self.client_bytes.iter_mut().zip(self.client_rates.iter_mut());
         for ((c, was), (prev, rates)) in
             self.counters.iter().zip(self.served.iter_mut()).zip(per_client)
@@ -516,11 +530,22 @@ impl Runner {
             let served = c.open.load(r)
                 && c.first_ns.load(r) != 0
                 && !matches!(st, state::PAUSED | state::FINISHED | state::DRAINING);
-            let bytes = c.bytes.load(r);
-            if served && *was {
-                rates.push((at, bytes.saturating_sub(*prev) as f64 * 8.0 / dt));
+            let (bytes, playing) = (c.bytes.load(r), st == state::PLAYING);
+            let plays = c.seeks.load(r) + c.pauses.load(r) + c.loops.load(r);
+            if plays != prev.2 {
+                // The stream ended (or stopped) before its new PLAY was counted: the sample
+                // before may hold part of the gap too.
+                if rates.last().is_some_and(|(i, _)| i + 1 == at) {
+                    rates.pop();
+                }
+                gap_before = true;
             }
-            *prev = bytes;
+            if playing && prev.1 && plays == prev.2 {
+                rates.push((at, bytes.saturating_sub(prev.0) as f64 * 8.0 / dt));
+            } else if served || *was {
+                through = false;
+            }
+            *prev = (bytes, playing, plays);
             churn |= served != *was;
             *was = served;
             if !c.open.load(r) || c.first_ns.load(r) == 0 {
@@ -558,8 +583,30 @@ impl Runner {
                 (packets > 0).then_some((*ip, SourceSample { packets, bytes, b_net_bits_s }))
             })
             .collect();
-        let m = |k: &str| metrics.as_ref().and_then(|(_, d)| d.get(k).copied());
-        let per_s = |k: &str| metrics.as_ref().and_then(|(dt, d)| d.get(k).map(|v| v / dt));
+        // Summed over the servers that answered; `None` if none did.
+        let read = || metrics.iter().flatten();
+        let sum = |xs: Vec<f64>| (!xs.is_empty()).then(|| xs.iter().sum::<f64>());
+        let m = |k: &str| sum(read().filter_map(|(_, d)| d.get(k).copied()).collect());
+        let per_s = |k: &str| sum(read().filter_map(|(dt, d)| d.get(k).map(|v| v / dt)).collect());
+        // Each node of several on its own (by the address of its `/metrics`).
+        let servers = match self.config.metrics.len() {
+            0 | 1 => BTreeMap::new(),
+            _ => self
+                .config
+                .metrics
+                .iter()
+                .zip(&metrics)
+                .filter_map(|(url, got)| {
+                    let (dt, d) = got.as_ref()?;
+                    let rate = |k: &str| d.get(k).map(|v| v / dt);
+                    let server = ServerSample {
+                        b_disk_bytes_s: rate("isochron_disk_bytes_total"),
+                        b_cache_bytes_s: rate("isochron_cache_bytes_total"),
+                    };
+                    Some((url_ip(url)?, server))
+                })
+                .collect(),
+        };
         let Resources {
             cpu_user_pct,
             cpu_system_pct,
@@ -585,6 +632,7 @@ impl Runner {
             paused,
             stalled,
             steady: sessions == target && sessions == self.last_sessions && !churn,
+            played_through: through,
             b_net_bits_s: b_net,
             b_avgnet_bits_s: if sessions > 0 { b_net / sessions as f64 } else { 0.0 },
             content_bits_s: if media_s > 0.0 { content_bytes * 8.0 / media_s } else { 0.0 },
@@ -624,8 +672,12 @@ impl Runner {
                 .zip(m(prom::LATENESS_WITHIN_50MS))
                 .map(|(all, on_time)| (all - on_time).max(0.0)),
             sources,
+            servers,
         };
         debug!(t = s.t_s, n = sessions, b_net = s.b_net_bits_s, "sample");
+        if gap_before && let Some(last) = self.samples.last_mut() {
+            last.played_through = false;
+        }
         if churn && let Some(last) = self.samples.last_mut() {
             // A session that starts or ends usually stopped (or started) receiving during the
             // interval before its state changed: that sample mixed two loads too.
@@ -636,6 +688,14 @@ impl Runner {
         self.prev_at = now;
         self.samples.push(s);
     }
+}
+
+/// The IP address of a URL's host (`http://10.0.0.2:8080/metrics`), if it is one.
+fn url_ip(url: &str) -> Option<IpAddr> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let host = rest.split('/').next()?;
+    let host = host.rsplit_once(':').map_or(host, |(h, _)| h);
+    host.trim_start_matches('[').trim_end_matches(']').parse().ok()
 }
 
 #[cfg(test)]
@@ -657,6 +717,13 @@ mod tests {
                 None => return tried,
             }
         }
+    }
+
+    #[test]
+    fn a_metrics_urls_host_is_its_servers_address() {
+        assert_eq!(url_ip("http://10.200.4.3:8080/metrics"), Some("10.200.4.3".parse().unwrap()));
+        assert_eq!(url_ip("http://[::1]:8080/metrics"), Some("::1".parse().unwrap()));
+        assert_eq!(url_ip("http://node1:8080/metrics"), None);
     }
 
     #[test]

@@ -586,6 +586,7 @@ impl MediaSink for BenchSink {
         let st = self.player.state();
         if let Some(m) = self.mtfc.as_mut()
             && !matches!(st, PlayState::Paused | PlayState::Finished)
+            && (m.config().steer_while_filling || st != PlayState::Buffering)
             && self.next_mtfc.is_none_or(|t| at >= t)
         {
             self.next_mtfc = Some(at + MTFC_SAMPLE);
