@@ -24,8 +24,9 @@
 //! sooner or later with a pace: MTFC's server sends at a *rate* the client steers instead, and
 //! the bursts land in the client's buffer (Yima §2.5; `docs/design/mtfc.md`). A stream told its
 //! object's mean byte rate ([`Pacer::handle_smooth`]) sends packet `p` when the bytes before it
-//! have gone at that rate times its pace, from a byte clock started at its run's first packet:
-//! `clock.wall + bytes × 10⁹ / (rate × pace)` ns, never earlier than
+//! have gone at that rate times its pace, on a byte clock started at its run's first packet and
+//! drawn back toward the media clock ([`PacerConfig::smooth_settle`]: a stretch of the content
+//! above the mean is followed over seconds, what is shorter is smoothed), never earlier than
 //! [`PacerConfig::smooth_window`] before its own due time (the scheduler reads blocks on the
 //! media clock, at least a cycle ahead) nor later than that after it (a player that does not
 //! steer never falls further behind than that). Both bounds follow the media clock, so the due

@@ -504,9 +504,12 @@ impl Runner {
         while let Ok(c) = self.registry_rx.try_recv() {
             self.counters.push(c);
         }
+        // The servers first: their answers take a varying few milliseconds, which must not fall
+        // between this sample's clock and its counts (a smooth stream's seconds came out 2 %
+        // above and below its rate, one after the other).
+        let metrics = self.scrape().await;
         let now = Instant::now();
         let res = self.procfs.sample(now).unwrap_or_default();
-        let metrics = self.scrape().await;
         let totals = self.totals();
         let dt = now.saturating_duration_since(self.prev_at).as_secs_f64().max(1e-3);
         let d = |a: u64, b: u64| b.saturating_sub(a);
