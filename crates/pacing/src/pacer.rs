@@ -2491,6 +2491,13 @@ mod tests {
 
     /// A 50 ms window, the byte clock never drawn back: each packet exactly when the bytes before
     /// it have gone at the rate.
+    /// Blocks 0 and 1 of stream 1's run 1: the first ten packets of `sizes`, then the rest.
+    fn two_blocks(p: &mut Pacer<Vec<u8>>, sizes: &[usize], anchor: Anchor) {
+        let (a, b) = (sized_block(0, 0, &sizes[..10]), sized_block(1, 10, &sizes[10..]));
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(0), a, Some(anchor));
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(1), b, None);
+    }
+
     fn smooth_config() -> PacerConfig {
         PacerConfig {
             smooth_window: Duration::from_millis(50),
@@ -2509,20 +2516,7 @@ mod tests {
         assert!(p.handle_smooth(StreamId(1), Some(47_000)));
         play(&mut p, RunId(1), Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
         let anchor = Anchor { wall: ms(0), media: MediaTime::ZERO };
-        p.handle_block(
-            StreamId(1),
-            RunId(1),
-            BlockIndex(0),
-            sized_block(0, 0, &sizes[..10]),
-            Some(anchor),
-        );
-        p.handle_block(
-            StreamId(1),
-            RunId(1),
-            BlockIndex(1),
-            sized_block(1, 10, &sizes[10..]),
-            None,
-        );
+        two_blocks(&mut p, &sizes, anchor);
         let (rtp, ..) = drive(&mut p, ms(1_000));
         let times: Vec<u64> = rtp.iter().map(|r| r.0).collect();
         // Each packet when the bytes before it have gone at 47 bytes a ms, kept within 50 ms of
@@ -2543,20 +2537,7 @@ mod tests {
         let mut c = Pacer::new(smooth_config());
         setup(&mut c, 1);
         play(&mut c, RunId(1), Position::at(Gsn(0), MediaTime::ZERO), None, 65_530);
-        c.handle_block(
-            StreamId(1),
-            RunId(1),
-            BlockIndex(0),
-            sized_block(0, 0, &sizes[..10]),
-            Some(anchor),
-        );
-        c.handle_block(
-            StreamId(1),
-            RunId(1),
-            BlockIndex(1),
-            sized_block(1, 10, &sizes[10..]),
-            None,
-        );
+        two_blocks(&mut c, &sizes, anchor);
         let (rtp, ..) = drive(&mut c, ms(1_000));
         assert_eq!(
             rtp.iter().map(|r| r.0).collect::<Vec<_>>(),

@@ -199,28 +199,19 @@ type ServerPart = fn(&SourceShare) -> Option<f64>;
 /// Yima Figure 4 (e)(f)'s curves: node 1's B_disk, then + its B_cache, then + node 2's B_disk,
 /// + its B_cache, and so on.
 fn disk_and_cache(per_n: &[PerN], nodes: &BTreeSet<IpAddr>) -> Vec<Series> {
-    let mut below: Vec<f64> = vec![0.0; per_n.len()];
-    let mut series = Vec::new();
-    for (k, ip) in nodes.iter().enumerate() {
-        let parts: [(&str, ServerPart); 2] =
-            [("B_disk", |s| s.b_disk_mbyte_s), ("B_cache", |s| s.b_cache_mbyte_s)];
-        for (j, (what, f)) in parts.into_iter().enumerate() {
-            let points = per_n
-                .iter()
-                .zip(below.iter_mut())
-                .map(|(p, acc)| {
-                    *acc += p.per_source.get(ip).and_then(f).unwrap_or(0.0);
-                    (p.n as f64, *acc)
-                })
-                .collect();
+    let parts: [(&str, ServerPart); 2] =
+        [("B_disk", |s| s.b_disk_mbyte_s), ("B_cache", |s| s.b_cache_mbyte_s)];
+    let layers = nodes.iter().enumerate().flat_map(|(k, ip)| {
+        parts.into_iter().enumerate().map(move |(j, (what, f))| {
             let label = match (k, j) {
                 (0, 0) => format!("{what}[1] ({ip})"),
                 _ => format!("… + {what}[{}]", k + 1),
             };
-            series.push(Series { label, points, color: PALETTE[(2 * k + j) % PALETTE.len()] });
-        }
-    }
-    series
+            let value = move |s: &SourceShare| f(s).unwrap_or(0.0);
+            (label, *ip, Box::new(value) as Layer)
+        })
+    });
+    stacked(per_n, layers.collect())
 }
 
 /// Curve k: the sum over the first k+1 `nodes` of `f` of their share (Yima Figure 4: "Server
@@ -228,25 +219,36 @@ fn disk_and_cache(per_n: &[PerN], nodes: &BTreeSet<IpAddr>) -> Vec<Series> {
 fn cumulative(
     per_n: &[PerN],
     nodes: &BTreeSet<IpAddr>,
-    f: impl Fn(&SourceShare) -> f64,
+    f: impl Fn(&SourceShare) -> f64 + Copy + 'static,
 ) -> Vec<Series> {
+    let layers = nodes.iter().enumerate().map(|(k, ip)| {
+        let label = match k {
+            0 => format!("node 1 ({ip})"),
+            _ => format!("nodes 1–{} (+ {ip})", k + 1),
+        };
+        (label, *ip, Box::new(f) as Layer)
+    });
+    stacked(per_n, layers.collect())
+}
+
+/// A node's value in one layer of a stacked panel.
+type Layer = Box<dyn Fn(&SourceShare) -> f64>;
+
+/// Curve k: the sum of the first k+1 layers (label, node, its value), at every N.
+fn stacked(per_n: &[PerN], layers: Vec<(String, IpAddr, Layer)>) -> Vec<Series> {
     let mut below: Vec<f64> = vec![0.0; per_n.len()];
-    nodes
-        .iter()
+    layers
+        .into_iter()
         .enumerate()
-        .map(|(k, ip)| {
+        .map(|(k, (label, ip, f))| {
             let points = per_n
                 .iter()
                 .zip(below.iter_mut())
                 .map(|(p, acc)| {
-                    *acc += p.per_source.get(ip).map_or(0.0, &f);
+                    *acc += p.per_source.get(&ip).map_or(0.0, &f);
                     (p.n as f64, *acc)
                 })
                 .collect();
-            let label = match k {
-                0 => format!("node 1 ({ip})"),
-                _ => format!("nodes 1–{} (+ {ip})", k + 1),
-            };
             Series { label, points, color: PALETTE[k % PALETTE.len()] }
         })
         .collect()
