@@ -1,0 +1,1 @@
+/tmp/mtfc-binH bench --out /tmp/fig4efgh/n2 --cluster-nodes 2 --shape 100mbit --ingest /tmp/f3/fig3.ts --block-kib 16 --stagger --mtfc --buffer-ms 2000 --seed 4 --ramp --ramp-step 2 --ramp-interval 8 --max-clients 40 --duration 200
