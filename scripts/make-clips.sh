@@ -7,10 +7,12 @@
 #   uhd400.ts  20 s 3840×2160 intra-only, ≈ 400 Mb/s or more (CineGrid class);
 #   src1080.mp4 60 s 1920×1080 H.264 with grain and AAC, 10 Mb/s: the transcoding benches' source;
 #   native60.mp4 60 s 1280×720 H.264 and AAC, ≈ 5 Mb/s: streamed as native RTP (the soak's second
-#              object, scripts/soak.sh).
+#              object, scripts/soak.sh);
+#   fig3.ts    180 s 1280×720 VBR, 15-frame GOPs, mean ≈ 5.57 Mb/s: Yima Fig. 3's clip
+#              (docs/results/fig3.md; fig4.sh, fig4-disk-cache.sh, mtfc-smoothing.sh …).
 # Usage: scripts/make-clips.sh OUT_DIR [NAME…]   (needs ffmpeg; a few minutes on two cores)
 set -euo pipefail
-out=${1:?usage: $0 OUT_DIR [vbr60|native60|hdtv40|uhd400|src1080 …]}
+out=${1:?usage: $0 OUT_DIR [vbr60|native60|hdtv40|uhd400|src1080|fig3 …]}
 shift
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(vbr60 hdtv40 uhd400)
@@ -54,6 +56,11 @@ for name in "${names[@]}"; do
         "${audio[@]}" -t 20 -c:v mpeg2video -g 1 -q:v 2 -qmin 2 -maxrate 480M -bufsize 64M \
         -c:a mp2 -b:a 192k -f mpegts "$out/uhd400.ts"
       ;;
-    *) echo "$0: unknown clip $name (vbr60, native60, src1080, hdtv40, uhd400)" >&2; exit 2 ;;
+    fig3)
+      ffmpeg -nostdin -v error -y -f lavfi -i "testsrc2=size=1280x720:rate=30,noise=alls=6:allf=t" \
+        "${audio[@]}" -t 180 -c:v mpeg2video -b:v 5.2M -maxrate 8M -bufsize 3M -g 15 -bf 2 \
+        -c:a mp2 -b:a 192k -f mpegts "$out/fig3.ts"
+      ;;
+    *) echo "$0: unknown clip $name (vbr60, native60, src1080, hdtv40, uhd400, fig3)" >&2; exit 2 ;;
   esac
 done

@@ -35,10 +35,7 @@ if [ ! -s "$media/fig3.ts" ]; then
     cp "$FIG3" "$media/fig3.ts"
   else
     log "making the Fig. 3 clip (180 s 1280x720 MPEG-2)"
-    ffmpeg -nostdin -loglevel error -y -f lavfi -i "testsrc2=size=1280x720:rate=30,noise=alls=6:allf=t" \
-      -f lavfi -i "sine=frequency=440:sample_rate=48000" -t 180 \
-      -c:v mpeg2video -b:v 5.2M -maxrate 8M -bufsize 3M -g 15 -bf 2 -c:a mp2 -b:a 192k \
-      -f mpegts "$media/fig3.ts"
+    scripts/make-clips.sh "$media" fig3
   fi
 fi
 if [ ! -s "$media/gop38.ts" ]; then
