@@ -310,10 +310,11 @@ impl NodeCore {
     fn set_pacing(&mut self, stream: StreamId, asked: Pacing) -> Pacing {
         let single = self.local_disks.is_none();
         // `rate` made the session's origin, even before its first PLAY (`pending_pace`).
+        let Some(o) = self.origins.get(&stream) else { return Pacing::Content };
+        let record = &o.entry.record;
+        let wanted = single && asked == Pacing::Rate && !self.is_live(record.id);
+        let rate = mean_byte_rate(record).filter(|_| wanted);
         let Some(o) = self.origins.get_mut(&stream) else { return Pacing::Content };
-        let rate = mean_byte_rate(&o.entry.record).filter(|_| single && asked == Pacing::Rate);
-        let live = self.feeds.contains_key(&o.entry.record.id);
-        let rate = rate.filter(|_| !live);
         o.smooth = rate.is_some();
         if o.running {
             self.send(StreamOp::Smooth { stream, rate });
