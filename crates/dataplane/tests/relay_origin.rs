@@ -7,26 +7,20 @@
 
 use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, UdpSocket};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use isochron_base::{
-    BlockIndex, BlockKey, Bytes, Gsn, MediaTime, ObjectId, RunId, StreamId, TrackSeqs,
-};
+mod common;
+
+use isochron_base::{BlockIndex, Bytes, Gsn, MediaTime, RunId, StreamId, TrackSeqs};
 use isochron_dataplane::clock::Clock;
-use isochron_dataplane::net::UdpPair;
 use isochron_dataplane::pacer::{
     PlayRun, RtcpMode, ShareBlock, StreamOp, StreamSetup, single_offset,
 };
-use isochron_dataplane::sender::{
-    OutFrame, SenderCommand, SenderThread, SharedBlock, StreamTransport,
-};
-use isochron_diskio::AlignedBuf;
+use isochron_dataplane::sender::{OutFrame, SenderCommand, SharedBlock, StreamTransport};
 use isochron_rtp::RtpHeader;
 use isochron_rtp::rtcp::{RtcpPacket, nack_seqs, parse_compound};
 use isochron_rtsp::server::Position;
 use isochron_sched::Anchor;
-use isochron_store::block::{Block, BlockBuilder, PacketMeta};
 
 const BLOCKS: u32 = 12;
 const PER_BLOCK: u64 = 40;
@@ -34,23 +28,7 @@ const SSRC: u32 = 0x1234_5678;
 
 /// Block `index` of 40 one-TS-packet units, 1 ms apart, each payload marked with its GSN.
 fn block(index: u32) -> SharedBlock {
-    let key = BlockKey::new(ObjectId(1), BlockIndex(index));
-    let first = u64::from(index) * PER_BLOCK;
-    let mut b = BlockBuilder::new(key, Gsn(first), Bytes::kib(64));
-    for g in first..first + PER_BLOCK {
-        let meta = PacketMeta {
-            send_time: MediaTime::from_nanos(g * 1_000_000),
-            ts_packets: 1,
-            random_access: false,
-            discontinuity: false,
-        };
-        let mut payload = vec![0xff; 188];
-        payload[0] = 0x47;
-        payload[4..12].copy_from_slice(&g.to_be_bytes());
-        b.push(meta, &payload);
-    }
-    let bytes = b.finish();
-    Arc::new(Block::parse(AlignedBuf::copy_from(&bytes), Some(key)).expect("a valid block"))
+    common::block(index, PER_BLOCK, 1, MediaTime::from_nanos(1_000_000), Bytes::kib(64))
 }
 
 /// The RTP datagram the other node sends for packet `gsn` (sequence number = GSN, offset 0).
@@ -71,27 +49,13 @@ fn relayed(gsn: u64) -> Vec<u8> {
 
 #[test]
 fn a_relayed_session_reaches_a_tcp_client_in_order_once_and_whole() {
-    let lo = Ipv4Addr::LOCALHOST.into();
+    let lo = Ipv4Addr::LOCALHOST;
     // The other node's relay port: where the origin's NACKs come.
     let feeder = UdpSocket::bind((lo, 0)).unwrap();
     feeder.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
     let clock = Clock::new();
     let (tx, cmds) = crossbeam_channel::unbounded();
-    let sender = SenderThread {
-        clock,
-        rx: cmds,
-        udp: Arc::new(UdpPair::bind(lo, 0, 1 << 20).unwrap()),
-        on_event: Box::new(|_| {}),
-        rtcp_interval: Duration::from_secs(60),
-        batch_packets: 64,
-        quantum: Duration::from_micros(500),
-        retransmit_window: Duration::from_secs(1),
-        gso: false,
-        shards: 1,
-        sent_through: Arc::default(),
-        hold_after: None,
-        hold_window: Duration::from_millis(300),
-    };
+    let sender = common::sender(clock, cmds);
     let thread = std::thread::spawn(move || sender.run());
 
     // The origin holds the even blocks; the other node the odd ones.
