@@ -641,9 +641,10 @@ fn rtsp_probe() -> std::path::PathBuf {
 
 /// An N_max search as a standard player loads a server: nominal pacing unless `--mtfc`, each
 /// trial the whole object (a shorter `--trial` refused, naming the object), every session's
-/// lateness and the server's late packets in the report; and an independent client (C, epoll +
-/// recvmmsg, lateness from RTP timestamps) agrees that those sessions were served on time, for
-/// an MP2T object and a native one.
+/// lateness and the server's late packets in the report, a search whose `--duration` cannot hold
+/// one trial refused; and an independent client (C, epoll + recvmmsg, lateness from RTP
+/// timestamps) agrees that those sessions were served on time, for an MP2T object and a native
+/// one.
 #[test]
 fn an_nmax_search_plays_whole_objects_and_an_independent_client_agrees() {
     let mp4 = media_fixture("h264_aac.mp4");
@@ -682,6 +683,16 @@ fn an_nmax_search_plays_whole_objects_and_an_independent_client_agrees() {
     let err = String::from_utf8_lossy(&short.stderr);
     assert!(!short.status.success(), "{err}");
     assert!(err.contains("--trial 5 s is shorter than") && err.contains("/demo (12.0 s)"), "{err}");
+    // So is a search whose --duration cannot hold one trial.
+    let brief = run(
+        Command::new(bin())
+            .args(["bench", &server.url("demo"), "--find-nmax", "--duration", "10", "--out"])
+            .arg(dir.path().join("brief")),
+        30,
+    );
+    let err = String::from_utf8_lossy(&brief.stderr);
+    assert!(!brief.status.success(), "{err}");
+    assert!(err.contains("--duration 10 s cannot hold one --find-nmax trial of 16 s"), "{err}");
 
     // The independent client: three sessions of each object, every packet within 500 ms of
     // its stream's schedule.

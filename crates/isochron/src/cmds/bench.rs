@@ -283,6 +283,14 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
             ),
             (None, t) => trial_length(&a.urls, t, Duration::from_millis(a.buffer_ms))?,
         };
+        if Duration::from_secs(a.duration) < trial {
+            bail!(
+                "--duration {} s cannot hold one --find-nmax trial of {:.0} s: the search runs \
+                 several trials within --duration (e.g. --duration 3600)",
+                a.duration,
+                trial.as_secs_f64()
+            );
+        }
         Load::Bisect { trial, max: a.max_clients, from: a.nmax_from.max(1) }
     } else {
         Load::Fixed { clients: 1 }
