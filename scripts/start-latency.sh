@@ -16,21 +16,36 @@
 # Every object's first block is kept in memory (sched.resident_mib, RESIDENT_MIB here; 0 keeps
 # none, as before that setting): each run starts once the server has read them all.
 #
+# DISK=real puts the store on the machine's own disk instead (O_DIRECT reads, as always), read
+# through a blkio throttle of REAL_READ_MIB_S (cgroup v1, root; the server runs inside it, the
+# clients do not): unthrottled, this VM's virtio disk reads 1.5-2.2 GiB/s from the host's cache,
+# and MaxN would be thousands of streams, more than the bench can play over loopback on 2 cores
+# (docs/results/xtream-table1.md (b) throttles it for the same reason). With the defaults below
+# (32 MiB/s, 1 MiB blocks, clips at 8 Mb/s) MaxN is a few dozen streams.
+#
 # Usage: scripts/start-latency.sh [N…]   (default: 1 14 29)
 # Environment: BIN (default target/release/isochron), WORK (default /tmp/isochron-start-latency),
 # PROBE_S (probe run, default 200), CHURN_S (churn run, default 180), COPIES (objects of each
-# length, default 60), MODES (default "probe churn"), RESIDENT_MIB (default 64), TAG (a suffix of
-# the runs' directories, default none).
+# length, default 60; real 20), MODES (default "probe churn"), RESIDENT_MIB (default 64; real
+# 128), TAG (a suffix of the runs' directories, default none), DISK (emu or real, default emu),
+# REAL_READ_MIB_S (default 32), CLIP_BITS (the clips' video rate, default 1M; real 8M),
+# BLOCK_KIB (default 256; real 1024).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-$PWD/target/release/isochron}
 WORK=${WORK:-/tmp/isochron-start-latency}
 PROBE_S=${PROBE_S:-200}
 CHURN_S=${CHURN_S:-180}
-COPIES=${COPIES:-60}
+DISK=${DISK:-emu}
 MODES=${MODES:-probe churn}
-RESIDENT_MIB=${RESIDENT_MIB:-64}
 TAG=${TAG:-}
+case "$DISK" in
+  emu) COPIES=${COPIES:-60} RESIDENT_MIB=${RESIDENT_MIB:-64} CLIP_BITS=${CLIP_BITS:-1M}
+    BLOCK_KIB=${BLOCK_KIB:-256} ;;
+  real) COPIES=${COPIES:-20} RESIDENT_MIB=${RESIDENT_MIB:-128} CLIP_BITS=${CLIP_BITS:-8M}
+    BLOCK_KIB=${BLOCK_KIB:-1024} REAL_READ_MIB_S=${REAL_READ_MIB_S:-32} ;;
+  *) echo "DISK=$DISK: expected emu or real" >&2; exit 2 ;;
+esac
 [ $# -gt 0 ] || set -- 1 14 29
 NS=("$@")
 RTSP=127.0.0.1:18554
@@ -38,20 +53,40 @@ HTTP=127.0.0.1:18080
 log() { echo "[$(date +%T)] $*" >&2; }
 mkdir -p "$WORK"
 
-# Table 1's VBR clip settings (scripts/xtream-table1.sh), at three lengths.
+# Table 1's VBR clip settings (scripts/xtream-table1.sh), at three lengths; at 1 Mb/s the
+# emulated cell's own clip. Faster clips are 720p with grain, so that x264 reaches the rate.
+if [ "$CLIP_BITS" = 1M ]; then
+  src=testsrc2=size=640x360:rate=25 suffix=""
+else
+  src="testsrc2=size=1280x720:rate=25,noise=alls=6:allf=t" suffix=-$CLIP_BITS
+fi
 for len in 5 10 120; do
-  [ -s "$WORK/clip$len.ts" ] || ffmpeg -loglevel error -y -f lavfi \
-    -i testsrc2=size=640x360:rate=25 -t "$len" -c:v libx264 -preset ultrafast -b:v 1M \
-    -maxrate 2M -bufsize 1M -f mpegts "$WORK/clip$len.ts"
+  [ -s "$WORK/clip$len$suffix.ts" ] || ffmpeg -loglevel error -y -f lavfi -i "$src" -t "$len" \
+    -c:v libx264 -preset ultrafast -b:v "$CLIP_BITS" -maxrate "$(( ${CLIP_BITS%M} * 2 ))M" \
+    -bufsize "$CLIP_BITS" -f mpegts "$WORK/clip$len$suffix.ts"
 done
-store=$WORK/store
+# throttle_self: puts this (sub)shell, and what it execs, inside the real disk's read
+# throttle (DISK=real).
+throttle_self() {
+  [ "$DISK" = real ] || return 0
+  local cg=/sys/fs/cgroup/blkio/isochron-start-latency
+  local dev; dev=$(lsblk -no MAJ:MIN "$(df --output=source "$WORK" | tail -1)" | head -1 | tr -d ' ')
+  mkdir -p "$cg"
+  echo "$dev $((REAL_READ_MIB_S << 20))" > "$cg/blkio.throttle.read_bps_device"
+  echo "$BASHPID" > "$cg/tasks"
+}
+if [ "$DISK" = emu ]; then
+  store=$WORK/store disk="$WORK/store/d0,seek_ms=10,rate_mib_s=4"
+else
+  store=$WORK/store-real-$BLOCK_KIB$suffix disk=$store/d0
+fi
 if [ ! -e "$store/.done" ]; then
   rm -rf "$store"
-  log "ingesting $COPIES copies of each clip on an emulated disk"
-  new=(--disk "$store/d0,seek_ms=10,rate_mib_s=4" --block-size-kib 256)
+  log "ingesting $COPIES copies of each clip on disk $disk"
+  new=(--disk "$disk" --block-size-kib "$BLOCK_KIB")
   for i in $(seq -w 1 "$COPIES"); do
     for len in 5 10 120; do
-      "$BIN" ingest --data "$store" "${new[@]}" --name "c$len-$i" "$WORK/clip$len.ts" > /dev/null
+      "$BIN" ingest --data "$store" "${new[@]}" --name "c$len-$i" "$WORK/clip$len$suffix.ts" > /dev/null
       new=()
     done
   done
@@ -73,10 +108,11 @@ for mode in $MODES; do
   for n in "${NS[@]}"; do
     out=$WORK/$mode$TAG-n$n
     rm -rf "$out" "$out-bg"
-    "$BIN" serve --config "$WORK/config.toml" --data "$store" --rtsp "$RTSP" --http "$HTTP" \
-      --rtp-port 0 --no-demo > "$WORK/server-$mode-$n.log" 2>&1 &
+    (throttle_self; exec "$BIN" serve --config "$WORK/config.toml" --data "$store" --rtsp "$RTSP" \
+      --http "$HTTP" --rtp-port 0 --no-demo) > "$WORK/server-$mode$TAG-$n.log" 2>&1 &
     pid=$!
     for _ in $(seq 50); do curl -fsS "http://$HTTP/metrics" > /dev/null 2>&1 && break; sleep 0.2; done
+    kill -0 "$pid" 2> /dev/null || { echo "the server for N = $n did not start:" >&2; tail -n 3 "$WORK/server-$mode$TAG-$n.log" >&2; exit 1; }
     if [ "$RESIDENT_MIB" != 0 ]; then
       # The objects' first blocks, read in the disk's idle time: measured once they are in.
       want=$((3 * COPIES)) reads=0
@@ -94,20 +130,20 @@ for mode in $MODES; do
       bg=""
       if [ "$n" -gt 1 ]; then
         "$BIN" bench "${U120[@]}" --out "$out-bg" --arrival-rate 60 --max-clients $((n - 1)) \
-          --duration $((PROBE_S + n + 10)) --seed 2 "${common[@]}" > "$WORK/bench-$mode-$n-bg.txt" &
+          --duration $((PROBE_S + n + 10)) --seed 2 "${common[@]}" > "$WORK/bench-$mode$TAG-$n-bg.txt" &
         bg=$!
         sleep $((n + 5))
       fi
       "$BIN" bench "${U5[@]}" --out "$out" --clients 1 --duration "$PROBE_S" --seed 1 "${common[@]}" \
-        | tee "$WORK/bench-$mode-$n.txt"
+        | tee "$WORK/bench-$mode$TAG-$n.txt"
       [ -z "$bg" ] || wait "$bg"
     else
       "$BIN" bench "${U10[@]}" --out "$out" --arrival-rate 60 --max-clients "$n" \
-        --duration "$CHURN_S" --seed 1 "${common[@]}" | tee "$WORK/bench-$mode-$n.txt"
+        --duration "$CHURN_S" --seed 1 "${common[@]}" | tee "$WORK/bench-$mode$TAG-$n.txt"
     fi
     curl -fsS "http://$HTTP/metrics" | grep -E '^isochron_(missed_deadlines|cycles_with_misses)' \
       > "$out/server-misses.txt" || true
-    kill "$pid" 2> /dev/null || { echo "the server for N = $n had stopped:" >&2; tail -n 3 "$WORK/server-$mode-$n.log" >&2; }
+    kill "$pid" 2> /dev/null || { echo "the server for N = $n had stopped:" >&2; tail -n 3 "$WORK/server-$mode$TAG-$n.log" >&2; }
     wait "$pid" 2> /dev/null || true
   done
 done
