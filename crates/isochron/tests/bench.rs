@@ -686,7 +686,8 @@ fn an_nmax_search_plays_whole_objects_and_an_independent_client_agrees() {
     // So is a search whose --duration cannot hold one trial.
     let brief = run(
         Command::new(bin())
-            .args(["bench", &server.url("demo"), "--find-nmax", "--duration", "10", "--out"])
+            .args(["bench", &server.url("demo"), "--find-nmax", "--buffer-ms", "1000"])
+            .args(["--duration", "10", "--out"])
             .arg(dir.path().join("brief")),
         30,
     );

@@ -3,7 +3,8 @@
 //! summary's counts (nothing lost, duplicated or late; one source: the server's RTP socket over
 //! UDP, its RTSP address over TCP); refusals (404, and 453 from admission control) and
 //! `--timeout` exit non-zero with the status line or the reason. The UDP runs smooth the rate
-//! with MTFC (`--mtfc`): their rate requests reach the server and the bytes stay exact.
+//! with MTFC (`--mtfc`), the VBR clip's around its mean rate (`--rate-paced`): their rate
+//! requests reach the server and the bytes stay exact.
 
 use crate::common;
 
@@ -51,9 +52,9 @@ fn assert_clean(s: &Value, size: u64, source: &str, what: &str) {
     assert!(s["media_s"].as_f64().unwrap() > 0.0, "{what}: {s:#}");
 }
 
-/// Plays `name` over UDP and TCP to files, and over UDP to stdout, at once; each copy must be
-/// `src`'s bytes.
-fn plays_byte_exact(server: &Server, name: &str, src: &Path, secs: u64) {
+/// Plays `name` over UDP (with MTFC; `rate_paced`: around the object's mean rate) and TCP to
+/// files, and over UDP to stdout, at once; each copy must be `src`'s bytes.
+fn plays_byte_exact(server: &Server, name: &str, src: &Path, secs: u64, rate_paced: bool) {
     let dir = tempdir();
     let url = server.url(name);
     let want = std::fs::read(src).unwrap();
@@ -64,7 +65,11 @@ fn plays_byte_exact(server: &Server, name: &str, src: &Path, secs: u64) {
             let (url, out) = (url.clone(), dir.path().join(format!("{}.ts", t.as_str())));
             let handle = std::thread::spawn(move || {
                 let out = out.to_str().unwrap().to_string();
-                let mtfc: &[&str] = if t == Transport::Udp { &["--mtfc"] } else { &[] };
+                let mtfc: &[&str] = match t {
+                    Transport::Udp if rate_paced => &["--mtfc", "--rate-paced"],
+                    Transport::Udp => &["--mtfc"],
+                    Transport::Tcp => &[],
+                };
                 play(&url, &[&["--transport", t.as_str(), "--out", &out], mtfc].concat(), secs)
             });
             (t, handle)
@@ -74,7 +79,8 @@ fn plays_byte_exact(server: &Server, name: &str, src: &Path, secs: u64) {
     let piped = run(Command::new(bin()).args(["play", &url, "--out", "-"]), secs);
     for (t, handle) in runs {
         let what = format!("{name} over {}", t.as_str());
-        let s = summary(&handle.join().unwrap(), &what);
+        let out = handle.join().unwrap();
+        let s = summary(&out, &what);
         let source = match t {
             Transport::Udp => format!("127.0.0.1:{}", server.rtp_port),
             Transport::Tcp => server.rtsp.to_string(),
@@ -84,6 +90,9 @@ fn plays_byte_exact(server: &Server, name: &str, src: &Path, secs: u64) {
         if t == Transport::Udp {
             assert!(s["rate_requests"].as_u64().unwrap() > 0, "{what}: MTFC asked nothing: {s:#}");
         }
+        let granted = String::from_utf8_lossy(&out.stderr)
+            .contains("rate pacing: the server sends at the object's mean rate");
+        assert_eq!(granted, rate_paced && t == Transport::Udp, "{what}");
         let got = std::fs::read(dir.path().join(format!("{}.ts", t.as_str()))).unwrap();
         assert_same_bytes(&got, &want, &what);
     }
@@ -103,7 +112,7 @@ fn the_demo_plays_byte_exact_over_udp_and_tcp() {
     let dir = tempdir();
     let server = Server::start(&dir.path().join("store"), ServeOptions::default());
     // The 12 s clip, a 2 s grace after the BYE.
-    plays_byte_exact(&server, "demo", &demo(), 60);
+    plays_byte_exact(&server, "demo", &demo(), 60, false);
 }
 
 #[test]
@@ -111,8 +120,8 @@ fn a_vbr_clip_plays_byte_exact_over_udp_and_tcp() {
     let _load = load(weight::PLAYER);
     let vbr = fixture("vbr20");
     let (_dir, server) = serve_fixtures(&[&vbr], None);
-    // 20 s of VBR at several Mb/s.
-    plays_byte_exact(&server, "vbr20", &vbr, 120);
+    // 20 s of VBR at several Mb/s, the UDP copy sent at its mean rate.
+    plays_byte_exact(&server, "vbr20", &vbr, 120, true);
 }
 
 #[test]

@@ -68,6 +68,12 @@ pub(crate) struct Args {
     /// pace faster or slower as the buffer crosses its thresholds.
     #[arg(long)]
     mtfc: bool,
+    /// With `--mtfc`: ask the server to send at the object's mean byte rate rather than on the
+    /// content's own schedule (`x-isochron-pacing: rate`), so that a VBR stream's traffic is
+    /// smooth (Yima §2.5); MTFC then steers the buffer around it. A server that cannot (a
+    /// cluster, a feed) paces by content, and a warning says so.
+    #[arg(long, requires = "mtfc")]
+    rate_paced: bool,
 }
 
 /// Runs `isochron play`.
@@ -118,6 +124,27 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// MTFC's settings (`--mtfc`): around the object's mean rate when `--rate-paced` was asked for
+/// and granted (said on stderr); a refusal is warned of, and the stream keeps its content's
+/// pacing.
+async fn mtfc_config(
+    a: &Args,
+    client: &mut Client,
+    buffer: Duration,
+) -> anyhow::Result<MtfcConfig> {
+    if a.rate_paced {
+        if client.ask_rate_pacing().await? {
+            eprintln!("isochron: rate pacing: the server sends at the object's mean rate");
+            return Ok(MtfcConfig::for_rate_pacing(buffer, 4));
+        }
+        eprintln!(
+            "isochron: warning: the server paces this stream by its content, not at its mean rate \
+             (a cluster or a live feed)"
+        );
+    }
+    Ok(MtfcConfig::for_depth(buffer, 4))
+}
+
 /// Prints `summary`: one JSON object on stdout with `--json`, else a table on stderr.
 fn report<S: serde::Serialize + std::fmt::Display>(a: &Args, summary: &S) -> anyhow::Result<()> {
     if a.json {
@@ -160,7 +187,7 @@ async fn play(
         player = player.with_repairs(RepairConfig::default());
     }
     if a.mtfc {
-        player = player.with_mtfc(MtfcConfig::for_depth(buffer, 4));
+        player = player.with_mtfc(mtfc_config(a, &mut client, buffer).await?);
     }
     let mut mtfc_on = a.mtfc;
     player.handle_play(info.seq, info.range.as_deref().and_then(range_length));

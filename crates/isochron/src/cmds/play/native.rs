@@ -25,7 +25,7 @@ use anyhow::{Context as _, anyhow, bail};
 use base64::Engine as _;
 use isochron_loadgen::Client;
 use isochron_loadgen::Presentation;
-use isochron_loadgen::bench::mtfc::{Mtfc, MtfcConfig};
+use isochron_loadgen::bench::mtfc::Mtfc;
 use isochron_loadgen::bench::native_playout::NativePlayout;
 use isochron_loadgen::bench::playout::PlayState;
 use isochron_loadgen::bench::session::{range_length, track_starts};
@@ -304,7 +304,10 @@ pub(super) async fn play(
             out.write_all(&nal).context("writing --out")?;
         }
     }
-    let mut mtfc = a.mtfc.then(|| Mtfc::new(MtfcConfig::for_depth(buffer, 4)));
+    let mut mtfc = None;
+    if a.mtfc {
+        mtfc = Some(Mtfc::new(super::mtfc_config(a, &mut client, buffer).await?));
+    }
     let mut next_sample = Instant::now();
     let t0 = Instant::now();
     let mut heard = Instant::now();
