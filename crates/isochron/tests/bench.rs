@@ -673,26 +673,25 @@ fn an_nmax_search_plays_whole_objects_and_an_independent_client_agrees() {
         assert!((0.0..500.0).contains(&late), "{s:#}");
     }
 
-    // A trial shorter than the object is refused, naming it.
-    let short = run(
-        Command::new(bin())
-            .args(["bench", &server.url("demo"), "--find-nmax", "--trial", "5", "--out"])
-            .arg(dir.path().join("short")),
-        30,
-    );
-    let err = String::from_utf8_lossy(&short.stderr);
-    assert!(!short.status.success(), "{err}");
+    // A search that cannot run is refused, and says why: the stderr of `bench demo ARGS`.
+    let refused = |name: &str, args: &[&str]| {
+        let res = run(
+            Command::new(bin())
+                .args(["bench", &server.url("demo"), "--find-nmax"])
+                .args(args)
+                .arg("--out")
+                .arg(dir.path().join(name)),
+            30,
+        );
+        let err = String::from_utf8_lossy(&res.stderr).into_owned();
+        assert!(!res.status.success(), "{err}");
+        err
+    };
+    // A trial shorter than the object, naming it.
+    let err = refused("short", &["--trial", "5"]);
     assert!(err.contains("--trial 5 s is shorter than") && err.contains("/demo (12.0 s)"), "{err}");
-    // So is a search whose --duration cannot hold one trial.
-    let brief = run(
-        Command::new(bin())
-            .args(["bench", &server.url("demo"), "--find-nmax", "--buffer-ms", "1000"])
-            .args(["--duration", "10", "--out"])
-            .arg(dir.path().join("brief")),
-        30,
-    );
-    let err = String::from_utf8_lossy(&brief.stderr);
-    assert!(!brief.status.success(), "{err}");
+    // A --duration that cannot hold one trial.
+    let err = refused("brief", &["--buffer-ms", "1000", "--duration", "10"]);
     assert!(err.contains("--duration 10 s cannot hold one --find-nmax trial of 16 s"), "{err}");
 
     // The independent client: three sessions of each object, every packet within 500 ms of
