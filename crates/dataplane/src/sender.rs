@@ -270,7 +270,7 @@ pub const PROGRESS_EVERY: Duration = Duration::from_millis(10);
 /// start that late, and its overdue first second sent at once (`docs/results/fig3.md`).
 pub const MAX_PASS: Duration = Duration::from_millis(5);
 
-/// Transmits between two readings of the clock against [`MAX_PASS`].
+/// Transmits asked of the pacer between two readings of the clock against [`MAX_PASS`].
 const PASS_CHECK_EVERY: u32 = 64;
 
 impl SentThrough {
@@ -579,7 +579,7 @@ impl SenderLoop {
     fn send_due(&mut self) {
         let now = self.t.clock.now();
         self.last_pass = now;
-        let mut sent = 0u32;
+        let mut polls = 0u32;
         if now.saturating_duration_since(self.published) >= PROGRESS_EVERY {
             self.t.sent_through.publish(self.pacer.sent_through(now));
             self.published = now;
@@ -599,8 +599,8 @@ impl SenderLoop {
             };
             // A pass ends after MAX_PASS even with packets still due: the commands waiting
             // (a TEARDOWN's removal, a PLAY, a NACK) are handled before the next one.
-            sent += 1;
-            if sent.is_multiple_of(PASS_CHECK_EVERY)
+            polls += 1;
+            if polls.is_multiple_of(PASS_CHECK_EVERY)
                 && self.t.clock.now().saturating_duration_since(now) >= MAX_PASS
             {
                 break;
