@@ -213,9 +213,6 @@ struct Member {
     clock: ClockSync,
     /// Whether its loss was acted on already (suspicion, then the lease lapse, act once).
     lost: bool,
-    /// Its process's incarnation ([`Message::Hello`]): another one is a restarted process,
-    /// which runs none of the shares the last one did.
-    incarnation: Option<u64>,
 }
 
 /// How a session's packets reach its client.
@@ -608,6 +605,12 @@ struct Share {
 pub struct ClusterCore {
     config: ClusterConfig,
     members: BTreeMap<NodeId, Member>,
+    /// Each peer's process incarnation, as its last [`Message::Hello`] said: another one is a
+    /// restarted process, which runs none of the shares the last one did. Kept apart from
+    /// `members`: a peer's control connection may open (with its `Hello`, said once) before
+    /// etcd shows this node the peer, and an incarnation dropped then would let a restarted
+    /// process pass for the old one come back (given its part back, which it never sends).
+    incarnations: BTreeMap<NodeId, u64>,
     sessions: BTreeMap<StreamId, Session>,
     shares: BTreeMap<ShareKey, Share>,
     /// The number of the last session this node opened as an origin.
@@ -645,12 +648,12 @@ impl ClusterCore {
                 ping_seq: 0,
                 clock: ClockSync::default(),
                 lost: false,
-                incarnation: None,
             },
         );
         Self {
             config,
             members,
+            incarnations: BTreeMap::new(),
             sessions: BTreeMap::new(),
             shares: BTreeMap::new(),
             last_open: 0,
@@ -765,7 +768,6 @@ impl ClusterCore {
             ping_seq: 0,
             clock: ClockSync::default(),
             lost: false,
-            incarnation: None,
         });
         m.name = info.name;
         m.live = info.live;
@@ -1219,10 +1221,8 @@ impl ClusterCore {
             self.wake(now);
         }
         if let Message::Hello { incarnation, .. } = msg {
-            let restarted = self.members.get_mut(&from).is_some_and(|m| {
-                let was = m.incarnation.replace(incarnation);
-                was.is_some_and(|w| w != incarnation)
-            });
+            let was = self.incarnations.insert(from, incarnation);
+            let restarted = was.is_some_and(|w| w != incarnation);
             if restarted {
                 // A new process runs none of the old one's shares: nothing to take back. Nor
                 // does it know the sessions the old one was the origin of: their frozen

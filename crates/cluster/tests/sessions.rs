@@ -347,6 +347,29 @@ fn takeover_a_crashed_member_s_blocks_come_from_their_other_copy_in_time() {
     }
 }
 
+/// A member killed and started again within its lease (etcd never said it was down): the new
+/// process runs none of the old one's shares, so its part stays with the takers to the end.
+/// Every node heard the old process's `Hello` before etcd showed it (the harness's order: a
+/// node that registered a moment ago is pinged at once): its incarnation must count all the
+/// same, or the new process is taken for the old one come back, given its part, and sends
+/// none of it (sessions broken from the restart to their end in the cluster chaos bench).
+#[test]
+fn takeover_a_member_restarted_within_its_lease_is_not_given_its_part_back() {
+    let mut h = Harness::with_replication(3, 60, 2);
+    playing(&mut h, 1, 10, Delivery::Bipartite, true);
+    h.run_for(Duration::from_secs(5));
+    h.crash(3);
+    h.run_for(Duration::from_secs(3));
+    assert!(!h.node(1).takeovers.is_empty(), "taken over");
+    h.restart(3);
+    h.run_for(Duration::from_secs(30));
+    for n in [1, 2] {
+        assert_eq!(h.node(n).givebacks, vec![], "node {n} gave a part back to a new process");
+    }
+    assert!(!failed(&h, 1), "{:?}", h.node(1).events);
+    h.assert_delivered_in_time(10, 0, CLIENT_BUFFER);
+}
+
 #[test]
 fn takeover_of_a_node_whose_sender_lagged_starts_where_it_had_got() {
     // n3's machine is so busy that its sender hands every packet out 1.5 s late (its control

@@ -1072,7 +1072,8 @@ impl StreamOut {
         }
         let lost = relay.stats().lost;
         if lost > relay.lost {
-            warn!(%stream, lost = lost - relay.lost, "relayed packets no node could resend were given up");
+            let last = relay.tracks.iter().flatten().filter_map(Reseq::last_given_up).last();
+            warn!(%stream, lost = lost - relay.lost, ?last, "relayed packets no node could resend were given up");
             relay.lost = lost;
             if let Some(Some(TrackOut {
                 transport: StreamTransport::Interleaved { frames, .. },

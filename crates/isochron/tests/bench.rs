@@ -483,7 +483,8 @@ fn cluster_bench(dir: &Path, args: &str, secs: u64) -> (std::path::PathBuf, Stri
             .args(args.split_whitespace())
             .arg("--ingest")
             .arg(demo())
-            .env("RUST_LOG", "warn"),
+            // Warnings, and each takeover (what to read when a session broke).
+            .env("RUST_LOG", "warn,isochron_node::core::share=info"),
         secs,
     );
     let stdout = String::from_utf8_lossy(&res.stdout).into_owned();
@@ -601,7 +602,7 @@ fn cluster_chaos_a_killed_node_is_taken_over_with_nothing_lost_on_shaped_links()
         return;
     }
     let dir = tempdir();
-    let (_, stdout, r) = cluster_bench(
+    let (out, stdout, r) = cluster_bench(
         dir.path(),
         concat!(
             "--cluster-nodes 3 --replication 2 --shape 8mbit --block-kib 16 --buffer-ms 2000 ",
@@ -620,13 +621,30 @@ fn cluster_chaos_a_killed_node_is_taken_over_with_nothing_lost_on_shaped_links()
     assert!(kills[0]["back_after_s"].as_f64().is_some(), "{:#}", kills[0]);
     let a = &c["chaos"]["sessions"];
     assert!(a["takeovers"]["taken_over"].as_f64().unwrap_or(0.0) > 0.0, "{a:#}");
-    assert_eq!(a["broken"], serde_json::json!([]), "{stdout}");
+    assert_eq!(a["broken"], serde_json::json!([]), "{stdout}\n{}", node_logs(&out));
     assert!(a["byte_exact"].as_u64().unwrap() >= 5, "{a:#}");
     assert!(a["digest_checked"].as_u64().unwrap() >= 5, "{a:#}");
     // What the survivors sent, their links carried.
     for n in c["nodes"].as_array().unwrap() {
         assert_eq!(n["link_drops"], 0, "{n:#}");
     }
+}
+
+/// Every node's log (the cluster bench keeps them in `OUT/logs`; warnings and takeovers), each
+/// line named by its node: what to read when a session broke.
+fn node_logs(out: &Path) -> String {
+    let mut logs: Vec<_> = std::fs::read_dir(out.join("logs"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    logs.sort();
+    let mut text = String::new();
+    for log in logs {
+        let name = log.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+        for line in std::fs::read_to_string(&log).unwrap_or_default().lines() {
+            text.push_str(&format!("{name}: {line}\n"));
+        }
+    }
+    text
 }
 
 /// Builds `tools/rtsp-probe.c` (an RTSP load client sharing no code with isochron) once.

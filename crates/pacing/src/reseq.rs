@@ -104,6 +104,17 @@ impl ReseqStats {
     }
 }
 
+/// The last hole a [`Reseq`] gave up: what to name in the warning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GivenUp {
+    /// Its first sequence number.
+    pub first: u16,
+    /// How many numbers it held.
+    pub count: u64,
+    /// How long it had been open (since the first packet behind it came).
+    pub open_for: Duration,
+}
+
 /// What became of a packet handed to [`Reseq::handle_packet`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Accepted {
@@ -132,6 +143,8 @@ pub struct Reseq<P> {
     end: Option<End>,
     /// The last instant it was called with.
     last_call: Option<Instant>,
+    /// The last hole given up.
+    given_up: Option<GivenUp>,
     stats: ReseqStats,
 }
 
@@ -153,6 +166,7 @@ impl<P> Reseq<P> {
             nack_at: None,
             end: None,
             last_call: None,
+            given_up: None,
             stats: ReseqStats::default(),
         }
     }
@@ -208,7 +222,7 @@ impl<P> Reseq<P> {
             self.stats.reordered += 1;
         }
         while self.held.len() >= self.config.max_held && self.hole_since().is_some() {
-            self.skip_hole();
+            self.skip_hole(now);
         }
         if self.held.len() >= self.config.max_held {
             // In order but not taken: whoever drains this stopped (a client not reading).
@@ -243,7 +257,7 @@ impl<P> Reseq<P> {
     pub fn handle_timeout(&mut self, now: Instant) {
         self.wake(now);
         while self.hole_since().is_some_and(|since| now >= since + self.config.give_up) {
-            self.skip_hole();
+            self.skip_hole(now);
         }
     }
 
@@ -351,12 +365,21 @@ impl<P> Reseq<P> {
     }
 
     /// Gives the first hole up: its numbers are lost, the next due is the first packet held.
-    fn skip_hole(&mut self) {
-        let (Some(next), Some((&first, _))) = (self.next, self.held.first_key_value()) else {
+    fn skip_hole(&mut self, now: Instant) {
+        let (Some(next), Some((&first, &(since, _)))) = (self.next, self.held.first_key_value())
+        else {
             return;
         };
         self.stats.lost += first - next;
+        let open_for = now.saturating_duration_since(since);
+        self.given_up = Some(GivenUp { first: next as u16, count: first - next, open_for });
         self.next = Some(first);
+    }
+
+    /// The last hole given up, if any.
+    #[must_use]
+    pub fn last_given_up(&self) -> Option<GivenUp> {
+        self.given_up
     }
 }
 

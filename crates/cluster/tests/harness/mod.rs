@@ -177,6 +177,8 @@ pub struct SimNode {
     pub paused_until: Option<Instant>,
     /// How late its sender hands out every packet (a busy machine).
     pub lag: Duration,
+    /// Its process's incarnation, said in its `Hello`s.
+    pub incarnation: u64,
 }
 
 impl SimNode {
@@ -243,6 +245,11 @@ impl Harness {
             );
             config.replication = k;
             let mut core = ClusterCore::new(config);
+            // Each peer's control connection opens with its `Hello`, which may come before
+            // etcd has shown the peer (a node that registered a moment ago).
+            for j in (1..=n).filter(|j| *j != i) {
+                core.handle_message(Instant::ZERO, NodeId(j), hello(j, 1));
+            }
             for j in 1..=n {
                 core.handle_member(
                     Instant::ZERO,
@@ -267,6 +274,7 @@ impl Harness {
                     crashed: false,
                     paused_until: None,
                     lag: Duration::ZERO,
+                    incarnation: 1,
                 },
             );
         }
@@ -354,6 +362,34 @@ impl Harness {
     /// other node hears from etcd that it is down.
     pub fn crash(&mut self, id: u16) {
         self.node(id).crashed = true;
+    }
+
+    /// Starts a crashed node again: a new process (another incarnation), with a fresh core
+    /// that knows every member and runs no share, whose control connections open with its
+    /// `Hello` to every other node.
+    pub fn restart(&mut self, id: u16) {
+        let now = self.now;
+        let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+        let node = self.node(id);
+        let mut core = ClusterCore::new(node.core.config().clone());
+        let local = node.local_now(now);
+        for j in &ids {
+            let info = MemberInfo { id: *j, name: format!("n{}", j.0), live: true };
+            core.handle_member(local, info);
+        }
+        node.core = core;
+        node.crashed = false;
+        node.admitted.clear();
+        node.runs.clear();
+        node.incarnation += 1;
+        let incarnation = node.incarnation;
+        for (nid, n) in &mut self.nodes {
+            if nid.0 != id && !n.crashed {
+                let local = n.local_now(now);
+                n.core.handle_message(local, NodeId(id), hello(id, incarnation));
+            }
+        }
+        self.flush();
     }
 
     /// Stops a node for `d` (SIGSTOP, then SIGCONT): none of its timers, messages or packets
@@ -918,4 +954,9 @@ impl Harness {
             latest = latest.max(s.at);
         }
     }
+}
+
+/// Node `id`'s `Hello` as incarnation `incarnation` of its process.
+fn hello(id: u16, incarnation: u64) -> Message {
+    Message::Hello { node: NodeId(id), name: format!("n{id}"), incarnation }
 }

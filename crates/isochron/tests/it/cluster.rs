@@ -88,8 +88,14 @@ fn serve_cmd_on(
         .args(["--rtsp", &format!("{}:8554", host.ip)])
         .args(["--http", &format!("{}:8080", host.ip)])
         .args(["--rtp-port", "0", "--etcd", etcd, "--node", name])
-        // A switch's stop, where every node stopped, is worth its line when a test fails.
-        .env("RUST_LOG", "info,isochron_node::core::switch=debug,isochron_server::recorder=debug");
+        // A switch's stop, where every node stopped, is worth its line when a test fails;
+        // `ISOCHRON_TEST_LOG` replaces the filter when a failure needs more.
+        .env(
+            "RUST_LOG",
+            std::env::var("ISOCHRON_TEST_LOG").unwrap_or_else(|_| {
+                "info,isochron_node::core::switch=debug,isochron_server::recorder=debug".into()
+            }),
+        );
     for i in 0..disks {
         c.args(["--disk", &format!("d{i}")]);
     }

@@ -362,6 +362,14 @@ fn gst_watch(url: &str, transport: &str, decoder: Option<&str>, frames: u32, sec
     run(Command::new("gst-launch-1.0").args(["-q", "rtspsrc"]).args(pipeline), secs)
 }
 
+/// The lines of a server's log at warning level or above: what to read when a player failed.
+fn warnings(log: &str) -> String {
+    log.lines()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The summary `isochron play --json` printed: its tracks' losses and the seconds it played.
 fn play_summary(out: &Output) -> serde_json::Value {
     let text = String::from_utf8_lossy(&out.stdout);
@@ -1075,10 +1083,11 @@ fn thirty_players_of_four_kinds_watch_a_60_s_feed_live() {
     for (i, o) in gsts.iter().enumerate() {
         assert!(
             o.status.success(),
-            "GStreamer ({}): {}{}",
+            "GStreamer ({}): {}{}\nthe server's warnings:\n{}",
             transport(i),
             String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
+            String::from_utf8_lossy(&o.stderr),
+            warnings(&server.log())
         );
     }
     for play in &plays {
