@@ -362,12 +362,22 @@ fn gst_watch(url: &str, transport: &str, decoder: Option<&str>, frames: u32, sec
     run(Command::new("gst-launch-1.0").args(["-q", "rtspsrc"]).args(pipeline), secs)
 }
 
-/// The lines of a server's log at warning level or above: what to read when a player failed.
-fn warnings(log: &str) -> String {
-    log.lines()
-        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
-        .collect::<Vec<_>>()
-        .join("\n")
+/// Fails unless the player `what` ran to a clean end, with its output and what the server
+/// logged of warnings and closed connections and sessions (why a player's connection ended).
+fn assert_watched(o: &Output, what: &str, server: &Server) {
+    if o.status.success() {
+        return;
+    }
+    let log = server.log();
+    let notable = log
+        .lines()
+        .filter(|l| [" WARN ", " ERROR ", "closing", "closed"].iter().any(|k| l.contains(k)));
+    panic!(
+        "{what}: {}{}\nthe server's warnings and closes:\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+        notable.collect::<Vec<_>>().join("\n")
+    );
 }
 
 /// The summary `isochron play --json` printed: its tracks' losses and the seconds it played.
@@ -451,13 +461,7 @@ fn players_watch_a_feed_live_while_it_is_published_and_recorded() {
             std::thread::sleep(Duration::from_millis(100));
         }
         for transport in ["tcp", "udp"] {
-            let o = gst(transport);
-            assert!(
-                o.status.success(),
-                "GStreamer ({transport}): {}{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            );
+            assert_watched(&gst(transport), &format!("GStreamer ({transport})"), &server);
         }
         udp.join().unwrap();
         let receipts = receipts.join().unwrap();
@@ -1081,14 +1085,7 @@ fn thirty_players_of_four_kinds_watch_a_60_s_feed_live() {
         assert!(got.len() > 45 * 25, "ffmpeg over {transport}: {} frames", got.len());
     }
     for (i, o) in gsts.iter().enumerate() {
-        assert!(
-            o.status.success(),
-            "GStreamer ({}): {}{}\nthe server's warnings:\n{}",
-            transport(i),
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr),
-            warnings(&server.log())
-        );
+        assert_watched(o, &format!("GStreamer ({})", transport(i)), &server);
     }
     for play in &plays {
         let summary = play_summary(play);
