@@ -1072,7 +1072,7 @@ impl StreamOut {
         }
         let lost = relay.stats().lost;
         if lost > relay.lost {
-            let last = relay.tracks.iter().flatten().filter_map(Reseq::last_given_up).last();
+            let last = relay.tracks.iter().flatten().filter_map(Reseq::last_given_up).next_back();
             warn!(%stream, lost = lost - relay.lost, ?last, "relayed packets no node could resend were given up");
             relay.lost = lost;
             if let Some(Some(TrackOut {

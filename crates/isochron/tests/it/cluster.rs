@@ -631,8 +631,8 @@ fn check_output(
     what: &str,
 ) -> serde_json::Value {
     let summary = output_summary(c, res, what);
-    assert_eq!(summary["lost"], 0, "{what}: {summary}");
-    assert_eq!(summary["starvations"], 0, "{what}: the buffer ran dry: {summary}");
+    assert_eq!(summary["lost"], 0, "{what}: {summary}\n{}", c.logs());
+    assert_eq!(summary["starvations"], 0, "{what}: the buffer ran dry: {summary}\n{}", c.logs());
     assert_same_bytes(&std::fs::read(out).unwrap(), want, what);
     summary
 }

@@ -359,7 +359,12 @@ fn gst_watch(url: &str, transport: &str, decoder: Option<&str>, frames: u32, sec
     pipeline.extend(
         ["!", "identity", &format!("eos-after={frames}"), "!", "fakesink"].map(String::from),
     );
-    run(Command::new("gst-launch-1.0").args(["-q", "rtspsrc"]).args(pipeline), secs)
+    // rtspsrc's warnings and steps (its requests and their answers) on stderr: what a failure
+    // shows.
+    let mut cmd = Command::new("gst-launch-1.0");
+    cmd.env("GST_DEBUG", "rtspsrc:5").env("GST_DEBUG_NO_COLOR", "1");
+    cmd.args(["-q", "rtspsrc"]).args(pipeline);
+    run(&mut cmd, secs)
 }
 
 /// Fails unless the player `what` ran to a clean end, with its output and what the server
@@ -372,10 +377,13 @@ fn assert_watched(o: &Output, what: &str, server: &Server) {
     let notable = log
         .lines()
         .filter(|l| [" WARN ", " ERROR ", "closing", "closed"].iter().any(|k| l.contains(k)));
+    // The end of a player's log: its last steps (GStreamer's run to hundreds of kB).
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
     panic!(
         "{what}: {}{}\nthe server's warnings and closes:\n{}",
         String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr),
+        lines[lines.len().saturating_sub(120)..].join("\n"),
         notable.collect::<Vec<_>>().join("\n")
     );
 }
