@@ -921,8 +921,11 @@ struct RelayIn {
 
 impl RelayIn {
     fn new(tracks: &[Option<TrackOut>], feeders: Vec<SocketAddr>) -> Self {
-        let tracks =
-            tracks.iter().map(|t| t.as_ref().map(|_| Reseq::new(ReseqConfig::default()))).collect();
+        let config = |t: &TrackOut| match t.transport {
+            StreamTransport::Interleaved { .. } => ReseqConfig::interleaved(),
+            StreamTransport::Udp { .. } => ReseqConfig::default(),
+        };
+        let tracks = tracks.iter().map(|t| t.as_ref().map(|t| Reseq::new(config(t)))).collect();
         Self { tracks, feeders, byes: Vec::new(), lost: 0, cut: false }
     }
 

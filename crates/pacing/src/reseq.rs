@@ -41,7 +41,8 @@ pub struct ReseqConfig {
     /// A hole open this long is given up: its numbers are lost. Longer than a dead node takes
     /// to be found and taken over (suspected after 1 s of silence, checked every 250 ms, then
     /// one read: `docs/design/takeover.md`), since the node taking over sends the dead one's
-    /// packets again; shorter than a player's 2 s buffer.
+    /// packets again; shorter than a UDP player's 2 s buffer (an interleaved client's holes
+    /// wait longer: [`ReseqConfig::interleaved`]).
     pub give_up: Duration,
     /// After the stream's end (every node sent its last packet), how long no packet may come
     /// before the end is taken as complete. The numbers just past the last one released are
@@ -71,6 +72,25 @@ impl Default for ReseqConfig {
         }
     }
 }
+
+impl ReseqConfig {
+    /// For a client over RTSP/TCP (interleaved): holes wait [`INTERLEAVED_GIVE_UP`]. There a
+    /// hole given up ends the connection (TCP must not lose silently), while a packet that
+    /// comes late only stalls a player that waits for it (ffmpeg; GStreamer within its
+    /// latency).
+    #[must_use]
+    pub fn interleaved() -> Self {
+        Self { give_up: INTERLEAVED_GIVE_UP, ..Self::default() }
+    }
+}
+
+/// How long a hole in a relayed stream to an interleaved (RTSP/TCP) client waits before it is
+/// given up: past a takeover on a busy machine (a second of silence, a second more when the
+/// taker itself stood still, its reads, then a catch-up of over a second at 1.25 times the
+/// share's rate: `docs/design/takeover.md`). With the UDP clients' 1.8 s, a machine running a
+/// dozen player tests at once had the taker's packets come after the hole was given up, and
+/// the player's connection cut.
+pub const INTERLEAVED_GIVE_UP: Duration = Duration::from_secs(5);
 
 /// Counters, monotonic.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -446,6 +466,28 @@ mod tests {
         assert_eq!(r.stats().duplicates, 1);
         assert_eq!(r.stats().stale, 1);
         assert_eq!(r.stats().lost, 0);
+    }
+
+    /// A hole a taker fills 3 s late: an interleaved client's stream waits for it (a hole given
+    /// up would end its connection), a UDP client's has given it up and played on.
+    #[test]
+    fn an_interleaved_clients_hole_waits_out_a_slow_takeover() {
+        let run = |config: ReseqConfig| {
+            let mut r = Reseq::new(config);
+            r.handle_start(0);
+            r.handle_packet(ms(0), 0, 0);
+            r.handle_packet(ms(10), 2, 2);
+            drain(&mut r);
+            awake_until(&mut r, ms(3000));
+            r.handle_packet(ms(3000), 1, 1);
+            (drain(&mut r), r.stats().lost, r.last_given_up())
+        };
+        assert_eq!(run(ReseqConfig::interleaved()), (vec![1, 2], 0, None));
+        let (released, lost, given_up) = run(ReseqConfig::default());
+        assert_eq!((released, lost), (vec![2], 1));
+        let g = given_up.expect("the hole given up is named");
+        assert_eq!((g.first, g.count), (1, 1));
+        assert!(g.open_for >= ReseqConfig::default().give_up, "{g:?}");
     }
 
     #[test]
