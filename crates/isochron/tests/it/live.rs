@@ -359,33 +359,23 @@ fn gst_watch(url: &str, transport: &str, decoder: Option<&str>, frames: u32, sec
     pipeline.extend(
         ["!", "identity", &format!("eos-after={frames}"), "!", "fakesink"].map(String::from),
     );
-    // rtspsrc's warnings and steps (its requests and their answers) on stderr: what a failure
-    // shows.
-    let mut cmd = Command::new("gst-launch-1.0");
-    cmd.env("GST_DEBUG", "rtspsrc:5").env("GST_DEBUG_NO_COLOR", "1");
-    cmd.args(["-q", "rtspsrc"]).args(pipeline);
-    run(&mut cmd, secs)
+    // Not quiet: "Got EOS from element" tells GStreamer's own shutdown race after EOS from a
+    // failure (`common::gst_ended_cleanly`).
+    run(Command::new("gst-launch-1.0").arg("rtspsrc").args(pipeline), secs)
 }
 
-/// Fails unless the player `what` ran to a clean end, with its output and what the server
-/// logged of warnings and closed connections and sessions (why a player's connection ended).
+/// Fails unless GStreamer (`what`, [`gst_watch`]) ran to a clean end: exit 0, or its own
+/// shutdown race after EOS and nothing else (`common::gst_ended_cleanly`, docs/design/closing.md:
+/// it failed these tests now and then on a busy machine). A failure shows what the server
+/// logged of warnings and closed connections and sessions.
 fn assert_watched(o: &Output, what: &str, server: &Server) {
-    if o.status.success() {
-        return;
-    }
+    let Err(e) = gst_ended_cleanly(o) else { return };
     let log = server.log();
     let notable = log
         .lines()
         .filter(|l| [" WARN ", " ERROR ", "closing", "closed"].iter().any(|k| l.contains(k)));
-    // The end of a player's log: its last steps (GStreamer's run to hundreds of kB).
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    let lines: Vec<&str> = stderr.lines().collect();
-    panic!(
-        "{what}: {}{}\nthe server's warnings and closes:\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        lines[lines.len().saturating_sub(120)..].join("\n"),
-        notable.collect::<Vec<_>>().join("\n")
-    );
+    let notable = notable.collect::<Vec<_>>().join("\n");
+    panic!("{what}: {e}\nthe server's warnings and closes:\n{notable}");
 }
 
 /// The summary `isochron play --json` printed: its tracks' losses and the seconds it played.
@@ -1258,7 +1248,8 @@ fn mpeg_ts_feeds_over_srt_and_rtsp_are_watched_live_and_recorded_as_sent() {
                 "!",
                 "fakesink",
             ];
-            run(Command::new("gst-launch-1.0").arg("-q").args(pipeline), 30)
+            // Not quiet: for `assert_watched` (GStreamer's shutdown race).
+            run(Command::new("gst-launch-1.0").args(pipeline), 30)
         });
         let play = s.spawn(|| {
             let url = server.url("rtsp-ts");
@@ -1267,14 +1258,7 @@ fn mpeg_ts_feeds_over_srt_and_rtsp_are_watched_live_and_recorded_as_sent() {
         let o = view.join().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(o.status.success(), "ffmpeg watching: {err}\n{}", server.log());
-        let o = gst_view.join().unwrap();
-        assert!(
-            o.status.success(),
-            "GStreamer watching: {}{}\n{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr),
-            server.log()
-        );
+        assert_watched(&gst_view.join().unwrap(), "GStreamer watching", &server);
         (
             gst_srt.join().unwrap(),
             gst_rtsp.join().unwrap(),
