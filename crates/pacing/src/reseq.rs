@@ -88,8 +88,9 @@ impl ReseqConfig {
 /// given up: past a takeover on a busy machine (a second of silence, a second more when the
 /// taker itself stood still, its reads, then a catch-up of over a second at 1.25 times the
 /// share's rate: `docs/design/takeover.md`). With the UDP clients' 1.8 s, a machine running a
-/// dozen player tests at once had the taker's packets come after the hole was given up, and
-/// the player's connection cut.
+/// dozen player tests at once gave such holes up a second into a takeover's catch-up, and cut
+/// the player's connection (in one of those runs packets came after their numbers were given
+/// up: `isochron_relay_stale_total`).
 pub const INTERLEAVED_GIVE_UP: Duration = Duration::from_secs(5);
 
 /// Counters, monotonic.
