@@ -631,20 +631,18 @@ fn cluster_chaos_a_killed_node_is_taken_over_with_nothing_lost_on_shaped_links()
 }
 
 /// Every node's log (the cluster bench keeps them in `OUT/logs`; warnings and takeovers), each
-/// line named by its node: what to read when a session broke.
+/// under a `--- NODE` line as the cluster tests print theirs: what to read when a session broke.
 fn node_logs(out: &Path) -> String {
     let mut logs: Vec<_> = std::fs::read_dir(out.join("logs"))
         .map(|d| d.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
     logs.sort();
-    let mut text = String::new();
-    for log in logs {
-        let name = log.file_stem().unwrap_or_default().to_string_lossy().into_owned();
-        for line in std::fs::read_to_string(&log).unwrap_or_default().lines() {
-            text.push_str(&format!("{name}: {line}\n"));
-        }
-    }
-    text
+    logs.iter()
+        .map(|log| {
+            let name = log.file_stem().unwrap_or_default().to_string_lossy();
+            format!("--- {name}\n{}", std::fs::read_to_string(log).unwrap_or_default())
+        })
+        .collect()
 }
 
 /// Builds `tools/rtsp-probe.c` (an RTSP load client sharing no code with isochron) once.
