@@ -1113,14 +1113,20 @@ impl ClusterCore {
     ) {
         match self.shares.get(&key) {
             Some(s) if s.run == Some(run) && s.orphan => {
-                // Nobody will close it: release it now. The origin is told all the same: one
-                // that only stood still ends its session with the others' reports (told
-                // again when it speaks again: a connection that broke meanwhile lost it).
-                self.shares.remove(&key);
-                self.local.push_back(LocalAction::Close { key });
+                // The origin is told all the same: one that only stood still ends its session
+                // with the others' reports (told again when it speaks again: a connection that
+                // broke meanwhile lost it). With the origin down, nobody will close the share:
+                // it is released now. With the origin only suspected, it stays, ended, until
+                // the origin speaks again (then it closes it as usual), is down, or stays
+                // silent `origin_wait`: a member lost after the origin is back may still have
+                // blocks to give it.
+                if self.members.get(&key.origin).is_none_or(|m| !m.live) {
+                    self.shares.remove(&key);
+                    self.local.push_back(LocalAction::Close { key });
+                } else if let Some(s) = self.shares.get_mut(&key) {
+                    s.ended = Some(report);
+                }
                 self.send(now, key.origin, Message::Ended { key, run, report });
-                let wait = self.config.origin_wait;
-                self.ended_orphans.retain(|_, (_, _, t)| now.saturating_duration_since(*t) < wait);
                 self.ended_orphans.insert(key, (run, report, now));
             }
             Some(s) if s.run == Some(run) => {
@@ -1481,18 +1487,22 @@ impl ClusterCore {
                 self.member_lost(now, id, LossCause::Suspected);
             }
         }
-        // Feeders whose origin stayed silent for `origin_wait`: it died.
+        // Feeders whose origin stayed silent for `origin_wait`, and shares that ended while it
+        // was: it died.
         let wait = self.config.origin_wait;
+        let ended = |k: &ShareKey| self.ended_orphans.get(k).map(|(_, _, t)| *t);
         let gone: Vec<ShareKey> = self
             .shares
             .iter()
-            .filter(|(_, s)| s.frozen_since.is_some_and(|t| now >= t + wait))
+            .filter(|(k, s)| s.frozen_since.or_else(|| ended(k)).is_some_and(|t| now >= t + wait))
             .map(|(k, _)| *k)
             .collect();
         for key in gone {
             self.shares.remove(&key);
+            self.ended_orphans.remove(&key);
             self.local.push_back(LocalAction::Close { key });
         }
+        self.ended_orphans.retain(|_, (_, _, t)| now < *t + wait);
         // Answers not given in time.
         let late: Vec<(StreamId, Vec<NodeId>)> = self
             .sessions
@@ -1570,7 +1580,9 @@ impl ClusterCore {
         let frozen = self
             .shares
             .values()
-            .filter_map(|s| s.frozen_since.map(|t| t + self.config.origin_wait));
+            .filter_map(|s| s.frozen_since)
+            .chain(self.ended_orphans.values().map(|(_, _, t)| *t))
+            .map(|t| t + self.config.origin_wait);
         pings.chain(reserves).chain(stops).chain(rechecks).chain(suspicions).chain(frozen).min()
     }
 
@@ -1978,10 +1990,12 @@ impl ClusterCore {
                 continue;
             }
             // A suspected origin may only have stood still: its shares wait for its lease.
-            // Once it is down, nobody will start or close a share it has not started.
-            if key.origin == id && (!takeover || (cause == LossCause::Down && share.run.is_none()))
-            {
+            // Once it is down, nobody will start or close a share it has not started, or one
+            // that ended.
+            let idle = share.run.is_none() || share.ended.is_some();
+            if key.origin == id && (!takeover || (cause == LossCause::Down && idle)) {
                 self.shares.remove(&key);
+                self.ended_orphans.remove(&key);
                 self.local.push_back(LocalAction::Close { key });
                 continue;
             }

@@ -2,12 +2,13 @@
 //! three to five nodes running the server's own cores (`NodeCore`, `CycleScheduler`, `Pacer`),
 //! bipartite sessions (Yima §2.2: every node sends its own blocks straight to the player) on
 //! one to three origins, and a fault at a seeded time — a member or an origin crashing, a node
-//! standing still (SIGSTOP), one on a machine so busy it runs once every 10–300 ms, a
-//! partition that heals, etcd gone (`docs/design/takeover.md`).
+//! standing still (SIGSTOP), a second one standing still about when the first resumes, one on
+//! a machine so busy it runs once every 10–300 ms, a partition that heals, etcd gone
+//! (`docs/design/takeover.md`).
 //! Each player checks every packet byte for byte, that none is missing, and how its session
 //! ended (`harness`).
 //!
-//! `HARNESS_SEEDS=N` runs N seeds a test (default 500: 3,500 seeded runs in under 40 s
+//! `HARNESS_SEEDS=N` runs N seeds a test (default 500: 4,000 seeded runs in about 32 s
 //! on two cores); `HARNESS_SEED=S` runs seed S alone,
 //! and with `HARNESS_TRACE` set a failure's message lists every node core's outputs.
 
@@ -37,6 +38,9 @@ enum Kind {
     CrashMember,
     CrashOrigin,
     Stall,
+    /// A node stands still long enough to be taken over, and another one stops about when it
+    /// resumes (before or after its give-back point).
+    StallTwice,
     Partition,
     EtcdDown,
     Slow,
@@ -75,6 +79,7 @@ fn run(seed: u64, kind: Kind) -> (Sim, String, Option<Fault>) {
             return None;
         }
     };
+    let mut then = String::new();
     let fault = match kind {
         Kind::None => None,
         Kind::CrashMember => pick_member(&mut draw).map(Fault::Crash),
@@ -82,6 +87,16 @@ fn run(seed: u64, kind: Kind) -> (Sim, String, Option<Fault>) {
         Kind::Stall => {
             let n = 1 + draw(u64::from(nodes)) as u16;
             Some(Fault::Stall(n, Duration::from_millis(100 + draw(3500))))
+        }
+        Kind::StallTwice => {
+            let n = 1 + draw(u64::from(nodes)) as u16;
+            let first = Duration::from_millis(1200 + draw(2400));
+            let m = 1 + (n + draw(u64::from(nodes) - 1) as u16) % nodes;
+            let second = when + first + Duration::from_millis(draw(900));
+            let fault = Fault::Stall(m, Duration::from_millis(1200 + draw(2400)));
+            then = format!(", then {fault:?} at {:.3} s", second.as_secs_f64());
+            sim.inject(second, fault);
+            Some(Fault::Stall(n, first))
         }
         Kind::Partition => {
             let n = 1 + draw(u64::from(nodes)) as u16;
@@ -99,7 +114,7 @@ fn run(seed: u64, kind: Kind) -> (Sim, String, Option<Fault>) {
     }
     sim.run_until(at + Duration::from_secs(blocks + 10));
     let what = format!(
-        "seed {seed}: {nodes} nodes, {copies} copies, players on {origins:?}, {fault:?} at {:.3} s",
+        "seed {seed}: {nodes} nodes, {copies} copies, players on {origins:?}, {fault:?} at {:.3} s{then}",
         when.as_secs_f64()
     );
     (sim, what, fault)
@@ -170,6 +185,11 @@ fn an_origin_that_crashes_leaves_its_sessions_playing() {
 #[test]
 fn a_node_that_stands_still_loses_nothing() {
     check(Kind::Stall);
+}
+
+#[test]
+fn a_taker_that_stands_still_before_it_gives_back_loses_nothing() {
+    check(Kind::StallTwice);
 }
 
 #[test]

@@ -764,6 +764,9 @@ struct Withheld {
     wait_until: Instant,
     /// The media time due when it was told: released there if `wait_until` passes.
     told_at: MediaTime,
+    /// Blocks it sends whatever the above says ([`Pacer::handle_extend`]): taken over from a
+    /// node lost since, or its own again, the node that took them over lost in turn.
+    exempt: BTreeSet<BlockIndex>,
 }
 
 impl Withheld {
@@ -773,10 +776,16 @@ impl Withheld {
         match self.until {
             _ if time < self.from => Verdict::Send,
             _ if self.blocks.as_ref().is_some_and(|b| !b.contains(&index)) => Verdict::Send,
+            _ if self.exempt.contains(&index) => Verdict::Send,
             None => Verdict::Wait,
             Some(until) if first <= until => Verdict::PassOver,
             Some(_) => Verdict::Send,
         }
+    }
+
+    /// Whether the block `index`, whose first packet is at `first`, is withheld from `from` on.
+    fn withholds(&self, index: BlockIndex, first: MediaTime) -> bool {
+        self.verdict(index, first.max(self.from), first) != Verdict::Send
     }
 }
 
@@ -923,7 +932,8 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             .anchor
             .map_or(from, |a| a.media + s.pace.media_span(now.saturating_duration_since(a.wall)));
         let whole = blocks.is_none();
-        s.withheld = Some(Withheld { from, blocks, until, wait_until, told_at });
+        let exempt = BTreeSet::new();
+        s.withheld = Some(Withheld { from, blocks, until, wait_until, told_at, exempt });
         if whole {
             // The whole word came: no hold for this stretch of lateness.
             s.hold_until = None;
@@ -983,9 +993,13 @@ impl<B: AsRef<[u8]>> Pacer<B> {
     /// share's current one are sent first (they are overdue), then it resumes where it was.
     /// Packets before `from` (how far the other node had got) are passed over: the block that
     /// holds `from` is sent from there, not from its start. Blocks the share already has are
-    /// ignored, and nothing already sent is sent again. The overdue packets are not sent at
-    /// once but at [`PacerConfig::catch_up`] from `now`. Returns `false` (nothing changed) for
-    /// an unknown stream, another run, a stream that is not a share, or a run that is over.
+    /// ignored, and nothing already sent is sent again, except its own blocks withheld for a
+    /// node that took them over ([`Self::handle_withhold`]) and was lost before the give-back
+    /// point: those are its own again, and the packets it passed over of them, from `from`
+    /// on, are sent like overdue ones (a block it passed over already comes again from the
+    /// scheduler). The overdue packets are not sent at once but at [`PacerConfig::catch_up`]
+    /// from `now`. Returns `false` (nothing changed) for an unknown stream, another run, a
+    /// stream that is not a share, or a run that is over.
     pub fn handle_extend(
         &mut self,
         now: Instant,
@@ -1007,10 +1021,37 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         // Where the share's own walk stands: the block it resumes at after catching up.
         let walk = s.resume.map_or(next, |(r, _)| r);
         let mut behind = BTreeSet::new();
-        for b in added.iter().filter(|b| !have.contains(&b.index) && b.index >= s.from) {
-            merged.insert(b.index, *b);
-            if b.first.time < from {
-                s.skip_before.insert(b.index, from);
+        let mut restarted = false;
+        for b in added.iter().filter(|b| b.index >= s.from) {
+            let mut since = from;
+            if have.contains(&b.index) {
+                // Its own: only one withheld for a taker lost since is its own again. It sent
+                // the packets before the withhold's start itself.
+                let Some(w) = s.withheld.as_mut().filter(|w| w.withholds(b.index, b.first.time))
+                else {
+                    continue;
+                };
+                w.exempt.insert(b.index);
+                since = since.max(w.from);
+                // The block its walk stands in, passed over in part: again from its start,
+                // what was sent skipped.
+                match s.resume.as_mut() {
+                    Some((r, c)) if *r == b.index => *c = 0,
+                    None if b.index == walk && s.cursor > 0 => {
+                        s.cursor = 0;
+                        restarted = true;
+                    }
+                    _ => {}
+                }
+            } else {
+                // Not the part it was told it was lost for: its own to send.
+                if let Some(w) = s.withheld.as_mut() {
+                    w.exempt.insert(b.index);
+                }
+                merged.insert(b.index, *b);
+            }
+            if b.first.time < since {
+                s.skip_before.insert(b.index, since);
             }
             if b.index < walk {
                 behind.insert(b.index);
@@ -1018,6 +1059,11 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         }
         s.setup.share = Some(merged.into_values().collect());
         if behind.is_empty() {
+            if restarted {
+                s.generation += 1;
+                s.scheduled = false;
+                Self::schedule(&mut self.heap, s, &mut self.stats);
+            }
             return true;
         }
         s.catch_up.extend(behind);
@@ -1063,16 +1109,27 @@ impl<B: AsRef<[u8]>> Pacer<B> {
     ) -> bool {
         let Some(share) = s.setup.share.as_ref() else { return false };
         let have: BTreeSet<BlockIndex> = share.iter().map(|b| b.index).collect();
+        // Its own blocks count only if withheld (see `handle_extend`).
+        let withheld = |b: &ShareBlock| {
+            s.withheld.as_ref().is_some_and(|w| w.withholds(b.index, b.first.time))
+        };
         let gained: BTreeMap<BlockIndex, ShareBlock> = added
             .iter()
-            .filter(|b| !have.contains(&b.index) && b.index >= s.from)
+            .filter(|b| (!have.contains(&b.index) || withheld(b)) && b.index >= s.from)
             .map(|b| (b.index, *b))
             .collect();
         let Some(first) = gained.keys().next().copied() else { return false };
         let mut list: Vec<ShareBlock> = share.iter().filter(|b| b.index < first).copied().collect();
         for b in gained.values() {
-            if b.first.time < from {
-                s.skip_before.insert(b.index, from);
+            let mut since = from;
+            if let Some(w) = s.withheld.as_mut() {
+                w.exempt.insert(b.index);
+                if have.contains(&b.index) {
+                    since = since.max(w.from);
+                }
+            }
+            if b.first.time < since {
+                s.skip_before.insert(b.index, since);
             }
             list.push(*b);
         }
@@ -3011,6 +3068,62 @@ mod tests {
         assert_eq!(seqs(&got), [0u16; 0], "a word for some blocks does not end the hold");
         drive_from(&mut p, ms(2_300), ms(2_300), &mut got);
         assert_eq!(seqs(&got), [7, 8, 9, 25, 26, 27, 28, 29, 35, 36, 37, 38, 39]);
+    }
+
+    /// Block `i` of [`held_share`]'s object as a [`ShareBlock`].
+    fn held_block(i: u32) -> ShareBlock {
+        let first =
+            Position::at(Gsn(5 * u64::from(i)), MediaTime::from_nanos(u64::from(i) * 50_000_000));
+        ShareBlock { index: BlockIndex(i), first }
+    }
+
+    #[test]
+    fn a_block_taken_over_while_withheld_is_sent_before_the_give_back_point() {
+        // Its whole part was taken over from 80 ms, given back after block 5's (260 ms); then
+        // another node is lost and this one takes its block 4 over from 200 ms. Block 4 is not
+        // the part it was told it was lost for: it is sent (it was passed over, a hole).
+        let mut p = held_share_resumed();
+        let mut got = Vec::new();
+        let from = MediaTime::from_nanos(80_000_000);
+        let until = Some(MediaTime::from_nanos(260_000_000));
+        assert!(p.handle_withhold(ms(2_000), StreamId(1), RunId(1), from, None, until));
+        let at = MediaTime::from_nanos(200_000_000);
+        assert!(p.handle_extend(ms(2_000), StreamId(1), RunId(1), &[held_block(4)], at));
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(4), block(4, 20, 5), None);
+        drive_from(&mut p, ms(2_000), ms(3_000), &mut got);
+        assert_eq!(seqs(&got), [7, 20, 21, 22, 23, 24, 35, 36, 37, 38, 39]);
+    }
+
+    #[test]
+    fn its_own_block_withheld_for_a_taker_lost_since_is_its_own_again() {
+        // A taker took blocks 3 and 5 over from 80 ms, given back after block 5's; it is lost
+        // in turn (from 120 ms) before it sent block 3, which is this node's to send again.
+        let mut p = held_share_resumed();
+        let mut got = Vec::new();
+        let from = MediaTime::from_nanos(80_000_000);
+        let until = Some(MediaTime::from_nanos(260_000_000));
+        let taken = [BlockIndex(3), BlockIndex(5)];
+        assert!(p.handle_withhold(ms(2_000), StreamId(1), RunId(1), from, Some(&taken), until));
+        let lost = MediaTime::from_nanos(120_000_000);
+        assert!(p.handle_extend(ms(2_000), StreamId(1), RunId(1), &[held_block(3)], lost));
+        drive_from(&mut p, ms(2_000), ms(2_300), &mut got);
+        assert_eq!(seqs(&got), [7, 8, 9, 15, 16, 17, 18, 19, 35, 36, 37, 38, 39]);
+
+        // The same loss after its run ended (block 3 passed over long since): the run goes on
+        // with block 3, delivered again, from where the taker had got (170 ms).
+        let mut p = held_share_resumed();
+        got.clear();
+        assert!(p.handle_withhold(ms(2_000), StreamId(1), RunId(1), from, Some(&taken), until));
+        drive_from(&mut p, ms(2_000), ms(2_300), &mut got);
+        assert_eq!(seqs(&got), [7, 8, 9, 35, 36, 37, 38, 39]);
+        got.clear();
+        let lost = MediaTime::from_nanos(170_000_000);
+        assert!(p.handle_extend(ms(2_400), StreamId(1), RunId(1), &[held_block(3)], lost));
+        p.handle_block(StreamId(1), RunId(1), BlockIndex(3), block(3, 15, 5), None);
+        drive_from(&mut p, ms(2_400), ms(3_000), &mut got);
+        assert_eq!(seqs(&got), [17, 18, 19]);
+        // A block it sent itself (block 1, not withheld) is not sent again.
+        assert!(!p.handle_extend(ms(3_000), StreamId(1), RunId(1), &[held_block(1)], lost));
     }
 
     #[test]

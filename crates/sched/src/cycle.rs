@@ -803,9 +803,11 @@ impl<V: Clone> CycleScheduler<V> {
     /// another node), with its deadline on the session's clock. Blocks the walk passed already
     /// are overdue: their reads are queued now (earliest deadline first puts them ahead) and
     /// they are delivered before the blocks after them (in the run's delivery window), which is
-    /// the order the pacer sends them in. Blocks before the run's first or already the share's
-    /// are ignored. Admission is not re-accounted: the extra reads come out of the non-real-time
-    /// share, as a failover's do.
+    /// the order the pacer sends them in. Blocks before the run's first are ignored, and so are
+    /// the share's own, but for those its walk passed already and the sender let go: they are
+    /// read and delivered again (withheld while another node was to send them, that node was
+    /// lost in turn: `docs/design/takeover.md`). Admission is not re-accounted: the extra reads
+    /// come out of the non-real-time share, as a failover's do.
     pub fn handle_take_over(
         &mut self,
         now: Instant,
@@ -827,7 +829,20 @@ impl<V: Clone> CycleScheduler<V> {
         for &index in blocks {
             let Some(block) = plan.blocks.get(index.0 as usize) else { continue };
             let own = local.as_ref().is_none_or(|l| l.contains(&block.disk));
-            if own || index < r.from || !r.taken.insert(index) {
+            if index < r.from {
+                continue;
+            }
+            if own {
+                // Its own, passed over while another node was to send it and named again now
+                // that node is lost: delivered again if the walk is past it and the sender
+                // let it go (no longer in the window).
+                let held = r.window.iter().any(|s| s.index() == index);
+                if index.0 < r.next_request && !held {
+                    behind.push(index);
+                }
+                continue;
+            }
+            if !r.taken.insert(index) {
                 continue;
             }
             if index.0 < r.next_request {
@@ -2221,6 +2236,36 @@ mod tests {
         // 2 and 4 are overdue or nearly (due at 1300 and 2300 ms): read at once; 5 (due at
         // 2800 ms, on the same disk as 4) one cycle later, in time.
         assert!(got.contains(&(4, 2)) && got.contains(&(4, 4)) && got.contains(&(5, 5)), "{got:?}");
+    }
+
+    #[test]
+    fn a_cluster_share_reads_again_its_own_blocks_named_for_a_lost_taker() {
+        // At 2050 ms its own blocks 1 and 3 are named: passed over while a taker was to send
+        // them, the taker lost in turn. The walk passed both and the sender let them go: they
+        // are read and delivered again. Block 6, read ahead and still with the sender, is not.
+        let mut s = cluster_share_started();
+        let mut got = Vec::new();
+        let mut now = at(50);
+        for step in 0..20 {
+            if step == 4 {
+                let named = [1, 3, 6].map(BlockIndex);
+                s.handle_take_over(now, StreamId(1), RunId(1), &named);
+            }
+            for io in ios(&mut s) {
+                read_done(&mut s, now, io);
+            }
+            for e in events(&mut s) {
+                if let CycleEvent::Deliver { index, .. } = e {
+                    got.push(index.0);
+                    if index.0 != 6 {
+                        s.handle_block_done(now, StreamId(1), RunId(1), index);
+                    }
+                }
+            }
+            now = now + Duration::from_millis(500);
+            s.handle_timeout(now);
+        }
+        assert_eq!(got, vec![1, 3, 6, 1, 3], "read again after the sender let them go");
     }
 
     #[test]

@@ -93,6 +93,29 @@ pub struct Sent {
     pub at: Instant,
 }
 
+/// A run's part taken over while its node was lost ([`Run::withhold`]).
+#[derive(Debug)]
+struct Withholding {
+    /// From this media time on.
+    from: MediaTime,
+    /// The blocks taken over (`None`: all).
+    blocks: Option<BTreeSet<u64>>,
+    /// The give-back point's block, once known.
+    until: Option<u64>,
+    /// Blocks it sends anyway: taken over since, or its own again, their taker lost in turn.
+    exempt: BTreeSet<u64>,
+}
+
+impl Withholding {
+    /// Whether packet `g` is of a block taken over from it.
+    fn covers(&self, g: u64) -> bool {
+        let b = g / PACKETS_PER_BLOCK;
+        Object::time(g) >= self.from
+            && self.blocks.as_ref().is_none_or(|w| w.contains(&b))
+            && !self.exempt.contains(&b)
+    }
+}
+
 #[derive(Debug)]
 struct Run {
     run: RunId,
@@ -110,8 +133,9 @@ struct Run {
     /// Its part taken over while it was lost (`LocalAction::Withhold`): its packets from this
     /// media time on, of the blocks taken over (`None`: all), are not sent until released;
     /// then those of blocks up to the give-back point's (a block index) are passed over, and
-    /// the rest sent.
-    withhold: Option<(MediaTime, Option<BTreeSet<u64>>, Option<u64>)>,
+    /// the rest sent; but for the blocks it sends anyway (the last set: taken over since, or
+    /// its own again, their taker lost in turn).
+    withhold: Option<Withholding>,
     /// Held on finding its next packet overdue by more than `hold_after` (the server's
     /// pacer): nothing is sent until then, unless a withhold or release comes first.
     hold_until: Option<Instant>,
@@ -126,12 +150,7 @@ impl Run {
     fn next_packet(&self) -> Option<u64> {
         let g = *self.todo.get(self.next)?;
         match &self.withhold {
-            Some((from, blocks, None))
-                if Object::time(g) >= *from
-                    && blocks.as_ref().is_none_or(|b| b.contains(&(g / PACKETS_PER_BLOCK))) =>
-            {
-                None
-            }
+            Some(w) if w.until.is_none() && w.covers(g) => None,
             _ => Some(g),
         }
     }
@@ -554,10 +573,9 @@ impl Harness {
                     }
                     // Released after a withhold: its blocks up to the give-back point are the
                     // takers'.
-                    if let Some((from, blocks, Some(until))) = &r.withhold
-                        && t >= *from
-                        && g / PACKETS_PER_BLOCK <= *until
-                        && blocks.as_ref().is_none_or(|b| b.contains(&(g / PACKETS_PER_BLOCK)))
+                    if let Some(w) = &r.withhold
+                        && w.until.is_some_and(|u| g / PACKETS_PER_BLOCK <= u)
+                        && w.covers(g)
                     {
                         r.next += 1;
                         continue;
@@ -565,7 +583,7 @@ impl Harness {
                     // The server's pacer holds a stream overdue past `hold_after`, once, unless
                     // the word for its whole part came already (withheld, every block).
                     let late = local.saturating_duration_since(due);
-                    let told_all = r.withhold.as_ref().is_some_and(|w| w.1.is_none());
+                    let told_all = r.withhold.as_ref().is_some_and(|w| w.blocks.is_none());
                     if late > hold_after && !r.hold_used && !told_all {
                         r.hold_used = true;
                         r.hold_until = Some(local + hold_window);
@@ -780,11 +798,31 @@ impl Harness {
                 let none = node.admitted.get(&key).cloned().unwrap_or_default();
                 let mut rest: BTreeSet<u64> = r.todo[r.next..].iter().copied().collect();
                 // Blocks now this node's, and never its own: nothing it sent is resent.
-                rest.extend(
-                    (first.max(r.spec.start.gsn.0)..object.packets())
-                        .filter(|g| object.sender(*g, &dead) == Some(id))
-                        .filter(|g| object.sender(*g, &none) != Some(id)),
-                );
+                let taken: Vec<u64> = (first.max(r.spec.start.gsn.0)..object.packets())
+                    .filter(|g| object.sender(*g, &dead) == Some(id))
+                    .filter(|g| object.sender(*g, &none) != Some(id))
+                    .collect();
+                rest.extend(&taken);
+                // Its own blocks withheld for a taker lost now, up to the give-back point's:
+                // its own again, from where the taker was (the node core's `take_over`).
+                if let Some(w) = r.withhold.as_mut() {
+                    // Blocks taken over are not the part it was told it was lost for.
+                    w.exempt.extend(taken.iter().map(|g| g / PACKETS_PER_BLOCK));
+                    let since = from.max(w.from);
+                    let last = w.until.unwrap_or(u64::MAX).min(object.owners.len() as u64 - 1);
+                    for b in first / PACKETS_PER_BLOCK..=last {
+                        let copies = object.copies(b as usize);
+                        let next = copies.iter().find(|n| **n != id);
+                        if copies[0] == id
+                            && w.blocks.as_ref().is_none_or(|w| w.contains(&b))
+                            && next.is_some_and(|n| dead.contains(n))
+                            && w.exempt.insert(b)
+                        {
+                            let packets = b * PACKETS_PER_BLOCK..(b + 1) * PACKETS_PER_BLOCK;
+                            rest.extend(packets.filter(|g| Object::time(*g) >= since));
+                        }
+                    }
+                }
                 r.todo.truncate(r.next);
                 r.todo.extend(rest);
                 let was_ended = r.ended;
@@ -846,18 +884,19 @@ impl Harness {
                         r.hold_until = None;
                         r.hold_used = true;
                     }
-                    r.withhold = Some((from, blocks, until.map(holding)));
+                    let until = until.map(holding);
+                    r.withhold = Some(Withholding { from, blocks, until, exempt: BTreeSet::new() });
                 }
             }
             LocalAction::Release { key, run, at } => {
                 node.releases.push((key, at));
                 if let Some(r) = node.runs.get_mut(&key).filter(|r| r.run == run && !r.ended)
-                    && let Some((_, _, until)) = r.withhold.as_mut()
+                    && let Some(Withholding { until, .. }) = r.withhold.as_mut()
                 {
                     let holding =
                         at.as_nanos() / PACKET_INTERVAL.as_nanos() as u64 / PACKETS_PER_BLOCK;
                     *until = Some(holding);
-                    if r.withhold.as_ref().is_some_and(|w| w.1.is_none()) {
+                    if r.withhold.as_ref().is_some_and(|w| w.blocks.is_none()) {
                         r.hold_until = None;
                     }
                 }

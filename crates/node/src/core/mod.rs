@@ -236,6 +236,17 @@ struct Share {
     run: RunId,
     /// The run sent its last packet (until blocks taken over revive it).
     ended: bool,
+    /// The run's part taken over while this node was lost ([`LocalAction::Withhold`]).
+    withheld: Option<WithheldPart>,
+}
+
+/// A share's part another node sends for it while this node was lost (its pacer passes over
+/// those packets): the blocks (`None`: every block of its part) and the give-back point once
+/// known. Kept to give back to the share what a taker lost in turn can no longer send.
+#[derive(Debug)]
+struct WithheldPart {
+    blocks: Option<BTreeSet<BlockIndex>>,
+    until: Option<MediaTime>,
 }
 
 /// One node's session decisions (see the module docs).

@@ -8,6 +8,7 @@ use super::{
     NodeCore, NodeId, NodeOutput, ObjectEntry, OpenStream, PlayRun, Position, ReadOp, Refusal,
     Role, RtcpMode, RtxSetup, RunId, RunSpec, RunTracks, SeqOffsets, SessionTransport, Share,
     ShareBlock, ShareFailure, ShareKey, StreamId, StreamOp, StreamSetup, TrackStamp, Transport,
+    WithheldPart,
 };
 use isochron_rtsp::sdp::rtx_payload_types;
 use isochron_sched::{ObjectPlan, PlannedBlock};
@@ -59,7 +60,15 @@ impl NodeCore {
                 let name = entry.record.name.clone();
                 self.shares.insert(
                     key,
-                    Share { stream, entry, open, added: false, run: RunId(0), ended: false },
+                    Share {
+                        stream,
+                        entry,
+                        open,
+                        added: false,
+                        run: RunId(0),
+                        ended: false,
+                        withheld: None,
+                    },
                 );
                 self.share_of.insert(stream, key);
                 self.out.push_back(NodeOutput::Admit { key, open, req, name });
@@ -109,7 +118,10 @@ impl NodeCore {
                     lost_besides.as_ref(),
                 );
                 let Some(blocks) = blocks else { return };
-                let Some(stream) = self.shares.get(&key).map(|s| s.stream) else { return };
+                let Some(share) = self.shares.get_mut(&key) else { return };
+                let stream = share.stream;
+                let set = blocks.as_ref().map(|b| b.iter().copied().collect());
+                share.withheld = Some(WithheldPart { blocks: set, until });
                 let n = blocks.as_ref().map(Vec::len);
                 self.send(StreamOp::Withhold { stream, run, from, blocks, until });
                 self.takeover_stats.withheld += 1;
@@ -127,7 +139,12 @@ impl NodeCore {
                 }
             }
             LocalAction::Release { key, run, at } => {
-                let Some(share) = self.shares.get(&key).filter(|s| s.run == run) else { return };
+                let Some(share) = self.shares.get_mut(&key).filter(|s| s.run == run) else {
+                    return;
+                };
+                if let Some(w) = share.withheld.as_mut() {
+                    w.until = Some(at);
+                }
                 let stream = share.stream;
                 self.send(StreamOp::Release { stream, run, at });
                 info!(%key, %run, ?at, "taking this node's part of a session back");
@@ -272,7 +289,13 @@ impl NodeCore {
             self.cluster.handle_share_failed(now, key, run, &error);
             return;
         }
-        let blocks = taken_blocks(plan, local, is_dead, from);
+        let mut blocks = taken_blocks(plan, local, is_dead, from);
+        let owner_dead = |d: DiskId| owners.get(&d).is_some_and(|o| !alive.contains(o));
+        if let Some(w) = share.withheld.as_ref() {
+            // Its own blocks withheld for a taker lost now: nobody else sends them.
+            blocks.extend(reclaimed_blocks(plan, local, w, owner_dead, from));
+            blocks.sort_unstable_by_key(|b| b.index);
+        }
         let stream = share.stream;
         // A share that ended before the loss goes on with the blocks it gains: the pacer
         // revives its run, the scheduler reads them from the first on the session's clock.
@@ -310,6 +333,7 @@ impl NodeCore {
         let stream = share.stream;
         share.run = run;
         share.ended = false;
+        share.withheld = None;
         let from = share.entry.plan.block_of(spec.start.gsn).unwrap_or(BlockIndex(0));
         if !share.added {
             let plan = Arc::clone(&share.entry.plan);
@@ -529,6 +553,35 @@ fn taken_blocks(
         .skip(first)
         .filter(|(_, b)| !local.contains(&b.disk))
         .filter(|(_, b)| b.copies.iter().find(|d| !is_dead(*d)).is_some_and(|d| local.contains(&d)))
+        .map(|(i, b)| ShareBlock {
+            index: BlockIndex(i as u32),
+            first: Position::at(b.first_gsn, b.first_send_time),
+        })
+        .collect()
+}
+
+/// The blocks of `plan` this node withheld (`withheld`) that it sends again from the block
+/// holding media time `from` on: its own (replica 0 local) whose next copy, the taker's, is
+/// on a node lost now (`taker_dead`), up to the give-back point's block.
+fn reclaimed_blocks(
+    plan: &ObjectPlan,
+    local: &BTreeSet<DiskId>,
+    withheld: &WithheldPart,
+    taker_dead: impl Fn(DiskId) -> bool,
+    from: MediaTime,
+) -> Vec<ShareBlock> {
+    let first = plan.blocks.partition_point(|b| b.first_send_time <= from).saturating_sub(1);
+    plan.blocks
+        .iter()
+        .enumerate()
+        .skip(first)
+        .take_while(|(_, b)| withheld.until.is_none_or(|u| b.first_send_time <= u))
+        .filter(|(i, b)| {
+            let index = BlockIndex(*i as u32);
+            local.contains(&b.disk)
+                && withheld.blocks.as_ref().is_none_or(|w| w.contains(&index))
+                && b.copies.iter().find(|d| !local.contains(d)).is_some_and(&taker_dead)
+        })
         .map(|(i, b)| ShareBlock {
             index: BlockIndex(i as u32),
             first: Position::at(b.first_gsn, b.first_send_time),
