@@ -2,7 +2,7 @@
 //! three to five nodes running the server's own cores (`NodeCore`, `CycleScheduler`, `Pacer`),
 //! bipartite sessions (Yima §2.2: every node sends its own blocks straight to the player) on
 //! one to three origins, and a fault at a seeded time — a member or an origin crashing, a node
-//! standing still (SIGSTOP), a second one standing still about when the first resumes, one on
+//! standing still (SIGSTOP), a second one stopping about when the first resumes, one on
 //! a machine so busy it runs once every 10–300 ms, a partition that heals, etcd gone
 //! (`docs/design/takeover.md`).
 //! Each player checks every packet byte for byte, that none is missing, and how its session
@@ -39,7 +39,8 @@ enum Kind {
     CrashOrigin,
     Stall,
     /// A node stands still long enough to be taken over, and another one stops about when it
-    /// resumes (before or after its give-back point).
+    /// resumes: from a second before (both stopped a while) to 900 ms after (before or after
+    /// its give-back point).
     StallTwice,
     Partition,
     EtcdDown,
@@ -92,7 +93,7 @@ fn run(seed: u64, kind: Kind) -> (Sim, String, Option<Fault>) {
             let n = 1 + draw(u64::from(nodes)) as u16;
             let first = Duration::from_millis(1200 + draw(2400));
             let m = 1 + (n + draw(u64::from(nodes) - 1) as u16) % nodes;
-            let second = when + first + Duration::from_millis(draw(900));
+            let second = when + first + Duration::from_millis(draw(1900)) - Duration::from_secs(1);
             let fault = Fault::Stall(m, Duration::from_millis(1200 + draw(2400)));
             then = format!(", then {fault:?} at {:.3} s", second.as_secs_f64());
             sim.inject(second, fault);

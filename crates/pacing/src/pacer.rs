@@ -909,7 +909,8 @@ impl<B: AsRef<[u8]>> Pacer<B> {
     /// not sent. Until the give-back point is known (`until`, else [`Self::handle_release`])
     /// the stream waits at the first of them; then those of blocks whose first packet is at or
     /// before it are passed over (the others send them) and the rest are sent. Earlier
-    /// packets and other blocks are still its own. Replaces an earlier withhold. A word for
+    /// packets and other blocks are still its own. Replaces an earlier withhold, but for the
+    /// blocks exempt from it ([`Self::handle_extend`]), which stay exempt. A word for
     /// every block ends a hold; a word for some (one taker's: the others' may be on its way)
     /// does not: the hold runs out its window before the other blocks' overdue packets go.
     /// Returns `false` for an unknown stream, another run, or a stream that is not playing.
@@ -932,7 +933,9 @@ impl<B: AsRef<[u8]>> Pacer<B> {
             .anchor
             .map_or(from, |a| a.media + s.pace.media_span(now.saturating_duration_since(a.wall)));
         let whole = blocks.is_none();
-        let exempt = BTreeSet::new();
+        // A word said again (a taker that resumed says it once more) must not withhold what
+        // the share gained or took back since: those stay exempt.
+        let exempt = s.withheld.take().map(|w| w.exempt).unwrap_or_default();
         s.withheld = Some(Withheld { from, blocks, until, wait_until, told_at, exempt });
         if whole {
             // The whole word came: no hold for this stretch of lateness.
@@ -998,8 +1001,9 @@ impl<B: AsRef<[u8]>> Pacer<B> {
     /// point: those are its own again, and the packets it passed over of them, from `from`
     /// on, are sent like overdue ones (a block it passed over already comes again from the
     /// scheduler). The overdue packets are not sent at once but at [`PacerConfig::catch_up`]
-    /// from `now`. Returns `false` (nothing changed) for an unknown stream, another run, a
-    /// stream that is not a share, or a run that is over.
+    /// from `now`. A share whose run ended goes on with what it gains, or, gaining nothing,
+    /// reports its end again ([`PacerEvent::Ended`]). Returns `false` (nothing changed) for an
+    /// unknown stream, another run, a stream that is not a share, or a run that is over.
     pub fn handle_extend(
         &mut self,
         now: Instant,
@@ -1011,7 +1015,15 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         let Some(s) = self.streams.get_mut(&stream) else { return false };
         let pace = self.config.catch_up;
         if s.ended && s.run == run {
-            return Self::revive(&mut self.heap, &mut self.stats, s, added, from, now, pace);
+            if Self::revive(&mut self.heap, &mut self.stats, s, added, from, now, pace) {
+                return true;
+            }
+            // Nothing it had not sent (the lost node's blocks after `from` were its own or
+            // taken before): its end stands, said again, as its node may have told the origin
+            // to wait for a revival.
+            let report = RunReport { next: None, last_sent: s.last_sent };
+            self.events.push_back(PacerEvent::Ended { stream, run, report });
+            return false;
         }
         let Some(next) = s.next.filter(|_| s.playing && s.run == run) else { return false };
         let Some(share) = s.setup.share.as_ref() else { return false };
@@ -3122,8 +3134,12 @@ mod tests {
         p.handle_block(StreamId(1), RunId(1), BlockIndex(3), block(3, 15, 5), None);
         drive_from(&mut p, ms(2_400), ms(3_000), &mut got);
         assert_eq!(seqs(&got), [17, 18, 19]);
-        // A block it sent itself (block 1, not withheld) is not sent again.
+        // A block it sent itself (block 1, not withheld) is not sent again: its end stands,
+        // reported again (its node told the origin to wait for a revival).
+        while p.poll_event().is_some() {}
         assert!(!p.handle_extend(ms(3_000), StreamId(1), RunId(1), &[held_block(1)], lost));
+        let again = std::iter::from_fn(|| p.poll_event());
+        assert!(again.into_iter().any(|e| matches!(e, PacerEvent::Ended { .. })));
     }
 
     #[test]

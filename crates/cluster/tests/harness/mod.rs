@@ -885,7 +885,9 @@ impl Harness {
                         r.hold_used = true;
                     }
                     let until = until.map(holding);
-                    r.withhold = Some(Withholding { from, blocks, until, exempt: BTreeSet::new() });
+                    // A word said again keeps what was exempt (the pacer's rule).
+                    let exempt = r.withhold.take().map(|w| w.exempt).unwrap_or_default();
+                    r.withhold = Some(Withholding { from, blocks, until, exempt });
                 }
             }
             LocalAction::Release { key, run, at } => {
