@@ -912,12 +912,13 @@ fn a_member_lost_across_a_seek_is_not_taken_back_into_a_run_it_never_started() {
 
 #[test]
 fn a_member_lost_before_it_answers_the_reservation_leaves_the_session_to_the_others() {
-    // n3 dies just before a session opens on n1, which has not noticed yet: its Reserve goes
-    // unanswered. With K = 2 the session opens on n1 and n2 once n3 is suspected (not refused:
-    // every block still has a copy), and the first run carries n3's part from its first packet.
+    // n3's machine goes (no connection closes) just before a session opens on n1, which has
+    // not noticed yet: its Reserve goes unanswered. With K = 2 the session opens on n1 and n2
+    // once n3 is suspected (not refused: every block still has a copy), and the first run
+    // carries n3's part from its first packet.
     let mut h = Harness::with_replication(3, 40, 2);
     h.run_for(Duration::from_secs(2));
-    h.crash(3);
+    h.power_off(3);
     h.open(1, 10, Delivery::Bipartite);
     h.run_for(Duration::from_millis(500));
     assert!(!opened(&h, 1, 10), "not before n3 is suspected");
@@ -1027,5 +1028,32 @@ fn a_taker_that_stands_still_before_giving_back_leaves_no_hole() {
                 assert!(dups <= 100, "{what}: {dups} duplicates");
             }
         }
+    }
+}
+
+#[test]
+fn takeover_of_a_killed_member_starts_when_its_connection_closes() {
+    // A killed process's kernel closes its control connections: the others take its part over
+    // when they read the end, not after a second of silence; a machine that vanishes (no end
+    // read) is taken over on the suspicion.
+    for killed in [true, false] {
+        let mut h = Harness::with_replication(3, 40, 2);
+        playing(&mut h, 1, 10, Delivery::Bipartite, true);
+        h.run_for(Duration::from_secs(5));
+        if killed {
+            h.crash(3);
+        } else {
+            h.power_off(3);
+        }
+        h.run_for(Duration::from_millis(20));
+        let taken = |h: &Harness| (1..=2).all(|n| !h.nodes[&NodeId(n)].takeovers.is_empty());
+        assert_eq!(taken(&h), killed, "taken over 20 ms after (killed: {killed})");
+        h.run_for(Duration::from_millis(1100));
+        assert!(taken(&h), "taken over on the suspicion");
+        h.run_for(Duration::from_secs(30));
+        let dups = h.assert_delivered_in_time(10, 0, CLIENT_BUFFER);
+        assert!(ended(&h, 1, 10));
+        // What is sent twice: from the last progress heard, less the margin.
+        assert!(dups <= 10, "{dups} duplicates (killed: {killed})");
     }
 }

@@ -224,12 +224,12 @@ fn scenario(nodes: u16, copies: u8, players: &[(u16, u64)], fault: Fault, at: Du
     sim
 }
 
-/// n1's own blocks (0, 4, 8) are all sent by 9.25 s; n4 crashes at 8.6 s and is suspected a
-/// second later, when n1's share has ended: n1 takes n4's block 11 over (its second copy) all
-/// the same, its run revived, and the origin waits for its word before the BYE.
+/// n1's own blocks (0, 4, 8) are all sent by 9.25 s; n4 crashes at 9.6 s, when n1's share has
+/// ended (its closed connection says so at once): n1 takes n4's block 11 over (its second
+/// copy) all the same, its run revived, and the origin waits for its word before the BYE.
 #[test]
 fn a_share_that_ended_before_a_loss_sends_the_blocks_it_gains() {
-    let sim = scenario(4, 2, &[(3, 0)], Fault::Crash(4), Duration::from_millis(8600));
+    let sim = scenario(4, 2, &[(3, 0)], Fault::Crash(4), Duration::from_millis(9600));
     assert_whole(&sim, "n4 crashed after n1's share ended", None);
     assert_eq!(sim.revived(1), 1, "n1's run ended twice");
     // The origin heard every sender's word at once: its BYE follows the last packet by the

@@ -127,6 +127,11 @@ pub enum SessionCommand {
         /// The message (boxed: a run's start is a few hundred bytes).
         msg: Box<Message>,
     },
+    /// A peer's newest control connection to this node closed.
+    PeerClosed {
+        /// The node.
+        from: NodeId,
+    },
     /// A node's record or liveness changed (from etcd).
     Member {
         /// The node.
@@ -366,6 +371,7 @@ impl Manager {
                 self.core.handle_read_failed(now, stream, error);
             }
             SessionCommand::Peer { from, msg } => self.core.handle_message(now, from, *msg),
+            SessionCommand::PeerClosed { from } => self.core.handle_peer_closed(now, from),
             SessionCommand::Member { info, relay } => self.core.handle_member(now, info, relay),
             SessionCommand::Forget { id } => self.core.handle_forget(now, id),
             SessionCommand::FeedAnnounced { feed, tracks } => {

@@ -224,7 +224,9 @@ pub struct Harness {
     /// Links (from, to) that drop everything.
     pub cut: HashSet<(NodeId, NodeId)>,
     net: BinaryHeap<Reverse<(Instant, u64, u16, u16)>>,
-    in_flight: HashMap<u64, Message>,
+    /// Messages on their way (`None`: the end of the sender's connection, read after what it
+    /// sent before).
+    in_flight: HashMap<u64, Option<Message>>,
     seq: u64,
     pub sent: Vec<Sent>,
     /// Messages delivered, by kind.
@@ -377,10 +379,25 @@ impl Harness {
         self.flush();
     }
 
-    /// Crashes a node: it stops processing, its messages are lost, and after `lease` every
-    /// other node hears from etcd that it is down.
+    /// A node's machine is gone (power, cable): it stops processing, its messages are lost,
+    /// nothing closes its connections, and after `lease` every other node hears from etcd
+    /// that it is down.
+    pub fn power_off(&mut self, id: u16) {
+        self.node(id).crashed = true;
+    }
+
+    /// Crashes a node's process: as [`Self::power_off`], but its kernel closes its control
+    /// connections, and the others read their end at once.
     pub fn crash(&mut self, id: u16) {
         self.node(id).crashed = true;
+        // Its kernel closes its control connections: the others read the end after what it
+        // sent before (every message takes `delay`).
+        let others: Vec<NodeId> = self.nodes.keys().copied().filter(|n| n.0 != id).collect();
+        for to in others {
+            self.seq += 1;
+            self.in_flight.insert(self.seq, None);
+            self.net.push(Reverse((self.now + self.delay, self.seq, id, to.0)));
+        }
     }
 
     /// Starts a crashed node again: a new process (another incarnation), with a fresh core
@@ -525,8 +542,12 @@ impl Harness {
             if node.crashed {
                 continue;
             }
-            *self.message_counts.entry(msg.kind()).or_default() += 1;
             let local = node.local_now(now);
+            let Some(msg) = msg else {
+                node.core.handle_peer_closed(local, NodeId(from));
+                continue;
+            };
+            *self.message_counts.entry(msg.kind()).or_default() += 1;
             node.core.handle_message(local, NodeId(from), msg);
         }
         let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
@@ -660,7 +681,7 @@ impl Harness {
                         continue;
                     }
                     self.seq += 1;
-                    self.in_flight.insert(self.seq, msg);
+                    self.in_flight.insert(self.seq, Some(msg));
                     self.net.push(Reverse((now + self.delay, self.seq, id.0, to.0)));
                 }
                 while let Some(action) = node.core.poll_local() {

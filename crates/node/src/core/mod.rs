@@ -520,6 +520,12 @@ impl NodeCore {
         self.drive(now);
     }
 
+    /// A peer's control connection to this node closed ([`ClusterCore::handle_peer_closed`]).
+    pub fn handle_peer_closed(&mut self, now: Instant, peer: NodeId) {
+        self.cluster.handle_peer_closed(now, peer);
+        self.drive(now);
+    }
+
     /// A node's record or liveness changed; `relay` is where it takes relayed RTP.
     pub fn handle_member(&mut self, now: Instant, info: MemberInfo, relay: Option<SocketAddr>) {
         if let Some(addr) = relay {

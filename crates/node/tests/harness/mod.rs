@@ -235,7 +235,9 @@ pub(crate) struct Sim {
     pub(crate) nodes: BTreeMap<u16, Node>,
     /// Messages in flight: (arrival, sequence) → (from, to, message).
     net: BinaryHeap<Reverse<(Instant, u64)>>,
-    in_flight: BTreeMap<u64, (u16, u16, Message)>,
+    /// Messages on their way: from, to, and the message (`None`: the connection's end, read
+    /// after every message sent on it before).
+    in_flight: BTreeMap<u64, (u16, u16, Option<Message>)>,
     /// Each link's last arrival time: a link's messages keep their order.
     link_last: BTreeMap<(u16, u16), Instant>,
     seq: u64,
@@ -511,7 +513,18 @@ impl Sim {
             let (_, f) = self.faults.remove(0);
             self.log.push(format!("{:.3}: {f:?}", secs(now)));
             match f {
-                Fault::Crash(n) => self.node(n).up = Up::Crashed,
+                Fault::Crash(n) => {
+                    self.node(n).up = Up::Crashed;
+                    // Its kernel closes its control connections: the others read the end
+                    // after what it sent before (a stalled one on resuming).
+                    let others: Vec<u16> = self.nodes.keys().copied().filter(|m| *m != n).collect();
+                    for to in others {
+                        let at = self.link_last.get(&(n, to)).map_or(now, |t| (*t).max(now));
+                        self.seq += 1;
+                        self.in_flight.insert(self.seq, (n, to, None));
+                        self.net.push(Reverse((at, self.seq)));
+                    }
+                }
                 Fault::Stall(n, d) => self.node(n).up = Up::StalledUntil(now + d),
                 Fault::Partition(n, d) => {
                     self.partitioned.insert(n, now + d);
@@ -592,7 +605,10 @@ impl Sim {
                     let node = self.node(to);
                     let sent = node.pacer.sent_through(now).unwrap_or(now);
                     node.core.handle_sent_through(sent);
-                    node.core.handle_message(now, NodeId(from), msg);
+                    match msg {
+                        Some(msg) => node.core.handle_message(now, NodeId(from), msg),
+                        None => node.core.handle_peer_closed(now, NodeId(from)),
+                    }
                 }
             }
         }
@@ -615,7 +631,7 @@ impl Sim {
         let last = self.link_last.entry((from, to)).or_insert(at);
         let at = at.max(*last);
         *last = at;
-        self.in_flight.insert(self.seq, (from, to, msg));
+        self.in_flight.insert(self.seq, (from, to, Some(msg)));
         self.net.push(Reverse((at, self.seq)));
     }
 

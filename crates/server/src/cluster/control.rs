@@ -108,18 +108,42 @@ async fn write_peer(
     }
 }
 
-/// Accepts peers' control connections and hands their messages to the session manager.
+/// Each peer's newest inbound control connection (a number counted up per connection).
+type Newest = Arc<std::sync::Mutex<HashMap<NodeId, u64>>>;
+
+/// Accepts peers' control connections and hands their messages to the session manager; when
+/// a peer's newest connection closes, says so ([`SessionCommand::PeerClosed`]): its process
+/// ended, most likely, and its part of every session is taken over at once. An older one that
+/// closes after the peer opened another (its writer failed and reconnected) says nothing.
 pub async fn accept_control(
     listener: TcpListener,
     view: Arc<ClusterView>,
     sessions: mpsc::UnboundedSender<SessionCommand>,
 ) {
+    let newest: Newest = Arc::default();
+    let mut count = 0u64;
     loop {
         let Ok((stream, peer)) = listener.accept().await else { continue };
-        let (view, sessions) = (Arc::clone(&view), sessions.clone());
+        count += 1;
+        let conn = count;
+        let (view, sessions, newest) = (Arc::clone(&view), sessions.clone(), Arc::clone(&newest));
         tokio::spawn(async move {
-            if let Err(e) = read_peer(stream, &view, &sessions).await {
+            let mut from = None;
+            if let Err(e) = read_peer(stream, &view, &sessions, &newest, conn, &mut from).await {
                 debug!(%peer, error = %e, "control connection closed");
+            }
+            let Some(node) = from else { return };
+            let last = {
+                let mut newest = lock(&newest);
+                let last = newest.get(&node) == Some(&conn);
+                if last {
+                    newest.remove(&node);
+                }
+                last
+            };
+            if last {
+                debug!(%peer, %node, "a peer's control connection closed");
+                let _ = sessions.send(SessionCommand::PeerClosed { from: node });
             }
         });
     }
@@ -129,10 +153,12 @@ async fn read_peer(
     mut stream: TcpStream,
     view: &ClusterView,
     sessions: &mpsc::UnboundedSender<SessionCommand>,
+    newest: &Newest,
+    conn: u64,
+    from: &mut Option<NodeId>,
 ) -> anyhow::Result<()> {
     let mut reader = FrameReader::default();
     let mut buf = vec![0u8; 64 * 1024];
-    let mut from: Option<NodeId> = None;
     loop {
         let n = stream.read(&mut buf).await?;
         if n == 0 {
@@ -141,14 +167,15 @@ async fn read_peer(
         view.control_bytes_in.fetch_add(n as u64, Ordering::Relaxed);
         reader.feed(&buf[..n]);
         while let Some(msg) = reader.next_message()? {
-            match (&msg, from) {
+            match (&msg, *from) {
                 (Message::Hello { node, .. }, _) => {
+                    lock(newest).insert(*node, conn);
                     // The core reads its incarnation too: another one is a restarted process,
                     // which runs none of its old shares, so nothing is given back to it
                     // (`docs/design/takeover.md`). Swallowed here, a node killed and started
                     // again within its lease was taken for one that stood still, and given
                     // back parts of sessions it no longer had: holes to the end of each.
-                    from = Some(*node);
+                    *from = Some(*node);
                     let _ = sessions.send(SessionCommand::Peer { from: *node, msg: Box::new(msg) });
                 }
                 (_, Some(node)) => {
