@@ -546,17 +546,10 @@ fn taken_blocks(
     is_dead: impl Fn(DiskId) -> bool,
     from: MediaTime,
 ) -> Vec<ShareBlock> {
-    let first = plan.blocks.partition_point(|b| b.first_send_time <= from).saturating_sub(1);
-    plan.blocks
-        .iter()
-        .enumerate()
-        .skip(first)
+    blocks_from(plan, from)
         .filter(|(_, b)| !local.contains(&b.disk))
         .filter(|(_, b)| b.copies.iter().find(|d| !is_dead(*d)).is_some_and(|d| local.contains(&d)))
-        .map(|(i, b)| ShareBlock {
-            index: BlockIndex(i as u32),
-            first: Position::at(b.first_gsn, b.first_send_time),
-        })
+        .map(share_block)
         .collect()
 }
 
@@ -570,23 +563,29 @@ fn reclaimed_blocks(
     taker_dead: impl Fn(DiskId) -> bool,
     from: MediaTime,
 ) -> Vec<ShareBlock> {
-    let first = plan.blocks.partition_point(|b| b.first_send_time <= from).saturating_sub(1);
-    plan.blocks
-        .iter()
-        .enumerate()
-        .skip(first)
+    blocks_from(plan, from)
         .take_while(|(_, b)| withheld.until.is_none_or(|u| b.first_send_time <= u))
         .filter(|(i, b)| {
-            let index = BlockIndex(*i as u32);
             local.contains(&b.disk)
-                && withheld.blocks.as_ref().is_none_or(|w| w.contains(&index))
+                && withheld.blocks.as_ref().is_none_or(|w| w.contains(i))
                 && b.copies.iter().find(|d| !local.contains(d)).is_some_and(&taker_dead)
         })
-        .map(|(i, b)| ShareBlock {
-            index: BlockIndex(i as u32),
-            first: Position::at(b.first_gsn, b.first_send_time),
-        })
+        .map(share_block)
         .collect()
+}
+
+/// The blocks of `plan` from the one holding media time `from` on, with their indices.
+fn blocks_from(
+    plan: &ObjectPlan,
+    from: MediaTime,
+) -> impl Iterator<Item = (BlockIndex, &PlannedBlock)> {
+    let first = plan.blocks.partition_point(|b| b.first_send_time <= from).saturating_sub(1);
+    plan.blocks.iter().enumerate().skip(first).map(|(i, b)| (BlockIndex(i as u32), b))
+}
+
+/// Block `index` of a plan, `b`, as a share lists it.
+fn share_block((index, b): (BlockIndex, &PlannedBlock)) -> ShareBlock {
+    ShareBlock { index, first: Position::at(b.first_gsn, b.first_send_time) }
 }
 
 #[cfg(test)]
