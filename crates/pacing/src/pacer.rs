@@ -1034,17 +1034,13 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         let walk = s.resume.map_or(next, |(r, _)| r);
         let mut behind = BTreeSet::new();
         let mut restarted = false;
-        for b in added.iter().filter(|b| b.index >= s.from) {
-            let mut since = from;
-            if have.contains(&b.index) {
-                // Its own: only one withheld for a taker lost since is its own again. It sent
-                // the packets before the withhold's start itself.
-                let Some(w) = s.withheld.as_mut().filter(|w| w.withholds(b.index, b.first.time))
-                else {
-                    continue;
-                };
-                w.exempt.insert(b.index);
-                since = since.max(w.from);
+        let start = s.from;
+        for b in added.iter().filter(|b| b.index >= start) {
+            let own = have.contains(&b.index);
+            if !Self::gain(s, b, own, from) {
+                continue;
+            }
+            if own {
                 // The block its walk stands in, passed over in part: again from its start,
                 // what was sent skipped.
                 match s.resume.as_mut() {
@@ -1056,14 +1052,7 @@ impl<B: AsRef<[u8]>> Pacer<B> {
                     _ => {}
                 }
             } else {
-                // Not the part it was told it was lost for: its own to send.
-                if let Some(w) = s.withheld.as_mut() {
-                    w.exempt.insert(b.index);
-                }
                 merged.insert(b.index, *b);
-            }
-            if b.first.time < since {
-                s.skip_before.insert(b.index, since);
             }
             if b.index < walk {
                 behind.insert(b.index);
@@ -1106,6 +1095,28 @@ impl<B: AsRef<[u8]>> Pacer<B> {
         Some(CatchUp { wall: now, bytes: 0, spacing, rate: None, pace })
     }
 
+    /// Whether the share takes block `b` of a takeover (`own`: already in its list): one
+    /// another node sent (not `own`), or its own withheld for a taker lost since; an own block
+    /// not withheld it sent itself, and keeps as it is. A block taken is exempt from the
+    /// withhold (not the part this node was told it was lost for) and sent from `from` on, an
+    /// own one from the withhold's start too (it sent what came before itself).
+    fn gain(s: &mut Paced<B>, b: &ShareBlock, own: bool, from: MediaTime) -> bool {
+        let mut since = from;
+        if own {
+            let Some(w) = s.withheld.as_ref().filter(|w| w.withholds(b.index, b.first.time)) else {
+                return false;
+            };
+            since = since.max(w.from);
+        }
+        if let Some(w) = s.withheld.as_mut() {
+            w.exempt.insert(b.index);
+        }
+        if b.first.time < since {
+            s.skip_before.insert(b.index, since);
+        }
+        true
+    }
+
     /// A share whose run ended gains blocks taken over from a node lost after that (its own
     /// last block came before the lost node's): the run goes on with them, from the first, on
     /// its clock; its own blocks were all sent, and are not sent again. `false` when none of
@@ -1121,30 +1132,17 @@ impl<B: AsRef<[u8]>> Pacer<B> {
     ) -> bool {
         let Some(share) = s.setup.share.as_ref() else { return false };
         let have: BTreeSet<BlockIndex> = share.iter().map(|b| b.index).collect();
-        // Its own blocks count only if withheld (see `handle_extend`).
-        let withheld = |b: &ShareBlock| {
-            s.withheld.as_ref().is_some_and(|w| w.withholds(b.index, b.first.time))
-        };
-        let gained: BTreeMap<BlockIndex, ShareBlock> = added
-            .iter()
-            .filter(|b| (!have.contains(&b.index) || withheld(b)) && b.index >= s.from)
-            .map(|b| (b.index, *b))
-            .collect();
-        let Some(first) = gained.keys().next().copied() else { return false };
-        let mut list: Vec<ShareBlock> = share.iter().filter(|b| b.index < first).copied().collect();
-        for b in gained.values() {
-            let mut since = from;
-            if let Some(w) = s.withheld.as_mut() {
-                w.exempt.insert(b.index);
-                if have.contains(&b.index) {
-                    since = since.max(w.from);
-                }
+        let mut gained: BTreeMap<BlockIndex, ShareBlock> = BTreeMap::new();
+        let start = s.from;
+        for b in added.iter().filter(|b| b.index >= start) {
+            if Self::gain(s, b, have.contains(&b.index), from) {
+                gained.insert(b.index, *b);
             }
-            if b.first.time < since {
-                s.skip_before.insert(b.index, since);
-            }
-            list.push(*b);
         }
+        let Some(first) = gained.keys().next().copied() else { return false };
+        let Some(share) = s.setup.share.as_ref() else { return false };
+        let mut list: Vec<ShareBlock> = share.iter().filter(|b| b.index < first).copied().collect();
+        list.extend(gained.values());
         s.setup.share = Some(list.into());
         s.ended = false;
         s.playing = true;
